@@ -1,0 +1,1 @@
+"""The tg compiler core: dtypes, the UOp IR, rewrites, scheduler, lowering, renderers."""

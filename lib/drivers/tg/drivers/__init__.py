@@ -1,0 +1,1 @@
+"""Hardware access for tg: MMIO, PCI, USB, generated bindings and simulated hardware."""

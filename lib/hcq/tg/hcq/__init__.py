@@ -1,0 +1,1 @@
+"""The tg runtime: devices, buffers, programs, hardware command queues and signals."""

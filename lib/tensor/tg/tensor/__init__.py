@@ -1,0 +1,1 @@
+"""tg Tensor: a lazy tensor whose graphs compile into fused kernels."""

@@ -1,0 +1,1 @@
+"""tg-autogen: C headers to Python ctypes bindings through libclang."""

@@ -1,0 +1,1 @@
+"""tg-beam: BEAM search for the fastest way to run one kernel."""

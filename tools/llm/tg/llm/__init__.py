@@ -1,0 +1,1 @@
+"""tg-llm: run and serve LLMs from GGUF files."""

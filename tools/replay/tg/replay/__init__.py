@@ -1,0 +1,1 @@
+"""tg-replay: capture generated kernels and diff them against another version."""

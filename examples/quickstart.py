@@ -5,7 +5,17 @@ This grows with the libraries: once tg.tensor runs kernels, this example runs on
 
 from importlib.metadata import metadata
 
-PACKAGES = ["tg-codegen", "tg-drivers", "tg-hcq", "tg-tensor", "tg-flash", "tg-autogen", "tg-beam", "tg-replay", "tg-llm"]
+PACKAGES = [
+    "tg-codegen",
+    "tg-drivers",
+    "tg-hcq",
+    "tg-tensor",
+    "tg-flash",
+    "tg-autogen",
+    "tg-beam",
+    "tg-replay",
+    "tg-llm",
+]
 
 
 def main() -> None:

@@ -1,0 +1,115 @@
+"""Every environment flag tg reads, in one registry, each with a one-line description.
+
+Read a flag with `DEBUG.value` (or `int(DEBUG)`, `bool(DEBUG)`); override it for a block of code with
+`with Context(DEBUG=2): ...`. Values come from the environment once, when first read; a Context override
+is thread- and task-local (it uses contextvars), so tests and worker threads do not leak settings.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Generic, TypeVar
+
+T = TypeVar("T", int, str)
+
+
+@dataclass(eq=False)
+class Flag(Generic[T]):
+    """One environment flag: its name, its default (which fixes its type) and what it does."""
+
+    name: str
+    default: T
+    description: str
+    _override: contextvars.ContextVar = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._override = contextvars.ContextVar(f"tg_flag_{self.name}", default=None)
+
+    @cached_property
+    def _from_environment(self) -> T:
+        raw = os.environ.get(self.name)
+        if raw is None:
+            return self.default
+        if isinstance(self.default, int):
+            try:
+                return int(raw)
+            except ValueError:
+                raise ValueError(f"environment variable {self.name}={raw!r} must be an integer") from None
+        return raw
+
+    @property
+    def value(self) -> T:
+        override = self._override.get()
+        return self._from_environment if override is None else override
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __ge__(self, other: int) -> bool:
+        return int(self.value) >= other
+
+    def __gt__(self, other: int) -> bool:
+        return int(self.value) > other
+
+    def __le__(self, other: int) -> bool:
+        return int(self.value) <= other
+
+    def __lt__(self, other: int) -> bool:
+        return int(self.value) < other
+
+
+FLAGS: dict[str, Flag] = {}
+
+
+def flag(name: str, default: T, description: str) -> Flag[T]:
+    """Register a flag; registering the same name twice is a programming error."""
+    if name in FLAGS:
+        raise ValueError(f"flag {name} is registered twice")
+    FLAGS[name] = new = Flag(name, default, description)
+    return new
+
+
+@contextmanager
+def Context(**overrides: int | str) -> Iterator[None]:  # noqa: N802 - reads like the tinygrad API it mirrors
+    """Override flags for the duration of a with-block: `with Context(DEBUG=2, NOOPT=1): ...`."""
+    unknown = sorted(set(overrides) - set(FLAGS))
+    if unknown:
+        raise KeyError(f"unknown flag(s) {', '.join(unknown)}; known flags: {', '.join(sorted(FLAGS))}")
+    tokens = [(FLAGS[name], FLAGS[name]._override.set(value)) for name, value in overrides.items()]
+    try:
+        yield
+    finally:
+        for registered, token in reversed(tokens):
+            registered._override.reset(token)
+
+
+def describe_flags() -> str:
+    """A listing of every flag, its current value and what it does (for --help texts and docs)."""
+    width = max(len(name) for name in FLAGS)
+    return "\n".join(f"{name:<{width}}  {f.value!s:<8} {f.description}" for name, f in sorted(FLAGS.items()))
+
+
+DEBUG = flag("DEBUG", 0, "verbosity: 1 tracebacks in tools, 2 one line per kernel, 4 kernel source")
+DEV = flag("DEV", "", "default device: [IFACE+]NAME[:RENDERER[:ARCH]], e.g. CPU, PYTHON, NULL:CUDA")
+SPEC = flag("SPEC", 0, "type-check UOp graphs at every stage (1) or strictly (2)")
+NOOPT = flag("NOOPT", 0, "apply no kernel optimizations")
+BEAM = flag("BEAM", 0, "beam width for kernel optimization search (0: hand-coded heuristics)")
+IGNORE_BEAM_CACHE = flag("IGNORE_BEAM_CACHE", 0, "search again even when a BEAM result is cached")
+CACHELEVEL = flag("CACHELEVEL", 2, "0 disables every on-disk cache")
+TG_CACHE_DIR = flag("TG_CACHE_DIR", "", "directory of the on-disk caches (default ~/.cache/tg)")
+CPU_COUNT = flag("CPU_COUNT", 0, "worker threads of the CPU device (0: one per core)")
+NULL_ALLOW_COPYOUT = flag("NULL_ALLOW_COPYOUT", 0, "let the NULL device return (meaningless) data on copyout")
+CC = flag("CC", "", "C compiler for CPU kernels (default: clang when installed, else gcc)")
+
+
+def cache_dir() -> str:
+    """The directory that holds tg's sqlite caches."""
+    return TG_CACHE_DIR.value or os.path.join(os.path.expanduser("~"), ".cache", "tg")

@@ -1,0 +1,43 @@
+import pytest
+
+from tg.codegen.flags import DEBUG, FLAGS, Context, describe_flags, flag
+
+
+def test_context_overrides_and_restores() -> None:
+    before = DEBUG.value
+    with Context(DEBUG=4):
+        assert DEBUG.value == 4 and DEBUG >= 2
+        with Context(DEBUG=1):
+            assert DEBUG.value == 1
+        assert DEBUG.value == 4
+    assert DEBUG.value == before
+
+
+def test_unknown_flag_in_context_is_an_error() -> None:
+    with pytest.raises(KeyError, match="NOT_A_FLAG"), Context(NOT_A_FLAG=1):
+        pass
+
+
+def test_flag_reads_environment_with_its_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TG_TEST_FLAG_INT", "7")
+    f = flag("TG_TEST_FLAG_INT", 0, "a test flag")
+    try:
+        assert f.value == 7 and int(f) == 7
+    finally:
+        del FLAGS["TG_TEST_FLAG_INT"]
+
+
+def test_non_integer_value_for_integer_flag_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TG_TEST_FLAG_BAD", "lots")
+    f = flag("TG_TEST_FLAG_BAD", 0, "a test flag")
+    try:
+        with pytest.raises(ValueError, match="TG_TEST_FLAG_BAD='lots' must be an integer"):
+            _ = f.value
+    finally:
+        del FLAGS["TG_TEST_FLAG_BAD"]
+
+
+def test_every_flag_is_described() -> None:
+    listing = describe_flags()
+    for name, registered in FLAGS.items():
+        assert registered.description and name in listing

@@ -1,0 +1,151 @@
+"""Simulated board state in one file, so a CLI can use the same board across commands.
+
+The file is one line of JSON (status registers, controller registers, faults, PSP script) followed by
+the 2 MiB flash array and then the IFWI the simulated PSP expects. When tracing is on, each session
+appends its register accesses to `<state>.trace`, headed by `# session N`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tg.drivers.sim.board import SimNavi31Board, format_trace
+from tg.drivers.sim.faults import Faults
+from tg.drivers.sim.gd25 import FLASH_SIZE, GD25Chip
+from tg.drivers.sim.ifwi import DEFAULT_TRANSFER_STATES, build_ifwi
+from tg.drivers.sim.psp import PSPScript
+from tg.drivers.sim.romsw import SimProtocolError
+
+FORMAT = "tg-sim-navi31/1"
+
+
+@dataclass
+class SimState:
+    flash: bytearray
+    ifwi: bytes
+    sr1: int = 0
+    sr2: int = 0
+    sr3: int = 0x60
+    busy_polls: int = 0
+    jedec_rotation: int = 0
+    faults: Faults = field(default_factory=Faults)
+    registers: dict[int, int] = field(default_factory=dict)
+    psp: PSPScript = field(default_factory=PSPScript)
+    trace: bool = False
+    sessions: int = 0
+
+    def board(self) -> SimNavi31Board:
+        chip = GD25Chip(self.flash, self.faults)
+        chip.sr1, chip.sr2, chip.sr3 = self.sr1, self.sr2, self.sr3
+        chip.busy_polls, chip.jedec_rotation = self.busy_polls, self.jedec_rotation
+        return SimNavi31Board(chip, self.faults, self.registers, self.psp, self.ifwi)
+
+    def absorb(self, board: SimNavi31Board) -> None:
+        """Take over what a session changed."""
+        chip = board.chip
+        self.flash = chip.data
+        self.sr1, self.sr2, self.sr3, self.busy_polls = chip.sr1, chip.sr2, chip.sr3, chip.busy_polls
+        self.registers = {offset: board.regs[offset] for offset in board.regs}
+        self.psp = board.psp.script
+
+
+def new_state(
+    image: bytes | None = None, ifwi_seed: int = 0, cmp: bool = False, faults: Faults | None = None
+) -> SimState:
+    """A healthy board: the flash holds `image` or, by default, the synthetic IFWI the PSP expects."""
+    ifwi = build_ifwi(ifwi_seed)
+    flash = bytearray(image if image is not None else ifwi.image)
+    if len(flash) != FLASH_SIZE:
+        raise ValueError(f"simulated flash image must be exactly 0x{FLASH_SIZE:x} bytes, not 0x{len(flash):x}")
+    psp = PSPScript(states=list(DEFAULT_TRANSFER_STATES), items=dict(ifwi.items))
+    return SimState(flash=flash, ifwi=ifwi.image, sr2=0x40 if cmp else 0, faults=faults or Faults(), psp=psp)
+
+
+def save_state(state: SimState, path: Path) -> None:
+    header = {
+        "format": FORMAT,
+        "sr1": state.sr1,
+        "sr2": state.sr2,
+        "sr3": state.sr3,
+        "busy_polls": state.busy_polls,
+        "jedec_rotation": state.jedec_rotation,
+        "faults": state.faults.to_json(),
+        "registers": {f"0x{k:x}": v for k, v in state.registers.items()},
+        "psp": {
+            "states": state.psp.states,
+            "items": {str(k): list(v) for k, v in state.psp.items.items()},
+            "position": state.psp.position,
+        },
+        "trace": state.trace,
+        "sessions": state.sessions,
+    }
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as f:
+        f.write(json.dumps(header).encode() + b"\n")
+        f.write(state.flash)
+        f.write(state.ifwi)
+    os.replace(temporary, path)
+
+
+def load_state(path: Path) -> SimState:
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"simulator state {path} does not exist (create it with `sim init {path}`)") from None
+    head, _, body = raw.partition(b"\n")
+    try:
+        header = json.loads(head)
+    except ValueError:
+        header = {}
+    if header.get("format") != FORMAT or len(body) != 2 * FLASH_SIZE:
+        raise ValueError(f"{path} is not a simulated Navi31 state file")
+    psp = header["psp"]
+    return SimState(
+        flash=bytearray(body[:FLASH_SIZE]),
+        ifwi=body[FLASH_SIZE:],
+        sr1=header["sr1"],
+        sr2=header["sr2"],
+        sr3=header["sr3"],
+        busy_polls=header["busy_polls"],
+        jedec_rotation=header["jedec_rotation"],
+        faults=Faults.from_json(header["faults"]),
+        registers={int(k, 16): v for k, v in header["registers"].items()},
+        psp=PSPScript(
+            states=psp["states"], items={int(k): tuple(v) for k, v in psp["items"].items()}, position=psp["position"]
+        ),
+        trace=header["trace"],
+        sessions=header["sessions"],
+    )
+
+
+def trace_path(state_path: Path) -> Path:
+    return state_path.with_name(state_path.name + ".trace")
+
+
+class SimSession:
+    """One command's use of the simulated board; closing saves the state and checks the registers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.state = load_state(self.path)
+        self.state.sessions += 1
+        self.board = self.state.board()
+
+    def close(self) -> None:
+        self.state.absorb(self.board)
+        save_state(self.state, self.path)
+        if self.state.trace:
+            with open(trace_path(self.path), "a") as f:
+                f.write(f"# session {self.state.sessions}\n")
+                f.write(format_trace(self.board.trace))
+        unrestored = self.board.unrestored_registers()
+        if unrestored:
+            details = ", ".join(f"{name}=0x{found:08x} (was 0x{was:08x})" for name, (was, found) in unrestored.items())
+            raise SimProtocolError(f"simulator: controller registers not restored: {details}")
+
+
+def open_session(path: Path) -> SimSession:
+    return SimSession(path)

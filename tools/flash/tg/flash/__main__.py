@@ -1,0 +1,3 @@
+from tg.flash.cli import main
+
+main()

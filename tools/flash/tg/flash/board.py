@@ -1,0 +1,54 @@
+"""Opening a Navi31 board and its flash chip from the CLI's global options."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tg.drivers.mmio import MMIOInterface
+from tg.drivers.pci import DeviceMatch
+from tg.drivers.transport import BoardRequest, Transport, check_request, open_board
+from tg.flash import regs
+from tg.flash.gd25 import GD25LQ16E
+from tg.flash.interrupts import deferred_interrupt
+from tg.flash.spi import Navi31SPI
+
+NAVI31 = (DeviceMatch(0xFFFF, regs.NAVI31_DEVICE_IDS),)
+
+
+@dataclass(frozen=True)
+class BoardOptions:
+    device: int = 0
+    prescale: int = 8
+    transport: Transport = Transport.AUTO
+    sim_state: Path | None = None
+
+    def request(self) -> BoardRequest:
+        return BoardRequest(self.transport, self.device, regs.VENDOR_AMD, NAVI31, regs.BAR, self.sim_state)
+
+    def check(self) -> None:
+        """Everything about the options that can be checked without hardware."""
+        if not 0 <= self.prescale <= 15:
+            raise ValueError("prescale must be 0..15")
+        check_request(self.request())
+
+
+@contextmanager
+def open_mmio(options: BoardOptions) -> Iterator[MMIOInterface]:
+    connection = open_board(options.request())
+    try:
+        yield connection.mmio
+    finally:
+        with deferred_interrupt():
+            connection.close()
+
+
+@contextmanager
+def open_flash(options: BoardOptions) -> Iterator[GD25LQ16E]:
+    """The board's flash chip, identified (an unknown JEDEC ID is refused) and ready for commands."""
+    with open_mmio(options) as mmio, Navi31SPI(mmio, options.prescale) as spi:
+        chip = GD25LQ16E(spi)
+        chip.identify()
+        yield chip

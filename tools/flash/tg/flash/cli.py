@@ -22,6 +22,7 @@ from tg.flash.console import (
     read_input,
     write_atomically,
 )
+from tg.flash.errors import FlashError
 from tg.flash.program import SectorOutcome, SectorRange, check_image_size, program_image, verify_against
 
 app = typer.Typer(
@@ -163,10 +164,7 @@ def verify(ctx: typer.Context, image: Path = typer.Argument(..., help="2 MiB ima
         with open_flash(cli.options) as chip, progress(cli.reporter, "verifying", regs.FLASH_SIZE) as bar:
             mismatch = verify_against(chip, data, on_sector=lambda sector: bar.advance(regs.SECTOR_SIZE))
         if mismatch is not None:
-            raise ValueError(
-                f"verify mismatch at 0x{mismatch.offset:06x}: "
-                f"flash={mismatch.flash_byte:02x} image={mismatch.image_byte:02x}"
-            )
+            raise FlashError(f"verify mismatch at {mismatch}")
         cli.reporter.result(
             f"verified 0x{len(data):x} bytes sha256={sha256(data)}", {"size": len(data), "sha256": sha256(data)}
         )

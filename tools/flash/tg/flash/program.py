@@ -56,6 +56,9 @@ class Mismatch:
     flash_byte: int
     image_byte: int
 
+    def __str__(self) -> str:
+        return f"0x{self.offset:06x}: flash={self.flash_byte:02x} image={self.image_byte:02x}"
+
 
 def first_mismatch(flash: bytes, image: bytes, base: int = 0) -> Mismatch | None:
     if flash == image:
@@ -104,9 +107,7 @@ def program_sector(chip: GD25LQ16E, sector: int, wanted: bytes) -> SectorOutcome
     written = chip.read(address, regs.SECTOR_SIZE)
     mismatch = first_mismatch(written, wanted, address)
     if mismatch is not None:
-        raise FlashError(
-            f"verify mismatch at 0x{mismatch.offset:06x}: flash={mismatch.flash_byte:02x} image={mismatch.image_byte:02x}"
-        )
+        raise FlashError(f"verify mismatch at {mismatch}")
     return SectorOutcome(sector, "erased+programmed" if needs_erase else "programmed", pages)
 
 

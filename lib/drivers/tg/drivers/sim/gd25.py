@@ -77,8 +77,12 @@ class GD25Chip:
     # -- commands ----------------------------------------------------------------------------------------------
 
     def _rdid(self, mosi: bytes, rx_count: int) -> bytes:
-        ident = JEDEC_ID[self.jedec_rotation % 3 :] + JEDEC_ID[: self.jedec_rotation % 3]
-        return (ident * (rx_count // 3 + 1))[:rx_count]
+        # Manufacturer, memory type, capacity, then 0x00 until chip select rises. Some bridges deliver the
+        # 4-byte capture rotated; `jedec_rotation` models that.
+        capture = JEDEC_ID + b"\x00"
+        shift = self.jedec_rotation % 4
+        capture = capture[shift:] + capture[:shift]
+        return (capture * (rx_count // 4 + 1))[:rx_count]
 
     def _wren(self, mosi: bytes, rx_count: int) -> None:
         if not self.faults.wel_never_sets:

@@ -10,7 +10,7 @@ import typer
 from tg.flash import regs
 from tg.flash.aperture import check_raw_dump, read_aperture, sha256
 from tg.flash.board import open_mmio
-from tg.flash.console import check_output_path, failures, read_input, write_atomically
+from tg.flash.console import check_output_path, failures, parse_int, read_input, write_atomically
 from tg.flash.errors import FlashError
 from tg.flash.ifwi import ROM_ITEM_COUNT, check_ifwi_size, resolve_ifwi_item
 from tg.flash.psp import ERROR_GATED, GET_TRANSFER_TYPE, PSPMailbox
@@ -103,7 +103,7 @@ def _refuse(yes: bool, what: str) -> None:
 @fw_app.command()
 def stream(
     ctx: typer.Context,
-    item_type: str = typer.Argument(..., help="Item type."),
+    item_type: int = typer.Argument(..., parser=parse_int, help="Item type."),
     image: Path = typer.Argument(..., help="Payload."),
     yes: bool = typer.Option(False, "--yes"),
 ) -> None:

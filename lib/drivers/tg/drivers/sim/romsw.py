@@ -22,7 +22,7 @@ class SimProtocolError(RuntimeError):
 
 
 class RomSwEngine:
-    def __init__(self, regs: dict[int, int], chip: GD25Chip, faults: Faults, done_after_polls: int = 1) -> None:
+    def __init__(self, regs: dict[int, int], chip: GD25Chip, faults: Faults, done_after_polls: int = 2) -> None:
         self.regs = regs
         self.chip = chip
         self.faults = faults

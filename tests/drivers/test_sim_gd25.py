@@ -1,0 +1,110 @@
+"""The GD25LQ16E chip model against the datasheet rules, driven with raw SPI byte streams."""
+
+import pytest
+
+from tg.drivers.sim.faults import Faults
+from tg.drivers.sim.gd25 import BUSY_POLLS, FLASH_SIZE, GD25Chip
+
+
+def addr(a: int) -> bytes:
+    return a.to_bytes(3, "big")
+
+
+def wait_ready(chip: GD25Chip) -> int:
+    polls = 0
+    while chip.transact(b"\x05", 1)[0] & 1:
+        polls += 1
+    return polls
+
+
+def test_program_only_clears_bits_and_needs_wel() -> None:
+    chip = GD25Chip(bytearray(b"\xf0" * FLASH_SIZE))
+    chip.transact(b"\x02" + addr(0x10) + b"\x3c", 0)  # no WREN: ignored
+    assert chip.data[0x10] == 0xF0
+    chip.transact(b"\x06", 0)
+    assert chip.transact(b"\x05", 1)[0] & 0x02
+    chip.transact(b"\x02" + addr(0x10) + b"\x3c", 0)
+    wait_ready(chip)
+    assert chip.data[0x10] == 0x30 and not chip.sr1 & 0x02  # AND, and WEL cleared
+
+
+def test_program_wraps_inside_its_page() -> None:
+    chip = GD25Chip()
+    chip.transact(b"\x06", 0)
+    chip.transact(b"\x02" + addr(0x1FE) + b"\x01\x02\x03\x04", 0)
+    assert chip.data[0x1FE:0x200] == b"\x01\x02" and chip.data[0x100:0x102] == b"\x03\x04"
+    assert chip.data[0x200] == 0xFF
+
+
+def test_sector_erase_sets_ff_on_the_aligned_sector_only() -> None:
+    chip = GD25Chip(bytearray(FLASH_SIZE))
+    chip.transact(b"\x06", 0)
+    chip.transact(b"\x20" + addr(0x1234), 0)
+    assert wait_ready(chip) == BUSY_POLLS["sector_erase"]
+    assert chip.data[0x1000:0x2000] == b"\xff" * 0x1000
+    assert chip.data[0xFFF] == 0 and chip.data[0x2000] == 0
+
+
+def test_a_busy_chip_ignores_everything_but_status_reads() -> None:
+    chip = GD25Chip(bytearray(FLASH_SIZE))
+    chip.transact(b"\x06", 0)
+    chip.transact(b"\x20" + addr(0), 0)
+    assert chip.transact(b"\x03" + addr(0), 4) == b"\xff" * 4  # bus floats while busy
+    chip.transact(b"\x06", 0)
+    assert not chip.sr1 & 0x02
+
+
+@pytest.mark.parametrize(
+    "sr1, sr2, protected, free",
+    [
+        (0x00, 0x40, [0x0, 0x1FF000], []),  # CMP with BP=0: the whole array
+        (0x04, 0x00, [0x1F0000], [0x1EF000, 0x0]),  # BP0: upper 64 KiB
+        (0x04, 0x40, [0x0, 0x1EF000], [0x1F0000]),  # CMP inverts it
+        (0x24, 0x00, [0x0], [0x10000]),  # BP3 (TB) + BP0: lower 64 KiB
+        (0x44, 0x00, [0x1FF000], [0x1FE000]),  # BP4 (SEC) + BP0: upper 4 KiB
+        (0x18, 0x00, [0x0, 0x1FF000], []),  # BP2+BP1: everything
+    ],
+)
+def test_protection_silently_ignores_erase(sr1: int, sr2: int, protected: list, free: list) -> None:
+    chip = GD25Chip(bytearray(FLASH_SIZE))
+    chip.sr1, chip.sr2 = sr1, sr2
+    for sector in protected + free:
+        chip.transact(b"\x06", 0)
+        chip.transact(b"\x20" + addr(sector), 0)
+        wait_ready(chip)
+    for sector in protected:
+        assert chip.data[sector] == 0x00, hex(sector)
+    for sector in free:
+        assert chip.data[sector] == 0xFF, hex(sector)
+
+
+def test_write_status_keeps_readonly_bits_and_lock_bits_are_one_time() -> None:
+    chip = GD25Chip()
+    chip.transact(b"\x06", 0)
+    chip.transact(b"\x01\xff\xcb", 0)  # try to set BUSY/WEL and SUS; set SRP1, QE, LB1 and CMP
+    wait_ready(chip)
+    assert chip.sr1 == 0xFC and chip.sr2 == 0x4B
+    chip.transact(b"\x06", 0)
+    chip.transact(b"\x01\x00\x00", 0)
+    wait_ready(chip)
+    assert chip.sr1 == 0x00 and chip.sr2 == 0x08  # LB1 stays set
+
+
+def test_identification_commands() -> None:
+    chip = GD25Chip()
+    assert chip.transact(b"\x9f", 4) == bytes.fromhex("c8601500")
+    assert chip.transact(b"\x90" + addr(0), 2) == bytes.fromhex("c814")
+    sfdp = chip.transact(b"\x5a" + addr(0) + b"\x00", 4)
+    assert sfdp == b"SFDP"
+    assert chip.transact(b"\x5a" + addr(0), 5) == b"\xffSFDP"  # the dummy byte clocked in as data
+
+
+def test_fault_switches() -> None:
+    chip = GD25Chip(faults=Faults(wel_never_sets=True))
+    chip.transact(b"\x06", 0)
+    assert not chip.sr1 & 0x02
+    chip = GD25Chip(faults=Faults(busy_forever=True, stuck_bits={5: 0x01}))
+    chip.transact(b"\x06", 0)
+    chip.transact(b"\x02" + addr(5) + b"\x00", 0)
+    assert chip.data[5] == 0x01
+    assert all(chip.transact(b"\x05", 1)[0] & 1 for _ in range(100))

@@ -118,7 +118,9 @@ def read(
     """Read SIZE bytes at ADDRESS; print them as hex or write them to OUTPUT."""
     cli: CliContext = ctx.obj
     with failures(cli.reporter, cli.debug):
-        if address < 0 or size < 1 or address + size > regs.FLASH_SIZE:
+        if size < 1:
+            raise ValueError("SIZE must be at least 1 byte")
+        if address < 0 or address + size > regs.FLASH_SIZE:
             raise ValueError("read outside 2 MiB flash")
         if output is not None:
             check_output_path(output)

@@ -132,9 +132,6 @@ class SimNavi31Board(MMIOInterface):
         now = self.controller_registers()
         return {name: (self.baseline[name], now[name]) for name in now if now[name] != self.baseline[name]}
 
-    def writes(self) -> list[tuple[int, int]]:
-        return [(offset, value) for op, offset, value in self.trace if op == "W32"]  # type: ignore[misc]
-
 
 def format_trace(trace: list[tuple[str, int, int | bytes]]) -> str:
     """One access per line: `W32 05a3a0 00000000`, `R32 ...`, or `RB 05a3b0 <hex bytes>`."""

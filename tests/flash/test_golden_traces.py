@@ -76,3 +76,27 @@ def test_one_sector_flash_trace_matches_golden(make_board, tmp_path: Path) -> No
     assert result.exit_code == 0, result.stderr
     assert board.flash() == image
     compare_with_golden("flash_sector_5", session_trace(board))
+
+
+def test_a_changed_restore_order_fails_with_a_diff(make_board, monkeypatch) -> None:
+    from tg.flash import regs
+    from tg.flash.spi import Navi31SPI
+
+    def restore_in_another_order(self, saved) -> None:
+        for offset, value in (
+            (regs.ROM_SW_CNTL, 0),
+            (regs.ROM_SW_STATUS, 0),
+            (regs.GPIO_PAD_MASK, saved.gpio_mask),
+            (regs.GPIO_PAD_A, saved.gpio_a),
+            (regs.GPIO_PAD_EN, saved.gpio_en),
+            (regs.PAGE_MIRROR_CNTL, saved.page_mirror),
+            (regs.ROM_CNTL, saved.rom_cntl),
+        ):
+            self.mmio.write32(offset, value)
+
+    monkeypatch.setattr(Navi31SPI, "_give_back_pins", restore_in_another_order)
+    monkeypatch.delenv("TG_UPDATE_GOLDEN", raising=False)
+    board = make_board(deterministic_image(), trace=True)
+    assert board.run("read", "0", "0x40").exit_code == 0  # every register still ends restored ...
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)changed.*-W32 05a508 00000780  GPIO_PAD_A"):
+        compare_with_golden("read_0_0x40", session_trace(board))  # ... but the sequence differs

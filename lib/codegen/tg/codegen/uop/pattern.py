@@ -17,10 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tg.codegen.dtype import DType, dtypes
-from tg.codegen.flags import SPEC, flag
+from tg.codegen.flags import REWRITE_STACK_LIMIT, SPEC
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
-
-REWRITE_STACK_LIMIT = flag("REWRITE_STACK_LIMIT", 250_000, "pending steps after which graph_rewrite gives up")
 
 
 class RewriteError(RuntimeError):

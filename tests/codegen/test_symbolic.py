@@ -127,3 +127,17 @@ def test_simplify_is_idempotent_on_results():
     e = ((x * 4 + y) // 2) % 3 + (x * 4 + y) // 4
     once = e.simplify()
     assert once.simplify() is once
+
+
+def test_more_cases_from_random_expressions():
+    a, d, f = v("a", 0, 7), v("d", 0, 31), v("f", 0, 100)
+    cases = [
+        ((((a.maximum(f) + a) + 1) // 4 + 1) // 2, "(((max(a, f)+a)+5)//8)"),
+        (((d * -1) * (f * -1)) * a, "((d*f)*a)"),
+        (((a + d * 8) % 16 + f % 8) % 2, "((a+f)%2)"),
+    ]
+    for before, expected in cases:
+        after = before.simplify()
+        assert after.render() == expected
+        for vals in [{"a": av, "d": dv, "f": fv} for av in (0, 3, 7) for dv in (0, 5, 31) for fv in (0, 9, 100)]:
+            assert sym_infer(after, vals) == sym_infer(before, vals)

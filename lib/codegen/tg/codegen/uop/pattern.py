@@ -356,4 +356,5 @@ def graph_rewrite_map(
         from tg.codegen.uop.spec import type_verify
 
         type_verify(rewriter.done[sink])
-    return {node: rewriter.done[node] for node in sink.toposort()}
+    # in bottom_up mode nodes below a rewritten node may never be visited; they have no entry
+    return {node: rewriter.done[node] for node in sink.toposort() if node in rewriter.done}

@@ -284,6 +284,13 @@ def fold_mul_consts(x: UOp, c1: UOp, c2: UOp) -> UOp:
     return x * c1.const_like(exec_alu(Ops.MUL, x.dtype, (c1.arg, c2.arg)))
 
 
+def pull_const_out_of_product(x: UOp, c: UOp, y: UOp) -> UOp | None:
+    """(x*c) * y is (x*y) * c for integers, so constants of a product meet and fold."""
+    if y.op is Ops.CONST:
+        return None
+    return (x * y) * c
+
+
 def distribute_const(x: UOp, c1: UOp, c2: UOp) -> UOp:
     """(x + c1) * c2 is x*c2 + c1*c2, which keeps constants at the top of index sums."""
     return x * c2 + c1.const_like(exec_alu(Ops.MUL, x.dtype, (c1.arg, c2.arg)))
@@ -328,7 +335,24 @@ def fold_div(x: UOp, c: UOp) -> UOp | None:
     if g > 1:
         return _divide_sum(s, g) // (d // g)
     split = _split_divisible_part(x, s, d, Ops.IDIV)
-    return split if split is not None else _drop_small_remainder(x, s, d)
+    if split is not None:
+        return split
+    nested = _nested_division_with_offset(x, s, d)
+    return nested if nested is not None else _drop_small_remainder(x, s, d)
+
+
+def _nested_division_with_offset(x: UOp, s: Sum, d: int) -> UOp | None:
+    """(y//a + c) // d is (y + c*a) // (a*d) when y >= 0 and y + c*a >= 0 (floor of a floor)."""
+    if len(s.terms) != 1 or s.const == 0:
+        return None
+    ((u, k),) = s.terms.items()
+    if k != 1 or u.op is not Ops.IDIV or u.src[1].op is not Ops.CONST or u.src[1].arg <= 0:
+        return None
+    y, a = u.src[0], u.src[1].arg
+    offset = s.const * a
+    if y.vmin < 0 or y.vmin + offset < 0 or not _fits(y, y.vmax + offset, a * d):
+        return None
+    return (y + offset) // (a * d)
 
 
 def _drop_small_remainder(x: UOp, s: Sum, d: int) -> UOp | None:
@@ -361,12 +385,14 @@ def _split_divisible_part(x: UOp, s: Sum, d: int, op: Ops) -> UOp | None:
         return None
     quotient, remainder = Sum(s.dtype), Sum(s.dtype)
     for u, k in s.terms.items():
+        if op is Ops.MOD and u.op is Ops.MOD and u.src[1].op is Ops.CONST and u.src[1].arg % d == 0:
+            u = u.src[0]  # y % (m*d) and y differ by a multiple of d
         if k % d == 0:
-            quotient.terms[u] = k // d
+            quotient.terms[u] = quotient.terms.get(u, 0) + k // d
         elif op is Ops.MOD and k % d != k:
-            remainder.terms[u] = k % d  # k*u and (k mod d)*u differ by a multiple of d
+            remainder.terms[u] = remainder.terms.get(u, 0) + k % d  # k*u and (k mod d)*u differ by a multiple of d
         else:
-            remainder.terms[u] = k
+            remainder.terms[u] = remainder.terms.get(u, 0) + k
     quotient.const, remainder.const = divmod(s.const, d)
     if not quotient.terms and quotient.const == 0 and remainder.terms == s.terms:
         return None
@@ -571,6 +597,7 @@ integer_algebra = PatternMatcher(
         (UPat(Ops.ADD, src=(UPat(Ops.ADD, src=(_int, UPat.cvar("c1"))), UPat.cvar("c2"))), fold_add_consts),
         (UPat(Ops.MUL, src=(UPat(Ops.MUL, src=(_int, UPat.cvar("c1"))), UPat.cvar("c2"))), fold_mul_consts),
         (UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(_int, UPat.cvar("c1"))), UPat.cvar("c2"))), distribute_const),
+        (UPat(Ops.MUL, src=[UPat(Ops.MUL, src=(_int, UPat.cvar("c"))), UPat.var("y")]), pull_const_out_of_product),
         (UPat(Ops.IDIV, src=(_int, UPat.cvar("c"))), fold_div),
         (UPat(Ops.MOD, src=(_int, UPat.cvar("c"))), fold_mod),
         (UPat(Ops.MOD, src=(_int, UPat.var("y"))), mod_smaller_than_divisor),

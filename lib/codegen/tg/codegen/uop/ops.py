@@ -27,6 +27,9 @@ class Ops(IntEnum):
 
     # kernel parameters, memory and variables
     PARAM = auto()
+    DEFINE_GLOBAL = PARAM  # the older spelling of PARAM
+    DEFINE_LOCAL = auto()  # older spelling of a local-memory BUFFER (S1 era), kept for old graphs
+    DEFINE_REG = auto()  # older spelling of a register BUFFER (S1 era), kept for old graphs
     BUFFER = auto()
     BUFFER_VIEW = auto()
     DEFINE_VAR = auto()

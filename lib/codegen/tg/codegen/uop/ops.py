@@ -434,10 +434,6 @@ class UOp:
         """The address of element `idx[0]` of this buffer; an optional second source is a bool gate."""
         return UOp(Ops.INDEX, self.dtype, (self, *idx))
 
-    def valid(self, gate: UOp) -> UOp:
-        """Index `self` only where `gate` holds: `buf.index(i.valid(i < 16))`. Represented as WHERE(gate, i, -1)."""
-        return gate.where(self, self.const_like(-1))
-
     def load(self, *alt: UOp, dtype: DType | None = None) -> UOp:
         """The value at this address (an INDEX); `alt` is returned where the INDEX's gate is false."""
         if dtype is None:

@@ -169,7 +169,7 @@ def _ctypes_fields(members: Sequence[Member], size: int, is_union: bool) -> tupl
             fields.append((f"_pad{index}_", ctypes.c_ubyte * (member.offset - start)))
         if is_union and member.offset:
             raise TypeError(f"union member {member.name} is not at offset 0")
-        align = ctypes.alignment(ctype)
+        align = max(1, ctypes.alignment(ctype))  # an empty struct reports alignment 0
         packed = packed or member.offset % align != 0
         max_align = max(max_align, align)
         fields.append((name, ctype))

@@ -19,7 +19,7 @@ from typing import Any
 
 from tg.autogen.ctypes_names import BUILTIN_KINDS, WELL_KNOWN_TYPEDEFS
 from tg.autogen.macros import ExpressionTranslator, Untranslatable, macro_line, safe_name, split_macro
-from tg.autogen.parse import clang_args, diagnostics, parse_headers
+from tg.autogen.parse import AutogenError, clang_args, diagnostics, parse_headers
 
 PRELUDE = """\
 import ctypes
@@ -43,6 +43,10 @@ class Options:
     patterns: tuple[str, ...] = ()
     # (header, regex) pairs: names from that header must also match its regex.
     header_patterns: tuple[tuple[str, str], ...] = ()
+    # Headers whose declarations are emitted too but that are reached through HEADERS, not included directly.
+    indirect: tuple[str, ...] = ()
+    # Emit what parses even when libclang reports errors (missing includes); off by default.
+    allow_errors: bool = False
     # Comment lines for the top of the file (provenance), without the leading '# '.
     comments: tuple[str, ...] = ()
 
@@ -87,16 +91,18 @@ class _State:
 def generate(options: Options) -> Generated:
     """Parse the headers of OPTIONS and return the module text, what was skipped and libclang's errors."""
     args = clang_args(options.include_dirs, options.defines, options.clang_args)
-    missing = [h for h in options.headers if not Path(h).is_file()]
+    missing = [h for h in options.headers + options.indirect if not Path(h).is_file()]
     if missing:
-        from tg.autogen.parse import AutogenError
-
         raise AutogenError(f"header not found: {', '.join(missing)}")
     unit = parse_headers(options.headers, args)
+    errors = diagnostics(unit)
+    if errors and not options.allow_errors:
+        # A header that does not compile gives records with missing fields: refuse rather than emit wrong layouts.
+        raise AutogenError(f"libclang reported {len(errors)} error(s), first: {errors[0]}")
     writer = ModuleWriter(options)
     writer.walk(unit.cursor)
     writer.emit_macros()
-    return Generated(writer.source(), tuple(writer.state.skipped), tuple(diagnostics(unit)))
+    return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors))
 
 
 class ModuleWriter:
@@ -108,7 +114,7 @@ class ModuleWriter:
         self.ci = cindex
         self.options = options
         self.state = _State()
-        self.targets = {os.path.realpath(h): h for h in options.headers}
+        self.targets = {os.path.realpath(h): h for h in options.headers + options.indirect}
         self.header_patterns = {os.path.realpath(h): re.compile(p) for h, p in options.header_patterns}
         self.patterns = [re.compile(p) for p in options.patterns]
         self.texts: dict[str, bytes] = {}
@@ -267,10 +273,13 @@ class ModuleWriter:
     # ---------------------------------------------------------------------------------------------------- records
 
     def record_key(self, decl: Any) -> str:
+        """Identity of a record within the translation unit: its definition, else its USR (opaque types).
+
+        Locations are not enough: records declared by one macro (the kernel's __DECLARE_FLEX_ARRAY) share one.
+        """
         definition = decl.get_definition()
         if definition is not None:
-            start = definition.extent.start
-            return f"{start.file.name if start.file else ''}:{start.offset}"
+            return f"{definition.get_usr()}#{definition.hash}"
         return decl.get_usr() or decl.spelling
 
     def declare_record(self, decl: Any) -> str:
@@ -376,7 +385,8 @@ class ModuleWriter:
         if canonical.kind in (self.ci.TypeKind.FUNCTIONPROTO, self.ci.TypeKind.FUNCTIONNOPROTO):
             value = self.function_type(canonical)
         else:
-            value = self.ctype(underlying)
+            # A typedef only names the record; the record itself is defined where the headers define it.
+            value = self.ctype(underlying, by_value=False)
         if value != name:
             self.add(f"{name} = {value}", name)
         self.state.emitted_typedefs.add(name)

@@ -105,19 +105,18 @@ class _Forward:
 class _Record:
     """Shared behaviour of Struct and Union: keyword construction, `layout()`, a readable repr."""
 
-    _member_names_: tuple[str, ...] = ()
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
-        for name, value in zip(self._member_names_, args, strict=False):
+        names = member_names(type(self))
+        for name, value in zip(names, args, strict=False):
             setattr(self, name, value)
         for name, value in kwargs.items():
-            if name not in self._member_names_:
+            if name not in names:
                 raise TypeError(f"{type(self).__name__} has no field {name!r}")
             setattr(self, name, value)
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._member_names_[:8])
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in member_names(type(self))[:8])
         return f"{type(self).__name__}({shown})"
 
     @classmethod
@@ -126,24 +125,46 @@ class _Record:
         is_union = issubclass(cls, ctypes.Union)
         fields, packed = _ctypes_fields(members, size, is_union)
         if packed:
-            cls._pack_ = 1
-        cls._anonymous_ = tuple(m.name for m in members if isinstance(m, Anonymous))
-        cls._fields_ = fields
+            _set_class_attribute(cls, "_pack_", 1)
+        _set_class_attribute(cls, "_anonymous_", tuple(m.name for m in members if isinstance(m, Anonymous)))
+        cls._fields_ = fields  # through ctypes' metaclass, which computes the layout
         names: list[str] = []
         for member in members:
             if isinstance(member, BitField):
-                setattr(cls, member.name, _BitFieldAccess(member))
+                _set_class_attribute(cls, member.name, _BitFieldAccess(member))
                 names.append(member.name)
             elif isinstance(member, Anonymous):
-                for inner in member.ctype._member_names_:
-                    if not hasattr(cls, inner) or isinstance(getattr(cls, inner, None), _Forward):
-                        setattr(cls, inner, _Forward(member.name, inner))
+                for inner in member_names(member.ctype):
+                    if not isinstance(cls.__dict__.get(inner), _ctypes_field_type):
+                        _set_class_attribute(cls, inner, _Forward(member.name, inner))
                     names.append(inner)
             else:
                 names.append(member.name)
-        cls._member_names_ = tuple(names)
+        _set_class_attribute(cls, "_members_", tuple(members))
+        _set_class_attribute(cls, "_member_names_", tuple(names))
         if ctypes.sizeof(cls) != size:
             raise TypeError(f"{cls.__name__}: ctypes size {ctypes.sizeof(cls)} differs from the C size {size}")
+
+
+_ctypes_field_type = type(type("_Probe", (ctypes.Structure,), {"_fields_": [("x", ctypes.c_int)]}).x)
+
+
+def _set_class_attribute(cls: type, name: str, value: Any) -> None:
+    # ctypes' metaclasses (CPython 3.11) set class attributes with PyObject_GenericSetAttr, which does not
+    # invalidate the type attribute cache: a name looked up on the class before it is set would keep reading
+    # as missing. So this module never looks a name up on a record class before setting it (it reads
+    # cls.__dict__ instead), and sets attributes only here.
+    setattr(cls, name, value)
+
+
+def member_names(cls: type) -> tuple[str, ...]:
+    """The C-visible member names of a laid-out record (those of anonymous members included)."""
+    return cls.__dict__.get("_member_names_", ())
+
+
+def layout_of(cls: type) -> tuple[Member, ...]:
+    """The members passed to layout(), in order (empty for an opaque record)."""
+    return cls.__dict__.get("_members_", ())
 
 
 def _ctypes_fields(members: Sequence[Member], size: int, is_union: bool) -> tuple[list[tuple[str, Any]], bool]:

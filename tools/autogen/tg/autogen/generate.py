@@ -70,8 +70,11 @@ class Unsupported(Exception):
 
 @dataclass
 class _Macro:
+    """A #define (or a static const initializer, already translated into LINE), emitted after declarations."""
+
     name: str
     text: str
+    line: str | None = None
 
 
 @dataclass
@@ -275,11 +278,13 @@ class ModuleWriter:
     def record_key(self, decl: Any) -> str:
         """Identity of a record within the translation unit: its definition, else its USR (opaque types).
 
-        Locations are not enough: records declared by one macro (the kernel's __DECLARE_FLEX_ARRAY) share one.
+        Neither USRs (anonymous siblings share one) nor locations (records written by one macro expansion, like
+        the kernel's __DECLARE_FLEX_ARRAY, share one) are unique alone; together they are.
         """
         definition = decl.get_definition()
         if definition is not None:
-            return f"{definition.get_usr()}#{definition.hash}"
+            start = definition.extent.start
+            return f"{definition.get_usr()}@{start.file.name if start.file else ''}:{start.offset}"
         return decl.get_usr() or decl.spelling
 
     def declare_record(self, decl: Any) -> str:
@@ -418,7 +423,8 @@ class ModuleWriter:
             value = f"({values[0]},)" if len(values) == 1 else f"({', '.join(values)})"
         else:
             value = self.translator.translate(initializer)
-        self.add(f"{cursor.spelling} = {value}", cursor.spelling)
+        # Initializers may name macros, which are emitted last, so the line joins them in source order.
+        self.state.macros.append(_Macro(cursor.spelling, text, f"{cursor.spelling} = {value}"))
 
     def text(self, path: str, start: int, end: int) -> str:
         if path not in self.texts:
@@ -450,7 +456,7 @@ class ModuleWriter:
         """Translate macros in source order; ones naming a later macro are retried until nothing changes."""
         pending: list[tuple[str, str]] = []
         for macro in self.state.macros:
-            line = self.macro_statement(macro)
+            line = macro.line or self.macro_statement(macro)
             if line is not None:
                 pending.append((macro.name, line))
         while pending:

@@ -33,6 +33,12 @@ def gcc(args: list[str]) -> None:
 
 
 @pytest.fixture
+def c_program_output(tmp_path: Path) -> Callable[..., str]:
+    """c_program_output(source, flags) compiles SOURCE with gcc, runs it and returns its stdout."""
+    return lambda source, flags=(): run_c_program(tmp_path, source, list(flags))
+
+
+@pytest.fixture
 def c_program(tmp_path: Path) -> Callable[..., str]:
     """c_program(source, flags=[]) compiles SOURCE with gcc, runs it and returns its stdout."""
     return lambda source, flags=(): run_c_program(tmp_path, source, list(flags))

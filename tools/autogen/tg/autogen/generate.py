@@ -88,6 +88,7 @@ class _State:
     typedefs: dict[str, Any] = field(default_factory=dict)
     emitted_typedefs: set[str] = field(default_factory=set)
     macros: list[_Macro] = field(default_factory=list)
+    c_bodies: dict[str, str] = field(default_factory=dict)
     anonymous_count: int = 0
 
 
@@ -104,7 +105,9 @@ def generate(options: Options) -> Generated:
         raise AutogenError(f"libclang reported {len(errors)} error(s), first: {errors[0]}")
     writer = ModuleWriter(options)
     writer.walk(unit.cursor)
+    macro_start = len(writer.state.chunks)
     writer.emit_macros()
+    writer.use_c_integer_values(macro_start, args)
     return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors))
 
 
@@ -296,7 +299,9 @@ class ModuleWriter:
             self.state.record_names[key] = name
         if key not in self.state.declared_records:
             base = "Union" if decl.kind == self.ci.CursorKind.UNION_DECL else "Struct"
-            self.add(f"class {name}(cbind.{base}):\n    pass", name)
+            # The docstring is the C spelling of the type (for named records), which the ABI tests use.
+            body = "pass" if decl.is_anonymous() else f'"""{decl.type.get_canonical().spelling}"""'
+            self.add(f"class {name}(cbind.{base}):\n    {body}", name)
             self.state.declared_records.add(key)
         return name
 
@@ -504,6 +509,26 @@ class ModuleWriter:
                 bad = ((exc.lineno or 1) - 1) // 4
                 guarded[bad] = f"_failed_.add({bad})"
 
+    def use_c_integer_values(self, macro_start: int, args: Sequence[str]) -> None:
+        """Replace integer macros whose Python value differs from C's (`~0U`, `1 << 31`) by C's value."""
+        from tg.autogen.evaluate import c_integer_values
+
+        lines = self.state.chunks[macro_start:]
+        index_of = {}
+        for offset, line in enumerate(lines):
+            name, _, value = line.partition(" = ")
+            if not _INTEGER_ASSIGNMENT.fullmatch(line) and not value.startswith("lambda"):
+                if isinstance(self.state.namespace.get(name), int):
+                    index_of[name] = macro_start + offset
+        exact = c_integer_values(self.options.headers, args, list(index_of))
+        for _ in range(3):  # a corrected macro changes the ones computed from it: re-run until stable
+            wrong = {n: v for n, v in exact.items() if self.state.namespace.get(n) != v}
+            if not wrong:
+                return
+            for name, value in wrong.items():
+                self.state.chunks[index_of[name]] = f"{name} = {value}  # C value of {self.state.c_bodies[name]}"
+            exec(compile("\n".join(self.state.chunks[macro_start:]), "<macros>", "exec"), self.state.namespace)
+
     def macro_statement(self, macro: _Macro) -> str | None:
         try:
             definition = split_macro(macro.text)
@@ -515,6 +540,7 @@ class ModuleWriter:
         if keyword_or_defined(definition.name, self.state.namespace):
             self.skip(macro.name, "name is a Python keyword or already defined")
             return None
+        self.state.c_bodies[macro.name] = " ".join(definition.body.replace("\\\n", " ").split())
         try:
             return macro_line(definition, self.translator)
         except (Untranslatable, SyntaxError, ValueError) as exc:

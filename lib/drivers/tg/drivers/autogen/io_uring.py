@@ -12,7 +12,7 @@ from tg.drivers import cbind
 from tg.drivers.cbind import _IO, _IOC, _IOR, _IOW, _IOWR
 
 class struct_io_uring_sqe(cbind.Struct):
-    pass
+    """struct io_uring_sqe"""
 
 class struct_io_uring_sqe_anon0(cbind.Union):
     pass
@@ -185,7 +185,7 @@ IORING_MSG_DATA = 0
 IORING_MSG_SEND_FD = 1
 
 class struct_io_uring_cqe(cbind.Struct):
-    pass
+    """struct io_uring_cqe"""
 
 struct_io_uring_cqe.layout(16, [
     cbind.Field("user_data", ctypes.c_uint64, 0),
@@ -197,7 +197,7 @@ struct_io_uring_cqe.layout(16, [
 IORING_CQE_BUFFER_SHIFT = 16
 
 class struct_io_sqring_offsets(cbind.Struct):
-    pass
+    """struct io_sqring_offsets"""
 
 struct_io_sqring_offsets.layout(40, [
     cbind.Field("head", ctypes.c_uint32, 0),
@@ -212,7 +212,7 @@ struct_io_sqring_offsets.layout(40, [
 ])
 
 class struct_io_cqring_offsets(cbind.Struct):
-    pass
+    """struct io_cqring_offsets"""
 
 struct_io_cqring_offsets.layout(40, [
     cbind.Field("head", ctypes.c_uint32, 0),
@@ -227,7 +227,7 @@ struct_io_cqring_offsets.layout(40, [
 ])
 
 class struct_io_uring_params(cbind.Struct):
-    pass
+    """struct io_uring_params"""
 
 struct_io_uring_params.layout(120, [
     cbind.Field("sq_entries", ctypes.c_uint32, 0),
@@ -274,7 +274,7 @@ IO_WQ_BOUND = 0
 IO_WQ_UNBOUND = 1
 
 class struct_io_uring_files_update(cbind.Struct):
-    pass
+    """struct io_uring_files_update"""
 
 struct_io_uring_files_update.layout(16, [
     cbind.Field("offset", ctypes.c_uint32, 0),
@@ -283,7 +283,7 @@ struct_io_uring_files_update.layout(16, [
 ])
 
 class struct_io_uring_rsrc_register(cbind.Struct):
-    pass
+    """struct io_uring_rsrc_register"""
 
 struct_io_uring_rsrc_register.layout(32, [
     cbind.Field("nr", ctypes.c_uint32, 0),
@@ -294,7 +294,7 @@ struct_io_uring_rsrc_register.layout(32, [
 ])
 
 class struct_io_uring_rsrc_update(cbind.Struct):
-    pass
+    """struct io_uring_rsrc_update"""
 
 struct_io_uring_rsrc_update.layout(16, [
     cbind.Field("offset", ctypes.c_uint32, 0),
@@ -303,7 +303,7 @@ struct_io_uring_rsrc_update.layout(16, [
 ])
 
 class struct_io_uring_rsrc_update2(cbind.Struct):
-    pass
+    """struct io_uring_rsrc_update2"""
 
 struct_io_uring_rsrc_update2.layout(32, [
     cbind.Field("offset", ctypes.c_uint32, 0),
@@ -315,7 +315,7 @@ struct_io_uring_rsrc_update2.layout(32, [
 ])
 
 class struct_io_uring_notification_slot(cbind.Struct):
-    pass
+    """struct io_uring_notification_slot"""
 
 struct_io_uring_notification_slot.layout(32, [
     cbind.Field("tag", ctypes.c_uint64, 0),
@@ -323,7 +323,7 @@ struct_io_uring_notification_slot.layout(32, [
 ])
 
 class struct_io_uring_notification_register(cbind.Struct):
-    pass
+    """struct io_uring_notification_register"""
 
 struct_io_uring_notification_register.layout(32, [
     cbind.Field("nr_slots", ctypes.c_uint32, 0),
@@ -334,7 +334,7 @@ struct_io_uring_notification_register.layout(32, [
 ])
 
 class struct_io_uring_probe_op(cbind.Struct):
-    pass
+    """struct io_uring_probe_op"""
 
 struct_io_uring_probe_op.layout(8, [
     cbind.Field("op", ctypes.c_uint8, 0),
@@ -344,7 +344,7 @@ struct_io_uring_probe_op.layout(8, [
 ])
 
 class struct_io_uring_probe(cbind.Struct):
-    pass
+    """struct io_uring_probe"""
 
 struct_io_uring_probe.layout(16, [
     cbind.Field("last_op", ctypes.c_uint8, 0),
@@ -355,7 +355,7 @@ struct_io_uring_probe.layout(16, [
 ])
 
 class struct_io_uring_restriction(cbind.Struct):
-    pass
+    """struct io_uring_restriction"""
 
 class struct_io_uring_restriction_anon0(cbind.Union):
     pass
@@ -374,7 +374,7 @@ struct_io_uring_restriction.layout(16, [
 ])
 
 class struct_io_uring_buf(cbind.Struct):
-    pass
+    """struct io_uring_buf"""
 
 struct_io_uring_buf.layout(16, [
     cbind.Field("addr", ctypes.c_uint64, 0),
@@ -384,7 +384,7 @@ struct_io_uring_buf.layout(16, [
 ])
 
 class struct_io_uring_buf_ring(cbind.Struct):
-    pass
+    """struct io_uring_buf_ring"""
 
 class struct_io_uring_buf_ring_anon0(cbind.Union):
     pass
@@ -423,7 +423,7 @@ struct_io_uring_buf_ring.layout(16, [
 ])
 
 class struct_io_uring_buf_reg(cbind.Struct):
-    pass
+    """struct io_uring_buf_reg"""
 
 struct_io_uring_buf_reg.layout(40, [
     cbind.Field("ring_addr", ctypes.c_uint64, 0),
@@ -440,7 +440,7 @@ IORING_RESTRICTION_SQE_FLAGS_REQUIRED = 3
 IORING_RESTRICTION_LAST = 4
 
 class struct_io_uring_getevents_arg(cbind.Struct):
-    pass
+    """struct io_uring_getevents_arg"""
 
 struct_io_uring_getevents_arg.layout(24, [
     cbind.Field("sigmask", ctypes.c_uint64, 0),
@@ -450,10 +450,10 @@ struct_io_uring_getevents_arg.layout(24, [
 ])
 
 class struct_io_uring_sync_cancel_reg(cbind.Struct):
-    pass
+    """struct io_uring_sync_cancel_reg"""
 
 class struct___kernel_timespec(cbind.Struct):
-    pass
+    """struct __kernel_timespec"""
 
 struct___kernel_timespec.layout(16, [
     cbind.Field("tv_sec", ctypes.c_longlong, 0),
@@ -469,7 +469,7 @@ struct_io_uring_sync_cancel_reg.layout(64, [
 ])
 
 class struct_io_uring_file_index_range(cbind.Struct):
-    pass
+    """struct io_uring_file_index_range"""
 
 struct_io_uring_file_index_range.layout(16, [
     cbind.Field("off", ctypes.c_uint32, 0),
@@ -478,7 +478,7 @@ struct_io_uring_file_index_range.layout(16, [
 ])
 
 class struct_io_uring_recvmsg_out(cbind.Struct):
-    pass
+    """struct io_uring_recvmsg_out"""
 
 struct_io_uring_recvmsg_out.layout(16, [
     cbind.Field("namelen", ctypes.c_uint32, 0),
@@ -487,7 +487,7 @@ struct_io_uring_recvmsg_out.layout(16, [
     cbind.Field("flags", ctypes.c_uint32, 12),
 ])
 
-IORING_FILE_INDEX_ALLOC = (~0)
+IORING_FILE_INDEX_ALLOC = 4294967295  # C value of (~0U)
 IOSQE_FIXED_FILE = (1 << IOSQE_FIXED_FILE_BIT)
 IOSQE_IO_DRAIN = (1 << IOSQE_IO_DRAIN_BIT)
 IOSQE_IO_LINK = (1 << IOSQE_IO_LINK_BIT)

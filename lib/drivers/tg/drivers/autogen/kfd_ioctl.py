@@ -12,7 +12,7 @@ from tg.drivers import cbind
 from tg.drivers.cbind import _IO, _IOC, _IOR, _IOW, _IOWR
 
 class struct_kfd_ioctl_get_version_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_get_version_args"""
 
 struct_kfd_ioctl_get_version_args.layout(8, [
     cbind.Field("major_version", ctypes.c_uint32, 0),
@@ -20,7 +20,7 @@ struct_kfd_ioctl_get_version_args.layout(8, [
 ])
 
 class struct_kfd_ioctl_create_queue_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_create_queue_args"""
 
 struct_kfd_ioctl_create_queue_args.layout(88, [
     cbind.Field("ring_base_address", ctypes.c_uint64, 0),
@@ -41,7 +41,7 @@ struct_kfd_ioctl_create_queue_args.layout(88, [
 ])
 
 class struct_kfd_ioctl_destroy_queue_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_destroy_queue_args"""
 
 struct_kfd_ioctl_destroy_queue_args.layout(8, [
     cbind.Field("queue_id", ctypes.c_uint32, 0),
@@ -49,7 +49,7 @@ struct_kfd_ioctl_destroy_queue_args.layout(8, [
 ])
 
 class struct_kfd_ioctl_update_queue_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_update_queue_args"""
 
 struct_kfd_ioctl_update_queue_args.layout(24, [
     cbind.Field("ring_base_address", ctypes.c_uint64, 0),
@@ -60,7 +60,7 @@ struct_kfd_ioctl_update_queue_args.layout(24, [
 ])
 
 class struct_kfd_ioctl_set_cu_mask_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_set_cu_mask_args"""
 
 struct_kfd_ioctl_set_cu_mask_args.layout(16, [
     cbind.Field("queue_id", ctypes.c_uint32, 0),
@@ -69,7 +69,7 @@ struct_kfd_ioctl_set_cu_mask_args.layout(16, [
 ])
 
 class struct_kfd_ioctl_get_queue_wave_state_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_get_queue_wave_state_args"""
 
 struct_kfd_ioctl_get_queue_wave_state_args.layout(24, [
     cbind.Field("ctl_stack_address", ctypes.c_uint64, 0),
@@ -80,7 +80,7 @@ struct_kfd_ioctl_get_queue_wave_state_args.layout(24, [
 ])
 
 class struct_kfd_ioctl_get_available_memory_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_get_available_memory_args"""
 
 struct_kfd_ioctl_get_available_memory_args.layout(16, [
     cbind.Field("available", ctypes.c_uint64, 0),
@@ -89,7 +89,7 @@ struct_kfd_ioctl_get_available_memory_args.layout(16, [
 ])
 
 class struct_kfd_ioctl_set_memory_policy_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_set_memory_policy_args"""
 
 struct_kfd_ioctl_set_memory_policy_args.layout(32, [
     cbind.Field("alternate_aperture_base", ctypes.c_uint64, 0),
@@ -101,7 +101,7 @@ struct_kfd_ioctl_set_memory_policy_args.layout(32, [
 ])
 
 class struct_kfd_ioctl_get_clock_counters_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_get_clock_counters_args"""
 
 struct_kfd_ioctl_get_clock_counters_args.layout(40, [
     cbind.Field("gpu_clock_counter", ctypes.c_uint64, 0),
@@ -113,7 +113,7 @@ struct_kfd_ioctl_get_clock_counters_args.layout(40, [
 ])
 
 class struct_kfd_process_device_apertures(cbind.Struct):
-    pass
+    """struct kfd_process_device_apertures"""
 
 struct_kfd_process_device_apertures.layout(56, [
     cbind.Field("lds_base", ctypes.c_uint64, 0),
@@ -127,7 +127,7 @@ struct_kfd_process_device_apertures.layout(56, [
 ])
 
 class struct_kfd_ioctl_get_process_apertures_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_get_process_apertures_args"""
 
 struct_kfd_ioctl_get_process_apertures_args.layout(400, [
     cbind.Field("process_apertures", (struct_kfd_process_device_apertures * 7), 0),
@@ -136,7 +136,7 @@ struct_kfd_ioctl_get_process_apertures_args.layout(400, [
 ])
 
 class struct_kfd_ioctl_get_process_apertures_new_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_get_process_apertures_new_args"""
 
 struct_kfd_ioctl_get_process_apertures_new_args.layout(16, [
     cbind.Field("kfd_process_device_apertures_ptr", ctypes.c_uint64, 0),
@@ -145,7 +145,7 @@ struct_kfd_ioctl_get_process_apertures_new_args.layout(16, [
 ])
 
 class struct_kfd_ioctl_dbg_register_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_dbg_register_args"""
 
 struct_kfd_ioctl_dbg_register_args.layout(8, [
     cbind.Field("gpu_id", ctypes.c_uint32, 0),
@@ -153,7 +153,7 @@ struct_kfd_ioctl_dbg_register_args.layout(8, [
 ])
 
 class struct_kfd_ioctl_dbg_unregister_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_dbg_unregister_args"""
 
 struct_kfd_ioctl_dbg_unregister_args.layout(8, [
     cbind.Field("gpu_id", ctypes.c_uint32, 0),
@@ -161,7 +161,7 @@ struct_kfd_ioctl_dbg_unregister_args.layout(8, [
 ])
 
 class struct_kfd_ioctl_dbg_address_watch_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_dbg_address_watch_args"""
 
 struct_kfd_ioctl_dbg_address_watch_args.layout(16, [
     cbind.Field("content_ptr", ctypes.c_uint64, 0),
@@ -170,7 +170,7 @@ struct_kfd_ioctl_dbg_address_watch_args.layout(16, [
 ])
 
 class struct_kfd_ioctl_dbg_wave_control_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_dbg_wave_control_args"""
 
 struct_kfd_ioctl_dbg_wave_control_args.layout(16, [
     cbind.Field("content_ptr", ctypes.c_uint64, 0),
@@ -179,7 +179,7 @@ struct_kfd_ioctl_dbg_wave_control_args.layout(16, [
 ])
 
 class struct_kfd_ioctl_create_event_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_create_event_args"""
 
 struct_kfd_ioctl_create_event_args.layout(32, [
     cbind.Field("event_page_offset", ctypes.c_uint64, 0),
@@ -192,7 +192,7 @@ struct_kfd_ioctl_create_event_args.layout(32, [
 ])
 
 class struct_kfd_ioctl_destroy_event_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_destroy_event_args"""
 
 struct_kfd_ioctl_destroy_event_args.layout(8, [
     cbind.Field("event_id", ctypes.c_uint32, 0),
@@ -200,7 +200,7 @@ struct_kfd_ioctl_destroy_event_args.layout(8, [
 ])
 
 class struct_kfd_ioctl_set_event_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_set_event_args"""
 
 struct_kfd_ioctl_set_event_args.layout(8, [
     cbind.Field("event_id", ctypes.c_uint32, 0),
@@ -208,7 +208,7 @@ struct_kfd_ioctl_set_event_args.layout(8, [
 ])
 
 class struct_kfd_ioctl_reset_event_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_reset_event_args"""
 
 struct_kfd_ioctl_reset_event_args.layout(8, [
     cbind.Field("event_id", ctypes.c_uint32, 0),
@@ -216,7 +216,7 @@ struct_kfd_ioctl_reset_event_args.layout(8, [
 ])
 
 class struct_kfd_memory_exception_failure(cbind.Struct):
-    pass
+    """struct kfd_memory_exception_failure"""
 
 struct_kfd_memory_exception_failure.layout(16, [
     cbind.Field("NotPresent", ctypes.c_uint32, 0),
@@ -226,7 +226,7 @@ struct_kfd_memory_exception_failure.layout(16, [
 ])
 
 class struct_kfd_hsa_memory_exception_data(cbind.Struct):
-    pass
+    """struct kfd_hsa_memory_exception_data"""
 
 struct_kfd_hsa_memory_exception_data.layout(32, [
     cbind.Field("failure", struct_kfd_memory_exception_failure, 0),
@@ -236,7 +236,7 @@ struct_kfd_hsa_memory_exception_data.layout(32, [
 ])
 
 class struct_kfd_hsa_hw_exception_data(cbind.Struct):
-    pass
+    """struct kfd_hsa_hw_exception_data"""
 
 struct_kfd_hsa_hw_exception_data.layout(16, [
     cbind.Field("reset_type", ctypes.c_uint32, 0),
@@ -246,7 +246,7 @@ struct_kfd_hsa_hw_exception_data.layout(16, [
 ])
 
 class struct_kfd_event_data(cbind.Struct):
-    pass
+    """struct kfd_event_data"""
 
 class struct_kfd_event_data_anon0(cbind.Union):
     pass
@@ -264,7 +264,7 @@ struct_kfd_event_data.layout(48, [
 ])
 
 class struct_kfd_ioctl_wait_events_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_wait_events_args"""
 
 struct_kfd_ioctl_wait_events_args.layout(24, [
     cbind.Field("events_ptr", ctypes.c_uint64, 0),
@@ -275,7 +275,7 @@ struct_kfd_ioctl_wait_events_args.layout(24, [
 ])
 
 class struct_kfd_ioctl_set_scratch_backing_va_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_set_scratch_backing_va_args"""
 
 struct_kfd_ioctl_set_scratch_backing_va_args.layout(16, [
     cbind.Field("va_addr", ctypes.c_uint64, 0),
@@ -284,7 +284,7 @@ struct_kfd_ioctl_set_scratch_backing_va_args.layout(16, [
 ])
 
 class struct_kfd_ioctl_get_tile_config_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_get_tile_config_args"""
 
 struct_kfd_ioctl_get_tile_config_args.layout(40, [
     cbind.Field("tile_config_ptr", ctypes.c_uint64, 0),
@@ -298,7 +298,7 @@ struct_kfd_ioctl_get_tile_config_args.layout(40, [
 ])
 
 class struct_kfd_ioctl_set_trap_handler_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_set_trap_handler_args"""
 
 struct_kfd_ioctl_set_trap_handler_args.layout(24, [
     cbind.Field("tba_addr", ctypes.c_uint64, 0),
@@ -308,7 +308,7 @@ struct_kfd_ioctl_set_trap_handler_args.layout(24, [
 ])
 
 class struct_kfd_ioctl_acquire_vm_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_acquire_vm_args"""
 
 struct_kfd_ioctl_acquire_vm_args.layout(8, [
     cbind.Field("drm_fd", ctypes.c_uint32, 0),
@@ -316,7 +316,7 @@ struct_kfd_ioctl_acquire_vm_args.layout(8, [
 ])
 
 class struct_kfd_ioctl_alloc_memory_of_gpu_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_alloc_memory_of_gpu_args"""
 
 struct_kfd_ioctl_alloc_memory_of_gpu_args.layout(40, [
     cbind.Field("va_addr", ctypes.c_uint64, 0),
@@ -328,14 +328,14 @@ struct_kfd_ioctl_alloc_memory_of_gpu_args.layout(40, [
 ])
 
 class struct_kfd_ioctl_free_memory_of_gpu_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_free_memory_of_gpu_args"""
 
 struct_kfd_ioctl_free_memory_of_gpu_args.layout(8, [
     cbind.Field("handle", ctypes.c_uint64, 0),
 ])
 
 class struct_kfd_ioctl_map_memory_to_gpu_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_map_memory_to_gpu_args"""
 
 struct_kfd_ioctl_map_memory_to_gpu_args.layout(24, [
     cbind.Field("handle", ctypes.c_uint64, 0),
@@ -345,7 +345,7 @@ struct_kfd_ioctl_map_memory_to_gpu_args.layout(24, [
 ])
 
 class struct_kfd_ioctl_unmap_memory_from_gpu_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_unmap_memory_from_gpu_args"""
 
 struct_kfd_ioctl_unmap_memory_from_gpu_args.layout(24, [
     cbind.Field("handle", ctypes.c_uint64, 0),
@@ -355,7 +355,7 @@ struct_kfd_ioctl_unmap_memory_from_gpu_args.layout(24, [
 ])
 
 class struct_kfd_ioctl_alloc_queue_gws_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_alloc_queue_gws_args"""
 
 struct_kfd_ioctl_alloc_queue_gws_args.layout(16, [
     cbind.Field("queue_id", ctypes.c_uint32, 0),
@@ -365,7 +365,7 @@ struct_kfd_ioctl_alloc_queue_gws_args.layout(16, [
 ])
 
 class struct_kfd_ioctl_get_dmabuf_info_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_get_dmabuf_info_args"""
 
 struct_kfd_ioctl_get_dmabuf_info_args.layout(32, [
     cbind.Field("size", ctypes.c_uint64, 0),
@@ -377,7 +377,7 @@ struct_kfd_ioctl_get_dmabuf_info_args.layout(32, [
 ])
 
 class struct_kfd_ioctl_import_dmabuf_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_import_dmabuf_args"""
 
 struct_kfd_ioctl_import_dmabuf_args.layout(24, [
     cbind.Field("va_addr", ctypes.c_uint64, 0),
@@ -421,7 +421,7 @@ KFD_SVM_UNMAP_TRIGGER_UNMAP_FROM_CPU = 2
 enum_KFD_SVM_UNMAP_TRIGGERS = ctypes.c_uint
 
 class struct_kfd_ioctl_smi_events_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_smi_events_args"""
 
 struct_kfd_ioctl_smi_events_args.layout(8, [
     cbind.Field("gpuid", ctypes.c_uint32, 0),
@@ -436,7 +436,7 @@ KFD_CRIU_OP_RESUME = 4
 enum_kfd_criu_op = ctypes.c_uint
 
 class struct_kfd_ioctl_criu_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_criu_args"""
 
 struct_kfd_ioctl_criu_args.layout(56, [
     cbind.Field("devices", ctypes.c_uint64, 0),
@@ -451,7 +451,7 @@ struct_kfd_ioctl_criu_args.layout(56, [
 ])
 
 class struct_kfd_criu_device_bucket(cbind.Struct):
-    pass
+    """struct kfd_criu_device_bucket"""
 
 struct_kfd_criu_device_bucket.layout(16, [
     cbind.Field("user_gpu_id", ctypes.c_uint32, 0),
@@ -461,7 +461,7 @@ struct_kfd_criu_device_bucket.layout(16, [
 ])
 
 class struct_kfd_criu_bo_bucket(cbind.Struct):
-    pass
+    """struct kfd_criu_bo_bucket"""
 
 struct_kfd_criu_bo_bucket.layout(48, [
     cbind.Field("addr", ctypes.c_uint64, 0),
@@ -497,7 +497,7 @@ KFD_IOCTL_SVM_ATTR_GRANULARITY = 7
 enum_kfd_ioctl_svm_attr_type = ctypes.c_uint
 
 class struct_kfd_ioctl_svm_attribute(cbind.Struct):
-    pass
+    """struct kfd_ioctl_svm_attribute"""
 
 struct_kfd_ioctl_svm_attribute.layout(8, [
     cbind.Field("type", ctypes.c_uint32, 0),
@@ -505,7 +505,7 @@ struct_kfd_ioctl_svm_attribute.layout(8, [
 ])
 
 class struct_kfd_ioctl_svm_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_svm_args"""
 
 struct_kfd_ioctl_svm_args.layout(24, [
     cbind.Field("start_addr", ctypes.c_uint64, 0),
@@ -516,7 +516,7 @@ struct_kfd_ioctl_svm_args.layout(24, [
 ])
 
 class struct_kfd_ioctl_set_xnack_mode_args(cbind.Struct):
-    pass
+    """struct kfd_ioctl_set_xnack_mode_args"""
 
 struct_kfd_ioctl_set_xnack_mode_args.layout(4, [
     cbind.Field("xnack_enabled", ctypes.c_int32, 0),
@@ -564,7 +564,7 @@ KFD_IOC_ALLOC_MEM_FLAGS_GTT = (1 << 1)
 KFD_IOC_ALLOC_MEM_FLAGS_USERPTR = (1 << 2)
 KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL = (1 << 3)
 KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP = (1 << 4)
-KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE = (1 << 31)
+KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE = -2147483648  # C value of (1 << 31)
 KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE = (1 << 30)
 KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC = (1 << 29)
 KFD_IOC_ALLOC_MEM_FLAGS_NO_SUBSTITUTE = (1 << 28)

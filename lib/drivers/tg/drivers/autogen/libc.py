@@ -43,7 +43,7 @@ strcoll = dll.function("strcoll", ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_
 strxfrm = dll.function("strxfrm", ctypes.c_ulong, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong])
 
 class struct___locale_struct(cbind.Struct):
-    pass
+    """struct __locale_struct"""
 
 strcoll_l = dll.function("strcoll_l", ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(struct___locale_struct)])
 strxfrm_l = dll.function("strxfrm_l", ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(struct___locale_struct)])
@@ -230,7 +230,7 @@ F_OWNER_GID = 2
 enum___pid_type = ctypes.c_uint
 
 class struct_f_owner_ex(cbind.Struct):
-    pass
+    """struct f_owner_ex"""
 
 struct_f_owner_ex.layout(8, [
     cbind.Field("type", enum___pid_type, 0),
@@ -238,7 +238,7 @@ struct_f_owner_ex.layout(8, [
 ])
 
 class struct_file_handle(cbind.Struct):
-    pass
+    """struct file_handle"""
 
 struct_file_handle.layout(8, [
     cbind.Field("handle_bytes", ctypes.c_uint, 0),
@@ -250,7 +250,7 @@ readahead = dll.function("readahead", ctypes.c_long, [ctypes.c_int, ctypes.c_lon
 sync_file_range = dll.function("sync_file_range", ctypes.c_int, [ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_uint])
 
 class struct_iovec(cbind.Struct):
-    pass
+    """struct iovec"""
 
 vmsplice = dll.function("vmsplice", ctypes.c_long, [ctypes.c_int, ctypes.POINTER(struct_iovec), ctypes.c_size_t, ctypes.c_uint])
 splice = dll.function("splice", ctypes.c_long, [ctypes.c_int, ctypes.POINTER(ctypes.c_long), ctypes.c_int, ctypes.POINTER(ctypes.c_long), ctypes.c_size_t, ctypes.c_uint])

@@ -117,7 +117,7 @@ LIBUSB_BT_CONTAINER_ID = 4
 enum_libusb_bos_type = ctypes.c_uint
 
 class struct_libusb_device_descriptor(cbind.Struct):
-    pass
+    """struct libusb_device_descriptor"""
 
 struct_libusb_device_descriptor.layout(18, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
@@ -137,7 +137,7 @@ struct_libusb_device_descriptor.layout(18, [
 ])
 
 class struct_libusb_endpoint_descriptor(cbind.Struct):
-    pass
+    """struct libusb_endpoint_descriptor"""
 
 struct_libusb_endpoint_descriptor.layout(32, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
@@ -153,7 +153,7 @@ struct_libusb_endpoint_descriptor.layout(32, [
 ])
 
 class struct_libusb_interface_descriptor(cbind.Struct):
-    pass
+    """struct libusb_interface_descriptor"""
 
 struct_libusb_interface_descriptor.layout(40, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
@@ -171,7 +171,7 @@ struct_libusb_interface_descriptor.layout(40, [
 ])
 
 class struct_libusb_interface(cbind.Struct):
-    pass
+    """struct libusb_interface"""
 
 struct_libusb_interface.layout(16, [
     cbind.Field("altsetting", ctypes.POINTER(struct_libusb_interface_descriptor), 0),
@@ -179,7 +179,7 @@ struct_libusb_interface.layout(16, [
 ])
 
 class struct_libusb_config_descriptor(cbind.Struct):
-    pass
+    """struct libusb_config_descriptor"""
 
 struct_libusb_config_descriptor.layout(40, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
@@ -196,7 +196,7 @@ struct_libusb_config_descriptor.layout(40, [
 ])
 
 class struct_libusb_ss_endpoint_companion_descriptor(cbind.Struct):
-    pass
+    """struct libusb_ss_endpoint_companion_descriptor"""
 
 struct_libusb_ss_endpoint_companion_descriptor.layout(6, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
@@ -207,7 +207,7 @@ struct_libusb_ss_endpoint_companion_descriptor.layout(6, [
 ])
 
 class struct_libusb_bos_dev_capability_descriptor(cbind.Struct):
-    pass
+    """struct libusb_bos_dev_capability_descriptor"""
 
 struct_libusb_bos_dev_capability_descriptor.layout(3, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
@@ -217,7 +217,7 @@ struct_libusb_bos_dev_capability_descriptor.layout(3, [
 ])
 
 class struct_libusb_bos_descriptor(cbind.Struct):
-    pass
+    """struct libusb_bos_descriptor"""
 
 struct_libusb_bos_descriptor.layout(8, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
@@ -228,7 +228,7 @@ struct_libusb_bos_descriptor.layout(8, [
 ])
 
 class struct_libusb_usb_2_0_extension_descriptor(cbind.Struct):
-    pass
+    """struct libusb_usb_2_0_extension_descriptor"""
 
 struct_libusb_usb_2_0_extension_descriptor.layout(8, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
@@ -238,7 +238,7 @@ struct_libusb_usb_2_0_extension_descriptor.layout(8, [
 ])
 
 class struct_libusb_ss_usb_device_capability_descriptor(cbind.Struct):
-    pass
+    """struct libusb_ss_usb_device_capability_descriptor"""
 
 struct_libusb_ss_usb_device_capability_descriptor.layout(10, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
@@ -252,7 +252,7 @@ struct_libusb_ss_usb_device_capability_descriptor.layout(10, [
 ])
 
 class struct_libusb_container_id_descriptor(cbind.Struct):
-    pass
+    """struct libusb_container_id_descriptor"""
 
 struct_libusb_container_id_descriptor.layout(20, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
@@ -263,7 +263,7 @@ struct_libusb_container_id_descriptor.layout(20, [
 ])
 
 class struct_libusb_control_setup(cbind.Struct):
-    pass
+    """struct libusb_control_setup"""
 
 struct_libusb_control_setup.layout(8, [
     cbind.Field("bmRequestType", ctypes.c_uint8, 0),
@@ -274,7 +274,7 @@ struct_libusb_control_setup.layout(8, [
 ])
 
 class struct_libusb_version(cbind.Struct):
-    pass
+    """struct libusb_version"""
 
 struct_libusb_version.layout(24, [
     cbind.Field("major", ctypes.c_uint16, 0),
@@ -286,17 +286,17 @@ struct_libusb_version.layout(24, [
 ])
 
 class struct_libusb_context(cbind.Struct):
-    pass
+    """struct libusb_context"""
 
 libusb_context = struct_libusb_context
 
 class struct_libusb_device(cbind.Struct):
-    pass
+    """struct libusb_device"""
 
 libusb_device = struct_libusb_device
 
 class struct_libusb_device_handle(cbind.Struct):
-    pass
+    """struct libusb_device_handle"""
 
 libusb_device_handle = struct_libusb_device_handle
 
@@ -347,7 +347,7 @@ LIBUSB_TRANSFER_ADD_ZERO_PACKET = 8
 enum_libusb_transfer_flags = ctypes.c_uint
 
 class struct_libusb_iso_packet_descriptor(cbind.Struct):
-    pass
+    """struct libusb_iso_packet_descriptor"""
 
 struct_libusb_iso_packet_descriptor.layout(12, [
     cbind.Field("length", ctypes.c_uint, 0),
@@ -356,7 +356,7 @@ struct_libusb_iso_packet_descriptor.layout(12, [
 ])
 
 class struct_libusb_transfer(cbind.Struct):
-    pass
+    """struct libusb_transfer"""
 
 libusb_transfer_cb_fn = ctypes.CFUNCTYPE(None, ctypes.POINTER(struct_libusb_transfer))
 
@@ -471,7 +471,7 @@ libusb_lock_event_waiters = dll.function("libusb_lock_event_waiters", None, [cty
 libusb_unlock_event_waiters = dll.function("libusb_unlock_event_waiters", None, [ctypes.POINTER(libusb_context)])
 
 class struct_timeval(cbind.Struct):
-    pass
+    """struct timeval"""
 
 libusb_wait_for_event = dll.function("libusb_wait_for_event", ctypes.c_int, [ctypes.POINTER(libusb_context), ctypes.POINTER(struct_timeval)])
 libusb_handle_events_timeout = dll.function("libusb_handle_events_timeout", ctypes.c_int, [ctypes.POINTER(libusb_context), ctypes.POINTER(struct_timeval)])
@@ -483,7 +483,7 @@ libusb_pollfds_handle_timeouts = dll.function("libusb_pollfds_handle_timeouts", 
 libusb_get_next_timeout = dll.function("libusb_get_next_timeout", ctypes.c_int, [ctypes.POINTER(libusb_context), ctypes.POINTER(struct_timeval)])
 
 class struct_libusb_pollfd(cbind.Struct):
-    pass
+    """struct libusb_pollfd"""
 
 struct_libusb_pollfd.layout(8, [
     cbind.Field("fd", ctypes.c_int, 0),

@@ -11,7 +11,7 @@ from tg.drivers import cbind
 from tg.drivers.cbind import _IO, _IOC, _IOR, _IOW, _IOWR
 
 class struct_vfio_info_cap_header(cbind.Struct):
-    pass
+    """struct vfio_info_cap_header"""
 
 struct_vfio_info_cap_header.layout(8, [
     cbind.Field("id", ctypes.c_uint16, 0),
@@ -20,7 +20,7 @@ struct_vfio_info_cap_header.layout(8, [
 ])
 
 class struct_vfio_group_status(cbind.Struct):
-    pass
+    """struct vfio_group_status"""
 
 struct_vfio_group_status.layout(8, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -28,7 +28,7 @@ struct_vfio_group_status.layout(8, [
 ])
 
 class struct_vfio_device_info(cbind.Struct):
-    pass
+    """struct vfio_device_info"""
 
 struct_vfio_device_info.layout(20, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -39,7 +39,7 @@ struct_vfio_device_info.layout(20, [
 ])
 
 class struct_vfio_region_info(cbind.Struct):
-    pass
+    """struct vfio_region_info"""
 
 struct_vfio_region_info.layout(32, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -51,7 +51,7 @@ struct_vfio_region_info.layout(32, [
 ])
 
 class struct_vfio_region_sparse_mmap_area(cbind.Struct):
-    pass
+    """struct vfio_region_sparse_mmap_area"""
 
 struct_vfio_region_sparse_mmap_area.layout(16, [
     cbind.Field("offset", ctypes.c_uint64, 0),
@@ -59,7 +59,7 @@ struct_vfio_region_sparse_mmap_area.layout(16, [
 ])
 
 class struct_vfio_region_info_cap_sparse_mmap(cbind.Struct):
-    pass
+    """struct vfio_region_info_cap_sparse_mmap"""
 
 struct_vfio_region_info_cap_sparse_mmap.layout(16, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
@@ -69,7 +69,7 @@ struct_vfio_region_info_cap_sparse_mmap.layout(16, [
 ])
 
 class struct_vfio_region_info_cap_type(cbind.Struct):
-    pass
+    """struct vfio_region_info_cap_type"""
 
 struct_vfio_region_info_cap_type.layout(16, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
@@ -78,7 +78,7 @@ struct_vfio_region_info_cap_type.layout(16, [
 ])
 
 class struct_vfio_region_gfx_edid(cbind.Struct):
-    pass
+    """struct vfio_region_gfx_edid"""
 
 struct_vfio_region_gfx_edid.layout(24, [
     cbind.Field("edid_offset", ctypes.c_uint32, 0),
@@ -90,7 +90,7 @@ struct_vfio_region_gfx_edid.layout(24, [
 ])
 
 class struct_vfio_device_migration_info(cbind.Struct):
-    pass
+    """struct vfio_device_migration_info"""
 
 struct_vfio_device_migration_info.layout(32, [
     cbind.Field("device_state", ctypes.c_uint32, 0),
@@ -101,7 +101,7 @@ struct_vfio_device_migration_info.layout(32, [
 ])
 
 class struct_vfio_region_info_cap_nvlink2_ssatgt(cbind.Struct):
-    pass
+    """struct vfio_region_info_cap_nvlink2_ssatgt"""
 
 struct_vfio_region_info_cap_nvlink2_ssatgt.layout(16, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
@@ -109,7 +109,7 @@ struct_vfio_region_info_cap_nvlink2_ssatgt.layout(16, [
 ])
 
 class struct_vfio_region_info_cap_nvlink2_lnkspd(cbind.Struct):
-    pass
+    """struct vfio_region_info_cap_nvlink2_lnkspd"""
 
 struct_vfio_region_info_cap_nvlink2_lnkspd.layout(16, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
@@ -118,7 +118,7 @@ struct_vfio_region_info_cap_nvlink2_lnkspd.layout(16, [
 ])
 
 class struct_vfio_irq_info(cbind.Struct):
-    pass
+    """struct vfio_irq_info"""
 
 struct_vfio_irq_info.layout(16, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -128,7 +128,7 @@ struct_vfio_irq_info.layout(16, [
 ])
 
 class struct_vfio_irq_set(cbind.Struct):
-    pass
+    """struct vfio_irq_set"""
 
 struct_vfio_irq_set.layout(20, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -166,7 +166,7 @@ VFIO_CCW_REQ_IRQ_INDEX = 2
 VFIO_CCW_NUM_IRQS = 3
 
 class struct_vfio_pci_dependent_device(cbind.Struct):
-    pass
+    """struct vfio_pci_dependent_device"""
 
 struct_vfio_pci_dependent_device.layout(8, [
     cbind.Field("group_id", ctypes.c_uint32, 0),
@@ -176,7 +176,7 @@ struct_vfio_pci_dependent_device.layout(8, [
 ])
 
 class struct_vfio_pci_hot_reset_info(cbind.Struct):
-    pass
+    """struct vfio_pci_hot_reset_info"""
 
 struct_vfio_pci_hot_reset_info.layout(12, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -186,7 +186,7 @@ struct_vfio_pci_hot_reset_info.layout(12, [
 ])
 
 class struct_vfio_pci_hot_reset(cbind.Struct):
-    pass
+    """struct vfio_pci_hot_reset"""
 
 struct_vfio_pci_hot_reset.layout(12, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -196,7 +196,7 @@ struct_vfio_pci_hot_reset.layout(12, [
 ])
 
 class struct_vfio_device_gfx_plane_info(cbind.Struct):
-    pass
+    """struct vfio_device_gfx_plane_info"""
 
 class struct_vfio_device_gfx_plane_info_anon0(cbind.Union):
     pass
@@ -224,7 +224,7 @@ struct_vfio_device_gfx_plane_info.layout(64, [
 ])
 
 class struct_vfio_device_ioeventfd(cbind.Struct):
-    pass
+    """struct vfio_device_ioeventfd"""
 
 struct_vfio_device_ioeventfd.layout(32, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -235,7 +235,7 @@ struct_vfio_device_ioeventfd.layout(32, [
 ])
 
 class struct_vfio_device_feature(cbind.Struct):
-    pass
+    """struct vfio_device_feature"""
 
 struct_vfio_device_feature.layout(8, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -244,14 +244,14 @@ struct_vfio_device_feature.layout(8, [
 ])
 
 class struct_vfio_device_feature_migration(cbind.Struct):
-    pass
+    """struct vfio_device_feature_migration"""
 
 struct_vfio_device_feature_migration.layout(8, [
     cbind.Field("flags", ctypes.c_uint64, 0),
 ])
 
 class struct_vfio_device_feature_mig_state(cbind.Struct):
-    pass
+    """struct vfio_device_feature_mig_state"""
 
 struct_vfio_device_feature_mig_state.layout(8, [
     cbind.Field("device_state", ctypes.c_uint32, 0),
@@ -267,7 +267,7 @@ VFIO_DEVICE_STATE_RUNNING_P2P = 5
 enum_vfio_device_mig_state = ctypes.c_uint
 
 class struct_vfio_device_low_power_entry_with_wakeup(cbind.Struct):
-    pass
+    """struct vfio_device_low_power_entry_with_wakeup"""
 
 struct_vfio_device_low_power_entry_with_wakeup.layout(8, [
     cbind.Field("wakeup_eventfd", ctypes.c_int32, 0),
@@ -275,7 +275,7 @@ struct_vfio_device_low_power_entry_with_wakeup.layout(8, [
 ])
 
 class struct_vfio_device_feature_dma_logging_control(cbind.Struct):
-    pass
+    """struct vfio_device_feature_dma_logging_control"""
 
 struct_vfio_device_feature_dma_logging_control.layout(24, [
     cbind.Field("page_size", ctypes.c_uint64, 0),
@@ -285,7 +285,7 @@ struct_vfio_device_feature_dma_logging_control.layout(24, [
 ])
 
 class struct_vfio_device_feature_dma_logging_range(cbind.Struct):
-    pass
+    """struct vfio_device_feature_dma_logging_range"""
 
 struct_vfio_device_feature_dma_logging_range.layout(16, [
     cbind.Field("iova", ctypes.c_uint64, 0),
@@ -293,7 +293,7 @@ struct_vfio_device_feature_dma_logging_range.layout(16, [
 ])
 
 class struct_vfio_device_feature_dma_logging_report(cbind.Struct):
-    pass
+    """struct vfio_device_feature_dma_logging_report"""
 
 struct_vfio_device_feature_dma_logging_report.layout(32, [
     cbind.Field("iova", ctypes.c_uint64, 0),
@@ -303,7 +303,7 @@ struct_vfio_device_feature_dma_logging_report.layout(32, [
 ])
 
 class struct_vfio_iommu_type1_info(cbind.Struct):
-    pass
+    """struct vfio_iommu_type1_info"""
 
 struct_vfio_iommu_type1_info.layout(24, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -313,7 +313,7 @@ struct_vfio_iommu_type1_info.layout(24, [
 ])
 
 class struct_vfio_iova_range(cbind.Struct):
-    pass
+    """struct vfio_iova_range"""
 
 struct_vfio_iova_range.layout(16, [
     cbind.Field("start", ctypes.c_uint64, 0),
@@ -321,7 +321,7 @@ struct_vfio_iova_range.layout(16, [
 ])
 
 class struct_vfio_iommu_type1_info_cap_iova_range(cbind.Struct):
-    pass
+    """struct vfio_iommu_type1_info_cap_iova_range"""
 
 struct_vfio_iommu_type1_info_cap_iova_range.layout(16, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
@@ -331,7 +331,7 @@ struct_vfio_iommu_type1_info_cap_iova_range.layout(16, [
 ])
 
 class struct_vfio_iommu_type1_info_cap_migration(cbind.Struct):
-    pass
+    """struct vfio_iommu_type1_info_cap_migration"""
 
 struct_vfio_iommu_type1_info_cap_migration.layout(32, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
@@ -341,7 +341,7 @@ struct_vfio_iommu_type1_info_cap_migration.layout(32, [
 ])
 
 class struct_vfio_iommu_type1_info_dma_avail(cbind.Struct):
-    pass
+    """struct vfio_iommu_type1_info_dma_avail"""
 
 struct_vfio_iommu_type1_info_dma_avail.layout(12, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
@@ -349,7 +349,7 @@ struct_vfio_iommu_type1_info_dma_avail.layout(12, [
 ])
 
 class struct_vfio_iommu_type1_dma_map(cbind.Struct):
-    pass
+    """struct vfio_iommu_type1_dma_map"""
 
 struct_vfio_iommu_type1_dma_map.layout(32, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -360,7 +360,7 @@ struct_vfio_iommu_type1_dma_map.layout(32, [
 ])
 
 class struct_vfio_bitmap(cbind.Struct):
-    pass
+    """struct vfio_bitmap"""
 
 struct_vfio_bitmap.layout(24, [
     cbind.Field("pgsize", ctypes.c_uint64, 0),
@@ -369,7 +369,7 @@ struct_vfio_bitmap.layout(24, [
 ])
 
 class struct_vfio_iommu_type1_dma_unmap(cbind.Struct):
-    pass
+    """struct vfio_iommu_type1_dma_unmap"""
 
 struct_vfio_iommu_type1_dma_unmap.layout(24, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -380,7 +380,7 @@ struct_vfio_iommu_type1_dma_unmap.layout(24, [
 ])
 
 class struct_vfio_iommu_type1_dirty_bitmap(cbind.Struct):
-    pass
+    """struct vfio_iommu_type1_dirty_bitmap"""
 
 struct_vfio_iommu_type1_dirty_bitmap.layout(8, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -389,7 +389,7 @@ struct_vfio_iommu_type1_dirty_bitmap.layout(8, [
 ])
 
 class struct_vfio_iommu_type1_dirty_bitmap_get(cbind.Struct):
-    pass
+    """struct vfio_iommu_type1_dirty_bitmap_get"""
 
 struct_vfio_iommu_type1_dirty_bitmap_get.layout(40, [
     cbind.Field("iova", ctypes.c_uint64, 0),
@@ -398,7 +398,7 @@ struct_vfio_iommu_type1_dirty_bitmap_get.layout(40, [
 ])
 
 class struct_vfio_iommu_spapr_tce_ddw_info(cbind.Struct):
-    pass
+    """struct vfio_iommu_spapr_tce_ddw_info"""
 
 struct_vfio_iommu_spapr_tce_ddw_info.layout(16, [
     cbind.Field("pgsizes", ctypes.c_uint64, 0),
@@ -407,7 +407,7 @@ struct_vfio_iommu_spapr_tce_ddw_info.layout(16, [
 ])
 
 class struct_vfio_iommu_spapr_tce_info(cbind.Struct):
-    pass
+    """struct vfio_iommu_spapr_tce_info"""
 
 struct_vfio_iommu_spapr_tce_info.layout(32, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -418,7 +418,7 @@ struct_vfio_iommu_spapr_tce_info.layout(32, [
 ])
 
 class struct_vfio_eeh_pe_err(cbind.Struct):
-    pass
+    """struct vfio_eeh_pe_err"""
 
 struct_vfio_eeh_pe_err.layout(24, [
     cbind.Field("type", ctypes.c_uint32, 0),
@@ -428,7 +428,7 @@ struct_vfio_eeh_pe_err.layout(24, [
 ])
 
 class struct_vfio_eeh_pe_op(cbind.Struct):
-    pass
+    """struct vfio_eeh_pe_op"""
 
 class struct_vfio_eeh_pe_op_anon0(cbind.Union):
     pass
@@ -445,7 +445,7 @@ struct_vfio_eeh_pe_op.layout(40, [
 ])
 
 class struct_vfio_iommu_spapr_register_memory(cbind.Struct):
-    pass
+    """struct vfio_iommu_spapr_register_memory"""
 
 struct_vfio_iommu_spapr_register_memory.layout(24, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -455,7 +455,7 @@ struct_vfio_iommu_spapr_register_memory.layout(24, [
 ])
 
 class struct_vfio_iommu_spapr_tce_create(cbind.Struct):
-    pass
+    """struct vfio_iommu_spapr_tce_create"""
 
 struct_vfio_iommu_spapr_tce_create.layout(40, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -469,7 +469,7 @@ struct_vfio_iommu_spapr_tce_create.layout(40, [
 ])
 
 class struct_vfio_iommu_spapr_tce_remove(cbind.Struct):
-    pass
+    """struct vfio_iommu_spapr_tce_remove"""
 
 struct_vfio_iommu_spapr_tce_remove.layout(16, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
@@ -524,7 +524,7 @@ VFIO_REGION_INFO_FLAG_CAPS = (1 << 3)
 VFIO_DEVICE_GET_REGION_INFO = _IO(VFIO_TYPE, VFIO_BASE + 8)
 VFIO_REGION_INFO_CAP_SPARSE_MMAP = 1
 VFIO_REGION_INFO_CAP_TYPE = 2
-VFIO_REGION_TYPE_PCI_VENDOR_TYPE = (1 << 31)
+VFIO_REGION_TYPE_PCI_VENDOR_TYPE = -2147483648  # C value of (1 << 31)
 VFIO_REGION_TYPE_PCI_VENDOR_MASK = 0xffff
 VFIO_REGION_TYPE_GFX = 1
 VFIO_REGION_TYPE_CCW = 2

@@ -112,7 +112,7 @@ def c_program(prologue: str, checks: list[Check]) -> str:
     lines = [
         prologue,
         "static void dump(const void *p, size_t n) {",
-        "  for (size_t i = 0; i < n; i++) printf(\"%02x\", ((const unsigned char *)p)[i]);",
+        '  for (size_t i = 0; i < n; i++) printf("%02x", ((const unsigned char *)p)[i]);',
         '  printf("\\n");',
         "}",
         "int main(void) {",
@@ -162,7 +162,5 @@ def test_integer_constants_match_gcc(name, c_program_output):
     program = f"{c_prologue(target)}int main(void) {{\n{body}  return 0;\n}}\n"
     produced = [int(v) for v in c_program_output(program, c_flags(target)).split()]
     mask = (1 << 64) - 1
-    mismatches = [
-        (n, v, c) for (n, v), c in zip(constants.items(), produced, strict=True) if v & mask != c
-    ]
+    mismatches = [(n, v, c) for (n, v), c in zip(constants.items(), produced, strict=True) if v & mask != c]
     assert not mismatches, mismatches[:10]

@@ -81,7 +81,8 @@ def test_nested_anonymous_records(bind):
         "};\n"
         "unsigned int packet_raw(struct packet *p);\n"
         "int packet_y(struct packet *p);\n",
-        "unsigned int packet_raw(struct packet *p) { return p->raw; }\nint packet_y(struct packet *p) { return p->pos.y; }\n",
+        "unsigned int packet_raw(struct packet *p) { return p->raw; }\n"
+        "int packet_y(struct packet *p) { return p->pos.y; }\n",
     ).module
     packet = api.struct_packet(kind=1)
     packet.port = 0x1234
@@ -103,7 +104,7 @@ def test_pointers_arrays_and_flexible_array(bind):
         "#include <string.h>\n"
         "int sum(const int *xs, int n) { int s = 0; for (int i = 0; i < n; i++) s += xs[i]; return s; }\n"
         "void fill(struct buf *b) { b->count = 4; for (int i = 0; i < 4; i++) b->values[i] = i * i; "
-        "strcpy(b->name, \"tg\"); }\n"
+        'strcpy(b->name, "tg"); }\n'
         "const char *name_of(struct buf *b) { return b->name; }\n",
     ).module
     assert api.sum((ctypes.c_int * 5)(1, 2, 3, 4, 5), 5) == 15
@@ -116,8 +117,7 @@ def test_pointers_arrays_and_flexible_array(bind):
 
 def test_callbacks(bind):
     api = bind(
-        "typedef int (*visitor)(int value, void *user);\n"
-        "int visit(const int *xs, int n, visitor fn, void *user);\n",
+        "typedef int (*visitor)(int value, void *user);\nint visit(const int *xs, int n, visitor fn, void *user);\n",
         "int visit(const int *xs, int n, visitor fn, void *user)"
         " { int s = 0; for (int i = 0; i < n; i++) s += fn(xs[i], user); return s; }\n",
     ).module
@@ -211,8 +211,9 @@ def test_untranslatable_declarations_are_skipped_and_the_rest_is_emitted(bind):
 
 
 def test_skipped_declarations_are_reported_on_stderr(tmp_path):
-    from tg.autogen.cli import app
     from typer.testing import CliRunner
+
+    from tg.autogen.cli import app
 
     header = tmp_path / "h.h"
     header.write_text("#define OK 1\n#define BAD(x) ((x) ? 1 : 0)\n")
@@ -232,8 +233,10 @@ def test_missing_include_is_an_error_not_silent_output(tmp_path):
 
 
 def test_builtin_headers_are_found(bind):
-    api = bind("#include <stddef.h>\n#include <stdint.h>\n#include <stdbool.h>\n"
-               "struct s { size_t n; uint16_t half; bool ok; };\n").module
+    api = bind(
+        "#include <stddef.h>\n#include <stdint.h>\n#include <stdbool.h>\n"
+        "struct s { size_t n; uint16_t half; bool ok; };\n"
+    ).module
     assert ctypes.sizeof(api.struct_s) == 16 and api.struct_s.ok.offset == 10
 
 
@@ -257,7 +260,9 @@ def test_output_is_deterministic(tmp_path):
 
 
 def test_pattern_limits_what_is_emitted(bind):
-    api = bind("#define KEEP_A 1\n#define DROP_B 2\nstruct keep_s { int x; };\nstruct drop_s { int y; };\n",
-               patterns=("KEEP_", "keep_")).module
+    api = bind(
+        "#define KEEP_A 1\n#define DROP_B 2\nstruct keep_s { int x; };\nstruct drop_s { int y; };\n",
+        patterns=("KEEP_", "keep_"),
+    ).module
     assert api.KEEP_A == 1 and hasattr(api, "struct_keep_s")
     assert not hasattr(api, "DROP_B") and not hasattr(api, "struct_drop_s")

@@ -92,10 +92,9 @@ def gen(
 @app.command("list")
 def list_targets(json_output: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
     """List registered targets and whether their headers, library and committed module are present."""
-    from tg.drivers.cbind import find_library
-
     from tg.autogen.regen import bindings_dir, missing_headers
     from tg.autogen.targets import TARGETS
+    from tg.drivers.cbind import find_library
 
     rows = []
     for target in TARGETS.values():
@@ -153,7 +152,9 @@ def regen(
             sys.stdout.write(diff)
         for r in results:
             detail = f": {r.reason}" if r.reason else ""
-            typer.echo(f"{r.target}: {r.status.value}{detail} ({r.skipped_declarations} declarations skipped)", err=True)
+            typer.echo(
+                f"{r.target}: {r.status.value}{detail} ({r.skipped_declarations} declarations skipped)", err=True
+            )
     if check and patch is not None:
         regen_module.write_atomically(patch, diff)
     _finish(results, check, strict)

@@ -25,8 +25,12 @@ BUILTIN_KINDS = {
 
 # Typedefs from headers outside the target that have an exact ctypes name; printing the name keeps the
 # generated code readable (`ctypes.c_uint32` rather than `ctypes.c_uint`). The ABI is the same either way.
-_FIXED_WIDTH = {f"{prefix}int{bits}_t": f"ctypes.c_{prefix}int{bits}" for prefix in ("", "u") for bits in (8, 16, 32, 64)}
-_KERNEL = {f"__{sign}{bits}": f"ctypes.c_{'u' if sign == 'u' else ''}int{bits}" for sign in "us" for bits in (8, 16, 32, 64)}
+_FIXED_WIDTH = {
+    f"{prefix}int{bits}_t": f"ctypes.c_{prefix}int{bits}" for prefix in ("", "u") for bits in (8, 16, 32, 64)
+}
+_KERNEL = {
+    f"__{sign}{bits}": f"ctypes.c_{'u' if sign == 'u' else ''}int{bits}" for sign in "us" for bits in (8, 16, 32, 64)
+}
 _KERNEL |= {f"__{end}{bits}": f"ctypes.c_uint{bits}" for end in ("le", "be") for bits in (16, 32, 64)}
 WELL_KNOWN_TYPEDEFS = {
     **_FIXED_WIDTH,

@@ -134,7 +134,8 @@ class ModuleWriter:
 
     def source(self) -> str:
         header = [f"# {line}" if line else "#" for line in self.options.comments]
-        parts = ["\n".join(header + ["# ruff: noqa"]), PRELUDE.rstrip()]
+        # Generated code is exempt from lint and formatting, even when a hook passes the file to ruff by name.
+        parts = ["\n".join(header + ["# ruff: noqa", "# fmt: off"]), PRELUDE.rstrip()]
         body: list[str] = []
         for chunk in self.state.chunks:
             multiline = "\n" in chunk
@@ -489,7 +490,9 @@ class ModuleWriter:
             elif not _free_names(line) - known:
                 runnable.append((name, line))
                 known.add(name)
-        guarded = [f"try:\n    {line}\nexcept Exception:\n    _failed_.add({i})" for i, (_, line) in enumerate(runnable)]
+        guarded = [
+            f"try:\n    {line}\nexcept Exception:\n    _failed_.add({i})" for i, (_, line) in enumerate(runnable)
+        ]
         code = self.compile_lines(runnable, guarded)
         failed_indices: set[int] = set()
         self.state.namespace["_failed_"] = failed_indices

@@ -111,7 +111,9 @@ class ExpressionTranslator:
         tokens = tokenize(text)
         if not tokens:
             raise Untranslatable("empty")
-        uses_float = any(t.text == "/" for t in tokens) and any(t.kind == "number" and _is_float(t.text) for t in tokens)
+        uses_float = any(t.text == "/" for t in tokens) and any(
+            t.kind == "number" and _is_float(t.text) for t in tokens
+        )
         out: list[str] = []
         index = 0
         while index < len(tokens):

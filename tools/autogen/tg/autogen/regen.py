@@ -119,9 +119,7 @@ def check_target(target: Target, committed_folder: Path, scratch: Path) -> Resul
     if fresh == old:
         return Result(target.name, Status.SAME, skipped_declarations=result.skipped_declarations)
     relative = f"lib/drivers/tg/drivers/autogen/{target.name}.py"
-    diff = "".join(
-        difflib.unified_diff(old.splitlines(True), fresh.splitlines(True), f"a/{relative}", f"b/{relative}")
-    )
+    diff = "".join(difflib.unified_diff(old.splitlines(True), fresh.splitlines(True), f"a/{relative}", f"b/{relative}"))
     return Result(target.name, Status.CHANGED, "regenerated file differs", diff, result.skipped_declarations)
 
 

@@ -5,6 +5,7 @@
 #   /usr/include/linux/io_uring.h  linux-libc-dev 6.1.187-1  sha256:50b74705317d880c2002945b61bbf176a09d319c1e0ab420e3164fa3be28f776
 #   /usr/include/asm-generic/unistd.h  linux-libc-dev 6.1.187-1  sha256:ff11274dc3d4c79f451bf8365a63ab881e639d153050939294cb9c195f78e30d
 # ruff: noqa
+# fmt: off
 
 import ctypes
 

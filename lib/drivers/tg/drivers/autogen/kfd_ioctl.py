@@ -5,6 +5,7 @@
 #   /usr/include/linux/kfd_ioctl.h  linux-libc-dev 6.1.187-1  sha256:6b5b6d7e5774928e7522445fed7a339b32ddd3038bc95df88b313958170e2f80
 # Clang arguments: -I{shims}
 # ruff: noqa
+# fmt: off
 
 import ctypes
 

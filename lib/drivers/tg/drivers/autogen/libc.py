@@ -17,6 +17,7 @@
 # Library: libc
 # Clang arguments: -D_GNU_SOURCE
 # ruff: noqa
+# fmt: off
 
 import ctypes
 

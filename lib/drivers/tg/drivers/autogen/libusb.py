@@ -5,6 +5,7 @@
 #   /usr/include/libusb-1.0/libusb.h  libusb-1.0-0-dev 2:1.0.26-1  sha256:ca94b99bf4ca9c588804eb0b2187f237a165d80b22054a27608abee3280b8eb0
 # Library: libusb-1.0
 # ruff: noqa
+# fmt: off
 
 import ctypes
 

@@ -4,6 +4,7 @@
 # Sources:
 #   /usr/include/linux/pci_regs.h  linux-libc-dev 6.1.187-1  sha256:478d833202c71397923bda057c20aa72e98edfe2250e0af55cbc3f613f9b6bca
 # ruff: noqa
+# fmt: off
 
 import ctypes
 

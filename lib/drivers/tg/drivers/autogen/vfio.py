@@ -4,6 +4,7 @@
 # Sources:
 #   /usr/include/linux/vfio.h  linux-libc-dev 6.1.187-1  sha256:a8a456ab3429e2ce2298bededebadc6799efc02721a0458bae3c65484a36a358
 # ruff: noqa
+# fmt: off
 
 import ctypes
 

@@ -504,13 +504,17 @@ class ModuleWriter:
         return [entry for entry in lines if entry not in kept_entries]
 
     def compile_lines(self, runnable: list[tuple[str, str]], guarded: list[str]) -> Any:
-        """Compile the guarded batch; a line with a syntax error is turned into a recorded failure."""
-        while True:
+        """Compile the guarded batch; lines with syntax errors become recorded failures."""
+        try:
+            return compile("\n".join(guarded), "<macros>", "exec")
+        except SyntaxError:
+            pass
+        for index, (_, line) in enumerate(runnable):  # rare: find the bad lines one by one
             try:
-                return compile("\n".join(guarded), "<macros>", "exec")
-            except SyntaxError as exc:
-                bad = ((exc.lineno or 1) - 1) // 4
-                guarded[bad] = f"_failed_.add({bad})"
+                compile(line, "<macro>", "exec")
+            except SyntaxError:
+                guarded[index] = f"_failed_.add({index})"
+        return compile("\n".join(guarded), "<macros>", "exec")
 
     def use_c_integer_values(self, macro_start: int, args: Sequence[str]) -> None:
         """Replace integer macros whose Python value differs from C's (`~0U`, `1 << 31`) by C's value."""

@@ -117,7 +117,12 @@ class ExpressionTranslator:
         out: list[str] = []
         index = 0
         while index < len(tokens):
+            # C joins a string literal to a preceding string-valued name (`PREFIX "d"`); Python needs a `+`.
+            if tokens[index].kind == "string" and index and tokens[index - 1].kind == "name":
+                out.append(" + ")
             piece, index = self._next(tokens, index, params, uses_float)
+            if out and out[-1][-1:].isalnum() and piece[:1].isalnum():
+                out.append(" ")  # keep `1 2` two tokens (a syntax error), never `12`
             out.append(piece)
         return "".join(out).strip()
 

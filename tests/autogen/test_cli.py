@@ -127,3 +127,13 @@ def test_committed_files_record_their_sources_and_no_checkout_paths():
         text = path.read_text()
         assert read_sources(text), path.name
         assert checkout not in text and "/tmp" not in text, path.name
+
+
+def test_regen_check_ignores_a_new_package_version_with_identical_headers(committed_copy):
+    edited = committed_copy / "pci.py"
+    text = edited.read_text()
+    assert "linux-libc-dev 6." in text or "unpackaged" in text
+    edited.write_text(text.replace("/pci_regs.h  linux-libc-dev ", "/pci_regs.h  linux-libc-dev 0.0-older-"))
+    result = runner.invoke(app, ["regen", "--check", "pci"])
+    assert result.exit_code == 0, result.output
+    assert "autogen up to date: pci" in result.stderr

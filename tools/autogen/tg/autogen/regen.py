@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tg.autogen.generate import Generated, Options, generate
 from tg.autogen.parse import AutogenError
-from tg.autogen.provenance import describe_sources, read_sources
+from tg.autogen.provenance import SOURCE_LINE, describe_sources, read_sources
 from tg.autogen.targets import TARGETS, Target
 
 
@@ -114,13 +114,30 @@ def check_target(target: Target, committed_folder: Path, scratch: Path) -> Resul
     result = write_target(target, scratch)
     if result.status is not Status.WRITTEN:
         return result
-    fresh = (scratch / f"{target.name}.py").read_text()
     old = committed.read_text() if committed.is_file() else ""
+    fresh = keep_recorded_versions((scratch / f"{target.name}.py").read_text(), old)
     if fresh == old:
         return Result(target.name, Status.SAME, skipped_declarations=result.skipped_declarations)
     relative = f"lib/drivers/tg/drivers/autogen/{target.name}.py"
     diff = "".join(difflib.unified_diff(old.splitlines(True), fresh.splitlines(True), f"a/{relative}", f"b/{relative}"))
     return Result(target.name, Status.CHANGED, "regenerated file differs", diff, result.skipped_declarations)
+
+
+def keep_recorded_versions(fresh: str, committed: str) -> str:
+    """FRESH with the committed provenance line for every header whose contents are unchanged.
+
+    A newer package version that ships byte-identical headers (common for point releases) must not count as
+    a mismatch; the sha256 decides.
+    """
+    recorded = {(s.path, s.sha256): s for s in read_sources(committed)}
+    lines = fresh.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        if not line.startswith("#"):
+            break
+        match = SOURCE_LINE.match(line.rstrip("\n"))
+        if match and (match["path"], match["sha256"]) in recorded:
+            lines[index] = "# " + recorded[(match["path"], match["sha256"])].comment() + "\n"
+    return "".join(lines)
 
 
 def _changed_sources(committed_text: str) -> str:

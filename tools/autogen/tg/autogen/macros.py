@@ -114,17 +114,43 @@ class ExpressionTranslator:
         uses_float = any(t.text == "/" for t in tokens) and any(
             t.kind == "number" and _is_float(t.text) for t in tokens
         )
+        return self._translate_tokens(tokens, params, uses_float)
+
+    def _translate_tokens(self, tokens: list[Token], params: tuple[str, ...], uses_float: bool) -> str:
+        if not tokens:
+            raise Untranslatable("empty expression")
+        question = _top_level_index(tokens, "?")
+        if question is not None:  # c ? a : b  ->  (a if c else b)
+            colon = _matching_colon(tokens, question)
+            condition = self._translate_tokens(tokens[:question], params, uses_float)
+            then = self._translate_tokens(tokens[question + 1 : colon], params, uses_float)
+            other = self._translate_tokens(tokens[colon + 1 :], params, uses_float)
+            return f"({then} if {condition} else {other})"
         out: list[str] = []
         index = 0
         while index < len(tokens):
             # C joins a string literal to a preceding string-valued name (`PREFIX "d"`); Python needs a `+`.
             if tokens[index].kind == "string" and index and tokens[index - 1].kind == "name":
                 out.append(" + ")
-            piece, index = self._next(tokens, index, params, uses_float)
+            if tokens[index].text == "(" and self._cast_end(tokens, index, params) is None:
+                piece, index = self._group(tokens, index, params, uses_float)
+            else:
+                piece, index = self._next(tokens, index, params, uses_float)
+            if piece in (" - ", " + ") and _before_operand(out):
+                piece = piece.strip()  # unary sign: -1, not - 1
             if out and out[-1][-1:].isalnum() and piece[:1].isalnum():
                 out.append(" ")  # keep `1 2` two tokens (a syntax error), never `12`
             out.append(piece)
         return "".join(out).strip()
+
+    def _group(self, tokens: list[Token], index: int, params: tuple[str, ...], uses_float: bool) -> tuple[str, int]:
+        """A parenthesized group (or call arguments), translated part by part so ternaries inside work."""
+        close = _matching_paren(tokens, index)
+        inner = tokens[index + 1 : close]
+        if not inner:
+            return "()", close + 1
+        parts = [self._translate_tokens(part, params, uses_float) for part in _split_commas(inner)]
+        return "(" + ", ".join(parts) + ")", close + 1
 
     def _next(self, tokens: list[Token], index: int, params: tuple[str, ...], uses_float: bool) -> tuple[str, int]:
         token = tokens[index]
@@ -227,6 +253,47 @@ def _matching_paren(tokens: list[Token], open_index: int) -> int:
         if depth == 0:
             return index
     raise Untranslatable("unbalanced parentheses")
+
+
+def _before_operand(out: list[str]) -> bool:
+    """True when the next token starts an operand (so a sign there is unary)."""
+    previous = "".join(out).rstrip()
+    return not previous or previous[-1] in "(,+-*/%&|^~<>=!" or previous.endswith((" not", " and", " or"))
+
+
+def _top_level_index(tokens: list[Token], text: str) -> int | None:
+    depth = 0
+    for index, token in enumerate(tokens):
+        depth += {"(": 1, ")": -1}.get(token.text, 0)
+        if depth == 0 and token.text == text:
+            return index
+    return None
+
+
+def _matching_colon(tokens: list[Token], question: int) -> int:
+    depth = nested = 0
+    for index in range(question + 1, len(tokens)):
+        text = tokens[index].text
+        depth += {"(": 1, ")": -1}.get(text, 0)
+        if depth == 0 and text == "?":
+            nested += 1
+        elif depth == 0 and text == ":":
+            if nested == 0:
+                return index
+            nested -= 1
+    raise Untranslatable("'?' without ':'")
+
+
+def _split_commas(tokens: list[Token]) -> list[list[Token]]:
+    parts: list[list[Token]] = [[]]
+    depth = 0
+    for token in tokens:
+        depth += {"(": 1, ")": -1}.get(token.text, 0)
+        if depth == 0 and token.text == ",":
+            parts.append([])
+        else:
+            parts[-1].append(token)
+    return parts
 
 
 def _join(tokens: list[Token]) -> str:

@@ -1,0 +1,139 @@
+"""The tg-autogen command line: gen, list, regen and the regen --check CI gate."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tg.autogen import regen as regen_module
+from tg.autogen.cli import app
+from tg.autogen.targets import TARGETS, Header, Target
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def committed_copy(tmp_path, monkeypatch) -> Path:
+    """A copy of the committed bindings that regen and regen --check use instead of the real folder."""
+    folder = tmp_path / "autogen"
+    shutil.copytree(regen_module.bindings_dir(), folder)
+    monkeypatch.setattr(regen_module, "bindings_dir", lambda: folder)
+    return folder
+
+
+def test_gen_writes_an_importable_module_atomically(tmp_path):
+    header = tmp_path / "api.h"
+    header.write_text("struct point { int x, y; };\n#define ORIGIN_X 0\n")
+    out = tmp_path / "api.py"
+    result = runner.invoke(app, ["gen", str(header), "-n", "api", "-o", str(out), "-D", "UNUSED=1"])
+    assert result.exit_code == 0, result.output
+    namespace: dict = {}
+    exec(out.read_text(), namespace)
+    assert namespace["ORIGIN_X"] == 0 and namespace["struct_point"](1, 2).y == 2
+    assert not list(tmp_path.glob(".api.py.*"))
+
+
+def test_gen_missing_header_is_one_error_line(tmp_path):
+    result = runner.invoke(app, ["gen", str(tmp_path / "nope.h"), "-n", "x"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().startswith("error: header not found")
+    assert "Traceback" not in result.output
+
+
+def test_gen_without_name_is_a_usage_error(tmp_path):
+    assert runner.invoke(app, ["gen", str(tmp_path / "a.h")]).exit_code == 2
+
+
+def test_list_reports_targets_as_json():
+    result = runner.invoke(app, ["list", "--json"])
+    assert result.exit_code == 0
+    rows = {row["target"]: row for row in json.loads(result.stdout)["targets"]}
+    assert {"pci", "vfio", "io_uring", "kfd_ioctl", "libc", "libusb"} <= set(rows)
+    assert rows["pci"]["headers"] is True and rows["pci"]["library"] is None and rows["pci"]["committed"] is True
+    assert rows["libc"]["library"] is True
+
+
+def test_regen_check_passes_on_the_committed_bindings(committed_copy):
+    result = runner.invoke(app, ["regen", "--check", "pci", "vfio", "kfd_ioctl"])
+    assert result.exit_code == 0, result.output
+    assert "autogen up to date: pci, vfio, kfd_ioctl" in result.stderr
+
+
+def test_regen_check_fails_with_a_diff_when_a_committed_file_differs(committed_copy, tmp_path):
+    edited = committed_copy / "vfio.py"
+    edited.write_text(edited.read_text().replace("VFIO_TYPE = ", "VFIO_TYPE = 1 + "))
+    patch = tmp_path / "autogen.patch"
+    result = runner.invoke(app, ["regen", "--check", "vfio", "pci", "--patch", str(patch)])
+    assert result.exit_code == 1
+    assert "error: autogen mismatch in vfio" in result.stderr
+    assert "-VFIO_TYPE = 1 + " in result.stdout and "+++ b/lib/drivers/tg/drivers/autogen/vfio.py" in result.stdout
+    assert patch.read_text() == result.stdout
+
+
+def test_regen_rewrites_the_file_the_check_complained_about(committed_copy):
+    original = (committed_copy / "pci.py").read_text()
+    (committed_copy / "pci.py").write_text("# stale\n")
+    assert runner.invoke(app, ["regen", "pci"]).exit_code == 0
+    assert (committed_copy / "pci.py").read_text() == original
+
+
+def test_regen_check_names_skipped_targets_and_never_counts_them_as_passed(committed_copy, monkeypatch):
+    absent = Target("absent", "headers not on this machine", (Header("/nonexistent/absent.h"),))
+    monkeypatch.setitem(TARGETS, "absent", absent)
+    result = runner.invoke(app, ["regen", "--check", "pci", "absent"])
+    assert result.exit_code == 0
+    assert "absent: skipped: header not found: /nonexistent/absent.h" in result.stderr
+    assert "autogen up to date: pci\n" in result.stderr
+    strict = runner.invoke(app, ["regen", "--check", "--strict", "pci", "absent"])
+    assert strict.exit_code == 1
+
+
+def test_regen_check_skips_when_the_recorded_header_contents_changed(committed_copy, tmp_path, monkeypatch):
+    header = tmp_path / "moving.h"
+    header.write_text("#define VERSION 1\n")
+    monkeypatch.setitem(TARGETS, "moving", Target("moving", "a header that changes", (Header(str(header)),)))
+    assert runner.invoke(app, ["regen", "moving"]).exit_code == 0
+    assert runner.invoke(app, ["regen", "--check", "moving"]).exit_code == 0
+    header.write_text("#define VERSION 2\n")
+    result = runner.invoke(app, ["regen", "--check", "moving"])
+    assert "moving: skipped: headers differ from the recorded ones" in result.stderr
+    assert "autogen up to date: nothing checked" in result.stderr
+
+
+def test_regen_unknown_target_is_an_error():
+    result = runner.invoke(app, ["regen", "--check", "no_such_target"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: unknown target(s): no_such_target")
+
+
+def test_regen_check_json_document(committed_copy):
+    result = runner.invoke(app, ["regen", "--check", "--json", "pci"])
+    assert result.exit_code == 0
+    document = json.loads(result.stdout)
+    assert document["results"][0]["target"] == "pci" and document["results"][0]["status"] == "same"
+
+
+def test_committed_files_record_their_sources_and_no_checkout_paths():
+    from tg.autogen.provenance import read_sources
+
+    checkout = str(Path(__file__).resolve().parents[2])
+    for path in sorted(regen_module.bindings_dir().glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        text = path.read_text()
+        assert read_sources(text), path.name
+        assert checkout not in text and "/tmp" not in text, path.name
+
+
+def test_regen_check_ignores_a_new_package_version_with_identical_headers(committed_copy):
+    edited = committed_copy / "pci.py"
+    text = edited.read_text()
+    assert "linux-libc-dev 6." in text or "unpackaged" in text
+    edited.write_text(text.replace("/pci_regs.h  linux-libc-dev ", "/pci_regs.h  linux-libc-dev 0.0-older-"))
+    result = runner.invoke(app, ["regen", "--check", "pci"])
+    assert result.exit_code == 0, result.output
+    assert "autogen up to date: pci" in result.stderr

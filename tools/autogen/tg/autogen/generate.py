@@ -1,0 +1,644 @@
+"""The generator: walk a libclang translation unit and write a ctypes module for the declarations of the headers.
+
+Every emitted statement is executed as it is produced (in a namespace that mirrors the final module), so a
+declaration that would not import is dropped with a message instead of breaking the file. Output order is the
+headers' order, so the same headers always give the same text.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tg.autogen.ctypes_names import BUILTIN_KINDS, WELL_KNOWN_TYPEDEFS
+from tg.autogen.macros import ExpressionTranslator, Untranslatable, macro_line, safe_name, split_macro
+from tg.autogen.parse import AutogenError, clang_args, diagnostics, parse_headers
+
+PRELUDE = """\
+import ctypes
+
+from tg.drivers import cbind
+from tg.drivers.cbind import _IO, _IOC, _IOR, _IOW, _IOWR
+"""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to generate: the module NAME from HEADERS, binding functions to shared library LIB (if any)."""
+
+    name: str
+    headers: tuple[str, ...]
+    lib: str | None = None
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    clang_args: tuple[str, ...] = ()
+    # Only names matching one of these regexes (re.match) are emitted; empty means all.
+    patterns: tuple[str, ...] = ()
+    # (header, regex) pairs: names from that header must also match its regex.
+    header_patterns: tuple[tuple[str, str], ...] = ()
+    # Headers whose declarations are emitted too but that are reached through HEADERS, not included directly.
+    indirect: tuple[str, ...] = ()
+    # Emit what parses even when libclang reports errors (missing includes); off by default.
+    allow_errors: bool = False
+    # Comment lines for the top of the file (provenance), without the leading '# '.
+    comments: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Skipped:
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Generated:
+    source: str
+    skipped: tuple[Skipped, ...]
+    diagnostics: tuple[str, ...]
+
+
+class Unsupported(Exception):
+    """A declaration the generator cannot express; it is skipped with this reason."""
+
+
+@dataclass
+class _Macro:
+    """A #define (or a static const initializer, already translated into LINE), emitted after declarations."""
+
+    name: str
+    text: str
+    line: str | None = None
+
+
+@dataclass
+class _State:
+    chunks: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    namespace: dict[str, Any] = field(default_factory=dict)
+    record_names: dict[str, str] = field(default_factory=dict)
+    declared_records: set[str] = field(default_factory=set)
+    defined_records: set[str] = field(default_factory=set)
+    typedefs: dict[str, Any] = field(default_factory=dict)
+    emitted_typedefs: set[str] = field(default_factory=set)
+    macros: list[_Macro] = field(default_factory=list)
+    c_bodies: dict[str, str] = field(default_factory=dict)
+    anonymous_count: int = 0
+
+
+def generate(options: Options) -> Generated:
+    """Parse the headers of OPTIONS and return the module text, what was skipped and libclang's errors."""
+    args = clang_args(options.include_dirs, options.defines, options.clang_args)
+    missing = [h for h in options.headers + options.indirect if not Path(h).is_file()]
+    if missing:
+        raise AutogenError(f"header not found: {', '.join(missing)}")
+    unit = parse_headers(options.headers, args)
+    errors = diagnostics(unit)
+    if errors and not options.allow_errors:
+        # A header that does not compile gives records with missing fields: refuse rather than emit wrong layouts.
+        raise AutogenError(f"libclang reported {len(errors)} error(s), first: {errors[0]}")
+    writer = ModuleWriter(options)
+    writer.walk(unit.cursor)
+    macro_start = len(writer.state.chunks)
+    writer.emit_macros()
+    writer.use_c_integer_values(macro_start, args)
+    return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors))
+
+
+class ModuleWriter:
+    """Turns cursors into validated Python statements, in order."""
+
+    def __init__(self, options: Options) -> None:
+        from clang import cindex
+
+        self.ci = cindex
+        self.options = options
+        self.state = _State()
+        self.targets = {os.path.realpath(h): h for h in options.headers + options.indirect}
+        self.header_patterns = {os.path.realpath(h): re.compile(p) for h, p in options.header_patterns}
+        self.patterns = [re.compile(p) for p in options.patterns]
+        self.texts: dict[str, bytes] = {}
+        self.file_cache: dict[str, str | None] = {}
+        self.translator = ExpressionTranslator(self.typedef_ctype)
+        exec(PRELUDE, self.state.namespace)
+        if options.lib:
+            self.add(f'dll = cbind.DLL("{options.lib}", use_errno=True)', "dll")
+
+    # ---------------------------------------------------------------------------------------------------- output
+
+    def source(self) -> str:
+        header = [f"# {line}" if line else "#" for line in self.options.comments]
+        # Generated code is exempt from lint and formatting, even when a hook passes the file to ruff by name.
+        parts = ["\n".join(header + ["# ruff: noqa", "# fmt: off"]), PRELUDE.rstrip()]
+        body: list[str] = []
+        for chunk in self.state.chunks:
+            multiline = "\n" in chunk
+            if body and (multiline or "\n" in body[-1]):
+                body.append("")
+            body.append(chunk)
+        return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n"
+
+    def add(self, chunk: str, name: str) -> None:
+        """Execute CHUNK in the module namespace and keep it; raise Unsupported if it does not run."""
+        try:
+            exec(compile(chunk, f"<{name}>", "exec"), self.state.namespace)
+        except Exception as exc:  # any failure means the statement cannot be part of the module
+            raise Unsupported(f"{type(exc).__name__}: {exc}") from exc
+        self.state.chunks.append(chunk)
+
+    def skip(self, name: str, reason: str) -> None:
+        self.state.skipped.append(Skipped(name, reason))
+
+    # ---------------------------------------------------------------------------------------------------- walking
+
+    def target_of(self, cursor: Any) -> str | None:
+        """The real path of the target header CURSOR is in, or None when it is in another header."""
+        location_file = cursor.location.file
+        if location_file is None:
+            return None
+        name = location_file.name
+        if name not in self.file_cache:
+            real = os.path.realpath(name)
+            self.file_cache[name] = real if real in self.targets else None
+        return self.file_cache[name]
+
+    def wanted(self, name: str, path: str) -> bool:
+        if self.patterns and not any(p.match(name) for p in self.patterns):
+            return False
+        pattern = self.header_patterns.get(path)
+        return pattern is None or pattern.match(name) is not None
+
+    def walk(self, root: Any) -> None:
+        kinds = self.ci.CursorKind
+        handlers = {
+            kinds.MACRO_DEFINITION: self.collect_macro,
+            kinds.STRUCT_DECL: self.emit_record,
+            kinds.UNION_DECL: self.emit_record,
+            kinds.ENUM_DECL: self.emit_enum,
+            kinds.TYPEDEF_DECL: self.emit_typedef,
+            kinds.FUNCTION_DECL: self.emit_function,
+            kinds.VAR_DECL: self.emit_variable,
+        }
+        for cursor in root.get_children():
+            kind = cursor.kind
+            if kind == kinds.TYPEDEF_DECL:
+                self.state.typedefs.setdefault(cursor.spelling, cursor)
+            handler = handlers.get(kind)
+            if handler is None:
+                continue
+            path = self.target_of(cursor)
+            if path is None:
+                continue
+            name = cursor.spelling
+            if kind not in (kinds.ENUM_DECL, kinds.STRUCT_DECL, kinds.UNION_DECL) and not self.wanted(name, path):
+                continue
+            try:
+                handler(cursor, path)
+            except (Unsupported, Untranslatable) as exc:
+                self.skip(name, str(exc))
+
+    # ---------------------------------------------------------------------------------------------------- types
+
+    def ctype(self, t: Any, by_value: bool = True, param: bool = False) -> str:
+        """The ctypes expression for libclang type T; records used by value are defined first."""
+        kinds = self.ci.TypeKind
+        kind = t.kind
+        if kind == kinds.ELABORATED:
+            return self.ctype(t.get_named_type(), by_value, param)
+        if kind.name in BUILTIN_KINDS:
+            return BUILTIN_KINDS[kind.name]
+        if kind == kinds.VOID:
+            return "None"
+        if kind == kinds.TYPEDEF:
+            return self.typedef_type(t, by_value, param)
+        if kind == kinds.RECORD:
+            decl = t.get_declaration()
+            return self.define_record(decl) if by_value else self.declare_record(decl)
+        if kind == kinds.ENUM:
+            decl = t.get_declaration()
+            named = f"enum_{decl.spelling}"
+            return named if named in self.state.namespace else self.ctype(decl.enum_type)
+        if kind == kinds.POINTER:
+            return self.pointer_type(t.get_pointee())
+        if kind in (kinds.CONSTANTARRAY, kinds.INCOMPLETEARRAY):
+            element = self.ctype(t.element_type)
+            if param:
+                return f"ctypes.POINTER({element})"
+            count = t.element_count if kind == kinds.CONSTANTARRAY else 0
+            return f"({element} * {count})"
+        if kind in (kinds.FUNCTIONPROTO, kinds.FUNCTIONNOPROTO):
+            return self.function_type(t)
+        raise Unsupported(f"type {t.spelling} ({kind.name}) has no ctypes equivalent")
+
+    def typedef_type(self, t: Any, by_value: bool, param: bool) -> str:
+        name = t.get_declaration().spelling
+        if name in self.state.emitted_typedefs:
+            underlying = t.get_canonical()
+            if by_value and underlying.kind == self.ci.TypeKind.RECORD:
+                self.define_record(underlying.get_declaration())
+            return name
+        if name in WELL_KNOWN_TYPEDEFS:
+            return WELL_KNOWN_TYPEDEFS[name]
+        return self.ctype(t.get_declaration().underlying_typedef_type, by_value, param)
+
+    def typedef_ctype(self, name: str) -> str | None:
+        """For macros: the ctypes spelling of typedef NAME, or None when NAME is not a type."""
+        if name in self.state.emitted_typedefs:
+            return name
+        if name in WELL_KNOWN_TYPEDEFS:
+            return WELL_KNOWN_TYPEDEFS[name]
+        cursor = self.state.typedefs.get(name)
+        if cursor is None:
+            return None
+        try:
+            return self.ctype(cursor.underlying_typedef_type)
+        except Unsupported:
+            return None
+
+    def pointer_type(self, pointee: Any) -> str:
+        kinds = self.ci.TypeKind
+        canonical = pointee.get_canonical()
+        if canonical.kind == kinds.VOID:
+            return "ctypes.c_void_p"
+        if canonical.kind in (kinds.CHAR_S, kinds.CHAR_U):
+            return "ctypes.c_char_p"
+        if canonical.kind in (kinds.FUNCTIONPROTO, kinds.FUNCTIONNOPROTO):
+            return self.function_type(canonical)
+        return f"ctypes.POINTER({self.ctype(pointee, by_value=False)})"
+
+    def function_type(self, t: Any) -> str:
+        restype = self.ctype(t.get_result(), param=True)
+        args = [self.ctype(a, param=True) for a in t.argument_types()] if t.kind.name == "FUNCTIONPROTO" else []
+        return f"ctypes.CFUNCTYPE({', '.join([restype, *args])})"
+
+    # ---------------------------------------------------------------------------------------------------- records
+
+    def record_key(self, decl: Any) -> str:
+        """Identity of a record within the translation unit: its definition, else its USR (opaque types).
+
+        Neither USRs (anonymous siblings share one) nor locations (records written by one macro expansion, like
+        the kernel's __DECLARE_FLEX_ARRAY, share one) are unique alone; together they are.
+        """
+        definition = decl.get_definition()
+        if definition is not None:
+            start = definition.extent.start
+            return f"{definition.get_usr()}@{start.file.name if start.file else ''}:{start.offset}"
+        return decl.get_usr() or decl.spelling
+
+    def declare_record(self, decl: Any) -> str:
+        """The class name of record DECL, emitting an empty class for it the first time it is seen."""
+        key = self.record_key(decl)
+        name = self.state.record_names.get(key)
+        if name is None:
+            name = self.record_class_name(decl)
+            self.state.record_names[key] = name
+        if key not in self.state.declared_records:
+            base = "Union" if decl.kind == self.ci.CursorKind.UNION_DECL else "Struct"
+            # The docstring is the C spelling of the type (for named records), which the ABI tests use.
+            body = "pass" if decl.is_anonymous() else f'"""{decl.type.get_canonical().spelling}"""'
+            self.add(f"class {name}(cbind.{base}):\n    {body}", name)
+            self.state.declared_records.add(key)
+        return name
+
+    def record_class_name(self, decl: Any) -> str:
+        prefix = "union" if decl.kind == self.ci.CursorKind.UNION_DECL else "struct"
+        if decl.is_anonymous():
+            self.state.anonymous_count += 1
+            return f"_anon_{prefix}{self.state.anonymous_count}"
+        return f"{prefix}_{decl.spelling}"
+
+    def define_record(self, decl: Any) -> str:
+        """Emit the class and layout of record DECL (once) and return its class name."""
+        name = self.declare_record(decl)
+        definition = decl.get_definition()
+        key = self.record_key(decl)
+        if key in self.state.defined_records:
+            return name
+        if definition is None:
+            raise Unsupported(f"{name} is an incomplete type")
+        self.state.defined_records.add(key)
+        members = self.record_members(name, definition)
+        size = definition.type.get_size()
+        body = "".join(f"    {m},\n" for m in members)
+        try:
+            self.add(f"{name}.layout({size}, [\n{body}])", name)
+        except Unsupported:
+            self.state.defined_records.discard(key)
+            raise
+        return name
+
+    def record_members(self, record: str, definition: Any) -> list[str]:
+        members: list[str] = []
+        anonymous = 0
+        for member in definition.type.get_fields():
+            offset = member.get_field_offsetof()
+            name = member.spelling
+            member_type = member.type
+            if member.is_bitfield():
+                if name:
+                    members.append(self.bitfield(name, member, offset))
+                continue
+            decl = member_type.get_canonical().get_declaration()
+            if not name.isidentifier() and decl.is_anonymous():
+                self.state.record_names.setdefault(self.record_key(decl), f"{record}_anon{anonymous}")
+                nested = self.define_record(decl)
+                members.append(f'cbind.Anonymous("_anon{anonymous}", {nested}, {offset // 8})')
+                anonymous += 1
+                continue
+            if decl.kind in (self.ci.CursorKind.STRUCT_DECL, self.ci.CursorKind.UNION_DECL) and decl.is_anonymous():
+                self.state.record_names.setdefault(self.record_key(decl), f"{record}_{name}")
+            members.append(f'cbind.Field("{name}", {self.field_type(record, name, member_type)}, {offset // 8})')
+        return members
+
+    def field_type(self, record: str, name: str, member_type: Any) -> str:
+        try:
+            return self.ctype(member_type)
+        except Unsupported as exc:
+            # Keep the layout exact even when the member's type cannot be expressed: expose its raw bytes.
+            self.skip(f"{record}.{name}", f"{exc}; exposed as raw bytes")
+            return f"(ctypes.c_ubyte * {member_type.get_size()})"
+
+    def bitfield(self, name: str, member: Any, offset: int) -> str:
+        integer = self.ctype(member.type)
+        return f'cbind.BitField("{name}", {integer}, {offset // 8}, {offset % 8}, {member.get_bitfield_width()})'
+
+    def emit_record(self, cursor: Any, path: str) -> None:
+        if not cursor.is_definition() or cursor.is_anonymous():
+            return
+        if not self.wanted(cursor.spelling, path):
+            return
+        self.define_record(cursor)
+
+    # ---------------------------------------------------------------------------------------------------- others
+
+    def emit_enum(self, cursor: Any, path: str) -> None:
+        if not cursor.is_definition():
+            return
+        lines = []
+        for constant in cursor.get_children():
+            if constant.kind == self.ci.CursorKind.ENUM_CONSTANT_DECL and self.wanted(constant.spelling, path):
+                lines.append(f"{safe_name(constant.spelling)} = {constant.enum_value}")
+        if not cursor.is_anonymous() and self.wanted(cursor.spelling, path):
+            lines.append(f"enum_{cursor.spelling} = {self.ctype(cursor.enum_type)}")
+        if lines:
+            self.add("\n".join(lines), cursor.spelling)
+
+    def emit_typedef(self, cursor: Any, path: str) -> None:
+        name = cursor.spelling
+        underlying = cursor.underlying_typedef_type
+        canonical = underlying.get_canonical()
+        if canonical.kind in (self.ci.TypeKind.FUNCTIONPROTO, self.ci.TypeKind.FUNCTIONNOPROTO):
+            value = self.function_type(canonical)
+        else:
+            # A typedef only names the record; the record itself is defined where the headers define it.
+            value = self.ctype(underlying, by_value=False)
+        if value != name:
+            self.add(f"{name} = {value}", name)
+        self.state.emitted_typedefs.add(name)
+
+    def emit_function(self, cursor: Any, path: str) -> None:
+        name = cursor.spelling
+        if not self.options.lib or name in self.state.namespace:
+            return
+        if cursor.linkage != self.ci.LinkageKind.EXTERNAL:
+            raise Unsupported("not an exported function (static or inline)")
+        t = cursor.type
+        restype = self.ctype(t.get_result(), param=True)
+        argtypes = "None"
+        if t.kind == self.ci.TypeKind.FUNCTIONPROTO:
+            argtypes = "[" + ", ".join(self.ctype(a, param=True) for a in t.argument_types()) + "]"
+        self.add(f'{name} = dll.function("{name}", {restype}, {argtypes})', name)
+
+    def emit_variable(self, cursor: Any, path: str) -> None:
+        """`static const` scalars and arrays become Python values; other variables are not bound."""
+        if cursor.storage_class != self.ci.StorageClass.STATIC:
+            raise Unsupported("extern variables are not bound")
+        text = self.text(path, cursor.extent.start.offset, cursor.extent.end.offset)
+        if "=" not in text:
+            raise Unsupported("no initializer")
+        initializer = text.split("=", 1)[1].strip()
+        if initializer.startswith("{"):
+            items = _split_top_level(initializer.strip("{} \n"))
+            values = [self.translator.translate(item) for item in items]
+            value = f"({values[0]},)" if len(values) == 1 else f"({', '.join(values)})"
+        else:
+            value = self.translator.translate(initializer)
+        # Initializers may name macros, which are emitted last, so the line joins them in source order.
+        self.state.macros.append(_Macro(cursor.spelling, text, f"{cursor.spelling} = {value}"))
+
+    def text(self, path: str, start: int, end: int) -> str:
+        if path not in self.texts:
+            self.texts[path] = Path(path).read_bytes()
+        return self.texts[path][start:end].decode("utf-8", "replace")
+
+    # ---------------------------------------------------------------------------------------------------- macros
+
+    def collect_macro(self, cursor: Any, path: str) -> None:
+        # The definition runs from the name to the end of the line, continuation lines included. Reading it
+        # from the file is much faster than asking libclang for the extent of each of thousands of macros.
+        start = cursor.location.offset
+        if path not in self.texts:
+            self.texts[path] = Path(path).read_bytes()
+        source = self.texts[path]
+        end = start
+        while True:
+            end = source.find(b"\n", end)
+            if end == -1:
+                end = len(source)
+                break
+            if source[end - 1 : end] != b"\\":
+                break
+            end += 1
+        text = source[start:end].decode("utf-8", "replace")
+        self.state.macros.append(_Macro(cursor.spelling, _strip_comments(text)))
+
+    def emit_macros(self) -> None:
+        """Translate macros in source order; ones naming a later macro are retried until nothing changes."""
+        pending: list[tuple[str, str]] = []
+        for macro in self.state.macros:
+            line = macro.line or self.macro_statement(macro)
+            if line is not None:
+                pending.append((macro.name, line))
+        while pending:
+            failed = self.run_macros(pending)
+            if len(failed) == len(pending):
+                break
+            pending = failed
+        for name, line in pending:
+            self.skip(name, f"does not evaluate: {self.macro_error(line)}")
+
+    def run_macros(self, lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Execute LINES in one compiled batch (each guarded by try), keep those that ran, return the rest.
+
+        One compile for all lines is what keeps macro-heavy headers (elf.h has ~3000) fast.
+        """
+        known = set(self.state.namespace) | set(vars(builtins))
+        runnable = []
+        literal_ok: set[tuple[str, str]] = set()
+        for name, line in lines:
+            literal = _INTEGER_ASSIGNMENT.fullmatch(line)
+            if literal:  # most macros are plain numbers: no need to compile them
+                self.state.namespace[name] = int(literal.group(1), 0)
+                literal_ok.add((name, line))
+                known.add(name)
+            elif not _free_names(line) - known:
+                runnable.append((name, line))
+                known.add(name)
+        guarded = [
+            f"try:\n    {line}\nexcept Exception:\n    _failed_.add({i})" for i, (_, line) in enumerate(runnable)
+        ]
+        code = self.compile_lines(runnable, guarded)
+        failed_indices: set[int] = set()
+        self.state.namespace["_failed_"] = failed_indices
+        exec(code, self.state.namespace)
+        del self.state.namespace["_failed_"]
+        kept = {(n, line) for i, (n, line) in enumerate(runnable) if i not in failed_indices} | literal_ok
+        self.state.chunks.extend(line for entry in lines if entry in kept for line in entry[1:])
+        kept_entries = kept
+        return [entry for entry in lines if entry not in kept_entries]
+
+    def compile_lines(self, runnable: list[tuple[str, str]], guarded: list[str]) -> Any:
+        """Compile the guarded batch; lines with syntax errors become recorded failures."""
+        try:
+            return compile("\n".join(guarded), "<macros>", "exec")
+        except SyntaxError:
+            pass
+        for index, (_, line) in enumerate(runnable):  # rare: find the bad lines one by one
+            try:
+                compile(line, "<macro>", "exec")
+            except SyntaxError:
+                guarded[index] = f"_failed_.add({index})"
+        return compile("\n".join(guarded), "<macros>", "exec")
+
+    def use_c_integer_values(self, macro_start: int, args: Sequence[str]) -> None:
+        """Replace integer macros whose Python value differs from C's (`~0U`, `1 << 31`) by C's value."""
+        from tg.autogen.evaluate import c_integer_values
+
+        lines = self.state.chunks[macro_start:]
+        index_of = {}
+        for offset, line in enumerate(lines):
+            name, _, value = line.partition(" = ")
+            if not _INTEGER_ASSIGNMENT.fullmatch(line) and not value.startswith("lambda"):
+                if isinstance(self.state.namespace.get(name), int):
+                    index_of[name] = macro_start + offset
+        exact = c_integer_values(self.options.headers, args, list(index_of))
+        for _ in range(3):  # a corrected macro changes the ones computed from it: re-run until stable
+            wrong = {n: v for n, v in exact.items() if self.state.namespace.get(n) != v}
+            if not wrong:
+                return
+            for name, value in wrong.items():
+                self.state.chunks[index_of[name]] = f"{name} = {value}  # C value of {self.state.c_bodies[name]}"
+            exec(compile("\n".join(self.state.chunks[macro_start:]), "<macros>", "exec"), self.state.namespace)
+
+    def macro_statement(self, macro: _Macro) -> str | None:
+        try:
+            definition = split_macro(macro.text)
+        except Untranslatable as exc:
+            self.skip(macro.name, str(exc))
+            return None
+        if not definition.body or definition.body == definition.name:
+            return None  # include guards, feature flags and `#define x x` carry no value
+        if keyword_or_defined(definition.name, self.state.namespace):
+            self.skip(macro.name, "name is a Python keyword or already defined")
+            return None
+        self.state.c_bodies[macro.name] = " ".join(definition.body.replace("\\\n", " ").split())
+        try:
+            return macro_line(definition, self.translator)
+        except (Untranslatable, SyntaxError, ValueError) as exc:
+            self.skip(macro.name, f"cannot translate {definition.body!r}: {exc}")
+            return None
+
+    def macro_error(self, line: str) -> str:
+        missing = _free_names(line) - self.state.namespace.keys() - vars(builtins).keys()
+        if missing:
+            return f"undefined {', '.join(sorted(missing))}"
+        try:
+            exec(compile(line, "<macro>", "exec"), dict(self.state.namespace))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return "unknown"
+
+
+def keyword_or_defined(name: str, namespace: dict[str, Any]) -> bool:
+    return safe_name(name) != name or name in namespace
+
+
+_INTEGER_ASSIGNMENT = re.compile(r"\w+ = (0[xX][0-9a-fA-F]+|0o[0-7]+|[1-9]\d*|0)")
+_COMMENT = re.compile(r"/\*.*?(?:\*/|$)|//[^\n]*", re.DOTALL)
+
+
+def _strip_comments(text: str) -> str:
+    if "/" not in text:
+        return text
+    return _COMMENT.sub(" ", text)
+
+
+_STRING = re.compile(r'"(?:\\.|[^\\"])*"')
+_IDENTIFIER = re.compile(r"(?<![.\w])[A-Za-z_]\w*")
+
+
+def _free_names(line: str) -> set[str]:
+    """Module-level names the right-hand side of LINE reads (lambda parameters excluded)."""
+    value = line.split(" = ", 1)[1]
+    if "lambda" not in value:
+        return set(_IDENTIFIER.findall(_STRING.sub("", value))) - _PYTHON_WORDS
+    try:
+        tree = ast.parse(line)
+    except SyntaxError:
+        return set()
+    params: set[str] = set()
+    loads: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Lambda):
+            params |= {a.arg for a in node.args.args}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            loads.add(node.id)
+    return loads - params
+
+
+_PYTHON_WORDS = {"and", "or", "not", "if", "else", "lambda"}
+
+
+def _split_top_level(text: str) -> list[str]:
+    items, depth, current = [], 0, ""
+    for ch in text:
+        depth += {"(": 1, "{": 1, ")": -1, "}": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        items.append(current.strip())
+    return items
+
+
+def print_skipped(generated: Generated, stream: Any = None, limit: int | None = None) -> None:
+    stream = stream or sys.stderr
+    for index, skipped in enumerate(generated.skipped):
+        if limit is not None and index >= limit:
+            print(f"... and {len(generated.skipped) - limit} more skipped", file=stream)
+            break
+        print(f"skipping {skipped.name}: {skipped.reason}", file=stream)
+
+
+def gen(
+    name: str,
+    headers: Sequence[str],
+    lib: str | None = None,
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
+    patterns: Sequence[str] = (),
+) -> Generated:
+    """Library entry point: generate module NAME from HEADERS (see Options)."""
+    options = Options(
+        name, tuple(headers), lib, tuple(include_dirs), tuple(defines), tuple(extra_args), tuple(patterns)
+    )
+    return generate(options)

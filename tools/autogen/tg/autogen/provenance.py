@@ -1,0 +1,79 @@
+"""Where a generated module came from: each source header with its Debian package, version and sha256.
+
+The record is written at the top of every generated file and read back by `regen --check`, which can then tell
+"the generator changed its output" (a failure) from "this machine has other headers" (a named skip).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SOURCE_LINE = re.compile(r"^#   (?P<path>\S+)  (?P<package>\S+) (?P<version>\S+)  sha256:(?P<sha256>[0-9a-f]{64})$")
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str
+    package: str
+    version: str
+    sha256: str
+
+    def comment(self) -> str:
+        return f"  {self.path}  {self.package} {self.version}  sha256:{self.sha256}"
+
+
+def sha256_of(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _owning_packages(paths: Sequence[str]) -> dict[str, str]:
+    """Map each path to the Debian package that installed it (paths dpkg does not know are left out)."""
+    if not shutil.which("dpkg") or not paths:
+        return {}
+    out = subprocess.run(["dpkg", "-S", *paths], capture_output=True, text=True, check=False)
+    owners: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        package, _, path = line.partition(": ")
+        owners[path.strip()] = package.split(":")[0].split(",")[0].strip()
+    return owners
+
+
+def _versions(packages: set[str]) -> dict[str, str]:
+    if not packages:
+        return {}
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Package} ${Version}\n", *sorted(packages)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+
+
+def describe_sources(paths: Sequence[str]) -> list[Source]:
+    """Package, version and hash of each header in PATHS (package "unpackaged" when dpkg does not own it)."""
+    owners = _owning_packages(paths)
+    versions = _versions(set(owners.values()))
+    sources = []
+    for path in paths:
+        package = owners.get(path, "unpackaged")
+        sources.append(Source(path, package, versions.get(package, "-"), sha256_of(path)))
+    return sources
+
+
+def read_sources(module_text: str) -> list[Source]:
+    """The sources recorded at the top of a generated module."""
+    sources = []
+    for line in module_text.splitlines():
+        if not line.startswith("#"):
+            break
+        match = SOURCE_LINE.match(line)
+        if match:
+            sources.append(Source(**match.groupdict()))
+    return sources

@@ -113,3 +113,7 @@ CC = flag("CC", "", "C compiler for CPU kernels (default: clang when installed, 
 def cache_dir() -> str:
     """The directory that holds tg's sqlite caches."""
     return TG_CACHE_DIR.value or os.path.join(os.path.expanduser("~"), ".cache", "tg")
+
+
+HCQDEV_WAIT_TIMEOUT_MS = flag("HCQDEV_WAIT_TIMEOUT_MS", 30000, "milliseconds a signal wait may make no progress")
+PROFILE = flag("PROFILE", 0, "record profiling events (kernel and copy time ranges) on HCQ devices")

@@ -1,0 +1,89 @@
+"""The commands an `HWQueue` records: typed records whose integer fields may be symbolic until submit.
+
+Backends execute these after `resolve_command` has replaced every `Variable` with its value, so a device
+worker only ever sees plain integers (addresses, values, sizes), like hardware reading a command ring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from tg.hcq.symbolic import Variable, resolve, sint
+
+
+@dataclass(frozen=True)
+class SignalCommand:
+    """Set the u64 at `value_addr` to `value` after all previous commands completed."""
+
+    value_addr: sint
+    value: sint
+
+
+@dataclass(frozen=True)
+class WaitCommand:
+    """Halt the queue until the u64 at `value_addr` is >= `value`."""
+
+    value_addr: sint
+    value: sint
+
+
+@dataclass(frozen=True)
+class TimestampCommand:
+    """Store the monotonic clock (ns) at `timestamp_addr` after all previous commands completed."""
+
+    timestamp_addr: sint
+
+
+@dataclass(frozen=True)
+class MemoryBarrierCommand:
+    """Make host writes visible to the commands that follow."""
+
+
+@dataclass(frozen=True)
+class ExecCommand:
+    """Run `program` with the kernel arguments stored at `args_addr` over `global_size` x `local_size`.
+
+    `args_state` is carried along so that the argument memory stays alive while the command exists.
+    """
+
+    program: Any
+    args_addr: sint
+    args_state: Any
+    global_size: tuple[sint, sint, sint]
+    local_size: tuple[sint, sint, sint]
+
+
+@dataclass(frozen=True)
+class CopyCommand:
+    """Copy `size` bytes from `src_addr` to `dest_addr`."""
+
+    dest_addr: sint
+    src_addr: sint
+    size: sint
+
+
+Command = SignalCommand | WaitCommand | TimestampCommand | MemoryBarrierCommand | ExecCommand | CopyCommand
+
+
+def _is_symbolic_field(value: object) -> bool:
+    if isinstance(value, tuple):
+        return any(isinstance(item, Variable) for item in value)
+    return isinstance(value, Variable)
+
+
+def is_symbolic_command(command: Command) -> bool:
+    return any(_is_symbolic_field(getattr(command, f.name)) for f in dataclasses.fields(command))
+
+
+def resolve_command(command: Command, var_vals: dict[str, int]) -> Command:
+    """The same command with every symbolic field replaced by its value."""
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(command):
+        value = getattr(command, f.name)
+        if isinstance(value, tuple) and _is_symbolic_field(value):
+            changes[f.name] = tuple(resolve(item, var_vals) for item in value)
+        elif isinstance(value, Variable):
+            changes[f.name] = resolve(value, var_vals)
+    return dataclasses.replace(command, **changes) if changes else command

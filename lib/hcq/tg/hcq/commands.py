@@ -1,5 +1,8 @@
 """The commands an `HWQueue` records: typed records whose integer fields may be symbolic until submit.
 
+Commands name memory by address, as hardware does; `keep_alive` holds the Python objects that own that
+memory (a signal, the copied buffers) so it cannot be freed and reused while the command may still run.
+
 Backends execute these after `resolve_command` has replaced every `Variable` with its value, so a device
 worker only ever sees plain integers (addresses, values, sizes), like hardware reading a command ring.
 """
@@ -7,7 +10,7 @@ worker only ever sees plain integers (addresses, values, sizes), like hardware r
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tg.hcq.symbolic import Variable, resolve, sint
@@ -19,6 +22,7 @@ class SignalCommand:
 
     value_addr: sint
     value: sint
+    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class WaitCommand:
 
     value_addr: sint
     value: sint
+    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class TimestampCommand:
     """Store the monotonic clock (ns) at `timestamp_addr` after all previous commands completed."""
 
     timestamp_addr: sint
+    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class CopyCommand:
     dest_addr: sint
     src_addr: sint
     size: sint
+    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
 
 
 Command = SignalCommand | WaitCommand | TimestampCommand | MemoryBarrierCommand | ExecCommand | CopyCommand

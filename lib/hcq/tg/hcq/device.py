@@ -159,9 +159,13 @@ class _DeviceRegistry:
         with self._lock:
             return list(self._opened.values())
 
-    def synchronize_all(self) -> None:
+    def synchronize(self) -> None:
+        """Wait for all work on every opened device."""
         for device in self.opened():
             device.synchronize()
+
+    def synchronize_all(self) -> None:
+        self.synchronize()
 
 
 Device = _DeviceRegistry()

@@ -73,15 +73,15 @@ class HWQueue:
 
     def signal(self, signal: Any, value: sint) -> HWQueue:
         """Set `signal` to `value` after every previous command completed."""
-        return self._add(SignalCommand(signal.value_addr, value))
+        return self._add(SignalCommand(signal.value_addr, value, keep_alive=signal))
 
     def wait(self, signal: Any, value: sint) -> HWQueue:
         """Halt this queue until `signal.value >= value`."""
-        return self._add(WaitCommand(signal.value_addr, value))
+        return self._add(WaitCommand(signal.value_addr, value, keep_alive=signal))
 
     def timestamp(self, signal: Any) -> HWQueue:
         """Record the device clock into `signal`'s timestamp after every previous command completed."""
-        return self._add(TimestampCommand(signal.timestamp_addr))
+        return self._add(TimestampCommand(signal.timestamp_addr, keep_alive=signal))
 
     # --- compute ---
 
@@ -109,7 +109,7 @@ class HWQueue:
             raise NotImplementedError(f"{type(self).__name__} cannot copy")
         dest_addr = dest.va_addr if isinstance(dest, HCQBuffer) else dest
         src_addr = src.va_addr if isinstance(src, HCQBuffer) else src
-        return self._add(CopyCommand(dest_addr, src_addr, copy_size))
+        return self._add(CopyCommand(dest_addr, src_addr, copy_size, keep_alive=(dest, src)))
 
     # --- submission ---
 

@@ -1,1 +1,27 @@
-"""The tg compiler core: dtypes, the UOp IR, rewrites, scheduler, lowering, renderers."""
+"""The tg compiler core: dtypes, the UOp IR, rewrites, scheduler, lowering, renderers.
+
+Integer `//` and `%` on UOps truncate toward zero (C semantics); see tg.codegen.uop.ops.
+"""
+
+from tg.codegen.dtype import (
+    DEFAULT_FLOAT,
+    AddrSpace,
+    DType,
+    PtrDType,
+    dtypes,
+    from_numpy,
+    least_upper_dtype,
+    least_upper_float,
+    to_numpy,
+    truncate,
+)
+from tg.codegen.uop.args import AxisType, KernelInfo, ParamArg, RangeArg, VarArg
+from tg.codegen.uop.ops import GroupOp, Ops, UOp, Variable, sym_infer
+from tg.codegen.uop.pattern import PatternMatcher, RewriteError, UPat, graph_rewrite, graph_rewrite_map
+
+__all__ = [
+    "DEFAULT_FLOAT", "AddrSpace", "DType", "PtrDType", "dtypes", "from_numpy", "least_upper_dtype",
+    "least_upper_float", "to_numpy", "truncate", "AxisType", "KernelInfo", "ParamArg", "RangeArg", "VarArg",
+    "GroupOp", "Ops", "UOp", "Variable", "sym_infer", "PatternMatcher", "RewriteError", "UPat", "graph_rewrite",
+    "graph_rewrite_map",
+]  # fmt: skip

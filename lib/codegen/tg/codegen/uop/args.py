@@ -1,0 +1,69 @@
+"""Typed `arg` payloads of UOps: one frozen dataclass per op family instead of bare tuples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class AxisType(Enum):
+    """What a RANGE loops over; the letter is how kernel names and debug output show it."""
+
+    DEVICE = "d"  # a multi-device shard
+    GLOBAL = "g"  # a global work dimension
+    WARP = "w"  # created by tensor cores
+    LOCAL = "l"  # a local (workgroup) dimension, split from GLOBAL or LOOP
+    LOOP = "L"  # the initial state of every non-reduce axis
+    GROUP_REDUCE = "G"  # split from REDUCE, reduced through shared memory
+    REDUCE = "R"  # a reduction axis
+    UPCAST = "u"  # unrolled into registers (vectorized), split from GLOBAL/LOCAL/LOOP
+    UNROLL = "r"  # unrolled reduction, split from REDUCE/GROUP_REDUCE
+
+    @property
+    def letter(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"AxisType.{self.name}"
+
+
+@dataclass(frozen=True)
+class RangeArg:
+    """A RANGE's identity: its axis number (negative ids are allowed) and what kind of loop it is."""
+
+    axis_id: int
+    axis_type: AxisType = AxisType.LOOP
+
+
+@dataclass(frozen=True)
+class VarArg:
+    """A symbolic variable (DEFINE_VAR): its name and inclusive bounds."""
+
+    name: str
+    vmin: int
+    vmax: int
+
+
+@dataclass(frozen=True)
+class ParamArg:
+    """A kernel parameter (PARAM): which argument slot it is and an optional readable name."""
+
+    slot: int
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """The arg of a kernel AST's SINK: its name and the optimizations planned for and applied to it."""
+
+    name: str = "test"
+    axis_types: tuple[AxisType, ...] = ()
+    applied_opts: tuple[Any, ...] = ()
+    opts_to_apply: tuple[Any, ...] | None = None
+    estimates: Any = None
+
+    @property
+    def function_name(self) -> str:
+        """The name as a C identifier."""
+        return "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)

@@ -1,0 +1,1 @@
+"""The scheduler: from the tensor graph that tg.tensor builds to a linear list of kernel calls."""

@@ -201,6 +201,7 @@ class Sum:
 def split_sum(root: UOp) -> Sum | None:
     """`root` as a Sum, or None when it has more than MAX_SUM_TERMS terms."""
     result = Sum(root.dtype)
+    last = root.src[-1] if root.op is Ops.ADD else root  # where a normalized sum keeps its constant
     stack = [root]
     n_consts = 0
     while stack:
@@ -211,7 +212,7 @@ def split_sum(root: UOp) -> Sum | None:
         elif u.op is Ops.CONST:
             result.const += u.arg
             n_consts += 1
-            if u is not root.src[-1] or n_consts > 1:
+            if u is not last or n_consts > 1:
                 result.changed = True
         elif u.op is Ops.MUL and u.src[1].op is Ops.CONST:
             result.add_term(u.src[0], u.src[1].arg)
@@ -300,7 +301,32 @@ def fold_div(x: UOp, c: UOp) -> UOp | None:
     g = _gcd_of(s, d)
     if g > 1:
         return _divide_sum(s, g) // (d // g)
-    return _split_divisible_part(x, s, d, Ops.IDIV)
+    split = _split_divisible_part(x, s, d, Ops.IDIV)
+    return split if split is not None else _drop_small_remainder(x, s, d)
+
+
+def _drop_small_remainder(x: UOp, s: Sum, d: int) -> UOp | None:
+    """(g*Q + R) // d is Q // (d/g) when g divides d and 0 <= R < g, and x >= 0 (floor of a floor).
+
+    `(k + j*4 + i*8) // 16` with 0 <= k < 4 is `(j + i*2) // 4`.
+    """
+    if x.vmin < 0:
+        return None
+    candidates = sorted({math.gcd(k, d) for k in s.terms.values()} - {1, d}, reverse=True)
+    for g in candidates:
+        big, small = Sum(s.dtype), Sum(s.dtype)
+        for u, k in s.terms.items():
+            if k % g == 0:
+                big.terms[u] = k // g
+            else:
+                small.terms[u] = k
+        big.const, small.const = divmod(s.const, g)
+        if not small.terms and small.const == 0:
+            continue
+        rest = small.build()
+        if rest.vmin >= 0 and rest.vmax < g:
+            return big.build() // (d // g)
+    return None
 
 
 def _split_divisible_part(x: UOp, s: Sum, d: int, op: Ops) -> UOp | None:

@@ -42,7 +42,7 @@ def test_three_dimensional_global_size_covers_the_product(kit) -> None:
 def test_unknown_function_name_is_a_clear_error(kit) -> None:
     dev = Device["CPU"]
     with pytest.raises(ValueError, match="no function named 'nope'"):
-        dev.runtime(dev, "nope", dev.compiler.compile(kit.MARK))
+        dev.runtime("nope", dev.compiler.compile(kit.MARK))
 
 
 def test_passing_a_buffer_object_instead_of_raw_is_a_clear_error(kit) -> None:
@@ -98,3 +98,19 @@ def test_two_core_threads_run_kernel_calls_concurrently(kit) -> None:
     flags = Buffer("CPU:62", 4, kit.int32).allocate()
     prg(flags.raw, global_size=(2, 1, 1), wait=True)
     assert flags.as_buffer().tolist() == [1, 1, 1, 1]
+
+
+def test_runtime_accepts_the_first_commits_calling_form(kit) -> None:
+    from tg.hcq.devices.cpu import CPUProgram
+
+    dev = Device["CPU"]
+    lib = dev.compiler.compile(kit.MARK)
+    assert isinstance(dev.runtime("mark", lib), CPUProgram)
+    assert isinstance(dev.runtime(dev, "mark", lib), CPUProgram)
+    with pytest.raises(TypeError, match="usage"):
+        dev.runtime("mark")
+
+
+def test_disk_cannot_run_programs(tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="cannot run programs"):
+        Device[f"DISK:{tmp_path / 'x.bin'}"].runtime("f", b"")

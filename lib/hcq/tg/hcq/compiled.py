@@ -35,12 +35,12 @@ class HCQCompiled(Compiled):
         spec: DeviceSpec,
         allocator: Any,
         compiler: Any,
-        runtime: Any,
+        program_class: Any,
         comp_queue_t: type | None,
         copy_queue_t: type | None,
         kernargs_size: int = 16 << 20,
     ) -> None:
-        super().__init__(spec, allocator, compiler, runtime)
+        super().__init__(spec, allocator, compiler, program_class)
         self.hw_compute_queue_t = comp_queue_t
         self.hw_copy_queue_t = copy_queue_t
         self.peer_group = f"{spec.iface}+{spec.name}" if spec.iface else spec.name

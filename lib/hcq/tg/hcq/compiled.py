@@ -67,6 +67,10 @@ class HCQCompiled(Compiled):
         address = self.kernargs_allocator.alloc(size, KERNARGS_ALIGNMENT)
         return self.kernargs_buf.offset(address - self.kernargs_buf.va_addr, size)
 
+    def is_idle(self) -> bool:
+        """True when everything submitted so far has finished."""
+        return self.timeline_signal.value >= self.timeline_value - 1
+
     def synchronize(self, timeout: int | None = None) -> None:
         """Block until everything submitted so far finished; re-raise a device error, if one happened."""
         self._raise_error_state()

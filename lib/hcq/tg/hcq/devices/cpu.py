@@ -16,7 +16,8 @@ device's kernel-argument ring (u64 address per buffer, then int32 per value) and
 engine thread when the exec runs, so symbolic arguments patched at submit time take effect.
 
 Queues: a compute engine (kernels) and a copy engine (memmove), each one thread, so copies overlap
-with compute; order between them is expressed with signals, exactly as on a GPU.
+with compute; order between them is expressed with signals, exactly as on a GPU. `Buffer.copyin` on a
+busy device goes through a staging buffer and the copy engine instead of waiting for the device.
 """
 
 from __future__ import annotations
@@ -98,8 +99,21 @@ class CPUAllocator(LRUAllocator):
         raw.meta = None
 
     def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
-        self.device.synchronize()
-        dest.cpu_view()[:] = src
+        """Copy host data in without waiting for a busy device.
+
+        Idle device: copy directly. Busy device: snapshot `src` into a staging buffer and let the copy
+        engine move it after the work already queued (which may still read `dest`), on the timeline,
+        so later kernels see the new data and the host goes on at once.
+        """
+        dev = self.device
+        dev._raise_error_state()
+        if dev.is_idle():
+            dest.cpu_view()[:] = src
+            return
+        staging = HostMemory(src.nbytes).handle(owner=dev)
+        staging.cpu_view()[:] = src
+        queue = dev.hw_copy_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1)
+        queue.copy(dest, staging, src.nbytes).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
 
     def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
         self.device.synchronize()

@@ -28,6 +28,7 @@ import tempfile
 from typing import Any
 
 from tg.codegen.compiler import CCompiler
+from tg.codegen.render.c import CRenderer
 from tg.codegen.flags import CPU_COUNT
 from tg.hcq.allocator import BufferSpec, LRUAllocator
 from tg.hcq.commands import Command
@@ -143,6 +144,7 @@ class CPUDevice(HCQCompiled):
         allocator = CPUAllocator()
         super().__init__(spec, allocator, CCompiler(), CPUProgram, CPUComputeQueue, CPUCopyQueue)
         allocator.device = self
+        self.renderer = CRenderer(cores=self.cores.count)
 
     def _record_error(self, error: BaseException) -> None:
         if self.error_state is None:

@@ -83,7 +83,9 @@ def test_int32_elementwise_and_reduce_wrap_like_numpy(device: str) -> None:
     b = rng.integers(-(2**31), 2**31 - 1, (4, 8), dtype=np.int32)
     A, B = tensor(a, device), tensor(b, device)
     np.testing.assert_array_equal(to_numpy(alu(Ops.MUL, A, B)), a * b)
-    np.testing.assert_array_equal(to_numpy(reduce(alu(Ops.ADD, A, B), Ops.ADD, (1,))), (a + b).sum(1, keepdims=True, dtype=np.int32))
+    np.testing.assert_array_equal(
+        to_numpy(reduce(alu(Ops.ADD, A, B), Ops.ADD, (1,))), (a + b).sum(1, keepdims=True, dtype=np.int32)
+    )
     np.testing.assert_array_equal(to_numpy(reduce(A, Ops.MAX, (0,))), a.max(0, keepdims=True))
 
 

@@ -64,21 +64,25 @@ class Linearizer:
         return self.append(UOp(Ops.END, dtypes.void, (rng,) if after is None else (rng, after)))
 
     def emit(self, node: UOp) -> UOp:
-        """The linear node holding `node`'s value in the current loop, computing it (and its sources) if needed."""
+        """The linear node holding `node`'s value in the current loop, computing it (and its sources) if needed.
+
+        Sources are placed first, walking the graph in order (no recursion, so deep graphs are fine); a REDUCE's
+        body is placed by `emit_reduce`, inside its loops."""
         found = self.lookup(node)
         if found is not None:
             return found
-        if node.op is Ops.RANGE:
-            raise ValueError(f"range {node.arg} is used outside its loop")
-        linear = self.emit_reduce(node) if node.op is Ops.REDUCE else self._emit_plain(node)
-        self.scopes[-1][node] = linear
-        return linear
+        for inner in node.toposort(lambda u: self.lookup(u) is None and u.op is not Ops.REDUCE):
+            if self.lookup(inner) is not None:
+                continue
+            if inner.op is Ops.RANGE:
+                raise ValueError(f"range {inner.arg} is used outside its loop")
+            self.scopes[-1][inner] = self.emit_reduce(inner) if inner.op is Ops.REDUCE else self._emit_plain(inner)
+        return self.scopes[-1][node]
 
     def _emit_plain(self, node: UOp) -> UOp:
-        new_src = tuple(self.emit(s) for s in node.src)
-        return self.append(
-            node if all(a is b for a, b in zip(new_src, node.src, strict=True)) else node.replace(src=new_src)
-        )
+        new_src = tuple(self.lookup(s) for s in node.src)
+        unchanged = all(a is b for a, b in zip(new_src, node.src, strict=True))
+        return self.append(node if unchanged else node.replace(src=new_src))
 
     def hoist_invariants(self, body: UOp) -> None:
         """Compute, before a reduce loop opens, every part of its body that does not change inside it."""

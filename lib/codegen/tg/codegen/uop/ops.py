@@ -156,9 +156,11 @@ def _forget(ref: weakref.KeyedRef) -> None:
 
 
 def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any, tag: Any) -> tuple:
-    # 0.0 == -0.0 and nan != nan in Python; key floats by their sign and repr so both get their own node
-    if type(arg) is float and (arg == 0.0 or arg != arg):
-        return (op, dtype, src, ("float", repr(arg)), tag)
+    # 1 == 1.0 == True, 0.0 == -0.0 and nan != nan in Python: key floats and bools by type and repr so that
+    # each gets its own node
+    arg_type = type(arg)
+    if arg_type is float or arg_type is bool:
+        return (op, dtype, src, (arg_type, repr(arg)), tag)
     return (op, dtype, src, arg, tag)
 
 

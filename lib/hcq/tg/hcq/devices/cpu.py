@@ -144,6 +144,10 @@ class CPUDevice(HCQCompiled):
         super().__init__(spec, allocator, CCompiler(), CPUProgram, CPUComputeQueue, CPUCopyQueue)
         allocator.device = self
 
+    def is_busy(self) -> bool:
+        """True while an engine runs a kernel or a copy (so a long kernel is not mistaken for a hang)."""
+        return self.compute_engine.busy or self.copy_engine.busy
+
     def _record_error(self, error: BaseException) -> None:
         if self.error_state is None:
             self.error_state = error

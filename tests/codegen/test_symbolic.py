@@ -133,7 +133,7 @@ def test_more_cases_from_random_expressions():
     a, d, f = v("a", 0, 7), v("d", 0, 31), v("f", 0, 100)
     cases = [
         ((((a.maximum(f) + a) + 1) // 4 + 1) // 2, "(((max(a, f)+a)+5)//8)"),
-        (((d * -1) * (f * -1)) * a, "((d*f)*a)"),
+        (((d * -1) * (f * -1)) * a, "((f*d)*a)"),
         (((a + d * 8) % 16 + f % 8) % 2, "((a+f)%2)"),
     ]
     for before, expected in cases:

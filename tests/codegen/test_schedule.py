@@ -123,3 +123,11 @@ def test_schedule_cache_abstracts_buffer_identity_but_not_shape_or_constants() -
     create_schedule((graph(6, 3.0),))
     create_schedule((graph(5, 4.0),))
     assert schedule_stats.misses == misses + 2
+
+
+def test_contiguous_output_axes_merge_into_one_loop_and_transposed_ones_do_not() -> None:
+    a, b = buffer(16, 3), buffer(16, 3)
+    (merged,) = kernels(schedule_graph((op(Ops.ADD, a, b),)))
+    assert merged.arg.name == "E_48"
+    (separate,) = kernels(schedule_graph((op(Ops.ADD, movement(Ops.PERMUTE, buffer(3, 16), (1, 0)), b),)))
+    assert separate.arg.name == "E_16_3"

@@ -9,6 +9,7 @@ load plus a WHERE that yields 0 outside the source.
 from __future__ import annotations
 
 from collections.abc import Callable
+import math
 from dataclasses import dataclass, field
 
 from tg.codegen.dtype import dtypes
@@ -198,11 +199,25 @@ class Kernel:
 
 
 def build_kernel(point: UOp, output: UOp, storage: dict[UOp, UOp]) -> Kernel:
-    """The kernel that computes realize point `point` into BUFFER `output` (for ASSIGN: into its target)."""
+    """The kernel that computes realize point `point` into BUFFER `output` (for ASSIGN: into its target).
+
+    It first tries one loop over all output elements: when every index then simplifies to plain strides (no
+    division or remainder left), the output axes merge into one long loop that vectorizes and splits across
+    cores evenly. Otherwise each output axis gets its own loop."""
+    shape = shape_of(point)
+    if sum(1 for size in shape if size != 1) > 1:
+        flat = _build(point, output, storage, (math.prod(shape),))
+        if not any(u.op in (Ops.IDIV, Ops.MOD) and u.dtype is dtypes.index for u in flat.ast.toposort()):
+            return flat
+    return _build(point, output, storage, shape)
+
+
+def _build(point: UOp, output: UOp, storage: dict[UOp, UOp], loop_shape: tuple[int, ...]) -> Kernel:
     builder = KernelBuilder({node: buf for node, buf in storage.items() if node is not point})
     shape = shape_of(point)
     output_param = builder.param(output)
-    idx = builder.ranges_for(shape, AxisType.LOOP)
+    loops = builder.ranges_for(loop_shape, AxisType.LOOP)
+    idx = loops if loop_shape == shape else indexing.reshape_index(loops, loop_shape, shape)
     if point.op is Ops.ASSIGN:
         target, computed = point.src
         address = builder.store_address(target, idx)
@@ -218,6 +233,6 @@ def build_kernel(point: UOp, output: UOp, storage: dict[UOp, UOp]) -> Kernel:
     store = address.store(value)
     reduce_ranges = [u for u in store.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.REDUCE]
     reduce_ranges.sort(key=lambda r: r.arg.axis_id)
-    info = KernelInfo(name=kernel_name(idx, reduce_ranges))
+    info = KernelInfo(name=kernel_name(loops, reduce_ranges))
     ast = graph_rewrite(UOp.sink(store, arg=info), indexing.simplify_indices, name="simplify indices")
     return Kernel(ast, tuple(builder.buffers))

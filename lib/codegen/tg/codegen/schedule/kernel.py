@@ -8,8 +8,8 @@ load plus a WHERE that yields 0 outside the source.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tg.codegen.dtype import dtypes

@@ -18,7 +18,7 @@ def reduce_kernel() -> UOp:
 
 
 def test_stages_are_listed_in_order_by_name() -> None:
-    assert [stage.name for stage in LOWERING] == ["simplify indices", "linearize"]
+    assert [stage.name for stage in LOWERING] == ["simplify indices", "upcast strided reductions", "linearize"]
 
 
 def test_reduce_becomes_an_accumulator_loop_inside_the_output_loop() -> None:
@@ -48,3 +48,24 @@ def test_every_source_comes_before_its_use() -> None:
         for source in node.src:
             assert source in seen or source.op is Ops.CONST, f"{source.op} used before it is computed"
         seen.add(node)
+
+
+def column_sum_kernel(rows: int, columns: int) -> UOp:
+    """out[j] = sum_i in[i*columns + j]: a reduction that strides through memory."""
+    out, inp = UOp.param(0, dtypes.float32, columns), UOp.param(1, dtypes.float32, rows * columns)
+    j, i = UOp.range(columns, 0), UOp.range(rows, 1, AxisType.REDUCE)
+    total = inp.index(i * columns + j).load().reduce(i, arg=Ops.ADD)
+    return UOp.sink(out.index(j).store(total), arg=KernelInfo("r_cols"))
+
+
+def test_strided_reduction_gets_lanes_of_accumulators_innermost() -> None:
+    program = lower(column_sum_kernel(64, 512)).src
+    accumulator = next(u for u in program if u.op is Ops.PARAM and u.addrspace.name == "REG")
+    assert accumulator.dtype.size == 256
+    order = [u.arg.axis_type for u in program if u.op is Ops.RANGE]
+    assert order == [AxisType.LOOP, AxisType.UPCAST, AxisType.REDUCE, AxisType.UPCAST, AxisType.UPCAST]
+
+
+def test_reduction_along_memory_gets_no_lanes() -> None:
+    program = lower(reduce_kernel()).src
+    assert all(u.arg.axis_type is not AxisType.UPCAST for u in program if u.op is Ops.RANGE)

@@ -191,7 +191,7 @@ class _CFunction:
     def _chunks(self, cores: int) -> int:
         program = self.linear.src
         first = next((u for u in program if u.op is Ops.RANGE), None)
-        if first is None or first.arg.axis_type is AxisType.REDUCE or cores == 1:
+        if first is None or first.arg.axis_type is not AxisType.LOOP or cores == 1:
             return 1
         if loop_iterations(self.linear) < MULTICORE_MIN_ITERATIONS:
             return 1

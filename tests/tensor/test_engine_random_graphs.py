@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tg.codegen import Ops, UOp, dtypes
+from tg.codegen.dtype import from_numpy
 from tg.codegen.schedule.graph import ReduceArg, shape_of
 
 from .test_engine import tensor, to_numpy
@@ -75,3 +76,42 @@ def test_random_graph_matches_numpy(seed: int) -> None:
         node, array = random_step(node, array, rnd)
         assert shape_of(node) == array.shape
     np.testing.assert_array_equal(to_numpy(node), array, err_msg=f"seed {seed} on {device}")
+
+
+DTYPES = [np.int32, np.int8, np.uint8, np.int16, np.uint32, np.int64, np.float32, np.float16, np.float64]
+INT_OPS = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR]
+FLOAT_OPS = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX]
+EXACT_UNARY = [Ops.NEG, Ops.SQRT, Ops.TRUNC, Ops.RECIPROCAL]  # correctly rounded in C and in the emulator
+
+
+def random_expression(rnd: random.Random, leaves: dict, dtype, depth: int) -> UOp:  # noqa: ANN001
+    if depth == 0 or rnd.random() < 0.2:
+        return leaves[dtype]
+    sub = lambda dt=dtype: random_expression(rnd, leaves, dt, depth - 1)  # noqa: E731
+    choice = rnd.random()
+    if choice < 0.15:
+        return UOp(Ops.CAST, dtype, (sub(rnd.choice(list(leaves))),))
+    if choice < 0.3 and dtypes.is_float(dtype):
+        return UOp(rnd.choice(EXACT_UNARY), dtype, (sub(),))
+    if choice < 0.4:
+        return UOp(Ops.WHERE, dtype, (UOp(Ops.CMPLT, dtypes.bool, (sub(), sub())), sub(), sub()))
+    return UOp(rnd.choice(FLOAT_OPS if dtypes.is_float(dtype) else INT_OPS), dtype, (sub(), sub()))
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_c_renderer_and_python_emulator_agree_bit_for_bit(seed: int) -> None:
+    """Random expressions over many dtypes (casts, wrapping, division by zero, NaN) on CPU and PYTHON."""
+    generator = np.random.default_rng(seed)
+    arrays = {}
+    for np_dtype in DTYPES:
+        if np.issubdtype(np_dtype, np.floating):
+            arrays[from_numpy(np.dtype(np_dtype))] = (generator.standard_normal(16) * 4).astype(np_dtype)
+        else:
+            arrays[from_numpy(np.dtype(np_dtype))] = generator.integers(-1000, 1000, 16).astype(np_dtype)
+    results = []
+    for device in ("CPU", "PYTHON"):
+        rnd = random.Random(seed)
+        leaves = {dt: tensor(array, device) for dt, array in arrays.items()}
+        dtype = from_numpy(np.dtype(rnd.choice(DTYPES)))
+        results.append(to_numpy(random_expression(rnd, leaves, dtype, 4)))
+    np.testing.assert_array_equal(results[0], results[1], err_msg=f"seed {seed}")

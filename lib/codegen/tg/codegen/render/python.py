@@ -9,7 +9,7 @@ dtype. It is the reference the C renderer is compared against, and what the PYTH
         data1 = TypedMemory(raw1, dtypes.float)
         for r0 in range(0, 4):
             v0 = data1[r0]
-            v1 = to_float((v0 + v0))
+            v1 = to_float(v0 + v0)
             v2 = alu(Ops.EXP2, dtypes.float, v1)
             data0[r0] = v2
 

@@ -219,3 +219,11 @@ def test_kernel_that_only_reads_padding_drops_the_unread_buffer(device: str) -> 
 def test_padding_a_zero_constant(device: str) -> None:
     padded = movement(Ops.PAD, full(0.0, (2,), dtypes.float32, device), ((1, 1),))
     np.testing.assert_array_equal(to_numpy(padded), np.zeros(4, np.float32))
+
+
+def test_realizing_the_same_assign_twice_applies_it_twice() -> None:
+    target = tensor(np.zeros(3, np.float32))
+    increment = UOp(Ops.ASSIGN, dtypes.float32, (target, alu(Ops.ADD, target, full(1.0, (3,), dtypes.float32))))
+    realize(increment)
+    realize(increment)
+    np.testing.assert_array_equal(to_numpy(target), np.full(3, 2.0, np.float32))

@@ -227,3 +227,9 @@ def test_realizing_the_same_assign_twice_applies_it_twice() -> None:
     realize(increment)
     realize(increment)
     np.testing.assert_array_equal(to_numpy(target), np.full(3, 2.0, np.float32))
+
+
+def test_assign_to_an_expanded_view_is_refused() -> None:
+    target = movement(Ops.EXPAND, reshape(tensor(np.zeros(3, np.float32)), (1, 3)), (2, 3))
+    with pytest.raises(ValueError, match="expanded view"):
+        realize(UOp(Ops.ASSIGN, dtypes.float32, (target, full(1.0, (2, 3), dtypes.float32))))

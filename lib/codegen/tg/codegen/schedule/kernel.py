@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from tg.codegen.dtype import dtypes
+from tg.codegen.dtype import DType, dtypes
 from tg.codegen.schedule import indexing
 from tg.codegen.schedule.graph import shape_of
 from tg.codegen.schedule.indexing import Index, index_const
@@ -21,7 +21,7 @@ from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 
 
-def reduce_identity(op: Ops, dtype) -> object:  # noqa: ANN001 - a DType
+def reduce_identity(op: Ops, dtype: DType) -> object:
     """The value a reduction starts from (and what it gives over zero elements)."""
     if op is Ops.ADD:
         return 0
@@ -178,6 +178,11 @@ class KernelBuilder:
 
     def store_address(self, target: UOp, idx: Index) -> UOp:
         """The INDEX an ASSIGN writes element `idx` of `target` to (target: movement ops over a buffer)."""
+        view = target
+        while view.op in GroupOp.Movement:
+            if view.op is Ops.EXPAND and shape_of(view) != shape_of(view.src[0]):
+                raise AssignError(f"cannot assign to an expanded view {shape_of(view.src[0])} -> {shape_of(view)}")
+            view = view.src[0]
         loaded = self.value(target, idx)
         if loaded.op is not Ops.LOAD or loaded.src[0].op is not Ops.INDEX or len(loaded.src[0].src) != 2:
             raise AssignError(f"cannot assign to a view that is padded or computed (target shape {shape_of(target)})")

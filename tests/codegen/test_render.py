@@ -20,7 +20,7 @@ def run(ast: UOp, device: str, out: np.ndarray, *inputs: np.ndarray) -> np.ndarr
     """Lower and render `ast` with the device's renderer, compile it, run it on copies of the arrays."""
     dev = Device[device]
     rendered = dev.renderer.render(lower(ast))
-    program = dev.runtime(dev, rendered.name, dev.compiler.compile(rendered.src))
+    program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
     buffers = []
     for array in (out, *inputs):
         buf = Buffer(device, array.size, from_numpy(array.dtype)).ensure_allocated()

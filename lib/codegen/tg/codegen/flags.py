@@ -117,3 +117,7 @@ REWRITE_STACK_LIMIT = flag("REWRITE_STACK_LIMIT", 250_000, "pending steps after 
 def cache_dir() -> str:
     """The directory that holds tg's sqlite caches."""
     return TG_CACHE_DIR.value or os.path.join(os.path.expanduser("~"), ".cache", "tg")
+
+
+HCQDEV_WAIT_TIMEOUT_MS = flag("HCQDEV_WAIT_TIMEOUT_MS", 30000, "milliseconds a signal wait may make no progress")
+PROFILE = flag("PROFILE", 0, "record profiling events (kernel and copy time ranges) on HCQ devices")

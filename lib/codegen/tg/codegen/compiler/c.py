@@ -1,0 +1,90 @@
+"""C source -> shared object bytes with the system C compiler (clang when installed, else gcc).
+
+Flags: `-O3 -march=native` for speed on this CPU. We deliberately do NOT use `-ffast-math`: it lets the
+compiler assume no NaN or inf exists (`-ffinite-math-only`), which breaks ops whose results must keep
+IEEE semantics (max with NaN, isnan checks, inf from overflow, x*0). `-fno-math-errno` is the part of
+fast-math that is safe and useful: math calls such as sqrtf no longer set errno, so they become single
+instructions and loops containing them vectorise. `-ffp-contract=off` stops the compiler from fusing
+a*b+c into one FMA on its own: fused and unfused results differ in the last bit, and the CPU device must
+agree bit for bit with numpy and with the PYTHON reference device. A renderer that wants an FMA asks for
+it explicitly (fmaf / __builtin_fmaf), which this flag does not affect.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+
+from tg.codegen.compiler.base import CompileError, Compiler
+from tg.codegen.flags import CC
+
+CLANG_CANDIDATES = ("clang", *(f"clang-{version}" for version in range(19, 13, -1)))
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11")
+
+
+def find_c_compiler() -> str:
+    """The compiler to use: the CC flag, else the first clang found on PATH, else gcc."""
+    if CC.value:
+        found = shutil.which(CC.value)
+        if found is None:
+            raise FileNotFoundError(f"CC={CC.value!r} is not an executable on PATH")
+        return found
+    for name in (*CLANG_CANDIDATES, "gcc", "cc"):
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    raise FileNotFoundError(f"no C compiler found on PATH (tried {', '.join(CLANG_CANDIDATES)}, gcc, cc)")
+
+
+@functools.cache
+def compiler_version(path: str) -> str:
+    """First line of `cc --version`; part of the cache key so a compiler upgrade recompiles."""
+    result = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    return result.stdout.splitlines()[0] if result.stdout else "unknown"
+
+
+class CCompiler(Compiler):
+    """Compiles C source to a shared object and returns its bytes.
+
+    `cc` is a path or a name on PATH (default: `find_c_compiler()`), `flags` replaces DEFAULT_FLAGS.
+    """
+
+    def __init__(self, cc: str | None = None, flags: tuple[str, ...] = DEFAULT_FLAGS) -> None:
+        if cc is None:
+            self.cc = find_c_compiler()
+        else:
+            self.cc = shutil.which(cc) or cc
+        self.flags = tuple(flags)
+
+    def identity(self) -> str:
+        # -march=native means "this CPU", so the CPU model belongs in the key as well.
+        return f"{self.cc}|{compiler_version(self.cc)}|{' '.join(self.flags)}|{platform.machine()}|{_cpu_model()}"
+
+    def compile_uncached(self, source: str) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="tg-cc-") as tmp:
+            source_path = os.path.join(tmp, "kernel.c")
+            output_path = os.path.join(tmp, "kernel.so")
+            with open(source_path, "w") as f:
+                f.write(source)
+            command = [self.cc, *self.flags, "-o", output_path, source_path]
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise CompileError(result.stderr or result.stdout, source, " ".join(command))
+            with open(output_path, "rb") as f:
+                return f.read()
+
+
+@functools.cache
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

@@ -1,0 +1,94 @@
+"""Allocators: how a device hands out, frees, fills and reads raw buffers (`HCQBuffer` or similar).
+
+`LRUAllocator` keeps freed blocks in a cache keyed by (size, options) and hands them out again, so a
+training loop that frees and reallocates the same shapes never reaches the system allocator after its
+first step. `free_cache()` releases everything cached (done automatically when an allocation fails).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """Options of an allocation. `nolru` skips the free-block cache; the rest are hints to the device."""
+
+    cpu_access: bool = False
+    host: bool = False
+    uncached: bool = False
+    nolru: bool = False
+
+
+DEFAULT_SPEC = BufferSpec()
+
+
+class Allocator:
+    """The allocation contract. Subclasses implement `_alloc` and `_free`, and the copies they support."""
+
+    def __init__(self, device: Any = None) -> None:
+        self.device = device
+
+    def alloc(self, size: int, options: BufferSpec = DEFAULT_SPEC) -> Any:
+        if not isinstance(size, int) or size <= 0:
+            raise ValueError(f"allocation size must be a positive integer, got {size!r}")
+        return self._alloc(size, options)
+
+    def free(self, raw: Any, size: int, options: BufferSpec = DEFAULT_SPEC) -> None:
+        self._free(raw, options)
+
+    def _alloc(self, size: int, options: BufferSpec) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} cannot allocate")
+
+    def _free(self, raw: Any, options: BufferSpec) -> None:
+        pass
+
+    def _copyin(self, dest: Any, src: memoryview) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not support copyin")
+
+    def _copyout(self, dest: memoryview, src: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not support copyout")
+
+    def _offset(self, raw: Any, offset: int, size: int) -> Any:
+        """A raw handle for a sub-range, sharing memory with `raw`."""
+        return raw.offset(offset, size)
+
+    def _as_buffer(self, raw: Any) -> memoryview | None:
+        """A zero-copy host view of `raw`, or None when the device memory is not host-visible."""
+        return None
+
+
+class LRUAllocator(Allocator):
+    """An allocator that caches freed blocks for reuse by later allocations of the same size and options."""
+
+    def __init__(self, device: Any = None) -> None:
+        super().__init__(device)
+        self.cache: dict[tuple[int, BufferSpec], list[Any]] = defaultdict(list)
+
+    def alloc(self, size: int, options: BufferSpec = DEFAULT_SPEC) -> Any:
+        cached = self.cache.get((size, options))
+        if cached:
+            return cached.pop()
+        try:
+            return super().alloc(size, options)
+        except MemoryError:
+            self.free_cache()
+            return super().alloc(size, options)
+
+    def free(self, raw: Any, size: int, options: BufferSpec = DEFAULT_SPEC) -> None:
+        if options.nolru:
+            super().free(raw, size, options)
+        else:
+            self.cache[(size, options)].append(raw)
+
+    def cached_bytes(self) -> int:
+        return sum(size * len(blocks) for (size, _), blocks in self.cache.items())
+
+    def free_cache(self) -> None:
+        """Really free every cached block."""
+        for (_, options), blocks in self.cache.items():
+            for raw in blocks:
+                super().free(raw, 0, options)
+        self.cache.clear()

@@ -1,0 +1,135 @@
+"""The commands an `HWQueue` records: typed records whose integer fields may be symbolic until submit.
+
+Commands name memory by address, as hardware does; `keep_alive` holds the Python objects that own that
+memory (a signal, the copied buffers) so it cannot be freed and reused while the command may still run.
+
+Backends execute these after `resolve_command` has replaced every `Variable` with its value, so a device
+worker only ever sees plain integers (addresses, values, sizes), like hardware reading a command ring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from tg.hcq.symbolic import Variable, resolve, sint
+
+
+@dataclass(frozen=True)
+class SignalCommand:
+    """Set the u64 at `value_addr` to `value` after all previous commands completed."""
+
+    value_addr: sint
+    value: sint
+    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+
+
+@dataclass(frozen=True)
+class WaitCommand:
+    """Halt the queue until the u64 at `value_addr` is >= `value`."""
+
+    value_addr: sint
+    value: sint
+    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+
+
+@dataclass(frozen=True)
+class TimestampCommand:
+    """Store the monotonic clock (ns) at `timestamp_addr` after all previous commands completed."""
+
+    timestamp_addr: sint
+    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+
+
+@dataclass(frozen=True)
+class MemoryBarrierCommand:
+    """Make host writes visible to the commands that follow."""
+
+
+@dataclass(frozen=True)
+class ExecCommand:
+    """Run `program` with the kernel arguments stored at `args_addr` over `global_size` x `local_size`.
+
+    `args_state` is carried along so that the argument memory stays alive while the command exists.
+    """
+
+    program: Any
+    args_addr: sint
+    args_state: Any
+    global_size: tuple[sint, sint, sint]
+    local_size: tuple[sint, sint, sint]
+
+
+@dataclass(frozen=True)
+class CopyCommand:
+    """Copy `size` bytes from `src_addr` to `dest_addr`."""
+
+    dest_addr: sint
+    src_addr: sint
+    size: sint
+    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+
+
+@dataclass(frozen=True)
+class WriteCommand:
+    """Store `value` (u32, or u64 when `b64`) at `addr` after all previous commands completed."""
+
+    addr: sint
+    value: sint
+    b64: bool = False
+    keep_alive: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class PollBitCommand:
+    """Halt the queue until `(u32 at addr) & mask == value`, where value is 0 or mask."""
+
+    addr: sint
+    value: sint
+    mask: int
+    keep_alive: Any = field(default=None, compare=False, repr=False)
+
+
+Command = (
+    SignalCommand
+    | WaitCommand
+    | TimestampCommand
+    | MemoryBarrierCommand
+    | ExecCommand
+    | CopyCommand
+    | WriteCommand
+    | PollBitCommand
+)
+
+
+# Fields that hold objects, never integers: skipped when looking for Variables.
+OBJECT_FIELDS = frozenset({"keep_alive", "program", "args_state", "b64", "mask"})
+
+
+@functools.cache
+def _integer_fields(command_type: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(command_type) if f.name not in OBJECT_FIELDS)
+
+
+def _is_symbolic_field(value: object) -> bool:
+    if isinstance(value, tuple):
+        return any(isinstance(item, Variable) for item in value)
+    return isinstance(value, Variable)
+
+
+def is_symbolic_command(command: Command) -> bool:
+    return any(_is_symbolic_field(getattr(command, name)) for name in _integer_fields(type(command)))
+
+
+def resolve_command(command: Command, var_vals: dict[str, int]) -> Command:
+    """The same command with every symbolic field replaced by its value."""
+    changes: dict[str, object] = {}
+    for name in _integer_fields(type(command)):
+        value = getattr(command, name)
+        if isinstance(value, tuple) and _is_symbolic_field(value):
+            changes[name] = tuple(resolve(item, var_vals) for item in value)
+        elif isinstance(value, Variable):
+            changes[name] = resolve(value, var_vals)
+    return dataclasses.replace(command, **changes) if changes else command

@@ -1,0 +1,187 @@
+"""The device registry: `Device["CPU"]`, `Device["CPU:1"]`, `Device.DEFAULT` from `DEV=`.
+
+Device strings follow `[IFACE+]NAME[:INDEX][:RENDERER[:ARCH]]`: `CPU`, `CPU:1`, `CPU:LLVM`, `NULL:HIP:gfx950`.
+A part after NAME that is all digits is the index (so `CPU:1` is the second CPU device, `CPU:LLVM` is the
+first one with the LLVM renderer). `DISK:/path/to/file` names a file. Index 0 is dropped from canonical
+names, so `Device["CPU:0"] is Device["CPU"]`. A device string without a renderer inherits the renderer and
+arch that `DEV` gives the same device, so with `DEV=CPU:LLVM` both `Device["CPU"]` and `Device.DEFAULT`
+use LLVM. Devices are opened lazily, on first use, and stay open for the life of the process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tg.codegen.flags import DEV
+
+# name -> "module:Class"; imported on first use so `import tg.hcq` starts no compiler and no thread.
+DEVICE_CLASSES: dict[str, str] = {
+    "CPU": "tg.hcq.devices.cpu:CPUDevice",
+    "NULL": "tg.hcq.devices.null:NullDevice",
+    "PYTHON": "tg.hcq.devices.python:PythonDevice",
+    "DISK": "tg.hcq.devices.disk:DiskDevice",
+}
+
+
+class UnknownDeviceError(ValueError):
+    """A device name that no backend provides."""
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A parsed device string."""
+
+    name: str
+    index: int = 0
+    iface: str = ""
+    renderer: str = ""
+    arch: str = ""
+    path: str = ""  # DISK only: the file
+
+    @property
+    def canonical(self) -> str:
+        text = f"{self.iface}+{self.name}" if self.iface else self.name
+        if self.path:
+            return f"{text}:{self.path}"
+        if self.index:
+            text += f":{self.index}"
+        if self.renderer:
+            text += f":{self.renderer}"
+        if self.arch:
+            text += f":{self.arch}"
+        return text
+
+
+def parse_device(text: str) -> DeviceSpec:
+    """Parse `[IFACE+]NAME[:INDEX][:RENDERER[:ARCH]]` (or `DISK:path`) into a DeviceSpec."""
+    if not isinstance(text, str) or not text.strip():
+        raise UnknownDeviceError(f"device name must be a non-empty string, got {text!r}; {_available_hint()}")
+    name, _, tail = text.strip().partition(":")
+    iface = ""
+    if "+" in name:
+        iface, name = name.rsplit("+", 1)
+    name = name.upper()
+    if name == "DISK":
+        if not tail:
+            raise UnknownDeviceError("DISK needs a file: DISK:/path/to/file")
+        return DeviceSpec(name, iface=iface.upper(), path=tail)
+    parts = tail.split(":") if tail else []
+    index = 0
+    if parts and parts[0].isdigit():
+        index = int(parts.pop(0))
+    if len(parts) > 2 or any(not p for p in parts):
+        raise UnknownDeviceError(f"cannot parse device {text!r}: expected [IFACE+]NAME[:INDEX][:RENDERER[:ARCH]]")
+    renderer = parts[0].upper() if parts else ""
+    arch = parts[1] if len(parts) > 1 else ""
+    return DeviceSpec(name, index, iface.upper(), renderer, arch)
+
+
+class Compiled:
+    """A device: an allocator, a compiler, a program class and a renderer slot.
+
+    `dev.runtime(name, lib)` loads a compiled binary as a program of `dev.program_class`.
+    `renderer` is filled by the code-generation layer (UOps -> source); the runtime only carries it.
+    `renderer_name` and `arch` are what the device string asked for (e.g. "LLVM" for `CPU:LLVM`).
+    """
+
+    def __init__(self, spec: DeviceSpec, allocator: Any, compiler: Any, program_class: Any) -> None:
+        self.spec = spec
+        self.device = spec.canonical
+        self.allocator = allocator
+        self.compiler = compiler
+        self.program_class = program_class
+        self.renderer: Any = None
+        self.renderer_name = spec.renderer
+        self.arch = spec.arch
+
+    def runtime(self, *args: Any) -> Any:
+        """Load a compiled binary: `dev.runtime(name, lib_bytes)` returns a callable program.
+
+        The form `dev.runtime(dev, name, lib_bytes)` of the first commit is accepted too.
+        """
+        if len(args) == 3 and args[0] is self:
+            args = args[1:]
+        if len(args) != 2:
+            raise TypeError("usage: dev.runtime(name, lib_bytes)")
+        if self.program_class is None:
+            raise RuntimeError(f"{self.device} cannot run programs")
+        name, lib = args
+        return self.program_class(self, name, lib)
+
+    def synchronize(self) -> None:
+        """Block until all work submitted to this device has finished."""
+
+    def finalize(self) -> None:
+        """Release the device at shutdown."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.device}>"
+
+
+def _available_hint() -> str:
+    return f"available devices: {', '.join(sorted(DEVICE_CLASSES))}"
+
+
+class _DeviceRegistry:
+    """`Device[name]` opens (once) and returns the device for a device string."""
+
+    def __init__(self) -> None:
+        self._opened: dict[str, Compiled] = {}
+        self._lock = threading.RLock()
+        self._default: str | None = None
+
+    @property
+    def available(self) -> list[str]:
+        return sorted(DEVICE_CLASSES)
+
+    def spec(self, name: str) -> DeviceSpec:
+        spec = parse_device(name)
+        if spec.name not in DEVICE_CLASSES:
+            raise UnknownDeviceError(f"unknown device {spec.name!r} (from {name!r}); {_available_hint()}")
+        if not spec.renderer and DEV.value:
+            default = parse_device(DEV.value)
+            if (default.name, default.index, default.iface) == (spec.name, spec.index, spec.iface):
+                spec = replace(spec, renderer=default.renderer, arch=default.arch)
+        return spec
+
+    def canonicalize(self, name: str) -> str:
+        return self.spec(name).canonical
+
+    def __getitem__(self, name: str) -> Compiled:
+        spec = self.spec(name)
+        with self._lock:
+            device = self._opened.get(spec.canonical)
+            if device is None:
+                module_name, class_name = DEVICE_CLASSES[spec.name].split(":")
+                device_class = getattr(importlib.import_module(module_name), class_name)
+                device = self._opened[spec.canonical] = device_class(spec)
+            return device
+
+    @property
+    def DEFAULT(self) -> str:  # noqa: N802 - the public name mirrors tinygrad's Device.DEFAULT
+        if self._default is not None:
+            return self._default
+        return self.canonicalize(DEV.value or "CPU")
+
+    @DEFAULT.setter
+    def DEFAULT(self, name: str | None) -> None:  # noqa: N802
+        """Override the default device for this process (None goes back to DEV)."""
+        self._default = None if name is None else self.canonicalize(name)
+
+    def opened(self) -> list[Compiled]:
+        with self._lock:
+            return list(self._opened.values())
+
+    def synchronize(self) -> None:
+        """Wait for all work on every opened device."""
+        for device in self.opened():
+            device.synchronize()
+
+    def synchronize_all(self) -> None:
+        self.synchronize()
+
+
+Device = _DeviceRegistry()

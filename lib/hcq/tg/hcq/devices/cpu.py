@@ -1,0 +1,156 @@
+"""The CPU device: C kernels compiled to shared objects, run by worker threads through HCQ queues.
+
+Kernel ABI (what the C renderer emits and what `CPUProgram` calls):
+
+    void NAME(T* restrict buf0, ..., T* restrict bufN, int val0, ..., int valM, int core_id);
+
+Buffers come first in slot order (pointers), then the integer values (int32) in order, then `core_id`.
+A launch with global size (x, y, z) calls the function x*y*z times with core_id = 0 .. x*y*z-1 (on CPU
+only the product matters; renderers launch (n, 1, 1)). The calls are spread across the device's core
+threads (one per core, `CPU_COUNT` overrides) and the exec completes when every call returned. The local
+size is ignored on CPU.
+
+Raw buffers are `HCQBuffer`s over page-aligned host memory: `va_addr` is the real address that the
+kernel receives, and `view` is a memoryview of the same bytes. Kernel arguments are stored in the
+device's kernel-argument ring (u64 address per buffer, then int32 per value) and read back by the
+engine thread when the exec runs, so symbolic arguments patched at submit time take effect.
+
+Queues: a compute engine (kernels) and a copy engine (memmove), each one thread, so copies overlap
+with compute; order between them is expressed with signals, exactly as on a GPU. `Buffer.copyin` on a
+busy device goes through a staging buffer and the copy engine instead of waiting for the device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+from typing import Any
+
+from tg.codegen.compiler import CCompiler
+from tg.codegen.flags import CPU_COUNT
+from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
+from tg.hcq.allocator import BufferSpec, LRUAllocator
+from tg.hcq.commands import Command
+from tg.hcq.compiled import HCQCompiled
+from tg.hcq.device import DeviceSpec
+from tg.hcq.devices.cpu_workers import CommandEngine, CorePool
+from tg.hcq.memory import HCQBuffer, HostMemory
+from tg.hcq.program import HCQProgram
+from tg.hcq.queue import HWQueue
+
+
+def core_count() -> int:
+    """Worker threads per CPU device: CPU_COUNT when set, else the cores this process may run on."""
+    if CPU_COUNT.value > 0:
+        return CPU_COUNT.value
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class CPUComputeQueue(HWQueue):
+    def _submit(self, device: Any, commands: tuple[Command, ...]) -> None:
+        device.compute_engine.submit(commands)
+
+
+class CPUCopyQueue(HWQueue):
+    supports_exec = False
+
+    def _submit(self, device: Any, commands: tuple[Command, ...]) -> None:
+        device.copy_engine.submit(commands)
+
+
+def load_shared_object(lib: bytes) -> ctypes.CDLL:
+    """dlopen a shared object given as bytes (written to a temporary file that is removed once loaded)."""
+    fd, path = tempfile.mkstemp(prefix="tg-kernel-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(lib)
+        return ctypes.CDLL(path)
+    finally:
+        os.unlink(path)
+
+
+class CPUProgram(HCQProgram):
+    """A C kernel loaded from shared-object bytes; `function` is the ctypes entry point NAME."""
+
+    def __init__(self, dev: Any, name: str, lib: bytes) -> None:
+        super().__init__(dev, name)
+        self.lib = lib
+        self._dll = load_shared_object(lib)
+        try:
+            self.function = getattr(self._dll, name)
+        except AttributeError:
+            raise ValueError(f"the compiled library has no function named {name!r}") from None
+        self.function.restype = None
+
+
+class CPUAllocator(LRUAllocator):
+    """Host memory for the CPU device; copies are memmoves after waiting for queued work."""
+
+    def _alloc(self, size: int, options: BufferSpec) -> HCQBuffer:
+        return HostMemory(size).handle(owner=self.device)
+
+    def _free(self, raw: HCQBuffer, options: BufferSpec) -> None:
+        # Queued kernels may still use the memory: wait for them before the memory can go away.
+        self.device.synchronize()
+        raw.view = None
+        raw.meta = None
+
+    def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
+        """Copy host data in without waiting for a busy device.
+
+        Idle device: copy directly. Busy device: snapshot `src` into a staging buffer and let the copy
+        engine move it after the work already queued (which may still read `dest`), on the timeline,
+        so later kernels see the new data and the host goes on at once.
+        """
+        dev = self.device
+        dev._raise_error_state()
+        if dev.is_idle():
+            dest.cpu_view()[:] = src
+            return
+        staging = HostMemory(src.nbytes).handle(owner=dev)
+        staging.cpu_view()[:] = src
+        queue = dev.hw_copy_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1)
+        queue.copy(dest, staging, src.nbytes).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+
+    def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
+        self.device.synchronize()
+        dest[:] = src.cpu_view()
+
+    def _as_buffer(self, raw: HCQBuffer) -> memoryview:
+        return raw.cpu_view()
+
+    def _transfer(self, dest: HCQBuffer, src: HCQBuffer, size: int, src_dev: Any, dest_dev: Any) -> None:
+        """Device-to-device copy on the source's copy engine, ordered after both devices' earlier work."""
+        copy_queue = src_dev.hw_copy_queue_t()
+        copy_queue.wait(src_dev.timeline_signal, src_dev.timeline_value - 1)
+        copy_queue.wait(dest_dev.timeline_signal, dest_dev.timeline_value - 1)
+        copy_queue.copy(dest, src, size).signal(src_dev.timeline_signal, src_dev.next_timeline()).submit(src_dev)
+        if dest_dev is not src_dev:
+            follow = dest_dev.hw_compute_queue_t().wait(src_dev.timeline_signal, src_dev.timeline_value - 1)
+            follow.signal(dest_dev.timeline_signal, dest_dev.next_timeline()).submit(dest_dev)
+
+
+class CPUDevice(HCQCompiled):
+    """`Device["CPU"]`, `Device["CPU:1"]`: every index is an independent device in the "CPU" peer group."""
+
+    def __init__(self, spec: DeviceSpec) -> None:
+        self.cores = CorePool(core_count(), name=spec.canonical)
+        self.compute_engine = CommandEngine(f"{spec.canonical}-compute", self.cores, self._record_error)
+        self.copy_engine = CommandEngine(f"{spec.canonical}-copy", None, self._record_error)
+        allocator = CPUAllocator()
+        super().__init__(spec, allocator, CCompiler(), CPUProgram, CPUComputeQueue, CPUCopyQueue)
+        allocator.device = self
+        if self.renderer_name in C_RENDERER_NAMES:  # other renderers (LLVM, ...) are not written yet
+            self.renderer = CRenderer(cores=self.cores.count)
+
+    def is_busy(self) -> bool:
+        """True while an engine runs a kernel or a copy (so a long kernel is not mistaken for a hang)."""
+        return self.compute_engine.busy or self.copy_engine.busy
+
+    def _record_error(self, error: BaseException) -> None:
+        if self.error_state is None:
+            self.error_state = error

@@ -1,0 +1,173 @@
+"""The threads behind the CPU device: one engine thread per queue kind, and a pool of core threads.
+
+An engine executes submitted command lists in order, like the command processor of a GPU. A kernel
+launch is split into contiguous chunks of `core_id`s, one chunk per core thread (the engine thread runs
+the first chunk itself). ctypes releases the GIL for the duration of each C call, so the chunks really
+run in parallel. All threads are daemons and start on first use, so an idle process starts none.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tg.hcq.commands import (
+    Command,
+    CopyCommand,
+    ExecCommand,
+    MemoryBarrierCommand,
+    PollBitCommand,
+    SignalCommand,
+    TimestampCommand,
+    WaitCommand,
+    WriteCommand,
+)
+from tg.hcq.signal import load_signal_value, notify_memory_changed, sleep_until, store_signal_value
+
+KernelCall = Callable[[int, int], None]  # runs core_ids in [start, end)
+
+
+class CorePool:
+    """`count` cores: the calling thread plus `count - 1` daemon threads, started lazily."""
+
+    def __init__(self, count: int, name: str) -> None:
+        self.count = max(1, count)
+        self.name = name
+        self._inboxes: list[queue.SimpleQueue] = []
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+
+    def _start(self) -> None:
+        with self._lock:
+            while len(self._inboxes) < self.count - 1:
+                inbox: queue.SimpleQueue = queue.SimpleQueue()
+                self._inboxes.append(inbox)
+                name = f"{self.name}-core{len(self._inboxes)}"
+                threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True).start()
+
+    def _serve(self, inbox: queue.SimpleQueue) -> None:
+        while True:
+            run, start, end = inbox.get()
+            try:
+                run(start, end)
+                self._done.put(None)
+            except BaseException as error:  # reported to the engine, which records it on the device
+                self._done.put(error)
+
+    def run(self, run: KernelCall, total: int) -> None:
+        """Call run(start, end) over [0, total) split into one contiguous chunk per core; wait for all."""
+        chunks = min(self.count, total)
+        if chunks <= 1:
+            if total > 0:
+                run(0, total)
+            return
+        if len(self._inboxes) < chunks - 1:
+            self._start()
+        bounds = [total * i // chunks for i in range(chunks + 1)]
+        for i in range(1, chunks):
+            self._inboxes[i - 1].put((run, bounds[i], bounds[i + 1]))
+        first_error: BaseException | None = None
+        try:
+            run(bounds[0], bounds[1])
+        except BaseException as error:
+            first_error = error
+        for _ in range(chunks - 1):
+            error = self._done.get()
+            first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+
+
+def kernel_runner(function: Any, args_addr: int, num_bufs: int, num_vals: int) -> KernelCall:
+    """Read the kernel arguments from memory (u64 addresses, then int32 values) and bind them for calls."""
+    buf_addrs = (ctypes.c_uint64 * num_bufs).from_address(args_addr) if num_bufs else ()
+    values = (ctypes.c_int32 * num_vals).from_address(args_addr + 8 * num_bufs) if num_vals else ()
+    fixed = [ctypes.c_void_p(a) for a in buf_addrs] + [ctypes.c_int32(v) for v in values]
+
+    def run(start: int, end: int) -> None:
+        for core_id in range(start, end):
+            function(*fixed, ctypes.c_int32(core_id))
+
+    return run
+
+
+class CommandEngine:
+    """Executes submitted command lists in submission order on one daemon thread."""
+
+    def __init__(self, name: str, cores: CorePool | None, on_error: Callable[[BaseException], None]) -> None:
+        self.name = name
+        self.cores = cores
+        self.on_error = on_error
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.busy = False  # executing a command that makes progress by itself (not a wait)
+
+    def submit(self, commands: Sequence[Command]) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+                    self._thread.start()
+        self._inbox.put(commands)
+
+    def _serve(self) -> None:
+        while True:
+            commands = self._inbox.get()
+            for command in commands:
+                self.busy = not isinstance(command, (WaitCommand, PollBitCommand))
+                try:
+                    self.execute(command)
+                except BaseException as error:
+                    self.on_error(error)
+                finally:
+                    self.busy = False
+
+    def execute(self, command: Command) -> None:
+        if isinstance(command, WaitCommand):
+            self._wait(command.value_addr, command.value)
+        elif isinstance(command, SignalCommand):
+            store_signal_value(command.value_addr, command.value)
+        elif isinstance(command, TimestampCommand):
+            ctypes.c_uint64.from_address(command.timestamp_addr).value = time.monotonic_ns()
+        elif isinstance(command, ExecCommand):
+            self._exec(command)
+        elif isinstance(command, CopyCommand):
+            ctypes.memmove(command.dest_addr, command.src_addr, command.size)
+        elif isinstance(command, WriteCommand):
+            word = ctypes.c_uint64 if command.b64 else ctypes.c_uint32
+            word.from_address(command.addr).value = command.value
+            notify_memory_changed()
+        elif isinstance(command, PollBitCommand):
+            self._poll_bit(command.addr, command.value, command.mask)
+        elif isinstance(command, MemoryBarrierCommand):
+            pass  # host and CPU kernels share coherent memory; the queue hand-off already orders them
+        else:
+            raise TypeError(f"{self.name} cannot execute {command!r}")
+
+    @staticmethod
+    def _wait(value_addr: int, target: int) -> None:
+        # Hardware waits forever; so do we, sleeping between looks at the value.
+        while load_signal_value(value_addr) < target:
+            sleep_until(lambda: load_signal_value(value_addr) >= target, 1.0)
+
+    @staticmethod
+    def _poll_bit(addr: int, value: int, mask: int) -> None:
+        def matches() -> bool:
+            return ctypes.c_uint32.from_address(addr).value & mask == value
+
+        while not matches():
+            sleep_until(matches, 1.0)
+
+    def _exec(self, command: ExecCommand) -> None:
+        if self.cores is None:
+            raise RuntimeError(f"{self.name} is a copy engine and cannot run programs")
+        program = command.program
+        state = command.args_state
+        run = kernel_runner(program.function, command.args_addr, len(state.bufs), len(state.vals))
+        gx, gy, gz = command.global_size
+        self.cores.run(run, gx * gy * gz)

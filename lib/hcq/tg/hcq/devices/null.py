@@ -1,0 +1,64 @@
+"""The NULL device: renders and compiles like a real device, but never runs anything.
+
+Use it to test renderers and compilers on a machine without the target (`DEV=NULL:HIP:gfx950`). Buffers
+have no memory: copyin is accepted and dropped, and copyout raises unless `NULL_ALLOW_COPYOUT=1` (then it
+returns zeros, which mean nothing). Programs return a fixed 1 ms when asked to wait.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tg.codegen.compiler import CCompiler
+from tg.codegen.flags import NULL_ALLOW_COPYOUT
+from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
+from tg.hcq.allocator import Allocator, BufferSpec
+from tg.hcq.device import Compiled, DeviceSpec
+from tg.hcq.memory import HCQBuffer
+
+NULL_PROGRAM_SECONDS = 1e-3
+
+
+class NullAllocator(Allocator):
+    def _alloc(self, size: int, options: BufferSpec) -> HCQBuffer:
+        return HCQBuffer(0, size, owner=self.device)
+
+    def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
+        pass
+
+    def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
+        if not NULL_ALLOW_COPYOUT:
+            raise RuntimeError("no copyout on NULL: it computes nothing; set NULL_ALLOW_COPYOUT=1 to read zeros")
+        dest[:] = bytes(len(dest))
+
+    def _transfer(self, dest: HCQBuffer, src: HCQBuffer, size: int, src_dev: Any, dest_dev: Any) -> None:
+        pass
+
+
+class NullProgram:
+    """Loads nothing and runs nothing; a call with wait=True reports a fixed time."""
+
+    def __init__(self, dev: Any, name: str, lib: bytes) -> None:
+        self.dev = dev
+        self.name = name
+        self.lib = lib
+
+    def __call__(
+        self,
+        *bufs: Any,
+        global_size: tuple[int, ...] = (1, 1, 1),
+        local_size: tuple[int, ...] = (1, 1, 1),
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+        timeout: int | None = None,
+    ) -> float | None:
+        return NULL_PROGRAM_SECONDS if wait else None
+
+
+class NullDevice(Compiled):
+    def __init__(self, spec: DeviceSpec) -> None:
+        allocator = NullAllocator()
+        super().__init__(spec, allocator, CCompiler(), NullProgram)
+        allocator.device = self
+        if self.renderer_name in C_RENDERER_NAMES:  # NULL:HIP etc. need renderers that are not written yet
+            self.renderer = CRenderer()

@@ -1,0 +1,86 @@
+"""Raw device memory handles and the small allocators that carve them up.
+
+`HCQBuffer` is the raw handle every device-level API takes (programs, queues, allocators): a virtual
+address, a size, and for host-visible memory a memoryview over the bytes. `va_addr` may be a symbolic
+`Variable` for queue templates whose buffer is chosen at submit time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+from tg.hcq.symbolic import sint
+
+PAGE_SIZE = 4096
+
+
+@dataclass(eq=False)
+class HCQBuffer:
+    """A device memory range. `view` is a memoryview over it when the host can read it directly."""
+
+    va_addr: sint
+    size: int
+    view: memoryview | None = None
+    owner: object | None = None
+    meta: object | None = None
+    _base: HCQBuffer | None = field(default=None, repr=False)
+
+    @property
+    def base(self) -> HCQBuffer:
+        return self if self._base is None else self._base
+
+    def offset(self, offset: int = 0, size: int | None = None) -> HCQBuffer:
+        """A sub-range sharing the base's memory, owner and meta."""
+        size = self.size - offset if size is None else size
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise ValueError(f"range [{offset}, {offset + size}) is outside a buffer of {self.size} bytes")
+        if not isinstance(self.va_addr, int):
+            raise ValueError("cannot take an offset of a virtual (symbolic) buffer")
+        view = None if self.view is None else self.view[offset : offset + size]
+        return HCQBuffer(self.va_addr + offset, size, view, self.owner, self.meta, self.base)
+
+    def cpu_view(self) -> memoryview:
+        if self.view is None:
+            raise RuntimeError(f"buffer at {self.va_addr!r} has no host view (it is not host-visible)")
+        return self.view
+
+
+class HostMemory:
+    """Page-aligned, zeroed host memory that lives as long as this object (and its views) do."""
+
+    def __init__(self, size: int, alignment: int = PAGE_SIZE) -> None:
+        self.size = size
+        self._storage = (ctypes.c_uint8 * (size + alignment))()
+        start = ctypes.addressof(self._storage)
+        self.offset = (-start) % alignment
+        self.address = start + self.offset
+        self.view = memoryview(self._storage).cast("B")[self.offset : self.offset + size]
+
+    def handle(self, owner: object | None = None) -> HCQBuffer:
+        return HCQBuffer(self.address, self.size, self.view, owner, meta=self)
+
+
+class BumpAllocator:
+    """Hands out consecutive aligned offsets in [base, base+size); wraps to the start or raises when full."""
+
+    def __init__(self, size: int, base: int = 0, wrap: bool = True) -> None:
+        self.size = size
+        self.base = base
+        self.wrap = wrap
+        self.next_offset = 0
+
+    def alloc(self, size: int, alignment: int = 1) -> int:
+        if size > self.size:
+            raise RuntimeError(f"Out of memory: {size} bytes requested from a bump allocator of {self.size}")
+        start = _round_up(self.next_offset, alignment)
+        if start + size > self.size:
+            if not self.wrap:
+                raise RuntimeError(f"Out of memory: bump allocator of {self.size} bytes is full")
+            start = 0
+        self.next_offset = start + size
+        return self.base + start
+
+
+def _round_up(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment

@@ -1,0 +1,101 @@
+"""The device registry and DEV parsing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tg.codegen.flags import Context
+from tg.hcq import Device, DeviceSpec, UnknownDeviceError, parse_device
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("CPU", DeviceSpec("CPU")),
+        ("cpu", DeviceSpec("CPU")),
+        ("CPU:1", DeviceSpec("CPU", index=1)),
+        ("CPU:LLVM", DeviceSpec("CPU", renderer="LLVM")),
+        ("CPU:0:LLVM", DeviceSpec("CPU", renderer="LLVM")),
+        ("NULL:HIP:gfx950", DeviceSpec("NULL", renderer="HIP", arch="gfx950")),
+        ("SIM+AMD", DeviceSpec("AMD", iface="SIM")),
+        ("PCI+AMD:2:HIP:gfx1100", DeviceSpec("AMD", index=2, iface="PCI", renderer="HIP", arch="gfx1100")),
+        ("DISK:/tmp/weights.bin", DeviceSpec("DISK", path="/tmp/weights.bin")),
+    ],
+)
+def test_parse_device(text: str, expected: DeviceSpec) -> None:
+    assert parse_device(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "CPU:A:B:C", "CPU::X", "DISK"])
+def test_malformed_device_strings_are_rejected(text: str) -> None:
+    with pytest.raises(UnknownDeviceError):
+        parse_device(text)
+
+
+def test_same_device_string_gives_the_same_device() -> None:
+    assert Device["CPU"] is Device["CPU"] is Device["CPU:0"] is Device["cpu"]
+    assert Device["CPU:1"] is not Device["CPU"]
+    assert Device["CPU:1"].device == "CPU:1"
+
+
+def test_unknown_device_lists_the_available_ones() -> None:
+    with pytest.raises(UnknownDeviceError, match=r"unknown device 'TPU'.*available devices: CPU, DISK, NULL"):
+        Device["TPU"]
+
+
+def test_default_comes_from_dev() -> None:
+    with Context(DEV="NULL:HIP:gfx1100"):
+        assert Device.DEFAULT == "NULL:HIP:gfx1100"
+        device = Device[Device.DEFAULT]
+        assert (device.renderer_name, device.arch) == ("HIP", "gfx1100")
+        # A bare "NULL" inherits the renderer DEV gives it.
+        assert Device["NULL"] is device
+    with Context(DEV=""):
+        assert Device.DEFAULT == "CPU"
+
+
+def test_default_can_be_overridden_and_reset() -> None:
+    Device.DEFAULT = "NULL"
+    try:
+        assert Device.DEFAULT == "NULL"
+    finally:
+        Device.DEFAULT = None
+    with Context(DEV="CPU"):
+        assert Device.DEFAULT == "CPU"
+
+
+def test_device_exposes_allocator_compiler_runtime_and_renderer_slot() -> None:
+    from tg.codegen.compiler import CCompiler
+
+    cpu = Device["CPU:LLVM"]
+    assert cpu.renderer_name == "LLVM"
+    assert isinstance(cpu.compiler, CCompiler)
+    assert cpu.allocator is not None and cpu.program_class is not None
+    assert cpu.renderer is None  # filled by the renderer layer
+
+
+def test_import_starts_no_thread() -> None:
+    import subprocess
+    import sys
+
+    code = "import threading, tg.hcq; print(threading.active_count())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1"
+
+
+names = st.sampled_from(["CPU", "NULL", "AMD", "NV"])
+words = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,7}", fullmatch=True).filter(lambda w: not w.isdigit())
+
+
+@given(
+    name=names,
+    index=st.integers(0, 99),
+    iface=st.sampled_from(["", "SIM", "PCI", "USB"]),
+    renderer=st.one_of(st.just(""), words.map(str.upper)),
+    arch=words,
+)
+def test_canonical_name_parses_back_to_the_same_spec(name, index, iface, renderer, arch) -> None:
+    spec = DeviceSpec(name, index, iface, renderer, arch if renderer else "")
+    assert parse_device(spec.canonical) == spec

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tg.codegen.flags import Context
+
 from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
 from tg.codegen.lower import lower
@@ -79,12 +81,19 @@ def test_big_kernels_are_split_across_cores_and_small_ones_are_not() -> None:
 
 
 def test_float_reductions_may_reassociate_for_vectorization_but_max_may_not() -> None:
-    src = CRenderer().render(lower(gated_sum_kernel(4, 4))).src
+    with Context(NOOPT=1):  # one accumulator (with lanes, see test_lane_accumulators_fuse_but_do_not_reassociate)
+        src = CRenderer().render(lower(gated_sum_kernel(4, 4))).src
     assert "#pragma clang fp reassociate(on)" in src
     out, a = UOp.param(0, dtypes.float32, 1), UOp.param(1, dtypes.float32, 8)
     j = UOp.range(8, 0, AxisType.REDUCE)
     largest = UOp.sink(out.index(UOp.const(0, dtypes.index)).store(a.index(j).load().reduce(j, arg=Ops.MAX)))
     assert "reassociate" not in CRenderer().render(lower(largest.replace(arg=KernelInfo("m")))).src
+
+
+def test_lane_accumulators_fuse_but_do_not_reassociate() -> None:
+    src = CRenderer().render(lower(gated_sum_kernel(16, 64))).src  # b is reused: one accumulator per output lane
+    assert "#pragma clang fp contract(fast)" in src
+    assert "reassociate" not in src
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,8 @@ that names values by the latest place they were computed gets the right one.
 
 from __future__ import annotations
 
+import math
+
 from tg.codegen.dtype import AddrSpace, dtypes
 from tg.codegen.schedule.kernel import reduce_identity
 from tg.codegen.uop.args import AxisType, ParamArg
@@ -41,7 +43,8 @@ class Linearizer:
         self.scopes: list[dict[UOp, UOp]] = [{}]  # one memo per open loop: AST node -> its linear node
         self.open_ranges: list[UOp] = []
         self.accumulators = 0
-        self.wide: dict[UOp, tuple[UOp, UOp]] = {}  # REDUCE with one accumulator per lane -> (accumulators, end)
+        # a REDUCE with one accumulator per lane -> (accumulators, the END after its loops, its lanes)
+        self.wide: dict[UOp, tuple[UOp, UOp, tuple[UOp, ...]]] = {}
 
     def append(self, node: UOp) -> UOp:
         self.program.append(node)
@@ -96,7 +99,7 @@ class Linearizer:
                 self.emit(node)
 
     def emit_reduce(self, reduce: UOp) -> UOp:
-        body, ranges = reduce.src[0], reduce.src[1:]
+        body, ranges = reduce.src[0], loop_order(reduce.src[1:])
         op, dtype = reduce.arg, reduce.dtype
         self.hoist_invariants(body)
         acc = self.append(UOp(Ops.PARAM, dtype.ptr(1, AddrSpace.REG), (), ParamArg(self.accumulators, "acc")))
@@ -114,38 +117,60 @@ class Linearizer:
             end = self.close_loop(end)
         return self.append(self.append(self.append(acc.after(end)).index(slot.src[1])).load())
 
-    def emit_wide_reduce(self, reduce: UOp, lane: UOp) -> None:
-        """A REDUCE whose body runs along output range `lane` (an UPCAST range): one accumulator per lane, and the
-        lane loop innermost, so each step of the reduction reads `lane`-many consecutive elements:
+    def emit_wide_reduce(self, reduce: UOp, lanes: list[UOp]) -> None:
+        """A REDUCE whose body runs along output ranges `lanes` (UPCAST ranges): one accumulator per lane (a
+        register array the C compiler keeps in vector registers), and the lane loops innermost, so each step of
+        the reduction updates every lane from values loaded once:
 
             for l: acc[l] = identity
             for r: for l: acc[l] = acc[l] op body(r, l)
 
-        Its value is read later, inside another loop over `lane` (see wide_result)."""
-        body, ranges = reduce.src[0], reduce.src[1:]
+        Its value is read later, inside the loops over `lanes` (see wide_result)."""
+        body, ranges = reduce.src[0], loop_order(reduce.src[1:])
         op, dtype = reduce.arg, reduce.dtype
         self.hoist_invariants(body)
-        lanes = lane.src[0].arg
-        acc = self.append(UOp(Ops.PARAM, dtype.ptr(lanes, AddrSpace.REG), (), ParamArg(self.accumulators, "acc")))
+        acc = self.append(
+            UOp(Ops.PARAM, dtype.ptr(lane_count(lanes), AddrSpace.REG), (), ParamArg(self.accumulators, "acc"))
+        )
         self.accumulators += 1
-        self.open_loop(lane)
-        slot = self.append(acc.index(lane))
-        initialized = self.close_loop(self.append(slot.store(self.emit(UOp.const(reduce_identity(op, dtype), dtype)))))
-        for rng in ranges:
+        for lane in lanes:
+            self.open_loop(lane)
+        slot = self.append(acc.index(self.emit(lane_index(lanes))))
+        initialized = self.append(slot.store(self.emit(UOp.const(reduce_identity(op, dtype), dtype))))
+        for _ in lanes:
+            initialized = self.close_loop(initialized)
+        for rng in (*ranges, *lanes):
             self.open_loop(rng)
-        self.open_loop(lane)
         value = self.emit(body)
-        current = self.append(self.append(self.append(acc.after(initialized, *ranges)).index(lane)).load())
+        slot = self.append(acc.index(self.emit(lane_index(lanes))))
+        current = self.append(self.append(self.append(acc.after(initialized, *ranges)).index(slot.src[1])).load())
         combined = self.append(UOp(op, dtype, (current, value)))
-        end = self.append(self.append(slot).store(combined))
-        for _ in (*ranges, lane):
+        end = self.append(slot.store(combined))
+        for _ in (*ranges, *lanes):
             end = self.close_loop(end)
-        self.wide[reduce] = (acc, end)
+        self.wide[reduce] = (acc, end, tuple(lanes))
 
     def wide_result(self, reduce: UOp) -> UOp:
-        acc, end = self.wide[reduce]
-        lane = self.lookup(next(r for r in self.open_ranges if r.arg.axis_type is AxisType.UPCAST))
-        return self.append(self.append(self.append(acc.after(end)).index(lane)).load())
+        acc, end, lanes = self.wide[reduce]
+        position = self.emit(lane_index(list(lanes)))
+        return self.append(self.append(self.append(acc.after(end)).index(position)).load())
+
+
+def loop_order(ranges: tuple[UOp, ...]) -> list[UOp]:
+    """Reduce loops outermost, unrolled ones (UNROLL) inside them; by axis id within each."""
+    return sorted(ranges, key=lambda r: (r.arg.axis_type is AxisType.UNROLL, r.arg.axis_id))
+
+
+def lane_count(lanes: list[UOp]) -> int:
+    return math.prod(r.src[0].arg for r in lanes)
+
+
+def lane_index(lanes: list[UOp]) -> UOp:
+    """The position of the current lane in an accumulator array over `lanes` (row-major in the given order)."""
+    position = UOp.const(0, dtypes.index)
+    for lane in lanes:
+        position = position * lane.src[0].arg + lane
+    return position.simplify()
 
 
 def output_ranges(ast: UOp) -> list[UOp]:
@@ -156,11 +181,15 @@ def output_ranges(ast: UOp) -> list[UOp]:
 def linearize(ast: UOp) -> UOp:
     """The linear program of kernel `ast` (a SINK of STOREs) as a LINEAR UOp; its arg is the SINK's KernelInfo.
 
-    An UPCAST range (at most one, see upcast.py) is opened innermost: its reductions get one accumulator per lane
-    first, then the rest of the kernel runs in a loop over the lanes."""
+    UPCAST ranges (register lanes) are opened innermost: reductions whose body runs along them get one
+    accumulator per lane first, reductions that do not are computed once outside the lanes, then the stores run
+    in loops over the lanes."""
     linearizer = Linearizer(ast)
     loops = output_ranges(ast)
-    lanes = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.UPCAST]
+    lanes = sorted(
+        (u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.UPCAST),
+        key=lambda r: -r.arg.axis_id,
+    )
     for rng in loops:
         linearizer.open_loop(rng)
     for store in ast.src:
@@ -168,11 +197,18 @@ def linearize(ast: UOp) -> UOp:
             linearizer.emit(store)
             continue
         for node in store.toposort():
-            if node.op is Ops.REDUCE and lanes[0] in linearizer.needs[node.src[0]] and node not in linearizer.wide:
-                linearizer.emit_wide_reduce(node, lanes[0])
-        linearizer.open_loop(lanes[0])
+            if node.op is not Ops.REDUCE or node in linearizer.wide:
+                continue
+            needed = [lane for lane in lanes if lane in linearizer.needs[node.src[0]]]
+            if needed:
+                linearizer.emit_wide_reduce(node, needed)
+            elif not any(lane in linearizer.needs[node] for lane in lanes):
+                linearizer.emit(node)
+        for lane in lanes:
+            linearizer.open_loop(lane)
         linearizer.emit(store)
-        linearizer.close_loop()
+        for _ in lanes:
+            linearizer.close_loop()
     for _ in loops:
         linearizer.close_loop()
     return UOp(Ops.LINEAR, dtypes.void, tuple(linearizer.program), ast.arg)

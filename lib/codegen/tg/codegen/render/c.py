@@ -9,7 +9,11 @@ propagates NaN, as numpy's maximum does.
 
 Large kernels use every core: the outermost loop is cut into one chunk per core and the kernel is launched
 with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`. Float ADD/MUL reduction loops allow
-reassociation (`#pragma clang fp reassociate`) so clang can vectorize them with several partial sums.
+reassociation (`#pragma clang fp reassociate`) so clang can vectorize them with several partial sums, and
+contraction of a*b+c into one FMA there (the sum's rounding already depends on that order).
+
+UPCAST and UNROLL loops (see tg.codegen.opt) are unrolled fully: their register accumulator arrays are then
+indexed by constants, clang promotes them to registers and packs the lanes into SIMD vectors.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
 MULTICORE_MIN_ITERATIONS = 1 << 16
+MAX_FULL_UNROLL = 32  # UPCAST/UNROLL loops up to this size are unrolled fully (their accumulators become registers)
 C_RENDERER_NAMES = ("", "C", "CLANG")  # device-string renderer names that mean this renderer (DEV=CPU, CPU:C)
 
 # clang lowers float -> __bf16 conversions to calls into compiler-rt, which kernels are not linked with; this is
@@ -243,24 +248,36 @@ class _CFunction:
             self.line(f"long {name}_end = {end}ll * (core_id + 1) / {self.chunks};")
             self.line(f"for (long {name} = {name}_start; {name} < {name}_end; {name}++) {{")
         else:
+            if rng.arg.axis_type in (AxisType.UPCAST, AxisType.UNROLL) and end <= MAX_FULL_UNROLL:
+                self.line("#pragma clang loop unroll(full)")
             self.line(f"for (long {name} = 0; {name} < {end}; {name}++) {{")
         self.depth += 1
-        if rng.arg.axis_type is AxisType.REDUCE and self._reassociable(rng):
-            self.line("#pragma clang fp reassociate(on)")
+        if rng.arg.axis_type is AxisType.REDUCE:
+            pragma = self._fp_pragma(rng)
+            if pragma:
+                self.line(pragma)
 
-    def _reassociable(self, rng: UOp) -> bool:
-        """Whether the loop over `rng` only feeds float ADD/MUL accumulators (so partial sums may reorder)."""
+    def _fp_pragma(self, rng: UOp) -> str | None:
+        """The float pragma for the reduction loop over `rng`, when it only feeds float ADD/MUL accumulators.
+
+        One accumulator: partial sums may reorder (so clang vectorizes) and a*b+c may fuse. Accumulators per
+        unrolled lane: only fusing; the lanes are the vector already, and reordering makes clang build
+        horizontal sums instead."""
         ends = [u for u in self.linear.src if u.op is Ops.END and u.src[0] is rng]
+        lanes = False
         for end in ends:
             update = end.src[1] if len(end.src) > 1 else None
             while update is not None and update.op is Ops.END:
+                lanes = lanes or update.src[0].arg.axis_type in (AxisType.UPCAST, AxisType.UNROLL)
                 update = update.src[1] if len(update.src) > 1 else None
             if update is None or update.op is not Ops.STORE:
-                return False
+                return None
             combined = update.src[1]
             if combined.op not in (Ops.ADD, Ops.MUL) or not dtypes.is_float(combined.dtype):
-                return False
-        return bool(ends)
+                return None
+        if not ends:
+            return None
+        return "#pragma clang fp contract(fast)" if lanes else "#pragma clang fp reassociate(on) contract(fast)"
 
     def render_node(self, node: UOp) -> None:
         op = node.op
@@ -282,7 +299,8 @@ class _CFunction:
             gate = self.gates.get(node.src[0])
             self.value(node, n[0] if gate is None else f"({gate} ? {n[0]} : {n[1]})")
         elif op is Ops.STORE:
-            self.line(f"{n[0]} = {n[1]};")
+            gate = self.gates.get(node.src[0])
+            self.line(f"{n[0]} = {n[1]};" if gate is None else f"if ({gate}) {n[0]} = {n[1]};")
         elif op is Ops.END:
             self.depth -= 1
             self.line("}")

@@ -1,0 +1,34 @@
+"""Kernel optimization: `Opt`s split, pad and reorder a kernel's ranges; heuristics choose them.
+
+    apply_opts(ast) -> ast     replays KernelInfo.opts_to_apply, else (unless NOOPT=1) the hand-coded heuristics;
+                               the result's KernelInfo.applied_opts records what was applied
+"""
+
+from __future__ import annotations
+
+from tg.codegen.flags import NOOPT
+from tg.codegen.opt.heuristics import hand_coded_optimizations
+from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
+from tg.codegen.opt.scheduler import Scheduler
+from tg.codegen.uop.args import KernelInfo
+from tg.codegen.uop.ops import UOp
+
+
+def apply_opts(ast: UOp, has_local: bool = False) -> UOp:
+    """The kernel with its optimizations applied (an AST that already records applied opts is returned as is)."""
+    info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+    if info.applied_opts and info.opts_to_apply is None:
+        return ast
+    k = Scheduler(ast, has_local)
+    if info.opts_to_apply is not None:
+        opts = list(info.opts_to_apply)
+    elif NOOPT:
+        return ast
+    else:
+        opts = hand_coded_optimizations(k)
+    for opt in opts:
+        k.apply_opt(opt)
+    return k.get_optimized_ast()
+
+
+__all__ = ["KernelOptError", "Opt", "OptOps", "Scheduler", "apply_opts", "hand_coded_optimizations"]

@@ -1,0 +1,115 @@
+"""Hand-coded heuristics: a good opt list for common kernel shapes, without search.
+
+The one idea: a register holds a value for every lane of an upcast axis, so upcast the output axes that some
+input does not move along (that input's value is loaded once and reused by every lane) and, when the output is
+contiguous along an axis, upcast that one widest (its lanes are one SIMD vector). Then unroll the reduction a
+little, so each loaded value feeds several multiply-adds. This covers matmul and batched matmul (the two output
+axes each reuse one operand), convolutions (output channels reuse the input, output pixels reuse the weights)
+and broadcasting reductions. Plain reductions and elementwise kernels get no opts: the lowering already
+vectorizes their innermost loop (and upcasts strided reductions, see tg.codegen.lower.upcast).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tg.codegen.dtype import dtypes
+from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
+from tg.codegen.opt.scheduler import Scheduler, range_size
+from tg.codegen.schedule.indexing import simplify_indices
+from tg.codegen.uop.args import AxisType
+from tg.codegen.uop.ops import Ops, UOp
+from tg.codegen.uop.pattern import graph_rewrite
+
+CONTIGUOUS_UPCASTS = (16, 8, 4)  # two AVX2 vectors of float32 first
+REUSE_UPCASTS = (4, 3, 2)
+MAX_LANES = 64  # accumulators kept in registers (16 ymm registers hold 128 floats; leave room for operands)
+UNROLLS = (4, 3, 2)
+
+
+@dataclass(frozen=True)
+class AxisReuse:
+    """How the kernel's memory accesses move along one output axis."""
+
+    axis: int
+    size: int
+    loads_not_moving: int  # loads whose address does not change along the axis (reused by every lane)
+    contiguous: bool  # the stored address moves by exactly one element per step
+
+
+def stride_along(address: UOp, rng: UOp, ranges: list[UOp]) -> int | None:
+    """How far `address` moves when `rng` steps 0 -> 1 with every other range at 0 (None: not a constant)."""
+    zero, one = UOp.const(0, dtypes.index), UOp.const(1, dtypes.index)
+    at = []
+    for value in (zero, one):
+        mapping = {r: zero for r in ranges}
+        mapping[rng] = value
+        at.append(graph_rewrite(address.substitute(mapping), simplify_indices))
+    if any(a.op is not Ops.CONST for a in at):
+        return None
+    return at[1].arg - at[0].arg
+
+
+def axis_reuse(k: Scheduler) -> list[AxisReuse]:
+    ranges = [u for u in k.ast.toposort() if u.op is Ops.RANGE]
+    loads = [u.src[0].src[1] for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    stores = [u.src[0].src[1] for u in k.ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
+    found = []
+    for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL):
+        rng = k.rngs[axis]
+        not_moving = sum(1 for address in loads if stride_along(address, rng, ranges) == 0)
+        contiguous = bool(stores) and all(stride_along(address, rng, ranges) == 1 for address in stores)
+        found.append(AxisReuse(axis, range_size(rng), not_moving, contiguous))
+    return found
+
+
+def first_divisor(size: int, choices: tuple[int, ...]) -> int | None:
+    return next((c for c in choices if size % c == 0 and c <= size), None)
+
+
+def try_opt(k: Scheduler, opt: Opt) -> bool:
+    """Apply `opt` if it is legal; a heuristic proposes, the Scheduler's checks decide."""
+    try:
+        k.apply_opt(opt)
+    except KernelOptError:
+        return False
+    return True
+
+
+def upcast_reused_axes(k: Scheduler) -> None:
+    """Upcast up to two output axes along which some load is reused, the contiguous one widest."""
+    lanes = 1
+    for _ in range(2):
+        candidates = [a for a in axis_reuse(k) if a.loads_not_moving > 0 and a.size > 1]
+        candidates.sort(key=lambda a: (not a.contiguous, -a.loads_not_moving, a.axis))
+        for candidate in candidates:
+            amount = first_divisor(candidate.size, CONTIGUOUS_UPCASTS if candidate.contiguous else REUSE_UPCASTS)
+            if amount is None or lanes * amount > MAX_LANES:
+                continue
+            if try_opt(k, Opt(OptOps.UPCAST, candidate.axis, amount)):
+                lanes *= amount
+                break
+        else:
+            return
+
+
+def unroll_reduction(k: Scheduler) -> None:
+    """Unroll the innermost reduce axis a little (the loop overhead and the loads' address math shrink)."""
+    reduce_axes = k.axes_of(AxisType.REDUCE)
+    if not reduce_axes:
+        return
+    size = k.full_shape[reduce_axes[-1]]
+    amount = size if size <= max(UNROLLS) else first_divisor(size, UNROLLS)
+    if amount is not None and amount > 1:
+        try_opt(k, Opt(OptOps.UNROLL, len(reduce_axes) - 1, amount))
+
+
+def hand_coded_optimizations(s: Scheduler) -> list[Opt]:
+    """The opts the heuristics choose for kernel `s` (applied to a copy; `s` is unchanged)."""
+    k = s.copy()
+    if not k.reduceops or k.has_nested_reductions():
+        return []
+    upcast_reused_axes(k)
+    if k.axes_of(AxisType.UPCAST):
+        unroll_reduction(k)
+    return k.applied_opts[len(s.applied_opts) :]

@@ -1,0 +1,57 @@
+"""What an optimization is: `Opt(op, axis, arg)`, the `OptOps` it names, and the error an illegal one raises.
+
+The current form is one op, SPLIT: `Opt(OptOps.SPLIT, axis, (amount, AxisType[, top]))` cuts axis `axis` (of size
+n) into an outer axis of n/amount that keeps its type and an inner axis of `amount` with the new type (with
+`top=True` the new axis is the outer one). `amount=0` takes the whole axis. The classic spellings map onto it:
+
+    UPCAST a k   -> SPLIT (k, UPCAST)          on an output axis; unrolled into registers (vectors)
+    UNROLL a k   -> SPLIT (k, UNROLL)          on the a-th reduce axis; the reduction loop unrolled
+    LOCAL a k    -> SPLIT (k, LOCAL)           on an output axis; a workgroup dimension
+    GROUP a k    -> SPLIT (k, GROUP_REDUCE)    on the a-th reduce axis; reduced through shared memory
+    GROUPTOP a k -> SPLIT (k, GROUP_REDUCE, top=True)
+
+PADTO a k grows axis a to a multiple of k (the extra iterations are masked off); SWAP a b exchanges the loop
+order of two output axes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import Any
+
+
+class OptOps(Enum):
+    SPLIT = auto()
+    PADTO = auto()
+    SWAP = auto()
+    TC = auto()
+    # classic spellings, translated to SPLIT against the kernel's axes when applied
+    UPCAST = auto()
+    UNROLL = auto()
+    LOCAL = auto()
+    GROUP = auto()
+    GROUPTOP = auto()
+    NOLOCALS = auto()
+
+    def __repr__(self) -> str:
+        return f"OptOps.{self.name}"
+
+    def __lt__(self, other: OptOps) -> bool:
+        return self.value < other.value
+
+
+@dataclass(frozen=True, order=True)
+class Opt:
+    """One optimization step; see the module docstring for what `axis` and `arg` mean per op."""
+
+    op: OptOps
+    axis: int | None = None
+    arg: Any = None
+
+    def __repr__(self) -> str:
+        return f"Opt(op={self.op!r}, axis={self.axis}, arg={self.arg!r})"
+
+
+class KernelOptError(ValueError):
+    """An optimization that cannot be applied to this kernel; the message says why."""

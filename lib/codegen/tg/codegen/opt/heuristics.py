@@ -22,7 +22,7 @@ from tg.codegen.uop.ops import Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 
 CONTIGUOUS_UPCASTS = (16, 8, 4)  # two AVX2 vectors of float32 first
-REUSE_UPCASTS = (4, 3, 2)
+REUSE_UPCASTS = (8, 4, 3, 2)
 MAX_LANES = 64  # accumulators kept in registers (16 ymm registers hold 128 floats; leave room for operands)
 UNROLLS = (4, 3, 2)
 
@@ -33,8 +33,13 @@ class AxisReuse:
 
     axis: int
     size: int
-    loads_not_moving: int  # loads whose address does not change along the axis (reused by every lane)
+    reused: frozenset[UOp]  # addresses of loads that do not change along the axis (reused by every lane)
     contiguous: bool  # the stored address moves by exactly one element per step
+    gate_moves: bool  # some load's gate (padding) changes along the axis: its lanes would not be one vector
+
+    @property
+    def loads_not_moving(self) -> int:
+        return len(self.reused)
 
 
 def stride_along(address: UOp, rng: UOp, ranges: list[UOp]) -> int | None:
@@ -52,14 +57,17 @@ def stride_along(address: UOp, rng: UOp, ranges: list[UOp]) -> int | None:
 
 def axis_reuse(k: Scheduler) -> list[AxisReuse]:
     ranges = [u for u in k.ast.toposort() if u.op is Ops.RANGE]
-    loads = [u.src[0].src[1] for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    indexes = [u.src[0] for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    loads = [index.src[1] for index in indexes]
+    gates = [index.src[2] for index in indexes if len(index.src) > 2]
     stores = [u.src[0].src[1] for u in k.ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
     found = []
     for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL):
         rng = k.rngs[axis]
-        not_moving = sum(1 for address in loads if stride_along(address, rng, ranges) == 0)
+        reused = frozenset(address for address in loads if stride_along(address, rng, ranges) == 0)
         contiguous = bool(stores) and all(stride_along(address, rng, ranges) == 1 for address in stores)
-        found.append(AxisReuse(axis, range_size(rng), not_moving, contiguous))
+        gate_moves = any(rng in gate.toposort() for gate in gates)
+        found.append(AxisReuse(axis, range_size(rng), reused, contiguous, gate_moves))
     return found
 
 
@@ -76,32 +84,57 @@ def try_opt(k: Scheduler, opt: Opt) -> bool:
     return True
 
 
+def loop_over_strips(k: Scheduler) -> None:
+    """Matmul-like kernels: when the contiguous output axis (j) and the axis before it (i) each reuse a different
+    operand, loop over j outside i. A strip of columns of the operand that moves along j (B[:, j0:j0+16]) is then
+    read again and again while it is still in cache, instead of sweeping all of B for every few rows of A."""
+    axes = axis_reuse(k)
+    for before, after in zip(axes, axes[1:], strict=False):
+        if after.contiguous and before.reused and after.reused and not before.reused & after.reused:
+            try_opt(k, Opt(OptOps.SWAP, before.axis, after.axis))
+            return
+
+
 def upcast_reused_axes(k: Scheduler) -> None:
-    """Upcast up to two output axes along which some load is reused, the contiguous one widest."""
-    lanes = 1
+    """Upcast up to two different output axes along which some load is reused, the contiguous one widest."""
+    lanes, done, covered = 1, set(), frozenset()
     for _ in range(2):
-        candidates = [a for a in axis_reuse(k) if a.loads_not_moving > 0 and a.size > 1]
-        candidates.sort(key=lambda a: (not a.contiguous, -a.loads_not_moving, a.axis))
+        candidates = [
+            a
+            for a in axis_reuse(k)
+            if a.reused and not a.gate_moves and k.rngs[a.axis].arg.axis_id not in done
+        ]
+        # the contiguous axis first, then one that reuses a load the upcasts so far do not
+        candidates.sort(key=lambda a: (not a.contiguous, a.reused <= covered, -a.loads_not_moving, a.axis))
         for candidate in candidates:
-            amount = first_divisor(candidate.size, CONTIGUOUS_UPCASTS if candidate.contiguous else REUSE_UPCASTS)
-            if amount is None or lanes * amount > MAX_LANES:
+            choices = CONTIGUOUS_UPCASTS if candidate.contiguous else REUSE_UPCASTS
+            amount = first_divisor(candidate.size, tuple(c for c in choices if lanes * c <= MAX_LANES))
+            if amount is None:
                 continue
+            axis_id = k.rngs[candidate.axis].arg.axis_id
             if try_opt(k, Opt(OptOps.UPCAST, candidate.axis, amount)):
                 lanes *= amount
+                done.add(axis_id)
+                covered = covered | candidate.reused
                 break
         else:
             return
 
 
 def unroll_reduction(k: Scheduler) -> None:
-    """Unroll the innermost reduce axis a little (the loop overhead and the loads' address math shrink)."""
-    reduce_axes = k.axes_of(AxisType.REDUCE)
-    if not reduce_axes:
+    """Unroll the innermost reduce axes: small ones (a 3x3 window) whole, then one larger one by a little (loop
+    overhead and the loads' address arithmetic shrink, each loaded value feeds more multiply-adds)."""
+    for axis in reversed(k.axes_of(AxisType.REDUCE)):
+        size = k.full_shape[axis]
+        unrollable = k.axes_of(AxisType.REDUCE, AxisType.GROUP_REDUCE).index(axis)
+        if size <= max(UNROLLS):
+            if not try_opt(k, Opt(OptOps.UNROLL, unrollable, 0)):
+                return
+            continue
+        amount = first_divisor(size, UNROLLS)
+        if amount is not None:
+            try_opt(k, Opt(OptOps.UNROLL, unrollable, amount))
         return
-    size = k.full_shape[reduce_axes[-1]]
-    amount = size if size <= max(UNROLLS) else first_divisor(size, UNROLLS)
-    if amount is not None and amount > 1:
-        try_opt(k, Opt(OptOps.UNROLL, len(reduce_axes) - 1, amount))
 
 
 def hand_coded_optimizations(s: Scheduler) -> list[Opt]:
@@ -109,6 +142,7 @@ def hand_coded_optimizations(s: Scheduler) -> list[Opt]:
     k = s.copy()
     if not k.reduceops or k.has_nested_reductions():
         return []
+    loop_over_strips(k)
     upcast_reused_axes(k)
     if k.axes_of(AxisType.UPCAST):
         unroll_reduction(k)

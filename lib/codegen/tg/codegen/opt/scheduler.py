@@ -121,6 +121,16 @@ class Scheduler:
 
     def apply_opt(self, opt: Opt, append_opt: bool = True) -> None:
         """Apply `opt` to the kernel (raises KernelOptError, leaving the kernel unchanged, if it is illegal)."""
+        before = (self.ast, self.has_local)
+        try:
+            self._apply(opt)
+        except KernelOptError:
+            self.ast, self.has_local = before
+            raise
+        if append_opt:
+            self.applied_opts.append(opt)
+
+    def _apply(self, opt: Opt) -> None:
         op = opt.op
         if op is OptOps.NOLOCALS:
             self.has_local = False
@@ -140,8 +150,6 @@ class Scheduler:
             self._swap(self.real_axis(op, opt.axis), opt.arg)
         else:
             raise KernelOptError(f"unknown opt {opt!r}")
-        if append_opt:
-            self.applied_opts.append(opt)
 
     def _split(self, axis: int, amount: int, new_type: AxisType, top: bool) -> None:
         rng = self.rngs[axis]

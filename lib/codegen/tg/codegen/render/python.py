@@ -136,7 +136,8 @@ class _PythonFunction:
             gate = self.gates.get(node.src[0])
             self.value(node, n[0] if gate is None else f"({n[0]} if {gate} else {n[1]})")
         elif op is Ops.STORE:
-            self.line(f"{n[0]} = {n[1]}")
+            gate = self.gates.get(node.src[0])  # a gated store (a padded output axis) writes only where it is true
+            self.line(f"{n[0]} = {n[1]}" if gate is None else f"if {gate}: {n[0]} = {n[1]}")
         elif op is Ops.CAST:
             self.value(node, f"cast({node.dtype!r}, {n[0]})")
         elif op is Ops.BITCAST:

@@ -18,7 +18,12 @@ def reduce_kernel() -> UOp:
 
 
 def test_stages_are_listed_in_order_by_name() -> None:
-    assert [stage.name for stage in LOWERING] == ["simplify indices", "apply opts", "upcast strided reductions", "linearize"]
+    assert [stage.name for stage in LOWERING] == [
+        "simplify indices",
+        "apply opts",
+        "upcast strided reductions",
+        "linearize",
+    ]
 
 
 def test_reduce_becomes_an_accumulator_loop_inside_the_output_loop() -> None:

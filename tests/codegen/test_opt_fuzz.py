@@ -70,11 +70,11 @@ def conv(rng: np.random.Generator, batch: int, cin: int, cout: int, size: int, w
 
 
 def reduce_inner(rng: np.random.Generator, a: int, b: int, c: int, op: Ops) -> Case:
-    """out[i, l] = reduce_j x[i, j, l]: a reduction over an inner (not the last) axis."""
+    """out[i, t] = reduce_j x[i, j, t]: a reduction over an inner (not the last) axis."""
     out, x = params(a * c, a * b * c)
-    i, l, j = UOp.range(a, 0), UOp.range(c, 1), UOp.range(b, 2, AxisType.REDUCE)
-    value = x.index(i * (b * c) + j * c + l).load().reduce(j, arg=op)
-    ast = UOp.sink(out.index(i * c + l).store(value), arg=KernelInfo("reduce_inner"))
+    i, t, j = UOp.range(a, 0), UOp.range(c, 1), UOp.range(b, 2, AxisType.REDUCE)
+    value = x.index(i * (b * c) + j * c + t).load().reduce(j, arg=op)
+    ast = UOp.sink(out.index(i * c + t).store(value), arg=KernelInfo("reduce_inner"))
     xs = rng.standard_normal((a, b, c), np.float32)
     return Case(ast, (xs,), xs.sum(1) if op is Ops.ADD else xs.max(1))
 

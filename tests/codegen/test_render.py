@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tg.codegen.flags import Context
-
 from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
+from tg.codegen.flags import Context
 from tg.codegen.lower import lower
 from tg.codegen.render.c import CRenderer, literal
 from tg.codegen.render.python import PythonRenderer

@@ -1,7 +1,7 @@
 """Kernel optimization: `Opt`s split, pad and reorder a kernel's ranges; heuristics choose them.
 
-    apply_opts(ast) -> ast     replays KernelInfo.opts_to_apply, else (unless NOOPT=1) the hand-coded heuristics;
-                               the result's KernelInfo.applied_opts records what was applied
+apply_opts(ast) -> ast     replays KernelInfo.opts_to_apply, else (unless NOOPT=1) the hand-coded heuristics;
+                           the result's KernelInfo.applied_opts records what was applied
 """
 
 from __future__ import annotations

@@ -100,9 +100,7 @@ def upcast_reused_axes(k: Scheduler) -> None:
     lanes, done, covered = 1, set(), frozenset()
     for _ in range(2):
         candidates = [
-            a
-            for a in axis_reuse(k)
-            if a.reused and not a.gate_moves and k.rngs[a.axis].arg.axis_id not in done
+            a for a in axis_reuse(k) if a.reused and not a.gate_moves and k.rngs[a.axis].arg.axis_id not in done
         ]
         # the contiguous axis first, then one that reuses a load the upcasts so far do not
         candidates.sort(key=lambda a: (not a.contiguous, a.reused <= covered, -a.loads_not_moving, a.axis))

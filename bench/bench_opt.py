@@ -1,0 +1,306 @@
+"""Kernel optimization benchmark: matmul, conv2d, a full sum and an elementwise chain on the CPU, float32, with
+the peers measured in the same run: numpy (its BLAS, default threads), torch (CPU build, conv only) and the
+tinygrad release from PyPI (DEV=CPU, no BEAM, in a subprocess).
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE uv run --inexact python bench/bench_opt.py [--repeats 5]
+
+tg builds the workloads from tensor-graph nodes and runs them through the engine with the hand-coded heuristics
+(NOOPT=1 shows the unoptimized kernels). Every time is the median of several repeats; each ratio is
+peer_time / tg_time (above 1: tg is faster). The machine is shared: the load average is printed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+SUM_SIZE = 1 << 24
+CONV = (8, 64, 56, 3)  # batch, channels in = out, height = width, window; padding 1
+
+
+def median_seconds(function: Callable[[], object], repeats: int) -> float:
+    function()  # warm-up: compile, allocate
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# ---------------------------------------------------------------------------------------------------- tg workloads
+
+
+Workloads = dict[str, Callable[[], object]]
+
+
+def tg_workloads(data: dict[str, np.ndarray]) -> Workloads:
+    """Each workload as a function that runs it to completion (checked against numpy first where cheap)."""
+    from tg.codegen import Ops, UOp, dtypes
+    from tg.codegen.schedule.graph import ReduceArg, const_node, shape_of
+    from tg.hcq import Device
+    from tg.tensor.engine import buffer_from_bytes, read_bytes, realize
+
+    def tensor(array: np.ndarray) -> UOp:
+        buf = buffer_from_bytes(array.tobytes(), dtypes.float32, "CPU")
+        return UOp(Ops.RESHAPE, dtypes.float32, (buf,), array.shape)
+
+    def move(op: Ops, x: UOp, arg: object) -> UOp:
+        return UOp(op, x.dtype, (x,), arg)
+
+    def alu(op: Ops, *src: UOp) -> UOp:
+        return UOp(op, dtypes.float32, src)
+
+    def matmul(a: UOp, b: UOp) -> UOp:
+        (n, k), (_, m) = shape_of(a), shape_of(b)
+        left = move(Ops.EXPAND, move(Ops.RESHAPE, a, (n, 1, k)), (n, m, k))
+        right = move(Ops.EXPAND, move(Ops.RESHAPE, move(Ops.PERMUTE, b, (1, 0)), (1, m, k)), (n, m, k))
+        total = UOp(Ops.REDUCE_AXIS, dtypes.float32, (alu(Ops.MUL, left, right),), ReduceArg(Ops.ADD, (2,)))
+        return move(Ops.RESHAPE, total, (n, m))
+
+    def windows(x: UOp, axis: int, k: int) -> UOp:
+        """x[..., i, ...] -> [..., o, kk, ...] = x[..., o + kk, ...]: repeat the axis, re-cut it one longer."""
+        shape = shape_of(x)
+        size, before, after = shape[axis], shape[:axis], shape[axis + 1 :]
+        keep_before, keep_after = tuple((0, s) for s in before), tuple((0, s) for s in after)
+        y = move(Ops.EXPAND, move(Ops.RESHAPE, x, (*before, 1, size, *after)), (*before, k + 1, size, *after))
+        y = move(Ops.RESHAPE, y, (*before, (k + 1) * size, *after))
+        y = move(Ops.SHRINK, y, (*keep_before, (0, k * (size + 1)), *keep_after))
+        y = move(Ops.RESHAPE, y, (*before, k, size + 1, *after))
+        y = move(Ops.SHRINK, y, (*keep_before, (0, k), (0, size - k + 1), *keep_after))
+        order = list(range(len(shape) + 1))
+        order[axis], order[axis + 1] = axis + 1, axis
+        return move(Ops.PERMUTE, y, tuple(order))
+
+    def conv2d(x: UOp, w: UOp, pad: int) -> UOp:
+        n, c, h, width = shape_of(x)
+        o, _, kh, kw = shape_of(w)
+        padded = move(Ops.PAD, x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        patches = windows(windows(padded, 2, kh), 4, kw)  # (n, c, oh, kh, ow, kw)
+        oh, ow = h + 2 * pad - kh + 1, width + 2 * pad - kw + 1
+        patches = move(Ops.PERMUTE, patches, (0, 2, 4, 1, 3, 5))
+        full = (n, o, oh, ow, c, kh, kw)
+        patches = move(Ops.EXPAND, move(Ops.RESHAPE, patches, (n, 1, oh, ow, c, kh, kw)), full)
+        weights = move(Ops.EXPAND, move(Ops.RESHAPE, w, (1, o, 1, 1, c, kh, kw)), full)
+        total = UOp(Ops.REDUCE_AXIS, dtypes.float32, (alu(Ops.MUL, patches, weights),), ReduceArg(Ops.ADD, (4, 5, 6)))
+        return move(Ops.RESHAPE, total, (n, o, oh, ow))
+
+    def total(a: UOp) -> UOp:
+        return UOp(Ops.REDUCE_AXIS, dtypes.float32, (a,), ReduceArg(Ops.ADD, (0,)))
+
+    def chain(a: UOp, b: UOp, c: UOp) -> UOp:
+        zero = move(Ops.EXPAND, move(Ops.RESHAPE, const_node(0.0, dtypes.float32, "CPU"), (1,)), shape_of(a))
+        return alu(Ops.MAX, alu(Ops.ADD, alu(Ops.MUL, a, b), c), zero)
+
+    def timed(build: Callable[[], UOp]) -> Callable[[], object]:
+        def run() -> None:
+            realize(build())
+            Device["CPU"].synchronize()
+
+        return run
+
+    def check(node: UOp, expected: np.ndarray, tolerance: float) -> None:
+        got = np.frombuffer(read_bytes(node), np.float32).reshape(expected.shape)
+        np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
+
+    results = {}
+    for n in (1024, 2048):
+        a, b = tensor(data[f"a{n}"]), tensor(data[f"b{n}"])
+        if n == 1024:
+            check(matmul(a, b), data["a1024"] @ data["b1024"], 1e-3)
+        results[f"matmul {n}"] = timed(lambda a=a, b=b: matmul(a, b))
+    x, w = tensor(data["conv_x"]), tensor(data["conv_w"])
+    results["conv2d"] = timed(lambda: conv2d(x, w, 1))
+    v = tensor(data["v"])
+    check(total(v), np.array([data["v"].sum(dtype=np.float64)], np.float32), 1e-2)
+    results["sum 16M"] = timed(lambda: total(v))
+    p, q, r = tensor(data["p"]), tensor(data["q"]), tensor(data["r"])
+    results["chain 16M"] = timed(lambda: chain(p, q, r))
+    return results
+
+
+def inputs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    data = {}
+    for n in (1024, 2048):
+        data[f"a{n}"] = rng.standard_normal((n, n), np.float32)
+        data[f"b{n}"] = rng.standard_normal((n, n), np.float32)
+    batch, channels, size, window = CONV
+    data["conv_x"] = rng.standard_normal((batch, channels, size, size), np.float32)
+    data["conv_w"] = rng.standard_normal((channels, channels, window, window), np.float32)
+    for name in ("v", "p", "q", "r"):
+        data[name] = rng.standard_normal(SUM_SIZE, np.float32)
+    return data
+
+
+# ---------------------------------------------------------------------------------------------------- peers
+
+
+def numpy_workloads(data: dict[str, np.ndarray]) -> Workloads:
+    results: Workloads = {}
+    for n in (1024, 2048):
+        a, b = data[f"a{n}"], data[f"b{n}"]
+        results[f"matmul {n}"] = lambda a=a, b=b: a @ b
+    v, p, q, r = data["v"], data["p"], data["q"], data["r"]
+    results["sum 16M"] = lambda: v.sum()
+    results["chain 16M"] = lambda: np.maximum(p * q + r, 0)
+    return results
+
+
+def torch_workloads(data: dict[str, np.ndarray]) -> Workloads | str:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed (see DEVELOPERS.md: the CPU wheel, for benchmarks only): no torch column"
+    x, w = torch.from_numpy(data["conv_x"]), torch.from_numpy(data["conv_w"])
+
+    def conv() -> object:
+        with torch.no_grad():
+            return torch.nn.functional.conv2d(x, w, padding=1)
+
+    print(f"  torch {torch.__version__}: {torch.get_num_threads()} threads (its default)")
+    return {"conv2d": conv}
+
+
+def paired_medians(mine: Callable[[], object], peer: Callable[[], object] | None, repeats: int) -> tuple[float, float]:
+    """Medians of tg and peer timed alternately, so a change in the machine's load hits both alike."""
+    mine()
+    if peer is not None:
+        peer()
+    mine_times, peer_times = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        mine()
+        mine_times.append(time.perf_counter() - start)
+        if peer is not None:
+            start = time.perf_counter()
+            peer()
+            peer_times.append(time.perf_counter() - start)
+    return statistics.median(mine_times), statistics.median(peer_times) if peer_times else float("nan")
+
+
+TINYGRAD_SCRIPT = """
+import json, statistics, sys, time
+import numpy as np
+sys.path.insert(0, {bench_dir!r})
+from bench_opt import inputs, median_seconds
+from tinygrad import Device, Tensor
+
+repeats = {repeats}
+data = inputs()
+def timed(build):
+    def run():
+        build().realize()
+        Device[Device.DEFAULT].synchronize()
+    return median_seconds(run, repeats)
+results = {{}}
+for n in (1024, 2048):
+    a, b = Tensor(data[f"a{{n}}"]).realize(), Tensor(data[f"b{{n}}"]).realize()
+    results[f"matmul {{n}}"] = timed(lambda a=a, b=b: a @ b)
+x, w = Tensor(data["conv_x"]).realize(), Tensor(data["conv_w"]).realize()
+results["conv2d"] = timed(lambda: x.conv2d(w, padding=1))
+v = Tensor(data["v"]).realize()
+results["sum 16M"] = timed(lambda: v.sum())
+p, q, r = (Tensor(data[k]).realize() for k in ("p", "q", "r"))
+results["chain 16M"] = timed(lambda: (p * q + r).maximum(0))
+print("RESULT " + json.dumps(results))
+"""
+
+
+def tinygrad_workloads(repeats: int) -> dict[str, float] | str:
+    script = TINYGRAD_SCRIPT.format(bench_dir=os.path.dirname(os.path.abspath(__file__)), repeats=repeats)
+    env = {**os.environ, "DEV": "CPU", "BEAM": "0"}
+    for name in ("NOOPT", "DEBUG"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])
+    return f"tinygrad did not run: {(done.stderr.strip().splitlines() or ['no output'])[-1]}"
+
+
+# ---------------------------------------------------------------------------------------------------- report
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    peer: str
+    target: float | None  # the least peer_time / tg_time asked for
+
+
+ROWS = [
+    Row("matmul 1024", "numpy", 0.3),
+    Row("matmul 2048", "numpy", 0.3),
+    Row("conv2d", "torch", 0.3),
+    Row("sum 16M", "numpy", 0.8),
+    Row("chain 16M", "numpy", 1.5),
+]
+FLOPS = {
+    "matmul 1024": 2 * 1024**3,
+    "matmul 2048": 2 * 2048**3,
+    "conv2d": 2 * CONV[0] * CONV[1] ** 2 * CONV[3] ** 2 * CONV[2] ** 2,
+}
+
+
+def describe_machine() -> None:
+    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        print(f"  {name}={os.environ.get(name, '(unset)')}")
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        print("  numpy BLAS: threadpoolctl is not installed, cannot say which kernel")
+        return
+    for pool in threadpool_info():
+        if pool.get("user_api") == "blas":
+            print(
+                f"  numpy BLAS: {pool.get('internal_api')} {pool.get('version')} "
+                f"kernel={pool.get('architecture')} threads={pool.get('num_threads')} (its default)"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-tinygrad", action="store_true", help="skip the tinygrad column")
+    args = parser.parse_args()
+    describe_machine()
+    data = inputs()
+    tg = tg_workloads(data)
+    peers = {"numpy": numpy_workloads(data), "torch": torch_workloads(data)}
+    tiny = "skipped (--no-tinygrad)" if args.no_tinygrad else tinygrad_workloads(args.repeats)
+    print(f"medians of {args.repeats} repeats, float32; ratio = peer time / tg time (above 1: tg is faster);")
+    print("tg and its peer are timed alternately; tinygrad runs in its own process after them")
+    for note in (peers["torch"], tiny):
+        if isinstance(note, str):
+            print(f"  note: {note}")
+    print(f"{'workload':<12} {'tg ms':>9} {'GFLOP/s':>8} {'peer':>6} {'peer ms':>9} {'ratio':>6} {'target':>7}"
+          f" {'tinygrad ms':>12} {'tg vs tinygrad':>15}")  # fmt: skip
+    for row in ROWS:
+        peer_work = peers[row.peer]
+        peer_run = peer_work.get(row.name) if isinstance(peer_work, dict) else None
+        mine, peer = paired_medians(tg[row.name], peer_run, args.repeats)
+        ratio = f"{peer / mine:5.2f}x" if peer_run else "  n/a"
+        peer_text = f"{peer * 1e3:9.2f}" if peer_run else "      n/a"
+        tiny_time = tiny.get(row.name) if isinstance(tiny, dict) else None
+        tiny_text = f"{tiny_time * 1e3:12.2f}" if tiny_time else "         n/a"
+        versus = f"{tiny_time / mine:14.2f}x" if tiny_time else "            n/a"
+        gflops = f"{FLOPS[row.name] / mine / 1e9:8.1f}" if row.name in FLOPS else "        "
+        target = f">= {row.target}" if row.target else ""
+        print(f"{row.name:<12} {mine * 1e3:9.2f} {gflops} {row.peer:>6} {peer_text} {ratio:>6} {target:>7}"
+              f" {tiny_text} {versus}")  # fmt: skip
+    print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

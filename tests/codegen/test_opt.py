@@ -1,0 +1,204 @@
+"""The Opt mechanism: classic opts map onto SPLIT, every illegal opt is refused with a reason, opts are replayed
+from KernelInfo.opts_to_apply and recorded in applied_opts, NOOPT=1 applies none, and upcast/unrolled axes
+lower to unrolled code that the C compiler turns into SIMD multiply-adds."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tg.codegen import AxisType, KernelInfo, UOp, dtypes
+from tg.codegen.compiler.c import DEFAULT_FLAGS, find_c_compiler
+from tg.codegen.flags import Context
+from tg.codegen.lower import lower
+from tg.codegen.opt import KernelOptError, Opt, OptOps, Scheduler, apply_opts, hand_coded_optimizations
+from tg.codegen.render.c import CRenderer
+
+L, R, U, UN = AxisType.LOOP, AxisType.REDUCE, AxisType.UPCAST, AxisType.UNROLL
+
+
+def matmul_ast(n: int, k: int, m: int) -> UOp:
+    out = UOp.param(0, dtypes.float32, n * m)
+    a, b = UOp.param(1, dtypes.float32, n * k), UOp.param(2, dtypes.float32, k * m)
+    i, j, r = UOp.range(n, 0), UOp.range(m, 1), UOp.range(k, 2, AxisType.REDUCE)
+    total = (a.index(i * k + r).load() * b.index(r * m + j).load()).reduce(r)
+    return UOp.sink(out.index(i * m + j).store(total), arg=KernelInfo("matmul"))
+
+
+def applied(ast: UOp, *opts: Opt) -> Scheduler:
+    k = Scheduler(ast)
+    for opt in opts:
+        k.apply_opt(opt)
+    return k
+
+
+def test_opt_repr_names_its_fields() -> None:
+    assert repr(Opt(OptOps.UPCAST, 1, 4)) == "Opt(op=OptOps.UPCAST, axis=1, arg=4)"
+    assert Opt(OptOps.SPLIT, 0, (4, AxisType.UPCAST)) == Opt(op=OptOps.SPLIT, axis=0, arg=(4, AxisType.UPCAST))
+
+
+def test_axes_are_output_then_upcast_then_reduce_then_unroll() -> None:
+    k = applied(matmul_ast(64, 64, 128), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UNROLL, 0, 4))
+    assert k.full_shape == (64, 8, 16, 16, 4)
+    assert k.axis_types == (L, L, U, R, UN)
+
+
+def test_classic_unroll_counts_reduce_axes_and_equals_split() -> None:
+    classic = applied(matmul_ast(64, 64, 64), Opt(OptOps.UNROLL, 0, 4))
+    split = applied(matmul_ast(64, 64, 64), Opt(OptOps.SPLIT, 2, (4, AxisType.UNROLL)))
+    assert classic.ast is split.ast
+
+
+def test_upcast_sorts_before_reduce_so_a_later_split_sees_the_reduce_at_index_three() -> None:
+    classic = applied(matmul_ast(64, 64, 128), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UNROLL, 0, 4))
+    split = applied(
+        matmul_ast(64, 64, 128), Opt(OptOps.SPLIT, 1, (16, AxisType.UPCAST)), Opt(OptOps.SPLIT, 3, (4, AxisType.UNROLL))
+    )
+    assert classic.ast is split.ast
+
+
+def test_upcasting_a_whole_axis_removes_it() -> None:
+    k = applied(matmul_ast(8, 32, 16), Opt(OptOps.UPCAST, 1, 0))
+    assert k.full_shape == (8, 16, 32)
+    assert k.axis_types == (L, U, R)
+
+
+def test_grouptop_splits_off_the_outer_part() -> None:
+    k = Scheduler(matmul_ast(4, 12, 4))
+    rng = k.rngs[2]
+    kept, new = k.shift_to(rng, 3, AxisType.UNROLL, top=True)
+    assert (kept.src[0].arg, new.src[0].arg) == (4, 3)
+
+
+ILLEGAL = [
+    (Opt(OptOps.UPCAST, 1, 5), "not a divisor"),
+    (Opt(OptOps.UPCAST, 2, 4), "splits an output axis"),
+    (Opt(OptOps.SPLIT, 0, (4, AxisType.UNROLL)), "splits a reduce axis"),
+    (Opt(OptOps.UPCAST, 1, 32), "more than 16"),
+    (Opt(OptOps.UPCAST, 7, 4), "does not exist"),
+    (Opt(OptOps.UNROLL, 1, 4), "does not exist"),
+    (Opt(OptOps.LOCAL, 0, 4), "needs local memory"),
+    (Opt(OptOps.GROUP, 0, 4), "needs local memory"),
+    (Opt(OptOps.TC, 0, (-1, 0, 1)), "no tensor cores"),
+    (Opt(OptOps.PADTO, 0, 64), "already a multiple"),
+    (Opt(OptOps.SWAP, 0, 2), "exchanges two output"),
+    (Opt(OptOps.SPLIT, 0, 4), "SPLIT takes"),
+    (Opt(OptOps.UPCAST, 0, 1), "split by 1"),
+]
+
+
+@pytest.mark.parametrize(("opt", "reason"), ILLEGAL, ids=[str(i) for i in range(len(ILLEGAL))])
+def test_an_illegal_opt_is_refused_with_its_reason_and_changes_nothing(opt: Opt, reason: str) -> None:
+    k = Scheduler(matmul_ast(64, 64, 64))
+    before = k.ast
+    with pytest.raises(KernelOptError, match=reason):
+        k.apply_opt(opt)
+    assert k.ast is before and k.applied_opts == []
+
+
+def test_padding_more_than_four_times_the_work_is_refused() -> None:
+    with pytest.raises(KernelOptError, match="4x the work"):
+        applied(matmul_ast(3, 5, 7), Opt(OptOps.PADTO, 0, 16))
+
+
+def test_too_many_register_lanes_are_refused() -> None:
+    with pytest.raises(KernelOptError, match="registers"):
+        applied(matmul_ast(64, 64, 64), Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 1, 2))
+
+
+def test_opts_to_apply_are_replayed_and_recorded_in_applied_opts() -> None:
+    opts = (Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UNROLL, 0, 2))
+    ast = matmul_ast(16, 16, 16)
+    optimized = apply_opts(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts)))
+    assert optimized.arg.applied_opts == opts
+    assert optimized.arg.opts_to_apply is None
+    assert apply_opts(optimized) is optimized  # already optimized: nothing more happens
+    assert lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts))).arg.applied_opts == opts
+
+
+def test_an_illegal_opt_in_opts_to_apply_raises() -> None:
+    ast = matmul_ast(16, 16, 16)
+    with pytest.raises(KernelOptError):
+        apply_opts(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=(Opt(OptOps.UPCAST, 0, 3),))))
+
+
+def test_noopt_applies_nothing_and_the_heuristics_otherwise_optimize_a_matmul() -> None:
+    ast = matmul_ast(64, 64, 64)
+    with Context(NOOPT=1):
+        assert apply_opts(ast).arg.applied_opts == ()
+        assert not any(u.arg.axis_type is AxisType.UPCAST for u in lower(ast).src if u.op.name == "RANGE")
+    opts = apply_opts(ast).arg.applied_opts
+    assert {o.op for o in opts} >= {OptOps.UPCAST, OptOps.UNROLL}
+
+
+def test_heuristics_upcast_the_contiguous_axis_widest_and_loop_over_column_strips() -> None:
+    opts = hand_coded_optimizations(Scheduler(matmul_ast(256, 256, 256)))
+    assert opts[0] == Opt(OptOps.SWAP, 0, 1)  # j outside i: a strip of B stays in cache
+    assert Opt(OptOps.UPCAST, 0, 16) in opts  # j (now axis 0): two 8-float vectors per row of accumulators
+    k = applied(matmul_ast(256, 256, 256), *opts)
+    lanes = [size for size, t in zip(k.full_shape, k.axis_types, strict=True) if t is AxisType.UPCAST]
+    assert sorted(lanes) == [4, 16]
+
+
+def test_heuristics_leave_plain_elementwise_kernels_and_full_sums_alone() -> None:
+    out, a = UOp.param(0, dtypes.float32, 64), UOp.param(1, dtypes.float32, 64 * 32)
+    i, r = UOp.range(64, 0), UOp.range(32, 1, AxisType.REDUCE)
+    row_sum = UOp.sink(out.index(i).store(a.index(i * 32 + r).load().reduce(r)), arg=KernelInfo("rows"))
+    assert hand_coded_optimizations(Scheduler(row_sum)) == []
+
+
+def test_upcast_lanes_are_register_arrays_in_fully_unrolled_loops() -> None:
+    ast = matmul_ast(64, 64, 64)
+    opts = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4))
+    src = CRenderer().render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts)))).src
+    assert "float acc0[64];" in src
+    assert src.count("#pragma clang loop unroll(full)") >= 6
+    assert "#pragma clang fp contract(fast)" in src
+
+
+def _cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as f:
+        return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+
+
+def test_the_c_compiler_maps_upcast_lanes_onto_vector_fma_instructions() -> None:
+    if not {"avx2", "fma"} <= _cpu_flags() or "clang" not in find_c_compiler():
+        pytest.skip("needs clang on a CPU with AVX2 and FMA")
+    ast = matmul_ast(64, 64, 64)
+    opts = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4))
+    src = CRenderer().render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts)))).src
+    flags = [f for f in DEFAULT_FLAGS if f not in ("-shared", "-fPIC")]
+    compiler = shutil.which(find_c_compiler()) or find_c_compiler()
+    result = subprocess.run(
+        [compiler, *flags, "-S", "-x", "c", "-", "-o", "-"], input=src, capture_output=True, text=True
+    )
+    vector_fmas = [line for line in result.stdout.splitlines() if "vfmadd" in line and "ymm" in line]
+    # 16x4 lanes, unrolled 4 times: 256 multiply-adds per step, 32 of them with 8 floats each
+    assert len(vector_fmas) >= 32, result.stdout[-2000:]
+
+
+def test_padto_makes_a_prime_sized_matmul_splittable_and_correct() -> None:
+    from tg.codegen.dtype import from_numpy
+    from tg.hcq import Buffer, Device
+
+    n, k, m = 7, 11, 13
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, k), np.float32), rng.standard_normal((k, m), np.float32)
+    ast = matmul_ast(n, k, m)
+    opts = (Opt(OptOps.PADTO, 1, 16), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PADTO, 2, 4), Opt(OptOps.UNROLL, 0, 4))
+    dev = Device["CPU"]
+    rendered = dev.renderer.render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts))))
+    program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
+    out = np.full((n, m), np.nan, np.float32)
+    buffers = []
+    for array in (out, a, b):
+        buf = Buffer("CPU", array.size, from_numpy(array.dtype)).ensure_allocated()
+        buf.copyin(array.tobytes())
+        buffers.append(buf)
+    program(*(buf.raw for buf in buffers), global_size=rendered.global_size, wait=True)
+    result = np.frombuffer(buffers[0].as_buffer(), np.float32).reshape(n, m)
+    np.testing.assert_allclose(result, a @ b, rtol=1e-5, atol=1e-5)

@@ -171,17 +171,24 @@ def torch_workloads(data: dict[str, np.ndarray]) -> Workloads | str:
     return {"conv2d": conv}
 
 
+SETTLE_SECONDS = 0.3  # BLAS and OpenMP worker threads spin for a while after a call; let them go idle first
+
+
 def paired_medians(mine: Callable[[], object], peer: Callable[[], object] | None, repeats: int) -> tuple[float, float]:
-    """Medians of tg and peer timed alternately, so a change in the machine's load hits both alike."""
+    """Medians of tg and peer timed alternately, so a change in the machine's load hits both alike. Each call
+    starts after a short pause, so the peer's spinning threads do not steal the cores from tg (or tg's, if it
+    had any, from the peer)."""
     mine()
     if peer is not None:
         peer()
     mine_times, peer_times = [], []
     for _ in range(repeats):
+        time.sleep(SETTLE_SECONDS)
         start = time.perf_counter()
         mine()
         mine_times.append(time.perf_counter() - start)
         if peer is not None:
+            time.sleep(SETTLE_SECONDS)
             start = time.perf_counter()
             peer()
             peer_times.append(time.perf_counter() - start)
@@ -219,6 +226,10 @@ print("RESULT " + json.dumps(results))
 def tinygrad_workloads(repeats: int) -> dict[str, float] | str:
     script = TINYGRAD_SCRIPT.format(bench_dir=os.path.dirname(os.path.abspath(__file__)), repeats=repeats)
     env = {**os.environ, "DEV": "CPU", "BEAM": "0"}
+    if "CC" not in env:  # tinygrad calls `clang`; give it the compiler tg uses (clang-19 here)
+        from tg.codegen.compiler.c import find_c_compiler
+
+        env["CC"] = find_c_compiler()
     for name in ("NOOPT", "DEBUG"):
         env.pop(name, None)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
@@ -280,7 +291,7 @@ def main() -> None:
     peers = {"numpy": numpy_workloads(data), "torch": torch_workloads(data)}
     tiny = "skipped (--no-tinygrad)" if args.no_tinygrad else tinygrad_workloads(args.repeats)
     print(f"medians of {args.repeats} repeats, float32; ratio = peer time / tg time (above 1: tg is faster);")
-    print("tg and its peer are timed alternately; tinygrad runs in its own process after them")
+    print("tg and its peer are timed alternately; tinygrad ran in its own process before them")
     for note in (peers["torch"], tiny):
         if isinstance(note, str):
             print(f"  note: {note}")

@@ -160,7 +160,7 @@ def torch_workloads(data: dict[str, np.ndarray]) -> Workloads | str:
     try:
         import torch
     except ImportError:
-        return "torch is not installed (see DEVELOPERS.md: the CPU wheel, for benchmarks only): no torch column"
+        return "torch is not installed (CONTRIBUTING.md: its CPU wheel, for benchmarks only): no torch column"
     x, w = torch.from_numpy(data["conv_x"]), torch.from_numpy(data["conv_w"])
 
     def conv() -> object:

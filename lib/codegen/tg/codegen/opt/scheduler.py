@@ -261,7 +261,9 @@ class Scheduler:
         """The kernel AST with the opts applied; its KernelInfo records them (and asks for nothing more)."""
         info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
         name = info.name if name_override is None else name_override
-        new_info = replace(info, name=name, applied_opts=tuple(self.applied_opts), opts_to_apply=None)
+        new_info = replace(
+            info, name=name, axis_types=self.axis_types, applied_opts=tuple(self.applied_opts), opts_to_apply=None
+        )
         return self.ast.replace(arg=new_info)
 
 

@@ -1,7 +1,7 @@
 """Running a schedule: kernel ASTs are lowered, rendered and compiled once per device, then launched.
 
-DEBUG=2 prints one line per kernel launch (device, name, shape, time, GFLOP/s, GB/s); DEBUG=4 also prints each
-kernel's source when it is first compiled.
+DEBUG=2 prints one line per kernel launch (device, name, shape, time, GFLOP/s, GB/s); DEBUG=3 also prints the
+optimizations applied to each kernel when it is first compiled; DEBUG=4 also prints its source.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tg.codegen.dtype import dtypes
-from tg.codegen.flags import DEBUG
+from tg.codegen.flags import DEBUG, NOOPT
 from tg.codegen.lower import lower
 from tg.codegen.schedule.schedule import CopyCall, KernelCall, Schedule
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
@@ -31,7 +31,7 @@ class CompiledKernel:
     ops: int  # estimated ALU operations per launch
 
 
-_compiled: dict[tuple[str, UOp], CompiledKernel] = {}
+_compiled: dict[tuple[str, UOp, bool], CompiledKernel] = {}
 
 
 def estimate_ops(linear: UOp) -> int:
@@ -60,13 +60,15 @@ def renderer_for(device: Any) -> Any:
 
 def compile_kernel(device_name: str, ast: UOp) -> CompiledKernel:
     """The program for kernel `ast` on `device_name` (lowered, rendered and compiled on first use)."""
-    key = (device_name, ast)
+    key = (device_name, ast, bool(NOOPT))  # NOOPT changes the program a kernel lowers to
     found = _compiled.get(key)
     if found is not None:
         return found
     device = Device[device_name]
     linear = lower(ast)
     rendered = renderer_for(device).render(linear)
+    if DEBUG >= 3:
+        print(f"{rendered.name}: opts {list(getattr(linear.arg, 'applied_opts', ()))}")
     if DEBUG >= 4:
         print(rendered.src)
     program = device.runtime(rendered.name, device.compiler.compile(rendered.src))

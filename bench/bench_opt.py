@@ -1,6 +1,6 @@
 """Kernel optimization benchmark: matmul, conv2d, a full sum and an elementwise chain on the CPU, float32, with
 the peers measured in the same run: numpy (its BLAS, default threads), torch (CPU build, conv only) and the
-tinygrad release from PyPI (DEV=CPU, no BEAM, in a subprocess).
+tinygrad release from PyPI (DEV=CPU, no BEAM), all timed in turns in one process.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE uv run --inexact python bench/bench_opt.py [--repeats 5]
 
@@ -12,11 +12,8 @@ peer_time / tg_time (above 1: tg is faster). The machine is shared: the load ave
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,16 +22,6 @@ import numpy as np
 
 SUM_SIZE = 1 << 24
 CONV = (8, 64, 56, 3)  # batch, channels in = out, height = width, window; padding 1
-
-
-def median_seconds(function: Callable[[], object], repeats: int) -> float:
-    function()  # warm-up: compile, allocate
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 # ---------------------------------------------------------------------------------------------------- tg workloads
@@ -174,69 +161,54 @@ def torch_workloads(data: dict[str, np.ndarray]) -> Workloads | str:
 SETTLE_SECONDS = 0.3  # BLAS and OpenMP worker threads spin for a while after a call; let them go idle first
 
 
-def paired_medians(mine: Callable[[], object], peer: Callable[[], object] | None, repeats: int) -> tuple[float, float]:
-    """Medians of tg and peer timed alternately, so a change in the machine's load hits both alike. Each call
-    starts after a short pause, so the peer's spinning threads do not steal the cores from tg (or tg's, if it
-    had any, from the peer)."""
-    mine()
-    if peer is not None:
-        peer()
-    mine_times, peer_times = [], []
+def alternating_medians(runs: list[Callable[[], object] | None], repeats: int) -> list[float]:
+    """Median time of each run (None: not available, NaN), timed in turns so that a change in the machine's load
+    hits all alike. Each call starts after a short pause, so one library's spinning threads do not steal the
+    cores from the next."""
+    present = [run for run in runs if run is not None]
+    for run in present:
+        run()  # warm-up: compile, allocate
+    times: dict[int, list[float]] = {id(run): [] for run in present}
     for _ in range(repeats):
-        time.sleep(SETTLE_SECONDS)
-        start = time.perf_counter()
-        mine()
-        mine_times.append(time.perf_counter() - start)
-        if peer is not None:
+        for run in present:
             time.sleep(SETTLE_SECONDS)
             start = time.perf_counter()
-            peer()
-            peer_times.append(time.perf_counter() - start)
-    return statistics.median(mine_times), statistics.median(peer_times) if peer_times else float("nan")
+            run()
+            times[id(run)].append(time.perf_counter() - start)
+    return [statistics.median(times[id(run)]) if run is not None else float("nan") for run in runs]
 
 
-TINYGRAD_SCRIPT = """
-import json, statistics, sys, time
-import numpy as np
-sys.path.insert(0, {bench_dir!r})
-from bench_opt import inputs, median_seconds
-from tinygrad import Device, Tensor
-
-repeats = {repeats}
-data = inputs()
-def timed(build):
-    def run():
-        build().realize()
-        Device[Device.DEFAULT].synchronize()
-    return median_seconds(run, repeats)
-results = {{}}
-for n in (1024, 2048):
-    a, b = Tensor(data[f"a{{n}}"]).realize(), Tensor(data[f"b{{n}}"]).realize()
-    results[f"matmul {{n}}"] = timed(lambda a=a, b=b: a @ b)
-x, w = Tensor(data["conv_x"]).realize(), Tensor(data["conv_w"]).realize()
-results["conv2d"] = timed(lambda: x.conv2d(w, padding=1))
-v = Tensor(data["v"]).realize()
-results["sum 16M"] = timed(lambda: v.sum())
-p, q, r = (Tensor(data[k]).realize() for k in ("p", "q", "r"))
-results["chain 16M"] = timed(lambda: (p * q + r).maximum(0))
-print("RESULT " + json.dumps(results))
-"""
-
-
-def tinygrad_workloads(repeats: int) -> dict[str, float] | str:
-    script = TINYGRAD_SCRIPT.format(bench_dir=os.path.dirname(os.path.abspath(__file__)), repeats=repeats)
-    env = {**os.environ, "DEV": "CPU", "BEAM": "0"}
-    if "CC" not in env:  # tinygrad calls `clang`; give it the compiler tg uses (clang-19 here)
+def tinygrad_workloads(data: dict[str, np.ndarray]) -> Workloads | str:
+    """The same workloads on the tinygrad release (DEV=CPU, no BEAM), in this process so that they are timed in
+    turns with tg's."""
+    os.environ["DEV"], os.environ["BEAM"] = "CPU", "0"
+    if "CC" not in os.environ:  # tinygrad calls `clang`; give it the compiler tg uses (clang-19 here)
         from tg.codegen.compiler.c import find_c_compiler
 
-        env["CC"] = find_c_compiler()
-    for name in ("NOOPT", "DEBUG"):
-        env.pop(name, None)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])
-    return f"tinygrad did not run: {(done.stderr.strip().splitlines() or ['no output'])[-1]}"
+        os.environ["CC"] = find_c_compiler()
+    try:
+        from tinygrad import Device, Tensor
+    except ImportError:
+        return "tinygrad is not installed (uv sync --group bench --inexact): no tinygrad column"
+
+    def timed(build: Callable[[], Tensor]) -> Callable[[], object]:
+        def run() -> None:
+            build().realize()
+            Device[Device.DEFAULT].synchronize()
+
+        return run
+
+    results: Workloads = {}
+    for n in (1024, 2048):
+        a, b = Tensor(data[f"a{n}"]).realize(), Tensor(data[f"b{n}"]).realize()
+        results[f"matmul {n}"] = timed(lambda a=a, b=b: a @ b)
+    x, w = Tensor(data["conv_x"]).realize(), Tensor(data["conv_w"]).realize()
+    results["conv2d"] = timed(lambda: x.conv2d(w, padding=1))
+    v = Tensor(data["v"]).realize()
+    results["sum 16M"] = timed(lambda: v.sum())
+    p, q, r = (Tensor(data[k]).realize() for k in ("p", "q", "r"))
+    results["chain 16M"] = timed(lambda: (p * q + r).maximum(0))
+    return results
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -289,9 +261,9 @@ def main() -> None:
     data = inputs()
     tg = tg_workloads(data)
     peers = {"numpy": numpy_workloads(data), "torch": torch_workloads(data)}
-    tiny = "skipped (--no-tinygrad)" if args.no_tinygrad else tinygrad_workloads(args.repeats)
+    tiny = "skipped (--no-tinygrad)" if args.no_tinygrad else tinygrad_workloads(data)
     print(f"medians of {args.repeats} repeats, float32; ratio = peer time / tg time (above 1: tg is faster);")
-    print("tg and its peer are timed alternately; tinygrad ran in its own process before them")
+    print("tg, its peer and tinygrad are timed in turns, in this process")
     for note in (peers["torch"], tiny):
         if isinstance(note, str):
             print(f"  note: {note}")
@@ -300,12 +272,12 @@ def main() -> None:
     for row in ROWS:
         peer_work = peers[row.peer]
         peer_run = peer_work.get(row.name) if isinstance(peer_work, dict) else None
-        mine, peer = paired_medians(tg[row.name], peer_run, args.repeats)
+        tiny_run = tiny.get(row.name) if isinstance(tiny, dict) else None
+        mine, peer, tiny_time = alternating_medians([tg[row.name], peer_run, tiny_run], args.repeats)
         ratio = f"{peer / mine:5.2f}x" if peer_run else "  n/a"
         peer_text = f"{peer * 1e3:9.2f}" if peer_run else "      n/a"
-        tiny_time = tiny.get(row.name) if isinstance(tiny, dict) else None
-        tiny_text = f"{tiny_time * 1e3:12.2f}" if tiny_time else "         n/a"
-        versus = f"{tiny_time / mine:14.2f}x" if tiny_time else "            n/a"
+        tiny_text = f"{tiny_time * 1e3:12.2f}" if tiny_run else "         n/a"
+        versus = f"{tiny_time / mine:14.2f}x" if tiny_run else "            n/a"
         gflops = f"{FLOPS[row.name] / mine / 1e9:8.1f}" if row.name in FLOPS else "        "
         target = f">= {row.target}" if row.target else ""
         print(f"{row.name:<12} {mine * 1e3:9.2f} {gflops} {row.peer:>6} {peer_text} {ratio:>6} {target:>7}"

@@ -201,6 +201,7 @@ class Sum:
 def split_sum(root: UOp) -> Sum | None:
     """`root` as a Sum, or None when it has more than MAX_SUM_TERMS terms."""
     result = Sum(root.dtype)
+    last = root.src[-1] if root.op is Ops.ADD else root  # where a normalized sum keeps its constant
     stack = [root]
     n_consts = 0
     while stack:
@@ -211,7 +212,7 @@ def split_sum(root: UOp) -> Sum | None:
         elif u.op is Ops.CONST:
             result.const += u.arg
             n_consts += 1
-            if u is not root.src[-1] or n_consts > 1:
+            if u is not last or n_consts > 1:
                 result.changed = True
         elif u.op is Ops.MUL and u.src[1].op is Ops.CONST:
             result.add_term(u.src[0], u.src[1].arg)

@@ -13,23 +13,11 @@ from typing import Any
 
 import pytest
 
+from tg.codegen.dtype import dtypes
 from tg.codegen.flags import Context
 from tg.hcq import Buffer
 
-try:
-    from tg.codegen.dtype import dtypes
-
-    float32, uint8, int32 = dtypes.float32, dtypes.uint8, dtypes.int32
-except ImportError:  # until the codegen branch with tg.codegen.dtype is merged
-    from dataclasses import dataclass
-
-    @dataclass(frozen=True)
-    class _DType:
-        name: str
-        itemsize: int
-        fmt: str
-
-    float32, uint8, int32 = _DType("float", 4, "f"), _DType("uchar", 1, "B"), _DType("int", 4, "i")
+float32, uint8, int32 = dtypes.float32, dtypes.uint8, dtypes.int32
 
 # b[i] = a[i] + 1 for i = core_id: one element per call, the kernel of the spec's conformance suite.
 ADD_ONE = """

@@ -151,3 +151,24 @@ def test_cpu_buffers_come_back_from_the_cache(kit) -> None:
 def test_negative_size_is_rejected(kit) -> None:
     with pytest.raises(ValueError, match="non-negative"):
         Buffer("CPU", -1, kit.float32)
+
+
+@pytest.mark.parametrize(
+    "name", ["bool", "int8", "uint16", "int32", "int64", "uint64", "float16", "float32", "float64"]
+)
+def test_numpy_roundtrip_for_every_dtype_with_a_format(name: str) -> None:
+    from tg.codegen.dtype import dtypes
+
+    dtype = dtypes.by_name(name)
+    data = (np.random.default_rng(3).standard_normal(33) * 100).astype(np.dtype(dtype.fmt))
+    buf = Buffer("CPU", 33, dtype).allocate().copyin(data.data)
+    assert buf.nbytes == data.nbytes
+    np.testing.assert_array_equal(buf.numpy(), data)
+
+
+def test_dtype_without_a_format_comes_back_as_bytes() -> None:
+    from tg.codegen.dtype import dtypes
+
+    buf = Buffer("CPU", 4, dtypes.bfloat16).allocate().copyin(bytes(range(8)))
+    view = buf.as_buffer()
+    assert view.format == "B" and bytes(view) == bytes(range(8))

@@ -150,7 +150,12 @@ class Buffer:
         else:
             data = self.copyout(memoryview(bytearray(self.nbytes)))
         fmt = getattr(self.dtype, "fmt", None)
-        return data.cast(fmt) if fmt and self.nbytes % self.dtype.itemsize == 0 else data
+        if not fmt:
+            return data
+        try:
+            return data.cast(fmt)
+        except (ValueError, TypeError):  # memoryview cannot cast to some formats (e.g. 'e' before Python 3.12)
+            return data
 
     def numpy(self) -> Any:
         import numpy as np

@@ -10,6 +10,7 @@ worker only ever sees plain integers (addresses, values, sizes), like hardware r
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,15 @@ class CopyCommand:
 Command = SignalCommand | WaitCommand | TimestampCommand | MemoryBarrierCommand | ExecCommand | CopyCommand
 
 
+# Fields that hold objects, never integers: skipped when looking for Variables.
+OBJECT_FIELDS = frozenset({"keep_alive", "program", "args_state"})
+
+
+@functools.cache
+def _integer_fields(command_type: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(command_type) if f.name not in OBJECT_FIELDS)
+
+
 def _is_symbolic_field(value: object) -> bool:
     if isinstance(value, tuple):
         return any(isinstance(item, Variable) for item in value)
@@ -81,16 +91,16 @@ def _is_symbolic_field(value: object) -> bool:
 
 
 def is_symbolic_command(command: Command) -> bool:
-    return any(_is_symbolic_field(getattr(command, f.name)) for f in dataclasses.fields(command))
+    return any(_is_symbolic_field(getattr(command, name)) for name in _integer_fields(type(command)))
 
 
 def resolve_command(command: Command, var_vals: dict[str, int]) -> Command:
     """The same command with every symbolic field replaced by its value."""
     changes: dict[str, object] = {}
-    for f in dataclasses.fields(command):
-        value = getattr(command, f.name)
+    for name in _integer_fields(type(command)):
+        value = getattr(command, name)
         if isinstance(value, tuple) and _is_symbolic_field(value):
-            changes[f.name] = tuple(resolve(item, var_vals) for item in value)
+            changes[name] = tuple(resolve(item, var_vals) for item in value)
         elif isinstance(value, Variable):
-            changes[f.name] = resolve(value, var_vals)
+            changes[name] = resolve(value, var_vals)
     return dataclasses.replace(command, **changes) if changes else command

@@ -1,0 +1,53 @@
+"""Raw memory handles and the bump allocator."""
+
+from __future__ import annotations
+
+import pytest
+
+from tg.hcq import BumpAllocator, HCQBuffer, HostMemory, Variable
+
+
+def test_bump_allocator_aligns_and_offsets_from_its_base() -> None:
+    bump = BumpAllocator(64, base=0x1000)
+    assert bump.alloc(3) == 0x1000
+    assert bump.alloc(8, alignment=8) == 0x1008
+    assert bump.alloc(1, alignment=16) == 0x1010
+
+
+def test_bump_allocator_wraps_to_the_start_when_full() -> None:
+    bump = BumpAllocator(32, wrap=True)
+    assert [bump.alloc(12) for _ in range(3)] == [0, 12, 0]
+
+
+def test_bump_allocator_without_wrap_raises_when_full() -> None:
+    bump = BumpAllocator(32, wrap=False)
+    bump.alloc(30)
+    with pytest.raises(RuntimeError, match="Out of memory"):
+        bump.alloc(4)
+    with pytest.raises(RuntimeError, match="Out of memory"):
+        BumpAllocator(8).alloc(9)
+
+
+def test_host_memory_is_page_aligned_zeroed_and_viewable() -> None:
+    memory = HostMemory(10000)
+    handle = memory.handle()
+    assert handle.va_addr % 4096 == 0 and handle.size == 10000
+    assert bytes(handle.cpu_view()) == bytes(10000)
+    part = handle.offset(100, 8)
+    part.cpu_view()[:] = b"abcdefgh"
+    assert part.va_addr == handle.va_addr + 100 and part.base is handle
+    assert bytes(handle.cpu_view()[100:108]) == b"abcdefgh"
+
+
+def test_offset_outside_the_buffer_raises() -> None:
+    handle = HostMemory(16).handle()
+    with pytest.raises(ValueError, match="outside"):
+        handle.offset(8, 16)
+
+
+def test_virtual_buffers_have_no_memory() -> None:
+    virtual = HCQBuffer(Variable("addr", 0, 2**64 - 1), 16)
+    with pytest.raises(RuntimeError, match="no host view"):
+        virtual.cpu_view()
+    with pytest.raises(ValueError, match="virtual"):
+        virtual.offset(4)

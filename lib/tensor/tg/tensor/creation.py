@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tg.codegen import DType, Ops, UOp, dtypes, from_numpy, to_numpy, truncate
 from tg.codegen.schedule.graph import Shape, ShapeError, const_node, new_buffer
 from tg.hcq import Device
-from tg.tensor.promotion import PythonScalar, is_python_scalar, python_scalar_dtype
+from tg.tensor.promotion import PythonScalar, dtype_name, is_python_scalar, python_scalar_dtype
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -96,7 +96,7 @@ def node_from_bytes(data: bytes | bytearray | memoryview, device: str, dtype: DT
     """Raw bytes read as elements of `dtype` (uint8 by default)."""
     dtype = dtypes.uint8 if dtype is None else dtype
     if len(data) % dtype.itemsize:
-        raise ValueError(f"{len(data)} bytes are not a whole number of {dtype.name} elements ({dtype.itemsize} bytes)")
+        raise ValueError(f"{len(data)} bytes are not a whole number of {dtype_name(dtype)} elements ({dtype.itemsize} bytes)")
     return upload(bytes(data), (len(data) // dtype.itemsize,), dtype, device)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import DType, Ops, UOp, dtypes
 from tg.tensor.creation import const_of_shape
-from tg.tensor.promotion import broadcast_shapes, check_scalar_fits, is_python_scalar, result_dtype
+from tg.tensor.promotion import broadcast_shapes, check_scalar_fits, dtype_name, is_python_scalar, result_dtype
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -66,7 +66,7 @@ def broadcast(*operands: Operand, dtype: DType | None = None, like: Tensor | Non
 
 def _require(condition: bool, what: str, *dtypes_seen: DType) -> None:
     if not condition:
-        names = " and ".join(dt.name for dt in dtypes_seen)
+        names = " and ".join(dtype_name(dt) for dt in dtypes_seen)
         raise TypeError(f"{what} is not supported for {names}")
 
 

@@ -15,6 +15,17 @@ from tg.codegen.schedule.graph import Shape, ShapeError
 PythonScalar = bool | int | float
 
 
+_NUMPY_STYLE_NAMES = {
+    "char": "int8", "uchar": "uint8", "short": "int16", "ushort": "uint16", "int": "int32", "uint": "uint32",
+    "long": "int64", "ulong": "uint64", "half": "float16", "float": "float32", "double": "float64",
+}  # fmt: skip
+
+
+def dtype_name(dtype: DType) -> str:
+    """The name users know a dtype by in messages: int8, float16, ... (tg's dtype names are C's: char, half)."""
+    return _NUMPY_STYLE_NAMES.get(dtype.name, dtype.name)
+
+
 def is_python_scalar(value: Any) -> bool:
     return isinstance(value, (bool, int, float))
 
@@ -63,7 +74,7 @@ def check_scalar_fits(value: PythonScalar, dtype: DType) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not dtypes.is_int(dtype):
         return
     if not dtypes.min(dtype) <= value <= dtypes.max(dtype):
-        raise OverflowError(f"Python integer {value} is out of bounds for {dtype.name} (dtypes.{dtype.name})")
+        raise OverflowError(f"Python integer {value} is out of bounds for {dtype_name(dtype)}")
 
 
 def broadcast_shapes(*shapes: Shape) -> Shape:

@@ -16,6 +16,7 @@ from tg.tensor.creation import CreationOps, canonical_device, node_from_data
 from tg.tensor.elementwise import ElementwiseOps
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.movement import MovementOps
+from tg.tensor.promotion import dtype_name
 from tg.tensor.reduce import ReduceOps
 
 
@@ -146,8 +147,8 @@ class Tensor(CreationOps, ElementwiseOps, MovementOps, IndexingOps, ReduceOps):
         """Reinterpret the bits as `dtype`, which must have the same item size."""
         if dtype.itemsize != self.dtype.itemsize:
             raise TypeError(
-                f"bitcast needs dtypes of one item size: {self.dtype.name} has {self.dtype.itemsize} bytes, "
-                f"{dtype.name} has {dtype.itemsize}"
+                f"bitcast needs dtypes of one item size: {dtype_name(self.dtype)} has {self.dtype.itemsize} bytes, "
+                f"{dtype_name(dtype)} has {dtype.itemsize}"
             )
         if dtype is self.dtype:
             return self
@@ -177,7 +178,9 @@ class Tensor(CreationOps, ElementwiseOps, MovementOps, IndexingOps, ReduceOps):
         if value.device != self.device:
             raise ValueError(f"assign device mismatch: target is on {self.device}, value on {value.device}")
         if value.dtype is not self.dtype:
-            raise TypeError(f"assign dtype mismatch: target is {self.dtype.name}, value is {value.dtype.name}")
+            raise TypeError(
+                f"assign dtype mismatch: target is {dtype_name(self.dtype)}, value is {dtype_name(value.dtype)}"
+            )
         if value.shape != self.shape:
             try:
                 value = value.expand(self.shape)

@@ -96,7 +96,8 @@ def node_from_bytes(data: bytes | bytearray | memoryview, device: str, dtype: DT
     """Raw bytes read as elements of `dtype` (uint8 by default)."""
     dtype = dtypes.uint8 if dtype is None else dtype
     if len(data) % dtype.itemsize:
-        raise ValueError(f"{len(data)} bytes are not a whole number of {dtype_name(dtype)} elements ({dtype.itemsize} bytes)")
+        element = f"{dtype_name(dtype)} elements ({dtype.itemsize} bytes)"
+        raise ValueError(f"{len(data)} bytes are not a whole number of {element}")
     return upload(bytes(data), (len(data) // dtype.itemsize,), dtype, device)
 
 

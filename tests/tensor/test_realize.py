@@ -1,0 +1,130 @@
+"""Realizing, laziness, assign and in-place ops, copies between devices, the NULL device and kernel counts."""
+
+import numpy as np
+import pytest
+
+from tg.codegen import Ops, dtypes
+from tg.tensor import GlobalCounters, Tensor
+
+DEVICES = ["CPU", "PYTHON"]
+
+
+def test_building_ops_runs_no_kernel():
+    a, b = Tensor(np.ones((4, 4), np.float32)), Tensor.arange(4)
+    GlobalCounters.reset()
+    x = ((a * 2 + b).exp().sum(1) / 3).reshape(2, 2)[::-1].maximum(0)
+    x = x.permute(1, 0).pad(((1, 1), None)).cast(dtypes.float16).contiguous()
+    assert GlobalCounters.kernel_count == 0
+    x.realize()
+    assert GlobalCounters.kernel_count > 0
+
+
+def test_realize_returns_self_and_reads_memory():
+    t = Tensor([1, 2, 3]) + 1
+    assert t.realize() is t
+    base = t.uop
+    while base.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
+        base = base.src[0]
+    assert base.op is Ops.BUFFER
+    assert t.tolist() == [2, 3, 4]
+
+
+def test_realize_several_tensors_in_one_call():
+    a = Tensor([1.0, 2.0])
+    b, c = a * 2, a + 1
+    b.realize(c)
+    assert b.tolist() == [2.0, 4.0] and c.tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_inplace_operators_write_into_the_same_tensor(device):
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    t = Tensor(x, device=device)
+    same = t
+    t += 5
+    t *= 2
+    t -= Tensor([1, 2, 3], device=device)
+    t //= 3
+    assert same is t
+    np.testing.assert_array_equal(t.numpy(), ((x + 5) * 2 - np.array([1, 2, 3])) // 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_assign_broadcasts_and_accepts_python_values(device):
+    t = Tensor.zeros(2, 3, device=device).contiguous().realize()
+    t.assign(Tensor([1.0, 2.0, 3.0], device=device))
+    np.testing.assert_array_equal(t.numpy(), np.array([[1, 2, 3], [1, 2, 3]], np.float32))
+    t.assign(7.5)
+    np.testing.assert_array_equal(t.numpy(), np.full((2, 3), 7.5, np.float32))
+    t.assign([[0, 1, 2], [3, 4, 5]])
+    np.testing.assert_array_equal(t.numpy(), np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_assign_into_a_view_writes_the_base(device):
+    base = Tensor(np.zeros(6, np.float32), device=device)
+    base[1:4].assign(Tensor([1.0, 2.0, 3.0], device=device)).realize()
+    np.testing.assert_array_equal(base.numpy(), np.array([0, 1, 2, 3, 0, 0], np.float32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_assign_reads_the_old_value_of_its_own_view(device):
+    x = np.arange(9, dtype=np.float32).reshape(3, 3)
+    t = Tensor(x, device=device)
+    t.assign(t.T + t.flip(0)).realize()
+    np.testing.assert_array_equal(t.numpy(), x.T + x[::-1])
+
+
+def test_assign_to_an_unrealized_value_realizes_it_first():
+    t = Tensor([1, 2]) + 1
+    t.assign(t * 10)
+    assert t.tolist() == [20, 30]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_clone_has_its_own_storage(device):
+    a = Tensor([1, 2, 3], device=device)
+    b = a.clone()
+    b += 10
+    assert a.tolist() == [1, 2, 3] and b.tolist() == [11, 12, 13]
+    c = a.contiguous()
+    assert c.tolist() == [1, 2, 3]
+
+
+def test_to_copies_between_devices():
+    x = np.arange(5, dtype=np.float32)
+    on_python = Tensor(x, device="CPU").to("PYTHON")
+    assert on_python.device == "PYTHON"
+    back = (on_python * 2).to("CPU")
+    np.testing.assert_array_equal(back.numpy(), x * 2)
+    with pytest.raises(ValueError, match="different devices"):
+        Tensor(x, device="CPU") + Tensor(x, device="PYTHON")
+
+
+def test_detach_keeps_the_value():
+    assert (Tensor([1.0, 2.0]).detach() * 2).tolist() == [2.0, 4.0]
+
+
+def test_null_device_builds_and_compiles_but_reading_is_an_error():
+    a = Tensor.empty(4, 4, device="NULL")
+    b = Tensor.ones(4, device="NULL", dtype=dtypes.int32)
+    x = (a.exp() * b + 1).sum(0)[::-1].maximum(0)
+    y = ((b // 3) % 2 == 0).where(a[0], 2.5).cast(dtypes.float16)
+    x.realize(y)
+    assert x.device == "NULL"
+    with pytest.raises(Exception, match="(?i)null"):
+        x.numpy()
+
+
+def test_kernel_counts():
+    a, b, c = (Tensor(np.full((16, 16), v, np.float32)) for v in (1, 2, 3))
+    GlobalCounters.reset()
+    (a + b * c).realize()
+    assert GlobalCounters.kernel_count == 1
+    GlobalCounters.reset()
+    (a + b).sum().realize()
+    assert GlobalCounters.kernel_count == 1
+    GlobalCounters.reset()
+    shifted = (a - a.max(-1, keepdim=True)).exp()
+    (shifted / shifted.sum(-1, keepdim=True)).realize()
+    assert GlobalCounters.kernel_count <= 3

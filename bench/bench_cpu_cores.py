@@ -36,7 +36,7 @@ def open_device(cores: int, iterations: int):
     with Context(CPU_COUNT=cores):
         dev = Device[f"CPU:{100 + cores}"]
     assert dev.cores.count == cores
-    prg = dev.runtime(dev, "chains", dev.compiler.compile(KERNEL))
+    prg = dev.runtime("chains", dev.compiler.compile(KERNEL))
     out = dev.allocator.alloc(4 * LAUNCH)
 
     def launch() -> tuple[float, float]:

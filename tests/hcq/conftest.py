@@ -42,7 +42,7 @@ void mark(float* restrict out, int core_id) { out[core_id] = 1.0f; }
 
 
 def load_program(device: Any, name: str, source: str) -> Any:
-    return device.runtime(device, name, device.compiler.compile(source))
+    return device.runtime(name, device.compiler.compile(source))
 
 
 def float_buffer(device: str, values: list[float]) -> Buffer:

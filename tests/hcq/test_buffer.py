@@ -172,3 +172,34 @@ def test_dtype_without_a_format_comes_back_as_bytes() -> None:
     buf = Buffer("CPU", 4, dtypes.bfloat16).allocate().copyin(bytes(range(8)))
     view = buf.as_buffer()
     assert view.format == "B" and bytes(view) == bytes(range(8))
+
+
+def test_copyin_on_a_busy_device_does_not_wait_and_keeps_order(kit) -> None:
+    dev = Device["CPU"]
+    prg = kit.load_program(dev, "add_one", kit.ADD_ONE)
+    a = kit.float_buffer("CPU", [1.0, 2.0])
+    b = Buffer("CPU", 2, kit.float32).allocate()
+    gate = dev.new_signal(value=0)
+    # b = a + 1, queued behind a gate the host opens later: the device stays busy until then.
+    queue = dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1).wait(gate, 1)
+    queue.exec(prg, prg.fill_kernargs((b.raw, a.raw)), (2, 1, 1), (1, 1, 1))
+    queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    new_values = np.array([10.0, 20.0], np.float32)
+    a.copyin(new_values.data)  # returns at once although the kernel has not run yet
+    new_values[:] = -1  # the caller may reuse its memory immediately
+    assert not dev.is_idle()
+    gate.value = 1
+    assert b.numpy().tolist() == [2.0, 3.0]  # the queued kernel read the old contents
+    assert a.numpy().tolist() == [10.0, 20.0]
+    prg(b.raw, a.raw, global_size=(2, 1, 1), wait=True)
+    assert b.numpy().tolist() == [11.0, 21.0]
+
+
+def test_dropping_a_buffer_returns_its_memory_to_the_cache(kit) -> None:
+    allocator = Device["CPU"].allocator
+    allocator.free_cache()
+    buf = Buffer("CPU", 3001, kit.uint8).allocate()
+    raw = buf.raw
+    del buf
+    assert allocator.cache[(3001, BufferSpec())] == [raw]
+    allocator.free_cache()

@@ -70,7 +70,7 @@ def test_device_exposes_allocator_compiler_runtime_and_renderer_slot() -> None:
     cpu = Device["CPU:LLVM"]
     assert cpu.renderer_name == "LLVM"
     assert isinstance(cpu.compiler, CCompiler)
-    assert cpu.allocator is not None and cpu.runtime is not None
+    assert cpu.allocator is not None and cpu.program_class is not None
     assert cpu.renderer is None  # filled by the renderer layer
 
 

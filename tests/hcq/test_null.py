@@ -24,7 +24,7 @@ def test_null_compiles_for_real_and_runs_nothing(kit) -> None:
     null = Device["NULL"]
     lib = null.compiler.compile(kit.MARK)
     assert lib[:4] == b"\x7fELF"
-    prg = null.runtime(null, "mark", lib)
+    prg = null.runtime("mark", lib)
     out = Buffer("NULL", 4, kit.float32).allocate()
     assert prg(out.raw, global_size=(4, 1, 1), wait=True) == pytest.approx(1e-3)
     assert prg(out.raw, global_size=(4, 1, 1)) is None

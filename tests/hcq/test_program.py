@@ -42,7 +42,7 @@ def test_three_dimensional_global_size_covers_the_product(kit) -> None:
 def test_unknown_function_name_is_a_clear_error(kit) -> None:
     dev = Device["CPU"]
     with pytest.raises(ValueError, match="no function named 'nope'"):
-        dev.runtime(dev, "nope", dev.compiler.compile(kit.MARK))
+        dev.runtime("nope", dev.compiler.compile(kit.MARK))
 
 
 def test_passing_a_buffer_object_instead_of_raw_is_a_clear_error(kit) -> None:
@@ -71,3 +71,46 @@ def test_kernels_on_many_cores_match_single_core(kit) -> None:
         results.append(np.frombuffer(out.cpu_view(), np.float32).copy())
     np.testing.assert_array_equal(results[0], x * 2 + 1)
     np.testing.assert_array_equal(results[1], results[0])
+
+
+RENDEZVOUS = """
+#include <time.h>
+/* Each of two calls announces itself, then waits (up to 5 s) to see the other one inside the kernel at
+   the same time. Only truly concurrent calls (the GIL released, two threads) can both succeed. */
+void rendezvous(int* flags, int core_id) {
+  __atomic_store_n(&flags[core_id], 1, __ATOMIC_SEQ_CST);
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  do {
+    if (__atomic_load_n(&flags[1 - core_id], __ATOMIC_SEQ_CST)) { flags[2 + core_id] = 1; return; }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while (now.tv_sec - start.tv_sec < 5);
+}
+"""
+
+
+def test_two_core_threads_run_kernel_calls_concurrently(kit) -> None:
+    from tg.codegen.flags import Context
+
+    with Context(CPU_COUNT=2):
+        dev = Device["CPU:62"]
+    prg = kit.load_program(dev, "rendezvous", RENDEZVOUS)
+    flags = Buffer("CPU:62", 4, kit.int32).allocate()
+    prg(flags.raw, global_size=(2, 1, 1), wait=True)
+    assert flags.as_buffer().tolist() == [1, 1, 1, 1]
+
+
+def test_runtime_accepts_the_first_commits_calling_form(kit) -> None:
+    from tg.hcq.devices.cpu import CPUProgram
+
+    dev = Device["CPU"]
+    lib = dev.compiler.compile(kit.MARK)
+    assert isinstance(dev.runtime("mark", lib), CPUProgram)
+    assert isinstance(dev.runtime(dev, "mark", lib), CPUProgram)
+    with pytest.raises(TypeError, match="usage"):
+        dev.runtime("mark")
+
+
+def test_disk_cannot_run_programs(tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="cannot run programs"):
+        Device[f"DISK:{tmp_path / 'x.bin'}"].runtime("f", b"")

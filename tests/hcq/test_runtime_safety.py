@@ -61,7 +61,7 @@ import struct
 from tg.hcq import Device
 dev = Device["CPU"]
 src = "void mark(float* restrict out, int core_id) { out[core_id] = 1.0f; }"
-prg = dev.runtime(dev, "mark", dev.compiler.compile(src))
+prg = dev.runtime("mark", dev.compiler.compile(src))
 out = dev.allocator.alloc(4 * 64)
 for _ in range(20):
     prg(out, global_size=(64, 1, 1))

@@ -99,6 +99,14 @@ class Buffer:
             raise RuntimeError(f"{self} was deallocated; allocate() it again before use")
         return self if self.is_allocated() else self.allocate()
 
+    def __del__(self) -> None:
+        # A dropped base buffer gives its memory back to the allocator (and so to its LRU cache).
+        if getattr(self, "_raw", None) is not None and self._base is None:
+            try:
+                self.deallocate()
+            except Exception:  # at interpreter shutdown the device may be gone; the OS reclaims memory
+                pass
+
     def deallocate(self) -> None:
         if self._raw is None:
             raise RuntimeError(f"{self} is not allocated (double free?)")

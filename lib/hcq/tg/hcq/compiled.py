@@ -35,12 +35,12 @@ class HCQCompiled(Compiled):
         spec: DeviceSpec,
         allocator: Any,
         compiler: Any,
-        runtime: Any,
+        program_class: Any,
         comp_queue_t: type | None,
         copy_queue_t: type | None,
         kernargs_size: int = 16 << 20,
     ) -> None:
-        super().__init__(spec, allocator, compiler, runtime)
+        super().__init__(spec, allocator, compiler, program_class)
         self.hw_compute_queue_t = comp_queue_t
         self.hw_copy_queue_t = copy_queue_t
         self.peer_group = f"{spec.iface}+{spec.name}" if spec.iface else spec.name
@@ -66,6 +66,10 @@ class HCQCompiled(Compiled):
     def kernargs_slice(self, size: int) -> HCQBuffer:
         address = self.kernargs_allocator.alloc(size, KERNARGS_ALIGNMENT)
         return self.kernargs_buf.offset(address - self.kernargs_buf.va_addr, size)
+
+    def is_idle(self) -> bool:
+        """True when everything submitted so far has finished."""
+        return self.timeline_signal.value >= self.timeline_value - 1
 
     def synchronize(self, timeout: int | None = None) -> None:
         """Block until everything submitted so far finished; re-raise a device error, if one happened."""

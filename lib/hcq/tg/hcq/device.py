@@ -79,21 +79,36 @@ def parse_device(text: str) -> DeviceSpec:
 
 
 class Compiled:
-    """A device: an allocator, a compiler, a program class (`runtime`) and a renderer slot.
+    """A device: an allocator, a compiler, a program class and a renderer slot.
 
+    `dev.runtime(name, lib)` loads a compiled binary as a program of `dev.program_class`.
     `renderer` is filled by the code-generation layer (UOps -> source); the runtime only carries it.
     `renderer_name` and `arch` are what the device string asked for (e.g. "LLVM" for `CPU:LLVM`).
     """
 
-    def __init__(self, spec: DeviceSpec, allocator: Any, compiler: Any, runtime: Any) -> None:
+    def __init__(self, spec: DeviceSpec, allocator: Any, compiler: Any, program_class: Any) -> None:
         self.spec = spec
         self.device = spec.canonical
         self.allocator = allocator
         self.compiler = compiler
-        self.runtime = runtime
+        self.program_class = program_class
         self.renderer: Any = None
         self.renderer_name = spec.renderer
         self.arch = spec.arch
+
+    def runtime(self, *args: Any) -> Any:
+        """Load a compiled binary: `dev.runtime(name, lib_bytes)` returns a callable program.
+
+        The form `dev.runtime(dev, name, lib_bytes)` of the first commit is accepted too.
+        """
+        if len(args) == 3 and args[0] is self:
+            args = args[1:]
+        if len(args) != 2:
+            raise TypeError("usage: dev.runtime(name, lib_bytes)")
+        if self.program_class is None:
+            raise RuntimeError(f"{self.device} cannot run programs")
+        name, lib = args
+        return self.program_class(self, name, lib)
 
     def synchronize(self) -> None:
         """Block until all work submitted to this device has finished."""

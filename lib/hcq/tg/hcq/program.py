@@ -1,6 +1,6 @@
 """Kernel arguments (args states) and `HCQProgram`, the callable that runs a compiled kernel.
 
-    prg = dev.runtime(dev, "kernel_name", lib_bytes)
+    prg = dev.runtime("kernel_name", lib_bytes)
     seconds = prg(buf0, buf1, global_size=(n, 1, 1), vals=(7,), wait=True)
 
 The buffers are raw device handles (`HCQBuffer`, what `Buffer.raw` returns). A call records

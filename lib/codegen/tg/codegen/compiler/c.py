@@ -23,7 +23,7 @@ from tg.codegen.compiler.base import CompileError, Compiler
 from tg.codegen.flags import CC
 
 CLANG_CANDIDATES = ("clang", *(f"clang-{version}" for version in range(19, 13, -1)))
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-std=c11")
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11")
 
 
 def find_c_compiler() -> str:

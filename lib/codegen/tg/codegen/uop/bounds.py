@@ -19,6 +19,9 @@ Bounds = tuple[Any, Any]
 
 def compute_bounds(root: UOp) -> None:
     """Store `_bounds` on `root` and every node below it that lacks them."""
+    if all(hasattr(s, "_bounds") for s in root.src):  # the common case in a rewrite: sources are done
+        object.__setattr__(root, "_bounds", _node_bounds(root))
+        return
     for node in root.toposort(lambda u: not hasattr(u, "_bounds")):
         if not hasattr(node, "_bounds"):
             object.__setattr__(node, "_bounds", _node_bounds(node))

@@ -60,8 +60,9 @@ class UPat:
         elif isinstance(src, tuple):
             self._src_options = [src]
         # ops that must appear among a node's direct sources for this pattern to match (a cheap early reject)
+        src_patterns = [src] if isinstance(src, UPat) else list(src) if isinstance(src, (list, tuple)) else []
         self.required_src_ops: frozenset[Ops] = frozenset(
-            next(iter(p.op)) for p in (src if isinstance(src, (list, tuple)) else ()) if p.op and len(p.op) == 1
+            next(iter(p.op)) for p in src_patterns if p.op is not None and len(p.op) == 1
         )
 
     # -------------------------------------------------------------------------------- constructors
@@ -313,8 +314,8 @@ class _Rewriter:
                     if s not in done:
                         stack.append((s, _VISIT, s))
             elif step == _REBUILD:
-                new_src = tuple(done[s] for s in current.src)
-                if any(a is not b for a, b in zip(new_src, current.src, strict=True)):
+                new_src = tuple([done[s] for s in current.src])
+                if new_src != current.src:  # UOp equality is identity, so this compares node by node
                     rebuilt = current.replace(src=new_src)
                     stack.append((node, _ADOPT, rebuilt))
                     stack.append((rebuilt, _VISIT, rebuilt))

@@ -301,7 +301,32 @@ def fold_div(x: UOp, c: UOp) -> UOp | None:
     g = _gcd_of(s, d)
     if g > 1:
         return _divide_sum(s, g) // (d // g)
-    return _split_divisible_part(x, s, d, Ops.IDIV)
+    split = _split_divisible_part(x, s, d, Ops.IDIV)
+    return split if split is not None else _drop_small_remainder(x, s, d)
+
+
+def _drop_small_remainder(x: UOp, s: Sum, d: int) -> UOp | None:
+    """(g*Q + R) // d is Q // (d/g) when g divides d and 0 <= R < g, and x >= 0 (floor of a floor).
+
+    `(k + j*4 + i*8) // 16` with 0 <= k < 4 is `(j + i*2) // 4`.
+    """
+    if x.vmin < 0:
+        return None
+    candidates = sorted({math.gcd(k, d) for k in s.terms.values()} - {1, d}, reverse=True)
+    for g in candidates:
+        big, small = Sum(s.dtype), Sum(s.dtype)
+        for u, k in s.terms.items():
+            if k % g == 0:
+                big.terms[u] = k // g
+            else:
+                small.terms[u] = k
+        big.const, small.const = divmod(s.const, g)
+        if not small.terms and small.const == 0:
+            continue
+        rest = small.build()
+        if rest.vmin >= 0 and rest.vmax < g:
+            return big.build() // (d // g)
+    return None
 
 
 def _split_divisible_part(x: UOp, s: Sum, d: int, op: Ops) -> UOp | None:

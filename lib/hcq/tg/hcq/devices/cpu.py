@@ -16,7 +16,8 @@ device's kernel-argument ring (u64 address per buffer, then int32 per value) and
 engine thread when the exec runs, so symbolic arguments patched at submit time take effect.
 
 Queues: a compute engine (kernels) and a copy engine (memmove), each one thread, so copies overlap
-with compute; order between them is expressed with signals, exactly as on a GPU.
+with compute; order between them is expressed with signals, exactly as on a GPU. `Buffer.copyin` on a
+busy device goes through a staging buffer and the copy engine instead of waiting for the device.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import tempfile
 from typing import Any
 
 from tg.codegen.compiler import CCompiler
+from tg.codegen.render.c import CRenderer
 from tg.codegen.flags import CPU_COUNT
 from tg.hcq.allocator import BufferSpec, LRUAllocator
 from tg.hcq.commands import Command
@@ -98,8 +100,21 @@ class CPUAllocator(LRUAllocator):
         raw.meta = None
 
     def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
-        self.device.synchronize()
-        dest.cpu_view()[:] = src
+        """Copy host data in without waiting for a busy device.
+
+        Idle device: copy directly. Busy device: snapshot `src` into a staging buffer and let the copy
+        engine move it after the work already queued (which may still read `dest`), on the timeline,
+        so later kernels see the new data and the host goes on at once.
+        """
+        dev = self.device
+        dev._raise_error_state()
+        if dev.is_idle():
+            dest.cpu_view()[:] = src
+            return
+        staging = HostMemory(src.nbytes).handle(owner=dev)
+        staging.cpu_view()[:] = src
+        queue = dev.hw_copy_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1)
+        queue.copy(dest, staging, src.nbytes).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
 
     def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
         self.device.synchronize()
@@ -129,6 +144,7 @@ class CPUDevice(HCQCompiled):
         allocator = CPUAllocator()
         super().__init__(spec, allocator, CCompiler(), CPUProgram, CPUComputeQueue, CPUCopyQueue)
         allocator.device = self
+        self.renderer = CRenderer(cores=self.cores.count)
 
     def _record_error(self, error: BaseException) -> None:
         if self.error_state is None:

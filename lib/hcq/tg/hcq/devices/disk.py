@@ -77,5 +77,5 @@ class DiskDevice(Compiled):
     """`Device["DISK:/path"]`: no compiler and no programs, only memory-mapped storage."""
 
     def __init__(self, spec: DeviceSpec) -> None:
-        super().__init__(spec, allocator=None, compiler=None, runtime=None)
+        super().__init__(spec, allocator=None, compiler=None, program_class=None)
         self.allocator = DiskAllocator(self)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tg.codegen.compiler import CCompiler
+from tg.codegen.render.c import CRenderer
 from tg.codegen.flags import NULL_ALLOW_COPYOUT
 from tg.hcq.allocator import Allocator, BufferSpec
 from tg.hcq.device import Compiled, DeviceSpec
@@ -59,3 +60,4 @@ class NullDevice(Compiled):
         allocator = NullAllocator()
         super().__init__(spec, allocator, CCompiler(), NullProgram)
         allocator.device = self
+        self.renderer = CRenderer()

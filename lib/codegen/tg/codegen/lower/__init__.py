@@ -1,0 +1,45 @@
+"""Lowering: a kernel AST (SINK of STOREs over RANGEs) -> a linear program that renderers turn into source.
+
+The stages, in order (each can be run, printed and timed alone):
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tg.codegen.lower.linearize import linearize
+from tg.codegen.schedule.indexing import simplify_indices
+from tg.codegen.uop.ops import UOp
+from tg.codegen.uop.pattern import graph_rewrite
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One named step of the pipeline: a function from UOp graph to UOp graph."""
+
+    name: str
+    run: Callable[[UOp], UOp]
+
+    def __repr__(self) -> str:
+        return f"Stage({self.name!r})"
+
+
+def _simplify(ast: UOp) -> UOp:
+    return graph_rewrite(ast, simplify_indices, name="simplify indices")
+
+
+LOWERING: list[Stage] = [
+    Stage("simplify indices", _simplify),  # symbolic algebra: movement-op index arithmetic back to strides
+    Stage("linearize", linearize),  # ranges -> loops, REDUCE -> accumulators, values placed in their loop
+]
+
+
+def lower(ast: UOp) -> UOp:
+    """The LINEAR program of kernel `ast`."""
+    for stage in LOWERING:
+        ast = stage.run(ast)
+    return ast
+
+
+__all__ = ["LOWERING", "Stage", "linearize", "lower"]

@@ -1,0 +1,98 @@
+"""Which tensor-graph nodes get a buffer ("realize points"); everything else fuses into the kernel that reads it.
+
+A node gets a buffer when
+- it is asked for (a root of `realize`), unless it already reads memory (movement ops over a BUFFER),
+- it is a CONTIGUOUS, COPY or ASSIGN (the source of a COPY too, unless it is already a whole buffer),
+- it is a REDUCE_AXIS whose result is broadcast (read through a growing EXPAND) or reduced again: fusing it there
+  would recompute the whole reduction for every element that reads it.
+Softmax is then three kernels: max, sum(exp(x - max)), and exp(x - max) / sum.
+
+Before that, `split_big_reductions` turns a full reduction of many elements into two: partial results per chunk
+(a kernel whose outer loop the CPU splits across cores) and a small kernel that combines them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tg.codegen.schedule.graph import ReduceArg, shape_of
+from tg.codegen.uop.ops import GroupOp, Ops, UOp
+from tg.codegen.uop.pattern import PatternMatcher, UPat
+
+SPLIT_REDUCTION_MIN_ELEMENTS = 1 << 18
+SPLIT_REDUCTION_CHUNKS = (64, 32, 16, 8, 4, 2)
+
+
+def split_big_reduction(node: UOp) -> UOp | None:
+    """A full reduction of N elements becomes a reduction of `chunks` partial reductions of N/chunks each."""
+    source = node.src[0]
+    total = math.prod(shape_of(source))
+    if math.prod(shape_of(node)) != 1 or total < SPLIT_REDUCTION_MIN_ELEMENTS:
+        return None
+    chunks = next((c for c in SPLIT_REDUCTION_CHUNKS if total % c == 0), None)
+    if chunks is None:
+        return None
+    op = node.arg.op
+    rows = UOp(Ops.RESHAPE, source.dtype, (source,), (chunks, total // chunks))
+    partial = UOp(Ops.REDUCE_AXIS, node.dtype, (rows,), ReduceArg(op, (1,)))
+    partial = UOp(Ops.CONTIGUOUS, node.dtype, (partial,))
+    combined = UOp(Ops.REDUCE_AXIS, node.dtype, (partial,), ReduceArg(op, (0,)))
+    return UOp(Ops.RESHAPE, node.dtype, (combined,), shape_of(node))
+
+
+split_big_reductions = PatternMatcher(
+    [(UPat(Ops.REDUCE_AXIS, name="node"), split_big_reduction)], name="split_big_reductions"
+)
+
+
+def reads_memory(node: UOp) -> bool:
+    """Movement ops over a BUFFER (or over a node that always gets one) read memory without computing."""
+    while node.op in GroupOp.Movement:
+        node = node.src[0]
+    return node.op in (Ops.BUFFER, Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN)
+
+
+def whole_buffer(node: UOp) -> UOp | None:
+    """The BUFFER that holds `node` as it is, C-contiguous and complete (a BUFFER or a RESHAPE of one)."""
+    if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER:
+        node = node.src[0]
+    return node if node.op is Ops.BUFFER else None
+
+
+def grows(expand: UOp) -> bool:
+    return shape_of(expand) != shape_of(expand.src[0])
+
+
+def find_realize_points(roots: tuple[UOp, ...], forced: tuple[UOp, ...] = ()) -> list[UOp]:
+    """The nodes that get buffers, sources before users (`forced`: nodes that get one whatever they are)."""
+    order = UOp.sink(*roots).toposort()[:-1]
+    points = {root for root in roots if not reads_memory(root)} | set(forced)
+    for node in order:
+        if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
+            points.add(node)
+        if node.op is Ops.COPY and whole_buffer(node.src[0]) is None:
+            points.add(node.src[0])
+    _add_reductions_that_cannot_fuse(order, points)
+    return [node for node in order if node in points]
+
+
+def _add_reductions_that_cannot_fuse(order: list[UOp], points: set[UOp]) -> None:
+    """Walk users before sources, tracking whether a node is read through a growing EXPAND or by a REDUCE_AXIS
+    inside the kernel that reads it; reductions read that way get their own buffer."""
+    broadcast: dict[UOp, bool] = {}
+    reduced: dict[UOp, bool] = {}
+    for node in reversed(order):
+        if node in points:
+            under_broadcast, under_reduce = False, False
+        else:
+            under_broadcast, under_reduce = broadcast.get(node, False), reduced.get(node, False)
+            if node.op is Ops.REDUCE_AXIS and (under_broadcast or under_reduce):
+                points.add(node)
+                under_broadcast, under_reduce = False, False
+        if node.op is Ops.REDUCE_AXIS:
+            under_reduce = True
+        if node.op is Ops.EXPAND and grows(node):
+            under_broadcast = True
+        for source in node.src:
+            broadcast[source] = broadcast.get(source, False) or under_broadcast
+            reduced[source] = reduced.get(source, False) or under_reduce

@@ -1,0 +1,232 @@
+"""The scheduler: tensor-graph roots in, an ordered list of kernel calls and copies out.
+
+    schedule = create_schedule((node_a, node_b))
+    schedule.items    # KernelCall(ast, buffers) and CopyCall(dest, src), in the order they must run
+    schedule.results  # for each root, an equivalent node that reads realized memory
+
+Stages, in order: split big reductions; find the realize points (the nodes that get buffers); build one kernel
+per realize point; order the kernels so every buffer is written before it is read and no buffer is overwritten
+(ASSIGN) before every kernel that reads its old contents has run.
+
+Schedules are cached by the graph with its input buffers abstracted, so the same computation on new buffers
+reuses the kernels (and the compiled programs, which are keyed by kernel AST).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from tg.codegen.schedule.graph import BufferArg, new_buffer, shape_of
+from tg.codegen.schedule.kernel import AssignError, Kernel, build_kernel
+from tg.codegen.schedule.realize import find_realize_points, split_big_reductions, whole_buffer
+from tg.codegen.uop.ops import GroupOp, Ops, UOp
+from tg.codegen.uop.pattern import graph_rewrite
+
+SCHEDULE_CACHE_SIZE = 512
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """Run kernel `ast` with PARAM slot i bound to BUFFER node `buffers[i]` (slot 0 is the output)."""
+
+    ast: UOp
+    buffers: tuple[UOp, ...]
+
+    @property
+    def device(self) -> str:
+        return self.buffers[0].src[0].arg
+
+
+@dataclass(frozen=True)
+class CopyCall:
+    """Copy the whole of BUFFER `src` into BUFFER `dest` (same size and dtype, maybe another device)."""
+
+    dest: UOp
+    src: UOp
+
+
+ScheduleItem = KernelCall | CopyCall
+
+
+@dataclass(frozen=True)
+class Schedule:
+    items: tuple[ScheduleItem, ...]
+    results: tuple[UOp, ...]
+
+
+@dataclass
+class ScheduleStats:
+    """How often the schedule cache answered (tests and benchmarks read these)."""
+
+    hits: int = 0
+    misses: int = 0
+
+
+schedule_stats = ScheduleStats()
+_schedule_cache: OrderedDict[UOp, Schedule] = OrderedDict()
+
+
+def device_of(node: UOp) -> str:
+    """The device a tensor-graph node lives on (a COPY's destination, else its first buffer's or constant's)."""
+    while True:
+        if node.op in (Ops.BUFFER, Ops.CONST):
+            return node.src[0].arg
+        if node.op is Ops.COPY:
+            return node.src[1].arg
+        node = node.src[0]
+
+
+# ---------------------------------------------------------------------------------------------------- caching
+
+
+def create_schedule(roots: tuple[UOp, ...]) -> Schedule:
+    """The schedule that realizes `roots`, from the cache when the same graph was scheduled before."""
+    inputs = [node for node in UOp.sink(*roots).toposort() if node.op is Ops.BUFFER]
+    placeholders = {
+        buf: UOp(Ops.BUFFER, buf.dtype, buf.src, BufferArg(-1 - i, buf.arg.size)) for i, buf in enumerate(inputs)
+    }
+    normalized = UOp.sink(*roots).substitute(placeholders)
+    template = _schedule_cache.get(normalized)
+    if template is None:
+        schedule_stats.misses += 1
+        template = _schedule_cache[normalized] = schedule_graph(normalized.src)
+        if len(_schedule_cache) > SCHEDULE_CACHE_SIZE:
+            _schedule_cache.popitem(last=False)
+    else:
+        schedule_stats.hits += 1
+        _schedule_cache.move_to_end(normalized)
+    return _instantiate(template, {p: buf for buf, p in placeholders.items()})
+
+
+def _instantiate(template: Schedule, inputs: dict[UOp, UOp]) -> Schedule:
+    """The template with placeholders bound to the real inputs and every buffer it creates made fresh."""
+    mapping = dict(inputs)
+
+    def bind(buf: UOp) -> UOp:
+        found = mapping.get(buf)
+        if found is None:
+            found = mapping[buf] = new_buffer(buf.src[0].arg, buf.arg.size, buf.dtype)
+        return found
+
+    items: list[ScheduleItem] = []
+    for item in template.items:
+        if isinstance(item, KernelCall):
+            items.append(KernelCall(item.ast, tuple(bind(b) for b in item.buffers)))
+        else:
+            items.append(CopyCall(bind(item.dest), bind(item.src)))
+    for result in template.results:
+        for node in result.toposort():
+            if node.op is Ops.BUFFER:
+                bind(node)
+    results = tuple(result.substitute(mapping) for result in template.results)
+    return Schedule(tuple(items), results)
+
+
+# ---------------------------------------------------------------------------------------------------- scheduling
+
+
+def schedule_graph(roots: tuple[UOp, ...]) -> Schedule:
+    """Schedule `roots` (no cache)."""
+    roots = graph_rewrite(UOp.sink(*roots), split_big_reductions, name="split big reductions").src
+    forced: list[UOp] = []
+    while True:
+        points = find_realize_points(roots, tuple(forced))
+        storage = _allocate_storage(points)
+        kernels = {p: build_kernel(p, storage[p], storage) for p in points if p.op is not Ops.COPY}
+        hazard = next((p for p in points if p.op is Ops.ASSIGN and _reads_what_it_overwrites(kernels[p])), None)
+        if hazard is None:
+            break
+        forced.append(hazard.src[1])  # compute the value into its own buffer first, then copy it over the target
+    order = _order(points, kernels, storage)
+    items: list[ScheduleItem] = []
+    for point in order:
+        if point.op is Ops.COPY:
+            items.append(CopyCall(storage[point], _copy_source(point.src[0], storage)))
+        elif math.prod(shape_of(point)) > 0:
+            kernel = kernels[point]
+            items.append(KernelCall(kernel.ast, kernel.buffers))
+    views = _views(points, storage)
+    return Schedule(tuple(items), tuple(root.substitute(views) for root in roots))
+
+
+def _allocate_storage(points: list[UOp]) -> dict[UOp, UOp]:
+    storage: dict[UOp, UOp] = {}
+    for point in points:
+        if point.op is Ops.ASSIGN:
+            storage[point] = _target_buffer(point.src[0], storage)
+        else:
+            storage[point] = new_buffer(device_of(point), math.prod(shape_of(point)), point.dtype)
+    return storage
+
+
+def _target_buffer(target: UOp, storage: dict[UOp, UOp]) -> UOp:
+    while target.op in GroupOp.Movement:
+        target = target.src[0]
+    if target.op is Ops.BUFFER:
+        return target
+    if target in storage and target.op is Ops.ASSIGN:
+        return storage[target]
+    raise AssignError(f"ASSIGN needs a target that is a view of a buffer, got {target.op!r}")
+
+
+def _reads_what_it_overwrites(kernel: Kernel) -> bool:
+    """Whether an ASSIGN kernel reads its target buffer at a position other than the one it writes: then an
+    element could be overwritten before another one reads it."""
+    store = kernel.ast.src[0]
+    address = store.src[0]
+    return any(
+        node.op is Ops.INDEX and node.src[0] is address.src[0] and node is not address
+        for node in store.src[1].toposort()
+    )
+
+
+def _copy_source(source: UOp, storage: dict[UOp, UOp]) -> UOp:
+    if source in storage:
+        return storage[source]
+    found = whole_buffer(source)
+    if found is None:
+        raise AssertionError("the source of a COPY should have been realized")
+    return found
+
+
+def _views(points: list[UOp], storage: dict[UOp, UOp]) -> dict[UOp, UOp]:
+    """For each realize point, the node that reads its result: its buffer in its shape."""
+    views: dict[UOp, UOp] = {}
+    for point in points:
+        if point.op is Ops.ASSIGN:
+            views[point] = point.src[0].substitute(views)
+            continue
+        buf = storage[point]
+        shape = shape_of(point)
+        views[point] = buf if shape == (buf.arg.size,) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
+    return views
+
+
+def _order(points: list[UOp], kernels: dict[UOp, Kernel], storage: dict[UOp, UOp]) -> list[UOp]:
+    """Realize points in an order where each runs after the points it reads and every ASSIGN runs after the
+    kernels that read the old contents of its buffer (unless they read it through the ASSIGN)."""
+    point_set = set(points)
+    ancestors = {p: {n for n in p.toposort() if n in point_set and n is not p} for p in points}
+    before: dict[UOp, set[UOp]] = {p: set(ancestors[p]) for p in points}
+    for writer in points:
+        if writer.op is not Ops.ASSIGN:
+            continue
+        written = storage[writer]
+        for reader in points:
+            if reader is writer or writer in ancestors[reader] or reader not in kernels:
+                continue
+            if written in kernels[reader].buffers[1:]:
+                before[writer].add(reader)
+    ordered: list[UOp] = []
+    done: set[UOp] = set()
+    remaining = list(points)
+    while remaining:
+        ready = next((p for p in remaining if before[p] <= done), None)
+        if ready is None:
+            raise RuntimeError("the schedule has a cycle: an ASSIGN's value depends on a kernel it must precede")
+        ordered.append(ready)
+        done.add(ready)
+        remaining.remove(ready)
+    return ordered

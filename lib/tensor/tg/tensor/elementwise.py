@@ -394,7 +394,7 @@ def _int_pow(base: Tensor, power: Tensor) -> Tensor:
     if dtypes.is_unsigned(power.dtype):
         return result
     # base ** -n is 0 unless base is 1 (gives 1) or -1 (gives -1 for odd n)
-    negative_result = (base == 1).where(1, (base == -1).where(((power & 1) != 0).where(-1, 1), 0))
+    negative_result = (base == 1).where(1, (base == -1).where(((power & 1) != 0).where(-1, 1), 0)).cast(base.dtype)
     return (power < 0).where(negative_result, result)
 
 

@@ -236,3 +236,18 @@ def test_assign_on_a_buffer_builds_an_assign_node():
 def test_bool_operand_to_python_is_ambiguous():
     with pytest.raises(TypeError, match="ambiguous"):
         bool(Tensor.ones(2) > 0)
+
+
+def test_numpy_integers_index_like_ints():
+    assert Tensor.zeros(3, 4)[np.int64(1), np.int32(-1)].shape == ()
+
+
+def test_tensor_indices_are_not_supported_yet():
+    with pytest.raises(TypeError, match="unsupported index"):
+        Tensor.zeros(3)[Tensor([0])]
+
+
+def test_python_int_too_large_for_int32_is_an_error():
+    with pytest.raises(OverflowError, match="int32"):
+        Tensor(2**40)
+    assert Tensor(2**40, dtype=dtypes.int64).dtype is dtypes.int64

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tg.codegen import DType, Ops, UOp, dtypes, from_numpy, to_numpy, truncate
 from tg.codegen.schedule.graph import Shape, ShapeError, const_node, new_buffer
 from tg.hcq import Device
-from tg.tensor.promotion import PythonScalar, dtype_name, is_python_scalar, python_scalar_dtype
+from tg.tensor.promotion import PythonScalar, check_scalar_fits, dtype_name, is_python_scalar, python_scalar_dtype
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -109,6 +109,7 @@ def node_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
         return new_buffer(device, 0, dtype or dtypes.default_float)
     if is_python_scalar(data):
         dtype = python_scalar_dtype(data) if dtype is None else dtype
+        check_scalar_fits(data, dtype)
         return const_of_shape(data, (), dtype, device)
     if isinstance(data, (bytes, bytearray, memoryview)):
         return node_from_bytes(data, device, dtype)

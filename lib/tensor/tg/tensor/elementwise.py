@@ -1,15 +1,12 @@
-"""Elementwise ops: arithmetic, comparisons, `where`, bitwise ops and math functions, with broadcasting.
+"""Elementwise ops: arithmetic, comparisons, `where`, `maximum`/`minimum` and bitwise ops, with broadcasting.
 
 Operands are first promoted to one dtype (see tg.tensor.promotion) and broadcast to one shape; then each op is one
 ALU node, or a few when the IR's primitive differs from numpy's meaning: integer `//` and `%` floor (the IR
-truncates) and guard division by zero, `exp`/`log` are built on EXP2/LOG2, `floor`/`ceil`/`round` on TRUNC.
-float16 and bfloat16 inputs to transcendental functions are computed in float32 and rounded once at the end,
-which is what numpy does for float16.
+truncates) and guard division by zero. Unary math functions live in tg.tensor.unary.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +67,7 @@ def _require(condition: bool, what: str, *dtypes_seen: DType) -> None:
         raise TypeError(f"{what} is not supported for {names}")
 
 
-def _in_float32_when_half(tensor: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
+def in_float32_when_half(tensor: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
     """Apply `compute` to a float tensor; 16-bit floats go through float32 and round once at the end."""
     if not dtypes.is_float(tensor.dtype):
         tensor = tensor.cast(dtypes.default_float)
@@ -112,8 +109,8 @@ class ElementwiseOps:
         """Floor division as numpy: rounds toward -inf; an integer divided by zero gives 0."""
         a, b = broadcast(other, self) if reverse else broadcast(self, other)
         _require(a.dtype is not dtypes.bool, "//", a.dtype, b.dtype)
-        if dtypes.is_float(a.dtype):
-            return alu(Ops.FDIV, a, b).floor()
+        if dtypes.is_float(a.dtype):  # 16-bit floats in float32, rounded once (as numpy)
+            return in_float32_when_half(a, lambda x: alu(Ops.FDIV, x, b.cast(x.dtype)).floor())
         return _int_divmod(a, b)[0]
 
     def mod(self, other: Operand, reverse: bool = False) -> Tensor:
@@ -121,7 +118,7 @@ class ElementwiseOps:
         a, b = broadcast(other, self) if reverse else broadcast(self, other)
         _require(a.dtype is not dtypes.bool, "%", a.dtype, b.dtype)
         if dtypes.is_float(a.dtype):
-            return a - b * alu(Ops.FDIV, a, b).floor()
+            return in_float32_when_half(a, lambda x: _float_mod(x, b.cast(x.dtype)))
         return _int_divmod(a, b)[1]
 
     def neg(self) -> Tensor:
@@ -136,7 +133,7 @@ class ElementwiseOps:
             if isinstance(exponent, int) and not reverse:
                 return _int_pow_by_constant(base, exponent)
             return _int_pow(base, power)
-        return _in_float32_when_half(base, lambda x: alu(Ops.POW, x, power.cast(x.dtype)))
+        return in_float32_when_half(base, lambda x: alu(Ops.POW, x, power.cast(x.dtype)))
 
     __add__ = add
     __sub__ = sub
@@ -280,85 +277,13 @@ class ElementwiseOps:
     def __rrshift__(self, other: Operand) -> Tensor:
         return self.rshift(other, reverse=True)
 
-    # -------------------------------------------------------------------------------- math functions
-
     def isnan(self) -> Tensor:
         return alu(Ops.CMPNE, self, self)
 
-    def exp2(self) -> Tensor:
-        return _in_float32_when_half(self, lambda x: alu(Ops.EXP2, x))
 
-    def exp(self) -> Tensor:
-        return _in_float32_when_half(self, lambda x: alu(Ops.EXP2, x * (1 / math.log(2))))
-
-    def log2(self) -> Tensor:
-        return _in_float32_when_half(self, lambda x: alu(Ops.LOG2, x))
-
-    def log(self) -> Tensor:
-        return _in_float32_when_half(self, lambda x: alu(Ops.LOG2, x) * math.log(2))
-
-    def sqrt(self) -> Tensor:
-        return _in_float32_when_half(self, lambda x: alu(Ops.SQRT, x))
-
-    def rsqrt(self) -> Tensor:
-        return _in_float32_when_half(self, lambda x: alu(Ops.RECIPROCAL, alu(Ops.SQRT, x)))
-
-    def reciprocal(self) -> Tensor:
-        if not dtypes.is_float(self.dtype):
-            return self.cast(dtypes.default_float).reciprocal()
-        return alu(Ops.RECIPROCAL, self)
-
-    def sin(self) -> Tensor:
-        return _in_float32_when_half(self, lambda x: alu(Ops.SIN, x))
-
-    def cos(self) -> Tensor:
-        return _in_float32_when_half(self, lambda x: alu(Ops.SIN, (math.pi / 2) - x))
-
-    def tan(self) -> Tensor:
-        return _in_float32_when_half(self, lambda x: alu(Ops.FDIV, alu(Ops.SIN, x), x.cos()))
-
-    def square(self) -> Tensor:
-        return self * self
-
-    def abs(self) -> Tensor:
-        if self.dtype is dtypes.bool or dtypes.is_unsigned(self.dtype):
-            return self
-        return (self < 0).where(-self, self)
-
-    def sign(self) -> Tensor:
-        """-1, 0 or 1 (NaN stays NaN, bools are their own sign)."""
-        if self.dtype is dtypes.bool:
-            return self
-        if dtypes.is_unsigned(self.dtype):
-            return (self != 0).cast(self.dtype)
-        return (self > 0).where(1, (self < 0).where(-1, self))
-
-    # -------------------------------------------------------------------------------- rounding
-
-    def trunc(self) -> Tensor:
-        return alu(Ops.TRUNC, self) if dtypes.is_float(self.dtype) else self
-
-    def floor(self) -> Tensor:
-        if not dtypes.is_float(self.dtype):
-            return self
-        truncated = self.trunc()
-        return (self < truncated).where(truncated - 1, truncated)
-
-    def ceil(self) -> Tensor:
-        if not dtypes.is_float(self.dtype):
-            return self
-        truncated = self.trunc()
-        return (self > truncated).where(truncated + 1, truncated)
-
-    def round(self) -> Tensor:
-        """Round half to even, as numpy."""
-        if not dtypes.is_float(self.dtype):
-            return self
-        truncated = self.trunc()
-        fraction = (self - truncated).abs()  # exact: x and trunc(x) share sign and exponent range
-        truncated_is_odd = (truncated - (truncated * 0.5).trunc() * 2) != 0
-        away_from_zero = (fraction > 0.5) | ((fraction == 0.5) & truncated_is_odd)
-        return away_from_zero.where(truncated + self.sign(), truncated)
+def _float_mod(a: Tensor, b: Tensor) -> Tensor:
+    """a - b * floor(a / b): the remainder takes the divisor's sign, as numpy's."""
+    return a - b * alu(Ops.FDIV, a, b).floor()
 
 
 def _int_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:

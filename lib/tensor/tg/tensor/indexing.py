@@ -6,6 +6,7 @@ negative steps), a shrink, and for steps above one a pad-reshape-shrink that kee
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,15 +75,22 @@ def _select_axis(tensor: Tensor, axis: int, selection: AxisSelection) -> Tensor:
     return tensor.shrink(bounds).reshape(split[: axis + 1] + split[axis + 2 :])
 
 
+def _plain_index(index: Any) -> Any:
+    """An int, slice, None or Ellipsis; integer-like objects (numpy ints) become ints."""
+    if index is None or index is Ellipsis or isinstance(index, slice):
+        return index
+    if isinstance(index, bool) or not hasattr(index, "__index__") or hasattr(index, "uop"):
+        raise TypeError(f"unsupported index {index!r}: use ints, slices, None or ...")
+    return operator.index(index)
+
+
 class IndexingOps:
     """`__getitem__` with ints, slices (negative steps included), None and Ellipsis."""
 
     def __getitem__(self, indices: Any) -> Tensor:
         if not isinstance(indices, tuple):
             indices = (indices,)
-        for index in indices:
-            if not (index is None or index is Ellipsis or isinstance(index, (int, slice))) or isinstance(index, bool):
-                raise TypeError(f"unsupported index {index!r}: use ints, slices, None or ...")
+        indices = tuple(_plain_index(index) for index in indices)
         indices = _expand_ellipsis(indices, self.ndim)
         result: Tensor = self  # type: ignore[assignment]
         output_shape: list[int] = []

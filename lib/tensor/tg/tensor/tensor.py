@@ -2,7 +2,8 @@
 
 A Tensor holds `uop`, a tensor-graph node, and its `device`. Every operation returns a new Tensor over a new node;
 nothing runs until `realize()` or a read (`numpy()`, `tolist()`, `item()`), which hand the graph to the engine.
-The op families live in their own modules and are mixed in here: creation, elementwise, movement, indexing, reduce.
+The op families live in their own modules and are mixed in here: creation, elementwise, unary, movement,
+indexing, reduce.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from tg.tensor.indexing import IndexingOps
 from tg.tensor.movement import MovementOps
 from tg.tensor.promotion import dtype_name
 from tg.tensor.reduce import ReduceOps
+from tg.tensor.unary import UnaryMathOps
 
 
-class Tensor(CreationOps, ElementwiseOps, MovementOps, IndexingOps, ReduceOps):
+class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps, ReduceOps):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
     __slots__ = ("uop", "device")

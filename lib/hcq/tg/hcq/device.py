@@ -21,6 +21,7 @@ from tg.codegen.flags import DEV
 DEVICE_CLASSES: dict[str, str] = {
     "CPU": "tg.hcq.devices.cpu:CPUDevice",
     "NULL": "tg.hcq.devices.null:NullDevice",
+    "PYTHON": "tg.hcq.devices.python:PythonDevice",
     "DISK": "tg.hcq.devices.disk:DiskDevice",
 }
 

@@ -76,7 +76,9 @@ class Linearizer:
 
     def _emit_plain(self, node: UOp) -> UOp:
         new_src = tuple(self.emit(s) for s in node.src)
-        return self.append(node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src))
+        return self.append(
+            node if all(a is b for a, b in zip(new_src, node.src, strict=True)) else node.replace(src=new_src)
+        )
 
     def hoist_invariants(self, body: UOp) -> None:
         """Compute, before a reduce loop opens, every part of its body that does not change inside it."""

@@ -54,7 +54,7 @@ def float_literal(value: float, dtype: DType) -> str:
     """An exact C literal (hex float) for a float constant of `dtype`."""
     suffix = "" if dtype is dtypes.float64 else "f"
     if math.isnan(value):
-        text = f"__builtin_nan{suffix}(\"\")"
+        text = f'__builtin_nan{suffix}("")'
     elif math.isinf(value):
         text = f"{'-' if value < 0 else ''}__builtin_inf{suffix}()"
     else:

@@ -106,9 +106,7 @@ def distribute_constant_factor(x: UOp, y: UOp, c: UOp) -> UOp | None:
     return x * c + y * c
 
 
-index_algebra = PatternMatcher(
-    [(UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y"))), UPat.cvar("c"))), distribute_constant_factor)],
-    name="index_algebra",
-)
+_sum_times_constant = UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y"))), UPat.cvar("c")))
+index_algebra = PatternMatcher([(_sum_times_constant, distribute_constant_factor)], name="index_algebra")
 
 simplify_indices = symbolic + index_algebra

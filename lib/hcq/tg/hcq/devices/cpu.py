@@ -28,8 +28,8 @@ import tempfile
 from typing import Any
 
 from tg.codegen.compiler import CCompiler
-from tg.codegen.render.c import CRenderer
 from tg.codegen.flags import CPU_COUNT
+from tg.codegen.render.c import CRenderer
 from tg.hcq.allocator import BufferSpec, LRUAllocator
 from tg.hcq.commands import Command
 from tg.hcq.compiled import HCQCompiled

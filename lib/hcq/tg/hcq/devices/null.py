@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from tg.codegen.compiler import CCompiler
-from tg.codegen.render.c import CRenderer
 from tg.codegen.flags import NULL_ALLOW_COPYOUT
+from tg.codegen.render.c import CRenderer
 from tg.hcq.allocator import Allocator, BufferSpec
 from tg.hcq.device import Compiled, DeviceSpec
 from tg.hcq.memory import HCQBuffer

@@ -1,0 +1,108 @@
+"""Engine benchmark against numpy, measured in the same run: a fused elementwise chain, a full sum, and the
+latency from a new graph to a compiled kernel.
+
+    uv run python bench/bench_tensor.py [--size 16777216] [--repeats 9]
+
+Prints medians of several repeats and the ratio numpy_time / tg_time (above 1: tg is faster). The machine is
+shared, so timings are noisy; the medians are what to compare. Built on tensor-graph nodes and the engine API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from tg.codegen import Ops, UOp, dtypes
+from tg.codegen.flags import Context
+from tg.codegen.schedule import schedule as scheduler
+from tg.codegen.schedule.graph import ReduceArg, const_node
+from tg.hcq import Device
+from tg.tensor.engine import buffer_from_bytes, realize, runner
+
+
+def tensor(array: np.ndarray) -> UOp:
+    buf = buffer_from_bytes(array.tobytes(), dtypes.float32, "CPU")
+    return UOp(Ops.RESHAPE, dtypes.float32, (buf,), array.shape)
+
+
+def chain(a: UOp, b: UOp, c: UOp) -> UOp:
+    zero = UOp(
+        Ops.EXPAND,
+        dtypes.float32,
+        (UOp(Ops.RESHAPE, dtypes.float32, (const_node(0.0, dtypes.float32, "CPU"),), (1,)),),
+        (a.arg[0],),
+    )
+    return UOp(Ops.MAX, dtypes.float32, (UOp(Ops.ADD, dtypes.float32, (UOp(Ops.MUL, dtypes.float32, (a, b)), c)), zero))
+
+
+def total(a: UOp) -> UOp:
+    return UOp(Ops.REDUCE_AXIS, dtypes.float32, (a,), ReduceArg(Ops.ADD, (0,)))
+
+
+def run(node: UOp) -> None:
+    """Realize and wait: the CPU device runs kernels asynchronously."""
+    realize(node)
+    Device["CPU"].synchronize()
+
+
+def median_seconds(function: Callable[[], object], repeats: int) -> float:
+    function()  # warm-up: compile, allocate
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def first_call_seconds(size: int) -> float:
+    """Time from a graph never seen in this process to its kernel compiled and run (tiny tensors)."""
+    scheduler._schedule_cache.clear()
+    runner._compiled.clear()
+    a = tensor(np.ones(size, np.float32))
+    start = time.perf_counter()
+    run(chain(a, a, a))
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1 << 24)
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(args.size).astype(np.float32) for _ in range(3))
+    A, B, C = tensor(a), tensor(b), tensor(c)
+
+    np.testing.assert_allclose(np.frombuffer(_bytes(chain(A, B, C)), np.float32), np.maximum(a * b + c, 0), rtol=1e-6)
+    tg_chain = median_seconds(lambda: run(chain(A, B, C)), args.repeats)
+    np_chain = median_seconds(lambda: np.maximum(a * b + c, 0), args.repeats)
+    tg_sum = median_seconds(lambda: run(total(A)), args.repeats)
+    np_sum = median_seconds(lambda: a.sum(), args.repeats)
+
+    with tempfile.TemporaryDirectory() as cache, Context(TG_CACHE_DIR=cache):
+        cold = statistics.median(first_call_seconds(1024 + i) for i in range(3))
+        warm = statistics.median(first_call_seconds(1024 + i) for i in range(3))
+
+    print(f"elements: {args.size}, repeats: {args.repeats} (medians; shared machine, expect noise)")
+    print(f"chain (a*b+c).maximum(0)  tg {tg_chain * 1e3:8.2f} ms  numpy {np_chain * 1e3:8.2f} ms  "
+          f"ratio numpy/tg {np_chain / tg_chain:5.2f}x  (target >= 1.5)")  # fmt: skip
+    print(f"full sum                  tg {tg_sum * 1e3:8.2f} ms  numpy {np_sum * 1e3:8.2f} ms  "
+          f"ratio numpy/tg {np_sum / tg_sum:5.2f}x  (target >= 0.5)")  # fmt: skip
+    print(f"first call (graph -> compiled kernel -> run): cold cache {cold * 1e3:7.1f} ms, "
+          f"warm disk cache {warm * 1e3:7.1f} ms")  # fmt: skip
+
+
+def _bytes(node: UOp) -> memoryview:
+    from tg.tensor.engine import read_bytes
+
+    return read_bytes(node)
+
+
+if __name__ == "__main__":
+    main()

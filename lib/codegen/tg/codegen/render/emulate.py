@@ -1,0 +1,101 @@
+"""Exact Python semantics for the ops of a linear program: what the PYTHON device computes.
+
+Every value is a Python bool, int or float holding exactly what the dtype holds: each op computes in Python
+(ints exactly, floats in double) and converts the result to its dtype with the codegen conversion helpers (ints
+wrap, floats round to nearest even; one double-precision step then one rounding is exact for + - * / sqrt of
+float32 and float16). Where C and numpy differ from tg.codegen.uop.alu, the emulator follows what the C
+renderer emits, so both devices agree: float MAX propagates NaN, integer division by 0 gives 0.
+
+Buffers are `TypedMemory`: element reads and writes with bounds checks, so a wrong index in a kernel raises
+here instead of reading garbage.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+from tg.codegen.dtype import DType, decode, dtypes, encode, truncate
+from tg.codegen.uop.alu import exec_alu
+from tg.codegen.uop.ops import Ops
+
+_UNSIGNED_FORMATS = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+class TypedMemory:
+    """`memory` (bytes-like, writable) seen as an array of scalar `dtype`, with bounds-checked elements."""
+
+    def __init__(self, memory: memoryview, dtype: DType) -> None:
+        self.memory = memory
+        self.dtype = dtype
+        self.itemsize = dtype.itemsize
+        self.native = dtype.fmt is not None
+        self.format = "<" + (dtype.fmt if dtype.fmt is not None else _UNSIGNED_FORMATS[dtype.itemsize])
+        self.length = memory.nbytes // dtype.itemsize
+
+    def _check(self, i: int) -> None:
+        if not 0 <= i < self.length:
+            raise IndexError(f"kernel accessed element {i} of a {self.dtype!r} buffer of {self.length} elements")
+
+    def __getitem__(self, i: int) -> Any:
+        self._check(i)
+        (value,) = struct.unpack_from(self.format, self.memory, i * self.itemsize)
+        return value if self.native else decode(value, self.dtype)
+
+    def __setitem__(self, i: int, value: Any) -> None:
+        self._check(i)
+        raw = value if self.native else encode(value, self.dtype)
+        struct.pack_into(self.format, self.memory, i * self.itemsize, raw)
+
+
+def _is_nan(x: Any) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+def _pow(a: float, b: float) -> float:
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        return math.inf if a > 0 or float(b).is_integer() and b % 2 == 0 else -math.inf
+    except ValueError:
+        return math.inf if a == 0 else math.nan
+
+
+def alu(op: Ops, dtype: DType, *operands: Any) -> Any:
+    """The value of `op` on `operands`, as the C renderer's code computes it, converted to `dtype`."""
+    if op is Ops.MAX and any(_is_nan(x) for x in operands):
+        return math.nan
+    if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(dtype) and operands[1] == 0:
+        return 0
+    if op is Ops.POW:
+        return truncate(_pow(float(operands[0]), float(operands[1])), dtype)
+    if op in (Ops.SHL, Ops.SHR) and not 0 <= operands[1] < dtype.bitsize:
+        return 0  # undefined in C; the C renderer's hardware result is not reproducible here either
+    return exec_alu(op, dtype, operands)
+
+
+def cast(dtype: DType, value: Any) -> Any:
+    return truncate(value, dtype)
+
+
+def bitcast(dtype: DType, source_dtype: DType, value: Any) -> Any:
+    return decode(encode(value, source_dtype), dtype)
+
+
+NAMESPACE: dict[str, Any] = {
+    "alu": alu,
+    "cast": cast,
+    "bitcast": bitcast,
+    "TypedMemory": TypedMemory,
+    "Ops": Ops,
+    "dtypes": dtypes,
+    "math": math,
+}
+
+
+def load_function(source: str, name: str) -> Any:
+    """The Python kernel function `name` defined by `source` (as the Python renderer writes it)."""
+    scope = dict(NAMESPACE)
+    exec(compile(source, f"<kernel {name}>", "exec"), scope)  # noqa: S102 - the source is our own renderer's
+    return scope[name]

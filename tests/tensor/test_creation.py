@@ -87,6 +87,14 @@ def test_empty_tensors(device):
         assert (Tensor.zeros(*shape, device=device) + 1).realize().numpy().shape == shape
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_has_storage_of_its_shape(device):
+    t = Tensor.empty(2, 3, dtype=dtypes.int8, device=device)
+    assert t.numpy().shape == (2, 3) and t.numpy().dtype == np.int8
+    t.assign(Tensor.full((2, 3), 4, dtype=dtypes.int8, device=device))
+    assert t.tolist() == [[4, 4, 4], [4, 4, 4]]
+
+
 def test_item_needs_one_element():
     with pytest.raises(ValueError, match=r"shape \(2,\)"):
         Tensor([1, 2]).item()

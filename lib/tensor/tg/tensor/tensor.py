@@ -26,7 +26,7 @@ class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
     __slots__ = ("uop", "device")
-    __array_priority__ = 1000  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy broadcasting
+    __array_ufunc__ = None  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy's elementwise loop
 
     def __init__(self, data: Any = None, device: str | None = None, dtype: DType | None = None) -> None:
         self.device: str = canonical_device(device)

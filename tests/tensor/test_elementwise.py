@@ -403,3 +403,27 @@ def test_spec_examples_of_dtype_behaviour(device):
 def test_numpy_array_on_the_left_defers_to_the_tensor():
     result = np.array([1.0, 2.0], dtype=np.float32) + Tensor([1.0, 1.0])
     assert isinstance(result, Tensor) and result.tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sin_and_cos_stay_accurate_for_large_arguments(device):
+    x = np.linspace(-1000, 1000, 57, dtype=np.float32)
+    t = Tensor(x, device=device)
+    np.testing.assert_allclose(t.sin().numpy(), np.sin(x), atol=1e-6)
+    np.testing.assert_allclose(t.cos().numpy(), np.cos(x), atol=1e-6)
+
+
+ENGINE_DROPS_FOLDED_INPUTS = pytest.mark.xfail(
+    strict=True,
+    reason="engine bug (reported): when simplification folds a kernel's input away, the PYTHON kernel loses the "
+    "parameter but the runner still passes the buffer (TypeError: E_3() takes 2 positional arguments but 3 were given)",
+)
+
+
+@pytest.mark.parametrize("device", ["CPU", pytest.param("PYTHON", marks=ENGINE_DROPS_FOLDED_INPUTS)])
+def test_comparing_with_an_int_beyond_the_dtype_compares_values(device):
+    x = np.array([-128, 0, 127], dtype=np.int8)
+    t = Tensor(x, device=device)
+    np.testing.assert_array_equal((t < 1000).numpy(), x < 1000)
+    np.testing.assert_array_equal((t == -129).numpy(), x.astype(np.int64) == -129)
+    np.testing.assert_array_equal((Tensor([1, 2], dtype=dtypes.uint8, device=device) > -1).numpy(), [True, True])

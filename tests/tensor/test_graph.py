@@ -251,3 +251,8 @@ def test_python_int_too_large_for_int32_is_an_error():
     with pytest.raises(OverflowError, match="int32"):
         Tensor(2**40)
     assert Tensor(2**40, dtype=dtypes.int64).dtype is dtypes.int64
+
+
+def test_assign_into_an_expanded_view_is_an_error():
+    with pytest.raises(ValueError, match="expanded"):
+        Tensor.empty(1, 3).expand(2, 3).assign(Tensor.zeros(2, 3))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tg.codegen import DType, Ops, UOp, dtypes
+from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
 from tg.tensor.creation import const_of_shape
 from tg.tensor.promotion import broadcast_shapes, check_scalar_fits, dtype_name, is_python_scalar, result_dtype
 
@@ -167,26 +167,34 @@ class ElementwiseOps:
 
     # -------------------------------------------------------------------------------- comparisons and selection
 
+    def _comparison_operands(self, other: Operand) -> list[Tensor]:
+        """Both operands in one dtype; a Python int beyond the tensor's int dtype compares in a wider type."""
+        try:
+            return broadcast(self, other)
+        except OverflowError:
+            wider = dtypes.int64 if dtypes.min(dtypes.int64) <= other <= dtypes.max(dtypes.int64) else dtypes.float64
+            return broadcast(self, other, dtype=least_upper_dtype(self.dtype, wider))
+
     def __lt__(self, other: Operand) -> Tensor:
-        return alu(Ops.CMPLT, *broadcast(self, other))
+        return alu(Ops.CMPLT, *self._comparison_operands(other))
 
     def __gt__(self, other: Operand) -> Tensor:
-        a, b = broadcast(self, other)
+        a, b = self._comparison_operands(other)
         return alu(Ops.CMPLT, b, a)
 
     def __le__(self, other: Operand) -> Tensor:
-        a, b = broadcast(self, other)  # not (b < a) would call NaN <= 1 true; IEEE says false
+        a, b = self._comparison_operands(other)  # not (b < a) would call NaN <= 1 true; IEEE says false
         return alu(Ops.OR, alu(Ops.CMPLT, a, b), alu(Ops.CMPEQ, a, b))
 
     def __ge__(self, other: Operand) -> Tensor:
-        a, b = broadcast(self, other)
+        a, b = self._comparison_operands(other)
         return alu(Ops.OR, alu(Ops.CMPLT, b, a), alu(Ops.CMPEQ, a, b))
 
     def __eq__(self, other: Operand) -> Tensor:  # type: ignore[override]
-        return alu(Ops.CMPEQ, *broadcast(self, other))
+        return alu(Ops.CMPEQ, *self._comparison_operands(other))
 
     def __ne__(self, other: Operand) -> Tensor:  # type: ignore[override]
-        return alu(Ops.CMPNE, *broadcast(self, other))
+        return alu(Ops.CMPNE, *self._comparison_operands(other))
 
     def where(self, x: Operand, y: Operand) -> Tensor:
         """`x` where this (as bool) is true, else `y`; x and y promote together, all three broadcast."""

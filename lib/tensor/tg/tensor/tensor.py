@@ -189,6 +189,8 @@ class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps
             except ShapeError:
                 message = f"cannot assign a value of shape {value.shape} to a tensor of shape {self.shape}"
                 raise ShapeError(message) from None
+        if _has_expand(self.uop):
+            raise ValueError(f"cannot assign into an expanded view (shape {self.shape}): its elements share storage")
         if not _reads_a_buffer(self.uop):
             self.realize()  # the target must be storage: compute it first
         self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
@@ -236,3 +238,12 @@ def _reads_a_buffer(node: UOp) -> bool:
     while node.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
         node = node.src[0]
     return node.op in (Ops.BUFFER, Ops.ASSIGN)
+
+
+def _has_expand(node: UOp) -> bool:
+    """Whether the movement ops above `node`'s storage broadcast it (several elements on one memory cell)."""
+    while node.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
+        if node.op is Ops.EXPAND:
+            return True
+        node = node.src[0]
+    return False

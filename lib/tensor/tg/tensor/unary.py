@@ -48,7 +48,14 @@ class UnaryMathOps:
         return in_float32_when_half(self, lambda x: alu(Ops.SIN, x))
 
     def cos(self) -> Tensor:
-        return in_float32_when_half(self, lambda x: alu(Ops.SIN, (math.pi / 2) - x))
+        """cos(x) = 1 - 2 sin(x/2)^2: x/2 is exact, so the error stays absolute and small for large x too
+        (sin(pi/2 - x) would lose the rounding error of pi/2 - x, about one ulp of x)."""
+
+        def compute(x: Tensor) -> Tensor:
+            half_angle_sine = alu(Ops.SIN, x * 0.5)
+            return 1 - 2 * half_angle_sine * half_angle_sine
+
+        return in_float32_when_half(self, compute)
 
     def tan(self) -> Tensor:
         return in_float32_when_half(self, lambda x: alu(Ops.FDIV, alu(Ops.SIN, x), x.cos()))

@@ -61,6 +61,11 @@ def broadcast(*operands: Operand, dtype: DType | None = None, like: Tensor | Non
     return [tensor.expand(shape) if tensor.shape != shape else tensor for tensor in tensors]
 
 
+def _operands(tensor: Tensor, other: Operand, reverse: bool) -> list[Tensor]:
+    """`tensor op other` (or `other op tensor` for the reflected operators) as two broadcast tensors."""
+    return broadcast(other, tensor) if reverse else broadcast(tensor, other)
+
+
 def _require(condition: bool, what: str, *dtypes_seen: DType) -> None:
     if not condition:
         names = " and ".join(dtype_name(dt) for dt in dtypes_seen)
@@ -77,37 +82,37 @@ def in_float32_when_half(tensor: Tensor, compute: Callable[[Tensor], Tensor]) ->
 
 
 class ElementwiseOps:
-    """Arithmetic (`+ - * / // % **`), comparisons, `where`, `maximum`/`minimum`, bitwise ops, math functions."""
+    """Arithmetic (`+ - * / // % **`), comparisons, `where`, `maximum`/`minimum`, bitwise and logical ops."""
 
     # -------------------------------------------------------------------------------- arithmetic
 
     def add(self, other: Operand, reverse: bool = False) -> Tensor:
-        a, b = broadcast(other, self) if reverse else broadcast(self, other)
+        a, b = _operands(self, other, reverse)
         if a.dtype is dtypes.bool:  # numpy: adding bools is logical or
             return alu(Ops.OR, a, b)
         return alu(Ops.ADD, a, b)
 
     def sub(self, other: Operand, reverse: bool = False) -> Tensor:
-        a, b = broadcast(other, self) if reverse else broadcast(self, other)
+        a, b = _operands(self, other, reverse)
         _require(a.dtype is not dtypes.bool, "subtraction", a.dtype, b.dtype)
         return alu(Ops.SUB, a, b)
 
     def mul(self, other: Operand, reverse: bool = False) -> Tensor:
-        a, b = broadcast(other, self) if reverse else broadcast(self, other)
+        a, b = _operands(self, other, reverse)
         if a.dtype is dtypes.bool:  # numpy: multiplying bools is logical and
             return alu(Ops.AND, a, b)
         return alu(Ops.MUL, a, b)
 
     def div(self, other: Operand, reverse: bool = False) -> Tensor:
         """True division; integer operands divide as the default float."""
-        a, b = broadcast(other, self) if reverse else broadcast(self, other)
+        a, b = _operands(self, other, reverse)
         if not dtypes.is_float(a.dtype):
             a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
         return alu(Ops.FDIV, a, b)
 
     def floordiv(self, other: Operand, reverse: bool = False) -> Tensor:
         """Floor division as numpy: rounds toward -inf; an integer divided by zero gives 0."""
-        a, b = broadcast(other, self) if reverse else broadcast(self, other)
+        a, b = _operands(self, other, reverse)
         _require(a.dtype is not dtypes.bool, "//", a.dtype, b.dtype)
         if dtypes.is_float(a.dtype):  # 16-bit floats in float32, rounded once (as numpy)
             return in_float32_when_half(a, lambda x: alu(Ops.FDIV, x, b.cast(x.dtype)).floor())
@@ -115,7 +120,7 @@ class ElementwiseOps:
 
     def mod(self, other: Operand, reverse: bool = False) -> Tensor:
         """Remainder with the sign of the divisor, as numpy; an integer modulo zero gives 0."""
-        a, b = broadcast(other, self) if reverse else broadcast(self, other)
+        a, b = _operands(self, other, reverse)
         _require(a.dtype is not dtypes.bool, "%", a.dtype, b.dtype)
         if dtypes.is_float(a.dtype):
             return in_float32_when_half(a, lambda x: _float_mod(x, b.cast(x.dtype)))
@@ -127,7 +132,7 @@ class ElementwiseOps:
         return alu(Ops.NEG, self)
 
     def pow(self, exponent: Operand, reverse: bool = False) -> Tensor:
-        base, power = broadcast(exponent, self) if reverse else broadcast(self, exponent)
+        base, power = _operands(self, exponent, reverse)
         _require(base.dtype is not dtypes.bool, "**", base.dtype)
         if dtypes.is_int(base.dtype):
             if isinstance(exponent, int) and not reverse:
@@ -232,7 +237,7 @@ class ElementwiseOps:
     # -------------------------------------------------------------------------------- bitwise and logical
 
     def _bitwise(self, op: Ops, other: Operand, reverse: bool) -> Tensor:
-        a, b = broadcast(other, self) if reverse else broadcast(self, other)
+        a, b = _operands(self, other, reverse)
         _require(not dtypes.is_float(a.dtype), op.name.lower(), a.dtype)
         return alu(op, a, b)
 

@@ -78,7 +78,8 @@ def node_from_numpy(array: Any, device: str, dtype: DType | None) -> UOp:
         array = array.astype(to_numpy(dtype))
         source_dtype = dtype
     array = np.ascontiguousarray(array)
-    return upload(array.tobytes(), array.shape, source_dtype, device)
+    raw_bytes = memoryview(array.reshape(-1).view(np.uint8))  # no intermediate copy: the engine copies once
+    return upload(raw_bytes, array.shape, source_dtype, device)
 
 
 def node_from_list(data: list | tuple, device: str, dtype: DType | None) -> UOp:

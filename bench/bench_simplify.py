@@ -110,22 +110,29 @@ def tinygrad_library() -> Library:
     return Library("tinygrad", UOp, UOp.variable, lambda v: UOp.const(v), lambda u: len(u.toposort()))
 
 
-def time_library(lib: Library, specs: list[Spec], repeats: int) -> dict[str, Any]:
-    build_times, simplify_times, nodes_before, nodes_after = [], [], 0, 0
+def time_once(lib: Library, specs: list[Spec], suffix: str) -> tuple[float, float, int, int]:
+    start = time.perf_counter()
+    sink = lib.build_sink(specs, suffix)
+    built = time.perf_counter()
+    simplified = sink.simplify()
+    done = time.perf_counter()
+    return built - start, done - built, lib.count(sink), lib.count(simplified)
+
+
+def time_libraries(libraries: list[Library], specs: list[Spec], repeats: int) -> dict[str, dict[str, Any]]:
+    """Median times per library; the libraries alternate within each repeat so load changes hit both alike."""
+    runs: dict[str, list[tuple[float, float, int, int]]] = {lib.name: [] for lib in libraries}
     for r in range(repeats):
-        start = time.perf_counter()
-        sink = lib.build_sink(specs, f"_{r}")
-        built = time.perf_counter()
-        simplified = sink.simplify()
-        done = time.perf_counter()
-        build_times.append(built - start)
-        simplify_times.append(done - built)
-        nodes_before, nodes_after = lib.count(sink), lib.count(simplified)
+        for lib in libraries:
+            runs[lib.name].append(time_once(lib, specs, f"_{r}"))
     return {
-        "build": statistics.median(build_times),
-        "simplify": statistics.median(simplify_times),
-        "nodes_before": nodes_before,
-        "nodes_after": nodes_after,
+        name: {
+            "build": statistics.median(run[0] for run in lib_runs),
+            "simplify": statistics.median(run[1] for run in lib_runs),
+            "nodes_before": lib_runs[-1][2],
+            "nodes_after": lib_runs[-1][3],
+        }
+        for name, lib_runs in runs.items()
     }
 
 
@@ -152,7 +159,7 @@ def main() -> None:
     libraries = [tg_library(), tinygrad_library()]
     print(f"median of {args.repeats} repeats (shared machine: expect noise)")
     for workload, specs in workloads.items():
-        results = {lib.name: time_library(lib, specs, args.repeats) for lib in libraries}
+        results = time_libraries(libraries, specs, args.repeats)
         tg, ref = results["tg"], results["tinygrad"]
         print(f"\n{workload}: {len(specs)} expressions, {tg['nodes_before']} tg nodes before simplify")
         for name, res in results.items():
@@ -160,9 +167,8 @@ def main() -> None:
                 f"  {name:9s} build {res['build'] * 1e3:8.1f} ms   simplify {res['simplify'] * 1e3:8.1f} ms"
                 f"   nodes after {res['nodes_after']}"
             )
-        print(
-            f"  ratio tg/tinygrad: build {tg['build'] / ref['build']:.2f}   simplify {tg['simplify'] / ref['simplify']:.2f}"
-        )
+        build_ratio, simplify_ratio = tg["build"] / ref["build"], tg["simplify"] / ref["simplify"]
+        print(f"  ratio tg/tinygrad: build {build_ratio:.2f}   simplify {simplify_ratio:.2f}")
 
     specs = workloads["random trees"][:500]
     tg_sizes, ref_sizes = per_expression_sizes(libraries[0], specs), per_expression_sizes(libraries[1], specs)

@@ -114,3 +114,16 @@ def test_graph_rewrite_map_maps_every_original_node():
     inner = x + 0
     mapping = graph_rewrite_map(inner * 3, add_zero)
     assert mapping[inner] is x and mapping[inner * 3] is x * 3
+
+
+def test_rules_are_only_tried_on_nodes_of_their_op():
+    calls: list[Ops] = []
+
+    def count(x: UOp) -> None:
+        calls.append(x.op)
+
+    pm = PatternMatcher([(UPat(Ops.MUL, name="x"), count), (UPat(Ops.IDIV, name="x"), count)])
+    assert sum(len(rules) for rules in pm._by_op.values()) == 2
+    x = UOp.variable("x", 0, 10)
+    graph_rewrite(((x + 1) * 2 + 3) // 4, pm)
+    assert calls == [Ops.MUL, Ops.IDIV]

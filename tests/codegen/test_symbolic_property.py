@@ -6,7 +6,7 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tg.codegen import UOp, sym_infer
+from tg.codegen import UOp, dtypes, sym_infer
 
 VARIABLES = {"a": (0, 8), "b": (0, 3), "c": (-6, 6), "d": (1, 40), "e": (-20, -2)}
 BINARY = ["+", "-", "*", "max", "min"]
@@ -80,3 +80,40 @@ def test_every_subexpression_lies_within_its_bounds(expr: UOp, vals: dict[str, i
     for node in expr.toposort():
         value = sym_infer(node, vals)
         assert node.vmin <= value <= node.vmax, (node.render(), vals)
+
+
+INT8_VARIABLES = {"p": (-100, 100), "q": (0, 127), "s": (-128, 127)}
+
+
+def _int8_variable(name: str) -> UOp:
+    return UOp.variable(name, *INT8_VARIABLES[name], dtype=dtypes.int8)
+
+
+int8_leaves = st.one_of(
+    st.sampled_from(sorted(INT8_VARIABLES)).map(_int8_variable),
+    st.integers(-128, 127).map(lambda c: UOp.const(c, dtypes.int8)),
+)
+
+
+def _int8_combine(children: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
+    binary = st.tuples(st.sampled_from(BINARY), children, children).map(_apply_binary)
+    divisors = st.sampled_from([-3, 1, 2, 4, 5, 16, 64]).map(lambda c: UOp.const(c, dtypes.int8))
+    divided = st.tuples(st.sampled_from(["//", "%"]), children, divisors).map(_apply_binary)
+    return st.one_of(binary, divided)
+
+
+int8_expressions = st.recursive(int8_leaves, _int8_combine, max_leaves=10)
+int8_assignments = st.fixed_dictionaries({name: st.integers(lo, hi) for name, (lo, hi) in INT8_VARIABLES.items()})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(int8_expressions, st.booleans(), st.integers(-128, 127), st.lists(int8_assignments, min_size=1, max_size=4))
+def test_wrapping_int8_arithmetic_survives_simplify(expr: UOp, compare: bool, bound: int, values: list):
+    if compare:
+        expr = expr < UOp.const(bound, dtypes.int8)
+    simplified = expr.simplify()
+    for vals in values:
+        expected = sym_infer(expr, vals)
+        assert sym_infer(simplified, vals) == expected, (expr.render(), simplified.render(), vals)
+        assert expr.vmin <= expected <= expr.vmax
+        assert simplified.vmin <= expected <= simplified.vmax

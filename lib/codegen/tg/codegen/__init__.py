@@ -15,13 +15,16 @@ from tg.codegen.dtype import (
     to_numpy,
     truncate,
 )
+from tg.codegen.uop.alu import exec_alu
 from tg.codegen.uop.args import AxisType, KernelInfo, ParamArg, RangeArg, VarArg
 from tg.codegen.uop.ops import GroupOp, Ops, UOp, Variable, sym_infer
 from tg.codegen.uop.pattern import PatternMatcher, RewriteError, UPat, graph_rewrite, graph_rewrite_map
+from tg.codegen.uop.spec import SpecError, type_verify
+from tg.codegen.uop.symbolic import symbolic
 
 __all__ = [
     "DEFAULT_FLOAT", "AddrSpace", "DType", "PtrDType", "dtypes", "from_numpy", "least_upper_dtype",
     "least_upper_float", "to_numpy", "truncate", "AxisType", "KernelInfo", "ParamArg", "RangeArg", "VarArg",
     "GroupOp", "Ops", "UOp", "Variable", "sym_infer", "PatternMatcher", "RewriteError", "UPat", "graph_rewrite",
-    "graph_rewrite_map",
+    "graph_rewrite_map", "exec_alu", "SpecError", "type_verify", "symbolic",
 ]  # fmt: skip

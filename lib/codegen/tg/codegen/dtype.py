@@ -16,11 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from tg.codegen.flags import flag
-
-DEFAULT_FLOAT = flag(
-    "DEFAULT_FLOAT", "float32", "default float dtype of tensors: float32, float16 (half), bfloat16, ..."
-)
+from tg.codegen.flags import DEFAULT_FLOAT
 
 
 class AddrSpace(Enum):

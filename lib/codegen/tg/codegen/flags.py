@@ -108,6 +108,10 @@ TG_CACHE_DIR = flag("TG_CACHE_DIR", "", "directory of the on-disk caches (defaul
 CPU_COUNT = flag("CPU_COUNT", 0, "worker threads of the CPU device (0: one per core)")
 NULL_ALLOW_COPYOUT = flag("NULL_ALLOW_COPYOUT", 0, "let the NULL device return (meaningless) data on copyout")
 CC = flag("CC", "", "C compiler for CPU kernels (default: clang when installed, else gcc)")
+DEFAULT_FLOAT = flag(
+    "DEFAULT_FLOAT", "float32", "default float dtype of tensors: float32, float16 (half), bfloat16, ..."
+)
+REWRITE_STACK_LIMIT = flag("REWRITE_STACK_LIMIT", 250_000, "pending steps after which graph_rewrite gives up")
 
 
 def cache_dir() -> str:

@@ -27,6 +27,9 @@ class Ops(IntEnum):
 
     # kernel parameters, memory and variables
     PARAM = auto()
+    DEFINE_GLOBAL = PARAM  # the older spelling of PARAM
+    DEFINE_LOCAL = auto()  # older spelling of a local-memory BUFFER (S1 era), kept for old graphs
+    DEFINE_REG = auto()  # older spelling of a register BUFFER (S1 era), kept for old graphs
     BUFFER = auto()
     BUFFER_VIEW = auto()
     DEFINE_VAR = auto()
@@ -156,9 +159,11 @@ def _forget(ref: weakref.KeyedRef) -> None:
 
 
 def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any, tag: Any) -> tuple:
-    # 0.0 == -0.0 and nan != nan in Python; key floats by their sign and repr so both get their own node
-    if type(arg) is float and (arg == 0.0 or arg != arg):
-        return (op, dtype, src, ("float", repr(arg)), tag)
+    # 1 == 1.0 == True, 0.0 == -0.0 and nan != nan in Python: key floats and bools by type and repr so that
+    # each gets its own node
+    arg_type = type(arg)
+    if arg_type is float or arg_type is bool:
+        return (op, dtype, src, (arg_type, repr(arg)), tag)
     return (op, dtype, src, arg, tag)
 
 
@@ -428,10 +433,6 @@ class UOp:
     def index(self, *idx: UOp, ptr: bool = True) -> UOp:
         """The address of element `idx[0]` of this buffer; an optional second source is a bool gate."""
         return UOp(Ops.INDEX, self.dtype, (self, *idx))
-
-    def valid(self, gate: UOp) -> UOp:
-        """Index `self` only where `gate` holds: `buf.index(i.valid(i < 16))`. Represented as WHERE(gate, i, -1)."""
-        return gate.where(self, self.const_like(-1))
 
     def load(self, *alt: UOp, dtype: DType | None = None) -> UOp:
         """The value at this address (an INDEX); `alt` is returned where the INDEX's gate is false."""

@@ -17,10 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tg.codegen.dtype import DType, dtypes
-from tg.codegen.flags import SPEC, flag
+from tg.codegen.flags import REWRITE_STACK_LIMIT, SPEC
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
-
-REWRITE_STACK_LIMIT = flag("REWRITE_STACK_LIMIT", 250_000, "pending steps after which graph_rewrite gives up")
 
 
 class RewriteError(RuntimeError):
@@ -358,4 +356,5 @@ def graph_rewrite_map(
         from tg.codegen.uop.spec import type_verify
 
         type_verify(rewriter.done[sink])
-    return {node: rewriter.done[node] for node in sink.toposort()}
+    # in bottom_up mode nodes below a rewritten node may never be visited; they have no entry
+    return {node: rewriter.done[node] for node in sink.toposort() if node in rewriter.done}

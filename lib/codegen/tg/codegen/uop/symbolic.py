@@ -13,7 +13,7 @@ from typing import Any
 from tg.codegen.dtype import DType, dtypes, truncate
 from tg.codegen.uop.alu import exec_alu
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
-from tg.codegen.uop.pattern import PatternMatcher, UPat
+from tg.codegen.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 INTS = (dtypes.index, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 INTS = INTS + (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
@@ -227,18 +227,43 @@ def split_sum(root: UOp) -> Sum | None:
 
 
 def _merge_div_mod_pairs(s: Sum) -> None:
-    """k*(x%c) + k*c*(x//c) is k*x: the defining identity of truncated division and remainder."""
+    """k*(x%c) + k*c*(x//c) is k*x: the defining identity of truncated division and remainder.
+
+    The quotient may already have been simplified (`(i*6+j)//12` is `i//2` when j < 6), so when a term with the
+    right coefficient exists, the quotient is compared in its simplified form too.
+    """
     for u in list(s.terms):
         if u.op is not Ops.MOD or u.src[1].op is not Ops.CONST or u not in s.terms:
             continue
         x, c = u.src
-        quotient = UOp(Ops.IDIV, u.dtype, (x, c))
         k = s.terms[u]
-        if k != 0 and s.terms.get(quotient) == k * c.arg:
-            del s.terms[u]
-            del s.terms[quotient]
+        wanted = k * c.arg
+        if k == 0 or not any(coef == wanted and t is not u for t, coef in s.terms.items()):
+            continue
+        quotient = UOp(Ops.IDIV, u.dtype, (x, c))
+        if s.terms.get(quotient) != wanted:
+            quotient = graph_rewrite(quotient, symbolic, name="simplify quotient")
+            if s.terms.get(quotient) != wanted:
+                continue
+        del s.terms[u]
+        del s.terms[quotient]
+        inner = split_sum(x) if x.op is Ops.ADD else None
+        if inner is None:
             s.add_term(x, k)
-            s.changed = True
+        else:
+            for term, coef in inner.terms.items():
+                s.add_term(term, coef * k)
+            s.const += inner.const * k
+        s.changed = True
+
+
+def _exact(u: UOp) -> bool:
+    """Whether u's value is its mathematical value: index never wraps, and a fixed-width int whose bounds are
+    narrower than its dtype did not wrap (bounds widen to the whole dtype when wrapping is possible)."""
+    scalar = u.dtype.scalar()
+    if scalar.kind == "index":
+        return True
+    return u.vmin > dtypes.min(scalar) or u.vmax < dtypes.max(scalar)
 
 
 def normalize_sum(add: UOp) -> UOp | None:
@@ -257,6 +282,13 @@ def fold_add_consts(x: UOp, c1: UOp, c2: UOp) -> UOp:
 def fold_mul_consts(x: UOp, c1: UOp, c2: UOp) -> UOp:
     """(x * c1) * c2 is x * (c1 * c2)."""
     return x * c1.const_like(exec_alu(Ops.MUL, x.dtype, (c1.arg, c2.arg)))
+
+
+def pull_const_out_of_product(x: UOp, c: UOp, y: UOp) -> UOp | None:
+    """(x*c) * y is (x*y) * c for integers, so constants of a product meet and fold."""
+    if y.op is Ops.CONST:
+        return None
+    return (x * y) * c
 
 
 def distribute_const(x: UOp, c1: UOp, c2: UOp) -> UOp:
@@ -285,10 +317,11 @@ def fold_div(x: UOp, c: UOp) -> UOp | None:
     """Integer division by a positive constant: nested divisions, exact multiples, common factors and the
     part of a sum that divides evenly (`(x*4 + y) // 4` is `x + y//4`, and `x` when 0 <= y < 4)."""
     d = c.arg
-    if d <= 0 or not _is_int(x):
+    if d <= 0 or not _is_int(x) or not _exact(x):
         return None
     if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
-        return x.src[0] // (x.src[1].arg * d)
+        product = x.src[1].arg * d
+        return x.src[0] // product if _fits(x, product, product) else None
     if x.op is Ops.MUL and x.src[1].op is Ops.CONST:
         k = x.src[1].arg
         if k % d == 0:
@@ -302,7 +335,24 @@ def fold_div(x: UOp, c: UOp) -> UOp | None:
     if g > 1:
         return _divide_sum(s, g) // (d // g)
     split = _split_divisible_part(x, s, d, Ops.IDIV)
-    return split if split is not None else _drop_small_remainder(x, s, d)
+    if split is not None:
+        return split
+    nested = _nested_division_with_offset(x, s, d)
+    return nested if nested is not None else _drop_small_remainder(x, s, d)
+
+
+def _nested_division_with_offset(x: UOp, s: Sum, d: int) -> UOp | None:
+    """(y//a + c) // d is (y + c*a) // (a*d) when y >= 0 and y + c*a >= 0 (floor of a floor)."""
+    if len(s.terms) != 1 or s.const == 0:
+        return None
+    ((u, k),) = s.terms.items()
+    if k != 1 or u.op is not Ops.IDIV or u.src[1].op is not Ops.CONST or u.src[1].arg <= 0:
+        return None
+    y, a = u.src[0], u.src[1].arg
+    offset = s.const * a
+    if y.vmin < 0 or y.vmin + offset < 0 or not _fits(y, y.vmax + offset, a * d):
+        return None
+    return (y + offset) // (a * d)
 
 
 def _drop_small_remainder(x: UOp, s: Sum, d: int) -> UOp | None:
@@ -335,12 +385,14 @@ def _split_divisible_part(x: UOp, s: Sum, d: int, op: Ops) -> UOp | None:
         return None
     quotient, remainder = Sum(s.dtype), Sum(s.dtype)
     for u, k in s.terms.items():
+        if op is Ops.MOD and u.op is Ops.MOD and u.src[1].op is Ops.CONST and u.src[1].arg % d == 0:
+            u = u.src[0]  # y % (m*d) and y differ by a multiple of d
         if k % d == 0:
-            quotient.terms[u] = k // d
+            quotient.terms[u] = quotient.terms.get(u, 0) + k // d
         elif op is Ops.MOD and k % d != k:
-            remainder.terms[u] = k % d  # k*u and (k mod d)*u differ by a multiple of d
+            remainder.terms[u] = remainder.terms.get(u, 0) + k % d  # k*u and (k mod d)*u differ by a multiple of d
         else:
-            remainder.terms[u] = k
+            remainder.terms[u] = remainder.terms.get(u, 0) + k
     quotient.const, remainder.const = divmod(s.const, d)
     if not quotient.terms and quotient.const == 0 and remainder.terms == s.terms:
         return None
@@ -363,6 +415,8 @@ def fold_mod(x: UOp, c: UOp) -> UOp | None:
         return x
     if x.vmin >= 0 and x.vmin // d == x.vmax // d:
         return x - (x.vmin // d) * d
+    if not _exact(x):
+        return None
     if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % d == 0:
         return x.src[0] % d
     if x.op is Ops.MUL and x.src[1].op is Ops.CONST and x.src[1].arg % d == 0:
@@ -395,9 +449,7 @@ def _fits(u: UOp, low: Any, high: Any) -> bool:
 
 def compare_sum_with_const(lhs: UOp, c: UOp) -> UOp | None:
     """Move a sum's constant to the right and divide out a common factor: x*4 + y*8 + 3 < 11 is x + y*2 < 2."""
-    if not _is_int(lhs) or lhs.op not in (Ops.ADD, Ops.MUL):
-        return None
-    if not _fits(lhs, lhs.vmin, lhs.vmax):
+    if not _is_int(lhs) or lhs.op not in (Ops.ADD, Ops.MUL) or not _exact(lhs):
         return None
     s = split_sum(lhs)
     if s is None or not s.terms:
@@ -409,19 +461,39 @@ def compare_sum_with_const(lhs: UOp, c: UOp) -> UOp | None:
     if g < 0:
         g = -g
     if s.const == 0 and g == 1:
-        return None
+        return _compare_without_small_terms(s, c.arg)
     if g > 1:
         bound = -((-bound) // g)  # x*g < b  <=>  x < ceil(b/g)
     s.const = 0
     terms = _divide_sum(s, g) if g > 1 else s.build()
-    if not _fits(terms, terms.vmin, terms.vmax):
+    if not _exact(terms) or not _fits(terms, bound, bound):
         return None
     return terms < terms.const_like(bound)
 
 
+def _compare_without_small_terms(s: Sum, bound: int) -> UOp | None:
+    """g*Q + R < c is Q < q when every R in its bounds gives the same q (e.g. `i*4 + j < 8` is `i < 2` for
+    0 <= j < 4): for integers, g*Q + R < c  <=>  Q <= (c - 1 - R) // g."""
+    for g in sorted({abs(k) for k in s.terms.values()} - {0, 1}, reverse=True):
+        big, small = Sum(s.dtype), Sum(s.dtype)
+        for u, k in s.terms.items():
+            (big.terms if k % g == 0 else small.terms)[u] = k // g if k % g == 0 else k
+        if not small.terms or not big.terms:
+            continue
+        rest = small.build()
+        if math.isinf(rest.vmin) or math.isinf(rest.vmax):
+            continue
+        highest_q = (bound - 1 - rest.vmax) // g
+        if highest_q == (bound - 1 - rest.vmin) // g:
+            quotient = big.build()
+            if _exact(quotient) and _fits(quotient, highest_q + 1, highest_q + 1):
+                return quotient < quotient.const_like(highest_q + 1)
+    return None
+
+
 def compare_div_with_const(x: UOp, d: UOp, c: UOp) -> UOp | None:
     """x // d < c is x < c*d when x >= 0 and d > 0 (truncation equals floor there)."""
-    if not _is_int(x) or d.arg <= 0 or x.vmin < 0:
+    if not _is_int(x) or d.arg <= 0 or x.vmin < 0 or not _fits(x, c.arg * d.arg, c.arg * d.arg):
         return None
     return x < x.const_like(c.arg * d.arg)
 
@@ -460,7 +532,7 @@ def max_by_bounds(x: UOp, y: UOp) -> UOp | None:
 
 def max_of_offsets(x: UOp, y: UOp) -> UOp | None:
     """max(s + c1, s + c2) is s + max(c1, c2) for integer sums that differ only in their constant."""
-    if not _is_int(x):
+    if not _is_int(x) or not _exact(x) or not _exact(y):
         return None
     sx, sy = split_sum(x), split_sum(y)
     if sx is None or sy is None or sx.terms != sy.terms:
@@ -525,6 +597,7 @@ integer_algebra = PatternMatcher(
         (UPat(Ops.ADD, src=(UPat(Ops.ADD, src=(_int, UPat.cvar("c1"))), UPat.cvar("c2"))), fold_add_consts),
         (UPat(Ops.MUL, src=(UPat(Ops.MUL, src=(_int, UPat.cvar("c1"))), UPat.cvar("c2"))), fold_mul_consts),
         (UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(_int, UPat.cvar("c1"))), UPat.cvar("c2"))), distribute_const),
+        (UPat(Ops.MUL, src=[UPat(Ops.MUL, src=(_int, UPat.cvar("c"))), UPat.var("y")]), pull_const_out_of_product),
         (UPat(Ops.IDIV, src=(_int, UPat.cvar("c"))), fold_div),
         (UPat(Ops.MOD, src=(_int, UPat.cvar("c"))), fold_mod),
         (UPat(Ops.MOD, src=(_int, UPat.var("y"))), mod_smaller_than_divisor),

@@ -10,6 +10,7 @@ ratio (target >= 1.8x on 2 cores). The machine may be shared: medians, not minim
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -68,6 +69,8 @@ def main() -> None:
     one = statistics.median(w for w, _ in samples[1])
     many = statistics.median(w for w, _ in samples[args.cores])
     print(f"speed-up {args.cores} cores vs 1: {one / many:.2f}x (target >= {0.9 * args.cores:.1f}x)")
+    load = os.getloadavg()[0]
+    print(f"machine load average {load:.2f} on {os.cpu_count()} cores; a busy machine caps the speed-up")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tg.codegen.flags import Context
 from tg.hcq import Device, DeviceSpec, UnknownDeviceError, parse_device
@@ -81,3 +83,19 @@ def test_import_starts_no_thread() -> None:
     code = "import threading, tg.hcq; print(threading.active_count())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "1"
+
+
+names = st.sampled_from(["CPU", "NULL", "AMD", "NV"])
+words = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,7}", fullmatch=True).filter(lambda w: not w.isdigit())
+
+
+@given(
+    name=names,
+    index=st.integers(0, 99),
+    iface=st.sampled_from(["", "SIM", "PCI", "USB"]),
+    renderer=st.one_of(st.just(""), words.map(str.upper)),
+    arch=words,
+)
+def test_canonical_name_parses_back_to_the_same_spec(name, index, iface, renderer, arch) -> None:
+    spec = DeviceSpec(name, index, iface, renderer, arch if renderer else "")
+    assert parse_device(spec.canonical) == spec

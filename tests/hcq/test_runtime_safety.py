@@ -83,3 +83,22 @@ def test_process_exits_cleanly_with_worker_threads(extra: str) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "done"
+
+
+def test_a_kernel_longer_than_the_timeout_is_not_a_hang(kit) -> None:
+    from tg.codegen.flags import Context
+
+    sleeper = "#include <unistd.h>\nvoid nap(int ms, int core_id) { usleep(ms * 1000); }\n"
+    with Context(CPU_COUNT=1):
+        dev = Device["CPU:63"]
+    prg = kit.load_program(dev, "nap", sleeper)
+    prg(vals=(700,))
+    dev.synchronize(timeout=200)  # 700 ms without a signal change, but the device is busy all along
+    # while a device blocked on a signal nobody sets is not busy: that wait still times out
+    never = dev.new_signal()
+    target = dev.next_timeline()
+    dev.hw_compute_queue_t().wait(never, 1).signal(dev.timeline_signal, target).submit(dev)
+    with pytest.raises(RuntimeError, match="Wait timeout"):
+        dev.timeline_signal.wait(target, timeout=150)
+    never.value = 1
+    dev.synchronize()

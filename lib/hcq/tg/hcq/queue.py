@@ -5,6 +5,12 @@
 Any integer (a launch size, a signal value, a buffer or signal address, a kernel argument) may be a
 `Variable`; `submit(dev, var_vals)` patches those, and only those, each time. `bind(dev)` ties a queue to
 one device. An args state passed to `exec` stays alive at least as long as the queue that holds it.
+
+Symbolic launch sizes and addresses are resolved into each submission's own copy of the commands, so
+back-to-back submits with different values are safe. Symbolic kernel arguments live in argument memory,
+as on hardware: they are patched in place at submit, so resubmit with new argument values only after the
+previous submission has run (wait on its signal), or give each submission its own args state.
+Queues and the timeline are driven from one host thread at a time.
 """
 
 from __future__ import annotations

@@ -94,18 +94,24 @@ class HCQSignal:
         if self.virtual:
             raise RuntimeError("a virtual signal has no memory; pass its address in var_vals at submit")
 
+    def _owner_is_busy(self) -> bool:
+        """A device that is running a long kernel is making progress even though no value changes."""
+        is_busy = getattr(self.owner, "is_busy", None)
+        return bool(is_busy and is_busy())
+
     def _sleep(self, target: int, seconds: float) -> None:
         """Block until the value may have changed. Backends with an OS event or a fault check override this."""
         sleep_until(lambda: self.value >= target, seconds)
 
     def wait(self, value: int, timeout: int | None = None) -> None:
-        """Block until `self.value >= value`. Raises RuntimeError after `timeout` ms without progress."""
+        """Block until `self.value >= value`. Raises RuntimeError after `timeout` ms without progress
+        (progress: the value changed, or the signal's device is busy executing a command)."""
         timeout_ms = HCQDEV_WAIT_TIMEOUT_MS.value if timeout is None else timeout
         last_seen = self.value
         last_progress = time.monotonic()
         while (current := self.value) < value:
             now = time.monotonic()
-            if current != last_seen:
+            if current != last_seen or self._owner_is_busy():
                 last_seen, last_progress = current, now
             waited_ms = (now - last_progress) * 1000
             if waited_ms >= timeout_ms:

@@ -146,6 +146,10 @@ class CPUDevice(HCQCompiled):
         allocator.device = self
         self.renderer = CRenderer(cores=self.cores.count)
 
+    def is_busy(self) -> bool:
+        """True while an engine runs a kernel or a copy (so a long kernel is not mistaken for a hang)."""
+        return self.compute_engine.busy or self.copy_engine.busy
+
     def _record_error(self, error: BaseException) -> None:
         if self.error_state is None:
             self.error_state = error

@@ -103,6 +103,7 @@ class CommandEngine:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.busy = False  # executing a command that makes progress by itself (not a wait)
 
     def submit(self, commands: Sequence[Command]) -> None:
         if self._thread is None:
@@ -116,10 +117,13 @@ class CommandEngine:
         while True:
             commands = self._inbox.get()
             for command in commands:
+                self.busy = not isinstance(command, WaitCommand)
                 try:
                     self.execute(command)
                 except BaseException as error:
                     self.on_error(error)
+                finally:
+                    self.busy = False
 
     def execute(self, command: Command) -> None:
         if isinstance(command, WaitCommand):

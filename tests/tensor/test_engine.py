@@ -164,3 +164,30 @@ def test_nothing_runs_before_realize() -> None:
     assert GlobalCounters.kernel_count == 0
     to_numpy(node)
     assert GlobalCounters.kernel_count == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_graph_thousands_of_ops_deep_needs_no_deep_recursion(device: str) -> None:
+    node = tensor(np.zeros(4, np.float32), device)
+    one = full(1.0, (4,), dtypes.float32, device)
+    for _ in range(3000):
+        node = alu(Ops.ADD, node, one)
+    np.testing.assert_array_equal(to_numpy(node), np.full(4, 3000, np.float32))
+
+
+def test_one_kernel_cannot_mix_devices() -> None:
+    a, b = tensor(np.ones(4, np.float32), "CPU"), tensor(np.ones(4, np.float32), "PYTHON")
+    with pytest.raises(ValueError, match="CPU.*PYTHON|PYTHON.*CPU"):
+        realize(alu(Ops.ADD, a, b))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("shape", "axes"), [((6, 8), (0,)), ((3, 5, 16), (0, 1)), ((7, 4, 12), (1,)), ((9, 256 * 2), (0,))]
+)
+def test_reductions_across_rows_use_lanes_and_match_numpy(device: str, shape: tuple, axes: tuple) -> None:
+    a = rng.standard_normal(shape).astype(np.float32)
+    A = tensor(a, device)
+    summed = reduce(A, Ops.ADD, axes)
+    np.testing.assert_allclose(to_numpy(alu(Ops.MUL, summed, summed)), a.sum(axes, keepdims=True) ** 2, rtol=1e-4)
+    np.testing.assert_array_equal(to_numpy(reduce(A, Ops.MAX, axes)), a.max(axes, keepdims=True))

@@ -175,3 +175,16 @@ def test_read_bytes_of_a_view_returns_it_contiguous() -> None:
     view = movement(Ops.PERMUTE, tensor(a), (1, 0))
     data = np.frombuffer(read_bytes(view), np.float32).reshape(shape_of(view))
     np.testing.assert_array_equal(data, a.T)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_chained_assigns_apply_in_order(device: str) -> None:
+    a = rng.random((4,), np.float32)
+    target = tensor(a, device)
+    first = UOp(Ops.ASSIGN, dtypes.float32, (target, alu(Ops.ADD, target, target)))
+    second = UOp(Ops.ASSIGN, dtypes.float32, (first, alu(Ops.MUL, first, first)))
+    GlobalCounters.reset()
+    (result,) = realize(second)
+    assert GlobalCounters.kernel_count == 2
+    np.testing.assert_array_equal(to_numpy(result), (a + a) * (a + a))
+    np.testing.assert_array_equal(to_numpy(target), (a + a) * (a + a))

@@ -8,6 +8,7 @@ import pytest
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
+from tg.tensor.engine import buffer_from_bytes, read_bytes
 
 from .test_engine import alu, reduce, tensor, to_numpy
 
@@ -206,3 +207,15 @@ def test_reductions_in_dtype(device: str, dtype: type) -> None:
         )
         np.testing.assert_array_equal(to_numpy(reduce(A, Ops.MUL, (0,))), a.prod(0, keepdims=True, dtype=dtype))
     np.testing.assert_array_equal(to_numpy(reduce(A, Ops.MAX, (0, 1))), a.max(keepdims=True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bfloat16_rounds_after_every_op_like_ml_dtypes(device: str) -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a, b = (rng.standard_normal(64).astype(ml_dtypes.bfloat16) for _ in range(2))
+    A, B = (buffer_from_bytes(x.tobytes(), dtypes.bfloat16, device) for x in (a, b))
+    out = UOp(Ops.ADD, dtypes.bfloat16, (UOp(Ops.MUL, dtypes.bfloat16, (A, B)), A))
+    result = np.frombuffer(read_bytes(out), ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(result.astype(np.float32), (a * b + a).astype(np.float32))
+    widened = np.frombuffer(read_bytes(UOp(Ops.CAST, dtypes.float32, (A,))), np.float32)
+    np.testing.assert_array_equal(widened, a.astype(np.float32))

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tg.codegen.lower.linearize import linearize
+from tg.codegen.lower.upcast import upcast_strided_reductions
 from tg.codegen.schedule.indexing import simplify_indices
 from tg.codegen.uop.ops import UOp
 from tg.codegen.uop.pattern import graph_rewrite
@@ -31,6 +32,7 @@ def _simplify(ast: UOp) -> UOp:
 
 LOWERING: list[Stage] = [
     Stage("simplify indices", _simplify),  # symbolic algebra: movement-op index arithmetic back to strides
+    Stage("upcast strided reductions", upcast_strided_reductions),  # lanes of accumulators for sum(axis=0)
     Stage("linearize", linearize),  # ranges -> loops, REDUCE -> accumulators, values placed in their loop
 ]
 

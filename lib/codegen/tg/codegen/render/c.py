@@ -23,6 +23,17 @@ from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
 MULTICORE_MIN_ITERATIONS = 1 << 16
 
+# clang lowers float -> __bf16 conversions to calls into compiler-rt, which kernels are not linked with; this is
+# the same conversion (round to nearest even, NaN stays NaN), defined in the kernel itself.
+BFLOAT16_PRELUDE = """__bf16 __truncsfbf2(float x) {
+  unsigned int u = __builtin_bit_cast(unsigned int, x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return __builtin_bit_cast(__bf16, (unsigned short)((u >> 16) | 0x40u));
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return __builtin_bit_cast(__bf16, (unsigned short)(u >> 16));
+}
+__bf16 __truncdfbf2(double x) { return __truncsfbf2((float)x); }
+"""
+
 C_TYPES: dict[DType, str] = {
     dtypes.bool: "_Bool",
     dtypes.int8: "signed char",
@@ -180,7 +191,7 @@ class _CFunction:
     def _chunks(self, cores: int) -> int:
         program = self.linear.src
         first = next((u for u in program if u.op is Ops.RANGE), None)
-        if first is None or first.arg.axis_type is AxisType.REDUCE or cores == 1:
+        if first is None or first.arg.axis_type is not AxisType.LOOP or cores == 1:
             return 1
         if loop_iterations(self.linear) < MULTICORE_MIN_ITERATIONS:
             return 1
@@ -210,6 +221,8 @@ class _CFunction:
         body = "\n".join(self.lines)
         unused = "" if self.chunks > 1 else "  (void)core_id;\n"
         src = f"void {self.name}({', '.join([*signature, 'int core_id'])}) {{\n{unused}{body}\n}}\n"
+        if "__bf16" in src:
+            src = BFLOAT16_PRELUDE + src
         return RenderedKernel(self.name, src, (self.chunks, 1, 1))
 
     def render_range(self, rng: UOp, split: bool) -> None:

@@ -84,7 +84,11 @@ def shape_of(node: UOp) -> Shape:
     """The shape of a tensor-graph node (memoized; UOps are immutable)."""
     found = _shapes.get(node)
     if found is None:
-        found = _shapes[node] = _infer_shape(node)
+        # sources first, in graph order, so that a deep graph needs no deep recursion
+        for inner in node.toposort(lambda u: u not in _shapes and u.op is not Ops.DEVICE):
+            if inner not in _shapes and inner.op is not Ops.DEVICE:
+                _shapes[inner] = _infer_shape(inner)
+        found = _shapes[node]
     return found
 
 

@@ -8,6 +8,8 @@ load plus a WHERE that yields 0 outside the source.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tg.codegen.dtype import dtypes
@@ -30,6 +32,17 @@ def reduce_identity(op: Ops, dtype) -> object:  # noqa: ANN001 - a DType
     raise ValueError(f"no reduction with {op!r}")
 
 
+Request = tuple[UOp, Index, "UOp | None"]  # (tensor node, index into it, gate of its loads)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to compute one request: the requests it needs first, and how to combine their values."""
+
+    needs: tuple[Request, ...]
+    finish: Callable[[list[UOp]], UOp]
+
+
 class AssignError(ValueError):
     """An ASSIGN whose target cannot be written element by element (an expanded or padded view)."""
 
@@ -43,7 +56,8 @@ class KernelBuilder:
     buffers: list[UOp] = field(default_factory=list)  # BUFFER nodes in PARAM slot order
     params: dict[UOp, UOp] = field(default_factory=dict)  # BUFFER -> PARAM
     next_axis: int = 0
-    memo: dict[tuple, UOp] = field(default_factory=dict)
+    memo: dict[Request, UOp] = field(default_factory=dict)
+    plans: dict[Request, Plan] = field(default_factory=dict)
 
     # -------------------------------------------------------------------------------- building blocks
 
@@ -74,62 +88,80 @@ class KernelBuilder:
     # -------------------------------------------------------------------------------- values
 
     def value(self, node: UOp, idx: Index, valid: UOp | None = None) -> UOp:
-        """The kernel expression for element `idx` of tensor node `node` (loads gated by `valid`)."""
-        key = (node, idx, valid)
-        found = self.memo.get(key)
-        if found is None:
-            found = self.memo[key] = self._value(node, idx, valid)
-        return found
+        """The kernel expression for element `idx` of tensor node `node` (loads gated by `valid`).
 
-    def _value(self, node: UOp, idx: Index, valid: UOp | None) -> UOp:
+        Evaluated with an explicit stack rather than recursion, so graphs thousands of ops deep work: each
+        request (node, idx, valid) is first planned (which requests it needs, how to combine their values),
+        then finished once those are done."""
+        root: Request = (node, idx, valid)
+        stack: list[tuple[Request, bool]] = [(root, False)]
+        while stack:
+            request, sources_done = stack.pop()
+            if request in self.memo:
+                continue
+            plan = self.plans.get(request)
+            if plan is None:
+                plan = self.plans[request] = self._plan(*request)
+            if sources_done or not plan.needs:
+                self.memo[request] = plan.finish([self.memo[n] for n in plan.needs])
+                continue
+            stack.append((request, True))
+            stack.extend((n, False) for n in plan.needs if n not in self.memo)
+        return self.memo[root]
+
+    def _plan(self, node: UOp, idx: Index, valid: UOp | None) -> Plan:
         op = node.op
         stored = self.storage.get(node)
         if stored is not None:
-            return self.load(stored, indexing.flat_index(idx, shape_of(node)), valid)
+            load = self.load(stored, indexing.flat_index(idx, shape_of(node)), valid)
+            return Plan((), lambda _: load)
         if op is Ops.BUFFER:
-            return self.load(node, idx[0], valid)
+            load = self.load(node, idx[0], valid)
+            return Plan((), lambda _: load)
         if op is Ops.CONST:
-            return UOp.const(node.arg, node.dtype)
-        if op in GroupOp.ALU:
-            return UOp(op, node.dtype, tuple(self.value(s, idx, valid) for s in node.src))
-        if op in (Ops.CAST, Ops.BITCAST):
-            return UOp(op, node.dtype, (self.value(node.src[0], idx, valid),))
+            const = UOp.const(node.arg, node.dtype)
+            return Plan((), lambda _: const)
+        if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
+            return Plan(tuple((s, idx, valid) for s in node.src), lambda values: UOp(op, node.dtype, tuple(values)))
         if op is Ops.DETACH:
-            return self.value(node.src[0], idx, valid)
+            return Plan(((node.src[0], idx, valid),), lambda values: values[0])
         if op is Ops.REDUCE_AXIS:
-            return self._reduce(node, idx, valid)
+            return self._plan_reduce(node, idx, valid)
         if op in GroupOp.Movement:
-            return self._movement(node, idx, valid)
+            return self._plan_movement(node, idx, valid)
         raise ValueError(f"{op!r} must be realized before a kernel can read it (the scheduler missed it)")
 
-    def _movement(self, node: UOp, idx: Index, valid: UOp | None) -> UOp:
+    def _plan_movement(self, node: UOp, idx: Index, valid: UOp | None) -> Plan:
         source = node.src[0]
         old_shape = shape_of(source)
         op, arg = node.op, node.arg
+        if op is Ops.PAD:  # read the source only where the index is inside it, 0 elsewhere
+            source_idx, inside = indexing.pad_index(idx, arg, old_shape)
+            if inside is None:
+                return Plan(((source, source_idx, valid),), lambda values: values[0])
+            inside = inside.simplify()
+            gate = inside if valid is None else valid & inside
+            zero = UOp.const(0, node.dtype)
+            return Plan(((source, source_idx, gate),), lambda values: inside.where(values[0], zero))
         if op is Ops.RESHAPE:
-            return self.value(source, indexing.reshape_index(idx, shape_of(node), old_shape), valid)
-        if op is Ops.PERMUTE:
-            return self.value(source, indexing.permute_index(idx, arg), valid)
-        if op is Ops.EXPAND:
-            return self.value(source, indexing.expand_index(idx, old_shape), valid)
-        if op is Ops.SHRINK:
-            return self.value(source, indexing.shrink_index(idx, arg), valid)
-        if op is Ops.FLIP:
-            return self.value(source, indexing.flip_index(idx, arg, old_shape), valid)
-        # PAD: read the source only where the index is inside it, 0 elsewhere
-        source_idx, inside = indexing.pad_index(idx, arg, old_shape)
-        if inside is None:
-            return self.value(source, source_idx, valid)
-        inside = inside.simplify()
-        gate = inside if valid is None else valid & inside
-        return inside.where(self.value(source, source_idx, gate), UOp.const(0, node.dtype))
+            source_idx = indexing.reshape_index(idx, shape_of(node), old_shape)
+        elif op is Ops.PERMUTE:
+            source_idx = indexing.permute_index(idx, arg)
+        elif op is Ops.EXPAND:
+            source_idx = indexing.expand_index(idx, old_shape)
+        elif op is Ops.SHRINK:
+            source_idx = indexing.shrink_index(idx, arg)
+        else:
+            source_idx = indexing.flip_index(idx, arg, old_shape)
+        return Plan(((source, source_idx, valid),), lambda values: values[0])
 
-    def _reduce(self, node: UOp, idx: Index, valid: UOp | None) -> UOp:
+    def _plan_reduce(self, node: UOp, idx: Index, valid: UOp | None) -> Plan:
         source = node.src[0]
         op, axes = node.arg.op, node.arg.axes
         source_shape = shape_of(source)
         if any(source_shape[axis] == 0 for axis in axes):
-            return UOp.const(reduce_identity(op, node.dtype), node.dtype)
+            identity = UOp.const(reduce_identity(op, node.dtype), node.dtype)
+            return Plan((), lambda _: identity)
         source_idx = list(idx)
         ranges = []
         for axis in axes:
@@ -138,7 +170,7 @@ class KernelBuilder:
             rng = self.new_range(source_shape[axis], AxisType.REDUCE)
             source_idx[axis] = rng
             ranges.append(rng)
-        return self.value(source, tuple(source_idx), valid).reduce(*ranges, arg=op)
+        return Plan(((source, tuple(source_idx), valid),), lambda values: values[0].reduce(*ranges, arg=op))
 
     # -------------------------------------------------------------------------------- stores
 
@@ -167,11 +199,25 @@ class Kernel:
 
 
 def build_kernel(point: UOp, output: UOp, storage: dict[UOp, UOp]) -> Kernel:
-    """The kernel that computes realize point `point` into BUFFER `output` (for ASSIGN: into its target)."""
+    """The kernel that computes realize point `point` into BUFFER `output` (for ASSIGN: into its target).
+
+    It first tries one loop over all output elements: when every index then simplifies to plain strides (no
+    division or remainder left), the output axes merge into one long loop that vectorizes and splits across
+    cores evenly. Otherwise each output axis gets its own loop."""
+    shape = shape_of(point)
+    if sum(1 for size in shape if size != 1) > 1:
+        flat = _build(point, output, storage, (math.prod(shape),))
+        if not any(u.op in (Ops.IDIV, Ops.MOD) and u.dtype is dtypes.index for u in flat.ast.toposort()):
+            return flat
+    return _build(point, output, storage, shape)
+
+
+def _build(point: UOp, output: UOp, storage: dict[UOp, UOp], loop_shape: tuple[int, ...]) -> Kernel:
     builder = KernelBuilder({node: buf for node, buf in storage.items() if node is not point})
     shape = shape_of(point)
     output_param = builder.param(output)
-    idx = builder.ranges_for(shape, AxisType.LOOP)
+    loops = builder.ranges_for(loop_shape, AxisType.LOOP)
+    idx = loops if loop_shape == shape else indexing.reshape_index(loops, loop_shape, shape)
     if point.op is Ops.ASSIGN:
         target, computed = point.src
         address = builder.store_address(target, idx)
@@ -181,9 +227,12 @@ def build_kernel(point: UOp, output: UOp, storage: dict[UOp, UOp]) -> Kernel:
     value = builder.value(computed, idx)
     if value.dtype is not output.dtype:
         raise TypeError(f"kernel stores {value.dtype!r} into a {output.dtype!r} buffer")
+    devices = sorted({b.src[0].arg for b in builder.buffers})
+    if len(devices) > 1:
+        raise ValueError(f"one kernel cannot read buffers on {' and '.join(devices)}: COPY them to one device first")
     store = address.store(value)
     reduce_ranges = [u for u in store.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.REDUCE]
     reduce_ranges.sort(key=lambda r: r.arg.axis_id)
-    info = KernelInfo(name=kernel_name(idx, reduce_ranges))
+    info = KernelInfo(name=kernel_name(loops, reduce_ranges))
     ast = graph_rewrite(UOp.sink(store, arg=info), indexing.simplify_indices, name="simplify indices")
     return Kernel(ast, tuple(builder.buffers))

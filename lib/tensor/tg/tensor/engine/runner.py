@@ -67,7 +67,7 @@ def compile_kernel(device_name: str, ast: UOp) -> CompiledKernel:
     if DEBUG >= 4:
         print(rendered.src)
     program = device.runtime(device, rendered.name, device.compiler.compile(rendered.src))
-    loop_sizes = tuple(u.src[0].arg for u in linear.src if u.op is Ops.RANGE)
+    loop_sizes = tuple(u.src[0].arg for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))
     found = CompiledKernel(rendered.name, rendered.src, rendered.global_size, program, loop_sizes, estimate_ops(linear))
     _compiled[key] = found
     return found

@@ -1,0 +1,110 @@
+"""Renderers on hand-built kernels: the C renderer (compiled, run on the CPU device) and the Python emulator
+must both agree with numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
+from tg.codegen.dtype import from_numpy
+from tg.codegen.lower import lower
+from tg.codegen.render.c import CRenderer, literal
+from tg.codegen.render.python import PythonRenderer
+from tg.hcq import Buffer, Device
+
+rng = np.random.default_rng(3)
+
+
+def run(ast: UOp, device: str, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+    """Lower and render `ast` with the device's renderer, compile it, run it on copies of the arrays."""
+    dev = Device[device]
+    rendered = dev.renderer.render(lower(ast))
+    program = dev.runtime(dev, rendered.name, dev.compiler.compile(rendered.src))
+    buffers = []
+    for array in (out, *inputs):
+        buf = Buffer(device, array.size, from_numpy(array.dtype)).ensure_allocated()
+        buf.copyin(np.ascontiguousarray(array).tobytes())
+        buffers.append(buf)
+    program(*(b.raw for b in buffers), global_size=rendered.global_size, wait=True)
+    return np.frombuffer(buffers[0].as_buffer(), out.dtype).reshape(out.shape)
+
+
+def gated_sum_kernel(n: int, m: int) -> UOp:
+    """out[i] = sum_j (j >= 1 ? a[i*m + j - 1] : 0) * b[j], a padded sum over rows."""
+    out, a, b = UOp.param(0, dtypes.float32, n), UOp.param(1, dtypes.float32, n * m), UOp.param(2, dtypes.float32, m)
+    i, j = UOp.range(n, 0), UOp.range(m, 1, AxisType.REDUCE)
+    inside = UOp.const(0, dtypes.index) < j
+    shifted = a.index(i * m + j - 1, inside).load(UOp.const(0.0, dtypes.float32))
+    total = (shifted * b.index(j).load()).reduce(j, arg=Ops.ADD)
+    return UOp.sink(out.index(i).store(total), arg=KernelInfo("gated_sum"))
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_gated_reduce_kernel_matches_numpy(device: str) -> None:
+    n, m = 5, 7
+    a, b = rng.random((n, m), np.float32), rng.random(m, np.float32)
+    shifted = np.concatenate([np.zeros((n, 1), np.float32), a[:, :-1]], axis=1)
+    got = run(gated_sum_kernel(n, m), device, np.zeros(n, np.float32), a, b)
+    np.testing.assert_allclose(got, (shifted * b).sum(1), rtol=1e-6)
+
+
+def int_kernel(n: int) -> UOp:
+    """out[i] = max(a[i] // b[i], a[i] % b[i]) ^ (a[i] << 3): division by zero and overflow included."""
+    out, a, b = (UOp.param(k, dtypes.int32, n) for k in range(3))
+    i = UOp.range(n, 0)
+    x, y = a.index(i).load(), b.index(i).load()
+    return UOp.sink(out.index(i).store((x // y).maximum(x % y) ^ (x << 3)), arg=KernelInfo("ints"))
+
+
+def test_c_and_python_agree_on_integer_edge_cases() -> None:
+    a = np.array([7, -7, 7, -7, -(2**31), 2**31 - 1, 5, 0], np.int32)
+    b = np.array([2, 2, -2, -2, -1, 0, 0, 3], np.int32)
+    c_result = run(int_kernel(8), "CPU", np.zeros(8, np.int32), a, b)
+    python_result = run(int_kernel(8), "PYTHON", np.zeros(8, np.int32), a, b)
+    np.testing.assert_array_equal(c_result, python_result)
+    assert c_result[0] == max(3, 1) ^ (7 << 3)
+
+
+def test_big_kernels_are_split_across_cores_and_small_ones_are_not() -> None:
+    def elementwise(n: int) -> UOp:
+        out, a = UOp.param(0, dtypes.float32, n), UOp.param(1, dtypes.float32, n)
+        i = UOp.range(n, 0)
+        return UOp.sink(out.index(i).store(a.index(i).load() * 2.0), arg=KernelInfo(f"E_{n}"))
+
+    assert CRenderer(cores=4).render(lower(elementwise(1 << 20))).global_size == (4, 1, 1)
+    assert CRenderer(cores=4).render(lower(elementwise(16))).global_size == (1, 1, 1)
+    a = rng.random(1 << 17, np.float32)
+    np.testing.assert_array_equal(run(elementwise(1 << 17), "CPU", np.zeros_like(a), a), a * 2)
+
+
+def test_float_reductions_may_reassociate_for_vectorization_but_max_may_not() -> None:
+    src = CRenderer().render(lower(gated_sum_kernel(4, 4))).src
+    assert "#pragma clang fp reassociate(on)" in src
+    out, a = UOp.param(0, dtypes.float32, 1), UOp.param(1, dtypes.float32, 8)
+    j = UOp.range(8, 0, AxisType.REDUCE)
+    largest = UOp.sink(out.index(UOp.const(0, dtypes.index)).store(a.index(j).load().reduce(j, arg=Ops.MAX)))
+    assert "reassociate" not in CRenderer().render(lower(largest.replace(arg=KernelInfo("m")))).src
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype"),
+    [(0.1, dtypes.float32), (-0.0, dtypes.float64), (float("inf"), dtypes.float32), (65504.0, dtypes.float16)],
+)
+def test_float_literals_are_exact(value: float, dtype) -> None:
+    text = literal(value, dtype)
+    assert "0x" in text or "inf" in text
+
+
+def test_python_renderer_writes_a_readable_function() -> None:
+    src = PythonRenderer().render(lower(gated_sum_kernel(2, 3))).src
+    assert src.startswith("def gated_sum(raw0, raw1, raw2, core_id):")
+    assert "for r0 in range(0, 2):" in src and "alu(Ops.MUL, dtypes.float" in src
+
+
+def test_python_emulator_raises_on_out_of_bounds_access() -> None:
+    out, a = UOp.param(0, dtypes.float32, 4), UOp.param(1, dtypes.float32, 4)
+    i = UOp.range(4, 0)
+    ast = UOp.sink(out.index(i).store(a.index(i + 1).load()), arg=KernelInfo("oob"))
+    with pytest.raises(IndexError, match="element 4"):
+        run(ast, "PYTHON", np.zeros(4, np.float32), np.zeros(4, np.float32))

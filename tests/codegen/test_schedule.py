@@ -1,0 +1,133 @@
+"""The scheduler: which nodes get buffers, how kernels read them, their order and the schedule cache."""
+
+from __future__ import annotations
+
+from tg.codegen import Ops, UOp, dtypes
+from tg.codegen.schedule.graph import ReduceArg, const_node, new_buffer, shape_of
+from tg.codegen.schedule.realize import SPLIT_REDUCTION_MIN_ELEMENTS, find_realize_points
+from tg.codegen.schedule.schedule import CopyCall, KernelCall, create_schedule, schedule_graph, schedule_stats
+
+
+def buffer(*shape: int, dtype=dtypes.float32, device: str = "CPU") -> UOp:
+    size = 1
+    for s in shape:
+        size *= s
+    return UOp(Ops.RESHAPE, dtype, (new_buffer(device, size, dtype),), shape)
+
+
+def op(kind: Ops, *srcs: UOp) -> UOp:
+    return UOp(kind, srcs[-1].dtype, srcs)
+
+
+def movement(kind: Ops, node: UOp, arg: object) -> UOp:
+    return UOp(kind, node.dtype, (node,), arg)
+
+
+def reduce(node: UOp, kind: Ops, axes: tuple[int, ...]) -> UOp:
+    return UOp(Ops.REDUCE_AXIS, node.dtype, (node,), ReduceArg(kind, axes))
+
+
+def kernels(schedule) -> list[UOp]:
+    return [item.ast for item in schedule.items if isinstance(item, KernelCall)]
+
+
+def ops_in(ast: UOp) -> set[Ops]:
+    return {u.op for u in ast.toposort()}
+
+
+def test_elementwise_chain_fuses_into_one_kernel_with_one_store() -> None:
+    a, b, c = buffer(4, 4), buffer(4, 4), buffer(4, 4)
+    schedule = schedule_graph((op(Ops.ADD, a, op(Ops.MUL, b, c)),))
+    (ast,) = kernels(schedule)
+    assert [u.op for u in ast.src] == [Ops.STORE]
+    assert sum(u.op is Ops.LOAD for u in ast.toposort()) == 3
+
+
+def test_reduction_fuses_with_work_before_and_after() -> None:
+    a, b = buffer(4, 8), buffer(4, 8)
+    summed = reduce(op(Ops.ADD, a, b), Ops.ADD, (1,))
+    scaled = op(
+        Ops.MUL,
+        summed,
+        movement(Ops.EXPAND, movement(Ops.RESHAPE, const_node(2.0, dtypes.float32, "CPU"), (1, 1)), (4, 1)),
+    )
+    (ast,) = kernels(schedule_graph((scaled,)))
+    assert Ops.REDUCE in ops_in(ast) and ast.arg.name == "r_4_8"
+
+
+def test_broadcast_reduction_and_reduction_of_reduction_get_buffers() -> None:
+    x = buffer(4, 8)
+    largest = reduce(x, Ops.MAX, (1,))
+    shifted = op(Ops.ADD, x, movement(Ops.EXPAND, largest, (4, 8)))
+    assert largest in find_realize_points((shifted,))
+    inner = reduce(x, Ops.ADD, (1,))
+    outer = reduce(inner, Ops.ADD, (0,))
+    assert inner in find_realize_points((outer,))
+    assert find_realize_points((reduce(op(Ops.ADD, x, x), Ops.ADD, (0, 1)),)) == [
+        reduce(op(Ops.ADD, x, x), Ops.ADD, (0, 1))
+    ]
+
+
+def test_views_of_buffers_need_no_kernel() -> None:
+    a = buffer(3, 4)
+    view = movement(Ops.PERMUTE, a, (1, 0))
+    schedule = schedule_graph((view,))
+    assert schedule.items == () and schedule.results == (view,)
+
+
+def test_contiguous_reshape_reads_with_plain_strides() -> None:
+    """A reshape of a permuted tensor folds back to multiply-adds: no division or remainder is left."""
+    a = buffer(4, 6)
+    node = op(Ops.ADD, movement(Ops.RESHAPE, a, (2, 2, 6)), movement(Ops.RESHAPE, a, (2, 2, 6)))
+    (ast,) = kernels(schedule_graph((node,)))
+    assert not ops_in(ast) & {Ops.IDIV, Ops.MOD}
+
+
+def test_big_full_reduction_splits_into_partial_and_final_kernels() -> None:
+    x = buffer(SPLIT_REDUCTION_MIN_ELEMENTS)
+    first, second = kernels(schedule_graph((reduce(x, Ops.ADD, (0,)),)))
+    assert first.arg.name.startswith("r_64_") and second.arg.name == "r_1_64"
+
+
+def test_assign_runs_after_readers_of_the_old_value() -> None:
+    target = buffer(8)
+    reader = op(Ops.MUL, target, target)
+    assign = UOp(Ops.ASSIGN, dtypes.float32, (target, op(Ops.ADD, target, target)))
+    schedule = schedule_graph((assign, reader))
+    names = [next(u for u in item.ast.toposort() if u.op is Ops.STORE).src[1].op for item in schedule.items]
+    assert names == [Ops.MUL, Ops.ADD]
+    assert schedule.items[1].buffers[0] is target.src[0]
+
+
+def test_copy_of_a_view_is_realized_first() -> None:
+    a = buffer(2, 3)
+    copy = UOp(Ops.COPY, dtypes.float32, (movement(Ops.PERMUTE, a, (1, 0)), UOp(Ops.DEVICE, arg="PYTHON")))
+    items = schedule_graph((copy,)).items
+    assert isinstance(items[0], KernelCall) and isinstance(items[1], CopyCall)
+    assert items[1].dest.src[0].arg == "PYTHON" and shape_of(copy) == (3, 2)
+
+
+def test_schedule_cache_abstracts_buffer_identity_but_not_shape_or_constants() -> None:
+    def graph(n: int, constant: float) -> UOp:
+        a = buffer(n)
+        scale = movement(Ops.EXPAND, movement(Ops.RESHAPE, const_node(constant, dtypes.float32, "CPU"), (1,)), (n,))
+        return op(Ops.MUL, a, scale)
+
+    create_schedule((graph(5, 3.0),))
+    hits, misses = schedule_stats.hits, schedule_stats.misses
+    first = create_schedule((graph(5, 3.0),))
+    assert (schedule_stats.hits, schedule_stats.misses) == (hits + 1, misses)
+    second = create_schedule((graph(5, 3.0),))
+    assert first.items[0].ast is second.items[0].ast
+    assert first.items[0].buffers[0] is not second.items[0].buffers[0]  # fresh output buffers every time
+    create_schedule((graph(6, 3.0),))
+    create_schedule((graph(5, 4.0),))
+    assert schedule_stats.misses == misses + 2
+
+
+def test_contiguous_output_axes_merge_into_one_loop_and_transposed_ones_do_not() -> None:
+    a, b = buffer(16, 3), buffer(16, 3)
+    (merged,) = kernels(schedule_graph((op(Ops.ADD, a, b),)))
+    assert merged.arg.name == "E_48"
+    (separate,) = kernels(schedule_graph((op(Ops.ADD, movement(Ops.PERMUTE, buffer(3, 16), (1, 0)), b),)))
+    assert separate.arg.name == "E_16_3"

@@ -128,3 +128,46 @@ def test_kernel_counts():
     shifted = (a - a.max(-1, keepdim=True)).exp()
     (shifted / shifted.sum(-1, keepdim=True)).realize()
     assert GlobalCounters.kernel_count <= 3
+
+
+INPLACE = {
+    "+=": lambda t, o: t.__iadd__(o),
+    "-=": lambda t, o: t.__isub__(o),
+    "*=": lambda t, o: t.__imul__(o),
+    "//=": lambda t, o: t.__ifloordiv__(o),
+    "%=": lambda t, o: t.__imod__(o),
+    "**=": lambda t, o: t.__ipow__(o),
+    "&=": lambda t, o: t.__iand__(o),
+    "|=": lambda t, o: t.__ior__(o),
+    "^=": lambda t, o: t.__ixor__(o),
+    "<<=": lambda t, o: t.__ilshift__(o),
+    ">>=": lambda t, o: t.__irshift__(o),
+}
+NUMPY_INPLACE = {
+    "+=": np.add, "-=": np.subtract, "*=": np.multiply, "//=": np.floor_divide, "%=": np.mod, "**=": np.power,
+    "&=": np.bitwise_and, "|=": np.bitwise_or, "^=": np.bitwise_xor, "<<=": np.left_shift, ">>=": np.right_shift,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("operator", list(INPLACE))
+def test_inplace_operator_matches_numpy(device, operator):
+    x = np.array([[5, -7, 12], [3, 0, -1]], dtype=np.int32)
+    other = np.array([2, 3, 1], dtype=np.int32)
+    t = Tensor(x, device=device)
+    result = INPLACE[operator](t, Tensor(other, device=device))
+    assert result is t
+    np.testing.assert_array_equal(t.numpy(), NUMPY_INPLACE[operator](x, other))
+
+
+def test_inplace_true_division_of_ints_is_a_dtype_error():
+    t = Tensor([1, 2])
+    with pytest.raises(TypeError, match="int32.*float32|float32.*int32"):
+        t /= 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_inplace_true_division_of_floats(device):
+    t = Tensor([1.0, 3.0], device=device)
+    t /= 2
+    assert t.tolist() == [0.5, 1.5]

@@ -256,3 +256,9 @@ def test_python_int_too_large_for_int32_is_an_error():
 def test_assign_into_an_expanded_view_is_an_error():
     with pytest.raises(ValueError, match="expanded"):
         Tensor.empty(1, 3).expand(2, 3).assign(Tensor.zeros(2, 3))
+
+
+def test_assign_into_a_padded_view_is_an_error():
+    with pytest.raises(ValueError, match="padded"):
+        Tensor.empty(5)[::2].assign(Tensor.zeros(3))
+    Tensor.empty(6)[::2].assign(Tensor.zeros(3))  # an even length needs no padding: writable

@@ -231,3 +231,10 @@ def test_setitem_is_lazy():
     t[1:3, ::-1] = 2.0
     assert GlobalCounters.kernel_count == 0
     assert t.numpy()[1:3].tolist() == [[2.0] * 4] * 2 and GlobalCounters.kernel_count == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_assign_into_a_strided_view_writes_every_other_element(device):
+    base = Tensor(np.zeros(6, np.int32), device=device)
+    base[::-2].assign(Tensor([1, 2, 3], device=device)).realize()
+    np.testing.assert_array_equal(base.numpy(), np.array([0, 3, 0, 2, 0, 1], np.int32))

@@ -189,8 +189,12 @@ class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps
             except ShapeError:
                 message = f"cannot assign a value of shape {value.shape} to a tensor of shape {self.shape}"
                 raise ShapeError(message) from None
-        if _has_expand(self.uop):
-            raise ValueError(f"cannot assign into an expanded view (shape {self.shape}): its elements share storage")
+        unwritable = _unwritable_view_op(self.uop)
+        if unwritable is not None:
+            raise ValueError(
+                f"cannot assign into a {unwritable} view (shape {self.shape}): it has elements without storage of "
+                "their own; write through t[indices] = value instead"
+            )
         if not _reads_a_buffer(self.uop):
             self.realize()  # the target must be storage: compute it first
         self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
@@ -240,10 +244,10 @@ def _reads_a_buffer(node: UOp) -> bool:
     return node.op in (Ops.BUFFER, Ops.ASSIGN)
 
 
-def _has_expand(node: UOp) -> bool:
-    """Whether the movement ops above `node`'s storage broadcast it (several elements on one memory cell)."""
+def _unwritable_view_op(node: UOp) -> str | None:
+    """'expanded' or 'padded' when movement ops above `node`'s storage broadcast it or add padding elements."""
     while node.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
-        if node.op is Ops.EXPAND:
-            return True
+        if node.op in (Ops.EXPAND, Ops.PAD):
+            return "expanded" if node.op is Ops.EXPAND else "padded"
         node = node.src[0]
-    return False
+    return None

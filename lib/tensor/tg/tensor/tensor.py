@@ -189,15 +189,17 @@ class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps
             except ShapeError:
                 message = f"cannot assign a value of shape {value.shape} to a tensor of shape {self.shape}"
                 raise ShapeError(message) from None
-        unwritable = _unwritable_view_op(self.uop)
-        if unwritable is not None:
+        target = self.uop
+        if not _reads_a_buffer(target):
+            # no storage yet (a constant or a computed value): the value goes into fresh storage, lazily. Nothing
+            # else can see the old value's storage, because it has none.
+            target = Tensor.empty(self.shape, dtype=self.dtype, device=self.device).uop
+        elif (unwritable := _unwritable_view_op(target)) is not None:
             raise ValueError(
-                f"cannot assign into a {unwritable} view (shape {self.shape}): it has elements without storage of "
-                "their own; write through t[indices] = value instead"
+                f"cannot assign into this {unwritable} view (shape {self.shape}): some of its elements have no "
+                "storage of their own; write through t[indices] = value instead"
             )
-        if not _reads_a_buffer(self.uop):
-            self.realize()  # the target must be storage: compute it first
-        self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
+        self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
         return self
 
     def __iadd__(self, other: Any) -> Tensor:

@@ -50,6 +50,10 @@ def run(node: UOp) -> None:
     Device["CPU"].synchronize()
 
 
+def column_sum(m: UOp) -> UOp:
+    return UOp(Ops.REDUCE_AXIS, dtypes.float32, (m,), ReduceArg(Ops.ADD, (0,)))
+
+
 def median_seconds(function: Callable[[], object], repeats: int) -> float:
     function()  # warm-up: compile, allocate
     times = []
@@ -84,6 +88,11 @@ def main() -> None:
     np_chain = median_seconds(lambda: np.maximum(a * b + c, 0), args.repeats)
     tg_sum = median_seconds(lambda: run(total(A)), args.repeats)
     np_sum = median_seconds(lambda: a.sum(), args.repeats)
+    side = int(args.size**0.5)
+    matrix = a[: side * side].reshape(side, side)
+    M = UOp(Ops.RESHAPE, dtypes.float32, (A,), (side, side)) if side * side == args.size else tensor(matrix)
+    tg_columns = median_seconds(lambda: run(column_sum(M)), args.repeats)
+    np_columns = median_seconds(lambda: matrix.sum(0), args.repeats)
 
     with tempfile.TemporaryDirectory() as cache, Context(TG_CACHE_DIR=cache):
         cold = statistics.median(first_call_seconds(1024 + i) for i in range(3))
@@ -94,6 +103,8 @@ def main() -> None:
           f"ratio numpy/tg {np_chain / tg_chain:5.2f}x  (target >= 1.5)")  # fmt: skip
     print(f"full sum                  tg {tg_sum * 1e3:8.2f} ms  numpy {np_sum * 1e3:8.2f} ms  "
           f"ratio numpy/tg {np_sum / tg_sum:5.2f}x  (target >= 0.5)")  # fmt: skip
+    print(f"sum over axis 0 ({side}x{side}) tg {tg_columns * 1e3:8.2f} ms  numpy {np_columns * 1e3:8.2f} ms  "
+          f"ratio numpy/tg {np_columns / tg_columns:5.2f}x  (no target; strided reduction)")  # fmt: skip
     print(f"first call (graph -> compiled kernel -> run): cold cache {cold * 1e3:7.1f} ms, "
           f"warm disk cache {warm * 1e3:7.1f} ms")  # fmt: skip
 

@@ -191,3 +191,9 @@ def test_reductions_across_rows_use_lanes_and_match_numpy(device: str, shape: tu
     summed = reduce(A, Ops.ADD, axes)
     np.testing.assert_allclose(to_numpy(alu(Ops.MUL, summed, summed)), a.sum(axes, keepdims=True) ** 2, rtol=1e-4)
     np.testing.assert_array_equal(to_numpy(reduce(A, Ops.MAX, axes)), a.max(axes, keepdims=True))
+
+
+def test_device_without_a_renderer_says_which_one_it_asked_for() -> None:
+    a = tensor(np.ones(4, np.float32), "NULL:HIP")
+    with pytest.raises(RuntimeError, match="HIP renderer"):
+        realize(alu(Ops.ADD, a, a))

@@ -188,3 +188,21 @@ def test_chained_assigns_apply_in_order(device: str) -> None:
     assert GlobalCounters.kernel_count == 2
     np.testing.assert_array_equal(to_numpy(result), (a + a) * (a + a))
     np.testing.assert_array_equal(to_numpy(target), (a + a) * (a + a))
+
+
+def test_copy_of_an_assign_into_a_slice_copies_only_the_slice() -> None:
+    a = rng.random((4, 3), np.float32)
+    target = tensor(a)
+    view = movement(Ops.SHRINK, target, ((1, 3), (0, 3)))
+    assign = UOp(Ops.ASSIGN, dtypes.float32, (view, full(5.0, (2, 3), dtypes.float32)))
+    (moved,) = realize(UOp(Ops.COPY, dtypes.float32, (assign, UOp(Ops.DEVICE, arg="PYTHON"))))
+    np.testing.assert_array_equal(to_numpy(moved), np.full((2, 3), 5.0, np.float32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reading_an_assign_into_a_slice_reads_the_slice(device: str) -> None:
+    a = rng.random((4, 3), np.float32)
+    target = tensor(a, device)
+    view = movement(Ops.SHRINK, target, ((2, 4), (0, 3)))
+    assign = UOp(Ops.ASSIGN, dtypes.float32, (view, alu(Ops.ADD, view, view)))
+    np.testing.assert_array_equal(to_numpy(alu(Ops.MUL, assign, assign)), (2 * a[2:]) ** 2)

@@ -22,6 +22,7 @@ from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
 MULTICORE_MIN_ITERATIONS = 1 << 16
+C_RENDERER_NAMES = ("", "C", "CLANG")  # device-string renderer names that mean this renderer (DEV=CPU, CPU:C)
 
 # clang lowers float -> __bf16 conversions to calls into compiler-rt, which kernels are not linked with; this is
 # the same conversion (round to nearest even, NaN stays NaN), defined in the kernel itself.

@@ -111,6 +111,8 @@ class KernelBuilder:
 
     def _plan(self, node: UOp, idx: Index, valid: UOp | None) -> Plan:
         op = node.op
+        if op is Ops.ASSIGN:  # its value is its target (a view of the buffer it wrote), read after it ran
+            return Plan(((node.src[0], idx, valid),), lambda values: values[0])
         stored = self.storage.get(node)
         if stored is not None:
             load = self.load(stored, indexing.flat_index(idx, shape_of(node)), valid)

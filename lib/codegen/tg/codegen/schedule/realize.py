@@ -2,7 +2,7 @@
 
 A node gets a buffer when
 - it is asked for (a root of `realize`), unless it already reads memory (movement ops over a BUFFER),
-- it is a CONTIGUOUS, COPY or ASSIGN (the source of a COPY too, unless it is already a whole buffer),
+- it is a CONTIGUOUS, COPY or ASSIGN (a COPY's source is made CONTIGUOUS unless it is a whole buffer),
 - it is a REDUCE_AXIS whose result is broadcast (read through a growing EXPAND) or reduced again: fusing it there
   would recompute the whole reduction for every element that reads it.
 Softmax is then three kernels: max, sum(exp(x - max)), and exp(x - max) / sum.
@@ -40,9 +40,19 @@ def split_big_reduction(node: UOp) -> UOp | None:
     return UOp(Ops.RESHAPE, node.dtype, (combined,), shape_of(node))
 
 
+def copy_whole_buffers(copy: UOp) -> UOp | None:
+    """A COPY moves a whole buffer: anything else (a view, a computed value, an ASSIGN into part of a buffer)
+    is made contiguous first."""
+    source = copy.src[0]
+    if whole_buffer(source) is not None or source.op is Ops.CONTIGUOUS:
+        return None
+    return copy.replace(src=(UOp(Ops.CONTIGUOUS, source.dtype, (source,)), *copy.src[1:]))
+
+
 split_big_reductions = PatternMatcher(
     [(UPat(Ops.REDUCE_AXIS, name="node"), split_big_reduction)], name="split_big_reductions"
 )
+contiguous_copies = PatternMatcher([(UPat(Ops.COPY, name="copy"), copy_whole_buffers)], name="contiguous_copies")
 
 
 def reads_memory(node: UOp) -> bool:
@@ -70,8 +80,6 @@ def find_realize_points(roots: tuple[UOp, ...], forced: tuple[UOp, ...] = ()) ->
     for node in order:
         if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
             points.add(node)
-        if node.op is Ops.COPY and whole_buffer(node.src[0]) is None:
-            points.add(node.src[0])
     _add_reductions_that_cannot_fuse(order, points)
     return [node for node in order if node in points]
 

@@ -4,9 +4,9 @@
     schedule.items    # KernelCall(ast, buffers) and CopyCall(dest, src), in the order they must run
     schedule.results  # for each root, an equivalent node that reads realized memory
 
-Stages, in order: split big reductions; find the realize points (the nodes that get buffers); build one kernel
-per realize point; order the kernels so every buffer is written before it is read and no buffer is overwritten
-(ASSIGN) before every kernel that reads its old contents has run.
+Stages, in order: split big reductions; make the sources of copies contiguous; find the realize points (the
+nodes that get buffers); build one kernel per realize point; order the kernels so every buffer is written before
+it is read and no buffer is overwritten (ASSIGN) before every kernel that reads its old contents has run.
 
 Schedules are cached by the graph with its input buffers abstracted, so the same computation on new buffers
 reuses the kernels (and the compiled programs, which are keyed by kernel AST).
@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 from tg.codegen.schedule.graph import BufferArg, new_buffer, shape_of
 from tg.codegen.schedule.kernel import AssignError, Kernel, build_kernel
-from tg.codegen.schedule.realize import find_realize_points, split_big_reductions, whole_buffer
+from tg.codegen.schedule.realize import contiguous_copies, find_realize_points, split_big_reductions, whole_buffer
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 
 SCHEDULE_CACHE_SIZE = 512
+GRAPH_STAGES = [split_big_reductions, contiguous_copies]  # tensor-graph rewrites before finding realize points
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,8 @@ def _instantiate(template: Schedule, inputs: dict[UOp, UOp]) -> Schedule:
 
 def schedule_graph(roots: tuple[UOp, ...]) -> Schedule:
     """Schedule `roots` (no cache)."""
-    roots = graph_rewrite(UOp.sink(*roots), split_big_reductions, name="split big reductions").src
+    for stage in GRAPH_STAGES:
+        roots = graph_rewrite(UOp.sink(*roots), stage, name=stage.name).src
     forced: list[UOp] = []
     while True:
         points = find_realize_points(roots, tuple(forced))

@@ -29,7 +29,7 @@ from typing import Any
 
 from tg.codegen.compiler import CCompiler
 from tg.codegen.flags import CPU_COUNT
-from tg.codegen.render.c import CRenderer
+from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
 from tg.hcq.allocator import BufferSpec, LRUAllocator
 from tg.hcq.commands import Command
 from tg.hcq.compiled import HCQCompiled
@@ -144,7 +144,8 @@ class CPUDevice(HCQCompiled):
         allocator = CPUAllocator()
         super().__init__(spec, allocator, CCompiler(), CPUProgram, CPUComputeQueue, CPUCopyQueue)
         allocator.device = self
-        self.renderer = CRenderer(cores=self.cores.count)
+        if self.renderer_name in C_RENDERER_NAMES:  # other renderers (LLVM, ...) are not written yet
+            self.renderer = CRenderer(cores=self.cores.count)
 
     def is_busy(self) -> bool:
         """True while an engine runs a kernel or a copy (so a long kernel is not mistaken for a hang)."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from tg.codegen.compiler import CCompiler
 from tg.codegen.flags import NULL_ALLOW_COPYOUT
-from tg.codegen.render.c import CRenderer
+from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
 from tg.hcq.allocator import Allocator, BufferSpec
 from tg.hcq.device import Compiled, DeviceSpec
 from tg.hcq.memory import HCQBuffer
@@ -60,4 +60,5 @@ class NullDevice(Compiled):
         allocator = NullAllocator()
         super().__init__(spec, allocator, CCompiler(), NullProgram)
         allocator.device = self
-        self.renderer = CRenderer()
+        if self.renderer_name in C_RENDERER_NAMES:  # NULL:HIP etc. need renderers that are not written yet
+            self.renderer = CRenderer()

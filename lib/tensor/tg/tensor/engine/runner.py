@@ -51,7 +51,10 @@ def estimate_ops(linear: UOp) -> int:
 
 def renderer_for(device: Any) -> Any:
     if device.renderer is None:
-        raise RuntimeError(f"device {device.device} has no renderer, so it cannot run kernels")
+        wanted = ""
+        if device.renderer_name:
+            wanted = f" (it asks for the {device.renderer_name} renderer, which tg does not have)"
+        raise RuntimeError(f"device {device.device} has no renderer, so it cannot run kernels{wanted}")
     return device.renderer
 
 

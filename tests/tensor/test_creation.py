@@ -98,3 +98,9 @@ def test_empty_has_storage_of_its_shape(device):
 def test_item_needs_one_element():
     with pytest.raises(ValueError, match=r"shape \(2,\)"):
         Tensor([1, 2]).item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_dimensional_numpy_arrays_stay_zero_dimensional(np_check, device):
+    np_check.matches(Tensor(np.array(5, dtype=np.int8), device=device), np.array(5, dtype=np.int8))
+    np_check.matches(Tensor(np.float16(1.5), device=device), np.array(1.5, dtype=np.float16))

@@ -200,28 +200,14 @@ def test_setitem_on_a_pending_value_and_dtype_mismatch():
         t[1:] = Tensor([1.5, 2.5])
 
 
-ENGINE_DROPS_FOLDED_INPUTS = pytest.mark.xfail(
-    strict=True,
-    reason="engine bug (reported): a kernel whose input is simplified away loses the parameter on PYTHON, but the "
-    "runner still passes the buffer (TypeError: E_35() takes 2 positional arguments but 3 were given)",
-)
-
-
 SETITEM_INDICES = [
     (slice(None, None, 2),), (slice(None, None, -2),), (slice(1, None, 3), 2), (-1, slice(4, 0, -3)),
     (Ellipsis, slice(None, None, 4)), (None, 2), (slice(2, 2),), (slice(None), slice(None, None, -1)),
 ]  # fmt: skip
 
 
-def _setitem_case(device: str, index: tuple) -> object:
-    # writing nothing folds the value's buffer out of the kernel, which trips the engine bug on PYTHON
-    folded = device == "PYTHON" and index == (slice(2, 2),)
-    return pytest.param(device, index, marks=[ENGINE_DROPS_FOLDED_INPUTS] if folded else [], id=f"{index!r}-{device}")
-
-
-@pytest.mark.parametrize(
-    ("device", "index"), [_setitem_case(device, index) for device in DEVICES for index in SETITEM_INDICES]
-)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("index", SETITEM_INDICES, ids=repr)
 def test_strided_setitem_matches_numpy(device, index):
     x = np.arange(35, dtype=np.int32).reshape(5, 7)
     t = Tensor(x, device=device)

@@ -77,9 +77,10 @@ def node_from_numpy(array: Any, device: str, dtype: DType | None) -> UOp:
     if dtype is not None and dtype is not source_dtype:
         array = array.astype(to_numpy(dtype))
         source_dtype = dtype
-    array = np.ascontiguousarray(array)
-    raw_bytes = memoryview(array.reshape(-1).view(np.uint8))  # no intermediate copy: the engine copies once
-    return upload(raw_bytes, array.shape, source_dtype, device)
+    shape = array.shape  # before ascontiguousarray, which makes 0-d arrays 1-d
+    flat = np.ascontiguousarray(array).reshape(-1)
+    raw_bytes = memoryview(flat.view(np.uint8))  # no intermediate copy: the engine copies once
+    return upload(raw_bytes, shape, source_dtype, device)
 
 
 def node_from_list(data: list | tuple, device: str, dtype: DType | None) -> UOp:

@@ -8,6 +8,7 @@ with a mask of the written positions, so `t[i] = v` is a lazy `assign` of the wh
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -175,6 +176,12 @@ class IndexingOps:
         if value.dtype is not self.dtype:
             names = f"tensor is {dtype_name(self.dtype)}, value is {dtype_name(value.dtype)}"
             raise TypeError(f"setitem dtype mismatch: {names}")
+        selected_count = math.prod(plan.output_shape)
+        if selected_count == 0:
+            return  # nothing to write
+        extra_axes = value.ndim - len(plan.output_shape)
+        if extra_axes > 0 and all(size == 1 for size in value.shape[:extra_axes]):
+            value = value.reshape(value.shape[extra_axes:])  # numpy drops leading size-1 axes of the value
         selected_shape = tuple(selection.count for selection in plan.selections)
         value = value.expand(plan.output_shape).reshape(selected_shape)
         written = value.ones_like(dtype=dtypes.bool)

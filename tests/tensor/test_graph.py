@@ -262,3 +262,17 @@ def test_assign_into_a_padded_view_is_an_error():
     with pytest.raises(ValueError, match="padded"):
         Tensor.empty(5)[::2].assign(Tensor.zeros(3))
     Tensor.empty(6)[::2].assign(Tensor.zeros(3))  # an even length needs no padding: writable
+
+
+def test_default_float_comes_from_the_environment():
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from tg.tensor import Tensor, dtypes\n"
+        "print(Tensor([1.5]).dtype, (Tensor([1, 2]) / 2).dtype, Tensor([1]).exp().dtype, Tensor.zeros(1).dtype)\n"
+    )
+    environment = {**os.environ, "DEFAULT_FLOAT": "float16"}
+    result = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["dtypes.half"] * 4

@@ -61,6 +61,15 @@ def broadcast(*operands: Operand, dtype: DType | None = None, like: Tensor | Non
     return [tensor.expand(shape) if tensor.shape != shape else tensor for tensor in tensors]
 
 
+_BITWISE_NAMES = {
+    Ops.AND: "bitwise and (&)",
+    Ops.OR: "bitwise or (|)",
+    Ops.XOR: "bitwise xor (^)",
+    Ops.SHL: "<<",
+    Ops.SHR: ">>",
+}
+
+
 def _operands(tensor: Tensor, other: Operand, reverse: bool) -> list[Tensor]:
     """`tensor op other` (or `other op tensor` for the reflected operators) as two broadcast tensors."""
     return broadcast(other, tensor) if reverse else broadcast(tensor, other)
@@ -238,7 +247,7 @@ class ElementwiseOps:
 
     def _bitwise(self, op: Ops, other: Operand, reverse: bool) -> Tensor:
         a, b = _operands(self, other, reverse)
-        _require(not dtypes.is_float(a.dtype), op.name.lower(), a.dtype)
+        _require(not dtypes.is_float(a.dtype), _BITWISE_NAMES[op], a.dtype)
         return alu(op, a, b)
 
     def bitwise_and(self, other: Operand, reverse: bool = False) -> Tensor:

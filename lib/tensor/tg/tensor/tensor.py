@@ -36,8 +36,10 @@ class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps
             self.uop = node_from_data(data, self.device, dtype)
 
     def _wrap(self, node: UOp) -> Tensor:
-        """A new Tensor over `node`, on this tensor's device."""
-        return Tensor(node, device=self.device)
+        """A new Tensor over `node`, on this tensor's device (already canonical: no need to parse it again)."""
+        result = Tensor.__new__(Tensor)
+        result.uop, result.device = node, self.device
+        return result
 
     # -------------------------------------------------------------------------------- properties
 

@@ -204,7 +204,7 @@ def test_bool_subtraction_names_the_dtypes():
 
 
 def test_bitcast_between_item_sizes_names_both_dtypes():
-    with pytest.raises(TypeError, match="float.*4.*short.*2|float32.*int16"):
+    with pytest.raises(TypeError, match="float32 has 4 bytes, int16 has 2"):
         Tensor.ones(2).bitcast(dtypes.int16)
 
 

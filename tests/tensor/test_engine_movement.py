@@ -206,3 +206,16 @@ def test_reading_an_assign_into_a_slice_reads_the_slice(device: str) -> None:
     view = movement(Ops.SHRINK, target, ((2, 4), (0, 3)))
     assign = UOp(Ops.ASSIGN, dtypes.float32, (view, alu(Ops.ADD, view, view)))
     np.testing.assert_array_equal(to_numpy(alu(Ops.MUL, assign, assign)), (2 * a[2:]) ** 2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_that_only_reads_padding_drops_the_unread_buffer(device: str) -> None:
+    a, b = rng.random((4,), np.float32), rng.random((2,), np.float32)
+    only_padding = movement(Ops.SHRINK, movement(Ops.PAD, tensor(a, device), ((0, 3),)), ((5, 7),))
+    np.testing.assert_array_equal(to_numpy(alu(Ops.ADD, only_padding, tensor(b, device))), b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_padding_a_zero_constant(device: str) -> None:
+    padded = movement(Ops.PAD, full(0.0, (2,), dtypes.float32, device), ((1, 1),))
+    np.testing.assert_array_equal(to_numpy(padded), np.zeros(4, np.float32))

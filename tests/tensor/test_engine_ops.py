@@ -219,3 +219,25 @@ def test_bfloat16_rounds_after_every_op_like_ml_dtypes(device: str) -> None:
     np.testing.assert_array_equal(result.astype(np.float32), (a * b + a).astype(np.float32))
     widened = np.frombuffer(read_bytes(UOp(Ops.CAST, dtypes.float32, (A,))), np.float32)
     np.testing.assert_array_equal(widened, a.astype(np.float32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int8_through_uint32_to_float_is_not_zero_extended(device: str) -> None:
+    """Regression: clang 19 -march=native vectorized (float)(unsigned)(signed char)x as a zero-extension."""
+    a = np.array([-24, 5, -128, 127], np.int8)
+    node = UOp(Ops.CAST, dtypes.float32, (UOp(Ops.CAST, dtypes.uint32, (tensor(a, device),)),))
+    np.testing.assert_array_equal(to_numpy(node), a.astype(np.uint32).astype(np.float32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_trunc_keeps_the_sign_of_zero(device: str) -> None:
+    a = np.array([-0.5, 0.5, -0.0, -2.5], np.float64)
+    result = to_numpy(alu(Ops.TRUNC, tensor(a, device)))
+    np.testing.assert_array_equal(np.signbit(result), np.signbit(np.trunc(a)))
+
+
+def test_float_to_int_of_nan_and_inf_is_zero_on_every_device() -> None:
+    a = np.array([np.nan, np.inf, -np.inf, 2.5], np.float32)
+    results = [to_numpy(UOp(Ops.CAST, dtypes.int64, (tensor(a, device),))) for device in DEVICES]
+    for result in results:
+        np.testing.assert_array_equal(result, [0, 0, 0, 2])

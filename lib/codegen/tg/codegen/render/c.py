@@ -161,9 +161,17 @@ def render_int_division(op: Ops, dtype: DType, a: str, b: str) -> str:
 
 
 def render_cast(dtype: DType, source_dtype: DType, x: str) -> str:
-    if dtypes.is_float(source_dtype) and dtype.kind in ("int", "uint") and dtype is not dtypes.uint64:
-        return f"({c_type(dtype)})(long long){x}"  # in range for long long, so the cast to T wraps, as numpy's
-    return f"({c_type(dtype)}){x}"
+    """A C cast with the emulator's semantics. Float -> int goes through long long (so out-of-range values wrap
+    as numpy's do), with NaN and inf giving 0 (`x - x` is 0 only for finite x). uint32 -> float goes through
+    long long too: clang 19 with -march=native vectorizes `(float)(unsigned)(signed char)v` as a zero-extension
+    of v, which is wrong for negative v; the conversion through long long is exact and not affected."""
+    target = c_type(dtype)
+    if dtypes.is_float(source_dtype) and dtype.kind in ("int", "uint"):
+        converted = f"({target}){x}" if dtype is dtypes.uint64 else f"({target})(long long){x}"
+        return f"({x} - {x} != 0 ? 0 : {converted})"
+    if source_dtype is dtypes.uint32 and dtypes.is_float(dtype):
+        return f"({target})(long long){x}"
+    return f"({target}){x}"
 
 
 class CRenderer(Renderer):

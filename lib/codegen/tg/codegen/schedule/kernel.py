@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tg.codegen.dtype import dtypes
 from tg.codegen.schedule import indexing
@@ -237,4 +237,18 @@ def _build(point: UOp, output: UOp, storage: dict[UOp, UOp], loop_shape: tuple[i
     reduce_ranges.sort(key=lambda r: r.arg.axis_id)
     info = KernelInfo(name=kernel_name(loops, reduce_ranges))
     ast = graph_rewrite(UOp.sink(store, arg=info), indexing.simplify_indices, name="simplify indices")
-    return Kernel(ast, tuple(builder.buffers))
+    return _drop_unread_buffers(ast, builder)
+
+
+def _drop_unread_buffers(ast: UOp, builder: KernelBuilder) -> Kernel:
+    """Simplification can remove every read of a buffer (a pad that only shows padding): renumber the PARAMs
+    that are left, so slots stay 0..n-1 and match the buffers the kernel is called with."""
+    used = {u for u in ast.toposort() if u.op is Ops.PARAM}
+    kept = [b for b in builder.buffers if builder.params[b] in used]
+    if len(kept) == len(builder.buffers):
+        return Kernel(ast, tuple(builder.buffers))
+    renumbered = {}
+    for slot, buffer in enumerate(kept):
+        old = builder.params[buffer]
+        renumbered[old] = old.replace(arg=replace(old.arg, slot=slot, name=f"data{slot}"))
+    return Kernel(ast.substitute(renumbered), tuple(kept))

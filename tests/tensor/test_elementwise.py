@@ -414,14 +414,7 @@ def test_sin_and_cos_stay_accurate_for_large_arguments(device):
     np.testing.assert_allclose(t.cos().numpy(), np.cos(x), atol=1e-6)
 
 
-ENGINE_DROPS_FOLDED_INPUTS = pytest.mark.xfail(
-    strict=True,
-    reason="engine bug (reported): when simplification folds a kernel's input away, the PYTHON kernel loses the "
-    "parameter but the runner still passes the buffer (TypeError: E_3() takes 2 positional arguments but 3 were given)",
-)
-
-
-@pytest.mark.parametrize("device", ["CPU", pytest.param("PYTHON", marks=ENGINE_DROPS_FOLDED_INPUTS)])
+@pytest.mark.parametrize("device", DEVICES)  # on PYTHON, also a regression test of folded kernel inputs
 def test_comparing_with_an_int_beyond_the_dtype_compares_values(device):
     x = np.array([-128, 0, 127], dtype=np.int8)
     t = Tensor(x, device=device)

@@ -230,3 +230,22 @@ def test_assign_into_a_strided_view_writes_every_other_element(device):
     base = Tensor(np.zeros(6, np.int32), device=device)
     base[::-2].assign(Tensor([1, 2, 3], device=device)).realize()
     np.testing.assert_array_equal(base.numpy(), np.array([0, 3, 0, 2, 0, 1], np.int32))
+
+
+def test_assign_never_writes_into_the_assigned_value():
+    a = Tensor([1.0, 2.0, 3.0])
+    b = Tensor.ones(3) * 1
+    b.assign(a)
+    b.assign(Tensor.zeros(3))
+    b.realize()
+    assert a.tolist() == [1.0, 2.0, 3.0] and b.tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reads_after_an_assign_see_it_and_writes_wait_for_earlier_reads(device):
+    x = Tensor([1.0, 2.0], device=device)
+    state = Tensor([0.0, 0.0], device=device)
+    state.assign(state + x * 2)
+    result = state + 1
+    x.assign(x + 1).realize(state, result)
+    assert x.tolist() == [2.0, 3.0] and state.tolist() == [2.0, 4.0] and result.tolist() == [3.0, 5.0]

@@ -111,3 +111,10 @@ def test_any_all_match_numpy(np_check, device):
     t = Tensor(x, device=device)
     np_check.matches(t.any(1), x.any(1))
     np_check.matches(t.all(0), x.all(0))
+
+
+def test_any_all_of_empty_tensors_match_numpy(np_check):
+    x = np.zeros((0, 3), dtype=np.int32)
+    np_check.matches(Tensor(x).any(0), x.any(0))
+    np_check.matches(Tensor(x).all(0), x.all(0))
+    np_check.matches(Tensor(x).any(), x.any())

@@ -84,10 +84,12 @@ class ReduceOps:
         accumulator = sum_accumulator(output_dtype)
         count = math.prod(self.shape[a] for a in reduce_axes(axis, self.ndim))
         total = self.sum(axis, keepdim, dtype=accumulator)
-        return (total / count if count else total / 0.0).cast(output_dtype)
+        return (total / count).cast(output_dtype)  # an empty mean is 0/0: NaN, as numpy
 
     def any(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        return (self != 0).max(axis, keepdim) if self.numel() else self.bool().sum(axis, keepdim).bool()
+        if self.numel() == 0:  # max has no identity; counting the true elements does
+            return self.bool().sum(axis, keepdim).bool()
+        return (self != 0).max(axis, keepdim)
 
     def all(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
         return (self == 0).any(axis, keepdim).logical_not()

@@ -421,3 +421,18 @@ def test_comparing_with_an_int_beyond_the_dtype_compares_values(device):
     np.testing.assert_array_equal((t < 1000).numpy(), x < 1000)
     np.testing.assert_array_equal((t == -129).numpy(), x.astype(np.int64) == -129)
     np.testing.assert_array_equal((Tensor([1, 2], dtype=dtypes.uint8, device=device) > -1).numpy(), [True, True])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOATS, ids=ids)
+def test_float_division_special_values_match_numpy(device, dtype):
+    inf, nan = np.inf, np.nan
+    a = np.array([3, -3, 0, 5, -5, inf, -inf, nan, 3, 5.5, -5.5, 1, 0, -1], dtype=to_numpy(dtype))
+    b = np.array([inf, inf, inf, -inf, -inf, 3, 3, 3, nan, -2, 2, 0, 0, 0], dtype=to_numpy(dtype))
+    ta, tb = Tensor(a, device=device), Tensor(b, device=device)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal((ta % tb).numpy(), np.mod(a, b))
+        np.testing.assert_array_equal((ta // tb).numpy(), np.floor_divide(a, b))
+    np.testing.assert_array_equal(ta.isinf().numpy(), np.isinf(a))
+    np.testing.assert_array_equal(ta.isfinite().numpy(), np.isfinite(a))
+    np.testing.assert_array_equal(ta.isnan().numpy(), np.isnan(a))

@@ -7,6 +7,7 @@ truncates) and guard division by zero. Unary math functions live in tg.tensor.un
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -124,7 +125,7 @@ class ElementwiseOps:
         a, b = _operands(self, other, reverse)
         _require(a.dtype is not dtypes.bool, "//", a.dtype, b.dtype)
         if dtypes.is_float(a.dtype):  # 16-bit floats in float32, rounded once (as numpy)
-            return in_float32_when_half(a, lambda x: alu(Ops.FDIV, x, b.cast(x.dtype)).floor())
+            return in_float32_when_half(a, lambda x: _float_floordiv(x, b.cast(x.dtype)))
         return _int_divmod(a, b)[0]
 
     def mod(self, other: Operand, reverse: bool = False) -> Tensor:
@@ -302,10 +303,34 @@ class ElementwiseOps:
     def isnan(self) -> Tensor:
         return alu(Ops.CMPNE, self, self)
 
+    def isinf(self) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self.zeros_like(dtype=dtypes.bool)
+        return (self == math.inf) | (self == -math.inf)
+
+    def isfinite(self) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self.ones_like(dtype=dtypes.bool)
+        return (self - self) == 0  # inf - inf and NaN - NaN are NaN, which equals nothing
+
+
+def _float_floordiv(a: Tensor, b: Tensor) -> Tensor:
+    """floor(a / b), with numpy's answers where its remainder-based definition differs: a finite non-zero
+    dividend over an infinite divisor of the other sign gives -1, an infinite dividend over a non-zero divisor NaN."""
+    quotient = alu(Ops.FDIV, a, b).floor()
+    below_zero = b.isinf() & a.isfinite() & (a != 0) & ((a < 0) != (b < 0))
+    quotient = below_zero.where(-1, quotient)
+    return (a.isinf() & (b != 0)).where(math.nan, quotient)
+
 
 def _float_mod(a: Tensor, b: Tensor) -> Tensor:
-    """a - b * floor(a / b): the remainder takes the divisor's sign, as numpy's."""
-    return a - b * alu(Ops.FDIV, a, b).floor()
+    """a - b * floor(a / b): the remainder takes the divisor's sign, as numpy's.
+
+    An infinite divisor would make that inf * 0: numpy keeps a finite dividend of the divisor's sign (or zero)
+    and gives the divisor's infinity for one of the other sign."""
+    remainder = a - b * alu(Ops.FDIV, a, b).floor()
+    keeps_dividend = (a == 0) | ((a < 0) == (b < 0))
+    return (b.isinf() & a.isfinite()).where(keeps_dividend.where(a, b), remainder)
 
 
 def _int_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:

@@ -197,3 +197,20 @@ def test_device_without_a_renderer_says_which_one_it_asked_for() -> None:
     a = tensor(np.ones(4, np.float32), "NULL:HIP")
     with pytest.raises(RuntimeError, match="HIP renderer"):
         realize(alu(Ops.ADD, a, a))
+
+
+def test_memory_lives_exactly_as_long_as_a_node_that_reads_it() -> None:
+    import gc
+
+    from tg.tensor.engine.buffers import buffer_of
+
+    (result,) = realize(alu(Ops.ADD, tensor(np.ones(8, np.float32)), tensor(np.ones(8, np.float32))))
+    memory = buffer_of(result if result.op is Ops.BUFFER else result.src[0])
+    view = reshape(result, (2, 4))
+    del result
+    gc.collect()
+    assert memory.is_allocated()  # `view` still reads it
+    np.testing.assert_array_equal(to_numpy(view), np.full((2, 4), 2, np.float32))
+    del view
+    gc.collect()
+    assert not memory.is_allocated()

@@ -92,7 +92,67 @@ def bitcast(dtype: DType, source_dtype: DType, value: Any) -> Any:
     return decode(encode(value, source_dtype), dtype)
 
 
+# ---------------------------------------------------------------------------------------------------- fast paths
+# The Python renderer writes the common ops as plain Python arithmetic followed by a conversion to the dtype:
+# exactly what `exec_alu` computes (Python numbers, then `truncate`), without its dispatch.
+
+_FLOAT32 = struct.Struct("<f")
+_FLOAT16 = struct.Struct("<e")
+
+
+def _packed_rounder(packer: struct.Struct, dtype: DType) -> Any:
+    def round_to(x: float) -> float:
+        try:
+            return packer.unpack(packer.pack(x))[0]  # C's double -> float conversion: nearest, ties to even
+        except OverflowError:  # rounds to +-inf; struct refuses, truncate does not
+            return truncate(x, dtype)
+
+    return round_to
+
+
+def _int_wrapper(dtype: DType) -> Any:
+    mask, sign = (1 << dtype.bitsize) - 1, 1 << (dtype.bitsize - 1)
+    if dtype.kind == "uint":
+        return lambda x: x & mask
+    return lambda x: ((x + sign) & mask) - sign
+
+
+def converter_name(dtype: DType) -> str:
+    """The name under which the emulator's namespace holds the conversion of a Python number to `dtype`."""
+    return f"to_{dtype.name}"
+
+
+def _converters() -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for dtype in dtypes.all():
+        if dtype is dtypes.float32:
+            function = _packed_rounder(_FLOAT32, dtype)
+        elif dtype is dtypes.float16:
+            function = _packed_rounder(_FLOAT16, dtype)
+        elif dtype is dtypes.float64:
+            function = float
+        elif dtype.kind in ("int", "uint"):
+            function = _int_wrapper(dtype)
+        else:
+            function = lambda x, dt=dtype: truncate(x, dt)  # noqa: E731
+        found[converter_name(dtype)] = function
+    return found
+
+
+def trunc_div(a: int, b: int) -> int:
+    """Index division: truncates toward zero, as C does."""
+    quotient = abs(a) // abs(b)
+    return quotient if (a < 0) == (b < 0) else -quotient
+
+
+def trunc_mod(a: int, b: int) -> int:
+    return a - b * trunc_div(a, b)
+
+
 NAMESPACE: dict[str, Any] = {
+    **_converters(),
+    "trunc_div": trunc_div,
+    "trunc_mod": trunc_mod,
     "alu": alu,
     "cast": cast,
     "bitcast": bitcast,

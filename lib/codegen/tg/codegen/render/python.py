@@ -9,16 +9,21 @@ dtype. It is the reference the C renderer is compared against, and what the PYTH
         data1 = TypedMemory(raw1, dtypes.float)
         for r0 in range(0, 4):
             v0 = data1[r0]
-            v1 = alu(Ops.ADD, dtypes.float, v0, v0)
-            data0[r0] = v1
+            v1 = to_float(v0 + v0)
+            v2 = alu(Ops.EXP2, dtypes.float, v1)
+            data0[r0] = v2
+
+Index arithmetic, comparisons and + - * are plain Python (then converted to the dtype), which is what `alu` would
+compute, only without its dispatch; everything else calls `alu`.
 """
 
 from __future__ import annotations
 
 import math
 
-from tg.codegen.dtype import AddrSpace, DType
+from tg.codegen.dtype import AddrSpace, DType, dtypes
 from tg.codegen.render.base import RenderedKernel, Renderer, global_params
+from tg.codegen.render.emulate import converter_name
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
 
@@ -30,6 +35,35 @@ def python_literal(value: object, dtype: DType) -> str:
             return "math.inf" if value > 0 else "-math.inf"
         return repr(value)
     return repr(value)
+
+
+PYTHON_OPERATORS = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
+COMPARISONS = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
+
+
+def fast_alu(op: Ops, dtype: DType, operand_dtype: DType, x: list[str]) -> str | None:
+    """Plain Python for the ops where it computes exactly what `emulate.alu` does, else None.
+
+    Index arithmetic is unbounded Python ints; comparisons are Python's (IEEE for floats); + - * & | ^ on ints and
+    + - * on floats are Python's exact or double-precision result converted to the dtype."""
+    if op in COMPARISONS:
+        return f"({x[0]} {COMPARISONS[op]} {x[1]})"
+    if op is Ops.WHERE:
+        return f"({x[1]} if {x[0]} else {x[2]})"
+    if dtype is dtypes.index:
+        if op in PYTHON_OPERATORS:
+            return f"({x[0]} {PYTHON_OPERATORS[op]} {x[1]})"
+        if op in (Ops.IDIV, Ops.MOD):
+            return f"{'trunc_div' if op is Ops.IDIV else 'trunc_mod'}({x[0]}, {x[1]})"
+        if op is Ops.MAX:
+            return f"max({x[0]}, {x[1]})"
+        return None
+    if dtype is dtypes.bool and op in (Ops.AND, Ops.OR, Ops.XOR):
+        return f"({x[0]} {PYTHON_OPERATORS[op]} {x[1]})"
+    is_int = dtype.kind in ("int", "uint")
+    if op in PYTHON_OPERATORS and (is_int or (dtypes.is_float(dtype) and op in (Ops.ADD, Ops.SUB, Ops.MUL))):
+        return f"{converter_name(dtype)}({x[0]} {PYTHON_OPERATORS[op]} {x[1]})"
+    return None
 
 
 class PythonRenderer(Renderer):
@@ -108,6 +142,8 @@ class _PythonFunction:
         elif op is Ops.BITCAST:
             self.value(node, f"bitcast({node.dtype!r}, {node.src[0].dtype!r}, {n[0]})")
         elif op in GroupOp.ALU:
-            self.value(node, f"alu({op!r}, {node.dtype!r}, {', '.join(n)})")
+            self.value(
+                node, fast_alu(op, node.dtype, node.src[-1].dtype, n) or f"alu({op!r}, {node.dtype!r}, {', '.join(n)})"
+            )
         else:
             raise NotImplementedError(f"the Python renderer cannot render {op!r}")

@@ -72,11 +72,40 @@ class CopyCommand:
     keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
 
 
-Command = SignalCommand | WaitCommand | TimestampCommand | MemoryBarrierCommand | ExecCommand | CopyCommand
+@dataclass(frozen=True)
+class WriteCommand:
+    """Store `value` (u32, or u64 when `b64`) at `addr` after all previous commands completed."""
+
+    addr: sint
+    value: sint
+    b64: bool = False
+    keep_alive: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class PollBitCommand:
+    """Halt the queue until `(u32 at addr) & mask == value`, where value is 0 or mask."""
+
+    addr: sint
+    value: sint
+    mask: int
+    keep_alive: Any = field(default=None, compare=False, repr=False)
+
+
+Command = (
+    SignalCommand
+    | WaitCommand
+    | TimestampCommand
+    | MemoryBarrierCommand
+    | ExecCommand
+    | CopyCommand
+    | WriteCommand
+    | PollBitCommand
+)
 
 
 # Fields that hold objects, never integers: skipped when looking for Variables.
-OBJECT_FIELDS = frozenset({"keep_alive", "program", "args_state"})
+OBJECT_FIELDS = frozenset({"keep_alive", "program", "args_state", "b64", "mask"})
 
 
 @functools.cache

@@ -24,9 +24,11 @@ from tg.hcq.commands import (
     CopyCommand,
     ExecCommand,
     MemoryBarrierCommand,
+    PollBitCommand,
     SignalCommand,
     TimestampCommand,
     WaitCommand,
+    WriteCommand,
     is_symbolic_command,
     resolve_command,
 )
@@ -88,6 +90,16 @@ class HWQueue:
     def timestamp(self, signal: Any) -> HWQueue:
         """Record the device clock into `signal`'s timestamp after every previous command completed."""
         return self._add(TimestampCommand(signal.timestamp_addr, keep_alive=signal))
+
+    def write(self, buf: HCQBuffer, value: sint, b64: bool = False) -> HWQueue:
+        """Store `value` (u32, or u64 with `b64`) at the start of `buf` once previous commands completed."""
+        return self._add(WriteCommand(buf.va_addr, value, b64, keep_alive=buf))
+
+    def poll_bit(self, buf: HCQBuffer, value: int, mask: int) -> HWQueue:
+        """Halt until `(u32 at buf) & mask == value`; `value` must be 0 (bits clear) or `mask` (bits set)."""
+        if value not in (0, mask):
+            raise ValueError(f"poll_bit value must be 0 or the mask {mask:#x}, got {value:#x}")
+        return self._add(PollBitCommand(buf.va_addr, value, mask, keep_alive=buf))
 
     # --- compute ---
 

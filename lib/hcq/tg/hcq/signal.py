@@ -31,6 +31,12 @@ def store_signal_value(value_addr: int, value: int) -> None:
         _signal_changed.notify_all()
 
 
+def notify_memory_changed() -> None:
+    """Wake every waiter to look at memory again (after a device wrote something they may poll)."""
+    with _signal_changed:
+        _signal_changed.notify_all()
+
+
 def load_signal_value(value_addr: int) -> int:
     return ctypes.c_uint64.from_address(value_addr).value
 

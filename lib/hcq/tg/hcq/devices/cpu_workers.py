@@ -20,11 +20,13 @@ from tg.hcq.commands import (
     CopyCommand,
     ExecCommand,
     MemoryBarrierCommand,
+    PollBitCommand,
     SignalCommand,
     TimestampCommand,
     WaitCommand,
+    WriteCommand,
 )
-from tg.hcq.signal import load_signal_value, sleep_until, store_signal_value
+from tg.hcq.signal import load_signal_value, notify_memory_changed, sleep_until, store_signal_value
 
 KernelCall = Callable[[int, int], None]  # runs core_ids in [start, end)
 
@@ -117,7 +119,7 @@ class CommandEngine:
         while True:
             commands = self._inbox.get()
             for command in commands:
-                self.busy = not isinstance(command, WaitCommand)
+                self.busy = not isinstance(command, (WaitCommand, PollBitCommand))
                 try:
                     self.execute(command)
                 except BaseException as error:
@@ -136,6 +138,12 @@ class CommandEngine:
             self._exec(command)
         elif isinstance(command, CopyCommand):
             ctypes.memmove(command.dest_addr, command.src_addr, command.size)
+        elif isinstance(command, WriteCommand):
+            word = ctypes.c_uint64 if command.b64 else ctypes.c_uint32
+            word.from_address(command.addr).value = command.value
+            notify_memory_changed()
+        elif isinstance(command, PollBitCommand):
+            self._poll_bit(command.addr, command.value, command.mask)
         elif isinstance(command, MemoryBarrierCommand):
             pass  # host and CPU kernels share coherent memory; the queue hand-off already orders them
         else:
@@ -146,6 +154,14 @@ class CommandEngine:
         # Hardware waits forever; so do we, sleeping between looks at the value.
         while load_signal_value(value_addr) < target:
             sleep_until(lambda: load_signal_value(value_addr) >= target, 1.0)
+
+    @staticmethod
+    def _poll_bit(addr: int, value: int, mask: int) -> None:
+        def matches() -> bool:
+            return ctypes.c_uint32.from_address(addr).value & mask == value
+
+        while not matches():
+            sleep_until(matches, 1.0)
 
     def _exec(self, command: ExecCommand) -> None:
         if self.cores is None:

@@ -3,7 +3,7 @@
 Commands name memory by address, as hardware does; `keep_alive` holds the Python objects that own that
 memory (a signal, the copied buffers) so it cannot be freed and reused while the command may still run.
 
-Backends execute these after `resolve_command` has replaced every `Variable` with its value, so a device
+Backends execute these after `resolve_command` has replaced every symbolic value (a `UOp`) with its value, so a device
 worker only ever sees plain integers (addresses, values, sizes), like hardware reading a command ring.
 """
 
@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from tg.hcq.symbolic import Variable, resolve, sint
+from tg.hcq.symbolic import is_symbolic, resolve, sint
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ Command = (
 )
 
 
-# Fields that hold objects, never integers: skipped when looking for Variables.
+# Fields that hold objects, never integers: skipped when looking for symbolic values.
 OBJECT_FIELDS = frozenset({"keep_alive", "program", "args_state", "b64", "mask"})
 
 
@@ -115,8 +115,8 @@ def _integer_fields(command_type: type) -> tuple[str, ...]:
 
 def _is_symbolic_field(value: object) -> bool:
     if isinstance(value, tuple):
-        return any(isinstance(item, Variable) for item in value)
-    return isinstance(value, Variable)
+        return any(is_symbolic(item) for item in value)
+    return is_symbolic(value)
 
 
 def is_symbolic_command(command: Command) -> bool:
@@ -130,6 +130,6 @@ def resolve_command(command: Command, var_vals: dict[str, int]) -> Command:
         value = getattr(command, name)
         if isinstance(value, tuple) and _is_symbolic_field(value):
             changes[name] = tuple(resolve(item, var_vals) for item in value)
-        elif isinstance(value, Variable):
+        elif is_symbolic(value):
             changes[name] = resolve(value, var_vals)
     return dataclasses.replace(command, **changes) if changes else command

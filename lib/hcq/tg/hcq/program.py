@@ -16,7 +16,7 @@ from typing import Any
 from tg.hcq.memory import HCQBuffer
 from tg.hcq.profile import hcq_profile
 from tg.hcq.queue import BoundSint
-from tg.hcq.symbolic import Variable, sint
+from tg.hcq.symbolic import is_symbolic, sint
 
 
 @dataclass(frozen=True)
@@ -67,13 +67,13 @@ class HCQArgsState:
         self.bind_data: list[BoundSint] = []
 
     def bind_sints_to_buf(self, *vals: sint, buf: HCQBuffer, fmt: str, offset: int = 0) -> None:
-        """Write `vals` (format `fmt`, e.g. "Q" or "i") at `offset`; Variables are written at submit time."""
+        """Write `vals` (format `fmt`, e.g. "Q" or "i") at `offset`; symbolic values are written at submit time."""
         view = buf.cpu_view()
         step = struct.calcsize("<" + fmt)
         for i, value in enumerate(vals):
             bound = BoundSint(view, offset + i * step, "<" + fmt, value)
             self.bind_data.append(bound)
-            if not isinstance(value, Variable):
+            if not is_symbolic(value):
                 bound.write({})
 
 

@@ -17,13 +17,21 @@ from typing import Any
 from tg.hcq.symbolic import is_symbolic, resolve, sint
 
 
+def memory_owners() -> Any:
+    """The `keep_alive` field: the signal or buffers whose memory a command names, held so it is not freed.
+
+    Not part of a command's value: it takes no part in comparisons and is left out of the repr.
+    """
+    return field(default=None, compare=False, repr=False)
+
+
 @dataclass(frozen=True)
 class SignalCommand:
     """Set the u64 at `value_addr` to `value` after all previous commands completed."""
 
     value_addr: sint
     value: sint
-    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+    keep_alive: Any = memory_owners()
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,7 @@ class WaitCommand:
 
     value_addr: sint
     value: sint
-    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+    keep_alive: Any = memory_owners()
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,7 @@ class TimestampCommand:
     """Store the monotonic clock (ns) at `timestamp_addr` after all previous commands completed."""
 
     timestamp_addr: sint
-    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+    keep_alive: Any = memory_owners()
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ class CopyCommand:
     dest_addr: sint
     src_addr: sint
     size: sint
-    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+    keep_alive: Any = memory_owners()
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,7 @@ class WriteCommand:
     addr: sint
     value: sint
     b64: bool = False
-    keep_alive: Any = field(default=None, compare=False, repr=False)
+    keep_alive: Any = memory_owners()
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,7 @@ class PollBitCommand:
     addr: sint
     value: sint
     mask: int
-    keep_alive: Any = field(default=None, compare=False, repr=False)
+    keep_alive: Any = memory_owners()
 
 
 Command = (

@@ -120,7 +120,7 @@ class ActivationOps:
             if approximate == "none":
                 return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
             inner = SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
-            return 0.5 * x * (1 + inner.tanh())
+            return x * stable_sigmoid(2 * inner)  # (1 + tanh(z)) / 2 = sigmoid(2z), without 1 - 1 cancelling
 
         return in_float32_when_half(self, compute)
 

@@ -145,7 +145,8 @@ class SpecialFunctionOps:
         def positive_half(t: Tensor) -> Tensor:
             moderate = t.minimum(HUGE_ARGUMENT)
             square = moderate * moderate
-            near = (moderate + square / (1 + (1 + square).sqrt())).log1p()
+            # t (1 + t / (1 + sqrt(1 + t^2))) = t + t^2 / (...), written as a product to keep asinh(-0) = -0
+            near = (moderate * (1 + moderate / (1 + (1 + square).sqrt()))).log1p()
             return (t > HUGE_ARGUMENT).where(t.log() + LN2, near)
 
         return in_float32_when_half(self, lambda x: odd_extension(x, positive_half))

@@ -47,7 +47,14 @@ class DerivedReductionOps:
         return in_float32_when_half(self, compute)
 
     def log_softmax(self, axis: int = -1) -> Tensor:
-        return in_float32_when_half(self, lambda x: x - stable_logsumexp(x, axis, keepdim=True))
+        """(x - m) - log(sum(exp(x - m))) with m the finite max: x - m is exact near the max, where subtracting
+        a whole logsumexp (m + a small log) would cancel to a few ulps of m."""
+
+        def compute(x: Tensor) -> Tensor:
+            shifted = x - finite_or_zero(x.max(axis, keepdim=True))
+            return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+        return in_float32_when_half(self, compute)
 
     def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) over `axis`: -inf for all -inf inputs, inf if any is inf, no overflow in between."""

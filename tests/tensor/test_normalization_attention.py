@@ -85,7 +85,9 @@ def test_attention_with_bool_and_float_masks_and_scale(device):
     query = on(device, q)[0]
     result = query.scaled_dot_product_attention(*on(device, k, v), attn_mask=Tensor(bool_mask, device=device))
     np.testing.assert_allclose(result.numpy(), np_attention(q, k, v, bool_mask), rtol=1e-5, atol=1e-6)
-    result = query.scaled_dot_product_attention(*on(device, k, v), attn_mask=Tensor(float_mask, device=device), scale=0.3)
+    result = query.scaled_dot_product_attention(
+        *on(device, k, v), attn_mask=Tensor(float_mask, device=device), scale=0.3
+    )
     np.testing.assert_allclose(result.numpy(), np_attention(q, k, v, float_mask, 0.3), rtol=1e-5, atol=1e-6)
 
 

@@ -15,6 +15,7 @@ from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
 from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
 from tg.tensor.creation import CreationOps, canonical_device, node_from_data
 from tg.tensor.elementwise import ElementwiseOps
+from tg.tensor.fp8 import fp8_cast, is_fp8
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.math_ops import MathOps
 from tg.tensor.movement import MovementOps
@@ -146,6 +147,8 @@ class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps
         """Convert values to `dtype` (floats to ints truncate toward zero, anything to bool tests non-zero)."""
         if dtype is self.dtype:
             return self
+        if is_fp8(dtype) or is_fp8(self.dtype):  # saturating, and emulated for renderers without fp8
+            return fp8_cast(self, dtype)
         return self._wrap(UOp(Ops.CAST, dtype, (self.uop,)))
 
     def bitcast(self, dtype: DType) -> Tensor:

@@ -15,7 +15,16 @@ FLOAT_EPSILON = {dtypes.float16: 2.0**-10, dtypes.bfloat16: 2.0**-7, dtypes.floa
 
 
 class NormalizationOps:
-    """`layernorm, rms_norm` (without affine weights: multiply and add those outside, as nn layers do)."""
+    """`layernorm, rms_norm, normalize` (without affine weights: multiply and add those outside, as nn layers do)."""
+
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+        """x / max(||x||_p, eps) along `dim`, as torch's F.normalize; ints become the default float."""
+
+        def compute(x: Tensor) -> Tensor:
+            norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
+            return x / norm.maximum(eps)
+
+        return in_float32_when_half(self, compute)
 
     def layernorm(self, axis: Axis = -1, eps: float = 1e-5) -> Tensor:
         """(x - mean) / sqrt(var + eps), with the population variance (correction 0), as torch."""

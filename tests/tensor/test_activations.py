@@ -28,6 +28,7 @@ SELU_ALPHA, SELU_SCALE = 1.6732632423543772, 1.0507009873554805
 
 # name -> (tg call, numpy float64 reference)
 ACTIVATIONS = {
+    "relu": (lambda t: t.relu(), lambda x: np.where(x > 0, x, 0.0)),
     "relu6": (lambda t: t.relu6(), lambda x: np.clip(x, 0, 6)),
     "hardtanh": (lambda t: t.hardtanh(-2.0, 1.5), lambda x: np.clip(x, -2.0, 1.5)),
     "hardsigmoid": (lambda t: t.hardsigmoid(), lambda x: np.clip(x / 6 + 0.5, 0, 1)),

@@ -252,7 +252,8 @@ class ElementwiseOps:
     clamp = clip
 
     def relu(self) -> Tensor:
-        return (self > 0).where(self, 0)
+        """max(x, 0) with NaN kept (as torch): `(x > 0).where(x, 0)` would turn NaN into 0."""
+        return (self <= 0).where(0, self)
 
     # -------------------------------------------------------------------------------- bitwise and logical
 

@@ -139,3 +139,15 @@ def test_special_functions_on_float16_round_once(device):
         expected = reference(x.astype(np.float64))
         ulp = np.spacing(np.abs(expected.astype(np.float16))).astype(np.float64)
         assert np.all(np.abs(result.numpy().astype(np.float64) - expected) <= ulp), name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("equal_nan", [False, True])
+def test_isclose_and_allclose_match_numpy(equal_nan, device):
+    a = np.array([1.0, 1.0 + 1e-6, 1.0 + 1e-3, np.inf, -np.inf, np.inf, np.nan, 0.0, 1e-9], dtype=np.float32)
+    b = np.array([1.0, 1.0, 1.0, np.inf, np.inf, 1e38, np.nan, 1e-9, 0.0], dtype=np.float32)
+    result = Tensor(a, device=device).isclose(Tensor(b, device=device), equal_nan=equal_nan)
+    np.testing.assert_array_equal(result.numpy(), np.isclose(a, b, equal_nan=equal_nan))
+    assert Tensor(a[:2], device=device).allclose(Tensor(b[:2], device=device))
+    assert not Tensor(a, device=device).allclose(Tensor(b, device=device), equal_nan=equal_nan)
+    assert Tensor([1, 2], device=device).isclose(Tensor([1, 3], device=device)).tolist() == [True, False]

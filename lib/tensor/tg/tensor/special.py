@@ -92,7 +92,8 @@ def sign_bit_set(x: Tensor) -> Tensor:
 
 
 class SpecialFunctionOps:
-    """`log1p, expm1, erf, sinh, cosh, asinh, acosh, atanh, asin, acos, atan, logaddexp, lerp, copysign`."""
+    """`log1p, expm1, erf, sinh, cosh, asinh, acosh, atanh, asin, acos, atan, logaddexp, lerp, copysign, isclose,
+    allclose`."""
 
     def log1p(self) -> Tensor:
         """log(1 + x), accurate for tiny x: log(u) * x / (u - 1) with u = 1 + x cancels u's rounding error."""
@@ -204,3 +205,16 @@ class SpecialFunctionOps:
         magnitude, sign_source = _float_pair(self, other)
         magnitude = sign_bit_set(magnitude).where(-magnitude, magnitude)
         return sign_bit_set(sign_source).where(-magnitude, magnitude)
+
+    def isclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
+        """|self - other| <= atol + rtol |other| elementwise (numpy's and torch's test); equal infinities are close,
+        NaNs only with `equal_nan`."""
+        a, b = broadcast(self, other)
+        if not dtypes.is_float(a.dtype):
+            return a == b
+        within_tolerance = a.isfinite() & b.isfinite() & ((a - b).abs() <= atol + rtol * b.abs())
+        close = (a == b) | within_tolerance  # infinities are close only to themselves
+        return (close | (a.isnan() & b.isnan())) if equal_nan else close
+
+    def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())

@@ -53,3 +53,24 @@ def test_size_properties():
 def test_data_is_the_contiguous_bytes(device):
     values = np.arange(6, dtype=np.int32).reshape(2, 3)
     assert bytes(Tensor(values, device=device).T.data()) == values.T.copy().tobytes()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_clip_with_one_or_both_bounds(device):
+    t = Tensor(X, device=device)
+    np.testing.assert_array_equal(t.clip(-1.0, 2.0).numpy(), np.clip(X, -1.0, 2.0))
+    np.testing.assert_array_equal(t.clip(min_=0.5).numpy(), np.maximum(X, 0.5))
+    assert Tensor([-5, 5, 300], dtype=dtypes.int16, device=device).clip(-1, 200).tolist() == [-1, 5, 200]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_logical_not_of_numbers_and_bools(device):
+    values = np.array([0.0, -0.0, 2.0, np.nan], dtype=np.float32)
+    np.testing.assert_array_equal(Tensor(values, device=device).logical_not().numpy(), np.logical_not(values))
+    assert Tensor([True, False], device=device).logical_not().tolist() == [False, True]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_view_is_reshape(device):
+    values = np.arange(12, dtype=np.float32)
+    np.testing.assert_array_equal(Tensor(values, device=device).view(3, -1).numpy(), values.reshape(3, 4))

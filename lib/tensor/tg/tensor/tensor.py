@@ -16,13 +16,14 @@ from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
 from tg.tensor.creation import CreationOps, canonical_device, node_from_data
 from tg.tensor.elementwise import ElementwiseOps
 from tg.tensor.indexing import IndexingOps
+from tg.tensor.linalg import LinalgOps
 from tg.tensor.movement import MovementOps
 from tg.tensor.promotion import dtype_name
 from tg.tensor.reduce import ReduceOps
 from tg.tensor.unary import UnaryMathOps
 
 
-class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps, ReduceOps):
+class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps, ReduceOps, LinalgOps):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
     __slots__ = ("uop", "device")

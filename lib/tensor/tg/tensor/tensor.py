@@ -20,10 +20,11 @@ from tg.tensor.linalg import LinalgOps
 from tg.tensor.movement import MovementOps
 from tg.tensor.promotion import dtype_name
 from tg.tensor.reduce import ReduceOps
+from tg.tensor.shape_ops import ShapeOps
 from tg.tensor.unary import UnaryMathOps
 
 
-class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps, ReduceOps, LinalgOps):
+class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps, ReduceOps, LinalgOps, ShapeOps):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
     __slots__ = ("uop", "device")

@@ -13,8 +13,10 @@ from typing import Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
 from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
+from tg.tensor.conv import ConvOps
 from tg.tensor.creation import CreationOps, canonical_device, node_from_data
 from tg.tensor.elementwise import ElementwiseOps
+from tg.tensor.gather_scatter import GatherScatterOps
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.linalg import LinalgOps
 from tg.tensor.movement import MovementOps
@@ -24,7 +26,18 @@ from tg.tensor.shape_ops import ShapeOps
 from tg.tensor.unary import UnaryMathOps
 
 
-class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps, ReduceOps, LinalgOps, ShapeOps):
+class Tensor(
+    CreationOps,
+    ElementwiseOps,
+    UnaryMathOps,
+    MovementOps,
+    IndexingOps,
+    ReduceOps,
+    LinalgOps,
+    ShapeOps,
+    ConvOps,
+    GatherScatterOps,
+):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
     __slots__ = ("uop", "device")

@@ -21,8 +21,10 @@ from tg.tensor.indexing import IndexingOps
 from tg.tensor.linalg import LinalgOps
 from tg.tensor.movement import MovementOps
 from tg.tensor.promotion import dtype_name
+from tg.tensor.random import RandomOps
 from tg.tensor.reduce import ReduceOps
 from tg.tensor.shape_ops import ShapeOps
+from tg.tensor.sorting import SortingOps
 from tg.tensor.unary import UnaryMathOps
 
 
@@ -37,6 +39,8 @@ class Tensor(
     ShapeOps,
     ConvOps,
     GatherScatterOps,
+    SortingOps,
+    RandomOps,
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
 from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
+from tg.tensor.advanced_indexing import AdvancedIndexingOps
 from tg.tensor.conv import ConvOps
 from tg.tensor.creation import CreationOps, canonical_device, node_from_data
 from tg.tensor.elementwise import ElementwiseOps
@@ -33,6 +34,7 @@ class Tensor(
     ElementwiseOps,
     UnaryMathOps,
     MovementOps,
+    AdvancedIndexingOps,
     IndexingOps,
     ReduceOps,
     LinalgOps,

@@ -163,7 +163,7 @@ def test_max_pool2d_matches_numpy(device, case):
     kernel, stride, padding, ceil_mode = case
     x = _random((1, 2, 7, 5), 10)
     expected = numpy_pool(x, kernel, stride or kernel, padding, lambda w, i, j: np.nanmax(w, (2, 3)), np.nan, ceil_mode)
-    result = Tensor(x, device=device).max_pool2d(kernel, stride, padding, ceil_mode=ceil_mode)
+    result = Tensor(x, device=device).max_pool2d(kernel, stride, padding=padding, ceil_mode=ceil_mode)
     np.testing.assert_array_equal(result.numpy(), expected.astype(np.float32))
 
 
@@ -172,7 +172,7 @@ def test_max_pool2d_with_dilation_and_ints():
     expected = numpy_pool(
         x.astype(np.float64), (2, 2), (2, 2), (1, 1), lambda w, i, j: np.nanmax(w, (2, 3)), np.nan, dilation=(2, 2)
     )
-    result = Tensor(x, device="CPU").max_pool2d(2, 2, 1, dilation=2)
+    result = Tensor(x, device="CPU").max_pool2d(2, 2, dilation=2, padding=1)
     assert result.dtype is dtypes.int32
     np.testing.assert_array_equal(result.numpy(), expected.astype(np.int32))
 
@@ -196,7 +196,9 @@ def test_avg_pool2d_matches_torch_divisor(device, case, count_include_pad):
         return total / (rows * cols)
 
     expected = numpy_pool(x, kernel, stride, padding, average, np.nan, ceil_mode)
-    result = Tensor(x, device=device).avg_pool2d(kernel, stride, padding, ceil_mode, count_include_pad)
+    result = Tensor(x, device=device).avg_pool2d(
+        kernel, stride, padding=padding, ceil_mode=ceil_mode, count_include_pad=count_include_pad
+    )
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
@@ -232,3 +234,17 @@ def test_interpolate_bilinear_and_nearest():
     rows, cols = [int(np.floor(o * 4 / 6)) for o in range(6)], [int(np.floor(o * 5 / 2)) for o in range(2)]
     nearest = Tensor(x, device="CPU").interpolate((6, 2), mode="nearest")
     np.testing.assert_array_equal(nearest.numpy(), x[:, :, rows][:, :, :, cols])
+
+
+def test_interpolate_nearest_exact():
+    x = _random((1, 1, 5), 15)
+    sources = [min(int(np.floor((o + 0.5) * 5 / 3)), 4) for o in range(3)]
+    result = Tensor(x, device="CPU").interpolate((3,), mode="nearest-exact")
+    np.testing.assert_array_equal(result.numpy(), x[:, :, sources])
+
+
+def test_avg_pool2d_with_dilation_averages_the_dilated_window():
+    x = _random((1, 1, 6, 6), 16)
+    expected = numpy_pool(x, (2, 2), (2, 2), (0, 0), lambda w, i, j: np.mean(w, (2, 3)), np.nan, dilation=(2, 2))
+    result = Tensor(x, device="CPU").avg_pool2d(2, 2, dilation=2)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-6)

@@ -114,3 +114,12 @@ def test_nonzero_matches_numpy_argwhere(device):
     x = np.array([[0, 1.5, 0], [np.nan, 0, -2]], dtype=np.float32)
     np.testing.assert_array_equal(Tensor(x, device=device).nonzero().numpy(), np.argwhere(x))
     assert Tensor.zeros(3, device=device).nonzero().shape == (0, 1)
+
+
+@pytest.mark.parametrize("reduce", ["add", "multiply"])
+def test_scatter_with_reduce_combines_with_existing_values(reduce):
+    target = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
+    index = np.array([[2, 2, 0]], dtype=np.int32)
+    result = Tensor(target, device="CPU").scatter(1, Tensor(index, device="CPU"), 2.0, reduce=reduce)
+    expected = [[3.0, 2.0, 7.0]] if reduce == "add" else [[2.0, 2.0, 12.0]]
+    np.testing.assert_array_equal(result.numpy(), expected)

@@ -58,7 +58,6 @@ def test_stack_matches_numpy(device, dim):
     arrays = [_random((2, 3), 1), _random((2, 3), 2)]
     result = Tensor.stack(*(Tensor(a, device=device) for a in arrays), dim=dim)
     np.testing.assert_array_equal(result.numpy(), np.stack(arrays, dim))
-    np.testing.assert_array_equal(Tensor.stack([Tensor(a, device=device) for a in arrays]).numpy(), np.stack(arrays))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -126,3 +125,13 @@ def test_diag_matches_numpy(device, diagonal):
     vector, matrix = _random((3,)), _random((3, 4))
     np.testing.assert_array_equal(Tensor(vector, device=device).diag(diagonal).numpy(), np.diag(vector, diagonal))
     np.testing.assert_array_equal(Tensor(matrix, device=device).diag(diagonal).numpy(), np.diag(matrix, diagonal))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cat_and_stack_accept_every_calling_form(device):
+    a, b = _random((2,), 1), _random((2,), 2)
+    ta, tb = Tensor(a, device=device), Tensor(b, device=device)
+    for result in (ta.cat(tb), Tensor.cat(ta, tb), Tensor.cat([ta, tb])):
+        np.testing.assert_array_equal(result.numpy(), np.concatenate([a, b]))
+    for result in (ta.stack(tb, dim=1), Tensor.stack(ta, tb, dim=1), Tensor.stack([ta, tb], dim=1)):
+        np.testing.assert_array_equal(result.numpy(), np.stack([a, b], 1))

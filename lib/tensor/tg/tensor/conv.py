@@ -188,8 +188,8 @@ def max_pool2d(
     x: Tensor,
     kernel_size: IntOrTuple = 2,
     stride: IntOrTuple | None = None,
-    padding: IntOrTuple = 0,
     dilation: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
     ceil_mode: bool = False,
 ) -> Tensor:
     """The largest value of every window; padding never wins (it is the dtype's lowest value)."""
@@ -204,13 +204,14 @@ def avg_pool2d(
     x: Tensor,
     kernel_size: IntOrTuple = 2,
     stride: IntOrTuple | None = None,
+    dilation: IntOrTuple = 1,
     padding: IntOrTuple = 0,
     ceil_mode: bool = False,
     count_include_pad: bool = True,
 ) -> Tensor:
     """The mean of every window. With `count_include_pad` the divisor counts the zero padding (but never the extra
     padding ceil_mode adds), as torch."""
-    spec = _pool_spec(x, kernel_size, stride, padding, 1, ceil_mode)
+    spec = _pool_spec(x, kernel_size, stride, padding, dilation, ceil_mode)
     spatial = x.ndim - 2
     kernel_axes = tuple(range(2 + spatial, 2 + 2 * spatial))
     total = _pool_windows(x, spec, 0.0).sum(kernel_axes)
@@ -256,21 +257,24 @@ class ConvOps:
         self,
         kernel_size: IntOrTuple = 2,
         stride: IntOrTuple | None = None,
-        padding: IntOrTuple = 0,
         dilation: IntOrTuple = 1,
+        padding: IntOrTuple = 0,
         ceil_mode: bool = False,
     ) -> Tensor:
-        return max_pool2d(self, kernel_size, stride, padding, dilation, ceil_mode)
+        """Arguments in tinygrad's order (dilation before padding); pass them by name to be safe."""
+        return max_pool2d(self, kernel_size, stride, dilation, padding, ceil_mode)
 
     def avg_pool2d(
         self,
         kernel_size: IntOrTuple = 2,
         stride: IntOrTuple | None = None,
+        dilation: IntOrTuple = 1,
         padding: IntOrTuple = 0,
         ceil_mode: bool = False,
         count_include_pad: bool = True,
     ) -> Tensor:
-        return avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad)
+        """Arguments in tinygrad's order (dilation before padding); pass them by name to be safe."""
+        return avg_pool2d(self, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad)
 
     def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
         from tg.tensor.interpolate import interpolate

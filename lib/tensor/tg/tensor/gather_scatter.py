@@ -153,8 +153,15 @@ class GatherScatterOps:
     def gather(self, dim: int, index: Tensor) -> Tensor:
         return gather(self, dim, index)
 
-    def scatter(self, dim: int, index: Tensor, src: Any) -> Tensor:
-        return scatter(self, dim, index, src)
+    def scatter(self, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+        """`reduce` None replaces; 'add' and 'multiply' combine with the existing values (torch's scatter)."""
+        if reduce is None:
+            return scatter(self, dim, index, src)
+        if reduce not in ("add", "multiply"):
+            raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        if not hasattr(src, "uop"):
+            src = index.full_like(src, dtype=self.dtype)
+        return scatter_reduce(self, dim, index, src, "sum" if reduce == "add" else "prod", include_self=True)
 
     def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
         return scatter_reduce(self, dim, index, src, reduce, include_self)

@@ -1,5 +1,5 @@
-"""Resizing the spatial axes (all axes after the first two): `interpolate` with mode 'nearest' or 'linear'
-(bilinear, trilinear: linear along every axis in turn), following torch's source-coordinate formulas.
+"""Resizing the spatial axes (all axes after the first two): `interpolate` with mode 'nearest', 'nearest-exact' or
+'linear' (bilinear, trilinear: linear along every axis in turn), following torch's source-coordinate formulas.
 
 The source positions depend only on the sizes, so they are computed on the host (like `arange`) and the values
 are selected with `gather` along each axis.
@@ -30,12 +30,14 @@ def _take(x: Tensor, axis: int, sources: list[int]) -> Tensor:
     return gather(x.shrink(view), axis, index.expand(full_shape))
 
 
-def _nearest_sources(size_in: int, size_out: int) -> list[int]:
-    """torch 'nearest': floor(out * in / out_size), computed in float32 as torch does, clamped to the last."""
+def _nearest_sources(size_in: int, size_out: int, exact: bool) -> list[int]:
+    """torch 'nearest': floor(out * scale); 'nearest-exact': floor((out + 0.5) * scale); scale = in / out in
+    float32 as torch computes it; clamped to the last element."""
     import numpy as np
 
     scale = np.float32(size_in / size_out)
-    return [min(int(np.floor(np.float32(o) * scale)), size_in - 1) for o in range(size_out)]
+    offset = np.float32(0.5 if exact else 0.0)
+    return [min(int(np.floor((np.float32(o) + offset) * scale)), size_in - 1) for o in range(size_out)]
 
 
 def _linear_sources(size_in: int, size_out: int, align_corners: bool) -> tuple[list[int], list[int], list[float]]:
@@ -69,14 +71,15 @@ def interpolate(x: Tensor, size: tuple[int, ...], mode: str = "linear", align_co
     spatial = x.ndim - 2
     if len(size) != spatial:
         raise ShapeError(f"interpolate of shape {x.shape} needs {spatial} output sizes, got {size}")
-    if mode not in ("nearest", "linear", "bilinear", "trilinear"):
-        raise ValueError(f"interpolate mode must be 'nearest' or 'linear', got {mode!r}")
-    if mode != "nearest" and not dtypes.is_float(x.dtype):
+    if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear"):
+        raise ValueError(f"interpolate mode must be 'nearest', 'nearest-exact' or 'linear', got {mode!r}")
+    nearest = mode.startswith("nearest")
+    if not nearest and not dtypes.is_float(x.dtype):
         x = x.cast(dtypes.default_float)
     for i, size_out in enumerate(size):
         axis = 2 + i
-        if mode == "nearest":
-            x = _take(x, axis, _nearest_sources(x.shape[axis], size_out))
+        if nearest:
+            x = _take(x, axis, _nearest_sources(x.shape[axis], size_out, exact=mode == "nearest-exact"))
         else:
             x = _linear_along(x, axis, size_out, align_corners)
     return x

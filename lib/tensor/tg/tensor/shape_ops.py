@@ -214,17 +214,22 @@ def diag(tensor: Tensor, diagonal: int = 0) -> Tensor:
     return flat.shrink(((0, length), (0, 1))).reshape(length)
 
 
+def _tensor_list(first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -> list[Tensor]:
+    if isinstance(first, (list, tuple)):
+        return [*first, *others]
+    return [first, *others]
+
+
 class ShapeOps:
     """`cat, stack, repeat, repeat_interleave, split, chunk, unfold, roll, tril, triu, diag`."""
 
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
-        return cat((self, *others), dim)
+        """`a.cat(b, c, dim=)`, `Tensor.cat(a, b)` or `Tensor.cat([a, b])`."""
+        return cat(_tensor_list(self, others), dim)
 
-    @staticmethod
-    def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
-        if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-            tensors = tuple(tensors[0])
-        return stack(tensors, dim)
+    def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+        """`a.stack(b, dim=)`, `Tensor.stack(a, b)` or `Tensor.stack([a, b])`."""
+        return stack(_tensor_list(self, others), dim)
 
     def repeat(self, *repeats: int) -> Tensor:
         if len(repeats) == 1 and isinstance(repeats[0], (list, tuple)):

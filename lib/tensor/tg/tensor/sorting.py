@@ -93,5 +93,6 @@ class SortingOps:
     def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
         return sort(self, dim, descending).indices
 
-    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Sorted:  # noqa: A002
-        return topk(self, k, dim, largest, sorted)
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> Sorted:
+        """The k largest (smallest) along `dim`, always in sorted order (`sorted_=False` is accepted)."""
+        return topk(self, k, dim, largest, sorted_)

@@ -161,3 +161,14 @@ def test_dropout_only_in_training_and_keeps_the_mean():
         Tensor.training = False
     assert set(np.unique(dropped).tolist()) <= {0.0, float(np.float32(1 / 0.75))}
     assert abs(np.mean(dropped == 0) - 0.25) < 0.03
+
+
+def test_seed_and_counter_are_not_baked_into_the_kernel():
+    """Regression: with the seed and counter as constants every draw compiled a new kernel (650 ms per rand)."""
+    from tg.codegen import Ops
+
+    Tensor.manual_seed(0x12345678)
+    Tensor.rand(7, device="CPU")  # moves the counter to 7
+    graph = Tensor.rand(5, device="CPU").uop.toposort()
+    constants = {node.arg for node in graph if node.op is Ops.CONST}
+    assert 0x12345678 not in constants and 7 not in constants

@@ -43,15 +43,21 @@ STATE = GeneratorState(seed=int.from_bytes(os.urandom(8), "little"))
 
 
 def random_words(tensor_type: type, shape: tuple[int, ...], device: str) -> tuple[Tensor, Tensor]:
-    """Two uint32 tensors of `shape` with fresh random bits (the next prod(shape) counters)."""
+    """Two uint32 tensors of `shape` with fresh random bits (the next prod(shape) counters).
+
+    The seed and the first counter reach the kernel through a small uploaded buffer, not as constants in its
+    source: the kernel is then the same for every draw of this shape and compiles once."""
+    import numpy as np
+
     count = math.prod(shape)
     first = STATE.take(count)
-    anchor = tensor_type(0, device=device, dtype=dtypes.uint32)
-    low_start, high_start = first & MASK32, first >> 32
-    low = positions(anchor, count, dtypes.uint32) + low_start  # wraps modulo 2**32 ...
+    key = Key.from_seed(STATE.seed)
+    words = np.array([key.low, key.high, first & MASK32, (first >> 32) & MASK32], dtype=np.uint32)
+    params = tensor_type(words, device=device)
+    key_low, key_high, low_start, high_start = (params[i] for i in range(4))
+    low = positions(params, count, dtypes.uint32) + low_start  # wraps modulo 2**32 ...
     carry = (low < low_start).cast(dtypes.uint32)  # ... and carries into the high word
-    high = carry + (high_start & MASK32)
-    x0, x1 = threefry2x32(Key.from_seed(STATE.seed), low, high)
+    x0, x1 = threefry2x32(Key(key_low, key_high), low, high_start + carry)
     return x0.reshape(shape), x1.reshape(shape)
 
 

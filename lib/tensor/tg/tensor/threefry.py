@@ -3,7 +3,8 @@ from uint32 tensor ops so that it runs inside kernels on every device.
 
 A counter-based generator: the random bits of element i are a keyed hash of (key, counter i). Nothing is carried
 from one draw to the next, so any element can be computed alone, in any order, on any device, and gives the same
-bits. Every op here is a 32-bit add, xor, or shift, which wrap identically in every renderer.
+bits. Every op here is a 32-bit add, xor, or shift, which wrap identically in every renderer. Key words and
+counters may be tensors or Python ints: the arithmetic is the same.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ MASK32 = 0xFFFFFFFF
 
 @dataclass(frozen=True)
 class Key:
-    """A 64-bit key as two 32-bit words."""
+    """A 64-bit key as two 32-bit words: Python ints, or uint32 tensors (so that one compiled kernel serves every
+    seed)."""
 
-    low: int
-    high: int
+    low: int | Tensor
+    high: int | Tensor
 
     @classmethod
     def from_seed(cls, seed: int) -> Key:

@@ -101,6 +101,8 @@ TRANSPOSE_CASES = [
     dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, output_padding=(0, 0)),
     dict(stride=(2, 2), padding=(1, 0), dilation=(1, 1), groups=1, output_padding=(1, 0)),
     dict(stride=(2, 3), padding=(0, 1), dilation=(2, 1), groups=2, output_padding=(0, 2)),
+    # padding beyond dilation * (kernel - 1): the equivalent convolution's input padding is negative
+    dict(stride=(2, 2), padding=(2, 2), dilation=(1, 1), groups=1, output_padding=(1, 0)),
 ]
 
 

@@ -172,3 +172,33 @@ def test_seed_and_counter_are_not_baked_into_the_kernel():
     graph = Tensor.rand(5, device="CPU").uop.toposort()
     constants = {node.arg for node in graph if node.op is Ops.CONST}
     assert 0x12345678 not in constants and 7 not in constants
+
+
+@pytest.mark.parametrize(
+    "name, bound",
+    [
+        ("scaled_uniform", 1 / np.sqrt(64 * 48)),
+        ("glorot_uniform", np.sqrt(6 / (64 + 48))),
+        ("kaiming_uniform", np.sqrt(3) * np.sqrt(2 / (1 + 0.01**2)) / np.sqrt(48)),
+    ],
+)
+def test_uniform_initializers_fill_their_bounds(name, bound):
+    Tensor.manual_seed(15)
+    values = getattr(Tensor, name)(64, 48, device="CPU").numpy()
+    assert values.shape == (64, 48)
+    assert np.abs(values).max() <= bound and np.abs(values).max() > 0.95 * bound
+    assert abs(values.var() - bound**2 / 3) < 0.1 * bound**2 / 3
+
+
+def test_kaiming_normal_has_he_std():
+    Tensor.manual_seed(16)
+    values = Tensor.kaiming_normal(64, 48, device="CPU").numpy()
+    assert abs(values.std() - np.sqrt(2 / (1 + 0.01**2)) / np.sqrt(48)) < 0.01
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rand_like_and_randn_like_follow_the_tensor(device):
+    base = Tensor.zeros(3, 5, dtype=dtypes.float16, device=device)
+    assert base.rand_like().shape == (3, 5) and base.rand_like().dtype is dtypes.float16
+    assert base.randn_like(dtype=dtypes.float32).dtype is dtypes.float32
+    assert Tensor.zeros(4, dtype=dtypes.int32, device=device).rand_like().dtype is dtypes.default_float

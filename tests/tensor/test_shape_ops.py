@@ -135,3 +135,22 @@ def test_cat_and_stack_accept_every_calling_form(device):
         np.testing.assert_array_equal(result.numpy(), np.concatenate([a, b]))
     for result in (ta.stack(tb, dim=1), Tensor.stack(ta, tb, dim=1), Tensor.stack([ta, tb], dim=1)):
         np.testing.assert_array_equal(result.numpy(), np.stack([a, b], 1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("args", [(0, 0, 1), (1, 0, 1), (-1, 1, 2), (2, 2, 0), (0, -1, 0), (9, 0, 1)], ids=str)
+def test_diagonal_matches_numpy(device, args):
+    x = _random((3, 4, 5), 3)
+    np.testing.assert_array_equal(Tensor(x, device=device).diagonal(*args).numpy(), np.diagonal(x, *args))
+
+
+def test_unflatten_and_meshgrid_match_numpy():
+    x = _random((2, 12), 4)
+    np.testing.assert_array_equal(Tensor(x, device="CPU").unflatten(1, (3, -1)).numpy(), x.reshape(2, 3, 4))
+    a, b, c = np.arange(3, dtype=np.float32), np.arange(4, dtype=np.float32) * 10, np.arange(2, dtype=np.float32)
+    ta, tb, tc = (Tensor(v, device="CPU") for v in (a, b, c))
+    for indexing in ("ij", "xy"):
+        for ours, theirs in zip(
+            Tensor.meshgrid(ta, tb, tc, indexing=indexing), np.meshgrid(a, b, c, indexing=indexing), strict=True
+        ):
+            np.testing.assert_array_equal(ours.numpy(), theirs)

@@ -141,6 +141,33 @@ class RandomOps:
         keys, _ = random_words(cls, (n,), canonical_device(device))
         return keys.argsort().cast(dtypes.default_int if dtype is None else dtype)
 
+    @classmethod
+    def scaled_uniform(cls, *shape: Any, **kwargs) -> Tensor:
+        """Uniform in [-1, 1) scaled by 1 / sqrt(number of elements)."""
+        shape = normalize_shape(shape)
+        return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (math.prod(shape) ** -0.5)
+
+    @classmethod
+    def glorot_uniform(cls, *shape: Any, **kwargs) -> Tensor:
+        """Uniform in +-sqrt(6 / (fan_out + fan_in)), fan_out = shape[0], fan_in = the rest (Glorot & Bengio)."""
+        shape = normalize_shape(shape)
+        bound = math.sqrt(6 / (shape[0] + math.prod(shape[1:])))
+        return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
+
+    @classmethod
+    def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs) -> Tensor:
+        """Uniform in +-sqrt(3) * gain / sqrt(fan_in), gain = sqrt(2 / (1 + a**2)) (He et al.)."""
+        shape = normalize_shape(shape)
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(math.prod(shape[1:]))
+        return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
+
+    @classmethod
+    def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs) -> Tensor:
+        """Normal with std gain / sqrt(fan_in), gain = sqrt(2 / (1 + a**2)) (He et al.)."""
+        shape = normalize_shape(shape)
+        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(math.prod(shape[1:]))
+        return cls.normal(*shape, mean=0.0, std=std, **kwargs)
+
     def rand_like(self, dtype: DType | None = None) -> Tensor:
         return type(self).rand(self.shape, dtype=dtype or _like_float(self), device=self.device)
 

@@ -1,5 +1,5 @@
 """Shape ops built from movement ops: cat, stack, repeat, repeat_interleave, split, chunk, unfold, roll, tril,
-triu, diag, and the sliding window view that unfold, convolution and pooling share.
+triu, diag, diagonal, unflatten, meshgrid, and the sliding window view that unfold, convolution and pooling share.
 
 `cat` pads every piece to the full size and merges them with a bitwise or of their bit patterns: exactly one piece
 is non-padding at every position and padding is all-zero bits, so every value (-0.0, NaN payloads) comes through
@@ -193,25 +193,56 @@ def triu(tensor: Tensor, diagonal: int = 0) -> Tensor:
     return _triangle(tensor, diagonal, upper=True)
 
 
-def diag(tensor: Tensor, diagonal: int = 0) -> Tensor:
-    """A 1-d tensor becomes a square matrix with it on the `diagonal`; a 2-d tensor gives that diagonal."""
-    if tensor.ndim == 1:
-        n = tensor.shape[0]
-        # each value followed by n zeros, read as rows of n: value i lands at row i, column i
-        square = tensor.reshape(n, 1).pad(((0, 0), (0, n))).flatten().shrink(((0, n * n),)).reshape(n, n)
-        above, below = max(diagonal, 0), max(-diagonal, 0)
-        return square.pad(((below, above), (above, below)))
-    if tensor.ndim != 2:
-        raise ShapeError(f"diag needs a 1-d or 2-d tensor, got shape {tensor.shape}")
-    rows, columns = tensor.shape
-    start_row, start_column = max(-diagonal, 0), max(diagonal, 0)
+def diagonal(tensor: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The elements [i, i + offset] of axes dim1 and dim2, in a new last axis (those two axes disappear)."""
+    dim1, dim2 = normalize_axis(dim1, tensor.ndim), normalize_axis(dim2, tensor.ndim)
+    if dim1 == dim2:
+        raise ValueError(f"diagonal needs two different axes, got {dim1} twice")
+    others = [axis for axis in range(tensor.ndim) if axis not in (dim1, dim2)]
+    moved = tensor.permute(others + [dim1, dim2])
+    outer, (rows, columns) = moved.shape[:-2], moved.shape[-2:]
+    start_row, start_column = max(-offset, 0), max(offset, 0)
     length = max(0, min(rows - start_row, columns - start_column))
     if length == 0:
-        return tensor.reshape(-1).shrink(((0, 0),))
-    window = tensor.shrink(((start_row, start_row + length), (start_column, start_column + length)))
+        return moved.reshape(outer + (rows * columns,)).shrink(tuple((0, size) for size in outer) + ((0, 0),))
+    square = moved.shrink(
+        tuple((0, size) for size in outer) + ((start_row, start_row + length), (start_column, start_column + length))
+    )
     # in a flattened square of side L, the diagonal is every (L + 1)-th element
-    flat = window.flatten().pad(((0, length),)).reshape(length, length + 1)
-    return flat.shrink(((0, length), (0, 1))).reshape(length)
+    flat = on_axis(square.reshape(outer + (length * length,)), len(outer), (0, length))
+    flat = flat.reshape(outer + (length, length + 1))
+    return on_axis(flat, len(outer) + 1, (0, 1), shrink=True).reshape(outer + (length,))
+
+
+def diag(tensor: Tensor, diagonal_offset: int = 0) -> Tensor:
+    """A 1-d tensor becomes a square matrix with it on diagonal `diagonal_offset`; a 2-d tensor gives that
+    diagonal."""
+    if tensor.ndim == 2:
+        return diagonal(tensor, diagonal_offset)
+    if tensor.ndim != 1:
+        raise ShapeError(f"diag needs a 1-d or 2-d tensor, got shape {tensor.shape}")
+    n = tensor.shape[0]
+    # each value followed by n zeros, read as rows of n: value i lands at row i, column i
+    square = tensor.reshape(n, 1).pad(((0, 0), (0, n))).flatten().shrink(((0, n * n),)).reshape(n, n)
+    above, below = max(diagonal_offset, 0), max(-diagonal_offset, 0)
+    return square.pad(((below, above), (above, below)))
+
+
+def meshgrid(tensors: Sequence[Tensor], indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Every 1-d tensor broadcast along its own axis of the grid; 'xy' swaps the first two axes (numpy's default)."""
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+    sizes = [tensor.numel() for tensor in tensors]
+    order = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) >= 2:
+        order[0], order[1] = 1, 0
+    grid_shape = tuple(sizes[order[axis]] for axis in range(len(tensors)))
+    grids = []
+    for i, tensor in enumerate(tensors):
+        view = [1] * len(tensors)
+        view[order.index(i)] = sizes[i]
+        grids.append(tensor.reshape(view).expand(grid_shape))
+    return tuple(grids)
 
 
 def _tensor_list(first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -> list[Tensor]:
@@ -221,7 +252,8 @@ def _tensor_list(first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -
 
 
 class ShapeOps:
-    """`cat, stack, repeat, repeat_interleave, split, chunk, unfold, roll, tril, triu, diag`."""
+    """`cat, stack, repeat, repeat_interleave, split, chunk, unfold, roll, tril, triu, diag, diagonal, unflatten,
+    meshgrid`."""
 
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
         """`a.cat(b, c, dim=)`, `Tensor.cat(a, b)` or `Tensor.cat([a, b])`."""
@@ -259,3 +291,15 @@ class ShapeOps:
 
     def diag(self, diagonal: int = 0) -> Tensor:
         return diag(self, diagonal)
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        return diagonal(self, offset, dim1, dim2)
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Split axis `dim` into axes of `sizes` (one may be -1)."""
+        dim = normalize_axis(dim, self.ndim)
+        return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1 :])
+
+    def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """`a.meshgrid(b)`, `Tensor.meshgrid(a, b)` or `Tensor.meshgrid([a, b])`."""
+        return meshgrid(_tensor_list(self, others), indexing)

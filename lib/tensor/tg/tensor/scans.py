@@ -75,7 +75,7 @@ def _logcumsumexp(x: Tensor, axis: int) -> Tensor:
     if x.ndim == 0:
         return x
     axis = normalize_axis(axis, x.ndim)
-    shift = finite_or_zero(x.cummax(axis))
+    shift = finite_or_zero(x.cummax(axis)).contiguous()  # its own kernel: fused, every (i, j) would redo it
     square, included = _prefix_square(x, axis)
     shift_last = shift.transpose(axis, -1) if axis != x.ndim - 1 else shift
     shifted = included.where(square - shift_last.unsqueeze(-1), -float("inf"))

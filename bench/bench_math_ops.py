@@ -91,7 +91,8 @@ def main() -> None:
         ("cumsum 64x256", realized(lambda: trows.cumsum(1)), lambda: np.cumsum(rows, 1)),
         ("logcumsumexp 64x256", realized(lambda: trows.logcumsumexp(1)),
          lambda: np.logaddexp.accumulate(rows, 1)),
-        ("cross_entropy 1024x100", realized(lambda: tlogits.cross_entropy(tlabels)), lambda: np_cross_entropy(logits, labels)),
+        ("cross_entropy 1024x100", realized(lambda: tlogits.cross_entropy(tlabels)),
+         lambda: np_cross_entropy(logits, labels)),
         ("sdpa causal 2x4x64x32", realized(lambda: tq.scaled_dot_product_attention(tk, tv, is_causal=True)),
          lambda: np_attention(q, k, v)),
     ]  # fmt: skip

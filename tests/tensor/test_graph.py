@@ -242,9 +242,8 @@ def test_numpy_integers_index_like_ints():
     assert Tensor.zeros(3, 4)[np.int64(1), np.int32(-1)].shape == ()
 
 
-def test_tensor_indices_are_not_supported_yet():
-    with pytest.raises(TypeError, match="unsupported index"):
-        Tensor.zeros(3)[Tensor([0])]
+def test_tensor_indices_select_elements():  # advanced indexing (tg.tensor.advanced_indexing)
+    assert Tensor([5, 6, 7])[Tensor([2, 0])].tolist() == [7, 5]
 
 
 def test_python_int_too_large_for_int32_is_an_error():

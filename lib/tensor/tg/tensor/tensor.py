@@ -13,16 +13,40 @@ from typing import Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
 from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
+from tg.tensor.advanced_indexing import AdvancedIndexingOps
+from tg.tensor.conv import ConvOps
 from tg.tensor.creation import CreationOps, canonical_device, node_from_data
 from tg.tensor.elementwise import ElementwiseOps
+from tg.tensor.fp8 import fp8_cast, is_fp8
+from tg.tensor.gather_scatter import GatherScatterOps
 from tg.tensor.indexing import IndexingOps
+from tg.tensor.linalg import LinalgOps
+from tg.tensor.math_ops import MathOps
 from tg.tensor.movement import MovementOps
 from tg.tensor.promotion import dtype_name
+from tg.tensor.random import RandomOps
 from tg.tensor.reduce import ReduceOps
+from tg.tensor.shape_ops import ShapeOps
+from tg.tensor.sorting import SortingOps
 from tg.tensor.unary import UnaryMathOps
 
 
-class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps, ReduceOps):
+class Tensor(
+    CreationOps,
+    ElementwiseOps,
+    UnaryMathOps,
+    MovementOps,
+    AdvancedIndexingOps,
+    IndexingOps,
+    ReduceOps,
+    LinalgOps,
+    ShapeOps,
+    ConvOps,
+    GatherScatterOps,
+    SortingOps,
+    RandomOps,
+    MathOps,
+):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
     __slots__ = ("uop", "device")
@@ -145,6 +169,8 @@ class Tensor(CreationOps, ElementwiseOps, UnaryMathOps, MovementOps, IndexingOps
         """Convert values to `dtype` (floats to ints truncate toward zero, anything to bool tests non-zero)."""
         if dtype is self.dtype:
             return self
+        if is_fp8(dtype) or is_fp8(self.dtype):  # saturating, and emulated for renderers without fp8
+            return fp8_cast(self, dtype)
         return self._wrap(UOp(Ops.CAST, dtype, (self.uop,)))
 
     def bitcast(self, dtype: DType) -> Tensor:

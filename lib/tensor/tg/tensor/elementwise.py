@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
 from tg.tensor.creation import const_of_shape
+from tg.tensor.fp8 import is_fp8
 from tg.tensor.promotion import broadcast_shapes, check_scalar_fits, dtype_name, is_python_scalar, result_dtype
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ Operand = Any  # a Tensor or a Python scalar
 
 def alu(op: Ops, *operands: Tensor) -> Tensor:
     """One ALU node over operands that already share a shape (and a dtype, except WHERE's condition)."""
+    if any(is_fp8(operand.dtype) for operand in operands):
+        return _fp8_alu(op, *operands)
     if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
         dtype = dtypes.bool
     elif op is Ops.WHERE:
@@ -31,6 +34,13 @@ def alu(op: Ops, *operands: Tensor) -> Tensor:
         dtype = operands[0].dtype
     first = operands[0]
     return first._wrap(UOp(op, dtype, tuple(operand.uop for operand in operands)))
+
+
+def _fp8_alu(op: Ops, *operands: Tensor) -> Tensor:
+    """fp8 arithmetic in float32 (exact for every fp8 input), rounded back once: renderers have no fp8 ALU."""
+    fp8_dtype = next(operand.dtype for operand in operands if is_fp8(operand.dtype))
+    result = alu(op, *(operand.float() if is_fp8(operand.dtype) else operand for operand in operands))
+    return result if result.dtype is dtypes.bool else result.cast(fp8_dtype)
 
 
 def _as_tensor(value: Operand, like: Tensor, dtype: DType) -> Tensor:
@@ -242,7 +252,8 @@ class ElementwiseOps:
     clamp = clip
 
     def relu(self) -> Tensor:
-        return (self > 0).where(self, 0)
+        """max(x, 0) with NaN kept (as torch): `(x > 0).where(x, 0)` would turn NaN into 0."""
+        return (self <= 0).where(0, self)
 
     # -------------------------------------------------------------------------------- bitwise and logical
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
 from tg.codegen.schedule.graph import ReduceArg
+from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class ReduceOps:
         axes = reduce_axes(axis, self.ndim)
         if any(self.shape[a] == 0 for a in axes):
             raise ValueError(f"max/min over an empty axis of shape {self.shape} has no identity")
+        if is_fp8(self.dtype):  # compared as float32: renderers have no fp8 comparison
+            return self.float().max(axes, keepdim).cast(self.dtype)
         return self._reduce(Ops.MAX, axes, keepdim)
 
     def min(self, axis: Axis = None, keepdim: bool = False) -> Tensor:

@@ -17,9 +17,11 @@ from tg.tensor.advanced_indexing import AdvancedIndexingOps
 from tg.tensor.conv import ConvOps
 from tg.tensor.creation import CreationOps, canonical_device, node_from_data
 from tg.tensor.elementwise import ElementwiseOps
+from tg.tensor.fp8 import fp8_cast, is_fp8
 from tg.tensor.gather_scatter import GatherScatterOps
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.linalg import LinalgOps
+from tg.tensor.math_ops import MathOps
 from tg.tensor.movement import MovementOps
 from tg.tensor.promotion import dtype_name
 from tg.tensor.random import RandomOps
@@ -43,6 +45,7 @@ class Tensor(
     GatherScatterOps,
     SortingOps,
     RandomOps,
+    MathOps,
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
@@ -166,6 +169,8 @@ class Tensor(
         """Convert values to `dtype` (floats to ints truncate toward zero, anything to bool tests non-zero)."""
         if dtype is self.dtype:
             return self
+        if is_fp8(dtype) or is_fp8(self.dtype):  # saturating, and emulated for renderers without fp8
+            return fp8_cast(self, dtype)
         return self._wrap(UOp(Ops.CAST, dtype, (self.uop,)))
 
     def bitcast(self, dtype: DType) -> Tensor:

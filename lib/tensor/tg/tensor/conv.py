@@ -227,7 +227,7 @@ def avg_pool2d(
 
 
 class ConvOps:
-    """`conv2d, conv_transpose2d, max_pool2d, avg_pool2d, interpolate`."""
+    """`conv2d, conv_transpose2d, max_pool2d, max_unpool2d, avg_pool2d, interpolate`."""
 
     def conv2d(
         self,
@@ -260,9 +260,29 @@ class ConvOps:
         dilation: IntOrTuple = 1,
         padding: IntOrTuple = 0,
         ceil_mode: bool = False,
-    ) -> Tensor:
-        """Arguments in tinygrad's order (dilation before padding); pass them by name to be safe."""
+        return_indices: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Arguments in tinygrad's order (dilation before padding); pass them by name to be safe.
+        `return_indices` also returns each maximum's int32 position in the flattened spatial input, as torch."""
+        if return_indices:
+            from tg.tensor.pool_indices import max_pool_with_indices
+
+            return max_pool_with_indices(self, kernel_size, stride, dilation, padding, ceil_mode)
         return max_pool2d(self, kernel_size, stride, dilation, padding, ceil_mode)
+
+    def max_unpool2d(
+        self,
+        indices: Tensor,
+        kernel_size: IntOrTuple = 2,
+        stride: IntOrTuple | None = None,
+        dilation: IntOrTuple = 1,
+        padding: IntOrTuple = 0,
+        output_size: tuple[int, ...] | None = None,
+    ) -> Tensor:
+        """The inverse of `max_pool2d(return_indices=True)`: values back at their positions, zeros elsewhere."""
+        from tg.tensor.pool_indices import max_unpool2d
+
+        return max_unpool2d(self, indices, kernel_size, stride, dilation, padding, output_size)
 
     def avg_pool2d(
         self,

@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tg.codegen import dtypes
-from tg.tensor.conv import IntOrTuple, _pool_spec, _pool_windows, per_axis
+from tg.tensor.conv import IntOrTuple, pool_spec, pool_windows, per_axis
 from tg.tensor.positions import positions
 
 if TYPE_CHECKING:
@@ -23,18 +23,18 @@ if TYPE_CHECKING:
 def max_pool_with_indices(
     x: Tensor, kernel_size: IntOrTuple, stride, dilation: IntOrTuple, padding: IntOrTuple, ceil_mode: bool
 ) -> tuple[Tensor, Tensor]:
-    spec = _pool_spec(x, kernel_size, stride, padding, dilation, ceil_mode)
+    spec = pool_spec(x, kernel_size, stride, padding, dilation, ceil_mode)
     spatial = x.ndim - 2
     kernel_axes = tuple(range(2 + spatial, 2 + 2 * spatial))
     lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
-    patches = _pool_windows(x, spec, lowest)
+    patches = pool_windows(x, spec, lowest)
     largest = patches.max(kernel_axes, keepdim=True)
     is_max = patches == largest
     if dtypes.is_float(x.dtype):
         is_max = is_max | (patches.isnan() & largest.isnan())
     count = math.prod(x.shape[2:])
     flat_positions = positions(x, count).reshape((1, 1) + x.shape[2:])
-    position_patches = _pool_windows(flat_positions, spec, count)  # padding: past every real position
+    position_patches = pool_windows(flat_positions, spec, count)  # padding: past every real position
     indices = is_max.where(position_patches, count).min(kernel_axes)
     return largest.reshape(indices.shape), indices
 

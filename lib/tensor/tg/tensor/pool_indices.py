@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tg.codegen import dtypes
-from tg.tensor.conv import IntOrTuple, pool_spec, pool_windows, per_axis
+from tg.tensor.conv import IntOrTuple, per_axis, pool_spec, pool_windows
 from tg.tensor.positions import positions
 
 if TYPE_CHECKING:

@@ -125,3 +125,12 @@ def test_any_all_match_numpy(axis, device):
 def test_argmax_over_an_empty_axis_is_an_error():
     with pytest.raises(ValueError):
         Tensor.zeros(2, 0).argmax(1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_dtype_casts_the_input_first(device):
+    x = np.array([[1, 2, 3]], dtype=np.int32)
+    result = Tensor(x, device=device).softmax(dtype=dtypes.float64)
+    assert result.dtype is dtypes.float64
+    np.testing.assert_allclose(result.numpy(), np.exp(x) / np.exp(x).sum(), rtol=1e-12)
+    assert Tensor(x, device=device).log_softmax(dtype=dtypes.float16).dtype is dtypes.float16

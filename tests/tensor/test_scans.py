@@ -74,3 +74,24 @@ def test_cumsum_of_513_elements_repeated_and_reshaped():
 def test_scan_of_a_scalar_is_itself(device):
     assert Tensor(2.5, device=device).cumsum().item() == 2.5
     assert Tensor(2.5, device=device).logcumsumexp().item() == 2.5
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("size", [513, 700])
+def test_long_scans_use_blocks_and_match_numpy(size, device):
+    """Beyond 512 elements the axis is scanned in blocks (the padded last block included)."""
+    x = RNG.uniform(-1, 1, (2, size)).astype(np.float32)
+    t = Tensor(x, device=device)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(t.cumsum(1).numpy(), np.cumsum(x64, 1), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(t.cummax(1).numpy(), np.maximum.accumulate(x, 1))
+    np.testing.assert_allclose(t.logcumsumexp(1).numpy(), np.logaddexp.accumulate(x64, 1), rtol=1e-5)
+    near_one = (1 + x / 1000).astype(np.float32)
+    np.testing.assert_allclose(Tensor(near_one, device=device).cumprod(1).numpy(), np.cumprod(near_one, 1), rtol=1e-4)
+
+
+def test_very_long_cumsum_of_ints_is_exact():
+    values = RNG.integers(-1000, 1000, 300_000).astype(np.int32)  # blocks of blocks
+    np.testing.assert_array_equal(Tensor(values, device="CPU").cumsum().numpy(), np.cumsum(values))
+    flags = RNG.random(5000) < 0.5
+    np.testing.assert_array_equal(Tensor(flags, device="CPU").cumsum().numpy(), np.cumsum(flags))

@@ -151,3 +151,11 @@ def test_isclose_and_allclose_match_numpy(equal_nan, device):
     assert Tensor(a[:2], device=device).allclose(Tensor(b[:2], device=device))
     assert not Tensor(a, device=device).allclose(Tensor(b, device=device), equal_nan=equal_nan)
     assert Tensor([1, 2], device=device).isclose(Tensor([1, 3], device=device)).tolist() == [True, False]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_erf_in_float64_is_accurate_to_double_precision(device):
+    x = np.r_[0.0, 1e-300, 1e-8, np.linspace(-6, 6, 61), 1.999999, 2.0, 2.000001, 27.0, -30.0]
+    result = Tensor(x, device=device).erf().numpy()
+    np.testing.assert_allclose(result, [math.erf(v) for v in x], rtol=2e-15, atol=5e-16)
+    assert Tensor([np.inf, -np.inf], device=device).erf().tolist() == [1.0, -1.0]

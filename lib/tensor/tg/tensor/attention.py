@@ -1,8 +1,6 @@
 """Scaled dot-product attention: softmax(q k^T * scale + mask) v, with an optional causal mask and grouped heads.
 
-The two products are written as broadcast multiply-and-sum (`(q[..., :, None, :] * k[..., None, :, :]).sum(-1)`),
-which the scheduler fuses into one reduction kernel each; a dedicated matmul can replace them without changing
-the results.
+The two products are Tensor.matmul (tg.tensor.linalg), batched over the leading axes.
 """
 
 from __future__ import annotations
@@ -14,11 +12,6 @@ from tg.codegen import dtypes
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
-
-
-def batched_product(a: Tensor, b: Tensor) -> Tensor:
-    """a @ b over the last two axes, broadcasting the others: (..., n, k) x (..., k, m) -> (..., n, m)."""
-    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
 
 
 def causal_mask(queries: int, keys: int, like: Tensor) -> Tensor:
@@ -63,9 +56,9 @@ class AttentionOps:
             groups = self.shape[-3] // key.shape[-3]
             key, value = repeat_heads(key, groups), repeat_heads(value, groups)
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
-        scores = batched_product(self, key.transpose(-1, -2)) * scale
+        scores = self.matmul(key.transpose(-1, -2)) * scale
         if is_causal:
             attn_mask = causal_mask(self.shape[-2], key.shape[-2], self)
         if attn_mask is not None:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
-        return batched_product(scores.softmax(-1), value)
+        return scores.softmax(-1).matmul(value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tg.codegen import dtypes
+from tg.codegen import DType, dtypes
 from tg.tensor.elementwise import in_float32_when_half
 from tg.tensor.reduce import Axis, reduce_axes
 
@@ -39,14 +39,16 @@ def _count(shape: tuple[int, ...], axis: Axis) -> int:
 class DerivedReductionOps:
     """`softmax, log_softmax, logsumexp, var, std, var_mean, std_mean, argmax, argmin`."""
 
-    def softmax(self, axis: int = -1) -> Tensor:
+    def softmax(self, axis: int = -1, dtype: DType | None = None) -> Tensor:
+        """exp(x - max) / sum(exp(x - max)); `dtype` casts the input first (tinygrad's signature)."""
+
         def compute(x: Tensor) -> Tensor:
             exponentials = (x - x.max(axis, keepdim=True)).exp()
             return exponentials / exponentials.sum(axis, keepdim=True)
 
-        return in_float32_when_half(self, compute)
+        return in_float32_when_half(self if dtype is None else self.cast(dtype), compute)
 
-    def log_softmax(self, axis: int = -1) -> Tensor:
+    def log_softmax(self, axis: int = -1, dtype: DType | None = None) -> Tensor:
         """(x - m) - log(sum(exp(x - m))) with m the finite max: x - m is exact near the max, where subtracting
         a whole logsumexp (m + a small log) would cancel to a few ulps of m."""
 
@@ -54,7 +56,7 @@ class DerivedReductionOps:
             shifted = x - finite_or_zero(x.max(axis, keepdim=True))
             return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
-        return in_float32_when_half(self, compute)
+        return in_float32_when_half(self if dtype is None else self.cast(dtype), compute)
 
     def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) over `axis`: -inf for all -inf inputs, inf if any is inf, no overflow in between."""

@@ -27,6 +27,9 @@ HUGE_ARGUMENT = 2.0**28  # beyond this, sqrt(x*x + 1) == x in float64 too, and x
 ERF_P = 0.3275911
 ERF_COEFFICIENTS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 ERF_TAYLOR_TERMS = 12  # erf's Maclaurin series on |x| < 0.5: the 12th term is below 1e-17 of the sum
+ERF64_SPLIT = 2.0  # float64 erf: Maclaurin series below (34 terms: below 1e-17), continued fraction above
+ERF64_TAYLOR_TERMS = 34
+ERF64_FRACTION_DEPTH = 60  # erfc's continued fraction at 2 converges to 2e-16 relative with 60 levels
 ATAN_TAYLOR_TERMS = 12  # atan's series on |u| <= tan(pi/16) ~ 0.199: the 12th term is below 1e-17
 
 
@@ -46,13 +49,29 @@ def _horner(x: Tensor, coefficients: list[float]) -> Tensor:
 
 
 def _erf_nonnegative(t: Tensor) -> Tensor:
-    """erf(t) for t >= 0: the series near 0 (exact slope 2/sqrt(pi) at 0), A&S 7.1.26 beyond."""
+    """erf(t) for t >= 0: the series near 0 (exact slope 2/sqrt(pi) at 0), A&S 7.1.26 beyond (float32's
+    precision); float64 gets the series up to 2 and erfc's continued fraction beyond, both to about 1e-16."""
+    if t.dtype is dtypes.float64:
+        return _erf_nonnegative_float64(t)
     small = t.minimum(0.5)
     series = [TWO_OVER_SQRT_PI * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(ERF_TAYLOR_TERMS)]
     near_zero = small * _horner(small * small, series)
     k = 1 / (1 + ERF_P * t)
     tail = 1 - k * _horner(k, list(ERF_COEFFICIENTS)) * (-t * t).exp()
     return (t < 0.5).where(near_zero, tail)
+
+
+def _erf_nonnegative_float64(t: Tensor) -> Tensor:
+    small = t.minimum(ERF64_SPLIT)
+    series = [TWO_OVER_SQRT_PI * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(ERF64_TAYLOR_TERMS)]
+    near_zero = small * _horner(small * small, series)
+    large = t.maximum(ERF64_SPLIT)
+    # erfc(x) = exp(-x^2) / sqrt(pi) / (x + (1/2) / (x + (2/2) / (x + (3/2) / ...))), evaluated from the bottom
+    denominator = large
+    for k in range(ERF64_FRACTION_DEPTH, 0, -1):
+        denominator = large + (k / 2) / denominator
+    complement = (-large * large).exp() / (math.sqrt(math.pi) * denominator)
+    return (t < ERF64_SPLIT).where(near_zero, 1 - complement)
 
 
 def _atan_nonnegative(t: Tensor) -> Tensor:

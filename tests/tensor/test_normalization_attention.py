@@ -100,7 +100,16 @@ def test_grouped_query_attention_repeats_key_heads(device):
     np.testing.assert_allclose(result.numpy(), np_attention(q, k_rep, v_rep, causal), rtol=1e-5, atol=1e-6)
 
 
-def test_attention_with_dropout_is_refused_until_random_ops_exist():
+def test_attention_dropout_acts_only_while_training():
     q, k, v = qkv()
-    with pytest.raises(NotImplementedError):
-        Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), dropout_p=0.1)
+    query, key, value = Tensor(q), Tensor(k), Tensor(v)
+    no_dropout = query.scaled_dot_product_attention(key, value, dropout_p=0.5).numpy()
+    np.testing.assert_allclose(no_dropout, np_attention(q, k, v), rtol=1e-5, atol=1e-6)
+    Tensor.training = True
+    try:
+        dropped_all = query.scaled_dot_product_attention(key, value, dropout_p=1.0).numpy()
+        dropped_half = query.scaled_dot_product_attention(key, value, dropout_p=0.5).numpy()
+    finally:
+        Tensor.training = False
+    assert np.all(dropped_all == 0)
+    assert not np.allclose(dropped_half, no_dropout)

@@ -45,11 +45,10 @@ class AttentionOps:
     ) -> Tensor:
         """torch's scaled_dot_product_attention for query (..., L, E), key (..., S, E), value (..., S, Ev).
 
-        A bool `attn_mask` keeps the positions that are True; a float one is added to the scores. With
+        A bool `attn_mask` keeps the positions that are True; a float one is added to the scores. `dropout_p` drops
+        attention weights only while `Tensor.training` is set (tinygrad's rule, unlike torch's). With
         `enable_gqa`, key and value may have fewer heads (axis -3) than the query, which must be a multiple.
         """
-        if dropout_p != 0.0:
-            raise NotImplementedError("scaled_dot_product_attention with dropout needs the random-number ops")
         if is_causal and attn_mask is not None:
             raise ValueError("scaled_dot_product_attention takes is_causal or attn_mask, not both")
         if enable_gqa and self.ndim >= 3:
@@ -61,4 +60,4 @@ class AttentionOps:
             attn_mask = causal_mask(self.shape[-2], key.shape[-2], self)
         if attn_mask is not None:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
-        return scores.softmax(-1).matmul(value)
+        return scores.softmax(-1).dropout(dropout_p).matmul(value)  # dropout acts only while Tensor.training

@@ -82,3 +82,15 @@ def test_setitem_into_ints_casts_a_python_value():
     t = Tensor([1, 2, 3, 4], device="CPU")
     t[[0, 3]] = 9
     assert t.tolist() == [9, 2, 3, 9]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_setitem_with_repeated_indices_keeps_the_last_write(device):
+    x = np.zeros((4, 3), dtype=np.float32)
+    index = np.array([[2, 0], [2, 2]])
+    value = np.arange(12, 0, -1, dtype=np.float32).reshape(2, 2, 3)  # later writes are smaller
+    expected = x.copy()
+    expected[index] = value
+    t = Tensor(x, device=device)
+    t[Tensor(index, device=device)] = Tensor(value, device=device)
+    np.testing.assert_array_equal(t.numpy(), expected)

@@ -250,3 +250,11 @@ def test_avg_pool2d_with_dilation_averages_the_dilated_window():
     expected = numpy_pool(x, (2, 2), (2, 2), (0, 0), lambda w, i, j: np.mean(w, (2, 3)), np.nan, dilation=(2, 2))
     result = Tensor(x, device="CPU").avg_pool2d(2, 2, dilation=2)
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_max_pool2d_propagates_nan_and_infinities(device):
+    x = np.zeros((1, 1, 4, 4), dtype=np.float32)
+    x[0, 0, 0, 1], x[0, 0, 2, 2], x[0, 0, 3, 0] = np.nan, np.inf, -np.inf
+    result = Tensor(x, device=device).max_pool2d(2).numpy()[0, 0]
+    np.testing.assert_array_equal(result, [[np.nan, 0.0], [0.0, np.inf]])  # torch: a NaN in the window wins

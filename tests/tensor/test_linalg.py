@@ -103,3 +103,12 @@ def test_einsum_matches_numpy(device, case):
 def test_einsum_with_wrong_operand_count_is_an_error():
     with pytest.raises(ValueError, match="operands"):
         Tensor.einsum("ij,jk->ik", Tensor.ones(2, 2, device="CPU"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matmul_with_infinities_and_nan_matches_numpy(device):
+    a = np.array([[np.inf, 1.0], [2.0, np.nan], [-np.inf, 0.0]], dtype=np.float32)
+    b = np.array([[0.0, 1.0], [1.0, -1.0]], dtype=np.float32)
+    with np.errstate(invalid="ignore"):  # inf * 0 is NaN, as it should be
+        expected = a @ b
+    np.testing.assert_array_equal((Tensor(a, device=device) @ Tensor(b, device=device)).numpy(), expected)

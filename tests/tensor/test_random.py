@@ -202,3 +202,34 @@ def test_rand_like_and_randn_like_follow_the_tensor(device):
     assert base.rand_like().shape == (3, 5) and base.rand_like().dtype is dtypes.float16
     assert base.randn_like(dtype=dtypes.float32).dtype is dtypes.float32
     assert Tensor.zeros(4, dtype=dtypes.int32, device=device).rand_like().dtype is dtypes.default_float
+
+
+def _draw_everything(device: str) -> list[np.ndarray]:
+    Tensor.manual_seed(17)
+    weights = Tensor([[1.0, 0.0, 3.0, 2.0]], device=device)
+    Tensor.training = True
+    try:
+        dropped = Tensor.ones(16, device=device).dropout(0.5)
+    finally:
+        Tensor.training = False
+    draws = [
+        Tensor.uniform(8, low=-2.0, high=3.0, device=device),
+        Tensor.normal(8, mean=1.0, std=0.5, device=device),
+        weights.multinomial(6, replacement=True),
+        weights.multinomial(3),
+        dropped,
+        Tensor.scaled_uniform(4, 3, device=device),
+        Tensor.glorot_uniform(4, 3, device=device),
+        Tensor.kaiming_uniform(4, 3, device=device),
+        Tensor.kaiming_normal(4, 3, device=device),
+    ]
+    return [draw.numpy() for draw in draws]
+
+
+def test_every_random_op_gives_the_same_values_on_python_as_on_cpu():
+    """The CPU results are checked statistically above; PYTHON must reproduce them (to float rounding)."""
+    for on_python, on_cpu in zip(_draw_everything("PYTHON"), _draw_everything("CPU"), strict=True):
+        if np.issubdtype(on_cpu.dtype, np.floating):
+            np.testing.assert_allclose(on_python, on_cpu, rtol=1e-6, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(on_python, on_cpu)

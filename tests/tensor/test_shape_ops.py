@@ -154,3 +154,12 @@ def test_unflatten_and_meshgrid_match_numpy():
             Tensor.meshgrid(ta, tb, tc, indexing=indexing), np.meshgrid(a, b, c, indexing=indexing), strict=True
         ):
             np.testing.assert_array_equal(ours.numpy(), theirs)
+
+
+def test_unflatten_and_meshgrid_on_python():
+    x = _random((2, 6), 5)
+    np.testing.assert_array_equal(Tensor(x, device="PYTHON").unflatten(-1, (2, 3)).numpy(), x.reshape(2, 2, 3))
+    a, b = np.arange(2, dtype=np.float32), np.arange(3, dtype=np.float32)
+    grids = Tensor(a, device="PYTHON").meshgrid(Tensor(b, device="PYTHON"), indexing="xy")
+    for ours, theirs in zip(grids, np.meshgrid(a, b), strict=True):
+        np.testing.assert_array_equal(ours.numpy(), theirs)

@@ -46,3 +46,9 @@ def test_topk_matches_numpy(device, largest):
     np.testing.assert_array_equal(values.numpy(), np.take_along_axis(x, order, 1))
     with pytest.raises(ValueError):
         Tensor(x, device=device).topk(8)
+
+
+def test_sort_result_is_a_values_indices_tuple():
+    result = Tensor([3, 1, 2], device="CPU").sort()
+    assert isinstance(result, tuple) and len(result) == 2
+    assert result[0].tolist() == [1, 2, 3] and result.indices.tolist() == [1, 2, 0]

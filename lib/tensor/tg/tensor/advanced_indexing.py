@@ -11,12 +11,13 @@ Writing runs the same masks the other way: the value at every indexed position i
 point there; positions nobody points at keep their contents. The result goes back through basic setitem.
 
 A boolean index stands for the positions of its true elements: it is realized to learn them (the result's shape
-depends on the data). Indices out of range are not checked (they select zeros / write nowhere), and where several
-indices write one position, which value wins is unspecified (numpy: the last).
+depends on the data). Indices out of range are not checked (they select zeros / write nowhere). Where several
+indices write one position, the last one wins, as in numpy.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -163,6 +164,17 @@ def advanced_getitem(tensor: Tensor, indices: Any) -> Tensor:
     return picked.permute(_result_order(plan, len(rest_shape)))
 
 
+def _last_writer(mask: Tensor, broadcast_shape: tuple[int, ...], leading: int, count: int) -> Tensor:
+    """Keep, for every written position, only the last index element (in row-major order) that points there:
+    numpy's answer when an index repeats a position."""
+    if not broadcast_shape:
+        return mask
+    order = positions(mask, math.prod(broadcast_shape)).reshape((1,) * leading + broadcast_shape + (1,) * count)
+    broadcast_axes = tuple(range(leading, leading + len(broadcast_shape)))
+    last = mask.where(order, -1).max(broadcast_axes, keepdim=True)
+    return mask & (order == last)
+
+
 def advanced_setitem(tensor: Tensor, indices: Any, value: Any) -> None:
     plan = plan_advanced(tensor, indices)
     selected = IndexingOps.__getitem__(tensor, plan.basic)
@@ -181,6 +193,7 @@ def advanced_setitem(tensor: Tensor, indices: Any, value: Any) -> None:
     values = values.expand(rest_shape + broadcast_shape + sizes)
     mask = _match_mask(plan, sizes, len(rest_shape))
     broadcast_axes = tuple(range(len(rest_shape), len(rest_shape) + len(broadcast_shape)))
+    mask = _last_writer(mask, broadcast_shape, len(rest_shape), len(sizes))
     placed = select_where(mask.expand(values.shape), values, broadcast_axes)  # (*rest, *sizes)
     hit = mask.any(broadcast_axes) if broadcast_axes else mask
     axis_order = plan.rest_axes + plan.indexed_axes  # where each axis of `placed` sits in `selected`

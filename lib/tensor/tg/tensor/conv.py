@@ -158,7 +158,7 @@ class PoolSpec:
     ceil_extra: tuple[int, ...]  # padding added after each axis so that ceil_mode's last window fits
 
 
-def _pool_spec(
+def pool_spec(
     x: Tensor, kernel_size: IntOrTuple, stride, padding: IntOrTuple, dilation: IntOrTuple, ceil_mode: bool
 ) -> PoolSpec:
     spatial = x.ndim - 2
@@ -179,7 +179,7 @@ def _pool_spec(
     return PoolSpec(WindowSpec(kernel, strides, dilations), pads, tuple(extra))
 
 
-def _pool_windows(x: Tensor, spec: PoolSpec, value: float) -> Tensor:
+def pool_windows(x: Tensor, spec: PoolSpec, value: float) -> Tensor:
     pads = tuple((before, after + extra) for (before, after), extra in zip(spec.padding, spec.ceil_extra, strict=True))
     return windows(x.pad(((0, 0), (0, 0)) + pads, value), spec.window)
 
@@ -193,9 +193,9 @@ def max_pool2d(
     ceil_mode: bool = False,
 ) -> Tensor:
     """The largest value of every window; padding never wins (it is the dtype's lowest value)."""
-    spec = _pool_spec(x, kernel_size, stride, padding, dilation, ceil_mode)
+    spec = pool_spec(x, kernel_size, stride, padding, dilation, ceil_mode)
     lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
-    patches = _pool_windows(x, spec, lowest)
+    patches = pool_windows(x, spec, lowest)
     spatial = x.ndim - 2
     return patches.max(tuple(range(2 + spatial, 2 + 2 * spatial)))
 
@@ -211,23 +211,23 @@ def avg_pool2d(
 ) -> Tensor:
     """The mean of every window. With `count_include_pad` the divisor counts the zero padding (but never the extra
     padding ceil_mode adds), as torch."""
-    spec = _pool_spec(x, kernel_size, stride, padding, dilation, ceil_mode)
+    spec = pool_spec(x, kernel_size, stride, padding, dilation, ceil_mode)
     spatial = x.ndim - 2
     kernel_axes = tuple(range(2 + spatial, 2 + 2 * spatial))
-    total = _pool_windows(x, spec, 0.0).sum(kernel_axes)
+    total = pool_windows(x, spec, 0.0).sum(kernel_axes)
     ones = x.ones_like(dtype=dtypes.float32).shrink(((0, 1), (0, 1)) + tuple((0, s) for s in x.shape[2:]))
     if count_include_pad:
         ones = ones.pad(((0, 0), (0, 0)) + spec.padding, 1.0)
         counted = PoolSpec(spec.window, tuple((0, 0) for _ in spec.padding), spec.ceil_extra)
     else:
         counted = spec
-    divisor = _pool_windows(ones, counted, 0.0).sum(kernel_axes)
+    divisor = pool_windows(ones, counted, 0.0).sum(kernel_axes)
     result = total / divisor
     return result.cast(x.dtype) if dtypes.is_float(x.dtype) else result
 
 
 class ConvOps:
-    """`conv2d, conv_transpose2d, max_pool2d, avg_pool2d, interpolate`."""
+    """`conv2d, conv_transpose2d, max_pool2d, max_unpool2d, avg_pool2d, interpolate`."""
 
     def conv2d(
         self,
@@ -260,9 +260,29 @@ class ConvOps:
         dilation: IntOrTuple = 1,
         padding: IntOrTuple = 0,
         ceil_mode: bool = False,
-    ) -> Tensor:
-        """Arguments in tinygrad's order (dilation before padding); pass them by name to be safe."""
+        return_indices: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Arguments in tinygrad's order (dilation before padding); pass them by name to be safe.
+        `return_indices` also returns each maximum's int32 position in the flattened spatial input, as torch."""
+        if return_indices:
+            from tg.tensor.pool_indices import max_pool_with_indices
+
+            return max_pool_with_indices(self, kernel_size, stride, dilation, padding, ceil_mode)
         return max_pool2d(self, kernel_size, stride, dilation, padding, ceil_mode)
+
+    def max_unpool2d(
+        self,
+        indices: Tensor,
+        kernel_size: IntOrTuple = 2,
+        stride: IntOrTuple | None = None,
+        dilation: IntOrTuple = 1,
+        padding: IntOrTuple = 0,
+        output_size: tuple[int, ...] | None = None,
+    ) -> Tensor:
+        """The inverse of `max_pool2d(return_indices=True)`: values back at their positions, zeros elsewhere."""
+        from tg.tensor.pool_indices import max_unpool2d
+
+        return max_unpool2d(self, indices, kernel_size, stride, dilation, padding, output_size)
 
     def avg_pool2d(
         self,

@@ -9,8 +9,7 @@ torch and numpy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from tg.codegen import dtypes
 from tg.tensor.gather_scatter import select_where
@@ -21,13 +20,11 @@ if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
 
 
-@dataclass(frozen=True)
-class Sorted:
+class Sorted(NamedTuple):
+    """(values, indices), a tuple as torch's and tinygrad's sort and topk return: unpack it or use the names."""
+
     values: Tensor
     indices: Tensor
-
-    def __iter__(self):  # `values, indices = t.sort()`
-        return iter((self.values, self.indices))
 
 
 def _comes_before(a: Tensor, b: Tensor, descending: bool) -> Tensor:

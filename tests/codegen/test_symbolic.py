@@ -141,3 +141,12 @@ def test_more_cases_from_random_expressions():
         assert after.render() == expected
         for vals in [{"a": av, "d": dv, "f": fv} for av in (0, 3, 7) for dv in (0, 5, 31) for fv in (0, 9, 100)]:
             assert sym_infer(after, vals) == sym_infer(before, vals)
+
+
+def test_where_with_equal_branches_folds_to_the_branch() -> None:
+    # regression: the rule bound the condition to a name its callback did not accept (TypeError)
+    from tg.codegen import UOp
+
+    x = UOp.variable("x", 0, 10)
+    cond = x < 5
+    assert cond.where(x, x).simplify() is x

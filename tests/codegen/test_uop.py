@@ -139,3 +139,24 @@ def test_truth_value_needs_decided_bounds():
     assert bool(x < 11) and not bool(x < 0)
     with pytest.raises(ValueError):
         bool(x < 5)
+
+
+def test_exec_alu_max_propagates_nan_from_either_operand() -> None:
+    # regression: NaN as the second operand was dropped
+    import math
+
+    from tg.codegen import Ops, dtypes
+    from tg.codegen.uop.alu import exec_alu
+
+    assert math.isnan(exec_alu(Ops.MAX, dtypes.float32, (1.0, math.nan)))
+    assert math.isnan(exec_alu(Ops.MAX, dtypes.float32, (math.nan, 1.0)))
+
+
+def test_exec_alu_trunc_keeps_the_sign_of_zero() -> None:
+    # regression: trunc(-0.5) gave +0.0; C gives -0.0
+    import math
+
+    from tg.codegen import Ops, dtypes
+    from tg.codegen.uop.alu import exec_alu
+
+    assert math.copysign(1.0, exec_alu(Ops.TRUNC, dtypes.float32, (-0.5,))) == -1.0

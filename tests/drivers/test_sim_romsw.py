@@ -2,10 +2,11 @@
 
 import pytest
 
-from tg.drivers.sim import registers as r
+from tg.drivers import navi31_regs as r
 from tg.drivers.sim.board import SimNavi31Board
 from tg.drivers.sim.faults import Faults
 from tg.drivers.sim.gd25 import GD25Chip
+from tg.drivers.sim.registers import GATED_STATUS
 from tg.drivers.sim.romsw import SimProtocolError
 
 
@@ -48,7 +49,7 @@ def test_done_bit_needs_polls_and_gated_engine_never_completes() -> None:
     assert [board.read32(r.ROM_SW_STATUS) & 1 for _ in range(2)] == [0, 1]
     gated = prepared_board(gated=True)
     start(gated, 0x05, 0, r.RETURN_DATA_EN | 1)
-    assert all(gated.read32(r.ROM_SW_STATUS) == r.GATED_STATUS for _ in range(10))
+    assert all(gated.read32(r.ROM_SW_STATUS) == GATED_STATUS for _ in range(10))
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tg.drivers.sim import registers as r
+from tg.drivers import navi31_regs as r
 from tg.drivers.sim.faults import Faults
 from tg.drivers.sim.state import load_state, new_state, save_state
 

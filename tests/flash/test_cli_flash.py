@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tg.drivers.navi31_regs import FLASH_SIZE
 from tg.drivers.sim.faults import Faults
 from tg.drivers.sim.gd25 import JEDEC_ID, SFDP_TABLE
 from tg.flash.cli import app
-from tg.flash.regs import FLASH_SIZE
 
 SECTOR = 0x1000
 

@@ -79,7 +79,7 @@ def test_one_sector_flash_trace_matches_golden(make_board, tmp_path: Path) -> No
 
 
 def test_a_changed_restore_order_fails_with_a_diff(make_board, monkeypatch) -> None:
-    from tg.flash import regs
+    from tg.drivers import navi31_regs as regs
     from tg.flash.spi import Navi31SPI
 
     def restore_in_another_order(self, saved) -> None:

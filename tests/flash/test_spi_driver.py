@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tg.drivers.sim import registers as r
+from tg.drivers import navi31_regs as r
 from tg.drivers.sim.faults import Faults
 from tg.drivers.sim.state import new_state
 from tg.flash.errors import FlashError

@@ -53,6 +53,18 @@ def test_hcq_profile_without_a_queue_stamps_with_its_own_queues(kit) -> None:
     assert 0 < start.timestamp <= end.timestamp
 
 
+def test_hcq_profile_stamps_are_written_when_synchronize_returns(kit) -> None:
+    # regression: the end stamp's own queue signalled nothing, so synchronize could return before it ran
+    dev = Device["CPU"]
+    prg = kit.load_program(dev, "mark", kit.MARK)
+    out = dev.allocator.alloc(4 * 8)
+    for _ in range(50):
+        with hcq_profile(dev, enabled=True, desc="mark") as (start, end):
+            prg(out, global_size=(8, 1, 1))
+        dev.synchronize()
+        assert end.timestamp > 0
+
+
 def test_disabled_profiling_creates_no_signals() -> None:
     with hcq_profile(Device["CPU"], enabled=False, desc="nothing") as (start, end):
         pass

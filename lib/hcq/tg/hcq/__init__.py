@@ -3,6 +3,7 @@
 Importing this package opens no device, starts no thread and runs no compiler.
 """
 
+from tg.codegen import Variable  # the IR's symbolic integer, re-exported: queue templates use it
 from tg.hcq.allocator import Allocator, BufferSpec, LRUAllocator
 from tg.hcq.buffer import Buffer
 from tg.hcq.compiled import HCQCompiled
@@ -12,7 +13,7 @@ from tg.hcq.profile import ProfileRangeEvent, hcq_profile, profile_events
 from tg.hcq.program import CLikeArgsState, HCQArgsState, HCQProgram
 from tg.hcq.queue import HWQueue
 from tg.hcq.signal import HCQSignal, SignalPool
-from tg.hcq.symbolic import Variable, sint
+from tg.hcq.symbolic import sint
 
 __all__ = [
     "Allocator",

@@ -3,7 +3,7 @@
 Commands name memory by address, as hardware does; `keep_alive` holds the Python objects that own that
 memory (a signal, the copied buffers) so it cannot be freed and reused while the command may still run.
 
-Backends execute these after `resolve_command` has replaced every `Variable` with its value, so a device
+Backends execute these after `resolve_command` has replaced every symbolic value (a `UOp`) with its value, so a device
 worker only ever sees plain integers (addresses, values, sizes), like hardware reading a command ring.
 """
 
@@ -14,7 +14,15 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from tg.hcq.symbolic import Variable, resolve, sint
+from tg.hcq.symbolic import is_symbolic, resolve, sint
+
+
+def memory_owners() -> Any:
+    """The `keep_alive` field: the signal or buffers whose memory a command names, held so it is not freed.
+
+    Not part of a command's value: it takes no part in comparisons and is left out of the repr.
+    """
+    return field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -23,7 +31,7 @@ class SignalCommand:
 
     value_addr: sint
     value: sint
-    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+    keep_alive: Any = memory_owners()
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,7 @@ class WaitCommand:
 
     value_addr: sint
     value: sint
-    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+    keep_alive: Any = memory_owners()
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,7 @@ class TimestampCommand:
     """Store the monotonic clock (ns) at `timestamp_addr` after all previous commands completed."""
 
     timestamp_addr: sint
-    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+    keep_alive: Any = memory_owners()
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ class CopyCommand:
     dest_addr: sint
     src_addr: sint
     size: sint
-    keep_alive: Any = field(default=None, compare=False, repr=False)  # the signal/buffers whose memory this names
+    keep_alive: Any = memory_owners()
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,7 @@ class WriteCommand:
     addr: sint
     value: sint
     b64: bool = False
-    keep_alive: Any = field(default=None, compare=False, repr=False)
+    keep_alive: Any = memory_owners()
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,7 @@ class PollBitCommand:
     addr: sint
     value: sint
     mask: int
-    keep_alive: Any = field(default=None, compare=False, repr=False)
+    keep_alive: Any = memory_owners()
 
 
 Command = (
@@ -104,7 +112,7 @@ Command = (
 )
 
 
-# Fields that hold objects, never integers: skipped when looking for Variables.
+# Fields that hold objects, never integers: skipped when looking for symbolic values.
 OBJECT_FIELDS = frozenset({"keep_alive", "program", "args_state", "b64", "mask"})
 
 
@@ -115,8 +123,8 @@ def _integer_fields(command_type: type) -> tuple[str, ...]:
 
 def _is_symbolic_field(value: object) -> bool:
     if isinstance(value, tuple):
-        return any(isinstance(item, Variable) for item in value)
-    return isinstance(value, Variable)
+        return any(is_symbolic(item) for item in value)
+    return is_symbolic(value)
 
 
 def is_symbolic_command(command: Command) -> bool:
@@ -130,6 +138,6 @@ def resolve_command(command: Command, var_vals: dict[str, int]) -> Command:
         value = getattr(command, name)
         if isinstance(value, tuple) and _is_symbolic_field(value):
             changes[name] = tuple(resolve(item, var_vals) for item in value)
-        elif isinstance(value, Variable):
+        elif is_symbolic(value):
             changes[name] = resolve(value, var_vals)
     return dataclasses.replace(command, **changes) if changes else command

@@ -2,7 +2,7 @@
 
 `HCQBuffer` is the raw handle every device-level API takes (programs, queues, allocators): a virtual
 address, a size, and for host-visible memory a memoryview over the bytes. `va_addr` may be a symbolic
-`Variable` for queue templates whose buffer is chosen at submit time.
+variable (a `UOp`) for queue templates whose buffer is chosen at submit time.
 """
 
 from __future__ import annotations

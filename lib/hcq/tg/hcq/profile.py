@@ -53,16 +53,23 @@ def hcq_profile(dev: Any, enabled: bool, desc: str, queue: Any = None) -> Iterat
     if queue is not None:
         queue.timestamp(start)
     else:
-        dev.hw_compute_queue_t().timestamp(start).submit(dev)
+        _stamp_on_timeline(dev, start)
     try:
         yield start, end
     finally:
         if queue is not None:
             queue.timestamp(end)
         else:
-            dev.hw_compute_queue_t().timestamp(end).submit(dev)
+            _stamp_on_timeline(dev, end)
         if PROFILE:
             dev.sig_prof_records.append(PendingRange(start, end, desc, dev.device))
+
+
+def _stamp_on_timeline(dev: Any, signal: Any) -> None:
+    """Timestamp `signal` in a queue of its own that joins the device timeline, so that `synchronize()` waits
+    for the stamp (a queue that signals nothing could still be pending when synchronize returns)."""
+    queue = dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1).timestamp(signal)
+    queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
 
 
 def collect_profile(records: list[PendingRange]) -> None:

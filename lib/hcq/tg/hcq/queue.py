@@ -3,8 +3,9 @@
     HWQueue().wait(sig, v).exec(prg, args, global_size, local_size).signal(sig2, v2).submit(dev)
 
 Any integer (a launch size, a signal value, a buffer or signal address, a kernel argument) may be a
-`Variable`; `submit(dev, var_vals)` patches those, and only those, each time. `bind(dev)` ties a queue to
-one device. An args state passed to `exec` stays alive at least as long as the queue that holds it.
+symbolic `UOp` (a variable or an expression of variables); `submit(dev, var_vals)` patches those, and only
+those, each time. `bind(dev)` ties a queue to one device. An args state passed to `exec` stays alive at
+least as long as the queue that holds it.
 
 Symbolic launch sizes and addresses are resolved into each submission's own copy of the commands, so
 back-to-back submits with different values are safe. Symbolic kernel arguments live in argument memory,
@@ -33,7 +34,7 @@ from tg.hcq.commands import (
     resolve_command,
 )
 from tg.hcq.memory import HCQBuffer
-from tg.hcq.symbolic import Variable, resolve, sint
+from tg.hcq.symbolic import is_symbolic, resolve, sint
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class HWQueue:
         return self._add(command)
 
     def bind_args_state(self, args_state: Any) -> None:
-        self.bound_sints.extend(b for b in args_state.bind_data if isinstance(b.value, Variable))
+        self.bound_sints.extend(b for b in args_state.bind_data if is_symbolic(b.value))
 
     # --- copy ---
 
@@ -150,7 +151,7 @@ class HWQueue:
         return self._resolved
 
     def submit(self, device: Any, var_vals: dict[str, int] | None = None) -> HWQueue:
-        """Send the recorded commands to `device`, with `var_vals` filling in every Variable."""
+        """Send the recorded commands to `device`, with `var_vals` filling in every variable."""
         if self.binded_device is not None and self.binded_device is not device:
             raise RuntimeError(f"queue is bound to {self.binded_device}, cannot submit to {device}")
         resolved = self._apply_var_vals(var_vals or {})

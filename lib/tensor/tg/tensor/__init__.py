@@ -1,1 +1,22 @@
-"""tg Tensor: a lazy tensor whose graphs compile into fused kernels."""
+"""tg Tensor: a lazy tensor whose graphs compile into fused kernels.
+
+`from tg.tensor import Tensor, dtypes, Device, GlobalCounters, Context`.
+"""
+
+from typing import Any
+
+from tg.codegen import dtypes
+from tg.codegen.flags import Context
+from tg.hcq import Device
+from tg.tensor.tensor import Tensor
+
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "dtypes"]
+
+
+def __getattr__(name: str) -> Any:
+    # the engine (scheduler, compilers) loads on first use, so `import tg.tensor` stays fast
+    if name == "GlobalCounters":
+        from tg.tensor.engine import GlobalCounters
+
+        return GlobalCounters
+    raise AttributeError(f"module 'tg.tensor' has no attribute {name!r}")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+from tg.drivers import navi31_regs as regs
 from tg.drivers.mmio import MMIOInterface
-from tg.flash import regs
 from tg.flash.errors import FlashError
 from tg.flash.ifwi import MAGIC
 from tg.flash.interrupts import deferred_interrupt

@@ -7,10 +7,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tg.drivers import navi31_regs as regs
 from tg.drivers.mmio import MMIOInterface
 from tg.drivers.pci import DeviceMatch
 from tg.drivers.transport import BoardRequest, Transport, check_request, open_board
-from tg.flash import regs
 from tg.flash.gd25 import GD25LQ16E
 from tg.flash.interrupts import deferred_interrupt
 from tg.flash.spi import Navi31SPI

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
+from tg.drivers import navi31_regs as regs
 from tg.drivers.transport import parse_transport
-from tg.flash import regs
 from tg.flash.aperture import sha256
 from tg.flash.board import BoardOptions, open_flash
 from tg.flash.console import (

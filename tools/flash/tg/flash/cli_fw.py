@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tg.flash import regs
+from tg.drivers import navi31_regs as regs
 from tg.flash.aperture import check_raw_dump, read_aperture, sha256
 from tg.flash.board import open_mmio
 from tg.flash.console import check_output_path, failures, parse_int, read_input, write_atomically

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tg.flash import regs
+from tg.drivers import navi31_regs as regs
 from tg.flash.errors import FlashError
 from tg.flash.poll import wait_until
 from tg.flash.spi import Navi31SPI
@@ -115,7 +115,7 @@ class GD25LQ16E:
             raise ValueError("read outside 2 MiB flash")
         out = bytearray()
         while len(out) < count:
-            size = min(regs.MAX_DATA, count - len(out))
+            size = min(regs.ROM_SW_DATA_SIZE, count - len(out))
             out += self._read_twice(READ_DATA, size, address=address + len(out), address_len=3)
             if on_chunk is not None:
                 on_chunk(size)

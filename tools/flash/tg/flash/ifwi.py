@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from tg.flash import regs
+from tg.drivers import navi31_regs as regs
 
 ROM_ITEM_COUNT = 19  # Navi31 ROMItemCount (AMDVBFlash ASICDetails.xml): the most steps ifwi-all takes
 MAGIC = bytes.fromhex("AA55AA55")

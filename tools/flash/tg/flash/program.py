@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tg.flash import regs
+from tg.drivers import navi31_regs as regs
 from tg.flash.errors import FlashError
 from tg.flash.gd25 import GD25LQ16E
 

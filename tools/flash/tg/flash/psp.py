@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tg.drivers import navi31_regs as regs
 from tg.drivers.mmio import MMIOInterface
-from tg.flash import regs
 from tg.flash.errors import FlashError
 from tg.flash.poll import wait_until
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tg.drivers import navi31_regs as regs
 from tg.drivers.mmio import MMIOInterface
-from tg.flash import regs
 from tg.flash.errors import FlashError
 from tg.flash.interrupts import deferred_interrupt
 from tg.flash.poll import wait_until
@@ -79,7 +79,7 @@ class Navi31SPI:
         if not 0 <= address_len <= 3:
             raise ValueError("address_len must be 0..3")
         count = len(data_out) or data_in
-        if count > regs.MAX_DATA:
+        if count > regs.ROM_SW_DATA_SIZE:
             raise ValueError("transfer data must be <= 256 bytes")
         with deferred_interrupt():
             saved = self._take_pins()

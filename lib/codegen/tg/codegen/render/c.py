@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from tg.codegen.dtype import AddrSpace, DType, dtypes
+from tg.codegen.dtype import AddrSpace, DType, dtypes, encode
 from tg.codegen.render.base import RenderedKernel, Renderer, global_params, loop_iterations
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
@@ -55,6 +55,11 @@ C_TYPES: dict[DType, str] = {
     dtypes.float32: "float",
     dtypes.float64: "double",
     dtypes.index: "long",
+    # fp8 is stored as bytes; tg.tensor converts to and from it with integer ops, C never does fp8 arithmetic
+    dtypes.fp8e4m3: "unsigned char",
+    dtypes.fp8e5m2: "unsigned char",
+    dtypes.fp8e4m3fnuz: "unsigned char",
+    dtypes.fp8e5m2fnuz: "unsigned char",
 }
 UNSIGNED_OF = {dtypes.int32: "unsigned int", dtypes.int64: "unsigned long long"}
 MATH_FUNCTIONS = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
@@ -92,6 +97,8 @@ def int_literal(value: int, dtype: DType) -> str:
 def literal(value: object, dtype: DType) -> str:
     if dtype is dtypes.bool:
         return "1" if value else "0"
+    if dtype.float_format is not None and dtype.itemsize == 1:  # fp8, stored as its byte
+        return f"((unsigned char){encode(value, dtype)})"
     if dtypes.is_float(dtype):
         return float_literal(float(value), dtype)  # type: ignore[arg-type]
     return int_literal(int(value), dtype)  # type: ignore[call-overload]

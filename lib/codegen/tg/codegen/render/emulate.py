@@ -49,10 +49,6 @@ class TypedMemory:
         struct.pack_into(self.format, self.memory, i * self.itemsize, raw)
 
 
-def _is_nan(x: Any) -> bool:
-    return isinstance(x, float) and math.isnan(x)
-
-
 def _pow(a: float, b: float) -> float:
     try:
         return math.pow(a, b)
@@ -62,21 +58,10 @@ def _pow(a: float, b: float) -> float:
         return math.inf if a == 0 else math.nan
 
 
-def _trunc(x: float) -> float:
-    """C's trunc: infinities and NaN stay, and a zero result keeps the sign (trunc(-0.5) is -0.0)."""
-    if not math.isfinite(x):
-        return x
-    return math.copysign(float(math.trunc(x)), x)
-
-
 def alu(op: Ops, dtype: DType, *operands: Any) -> Any:
     """The value of `op` on `operands`, as the C renderer's code computes it, converted to `dtype`."""
-    if op is Ops.MAX and any(_is_nan(x) for x in operands):
-        return math.nan
     if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(dtype) and operands[1] == 0:
         return 0
-    if op is Ops.TRUNC:
-        return truncate(_trunc(operands[0]), dtype)
     if op is Ops.POW:
         return truncate(_pow(float(operands[0]), float(operands[1])), dtype)
     if op in (Ops.SHL, Ops.SHR) and not 0 <= operands[1] < dtype.bitsize:

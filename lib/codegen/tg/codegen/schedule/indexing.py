@@ -106,16 +106,9 @@ def distribute_constant_factor(x: UOp, y: UOp, c: UOp) -> UOp | None:
     return x * c + y * c
 
 
-def where_with_equal_branches(a: UOp) -> UOp:
-    """WHERE(c, a, a) is a. (symbolic's own rule for this binds `c` but its callback does not take it, which
-    raises a TypeError; this rule runs first until that is fixed in tg.codegen.uop.symbolic.)"""
-    return a
-
-
 _sum_times_constant = UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y"))), UPat.cvar("c")))
-_equal_branches = UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("a")))
 index_algebra = PatternMatcher(
-    [(_sum_times_constant, distribute_constant_factor), (_equal_branches, where_with_equal_branches)],
+    [(_sum_times_constant, distribute_constant_factor)],
     name="index_algebra",
 )
 

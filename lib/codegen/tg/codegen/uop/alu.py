@@ -74,9 +74,18 @@ def _shr(a: int, b: int) -> int:
 
 
 def _maximum(a: Any, b: Any) -> Any:
-    if isinstance(a, float) and math.isnan(a):
-        return a
+    """IEEE-style max that propagates NaN from either operand (as the C renderer's code does)."""
+    for x in (a, b):
+        if isinstance(x, float) and math.isnan(x):
+            return x
     return b if b > a else a
+
+
+def _trunc(x: float) -> float:
+    """C's trunc: infinities and NaN stay, and a zero result keeps the sign (trunc(-0.5) is -0.0)."""
+    if not math.isfinite(x):
+        return x
+    return math.copysign(float(math.trunc(x)), x)
 
 
 _ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
@@ -102,7 +111,7 @@ _ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
     Ops.EXP2: _safe_exp2,
     Ops.LOG2: _safe_log2,
     Ops.SIN: _sin,
-    Ops.TRUNC: lambda a: a if math.isinf(a) or math.isnan(a) else float(math.trunc(a)),
+    Ops.TRUNC: _trunc,
     Ops.FDIV: lambda a, b: a / b
     if b != 0
     else (math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)),

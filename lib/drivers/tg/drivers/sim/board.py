@@ -7,11 +7,12 @@ when the session began, so that a driver which forgets to restore one is caught.
 
 from __future__ import annotations
 
+from tg.drivers import navi31_regs as r
 from tg.drivers.mmio import MMIOInterface
-from tg.drivers.sim import registers as r
 from tg.drivers.sim.faults import Faults
 from tg.drivers.sim.gd25 import FLASH_SIZE, GD25Chip
 from tg.drivers.sim.psp import PSPMailboxSim, PSPScript
+from tg.drivers.sim.registers import POWER_ON_REGISTERS, REGISTER_NAMES, RESTORED_REGISTERS
 from tg.drivers.sim.romsw import RomSwEngine, SimProtocolError
 
 WINDOW_START = r.ROM_SW_DATA
@@ -30,7 +31,7 @@ class SimNavi31Board(MMIOInterface):
         self.size = r.BAR5_SIZE
         self.chip = chip
         self.faults = faults or chip.faults
-        self.regs = dict(r.POWER_ON_REGISTERS)
+        self.regs = dict(POWER_ON_REGISTERS)
         self.regs.update(registers or {})
         self.engine = RomSwEngine(self.regs, chip, self.faults)
         self.psp = PSPMailboxSim(psp_script or PSPScript(), ifwi, self.faults)
@@ -125,7 +126,7 @@ class SimNavi31Board(MMIOInterface):
     # -- checks for tests and session close --------------------------------------------------------------------
 
     def controller_registers(self) -> dict[str, int]:
-        return {name: self.regs[offset] for name, offset in r.RESTORED_REGISTERS.items()}
+        return {name: self.regs[offset] for name, offset in RESTORED_REGISTERS.items()}
 
     def unrestored_registers(self) -> dict[str, tuple[int, int]]:
         """Registers whose value differs from the session start: name -> (expected, found)."""
@@ -138,7 +139,7 @@ def format_trace(trace: list[tuple[str, int, int | bytes]]) -> str:
     lines = []
     for op, offset, value in trace:
         shown = value.hex() if isinstance(value, bytes) else f"{value:08x}"
-        label = r.REGISTER_NAMES.get(offset) or _window_label(offset)
+        label = REGISTER_NAMES.get(offset) or _window_label(offset)
         lines.append(f"{op:<3} {offset:06x} {shown}  {label}".rstrip())
     return "\n".join(lines) + ("\n" if lines else "")
 

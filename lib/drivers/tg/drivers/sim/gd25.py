@@ -8,11 +8,9 @@ bits with CMP) are ignored silently, exactly as the real chip does, so only a re
 
 from __future__ import annotations
 
+from tg.drivers.navi31_regs import FLASH_SIZE, PAGE_SIZE, SECTOR_SIZE
 from tg.drivers.sim.faults import Faults
 
-FLASH_SIZE = 0x200000
-SECTOR_SIZE = 0x1000
-PAGE_SIZE = 0x100
 JEDEC_ID = bytes([0xC8, 0x60, 0x15])
 
 SR1_BUSY, SR1_WEL = 0x01, 0x02

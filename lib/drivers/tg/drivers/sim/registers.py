@@ -1,27 +1,24 @@
-"""Register offsets of the simulated Navi31 BAR5 (the facts a driver must agree on, stated once here)."""
+"""What only the simulated Navi31 BAR5 needs: power-on values, the registers a session must restore, and
+the names shown in access traces. The register offsets themselves are hardware facts, in `tg.drivers.navi31_regs`.
+"""
 
-BAR5_SIZE = 0x100000
+from tg.drivers.navi31_regs import (
+    GPIO_PAD_A,
+    GPIO_PAD_EN,
+    GPIO_PAD_MASK,
+    PAGE_MIRROR_CNTL,
+    PSP_COMMAND,
+    PSP_COMMAND_DATA,
+    PSP_DOORBELL,
+    ROM_CNTL,
+    ROM_DATA,
+    ROM_INDEX,
+    ROM_SW_CNTL,
+    ROM_SW_COMMAND,
+    ROM_SW_STATUS,
+)
 
-ROM_CNTL = 0x5A380
-PAGE_MIRROR_CNTL = 0x5A384
-ROM_INDEX = 0x5A390
-ROM_DATA = 0x5A394
-ROM_SW_CNTL = 0x5A3A0
-ROM_SW_STATUS = 0x5A3A4
-ROM_SW_COMMAND = 0x5A3A8
-ROM_SW_DATA = 0x5A3B0
-ROM_SW_DATA_SIZE = 0x100
-GPIO_PAD_MASK = 0x5A504
-GPIO_PAD_A = 0x5A508
-GPIO_PAD_EN = 0x5A510
-
-PSP_COMMAND = 0x582CC
-PSP_COMMAND_DATA = 0x582D0
-PSP_DOORBELL = 0x58224
-
-SPI_GPIO_BITS = 0x780
-RETURN_DATA_EN = 0x80000
-ROM_APERTURE_ENABLE = 1 << 29
+# The ROM_SW_STATUS value the simulated engine shows while the `gated` fault holds it.
 GATED_STATUS = 0x04000800
 
 # Registers a transfer or dump may change and must put back; checked when a simulated session closes.

@@ -12,9 +12,10 @@ drivers therefore issue every read twice.
 
 from __future__ import annotations
 
-from tg.drivers.sim import registers as r
+from tg.drivers import navi31_regs as r
 from tg.drivers.sim.faults import Faults
 from tg.drivers.sim.gd25 import GD25Chip
+from tg.drivers.sim.registers import GATED_STATUS
 
 
 class SimProtocolError(RuntimeError):
@@ -67,7 +68,7 @@ class RomSwEngine:
         self._check_preconditions()
         self._status_cleared = False
         if self.faults.gated:
-            self.regs[r.ROM_SW_STATUS] = r.GATED_STATUS
+            self.regs[r.ROM_SW_STATUS] = GATED_STATUS
             return
         count = control & 0x1FF
         command_bytes = ((control >> 16) & 0x3) + 1

@@ -15,6 +15,7 @@ from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
 from tg.hcq.allocator import Allocator, BufferSpec
 from tg.hcq.device import Compiled, DeviceSpec
 from tg.hcq.memory import HCQBuffer
+from tg.hcq.program import Program, ProgramCall
 
 NULL_PROGRAM_SECONDS = 1e-3
 
@@ -35,24 +36,15 @@ class NullAllocator(Allocator):
         pass
 
 
-class NullProgram:
+class NullProgram(Program):
     """Loads nothing and runs nothing; a call with wait=True reports a fixed time."""
 
     def __init__(self, dev: Any, name: str, lib: bytes) -> None:
-        self.dev = dev
-        self.name = name
+        super().__init__(dev, name)
         self.lib = lib
 
-    def __call__(
-        self,
-        *bufs: Any,
-        global_size: tuple[int, ...] = (1, 1, 1),
-        local_size: tuple[int, ...] = (1, 1, 1),
-        vals: tuple[int, ...] = (),
-        wait: bool = False,
-        timeout: int | None = None,
-    ) -> float | None:
-        return NULL_PROGRAM_SECONDS if wait else None
+    def run(self, bufs: tuple[Any, ...], call: ProgramCall) -> float | None:
+        return NULL_PROGRAM_SECONDS if call.wait else None
 
 
 class NullDevice(Compiled):

@@ -13,6 +13,7 @@ from tg.codegen.render.emulate import load_function
 from tg.codegen.render.python import PythonRenderer
 from tg.hcq.allocator import BufferSpec, LRUAllocator
 from tg.hcq.device import Compiled, DeviceSpec
+from tg.hcq.program import Program, ProgramCall
 
 
 class PythonMemory:
@@ -50,28 +51,19 @@ class PythonCompiler:
         return source.encode()
 
 
-class PythonProgram:
+class PythonProgram(Program):
     """A Python kernel function. Calls run it once per core_id of the global size, then return."""
 
     def __init__(self, dev: Any, name: str, lib: bytes) -> None:
-        self.dev = dev
-        self.name = name
+        super().__init__(dev, name)
         self.function = load_function(lib.decode(), name)
 
-    def __call__(
-        self,
-        *bufs: PythonMemory,
-        global_size: tuple[int, ...] = (1, 1, 1),
-        local_size: tuple[int, ...] = (1, 1, 1),
-        vals: tuple[int, ...] = (),
-        wait: bool = False,
-        timeout: int | None = None,
-    ) -> float | None:
+    def run(self, bufs: tuple[PythonMemory, ...], call: ProgramCall) -> float | None:
         start = time.perf_counter()
-        calls = global_size[0] * global_size[1] * global_size[2]
+        calls = call.global_size[0] * call.global_size[1] * call.global_size[2]
         for core_id in range(calls):
-            self.function(*(b.view for b in bufs), *vals, core_id)
-        return time.perf_counter() - start if wait else None
+            self.function(*(b.view for b in bufs), *call.vals, core_id)
+        return time.perf_counter() - start if call.wait else None
 
 
 class PythonDevice(Compiled):

@@ -1,0 +1,63 @@
+"""Scaled dot-product attention: softmax(q k^T * scale + mask) v, with an optional causal mask and grouped heads.
+
+The two products are Tensor.matmul (tg.tensor.linalg), batched over the leading axes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from tg.codegen import dtypes
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+
+def causal_mask(queries: int, keys: int, like: Tensor) -> Tensor:
+    """True where key j may be seen from query i: j <= i, aligned at the top-left as torch's is_causal."""
+    rows = like.arange(queries, dtype=dtypes.int32, device=like.device).reshape(queries, 1)
+    columns = like.arange(keys, dtype=dtypes.int32, device=like.device).reshape(1, keys)
+    return columns <= rows
+
+
+def repeat_heads(t: Tensor, groups: int) -> Tensor:
+    """(..., H, S, E) -> (..., H * groups, S, E), each head repeated `groups` times in place (GQA)."""
+    if groups == 1:
+        return t
+    *batch, heads, length, width = t.shape
+    repeated = t.unsqueeze(-3).expand(*batch, heads, groups, length, width)
+    return repeated.reshape(*batch, heads * groups, length, width)
+
+
+class AttentionOps:
+    """`scaled_dot_product_attention`."""
+
+    def scaled_dot_product_attention(
+        self,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> Tensor:
+        """torch's scaled_dot_product_attention for query (..., L, E), key (..., S, E), value (..., S, Ev).
+
+        A bool `attn_mask` keeps the positions that are True; a float one is added to the scores. `dropout_p` drops
+        attention weights only while `Tensor.training` is set (tinygrad's rule, unlike torch's). With
+        `enable_gqa`, key and value may have fewer heads (axis -3) than the query, which must be a multiple.
+        """
+        if is_causal and attn_mask is not None:
+            raise ValueError("scaled_dot_product_attention takes is_causal or attn_mask, not both")
+        if enable_gqa and self.ndim >= 3:
+            groups = self.shape[-3] // key.shape[-3]
+            key, value = repeat_heads(key, groups), repeat_heads(value, groups)
+        scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
+        scores = self.matmul(key.transpose(-1, -2)) * scale
+        if is_causal:
+            attn_mask = causal_mask(self.shape[-2], key.shape[-2], self)
+        if attn_mask is not None:
+            scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
+        return scores.softmax(-1).dropout(dropout_p).matmul(value)  # dropout acts only while Tensor.training

@@ -1,0 +1,191 @@
+"""Creating tensors: from Python data, numpy arrays and bytes, and the `zeros`/`ones`/`full`/... constructors.
+
+Data from the host becomes a realized BUFFER through the engine's `buffer_from_bytes` (a copy, no kernel). Constant
+tensors stay lazy: a CONST reshaped to all-ones and expanded, so `zeros(n) + x` never reads memory for the zeros.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tg.codegen import DType, Ops, UOp, dtypes, from_numpy, to_numpy, truncate
+from tg.codegen.schedule.graph import Shape, ShapeError, const_node, new_buffer
+from tg.hcq import Device
+from tg.tensor.promotion import PythonScalar, check_scalar_fits, dtype_name, is_python_scalar, python_scalar_dtype
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+
+def canonical_device(device: str | None) -> str:
+    """The canonical name of `device` (None: the default device from DEV)."""
+    return Device.DEFAULT if device is None else Device.canonicalize(device)
+
+
+def normalize_shape(shape: tuple[Any, ...]) -> Shape:
+    """Accept `f(2, 3)` and `f((2, 3))` alike; sizes must be non-negative ints."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    for size in shape:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ShapeError(f"a shape needs non-negative int sizes, got {tuple(shape)}")
+    return tuple(shape)
+
+
+def const_of_shape(value: PythonScalar, shape: Shape, dtype: DType, device: str) -> UOp:
+    """A lazy constant tensor: CONST reshaped to all-ones and expanded to `shape`."""
+    node = const_node(truncate(value, dtype), dtype, device)
+    if not shape:
+        return node
+    node = UOp(Ops.RESHAPE, dtype, (node,), (1,) * len(shape))
+    if all(size == 1 for size in shape):
+        return node
+    return UOp(Ops.EXPAND, dtype, (node,), shape)
+
+
+def buffer_view(buffer: UOp, shape: Shape) -> UOp:
+    """A flat BUFFER seen in `shape`."""
+    if tuple(shape) == (buffer.arg.size,):
+        return buffer
+    return UOp(Ops.RESHAPE, buffer.dtype, (buffer,), tuple(shape))
+
+
+def upload(data: bytes | memoryview, shape: Shape, dtype: DType, device: str) -> UOp:
+    from tg.tensor.engine import buffer_from_bytes
+
+    return buffer_view(buffer_from_bytes(data, dtype, device), shape)
+
+
+def _list_dtype(data: list | tuple) -> DType:
+    """bools -> bool, ints -> the default int, any float -> the default float (as tinygrad)."""
+    import numpy as np
+
+    kinds = np.array(data, dtype=object).ravel() if data else []
+    if len(kinds) and all(isinstance(value, bool) for value in kinds):
+        return dtypes.bool
+    if len(kinds) and all(isinstance(value, int) for value in kinds):
+        return dtypes.default_int
+    return dtypes.default_float
+
+
+def node_from_numpy(array: Any, device: str, dtype: DType | None) -> UOp:
+    """A realized buffer holding `array`, converted on the host when `dtype` asks for another type."""
+    import numpy as np
+
+    source_dtype = from_numpy(array.dtype)
+    if dtype is not None and dtype is not source_dtype:
+        array = array.astype(to_numpy(dtype))
+        source_dtype = dtype
+    shape = array.shape  # before ascontiguousarray, which makes 0-d arrays 1-d
+    flat = np.ascontiguousarray(array).reshape(-1)
+    raw_bytes = memoryview(flat.view(np.uint8))  # no intermediate copy: the engine copies once
+    return upload(raw_bytes, shape, source_dtype, device)
+
+
+def node_from_list(data: list | tuple, device: str, dtype: DType | None) -> UOp:
+    import numpy as np
+
+    dtype = _list_dtype(data) if dtype is None else dtype
+    try:
+        array = np.array(data, dtype=to_numpy(dtype))
+    except ValueError as error:
+        raise ShapeError(f"nested lists must be rectangular to make a tensor ({error})") from None
+    return node_from_numpy(array, device, dtype)
+
+
+def node_from_bytes(data: bytes | bytearray | memoryview, device: str, dtype: DType | None) -> UOp:
+    """Raw bytes read as elements of `dtype` (uint8 by default)."""
+    dtype = dtypes.uint8 if dtype is None else dtype
+    if len(data) % dtype.itemsize:
+        element = f"{dtype_name(dtype)} elements ({dtype.itemsize} bytes)"
+        raise ValueError(f"{len(data)} bytes are not a whole number of {element}")
+    return upload(bytes(data), (len(data) // dtype.itemsize,), dtype, device)
+
+
+def node_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
+    """The graph node for `Tensor(data)`: a CONST for a scalar, a realized buffer for host data."""
+    import numpy as np
+
+    if data is None:
+        return new_buffer(device, 0, dtype or dtypes.default_float)
+    if is_python_scalar(data):
+        dtype = python_scalar_dtype(data) if dtype is None else dtype
+        check_scalar_fits(data, dtype)
+        return const_of_shape(data, (), dtype, device)
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return node_from_bytes(data, device, dtype)
+    if isinstance(data, (list, tuple)):
+        return node_from_list(data, device, dtype)
+    if isinstance(data, np.ndarray):
+        return node_from_numpy(data, device, dtype)
+    if isinstance(data, np.generic):
+        return node_from_numpy(np.asarray(data), device, dtype)
+    raise TypeError(f"cannot make a tensor from {type(data).__name__}")
+
+
+class CreationOps:
+    """Constructors: `Tensor.zeros(2, 3)`, `Tensor.arange(10)`, `Tensor.eye(4)`, `t.ones_like()`, ..."""
+
+    @classmethod
+    def empty(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+        """A tensor with storage but unspecified contents."""
+        shape = normalize_shape(shape)
+        dtype = dtypes.default_float if dtype is None else dtype
+        device = canonical_device(device)
+        return cls(buffer_view(new_buffer(device, math.prod(shape), dtype), shape), device=device)  # type: ignore
+
+    @classmethod
+    def full(cls, shape: Any, fill_value: PythonScalar, dtype: DType | None = None, device: str | None = None):
+        shape = normalize_shape((shape,) if isinstance(shape, int) else tuple(shape))
+        dtype = python_scalar_dtype(fill_value) if dtype is None else dtype
+        device = canonical_device(device)
+        return cls(const_of_shape(fill_value, shape, dtype, device), device=device)  # type: ignore
+
+    @classmethod
+    def zeros(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+        return cls.full(normalize_shape(shape), 0.0, dtype or dtypes.default_float, device)
+
+    @classmethod
+    def ones(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+        return cls.full(normalize_shape(shape), 1.0, dtype or dtypes.default_float, device)
+
+    @classmethod
+    def arange(cls, start: PythonScalar, stop: PythonScalar | None = None, step: PythonScalar = 1, **kwargs) -> Tensor:
+        """`start, start+step, ...` below `stop`; ints give the default int, any float the default float.
+
+        The values are computed on the host and uploaded (the tensor graph has no index node), like `Tensor(list)`.
+        """
+        import numpy as np
+
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange needs a non-zero step")
+        all_ints = all(isinstance(v, int) for v in (start, stop, step))
+        dtype = kwargs.pop("dtype", None) or (dtypes.default_int if all_ints else dtypes.default_float)
+        count = max(0, math.ceil((stop - start) / step))
+        values = start + np.arange(count, dtype=np.float64 if not all_ints else np.int64) * step
+        return cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs)  # type: ignore
+
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, dtype: DType | None = None, device: str | None = None) -> Tensor:
+        """The identity: ones on the diagonal. Built lazily from movement ops of a constant."""
+        m = n if m is None else m
+        size = max(n, m)
+        # a column of ones padded to width size+1, read row by row as size x size, puts a one every size+1 elements
+        ones_column = cls.ones(size, 1, dtype=dtype, device=device)
+        square = ones_column.pad(((0, 0), (0, size))).flatten().shrink(((0, size * size),)).reshape(size, size)
+        return square.shrink(((0, n), (0, m)))
+
+    def empty_like(self, dtype: DType | None = None, device: str | None = None) -> Tensor:
+        return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)  # type: ignore
+
+    def full_like(self, fill_value: PythonScalar, dtype: DType | None = None, device: str | None = None) -> Tensor:
+        return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)  # type: ignore
+
+    def zeros_like(self, dtype: DType | None = None, device: str | None = None) -> Tensor:
+        return self.full_like(0, dtype, device)
+
+    def ones_like(self, dtype: DType | None = None, device: str | None = None) -> Tensor:
+        return self.full_like(1, dtype, device)

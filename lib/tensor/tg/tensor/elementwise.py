@@ -1,0 +1,396 @@
+"""Elementwise ops: arithmetic, comparisons, `where`, `maximum`/`minimum` and bitwise ops, with broadcasting.
+
+Operands are first promoted to one dtype (see tg.tensor.promotion) and broadcast to one shape; then each op is one
+ALU node, or a few when the IR's primitive differs from numpy's meaning: integer `//` and `%` floor (the IR
+truncates) and guard division by zero. Unary math functions live in tg.tensor.unary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
+from tg.tensor.creation import const_of_shape
+from tg.tensor.fp8 import is_fp8
+from tg.tensor.promotion import broadcast_shapes, check_scalar_fits, dtype_name, is_python_scalar, result_dtype
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+Operand = Any  # a Tensor or a Python scalar
+
+
+def alu(op: Ops, *operands: Tensor) -> Tensor:
+    """One ALU node over operands that already share a shape (and a dtype, except WHERE's condition)."""
+    if any(is_fp8(operand.dtype) for operand in operands):
+        return _fp8_alu(op, *operands)
+    if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+        dtype = dtypes.bool
+    elif op is Ops.WHERE:
+        dtype = operands[1].dtype
+    else:
+        dtype = operands[0].dtype
+    first = operands[0]
+    return first._wrap(UOp(op, dtype, tuple(operand.uop for operand in operands)))
+
+
+def _fp8_alu(op: Ops, *operands: Tensor) -> Tensor:
+    """fp8 arithmetic in float32 (exact for every fp8 input), rounded back once: renderers have no fp8 ALU."""
+    fp8_dtype = next(operand.dtype for operand in operands if is_fp8(operand.dtype))
+    result = alu(op, *(operand.float() if is_fp8(operand.dtype) else operand for operand in operands))
+    return result if result.dtype is dtypes.bool else result.cast(fp8_dtype)
+
+
+def _as_tensor(value: Operand, like: Tensor, dtype: DType) -> Tensor:
+    """`value` as a tensor of `dtype` on `like`'s device (a Python scalar becomes a lazy constant)."""
+    if is_python_scalar(value):
+        check_scalar_fits(value, dtype)
+        return like._wrap(const_of_shape(value, (), dtype, like.device))
+    if value.device != like.device:
+        raise ValueError(f"operands are on different devices: {like.device} and {value.device}")
+    return value.cast(dtype)
+
+
+def broadcast(*operands: Operand, dtype: DType | None = None, like: Tensor | None = None) -> list[Tensor]:
+    """Operands as tensors of one dtype (the promoted one unless `dtype` is given) and one broadcast shape.
+
+    Python scalars stay weak in the promotion; other non-tensors (lists, numpy arrays) become tensors first.
+    `like` gives the device when every operand is a Python scalar.
+    """
+    tensors_seen = [operand for operand in operands if hasattr(operand, "uop")]
+    like = tensors_seen[0] if tensors_seen else like
+    assert like is not None, "broadcast needs a tensor operand or `like`"
+    operands = tuple(
+        operand if is_python_scalar(operand) or hasattr(operand, "uop") else type(like)(operand, device=like.device)
+        for operand in operands
+    )
+    common = result_dtype(*operands) if dtype is None else dtype
+    tensors = [_as_tensor(operand, like, common) for operand in operands]
+    shape = broadcast_shapes(*(tensor.shape for tensor in tensors))
+    return [tensor.expand(shape) if tensor.shape != shape else tensor for tensor in tensors]
+
+
+_BITWISE_NAMES = {
+    Ops.AND: "bitwise and (&)",
+    Ops.OR: "bitwise or (|)",
+    Ops.XOR: "bitwise xor (^)",
+    Ops.SHL: "<<",
+    Ops.SHR: ">>",
+}
+
+
+def _operands(tensor: Tensor, other: Operand, reverse: bool) -> list[Tensor]:
+    """`tensor op other` (or `other op tensor` for the reflected operators) as two broadcast tensors."""
+    return broadcast(other, tensor) if reverse else broadcast(tensor, other)
+
+
+def _require(condition: bool, what: str, *dtypes_seen: DType) -> None:
+    if not condition:
+        names = " and ".join(dtype_name(dt) for dt in dtypes_seen)
+        raise TypeError(f"{what} is not supported for {names}")
+
+
+def in_float32_when_half(tensor: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
+    """Apply `compute` to a float tensor; 16-bit floats go through float32 and round once at the end."""
+    if not dtypes.is_float(tensor.dtype):
+        tensor = tensor.cast(dtypes.default_float)
+    if tensor.dtype in (dtypes.float16, dtypes.bfloat16):
+        return compute(tensor.cast(dtypes.float32)).cast(tensor.dtype)
+    return compute(tensor)
+
+
+class ElementwiseOps:
+    """Arithmetic (`+ - * / // % **`), comparisons, `where`, `maximum`/`minimum`, bitwise and logical ops."""
+
+    # -------------------------------------------------------------------------------- arithmetic
+
+    def add(self, other: Operand, reverse: bool = False) -> Tensor:
+        a, b = _operands(self, other, reverse)
+        if a.dtype is dtypes.bool:  # numpy: adding bools is logical or
+            return alu(Ops.OR, a, b)
+        return alu(Ops.ADD, a, b)
+
+    def sub(self, other: Operand, reverse: bool = False) -> Tensor:
+        a, b = _operands(self, other, reverse)
+        _require(a.dtype is not dtypes.bool, "subtraction", a.dtype, b.dtype)
+        return alu(Ops.SUB, a, b)
+
+    def mul(self, other: Operand, reverse: bool = False) -> Tensor:
+        a, b = _operands(self, other, reverse)
+        if a.dtype is dtypes.bool:  # numpy: multiplying bools is logical and
+            return alu(Ops.AND, a, b)
+        return alu(Ops.MUL, a, b)
+
+    def div(self, other: Operand, reverse: bool = False) -> Tensor:
+        """True division; integer operands divide as the default float."""
+        a, b = _operands(self, other, reverse)
+        if not dtypes.is_float(a.dtype):
+            a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
+        return alu(Ops.FDIV, a, b)
+
+    def floordiv(self, other: Operand, reverse: bool = False) -> Tensor:
+        """Floor division as numpy: rounds toward -inf; an integer divided by zero gives 0."""
+        a, b = _operands(self, other, reverse)
+        _require(a.dtype is not dtypes.bool, "//", a.dtype, b.dtype)
+        if dtypes.is_float(a.dtype):  # 16-bit floats in float32, rounded once (as numpy)
+            return in_float32_when_half(a, lambda x: _float_floordiv(x, b.cast(x.dtype)))
+        return _int_divmod(a, b)[0]
+
+    def mod(self, other: Operand, reverse: bool = False) -> Tensor:
+        """Remainder with the sign of the divisor, as numpy; an integer modulo zero gives 0."""
+        a, b = _operands(self, other, reverse)
+        _require(a.dtype is not dtypes.bool, "%", a.dtype, b.dtype)
+        if dtypes.is_float(a.dtype):
+            return in_float32_when_half(a, lambda x: _float_mod(x, b.cast(x.dtype)))
+        return _int_divmod(a, b)[1]
+
+    def neg(self) -> Tensor:
+        if self.dtype is dtypes.bool:
+            return self.logical_not()
+        return alu(Ops.NEG, self)
+
+    def pow(self, exponent: Operand, reverse: bool = False) -> Tensor:
+        base, power = _operands(self, exponent, reverse)
+        _require(base.dtype is not dtypes.bool, "**", base.dtype)
+        if dtypes.is_int(base.dtype):
+            if isinstance(exponent, int) and not reverse:
+                return _int_pow_by_constant(base, exponent)
+            return _int_pow(base, power)
+        return in_float32_when_half(base, lambda x: alu(Ops.POW, x, power.cast(x.dtype)))
+
+    __add__ = add
+    __sub__ = sub
+    __mul__ = mul
+    __truediv__ = div
+    __floordiv__ = floordiv
+    __mod__ = mod
+    __pow__ = pow
+    __neg__ = neg
+
+    def __radd__(self, other: Operand) -> Tensor:
+        return self.add(other, reverse=True)
+
+    def __rsub__(self, other: Operand) -> Tensor:
+        return self.sub(other, reverse=True)
+
+    def __rmul__(self, other: Operand) -> Tensor:
+        return self.mul(other, reverse=True)
+
+    def __rtruediv__(self, other: Operand) -> Tensor:
+        return self.div(other, reverse=True)
+
+    def __rfloordiv__(self, other: Operand) -> Tensor:
+        return self.floordiv(other, reverse=True)
+
+    def __rmod__(self, other: Operand) -> Tensor:
+        return self.mod(other, reverse=True)
+
+    def __rpow__(self, other: Operand) -> Tensor:
+        return self.pow(other, reverse=True)
+
+    # -------------------------------------------------------------------------------- comparisons and selection
+
+    def _comparison_operands(self, other: Operand) -> list[Tensor]:
+        """Both operands in one dtype; a Python int beyond the tensor's int dtype compares in a wider type."""
+        try:
+            return broadcast(self, other)
+        except OverflowError:
+            wider = dtypes.int64 if dtypes.min(dtypes.int64) <= other <= dtypes.max(dtypes.int64) else dtypes.float64
+            return broadcast(self, other, dtype=least_upper_dtype(self.dtype, wider))
+
+    def __lt__(self, other: Operand) -> Tensor:
+        return alu(Ops.CMPLT, *self._comparison_operands(other))
+
+    def __gt__(self, other: Operand) -> Tensor:
+        a, b = self._comparison_operands(other)
+        return alu(Ops.CMPLT, b, a)
+
+    def __le__(self, other: Operand) -> Tensor:
+        a, b = self._comparison_operands(other)  # not (b < a) would call NaN <= 1 true; IEEE says false
+        return alu(Ops.OR, alu(Ops.CMPLT, a, b), alu(Ops.CMPEQ, a, b))
+
+    def __ge__(self, other: Operand) -> Tensor:
+        a, b = self._comparison_operands(other)
+        return alu(Ops.OR, alu(Ops.CMPLT, b, a), alu(Ops.CMPEQ, a, b))
+
+    def __eq__(self, other: Operand) -> Tensor:  # type: ignore[override]
+        return alu(Ops.CMPEQ, *self._comparison_operands(other))
+
+    def __ne__(self, other: Operand) -> Tensor:  # type: ignore[override]
+        return alu(Ops.CMPNE, *self._comparison_operands(other))
+
+    def where(self, x: Operand, y: Operand) -> Tensor:
+        """`x` where this (as bool) is true, else `y`; x and y promote together, all three broadcast."""
+        x, y = broadcast(x, y, like=self)
+        shape = broadcast_shapes(self.shape, x.shape)
+        condition = self.cast(dtypes.bool)
+        condition, x, y = (t.expand(shape) if t.shape != shape else t for t in (condition, x, y))
+        return alu(Ops.WHERE, condition, x, y)
+
+    def maximum(self, other: Operand) -> Tensor:
+        """The larger of two values; NaN wins, as in numpy."""
+        a, b = broadcast(self, other)
+        a_wins = alu(Ops.CMPLT, b, a)
+        if dtypes.is_float(a.dtype):
+            a_wins = alu(Ops.OR, a_wins, a.isnan())
+        return alu(Ops.WHERE, a_wins, a, b)
+
+    def minimum(self, other: Operand) -> Tensor:
+        """The smaller of two values; NaN wins, as in numpy."""
+        a, b = broadcast(self, other)
+        a_wins = alu(Ops.CMPLT, a, b)
+        if dtypes.is_float(a.dtype):
+            a_wins = alu(Ops.OR, a_wins, a.isnan())
+        return alu(Ops.WHERE, a_wins, a, b)
+
+    def clip(self, min_: Operand | None = None, max_: Operand | None = None) -> Tensor:
+        result = self if min_ is None else self.maximum(min_)
+        return result if max_ is None else result.minimum(max_)
+
+    clamp = clip
+
+    def relu(self) -> Tensor:
+        """max(x, 0) with NaN kept (as torch): `(x > 0).where(x, 0)` would turn NaN into 0."""
+        return (self <= 0).where(0, self)
+
+    # -------------------------------------------------------------------------------- bitwise and logical
+
+    def _bitwise(self, op: Ops, other: Operand, reverse: bool) -> Tensor:
+        a, b = _operands(self, other, reverse)
+        _require(not dtypes.is_float(a.dtype), _BITWISE_NAMES[op], a.dtype)
+        return alu(op, a, b)
+
+    def bitwise_and(self, other: Operand, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.AND, other, reverse)
+
+    def bitwise_or(self, other: Operand, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.OR, other, reverse)
+
+    def bitwise_xor(self, other: Operand, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.XOR, other, reverse)
+
+    def lshift(self, other: Operand, reverse: bool = False) -> Tensor:
+        _require(not dtypes.is_float(self.dtype) and self.dtype is not dtypes.bool, "<<", self.dtype)
+        return self._bitwise(Ops.SHL, other, reverse)
+
+    def rshift(self, other: Operand, reverse: bool = False) -> Tensor:
+        _require(not dtypes.is_float(self.dtype) and self.dtype is not dtypes.bool, ">>", self.dtype)
+        return self._bitwise(Ops.SHR, other, reverse)
+
+    def bitwise_not(self) -> Tensor:
+        _require(not dtypes.is_float(self.dtype), "~", self.dtype)
+        if self.dtype is dtypes.bool:
+            return self.logical_not()
+        all_ones = dtypes.max(self.dtype) if dtypes.is_unsigned(self.dtype) else -1
+        return alu(Ops.XOR, *broadcast(self, all_ones))
+
+    def logical_not(self) -> Tensor:
+        return alu(Ops.CMPEQ, *broadcast(self, False if self.dtype is dtypes.bool else 0))
+
+    __and__ = bitwise_and
+    __or__ = bitwise_or
+    __xor__ = bitwise_xor
+    __lshift__ = lshift
+    __rshift__ = rshift
+    __invert__ = bitwise_not
+
+    def __rand__(self, other: Operand) -> Tensor:
+        return self.bitwise_and(other, reverse=True)
+
+    def __ror__(self, other: Operand) -> Tensor:
+        return self.bitwise_or(other, reverse=True)
+
+    def __rxor__(self, other: Operand) -> Tensor:
+        return self.bitwise_xor(other, reverse=True)
+
+    def __rlshift__(self, other: Operand) -> Tensor:
+        return self.lshift(other, reverse=True)
+
+    def __rrshift__(self, other: Operand) -> Tensor:
+        return self.rshift(other, reverse=True)
+
+    def isnan(self) -> Tensor:
+        return alu(Ops.CMPNE, self, self)
+
+    def isinf(self) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self.zeros_like(dtype=dtypes.bool)
+        return (self == math.inf) | (self == -math.inf)
+
+    def isfinite(self) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self.ones_like(dtype=dtypes.bool)
+        return (self - self) == 0  # inf - inf and NaN - NaN are NaN, which equals nothing
+
+
+def _float_floordiv(a: Tensor, b: Tensor) -> Tensor:
+    """floor(a / b), with numpy's answers where its remainder-based definition differs: a finite non-zero
+    dividend over an infinite divisor of the other sign gives -1, an infinite dividend over a non-zero divisor NaN."""
+    quotient = alu(Ops.FDIV, a, b).floor()
+    below_zero = b.isinf() & a.isfinite() & (a != 0) & ((a < 0) != (b < 0))
+    quotient = below_zero.where(-1, quotient)
+    return (a.isinf() & (b != 0)).where(math.nan, quotient)
+
+
+def _float_mod(a: Tensor, b: Tensor) -> Tensor:
+    """a - b * floor(a / b): the remainder takes the divisor's sign, as numpy's.
+
+    An infinite divisor would make that inf * 0: numpy keeps a finite dividend of the divisor's sign (or zero)
+    and gives the divisor's infinity for one of the other sign."""
+    remainder = a - b * alu(Ops.FDIV, a, b).floor()
+    keeps_dividend = (a == 0) | ((a < 0) == (b < 0))
+    return (b.isinf() & a.isfinite()).where(keeps_dividend.where(a, b), remainder)
+
+
+def _int_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """numpy's floor division and remainder of integers, built on the IR's truncating IDIV and MOD.
+
+    Division by zero gives 0 for both (as numpy, without its warning). For signed types, dividing by -1 is done as a
+    negation: INT_MIN / -1 traps in C on x86, while numpy wraps to INT_MIN.
+    """
+    divides_by_zero = b == 0
+    unsafe = divides_by_zero
+    signed = not dtypes.is_unsigned(a.dtype)
+    if signed:
+        divides_by_minus_one = b == -1
+        unsafe = divides_by_zero | divides_by_minus_one
+    safe_b = unsafe.where(1, b)
+    quotient, remainder = alu(Ops.IDIV, a, safe_b), alu(Ops.MOD, a, safe_b)
+    if signed:
+        rounds_wrong_way = (remainder != 0) & ((remainder < 0) != (safe_b < 0))
+        quotient = rounds_wrong_way.where(quotient - 1, quotient)
+        remainder = rounds_wrong_way.where(remainder + safe_b, remainder)
+        quotient = divides_by_minus_one.where(-a, quotient)
+    return divides_by_zero.where(0, quotient), divides_by_zero.where(0, remainder)
+
+
+def _int_pow(base: Tensor, power: Tensor) -> Tensor:
+    """Exact integer power by repeated squaring (wrapping like numpy); negative powers give 1/base truncated."""
+    result = base.ones_like()
+    square = base
+    for bit in range(power.dtype.bitsize - 1 if not dtypes.is_unsigned(power.dtype) else power.dtype.bitsize):
+        bit_set = (power & (1 << bit)) != 0
+        result = bit_set.where(result * square, result)
+        square = square * square
+    if dtypes.is_unsigned(power.dtype):
+        return result
+    # base ** -n is 0 unless base is 1 (gives 1) or -1 (gives -1 for odd n)
+    negative_result = (base == 1).where(1, (base == -1).where(((power & 1) != 0).where(-1, 1), 0)).cast(base.dtype)
+    return (power < 0).where(negative_result, result)
+
+
+def _int_pow_by_constant(base: Tensor, exponent: int) -> Tensor:
+    """`base ** exponent` for a Python int exponent: a chain of multiplications by repeated squaring."""
+    if exponent < 0:
+        raise ValueError(f"integers to negative integer powers are not allowed (exponent {exponent})")
+    result = None
+    square = base
+    while exponent:
+        if exponent & 1:
+            result = square if result is None else result * square
+        exponent >>= 1
+        if exponent:
+            square = square * square
+    return base.ones_like() if result is None else result

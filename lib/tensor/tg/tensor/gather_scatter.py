@@ -1,0 +1,186 @@
+"""Selecting and placing elements by index tensors: gather, scatter, scatter_reduce, masked_fill, masked_select,
+one_hot, nonzero.
+
+Selection is a comparison with positions, not a memory gather: gathering along an axis of size n compares every
+index with 0..n-1 (a one-hot mask over a new axis) and keeps the matching element. The kept element's bit pattern
+is taken with a max over the masked bit patterns (all others are zero), so every value comes through exactly
+(NaN, infinities and -0.0 included), which a masked sum would not guarantee (inf * 0 is NaN).
+
+masked_select and nonzero have output shapes that depend on the data: they realize their input to learn them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tg.codegen import dtypes
+from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.movement import normalize_axis
+from tg.tensor.positions import positions
+from tg.tensor.shape_ops import as_bits, from_bits
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+
+def select_where(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """The value at the one position of `axes` where `mask` is true (zero bits where it is nowhere true)."""
+    bits = as_bits(values)
+    return from_bits(mask.where(bits, bits.zeros_like()).max(axes), values.dtype)
+
+
+def wrap_negative(index: Tensor, size: int) -> Tensor:
+    """Negative indices count from the end, as in Python."""
+    if dtypes.is_unsigned(index.dtype) or index.dtype is dtypes.bool:
+        return index.cast(dtypes.int32)
+    index = index.cast(dtypes.int32) if index.dtype.itemsize < 4 else index
+    return (index < 0).where(index + size, index)
+
+
+def one_hot_along(index: Tensor, size: int) -> Tensor:
+    """index (...) -> bool (..., size): true where the last axis's position equals the index."""
+    return index.unsqueeze(-1) == positions(index, size, index.dtype)
+
+
+def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    """torch's gather: out[i][j] = x[index[i][j]][j] for dim 0; `index` may be smaller than x on other axes."""
+    dim = normalize_axis(dim, x.ndim)
+    too_large = any(i > s for a, (i, s) in enumerate(zip(index.shape, x.shape)) if a != dim)  # noqa: B905
+    if index.ndim != x.ndim or too_large:
+        raise ShapeError(f"gather along {dim} of shape {x.shape}: index {index.shape} needs as many, no larger axes")
+    size = x.shape[dim]
+    kept = x.shrink(tuple((0, size) if a == dim else (0, i) for a, i in enumerate(index.shape)))
+    source = kept.unsqueeze(-1).transpose(dim, -1)  # (..., 1 at dim, ..., size at the end)
+    source = source.expand(index.shape + (size,))
+    mask = one_hot_along(wrap_negative(index, size), size)
+    return select_where(mask, source, (x.ndim,))
+
+
+def scatter_mask(target: Tensor, dim: int, index: Tensor) -> Tensor:
+    """bool (*index.shape, target.shape[dim]): whether source element [..i..] goes to target position p."""
+    return one_hot_along(wrap_negative(index, target.shape[dim]), target.shape[dim])
+
+
+def _to_target_layout(reduced: Tensor, target: Tensor, dim: int, fill: Any) -> Tensor:
+    """(*index.shape without dim, n) with the target axis last -> target's axis order, padded to target's shape."""
+    moved = reduced.unsqueeze(dim).transpose(dim, -1).squeeze(-1)
+    pads = tuple((0, t - r) for r, t in zip(moved.shape, target.shape, strict=True))
+    return moved.pad(pads, fill) if any(after for _, after in pads) else moved
+
+
+def _source_like(src: Any, index: Tensor, target: Tensor) -> Tensor:
+    if not hasattr(src, "uop"):
+        return index.full_like(src, dtype=target.dtype)
+    return src.shrink(tuple((0, i) for i in index.shape)).cast(target.dtype)
+
+
+def scatter(target: Tensor, dim: int, index: Tensor, src: Any) -> Tensor:
+    """torch's scatter: out[index[i][j]][j] = src[i][j] (dim 0). Where several sources hit one position, one of
+    them wins (which one is unspecified, as in torch)."""
+    dim = normalize_axis(dim, target.ndim)
+    source = _source_like(src, index, target)
+    mask = scatter_mask(target, dim, index)
+    values = source.unsqueeze(-1).expand(mask.shape)
+    placed = select_where(mask, values, (dim,))
+    hit = mask.any(dim)
+    placed = _to_target_layout(placed, target, dim, 0)
+    hit = _to_target_layout(hit, target, dim, False)
+    return hit.where(placed, target)
+
+
+_REDUCE_IDENTITY = {"sum": 0, "mean": 0, "prod": 1}
+
+
+def scatter_reduce(
+    target: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True
+) -> Tensor:
+    """torch's scatter_reduce with reduce 'sum', 'prod', 'mean', 'amax' or 'amin'."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise ValueError(f"scatter_reduce: reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+    dim = normalize_axis(dim, target.ndim)
+    source = _source_like(src, index, target)
+    mask = scatter_mask(target, dim, index)
+    values = source.unsqueeze(-1).expand(mask.shape)
+    hit = _to_target_layout(mask.any(dim), target, dim, False)
+    if reduce in ("amax", "amin"):
+        lowest = -float("inf") if dtypes.is_float(target.dtype) else dtypes.min(target.dtype)
+        highest = float("inf") if dtypes.is_float(target.dtype) else dtypes.max(target.dtype)
+        fill = lowest if reduce == "amax" else highest
+        chosen = mask.where(values, fill)
+        reduced = chosen.max(dim) if reduce == "amax" else chosen.min(dim)
+        reduced = _to_target_layout(reduced, target, dim, fill)
+        if include_self:
+            reduced = reduced.maximum(target) if reduce == "amax" else reduced.minimum(target)
+        return hit.where(reduced, target)
+    identity = _REDUCE_IDENTITY[reduce]
+    chosen = mask.where(values, identity)
+    if reduce == "prod":
+        reduced = _to_target_layout(chosen.prod(dim, dtype=target.dtype), target, dim, 1)
+        return hit.where(reduced * target if include_self else reduced, target)
+    total = _to_target_layout(chosen.sum(dim, dtype=target.dtype), target, dim, 0)
+    if include_self:
+        total = total + target
+    if reduce == "sum":
+        return hit.where(total, target)
+    count = _to_target_layout(mask.sum(dim), target, dim, 0) + (1 if include_self else 0)
+    mean = total / count if dtypes.is_float(target.dtype) else total // count.cast(target.dtype)
+    return hit.where(mean.cast(target.dtype), target)
+
+
+def masked_select(x: Tensor, mask: Tensor) -> Tensor:
+    """The elements where `mask` (broadcast with x) is true, as a 1-d tensor. Realizes `mask` to learn the count."""
+    import numpy as np
+
+    from tg.tensor.promotion import broadcast_shapes
+
+    shape = broadcast_shapes(x.shape, mask.shape)
+    flat_positions = np.flatnonzero(mask.expand(shape).numpy()).astype(np.int32)
+    index = type(x)(flat_positions, device=x.device)
+    return gather(x.expand(shape).flatten(), 0, index)
+
+
+def nonzero(x: Tensor) -> Tensor:
+    """torch's nonzero: (count, ndim) int32 indices of the non-zero elements. Realizes `x` to learn the count."""
+    import numpy as np
+
+    found = np.argwhere(x.numpy() != 0).astype(np.int32)
+    return type(x)(found.reshape(len(found), x.ndim), device=x.device)
+
+
+class GatherScatterOps:
+    """`gather, scatter, scatter_reduce, masked_fill, masked_select, one_hot, nonzero`."""
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        return gather(self, dim, index)
+
+    def scatter(self, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+        """`reduce` None replaces; 'add' and 'multiply' combine with the existing values (torch's scatter)."""
+        if reduce is None:
+            return scatter(self, dim, index, src)
+        if reduce not in ("add", "multiply"):
+            raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        if not hasattr(src, "uop"):
+            src = index.full_like(src, dtype=self.dtype)
+        return scatter_reduce(self, dim, index, src, "sum" if reduce == "add" else "prod", include_self=True)
+
+    def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
+        return scatter_reduce(self, dim, index, src, reduce, include_self)
+
+    def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+        if hasattr(value, "uop"):
+            value = value.cast(self.dtype)
+        else:
+            value = self.full_like(value)
+        return mask.where(value, self)
+
+    def masked_select(self, mask: Tensor) -> Tensor:
+        return masked_select(self, mask)
+
+    def one_hot(self, num_classes: int = -1) -> Tensor:
+        """(...) -> (..., num_classes) of this tensor's int dtype; -1 realizes the input to use max + 1."""
+        if num_classes == -1:
+            num_classes = int(self.max().item()) + 1
+        return one_hot_along(self, num_classes).cast(self.dtype)
+
+    def nonzero(self) -> Tensor:
+        return nonzero(self)

@@ -1,0 +1,191 @@
+"""Basic indexing: `t[1, ::-2, None, ..., 3:]` with ints, slices (any step), None and Ellipsis, read and written.
+
+Every index becomes movement ops on one axis: an int is a one-element shrink whose axis is then dropped; a slice
+is a flip (negative steps), a shrink, and for steps above one a reshape into (count, step) rows that keeps one
+column. Writing (`t[i] = v`) runs the same plan backwards on the value (pads instead of shrinks) and selects it
+with a mask of the written positions, so `t[i] = v` is a lazy `assign` of the whole tensor.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tg.codegen import dtypes
+from tg.tensor.promotion import dtype_name
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+
+@dataclass(frozen=True)
+class AxisSelection:
+    """What one index does to one source axis: keep `count` elements from `start` by `step` (step may be < 0)."""
+
+    start: int
+    step: int
+    count: int
+    keep_axis: bool  # False for an int index: the axis disappears from the result
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """The selection of every source axis, and the result's shape (None adds size-1 axes, ints remove axes)."""
+
+    selections: tuple[AxisSelection, ...]
+    output_shape: tuple[int, ...]
+
+
+def _plain_index(index: Any) -> Any:
+    """An int, slice, None or Ellipsis; integer-like objects (numpy ints) become ints."""
+    if index is None or index is Ellipsis or isinstance(index, slice):
+        return index
+    if isinstance(index, bool) or not hasattr(index, "__index__") or hasattr(index, "uop"):
+        raise TypeError(f"unsupported index {index!r}: use ints, slices, None or ...")
+    return operator.index(index)
+
+
+def _expand_ellipsis(indices: tuple[Any, ...], ndim: int) -> tuple[Any, ...]:
+    """The index with `...` replaced by enough full slices; too many indices is an error."""
+    ellipses = sum(index is Ellipsis for index in indices)
+    if ellipses > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(index is not None and index is not Ellipsis for index in indices)
+    if consumed > ndim:
+        raise IndexError(f"too many indices: {consumed} indices for a tensor with {ndim} dimensions")
+    if ellipses == 0:
+        return indices + (slice(None),) * (ndim - consumed)
+    at = indices.index(Ellipsis)
+    return indices[:at] + (slice(None),) * (ndim - consumed) + indices[at + 1 :]
+
+
+def plan_index(shape: tuple[int, ...], indices: Any) -> IndexPlan:
+    """Check `indices` against `shape` and say what each axis keeps."""
+    if not isinstance(indices, tuple):
+        indices = (indices,)
+    indices = _expand_ellipsis(tuple(_plain_index(index) for index in indices), len(shape))
+    selections: list[AxisSelection] = []
+    output_shape: list[int] = []
+    for index in indices:
+        if index is None:
+            output_shape.append(1)
+            continue
+        axis, size = len(selections), shape[len(selections)]
+        if isinstance(index, int):
+            if not -size <= index < size:
+                raise IndexError(f"index {index} is out of range for axis {axis} with size {size}")
+            selections.append(AxisSelection(index % size, 1, 1, keep_axis=False))
+            continue
+        start, stop, step = index.indices(size)
+        selections.append(AxisSelection(start, step, len(range(start, stop, step)), keep_axis=True))
+        output_shape.append(selections[-1].count)
+    return IndexPlan(tuple(selections), tuple(output_shape))
+
+
+@dataclass(frozen=True)
+class StridedWindow:
+    """How a selection with a positive step reads its axis: the elements lie in a window of `count` rows of
+    `step` elements, at column `column` of each row. The window starts at `window_start`; when it would run past
+    the end of the axis, `pad_after` zeros complete the last row (they are never selected)."""
+
+    window_start: int
+    column: int
+    pad_after: int
+
+
+def _window(start: int, step: int, count: int, size: int) -> StridedWindow:
+    span = count * step
+    if span <= size:  # slide the window left so that it fits: no padding needed
+        window_start = min(start, size - span)
+        return StridedWindow(window_start, start - window_start, 0)
+    return StridedWindow(start, 0, span - (size - start))
+
+
+def _on_axis(tensor: Tensor, axis: int, bounds: tuple[int, int] | None = None, padding=None) -> Tensor:
+    """Shrink or pad only `axis`."""
+    if bounds is not None:
+        return tensor.shrink(tuple(bounds if i == axis else None for i in range(tensor.ndim)))
+    return tensor.pad(tuple(padding if i == axis else None for i in range(tensor.ndim)))
+
+
+def _forward(selection: AxisSelection, size: int) -> tuple[bool, int, int]:
+    """(flip first, start, step) of the selection read on a forward axis."""
+    if selection.step < 0:  # element i of the flipped axis is element size-1-i of the source
+        return True, size - 1 - selection.start, -selection.step
+    return False, selection.start, selection.step
+
+
+def select_axis(tensor: Tensor, axis: int, selection: AxisSelection) -> Tensor:
+    """Keep the selected elements of `axis` (its size becomes `selection.count`; the axis itself stays)."""
+    size, count = tensor.shape[axis], selection.count
+    if count == 0:
+        return _on_axis(tensor, axis, bounds=(0, 0))
+    flip, start, step = _forward(selection, size)
+    if flip:
+        tensor = tensor.flip(axis)
+    if step == 1:
+        return _on_axis(tensor, axis, bounds=(start, start + count))
+    window = _window(start, step, count, size)
+    tensor = _on_axis(tensor, axis, bounds=(window.window_start, min(size, window.window_start + count * step)))
+    if window.pad_after:
+        tensor = _on_axis(tensor, axis, padding=(0, window.pad_after))
+    rows = tensor.shape[:axis] + (count, step) + tensor.shape[axis + 1 :]
+    tensor = _on_axis(tensor.reshape(rows), axis + 1, bounds=(window.column, window.column + 1))
+    return tensor.reshape(rows[: axis + 1] + rows[axis + 2 :])
+
+
+def place_axis(tensor: Tensor, axis: int, selection: AxisSelection, size: int) -> Tensor:
+    """The inverse of `select_axis`: put the `count` elements of `axis` back at their places in an axis of
+    `size`, with zeros everywhere else."""
+    count = selection.count
+    if count == 0:
+        return _on_axis(tensor, axis, padding=(0, size))
+    flip, start, step = _forward(selection, size)
+    if step == 1:
+        tensor = _on_axis(tensor, axis, padding=(start, size - start - count))
+    else:
+        window = _window(start, step, count, size)
+        rows = tensor.shape[:axis] + (count, 1) + tensor.shape[axis + 1 :]
+        tensor = _on_axis(tensor.reshape(rows), axis + 1, padding=(window.column, step - 1 - window.column))
+        tensor = tensor.reshape(rows[:axis] + (count * step,) + rows[axis + 2 :])
+        if window.pad_after:
+            tensor = _on_axis(tensor, axis, bounds=(0, count * step - window.pad_after))
+        covered = tensor.shape[axis]
+        tensor = _on_axis(tensor, axis, padding=(window.window_start, size - window.window_start - covered))
+    return tensor.flip(axis) if flip else tensor
+
+
+class IndexingOps:
+    """`t[indices]` and `t[indices] = value` with ints, slices (negative steps included), None and Ellipsis."""
+
+    def __getitem__(self, indices: Any) -> Tensor:
+        plan = plan_index(self.shape, indices)
+        result: Tensor = self  # type: ignore[assignment]
+        for axis, selection in enumerate(plan.selections):
+            result = select_axis(result, axis, selection)
+        return result.reshape(plan.output_shape)
+
+    def __setitem__(self, indices: Any, value: Any) -> None:
+        """Write `value` (broadcast to `self[indices]`'s shape) at those positions: a lazy assign of the whole
+        tensor, selecting the new values with a mask of the written positions."""
+        plan = plan_index(self.shape, indices)
+        if not hasattr(value, "uop"):
+            value = type(self)(value, device=self.device, dtype=self.dtype)
+        if value.dtype is not self.dtype:
+            names = f"tensor is {dtype_name(self.dtype)}, value is {dtype_name(value.dtype)}"
+            raise TypeError(f"setitem dtype mismatch: {names}")
+        selected_count = math.prod(plan.output_shape)
+        if selected_count == 0:
+            return  # nothing to write
+        extra_axes = value.ndim - len(plan.output_shape)
+        if extra_axes > 0 and all(size == 1 for size in value.shape[:extra_axes]):
+            value = value.reshape(value.shape[extra_axes:])  # numpy drops leading size-1 axes of the value
+        selected_shape = tuple(selection.count for selection in plan.selections)
+        value = value.expand(plan.output_shape).reshape(selected_shape)
+        written = value.ones_like(dtype=dtypes.bool)
+        for axis, (selection, size) in enumerate(zip(plan.selections, self.shape, strict=True)):
+            value = place_axis(value, axis, selection, size)
+            written = place_axis(written, axis, selection, size)
+        self.assign(written.where(value, self))

@@ -1,0 +1,162 @@
+"""Linear algebra: `matmul` (`@`), `dot`, `linear` and `einsum`, built from movement ops, a multiply and a sum.
+
+A matrix product is a broadcast multiply followed by a sum over the shared axis: `(..., n, 1, k) * (..., 1, m, k)`
+summed over `k`. The scheduler fuses the multiply into the reduction, so no `n*m*k` buffer is ever stored; the
+kernel optimizer is what makes that loop fast. Sums accumulate as `Tensor.sum` does (16-bit floats in float32,
+small ints in int32) and the result is cast back to the operands' promoted dtype, as torch does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tg.codegen import DType
+from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.elementwise import broadcast
+from tg.tensor.promotion import broadcast_shapes
+from tg.tensor.reduce import sum_accumulator
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+
+def _multiply_and_sum(a: Tensor, b: Tensor, axes: tuple[int, ...], dtype: DType | None) -> Tensor:
+    """sum(a * b) over `axes` (a and b broadcast), accumulated widely and returned in the promoted dtype."""
+    a, b = broadcast(a, b)
+    result_dtype = a.dtype if dtype is None else dtype
+    accumulator = sum_accumulator(result_dtype)
+    return (a.cast(accumulator) * b.cast(accumulator)).sum(axes).cast(result_dtype)
+
+
+def matmul(a: Tensor, b: Tensor, dtype: DType | None = None) -> Tensor:
+    """numpy's matmul: 1-d operands are a row (left) or a column (right) that disappears from the result; leading
+    axes broadcast."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul needs operands with at least one dimension, got shapes {a.shape} and {b.shape}")
+    left = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
+    right = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
+    if left.shape[-1] != right.shape[-2]:
+        inner = f"inner sizes {left.shape[-1]} and {right.shape[-2]} differ"
+        raise ShapeError(f"matmul of shapes {a.shape} and {b.shape}: {inner}")
+    batch = broadcast_shapes(left.shape[:-2], right.shape[:-2])
+    n, k, m = left.shape[-2], left.shape[-1], right.shape[-1]
+    rows = left.reshape(left.shape[:-1] + (1, k)).expand(batch + (n, m, k))
+    columns = right.transpose(-1, -2).reshape(right.shape[:-2] + (1, m, k)).expand(batch + (n, m, k))
+    result = _multiply_and_sum(rows, columns, (len(batch) + 2,), dtype)
+    if a.ndim == 1:
+        result = result.reshape(result.shape[:-2] + (m,))
+    if b.ndim == 1:
+        result = result.reshape(result.shape[:-1])
+    return result
+
+
+@dataclass(frozen=True)
+class EinsumSpec:
+    """A parsed einsum formula: the letters of each input and of the output."""
+
+    inputs: tuple[str, ...]
+    output: str
+
+
+def parse_einsum(formula: str, ranks: tuple[int, ...]) -> EinsumSpec:
+    """Split 'ij,jk->ik'; without '->' the output is the letters seen once, in alphabetical order (numpy's rule).
+    An ellipsis stands for the same leading axes in every operand (given capital letters internally)."""
+    formula = formula.replace(" ", "")
+    left, arrow, right = formula.partition("->")
+    inputs = left.split(",")
+    if len(inputs) != len(ranks):
+        raise ValueError(f"einsum formula {formula!r} names {len(inputs)} operands, got {len(ranks)}")
+    with_ellipsis = [(term, rank) for term, rank in zip(inputs, ranks, strict=True) if "..." in term]
+    ellipsis_rank = max((rank - len(term.replace("...", "")) for term, rank in with_ellipsis), default=0)
+    broadcast_letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:ellipsis_rank]
+    inputs = [_expand_ellipsis(term, rank, broadcast_letters) for term, rank in zip(inputs, ranks, strict=True)]
+    if arrow:
+        output = right.replace("...", broadcast_letters)
+    else:
+        letters = "".join(inputs)
+        output = broadcast_letters + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c.islower()))
+    for term, rank in zip(inputs, ranks, strict=True):
+        if len(term) != rank:
+            raise ValueError(f"einsum term {term!r} has {len(term)} letters for an operand with {rank} dimensions")
+    if any(letter not in "".join(inputs) for letter in output):
+        raise ValueError(f"einsum output {output!r} names a letter no input has")
+    return EinsumSpec(tuple(inputs), output)
+
+
+def _expand_ellipsis(term: str, rank: int, broadcast_letters: str) -> str:
+    if "..." not in term:
+        return term
+    count = rank - len(term.replace("...", ""))
+    return term.replace("...", broadcast_letters[len(broadcast_letters) - count :])
+
+
+def _diagonal_of_repeated_letters(tensor: Tensor, term: str) -> tuple[Tensor, str]:
+    """'ii' takes the diagonal: keep one axis per letter, multiplying by an identity mask for the repeats."""
+    while len(set(term)) != len(term):
+        letter = next(c for c in term if term.count(c) > 1)
+        first, second = term.index(letter), term.index(letter, term.index(letter) + 1)
+        size = tensor.shape[first]
+        eye = type(tensor).eye(size, dtype=tensor.dtype, device=tensor.device)
+        eye_shape = [1] * tensor.ndim
+        eye_shape[first], eye_shape[second] = size, size
+        tensor = (tensor * eye.reshape(eye_shape)).sum(second)
+        term = term[:second] + term[second + 1 :]
+    return tensor, term
+
+
+def einsum(formula: str, *operands: Tensor, dtype: DType | None = None) -> Tensor:
+    """Sum of products over the letters missing from the output: every operand is permuted to one shared axis
+    order (all letters), broadcast, multiplied, then summed over the contracted letters."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    spec = parse_einsum(formula, tuple(operand.ndim for operand in operands))
+    prepared = [_diagonal_of_repeated_letters(t, term) for t, term in zip(operands, spec.inputs, strict=True)]
+    letters = spec.output + "".join(sorted({c for _, term in prepared for c in term} - set(spec.output)))
+    sizes: dict[str, int] = {}
+    aligned = []
+    for tensor, term in prepared:
+        for letter, size in zip(term, tensor.shape, strict=True):
+            if sizes.setdefault(letter, size) != size and size != 1 and sizes[letter] != 1:
+                raise ShapeError(f"einsum letter {letter!r} has sizes {sizes[letter]} and {size}")
+            sizes[letter] = max(sizes[letter], size)
+        order = sorted(range(len(term)), key=lambda axis: letters.index(term[axis]))
+        permuted = tensor.permute(order) if order else tensor
+        shape = [tensor.shape[term.index(c)] if c in term else 1 for c in letters]
+        aligned.append(permuted.reshape(shape))
+    product = aligned[0]
+    for tensor in aligned[1:]:
+        product = product * tensor
+    product = product.expand(tuple(sizes[c] for c in letters))
+    contracted = tuple(range(len(spec.output), len(letters)))
+    result_dtype = product.dtype if dtype is None else dtype
+    if not contracted:
+        return product.cast(result_dtype)
+    return product.sum(contracted, dtype=sum_accumulator(result_dtype)).cast(result_dtype)
+
+
+class LinalgOps:
+    """`matmul, @, dot, linear, einsum`."""
+
+    def matmul(self, other: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+        if not hasattr(other, "uop"):
+            other = type(self)(other, device=self.device)
+        return matmul(other, self, dtype) if reverse else matmul(self, other, dtype)
+
+    def dot(self, other: Tensor, dtype: DType | None = None) -> Tensor:
+        return self.matmul(other, dtype=dtype)
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        return self.matmul(other)
+
+    def __rmatmul__(self, other: Tensor) -> Tensor:
+        return self.matmul(other, reverse=True)
+
+    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """`self @ weight + bias`, with `weight` of shape (in, out) as tinygrad (a 1-d weight scales elementwise)."""
+        result = self * weight if weight.ndim == 1 else self.matmul(weight)
+        return result if bias is None else result + bias
+
+    @staticmethod
+    def einsum(formula: str, *operands: Tensor, dtype: DType | None = None) -> Tensor:
+        return einsum(formula, *operands, dtype=dtype)

@@ -1,0 +1,159 @@
+"""Movement ops: views of the same values in another shape or order. They never copy; the scheduler turns them
+into index arithmetic. Each checks its arguments when the op is built and says what was asked when they are wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tg.codegen import Ops, UOp, dtypes
+from tg.codegen.schedule.graph import Shape, ShapeError
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+
+def normalize_axis(axis: int, ndim: int) -> int:
+    """`axis` counted from the front; negative axes count from the back."""
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dimensions")
+    return axis % max(ndim, 1)
+
+
+def _shape_argument(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def _infer_reshape(old_shape: Shape, new_shape: tuple[int, ...]) -> Shape:
+    """`new_shape` with a single -1 filled in so the element counts agree."""
+    if sum(size == -1 for size in new_shape) > 1:
+        raise ShapeError(f"reshape of {old_shape} to {new_shape}: only one size may be -1")
+    if any(size < -1 for size in new_shape):
+        raise ShapeError(f"reshape of {old_shape} to {new_shape}: sizes must be non-negative or -1")
+    count = math.prod(old_shape)
+    if -1 in new_shape:
+        known = math.prod(size for size in new_shape if size != -1)
+        if known == 0 or count % known:
+            raise ShapeError(f"cannot reshape {old_shape} ({count} elements) to {new_shape}")
+        new_shape = tuple(count // known if size == -1 else size for size in new_shape)
+    if math.prod(new_shape) != count:
+        raise ShapeError(
+            f"cannot reshape {old_shape} ({count} elements) to {new_shape} ({math.prod(new_shape)} elements)"
+        )
+    return new_shape
+
+
+class MovementOps:
+    """`reshape, permute, expand, pad, shrink, flip, transpose, T, squeeze, unsqueeze, flatten`."""
+
+    def _movement(self, op: Ops, arg: Any) -> Tensor:
+        return self._wrap(UOp(op, self.dtype, (self.uop,), arg))
+
+    def reshape(self, *shape: Any) -> Tensor:
+        new_shape = _infer_reshape(self.shape, _shape_argument(shape))
+        if new_shape == self.shape:
+            return self
+        return self._movement(Ops.RESHAPE, new_shape)
+
+    def view(self, *shape: Any) -> Tensor:
+        return self.reshape(*shape)
+
+    def permute(self, *order: Any) -> Tensor:
+        order = tuple(normalize_axis(axis, self.ndim) for axis in _shape_argument(order))
+        if sorted(order) != list(range(self.ndim)):
+            raise ShapeError(f"permute of a tensor of shape {self.shape} needs an order of its axes, got {order}")
+        if order == tuple(range(self.ndim)):
+            return self
+        return self._movement(Ops.PERMUTE, order)
+
+    def expand(self, *shape: Any) -> Tensor:
+        """Broadcast size-1 axes to `shape` (-1 keeps a size); new leading axes may be added."""
+        new_shape = _shape_argument(shape)
+        if len(new_shape) < self.ndim:
+            raise ShapeError(f"cannot expand shape {self.shape} to {new_shape}: fewer dimensions")
+        padded = (1,) * (len(new_shape) - self.ndim) + self.shape
+        new_shape = tuple(old if new == -1 else new for old, new in zip(padded, new_shape, strict=True))
+        if any(old != new and old != 1 for old, new in zip(padded, new_shape, strict=True)):
+            raise ShapeError(f"cannot expand shape {self.shape} to {new_shape}: only size-1 axes can grow")
+        source = self.reshape(padded)
+        if new_shape == padded:
+            return source
+        return source._movement(Ops.EXPAND, new_shape)
+
+    def pad(self, padding: Sequence[Any], value: float = 0.0) -> Tensor:
+        """Pad with `value`: `padding` is ((before, after) or None) per axis, or torch's flat form
+        (left, right, top, bottom, ...) starting at the last axis. Negative padding removes elements."""
+        per_axis = _padding_per_axis(padding, self.ndim, self.shape)
+        if any(before < 0 or after < 0 for before, after in per_axis):
+            keep = tuple((max(0, -b), size - max(0, -a)) for (b, a), size in zip(per_axis, self.shape, strict=True))
+            return self.shrink(keep).pad(tuple((max(0, b), max(0, a)) for b, a in per_axis), value)
+        if all(before == 0 and after == 0 for before, after in per_axis):
+            return self
+        padded = self._movement(Ops.PAD, per_axis)
+        if value == 0:
+            return padded
+        inside = self.ones_like(dtype=dtypes.bool)._movement(Ops.PAD, per_axis)
+        return inside.where(padded, value).cast(self.dtype)
+
+    def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
+        """Keep [start, end) of each axis (None keeps the whole axis)."""
+        if len(bounds) != self.ndim:
+            raise ShapeError(f"shrink of a tensor of shape {self.shape} needs {self.ndim} (start, end) pairs")
+        full = tuple((0, size) if b is None else tuple(b) for b, size in zip(bounds, self.shape, strict=True))
+        for (start, end), size in zip(full, self.shape, strict=True):
+            if not 0 <= start <= end <= size:
+                raise ShapeError(f"shrink of shape {self.shape} to {full}: ({start}, {end}) is not within 0..{size}")
+        if full == tuple((0, size) for size in self.shape):
+            return self
+        return self._movement(Ops.SHRINK, full)
+
+    def flip(self, *axes: Any) -> Tensor:
+        axes = {normalize_axis(axis, self.ndim) for axis in _shape_argument(axes)}
+        if not axes:
+            return self
+        return self._movement(Ops.FLIP, tuple(axis in axes for axis in range(self.ndim)))
+
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+        order = list(range(self.ndim))
+        dim0, dim1 = normalize_axis(dim0, self.ndim), normalize_axis(dim1, self.ndim)
+        order[dim0], order[dim1] = order[dim1], order[dim0]
+        return self.permute(order)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - the name everyone knows
+        return self.transpose()
+
+    def squeeze(self, dim: int | None = None) -> Tensor:
+        """Remove size-1 axes (all of them, or only `dim`, which is kept if its size is not 1)."""
+        if dim is None:
+            return self.reshape(tuple(size for size in self.shape if size != 1))
+        dim = normalize_axis(dim, self.ndim)
+        if not self.shape or self.shape[dim] != 1:
+            return self
+        return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        dim = normalize_axis(dim, self.ndim + 1)
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = normalize_axis(start_dim, self.ndim), normalize_axis(end_dim, self.ndim)
+        merged = math.prod(self.shape[start : end + 1])
+        return self.reshape(self.shape[:start] + (merged,) + self.shape[end + 1 :])
+
+
+def _padding_per_axis(padding: Sequence[Any], ndim: int, shape: Shape) -> tuple[tuple[int, int], ...]:
+    if all(isinstance(p, int) for p in padding):  # torch's flat form, last axis first
+        if len(padding) % 2 or len(padding) > 2 * ndim:
+            raise ShapeError(f"flat padding {tuple(padding)} needs an even count up to {2 * ndim} for shape {shape}")
+        pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
+        return tuple([(0, 0)] * (ndim - len(pairs)) + pairs[::-1])
+    if len(padding) != ndim:
+        raise ShapeError(f"padding {tuple(padding)} has {len(padding)} entries for a tensor of shape {shape}")
+    return tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)

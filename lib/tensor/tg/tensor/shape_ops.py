@@ -1,0 +1,305 @@
+"""Shape ops built from movement ops: cat, stack, repeat, repeat_interleave, split, chunk, unfold, roll, tril,
+triu, diag, diagonal, unflatten, meshgrid, and the sliding window view that unfold, convolution and pooling share.
+
+`cat` pads every piece to the full size and merges them with a bitwise or of their bit patterns: exactly one piece
+is non-padding at every position and padding is all-zero bits, so every value (-0.0, NaN payloads) comes through
+unchanged, which an addition would not guarantee.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tg.codegen import DType, dtypes
+from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.movement import normalize_axis
+from tg.tensor.positions import positions_along
+from tg.tensor.promotion import result_dtype
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+_BITS_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
+def bits_dtype(dtype: DType) -> DType:
+    """The unsigned int dtype with `dtype`'s item size: its bit patterns can be or-ed and compared exactly."""
+    return _BITS_OF_SIZE[dtype.itemsize]
+
+
+def as_bits(tensor: Tensor) -> Tensor:
+    if tensor.dtype is dtypes.bool:
+        return tensor.cast(dtypes.uint8)
+    return tensor.bitcast(bits_dtype(tensor.dtype))
+
+
+def from_bits(bits: Tensor, dtype: DType) -> Tensor:
+    if dtype is dtypes.bool:
+        return bits.cast(dtypes.bool)
+    return bits.bitcast(dtype)
+
+
+def on_axis(tensor: Tensor, axis: int, pair: tuple[int, int], shrink: bool = False) -> Tensor:
+    """Pad (or shrink to) `pair` on `axis` only."""
+    if shrink:
+        return tensor.shrink(tuple(pair if i == axis else None for i in range(tensor.ndim)))
+    return tensor.pad(tuple(pair if i == axis else None for i in range(tensor.ndim)))
+
+
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    first = tensors[0]
+    dim = normalize_axis(dim, first.ndim)
+    others_of = [tensor.shape[:dim] + tensor.shape[dim + 1 :] for tensor in tensors]
+    if any(tensor.ndim != first.ndim for tensor in tensors) or len(set(others_of)) != 1:
+        raise ShapeError(f"cat along axis {dim} needs equal other sizes, got {[t.shape for t in tensors]}")
+    dtype = result_dtype(*tensors)
+    total = sum(tensor.shape[dim] for tensor in tensors)
+    merged, start = None, 0
+    for tensor in tensors:
+        size = tensor.shape[dim]
+        placed = on_axis(as_bits(tensor.cast(dtype)), dim, (start, total - start - size))
+        merged = placed if merged is None else merged | placed
+        start += size
+    return from_bits(merged, dtype)
+
+
+def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    dim = normalize_axis(dim, tensors[0].ndim + 1)
+    return cat([tensor.unsqueeze(dim) for tensor in tensors], dim)
+
+
+def repeat(tensor: Tensor, repeats: Sequence[int]) -> Tensor:
+    """torch's repeat (numpy's tile): the whole tensor `repeats[i]` times along axis i; extra repeats add axes."""
+    if len(repeats) < tensor.ndim:
+        raise ShapeError(f"repeat of shape {tensor.shape} needs at least {tensor.ndim} counts, got {tuple(repeats)}")
+    shape = (1,) * (len(repeats) - tensor.ndim) + tensor.shape
+    interleaved = [size for pair in zip((1,) * len(shape), shape, strict=True) for size in pair]
+    tiled = [size for pair in zip(repeats, shape, strict=True) for size in pair]
+    result = tensor.reshape(interleaved).expand(tiled)
+    return result.reshape(tuple(count * size for count, size in zip(repeats, shape, strict=True)))
+
+
+def repeat_interleave(tensor: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+    """Every element `repeats` times in a row along `dim` (None: of the flattened tensor)."""
+    if dim is None:
+        tensor, dim = tensor.flatten(), 0
+    dim = normalize_axis(dim, tensor.ndim)
+    shape = tensor.shape
+    expanded = tensor.reshape(shape[: dim + 1] + (1,) + shape[dim + 1 :])
+    expanded = expanded.expand(shape[: dim + 1] + (repeats,) + shape[dim + 1 :])
+    return expanded.reshape(shape[:dim] + (shape[dim] * repeats,) + shape[dim + 1 :])
+
+
+def split(tensor: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    """Pieces of `sizes` elements along `dim` (an int: pieces of that size, the last one may be smaller)."""
+    dim = normalize_axis(dim, tensor.ndim)
+    length = tensor.shape[dim]
+    if isinstance(sizes, int):
+        if sizes <= 0:
+            raise ValueError(f"split size must be positive, got {sizes}")
+        sizes = [min(sizes, length - start) for start in range(0, length, sizes)] or [0]
+    if sum(sizes) != length:
+        raise ShapeError(f"split sizes {tuple(sizes)} do not add up to axis {dim}'s size {length}")
+    pieces, start = [], 0
+    for size in sizes:
+        pieces.append(on_axis(tensor, dim, (start, start + size), shrink=True))
+        start += size
+    return tuple(pieces)
+
+
+def chunk(tensor: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    """At most `chunks` pieces of ceil(size / chunks) elements, as torch."""
+    if chunks <= 0:
+        raise ValueError(f"chunk needs a positive count, got {chunks}")
+    length = tensor.shape[normalize_axis(dim, tensor.ndim)]
+    return split(tensor, max(1, math.ceil(length / chunks)), dim)
+
+
+def sliding_window(tensor: Tensor, axis: int, size: int, stride: int = 1, dilation: int = 1) -> Tensor:
+    """Windows along `axis`: that axis becomes the window count and a new last axis holds each window's `size`
+    elements: result[..., o, ..., j] = tensor[..., o * stride + j * dilation, ...].
+
+    Built from movement ops only: tile the axis (length n) enough times, read the tiles as rows of n + dilation
+    elements (row j then starts at element j * dilation of the axis), keep every stride-th column, and move the
+    row axis to the end."""
+    axis = normalize_axis(axis, tensor.ndim)
+    length = tensor.shape[axis]
+    span = dilation * (size - 1) + 1
+    if span > length:
+        raise ShapeError(f"a window of {span} elements does not fit in axis {axis} of shape {tensor.shape}")
+    count = (length - span) // stride + 1
+    moved = tensor.transpose(axis, -1) if axis != tensor.ndim - 1 else tensor
+    outer = moved.shape[:-1]
+    row = length + dilation
+    tiles = math.ceil(size * row / length)
+    tiled = moved.reshape(outer + (1, length)).expand(outer + (tiles, length)).reshape(outer + (tiles * length,))
+    rows = on_axis(tiled, len(outer), (0, size * row), shrink=True).reshape(outer + (size, row))
+    needed = count * stride
+    if needed > row:
+        rows = on_axis(rows, len(outer) + 1, (0, needed - row))
+    rows = on_axis(rows, len(outer) + 1, (0, needed), shrink=True).reshape(outer + (size, count, stride))
+    windows = on_axis(rows, len(outer) + 2, (0, 1), shrink=True).reshape(outer + (size, count))
+    windows = windows.transpose(-1, -2)  # (..., count, size)
+    if axis == tensor.ndim - 1:
+        return windows
+    # the axis we moved last now sits at -2; put it back where it was (and the axis it swapped with at the end)
+    order = list(range(windows.ndim))
+    order[axis], order[-2] = order[-2], order[axis]
+    return windows.permute(order)
+
+
+def unfold(tensor: Tensor, dim: int, size: int, step: int) -> Tensor:
+    """torch's Tensor.unfold: every window of `size` elements, `step` apart, along `dim`, in a new last axis."""
+    return sliding_window(tensor, dim, size, step)
+
+
+def roll(tensor: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    """Shift elements along `dims` by `shifts`, wrapping around (None: roll the flattened tensor)."""
+    if dims is None:
+        return roll(tensor.flatten(), shifts, 0).reshape(tensor.shape)
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise ValueError(f"roll needs one shift per dim, got shifts {shifts} and dims {dims}")
+    for shift, dim in zip(shifts, dims, strict=True):
+        dim = normalize_axis(dim, tensor.ndim)
+        length = tensor.shape[dim]
+        if length == 0 or shift % length == 0:
+            continue
+        cut = length - shift % length
+        head, tail = split(tensor, [cut, length - cut], dim)
+        tensor = cat([tail, head], dim)
+    return tensor
+
+
+def _triangle(tensor: Tensor, diagonal: int, upper: bool) -> Tensor:
+    if tensor.ndim < 2:
+        raise ShapeError(f"tril/triu need at least 2 dimensions, got shape {tensor.shape}")
+    rows = positions_along(tensor, tensor.shape, tensor.ndim - 2)
+    columns = positions_along(tensor, tensor.shape, tensor.ndim - 1)
+    keep = (columns - rows >= diagonal) if upper else (columns - rows <= diagonal)
+    return keep.where(tensor, tensor.zeros_like())
+
+
+def tril(tensor: Tensor, diagonal: int = 0) -> Tensor:
+    """The lower triangle (columns - rows <= diagonal) of the last two axes; the rest is zero."""
+    return _triangle(tensor, diagonal, upper=False)
+
+
+def triu(tensor: Tensor, diagonal: int = 0) -> Tensor:
+    """The upper triangle (columns - rows >= diagonal) of the last two axes; the rest is zero."""
+    return _triangle(tensor, diagonal, upper=True)
+
+
+def diagonal(tensor: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The elements [i, i + offset] of axes dim1 and dim2, in a new last axis (those two axes disappear)."""
+    dim1, dim2 = normalize_axis(dim1, tensor.ndim), normalize_axis(dim2, tensor.ndim)
+    if dim1 == dim2:
+        raise ValueError(f"diagonal needs two different axes, got {dim1} twice")
+    others = [axis for axis in range(tensor.ndim) if axis not in (dim1, dim2)]
+    moved = tensor.permute(others + [dim1, dim2])
+    outer, (rows, columns) = moved.shape[:-2], moved.shape[-2:]
+    start_row, start_column = max(-offset, 0), max(offset, 0)
+    length = max(0, min(rows - start_row, columns - start_column))
+    if length == 0:
+        return moved.reshape(outer + (rows * columns,)).shrink(tuple((0, size) for size in outer) + ((0, 0),))
+    square = moved.shrink(
+        tuple((0, size) for size in outer) + ((start_row, start_row + length), (start_column, start_column + length))
+    )
+    # in a flattened square of side L, the diagonal is every (L + 1)-th element
+    flat = on_axis(square.reshape(outer + (length * length,)), len(outer), (0, length))
+    flat = flat.reshape(outer + (length, length + 1))
+    return on_axis(flat, len(outer) + 1, (0, 1), shrink=True).reshape(outer + (length,))
+
+
+def diag(tensor: Tensor, diagonal_offset: int = 0) -> Tensor:
+    """A 1-d tensor becomes a square matrix with it on diagonal `diagonal_offset`; a 2-d tensor gives that
+    diagonal."""
+    if tensor.ndim == 2:
+        return diagonal(tensor, diagonal_offset)
+    if tensor.ndim != 1:
+        raise ShapeError(f"diag needs a 1-d or 2-d tensor, got shape {tensor.shape}")
+    n = tensor.shape[0]
+    # each value followed by n zeros, read as rows of n: value i lands at row i, column i
+    square = tensor.reshape(n, 1).pad(((0, 0), (0, n))).flatten().shrink(((0, n * n),)).reshape(n, n)
+    above, below = max(diagonal_offset, 0), max(-diagonal_offset, 0)
+    return square.pad(((below, above), (above, below)))
+
+
+def meshgrid(tensors: Sequence[Tensor], indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Every 1-d tensor broadcast along its own axis of the grid; 'xy' swaps the first two axes (numpy's default)."""
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+    sizes = [tensor.numel() for tensor in tensors]
+    order = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) >= 2:
+        order[0], order[1] = 1, 0
+    grid_shape = tuple(sizes[order[axis]] for axis in range(len(tensors)))
+    grids = []
+    for i, tensor in enumerate(tensors):
+        view = [1] * len(tensors)
+        view[order.index(i)] = sizes[i]
+        grids.append(tensor.reshape(view).expand(grid_shape))
+    return tuple(grids)
+
+
+def _tensor_list(first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -> list[Tensor]:
+    if isinstance(first, (list, tuple)):
+        return [*first, *others]
+    return [first, *others]
+
+
+class ShapeOps:
+    """`cat, stack, repeat, repeat_interleave, split, chunk, unfold, roll, tril, triu, diag, diagonal, unflatten,
+    meshgrid`."""
+
+    def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+        """`a.cat(b, c, dim=)`, `Tensor.cat(a, b)` or `Tensor.cat([a, b])`."""
+        return cat(_tensor_list(self, others), dim)
+
+    def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+        """`a.stack(b, dim=)`, `Tensor.stack(a, b)` or `Tensor.stack([a, b])`."""
+        return stack(_tensor_list(self, others), dim)
+
+    def repeat(self, *repeats: int) -> Tensor:
+        if len(repeats) == 1 and isinstance(repeats[0], (list, tuple)):
+            repeats = tuple(repeats[0])
+        return repeat(self, repeats)
+
+    def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
+        return repeat_interleave(self, repeats, dim)
+
+    def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        return split(self, sizes, dim)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        return chunk(self, chunks, dim)
+
+    def unfold(self, dim: int, size: int, step: int) -> Tensor:
+        return unfold(self, dim, size, step)
+
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+        return roll(self, shifts, dims)
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        return tril(self, diagonal)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        return triu(self, diagonal)
+
+    def diag(self, diagonal: int = 0) -> Tensor:
+        return diag(self, diagonal)
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        return diagonal(self, offset, dim1, dim2)
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Split axis `dim` into axes of `sizes` (one may be -1)."""
+        dim = normalize_axis(dim, self.ndim)
+        return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1 :])
+
+    def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """`a.meshgrid(b)`, `Tensor.meshgrid(a, b)` or `Tensor.meshgrid([a, b])`."""
+        return meshgrid(_tensor_list(self, others), indexing)

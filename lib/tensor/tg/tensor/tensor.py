@@ -1,0 +1,283 @@
+"""The Tensor: a lazy n-dimensional array whose operations build a tensor graph (see tg.codegen.schedule.graph).
+
+A Tensor holds `uop`, a tensor-graph node, and its `device`. Every operation returns a new Tensor over a new node;
+nothing runs until `realize()` or a read (`numpy()`, `tolist()`, `item()`), which hand the graph to the engine.
+The op families live in their own modules and are mixed in here: creation, elementwise, unary, movement,
+indexing, reduce.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
+from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
+from tg.tensor.advanced_indexing import AdvancedIndexingOps
+from tg.tensor.conv import ConvOps
+from tg.tensor.creation import CreationOps, canonical_device, node_from_data
+from tg.tensor.elementwise import ElementwiseOps
+from tg.tensor.fp8 import fp8_cast, is_fp8
+from tg.tensor.gather_scatter import GatherScatterOps
+from tg.tensor.indexing import IndexingOps
+from tg.tensor.linalg import LinalgOps
+from tg.tensor.math_ops import MathOps
+from tg.tensor.movement import MovementOps
+from tg.tensor.promotion import dtype_name
+from tg.tensor.random import RandomOps
+from tg.tensor.reduce import ReduceOps
+from tg.tensor.shape_ops import ShapeOps
+from tg.tensor.sorting import SortingOps
+from tg.tensor.unary import UnaryMathOps
+
+
+class Tensor(
+    CreationOps,
+    ElementwiseOps,
+    UnaryMathOps,
+    MovementOps,
+    AdvancedIndexingOps,
+    IndexingOps,
+    ReduceOps,
+    LinalgOps,
+    ShapeOps,
+    ConvOps,
+    GatherScatterOps,
+    SortingOps,
+    RandomOps,
+    MathOps,
+):
+    """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
+
+    __slots__ = ("uop", "device")
+    __array_ufunc__ = None  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy's elementwise loop
+
+    def __init__(self, data: Any = None, device: str | None = None, dtype: DType | None = None) -> None:
+        self.device: str = canonical_device(device)
+        if isinstance(data, UOp):
+            self.uop: UOp = data if dtype is None or data.dtype is dtype else UOp(Ops.CAST, dtype, (data,))
+        else:
+            self.uop = node_from_data(data, self.device, dtype)
+
+    def _wrap(self, node: UOp) -> Tensor:
+        """A new Tensor over `node`, on this tensor's device (already canonical: no need to parse it again)."""
+        result = Tensor.__new__(Tensor)
+        result.uop, result.device = node, self.device
+        return result
+
+    # -------------------------------------------------------------------------------- properties
+
+    @property
+    def shape(self) -> Shape:
+        return shape_of(self.uop)
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    def is_floating_point(self) -> bool:
+        return dtypes.is_float(self.dtype)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<Tensor shape={self.shape} dtype={self.dtype!r} device={self.device!r} op={self.uop.op.name}>"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        raise TypeError("the truth value of a Tensor is ambiguous; use .item() or compare values after .numpy()")
+
+    # -------------------------------------------------------------------------------- realizing and reading
+
+    def realize(self, *others: Tensor) -> Tensor:
+        """Run everything this tensor (and `others`) needs; each then reads realized memory. Returns self."""
+        from tg.tensor.engine import realize
+
+        tensors = (self, *others)
+        for tensor, realized in zip(tensors, realize(*(t.uop for t in tensors)), strict=True):
+            tensor.uop = realized
+        return self
+
+    def data(self) -> memoryview:
+        """The contents as C-contiguous bytes in this tensor's shape (realizing first if needed)."""
+        from tg.tensor.engine import read_bytes
+
+        if self.numel() == 0:
+            return memoryview(b"")
+        self.realize()
+        return read_bytes(self.uop)
+
+    def numpy(self) -> Any:
+        import numpy as np
+
+        np_dtype = to_numpy(self.dtype)
+        if self.numel() == 0:
+            return np.zeros(self.shape, dtype=np_dtype)
+        return np.frombuffer(self.data(), dtype=np_dtype).reshape(self.shape).copy()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def item(self) -> bool | int | float:
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    # -------------------------------------------------------------------------------- storage and devices
+
+    def contiguous(self) -> Tensor:
+        """This value laid out in its own buffer when realized (the scheduler may reuse one that already is)."""
+        return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    def clone(self) -> Tensor:
+        """A copy in fresh storage: writes to the clone never reach this tensor, and the reverse."""
+        return Tensor.empty(self.shape, dtype=self.dtype, device=self.device).assign(self)
+
+    def detach(self) -> Tensor:
+        return self._wrap(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+
+    def to(self, device: str | None) -> Tensor:
+        """This tensor on `device` (None: the default device); the same tensor when it is already there."""
+        device = canonical_device(device)
+        if device == self.device:
+            return self
+        from tg.codegen.schedule.graph import device_node
+
+        return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, device_node(device))), device=device)
+
+    # -------------------------------------------------------------------------------- casts
+
+    def cast(self, dtype: DType) -> Tensor:
+        """Convert values to `dtype` (floats to ints truncate toward zero, anything to bool tests non-zero)."""
+        if dtype is self.dtype:
+            return self
+        if is_fp8(dtype) or is_fp8(self.dtype):  # saturating, and emulated for renderers without fp8
+            return fp8_cast(self, dtype)
+        return self._wrap(UOp(Ops.CAST, dtype, (self.uop,)))
+
+    def bitcast(self, dtype: DType) -> Tensor:
+        """Reinterpret the bits as `dtype`, which must have the same item size."""
+        if dtype.itemsize != self.dtype.itemsize:
+            raise TypeError(
+                f"bitcast needs dtypes of one item size: {dtype_name(self.dtype)} has {self.dtype.itemsize} bytes, "
+                f"{dtype_name(dtype)} has {dtype.itemsize}"
+            )
+        if dtype is self.dtype:
+            return self
+        return self._wrap(UOp(Ops.BITCAST, dtype, (self.uop,)))
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def double(self) -> Tensor:
+        return self.cast(dtypes.float64)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    # -------------------------------------------------------------------------------- assign and in-place ops
+
+    def assign(self, value: Tensor | Any) -> Tensor:
+        """Write `value` (broadcast to this shape) into this tensor's storage when realized; returns self."""
+        if not isinstance(value, Tensor):
+            value = Tensor(value, device=self.device, dtype=self.dtype)
+        if value.device != self.device:
+            raise ValueError(f"assign device mismatch: target is on {self.device}, value on {value.device}")
+        if value.dtype is not self.dtype:
+            raise TypeError(
+                f"assign dtype mismatch: target is {dtype_name(self.dtype)}, value is {dtype_name(value.dtype)}"
+            )
+        if value.shape != self.shape:
+            try:
+                value = value.expand(self.shape)
+            except ShapeError:
+                message = f"cannot assign a value of shape {value.shape} to a tensor of shape {self.shape}"
+                raise ShapeError(message) from None
+        target = self.uop
+        if not _reads_a_buffer(target):
+            # no storage yet (a constant or a computed value): the value goes into fresh storage, lazily. Nothing
+            # else can see the old value's storage, because it has none.
+            target = Tensor.empty(self.shape, dtype=self.dtype, device=self.device).uop
+        elif (unwritable := _unwritable_view_op(target)) is not None:
+            raise ValueError(
+                f"cannot assign into this {unwritable} view (shape {self.shape}): some of its elements have no "
+                "storage of their own; write through t[indices] = value instead"
+            )
+        self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
+        return self
+
+    def __iadd__(self, other: Any) -> Tensor:
+        return self.assign(self + other)
+
+    def __isub__(self, other: Any) -> Tensor:
+        return self.assign(self - other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        return self.assign(self * other)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        return self.assign(self / other)
+
+    def __ifloordiv__(self, other: Any) -> Tensor:
+        return self.assign(self // other)
+
+    def __imod__(self, other: Any) -> Tensor:
+        return self.assign(self % other)
+
+    def __ipow__(self, other: Any) -> Tensor:
+        return self.assign(self**other)
+
+    def __iand__(self, other: Any) -> Tensor:
+        return self.assign(self & other)
+
+    def __ior__(self, other: Any) -> Tensor:
+        return self.assign(self | other)
+
+    def __ixor__(self, other: Any) -> Tensor:
+        return self.assign(self ^ other)
+
+    def __ilshift__(self, other: Any) -> Tensor:
+        return self.assign(self << other)
+
+    def __irshift__(self, other: Any) -> Tensor:
+        return self.assign(self >> other)
+
+
+def _reads_a_buffer(node: UOp) -> bool:
+    """Whether `node` is a BUFFER under movement ops (storage an ASSIGN can write into)."""
+    while node.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
+        node = node.src[0]
+    return node.op in (Ops.BUFFER, Ops.ASSIGN)
+
+
+def _unwritable_view_op(node: UOp) -> str | None:
+    """'expanded' or 'padded' when movement ops above `node`'s storage broadcast it or add padding elements."""
+    while node.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
+        if node.op in (Ops.EXPAND, Ops.PAD):
+            return "expanded" if node.op is Ops.EXPAND else "padded"
+        node = node.src[0]
+    return None

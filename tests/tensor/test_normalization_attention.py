@@ -1,0 +1,115 @@
+"""layernorm, rms_norm and scaled_dot_product_attention against numpy on CPU and PYTHON."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tg.codegen import dtypes
+from tg.tensor import Tensor
+
+DEVICES = ["CPU", "PYTHON"]
+RNG = np.random.default_rng(31)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("axis", [-1, (1, 2)])
+def test_layernorm_matches_numpy(axis, device):
+    x = RNG.uniform(-5, 5, (2, 3, 4)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    expected = (x64 - x64.mean(axis, keepdims=True)) / np.sqrt(x64.var(axis, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(Tensor(x, device=device).layernorm(axis).numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rms_norm_matches_numpy_with_default_and_given_eps(device):
+    x = RNG.uniform(-5, 5, (3, 8)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    eps32 = float(np.finfo(np.float32).eps)
+    expected = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps32)
+    np.testing.assert_allclose(Tensor(x, device=device).rms_norm().numpy(), expected, rtol=1e-5)
+    expected = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 0.5)
+    np.testing.assert_allclose(Tensor(x, device=device).rms_norm(eps=0.5).numpy(), expected, rtol=1e-5)
+
+
+def test_normalization_of_float16_stays_float16():
+    x = RNG.uniform(-5, 5, (2, 8)).astype(np.float16)
+    assert Tensor(x).layernorm().dtype is dtypes.float16
+    assert Tensor(x).rms_norm().dtype is dtypes.float16
+
+
+def np_attention(q, k, v, mask=None, scale=None):
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ np.swapaxes(k, -1, -2) * scale
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask
+    scores = scores - scores.max(-1, keepdims=True)
+    weights = np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)
+    return weights @ v
+
+
+def qkv(batch=2, heads=2, queries=4, keys=5, width=3, key_heads=None):
+    q = RNG.standard_normal((batch, heads, queries, width)).astype(np.float32)
+    k = RNG.standard_normal((batch, key_heads or heads, keys, width)).astype(np.float32)
+    v = RNG.standard_normal((batch, key_heads or heads, keys, width + 1)).astype(np.float32)
+    return q, k, v
+
+
+def on(device, *arrays):
+    return [Tensor(a, device=device) for a in arrays]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_matches_numpy(device):
+    q, k, v = qkv()
+    result = on(device, q)[0].scaled_dot_product_attention(*on(device, k, v))
+    np.testing.assert_allclose(result.numpy(), np_attention(q, k, v), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("keys", [4, 6])
+def test_causal_attention_masks_future_keys(keys, device):
+    q, k, v = qkv(keys=keys)
+    causal = np.tril(np.ones((4, keys), dtype=bool))
+    result = on(device, q)[0].scaled_dot_product_attention(*on(device, k, v), is_causal=True)
+    np.testing.assert_allclose(result.numpy(), np_attention(q, k, v, causal), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_with_bool_and_float_masks_and_scale(device):
+    q, k, v = qkv()
+    bool_mask = RNG.random((4, 5)) < 0.7
+    bool_mask[:, 0] = True  # every query sees at least one key
+    float_mask = RNG.uniform(-1, 1, (2, 1, 4, 5)).astype(np.float32)
+    query = on(device, q)[0]
+    result = query.scaled_dot_product_attention(*on(device, k, v), attn_mask=Tensor(bool_mask, device=device))
+    np.testing.assert_allclose(result.numpy(), np_attention(q, k, v, bool_mask), rtol=1e-5, atol=1e-6)
+    result = query.scaled_dot_product_attention(
+        *on(device, k, v), attn_mask=Tensor(float_mask, device=device), scale=0.3
+    )
+    np.testing.assert_allclose(result.numpy(), np_attention(q, k, v, float_mask, 0.3), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_query_attention_repeats_key_heads(device):
+    q, k, v = qkv(heads=4, key_heads=2)
+    result = on(device, q)[0].scaled_dot_product_attention(*on(device, k, v), is_causal=True, enable_gqa=True)
+    k_rep, v_rep = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
+    causal = np.tril(np.ones((4, 5), dtype=bool))
+    np.testing.assert_allclose(result.numpy(), np_attention(q, k_rep, v_rep, causal), rtol=1e-5, atol=1e-6)
+
+
+def test_attention_dropout_acts_only_while_training():
+    q, k, v = qkv()
+    query, key, value = Tensor(q), Tensor(k), Tensor(v)
+    no_dropout = query.scaled_dot_product_attention(key, value, dropout_p=0.5).numpy()
+    np.testing.assert_allclose(no_dropout, np_attention(q, k, v), rtol=1e-5, atol=1e-6)
+    Tensor.training = True
+    try:
+        dropped_all = query.scaled_dot_product_attention(key, value, dropout_p=1.0).numpy()
+        dropped_half = query.scaled_dot_product_attention(key, value, dropout_p=0.5).numpy()
+    finally:
+        Tensor.training = False
+    assert np.all(dropped_all == 0)
+    assert not np.allclose(dropped_half, no_dropout)

@@ -4,8 +4,8 @@ tinygrad release from PyPI (DEV=CPU, no BEAM), all timed in turns in one process
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE uv run --inexact python bench/bench_opt.py [--repeats 5]
 
-tg builds the workloads from tensor-graph nodes and runs them through the engine with the hand-coded heuristics
-(NOOPT=1 shows the unoptimized kernels). Every time is the median of several repeats; each ratio is
+tg runs the workloads as Tensor ops with the hand-coded heuristics (NOOPT=1 shows the unoptimized kernels,
+DEBUG=3 the opts each kernel got). Every time is the median of several repeats; each ratio is
 peer_time / tg_time (above 1: tg is faster). The machine is shared: the load average is printed first.
 """
 
@@ -32,86 +32,29 @@ Workloads = dict[str, Callable[[], object]]
 
 def tg_workloads(data: dict[str, np.ndarray]) -> Workloads:
     """Each workload as a function that runs it to completion (checked against numpy first where cheap)."""
-    from tg.codegen import Ops, UOp, dtypes
-    from tg.codegen.schedule.graph import ReduceArg, const_node, shape_of
     from tg.hcq import Device
-    from tg.tensor.engine import buffer_from_bytes, read_bytes, realize
+    from tg.tensor import Tensor
 
-    def tensor(array: np.ndarray) -> UOp:
-        buf = buffer_from_bytes(array.tobytes(), dtypes.float32, "CPU")
-        return UOp(Ops.RESHAPE, dtypes.float32, (buf,), array.shape)
-
-    def move(op: Ops, x: UOp, arg: object) -> UOp:
-        return UOp(op, x.dtype, (x,), arg)
-
-    def alu(op: Ops, *src: UOp) -> UOp:
-        return UOp(op, dtypes.float32, src)
-
-    def matmul(a: UOp, b: UOp) -> UOp:
-        (n, k), (_, m) = shape_of(a), shape_of(b)
-        left = move(Ops.EXPAND, move(Ops.RESHAPE, a, (n, 1, k)), (n, m, k))
-        right = move(Ops.EXPAND, move(Ops.RESHAPE, move(Ops.PERMUTE, b, (1, 0)), (1, m, k)), (n, m, k))
-        total = UOp(Ops.REDUCE_AXIS, dtypes.float32, (alu(Ops.MUL, left, right),), ReduceArg(Ops.ADD, (2,)))
-        return move(Ops.RESHAPE, total, (n, m))
-
-    def windows(x: UOp, axis: int, k: int) -> UOp:
-        """x[..., i, ...] -> [..., o, kk, ...] = x[..., o + kk, ...]: repeat the axis, re-cut it one longer."""
-        shape = shape_of(x)
-        size, before, after = shape[axis], shape[:axis], shape[axis + 1 :]
-        keep_before, keep_after = tuple((0, s) for s in before), tuple((0, s) for s in after)
-        y = move(Ops.EXPAND, move(Ops.RESHAPE, x, (*before, 1, size, *after)), (*before, k + 1, size, *after))
-        y = move(Ops.RESHAPE, y, (*before, (k + 1) * size, *after))
-        y = move(Ops.SHRINK, y, (*keep_before, (0, k * (size + 1)), *keep_after))
-        y = move(Ops.RESHAPE, y, (*before, k, size + 1, *after))
-        y = move(Ops.SHRINK, y, (*keep_before, (0, k), (0, size - k + 1), *keep_after))
-        order = list(range(len(shape) + 1))
-        order[axis], order[axis + 1] = axis + 1, axis
-        return move(Ops.PERMUTE, y, tuple(order))
-
-    def conv2d(x: UOp, w: UOp, pad: int) -> UOp:
-        n, c, h, width = shape_of(x)
-        o, _, kh, kw = shape_of(w)
-        padded = move(Ops.PAD, x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-        patches = windows(windows(padded, 2, kh), 4, kw)  # (n, c, oh, kh, ow, kw)
-        oh, ow = h + 2 * pad - kh + 1, width + 2 * pad - kw + 1
-        patches = move(Ops.PERMUTE, patches, (0, 2, 4, 1, 3, 5))
-        full = (n, o, oh, ow, c, kh, kw)
-        patches = move(Ops.EXPAND, move(Ops.RESHAPE, patches, (n, 1, oh, ow, c, kh, kw)), full)
-        weights = move(Ops.EXPAND, move(Ops.RESHAPE, w, (1, o, 1, 1, c, kh, kw)), full)
-        total = UOp(Ops.REDUCE_AXIS, dtypes.float32, (alu(Ops.MUL, patches, weights),), ReduceArg(Ops.ADD, (4, 5, 6)))
-        return move(Ops.RESHAPE, total, (n, o, oh, ow))
-
-    def total(a: UOp) -> UOp:
-        return UOp(Ops.REDUCE_AXIS, dtypes.float32, (a,), ReduceArg(Ops.ADD, (0,)))
-
-    def chain(a: UOp, b: UOp, c: UOp) -> UOp:
-        zero = move(Ops.EXPAND, move(Ops.RESHAPE, const_node(0.0, dtypes.float32, "CPU"), (1,)), shape_of(a))
-        return alu(Ops.MAX, alu(Ops.ADD, alu(Ops.MUL, a, b), c), zero)
-
-    def timed(build: Callable[[], UOp]) -> Callable[[], object]:
+    def timed(build: Callable[[], Tensor]) -> Callable[[], object]:
         def run() -> None:
-            realize(build())
+            build().realize()
             Device["CPU"].synchronize()
 
         return run
 
-    def check(node: UOp, expected: np.ndarray, tolerance: float) -> None:
-        got = np.frombuffer(read_bytes(node), np.float32).reshape(expected.shape)
-        np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
-
-    results = {}
+    results: Workloads = {}
     for n in (1024, 2048):
-        a, b = tensor(data[f"a{n}"]), tensor(data[f"b{n}"])
-        if n == 1024:
-            check(matmul(a, b), data["a1024"] @ data["b1024"], 1e-3)
-        results[f"matmul {n}"] = timed(lambda a=a, b=b: matmul(a, b))
-    x, w = tensor(data["conv_x"]), tensor(data["conv_w"])
-    results["conv2d"] = timed(lambda: conv2d(x, w, 1))
-    v = tensor(data["v"])
-    check(total(v), np.array([data["v"].sum(dtype=np.float64)], np.float32), 1e-2)
-    results["sum 16M"] = timed(lambda: total(v))
-    p, q, r = tensor(data["p"]), tensor(data["q"]), tensor(data["r"])
-    results["chain 16M"] = timed(lambda: chain(p, q, r))
+        a, b = Tensor(data[f"a{n}"]).realize(), Tensor(data[f"b{n}"]).realize()
+        results[f"matmul {n}"] = timed(lambda a=a, b=b: a @ b)
+    small = (a[:256, :256] @ b[:256, :256]).numpy()
+    np.testing.assert_allclose(small, data["a2048"][:256, :256] @ data["b2048"][:256, :256], rtol=1e-3, atol=1e-3)
+    x, w = Tensor(data["conv_x"]).realize(), Tensor(data["conv_w"]).realize()
+    results["conv2d"] = timed(lambda: x.conv2d(w, padding=1))
+    v = Tensor(data["v"]).realize()
+    np.testing.assert_allclose(v.sum().numpy(), data["v"].sum(dtype=np.float64), rtol=1e-3, atol=1e-2)
+    results["sum 16M"] = timed(lambda: v.sum())
+    p, q, r = (Tensor(data[k]).realize() for k in ("p", "q", "r"))
+    results["chain 16M"] = timed(lambda: (p * q + r).maximum(0))
     return results
 
 

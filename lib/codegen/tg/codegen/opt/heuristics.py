@@ -11,18 +11,19 @@ vectorizes their innermost loop (and upcasts strided reductions, see tg.codegen.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tg.codegen.dtype import dtypes
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
-from tg.codegen.opt.scheduler import Scheduler, range_size
+from tg.codegen.opt.scheduler import MAX_UNROLLED_BODY, Scheduler, range_size
 from tg.codegen.schedule.indexing import simplify_indices
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 
 CONTIGUOUS_UPCASTS = (16, 8, 4)  # two AVX2 vectors of float32 first
-REUSE_UPCASTS = (8, 4, 3, 2)
+REUSE_UPCASTS = (16, 8, 4, 3, 2)
 # accumulators per kernel: 16 ymm registers hold 128 floats. Filling them (a 8x16 matmul tile, so clang spills a
 # few operands) measured about 1.5x faster than 4x16 on this Zen 3, at 1024 and 2048, timed alternately.
 MAX_LANES = 128
@@ -96,18 +97,26 @@ def loop_over_strips(k: Scheduler) -> None:
             return
 
 
+def small_window(k: Scheduler) -> int:
+    """The iterations of the reduce axes small enough to be unrolled whole (a 3x3 convolution window: 9)."""
+    return math.prod(size for size in (k.full_shape[a] for a in k.axes_of(AxisType.REDUCE)) if size <= max(UNROLLS))
+
+
 def upcast_reused_axes(k: Scheduler) -> None:
-    """Upcast up to two different output axes along which some load is reused, the contiguous one widest."""
+    """Upcast up to two different output axes along which some load is reused: the contiguous one first, else
+    the largest; each as wide as the registers and the unrolled body (lanes times the small window) allow."""
     lanes, done, covered = 1, set(), frozenset()
+    window = small_window(k)
     for _ in range(2):
         candidates = [
             a for a in axis_reuse(k) if a.reused and not a.gate_moves and k.rngs[a.axis].arg.axis_id not in done
         ]
         # the contiguous axis first, then one that reuses a load the upcasts so far do not
-        candidates.sort(key=lambda a: (not a.contiguous, a.reused <= covered, -a.loads_not_moving, a.axis))
+        candidates.sort(key=lambda a: (not a.contiguous, a.reused <= covered, -a.loads_not_moving, -a.size, a.axis))
         for candidate in candidates:
             choices = CONTIGUOUS_UPCASTS if candidate.contiguous else REUSE_UPCASTS
-            amount = first_divisor(candidate.size, tuple(c for c in choices if lanes * c <= MAX_LANES))
+            fitting = tuple(c for c in choices if lanes * c <= MAX_LANES and lanes * c * window <= MAX_UNROLLED_BODY)
+            amount = first_divisor(candidate.size, fitting)
             if amount is None:
                 continue
             axis_id = k.rngs[candidate.axis].arg.axis_id

@@ -12,32 +12,11 @@ lowering: the kernel optimizer (issue 7) is what should move these numbers.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import numpy as np
+from timing import median_seconds, realized
 
-from tg.hcq import Device
 from tg.tensor import Tensor
-
-
-def median_seconds(function: Callable[[], object], repeats: int) -> float:
-    function()  # warm-up: compile, allocate
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def realized(make: Callable[[], Tensor]) -> Callable[[], None]:
-    def run() -> None:
-        make().realize()
-        Device["CPU"].synchronize()
-
-    return run
 
 
 def numpy_conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -13,9 +13,9 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 
 import numpy as np
+from timing import median_seconds
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.flags import Context
@@ -52,16 +52,6 @@ def run(node: UOp) -> None:
 
 def column_sum(m: UOp) -> UOp:
     return UOp(Ops.REDUCE_AXIS, dtypes.float32, (m,), ReduceArg(Ops.ADD, (0,)))
-
-
-def median_seconds(function: Callable[[], object], repeats: int) -> float:
-    function()  # warm-up: compile, allocate
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def first_call_seconds(size: int) -> float:

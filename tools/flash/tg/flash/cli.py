@@ -13,16 +13,9 @@ from tg.drivers import navi31_regs as regs
 from tg.drivers.transport import parse_transport
 from tg.flash.aperture import sha256
 from tg.flash.board import BoardOptions, open_flash
-from tg.flash.console import (
-    Reporter,
-    check_output_path,
-    failures,
-    parse_int,
-    progress,
-    read_input,
-    write_atomically,
-)
+from tg.flash.console import Reporter, failures, parse_int, progress, read_input
 from tg.flash.errors import FlashError
+from tg.flash.outputs import check_output, write_output
 from tg.flash.program import SectorOutcome, SectorRange, check_image_size, program_image, verify_against
 
 app = typer.Typer(
@@ -114,6 +107,7 @@ def read(
     address: int = typer.Argument(..., parser=parse_int, help="Start address (hex accepted)."),
     size: int = typer.Argument(..., parser=parse_int, help="Number of bytes."),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write the bytes here instead of hex."),
+    force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it already exists."),
 ) -> None:
     """Read SIZE bytes at ADDRESS; print them as hex or write them to OUTPUT."""
     cli: CliContext = ctx.obj
@@ -123,24 +117,28 @@ def read(
         if address < 0 or address + size > regs.FLASH_SIZE:
             raise ValueError("read outside 2 MiB flash")
         if output is not None:
-            check_output_path(output)
+            check_output(output, force)
         cli.options.check()
         with open_flash(cli.options) as chip:
             data = chip.read(address, size)
         payload = {"address": address, "size": size, "sha256": sha256(data)}
         if output is not None:
-            write_atomically(output, data)
+            write_output(output, data, force)
             cli.reporter.result(f"wrote {output} sha256={sha256(data)}", {**payload, "path": str(output)})
         else:
             cli.reporter.result(data.hex(), {**payload, "hex": data.hex()})
 
 
 @app.command()
-def dump(ctx: typer.Context, output: Path = typer.Argument(..., help="File for the 2 MiB flash contents.")) -> None:
+def dump(
+    ctx: typer.Context,
+    output: Path = typer.Argument(..., help="File for the 2 MiB flash contents."),
+    force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it already exists."),
+) -> None:
     """Read the whole 2 MiB flash into OUTPUT (written atomically)."""
     cli: CliContext = ctx.obj
     with failures(cli.reporter, cli.debug):
-        check_output_path(output)
+        check_output(output, force)
         cli.options.check()
         chunks = []
         with open_flash(cli.options) as chip, progress(cli.reporter, "reading", regs.FLASH_SIZE) as bar:
@@ -149,7 +147,7 @@ def dump(ctx: typer.Context, output: Path = typer.Argument(..., help="File for t
                 if not address & 0xFFFF:
                     bar.note(f"0x{address + regs.SECTOR_SIZE:06x}/0x{regs.FLASH_SIZE:06x}")
         data = b"".join(chunks)
-        write_atomically(output, data)
+        write_output(output, data, force)
         digest = sha256(data)
         text = f"wrote {output} sha256={digest}"
         cli.reporter.result(text, {"path": str(output), "size": len(data), "sha256": digest})

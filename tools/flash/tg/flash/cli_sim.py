@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from tg.flash.console import failures, parse_int, read_input, write_atomically
+from tg.flash.console import failures, parse_int, read_input
+from tg.flash.outputs import check_output, write_output
 
 sim_app = typer.Typer(help="Create and inspect simulated Navi31 board state.", no_args_is_help=True)
 
@@ -25,7 +26,8 @@ def _pairs(values: list[str], what: str) -> dict[int, int]:
 @sim_app.command()
 def init(
     ctx: typer.Context,
-    path: Path = typer.Argument(..., help="State file to create (overwritten)."),
+    path: Path = typer.Argument(..., help="State file to create."),
+    force: bool = typer.Option(False, "--force", help="Replace PATH if it already exists."),
     image: Path | None = typer.Option(None, "--image", help="2 MiB flash contents (default: the synthetic IFWI)."),
     ifwi_seed: int = typer.Option(0, "--ifwi-seed", parser=parse_int, help="Seed of the synthetic IFWI."),
     cmp: bool = typer.Option(False, "--cmp", help="Power on with SR2.CMP set (whole array protected)."),
@@ -60,6 +62,7 @@ def init(
             aperture=aperture,
         )
         flash = read_input(image) if image is not None else None
+        check_output(path, force)
         state = new_state(flash, ifwi_seed=ifwi_seed, cmp=cmp, faults=faults)
         state.sr1, state.jedec_rotation, state.trace = sr1 & 0xFC, jedec_rotation, trace
         save_state(state, path)
@@ -103,11 +106,13 @@ def ifwi(
     ctx: typer.Context,
     path: Path = typer.Argument(..., help="State file."),
     output: Path = typer.Argument(..., help="Where to write the IFWI the simulated PSP expects."),
+    force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it already exists."),
 ) -> None:
     """Write the synthetic IFWI that the simulated PSP compares streamed items with."""
     from tg.drivers.sim.state import load_state
 
     cli = ctx.obj
     with failures(cli.reporter, cli.debug):
-        write_atomically(output, load_state(path).ifwi)
+        check_output(output, force)
+        write_output(output, load_state(path).ifwi, force)
         cli.reporter.result(f"wrote {output}", {"path": str(output)})

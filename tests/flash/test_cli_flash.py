@@ -283,6 +283,9 @@ def test_usage_errors_exit_2(cli) -> None:
     assert cli("--transport", "bogus", "info").exit_code == 2
     assert cli("--prescale", "16", "info").exit_code == 2
     assert cli("--transport", "sim", "read", "zz", "1").exit_code == 2
+    # issue 20: a simulator option without the simulator is a usage error, not a failed operation
+    assert cli("--sim-state", "board.sim", "info").exit_code == 2
+    assert cli("--transport", "pci", "--sim-state", "board.sim", "dump", "x.bin").exit_code == 2
 
 
 def test_usb_transport_says_it_is_not_supported(cli) -> None:
@@ -292,6 +295,6 @@ def test_usb_transport_says_it_is_not_supported(cli) -> None:
 
 def test_sim_transport_needs_a_state_file(cli, tmp_path: Path) -> None:
     result = cli("--transport", "sim", "info")
-    assert result.exit_code == 1 and "--sim-state" in result.stderr
+    assert result.exit_code == 2 and "--sim-state" in result.stderr
     result = cli("--transport", "sim", "--sim-state", str(tmp_path / "missing.sim"), "info")
     assert result.exit_code == 1 and "does not exist" in result.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from tg.drivers import navi31_regs as regs
-from tg.drivers.transport import parse_transport
+from tg.drivers.transport import Transport, parse_transport
 from tg.flash.aperture import sha256
 from tg.flash.board import BoardOptions, open_flash
 from tg.flash.console import Reporter, failures, parse_int, progress, read_input
@@ -58,6 +58,10 @@ def _options(
         chosen = parse_transport(transport)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--transport") from None
+    if sim_state is not None and chosen is not Transport.SIM:
+        raise typer.BadParameter("--sim-state is only used with --transport sim", param_hint="--sim-state")
+    if chosen is Transport.SIM and sim_state is None and ctx.invoked_subcommand != "sim":
+        raise typer.BadParameter("--transport sim needs --sim-state PATH (create one with `tg-flash sim init PATH`)")
     options = BoardOptions(device, prescale, chosen, sim_state)
     ctx.obj = CliContext(options, Reporter(json_output), debug or os.environ.get("DEBUG") == "1")
 
@@ -77,7 +81,7 @@ def info(ctx: typer.Context) -> None:
     with failures(cli.reporter, cli.debug):
         cli.options.check()
         with open_flash(cli.options) as chip:
-            jedec = chip.rdid()
+            jedec = chip.jedec  # the capture open_flash checked, as the seed prints it
             sr1, sr2, sr3 = chip.status_registers()
             sfdp = chip.sfdp(24)
         cmp_state = "set" if sr2 & 0x40 else "clear"

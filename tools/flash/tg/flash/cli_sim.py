@@ -39,6 +39,7 @@ def init(
     stuck_bit: list[str] = typer.Option([], "--stuck-bit", help="ADDR:BITS stuck at 1 (repeatable)."),
     psp_error: list[str] = typer.Option([], "--psp-error", help="CMD:CODE the PSP answers (repeatable)."),
     psp_gated: bool = typer.Option(False, "--psp-gated", help="A booted SOS: transfer type answers 0x0A."),
+    psp_not_ready: bool = typer.Option(False, "--psp-not-ready", help="The PSP never hands the mailbox back."),
     aperture: str = typer.Option("raw", "--aperture", help="ROM aperture: raw|unavailable|mirrored."),
     jedec_rotation: int = typer.Option(0, "--jedec-rotation", help="Rotate the RDID capture by N bytes."),
     trace: bool = typer.Option(False, "--trace", help="Append every session's register accesses to PATH.trace."),
@@ -59,6 +60,7 @@ def init(
             stuck_bits=_pairs(stuck_bit, "--stuck-bit"),
             psp_errors=_pairs(psp_error, "--psp-error"),
             psp_gated=psp_gated,
+            psp_not_ready=psp_not_ready,
             aperture=aperture,
         )
         flash = read_input(image) if image is not None else None

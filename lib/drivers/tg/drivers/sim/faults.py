@@ -14,6 +14,7 @@ class Faults:
     stuck_bits: dict[int, int] = field(default_factory=dict)  # flash address -> bits stuck at 1
     psp_errors: dict[int, int] = field(default_factory=dict)  # PSP command -> error code it returns
     psp_gated: bool = False  # a fully booted SOS: GET_TRANSFER_TYPE answers error 0x0A
+    psp_not_ready: bool = False  # the PSP never hands the mailbox back: COMMAND bit 31 stays clear
     aperture: str = "raw"  # ROM aperture: raw | unavailable | mirrored
 
     def to_json(self) -> dict:

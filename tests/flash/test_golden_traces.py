@@ -147,7 +147,7 @@ def test_tg_differs_from_seed_prescaler_restored_and_sector_read_first() -> None
     one_read = seed.SeedModel()
     one_read.transfer(0x03, address=5 * SECTOR, address_len=3, data_in=0x100)
     pre_read = 32 * len(one_read.lines)  # 16 chunks of 256 bytes, each issued twice
-    diverge = next(i for i, (a, b) in enumerate(zip(ours, pure)) if a != b)
+    diverge = next(i for i, (a, b) in enumerate(zip(ours, pure, strict=False)) if a != b)
     assert ours[:diverge] == pure[:diverge] and ours[diverge + pre_read :] == pure[diverge:]
     model = seed.SeedModel(restore_prescaler=False)
     model.open()

@@ -129,7 +129,8 @@ class Navi31SPI:
         mmio.read32(regs.ROM_SW_CNTL)  # flush the posted write before polling
         # As in the seed, the timeout message is made before polling starts, so it shows the status right
         # after the start; the read is part of the sequence that ran on hardware.
-        message = f"ROM_SW transaction timeout (status=0x{mmio.read32(regs.ROM_SW_STATUS):08x}); engine may be gated after SOS boot"
+        status = mmio.read32(regs.ROM_SW_STATUS)
+        message = f"ROM_SW transaction timeout (status=0x{status:08x}); engine may be gated after SOS boot"
         wait_until(lambda: mmio.read32(regs.ROM_SW_STATUS) & regs.STATUS_DONE, self.timeout, message)
         if not data_in:
             return b""

@@ -66,11 +66,15 @@ class SimBoard:
 def make_board(tmp_path: Path) -> Callable[..., SimBoard]:
     counter = [0]
 
-    def make(image: bytes | None = None, faults: Faults | None = None, trace: bool = False, **fields) -> SimBoard:
+    def make(
+        image: bytes | None = None, faults: Faults | None = None, trace: bool = False, via: str = "pci", **fields
+    ) -> SimBoard:
+        """A board on disk; `via="usb"` puts it behind the simulated ASM24 bridge (the CLI's default), the
+        tests' default is the direct BAR, which is faster, and selected tests run both."""
         counter[0] += 1
         path = tmp_path / f"board{counter[0]}.sim"
         state = new_state(image, faults=faults)
-        state.trace = trace
+        state.trace, state.via = trace, via
         for name, value in fields.items():
             setattr(state, name, value)
         save_state(state, path)

@@ -76,22 +76,28 @@ def session_trace(board) -> str:
     return text
 
 
-def test_info_trace_matches_golden(make_board) -> None:
-    board = make_board(deterministic_image(), trace=True, busy_scale=0.0)
+VIAS = pytest.mark.parametrize("via", ["usb", "pci"])
+
+
+@VIAS
+def test_info_trace_matches_golden(make_board, via: str) -> None:
+    board = make_board(deterministic_image(), trace=True, busy_scale=0.0, via=via)
     assert board.run("info").exit_code == 0
     compare_with_golden("info", session_trace(board))
 
 
-def test_read_trace_matches_golden(make_board) -> None:
-    board = make_board(deterministic_image(), trace=True, busy_scale=0.0)
+@VIAS
+def test_read_trace_matches_golden(make_board, via: str) -> None:
+    board = make_board(deterministic_image(), trace=True, busy_scale=0.0, via=via)
     assert board.run("read", "0", "0x40").exit_code == 0
     compare_with_golden("read_0_0x40", session_trace(board))
 
 
-def test_one_sector_flash_trace_matches_golden(make_board, tmp_path: Path) -> None:
+@VIAS
+def test_one_sector_flash_trace_matches_golden(make_board, tmp_path: Path, via: str) -> None:
     original = deterministic_image()
     image = one_sector_image(original)
-    board = make_board(original, trace=True, busy_scale=0.0)
+    board = make_board(original, trace=True, busy_scale=0.0, via=via)
     path = tmp_path / "image.bin"
     path.write_bytes(image)
     result = board.run("flash", str(path), "--start-sector", "5", "--sector-count", "1", "--yes")

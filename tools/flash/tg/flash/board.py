@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,12 +38,22 @@ class BoardOptions:
 
 @contextmanager
 def open_mmio(options: BoardOptions) -> Iterator[MMIOInterface]:
+    """The board's BAR. When the command already failed, a failure while closing (a simulated board that
+    finds registers unrestored because the link died) is shown as a warning, not in place of the cause."""
     connection = open_board(options.request())
+    for warning in connection.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     try:
         yield connection.mmio
-    finally:
-        with deferred_interrupt():
-            connection.close()
+    except BaseException:
+        try:
+            with deferred_interrupt():
+                connection.close()
+        except Exception as close_error:
+            print(f"warning: {close_error}", file=sys.stderr)
+        raise
+    with deferred_interrupt():
+        connection.close()
 
 
 @contextmanager

@@ -43,6 +43,10 @@ def init(
     aperture: str = typer.Option("raw", "--aperture", help="ROM aperture: raw|unavailable|mirrored."),
     jedec_rotation: int = typer.Option(0, "--jedec-rotation", help="Rotate the RDID capture by N bytes."),
     trace: bool = typer.Option(False, "--trace", help="Append every session's register accesses to PATH.trace."),
+    via: str = typer.Option("usb", "--via", help="usb: behind a simulated ASM24 bridge (default); pci: direct BAR."),
+    link_down: bool = typer.Option(False, "--link-down", help="USB bridge: the PCIe link never comes up."),
+    usb_stall: list[int] = typer.Option([], "--usb-stall", parser=parse_int, help="Stall bulk OUT transfer N."),
+    usb_corrupt_cbw: list[int] = typer.Option([], "--usb-corrupt-cbw", parser=parse_int, help="Corrupt CBW N."),
 ) -> None:
     """Create a simulated board (healthy unless fault options say otherwise)."""
     from tg.drivers.sim.faults import Faults
@@ -52,6 +56,8 @@ def init(
     with failures(cli.reporter, cli.debug):
         if aperture not in ("raw", "unavailable", "mirrored"):
             raise typer.BadParameter("choose raw, unavailable or mirrored", param_hint="--aperture")
+        if via not in ("usb", "pci"):
+            raise typer.BadParameter("choose usb or pci", param_hint="--via")
         faults = Faults(
             gated=gated,
             status_stuck=status_stuck,
@@ -62,14 +68,17 @@ def init(
             psp_gated=psp_gated,
             psp_not_ready=psp_not_ready,
             aperture=aperture,
+            usb_link_down=link_down,
+            usb_stall_at=list(usb_stall),
+            usb_corrupt_cbw_at=list(usb_corrupt_cbw),
         )
         flash = read_input(image) if image is not None else None
         check_output(path, force)
         state = new_state(flash, ifwi_seed=ifwi_seed, cmp=cmp, faults=faults)
-        state.sr1, state.jedec_rotation, state.trace = sr1 & 0xFC, jedec_rotation, trace
+        state.sr1, state.jedec_rotation, state.trace, state.via = sr1 & 0xFC, jedec_rotation, trace, via
         save_state(state, path)
         trace_path(path).unlink(missing_ok=True)
-        cli.reporter.result(f"created simulated Navi31 board {path}", {"path": str(path)})
+        cli.reporter.result(f"created simulated Navi31 board {path} (via {via})", {"path": str(path), "via": via})
 
 
 @sim_app.command()

@@ -161,6 +161,10 @@ class SimSession:
         self.state = load_state(self.path)
         self.state.sessions += 1
         self.board = self.state.board()
+        self.bridge = None  # the SimASM24Device in front of the board when the state says via usb
+
+    def discard(self) -> None:
+        """Leave the state file as it was (the session failed before it touched the board)."""
 
     def close(self) -> None:
         self.state.absorb(self.board)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from tg.codegen.flags import NOOPT
 from tg.codegen.opt.heuristics import hand_coded_optimizations
+from tg.codegen.opt.optimizer import KernelOptimizer
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
-from tg.codegen.opt.scheduler import Scheduler
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import UOp
 
@@ -19,7 +19,7 @@ def apply_opts(ast: UOp, has_local: bool = False) -> UOp:
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     if info.applied_opts and info.opts_to_apply is None:
         return ast
-    k = Scheduler(ast, has_local)
+    k = KernelOptimizer(ast, has_local)
     if info.opts_to_apply is not None:
         opts = list(info.opts_to_apply)
     elif NOOPT:
@@ -31,4 +31,4 @@ def apply_opts(ast: UOp, has_local: bool = False) -> UOp:
     return k.get_optimized_ast()
 
 
-__all__ = ["KernelOptError", "Opt", "OptOps", "Scheduler", "apply_opts", "hand_coded_optimizations"]
+__all__ = ["KernelOptError", "Opt", "OptOps", "KernelOptimizer", "apply_opts", "hand_coded_optimizations"]

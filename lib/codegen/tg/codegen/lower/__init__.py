@@ -12,8 +12,8 @@ from tg.codegen.flags import NOOPT
 from tg.codegen.lower.linearize import linearize
 from tg.codegen.lower.upcast import upcast_strided_reductions
 from tg.codegen.opt import apply_opts
-from tg.codegen.schedule.indexing import simplify_indices
 from tg.codegen.uop.args import KernelInfo
+from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import UOp
 from tg.codegen.uop.pattern import graph_rewrite
 

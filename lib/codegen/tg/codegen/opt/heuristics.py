@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from tg.codegen.dtype import dtypes
 from tg.codegen.opt.optimizer import MAX_UNROLLED_BODY, KernelOptimizer, range_size
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
-from tg.codegen.schedule.indexing import simplify_indices
 from tg.codegen.uop.args import AxisType
+from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 

@@ -20,11 +20,11 @@ from dataclasses import replace
 
 from tg.codegen.dtype import dtypes
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
-from tg.codegen.schedule.indexing import simplify_indices
-from tg.codegen.schedule.kernel import reduce_identity
 from tg.codegen.uop.args import AxisType, KernelInfo
+from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import Ops, UOp
 from tg.codegen.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from tg.codegen.uop.reductions import reduce_identity
 
 AXIS_POSITION = {
     AxisType.DEVICE: -2, AxisType.LOOP: -1, AxisType.GLOBAL: 0, AxisType.WARP: 1, AxisType.LOCAL: 2,

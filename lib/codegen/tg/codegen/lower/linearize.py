@@ -23,11 +23,11 @@ from __future__ import annotations
 import math
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
-from tg.codegen.schedule.indexing import simplify_indices
-from tg.codegen.schedule.kernel import reduce_identity
 from tg.codegen.uop.args import AxisType, ParamArg
+from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
+from tg.codegen.uop.reductions import reduce_identity
 
 PARTIAL_SUMS = 16  # accumulators of a long float reduction: two AVX2 vectors of float32
 PARTIAL_SUM_OPS = (Ops.ADD, Ops.MAX)

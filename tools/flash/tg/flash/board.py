@@ -25,9 +25,20 @@ class BoardOptions:
     prescale: int = 8
     transport: Transport = Transport.AUTO
     sim_state: Path | None = None
+    remote: str | None = None
+    token: str | None = None
 
     def request(self) -> BoardRequest:
-        return BoardRequest(self.transport, self.device, regs.VENDOR_AMD, NAVI31, regs.BAR, self.sim_state)
+        return BoardRequest(
+            self.transport,
+            self.device,
+            regs.VENDOR_AMD,
+            NAVI31,
+            regs.BAR,
+            self.sim_state,
+            remote=self.remote,
+            token=self.token,
+        )
 
     def check(self) -> None:
         """Everything about the options that can be checked without hardware."""

@@ -43,8 +43,12 @@ def _options(
     ctx: typer.Context,
     device: int = typer.Option(0, "--device", parser=parse_int, help="Device index for the selected transport."),
     prescale: int = typer.Option(8, "--prescale", parser=parse_int, help="SPI clock prescaler, 0..15."),
-    transport: str = typer.Option("auto", "--transport", help="auto|usb|pci|sim (auto never picks sim)."),
+    transport: str = typer.Option(
+        "auto", "--transport", help="auto|usb|pci|sim|remote (auto: USB, then PCI; never sim)."
+    ),
     sim_state: Path | None = typer.Option(None, "--sim-state", help="Simulated board state file (with sim)."),
+    remote: str | None = typer.Option(None, "--remote", help="HOST:PORT of a `tg-flash serve` (with remote)."),
+    token: str | None = typer.Option(None, "--token", envvar="TG_FLASH_TOKEN", help="Auth token for --remote."),
     json_output: bool = typer.Option(False, "--json", help="Print one machine-readable JSON document."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
     show_version: bool = typer.Option(
@@ -62,14 +66,20 @@ def _options(
         raise typer.BadParameter("--sim-state is only used with --transport sim", param_hint="--sim-state")
     if chosen is Transport.SIM and sim_state is None and ctx.invoked_subcommand != "sim":
         raise typer.BadParameter("--transport sim needs --sim-state PATH (create one with `tg-flash sim init PATH`)")
-    options = BoardOptions(device, prescale, chosen, sim_state)
+    if remote is not None and chosen is not Transport.REMOTE:
+        raise typer.BadParameter("--remote is only used with --transport remote", param_hint="--remote")
+    if chosen is Transport.REMOTE and remote is None:
+        raise typer.BadParameter("--transport remote needs --remote HOST:PORT")
+    options = BoardOptions(device, prescale, chosen, sim_state, remote, token)
     ctx.obj = CliContext(options, Reporter(json_output), debug or os.environ.get("DEBUG") == "1")
 
 
 def _register_groups() -> None:
     from tg.flash.cli_fw import fw_app
+    from tg.flash.cli_serve import serve
     from tg.flash.cli_sim import sim_app
 
+    app.command()(serve)
     app.add_typer(fw_app, name="fw")
     app.add_typer(sim_app, name="sim")
 

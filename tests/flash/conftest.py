@@ -62,6 +62,14 @@ class SimBoard:
             assert registers[offset] == expected, f"{name}=0x{registers[offset]:08x}, expected 0x{expected:08x}"
 
 
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch) -> Path:
+    """Flash logs and other cache files of a test go to its own folder, never the user's ~/.cache."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TG_CACHE_DIR", str(cache))
+    return cache
+
+
 @pytest.fixture
 def make_board(tmp_path: Path) -> Callable[..., SimBoard]:
     counter = [0]

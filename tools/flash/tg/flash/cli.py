@@ -17,6 +17,7 @@ from tg.flash.console import Reporter, failures, parse_int, progress, read_input
 from tg.flash.errors import FlashError
 from tg.flash.outputs import check_output, write_output
 from tg.flash.program import SectorOutcome, SectorRange, check_image_size, program_image, verify_against
+from tg.flash.recovery import FlashLog, FlashProgress, default_log_path
 
 app = typer.Typer(
     help="Read, verify and program the 2 MiB SPI flash of AMD Navi31 boards.",
@@ -78,10 +79,12 @@ def _register_groups() -> None:
     from tg.flash.cli_fw import fw_app
     from tg.flash.cli_serve import serve
     from tg.flash.cli_sim import sim_app
+    from tg.flash.cli_wp import wp_app
 
     app.command()(serve)
     app.add_typer(fw_app, name="fw")
     app.add_typer(sim_app, name="sim")
+    app.add_typer(wp_app, name="wp")
 
 
 @app.command()
@@ -192,8 +195,14 @@ def flash(
     sector_count: int | None = typer.Option(None, "--sector-count", parser=parse_int, help="Sectors to write."),
     clear_cmp: bool = typer.Option(False, "--clear-cmp", help="Clear SR2.CMP (whole-array protection) first."),
     yes: bool = typer.Option(False, "--yes", help="Really write. Without it nothing is touched."),
+    log: Path | None = typer.Option(
+        None, "--log", help="Per-sector log file (default: $TG_CACHE_DIR/flash/flash-<time>.log)."
+    ),
 ) -> None:
-    """Program IMAGE sector by sector: skip sectors that match, erase and program the rest, verify each."""
+    """Program IMAGE sector by sector: skip sectors that match, erase and program the rest, verify each.
+
+    Every sector line also goes to a log file; if the run stops, the last good sector and the command
+    that resumes after it are printed."""
     cli: CliContext = ctx.obj
     with failures(cli.reporter, cli.debug):
         if not yes:
@@ -202,24 +211,22 @@ def flash(
         check_image_size(data)
         sectors = SectorRange.parse(start_sector, sector_count)
         cli.options.check()
-        total = sectors.count * regs.SECTOR_SIZE
-        with open_flash(cli.options) as chip, progress(cli.reporter, "flashing", total) as bar:
-
-            def report_sector(outcome: SectorOutcome) -> None:
-                bar.advance(regs.SECTOR_SIZE)
-                state = "SKIP" if outcome.action == "skipped" else "OK"
-                address = outcome.sector * regs.SECTOR_SIZE
-                elapsed = cli.reporter.elapsed()
-                bar.note(f"{state} sector {outcome.sector:03d}/511 @0x{address:05x} elapsed={elapsed:.1f}s")
-
-            summary = program_image(
-                chip,
-                data,
-                sectors,
-                clear_cmp,
-                on_sector=report_sector,
-                on_cleared_cmp=lambda: cli.reporter.line("cleared SR2.CMP"),
+        run = FlashProgress(cli.options, image, sectors.start, sectors.count, clear_cmp)
+        flash_log = FlashLog(log or default_log_path())
+        cli.reporter.line(f"log: {flash_log.path}")
+        flash_log.line(f"flash {image} sha256={sha256(data)} sectors {sectors.start}..+{sectors.count}")
+        try:
+            summary = _program_with_progress(
+                cli, chip_data=data, sectors=sectors, clear_cmp=clear_cmp, run=run, log=flash_log
             )
+        except BaseException as e:
+            flash_log.line(f"stopped: {e or type(e).__name__}")
+            for line in run.resume_lines():
+                flash_log.line(line)
+                typer.echo(line, err=True)
+            raise
+        finally:
+            flash_log.close()
         text = (
             f"flashed sectors {sectors.start}..{sectors.start + sectors.count - 1}: "
             f"{summary.sectors - summary.skipped} written ({summary.erased} erased, "
@@ -234,8 +241,29 @@ def flash(
             "erased": summary.erased,
             "pages_programmed": summary.pages_programmed,
             "cleared_cmp": summary.cleared_cmp,
+            "log": str(flash_log.path),
         }
         cli.reporter.result(text, payload)
+
+
+def _program_with_progress(cli: CliContext, chip_data: bytes, sectors: SectorRange, clear_cmp: bool, run, log):
+    total = sectors.count * regs.SECTOR_SIZE
+    with open_flash(cli.options) as chip, progress(cli.reporter, "flashing", total) as bar:
+
+        def report_sector(outcome: SectorOutcome) -> None:
+            bar.advance(regs.SECTOR_SIZE)
+            state = "SKIP" if outcome.action == "skipped" else "OK"
+            address = outcome.sector * regs.SECTOR_SIZE
+            line = f"{state} sector {outcome.sector:03d}/511 @0x{address:05x} elapsed={cli.reporter.elapsed():.1f}s"
+            bar.note(line)
+            log.line(line)
+            run.sector_done(outcome.sector)
+
+        def cleared() -> None:
+            cli.reporter.line("cleared SR2.CMP")
+            log.line("cleared SR2.CMP")
+
+        return program_image(chip, chip_data, sectors, clear_cmp, on_sector=report_sector, on_cleared_cmp=cleared)
 
 
 _register_groups()

@@ -53,3 +53,13 @@ def test_an_endpoint_that_stays_stalled_is_one_clear_error(make_board) -> None:
     lines = result.stderr.splitlines()
     assert lines[-1] == "error: USB endpoint 0x02 stalled"
     assert lines[0].startswith("warning: simulator: controller registers not restored"), "the link died mid-way"
+
+
+def test_sim_init_usb_fault_options(cli, tmp_path: Path) -> None:
+    down, flaky = tmp_path / "down.sim", tmp_path / "flaky.sim"
+    assert cli("sim", "init", str(down), "--link-down").exit_code == 0
+    result = cli("--transport", "sim", "--sim-state", str(down), "info")
+    assert result.exit_code == 1 and "PCIe link not up" in result.stderr
+    assert cli("sim", "init", str(flaky), "--usb-stall", "7", "--usb-corrupt-cbw", "0x20").exit_code == 0
+    result = cli("--transport", "sim", "--sim-state", str(flaky), "info")
+    assert result.exit_code == 0, result.stderr

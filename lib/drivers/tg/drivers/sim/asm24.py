@@ -90,6 +90,7 @@ class SimASM24Device(USBHandle):
         self.dropped_writes = 0
         self._expect_data_out: tuple[bytes, int] | None = None  # (CBW, length) waiting for its data phase
         self._to_host: list[bytes] = []  # data-in and CSW waiting for bulk IN reads
+        self._bar_window: tuple[int, int] | None = None  # cached [base, end) the bridges route; None: recompute
 
     # -- USBHandle -------------------------------------------------------------------------------------------
 
@@ -192,7 +193,7 @@ class SimASM24Device(USBHandle):
             return self._config(fmt_type, address, value, byte_enable)
         offset = self._bar_offset(address)
         if mode == asm24.MODE_STREAM_READ:
-            if offset is None:
+            if offset is None or offset + value > r.BAR5_SIZE:
                 raise _CommandFailed
             return self.board.read(offset, value)
         if mode == asm24.MODE_STREAM_WRITE:
@@ -218,6 +219,7 @@ class SimASM24Device(USBHandle):
             return asm24.COMPLETION.pack(UNSUPPORTED_REQUEST, 0xFFFFFFFF)
         if fmt_type & ~1 == asm24.FMT_CFG_WRITE:
             function.write(offset, value, byte_enable)
+            self._bar_window = None  # routing may have changed
             return asm24.COMPLETION.pack(0, 0)
         return asm24.COMPLETION.pack(0, function.read(offset))
 
@@ -233,22 +235,35 @@ class SimASM24Device(USBHandle):
         return True
 
     def _bar_offset(self, address: int) -> int | None:
-        """The offset in the GPU's BAR5 a memory request reaches, or None when no path decodes it."""
+        """The offset in the GPU's BAR5 a memory request reaches, or None when no path decodes it. Routing
+        only changes with configuration writes, so the decoded window is cached until the next one."""
+        if self._bar_window is None:
+            self._bar_window = self._routed_window()
+        base, end = self._bar_window
+        return address - base if base <= address < end else None
+
+    def _routed_window(self) -> tuple[int, int]:
         gpu = self.functions[asm24.GPU_BUS]
         base = gpu.read(0x10 + 4 * r.BAR) & ~0xF
-        if not base or not base <= address < base + r.BAR5_SIZE:
-            return None
-        if not gpu.u16(asm24.PCI_COMMAND) & asm24.PCI_COMMAND_MEMORY:
-            return None
+        if not base or not all(self._decodes(base + edge) for edge in (0, r.BAR5_SIZE - 1)):
+            return 0, 0
+        return base, base + r.BAR5_SIZE
+
+    def _decodes(self, address: int) -> bool:
+        """Whether a memory request for `address` passes every bridge window and reaches the GPU's BAR."""
+        gpu = self.functions[asm24.GPU_BUS]
+        base = gpu.read(0x10 + 4 * r.BAR) & ~0xF
+        if not base <= address < base + r.BAR5_SIZE or not gpu.u16(asm24.PCI_COMMAND) & asm24.PCI_COMMAND_MEMORY:
+            return False
         for bus in range(asm24.GPU_BUS):
             bridge = self.functions[bus]
             low = (bridge.u16(asm24.PCI_MEMORY_BASE) & 0xFFF0) << 16
             high = ((bridge.u16(asm24.PCI_MEMORY_LIMIT) & 0xFFF0) << 16) | 0xFFFFF
             if not bridge.u16(asm24.PCI_COMMAND) & asm24.PCI_COMMAND_MEMORY or not low <= address <= high:
-                return None
-            if not self._reachable(bus + 1, 1) and bus + 1 <= asm24.GPU_BUS:
-                return None
-        return address - base
+                return False
+            if not self._reachable(bus + 1, 1):
+                return False
+        return True
 
 
 class _CommandFailed(Exception):

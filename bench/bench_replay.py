@@ -50,8 +50,10 @@ def main() -> None:
             assert not report.changed and not report.errors, report.summary_line()
     overhead = statistics.median(captured) / statistics.median(plain) - 1
     print(f"tests: {' '.join(args.tests)}  ({kernels} kernels captured)")
-    print(f"test run without capture {statistics.median(plain):.2f} s, with capture {statistics.median(captured):.2f} s:"
-          f" overhead {overhead * 100:+.1f}% (target <= 15%)")
+    print(
+        f"test run without capture {statistics.median(plain):.2f} s, with capture {statistics.median(captured):.2f} s:"
+        f" overhead {overhead * 100:+.1f}% (target <= 15%)"
+    )
     print(f"replay: {statistics.median(rates):.0f} kernels/s with {args.jobs} workers (target >= 200)")
 
 

@@ -151,3 +151,16 @@ def test_capture_command_runs_the_program_with_capture_on(tmp_path: Path) -> Non
 def test_capture_without_a_command_is_a_usage_error() -> None:
     result = runner.invoke(app, ["capture"])
     assert result.exit_code == 2
+
+
+def test_speed_times_each_changed_kernel_on_both_versions(tmp_path: Path) -> None:
+    import json
+
+    db = tmp_path / "captures.db"
+    capture_programs(db)
+    other = changed_compiler(tmp_path)
+    result = runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(other), "--speed", "--json"])
+    changed = json.loads(result.output)["changed"]
+    assert changed
+    for entry in changed:
+        assert entry["seconds_other"] > 0 and entry["seconds_captured"] > 0

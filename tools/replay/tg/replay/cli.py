@@ -18,8 +18,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from tg.replay.database import ReplayError, reset, resolve_path, summarize
-from tg.replay.diff import ReplayReport, RowResult, Version, replay, time_changed, unified_diff
-from tg.replay.diff import version_from_git, version_from_path
+from tg.replay.diff import (
+    ReplayReport,
+    RowResult,
+    Version,
+    replay,
+    time_changed,
+    unified_diff,
+    version_from_git,
+    version_from_path,
+)
 
 app = typer.Typer(
     help="Capture the kernels the compiler generates and diff them against another version (process replay).",

@@ -74,7 +74,9 @@ def read_rows(path: str | None, ids: list[int]) -> list[CapturedRow]:
     conn = open_captures(path)
     try:
         marks = ",".join("?" * len(ids))
-        query = f"SELECT id, location, device, name, searched, inputs, src FROM {TABLE} WHERE id IN ({marks}) ORDER BY id"
+        query = (
+            f"SELECT id, location, device, name, searched, inputs, src FROM {TABLE} WHERE id IN ({marks}) ORDER BY id"
+        )
         return [CapturedRow(r[0], r[1], r[2], r[3], bool(r[4]), bytes(r[5]), r[6]) for r in conn.execute(query, ids)]
     except sqlite3.DatabaseError as error:
         raise ReplayError(f"{resolve_path(path)}: cannot read captures ({error})") from None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tg.drivers.sim.faults import Faults
 
 
@@ -11,6 +13,7 @@ def test_sim_init_puts_the_board_behind_the_usb_bridge_by_default(cli, tmp_path:
     state = tmp_path / "board.sim"
     result = cli("sim", "init", str(state))
     assert result.exit_code == 0 and "(via usb)" in result.stdout
+    assert cli("sim", "show", str(state)).stdout.splitlines()[-1] == "reached via: usb"
     result = cli("--transport", "sim", "--sim-state", str(state), "info")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines()[0] == "JEDEC capture: c8601500 (C8 60 15 detected)"
@@ -63,3 +66,15 @@ def test_sim_init_usb_fault_options(cli, tmp_path: Path) -> None:
     assert cli("sim", "init", str(flaky), "--usb-stall", "7", "--usb-corrupt-cbw", "0x20").exit_code == 0
     result = cli("--transport", "sim", "--sim-state", str(flaky), "info")
     assert result.exit_code == 0, result.stderr
+
+
+def test_usb_transport_with_libusb_but_no_bridge(cli, monkeypatch) -> None:
+    """The real USB path as far as this machine allows: libusb (from the libusb-package wheel) enumerates, finds
+    no ASM24 bridge, and the command says so."""
+    libusb_package = pytest.importorskip("libusb_package")
+    monkeypatch.setenv("USB_1_0_PATH", str(libusb_package.get_library_path()))
+    result = cli("--transport", "usb", "info")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        "error: no supported usb AMD GPU found (no ASM24 bridge with ids 3801:0001 or add1:0001)"
+    )

@@ -101,6 +101,7 @@ def show(ctx: typer.Context, path: Path = typer.Argument(..., help="State file."
             "psp_position": state.psp.position,
             "psp_states": len(state.psp.states),
             "sessions": state.sessions,
+            "via": state.via,
         }
         lines = [
             f"flash sha256={payload['flash_sha256']}",
@@ -108,6 +109,7 @@ def show(ctx: typer.Context, path: Path = typer.Argument(..., help="State file."
             *(f"{name}=0x{value:08x}" for name, value in registers.items()),
             f"PSP transfer state {state.psp.position}/{len(state.psp.states)}",
             f"sessions: {state.sessions}",
+            f"reached via: {state.via}",
         ]
         cli.reporter.result("\n".join(lines), payload)
 

@@ -99,3 +99,11 @@ def test_beam_never_mutates_a_buffer_it_assigns_to() -> None:
     with Context(BEAM=2):
         a.assign(a + 1).realize()
     np.testing.assert_array_equal(a.numpy(), start + 1)
+
+
+def test_cached_opts_keep_split_axis_types() -> None:
+    from tg.codegen.opt.opts import Opt
+    from tg.codegen.uop.args import AxisType
+
+    opts = (Opt(OptOps.SPLIT, 0, (4, AxisType.UPCAST)), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.SWAP, 0, 1))
+    assert engine_beam._decode_opts(engine_beam._encode_opts(opts)) == opts

@@ -2,10 +2,10 @@
 
     result = search_opts(ast, "CPU", width=4)     # BeamResult(opts, seconds, cached)
 
-Candidates compile on `BEAM_WORKERS` threads, each driving its own compiler process (source from the one pipeline
-function, binary from the device's compiler), then run here on scratch buffers made from the kernel's PARAMs, so a search never touches a
-program's real inputs. Each candidate is launched once; only one within 3x of the best so far is timed twice more.
-A candidate that fails to compile or takes longer than BEAM_TIMEOUT_SEC to compile is dropped, and so is one whose
+Candidates compile on `BEAM_WORKERS` threads, each driving its own compiler process (source from the one
+pipeline function, binary from the device's compiler), then run here on scratch buffers made from the kernel's
+PARAMs, so a search never touches a program's real inputs. Each candidate is launched once; only one within 3x of
+the best so far is timed twice more. A candidate that fails to compile or takes longer than BEAM_TIMEOUT_SEC to compile is dropped, and so is one whose
 source equals another's.
 
 Winners are kept in an sqlite table in the cache directory, keyed by (kernel key, width, device, renderer,
@@ -29,6 +29,7 @@ from tg.codegen.flags import BEAM, CACHELEVEL, IGNORE_BEAM_CACHE, cache_dir
 from tg.codegen.opt.opts import Opt, OptOps
 from tg.codegen.opt.search import Candidate, SearchRound, beam_search
 from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program, with_opts
+from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
 from tg.hcq.engine.programs import CompiledProgram, renderer_for
@@ -75,15 +76,24 @@ def _encode_opts(opts: tuple[Opt, ...]) -> str:
 
 
 def _plain(arg: Any) -> Any:
+    """An Opt's arg as JSON: tuples become lists, an AxisType its qualified name."""
     if isinstance(arg, tuple):
         return [_plain(a) for a in arg]
-    return getattr(arg, "name", arg)
+    if isinstance(arg, AxisType):
+        return f"AxisType.{arg.name}"
+    return arg
+
+
+def _from_plain(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_from_plain(v) for v in value)
+    if isinstance(value, str) and value.startswith("AxisType."):
+        return AxisType[value.removeprefix("AxisType.")]
+    return value
 
 
 def _decode_opts(text: str) -> tuple[Opt, ...]:
-    return tuple(
-        Opt(OptOps[op], axis, tuple(arg) if isinstance(arg, list) else arg) for op, axis, arg in json.loads(text)
-    )
+    return tuple(Opt(OptOps[op], axis, _from_plain(arg)) for op, axis, arg in json.loads(text))
 
 
 def cached_opts(ast: UOp, device_name: str, width: int) -> BeamResult | None:

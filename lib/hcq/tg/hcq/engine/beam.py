@@ -5,8 +5,8 @@
 Candidates compile on `BEAM_WORKERS` threads, each driving its own compiler process (source from the one
 pipeline function, binary from the device's compiler), then run here on scratch buffers made from the kernel's
 PARAMs, so a search never touches a program's real inputs. Each candidate is launched once; only one within 3x of
-the best so far is timed twice more. A candidate that fails to compile or takes longer than BEAM_TIMEOUT_SEC to compile is dropped, and so is one whose
-source equals another's.
+the best so far is timed twice more. A candidate that fails to compile or takes longer than BEAM_TIMEOUT_SEC
+to compile is dropped, and so is one whose source equals another's.
 
 Winners are kept in an sqlite table in the cache directory, keyed by (kernel key, width, device, renderer,
 compiler identity: binary, version, flags, CPU model). A hit replays the opts with no timing;

@@ -62,7 +62,9 @@ def main() -> None:
             search = time.perf_counter() - start
             beamed = median_seconds(run_tg, args.repeats)
         peer = median_seconds(lambda a=a, b=b, op=op: op(a, b), args.repeats)
-        print(f"{name:12s} search {search:6.1f} s | heuristics {heuristic * 1e3:8.2f} ms ({peer / heuristic:.2f}x numpy)")
+        print(
+            f"{name:12s} search {search:6.1f} s | heuristics {heuristic * 1e3:8.2f} ms ({peer / heuristic:.2f}x numpy)"
+        )
         print(f"{'':12s} BEAM {beamed * 1e3:8.2f} ms ({peer / beamed:.2f}x numpy) | numpy {peer * 1e3:8.2f} ms")
 
 

@@ -325,9 +325,12 @@ class ModuleWriter:
         self.state.defined_records.add(key)
         members = self.record_members(name, definition)
         size = definition.type.get_size()
+        align = definition.type.get_align()
         body = "".join(f"    {m},\n" for m in members)
+        # The C alignment matters to calls only beyond 8 (16-byte stack slots); it is written only then.
+        align_argument = f", align={align}" if align > 8 else ""
         try:
-            self.add(f"{name}.layout({size}, [\n{body}])", name)
+            self.add(f"{name}.layout({size}, [\n{body}]{align_argument})", name)
         except Unsupported:
             self.state.defined_records.discard(key)
             raise

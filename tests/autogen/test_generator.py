@@ -177,10 +177,10 @@ def test_macros_translate_to_python(bind):
     bound = bind(MACROS)
     api = bound.module
     assert (api.SIMPLE, api.OCTAL, api.SHIFTED, api.DIVIDE, api.HALF) == (42, 0o755, 4096, 14, 0.5)
-    assert (api.CAST, api.CHAR, api.STRING, api.NOT_TRUE) == (10, ord("K"), "tg-autogen", True)
+    assert (api.CAST, api.CHAR, api.STRING, api.NOT_TRUE) == (10, ord("K"), b"tg-autogen", True)
     assert api.LATER_USER == 42 and api.ADD(2, 3) == 5 and api.SIZE == 8
     assert api.TABLE == (1, 2, 42)
-    assert api.FORMAT == "ld"
+    assert api.FORMAT == b"ld"
     # Translations that are not valid Python are skipped (this once looped forever in the batch compiler).
     assert {"COMBINED", "TWO_NUMBERS", "BITFIELD_RANGE"} <= bound.skipped_names
     assert (api.TERNARY(0), api.TERNARY(7)) == (2, 1)

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from tg.autogen.ctypes_names import BUILTIN_KINDS, WELL_KNOWN_TYPEDEFS
-from tg.autogen.macros import ExpressionTranslator, Untranslatable, macro_line, safe_name, split_macro
+from tg.autogen.macros import (
+    PLAIN_DECIMAL,
+    ExpressionTranslator,
+    Untranslatable,
+    macro_line,
+    safe_name,
+    split_macro,
+)
 from tg.autogen.parse import AutogenError, clang_args, diagnostics, parse_headers
 
 PRELUDE = """\
@@ -27,6 +34,10 @@ import ctypes
 from tg.drivers import cbind
 from tg.drivers.cbind import _IO, _IOC, _IOR, _IOW, _IOWR
 """
+
+# C integer types the macro functions know (tg.drivers.cint.C_TYPES), by spelling.
+C_TYPES = {"_Bool", "char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int", "long"}
+C_TYPES |= {"unsigned long", "long long", "unsigned long long"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,8 @@ class Generated:
     source: str
     skipped: tuple[Skipped, ...]
     diagnostics: tuple[str, ...]
+    # Facts the user should know that are not failures (a record left opaque because another header defines it).
+    notes: tuple[str, ...] = ()
 
 
 class Unsupported(Exception):
@@ -83,6 +96,8 @@ class _State:
     skipped: list[Skipped] = field(default_factory=list)
     namespace: dict[str, Any] = field(default_factory=dict)
     record_names: dict[str, str] = field(default_factory=dict)
+    record_cursors: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
     declared_records: set[str] = field(default_factory=set)
     defined_records: set[str] = field(default_factory=set)
     typedefs: dict[str, Any] = field(default_factory=dict)
@@ -105,10 +120,12 @@ def generate(options: Options) -> Generated:
         raise AutogenError(f"libclang reported {len(errors)} error(s), first: {errors[0]}")
     writer = ModuleWriter(options)
     writer.walk(unit.cursor)
+    writer.finish_records()
     macro_start = len(writer.state.chunks)
+    writer.evaluate_macros(args)
     writer.emit_macros()
-    writer.use_c_integer_values(macro_start, args)
-    return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors))
+    writer.use_c_values(macro_start)
+    return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors), tuple(writer.state.notes))
 
 
 class ModuleWriter:
@@ -298,6 +315,7 @@ class ModuleWriter:
         if name is None:
             name = self.record_class_name(decl)
             self.state.record_names[key] = name
+        self.state.record_cursors.setdefault(key, decl)
         if key not in self.state.declared_records:
             base = "Union" if decl.kind == self.ci.CursorKind.UNION_DECL else "Struct"
             # The docstring is the C spelling of the type (for named records), which the ABI tests use.
@@ -324,6 +342,7 @@ class ModuleWriter:
             raise Unsupported(f"{name} is an incomplete type")
         self.state.defined_records.add(key)
         members = self.record_members(name, definition)
+        self.define_nested_records(definition)
         size = definition.type.get_size()
         align = definition.type.get_align()
         body = "".join(f"    {m},\n" for m in members)
@@ -335,6 +354,39 @@ class ModuleWriter:
             self.state.defined_records.discard(key)
             raise
         return name
+
+    def define_nested_records(self, definition: Any) -> None:
+        """Lay out named records declared inside DEFINITION (C gives them file scope), which the walk of the
+        top-level cursors never reaches; otherwise a pointer to one would index a size-0 class."""
+        kinds = self.ci.CursorKind
+        for child in definition.get_children():
+            if child.kind in (kinds.STRUCT_DECL, kinds.UNION_DECL) and child.is_definition() and not child.is_anonymous():
+                try:
+                    self.define_record(child)
+                except Unsupported as exc:
+                    self.skip(child.spelling, str(exc))
+
+    def finish_records(self) -> None:
+        """Every record named so far but not laid out: lay it out when a target header defines it, else make it
+        explicitly opaque (with a note when another header has the definition the user might want to add)."""
+        for key, decl in list(self.state.record_cursors.items()):
+            if key in self.state.defined_records:
+                continue
+            name = self.state.record_names[key]
+            definition = decl.get_definition()
+            if definition is not None and self.target_of(definition) is not None:
+                try:
+                    self.define_record(definition)
+                    continue
+                except Unsupported as exc:
+                    self.skip(name, str(exc))
+            if definition is not None:
+                where = definition.location.file.name if definition.location.file else "another header"
+                self.state.notes.append(f"{name} is opaque: its definition is in {where}, which is not a target header")
+                reason = f"defined in {where}"
+            else:
+                reason = "declared but never defined in C"
+            self.add(f'{name}.opaque("{reason}")', name)
 
     def record_members(self, record: str, definition: Any) -> list[str]:
         members: list[str] = []
@@ -461,20 +513,76 @@ class ModuleWriter:
         text = source[start:end].decode("utf-8", "replace")
         self.state.macros.append(_Macro(cursor.spelling, _strip_comments(text)))
 
-    def emit_macros(self) -> None:
-        """Translate macros in source order; ones naming a later macro are retried until nothing changes."""
-        pending: list[tuple[str, str]] = []
+    def evaluate_macros(self, args: Sequence[str]) -> None:
+        """Ask clang for the value of every object-like macro that could be an expression (see evaluate.py)."""
+        from tg.autogen.evaluate import MacroValues, could_be_expression
+
+        names = []
         for macro in self.state.macros:
-            line = macro.line or self.macro_statement(macro)
+            if macro.line is not None:
+                continue
+            try:
+                definition = split_macro(macro.text)
+            except Untranslatable:
+                continue
+            body = " ".join(definition.body.replace("\\\n", " ").split())
+            self.state.c_bodies[macro.name] = body
+            if definition.params is None and body != macro.name and could_be_expression(body):
+                if not PLAIN_DECIMAL.fullmatch(body):  # plain decimals are ints, in C and in Python
+                    names.append(macro.name)
+        self.c_values = MacroValues(self.options.headers, args, names)
+        self.translator.macro_types = {
+            name: value.type_name for name, value in self.c_values.values.items() if value.type_name in C_TYPES
+        }
+
+    def emit_macros(self) -> None:
+        """Translate macros in source order; ones naming a later macro are retried until nothing changes.
+
+        An object-like macro that does not translate (or does not run) but that C evaluates gets C's value.
+        """
+        pending: list[tuple[str, str]] = []
+        reasons: dict[str, str] = {}
+        for macro in self.state.macros:
+            value = self.c_values.values.get(macro.name)
+            if value is not None and value.type_name == "pointer":
+                line = self.pointer_line(macro.name, value)
+                if line is not None:
+                    pending.append((macro.name, line))
+                    continue
+            line, reason = (macro.line, "") if macro.line else self.macro_statement(macro)
             if line is not None:
                 pending.append((macro.name, line))
+            elif value is not None:
+                pending.append((macro.name, self.c_value_line(macro.name, value.value)))
+            elif reason:
+                self.skip(macro.name, reason)
         while pending:
             failed = self.run_macros(pending)
             if len(failed) == len(pending):
                 break
             pending = failed
+        fallback = []
         for name, line in pending:
+            value = self.c_values.values.get(name)
+            if value is not None and value.type_name != "pointer":
+                fallback.append((name, self.c_value_line(name, value.value)))
+            else:
+                self.skip(name, f"does not evaluate: {self.macro_error(line)}")
+        for name, line in self.run_macros(fallback) if fallback else []:
             self.skip(name, f"does not evaluate: {self.macro_error(line)}")
+
+    def c_value_line(self, name: str, value: int) -> str:
+        return f"{name} = {value}{C_VALUE_COMMENT}{self.state.c_bodies.get(name, '?')}"
+
+    def pointer_line(self, name: str, value: Any) -> str | None:
+        """A pointer-valued macro (`((void *) -1)`, a function pointer cast) as a ctypes pointer of its type."""
+        try:
+            pointer = self.pointer_type(value.pointer_type.get_pointee())
+        except Unsupported:
+            return None
+        if pointer == "ctypes.c_void_p":
+            return f"{name} = ctypes.c_void_p({value.value:#x})"
+        return f"{name} = ctypes.cast({value.value:#x}, {pointer})"
 
     def run_macros(self, lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Execute LINES in one compiled batch (each guarded by try), keep those that ran, return the rest.
@@ -519,43 +627,37 @@ class ModuleWriter:
                 guarded[index] = f"_failed_.add({index})"
         return compile("\n".join(guarded), "<macros>", "exec")
 
-    def use_c_integer_values(self, macro_start: int, args: Sequence[str]) -> None:
+    def use_c_values(self, macro_start: int) -> None:
         """Replace integer macros whose Python value differs from C's (`~0U`, `1 << 31`) by C's value."""
-        from tg.autogen.evaluate import c_integer_values
-
         lines = self.state.chunks[macro_start:]
         index_of = {}
         for offset, line in enumerate(lines):
             name, _, value = line.partition(" = ")
-            if not _INTEGER_ASSIGNMENT.fullmatch(line) and not value.startswith("lambda"):
-                if isinstance(self.state.namespace.get(name), int):
-                    index_of[name] = macro_start + offset
-        exact = c_integer_values(self.options.headers, args, list(index_of))
+            if not _INTEGER_ASSIGNMENT.fullmatch(line) and isinstance(self.state.namespace.get(name), int):
+                index_of[name] = macro_start + offset
+        exact = {n: v.value for n, v in self.c_values.values.items() if n in index_of and v.type_name != "pointer"}
         for _ in range(3):  # a corrected macro changes the ones computed from it: re-run until stable
             wrong = {n: v for n, v in exact.items() if self.state.namespace.get(n) != v}
             if not wrong:
                 return
             for name, value in wrong.items():
-                self.state.chunks[index_of[name]] = f"{name} = {value}  # C value of {self.state.c_bodies[name]}"
+                self.state.chunks[index_of[name]] = self.c_value_line(name, value)
             exec(compile("\n".join(self.state.chunks[macro_start:]), "<macros>", "exec"), self.state.namespace)
 
-    def macro_statement(self, macro: _Macro) -> str | None:
+    def macro_statement(self, macro: _Macro) -> tuple[str | None, str]:
+        """The Python line for MACRO, or None and why not ('' when the macro carries no value)."""
         try:
             definition = split_macro(macro.text)
         except Untranslatable as exc:
-            self.skip(macro.name, str(exc))
-            return None
+            return None, str(exc)
         if not definition.body or definition.body == definition.name:
-            return None  # include guards, feature flags and `#define x x` carry no value
+            return None, ""  # include guards, feature flags and `#define x x` carry no value
         if keyword_or_defined(definition.name, self.state.namespace):
-            self.skip(macro.name, "name is a Python keyword or already defined")
-            return None
-        self.state.c_bodies[macro.name] = " ".join(definition.body.replace("\\\n", " ").split())
+            return None, "name is a Python keyword or already defined"
         try:
-            return macro_line(definition, self.translator)
+            return macro_line(definition, self.translator), ""
         except (Untranslatable, SyntaxError, ValueError) as exc:
-            self.skip(macro.name, f"cannot translate {definition.body!r}: {exc}")
-            return None
+            return None, f"cannot translate {definition.body!r}: {exc}"
 
     def macro_error(self, line: str) -> str:
         missing = _free_names(line) - self.state.namespace.keys() - vars(builtins).keys()
@@ -582,13 +684,13 @@ def _strip_comments(text: str) -> str:
     return _COMMENT.sub(" ", text)
 
 
-_STRING = re.compile(r'"(?:\\.|[^\\"])*"')
+_STRING = re.compile(r'(?:\bb)?"(?:\\.|[^\\"])*"|\bb\'(?:\\.|[^\\\'])*\'')
 _IDENTIFIER = re.compile(r"(?<![.\w])[A-Za-z_]\w*")
 
 
 def _free_names(line: str) -> set[str]:
     """Module-level names the right-hand side of LINE reads (lambda parameters excluded)."""
-    value = line.split(" = ", 1)[1]
+    value = line.split(" = ", 1)[1].split(C_VALUE_COMMENT, 1)[0]
     if "lambda" not in value:
         return set(_IDENTIFIER.findall(_STRING.sub("", value))) - _PYTHON_WORDS
     try:
@@ -605,6 +707,7 @@ def _free_names(line: str) -> set[str]:
     return loads - params
 
 
+C_VALUE_COMMENT = "  # C value of "
 _PYTHON_WORDS = {"and", "or", "not", "if", "else", "lambda"}
 
 
@@ -624,6 +727,8 @@ def _split_top_level(text: str) -> list[str]:
 
 def print_skipped(generated: Generated, stream: Any = None, limit: int | None = None) -> None:
     stream = stream or sys.stderr
+    for note in generated.notes:
+        print(f"note: {note}", file=stream)
     for index, skipped in enumerate(generated.skipped):
         if limit is not None and index >= limit:
             print(f"... and {len(generated.skipped) - limit} more skipped", file=stream)

@@ -44,8 +44,46 @@ def test_gen_missing_header_is_one_error_line(tmp_path):
     assert "Traceback" not in result.output
 
 
-def test_gen_without_name_is_a_usage_error(tmp_path):
-    assert runner.invoke(app, ["gen", str(tmp_path / "a.h")]).exit_code == 2
+def test_gen_without_headers_is_a_usage_error():
+    assert runner.invoke(app, ["gen", "-n", "x"]).exit_code == 2
+
+
+def test_gen_name_defaults_to_the_header_and_names_the_file_in_a_folder(tmp_path):
+    header = tmp_path / "if-ether.h"
+    header.write_text("#define ETH_ALEN 6\n")
+    out_folder = tmp_path / "out"
+    out_folder.mkdir()
+    assert runner.invoke(app, ["gen", str(header), "-o", str(out_folder)]).exit_code == 0
+    assert (out_folder / "if_ether.py").read_text().startswith("# Module if_ether:")
+    assert runner.invoke(app, ["gen", str(header), "-n", "eth", "-o", str(out_folder)]).exit_code == 0
+    assert "ETH_ALEN = 6" in (out_folder / "eth.py").read_text()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["-o", "{tmp}/missing-folder/out.py"], "error: cannot write"),
+        (["-o", "{tmp}/a-file.h/out.py"], "error: cannot write"),
+        (["--pattern", "("], "error: invalid pattern '('"),
+        (["-n", "not-an-identifier"], "error: module name"),
+    ],
+)
+def test_gen_bad_arguments_are_one_error_line(tmp_path, arguments, message):
+    header = tmp_path / "a-file.h"
+    header.write_text("struct point { int x; };\n")
+    result = runner.invoke(app, ["gen", str(header), *[a.format(tmp=tmp_path) for a in arguments]])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith(message)
+    assert not list(tmp_path.glob("**/*.py"))
+
+
+def test_gen_warns_about_an_empty_header(tmp_path):
+    header = tmp_path / "empty.h"
+    header.write_text("/* nothing */\n")
+    result = runner.invoke(app, ["gen", str(header)])
+    assert result.exit_code == 0
+    assert "warning: nothing to bind" in result.stderr
 
 
 def test_list_reports_targets_as_json():

@@ -109,6 +109,8 @@ class _State:
 
 def generate(options: Options) -> Generated:
     """Parse the headers of OPTIONS and return the module text, what was skipped and libclang's errors."""
+    for pattern in (*options.patterns, *(p for _, p in options.header_patterns)):
+        _regex(pattern)  # a bad pattern is an error before any parsing
     args = clang_args(options.include_dirs, options.defines, options.clang_args)
     missing = [h for h in options.headers + options.indirect if not Path(h).is_file()]
     if missing:
@@ -125,6 +127,8 @@ def generate(options: Options) -> Generated:
     writer.evaluate_macros(args)
     writer.emit_macros()
     writer.use_c_values(macro_start)
+    if not writer.state.chunks or writer.state.chunks == writer.initial_chunks:
+        errors.append(f"nothing to bind in {', '.join(options.headers)}: the module is empty")
     return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors), tuple(writer.state.notes))
 
 
@@ -138,14 +142,15 @@ class ModuleWriter:
         self.options = options
         self.state = _State()
         self.targets = {os.path.realpath(h): h for h in options.headers + options.indirect}
-        self.header_patterns = {os.path.realpath(h): re.compile(p) for h, p in options.header_patterns}
-        self.patterns = [re.compile(p) for p in options.patterns]
+        self.header_patterns = {os.path.realpath(h): _regex(p) for h, p in options.header_patterns}
+        self.patterns = [_regex(p) for p in options.patterns]
         self.texts: dict[str, bytes] = {}
         self.file_cache: dict[str, str | None] = {}
         self.translator = ExpressionTranslator(self.typedef_ctype)
         exec(PRELUDE, self.state.namespace)
         if options.lib:
             self.add(f'dll = cbind.DLL("{options.lib}", use_errno=True)', "dll")
+        self.initial_chunks = list(self.state.chunks)
 
     # ---------------------------------------------------------------------------------------------------- output
 
@@ -219,11 +224,19 @@ class ModuleWriter:
                 handler(cursor, path)
             except (Unsupported, Untranslatable) as exc:
                 self.skip(name, str(exc))
+            except ValueError as exc:  # clang.cindex meets a kind it does not know
+                self.skip(name, f"not understood by clang.cindex: {exc}")
 
     # ---------------------------------------------------------------------------------------------------- types
 
     def ctype(self, t: Any, by_value: bool = True, param: bool = False) -> str:
         """The ctypes expression for libclang type T; records used by value are defined first."""
+        try:
+            return self._ctype(t, by_value, param)
+        except ValueError as exc:  # kinds newer than the clang.cindex module (_Float16 is kind 32)
+            raise Unsupported(f"type {t.spelling} is not known to clang.cindex ({exc})") from exc
+
+    def _ctype(self, t: Any, by_value: bool, param: bool) -> str:
         kinds = self.ci.TypeKind
         kind = t.kind
         if kind == kinds.ELABORATED:
@@ -313,8 +326,7 @@ class ModuleWriter:
         key = self.record_key(decl)
         name = self.state.record_names.get(key)
         if name is None:
-            name = self.record_class_name(decl)
-            self.state.record_names[key] = name
+            name = self.name_record(key, self.record_class_name(decl), decl)
         self.state.record_cursors.setdefault(key, decl)
         if key not in self.state.declared_records:
             base = "Union" if decl.kind == self.ci.CursorKind.UNION_DECL else "Struct"
@@ -322,6 +334,22 @@ class ModuleWriter:
             body = "pass" if decl.is_anonymous() else f'"""{decl.type.get_canonical().spelling}"""'
             self.add(f"class {name}(cbind.{base}):\n    {body}", name)
             self.state.declared_records.add(key)
+        return name
+
+    def name_record(self, key: str, wanted: str, decl: Any) -> str:
+        """Give the record KEY the class name WANTED, or WANTED_2, ... when another record has it already
+        (`struct a_b` and the member `b` of `struct a`; `typedef struct {...} foo` and `struct foo`): two C types
+        must never become one class. A renamed record is named in a note."""
+        taken = set(self.state.record_names.values())
+        name, number = wanted, 1
+        while name in taken:
+            number += 1
+            name = f"{wanted}_{number}"
+        if name != wanted:
+            where = decl.location
+            origin = f"{where.file.name}:{where.line}" if where.file else "?"
+            self.state.notes.append(f"the record at {origin} is named {name}: {wanted} is another record")
+        self.state.record_names[key] = name
         return name
 
     def record_class_name(self, decl: Any) -> str:
@@ -401,13 +429,15 @@ class ModuleWriter:
                 continue
             decl = member_type.get_canonical().get_declaration()
             if not name.isidentifier() and decl.is_anonymous():
-                self.state.record_names.setdefault(self.record_key(decl), f"{record}_anon{anonymous}")
+                if self.record_key(decl) not in self.state.record_names:
+                    self.name_record(self.record_key(decl), f"{record}_anon{anonymous}", decl)
                 nested = self.define_record(decl)
                 members.append(f'cbind.Anonymous("_anon{anonymous}", {nested}, {offset // 8})')
                 anonymous += 1
                 continue
             if decl.kind in (self.ci.CursorKind.STRUCT_DECL, self.ci.CursorKind.UNION_DECL) and decl.is_anonymous():
-                self.state.record_names.setdefault(self.record_key(decl), f"{record}_{name}")
+                if self.record_key(decl) not in self.state.record_names:
+                    self.name_record(self.record_key(decl), f"{record}_{name}", decl)
             members.append(f'cbind.Field("{name}", {self.field_type(record, name, member_type)}, {offset // 8})')
         return members
 
@@ -668,6 +698,13 @@ class ModuleWriter:
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
         return "unknown"
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise AutogenError(f"invalid pattern {pattern!r}: {exc}") from exc
 
 
 def keyword_or_defined(name: str, namespace: dict[str, Any]) -> bool:

@@ -167,7 +167,7 @@ def regenerate(targets: list[Target]) -> list[Result]:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write TEXT to PATH through a temporary file and a rename; the folder must exist (OSError otherwise)."""
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(descriptor, "w") as handle:

@@ -142,6 +142,29 @@ def test_regen_check_skips_when_the_recorded_header_contents_changed(committed_c
     assert "autogen up to date: nothing checked" in result.stderr
 
 
+def test_regen_check_records_and_watches_every_included_header(committed_copy, tmp_path, monkeypatch):
+    included = tmp_path / "typesizes.h"
+    included.write_text("#define WORD_SIZE 8\n")
+    header = tmp_path / "api.h"
+    header.write_text(f'#include "{included}"\n#define DOUBLE_WORD (WORD_SIZE * 2)\n')
+    monkeypatch.setitem(TARGETS, "layered", Target("layered", "a header that includes another", (Header(str(header)),)))
+    assert runner.invoke(app, ["regen", "layered"]).exit_code == 0
+    text = (committed_copy / "layered.py").read_text()
+    assert "# Included headers:" in text and f"#   {included}  unpackaged -  sha256:" in text
+    assert runner.invoke(app, ["regen", "--check", "layered"]).exit_code == 0
+    included.write_text("#define WORD_SIZE 4\n")  # only the included header changes
+    result = runner.invoke(app, ["regen", "--check", "layered"])
+    assert f"layered: skipped: headers differ from the recorded ones: {included} (unpackaged - recorded, " in result.stderr
+    assert "other contents here" in result.stderr
+
+
+def test_regen_records_system_includes_with_their_debian_package():
+    text = (regen_module.bindings_dir() / "libc.py").read_text()
+    block = text.split("# Included headers:\n", 1)[1]
+    assert "#   /usr/include/features.h  libc6-dev " in block
+    assert "/x86_64-linux-gnu/bits/" in block or "/aarch64-linux-gnu/bits/" in block
+
+
 def test_regen_unknown_target_is_an_error():
     result = runner.invoke(app, ["regen", "--check", "no_such_target"])
     assert result.exit_code == 1

@@ -60,6 +60,8 @@ class Options:
     allow_errors: bool = False
     # Comment lines for the top of the file (provenance), without the leading '# '.
     comments: tuple[str, ...] = ()
+    # Also record every other header the translation unit reads, with package, version and hash (for regen --check).
+    record_includes: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ def generate(options: Options) -> Generated:
         # A header that does not compile gives records with missing fields: refuse rather than emit wrong layouts.
         raise AutogenError(f"libclang reported {len(errors)} error(s), first: {errors[0]}")
     writer = ModuleWriter(options)
+    if options.record_includes:
+        writer.include_comments = include_comments(unit, options.headers + options.indirect)
     writer.walk(unit.cursor)
     writer.finish_records()
     macro_start = len(writer.state.chunks)
@@ -130,6 +134,22 @@ def generate(options: Options) -> Generated:
     if not writer.state.chunks or writer.state.chunks == writer.initial_chunks:
         errors.append(f"nothing to bind in {', '.join(options.headers)}: the module is empty")
     return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors), tuple(writer.state.notes))
+
+
+def include_comments(unit: Any, sources: Sequence[str]) -> list[str]:
+    """Provenance lines for every header UNIT read besides SOURCES: a change in any of them changes the output."""
+    from tg.autogen.provenance import describe_sources, recorded_path
+
+    seen = {os.path.realpath(s) for s in sources}
+    paths: list[str] = []
+    for inclusion in unit.get_includes():
+        name = os.path.normpath(inclusion.include.name)
+        if os.path.realpath(name) not in seen:
+            seen.add(os.path.realpath(name))
+            paths.append(recorded_path(name))
+    if not paths:
+        return []
+    return ["Included headers:", *(source.comment() for source in describe_sources(paths))]
 
 
 class ModuleWriter:
@@ -151,11 +171,13 @@ class ModuleWriter:
         if options.lib:
             self.add(f'dll = cbind.DLL("{options.lib}", use_errno=True)', "dll")
         self.initial_chunks = list(self.state.chunks)
+        self.include_comments: list[str] = []
 
     # ---------------------------------------------------------------------------------------------------- output
 
     def source(self) -> str:
-        header = [f"# {line}" if line else "#" for line in self.options.comments]
+        comments = self.options.comments + tuple(self.include_comments)
+        header = [f"# {line}" if line else "#" for line in comments]
         # Generated code is exempt from lint and formatting, even when a hook passes the file to ruff by name.
         parts = ["\n".join(header + ["# ruff: noqa", "# fmt: off"]), PRELUDE.rstrip()]
         body: list[str] = []

@@ -14,6 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# Shim headers live in the checkout; they are recorded as {shims}/... so generated files name no checkout path.
+SHIMS = Path(__file__).parent / "shims"
+SHIMS_MARK = "{shims}"
+
 SOURCE_LINE = re.compile(r"^#   (?P<path>\S+)  (?P<package>\S+) (?P<version>\S+)  sha256:(?P<sha256>[0-9a-f]{64})$")
 
 
@@ -29,7 +33,18 @@ class Source:
 
 
 def sha256_of(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return hashlib.sha256(Path(real_path(path)).read_bytes()).hexdigest()
+
+
+def recorded_path(path: str) -> str:
+    """PATH as written in a generated file: shim headers relative to the shims folder."""
+    prefix = str(SHIMS) + "/"
+    return SHIMS_MARK + "/" + path[len(prefix) :] if path.startswith(prefix) else path
+
+
+def real_path(path: str) -> str:
+    """The file a recorded path stands for on this machine."""
+    return str(SHIMS) + path[len(SHIMS_MARK) :] if path.startswith(SHIMS_MARK + "/") else path
 
 
 def _owning_packages(paths: Sequence[str]) -> dict[str, str]:
@@ -58,12 +73,16 @@ def _versions(packages: set[str]) -> dict[str, str]:
 
 def describe_sources(paths: Sequence[str]) -> list[Source]:
     """Package, version and hash of each header in PATHS (package "unpackaged" when dpkg does not own it)."""
-    owners = _owning_packages(paths)
+    owners = _owning_packages([p for p in paths if not p.startswith(SHIMS_MARK)])
     versions = _versions(set(owners.values()))
     sources = []
     for path in paths:
-        package = owners.get(path, "unpackaged")
-        sources.append(Source(path, package, versions.get(package, "-"), sha256_of(path)))
+        if path.startswith(SHIMS_MARK):
+            package, package_version = "tg-autogen", "shim"
+        else:
+            package = owners.get(path, "unpackaged")
+            package_version = versions.get(package, "-")
+        sources.append(Source(path, package, package_version, sha256_of(path)))
     return sources
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tg.autogen.generate import Generated, Options, generate
 from tg.autogen.parse import AutogenError
-from tg.autogen.provenance import SOURCE_LINE, describe_sources, read_sources
+from tg.autogen.provenance import SOURCE_LINE, describe_sources, read_sources, real_path
 from tg.autogen.targets import TARGETS, Target
 
 
@@ -78,6 +78,7 @@ def target_options(target: Target) -> Options:
         defines=target.defines,
         header_patterns=tuple((h.path, h.pattern) for h in target.headers if h.pattern),
         comments=tuple(comments),
+        record_includes=True,
     )
 
 
@@ -145,12 +146,12 @@ def _changed_sources(committed_text: str) -> str:
     recorded = read_sources(committed_text)
     if not recorded:
         return ""
-    current = {s.path: s for s in describe_sources([s.path for s in recorded if Path(s.path).is_file()])}
+    current = {s.path: s for s in describe_sources([s.path for s in recorded if Path(real_path(s.path)).is_file()])}
     changes = []
     for source in recorded:
         now = current.get(source.path)
         if now is None or now.sha256 != source.sha256:
-            here = f"{now.package} {now.version}" if now else "missing"
+            here = f"{now.package} {now.version}, other contents" if now else "missing"
             changes.append(f"{source.path} ({source.package} {source.version} recorded, {here} here)")
     return "; ".join(changes)
 

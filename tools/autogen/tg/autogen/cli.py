@@ -152,9 +152,17 @@ def regen(
     patch: Path | None = typer.Option(None, "--patch", help="With --check: also write the diff to this file."),
     strict: bool = typer.Option(False, "--strict", help="With --check: a skipped target also fails the check."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    sysroot: Path | None = typer.Option(
+        None, "--sysroot", help="Take headers from this unpacked Debian package (dpkg-deb -R PKG.deb DIR) first."
+    ),
 ) -> None:
     """Rewrite the committed bindings in lib/drivers, or with --check fail (exit 1) when they are out of date."""
     from tg.autogen import regen as regen_module
+
+    if sysroot is not None:
+        if not (sysroot / "DEBIAN" / "control").is_file():
+            _fail(ctx, AutogenError(f"{sysroot} is not an unpacked Debian package (no DEBIAN/control)"))
+        os.environ["TG_AUTOGEN_SYSROOT"] = str(sysroot)
 
     try:
         selected = regen_module.select(targets or [], all_targets)

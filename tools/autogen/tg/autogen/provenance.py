@@ -7,6 +7,7 @@ The record is written at the top of every generated file and read back by `regen
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -36,15 +37,41 @@ def sha256_of(path: str) -> str:
     return hashlib.sha256(Path(real_path(path)).read_bytes()).hexdigest()
 
 
+def sysroot() -> Path | None:
+    """An unpacked Debian package (`dpkg-deb -R PKG.deb DIR`) whose headers stand in for installed ones, set by
+    `regen --sysroot` through TG_AUTOGEN_SYSROOT: bindings can be regenerated without installing the package."""
+    folder = os.environ.get("TG_AUTOGEN_SYSROOT")
+    return Path(folder).resolve() if folder else None
+
+
 def recorded_path(path: str) -> str:
-    """PATH as written in a generated file: shim headers relative to the shims folder."""
+    """PATH as written in a generated file: shim headers relative to the shims folder, sysroot files as installed."""
     prefix = str(SHIMS) + "/"
-    return SHIMS_MARK + "/" + path[len(prefix) :] if path.startswith(prefix) else path
+    if path.startswith(prefix):
+        return SHIMS_MARK + "/" + path[len(prefix) :]
+    root = sysroot()
+    if root is not None and path.startswith(f"{root}/"):
+        return path[len(str(root)) :]
+    return path
 
 
 def real_path(path: str) -> str:
-    """The file a recorded path stands for on this machine."""
-    return str(SHIMS) + path[len(SHIMS_MARK) :] if path.startswith(SHIMS_MARK + "/") else path
+    """The file a recorded path stands for on this machine (in the sysroot, when one is set and has it)."""
+    if path.startswith(SHIMS_MARK + "/"):
+        return str(SHIMS) + path[len(SHIMS_MARK) :]
+    root = sysroot()
+    if root is not None and (root / path.lstrip("/")).is_file():
+        return str(root / path.lstrip("/"))
+    return path
+
+
+def _sysroot_package() -> tuple[str, str]:
+    root = sysroot()
+    control = (root / "DEBIAN" / "control") if root else None
+    if control is None or not control.is_file():
+        return "unpackaged", "-"
+    fields = dict(line.split(": ", 1) for line in control.read_text().splitlines() if ": " in line)
+    return fields.get("Package", "unpackaged"), fields.get("Version", "-")
 
 
 def _owning_packages(paths: Sequence[str]) -> dict[str, str]:
@@ -79,6 +106,8 @@ def describe_sources(paths: Sequence[str]) -> list[Source]:
     for path in paths:
         if path.startswith(SHIMS_MARK):
             package, package_version = "tg-autogen", "shim"
+        elif real_path(path) != path:
+            package, package_version = _sysroot_package()
         else:
             package = owners.get(path, "unpackaged")
             package_version = versions.get(package, "-")

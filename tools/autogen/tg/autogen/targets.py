@@ -79,7 +79,11 @@ TARGETS: dict[str, Target] = {
         Target(
             "libusb",
             "libusb-1.0: device enumeration and transfers",
-            (Header("/usr/include/libusb-1.0/libusb.h"),),
+            (
+                Header("/usr/include/libusb-1.0/libusb.h"),
+                # libusb_handle_events_timeout() and friends take a struct timeval the caller fills in.
+                Header(f"{_ARCH_INCLUDE}/bits/types/struct_timeval.h", include=False),
+            ),
             lib="usb-1.0",
         ),
     )

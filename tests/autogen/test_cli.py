@@ -165,6 +165,26 @@ def test_regen_records_system_includes_with_their_debian_package():
     assert "/x86_64-linux-gnu/bits/" in block or "/aarch64-linux-gnu/bits/" in block
 
 
+def test_regen_from_an_unpacked_debian_package(committed_copy, tmp_path, monkeypatch):
+    root = tmp_path / "unpacked"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text("Package: libfake-dev\nVersion: 1:2.3-4\nArchitecture: amd64\n")
+    (root / "usr/include/fake").mkdir(parents=True)
+    (root / "usr/include/fake/fake.h").write_text("#define FAKE_VERSION 23\n")
+    target = Target("fake", "a package that is not installed", (Header("/usr/include/fake/fake.h"),))
+    monkeypatch.setitem(TARGETS, "fake", target)
+    monkeypatch.setenv("TG_AUTOGEN_SYSROOT", "")  # restored after the test, which the CLI sets
+    assert "header not found" in runner.invoke(app, ["regen", "fake"]).stderr
+    result = runner.invoke(app, ["regen", "fake", "--sysroot", str(root)])
+    assert result.exit_code == 0, result.output
+    text = (committed_copy / "fake.py").read_text()
+    assert "#   /usr/include/fake/fake.h  libfake-dev 1:2.3-4  sha256:" in text and str(root) not in text
+    assert "FAKE_VERSION = 23" in text
+    assert runner.invoke(app, ["regen", "--check", "fake", "--sysroot", str(root)]).exit_code == 0
+    not_a_package = runner.invoke(app, ["regen", "fake", "--sysroot", str(tmp_path)])
+    assert not_a_package.exit_code == 1 and not_a_package.stderr.startswith("error: ")
+
+
 def test_regen_unknown_target_is_an_error():
     result = runner.invoke(app, ["regen", "--check", "no_such_target"])
     assert result.exit_code == 1

@@ -1,16 +1,18 @@
-"""The tg-autogen command line: a thin typer layer over the tg.autogen library."""
+"""The tg-autogen command line: a thin typer layer over the tg.autogen library.
+
+Start-up matters (CI calls the tool many times): everything beyond typer is imported inside the command that
+needs it, so `tg-autogen --help` costs little more than importing typer. bench/bench_autogen.py measures it.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from importlib.metadata import version
 from pathlib import Path
 
 import typer
 
-from tg.autogen.parse import AutogenError
+from tg.autogen.errors import AutogenError
 
 app = typer.Typer(
     help="Turn C headers into Python ctypes bindings through libclang.", no_args_is_help=True, add_completion=False
@@ -19,6 +21,8 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
+        from importlib.metadata import version
+
         typer.echo(f"tg-autogen {version('tg-autogen')}")
         raise typer.Exit()
 
@@ -127,6 +131,8 @@ def list_targets(json_output: bool = typer.Option(False, "--json", help="Print o
             }
         )
     if json_output:
+        import json
+
         typer.echo(json.dumps({"targets": rows}, indent=2))
         return
     from rich.console import Console
@@ -172,6 +178,8 @@ def regen(
         return
     diff = "".join(r.diff for r in results)
     if json_output:
+        import json
+
         document = {"results": [{**r.__dict__, "status": r.status.value} for r in results]}
         typer.echo(json.dumps(document, indent=2))
     else:

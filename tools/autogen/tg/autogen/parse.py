@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tg.autogen.errors import AutogenError
 
-class AutogenError(Exception):
-    """An expected failure: printed as one `error: ...` line by the CLI."""
+__all__ = ["AutogenError", "builtin_include_dir", "clang_args", "diagnostics", "parse_headers"]
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from typing import Any
 
 from tg.autogen.ctypes_names import BUILTIN_KINDS, WELL_KNOWN_TYPEDEFS
 from tg.autogen.macros import (
-    PLAIN_DECIMAL,
+    PLAIN_INTEGER,
     ExpressionTranslator,
     Untranslatable,
     macro_line,
@@ -570,6 +570,7 @@ class ModuleWriter:
         from tg.autogen.evaluate import MacroValues, could_be_expression
 
         names = []
+        literal_types: dict[str, str] = {}
         for macro in self.state.macros:
             if macro.line is not None:
                 continue
@@ -580,10 +581,13 @@ class ModuleWriter:
             body = " ".join(definition.body.replace("\\\n", " ").split())
             self.state.c_bodies[macro.name] = body
             if definition.params is None and body != macro.name and could_be_expression(body):
-                if not PLAIN_DECIMAL.fullmatch(body):  # plain decimals are ints, in C and in Python
+                literal = PLAIN_INTEGER.fullmatch(body)
+                if literal:  # a literal's value and C type need no compiler
+                    literal_types[macro.name] = literal_type(literal.group(1))
+                else:
                     names.append(macro.name)
         self.c_values = MacroValues(self.options.headers, args, names)
-        self.translator.macro_types = {
+        self.translator.macro_types = literal_types | {
             name: value.type_name for name, value in self.c_values.values.items() if value.type_name in C_TYPES
         }
 
@@ -720,6 +724,16 @@ class ModuleWriter:
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
         return "unknown"
+
+
+def literal_type(text: str) -> str:
+    """The C type of an integer literal (`0xFFFFFFFF` is unsigned int, `1UL` unsigned long)."""
+    from tg.drivers.cbind import c_literal
+
+    digits = text.rstrip("uUlL")
+    decimal = not (digits[:1] == "0" and len(digits) > 1)
+    value = int(digits, 16) if digits[:2] in ("0x", "0X") else int(digits, 8 if not decimal else 10)
+    return c_literal(value, text[len(digits) :], decimal).ctype.name
 
 
 def _regex(pattern: str) -> re.Pattern[str]:

@@ -31,7 +31,6 @@ TOKEN = re.compile(
     re.VERBOSE | re.DOTALL,
 )
 
-PLAIN_DECIMAL = re.compile(r"\s*\(?\s*(?:[1-9]\d{0,8}|0)\s*\)?\s*")
 PLAIN_INTEGER = re.compile(r"\s*\(?\s*(0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*)\s*\)?\s*")
 
 # C words that can start or continue a type name.

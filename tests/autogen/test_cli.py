@@ -218,3 +218,12 @@ def test_regen_check_ignores_a_new_package_version_with_identical_headers(commit
     result = runner.invoke(app, ["regen", "--check", "pci"])
     assert result.exit_code == 0, result.output
     assert "autogen up to date: pci" in result.stderr
+
+
+def test_output_folder_is_the_registry_setting_and_is_tg_drivers_autogen():
+    import tg.drivers.autogen
+
+    from tg.autogen import targets
+
+    assert regen_module.bindings_dir() == targets.OUTPUT_DIR
+    assert targets.OUTPUT_DIR == Path(tg.drivers.autogen.__file__).resolve().parent

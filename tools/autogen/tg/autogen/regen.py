@@ -13,7 +13,7 @@ from pathlib import Path
 from tg.autogen.generate import Generated, Options, generate
 from tg.autogen.errors import AutogenError
 from tg.autogen.provenance import SOURCE_LINE, describe_sources, read_sources, real_path
-from tg.autogen.targets import TARGETS, Target
+from tg.autogen.targets import OUTPUT_DIR, TARGETS, Target
 
 
 class Status(str, Enum):
@@ -34,10 +34,8 @@ class Result:
 
 
 def bindings_dir() -> Path:
-    """lib/drivers/tg/drivers/autogen of this checkout (tg.drivers is installed editable in the workspace)."""
-    import tg.drivers
-
-    return Path(tg.drivers.__file__).parent / "autogen"
+    """The folder of the committed bindings (targets.OUTPUT_DIR)."""
+    return OUTPUT_DIR
 
 
 def select(names: list[str], everything: bool) -> list[Target]:

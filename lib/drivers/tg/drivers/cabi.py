@@ -28,6 +28,7 @@ class Leaf:
     size: int
     kind: str
     align: int
+    bitfield: bool = False
 
 
 def is_record(ctype: Any) -> bool:
@@ -48,7 +49,7 @@ def leaves(ctype: Any, base: int = 0) -> list[Leaf]:
         for member in members:
             if isinstance(member, BitField):
                 storage = (member.bit + member.width + 7) // 8
-                found.append(Leaf(base + member.offset, storage, INTEGER, 1))
+                found.append(Leaf(base + member.offset, storage, INTEGER, 1, bitfield=True))
             elif isinstance(member, Anonymous):
                 found += leaves(member.ctype, base + member.offset)
             else:

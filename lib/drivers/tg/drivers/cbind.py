@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tg.drivers.cabi import leaves as record_leaves
 from tg.drivers.cint import CInt, c_cast, c_literal, c_macro, c_sizeof, c_truth, c_typed
 
-__all__ = ["CInt", "c_cast", "c_literal", "c_macro", "c_sizeof", "c_truth", "c_typed"]
+__all__ = ["CInt", "c_cast", "c_literal", "c_macro", "c_sizeof", "c_truth", "c_typed", "record_leaves"]
 
 # --------------------------------------------------------------------------------------------------------------
 # records
@@ -270,14 +271,15 @@ def find_library(name: str) -> str | None:
 class DLL:
     """A shared library loaded on first use, so importing a binding never fails for a missing library."""
 
-    def __init__(self, name: str, use_errno: bool = False) -> None:
-        self.name, self.use_errno = name, use_errno
+    def __init__(self, name: str, use_errno: bool = False, path: str | None = None) -> None:
+        """NAME is found as lib<NAME>.so (see find_library) unless PATH names the file."""
+        self.name, self.use_errno, self.path = name, use_errno, path
         self._handle: ctypes.CDLL | None = None
 
     @property
     def handle(self) -> ctypes.CDLL:
         if self._handle is None:
-            path = find_library(self.name)
+            path = self.path or find_library(self.name)
             if path is None:
                 hint = f"{self.name.upper().replace('-', '_').replace('.', '_')}_PATH"
                 raise OSError(f"cannot find library {self.name!r}; set {hint} to its path")
@@ -370,13 +372,22 @@ def _IO(kind: int | str, nr: int) -> Ioctl:  # noqa: N802
     return _IOC(_IOC_NONE, kind, nr, 0)
 
 
+def _argument_size(argtype: Any) -> Any:
+    """_IOR/_IOW/_IOWR take a type (C's sizeof(T)); given an integer expression, C takes sizeof of its type."""
+    if isinstance(argtype, int):
+        from tg.drivers.cint import type_of
+
+        return type_of(argtype).bits // 8
+    return argtype
+
+
 def _IOR(kind: int | str, nr: int, argtype: Any) -> Ioctl:  # noqa: N802
-    return _IOC(_IOC_READ, kind, nr, argtype)
+    return _IOC(_IOC_READ, kind, nr, _argument_size(argtype))
 
 
 def _IOW(kind: int | str, nr: int, argtype: Any) -> Ioctl:  # noqa: N802
-    return _IOC(_IOC_WRITE, kind, nr, argtype)
+    return _IOC(_IOC_WRITE, kind, nr, _argument_size(argtype))
 
 
 def _IOWR(kind: int | str, nr: int, argtype: Any) -> Ioctl:  # noqa: N802
-    return _IOC(_IOC_READ | _IOC_WRITE, kind, nr, argtype)
+    return _IOC(_IOC_READ | _IOC_WRITE, kind, nr, _argument_size(argtype))

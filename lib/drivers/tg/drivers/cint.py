@@ -72,6 +72,8 @@ class CInt(int):
     def __repr__(self) -> str:
         return f"CInt({int(self)}, {self.ctype.name!r})"
 
+    __str__ = int.__repr__  # str() is the plain number, as for any int
+
     # arithmetic -------------------------------------------------------------------------------------------------
     def _binary(self, other: Any, operation: Callable[[int, int], int], reflected: bool = False) -> Any:
         if isinstance(other, float) or not isinstance(other, int):

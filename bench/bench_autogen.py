@@ -84,8 +84,10 @@ def startup(repeats: int, tinygrad: bool) -> None:
     print(f"           (bare python interpreter           {base_wall:7.3f}s wall {base_cpu:7.3f}s cpu)")
     if tinygrad:
         t_wall, t_cpu = process_seconds([sys.executable, "-c", TINYGRAD_IMPORT], repeats)
-        print(f"           tinygrad: import its gen           {t_wall:7.3f}s wall {t_cpu:7.3f}s cpu   "
-              f"ratio {ratio(t_wall, wall)} wall {ratio(t_cpu, cpu)} cpu")
+        print(
+            f"           tinygrad: import its gen           {t_wall:7.3f}s wall {t_cpu:7.3f}s cpu   "
+            f"ratio {ratio(t_wall, wall)} wall {ratio(t_cpu, cpu)} cpu"
+        )
     header = HEADERS[0]
     with tempfile.TemporaryDirectory() as folder:
         wall, cpu = process_seconds([cli, "gen", header, "-o", f"{folder}/out.py"], repeats)
@@ -93,8 +95,10 @@ def startup(repeats: int, tinygrad: bool) -> None:
     if tinygrad:
         script = f"{TINYGRAD_IMPORT}; gen('bench', ['{header}'])"
         t_wall, t_cpu = process_seconds([sys.executable, "-c", script], repeats)
-        print(f"           tinygrad: import + gen             {t_wall:7.3f}s wall {t_cpu:7.3f}s cpu   "
-              f"ratio {ratio(t_wall, wall)} wall {ratio(t_cpu, cpu)} cpu")
+        print(
+            f"           tinygrad: import + gen             {t_wall:7.3f}s wall {t_cpu:7.3f}s cpu   "
+            f"ratio {ratio(t_wall, wall)} wall {ratio(t_cpu, cpu)} cpu"
+        )
 
 
 def generation(repeats: int, tinygrad: bool) -> None:

@@ -64,7 +64,9 @@ class Bound:
         return {s.name for s in self.generated.skipped}
 
 
-def build_bound(folder: Path, setenv: Callable[[str, str], None], header_text: str, c_source: str = "", **options: object) -> Bound:
+def build_bound(
+    folder: Path, setenv: Callable[[str, str], None], header_text: str, c_source: str = "", **options: object
+) -> Bound:
     """Write HEADER_TEXT, compile C_SOURCE (if any) into lib<NAME>.so with gcc, generate and import the module."""
     index = next(_counter)
     header = folder / f"api{index}.h"
@@ -96,5 +98,7 @@ def bind_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Bound]:
     """Like `bind`, for module-scoped fixtures (the library path variable stays set for the whole module)."""
     patch = pytest.MonkeyPatch()
     folder = tmp_path_factory.mktemp("bound")
-    yield lambda header_text, c_source="", **options: build_bound(folder, patch.setenv, header_text, c_source, **options)
+    yield lambda header_text, c_source="", **options: build_bound(
+        folder, patch.setenv, header_text, c_source, **options
+    )
     patch.undo()

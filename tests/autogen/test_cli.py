@@ -154,7 +154,9 @@ def test_regen_check_records_and_watches_every_included_header(committed_copy, t
     assert runner.invoke(app, ["regen", "--check", "layered"]).exit_code == 0
     included.write_text("#define WORD_SIZE 4\n")  # only the included header changes
     result = runner.invoke(app, ["regen", "--check", "layered"])
-    assert f"layered: skipped: headers differ from the recorded ones: {included} (unpackaged - recorded, " in result.stderr
+    assert (
+        f"layered: skipped: headers differ from the recorded ones: {included} (unpackaged - recorded, " in result.stderr
+    )
     assert "other contents here" in result.stderr
 
 
@@ -222,7 +224,6 @@ def test_regen_check_ignores_a_new_package_version_with_identical_headers(commit
 
 def test_output_folder_is_the_registry_setting_and_is_tg_drivers_autogen():
     import tg.drivers.autogen
-
     from tg.autogen import targets
 
     assert regen_module.bindings_dir() == targets.OUTPUT_DIR

@@ -89,7 +89,9 @@ def test_header_agrees_with_gcc(name, defines, tmp_path):
     spec.loader.exec_module(module)
 
     # Some uapi headers use _IO() and friends without including them (their users include <sys/ioctl.h>).
-    prologue = f"#include <stddef.h>\n#include <stdio.h>\n#include <string.h>\n#include <linux/ioctl.h>\n#include <{name}>\n"
+    prologue = (
+        f"#include <stddef.h>\n#include <stdio.h>\n#include <string.h>\n#include <linux/ioctl.h>\n#include <{name}>\n"
+    )
     flags = [f"-D{d}" for d in defines]
     layouts = [check for record in oracle.records(module) for check in oracle.record_checks(record)]
     macros, unevaluated = oracle.macro_checks(module)

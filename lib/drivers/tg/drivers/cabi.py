@@ -59,7 +59,11 @@ def leaves(ctype: Any, base: int = 0) -> list[Leaf]:
         step = ctypes.sizeof(ctype._type_)
         return [leaf for i in range(ctype._length_) for leaf in leaves(ctype._type_, base + i * step)]
     if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure | ctypes.Union):
-        return [leaf for name, *_ in ctype._fields_ for leaf in leaves(_field_type(ctype, name), base + getattr(ctype, name).offset)]
+        return [
+            leaf
+            for name, *_ in ctype._fields_
+            for leaf in leaves(_field_type(ctype, name), base + getattr(ctype, name).offset)
+        ]
     size = ctypes.sizeof(ctype)
     kind = SSE if ctype in (ctypes.c_float, ctypes.c_double) else X87 if ctype is ctypes.c_longdouble else INTEGER
     return [Leaf(base, size, kind, ctypes.alignment(ctype))]
@@ -103,7 +107,9 @@ def shadow_type(record: Any, alignment: int = 8) -> type:
         record._abi_shadow_ = shadow
         return shadow
     if classes is not None:
-        fields: list[tuple[str, Any]] = [(f"eightbyte{i}", ctypes.c_double if c == SSE else ctypes.c_uint64) for i, c in enumerate(classes)]
+        fields: list[tuple[str, Any]] = [
+            (f"eightbyte{i}", ctypes.c_double if c == SSE else ctypes.c_uint64) for i, c in enumerate(classes)
+        ]
     else:
         # More than 16 bytes is MEMORY for libffi as well; a smaller record that the ABI puts in memory (unaligned
         # members) is padded past 16 bytes, which is exact for returns and checked by `plan_call` for arguments.

@@ -238,7 +238,9 @@ def c_literal(value: int, suffix: str = "", decimal: bool = True) -> CInt:
     else:
         candidates = [INT, UINT, LONG, ULONG] if longs == 0 else [LONG, ULONG]
     if longs == 2:
-        candidates = [C_TYPES["unsigned long long"]] if unsigned else [C_TYPES["long long"], C_TYPES["unsigned long long"]]
+        candidates = (
+            [C_TYPES["unsigned long long"]] if unsigned else [C_TYPES["long long"], C_TYPES["unsigned long long"]]
+        )
     for ctype in candidates:
         if ctype.holds(value):
             return CInt(value, ctype)

@@ -51,8 +51,11 @@ def gen(
     ctx: typer.Context,
     headers: list[Path] = typer.Argument(..., help="C headers to translate, as one translation unit."),
     name: str | None = typer.Option(
-        None, "-n", "--name", help="Module name: in the file's first line, and the file name when -o is a folder "
-        "(default: the first header's name)."
+        None,
+        "-n",
+        "--name",
+        help="Module name: in the file's first line, and the file name when -o is a folder "
+        "(default: the first header's name).",
     ),
     output: Path | None = typer.Option(
         None, "-o", "--output", help="Write here (atomically; a folder gets NAME.py) instead of stdout."

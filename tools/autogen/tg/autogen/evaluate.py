@@ -79,7 +79,11 @@ def _evaluated(unit: Any, prefix: str) -> dict[int, tuple[Any, int | None]]:
 
     lib = _library()
     # clang recovers from an error with a partial value (`(1 2)` evaluates to 1): lines with errors are left out.
-    broken = {d.location.line for d in unit.diagnostics if d.severity >= 3 and d.location.file and d.location.file.name == _MAIN}
+    broken = {
+        d.location.line
+        for d in unit.diagnostics
+        if d.severity >= 3 and d.location.file and d.location.file.name == _MAIN
+    }
     found: dict[int, tuple[Any, int | None]] = {}
     for cursor in unit.cursor.get_children():
         spelling = cursor.spelling

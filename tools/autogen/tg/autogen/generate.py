@@ -410,7 +410,11 @@ class ModuleWriter:
         top-level cursors never reaches; otherwise a pointer to one would index a size-0 class."""
         kinds = self.ci.CursorKind
         for child in definition.get_children():
-            if child.kind in (kinds.STRUCT_DECL, kinds.UNION_DECL) and child.is_definition() and not child.is_anonymous():
+            if (
+                child.kind in (kinds.STRUCT_DECL, kinds.UNION_DECL)
+                and child.is_definition()
+                and not child.is_anonymous()
+            ):
                 try:
                     self.define_record(child)
                 except Unsupported as exc:
@@ -597,7 +601,6 @@ class ModuleWriter:
         An object-like macro that does not translate (or does not run) but that C evaluates gets C's value.
         """
         pending: list[tuple[str, str]] = []
-        reasons: dict[str, str] = {}
         for macro in self.state.macros:
             value = self.c_values.values.get(macro.name)
             if value is not None and value.type_name == "pointer":

@@ -217,7 +217,9 @@ def run_checks(checks: list[Check], prologue: str, flags: Sequence[str], folder:
     outcome = Outcome(len(kept), dropped=[(c.label, m) for c, m in dropped])
     if len(printed) != len(kept):
         raise RuntimeError(f"the oracle printed {len(printed)} lines for {len(kept)} checks")
-    outcome.mismatches = [(c.label, v, c.python_value) for c, v in zip(kept, printed, strict=True) if v != c.python_value]
+    outcome.mismatches = [
+        (c.label, v, c.python_value) for c, v in zip(kept, printed, strict=True) if v != c.python_value
+    ]
     return outcome
 
 

@@ -10,8 +10,8 @@ from enum import Enum
 from importlib.metadata import version
 from pathlib import Path
 
-from tg.autogen.generate import Generated, Options, generate
 from tg.autogen.errors import AutogenError
+from tg.autogen.generate import Generated, Options, generate
 from tg.autogen.provenance import SOURCE_LINE, describe_sources, read_sources, real_path
 from tg.autogen.targets import OUTPUT_DIR, TARGETS, Target
 

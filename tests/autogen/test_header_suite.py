@@ -106,7 +106,12 @@ def test_header_agrees_with_gcc(name, defines, tmp_path):
     # gcc rejects a few lines only where the Python side is not C (reported so that a trend shows).
     assert len(values.dropped) <= max(3, values.checked // 50), values.dropped[:10]
     assert not calls.dropped, calls.dropped[:10]
+    # Every object-like macro of the header that is an integer constant expression in C is bound, as an int.
+    constants = oracle.integer_constant_macros(path, prologue, flags, tmp_path)
+    missing = [n for n in constants if not isinstance(getattr(module, n, None), int)]
+    assert not missing, missing[:20]
     print(
         f"{name}: {shapes.checked} layout, {values.checked} value, {calls.checked} call checks; "
-        f"{len(values.dropped)} dropped, {len(unevaluated)} macros need non-integer arguments"
+        f"{len(values.dropped)} dropped, {len(unevaluated)} macros need non-integer arguments, "
+        f"all {len(constants)} integer constant macros bound"
     )

@@ -23,6 +23,16 @@ _MAIN = "tg_autogen_values.c"
 _NOT_AN_EXPRESSION = re.compile(r'[{};#"]|^\s*$')
 
 
+# What a C file that uses these macros has in scope: offsetof (stddef.h) and, on Linux, the _IO* ioctl helpers that
+# uapi headers use without including (their users include <sys/ioctl.h>). Included after the headers, so the
+# headers themselves parse exactly as they do alone.
+_USE_SITE = """#include <stddef.h>
+#if __has_include(<linux/ioctl.h>)
+#include <linux/ioctl.h>
+#endif
+"""
+
+
 @dataclass(frozen=True)
 class CValue:
     """The value of a macro in C: an integer with its C type, or a pointer with its libclang type."""
@@ -69,7 +79,7 @@ def _parse(headers: Sequence[str], args: Sequence[str], declarations: str) -> An
     from clang import cindex
 
     main = _MAIN
-    source = "".join(f'#include "{Path(h).resolve()}"\n' for h in headers) + declarations
+    source = "".join(f'#include "{Path(h).resolve()}"\n' for h in headers) + _USE_SITE + declarations
     return cindex.Index.create().parse(main, args=[*args, "-ferror-limit=0"], unsaved_files=[(main, source)])
 
 

@@ -156,6 +156,47 @@ def macro_checks(module: ModuleType) -> tuple[list[Check], list[str]]:
     return checks, unevaluated
 
 
+_LINE_MARKER = re.compile(r'^# \d+ "([^"]+)"')
+_DEFINE = re.compile(r"^#define ([A-Za-z_]\w*)(?![\w(])")
+
+
+def object_macros_defined_in(header: Path, prologue: str, flags: Sequence[str], folder: Path) -> list[str]:
+    """The object-like macros whose active definition is in HEADER, from `gcc -E -dD` (so a `#define` skipped by
+    an `#if` there, or defined by another header first, does not count)."""
+    source = folder / "macros.c"
+    source.write_text(prologue)
+    done = subprocess.run(["gcc", "-E", "-dD", str(source), *flags], capture_output=True, text=True, check=True)
+    names, current, target = [], "", str(header)
+    for line in done.stdout.splitlines():
+        marker = _LINE_MARKER.match(line)
+        if marker:
+            current = marker.group(1)
+            continue
+        define = _DEFINE.match(line)
+        if define and current == target:
+            names.append(define.group(1))
+    return sorted(set(names))
+
+
+def integer_constant_macros(header: Path, prologue: str, flags: Sequence[str], folder: Path) -> list[str]:
+    """The object-like macros defined in HEADER that gcc accepts as integer constant expressions: each is tried
+    as a `case` label, which C allows only for those."""
+    import keyword
+
+    names = [n for n in object_macros_defined_in(header, prologue, flags, folder) if not keyword.iskeyword(n)]
+
+    def build(items: Sequence[str]) -> tuple[str, int]:
+        head = [prologue.rstrip("\n")]
+        body = [
+            f"void tg_probe_{i}(unsigned long long x) {{ switch (x) {{ case ({name}): break; }} }}"
+            for i, name in enumerate(items)
+        ]
+        return "\n".join(head + body + [""]), len("\n".join(head).splitlines()) + 1
+
+    kept, _ = compile_dropping_errors(build, names, ["-c", "-o", str(folder / "probe.o"), *flags], folder / "probe.c")
+    return kept
+
+
 # ---------------------------------------------------------------------------------------------------- running
 
 
@@ -185,7 +226,7 @@ def compile_dropping_errors(
 ) -> tuple[list[Any], list[tuple[Any, str]]]:
     """Compile BUILD(items) with gcc, dropping the items whose lines gcc rejects; return (kept, dropped)."""
     dropped: list[tuple[Any, str]] = []
-    for _ in range(8):
+    for _ in range(12):
         text, first = build(items)
         source.write_text(text)
         # A call of an undeclared function (a macro whose helper the header does not define) must fail here, on
@@ -280,7 +321,7 @@ def by_value_library(prologue: str, eligible: list[type]) -> Callable[[Sequence[
                 f"u64 h = 0xcbf29ce484222325ULL; for (unsigned i = 0; i < {count}u; i++) "
                 f"h = (h ^ p[offsets[i]]) * 0x100000001b3ULL; return (h ^ (unsigned)k) * 0x100000001b3ULL + (u64)d; }}"
             )
-        return "\n".join(head + lines + [""]), len(head) + 1
+        return "\n".join(head + lines + [""]), len("\n".join(head).splitlines()) + 1
 
     return build
 

@@ -12,11 +12,13 @@ the shadow for the call and out of it for the result.
 from __future__ import annotations
 
 import ctypes
+import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 INTEGER, SSE, X87, NONE = "INTEGER", "SSE", "X87", "NONE"
+_MACHINE = platform.machine().lower()
 _GENERAL_REGISTERS, _VECTOR_REGISTERS = 6, 8
 
 
@@ -166,6 +168,10 @@ class CallPlan:
 
 
 def needs_plan(restype: Any, argtypes: Sequence[Any] | None) -> bool:
+    """Whether a call passes or returns a record by value. The classification here is x86-64 System V's; on other
+    machines records are handed to ctypes as they are."""
+    if _MACHINE not in ("x86_64", "amd64"):
+        return False
     return is_record(restype) or any(is_record(a) for a in argtypes or ())
 
 

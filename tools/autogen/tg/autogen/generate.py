@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tg.autogen.ctypes_names import BUILTIN_KINDS, WELL_KNOWN_TYPEDEFS
+from tg.autogen.evaluate import MacroValues
 from tg.autogen.macros import (
     PLAIN_INTEGER,
     ExpressionTranslator,
@@ -172,6 +173,7 @@ class ModuleWriter:
             self.add(f'dll = cbind.DLL("{options.lib}", use_errno=True)', "dll")
         self.initial_chunks = list(self.state.chunks)
         self.include_comments: list[str] = []
+        self.c_values = MacroValues([], [], [])  # filled by evaluate_macros()
 
     # ---------------------------------------------------------------------------------------------------- output
 
@@ -571,7 +573,7 @@ class ModuleWriter:
 
     def evaluate_macros(self, args: Sequence[str]) -> None:
         """Ask clang for the value of every object-like macro that could be an expression (see evaluate.py)."""
-        from tg.autogen.evaluate import MacroValues, could_be_expression
+        from tg.autogen.evaluate import could_be_expression
 
         names = []
         literal_types: dict[str, str] = {}

@@ -228,3 +228,29 @@ def test_output_folder_is_the_registry_setting_and_is_tg_drivers_autogen():
 
     assert regen_module.bindings_dir() == targets.OUTPUT_DIR
     assert targets.OUTPUT_DIR == Path(tg.drivers.autogen.__file__).resolve().parent
+
+
+def test_version_matches_the_distribution():
+    from importlib.metadata import version
+
+    from tg.autogen import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert (
+        result.exit_code == 0
+        and result.stdout.strip() == f"tg-autogen {version('tg-autogen')}" == f"tg-autogen {__version__}"
+    )
+
+
+def test_cli_start_up_imports_nothing_heavy():
+    """Start-up (< 0.25 s, see bench/bench_autogen.py) is typer plus the CLI module: no libclang, no generator."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tg.autogen.cli; "
+        "print(sorted(m for m in ('clang.cindex', 'tg.autogen.generate', 'tg.drivers.cbind', 'rich', "
+        "'importlib.metadata', 'json') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"

@@ -21,9 +21,9 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from tg.autogen import __version__
 
-        typer.echo(f"tg-autogen {version('tg-autogen')}")
+        typer.echo(f"tg-autogen {__version__}")
         raise typer.Exit()
 
 

@@ -254,3 +254,13 @@ def test_cli_start_up_imports_nothing_heavy():
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
+
+
+def test_gen_notes_a_record_left_opaque_because_another_header_defines_it(tmp_path):
+    other = tmp_path / "types.h"
+    other.write_text("struct elsewhere { int x; };\n")
+    header = tmp_path / "api.h"
+    header.write_text(f'#include "{other}"\nstruct user {{ struct elsewhere *p; }};\n')
+    result = runner.invoke(app, ["gen", str(header), "-o", str(tmp_path / "api.py")])
+    assert result.exit_code == 0
+    assert f"note: struct_elsewhere is opaque: its definition is in {other}" in result.stderr

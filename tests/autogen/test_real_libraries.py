@@ -175,3 +175,9 @@ def test_sqlite_transient_pointer_macro_and_nested_index_records(tmp_path):
     # Records declared inside sqlite3_index_info have their C sizes (they were size-0 classes).
     assert ctypes.sizeof(sqlite.struct_sqlite3_index_constraint) == 12
     assert ctypes.sizeof(sqlite.struct_sqlite3_index_orderby) == 8
+
+
+def test_pthread_canceled_is_a_pointer(tmp_path):
+    pthread = _generated_module(tmp_path, "/usr/include/pthread.h", "c")
+    assert isinstance(pthread.PTHREAD_CANCELED, ctypes.c_void_p)
+    assert pthread.PTHREAD_CANCELED.value == 2**64 - 1  # ((void *) -1)

@@ -602,28 +602,34 @@ class ModuleWriter:
 
         An object-like macro that does not translate (or does not run) but that C evaluates gets C's value.
         """
-        pending: list[tuple[str, str]] = []
-        for macro in self.state.macros:
-            value = self.c_values.values.get(macro.name)
-            if value is not None and value.type_name == "pointer":
-                line = self.pointer_line(macro.name, value)
-                if line is not None:
-                    pending.append((macro.name, line))
-                    continue
-            line, reason = (macro.line, "") if macro.line else self.macro_statement(macro)
-            if line is not None:
-                pending.append((macro.name, line))
-            elif value is not None:
-                pending.append((macro.name, self.c_value_line(macro.name, value.value)))
-            elif reason:
-                self.skip(macro.name, reason)
+        pending = [entry for macro in self.state.macros if (entry := self.first_line(macro)) is not None]
         while pending:
             failed = self.run_macros(pending)
             if len(failed) == len(pending):
                 break
             pending = failed
+        self.fall_back_to_c_values(pending)
+
+    def first_line(self, macro: _Macro) -> tuple[str, str] | None:
+        """(name, Python line) to try for MACRO: a pointer for pointer values, else the translation, else C's value."""
+        value = self.c_values.values.get(macro.name)
+        if value is not None and value.type_name == "pointer":
+            line = self.pointer_line(macro.name, value)
+            if line is not None:
+                return macro.name, line
+        line, reason = (macro.line, "") if macro.line else self.macro_statement(macro)
+        if line is not None:
+            return macro.name, line
+        if value is not None:
+            return macro.name, self.c_value_line(macro.name, value.value)
+        if reason:
+            self.skip(macro.name, reason)
+        return None
+
+    def fall_back_to_c_values(self, failed: list[tuple[str, str]]) -> None:
+        """Macros whose translation did not run: C's value where clang has one, else a skip with the reason."""
         fallback = []
-        for name, line in pending:
+        for name, line in failed:
             value = self.c_values.values.get(name)
             if value is not None and value.type_name != "pointer":
                 fallback.append((name, self.c_value_line(name, value.value)))

@@ -188,6 +188,8 @@ class UOp:
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
+    _bounds: tuple[Any, Any]  # (vmin, vmax), computed on first use by tg.codegen.uop.bounds
+    _key: bytes  # the content hash, computed on first use by `key`
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
         if type(src) is not tuple:
@@ -523,16 +525,16 @@ class UOp:
     def __rtruediv__(self, x: Any) -> UOp:
         return self._operand(x) * self.reciprocal()
 
-    def __lt__(self, x: Any) -> UOp:  # type: ignore[override]
+    def __lt__(self, x: Any) -> UOp:
         return self._binop(Ops.CMPLT, x)
 
-    def __gt__(self, x: Any) -> UOp:  # type: ignore[override]
+    def __gt__(self, x: Any) -> UOp:
         return self._binop(Ops.CMPLT, x, True)
 
-    def __le__(self, x: Any) -> UOp:  # type: ignore[override]
+    def __le__(self, x: Any) -> UOp:
         return self._binop(Ops.CMPLT, x, True).logical_not()
 
-    def __ge__(self, x: Any) -> UOp:  # type: ignore[override]
+    def __ge__(self, x: Any) -> UOp:
         return self._binop(Ops.CMPLT, x).logical_not()
 
     def __and__(self, x: Any) -> UOp:

@@ -39,8 +39,12 @@ class CodegenFlags:
 
     @staticmethod
     def from_environment() -> CodegenFlags:
-        """The flags as the environment (and any active `Context`) sets them now."""
-        return CodegenFlags(noopt=bool(NOOPT))
+        """The flags as the environment (and any active `Context`) sets them now (read at every kernel launch, so
+        the answer is one of two prebuilt values)."""
+        return _FLAGS_BY_NOOPT[bool(NOOPT)]
+
+
+_FLAGS_BY_NOOPT = {False: CodegenFlags(noopt=False), True: CodegenFlags(noopt=True)}
 
 
 @dataclass(frozen=True)

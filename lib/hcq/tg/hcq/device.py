@@ -97,18 +97,10 @@ class Compiled:
         self.renderer_name = spec.renderer
         self.arch = spec.arch
 
-    def runtime(self, *args: Any) -> Any:
-        """Load a compiled binary: `dev.runtime(name, lib_bytes)` returns a callable program.
-
-        The form `dev.runtime(dev, name, lib_bytes)` of the first commit is accepted too.
-        """
-        if len(args) == 3 and args[0] is self:
-            args = args[1:]
-        if len(args) != 2:
-            raise TypeError("usage: dev.runtime(name, lib_bytes)")
+    def runtime(self, name: str, lib: bytes) -> Any:
+        """Load compiled binary `lib` and return its function `name` as a callable program."""
         if self.program_class is None:
             raise RuntimeError(f"{self.device} cannot run programs")
-        name, lib = args
         return self.program_class(self, name, lib)
 
     def synchronize(self) -> None:

@@ -118,13 +118,15 @@ def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -
     first use. `flags`: the environment's by default."""
     flags = CodegenFlags.from_environment() if flags is None else flags
     key = (device_name, ast, flags)
-    with _lock:
-        found = _cache.get(key)
-        if found is not None:
+    found = _cache.get(key)  # the hit path runs at every launch: no lock (one OrderedDict call is atomic)
+    if found is not None:
+        try:
             _cache.move_to_end(key)
-            program_cache_stats.hits += 1
-            return found
-        program_cache_stats.misses += 1
+        except KeyError:  # another thread evicted it just now; the program is still good
+            pass
+        program_cache_stats.hits += 1
+        return found
+    program_cache_stats.misses += 1
     _dump_kernel(ast)
     found = _compile_and_capture(device_name, _with_beam_opts(device_name, ast, flags), flags)
     with _lock:

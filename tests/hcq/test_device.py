@@ -99,3 +99,9 @@ words = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,7}", fullmatch=True).filter(lambd
 def test_canonical_name_parses_back_to_the_same_spec(name, index, iface, renderer, arch) -> None:
     spec = DeviceSpec(name, index, iface, renderer, arch if renderer else "")
     assert parse_device(spec.canonical) == spec
+
+
+def test_a_device_string_with_an_interface_the_device_lacks_is_an_error() -> None:
+    """Issue 12 item 7: DEV=PCI+CPU used to open the CPU and ignore `PCI+`."""
+    with pytest.raises(UnknownDeviceError, match=r"CPU has no interface PCI\+.*takes no interface"):
+        Device["PCI+CPU"]

@@ -29,6 +29,7 @@ from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
+from tg.codegen.uop.spec import KERNEL_SPEC, LINEAR_SPEC, verify_stage
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
     """The LINEAR program of kernel `ast`: every KERNEL_STAGE in order."""
     for stage in KERNEL_STAGES:
         ast = stage.run(ast, flags)
+        verify_stage(stage.name, ast, LINEAR_SPEC if ast.op is Ops.LINEAR else KERNEL_SPEC)
     return ast
 
 

@@ -24,6 +24,9 @@ DEVICE_CLASSES: dict[str, str] = {
     "PYTHON": "tg.hcq.devices.python:PythonDevice",
     "DISK": "tg.hcq.devices.disk:DiskDevice",
 }
+# The interfaces (`IFACE+` in a device string) each device can be reached through; none yet, every device here is
+# local. A device string naming another interface is an error, never silently ignored.
+DEVICE_INTERFACES: dict[str, tuple[str, ...]] = {name: () for name in DEVICE_CLASSES}
 
 
 class UnknownDeviceError(ValueError):
@@ -133,6 +136,10 @@ class _DeviceRegistry:
         spec = parse_device(name)
         if spec.name not in DEVICE_CLASSES:
             raise UnknownDeviceError(f"unknown device {spec.name!r} (from {name!r}); {_available_hint()}")
+        supported = DEVICE_INTERFACES.get(spec.name, ())
+        if spec.iface and spec.iface not in supported:
+            reachable = f"it supports {', '.join(i + '+' for i in supported)}" if supported else "it takes no interface"
+            raise UnknownDeviceError(f"device {spec.name} has no interface {spec.iface}+ (in {name!r}): {reachable}")
         if not spec.renderer and DEV.value:
             default = parse_device(DEV.value)
             if (default.name, default.index, default.iface) == (spec.name, spec.index, spec.iface):

@@ -148,6 +148,16 @@ class DType:
 
         return DType._intern(("ptr", self, size, addrspace), init)  # type: ignore[return-value]
 
+    @property
+    def min(self) -> int | float:
+        """The smallest value of this type (-inf for floats), as `dtypes.min(self)`."""
+        return dtypes.min(self)
+
+    @property
+    def max(self) -> int | float:
+        """The largest value of this type (inf for floats), as `dtypes.max(self)`."""
+        return dtypes.max(self)
+
     def __repr__(self) -> str:
         if self._scalar is not None:
             return f"{self._scalar!r}.vec({self.count})"
@@ -300,6 +310,15 @@ class dtypes:  # noqa: N801 - the namespace reads as `dtypes.float`, as in tinyg
         if fmt is None:
             raise TypeError(f"{dt!r} is not a float dtype")
         return decode(fmt.max_finite_bits, dt.scalar())
+
+
+def to_dtype(dtype: DType | str) -> DType:
+    """`dtype` itself, or the dtype a name stands for ("int32", "float", "half"): public APIs accept both."""
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str):
+        return dtypes.by_name(dtype)
+    raise TypeError(f"expected a DType or a dtype name, got {dtype!r}")
 
 
 ALL_SCALARS: tuple[DType, ...] = tuple(

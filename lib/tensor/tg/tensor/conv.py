@@ -185,7 +185,7 @@ def pool_spec(
 
 def pool_windows(x: Tensor, spec: PoolSpec, value: float) -> Tensor:
     pads = tuple((before, after + extra) for (before, after), extra in zip(spec.padding, spec.ceil_extra, strict=True))
-    return windows(x.pad(((0, 0), (0, 0)) + pads, value), spec.window)
+    return windows(x.pad(((0, 0), (0, 0)) + pads, value=value), spec.window)
 
 
 def max_pool2d(

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 from tg.codegen import DType, Ops, UOp, dtypes, from_numpy, to_numpy, truncate
 from tg.codegen.schedule.graph import Shape, ShapeError, const_node, new_buffer
 from tg.hcq import Device
-from tg.tensor.promotion import PythonScalar, check_scalar_fits, dtype_name, is_python_scalar, python_scalar_dtype
+from tg.tensor.promotion import (
+    PythonScalar,
+    check_scalar_fits,
+    dtype_argument,
+    dtype_name,
+    is_python_scalar,
+    python_scalar_dtype,
+)
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -128,26 +135,30 @@ class CreationOps:
     """Constructors: `Tensor.zeros(2, 3)`, `Tensor.arange(10)`, `Tensor.eye(4)`, `t.ones_like()`, ..."""
 
     @classmethod
-    def empty(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A tensor with storage but unspecified contents."""
+        dtype = dtype_argument(dtype)
         shape = normalize_shape(shape)
         dtype = dtypes.default_float if dtype is None else dtype
         device = canonical_device(device)
         return cls(buffer_view(new_buffer(device, math.prod(shape), dtype), shape), device=device)  # type: ignore
 
     @classmethod
-    def full(cls, shape: Any, fill_value: PythonScalar, dtype: DType | None = None, device: str | None = None):
+    def full(cls, shape: Any, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None):
+        dtype = dtype_argument(dtype)
         shape = normalize_shape((shape,) if isinstance(shape, int) else tuple(shape))
         dtype = python_scalar_dtype(fill_value) if dtype is None else dtype
         device = canonical_device(device)
         return cls(const_of_shape(fill_value, shape, dtype, device), device=device)  # type: ignore
 
     @classmethod
-    def zeros(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def zeros(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return cls.full(normalize_shape(shape), 0.0, dtype or dtypes.default_float, device)
 
     @classmethod
-    def ones(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def ones(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return cls.full(normalize_shape(shape), 1.0, dtype or dtypes.default_float, device)
 
     @classmethod
@@ -163,14 +174,37 @@ class CreationOps:
         if step == 0:
             raise ValueError("arange needs a non-zero step")
         all_ints = all(isinstance(v, int) for v in (start, stop, step))
-        dtype = kwargs.pop("dtype", None) or (dtypes.default_int if all_ints else dtypes.default_float)
+        dtype = dtype_argument(kwargs.pop("dtype", None)) or (dtypes.default_int if all_ints else dtypes.default_float)
         count = max(0, math.ceil((stop - start) / step))
         values = start + np.arange(count, dtype=np.float64 if not all_ints else np.int64) * step
         return cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs)  # type: ignore
 
     @classmethod
-    def eye(cls, n: int, m: int | None = None, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def linspace(
+        cls,
+        start: PythonScalar,
+        stop: PythonScalar,
+        steps: int,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+    ) -> Tensor:
+        """`steps` evenly spaced values from `start` to `stop`, both included (torch.linspace; default float).
+
+        Computed in float64 on the host as numpy.linspace, then converted and uploaded like `arange`."""
+        import numpy as np
+
+        dtype = dtype_argument(dtype) or dtypes.default_float
+        if steps < 0:
+            raise ValueError(f"linspace needs a non-negative number of steps, got {steps}")
+        values = np.linspace(float(start), float(stop), steps, dtype=np.float64)
+        if not dtypes.is_float(dtype):
+            values = np.trunc(values)
+        return cls(values.astype(to_numpy(dtype)), dtype=dtype, device=device)  # type: ignore
+
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """The identity: ones on the diagonal. Built lazily from movement ops of a constant."""
+        dtype = dtype_argument(dtype)
         m = n if m is None else m
         size = max(n, m)
         # a column of ones padded to width size+1, read row by row as size x size, puts a one every size+1 elements
@@ -178,14 +212,20 @@ class CreationOps:
         square = ones_column.pad(((0, 0), (0, size))).flatten().shrink(((0, size * size),)).reshape(size, size)
         return square.shrink(((0, n), (0, m)))
 
-    def empty_like(self, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def empty_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)  # type: ignore
 
-    def full_like(self, fill_value: PythonScalar, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def full_like(
+        self, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
+        dtype = dtype_argument(dtype)
         return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)  # type: ignore
 
-    def zeros_like(self, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def zeros_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return self.full_like(0, dtype, device)
 
-    def ones_like(self, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def ones_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return self.full_like(1, dtype, device)

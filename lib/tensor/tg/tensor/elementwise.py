@@ -146,6 +146,21 @@ class ElementwiseOps:
             return in_float32_when_half(a, lambda x: _float_mod(x, b.cast(x.dtype)))
         return _int_divmod(a, b)[1]
 
+    def fmod(self, other: Operand) -> Tensor:
+        """Remainder with the sign of the dividend (C's fmod, torch.fmod), where `mod` takes the divisor's.
+
+        Floats: |a| mod |b| carries a's sign (exact for the common cases; NaN for b == 0 or an infinite a, a itself
+        for an infinite b). Integers: the truncating remainder; modulo zero gives 0, as numpy."""
+        a, b = _operands(self, other, False)
+        _require(a.dtype is not dtypes.bool, "fmod", a.dtype, b.dtype)
+        if dtypes.is_float(a.dtype):
+            return in_float32_when_half(a, lambda x: _float_mod(x.abs(), b.cast(x.dtype).abs()).copysign(x))
+        remainder = _int_divmod(a, b)[1]
+        if dtypes.is_unsigned(a.dtype):
+            return remainder
+        takes_divisor_sign = (remainder != 0) & ((remainder < 0) != (a < 0))
+        return takes_divisor_sign.where(remainder - b, remainder)
+
     def neg(self) -> Tensor:
         if self.dtype is dtypes.bool:
             return self.logical_not()

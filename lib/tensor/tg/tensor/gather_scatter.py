@@ -65,7 +65,7 @@ def _to_target_layout(reduced: Tensor, target: Tensor, dim: int, fill: Any) -> T
     """(*index.shape without dim, n) with the target axis last -> target's axis order, padded to target's shape."""
     moved = reduced.unsqueeze(dim).transpose(dim, -1).squeeze(-1)
     pads = tuple((0, t - r) for r, t in zip(moved.shape, target.shape, strict=True))
-    return moved.pad(pads, fill) if any(after for _, after in pads) else moved
+    return moved.pad(pads, value=fill) if any(after for _, after in pads) else moved
 
 
 def _source_like(src: Any, index: Tensor, target: Tensor) -> Tensor:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from tg.codegen import DType
 from tg.codegen.schedule.graph import ShapeError
 from tg.tensor.elementwise import broadcast
-from tg.tensor.promotion import broadcast_shapes
+from tg.tensor.promotion import broadcast_shapes, dtype_argument
 from tg.tensor.reduce import sum_accumulator
 
 if TYPE_CHECKING:
@@ -138,12 +138,14 @@ def einsum(formula: str, *operands: Tensor, dtype: DType | None = None) -> Tenso
 class LinalgOps:
     """`matmul, @, dot, linear, einsum`."""
 
-    def matmul(self, other: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+    def matmul(self, other: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         if not hasattr(other, "uop"):
             other = type(self)(other, device=self.device)
         return matmul(other, self, dtype) if reverse else matmul(self, other, dtype)
 
-    def dot(self, other: Tensor, dtype: DType | None = None) -> Tensor:
+    def dot(self, other: Tensor, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return self.matmul(other, dtype=dtype)
 
     def __matmul__(self, other: Tensor) -> Tensor:
@@ -158,5 +160,6 @@ class LinalgOps:
         return result if bias is None else result + bias
 
     @staticmethod
-    def einsum(formula: str, *operands: Tensor, dtype: DType | None = None) -> Tensor:
+    def einsum(formula: str, *operands: Tensor, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return einsum(formula, *operands, dtype=dtype)

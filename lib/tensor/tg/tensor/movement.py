@@ -84,13 +84,22 @@ class MovementOps:
             return source
         return source._movement(Ops.EXPAND, new_shape)
 
-    def pad(self, padding: Sequence[Any], value: float = 0.0) -> Tensor:
+    def pad(self, padding: Sequence[Any], mode: str = "constant", value: float = 0.0) -> Tensor:
         """Pad with `value`: `padding` is ((before, after) or None) per axis, or torch's flat form
-        (left, right, top, bottom, ...) starting at the last axis. Negative padding removes elements."""
+        (left, right, top, bottom, ...) starting at the last axis. Negative padding removes elements.
+
+        `mode` (tinygrad's and torch's): "constant" fills with `value`; "reflect", "replicate" and "circular"
+        repeat the tensor's own values (see tg.tensor.pad_modes)."""
+        from tg.tensor.pad_modes import PAD_MODES, pad_from_values
+
+        if mode not in PAD_MODES:
+            raise ValueError(f"pad mode must be one of {', '.join(PAD_MODES)}; got {mode!r} (pass a fill as value=)")
         per_axis = _padding_per_axis(padding, self.ndim, self.shape)
+        if mode != "constant":
+            return pad_from_values(self, per_axis, mode)
         if any(before < 0 or after < 0 for before, after in per_axis):
             keep = tuple((max(0, -b), size - max(0, -a)) for (b, a), size in zip(per_axis, self.shape, strict=True))
-            return self.shrink(keep).pad(tuple((max(0, b), max(0, a)) for b, a in per_axis), value)
+            return self.shrink(keep).pad(tuple((max(0, b), max(0, a)) for b, a in per_axis), value=value)
         if all(before == 0 and after == 0 for before, after in per_axis):
             return self
         padded = self._movement(Ops.PAD, per_axis)

@@ -23,7 +23,7 @@ from tg.tensor.indexing import IndexingOps
 from tg.tensor.linalg import LinalgOps
 from tg.tensor.math_ops import MathOps
 from tg.tensor.movement import MovementOps
-from tg.tensor.promotion import dtype_name
+from tg.tensor.promotion import dtype_argument, dtype_name
 from tg.tensor.random import RandomOps
 from tg.tensor.reduce import ReduceOps
 from tg.tensor.shape_ops import ShapeOps
@@ -52,7 +52,8 @@ class Tensor(
     __slots__ = ("uop", "device")
     __array_ufunc__ = None  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy's elementwise loop
 
-    def __init__(self, data: Any = None, device: str | None = None, dtype: DType | None = None) -> None:
+    def __init__(self, data: Any = None, device: str | None = None, dtype: DType | str | None = None) -> None:
+        dtype = dtype_argument(dtype)
         self.device: str = canonical_device(device)
         if isinstance(data, UOp):
             self.uop: UOp = data if dtype is None or data.dtype is dtype else UOp(Ops.CAST, dtype, (data,))
@@ -78,6 +79,14 @@ class Tensor(
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    def size(self, dim: int | None = None) -> Shape | int:
+        """The shape, or the size of axis `dim` (negative counts from the back), as torch's `size`."""
+        if dim is None:
+            return self.shape
+        from tg.tensor.movement import normalize_axis
+
+        return self.shape[normalize_axis(dim, self.ndim)]
 
     def numel(self) -> int:
         return math.prod(self.shape)
@@ -165,16 +174,18 @@ class Tensor(
 
     # -------------------------------------------------------------------------------- casts
 
-    def cast(self, dtype: DType) -> Tensor:
+    def cast(self, dtype: DType | str) -> Tensor:
         """Convert values to `dtype` (floats to ints truncate toward zero, anything to bool tests non-zero)."""
+        dtype = dtype_argument(dtype)
         if dtype is self.dtype:
             return self
         if is_fp8(dtype) or is_fp8(self.dtype):  # saturating, and emulated for renderers without fp8
             return fp8_cast(self, dtype)
         return self._wrap(UOp(Ops.CAST, dtype, (self.uop,)))
 
-    def bitcast(self, dtype: DType) -> Tensor:
+    def bitcast(self, dtype: DType | str) -> Tensor:
         """Reinterpret the bits as `dtype`, which must have the same item size."""
+        dtype = dtype_argument(dtype)
         if dtype.itemsize != self.dtype.itemsize:
             raise TypeError(
                 f"bitcast needs dtypes of one item size: {dtype_name(self.dtype)} has {self.dtype.itemsize} bytes, "
@@ -195,6 +206,15 @@ class Tensor(
 
     def int(self) -> Tensor:
         return self.cast(dtypes.int32)
+
+    def long(self) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def short(self) -> Tensor:
+        return self.cast(dtypes.int16)
+
+    def bfloat16(self) -> Tensor:
+        return self.cast(dtypes.bfloat16)
 
     def bool(self) -> Tensor:
         return self.cast(dtypes.bool)

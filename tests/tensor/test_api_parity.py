@@ -383,3 +383,137 @@ def test_shape_mismatch_is_both_runtime_error_and_value_error():
             bad()
         with pytest.raises(ValueError):
             bad()
+
+
+# ---------------------------------------------------------------------------------------------------- the wider API
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_div_rounding_modes_match_torch_definitions(device):
+    a = np.array([7, -7, 7, -7, 6, 0], np.int32)
+    b = np.array([2, 2, -2, -2, 3, 5], np.int32)
+    ta, tb = Tensor(a, device=device), Tensor(b, device=device)
+    np.testing.assert_array_equal(ta.div(tb, rounding_mode="trunc").numpy(), np.trunc(a / b).astype(np.int32))
+    np.testing.assert_array_equal(ta.div(tb, rounding_mode="floor").numpy(), np.floor_divide(a, b))
+    x = np.array([7.5, -7.5, 1.0], np.float32)
+    y = np.array([2.0, 2.0, -3.0], np.float32)
+    np.testing.assert_array_equal(
+        Tensor(x, device=device).div(Tensor(y, device=device), rounding_mode="trunc").numpy(), np.trunc(x / y)
+    )
+    np.testing.assert_array_equal(
+        Tensor(x, device=device).div(Tensor(y, device=device), rounding_mode="floor").numpy(), np.floor(x / y)
+    )
+    with pytest.raises(ValueError):
+        ta.div(tb, rounding_mode="round")
+
+
+def test_activation_parameters_and_isinf_flags():
+    x = np.array([-4.0, -1.0, 0.0, 0.5, 3.0], np.float32)
+    t = Tensor(x, device="PYTHON")
+    np.testing.assert_allclose(t.hardsigmoid(0.2, 0.5).numpy(), np.clip(0.2 * x + 0.5, 0, 1), rtol=1e-6)
+    alpha, gamma = 1.5, 2.0
+    np.testing.assert_allclose(t.selu(alpha, gamma).numpy(), gamma * np.where(x > 0, x, alpha * np.expm1(x)), rtol=1e-6)
+    inf = Tensor([math.inf, -math.inf, 1.0, math.nan], device="PYTHON")
+    assert inf.isinf().tolist() == [True, True, False, False]
+    assert inf.isinf(detect_negative=False).tolist() == [True, False, False, False]
+    assert inf.isinf(detect_positive=False).tolist() == [False, True, False, False]
+
+
+def test_flip_clone_realize_and_linear_keywords():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = Tensor(x, device="PYTHON")
+    np.testing.assert_array_equal(t.flip(axis=1).numpy(), np.flip(x, 1))
+    np.testing.assert_array_equal(t.flip(axis=(0, 1)).numpy(), np.flip(x, (0, 1)))
+    copy = t.clone(device="PYTHON")
+    assert copy.device == "PYTHON"
+    np.testing.assert_array_equal(copy.realize(do_update_stats=False).numpy(), x)
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    result = t.linear(Tensor(w, device="PYTHON"), dtype="float64")
+    assert result.dtype is dtypes.float64
+    np.testing.assert_allclose(result.numpy(), x.astype(np.float64) @ w)
+
+
+def test_eq_ne_pad_to_shrink_to():
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    t = Tensor(x, device="PYTHON")
+    assert t.eq(2).tolist() == (x == 2).tolist() and t.ne(2).tolist() == (x != 2).tolist()
+    np.testing.assert_array_equal(t.pad_to(4, None).numpy(), np.pad(x, ((0, 2), (0, 0))))
+    np.testing.assert_array_equal(t.pad_to((3, 5), value=-1).numpy(), np.pad(x, ((0, 1), (0, 2)), constant_values=-1))
+    np.testing.assert_array_equal(t.shrink_to(1, 2).numpy(), x[:1, :2])
+    np.testing.assert_array_equal(t.shrink_to((None, 1)).numpy(), x[:, :1])
+
+
+def test_replace_and_to_():
+    t = Tensor([1.0, 2.0], device="PYTHON")
+    other = Tensor([5.0, 6.0], device="PYTHON")
+    assert t.replace(other) is t and t.tolist() == [5.0, 6.0]
+    with pytest.raises(ValueError):
+        t.replace(Tensor([1.0, 2.0, 3.0]))
+    moved = Tensor([3, 4], device="PYTHON")
+    assert moved.to_("CPU") is moved and moved.device == "CPU" and moved.tolist() == [3, 4]
+
+
+def test_invalids_from_blob_and_from_url(tmp_path):
+    assert Tensor.invalids(2, 3, dtype="int16").shape == (2, 3)
+    source = np.arange(6, dtype=np.float32)
+    blob = Tensor.from_blob(source.ctypes.data, (2, 3), dtype=dtypes.float32, device="PYTHON")
+    np.testing.assert_array_equal(blob.numpy(), source.reshape(2, 3))
+    import gzip
+
+    raw = bytes(range(10))
+    (tmp_path / "data.bin").write_bytes(raw)
+    (tmp_path / "data.gz").write_bytes(gzip.compress(raw))
+    assert Tensor.from_url((tmp_path / "data.bin").as_uri()).tolist() == list(raw)
+    assert Tensor.from_url((tmp_path / "data.gz").as_uri(), gunzip=True).tolist() == list(raw)
+
+
+def test_sequential_and_batchnorm():
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    t = Tensor(x, device="PYTHON")
+    np.testing.assert_allclose(t.sequential([lambda v: v * 2, lambda v: v + 1]).numpy(), x * 2 + 1)
+    weight, bias = np.array([1.0, 2.0, 3.0], np.float32), np.array([0.5, 0.0, -0.5], np.float32)
+    mean, var = x.mean((0, 2)), x.var((0, 2))
+    invstd = 1 / np.sqrt(var + 1e-5)
+    expected = (x - mean[:, None]) * invstd[:, None] * weight[:, None] + bias[:, None]
+    result = t.batchnorm(*(Tensor(v, device="PYTHON") for v in (weight, bias, mean, invstd)))
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-6)
+    no_affine = t.batchnorm(None, None, Tensor(mean, device="PYTHON"), Tensor(invstd, device="PYTHON"))
+    np.testing.assert_allclose(no_affine.numpy(), (x - mean[:, None]) * invstd[:, None], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("formula", "sizes", "reference"),
+    [
+        ("b c (h w) -> b h w c", {"h": 2}, lambda x: x.reshape(2, 3, 2, 2).transpose(0, 2, 3, 1)),
+        ("b c w -> (b c) w", {}, lambda x: x.reshape(6, 4)),
+        ("b c w -> w (c b)", {}, lambda x: x.transpose(2, 1, 0).reshape(4, 6)),
+        ("... w -> w ...", {}, lambda x: np.moveaxis(x, -1, 0)),
+        ("b c w -> b 1 c w", {}, lambda x: x[:, None]),
+        ("b c (w two) -> b (c w) two", {"two": 2}, lambda x: x.reshape(2, 3, 2, 2).reshape(2, 6, 2)),
+    ],
+)
+def test_rearrange_matches_numpy(formula, sizes, reference):
+    x = np.arange(24).reshape(2, 3, 4).astype(np.int32)
+    np.testing.assert_array_equal(Tensor(x, device="PYTHON").rearrange(formula, **sizes).numpy(), reference(x))
+
+
+def test_rearrange_errors():
+    t = Tensor.empty(2, 3, 4)
+    for formula, sizes in [("b c -> c b", {}), ("b c w -> b c", {}), ("b (c x y) w -> b c w", {}), ("a b c", {})]:
+        with pytest.raises(ValueError):
+            t.rearrange(formula, **sizes)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(4, 3), (3, 3), (2, 5, 4), (3, 5)])
+def test_qr_matches_numpy(device, shape):
+    a = _random(shape, 12)
+    q, r = Tensor(a, device=device).qr()
+    q, r = q.numpy().astype(np.float64), r.numpy().astype(np.float64)
+    m = shape[-2]
+    assert q.shape == (*shape[:-2], m, m) and r.shape == shape
+    np.testing.assert_allclose(q @ r, a, atol=1e-5)
+    np.testing.assert_allclose(np.swapaxes(q, -1, -2) @ q, np.broadcast_to(np.eye(m), q.shape), atol=1e-5)
+    np.testing.assert_allclose(np.tril(r, -1), 0, atol=1e-5)
+    _, reference = np.linalg.qr(a.astype(np.float64), mode="complete")  # unique up to the signs of R's rows
+    np.testing.assert_allclose(np.abs(np.diagonal(r, 0, -2, -1)), np.abs(np.diagonal(reference, 0, -2, -1)), rtol=1e-4)

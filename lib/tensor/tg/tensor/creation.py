@@ -180,6 +180,32 @@ class CreationOps:
         return cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs)  # type: ignore
 
     @classmethod
+    def invalids(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Scratch storage whose contents are undefined until written (tinygrad's name; `empty` here)."""
+        return cls.empty(*shape, dtype=dtype, device=device)
+
+    @classmethod
+    def from_blob(cls, ptr: int, shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """The `shape` elements of `dtype` at host address `ptr` (a ctypes or numpy pointer), copied into a tensor
+        when created: later writes at `ptr` are not seen (tinygrad shares the memory instead)."""
+        import ctypes
+
+        dtype = dtype_argument(dtype) or dtypes.default_float
+        shape = normalize_shape((shape,))
+        raw = ctypes.string_at(ptr, math.prod(shape) * dtype.itemsize)
+        return cls(raw, dtype=dtype, device=device).reshape(shape)  # type: ignore
+
+    @classmethod
+    def from_url(cls, url: str, gunzip: bool = False, **kwargs: Any) -> Tensor:
+        """The bytes at `url` (any scheme urllib reads: http(s), file) as a uint8 tensor; `gunzip` decompresses."""
+        import gzip
+        import urllib.request
+
+        with urllib.request.urlopen(url) as response:
+            data = response.read()
+        return cls(gzip.decompress(data) if gunzip else data, **kwargs)  # type: ignore
+
+    @classmethod
     def linspace(
         cls,
         start: PythonScalar,

@@ -154,9 +154,13 @@ class LinalgOps:
     def __rmatmul__(self, other: Tensor) -> Tensor:
         return self.matmul(other, reverse=True)
 
-    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        """`self @ weight + bias`, with `weight` of shape (in, out) as tinygrad (a 1-d weight scales elementwise)."""
-        result = self * weight if weight.ndim == 1 else self.matmul(weight)
+    def linear(self, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
+        """`self @ weight + bias`, with `weight` of shape (in, out) as tinygrad (a 1-d weight scales elementwise);
+        `dtype` is the matmul's accumulation and result dtype."""
+        dtype = dtype_argument(dtype)
+        if dtype is not None and weight.ndim == 1:
+            return self.cast(dtype).linear(weight.cast(dtype), None if bias is None else bias.cast(dtype))
+        result = self * weight if weight.ndim == 1 else self.matmul(weight, dtype=dtype)
         return result if bias is None else result + bias
 
     @staticmethod

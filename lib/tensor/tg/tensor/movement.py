@@ -108,6 +108,21 @@ class MovementOps:
         inside = self.ones_like(dtype=dtypes.bool)._movement(Ops.PAD, per_axis)
         return inside.where(padded, value).cast(self.dtype)
 
+    def pad_to(self, shape: Any, *more: Any, value: float = 0.0) -> Tensor:
+        """Pad at the end of each axis up to `shape` (None keeps an axis as it is)."""
+        target = _shape_argument((shape, *more))
+        if len(target) != self.ndim:
+            raise ShapeError(f"pad_to {target} needs {self.ndim} sizes for shape {self.shape}")
+        padding = tuple(None if t is None else (0, t - s) for t, s in zip(target, self.shape, strict=True))
+        return self.pad(padding, value=value)
+
+    def shrink_to(self, shape: Any, *more: Any) -> Tensor:
+        """Keep the first `shape` elements of each axis (None keeps an axis whole)."""
+        target = _shape_argument((shape, *more))
+        if len(target) != self.ndim:
+            raise ShapeError(f"shrink_to {target} needs {self.ndim} sizes for shape {self.shape}")
+        return self.shrink(tuple(None if t is None else (0, t) for t in target))
+
     def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
         """Keep [start, end) of each axis (None keeps the whole axis)."""
         if len(bounds) != self.ndim:
@@ -120,7 +135,10 @@ class MovementOps:
             return self
         return self._movement(Ops.SHRINK, full)
 
-    def flip(self, *axes: Any) -> Tensor:
+    def flip(self, *axes: Any, axis: Any = None) -> Tensor:
+        """Reverse the order along `axes` (`flip(0, 1)`, `flip((0, 1))` or tinygrad's `flip(axis=...)`)."""
+        if axis is not None:
+            axes = (*axes, *(axis if isinstance(axis, (tuple, list)) else (axis,)))
         axes = {normalize_axis(axis, self.ndim) for axis in _shape_argument(axes)}
         if not axes:
             return self

@@ -18,6 +18,7 @@ from tg.tensor.conv import ConvOps
 from tg.tensor.creation import CreationOps, canonical_device, node_from_data
 from tg.tensor.elementwise import ElementwiseOps
 from tg.tensor.fp8 import fp8_cast, is_fp8
+from tg.tensor.functional import FunctionalOps
 from tg.tensor.gather_scatter import GatherScatterOps
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.linalg import LinalgOps
@@ -46,6 +47,7 @@ class Tensor(
     SortingOps,
     RandomOps,
     MathOps,
+    FunctionalOps,
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
@@ -116,7 +118,7 @@ class Tensor(
 
     # -------------------------------------------------------------------------------- realizing and reading
 
-    def realize(self, *others: Tensor) -> Tensor:
+    def realize(self, *others: Tensor, do_update_stats: bool = True) -> Tensor:
         """Run everything this tensor (and `others`) needs; each then reads realized memory. Returns self."""
         from tg.tensor.engine import realize
 
@@ -156,12 +158,28 @@ class Tensor(
         """This value laid out in its own buffer when realized (the scheduler may reuse one that already is)."""
         return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
-    def clone(self) -> Tensor:
-        """A copy in fresh storage: writes to the clone never reach this tensor, and the reverse."""
-        return Tensor.empty(self.shape, dtype=self.dtype, device=self.device).assign(self)
+    def clone(self, device: str | None = None) -> Tensor:
+        """A copy in fresh storage (on `device`, default this tensor's): writes to the clone never reach this
+        tensor, and the reverse."""
+        source = self if device is None else self.to(device)
+        return Tensor.empty(self.shape, dtype=self.dtype, device=source.device).assign(source)
 
     def detach(self) -> Tensor:
         return self._wrap(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+
+    def replace(self, x: Tensor) -> Tensor:
+        """Make this tensor stand for `x`'s value from now on (same shape and dtype), without an assign."""
+        if x.shape != self.shape or x.dtype is not self.dtype:
+            mine, theirs = f"{self.shape} {self.dtype!r}", f"{x.shape} {x.dtype!r}"
+            raise ShapeError(f"replace needs the same shape and dtype: {mine} vs {theirs}")
+        self.uop, self.device = x.uop, x.device
+        return self
+
+    def to_(self, device: str | None) -> Tensor:
+        """Move this tensor itself to `device` (lazily); returns self."""
+        moved = self.to(device)
+        self.uop, self.device = moved.uop, moved.device
+        return self
 
     def to(self, device: str | None) -> Tensor:
         """This tensor on `device` (None: the default device); the same tensor when it is already there."""

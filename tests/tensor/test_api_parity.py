@@ -517,3 +517,31 @@ def test_qr_matches_numpy(device, shape):
     np.testing.assert_allclose(np.tril(r, -1), 0, atol=1e-5)
     _, reference = np.linalg.qr(a.astype(np.float64), mode="complete")  # unique up to the signs of R's rows
     np.testing.assert_allclose(np.abs(np.diagonal(r, 0, -2, -1)), np.abs(np.diagonal(reference, 0, -2, -1)), rtol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [(np.uint8, np.int64), (np.int64, np.uint8), (np.float32, np.uint16), (np.uint16, np.float32), (np.int8, np.int32)],
+)
+def test_shape_changing_bitcast_matches_numpy_view(device, source, target):
+    data = np.random.default_rng(4).integers(0, 256, (2, 2, 16)).astype(np.uint8).view(source)
+    result = Tensor(data, device=device).bitcast(dtypes.by_name(np.dtype(target).name))
+    np.testing.assert_array_equal(result.numpy().view(np.uint8), data.view(target).view(np.uint8))
+    assert result.shape == data.view(target).shape
+
+
+def test_shape_changing_bitcast_errors_are_runtime_errors():
+    with pytest.raises(RuntimeError, match="last axis"):
+        Tensor.empty(3, dtype=dtypes.uint8).bitcast(dtypes.int32)  # 3 bytes do not make an int32
+    with pytest.raises(RuntimeError):
+        Tensor(np.uint8(1)).bitcast(dtypes.int16)  # a 0-d tensor has no axis to absorb the change
+
+
+def test_dtype_mismatch_in_assign_and_setitem_is_runtime_error_and_type_error():
+    target = Tensor([1.0, 2.0], device="PYTHON").clone()
+    for error in (RuntimeError, TypeError):
+        with pytest.raises(error, match="assign dtype mismatch"):
+            target.assign(Tensor([1, 2], device="PYTHON"))
+        with pytest.raises(error, match="setitem dtype mismatch"):
+            target[0] = Tensor(1, device="PYTHON")

@@ -26,6 +26,11 @@ def dtype_name(dtype: DType) -> str:
     return _NUMPY_STYLE_NAMES.get(dtype.name, dtype.name)
 
 
+class DTypeMismatchError(TypeError, RuntimeError):
+    """Operands of the wrong dtype for an operation that does not convert (assign, setitem, bitcast): a TypeError,
+    and a RuntimeError as tinygrad and torch raise."""
+
+
 def dtype_argument(dtype: DType | str | None) -> DType | None:
     """A public API's `dtype=` argument as a DType: names such as "int32" or "half" are accepted as in tinygrad."""
     return None if dtype is None else to_dtype(dtype)

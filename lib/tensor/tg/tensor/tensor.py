@@ -24,7 +24,7 @@ from tg.tensor.indexing import IndexingOps
 from tg.tensor.linalg import LinalgOps
 from tg.tensor.math_ops import MathOps
 from tg.tensor.movement import MovementOps
-from tg.tensor.promotion import dtype_argument, dtype_name
+from tg.tensor.promotion import DTypeMismatchError, dtype_argument, dtype_name
 from tg.tensor.random import RandomOps
 from tg.tensor.reduce import ReduceOps
 from tg.tensor.shape_ops import ShapeOps
@@ -202,13 +202,13 @@ class Tensor(
         return self._wrap(UOp(Ops.CAST, dtype, (self.uop,)))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
-        """Reinterpret the bits as `dtype`, which must have the same item size."""
+        """Reinterpret the bits as `dtype`. Another item size changes the last axis (torch's `view(dtype)`):
+        (..., 8) uint8 becomes (..., 1) int64, and back; see tg.tensor.bit_reshape."""
         dtype = dtype_argument(dtype)
         if dtype.itemsize != self.dtype.itemsize:
-            raise TypeError(
-                f"bitcast needs dtypes of one item size: {dtype_name(self.dtype)} has {self.dtype.itemsize} bytes, "
-                f"{dtype_name(dtype)} has {dtype.itemsize}"
-            )
+            from tg.tensor.bit_reshape import resized_bitcast
+
+            return resized_bitcast(self, dtype)
         if dtype is self.dtype:
             return self
         return self._wrap(UOp(Ops.BITCAST, dtype, (self.uop,)))
@@ -246,7 +246,7 @@ class Tensor(
         if value.device != self.device:
             raise ValueError(f"assign device mismatch: target is on {self.device}, value on {value.device}")
         if value.dtype is not self.dtype:
-            raise TypeError(
+            raise DTypeMismatchError(
                 f"assign dtype mismatch: target is {dtype_name(self.dtype)}, value is {dtype_name(value.dtype)}"
             )
         if value.shape != self.shape:

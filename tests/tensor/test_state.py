@@ -312,3 +312,63 @@ def test_load_dispatches_by_content(tmp_path):
     assert detect_format(gguf) == "gguf"
     with pytest.raises(ValueError):
         load(gguf)
+
+
+# ---------------------------------------------------------------------------------------------------- files and archives
+
+
+def test_tensor_of_a_path_is_the_mapped_file(tmp_path):
+    path = tmp_path / "raw.bin"
+    data = np.arange(16, dtype=np.float32)
+    path.write_bytes(data.tobytes())
+    t = Tensor(path)
+    assert t.device == f"DISK:{path}" and t.dtype is dtypes.uint8 and t.shape == (64,)
+    assert t.numpy().tobytes() == data.tobytes()
+    floats = Tensor(path, dtype=dtypes.float32)
+    np.testing.assert_array_equal(floats.to("PYTHON").numpy(), data)
+    on_device = Tensor(path, device="PYTHON", dtype="float32")
+    assert on_device.device == "PYTHON"
+    np.testing.assert_array_equal((on_device * 2).numpy(), data * 2)
+
+
+def _archive_members() -> dict[str, bytes]:
+    return {"weights/a.bin": bytes(range(40)), "notes.txt": b"hello tar", "empty": b""}
+
+
+@pytest.mark.parametrize("mode", ["w", "w:gz"])
+def test_tar_extract_maps_or_reads_members(tmp_path, mode):
+    import io
+    import tarfile
+
+    from tg.tensor.state import tar_extract
+
+    path = tmp_path / "bundle.tar"
+    with tarfile.open(path, mode) as tar:
+        for name, data in _archive_members().items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    for source in (path, Tensor(path)):
+        members = tar_extract(source)
+        assert sorted(members) == sorted(_archive_members())
+        for name, data in _archive_members().items():
+            assert members[name].numpy().tobytes() == data
+        if mode == "w":
+            assert members["notes.txt"].device.startswith("DISK:")  # uncompressed members are views of the file
+
+
+def test_zip_extract_maps_stored_and_reads_deflated_members(tmp_path):
+    from tg.tensor.state import zip_extract
+
+    path = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("stored.bin", bytes(range(50)), compress_type=zipfile.ZIP_STORED)
+        archive.writestr("packed.txt", b"a" * 300, compress_type=zipfile.ZIP_DEFLATED)
+    members = zip_extract(path)
+    assert members["stored.bin"].device.startswith("DISK:")
+    assert members["stored.bin"].numpy().tobytes() == bytes(range(50))
+    assert members["packed.txt"].numpy().tobytes() == b"a" * 300
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(b"PK\x03\x04 not really")
+    with pytest.raises(StateFileError, match="not a readable zip"):
+        zip_extract(bad)

@@ -7,6 +7,7 @@ tensors stay lazy: a CONST reshaped to all-ones and expanded, so `zeros(n) + x` 
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, from_numpy, to_numpy, truncate
@@ -108,6 +109,23 @@ def node_from_bytes(data: bytes | bytearray | memoryview, device: str, dtype: DT
         element = f"{dtype_name(dtype)} elements ({dtype.itemsize} bytes)"
         raise ValueError(f"{len(data)} bytes are not a whole number of {element}")
     return upload(bytes(data), (len(data) // dtype.itemsize,), dtype, device)
+
+
+def node_from_path(path: os.PathLike, dtype: DType | None) -> tuple[UOp, str]:
+    """`Tensor(pathlib.Path(...))`: the whole file as a lazy tensor on its DISK device (uint8 unless `dtype`),
+    mapped, not read. Returns the node and the device name."""
+    from tg.hcq import Buffer
+    from tg.tensor.engine import buffer_over
+
+    location = os.path.abspath(path)
+    dtype = dtypes.uint8 if dtype is None else dtype
+    size = os.path.getsize(location)
+    if size % dtype.itemsize:
+        raise ValueError(f"{location} has {size} bytes, not a whole number of {dtype_name(dtype)} elements")
+    device = f"DISK:{location}"
+    if size == 0:
+        return new_buffer(device, 0, dtype), device
+    return buffer_over(Buffer(device, size // dtype.itemsize, dtype).allocate()), device
 
 
 def node_from_data(data: Any, device: str, dtype: DType | None) -> UOp:

@@ -9,13 +9,14 @@ indexing, reduce.
 from __future__ import annotations
 
 import math
+from pathlib import PurePath
 from typing import Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
 from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
 from tg.tensor.advanced_indexing import AdvancedIndexingOps
 from tg.tensor.conv import ConvOps
-from tg.tensor.creation import CreationOps, canonical_device, node_from_data
+from tg.tensor.creation import CreationOps, canonical_device, node_from_data, node_from_path
 from tg.tensor.elementwise import ElementwiseOps
 from tg.tensor.fp8 import fp8_cast, is_fp8
 from tg.tensor.functional import FunctionalOps
@@ -56,7 +57,13 @@ class Tensor(
 
     def __init__(self, data: Any = None, device: str | None = None, dtype: DType | str | None = None) -> None:
         dtype = dtype_argument(dtype)
-        self.device: str = canonical_device(device)
+        if isinstance(data, PurePath):  # a file: mapped on its DISK device, read only when used
+            self.uop, self.device = node_from_path(data, dtype)
+            if device is not None:
+                moved = self.to(device)
+                self.uop, self.device = moved.uop, moved.device
+            return
+        self.device = canonical_device(device)
         if isinstance(data, UOp):
             self.uop: UOp = data if dtype is None or data.dtype is dtype else UOp(Ops.CAST, dtype, (data,))
         else:

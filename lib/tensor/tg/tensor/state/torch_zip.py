@@ -117,7 +117,7 @@ class _CheckpointUnpickler(pickle.Unpickler):
         return Storage(str(pid[2]), pid[1].dtype, int(pid[4]))
 
 
-def _data_offset(view: FileView, info: zipfile.ZipInfo) -> int:
+def member_data_offset(view: FileView, info: zipfile.ZipInfo) -> int:
     """Where a stored (uncompressed) member's bytes start in the file: after its local header."""
     local = view.read(info.header_offset, LOCAL_HEADER_SIZE)
     if len(local) < LOCAL_HEADER_SIZE or local[:4] != b"PK\x03\x04":
@@ -168,7 +168,7 @@ class TorchCheckpoint:
         if info.compress_type != zipfile.ZIP_STORED:
             raise StateFileError(self.view.path, f"storage data/{storage.key} is compressed; cannot map it", name)
         needed = storage.numel * storage.dtype.itemsize
-        start = _data_offset(self.view, info)
+        start = member_data_offset(self.view, info)
         if info.file_size < needed or start + needed > self.view.size:
             raise StateFileError(self.view.path, f"truncated: storage data/{storage.key} lacks bytes", name)
         count = math.prod(pending.size)

@@ -1,4 +1,4 @@
-"""Tensor API parity with tinygrad and torch (issue 14 item 2): each gap the torch-referenced op suite found,
+"""Tensor API parity with tinygrad and torch: each gap the torch-referenced op suite found,
 checked against numpy (or torch's documented semantics, spelled out where numpy has no equivalent)."""
 
 import math

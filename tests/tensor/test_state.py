@@ -1,4 +1,4 @@
-"""Weights files (issue 14 item 5): safetensors load/save against the `safetensors` package, torch checkpoints
+"""Weights files: safetensors load/save against the `safetensors` package, torch checkpoints
 against fixtures written by torch.save (tests/tensor/fixtures/make_state_fixtures.py), memory mapping through the
 DISK device, the common `load` interface, and clear errors for corrupt or truncated files."""
 
@@ -314,7 +314,7 @@ def test_load_dispatches_by_content(tmp_path):
         load(gguf)
 
 
-# ---------------------------------------------------------------------------------------------------- files and archives
+# ------------------------------------------------------------------------------------------------ files and archives
 
 
 def test_tensor_of_a_path_is_the_mapped_file(tmp_path):

@@ -38,6 +38,8 @@ def test_reductions_of_a_0d_tensor_keep_shape_empty(device, axis):
     np.testing.assert_allclose(x.softmax(softmax_axis).numpy(), 1.0)
     np.testing.assert_allclose(x.log_softmax(softmax_axis).numpy(), 0.0, atol=1e-7)
     np.testing.assert_allclose(x.softmin(softmax_axis).numpy(), 1.0)
+    for position in (x.argmax(axis), x.argmin(axis)):
+        assert position.shape == () and position.item() == 0
 
 
 def test_reducing_a_0d_tensor_over_axis_1_is_an_index_error():

@@ -103,6 +103,9 @@ class DerivedReductionOps:
             flat = self.flatten().argmax(0)
             return flat.reshape((1,) * self.ndim) if keepdim else flat
         x = self.cast(dtypes.int32) if self.dtype is dtypes.bool else self
+        if x.ndim == 0:  # torch: axis 0 or -1 of a 0-d tensor, whose only element is at index 0
+            reduce_axes(axis, 0)
+            return x.zeros_like(dtype=dtypes.int32)
         axis = reduce_axes(axis, x.ndim)[0]
         size = x.shape[axis]
         if size == 0:

@@ -547,3 +547,33 @@ def test_dtype_mismatch_in_assign_and_setitem_is_runtime_error_and_type_error():
             target.assign(Tensor([1, 2], device="PYTHON"))
         with pytest.raises(error, match="setitem dtype mismatch"):
             target[0] = Tensor(1, device="PYTHON")
+
+
+def test_tournament_rounds_pair_everyone_once():
+    from tg.tensor.svd import tournament_rounds
+
+    for n in (2, 3, 4, 5, 8):
+        rounds = tournament_rounds(n)
+        pairs = [pair for round_ in rounds for pair in round_]
+        assert sorted(pairs) == [(p, q) for p in range(n) for q in range(p + 1, n)]
+        assert all(len({i for pair in round_ for i in pair}) == 2 * len(round_) for round_ in rounds)  # disjoint
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("device", "shape"), [("CPU", (4, 3)), ("PYTHON", (2, 2, 3))])
+def test_svd_matches_numpy(device, shape):
+    a = _random(shape, 13)
+    u, s, vh = Tensor(a, device=device).svd()
+    u, s, vh = (t.numpy().astype(np.float64) for t in (u, s, vh))
+    m, n = shape[-2:]
+    k = min(m, n)
+    assert (u.shape[-2:], s.shape[-1], vh.shape[-2:]) == ((m, m), k, (n, n))
+    np.testing.assert_allclose(s, np.linalg.svd(a.astype(np.float64), compute_uv=False), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose((u[..., :k] * s[..., None, :]) @ vh[..., :k, :], a, atol=1e-5)
+    for orthogonal in (u, vh):
+        size = orthogonal.shape[-1]
+        np.testing.assert_allclose(
+            np.swapaxes(orthogonal, -1, -2) @ orthogonal, np.broadcast_to(np.eye(size), orthogonal.shape), atol=1e-5
+        )
+    thin_u, _, thin_vh = Tensor(a, device=device).svd(full_matrices=False)
+    assert thin_u.shape[-2:] == (m, k) and thin_vh.shape[-2:] == (k, n)

@@ -50,7 +50,7 @@ def qr(x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class FunctionalOps:
-    """`sequential, batchnorm, rearrange, qr`."""
+    """`sequential, batchnorm, rearrange, qr, svd`."""
 
     def sequential(self, layers: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
         """Apply each callable in turn: `x.sequential([f, g])` is `g(f(x))`."""
@@ -82,3 +82,9 @@ class FunctionalOps:
 
     def qr(self) -> tuple[Tensor, Tensor]:
         return qr(self)  # type: ignore[arg-type]
+
+    def svd(self, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+        """(U, S, Vh) with self = U diag(S) Vh, S descending (see tg.tensor.svd)."""
+        from tg.tensor.svd import svd
+
+        return svd(self, full_matrices)  # type: ignore[arg-type]

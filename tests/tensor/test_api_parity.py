@@ -577,3 +577,20 @@ def test_svd_matches_numpy(device, shape):
         )
     thin_u, _, thin_vh = Tensor(a, device=device).svd(full_matrices=False)
     assert thin_u.shape[-2:] == (m, k) and thin_vh.shape[-2:] == (k, n)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pickled_tensors_own_their_storage(device):
+    import pickle
+
+    t = Tensor([1, 2, 3, 4], device=device).realize()
+    first, second = pickle.loads(pickle.dumps(t)), pickle.loads(pickle.dumps(t))
+    assert first.uop is not second.uop and first.device == device
+    first[0] = 9
+    first.realize()
+    assert (first.tolist(), second.tolist(), t.tolist()) == ([9, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4])
+    view = pickle.loads(pickle.dumps(t[1:3]))  # a view pickles as its own values
+    assert view.tolist() == [2, 3] and view.shape == (2,)
+    lazy = pickle.loads(pickle.dumps(Tensor.arange(6, device=device).reshape(2, 3).float() * 2))
+    assert lazy.dtype is dtypes.float32 and lazy.tolist() == [[0, 2, 4], [6, 8, 10]]
+    assert pickle.loads(pickle.dumps(Tensor.empty(0, 3, device=device))).shape == (0, 3)

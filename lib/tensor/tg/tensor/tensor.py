@@ -120,6 +120,13 @@ class Tensor(
     def __hash__(self) -> int:
         return id(self)
 
+    def __reduce__(self) -> tuple:
+        """A pickle carries the values (realized), not the graph: every unpickled tensor owns fresh storage, so
+        loads never share memory with each other or with the original (a DISK tensor comes back on the default
+        device rather than writing its file)."""
+        device = None if self.device.startswith("DISK") else self.device
+        return (_unpickle_tensor, (bytes(self.data()), self.shape, self.dtype, device))
+
     def __bool__(self) -> bool:
         raise TypeError("the truth value of a Tensor is ambiguous; use .item() or compare values after .numpy()")
 
@@ -310,6 +317,10 @@ class Tensor(
 
     def __irshift__(self, other: Any) -> Tensor:
         return self.assign(self >> other)
+
+
+def _unpickle_tensor(data: bytes, shape: Shape, dtype: DType, device: str | None) -> Tensor:
+    return Tensor(data, device=device, dtype=dtype).reshape(shape)
 
 
 def _reads_a_buffer(node: UOp) -> bool:

@@ -594,3 +594,19 @@ def test_pickled_tensors_own_their_storage(device):
     lazy = pickle.loads(pickle.dumps(Tensor.arange(6, device=device).reshape(2, 3).float() * 2))
     assert lazy.dtype is dtypes.float32 and lazy.tolist() == [[0, 2, 4], [6, 8, 10]]
     assert pickle.loads(pickle.dumps(Tensor.empty(0, 3, device=device))).shape == (0, 3)
+
+
+def test_dtype_groups_and_fp8_limits():
+    import ml_dtypes
+
+    from tg.codegen.dtype import FP8E4M3_MAX, FP8E4M3FNUZ_MAX, FP8E5M2_MAX, FP8E5M2FNUZ_MAX
+
+    assert (FP8E4M3_MAX, FP8E5M2_MAX, FP8E4M3FNUZ_MAX, FP8E5M2FNUZ_MAX) == tuple(
+        float(ml_dtypes.finfo(t).max)
+        for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz)
+    )
+    assert set(dtypes.fp8s) == {dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz}
+    assert set(dtypes.floats) == set(dtypes.fp8s) | {dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64}
+    assert set(dtypes.uints) == {dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64}
+    assert set(dtypes.sints) == {dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}
+    assert set(dtypes.ints) == set(dtypes.uints) | set(dtypes.sints)

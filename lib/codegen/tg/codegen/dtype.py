@@ -327,6 +327,13 @@ ALL_SCALARS: tuple[DType, ...] = tuple(
 )
 ALL_SCALARS = tuple(dict.fromkeys(ALL_SCALARS))  # aliases appear twice in vars(); keep one of each
 
+# the groups tinygrad names, in promotion order
+dtypes.fp8s = tuple(d for d in ALL_SCALARS if d.kind == "float" and d.bitsize == 8)  # type: ignore[attr-defined]
+dtypes.floats = tuple(d for d in ALL_SCALARS if d.kind == "float")  # type: ignore[attr-defined]
+dtypes.uints = tuple(d for d in ALL_SCALARS if d.kind == "uint")  # type: ignore[attr-defined]
+dtypes.sints = tuple(d for d in ALL_SCALARS if d.kind == "int")  # type: ignore[attr-defined]
+dtypes.ints = dtypes.uints + dtypes.sints  # type: ignore[attr-defined]
+
 
 # ---------------------------------------------------------------------------------------------------- promotion
 
@@ -554,3 +561,10 @@ def from_numpy(np_dtype: Any) -> DType:
         if np_dtype.name == ml_name:
             return dtypes.by_name(name)
     raise TypeError(f"numpy dtype {np_dtype} has no tg dtype")
+
+
+# the largest finite value of each fp8 format (tinygrad's constants)
+FP8E4M3_MAX = dtypes.finite_max(dtypes.fp8e4m3)
+FP8E5M2_MAX = dtypes.finite_max(dtypes.fp8e5m2)
+FP8E4M3FNUZ_MAX = dtypes.finite_max(dtypes.fp8e4m3fnuz)
+FP8E5M2FNUZ_MAX = dtypes.finite_max(dtypes.fp8e5m2fnuz)

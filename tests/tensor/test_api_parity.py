@@ -610,3 +610,26 @@ def test_dtype_groups_and_fp8_limits():
     assert set(dtypes.uints) == {dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64}
     assert set(dtypes.sints) == {dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}
     assert set(dtypes.ints) == set(dtypes.uints) | set(dtypes.sints)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("size", [0, 2, 4, 7])
+def test_masked_select_and_nonzero_with_a_fixed_size(device, size):
+    x = np.random.default_rng(8).integers(-3, 3, (3, 4)).astype(np.int32)
+    x[x < 0] = 0
+    mask = x > 0
+    selected = x[mask]
+    expected = np.concatenate([selected, np.full(max(0, size - len(selected)), -5, np.int32)])[:size]
+    t = Tensor(x, device=device)
+    np.testing.assert_array_equal(
+        t.masked_select(Tensor(mask, device=device), size=size, fill_value=-5).numpy(), expected
+    )
+    found = np.argwhere(x != 0).astype(np.int32)
+    padded = np.concatenate([found, np.full((max(0, size - len(found)), 2), -1, np.int32)])[:size]
+    np.testing.assert_array_equal(t.nonzero(size=size, fill_value=-1).numpy(), padded)
+
+
+def test_masked_select_with_size_keeps_float_bits():
+    values = Tensor([-0.0, 1.5, math.nan], device="PYTHON")
+    picked = values.masked_select(Tensor([True, False, True], device="PYTHON"), size=3, fill_value=7.0).numpy()
+    assert np.signbit(picked[0]) and np.isnan(picked[1]) and picked[2] == 7.0

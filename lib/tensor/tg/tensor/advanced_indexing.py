@@ -11,8 +11,9 @@ Writing runs the same masks the other way: the value at every indexed position i
 point there; positions nobody points at keep their contents. The result goes back through basic setitem.
 
 A boolean index stands for the positions of its true elements: it is realized to learn them (the result's shape
-depends on the data). Indices out of range are not checked (they select zeros / write nowhere). Where several
-indices write one position, the last one wins, as in numpy.
+depends on the data). Indices given as host data (lists, tuples, numpy arrays, ints) out of range raise IndexError,
+as numpy; tensor indices are not checked (that would read them): out of range they select zeros / write nowhere.
+Where several indices write one position, the last one wins, as in numpy.
 """
 
 from __future__ import annotations

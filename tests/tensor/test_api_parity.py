@@ -633,3 +633,8 @@ def test_masked_select_with_size_keeps_float_bits():
     values = Tensor([-0.0, 1.5, math.nan], device="PYTHON")
     picked = values.masked_select(Tensor([True, False, True], device="PYTHON"), size=3, fill_value=7.0).numpy()
     assert np.signbit(picked[0]) and np.isnan(picked[1]) and picked[2] == 7.0
+
+
+def test_contiguous_backward_keeps_the_value():
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]], device="PYTHON").T
+    assert x.contiguous_backward().tolist() == [[1.0, 3.0], [2.0, 4.0]]

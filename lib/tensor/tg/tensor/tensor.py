@@ -172,6 +172,11 @@ class Tensor(
         """This value laid out in its own buffer when realized (the scheduler may reuse one that already is)."""
         return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
+    def contiguous_backward(self) -> Tensor:
+        """The same value; in tinygrad a hint that the gradient flowing back through here be made contiguous. The
+        hint is accepted and the value passes unchanged; tg's gradients are not forced into their own buffer here."""
+        return self
+
     def clone(self, device: str | None = None) -> Tensor:
         """A copy in fresh storage (on `device`, default this tensor's): writes to the clone never reach this
         tensor, and the reverse."""

@@ -57,8 +57,11 @@ def const_node(value: object, dtype: DType, device: str) -> UOp:
     return UOp(Ops.CONST, dtype, (device_node(device),), value)
 
 
-class ShapeError(ValueError):
-    """A tensor-graph node whose shape makes no sense (the message names the shapes involved)."""
+class ShapeError(ValueError, RuntimeError):
+    """A tensor-graph node whose shape makes no sense (the message names the shapes involved).
+
+    Both a ValueError (what tinygrad raises) and a RuntimeError (what torch raises), so code written for either
+    catches it."""
 
 
 _shapes: weakref.WeakKeyDictionary[UOp, Shape] = weakref.WeakKeyDictionary()

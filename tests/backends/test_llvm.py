@@ -31,7 +31,7 @@ def test_device_uses_llvm_renderer_and_compiler() -> None:
     device = Device[LLVM]
     assert isinstance(device.renderer, LLVMRenderer)
     assert isinstance(device.compiler, LLVMCompiler)
-    assert device.device == "CPU:LLVM"
+    assert device.spec.renderer == "LLVM" and device.spec.full_name == "CPU:LLVM"
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.int8, np.uint16, np.int64])

@@ -94,12 +94,11 @@ class LLVMProgram(HCQProgram):
     `function` is a ctypes function pointer with the same calling convention as `CPUProgram.function`."""
 
     def __init__(self, dev: Any, name: str, lib: bytes) -> None:
-        from tg.codegen.compiler.llvm import LoadedObject
+        from tg.codegen.compiler.llvm import load_object
 
         super().__init__(dev, name)
         self.lib = lib
-        self._loaded = LoadedObject(lib)
-        self.function = _untyped_function_pointer(self._loaded.function_address(name))
+        self.function = _untyped_function_pointer(load_object(lib, name))
 
 
 def _untyped_function_pointer(address: int) -> Any:

@@ -56,17 +56,27 @@ def compile_seconds(compile_one: Callable[[str], bytes], sources: list[str]) -> 
     return times
 
 
-def compile_latency(kernels: list) -> None:
-    """Compile every kernel uncached with each compiler; print median and total per compiler."""
+def kernel_asts(build: Callable[[], object]) -> list:
+    """The kernel ASTs a workload's schedule runs (what the engine would compile)."""
+    from tg.codegen.schedule.schedule import KernelCall, create_schedule
+
+    schedule = create_schedule((build().uop,))
+    return [item.ast for item in schedule.items if isinstance(item, KernelCall)]
+
+
+def compile_latency(asts: list) -> None:
+    """Render every kernel both ways, compile it uncached with each compiler; print median and total per compiler."""
     from tg.codegen.compiler import CCompiler
     from tg.codegen.compiler.llvm import LLVMCompiler
+    from tg.codegen.pipeline import CodegenFlags, kernel_to_program
     from tg.codegen.render.c import CRenderer
     from tg.codegen.render.llvmir import LLVMRenderer
 
-    c_sources = [CRenderer(cores=2).render(k).src for k in kernels]
-    llvm_sources = [LLVMRenderer(cores=2).render(k).src for k in kernels]
+    flags = CodegenFlags()
+    c_sources = [kernel_to_program(ast, CRenderer(cores=2), flags).src for ast in asts]
+    llvm_sources = [kernel_to_program(ast, LLVMRenderer(cores=2), flags).src for ast in asts]
     compilers: list[tuple[str, Callable[[str], bytes], list[str]]] = []
-    for name in ("gcc", "clang"):
+    for name in ("gcc", "clang", "clang-15"):
         if shutil.which(name):
             compilers.append((name, CCompiler(name).compile_uncached, c_sources))
         else:
@@ -74,10 +84,22 @@ def compile_latency(kernels: list) -> None:
     llvm = LLVMCompiler()
     llvm.compile_uncached(llvm_sources[0])  # first use initializes LLVM's targets
     compilers.append(("llvmlite (in process)", llvm.compile_uncached, llvm_sources))
-    print(f"compile latency over {len(kernels)} kernels (cache off):")
+    print(f"compile latency over {len(asts)} kernels (cache off):")
     for name, compile_one, sources in compilers:
         times = compile_seconds(compile_one, sources)
         print(f"  {name:<24} median {statistics.median(times) * 1e3:8.1f} ms   total {sum(times) * 1e3:8.1f} ms")
+
+
+def kernel_asts_of(data: dict) -> list:
+    from tg.tensor import Tensor
+
+    a, b = Tensor(data["a1024"]), Tensor(data["b1024"])
+    x, w = Tensor(data["conv_x"]), Tensor(data["conv_w"])
+    v, p, q, r = (Tensor(data[k]) for k in ("v", "p", "q", "r"))
+    asts: list = []
+    for build in (lambda: a @ b, lambda: x.conv2d(w, padding=1), lambda: v.sum(), lambda: (p * q + r).maximum(0)):
+        asts += kernel_asts(build)
+    return list(dict.fromkeys(asts))
 
 
 def main() -> None:
@@ -86,8 +108,6 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("CC", "gcc")
     print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    from tg.tensor.engine import runner
-
     data = inputs()
     runs = {device: workloads(device, data) for device in ("CPU", "CPU:LLVM")}
     names = list(runs["CPU"])
@@ -96,10 +116,7 @@ def main() -> None:
     for name in names:
         c_time, llvm_time = alternating_medians([runs["CPU"][name], runs["CPU:LLVM"][name]], args.repeats)
         print(f"  {name:<14}{c_time * 1e3:12.2f}{llvm_time * 1e3:12.2f}{c_time / llvm_time:9.2f}")
-    linear_programs = list({key[1]: None for key in runner._compiled if key[0] == "CPU"})
-    from tg.codegen.lower import lower
-
-    compile_latency([lower(ast) for ast in linear_programs])
+    compile_latency(kernel_asts_of(data))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ Small integers (8/16 bit) are divided and shifted in i32, as C's integer promoti
 Control flow is explicit basic blocks: a RANGE opens a loop (header with a phi counter, body), its END closes it,
 a gated load or store becomes a small diamond. Accumulators (REG params) are allocas in the entry block; the O3
 pipeline turns them into registers. The same multi-core split as C: the outermost LOOP range is cut into one chunk
-per `core_id`. Float ADD/MUL in a reduction loop that feeds only float ADD/MUL accumulators carry the same fast-math
-permissions C's `#pragma clang fp` gives them (`reassoc contract` for one accumulator, `contract` for unrolled lanes),
-and UPCAST/UNROLL loops carry `llvm.loop.unroll.full` metadata.
+per `core_id`. No fast-math flags, as the C path: float results are bit for bit the PYTHON emulator's. UPCAST/UNROLL
+loops carry `llvm.loop.unroll.full` metadata (C unrolls them in the source), so their accumulators become registers
+that the SLP vectorizer packs into SIMD vectors.
 """
 
 from __future__ import annotations
@@ -146,7 +146,6 @@ class _LLVMFunction:
         self.counter = 0
         self.block = "entry"
         self.loops: list[tuple[UOp, str, str, str]] = []  # (range, counter, header label, preheader label)
-        self.fast_math: list[str] = []  # per open loop: the fast-math flags of float ADD/MUL inside it
         self.declarations: set[str] = set()
         self.metadata: list[str] = []
         self.chunks = self._chunks(cores)
@@ -223,11 +222,9 @@ class _LLVMFunction:
         self.label(f"{tag}_body")
         self.names[rng] = counter
         self.loops.append((rng, counter, tag, preheader))
-        self.fast_math.append(self._fast_math_flags(rng) or (self.fast_math[-1] if self.fast_math else ""))
 
     def close_loop(self) -> None:
         rng, counter, tag, _ = self.loops.pop()
-        self.fast_math.pop()
         self.lines.append(f"  %{tag}_next = add nsw i64 {counter}, 1")
         latch = self.block
         self.lines = [line.replace(f"%@LATCH_{tag}@", f"%{latch}") for line in self.lines]
@@ -240,26 +237,6 @@ class _LLVMFunction:
             loop_md = f", !llvm.loop !{index}"
         self.statement(f"br label %{tag}_head{loop_md}")
         self.label(f"{tag}_exit")
-
-    def _fast_math_flags(self, rng: UOp) -> str:
-        """The C renderer's `#pragma clang fp` for this loop, as LLVM fast-math flags (see render.c._fp_pragma)."""
-        if rng.arg.axis_type is not AxisType.REDUCE:
-            return ""
-        ends = [u for u in self.linear.src if u.op is Ops.END and u.src[0] is rng]
-        if not ends:
-            return ""
-        lanes = False
-        for end in ends:
-            update = end.src[1] if len(end.src) > 1 else None
-            while update is not None and update.op is Ops.END:
-                lanes = lanes or update.src[0].arg.axis_type in (AxisType.UPCAST, AxisType.UNROLL)
-                update = update.src[1] if len(update.src) > 1 else None
-            if update is None or update.op is not Ops.STORE:
-                return ""
-            combined = update.src[1]
-            if combined.op not in (Ops.ADD, Ops.MUL) or not dtypes.is_float(combined.dtype):
-                return ""
-        return "contract" if lanes else "reassoc contract"
 
     # --- nodes ----------------------------------------------------------------------------------------------
     def render_node(self, node: UOp) -> None:
@@ -345,7 +322,6 @@ class _LLVMFunction:
         op, dtype = node.op, node.dtype
         operand = node.src[-1].dtype if op is Ops.WHERE else node.src[0].dtype
         t, ot = llvm_type(dtype), llvm_type(operand)
-        flags = (self.fast_math[-1] + " ") if self.fast_math and self.fast_math[-1] else ""
         if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
             if is_fp(operand):
                 predicate = {Ops.CMPLT: "olt", Ops.CMPNE: "une", Ops.CMPEQ: "oeq"}[op]
@@ -357,12 +333,12 @@ class _LLVMFunction:
             return self.emit(f"{op.name.lower()} {t} {x[0]}, {x[1]}")
         if op in (Ops.ADD, Ops.SUB, Ops.MUL):
             if is_fp(dtype):
-                return self.emit(f"f{op.name.lower()} {flags}{t} {x[0]}, {x[1]}")
+                return self.emit(f"f{op.name.lower()} {t} {x[0]}, {x[1]}")
             return self.emit(f"{op.name.lower()} {t} {x[0]}, {x[1]}")
         if op is Ops.MULACC:
             if is_fp(dtype):
-                product = self.emit(f"fmul {flags}{t} {x[0]}, {x[1]}")
-                return self.emit(f"fadd {flags}{t} {product}, {x[2]}")
+                product = self.emit(f"fmul {t} {x[0]}, {x[1]}")
+                return self.emit(f"fadd {t} {product}, {x[2]}")
             return self.emit(f"add {t} {self.emit(f'mul {t} {x[0]}, {x[1]}')}, {x[2]}")
         if op is Ops.NEG:
             if dtype is dtypes.bool:
@@ -438,6 +414,8 @@ class _LLVMFunction:
             if is_fp(source):
                 return self.emit(f"fcmp une {st} {x}, {float_literal(0.0, source)}")
             return self.emit(f"icmp ne {st} {x}, 0")
+        if target is dtypes.bfloat16 and source not in (dtypes.float32, dtypes.float16):
+            return self.bfloat_from_double(self.cast(source, dtypes.float64, x))  # one rounding, as C does
         if is_fp(source) and is_fp(target):
             return self.float_to_float(source, target, x)
         if is_fp(source):
@@ -459,11 +437,24 @@ class _LLVMFunction:
         width = {"half": 16, "bfloat": 16, "float": 32, "double": 64}
         if width[st] < width[tt]:
             return self.emit(f"fpext {st} {x} to {tt}")
-        if width[st] == width[tt] or (st == "double" and tt == "bfloat"):
-            # half <-> bfloat goes through float (exact); double -> bfloat rounds to float first, as C's prelude
-            x = self.emit(f"{'fpext' if st != 'double' else 'fptrunc'} {st} {x} to float")
-            st = "float"
+        if width[st] == width[tt]:  # half <-> bfloat goes through float (exact)
+            x, st = self.emit(f"fpext {st} {x} to float"), "float"
         return self.emit(f"fptrunc {st} {x} to {tt}")
+
+    def bfloat_from_double(self, x: str) -> str:
+        """double -> bfloat16 in one rounding: to float rounding to odd (truncate toward zero, then set the last bit
+        when inexact), then to bfloat16 to nearest even; rounding twice to nearest would round some ties wrongly."""
+        nearest = self.emit(f"fptrunc double {x} to float")
+        back = self.emit(f"fpext float {nearest} to double")
+        inexact = self.emit(f"fcmp one double {back}, {x}")
+        bits = self.emit(f"bitcast float {nearest} to i32")
+        magnitude_back = self.intrinsic("llvm.fabs.f64", "double", f"double {back}")
+        magnitude_x = self.intrinsic("llvm.fabs.f64", "double", f"double {x}")
+        rounded_up = self.emit(f"fcmp ogt double {magnitude_back}, {magnitude_x}")
+        toward_zero = self.emit(f"sub i32 {bits}, {self.emit(f'zext i1 {rounded_up} to i32')}")
+        odd = self.emit(f"or i32 {toward_zero}, 1")
+        result = self.emit(f"bitcast i32 {self.emit(f'select i1 {inexact}, i32 {odd}, i32 {bits}')} to float")
+        return self.emit(f"fptrunc float {result} to bfloat")
 
     def float_to_int(self, source: DType, target: DType, x: str) -> str:
         """Through int64 as x86's cvttsd2si does it (out of range gives INT64_MIN), NaN and inf give 0."""

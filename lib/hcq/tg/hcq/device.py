@@ -27,6 +27,7 @@ DEVICE_CLASSES: dict[str, str] = {
     "NULL": "tg.hcq.devices.null:NullDevice",
     "PYTHON": "tg.hcq.devices.python:PythonDevice",
     "DISK": "tg.hcq.devices.disk:DiskDevice",
+    "CL": "tg.hcq.devices.cl:CLDevice",
 }
 
 
@@ -36,6 +37,7 @@ DEVICE_RENDERERS: dict[str, tuple[str, ...] | None] = {
     "NULL": None,
     "PYTHON": ("PYTHON",),
     "DISK": (),
+    "CL": ("OPENCL",),
 }
 
 

@@ -173,9 +173,13 @@ def lane_index(lanes: list[UOp]) -> UOp:
     return position.simplify()
 
 
+OUTPUT_LOOP_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
+
+
 def output_ranges(ast: UOp) -> list[UOp]:
-    found = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.LOOP]
-    return sorted(found, key=lambda r: r.arg.axis_id)
+    """The loops around the whole kernel, outermost first; LOCAL ranges (work-group threads) innermost."""
+    found = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type in OUTPUT_LOOP_TYPES]
+    return sorted(found, key=lambda r: (r.arg.axis_type is AxisType.LOCAL, r.arg.axis_id))
 
 
 def linearize(ast: UOp) -> UOp:

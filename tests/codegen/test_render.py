@@ -108,3 +108,46 @@ def test_python_emulator_raises_on_out_of_bounds_access() -> None:
     ast = UOp.sink(out.index(i).store(a.index(i + 1).load()), arg=KernelInfo("oob"))
     with pytest.raises(IndexError, match="element 4"):
         run(ast, "PYTHON", np.zeros(4, np.float32), np.zeros(4, np.float32))
+
+
+def row_sum_kernel(rows: int, length: int) -> UOp:
+    out, a = UOp.param(0, dtypes.float32, rows), UOp.param(1, dtypes.float32, rows * length)
+    i, j = UOp.range(rows, 0), UOp.range(length, 1, AxisType.REDUCE)
+    return UOp.sink(out.index(i).store(a.index(i * length + j).load().reduce(j)), arg=KernelInfo("row_sum"))
+
+
+def run_rendered(renderer: CRenderer, ast: UOp, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+    dev = Device["CPU"]
+    rendered = renderer.render(lower(ast))
+    program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
+    buffers = []
+    for array in (out, *inputs):
+        buf = Buffer("CPU", array.size, from_numpy(array.dtype)).ensure_allocated()
+        buf.copyin(np.ascontiguousarray(array).tobytes())
+        buffers.append(buf)
+    program(*(b.raw for b in buffers), global_size=rendered.global_size, wait=True)
+    return np.frombuffer(buffers[0].as_buffer(), out.dtype).reshape(out.shape)
+
+
+def test_long_sums_add_partial_sums_in_a_fixed_order_on_any_core_count() -> None:
+    """Issue 12: lane k sums elements k, k+16, ... in order; the 16 lanes are then added in lane order. numpy's
+    cumsum (sequential, float32) computes that order independently of our code."""
+    rows, length = 64, 2048  # big enough to be split across cores
+    a = (rng.random((rows, length), np.float32) * 1000).astype(np.float32)
+    lanes = np.stack([np.cumsum(a[:, k::16], axis=1, dtype=np.float32)[:, -1] for k in range(16)], axis=1)
+    expected = np.cumsum(lanes, axis=1, dtype=np.float32)[:, -1]
+    results = {}
+    for cores in (1, 3, 4):
+        renderer = CRenderer(cores=cores)
+        assert renderer.render(lower(row_sum_kernel(rows, length))).global_size[0] == cores
+        results[cores] = run_rendered(renderer, row_sum_kernel(rows, length), np.zeros(rows, np.float32), a)
+    results["python"] = run(row_sum_kernel(rows, length), "PYTHON", np.zeros(rows, np.float32), a)
+    for got in results.values():
+        assert got.tobytes() == expected.tobytes()
+    assert "float acc0[16];" in CRenderer().render(lower(row_sum_kernel(rows, length))).src
+
+
+def test_short_or_unsplittable_sums_keep_one_accumulator() -> None:
+    for length in (48, 1000 + 1):
+        src = CRenderer().render(lower(row_sum_kernel(2, length))).src
+        assert "acc0[1];" in src and "acc1" not in src

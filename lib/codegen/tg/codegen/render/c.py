@@ -102,7 +102,8 @@ C_TYPES: dict[DType, str] = {
 }
 UNSIGNED_OF = {dtypes.int32: "unsigned int", dtypes.int64: "unsigned long long"}
 MATH_FUNCTIONS = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
-COMPARISONS = (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)
+# ops whose C already gives a bfloat16 value: a choice between operands, or a double rounded by tg_round_bf16_double
+KEEPS_BFLOAT16 = (Ops.WHERE, Ops.MAX, Ops.POW, Ops.EXP2, Ops.LOG2, Ops.SIN)
 
 
 def c_type(dtype: DType) -> str:
@@ -153,13 +154,24 @@ def literal(value: object, dtype: DType) -> str:
 
 
 def math_call(op: Ops, dtype: DType, x: str) -> str:
-    """libm call of `op` in the precision of `dtype` (16-bit floats compute in float, then round)."""
+    """libm call of `op` in the precision of `dtype`. exp2, log2 and sin of narrower floats compute in double and
+    round once, as the PYTHON emulator does (libm's float versions are not always correctly rounded, so they
+    would differ from it in the last bit); sqrt and trunc are exact in float already."""
     name = "__builtin_" + MATH_FUNCTIONS[op]
     if dtype is dtypes.float64:
         return f"{name}({x})"
-    if dtype in (dtypes.float32, dtypes.bfloat16):
-        return f"{name}f({x})"
-    return f"({c_type(dtype)}){name}f((float){x})"
+    if op in (Ops.SQRT, Ops.TRUNC):
+        return (
+            f"{name}f({x})" if dtype in (dtypes.float32, dtypes.bfloat16) else f"({c_type(dtype)}){name}f((float){x})"
+        )
+    return from_double(f"{name}((double){x})", dtype)
+
+
+def from_double(x: str, dtype: DType) -> str:
+    """A double expression rounded once to the float `dtype`."""
+    if dtype is dtypes.float64:
+        return x
+    return f"tg_round_bf16_double({x})" if dtype is dtypes.bfloat16 else f"({c_type(dtype)}){x}"
 
 
 def wrapping(op: str, dtype: DType, a: str, b: str) -> str:
@@ -202,14 +214,22 @@ def _negate(dtype: DType, operands: DType, x: list[str]) -> str:
     return wrapping("-", dtype, "0", x[0]) if dtype in UNSIGNED_OF else f"(-{x[0]})"
 
 
-def _shift_left(dtype: DType, operands: DType, x: list[str]) -> str:
-    return wrapping("<<", dtype, x[0], x[1]) if dtype in UNSIGNED_OF else f"({x[0]} << {x[1]})"
+def _shift(symbol: str) -> Spelling:
+    """A shift; by a negative amount or the width or more it is 0 (EDGE_CASES), unless the amount is a literal
+    in range."""
+
+    def spell(dtype: DType, operands: DType, x: list[str]) -> str:
+        shifted = wrapping(symbol, dtype, x[0], x[1]) if symbol == "<<" and dtype in UNSIGNED_OF else None
+        shifted = shifted or f"({x[0]} {symbol} {x[1]})"
+        if x[1].isdigit() and int(x[1]) < dtype.bitsize:
+            return shifted
+        return f"((unsigned long long){x[1]} < {dtype.bitsize}ull ? {shifted} : 0)"
+
+    return spell
 
 
 def _power(dtype: DType, operands: DType, x: list[str]) -> str:
-    if dtype is dtypes.float64:
-        return f"__builtin_pow({x[0]}, {x[1]})"
-    return f"({c_type(dtype)})__builtin_powf((float){x[0]}, (float){x[1]})"
+    return from_double(f"__builtin_pow((double){x[0]}, (double){x[1]})", dtype)
 
 
 def _infix(symbol: str) -> Spelling:
@@ -231,12 +251,12 @@ C_CODE_FOR_OP: dict[Ops, Spelling] = {
     Ops.AND: _infix("&"),
     Ops.OR: _infix("|"),
     Ops.XOR: _infix("^"),
-    Ops.SHR: _infix(">>"),
+    Ops.SHR: _shift(">>"),
     Ops.FDIV: _infix("/"),
     Ops.ADD: _wrapping_infix("+"),
     Ops.SUB: _wrapping_infix("-"),
     Ops.MUL: _wrapping_infix("*"),
-    Ops.SHL: _shift_left,
+    Ops.SHL: _shift("<<"),
     Ops.NEG: _negate,
     Ops.IDIV: _division(Ops.IDIV),
     Ops.MOD: _division(Ops.MOD),
@@ -255,7 +275,7 @@ def render_alu(op: Ops, dtype: DType, operand_dtype: DType, x: list[str]) -> str
     if spelling is None:
         raise NotImplementedError(f"the C renderer cannot render {op!r}")
     expression = spelling(dtype, operand_dtype, x)
-    if dtype is dtypes.bfloat16 and op not in (Ops.WHERE, Ops.MAX):
+    if dtype is dtypes.bfloat16 and op not in KEEPS_BFLOAT16:
         return f"tg_round_bf16({expression})"
     return expression
 

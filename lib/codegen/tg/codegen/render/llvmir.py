@@ -3,9 +3,10 @@
     define void @NAME(ptr noalias %data0, ..., i32 %core_id)
 
 It computes exactly what the C renderer's kernel computes (tg.codegen.render.c), so `DEV=CPU:LLVM` and `DEV=CPU` agree
-bit for bit: integers wrap, integer division by 0 gives 0 and INT_MIN / -1 wraps, float MAX propagates NaN, float ->
-int casts go through int64 with NaN/inf giving 0, and 16-bit float math functions compute in float, then round.
-Small integers (8/16 bit) are divided and shifted in i32, as C's integer promotion does.
+bit for bit, following tg.codegen.uop.alu.EDGE_CASES: integers wrap, integer division by 0 gives 0 and INT_MIN / -1
+wraps, shifts by the width or more give 0, float MAX propagates NaN, float -> int casts go through int64 with NaN/inf
+giving 0, exp2/log2/sin/pow of narrower floats compute in double and round once. Small integers (8/16 bit) are
+divided and shifted in i32, as C's integer promotion does.
 
 Control flow is explicit basic blocks: a RANGE opens a loop (header with a phi counter, body), its END closes it,
 a gated load or store becomes a small diamond. Accumulators (REG params) are allocas in the entry block; the O3
@@ -364,13 +365,19 @@ class _LLVMFunction:
         raise NotImplementedError(f"the LLVM renderer cannot render {op!r}")
 
     def in_float(self, dtype: DType, function: str, x: list[str]) -> str:
-        """The intrinsic llvm.FUNCTION: double in double, everything else in float, 16-bit floats rounded back."""
+        """The intrinsic llvm.FUNCTION as the C path computes it: sqrt and trunc in float (exact there, 16-bit floats
+        widened and rounded back), exp2/log2/sin/pow in double rounded once to the dtype (libm's float versions are
+        not always correctly rounded)."""
         t = llvm_type(dtype)
-        if t in ("float", "double"):
-            return self.intrinsic(f"llvm.{function}.{'f32' if t == 'float' else 'f64'}", t, *(f"{t} {v}" for v in x))
-        widened = [self.emit(f"fpext {t} {v} to float") for v in x]
-        result = self.intrinsic(f"llvm.{function}.f32", "float", *(f"float {v}" for v in widened))
-        return self.emit(f"fptrunc float {result} to {t}")
+        if t == "double":
+            return self.intrinsic(f"llvm.{function}.f64", "double", *(f"double {v}" for v in x))
+        if function in ("sqrt", "trunc"):
+            widened = x if t == "float" else [self.emit(f"fpext {t} {v} to float") for v in x]
+            result = self.intrinsic(f"llvm.{function}.f32", "float", *(f"float {v}" for v in widened))
+            return result if t == "float" else self.emit(f"fptrunc float {result} to {t}")
+        widened = [self.emit(f"fpext {t} {v} to double") for v in x]
+        result = self.intrinsic(f"llvm.{function}.f64", "double", *(f"double {v}" for v in widened))
+        return self.bfloat_from_double(result) if t == "bfloat" else self.emit(f"fptrunc double {result} to {t}")
 
     def promoted(self, op: Ops, dtype: DType, x: list[str]) -> str:
         """IDIV/MOD/SHL/SHR with C's semantics: small ints computed in i32, division that never traps."""
@@ -381,9 +388,12 @@ class _LLVMFunction:
             work = "i32"
             extend = "sext" if signed else "zext"
             x = [self.emit(f"{extend} {t} {v} to i32") for v in x]
-        if op in (Ops.SHL, Ops.SHR):
+        if op in (Ops.SHL, Ops.SHR):  # by a negative amount or the width or more: 0 (EDGE_CASES)
             kind = "shl" if op is Ops.SHL else ("ashr" if signed else "lshr")
-            result = self.emit(f"{kind} {work} {x[0]}, {x[1]}")
+            in_range = self.emit(f"icmp ult {work} {x[1]}, {dtype.bitsize}")
+            amount = self.emit(f"select i1 {in_range}, {work} {x[1]}, {work} 0")
+            shifted = self.emit(f"{kind} {work} {x[0]}, {amount}")
+            result = self.emit(f"select i1 {in_range}, {work} {shifted}, {work} 0")
         elif dtype is dtypes.index:
             result = self.emit(f"{'sdiv' if op is Ops.IDIV else 'srem'} i64 {x[0]}, {x[1]}")
         else:

@@ -3,7 +3,9 @@
 They share every op spelling with tg.codegen.render.c (`CStyleLanguage`): what differs is the ABI (a kernel
 qualifier, address-space qualifiers, thread ids instead of loops), the names of types and math functions, and how
 bits are reinterpreted. The names are a table per language (`type_names`, `function_names`) applied to the C
-spellings, whose vocabulary is fixed (`c_type`, `__builtin_*`).
+spellings, whose vocabulary is fixed (`c_type`, `__builtin_*`). exp2, log2, sin and pow of narrow floats compute in
+float, not in double as the CPU's C does (GPUs have slow or no doubles; their math libraries are not bit-exact with
+libm anyway).
 
 Threads replace loops. The outer output loops of a kernel that enclose all of its work (at most three, nested, each
 the only thing in its parent) become grid dimensions, innermost first (dimension 0): a LOOP or GLOBAL range is a
@@ -26,6 +28,7 @@ from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 
 GRID_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
+FLOAT_MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.POW: "pow"}
 MAX_GRID_DIMS = 3
 
 
@@ -94,6 +97,11 @@ class GPULanguage(CStyleLanguage):
         return self.spell(super().literal(value, dtype))
 
     def alu(self, op: Ops, dtype: DType, operands_dtype: DType, operands: list[str]) -> str:
+        if op in FLOAT_MATH and dtype is not dtypes.float64:  # in float: GPUs have no (or slow) double
+            call = f"__builtin_{FLOAT_MATH[op]}f({', '.join(f'(float){x}' for x in operands)})"
+            if dtype is dtypes.bfloat16:
+                return self.spell(f"tg_round_bf16({call})")
+            return self.spell(call if dtype is dtypes.float32 else f"({c_type(dtype)}){call}")
         return self.spell(super().alu(op, dtype, operands_dtype, operands))
 
     def cast(self, dtype: DType, source_dtype: DType, x: str) -> str:

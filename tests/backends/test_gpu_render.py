@@ -24,12 +24,13 @@ from tg.codegen.pipeline import CodegenFlags, lower_kernel, with_opts
 from tg.codegen.render.emulate import load_function
 from tg.codegen.render.gpu import CUDARenderer, HIPRenderer, MetalRenderer, OpenCLRenderer
 from tg.codegen.render.python import PythonRenderer
+from tg.codegen.render.wgsl import WGSLRenderer
 from tg.hcq import Device
 from tg.tensor import Tensor
 
 from .kernels import row_sums, scaled_grid
 
-RENDERERS = ["OPENCL", "CUDA", "HIP", "METAL"]
+RENDERERS = ["OPENCL", "CUDA", "HIP", "METAL", "WGSL"]
 CLANG = next((c for c in ("clang", *(f"clang-{v}" for v in range(20, 13, -1))) if shutil.which(c)), None)
 needs_clang = pytest.mark.skipif(CLANG is None, reason="clang is not installed: the syntax checks need clang")
 
@@ -95,6 +96,7 @@ def test_null_renders_every_kernel(renderer: str, capsys) -> None:  # noqa: ANN0
     assert len(sources) >= 8  # some programs fuse into one kernel
     device = Device[f"NULL:{renderer}"]
     assert type(device.renderer).__name__.upper().startswith(renderer[:4])
+    assert all(source.count("{") == source.count("}") for source in sources)
 
 
 def clang_check(arguments: list[str], source: str, tmp_path: Path, suffix: str) -> None:
@@ -115,7 +117,7 @@ CHECKS = {
 
 
 @needs_clang
-@pytest.mark.parametrize("renderer", RENDERERS)
+@pytest.mark.parametrize("renderer", ["OPENCL", "CUDA", "HIP", "METAL"])
 def test_rendered_source_compiles_with_clang(renderer: str, capsys, tmp_path) -> None:  # noqa: ANN001
     stubs = tmp_path / "stubs"
     stubs.mkdir()
@@ -153,6 +155,7 @@ def test_same_linear_program_runs_on_the_emulator_and_maps_to_threads(opts) -> N
         (CUDARenderer("sm_80"), "blockIdx.", "threadIdx."),
         (HIPRenderer("gfx1100"), "__builtin_amdgcn_workgroup_id_", "__builtin_amdgcn_workitem_id_"),
         (MetalRenderer(), "gid.", "lid."),
+        (WGSLRenderer(), "gid.", "lid."),
     ):
         kernel = renderer.render(linear)
         assert group in kernel.src and (thread in kernel.src) == locals_used, kernel.src
@@ -173,3 +176,33 @@ def test_reduction_linear_program_matches_numpy_on_the_emulator() -> None:
 def test_metal_refuses_doubles() -> None:
     with pytest.raises(NotImplementedError, match="double"):
         Tensor(np.ones(4), device="NULL:METAL").exp2().realize()
+
+
+def test_wgsl_gates_loads_with_select_and_stores_bools_as_u32(capsys) -> None:  # noqa: ANN001
+    """A padded read is a gated load: WGSL selects between the (safely read) value and the padding."""
+    from tg.codegen.flags import Context
+
+    a = Tensor(np.ones((3, 5), np.float32), device="NULL:WGSL")
+    capsys.readouterr()
+    with Context(DEBUG=4):
+        a.pad(((1, 1), (0, 2))).contiguous().realize()
+        (a > 0).realize()
+    out = capsys.readouterr().out
+    assert re.search(r"select\(0x0\.0p\+0f, data1\[\w+\], \w+\)", out), out
+    assert "array<u32>" in out and "select(0u, 1u, " in out
+    assert "@compute @workgroup_size(1, 1, 1)" in out
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.int64, dtypes.float64])
+def test_wgsl_names_the_dtypes_it_does_not_have(dtype) -> None:  # noqa: ANN001
+    with pytest.raises(NotImplementedError, match="WGSL has no type"):
+        Tensor(np.ones(4, np.float32), device="NULL:WGSL").cast(dtype).realize()
+
+
+@pytest.mark.parametrize("name", ["C", "LLVM", "OPENCL", "CUDA", "HIP", "METAL", "WGSL", "PYTHON"])
+def test_every_registered_renderer_renders_on_null(name: str) -> None:
+    from tg.codegen.render.registry import RENDERERS
+
+    assert name in RENDERERS
+    out = Tensor(np.arange(6, dtype=np.float32), device=f"NULL:{name}") * 2
+    out.realize()  # renders (and, for C and LLVM, compiles) the kernel; NULL runs nothing

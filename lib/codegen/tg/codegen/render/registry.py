@@ -30,7 +30,6 @@ RENDERERS: dict[str, RendererEntry] = {
     "HIP": RendererEntry("tg.codegen.render.gpu:HIPRenderer", HIP_ARCHS, "HIP C++"),
     "METAL": RendererEntry("tg.codegen.render.gpu:MetalRenderer", description="Metal Shading Language"),
     "WGSL": RendererEntry("tg.codegen.render.wgsl:WGSLRenderer", description="WebGPU Shading Language"),
-    "PTX": RendererEntry("tg.codegen.render.ptx:PTXRenderer", CUDA_ARCHS, "NVIDIA PTX assembly"),
     "PYTHON": RendererEntry("tg.codegen.render.python:PythonRenderer", description="the exact Python emulator"),
 }
 

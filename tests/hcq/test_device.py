@@ -100,6 +100,7 @@ def test_documented_device_strings_select_renderer_index_and_arch() -> None:
         assert Device.spec("NULL:HIP:gfx1100") == DeviceSpec("NULL", renderer="HIP", arch="gfx1100")
         assert Device.spec("CPU:LLVM") == DeviceSpec("CPU", renderer="LLVM")
         assert Device.spec("CPU:1:LLVM").canonical == "CPU:1:LLVM"
+        assert Device.spec("CL:1") == DeviceSpec("CL", index=1) and Device.spec("CL:1:OPENCL").renderer == "OPENCL"
     with Context(DEV="CPU:LLVM"):
         assert Device.DEFAULT == "CPU" and Device.spec("CPU").renderer == "LLVM"
         assert Device.spec("CPU:1").renderer == ""  # DEV names the first CPU only

@@ -37,6 +37,7 @@ needs_clang = pytest.mark.skipif(CLANG is None, reason="clang is not installed: 
 METAL_STUB = """#pragma once
 #define kernel
 #define device
+#define threadgroup
 #define NAN __builtin_nanf("")
 #define INFINITY __builtin_inff()
 typedef unsigned char uchar; typedef unsigned short ushort; typedef unsigned int uint; typedef unsigned long ulong;
@@ -53,9 +54,18 @@ inline float sin(float x) { return __builtin_sinf(x); }
 inline float pow(float x, float y) { return __builtin_powf(x, y); }
 }
 template <class T, class F> T as_type(F x) { T t; __builtin_memcpy(&t, &x, sizeof(T)); return t; }
+enum class mem_flags { mem_none, mem_device, mem_threadgroup };
+void threadgroup_barrier(mem_flags flags);
 }
 """
-CUDA_FP16_STUB = "#pragma once\ntypedef _Float16 half;\n"
+CUDA_FP16_STUB = "#pragma once\ntypedef __fp16 half;  // cuda_fp16.h gives a class with float arithmetic\n"
+# what nvcc always includes (host_defines.h), spelled as clang's CUDA attributes; -nocudainc leaves it out
+CUDA_QUALIFIERS_STUB = """#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+#include <__clang_cuda_builtin_vars.h>
+"""
 
 
 def programs(device: str) -> list:
@@ -75,6 +85,15 @@ def programs(device: str) -> list:
         (a > 0).where(a, -a),
         i.cast(dtypes.float32).log2(),
     ]
+
+
+def group_reduction_sources() -> dict[str, str]:
+    """A row sum with LOCAL and GROUP opts (local memory and barriers) in every GPU language."""
+    linear = lower_kernel(
+        with_opts(row_sums(8, 64), (Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 0, 16))), CodegenFlags(has_local=True)
+    )
+    renderers = {"OPENCL": OpenCLRenderer(), "CUDA": CUDARenderer("sm_80"), "HIP": HIPRenderer("gfx1100")}
+    return {name: r.render(linear).src for name, r in {**renderers, "METAL": MetalRenderer()}.items()}
 
 
 def rendered_sources(renderer: str, capsys) -> list[str]:  # noqa: ANN001
@@ -109,7 +128,8 @@ def clang_check(arguments: list[str], source: str, tmp_path: Path, suffix: str) 
 CHECKS = {
     "OPENCL": (["-x", "cl", "-cl-std=CL1.2", "-fsyntax-only", "-Xclang", "-finclude-default-header"], ".cl"),
     "CUDA": (["-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib", "--cuda-gpu-arch=sm_80",
-              "-fsyntax-only", "-I", "{stubs}"], ".cu"),
+              "-fsyntax-only", "-Wno-unknown-cuda-version", "-I", "{stubs}", "-include", "{stubs}/cuda_qualifiers.h"],
+             ".cu"),
     "HIP": (["-x", "hip", "--cuda-device-only", "-nogpuinc", "-nogpulib", "--offload-arch=gfx1100", "-fsyntax-only"],
             ".hip"),
     "METAL": (["-x", "c++", "-std=c++17", "-fsyntax-only", "-Wno-unknown-attributes", "-I", "{stubs}"], ".cpp"),
@@ -123,9 +143,10 @@ def test_rendered_source_compiles_with_clang(renderer: str, capsys, tmp_path) ->
     stubs.mkdir()
     (stubs / "metal_stdlib").write_text(METAL_STUB)
     (stubs / "cuda_fp16.h").write_text(CUDA_FP16_STUB)
+    (stubs / "cuda_qualifiers.h").write_text(CUDA_QUALIFIERS_STUB)
     arguments, suffix = CHECKS[renderer]
     arguments = [a.format(stubs=stubs) for a in arguments]
-    sources = rendered_sources(renderer, capsys)
+    sources = [*rendered_sources(renderer, capsys), group_reduction_sources()[renderer]]
     for source in sources:
         clang_check(arguments, source, tmp_path, suffix)
 

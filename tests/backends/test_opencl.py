@@ -108,3 +108,19 @@ def test_binaries_are_cached_on_disk(tmp_path, monkeypatch) -> None:  # noqa: AN
         finally:
             del compiler.compile_uncached
     assert "opencl|" in compiler.identity()
+
+
+@pytest.mark.parametrize(
+    "opts, reduce_op",
+    [
+        ((Opt(OptOps.GROUP, 0, 4),), "sum"),
+        ((Opt(OptOps.GROUPTOP, 0, 8), Opt(OptOps.UPCAST, 0, 2)), "sum"),
+        ((Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 0, 16)), "sum"),
+    ],
+)
+def test_group_reductions_meet_in_local_memory_behind_barriers(opts, reduce_op) -> None:  # noqa: ANN001
+    """GROUP opts: the threads of a work-group each reduce a share; partials combine through __local memory."""
+    a = rng.standard_normal((8, 64)).astype(np.float32)
+    got, src = run_kernel(row_sums(8, 64), "CL", [a], 8, opts=opts)
+    assert "__local float tg_group0[" in src and src.count("barrier(CLK_LOCAL_MEM_FENCE);") == 2
+    np.testing.assert_allclose(got, a.sum(axis=1), rtol=1e-5, atol=1e-5)

@@ -230,8 +230,12 @@ def _identity(op: Ops, dtype: DType) -> UOp:
 
 
 def loop_order(ranges: tuple[UOp, ...]) -> list[UOp]:
-    """Reduce loops outermost, unrolled ones (UNROLL) inside them; by axis id within each."""
-    return sorted(ranges, key=lambda r: (r.arg.axis_type is AxisType.UNROLL, r.arg.axis_id))
+    """GROUP_REDUCE loops outermost (on a GPU they are the threads of a work-group, each reducing its share),
+    then reduce loops, unrolled ones (UNROLL) innermost; by axis id within each."""
+    return sorted(
+        ranges,
+        key=lambda r: (r.arg.axis_type is not AxisType.GROUP_REDUCE, r.arg.axis_type is AxisType.UNROLL, r.arg.axis_id),
+    )
 
 
 def lane_count(lanes: list[UOp]) -> int:

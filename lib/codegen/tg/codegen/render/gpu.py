@@ -12,8 +12,9 @@ the only thing in its parent) become grid dimensions, innermost first (dimension
 workgroup (block) id with one thread per group in that dimension, a LOCAL range (the optimizer's LOCAL opt) is a
 thread id within the group. The launch is `global_size` groups of `local_size` threads, returned with the source
 (`GPUKernel`); OpenCL also records the workgroup size in the kernel (`reqd_work_group_size`), so a runtime can read
-it back from the compiled program. Every other range stays a loop inside a thread (GROUP_REDUCE included: the
-group's partial sums are not yet shared through local memory).
+it back from the compiled program. Every other range stays a loop inside a thread (GROUP_REDUCE ranges become
+thread ids too, in the dimensions the grid leaves free: each thread reduces its share, the partial accumulators meet
+in local memory behind a barrier and are combined in thread order).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 
 GRID_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
+GROUP_REDUCE = AxisType.GROUP_REDUCE
 FLOAT_MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.POW: "pow"}
 MAX_GRID_DIMS = 3
 
@@ -130,21 +132,74 @@ class GPULanguage(CStyleLanguage):
         global_size, local_size = [1, 1, 1], [1, 1, 1]
         for rng, dim in k.abi["grid"].items():
             (local_size if rng.arg.axis_type is AxisType.LOCAL else global_size)[dim] = rng.src[0].arg
+        # GROUP_REDUCE ranges take the free dimensions: threads that each reduce a share, then combine
+        groups = [u for u in dict.fromkeys(k.linear.src) if u.op is Ops.RANGE and u.arg.axis_type is GROUP_REDUCE]
+        k.abi["group"] = {rng: len(grid) + i for i, rng in enumerate(groups[: MAX_GRID_DIMS - len(grid)])}
+        for rng, dim in k.abi["group"].items():
+            local_size[dim] = rng.src[0].arg
         k.abi["global_size"], k.abi["local_size"] = tuple(global_size), tuple(local_size)
+        k.abi["locals"] = []  # declarations of local (shared) memory, at kernel scope
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
-        dim = k.abi["grid"].get(rng)
+        dim = k.abi["grid"].get(rng, k.abi["group"].get(rng))
         if dim is None:
             super().open_loop(k, rng, name)
             return
-        thread_id = self.local_id(dim) if rng.arg.axis_type is AxisType.LOCAL else self.group_id(dim)
+        thread_id = (
+            self.group_id(dim)
+            if rng in k.abi["grid"] and rng.arg.axis_type is not AxisType.LOCAL
+            else (self.local_id(dim))
+        )
         k.line(f"{{ const long {name} = {thread_id}; /* {rng.arg.axis_type.name} {rng.src[0].arg} */")
 
     def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
-        if rng in k.abi["grid"]:
+        if rng in k.abi["group"]:
+            self.combine_group(k, rng, name)
+        elif rng in k.abi["grid"]:
             k.line("}")
         else:
             super().close_loop(k, rng, name, body_start)
+
+    def combine_group(self, k: KernelText, rng: UOp, name: str) -> None:
+        """End the share of thread `name` of a GROUP_REDUCE: every thread writes its partial accumulators to local
+        memory, waits at a barrier, then combines all threads' partials in thread order (so every thread holds the
+        same total, in a fixed order), and waits again before the local memory can be reused."""
+        end = next(u for u in k.linear.src if u.op is Ops.END and u.src[0] is rng)
+        update = end.src[1] if len(end.src) > 1 else None
+        while update is not None and update.op is Ops.END:
+            update = update.src[1] if len(update.src) > 1 else None
+        if update is None or update.op is not Ops.STORE:
+            raise NotImplementedError(f"{type(self).__name__}: a GROUP_REDUCE that does not update an accumulator")
+        accumulator = buffer_param(update.src[0])
+        acc, lanes, threads = k.names[accumulator], accumulator.dtype.size, rng.src[0].arg
+        dtype = accumulator.dtype.base
+        # threads of LOCAL ranges in the same work-group reduce other outputs: each has its own slice of the memory
+        others = [r for r in k.abi["grid"] if r.arg.axis_type is AxisType.LOCAL]
+        slice_size, offset = threads * lanes, []
+        for other in others:
+            offset.append(f"{k.names[other]} * {slice_size}")
+            slice_size *= other.src[0].arg
+        base = f"({' + '.join(offset)}) + " if offset else ""
+        shared = f"tg_group{len(k.abi['locals'])}"
+        k.abi["locals"].append(self.local_declaration(self.type_name(dtype), shared, slice_size))
+        for lane in range(lanes):
+            k.line(f"  {shared}[{base}{name} * {lanes} + {lane}] = {acc}[{lane}];")
+        k.line("}")
+        k.line(self.barrier())
+        for lane in range(lanes):
+            k.line(f"{acc}[{lane}] = {shared}[{base}{lane}];")
+            k.line(f"for (int tg_thread = 1; tg_thread < {threads}; tg_thread++) {{")
+            partial = f"{shared}[{base}tg_thread * {lanes} + {lane}]"
+            combined = self.alu(update.src[1].op, dtype, dtype, [f"{acc}[{lane}]", partial])
+            k.line(f"  {acc}[{lane}] = {combined};")
+            k.line("}")
+        k.line(self.barrier())
+
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no local memory")
+
+    def barrier(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no barrier")
 
     def group_id(self, dim: int) -> str:
         raise NotImplementedError
@@ -153,7 +208,7 @@ class GPULanguage(CStyleLanguage):
         raise NotImplementedError
 
     def finish(self, k: KernelText, params: list[UOp]) -> GPUKernel:
-        body = "\n".join(k.lines)
+        body = "\n".join([*(f"  {line}" for line in k.abi["locals"]), *k.lines])
         src = f"{self.kernel_signature(k, params)} {{\n{body}\n}}\n"
         src = self.preamble(src) + src
         return GPUKernel(k.name, src, k.abi["global_size"], k.abi["local_size"])
@@ -251,6 +306,12 @@ class OpenCLRenderer(GPULanguage):
     def reinterpret(self, type_name: str, x: str) -> str:
         return f"as_{type_name}({x})"
 
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        return f"__local {type_name} {name}[{size}];"
+
+    def barrier(self) -> str:
+        return "barrier(CLK_LOCAL_MEM_FENCE);"
+
     def group_id(self, dim: int) -> str:
         return f"get_group_id({dim})"
 
@@ -295,6 +356,12 @@ class CUDARenderer(GPULanguage):
     def reinterpret(self, type_name: str, x: str) -> str:
         return f"tg_bit_cast<{type_name}>({x})"
 
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        return f"__shared__ {type_name} {name}[{size}];"
+
+    def barrier(self) -> str:
+        return "__syncthreads();"
+
     def group_id(self, dim: int) -> str:
         return f"blockIdx.{'xyz'[dim]}"
 
@@ -325,6 +392,15 @@ class HIPRenderer(CUDARenderer):
     type_names = {"_Bool": "bool"}
     kernel_qualifier = 'extern "C" __attribute__((global))'
     function_names = {"static inline ": "__attribute__((device)) static inline "}
+
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        return f"__attribute__((shared)) {type_name} {name}[{size}];"
+
+    def barrier(self) -> str:
+        return (
+            '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
+            '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");'
+        )
 
     def group_id(self, dim: int) -> str:
         return f"__builtin_amdgcn_workgroup_id_{'xyz'[dim]}()"
@@ -379,6 +455,12 @@ class MetalRenderer(GPULanguage):
 
     def reinterpret(self, type_name: str, x: str) -> str:
         return f"as_type<{type_name}>({x})"
+
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        return f"threadgroup {type_name} {name}[{size}];"
+
+    def barrier(self) -> str:
+        return "threadgroup_barrier(mem_flags::mem_threadgroup);"
 
     def group_id(self, dim: int) -> str:
         return f"gid.{'xyz'[dim]}"

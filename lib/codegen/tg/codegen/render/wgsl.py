@@ -62,6 +62,14 @@ def wgsl_literal(value: object, dtype: DType) -> str:
 class WGSLRenderer(GPULanguage):
     device = "WEBGPU"
 
+    def prologue(self, k: KernelText, params: list[UOp]) -> None:
+        """The grid as the other GPU languages; GROUP_REDUCE ranges stay loops (no workgroup memory here yet)."""
+        super().prologue(k, params)
+        local_size = list(k.abi["local_size"])
+        for dim in k.abi["group"].values():
+            local_size[dim] = 1
+        k.abi["group"], k.abi["local_size"] = {}, tuple(local_size)
+
     def type_name(self, dtype: DType) -> str:
         return wgsl_type(dtype)
 

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from tg.codegen.capture import capture_enabled, record_compile
 from tg.codegen.flags import DEBUG
 from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program
 from tg.codegen.render.base import Renderer
@@ -75,6 +76,14 @@ def compile_program(device_name: str, ast: UOp, flags: CodegenFlags) -> Compiled
     return CompiledProgram(device.device, source, program)
 
 
+def _compile_and_capture(device_name: str, ast: UOp, flags: CodegenFlags) -> CompiledProgram:
+    """compile_program, recorded for process replay when CAPTURE_PROCESS_REPLAY=1 (only cache misses land here)."""
+    compiled = compile_program(device_name, ast, flags)
+    if capture_enabled():
+        record_compile(device_name, ast, renderer_for(Device[device_name]), flags, compiled.source)
+    return compiled
+
+
 def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -> CompiledProgram:
     """The program for kernel `ast` on `device_name` (a canonical name, as `Device.canonicalize` gives), compiled on
     first use. `flags`: the environment's by default."""
@@ -87,7 +96,7 @@ def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -
             program_cache_stats.hits += 1
             return found
         program_cache_stats.misses += 1
-    found = compile_program(device_name, ast, flags)
+    found = _compile_and_capture(device_name, ast, flags)
     with _lock:
         _cache[key] = found
         _evict(int(PROGRAM_CACHE_SIZE))

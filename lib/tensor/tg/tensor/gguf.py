@@ -199,7 +199,8 @@ def _parse(view: memoryview, path: Path, file_size: int) -> GGUFFile:
     for name, shape, ggml_type, offset in raw_infos:
         info = GGUFTensorInfo(name, shape, ggml_type, data_start + offset, path)
         if math.prod(shape) % GGML_TYPES[ggml_type][1]:
-            raise GGUFError(f"{path}: tensor {name!r} of shape {shape} is not a whole number of {info.type_name} blocks")
+            blocks = f"{info.type_name} blocks"
+            raise GGUFError(f"{path}: tensor {name!r} of shape {shape} is not a whole number of {blocks}")
         if info.offset + info.nbytes > file_size:
             raise GGUFError(f"{path}: tensor {name!r} runs past the end of the file (truncated download?)")
         tensors[name] = info

@@ -131,9 +131,11 @@ def _e2m1_doubled(nibble: Tensor) -> Tensor:
     Code 8 is "-0" in e2m1 but the reference table holds the integer 0, so it decodes to +0.0.
     """
     magnitude_code = nibble & 7
-    magnitude = (magnitude_code < 4).where(
-        magnitude_code, (magnitude_code < 6).where(magnitude_code * 2 - 4, magnitude_code * 4 - 16)
-    ).float()
+    magnitude = (
+        (magnitude_code < 4)
+        .where(magnitude_code, (magnitude_code < 6).where(magnitude_code * 2 - 4, magnitude_code * 4 - 16))
+        .float()
+    )
     return (nibble >= 9).where(-magnitude, magnitude)
 
 

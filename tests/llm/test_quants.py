@@ -9,7 +9,7 @@ gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf.quants import dequantize as reference_dequantize  # noqa: E402
 
-from tg.llm.quants import DEQUANTIZERS, UnsupportedQuantError, dequantize  # noqa: E402
+from tg.llm.quants import DEQUANTIZERS, UnsupportedQuantError, dequantize, pack  # noqa: E402
 from tg.tensor import Tensor  # noqa: E402
 
 # the byte offsets of each format's fp16 scales: random bits there could be NaN/inf, which the reference and we
@@ -46,6 +46,15 @@ def test_dequantize_matches_gguf_reference_bit_exactly(name: str) -> None:
     assert actual.shape == expected.shape
     assert actual.dtype == np.float32
     np.testing.assert_array_equal(actual.view(np.uint32), expected.astype(np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("name", sorted(DEQUANTIZERS))
+def test_packed_blocks_decode_to_the_same_bits(name: str) -> None:
+    raw = random_blocks(name, rows=2, blocks_per_row=3, seed=11)
+    expected = reference_dequantize(raw.reshape(2, -1), QT[name])
+    packed = pack(raw, int(QT[name]))
+    assert sum(t.nbytes() for t in (packed.payload, *packed.halves.values())) == raw.nbytes  # no growth
+    np.testing.assert_array_equal(dequantize(packed, int(QT[name])).numpy(), expected)
 
 
 def test_mxfp4_covers_every_exponent() -> None:

@@ -11,21 +11,37 @@ Each decoder follows the llama.cpp block layout, and does its float operations i
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from tg.codegen import dtypes
 from tg.tensor import Tensor
 from tg.tensor.gguf import GGML_TYPES, half_to_float, pow2
 
 
-def _u16(raw: Tensor, start: int) -> Tensor:
-    """The little-endian uint16 at byte `start` of each block, as uint32 with a trailing axis of 1."""
-    low = raw[..., start : start + 1].cast(dtypes.uint32)
-    high = raw[..., start + 1 : start + 2].cast(dtypes.uint32)
-    return low | (high << 8)
+@dataclass(frozen=True)
+class Blocks:
+    """Quantized blocks `(*rows, n_blocks, ...)`: the payload bytes `start..` of each block, plus the fp16 fields.
 
+    Straight from the file, `payload` is the whole block (start 0) and `halves` is empty: every fp16 field is
+    decoded from its bytes. `pack` prepares weights for the model: the fp16 fields move to float16 tensors and the
+    payload keeps only the other bytes, so the matmul kernels do not redo the fp16 decode for every element and the
+    memory stays the file's size.
+    """
 
-def _half(raw: Tensor, start: int) -> Tensor:
-    return half_to_float(_u16(raw, start))
+    payload: Tensor
+    start: int = 0
+    halves: dict[int, Tensor] = field(default_factory=dict)
+
+    def bytes(self, first: int, last: int) -> Tensor:
+        return self.payload[..., first - self.start : last - self.start]
+
+    def half(self, offset: int) -> Tensor:
+        """The fp16 field at byte `offset` of each block as float32 `(..., n_blocks, 1)`."""
+        if offset in self.halves:
+            return self.halves[offset].float()
+        low, high = self.bytes(offset, offset + 1).cast(dtypes.uint32), self.bytes(offset + 1, offset + 2)
+        return half_to_float(low | (high.cast(dtypes.uint32) << 8))
 
 
 def _signed8(values: Tensor) -> Tensor:
@@ -47,9 +63,9 @@ def _bits(packed: Tensor, shifts: list[int], mask: int) -> Tensor:
     return (packed >> shift) & mask
 
 
-def _fifth_bits(raw: Tensor, start: int) -> Tensor:
+def _fifth_bits(raw: Blocks, start: int) -> Tensor:
     """Q5_0/Q5_1: the 32 high bits at bytes start..start+4, bit i for element i, as `(..., 32)` uint32."""
-    high = _bits(raw[..., start : start + 4], list(range(8)), 1)  # (..., 8 bits, 4 bytes)
+    high = _bits(raw.bytes(start, start + 4), list(range(8)), 1)  # (..., 8 bits, 4 bytes)
     return high.transpose(-1, -2).flatten(-2)  # byte-major: bit i of the uint32 is element i
 
 
@@ -58,30 +74,30 @@ def _flat(values: Tensor) -> Tensor:
     return values.flatten(-2)
 
 
-def dequant_q4_0(raw: Tensor) -> Tensor:
-    scale = _half(raw, 0)
-    return _flat(scale * (_nibbles(raw[..., 2:18]).float() - 8.0))
+def dequant_q4_0(raw: Blocks) -> Tensor:
+    scale = raw.half(0)
+    return _flat(scale * (_nibbles(raw.bytes(2, 18)).float() - 8.0))
 
 
-def dequant_q4_1(raw: Tensor) -> Tensor:
-    scale, minimum = _half(raw, 0), _half(raw, 2)
-    return _flat(scale * _nibbles(raw[..., 4:20]).float() + minimum)
+def dequant_q4_1(raw: Blocks) -> Tensor:
+    scale, minimum = raw.half(0), raw.half(2)
+    return _flat(scale * _nibbles(raw.bytes(4, 20)).float() + minimum)
 
 
-def dequant_q5_0(raw: Tensor) -> Tensor:
-    scale = _half(raw, 0)
-    quant = _nibbles(raw[..., 6:22]) | (_fifth_bits(raw, 2) << 4)
+def dequant_q5_0(raw: Blocks) -> Tensor:
+    scale = raw.half(0)
+    quant = _nibbles(raw.bytes(6, 22)) | (_fifth_bits(raw, 2) << 4)
     return _flat(scale * (quant.float() - 16.0))
 
 
-def dequant_q5_1(raw: Tensor) -> Tensor:
-    scale, minimum = _half(raw, 0), _half(raw, 2)
-    quant = _nibbles(raw[..., 8:24]) | (_fifth_bits(raw, 4) << 4)
+def dequant_q5_1(raw: Blocks) -> Tensor:
+    scale, minimum = raw.half(0), raw.half(2)
+    quant = _nibbles(raw.bytes(8, 24)) | (_fifth_bits(raw, 4) << 4)
     return _flat(scale * quant.float() + minimum)
 
 
-def dequant_q8_0(raw: Tensor) -> Tensor:
-    return _flat(_half(raw, 0) * _signed8(raw[..., 2:34]))
+def dequant_q8_0(raw: Blocks) -> Tensor:
+    return _flat(raw.half(0) * _signed8(raw.bytes(2, 34)))
 
 
 def _k_scales(scales: Tensor) -> tuple[Tensor, Tensor]:
@@ -93,11 +109,11 @@ def _k_scales(scales: Tensor) -> tuple[Tensor, Tensor]:
     return scale, minimum
 
 
-def _k_block(raw: Tensor, quant: Tensor) -> Tensor:
+def _k_block(raw: Blocks, quant: Tensor) -> Tensor:
     """Q4_K/Q5_K: (d * scale) * q - dmin * min over 8 sub-blocks of 32; `quant` is `(..., 8, 32)`."""
-    scale, minimum = _k_scales(raw[..., 4:16])
-    sub_scale = (_half(raw, 0) * scale.float()).unsqueeze(-1)
-    sub_min = (_half(raw, 2) * minimum.float()).unsqueeze(-1)
+    scale, minimum = _k_scales(raw.bytes(4, 16))
+    sub_scale = (raw.half(0) * scale.float()).unsqueeze(-1)
+    sub_min = (raw.half(2) * minimum.float()).unsqueeze(-1)
     return (sub_scale * quant.float() - sub_min).flatten(-2)
 
 
@@ -107,20 +123,20 @@ def _k_nibbles(packed: Tensor) -> Tensor:
     return _bits(groups, [0, 4], 15).flatten(-3, -2)
 
 
-def dequant_q4_k(raw: Tensor) -> Tensor:
-    return _flat(_k_block(raw, _k_nibbles(raw[..., 16:144])))
+def dequant_q4_k(raw: Blocks) -> Tensor:
+    return _flat(_k_block(raw, _k_nibbles(raw.bytes(16, 144))))
 
 
-def dequant_q5_k(raw: Tensor) -> Tensor:
-    high = _bits(raw[..., 16:48], list(range(8)), 1)  # (..., 8, 32): bit j of each byte feeds sub-block j
-    return _flat(_k_block(raw, _k_nibbles(raw[..., 48:176]) | (high << 4)))
+def dequant_q5_k(raw: Blocks) -> Tensor:
+    high = _bits(raw.bytes(16, 48), list(range(8)), 1)  # (..., 8, 32): bit j of each byte feeds sub-block j
+    return _flat(_k_block(raw, _k_nibbles(raw.bytes(48, 176)) | (high << 4)))
 
 
-def dequant_q6_k(raw: Tensor) -> Tensor:
-    scale = (_half(raw, 208) * _signed8(raw[..., 192:208])).unsqueeze(-1)  # (..., 16, 1)
-    low = _bits(raw[..., 0:128].unflatten(-1, (2, 64)), [0, 4], 15)  # (..., 2, 2, 64)
+def dequant_q6_k(raw: Blocks) -> Tensor:
+    scale = (raw.half(208) * _signed8(raw.bytes(192, 208))).unsqueeze(-1)  # (..., 16, 1)
+    low = _bits(raw.bytes(0, 128).unflatten(-1, (2, 64)), [0, 4], 15)  # (..., 2, 2, 64)
     low = low.unflatten(-1, (2, 32)).flatten(-3, -2).flatten(-3, -2)  # (..., 8, 32)
-    high = _bits(raw[..., 128:192].unflatten(-1, (2, 32)), [0, 2, 4, 6], 3).flatten(-3, -2)  # (..., 8, 32)
+    high = _bits(raw.bytes(128, 192).unflatten(-1, (2, 32)), [0, 2, 4, 6], 3).flatten(-3, -2)  # (..., 8, 32)
     quant = ((low | (high << 4)).float() - 32.0).flatten(-2).unflatten(-1, (16, 16))
     return _flat((scale * quant).flatten(-2))
 
@@ -139,14 +155,14 @@ def _e2m1_doubled(nibble: Tensor) -> Tensor:
     return (nibble >= 9).where(-magnitude, magnitude)
 
 
-def dequant_mxfp4(raw: Tensor) -> Tensor:
-    exponent = raw[..., 0:1].cast(dtypes.uint32)  # E8M0; the stored values are doubled, so the scale is 2**(e-128)
+def dequant_mxfp4(raw: Blocks) -> Tensor:
+    exponent = raw.bytes(0, 1).cast(dtypes.uint32)  # E8M0; the stored values are doubled, so the scale is 2**(e-128)
     quarter = exponent >> 2  # pow2 takes exponents below 128: build 2**e from four parts, each step exact
     scale = (pow2(quarter) * 2.0**-64) * (pow2(quarter) * 2.0**-64) * pow2(quarter) * pow2(exponent - quarter * 3)
-    return _flat(scale * _e2m1_doubled(_nibbles(raw[..., 1:17])))
+    return _flat(scale * _e2m1_doubled(_nibbles(raw.bytes(1, 17))))
 
 
-DEQUANTIZERS: dict[str, Callable[[Tensor], Tensor]] = {
+DEQUANTIZERS: dict[str, Callable[[Blocks], Tensor]] = {
     "Q4_0": dequant_q4_0,
     "Q4_1": dequant_q4_1,
     "Q5_0": dequant_q5_0,
@@ -157,15 +173,47 @@ DEQUANTIZERS: dict[str, Callable[[Tensor], Tensor]] = {
     "Q6_K": dequant_q6_k,
     "MXFP4": dequant_mxfp4,
 }
+# per type: the byte offsets of the fp16 fields, and the payload byte range that `pack` keeps
+HALF_FIELDS: dict[str, tuple[list[int], tuple[int, int]]] = {
+    "Q4_0": ([0], (2, 18)),
+    "Q4_1": ([0, 2], (4, 20)),
+    "Q5_0": ([0], (2, 22)),
+    "Q5_1": ([0, 2], (4, 24)),
+    "Q8_0": ([0], (2, 34)),
+    "Q4_K": ([0, 2], (4, 144)),
+    "Q5_K": ([0, 2], (4, 176)),
+    "Q6_K": ([208], (0, 208)),
+    "MXFP4": ([], (0, 17)),
+}
 
 
 class UnsupportedQuantError(ValueError):
     """A GGML type tg-llm cannot decode."""
 
 
-def dequantize(raw: Tensor, ggml_type: int) -> Tensor:
-    """Lazy float32 values of raw quantized blocks of GGML type `ggml_type`."""
+def type_name(ggml_type: int) -> str:
     name = GGML_TYPES[ggml_type][0] if ggml_type in GGML_TYPES else str(ggml_type)
     if name not in DEQUANTIZERS:
         raise UnsupportedQuantError(f"GGML type {name} is not supported by tg-llm")
-    return DEQUANTIZERS[name](raw)
+    return name
+
+
+def dequantize(raw: Tensor | Blocks, ggml_type: int) -> Tensor:
+    """Lazy float32 values of quantized blocks (raw uint8 `(*rows, n_blocks, block_bytes)` or packed Blocks)."""
+    return DEQUANTIZERS[type_name(ggml_type)](raw if isinstance(raw, Blocks) else Blocks(raw))
+
+
+def pack(raw: Any, ggml_type: int, device: str | None = None) -> Blocks:
+    """Blocks for the model from the file's bytes (a numpy uint8 `(*rows, n_blocks, block_bytes)` view).
+
+    This is load-time reshuffling of bytes, not decoding: the fp16 fields are reinterpreted as float16 arrays
+    and the remaining bytes copied, so memory stays the size of the file.
+    """
+    import numpy as np
+
+    offsets, (first, last) = HALF_FIELDS[type_name(ggml_type)]
+    halves = {
+        offset: Tensor(np.ascontiguousarray(raw[..., offset : offset + 2]).view(np.float16), device=device)
+        for offset in offsets
+    }
+    return Blocks(Tensor(np.ascontiguousarray(raw[..., first:last]), device=device), first, halves)

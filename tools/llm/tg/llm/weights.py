@@ -4,7 +4,7 @@ that use them (the decode is a lazy expression the scheduler fuses into the matm
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tg.llm.quants import Blocks, dequantize
 from tg.tensor import Tensor
@@ -17,14 +17,20 @@ class Weight:
     data: Tensor | Blocks
     ggml_type: int
     shape: tuple[int, ...]
+    _float: Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def quantized(self) -> bool:
         return isinstance(self.data, Blocks)
 
     def float(self) -> Tensor:
-        """The values as a lazy float32 Tensor of `shape` (decoded in whatever kernel consumes them)."""
-        return dequantize(self.data, self.ggml_type) if self.quantized else self.data.float()
+        """The values as a lazy float32 Tensor of `shape` (decoded in whatever kernel consumes them).
+
+        The lazy expression is built once and reused: graphs are immutable, so every step's matmul can share it,
+        which saves rebuilding the decode graph for every weight on every token."""
+        if self._float is None:
+            self._float = dequantize(self.data, self.ggml_type) if self.quantized else self.data.float()
+        return self._float
 
     def rows(self, start: int, stop: int) -> Tensor:
         """Rows start..stop of the first axis, decoded (used for embedding lookups without a gather)."""

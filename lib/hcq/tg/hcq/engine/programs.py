@@ -23,6 +23,7 @@ from tg.codegen.capture import capture_enabled, record_compile
 from tg.codegen.flags import DEBUG
 from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program, with_opts
 from tg.codegen.render.base import Renderer
+from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
 from tg.hcq.flags import PROGRAM_CACHE_SIZE, TG_DUMP_KERNELS
@@ -107,8 +108,8 @@ def _with_beam_opts(device_name: str, ast: UOp, flags: CodegenFlags) -> UOp:
     from tg.hcq.engine.beam import beam_width, search_opts  # beam times programs, so it imports this module
 
     width = beam_width()
-    info = ast.arg
-    if width <= 0 or getattr(info, "opts_to_apply", None) is not None or getattr(info, "applied_opts", ()):
+    info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+    if width <= 0 or info.opts_to_apply is not None or info.applied_opts:
         return ast
     return with_opts(ast, search_opts(ast, device_name, width, flags=flags).opts)
 

@@ -164,12 +164,17 @@ LINEAR_SPEC: Spec = {
     Ops.END: lambda u: _closes_a_loop(u) or KERNEL_SPEC[Ops.END](u),
 }
 
+
+def _either(first: Rule, second: Rule) -> Rule:
+    return lambda u: first(u) or second(u)
+
+
 # graph_rewrite does not know which stage it serves: a node passes if its op's rule holds in some stage's spec
 SPEC_RULES: Spec = {}
 for _spec in (TENSOR_SPEC, KERNEL_SPEC, LINEAR_SPEC):
     for _op, _rule in _spec.items():
         _before = SPEC_RULES.get(_op)
-        SPEC_RULES[_op] = _rule if _before is None else (lambda u, a=_before, b=_rule: a(u) or b(u))
+        SPEC_RULES[_op] = _rule if _before is None else _either(_before, _rule)
 
 
 def verify_stage(stage: str, root: UOp, spec: Spec) -> None:

@@ -11,6 +11,7 @@ match ml_dtypes' conversions, which the tests use as the oracle.
 
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -257,24 +258,24 @@ class dtypes:  # noqa: N801 - the namespace reads as `dtypes.float`, as in tinyg
         return ALL_SCALARS
 
     @staticmethod
-    def is_float(dt: DType) -> bool:
+    def is_float(dt: DType) -> builtins.bool:
         return dt.kind == "float"
 
     @staticmethod
-    def is_int(dt: DType) -> bool:
+    def is_int(dt: DType) -> builtins.bool:
         """Signed, unsigned and index integers (bool is not an int)."""
         return dt.kind in ("int", "uint", "index")
 
     @staticmethod
-    def is_unsigned(dt: DType) -> bool:
+    def is_unsigned(dt: DType) -> builtins.bool:
         return dt.kind == "uint"
 
     @staticmethod
-    def is_bool(dt: DType) -> bool:
+    def is_bool(dt: DType) -> builtins.bool:
         return dt.kind == "bool"
 
     @staticmethod
-    def min(dt: DType) -> int | float:
+    def min(dt: DType) -> builtins.int | builtins.float:
         """The smallest value of `dt` (-inf for floats)."""
         dt = dt.scalar()
         if dt.kind == "bool":
@@ -288,7 +289,7 @@ class dtypes:  # noqa: N801 - the namespace reads as `dtypes.float`, as in tinyg
         raise TypeError(f"{dt!r} has no minimum")
 
     @staticmethod
-    def max(dt: DType) -> int | float:
+    def max(dt: DType) -> builtins.int | builtins.float:
         """The largest value of `dt` (inf for floats)."""
         dt = dt.scalar()
         if dt.kind == "bool":
@@ -302,7 +303,7 @@ class dtypes:  # noqa: N801 - the namespace reads as `dtypes.float`, as in tinyg
         raise TypeError(f"{dt!r} has no maximum")
 
     @staticmethod
-    def finite_max(dt: DType) -> float:
+    def finite_max(dt: DType) -> builtins.float:
         """The largest finite value of a float dtype."""
         fmt = dt.scalar().float_format
         if fmt is None:

@@ -25,13 +25,18 @@ if TYPE_CHECKING:
 IntOrTuple = int | Sequence[int]
 
 
+POSITIVE_SETTINGS = ("stride", "dilation", "kernel_size")
+
+
 def per_axis(value: IntOrTuple, count: int, name: str) -> tuple[int, ...]:
-    """An int repeated for every spatial axis, or a tuple with one entry per axis."""
-    if isinstance(value, int):
-        return (value,) * count
-    if len(value) != count:
-        raise ValueError(f"{name} needs {count} values (one per spatial axis), got {tuple(value)}")
-    return tuple(value)
+    """An int repeated for every spatial axis, or a tuple with one entry per axis. Strides, dilations and kernel
+    sizes must be at least 1 (a zero stride would otherwise fail later as a bare ZeroDivisionError)."""
+    values = (value,) * count if isinstance(value, int) else tuple(value)
+    if len(values) != count:
+        raise ValueError(f"{name} needs {count} values (one per spatial axis), got {values}")
+    if name in POSITIVE_SETTINGS and any(v < 1 for v in values):
+        raise ValueError(f"{name} must be at least 1 on every axis, got {values}")
+    return values
 
 
 def padding_pairs(padding: IntOrTuple, count: int) -> tuple[tuple[int, int], ...]:

@@ -29,6 +29,12 @@ def select_where(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
     return from_bits(mask.where(bits, bits.zeros_like()).max(axes), values.dtype)
 
 
+def require_integer_index(index: Tensor, operation: str) -> None:
+    """Index tensors hold positions: a float one is a mistake, reported when the op is built (not truncated)."""
+    if index.dtype is not dtypes.bool and not dtypes.is_int(index.dtype):
+        raise TypeError(f"{operation}: the index tensor must have an integer (or bool) dtype, not {index.dtype!r}")
+
+
 def wrap_negative(index: Tensor, size: int) -> Tensor:
     """Negative indices count from the end, as in Python."""
     if dtypes.is_unsigned(index.dtype) or index.dtype is dtypes.bool:
@@ -44,6 +50,7 @@ def one_hot_along(index: Tensor, size: int) -> Tensor:
 
 def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     """torch's gather: out[i][j] = x[index[i][j]][j] for dim 0; `index` may be smaller than x on other axes."""
+    require_integer_index(index, "gather")
     dim = normalize_axis(dim, x.ndim)
     too_large = any(i > s for a, (i, s) in enumerate(zip(index.shape, x.shape)) if a != dim)  # noqa: B905
     if index.ndim != x.ndim or too_large:
@@ -58,6 +65,7 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
 
 def scatter_mask(target: Tensor, dim: int, index: Tensor) -> Tensor:
     """bool (*index.shape, target.shape[dim]): whether source element [..i..] goes to target position p."""
+    require_integer_index(index, "scatter")
     return one_hot_along(wrap_negative(index, target.shape[dim]), target.shape[dim])
 
 

@@ -195,6 +195,8 @@ class RandomOps:
 
     def dropout(self, p: float = 0.5) -> Tensor:
         """While `Tensor.training`: zero each element with probability p and scale the rest by 1 / (1 - p)."""
+        if not 0 <= p <= 1:
+            raise ValueError(f"dropout probability must be between 0 and 1, got {p}")
         if not type(self).training or p == 0:
             return self
         if p == 1:

@@ -281,6 +281,20 @@ def test_torch_storage_shorter_than_its_tensor_names_the_tensor(tmp_path):
     assert error.value.tensor is not None
 
 
+def test_big_endian_and_compressed_checkpoints_are_refused(tmp_path):
+    big = tmp_path / "big.pt"
+    _copy_zip(FIXTURES / "checkpoint.pt", big, lambda name, data: b"big" if name.endswith("byteorder") else data)
+    with pytest.raises(StateFileError, match="big-endian"):
+        load(big)
+    packed = tmp_path / "packed.pt"
+    with zipfile.ZipFile(FIXTURES / "checkpoint.pt") as old, zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as new:
+        for info in old.infolist():
+            new.writestr(info.filename, old.read(info.filename))
+    with pytest.raises(StateFileError, match="compressed") as error:
+        load(packed)
+    assert error.value.tensor is not None
+
+
 class _Evil:
     def __reduce__(self):
         return (os.system, ("echo pwned",))

@@ -37,11 +37,16 @@ class CodegenFlags:
     """Every setting that changes the source a kernel AST becomes. Part of the program cache key."""
 
     noopt: bool = False  # apply no optimizations (NOOPT=1); opts the AST asks for (opts_to_apply) still apply
+    has_local: bool = False  # the renderer has work-groups (LOCAL and GROUP opts are legal); set from the renderer
 
     @staticmethod
     def from_environment() -> CodegenFlags:
-        """The flags as the environment (and any active `Context`) sets them now."""
-        return CodegenFlags(noopt=bool(NOOPT))
+        """The flags as the environment (and any active `Context`) sets them now (read at every kernel launch, so
+        the answer is one of two prebuilt values)."""
+        return _FLAGS_BY_NOOPT[bool(NOOPT)]
+
+
+_FLAGS_BY_NOOPT = {False: CodegenFlags(noopt=False), True: CodegenFlags(noopt=True)}
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,7 @@ def _simplify_indices(ast: UOp, flags: CodegenFlags) -> UOp:
 
 
 def _apply_opts(ast: UOp, flags: CodegenFlags) -> UOp:
-    return apply_opts(ast, noopt=flags.noopt)
+    return apply_opts(ast, has_local=flags.has_local, noopt=flags.noopt)
 
 
 def _upcast_strided_reductions(ast: UOp, flags: CodegenFlags) -> UOp:
@@ -112,6 +117,7 @@ def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
 
 def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> ProgramSource:
     """The source of kernel `ast` for `renderer`, with the launch size and estimates (a pure function)."""
+    flags = replace(flags, has_local=bool(getattr(renderer, "has_local", False)))
     linear = lower_kernel(ast, flags)
     rendered = renderer.render(linear)
     loop_sizes = tuple(u.src[0].arg for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))

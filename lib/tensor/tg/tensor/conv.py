@@ -190,7 +190,7 @@ def pool_spec(
 
 def pool_windows(x: Tensor, spec: PoolSpec, value: float) -> Tensor:
     pads = tuple((before, after + extra) for (before, after), extra in zip(spec.padding, spec.ceil_extra, strict=True))
-    return windows(x.pad(((0, 0), (0, 0)) + pads, value), spec.window)
+    return windows(x.pad(((0, 0), (0, 0)) + pads, value=value), spec.window)
 
 
 def max_pool2d(
@@ -226,7 +226,7 @@ def avg_pool2d(
     total = pool_windows(x, spec, 0.0).sum(kernel_axes)
     ones = x.ones_like(dtype=dtypes.float32).shrink(((0, 1), (0, 1)) + tuple((0, s) for s in x.shape[2:]))
     if count_include_pad:
-        ones = ones.pad(((0, 0), (0, 0)) + spec.padding, 1.0)
+        ones = ones.pad(((0, 0), (0, 0)) + spec.padding, value=1.0)
         counted = PoolSpec(spec.window, tuple((0, 0) for _ in spec.padding), spec.ceil_extra)
     else:
         counted = spec

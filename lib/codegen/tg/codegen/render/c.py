@@ -366,10 +366,10 @@ class CStyleLanguage(LinearRenderer):
         k.names[node] = name
 
     def accumulator(self, k: KernelText, node: UOp, name: str) -> None:
-        k.line(f"{c_type(node.dtype.base)} {name}[{node.dtype.size}];")
+        k.line(f"{c_type(node.ptrdtype.base)} {name}[{node.ptrdtype.size}];")
 
     def buffer_arguments(self, params: list[UOp]) -> list[str]:
-        return [f"{self.buffer_qualifier}{memory_type(p.dtype.base)}* restrict data{p.arg.slot}" for p in params]
+        return [f"{self.buffer_qualifier}{memory_type(p.ptrdtype.base)}* restrict data{p.arg.slot}" for p in params]
 
     def load(self, node: UOp, address: str, gate: str | None, alternative: list[str]) -> str:
         if _in_memory_as_bits(node.src[0], node.dtype):

@@ -162,7 +162,7 @@ class Linearizer:
             return None
         inner = ranges[-1]
         size = inner.src[0].arg
-        if size % PARTIAL_SUMS or size < MIN_STEPS * PARTIAL_SUMS:
+        if inner.arg.axis_type is not AxisType.REDUCE or size % PARTIAL_SUMS or size < MIN_STEPS * PARTIAL_SUMS:
             return None
         steps = UOp.range(size // PARTIAL_SUMS, inner.arg.axis_id, AxisType.REDUCE)
         lane = UOp.range(PARTIAL_SUMS, self.next_axis, AxisType.UPCAST)  # independent lanes, as an UPCAST axis

@@ -265,8 +265,8 @@ class OpenCLRenderer(GPULanguage):
         '__builtin_nan("")': "((double)NAN)",
         "__builtin_inff()": "INFINITY",
         "__builtin_inf()": "((double)INFINITY)",
-        **{f"__builtin_{f}f(": f"{f}(" for f in ("sqrt", "exp2", "log2", "sin", "trunc", "pow", "fabs")},
-        **{f"__builtin_{f}(": f"{f}(" for f in ("sqrt", "exp2", "log2", "sin", "trunc", "pow", "fabs")},
+        **{f"__builtin_{f}f(": f"{f}(" for f in ("sqrt", "exp2", "log2", "sin", "trunc", "pow", "fabs", "fma")},
+        **{f"__builtin_{f}(": f"{f}(" for f in ("sqrt", "exp2", "log2", "sin", "trunc", "pow", "fabs", "fma")},
         "static inline ": "inline ",
     }
     bool_memory = "uchar"  # OpenCL allows no bool in buffers
@@ -444,6 +444,7 @@ class MetalRenderer(GPULanguage):
         "__builtin_inff()": "INFINITY",
         **{f"__builtin_{f}f(": f"metal::precise::{f}(" for f in ("sqrt", "exp2", "log2", "sin", "pow")},
         "__builtin_truncf(": "metal::trunc(",
+        "__builtin_fmaf(": "metal::fma(",
         "__builtin_fabs(": "metal::abs(",
         "static inline ": "inline ",
     }

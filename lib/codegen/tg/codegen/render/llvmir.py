@@ -337,6 +337,9 @@ class _LLVMFunction:
                 return self.emit(f"f{op.name.lower()} {t} {x[0]}, {x[1]}")
             return self.emit(f"{op.name.lower()} {t} {x[0]}, {x[1]}")
         if op is Ops.MULACC:
+            if t in ("float", "double"):  # fused, one rounding, as the C path's fmaf and the emulator compute it
+                suffix = "f32" if t == "float" else "f64"
+                return self.intrinsic(f"llvm.fma.{suffix}", t, *(f"{t} {v}" for v in x))
             if is_fp(dtype):
                 product = self.emit(f"fmul {t} {x[0]}, {x[1]}")
                 return self.emit(f"fadd {t} {product}, {x[2]}")

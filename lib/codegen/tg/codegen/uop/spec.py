@@ -165,16 +165,18 @@ LINEAR_SPEC: Spec = {
 }
 
 
-def _either(first: Rule, second: Rule) -> Rule:
-    return lambda u: first(u) or second(u)
-
-
 # graph_rewrite does not know which stage it serves: a node passes if its op's rule holds in some stage's spec
-SPEC_RULES: Spec = {}
-for _spec in (TENSOR_SPEC, KERNEL_SPEC, LINEAR_SPEC):
-    for _op, _rule in _spec.items():
-        _before = SPEC_RULES.get(_op)
-        SPEC_RULES[_op] = _rule if _before is None else _either(_before, _rule)
+def _any_of(*rules: Rule) -> Rule:
+    def rule(u: UOp) -> bool:
+        return any(r(u) for r in rules)
+
+    return rule
+
+
+_STAGE_SPECS = (TENSOR_SPEC, KERNEL_SPEC, LINEAR_SPEC)
+SPEC_RULES: Spec = {
+    op: _any_of(*(spec[op] for spec in _STAGE_SPECS if op in spec)) for op in set().union(*_STAGE_SPECS)
+}
 
 
 def verify_stage(stage: str, root: UOp, spec: Spec) -> None:

@@ -158,7 +158,7 @@ def estimate_ops(ast: UOp) -> int:
             ops += _points(depends)
             depends -= set(node.src[1:])
         elif node.op in GroupOp.ALU and _is_value_op(node):
-            ops += _points(depends)
+            ops += _points(depends) * (2 if node.op is Ops.MULACC else 1)  # a fused multiply-add is two
         ranges[node] = depends
     return ops
 

@@ -4,7 +4,9 @@ A node gets a buffer when
 - it is asked for (a root of `realize`), unless it already reads memory (movement ops over a BUFFER),
 - it is a CONTIGUOUS, COPY or ASSIGN (a COPY's source is made CONTIGUOUS unless it is a whole buffer),
 - it is a REDUCE_AXIS whose result is broadcast (read through a growing EXPAND) or reduced again: fusing it there
-  would recompute the whole reduction for every element that reads it.
+  would recompute the whole reduction for every element that reads it,
+- it is an elementwise value that a reduction reads through a growing EXPAND and `fuse_into_reduction` says that
+  recomputing it costs more than a round trip through memory (`gelu(x @ W1) @ W2` keeps the gelu in its own kernel).
 Softmax is then three kernels: max, sum(exp(x - max)), and exp(x - max) / sum.
 
 Before that, `split_big_reductions` turns a full reduction of many elements into two: partial results per chunk
@@ -15,12 +17,18 @@ from __future__ import annotations
 
 import math
 
+from tg.codegen.flags import DEBUG
 from tg.codegen.schedule.graph import ReduceArg, shape_of
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import PatternMatcher, UPat
 
 SPLIT_REDUCTION_MIN_ELEMENTS = 1 << 18
 SPLIT_REDUCTION_CHUNKS = (64, 32, 16, 8, 4, 2)
+# The fusion cost model, in ALU-op units. Writing a float and reading it back moves 8 bytes: at the ~10-20 GB/s a
+# CPU core streams and its ~50-100 GFLOP/s that is the time of about 48 ops. A transcendental is several ops.
+ROUND_TRIP_OPS = 48
+TRANSCENDENTAL_OPS = 8
+TRANSCENDENTALS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL})
 
 
 def split_big_reduction(node: UOp) -> UOp | None:
@@ -81,6 +89,7 @@ def find_realize_points(roots: tuple[UOp, ...], forced: tuple[UOp, ...] = ()) ->
         if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
             points.add(node)
     _add_reductions_that_cannot_fuse(order, points)
+    _add_producers_too_costly_to_recompute(order, points)
     return [node for node in order if node in points]
 
 
@@ -104,3 +113,50 @@ def _add_reductions_that_cannot_fuse(order: list[UOp], points: set[UOp]) -> None
         for source in node.src:
             broadcast[source] = broadcast.get(source, False) or under_broadcast
             reduced[source] = reduced.get(source, False) or under_reduce
+
+
+def fuse_into_reduction(recompute: int, op_cost: int) -> bool:
+    """The fusion policy: fuse an elementwise producer into a reduction's input when recomputing it there, `recompute`
+    times per element at `op_cost` ALU ops each time, costs less than one round trip through memory (a write in
+    its own kernel and a read in the reduction's). Otherwise the producer keeps its own kernel and buffer."""
+    return recompute * op_cost < ROUND_TRIP_OPS
+
+
+def elementwise_cost(node: UOp, points: set[UOp]) -> int:
+    """ALU ops (transcendentals weighted) to compute one element of `node` in the kernel that fuses it: its
+    sources up to buffers, realize points and reductions."""
+    seen: set[UOp] = set()
+    stack, cost = [node], 0
+    while stack:
+        current = stack.pop()
+        if current in seen or (current is not node and current in points) or current.op is Ops.REDUCE_AXIS:
+            continue
+        seen.add(current)
+        if current.op in GroupOp.ALU:
+            cost += TRANSCENDENTAL_OPS if current.op in TRANSCENDENTALS else 1
+        stack.extend(current.src)
+    return cost
+
+
+def _add_producers_too_costly_to_recompute(order: list[UOp], points: set[UOp]) -> None:
+    """Walk users before sources, tracking how many times a reduction reads each element (the growth of the
+    EXPANDs between them: a matmul reads its left operand N times); an elementwise node read that way gets its
+    own buffer when `fuse_into_reduction` says no. DEBUG=3 prints each decision."""
+    recompute: dict[UOp, int] = {}  # 0: not read by a reduction in the kernel that fuses it
+    for node in reversed(order):
+        factor = 0 if node in points else recompute.get(node, 0)
+        if factor > 1 and node.op in GroupOp.ALU:
+            cost = elementwise_cost(node, points)
+            fused = fuse_into_reduction(factor, cost)
+            if DEBUG >= 3:
+                verdict = "fused" if fused else "kept as its own kernel"
+                print(f"fusion: {verdict} {node.op.name} ({cost} ops/element) in a reduction: recompute {factor}x")
+            if not fused:
+                points.add(node)
+                factor = 0
+        if node.op is Ops.REDUCE_AXIS:
+            factor = 1
+        elif node.op is Ops.EXPAND and factor and grows(node):
+            factor *= math.prod(shape_of(node)) // max(math.prod(shape_of(node.src[0])), 1)
+        for source in node.src:
+            recompute[source] = max(recompute.get(source, 0), factor)

@@ -35,7 +35,7 @@ SCHEDULE_STAGES: tuple[tuple[str, str], ...] = (  # (name, one line), in the ord
     ("contiguous_copies", "the source of a COPY to another device is made a whole, contiguous buffer"),
     (
         "find realize points",
-        "what gets a buffer: roots, CONTIGUOUS/COPY/ASSIGN, reductions read by many",
+        "what gets a buffer: roots, CONTIGUOUS/COPY/ASSIGN, reductions read by many, costly producers",
     ),
     ("build kernels", "one kernel AST per realize point: movement ops become index arithmetic, PAD gated loads"),
     ("assign hazards", "an ASSIGN that reads what it overwrites computes into its own buffer first"),

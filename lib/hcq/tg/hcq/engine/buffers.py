@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 
 from tg.codegen.uop.ops import Ops, UOp
-from tg.hcq import Buffer
+from tg.hcq.buffer import Buffer
 
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
@@ -25,6 +25,14 @@ def buffer_of(node: UOp) -> Buffer:
         _buffers[node] = found
         weakref.finalize(node, _release, found)
     return found
+
+
+def adopt(node: UOp, memory: Buffer) -> None:
+    """Make the allocated `memory` the Buffer behind the new BUFFER node `node` (released with the node)."""
+    if node.op is not Ops.BUFFER or node in _buffers:
+        raise ValueError("only a BUFFER node without memory can adopt a Buffer")
+    _buffers[node] = memory
+    weakref.finalize(node, _release, memory)
 
 
 def has_memory(node: UOp) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
 from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
 from tg.tensor.advanced_indexing import AdvancedIndexingOps
+from tg.tensor.autograd import AutogradOps
 from tg.tensor.conv import ConvOps
 from tg.tensor.creation import CreationOps, canonical_device, node_from_data
 from tg.tensor.elementwise import ElementwiseOps
@@ -46,14 +47,19 @@ class Tensor(
     SortingOps,
     RandomOps,
     MathOps,
+    AutogradOps,
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
-    __slots__ = ("uop", "device")
+    __slots__ = ("uop", "device", "grad", "_requires_grad")
     __array_ufunc__ = None  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy's elementwise loop
 
-    def __init__(self, data: Any = None, device: str | None = None, dtype: DType | None = None) -> None:
+    def __init__(
+        self, data: Any = None, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None
+    ) -> None:
         self.device: str = canonical_device(device)
+        self.grad: Tensor | None = None
+        self.requires_grad = requires_grad
         if isinstance(data, UOp):
             self.uop: UOp = data if dtype is None or data.dtype is dtype else UOp(Ops.CAST, dtype, (data,))
         else:
@@ -62,7 +68,9 @@ class Tensor(
     def _wrap(self, node: UOp) -> Tensor:
         """A new Tensor over `node`, on this tensor's device (already canonical: no need to parse it again)."""
         result = Tensor.__new__(Tensor)
-        result.uop, result.device = node, self.device
+        if Tensor.no_grad and not _reads_a_buffer(node):  # computed under no_grad: autograd stops here
+            node = UOp(Ops.DETACH, node.dtype, (node,))
+        result.uop, result.device, result.grad, result._requires_grad = node, self.device, None, None
         return result
 
     # -------------------------------------------------------------------------------- properties

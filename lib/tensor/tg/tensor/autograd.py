@@ -166,12 +166,13 @@ GRADIENT_RULES: dict[Ops, Callable[[UOp, UOp], Gradients]] = {
     ),
     Ops.FLIP: lambda g, n: (UOp(Ops.FLIP, g.dtype, (g,), n.arg),),
     Ops.CONTIGUOUS: lambda g, n: (g,),
+    Ops.ASSIGN: lambda g, n: (None, g),  # the result reads back the value written (clone is an assign)
     Ops.COPY: lambda g, n: (UOp(Ops.COPY, g.dtype, (g, device_node(device_of(n.src[0])))), None),
 }
 # primitives whose result is piecewise constant, not a float, or cut off from autograd on purpose
 for _op in (
     Ops.TRUNC, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
-    Ops.THREEFRY, Ops.BITCAST, Ops.DETACH, Ops.ASSIGN,
+    Ops.THREEFRY, Ops.BITCAST, Ops.DETACH,
 ):  # fmt: skip
     GRADIENT_RULES[_op] = _no_gradient
 
@@ -244,8 +245,7 @@ class AutogradOps:
     `Tensor.no_grad = True` (or `with tg.tensor.no_grad():`), computed results are cut off from autograd.
     """
 
-    training: bool = False  # BatchNorm updates running statistics and dropout drops only in training
-    no_grad: bool = False
+    no_grad: bool = False  # (`training`, the flag BatchNorm and dropout read, lives with dropout in tg.tensor.random)
 
     @property
     def requires_grad(self) -> bool | None:
@@ -285,11 +285,16 @@ class AutogradOps:
                 raise ValueError(f"gradient= has shape {gradient.shape}, the tensor has shape {self.shape}")
             root_gradient = gradient.cast(self.dtype).uop
         found = compute_gradient(self.uop, root_gradient, [t.uop for t in targets])
+        graph = None
         results = []
         for target in targets:
-            if target.uop not in found:
-                raise RuntimeError(f"{target!r} is not in the graph of {self!r} (or only through non-float ops)")
-            results.append(target._wrap(found[target.uop]))
+            grad = found.get(target.uop)
+            if grad is None:  # reached only through comparisons or other piecewise-constant ops: zero
+                graph = set(self.uop.toposort()) if graph is None else graph
+                if target.uop not in graph:
+                    raise RuntimeError(f"{target!r} is not in the graph of {self!r}")
+                grad = _const(0.0, target.uop)
+            results.append(target._wrap(grad))
         return results
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:

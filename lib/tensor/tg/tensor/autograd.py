@@ -121,7 +121,7 @@ def _reduce_gradients(grad: UOp, node: UOp) -> Gradients:
     if op is Ops.MAX:  # ties share the gradient evenly (as torch's max over all elements)
         is_max = _alu(Ops.CMPEQ, source, _expand_to(node, shape))
         ones = _where(is_max, _const(1.0, source), _zeros_like(source))
-        count = UOp(Ops.REDUCE_AXIS, source.dtype, (ones,), node.arg)
+        count = UOp(Ops.REDUCE_AXIS, source.dtype, (ones,), ReduceArg(Ops.ADD, node.arg.axes))
         share = _alu(Ops.FDIV, grad, count)
         return (_mul(ones, _expand_to(share, shape)),)
     # MUL: d(prod)/dx_i = prod / x_i
@@ -162,7 +162,9 @@ GRADIENT_RULES: dict[Ops, Callable[[UOp, UOp], Gradients]] = {
         UOp(Ops.SHRINK, g.dtype, (g,), tuple((b, b + s) for (b, _), s in zip(n.arg, shape_of(n.src[0]), strict=True))),
     ),
     Ops.SHRINK: lambda g, n: (
-        UOp(Ops.PAD, g.dtype, (g,), tuple((s, size - e) for (s, e), size in zip(n.arg, shape_of(n.src[0]), strict=True))),
+        UOp(
+            Ops.PAD, g.dtype, (g,), tuple((s, size - e) for (s, e), size in zip(n.arg, shape_of(n.src[0]), strict=True))
+        ),
     ),
     Ops.FLIP: lambda g, n: (UOp(Ops.FLIP, g.dtype, (g,), n.arg),),
     Ops.CONTIGUOUS: lambda g, n: (g,),
@@ -218,7 +220,8 @@ def unit_gradient(node: UOp) -> UOp:
 
 # -------------------------------------------------------------------------------- the Tensor side
 
-_tensors_requiring_grad: weakref.WeakSet = weakref.WeakSet()
+# live tensors with requires_grad=True, by id (a WeakSet would compare tensors with ==, which builds a tensor)
+_tensors_requiring_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 
 class _ClassFlag(ContextDecorator):
@@ -255,9 +258,9 @@ class AutogradOps:
     def requires_grad(self, value: bool | None) -> None:
         self._requires_grad = value
         if value:
-            _tensors_requiring_grad.add(self)
+            _tensors_requiring_grad[id(self)] = self
         else:
-            _tensors_requiring_grad.discard(self)
+            _tensors_requiring_grad.pop(id(self), None)
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
@@ -300,7 +303,7 @@ class AutogradOps:
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Add d(self)/d(t) to `t.grad` for every live tensor t with requires_grad=True that self depends on."""
         graph = set(self.uop.toposort(lambda node: node.op is not Ops.DETACH))
-        targets = [t for t in list(_tensors_requiring_grad) if t.uop in graph and dtypes.is_float(t.dtype)]
+        targets = [t for t in list(_tensors_requiring_grad.values()) if t.uop in graph and dtypes.is_float(t.dtype)]
         if not targets:
             return self
         for target, grad in zip(targets, self.gradient(*targets, gradient=gradient), strict=True):

@@ -22,7 +22,7 @@ from tg.codegen.flags import Context
 from tg.codegen.schedule import schedule as scheduler
 from tg.codegen.schedule.graph import ReduceArg, const_node
 from tg.hcq import Device
-from tg.tensor.engine import buffer_from_bytes, realize, runner
+from tg.hcq.engine import buffer_from_bytes, clear_program_cache, realize
 
 
 def tensor(array: np.ndarray) -> UOp:
@@ -57,7 +57,7 @@ def column_sum(m: UOp) -> UOp:
 def first_call_seconds(size: int) -> float:
     """Time from a graph never seen in this process to its kernel compiled and run (tiny tensors)."""
     scheduler._schedule_cache.clear()
-    runner._compiled.clear()
+    clear_program_cache()
     a = tensor(np.ones(size, np.float32))
     start = time.perf_counter()
     run(chain(a, a, a))
@@ -100,7 +100,7 @@ def main() -> None:
 
 
 def _bytes(node: UOp) -> memoryview:
-    from tg.tensor.engine import read_bytes
+    from tg.hcq.engine import read_bytes
 
     return read_bytes(node)
 

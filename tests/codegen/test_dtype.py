@@ -1,10 +1,7 @@
 """dtypes: names, vectors, pointers, promotion, and bit-exact conversion checked against numpy and ml_dtypes."""
 
 import math
-import os
 import pickle
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -139,10 +136,3 @@ def test_numpy_conversion_round_trips():
     for dt in dtypes.all():
         assert from_numpy(to_numpy(dt)) is dt
     assert to_numpy(dtypes.bfloat16) == np.dtype(ml_dtypes.bfloat16)
-
-
-def test_default_float_comes_from_the_environment():
-    code = "from tg.codegen import dtypes; print(dtypes.default_float.name)"
-    env = {**os.environ, "DEFAULT_FLOAT": "HALF"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "half"

@@ -41,3 +41,25 @@ def test_every_flag_is_described() -> None:
     listing = describe_flags()
     for name, registered in FLAGS.items():
         assert registered.description and name in listing
+
+
+def test_describe_flags_lists_the_flags_of_every_package_from_the_base_alone() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from tg.codegen.flags import describe_flags\n"
+        "print(' '.join(line.split()[0] for line in describe_flags().splitlines()))\n"
+    )
+    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    for name in ("DEBUG", "NOOPT", "CPU_COUNT", "PROFILE", "PROGRAM_CACHE_SIZE", "DEFAULT_FLOAT"):
+        assert name in listed
+
+
+def test_context_finds_a_flag_of_a_package_not_imported_yet() -> None:
+    import subprocess
+    import sys
+
+    code = "from tg.codegen.flags import Context\nwith Context(CPU_COUNT=3):\n    print('ok')\n"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "ok\n"

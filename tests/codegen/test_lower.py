@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
-from tg.codegen.lower import LOWERING, lower
+from tg.codegen.lower import lower
+from tg.codegen.pipeline import KERNEL_STAGES
 
 
 def reduce_kernel() -> UOp:
@@ -18,7 +19,7 @@ def reduce_kernel() -> UOp:
 
 
 def test_stages_are_listed_in_order_by_name() -> None:
-    assert [stage.name for stage in LOWERING] == [
+    assert [stage.name for stage in KERNEL_STAGES] == [
         "simplify indices",
         "apply opts",
         "upcast strided reductions",

@@ -15,7 +15,7 @@ from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
-from tg.codegen.opt import KernelOptError, Opt, OptOps, Scheduler, hand_coded_optimizations
+from tg.codegen.opt import KernelOptError, KernelOptimizer, Opt, OptOps, hand_coded_optimizations
 from tg.hcq import Buffer, Device
 
 
@@ -145,7 +145,7 @@ AMOUNTS = (0, 2, 3, 4, 5, 7, 8, 16)
 SPLIT_TYPES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE)
 
 
-def random_amount(rng: np.random.Generator, k: Scheduler, axis: int) -> int:
+def random_amount(rng: np.random.Generator, k: KernelOptimizer, axis: int) -> int:
     """Mostly a divisor of the axis (likely legal), sometimes anything (likely not)."""
     if axis < k.shape_len and rng.random() < 0.7:
         size = k.full_shape[axis]
@@ -153,8 +153,8 @@ def random_amount(rng: np.random.Generator, k: Scheduler, axis: int) -> int:
     return int(rng.choice(AMOUNTS))
 
 
-def random_opt(rng: np.random.Generator, k: Scheduler) -> Opt:
-    """Any opt at all, legal or not: the Scheduler must sort them out."""
+def random_opt(rng: np.random.Generator, k: KernelOptimizer) -> Opt:
+    """Any opt at all, legal or not: the KernelOptimizer must sort them out."""
     axis = int(rng.integers(max(k.shape_len, 1) + 1))  # one past the end now and then
     kind = int(rng.integers(7))
     amount = random_amount(rng, k, axis)
@@ -175,7 +175,7 @@ def random_opt(rng: np.random.Generator, k: Scheduler) -> Opt:
 
 
 def random_legal_opts(rng: np.random.Generator, ast: UOp, attempts: int) -> list[Opt]:
-    k = Scheduler(ast)
+    k = KernelOptimizer(ast)
     for _ in range(attempts):
         opt = random_opt(rng, k)
         before = k.ast
@@ -193,7 +193,7 @@ def fuzz(name: str, lists: int, seed: int) -> None:
     with Context(NOOPT=1):
         plain = run(case.ast, case.inputs, shape)
     np.testing.assert_allclose(plain, case.expected, rtol=1e-4, atol=1e-4)
-    opt_lists = [hand_coded_optimizations(Scheduler(case.ast))]
+    opt_lists = [hand_coded_optimizations(KernelOptimizer(case.ast))]
     opt_lists += [random_legal_opts(rng, case.ast, attempts=10) for _ in range(lists)]
     for opts in opt_lists:
         result = run(with_opts(case.ast, opts), case.inputs, shape)

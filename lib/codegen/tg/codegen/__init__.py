@@ -4,7 +4,6 @@ Integer `//` and `%` on UOps truncate toward zero (C semantics); see tg.codegen.
 """
 
 from tg.codegen.dtype import (
-    DEFAULT_FLOAT,
     AddrSpace,
     DType,
     PtrDType,
@@ -23,7 +22,7 @@ from tg.codegen.uop.spec import SpecError, type_verify
 from tg.codegen.uop.symbolic import symbolic
 
 __all__ = [
-    "DEFAULT_FLOAT", "AddrSpace", "DType", "PtrDType", "dtypes", "from_numpy", "least_upper_dtype",
+    "AddrSpace", "DType", "PtrDType", "dtypes", "from_numpy", "least_upper_dtype",
     "least_upper_float", "to_numpy", "truncate", "AxisType", "KernelInfo", "ParamArg", "RangeArg", "VarArg",
     "GroupOp", "Ops", "UOp", "Variable", "sym_infer", "PatternMatcher", "RewriteError", "UPat", "graph_rewrite",
     "graph_rewrite_map", "exec_alu", "SpecError", "type_verify", "symbolic",

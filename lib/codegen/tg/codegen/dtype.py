@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from tg.codegen.flags import DEFAULT_FLOAT
-
 
 class AddrSpace(Enum):
     """Where a pointer points: device memory, workgroup-shared memory, or registers."""
@@ -233,7 +231,7 @@ class dtypes:  # noqa: N801 - the namespace reads as `dtypes.float`, as in tinyg
     half, float, double = float16, float32, float64
 
     default_int: DType = int32
-    default_float: DType = float32  # replaced below from the DEFAULT_FLOAT flag
+    default_float: DType = float32  # tg.tensor sets it from its DEFAULT_FLOAT flag
 
     @staticmethod
     def by_name(name: str) -> DType:
@@ -309,7 +307,6 @@ ALL_SCALARS: tuple[DType, ...] = tuple(
     )
 )
 ALL_SCALARS = tuple(dict.fromkeys(ALL_SCALARS))  # aliases appear twice in vars(); keep one of each
-dtypes.default_float = dtypes.by_name(DEFAULT_FLOAT.value)
 
 
 # ---------------------------------------------------------------------------------------------------- promotion

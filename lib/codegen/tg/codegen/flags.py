@@ -77,9 +77,25 @@ def flag(name: str, default: T, description: str) -> Flag[T]:
     return new
 
 
+FLAG_MODULES_GROUP = "tg.flags"  # entry-point group: each tg package that owns flags lists its flag module there
+
+
+def load_all_flags() -> None:
+    """Import the flag module of every installed tg package, so that FLAGS holds every flag tg has.
+
+    Flags live with the package that reads them (CPU_COUNT in tg.hcq, DEFAULT_FLOAT in tg.tensor); this base
+    package finds them through entry points instead of importing packages above it."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=FLAG_MODULES_GROUP):
+        entry.load()
+
+
 @contextmanager
 def Context(**overrides: int | str) -> Iterator[None]:  # noqa: N802 - reads like the tinygrad API it mirrors
     """Override flags for the duration of a with-block: `with Context(DEBUG=2, NOOPT=1): ...`."""
+    if set(overrides) - set(FLAGS):
+        load_all_flags()
     unknown = sorted(set(overrides) - set(FLAGS))
     if unknown:
         raise KeyError(f"unknown flag(s) {', '.join(unknown)}; known flags: {', '.join(sorted(FLAGS))}")
@@ -92,7 +108,8 @@ def Context(**overrides: int | str) -> Iterator[None]:  # noqa: N802 - reads lik
 
 
 def describe_flags() -> str:
-    """A listing of every flag, its current value and what it does (for --help texts and docs)."""
+    """A listing of every flag of every installed tg package, its current value and what it does."""
+    load_all_flags()
     width = max(len(name) for name in FLAGS)
     return "\n".join(f"{name:<{width}}  {f.value!s:<8} {f.description}" for name, f in sorted(FLAGS.items()))
 
@@ -105,19 +122,10 @@ BEAM = flag("BEAM", 0, "beam width for kernel optimization search (0: hand-coded
 IGNORE_BEAM_CACHE = flag("IGNORE_BEAM_CACHE", 0, "search again even when a BEAM result is cached")
 CACHELEVEL = flag("CACHELEVEL", 2, "0 disables every on-disk cache")
 TG_CACHE_DIR = flag("TG_CACHE_DIR", "", "directory of the on-disk caches (default ~/.cache/tg)")
-CPU_COUNT = flag("CPU_COUNT", 0, "worker threads of the CPU device (0: one per core)")
-NULL_ALLOW_COPYOUT = flag("NULL_ALLOW_COPYOUT", 0, "let the NULL device return (meaningless) data on copyout")
 CC = flag("CC", "", "C compiler for CPU kernels (default: clang when installed, else gcc)")
-DEFAULT_FLOAT = flag(
-    "DEFAULT_FLOAT", "float32", "default float dtype of tensors: float32, float16 (half), bfloat16, ..."
-)
 REWRITE_STACK_LIMIT = flag("REWRITE_STACK_LIMIT", 250_000, "pending steps after which graph_rewrite gives up")
 
 
 def cache_dir() -> str:
     """The directory that holds tg's sqlite caches."""
     return TG_CACHE_DIR.value or os.path.join(os.path.expanduser("~"), ".cache", "tg")
-
-
-HCQDEV_WAIT_TIMEOUT_MS = flag("HCQDEV_WAIT_TIMEOUT_MS", 30000, "milliseconds a signal wait may make no progress")
-PROFILE = flag("PROFILE", 0, "record profiling events (kernel and copy time ranges) on HCQ devices")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from tg.codegen.flags import PROFILE
+from tg.hcq.flags import PROFILE
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from decimal import Decimal
 
-from tg.codegen.flags import HCQDEV_WAIT_TIMEOUT_MS
+from tg.hcq.flags import HCQDEV_WAIT_TIMEOUT_MS
 from tg.hcq.memory import HCQBuffer, HostMemory
 from tg.hcq.symbolic import sint
 

@@ -8,7 +8,10 @@ from typing import Any
 from tg.codegen import dtypes
 from tg.codegen.flags import Context
 from tg.hcq import Device
+from tg.tensor.flags import apply_default_float
 from tg.tensor.tensor import Tensor
+
+apply_default_float()
 
 __all__ = ["Context", "Device", "GlobalCounters", "Tensor", "dtypes"]
 

@@ -1,58 +1,19 @@
-"""Lowering: a kernel AST (SINK of STOREs over RANGEs) -> a linear program that renderers turn into source.
+"""Lowering: the stage functions that turn an optimized kernel AST into a linear program for a renderer.
 
-The stages, in order (each can be run, printed and timed alone):
+Where they run, and in which order, is listed in one place: `tg.codegen.pipeline.KERNEL_STAGES`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from tg.codegen.flags import NOOPT
 from tg.codegen.lower.linearize import linearize
-from tg.codegen.lower.upcast import upcast_strided_reductions
-from tg.codegen.opt import apply_opts
-from tg.codegen.schedule.indexing import simplify_indices
-from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import UOp
-from tg.codegen.uop.pattern import graph_rewrite
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One named step of the pipeline: a function from UOp graph to UOp graph."""
-
-    name: str
-    run: Callable[[UOp], UOp]
-
-    def __repr__(self) -> str:
-        return f"Stage({self.name!r})"
-
-
-def _simplify(ast: UOp) -> UOp:
-    return graph_rewrite(ast, simplify_indices, name="simplify indices")
-
-
-def _upcast_strided_reductions(ast: UOp) -> UOp:
-    """Only for kernels the opts left alone (NOOPT=1 means no optimization at all)."""
-    if NOOPT or (isinstance(ast.arg, KernelInfo) and ast.arg.applied_opts):
-        return ast
-    return upcast_strided_reductions(ast)
-
-
-LOWERING: list[Stage] = [
-    Stage("simplify indices", _simplify),  # symbolic algebra: movement-op index arithmetic back to strides
-    Stage("apply opts", apply_opts),  # Opts from KernelInfo.opts_to_apply or the heuristics: split/pad/swap ranges
-    Stage("upcast strided reductions", _upcast_strided_reductions),  # lanes of accumulators for sum(axis=0)
-    Stage("linearize", linearize),  # ranges -> loops, REDUCE -> accumulators, values placed in their loop
-]
 
 
 def lower(ast: UOp) -> UOp:
-    """The LINEAR program of kernel `ast`."""
-    for stage in LOWERING:
-        ast = stage.run(ast)
-    return ast
+    """The LINEAR program of kernel `ast` with the flags as they are set now (`pipeline.lower_kernel`)."""
+    from tg.codegen.pipeline import CodegenFlags, lower_kernel  # the pipeline imports the stages defined here
+
+    return lower_kernel(ast, CodegenFlags.from_environment())
 
 
-__all__ = ["LOWERING", "Stage", "linearize", "lower"]
+__all__ = ["linearize", "lower"]

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 
 from tg.codegen.dtype import AddrSpace, dtypes
-from tg.codegen.schedule.kernel import reduce_identity
 from tg.codegen.uop.args import AxisType, ParamArg
 from tg.codegen.uop.ops import Ops, UOp
+from tg.codegen.uop.reductions import reduce_identity
 
 
 def ranges_each_node_needs(ast: UOp) -> dict[UOp, frozenset[UOp]]:

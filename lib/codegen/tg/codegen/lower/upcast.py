@@ -10,8 +10,8 @@ of one element per cache line.
 from __future__ import annotations
 
 from tg.codegen.dtype import dtypes
-from tg.codegen.schedule.indexing import simplify_indices
 from tg.codegen.uop.args import AxisType
+from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 

@@ -8,21 +8,22 @@ from __future__ import annotations
 
 from tg.codegen.flags import NOOPT
 from tg.codegen.opt.heuristics import hand_coded_optimizations
+from tg.codegen.opt.optimizer import KernelOptimizer
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
-from tg.codegen.opt.scheduler import Scheduler
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import UOp
 
 
-def apply_opts(ast: UOp, has_local: bool = False) -> UOp:
-    """The kernel with its optimizations applied (an AST that already records applied opts is returned as is)."""
+def apply_opts(ast: UOp, has_local: bool = False, noopt: bool | None = None) -> UOp:
+    """The kernel with its optimizations applied (an AST that already records applied opts is returned as is).
+    `noopt` (default: the NOOPT flag) skips the heuristics; opts the AST asks for still apply."""
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     if info.applied_opts and info.opts_to_apply is None:
         return ast
-    k = Scheduler(ast, has_local)
+    k = KernelOptimizer(ast, has_local)
     if info.opts_to_apply is not None:
         opts = list(info.opts_to_apply)
-    elif NOOPT:
+    elif bool(NOOPT) if noopt is None else noopt:
         return ast
     else:
         opts = hand_coded_optimizations(k)
@@ -31,4 +32,4 @@ def apply_opts(ast: UOp, has_local: bool = False) -> UOp:
     return k.get_optimized_ast()
 
 
-__all__ = ["KernelOptError", "Opt", "OptOps", "Scheduler", "apply_opts", "hand_coded_optimizations"]
+__all__ = ["KernelOptError", "Opt", "OptOps", "KernelOptimizer", "apply_opts", "hand_coded_optimizations"]

@@ -15,10 +15,10 @@ import math
 from dataclasses import dataclass
 
 from tg.codegen.dtype import dtypes
+from tg.codegen.opt.optimizer import MAX_UNROLLED_BODY, KernelOptimizer, range_size
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
-from tg.codegen.opt.scheduler import MAX_UNROLLED_BODY, Scheduler, range_size
-from tg.codegen.schedule.indexing import simplify_indices
 from tg.codegen.uop.args import AxisType
+from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 
@@ -58,7 +58,7 @@ def stride_along(address: UOp, rng: UOp, ranges: list[UOp]) -> int | None:
     return at[1].arg - at[0].arg
 
 
-def axis_reuse(k: Scheduler) -> list[AxisReuse]:
+def axis_reuse(k: KernelOptimizer) -> list[AxisReuse]:
     ranges = [u for u in k.ast.toposort() if u.op is Ops.RANGE]
     indexes = [u.src[0] for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
     gates = [index.src[2] for index in indexes if len(index.src) > 2]
@@ -77,8 +77,8 @@ def first_divisor(size: int, choices: tuple[int, ...]) -> int | None:
     return next((c for c in choices if size % c == 0 and c <= size), None)
 
 
-def try_opt(k: Scheduler, opt: Opt) -> bool:
-    """Apply `opt` if it is legal; a heuristic proposes, the Scheduler's checks decide."""
+def try_opt(k: KernelOptimizer, opt: Opt) -> bool:
+    """Apply `opt` if it is legal; a heuristic proposes, the KernelOptimizer's checks decide."""
     try:
         k.apply_opt(opt)
     except KernelOptError:
@@ -86,7 +86,7 @@ def try_opt(k: Scheduler, opt: Opt) -> bool:
     return True
 
 
-def loop_over_strips(k: Scheduler) -> None:
+def loop_over_strips(k: KernelOptimizer) -> None:
     """Matmul-like kernels: when the contiguous output axis (j) and the axis before it (i) each reuse a different
     operand, loop over j outside i. A strip of columns of the operand that moves along j (B[:, j0:j0+16]) is then
     read again and again while it is still in cache, instead of sweeping all of B for every few rows of A."""
@@ -97,12 +97,12 @@ def loop_over_strips(k: Scheduler) -> None:
             return
 
 
-def small_window(k: Scheduler) -> int:
+def small_window(k: KernelOptimizer) -> int:
     """The iterations of the reduce axes small enough to be unrolled whole (a 3x3 convolution window: 9)."""
     return math.prod(size for size in (k.full_shape[a] for a in k.axes_of(AxisType.REDUCE)) if size <= max(UNROLLS))
 
 
-def upcast_reused_axes(k: Scheduler) -> None:
+def upcast_reused_axes(k: KernelOptimizer) -> None:
     """Upcast up to two different output axes along which some load is reused: the contiguous one first, else
     the largest; each as wide as the registers and the unrolled body (lanes times the small window) allow."""
     lanes, done, covered = 1, set(), frozenset()
@@ -129,7 +129,7 @@ def upcast_reused_axes(k: Scheduler) -> None:
             return
 
 
-def unroll_reduction(k: Scheduler) -> None:
+def unroll_reduction(k: KernelOptimizer) -> None:
     """Unroll the innermost reduce axes: small ones (a 3x3 window) whole, then one larger one by a little (loop
     overhead and the loads' address arithmetic shrink, each loaded value feeds more multiply-adds)."""
     for axis in reversed(k.axes_of(AxisType.REDUCE)):
@@ -145,7 +145,7 @@ def unroll_reduction(k: Scheduler) -> None:
         return
 
 
-def hand_coded_optimizations(s: Scheduler) -> list[Opt]:
+def hand_coded_optimizations(s: KernelOptimizer) -> list[Opt]:
     """The opts the heuristics choose for kernel `s` (applied to a copy; `s` is unchanged)."""
     k = s.copy()
     if not k.reduceops or k.has_nested_reductions():

@@ -1,11 +1,32 @@
-"""What every renderer returns, and the interface it implements."""
+"""The renderer base: one walker over a linear program, and the hooks a language fills in.
+
+A linear program (see tg.codegen.lower) is a flat list: RANGE opens a loop, END closes it, every other node
+computes one value from earlier ones. `LinearRenderer.render` walks that list once and asks the language how to
+spell each piece:
+
+    op spellings   `code_for_op`: ALU op -> a function of the operand texts (and dtypes) giving an expression
+    values         `declare`: one statement binding a new local to an expression
+    memory         `index`, `load`, `store`, `accumulator`: buffer elements and register arrays
+    loops          `open_loop`, `close_loop`
+    conversions    `literal`, `cast`, `bitcast`
+    the ABI        `signature_and_prologue` and `finish`: how buffers arrive and how the function is wrapped
+                   (the CPU's `core_id` convention, a GPU's thread ids)
+
+A language is a subclass that fills these in (tg.codegen.render.c, tg.codegen.render.python); a C-style GPU
+language only overrides the ABI hooks of `CStyleLanguage`. What an op computes at its edges (division by zero,
+out-of-range shifts, NaN in max) is defined once, in tg.codegen.uop.alu.EDGE_CASES, and every language must
+reproduce it.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from tg.codegen.uop.ops import Ops, UOp
+from tg.codegen.dtype import AddrSpace, DType
+from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
 
 @dataclass(frozen=True)
@@ -27,6 +48,156 @@ class Renderer:
         raise NotImplementedError
 
 
+@dataclass
+class KernelText:
+    """The state of one render: what each linear node is called, and the lines written so far."""
+
+    linear: UOp
+    indent: str
+    names: dict[UOp, str] = field(default_factory=dict)  # linear node -> the expression holding its value
+    gates: dict[UOp, str] = field(default_factory=dict)  # gated INDEX -> its gate expression
+    lines: list[str] = field(default_factory=list)
+    depth: int = 1
+    counter: int = 0
+    loop_starts: list[int] = field(default_factory=list)  # len(lines) when each open loop began
+    abi: dict[str, Any] = field(default_factory=dict)  # what the language's ABI hooks remember during a render
+
+    @property
+    def name(self) -> str:
+        return self.linear.arg.function_name
+
+    def line(self, text: str) -> None:
+        self.lines.append(self.indent * self.depth + text)
+
+    def fresh(self, prefix: str = "v") -> str:
+        name = f"{prefix}{self.counter}"
+        self.counter += 1
+        return name
+
+
+# An op spelling: (dtype of the result, dtype of the operands, operand texts) -> expression text
+Spelling = Callable[[DType, DType, list[str]], str]
+
+
+class LinearRenderer(Renderer):
+    """Walks a linear program in order; subclasses say how each node is written (see the module docstring)."""
+
+    indent: str = "  "
+    code_for_op: dict[Ops, Spelling] = {}
+
+    def render(self, linear: UOp) -> RenderedKernel:
+        k = KernelText(linear, self.indent)
+        params = global_params(linear)
+        for p in params:
+            k.names[p] = self.buffer_name(p)
+        self.prologue(k, params)
+        for node in linear.src:
+            self.render_node(k, node)
+        return self.finish(k, params)
+
+    # ------------------------------------------------------------------------------------------- the walker
+    def render_node(self, k: KernelText, node: UOp) -> None:
+        op = node.op
+        operands = [k.names.get(s, "") for s in node.src]
+        if op is Ops.PARAM:
+            if node.addrspace is AddrSpace.REG:
+                k.names[node] = f"acc{node.arg.slot}"
+                self.accumulator(k, node, k.names[node])
+        elif op is Ops.CONST:
+            k.names[node] = self.literal(node.arg, node.dtype)
+        elif op is Ops.AFTER:
+            k.names[node] = operands[0]
+        elif op is Ops.INDEX:
+            k.names[node] = self.index(operands[0], operands[1])
+            if len(node.src) > 2:
+                k.gates[node] = operands[2]
+        elif op is Ops.LOAD:
+            self.declare(k, node, self.load(node, operands[0], k.gates.get(node.src[0]), operands[1:]))
+        elif op is Ops.STORE:
+            self.store(k, node, operands[0], operands[1], k.gates.get(node.src[0]))
+        elif op is Ops.RANGE:
+            k.names[node] = range_name(node)
+            k.loop_starts.append(len(k.lines))
+            self.open_loop(k, node, k.names[node])
+            k.depth += 1
+        elif op is Ops.END:
+            k.depth -= 1
+            self.close_loop(k, node.src[0], k.names[node.src[0]], k.loop_starts.pop())
+        elif op is Ops.CAST:
+            self.declare(k, node, self.cast(node.dtype, node.src[0].dtype, operands[0]))
+        elif op is Ops.BITCAST:
+            self.declare(k, node, self.bitcast(node.dtype, node.src[0].dtype, operands[0]))
+        elif op in GroupOp.ALU:
+            self.declare(k, node, self.alu(op, node.dtype, operand_dtype(node), operands))
+        else:
+            raise NotImplementedError(f"the {type(self).__name__} cannot render {op!r}")
+
+    def alu(self, op: Ops, dtype: DType, operands_dtype: DType, operands: list[str]) -> str:
+        spelling = self.code_for_op.get(op)
+        if spelling is None:
+            raise NotImplementedError(f"the {type(self).__name__} cannot render {op!r}")
+        return spelling(dtype, operands_dtype, operands)
+
+    # ---------------------------------------------------------------------------------- the language hooks
+    def buffer_name(self, param: UOp) -> str:
+        return f"data{param.arg.slot}"
+
+    def prologue(self, k: KernelText, params: list[UOp]) -> None:
+        """Lines before the program (the ABI: turning raw arguments into buffers)."""
+
+    def finish(self, k: KernelText, params: list[UOp]) -> RenderedKernel:
+        """The whole source: the function around `k.lines` (the ABI)."""
+        raise NotImplementedError
+
+    def literal(self, value: object, dtype: DType) -> str:
+        raise NotImplementedError
+
+    def declare(self, k: KernelText, node: UOp, expression: str) -> None:
+        """Bind `expression` to a new local named for `node`."""
+        raise NotImplementedError
+
+    def accumulator(self, k: KernelText, node: UOp, name: str) -> None:
+        raise NotImplementedError
+
+    def index(self, buffer: str, position: str) -> str:
+        return f"{buffer}[{position}]"
+
+    def load(self, node: UOp, address: str, gate: str | None, alternative: list[str]) -> str:
+        raise NotImplementedError
+
+    def store(self, k: KernelText, node: UOp, address: str, value: str, gate: str | None) -> None:
+        raise NotImplementedError
+
+    def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
+        raise NotImplementedError
+
+    def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
+        """Close the loop over `rng`; its body is `k.lines[body_start + 1:]` (a renderer may rewrite it)."""
+        raise NotImplementedError
+
+    def cast(self, dtype: DType, source_dtype: DType, x: str) -> str:
+        raise NotImplementedError
+
+    def bitcast(self, dtype: DType, source_dtype: DType, x: str) -> str:
+        raise NotImplementedError
+
+
+def operand_dtype(node: UOp) -> DType:
+    """The dtype an ALU op computes in: its operands' (the last operand's for WHERE, whose first is the bool)."""
+    return node.src[-1].dtype if node.op is Ops.WHERE else node.src[0].dtype
+
+
+def range_name(rng: UOp) -> str:
+    return f"r{rng.arg.axis_id}" if rng.arg.axis_id >= 0 else f"rn{-rng.arg.axis_id}"
+
+
+def buffer_param(address: UOp) -> UOp:
+    """The PARAM an INDEX (or a chain of AFTERs) addresses."""
+    while address.op in (Ops.INDEX, Ops.AFTER):
+        address = address.src[0]
+    return address
+
+
 def loop_iterations(linear: UOp) -> int:
     """The iterations of the innermost work if every loop ran to its end (an estimate of kernel size)."""
     return math.prod(u.src[0].arg for u in linear.src if u.op is Ops.RANGE)
@@ -34,5 +205,5 @@ def loop_iterations(linear: UOp) -> int:
 
 def global_params(linear: UOp) -> list[UOp]:
     """The buffer parameters of a program, in slot order."""
-    found = {u.arg.slot: u for u in linear.src if u.op is Ops.PARAM and u.addrspace.name == "GLOBAL"}
+    found = {u.arg.slot: u for u in linear.src if u.op is Ops.PARAM and u.addrspace is AddrSpace.GLOBAL}
     return [found[slot] for slot in sorted(found)]

@@ -1,19 +1,26 @@
-"""The C renderer: a linear program -> one C function in the CPU kernel ABI (see tg.hcq.devices.cpu).
+"""The C renderers: `CStyleLanguage` (the spellings every C-like language shares) and `CRenderer`, the CPU one.
+
+The CPU kernel ABI (see tg.hcq.devices.cpu):
 
     void NAME(T* restrict data0, ..., int core_id)
 
+The C is standard C11 with GNU extensions that gcc >= 12 and clang >= 14 both accept (`__builtin_*` math and
+constants, `_Float16`); no compiler-specific pragma, so what runs fast under one compiler runs fast under the other.
+
 Every value is its own typed local, so each op rounds to its dtype (float16 matches numpy's per-op rounding).
-Signed int32/int64 arithmetic goes through unsigned types so that overflow wraps as numpy's does instead of
-being undefined; integer division by 0 gives 0 and INT_MIN / -1 wraps rather than trapping. Float MAX
-propagates NaN, as numpy's maximum does.
+bfloat16 is not a C type every compiler has: its values live in `float` locals that are rounded to bfloat16 after
+every op (round to nearest even, `tg_round_bf16`), and its memory is 16-bit integers converted on load and store.
+Bit casts go through a union (C11 allows reading another member). Signed int32/int64 arithmetic goes through
+unsigned types so that overflow wraps as numpy's does instead of being undefined; integer division by 0 gives 0
+and INT_MIN / -1 wraps rather than trapping (tg.codegen.uop.alu.EDGE_CASES lists every such rule).
 
 Large kernels use every core: the outermost loop is cut into one chunk per core and the kernel is launched
-with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`. Float ADD/MUL reduction loops allow
-reassociation (`#pragma clang fp reassociate`) so clang can vectorize them with several partial sums, and
-contraction of a*b+c into one FMA there (the sum's rounding already depends on that order).
+with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`. Only output loops are cut, never a
+reduction, so a sum's order (and bits) do not depend on the core count.
 
-UPCAST and UNROLL loops (see tg.codegen.opt) are unrolled fully: their register accumulator arrays are then
-indexed by constants, clang promotes them to registers and packs the lanes into SIMD vectors.
+UPCAST and UNROLL loops (see tg.codegen.opt) up to MAX_FULL_UNROLL iterations are unrolled in the source: the
+body is written once per iteration with the loop variable a constant, so register-array accumulators are indexed
+by constants and the compiler keeps the lanes in (SIMD) registers without being asked by a pragma.
 """
 
 from __future__ import annotations
@@ -21,24 +28,56 @@ from __future__ import annotations
 import math
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes, encode
-from tg.codegen.render.base import RenderedKernel, Renderer, global_params, loop_iterations
+from tg.codegen.render.base import (
+    KernelText,
+    LinearRenderer,
+    RenderedKernel,
+    Spelling,
+    buffer_param,
+    loop_iterations,
+)
 from tg.codegen.uop.args import AxisType
-from tg.codegen.uop.ops import GroupOp, Ops, UOp
+from tg.codegen.uop.ops import Ops, UOp
 
 MULTICORE_MIN_ITERATIONS = 1 << 16
-MAX_FULL_UNROLL = 32  # UPCAST/UNROLL loops up to this size are unrolled fully (their accumulators become registers)
+MAX_FULL_UNROLL = 32  # UPCAST/UNROLL loops up to this size are unrolled in the source
 C_RENDERER_NAMES = ("", "C", "CLANG")  # device-string renderer names that mean this renderer (DEV=CPU, CPU:C)
 
-# clang lowers float -> __bf16 conversions to calls into compiler-rt, which kernels are not linked with; this is
-# the same conversion (round to nearest even, NaN stays NaN), defined in the kernel itself.
-BFLOAT16_PRELUDE = """__bf16 __truncsfbf2(float x) {
-  unsigned int u = __builtin_bit_cast(unsigned int, x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return __builtin_bit_cast(__bf16, (unsigned short)((u >> 16) | 0x40u));
+# Helpers a kernel defines when it uses them (by name), so that no kernel needs a header or a runtime library.
+# bfloat16 conversions round to nearest even and keep NaN a (quiet) NaN.
+HELPERS: dict[str, str] = {
+    "tg_bf16_to_float": """static inline float tg_bf16_to_float(unsigned short bits) {
+  unsigned int u = (unsigned int)bits << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}""",
+    "tg_float_to_bf16": """static inline unsigned short tg_float_to_bf16(float x) {
+  unsigned int u;
+  __builtin_memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
   u += 0x7fffu + ((u >> 16) & 1u);
-  return __builtin_bit_cast(__bf16, (unsigned short)(u >> 16));
+  return (unsigned short)(u >> 16);
+}""",
+    "tg_round_bf16": """static inline float tg_round_bf16(float x) { return tg_bf16_to_float(tg_float_to_bf16(x)); }""",
+    # double -> bfloat16 in one rounding: first to float rounding to odd (truncate, then set the last bit when
+    # inexact), which keeps the information the second rounding needs.
+    "tg_round_bf16_double": """static inline float tg_round_bf16_double(double x) {
+  float f = (float)x;
+  if (f == f && (double)f != x) {
+    unsigned int u;
+    __builtin_memcpy(&u, &f, 4);
+    if (__builtin_fabs((double)f) > __builtin_fabs(x)) u -= 1u;
+    u |= 1u;
+    __builtin_memcpy(&f, &u, 4);
+  }
+  return tg_round_bf16(f);
+}""",
 }
-__bf16 __truncdfbf2(double x) { return __truncsfbf2((float)x); }
-"""
+HELPER_DEPENDENCIES = {
+    "tg_round_bf16": ("tg_bf16_to_float", "tg_float_to_bf16"),
+    "tg_round_bf16_double": ("tg_round_bf16",),
+}
 
 C_TYPES: dict[DType, str] = {
     dtypes.bool: "_Bool",
@@ -51,7 +90,7 @@ C_TYPES: dict[DType, str] = {
     dtypes.int64: "long long",
     dtypes.uint64: "unsigned long long",
     dtypes.float16: "_Float16",
-    dtypes.bfloat16: "__bf16",
+    dtypes.bfloat16: "float",  # a value; in memory it is `unsigned short` (see memory_type)
     dtypes.float32: "float",
     dtypes.float64: "double",
     dtypes.index: "long",
@@ -63,13 +102,20 @@ C_TYPES: dict[DType, str] = {
 }
 UNSIGNED_OF = {dtypes.int32: "unsigned int", dtypes.int64: "unsigned long long"}
 MATH_FUNCTIONS = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
+COMPARISONS = (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)
 
 
 def c_type(dtype: DType) -> str:
+    """The C type of a value of `dtype` (a local, an accumulator)."""
     try:
         return C_TYPES[dtype.scalar()]
     except KeyError:
         raise TypeError(f"the C renderer has no type for {dtype!r}") from None
+
+
+def memory_type(dtype: DType) -> str:
+    """The C type of an element of a buffer of `dtype`: bfloat16 is its 16 bits."""
+    return "unsigned short" if dtype.scalar() is dtypes.bfloat16 else c_type(dtype)
 
 
 def float_literal(value: float, dtype: DType) -> str:
@@ -81,6 +127,8 @@ def float_literal(value: float, dtype: DType) -> str:
         text = f"{'-' if value < 0 else ''}__builtin_inf{suffix}()"
     else:
         text = float(value).hex() + suffix
+    if dtype is dtypes.bfloat16:  # a float value that is already a bfloat16 (constants are stored rounded)
+        return text
     return text if dtype in (dtypes.float32, dtypes.float64) else f"(({c_type(dtype)}){text})"
 
 
@@ -109,7 +157,7 @@ def math_call(op: Ops, dtype: DType, x: str) -> str:
     name = "__builtin_" + MATH_FUNCTIONS[op]
     if dtype is dtypes.float64:
         return f"{name}({x})"
-    if dtype is dtypes.float32:
+    if dtype in (dtypes.float32, dtypes.bfloat16):
         return f"{name}f({x})"
     return f"({c_type(dtype)}){name}f((float){x})"
 
@@ -120,45 +168,6 @@ def wrapping(op: str, dtype: DType, a: str, b: str) -> str:
     if unsigned is None:
         return f"({a} {op} {b})"
     return f"({c_type(dtype)})(({unsigned}){a} {op} ({unsigned}){b})"
-
-
-def render_alu(op: Ops, dtype: DType, operand_dtype: DType, x: list[str]) -> str:
-    """The C expression of an ALU op on rendered operands `x`."""
-    is_float = dtypes.is_float(operand_dtype)
-    simple = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
-    if op in simple:
-        return f"({x[0]} {simple[op]} {x[1]})"
-    if op in (Ops.ADD, Ops.SUB, Ops.MUL):
-        return wrapping({Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[op], dtype, x[0], x[1])
-    if op is Ops.NEG:
-        if dtype is dtypes.bool:
-            return f"(!{x[0]})"
-        return wrapping("-", dtype, "0", x[0]) if dtype in UNSIGNED_OF else f"(-{x[0]})"
-    if op is Ops.FDIV:
-        return f"({x[0]} / {x[1]})"
-    if op in (Ops.IDIV, Ops.MOD):
-        return render_int_division(op, dtype, x[0], x[1]) if not is_float else f"({x[0]} / {x[1]})"
-    if op is Ops.MAX:
-        if is_float:  # NaN in either operand gives NaN
-            return f"(({x[0]} != {x[0]} || {x[0]} > {x[1]}) ? {x[0]} : {x[1]})"
-        return f"({x[0]} > {x[1]} ? {x[0]} : {x[1]})"
-    if op is Ops.SHL:
-        return wrapping("<<", dtype, x[0], x[1]) if dtype in UNSIGNED_OF else f"({x[0]} << {x[1]})"
-    if op is Ops.SHR:
-        return f"({x[0]} >> {x[1]})"
-    if op is Ops.WHERE:
-        return f"({x[0]} ? {x[1]} : {x[2]})"
-    if op is Ops.RECIPROCAL:
-        return f"(({c_type(dtype)})1 / {x[0]})"
-    if op in MATH_FUNCTIONS:
-        return math_call(op, dtype, x[0])
-    if op is Ops.POW:
-        if dtype is dtypes.float64:
-            return f"__builtin_pow({x[0]}, {x[1]})"
-        return f"({c_type(dtype)})__builtin_powf((float){x[0]}, (float){x[1]})"
-    if op is Ops.MULACC:
-        return f"(({x[0]} * {x[1]}) + {x[2]})"
-    raise NotImplementedError(f"the C renderer cannot render {op!r}")
 
 
 def render_int_division(op: Ops, dtype: DType, a: str, b: str) -> str:
@@ -172,12 +181,96 @@ def render_int_division(op: Ops, dtype: DType, a: str, b: str) -> str:
     return f"({b} == 0 ? 0 : {a} {symbol} {b})"
 
 
+def _division(op: Ops) -> Spelling:
+    def spell(dtype: DType, operands: DType, x: list[str]) -> str:
+        if dtypes.is_float(operands):
+            return f"({x[0]} / {x[1]})"
+        return render_int_division(op, dtype, x[0], x[1])
+
+    return spell
+
+
+def _maximum(dtype: DType, operands: DType, x: list[str]) -> str:
+    if dtypes.is_float(operands):  # NaN in either operand gives NaN
+        return f"(({x[0]} != {x[0]} || {x[0]} > {x[1]}) ? {x[0]} : {x[1]})"
+    return f"({x[0]} > {x[1]} ? {x[0]} : {x[1]})"
+
+
+def _negate(dtype: DType, operands: DType, x: list[str]) -> str:
+    if dtype is dtypes.bool:
+        return f"(!{x[0]})"
+    return wrapping("-", dtype, "0", x[0]) if dtype in UNSIGNED_OF else f"(-{x[0]})"
+
+
+def _shift_left(dtype: DType, operands: DType, x: list[str]) -> str:
+    return wrapping("<<", dtype, x[0], x[1]) if dtype in UNSIGNED_OF else f"({x[0]} << {x[1]})"
+
+
+def _power(dtype: DType, operands: DType, x: list[str]) -> str:
+    if dtype is dtypes.float64:
+        return f"__builtin_pow({x[0]}, {x[1]})"
+    return f"({c_type(dtype)})__builtin_powf((float){x[0]}, (float){x[1]})"
+
+
+def _infix(symbol: str) -> Spelling:
+    return lambda dtype, operands, x: f"({x[0]} {symbol} {x[1]})"
+
+
+def _wrapping_infix(symbol: str) -> Spelling:
+    return lambda dtype, operands, x: wrapping(symbol, dtype, x[0], x[1])
+
+
+def _math(op: Ops) -> Spelling:
+    return lambda dtype, operands, x: math_call(op, dtype, x[0])
+
+
+C_CODE_FOR_OP: dict[Ops, Spelling] = {
+    Ops.CMPLT: _infix("<"),
+    Ops.CMPNE: _infix("!="),
+    Ops.CMPEQ: _infix("=="),
+    Ops.AND: _infix("&"),
+    Ops.OR: _infix("|"),
+    Ops.XOR: _infix("^"),
+    Ops.SHR: _infix(">>"),
+    Ops.FDIV: _infix("/"),
+    Ops.ADD: _wrapping_infix("+"),
+    Ops.SUB: _wrapping_infix("-"),
+    Ops.MUL: _wrapping_infix("*"),
+    Ops.SHL: _shift_left,
+    Ops.NEG: _negate,
+    Ops.IDIV: _division(Ops.IDIV),
+    Ops.MOD: _division(Ops.MOD),
+    Ops.MAX: _maximum,
+    Ops.WHERE: lambda dtype, operands, x: f"({x[0]} ? {x[1]} : {x[2]})",
+    Ops.RECIPROCAL: lambda dtype, operands, x: f"(({c_type(dtype)})1 / {x[0]})",
+    Ops.POW: _power,
+    Ops.MULACC: lambda dtype, operands, x: f"(({x[0]} * {x[1]}) + {x[2]})",
+    **{op: _math(op) for op in MATH_FUNCTIONS},
+}
+
+
+def render_alu(op: Ops, dtype: DType, operand_dtype: DType, x: list[str]) -> str:
+    """The C expression of an ALU op on rendered operands `x` (bfloat16 results rounded to bfloat16)."""
+    spelling = C_CODE_FOR_OP.get(op)
+    if spelling is None:
+        raise NotImplementedError(f"the C renderer cannot render {op!r}")
+    expression = spelling(dtype, operand_dtype, x)
+    if dtype is dtypes.bfloat16 and op not in (Ops.WHERE, Ops.MAX):
+        return f"tg_round_bf16({expression})"
+    return expression
+
+
 def render_cast(dtype: DType, source_dtype: DType, x: str) -> str:
     """A C cast with the emulator's semantics. Float -> int goes through long long (so out-of-range values wrap
     as numpy's do), with NaN and inf giving 0 (`x - x` is 0 only for finite x). uint32 -> float goes through
     long long too: clang 19 with -march=native vectorizes `(float)(unsigned)(signed char)v` as a zero-extension
-    of v, which is wrong for negative v; the conversion through long long is exact and not affected."""
+    of v, which is wrong for negative v; the conversion through long long is exact and not affected.
+    To bfloat16: one rounding from the exact value (through double for doubles and integers)."""
     target = c_type(dtype)
+    if dtype is dtypes.bfloat16:
+        if source_dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16):
+            return f"tg_round_bf16((float){x})"
+        return f"tg_round_bf16_double((double){x})"
     if dtypes.is_float(source_dtype) and dtype.kind in ("int", "uint"):
         converted = f"({target}){x}" if dtype is dtypes.uint64 else f"({target})(long long){x}"
         return f"({x} - {x} != 0 ? 0 : {converted})"
@@ -186,137 +279,134 @@ def render_cast(dtype: DType, source_dtype: DType, x: str) -> str:
     return f"({target}){x}"
 
 
-class CRenderer(Renderer):
+def render_bitcast(dtype: DType, source_dtype: DType, x: str) -> str:
+    """The bits of `x` read as `dtype`, through a union (bfloat16 values through their 16 bits)."""
+    source, target = memory_type(source_dtype), memory_type(dtype)
+    if source_dtype is dtypes.bfloat16:
+        x = f"tg_float_to_bf16({x})"
+    bits = f"((union {{ {source} from; {target} to; }}){{ .from = {x} }}).to"
+    return f"tg_bf16_to_float({bits})" if dtype is dtypes.bfloat16 else bits
+
+
+def with_helpers(src: str) -> str:
+    """`src` preceded by the definitions of the helpers it calls (and of the helpers those call)."""
+    needed: list[str] = []
+
+    def need(name: str) -> None:
+        for dependency in HELPER_DEPENDENCIES.get(name, ()):
+            need(dependency)
+        if name not in needed:
+            needed.append(name)
+
+    for name in HELPERS:
+        if name + "(" in src:
+            need(name)
+    return "".join(HELPERS[name] + "\n" for name in needed) + src
+
+
+class CStyleLanguage(LinearRenderer):
+    """The spellings C-like languages share: typed locals, braces, ternaries, C casts and literals.
+
+    A C-style language for another device subclasses this and implements the ABI: `finish` (the function
+    signature and qualifiers) and, where threads replace loops, `open_loop`/`close_loop` for those ranges."""
+
+    code_for_op = C_CODE_FOR_OP
+    buffer_qualifier = ""  # e.g. "__global " for OpenCL
+
+    def literal(self, value: object, dtype: DType) -> str:
+        return literal(value, dtype)
+
+    def alu(self, op: Ops, dtype: DType, operands_dtype: DType, operands: list[str]) -> str:
+        return render_alu(op, dtype, operands_dtype, operands)
+
+    def cast(self, dtype: DType, source_dtype: DType, x: str) -> str:
+        return render_cast(dtype, source_dtype, x)
+
+    def bitcast(self, dtype: DType, source_dtype: DType, x: str) -> str:
+        return render_bitcast(dtype, source_dtype, x)
+
+    def declare(self, k: KernelText, node: UOp, expression: str) -> None:
+        name = k.fresh()
+        k.line(f"{c_type(node.dtype)} {name} = {expression};")
+        k.names[node] = name
+
+    def accumulator(self, k: KernelText, node: UOp, name: str) -> None:
+        k.line(f"{c_type(node.dtype.base)} {name}[{node.dtype.size}];")
+
+    def buffer_arguments(self, params: list[UOp]) -> list[str]:
+        return [f"{self.buffer_qualifier}{memory_type(p.dtype.base)}* restrict data{p.arg.slot}" for p in params]
+
+    def load(self, node: UOp, address: str, gate: str | None, alternative: list[str]) -> str:
+        if _in_memory_as_bits(node.src[0], node.dtype):
+            address = f"tg_bf16_to_float({address})"
+        return address if gate is None else f"({gate} ? {address} : {alternative[0]})"
+
+    def store(self, k: KernelText, node: UOp, address: str, value: str, gate: str | None) -> None:
+        if _in_memory_as_bits(node.src[0], node.src[1].dtype):
+            value = f"tg_float_to_bf16({value})"
+        k.line(f"{address} = {value};" if gate is None else f"if ({gate}) {address} = {value};")
+
+    def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
+        k.line(f"for (long {name} = 0; {name} < {rng.src[0].arg}; {name}++) {{")
+
+    def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
+        end = rng.src[0].arg
+        if rng.arg.axis_type in (AxisType.UPCAST, AxisType.UNROLL) and end <= MAX_FULL_UNROLL:
+            unroll(k, name, end, body_start)
+        else:
+            k.line("}")
+
+
+def _in_memory_as_bits(address: UOp, dtype: DType) -> bool:
+    return dtype.scalar() is dtypes.bfloat16 and buffer_param(address).addrspace is not AddrSpace.REG
+
+
+def unroll(k: KernelText, name: str, end: int, body_start: int) -> None:
+    """Replace the loop opened at `k.lines[body_start]` by one block per iteration with `name` a constant."""
+    body = k.lines[body_start + 1 :]
+    del k.lines[body_start:]
+    for i in range(end):
+        k.line(f"{{ const long {name} = {i};")
+        k.lines.extend(body)
+        k.line("}")
+
+
+class CRenderer(CStyleLanguage):
+    """C for the CPU device: the ABI passes `core_id`, and big kernels are split into one chunk per core."""
+
     device = "CPU"
 
     def __init__(self, cores: int = 1) -> None:
         self.cores = max(1, cores)
 
-    def render(self, linear: UOp) -> RenderedKernel:
-        return _CFunction(linear, self.cores).render()
+    def prologue(self, k: KernelText, params: list[UOp]) -> None:
+        k.abi["chunks"] = self.chunks(k.linear)
 
-
-class _CFunction:
-    """Renders one linear program; `names` maps each linear node to the C expression that holds its value."""
-
-    def __init__(self, linear: UOp, cores: int) -> None:
-        self.linear = linear
-        self.name = linear.arg.function_name
-        self.names: dict[UOp, str] = {}
-        self.gates: dict[UOp, str] = {}  # gated INDEX -> its gate
-        self.lines: list[str] = []
-        self.depth = 1
-        self.chunks = self._chunks(cores)
-        self.counter = 0
-
-    def _chunks(self, cores: int) -> int:
-        program = self.linear.src
-        first = next((u for u in program if u.op is Ops.RANGE), None)
-        if first is None or first.arg.axis_type is not AxisType.LOOP or cores == 1:
+    def chunks(self, linear: UOp) -> int:
+        """How many calls the kernel is cut into: one per core when its outermost loop is an output loop and
+        the kernel is big enough to be worth waking the cores for."""
+        first = next((u for u in linear.src if u.op is Ops.RANGE), None)
+        if first is None or first.arg.axis_type is not AxisType.LOOP or self.cores == 1:
             return 1
-        if loop_iterations(self.linear) < MULTICORE_MIN_ITERATIONS:
+        if loop_iterations(linear) < MULTICORE_MIN_ITERATIONS:
             return 1
-        return min(cores, first.src[0].arg)
+        return min(self.cores, first.src[0].arg)
 
-    def line(self, text: str) -> None:
-        self.lines.append("  " * self.depth + text)
+    def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
+        chunks = k.abi["chunks"]
+        if chunks > 1 and "split" not in k.abi:  # the first loop: this call's chunk of it
+            k.abi["split"] = rng
+            end = rng.src[0].arg
+            k.line(f"long {name}_start = {end}ll * core_id / {chunks};")
+            k.line(f"long {name}_end = {end}ll * (core_id + 1) / {chunks};")
+            k.line(f"for (long {name} = {name}_start; {name} < {name}_end; {name}++) {{")
+            return
+        super().open_loop(k, rng, name)
 
-    def value(self, node: UOp, expression: str) -> None:
-        variable = f"v{self.counter}"
-        self.counter += 1
-        self.line(f"{c_type(node.dtype)} {variable} = {expression};")
-        self.names[node] = variable
-
-    def render(self) -> RenderedKernel:
-        params = global_params(self.linear)
-        signature = [f"{c_type(p.dtype.base)}* restrict data{p.arg.slot}" for p in params]
-        for p in params:
-            self.names[p] = f"data{p.arg.slot}"
-        first_range = True
-        for node in self.linear.src:
-            if node.op is Ops.RANGE:
-                self.render_range(node, split=first_range and self.chunks > 1)
-                first_range = False
-            else:
-                self.render_node(node)
-        body = "\n".join(self.lines)
-        unused = "" if self.chunks > 1 else "  (void)core_id;\n"
-        src = f"void {self.name}({', '.join([*signature, 'int core_id'])}) {{\n{unused}{body}\n}}\n"
-        if "__bf16" in src:
-            src = BFLOAT16_PRELUDE + src
-        return RenderedKernel(self.name, src, (self.chunks, 1, 1))
-
-    def render_range(self, rng: UOp, split: bool) -> None:
-        name = f"r{rng.arg.axis_id}" if rng.arg.axis_id >= 0 else f"rn{-rng.arg.axis_id}"
-        self.names[rng] = name
-        end = rng.src[0].arg
-        if split:
-            self.line(f"long {name}_start = {end}ll * core_id / {self.chunks};")
-            self.line(f"long {name}_end = {end}ll * (core_id + 1) / {self.chunks};")
-            self.line(f"for (long {name} = {name}_start; {name} < {name}_end; {name}++) {{")
-        else:
-            if rng.arg.axis_type in (AxisType.UPCAST, AxisType.UNROLL) and end <= MAX_FULL_UNROLL:
-                self.line("#pragma clang loop unroll(full)")
-            self.line(f"for (long {name} = 0; {name} < {end}; {name}++) {{")
-        self.depth += 1
-        if rng.arg.axis_type is AxisType.REDUCE:
-            pragma = self._fp_pragma(rng)
-            if pragma:
-                self.line(pragma)
-
-    def _fp_pragma(self, rng: UOp) -> str | None:
-        """The float pragma for the reduction loop over `rng`, when it only feeds float ADD/MUL accumulators.
-
-        One accumulator: partial sums may reorder (so clang vectorizes) and a*b+c may fuse. Accumulators per
-        unrolled lane: only fusing; the lanes are the vector already, and reordering makes clang build
-        horizontal sums instead."""
-        ends = [u for u in self.linear.src if u.op is Ops.END and u.src[0] is rng]
-        lanes = False
-        for end in ends:
-            update = end.src[1] if len(end.src) > 1 else None
-            while update is not None and update.op is Ops.END:
-                lanes = lanes or update.src[0].arg.axis_type in (AxisType.UPCAST, AxisType.UNROLL)
-                update = update.src[1] if len(update.src) > 1 else None
-            if update is None or update.op is not Ops.STORE:
-                return None
-            combined = update.src[1]
-            if combined.op not in (Ops.ADD, Ops.MUL) or not dtypes.is_float(combined.dtype):
-                return None
-        if not ends:
-            return None
-        return "#pragma clang fp contract(fast)" if lanes else "#pragma clang fp reassociate(on) contract(fast)"
-
-    def render_node(self, node: UOp) -> None:
-        op = node.op
-        n = [self.names.get(s, "") for s in node.src]
-        if op is Ops.PARAM:
-            if node.addrspace is AddrSpace.REG:
-                name = f"acc{node.arg.slot}"
-                self.line(f"{c_type(node.dtype.base)} {name}[{node.dtype.size}];")
-                self.names[node] = name
-        elif op is Ops.CONST:
-            self.names[node] = literal(node.arg, node.dtype)
-        elif op is Ops.AFTER:
-            self.names[node] = n[0]
-        elif op is Ops.INDEX:
-            self.names[node] = f"{n[0]}[{n[1]}]"
-            if len(node.src) > 2:
-                self.gates[node] = n[2]
-        elif op is Ops.LOAD:
-            gate = self.gates.get(node.src[0])
-            self.value(node, n[0] if gate is None else f"({gate} ? {n[0]} : {n[1]})")
-        elif op is Ops.STORE:
-            gate = self.gates.get(node.src[0])
-            self.line(f"{n[0]} = {n[1]};" if gate is None else f"if ({gate}) {n[0]} = {n[1]};")
-        elif op is Ops.END:
-            self.depth -= 1
-            self.line("}")
-        elif op is Ops.CAST:
-            self.value(node, render_cast(node.dtype, node.src[0].dtype, n[0]))
-        elif op is Ops.BITCAST:
-            self.value(node, f"__builtin_bit_cast({c_type(node.dtype)}, {n[0]})")
-        elif op in GroupOp.ALU:
-            operand_dtype = node.src[-1].dtype if op is Ops.WHERE else node.src[0].dtype
-            self.value(node, render_alu(op, node.dtype, operand_dtype, n))
-        else:
-            raise NotImplementedError(f"the C renderer cannot render {op!r}")
+    def finish(self, k: KernelText, params: list[UOp]) -> RenderedKernel:
+        signature = ", ".join([*self.buffer_arguments(params), "int core_id"])
+        chunks = k.abi["chunks"]
+        unused = "" if chunks > 1 else "  (void)core_id;\n"
+        body = "\n".join(k.lines)
+        src = with_helpers(f"void {k.name}({signature}) {{\n{unused}{body}\n}}\n")
+        return RenderedKernel(k.name, src, (chunks, 1, 1))

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import math
 
-from tg.codegen.dtype import AddrSpace, DType, dtypes
-from tg.codegen.render.base import RenderedKernel, Renderer, global_params
+from tg.codegen.dtype import DType, dtypes
+from tg.codegen.render.base import KernelText, LinearRenderer, RenderedKernel
 from tg.codegen.render.emulate import converter_name
-from tg.codegen.uop.ops import GroupOp, Ops, UOp
+from tg.codegen.uop.ops import Ops, UOp
 
 
 def python_literal(value: object, dtype: DType) -> str:
@@ -66,85 +66,52 @@ def fast_alu(op: Ops, dtype: DType, operand_dtype: DType, x: list[str]) -> str |
     return None
 
 
-class PythonRenderer(Renderer):
+class PythonRenderer(LinearRenderer):
+    """Python for the PYTHON device: buffers arrive as raw memory and are wrapped in TypedMemory; every call
+    runs the whole kernel (core_id is accepted and ignored)."""
+
     device = "PYTHON"
+    indent = "    "
 
-    def render(self, linear: UOp) -> RenderedKernel:
-        return _PythonFunction(linear).render()
-
-
-class _PythonFunction:
-    def __init__(self, linear: UOp) -> None:
-        self.linear = linear
-        self.name = linear.arg.function_name
-        self.names: dict[UOp, str] = {}
-        self.gates: dict[UOp, str] = {}
-        self.lines: list[str] = []
-        self.depth = 1
-        self.counter = 0
-        self.block_sizes: list[int] = []  # lines at each loop start, to add `pass` to empty loops
-
-    def line(self, text: str) -> None:
-        self.lines.append("    " * self.depth + text)
-
-    def value(self, node: UOp, expression: str) -> None:
-        variable = f"v{self.counter}"
-        self.counter += 1
-        self.line(f"{variable} = {expression}")
-        self.names[node] = variable
-
-    def render(self) -> RenderedKernel:
-        params = global_params(self.linear)
-        arguments = [f"raw{p.arg.slot}" for p in params]
+    def prologue(self, k: KernelText, params: list[UOp]) -> None:
         for p in params:
-            self.names[p] = f"data{p.arg.slot}"
-            self.line(f"data{p.arg.slot} = TypedMemory(raw{p.arg.slot}, {p.dtype.base!r})")
-        for node in self.linear.src:
-            self.render_node(node)
-        if len(self.lines) == 0:
-            self.line("pass")
-        body = "\n".join(self.lines)
-        return RenderedKernel(self.name, f"def {self.name}({', '.join([*arguments, 'core_id'])}):\n{body}\n")
+            k.line(f"data{p.arg.slot} = TypedMemory(raw{p.arg.slot}, {p.dtype.base!r})")
 
-    def render_node(self, node: UOp) -> None:
-        op = node.op
-        n = [self.names.get(s, "") for s in node.src]
-        if op is Ops.PARAM:
-            if node.addrspace is AddrSpace.REG:
-                name = f"acc{node.arg.slot}"
-                self.line(f"{name} = [None] * {node.dtype.size}")
-                self.names[node] = name
-        elif op is Ops.CONST:
-            self.names[node] = python_literal(node.arg, node.dtype)
-        elif op is Ops.RANGE:
-            name = f"r{node.arg.axis_id}" if node.arg.axis_id >= 0 else f"rn{-node.arg.axis_id}"
-            self.names[node] = name
-            self.line(f"for {name} in range(0, {node.src[0].arg}):")
-            self.depth += 1
-            self.block_sizes.append(len(self.lines))
-        elif op is Ops.END:
-            if self.block_sizes.pop() == len(self.lines):
-                self.line("pass")
-            self.depth -= 1
-        elif op is Ops.AFTER:
-            self.names[node] = n[0]
-        elif op is Ops.INDEX:
-            self.names[node] = f"{n[0]}[{n[1]}]"
-            if len(node.src) > 2:
-                self.gates[node] = n[2]
-        elif op is Ops.LOAD:
-            gate = self.gates.get(node.src[0])
-            self.value(node, n[0] if gate is None else f"({n[0]} if {gate} else {n[1]})")
-        elif op is Ops.STORE:
-            gate = self.gates.get(node.src[0])  # a gated store (a padded output axis) writes only where it is true
-            self.line(f"{n[0]} = {n[1]}" if gate is None else f"if {gate}: {n[0]} = {n[1]}")
-        elif op is Ops.CAST:
-            self.value(node, f"cast({node.dtype!r}, {n[0]})")
-        elif op is Ops.BITCAST:
-            self.value(node, f"bitcast({node.dtype!r}, {node.src[0].dtype!r}, {n[0]})")
-        elif op in GroupOp.ALU:
-            self.value(
-                node, fast_alu(op, node.dtype, node.src[-1].dtype, n) or f"alu({op!r}, {node.dtype!r}, {', '.join(n)})"
-            )
-        else:
-            raise NotImplementedError(f"the Python renderer cannot render {op!r}")
+    def finish(self, k: KernelText, params: list[UOp]) -> RenderedKernel:
+        arguments = [f"raw{p.arg.slot}" for p in params]
+        body = "\n".join(k.lines) if k.lines else k.indent + "pass"
+        return RenderedKernel(k.name, f"def {k.name}({', '.join([*arguments, 'core_id'])}):\n{body}\n")
+
+    def literal(self, value: object, dtype: DType) -> str:
+        return python_literal(value, dtype)
+
+    def alu(self, op: Ops, dtype: DType, operands_dtype: DType, operands: list[str]) -> str:
+        return fast_alu(op, dtype, operands_dtype, operands) or f"alu({op!r}, {dtype!r}, {', '.join(operands)})"
+
+    def cast(self, dtype: DType, source_dtype: DType, x: str) -> str:
+        return f"cast({dtype!r}, {x})"
+
+    def bitcast(self, dtype: DType, source_dtype: DType, x: str) -> str:
+        return f"bitcast({dtype!r}, {source_dtype!r}, {x})"
+
+    def declare(self, k: KernelText, node: UOp, expression: str) -> None:
+        name = k.fresh()
+        k.line(f"{name} = {expression}")
+        k.names[node] = name
+
+    def accumulator(self, k: KernelText, node: UOp, name: str) -> None:
+        k.line(f"{name} = [None] * {node.dtype.size}")
+
+    def load(self, node: UOp, address: str, gate: str | None, alternative: list[str]) -> str:
+        return address if gate is None else f"({address} if {gate} else {alternative[0]})"
+
+    def store(self, k: KernelText, node: UOp, address: str, value: str, gate: str | None) -> None:
+        # a gated store (a padded output axis) writes only where its gate is true
+        k.line(f"{address} = {value}" if gate is None else f"if {gate}: {address} = {value}")
+
+    def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
+        k.line(f"for {name} in range(0, {rng.src[0].arg}):")
+
+    def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
+        if len(k.lines) == body_start + 1:  # an empty loop body
+            k.line(k.indent + "pass")

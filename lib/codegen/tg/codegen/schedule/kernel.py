@@ -12,25 +12,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from tg.codegen.dtype import DType, dtypes
+from tg.codegen.dtype import dtypes
 from tg.codegen.schedule import indexing
 from tg.codegen.schedule.graph import shape_of
 from tg.codegen.schedule.indexing import Index, index_const
 from tg.codegen.uop.args import AxisType, KernelInfo
+from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
-
-
-def reduce_identity(op: Ops, dtype: DType) -> object:
-    """The value a reduction starts from (and what it gives over zero elements)."""
-    if op is Ops.ADD:
-        return 0
-    if op is Ops.MUL:
-        return 1
-    if op is Ops.MAX:
-        return dtypes.min(dtype)
-    raise ValueError(f"no reduction with {op!r}")
-
+from tg.codegen.uop.reductions import reduce_identity
 
 Request = tuple[UOp, Index, "UOp | None"]  # (tensor node, index into it, gate of its loads)
 
@@ -241,7 +231,7 @@ def _build(point: UOp, output: UOp, storage: dict[UOp, UOp], loop_shape: tuple[i
     reduce_ranges = [u for u in store.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.REDUCE]
     reduce_ranges.sort(key=lambda r: r.arg.axis_id)
     info = KernelInfo(name=kernel_name(loops, reduce_ranges))
-    ast = graph_rewrite(UOp.sink(store, arg=info), indexing.simplify_indices, name="simplify indices")
+    ast = graph_rewrite(UOp.sink(store, arg=info), simplify_indices, name="simplify indices")
     return _drop_unread_buffers(ast, builder)
 
 

@@ -26,6 +26,20 @@ from tg.codegen.uop.pattern import graph_rewrite
 
 SCHEDULE_CACHE_SIZE = 512
 GRAPH_STAGES = [split_big_reductions, contiguous_copies]  # tensor-graph rewrites before finding realize points
+SCHEDULE_STAGES: tuple[tuple[str, str], ...] = (  # (name, one line), in the order schedule_graph runs them
+    (
+        "split_big_reductions",
+        "a full reduction of many elements becomes chunk partials and a small combine",
+    ),
+    ("contiguous_copies", "the source of a COPY to another device is made a whole, contiguous buffer"),
+    (
+        "find realize points",
+        "what gets a buffer: roots, CONTIGUOUS/COPY/ASSIGN, reductions read by many",
+    ),
+    ("build kernels", "one kernel AST per realize point: movement ops become index arithmetic, PAD gated loads"),
+    ("assign hazards", "an ASSIGN that reads what it overwrites computes into its own buffer first"),
+    ("order", "kernels and copies ordered so every buffer is written before it is read"),
+)
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,13 @@ import tempfile
 from typing import Any
 
 from tg.codegen.compiler import CCompiler
-from tg.codegen.flags import CPU_COUNT
 from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
 from tg.hcq.allocator import BufferSpec, LRUAllocator
 from tg.hcq.commands import Command
 from tg.hcq.compiled import HCQCompiled
 from tg.hcq.device import DeviceSpec
 from tg.hcq.devices.cpu_workers import CommandEngine, CorePool
+from tg.hcq.flags import CPU_COUNT
 from tg.hcq.memory import HCQBuffer, HostMemory
 from tg.hcq.program import HCQProgram
 from tg.hcq.queue import HWQueue

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from tg.codegen.compiler import CCompiler
-from tg.codegen.flags import NULL_ALLOW_COPYOUT
 from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
 from tg.hcq.allocator import Allocator, BufferSpec
 from tg.hcq.device import Compiled, DeviceSpec
+from tg.hcq.flags import NULL_ALLOW_COPYOUT
 from tg.hcq.memory import HCQBuffer
 from tg.hcq.program import Program, ProgramCall
 

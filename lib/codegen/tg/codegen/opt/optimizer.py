@@ -1,4 +1,6 @@
-"""The Scheduler: a kernel AST plus the optimizations applied to it so far, and the checks that keep each one legal.
+"""The KernelOptimizer: a kernel AST, the optimizations applied to it so far, and the checks that keep them legal.
+
+(Not the scheduler: `tg.codegen.schedule` splits a tensor graph into kernels; this optimizes one kernel.)
 
 Axes are the kernel's RANGEs of more than one element, ordered as the spec orders them (output axes, then local
 and grouped ones, upcasts, reductions, unrolls; ties by axis id). `Opt.axis` indexes that list as it is when the
@@ -18,11 +20,11 @@ from dataclasses import replace
 
 from tg.codegen.dtype import dtypes
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
-from tg.codegen.schedule.indexing import simplify_indices
-from tg.codegen.schedule.kernel import reduce_identity
 from tg.codegen.uop.args import AxisType, KernelInfo
+from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import Ops, UOp
 from tg.codegen.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from tg.codegen.uop.reductions import reduce_identity
 
 AXIS_POSITION = {
     AxisType.DEVICE: -2, AxisType.LOOP: -1, AxisType.GLOBAL: 0, AxisType.WARP: 1, AxisType.LOCAL: 2,
@@ -49,7 +51,7 @@ def range_size(rng: UOp) -> int:
     return end.arg if end.op is Ops.CONST else -1
 
 
-class Scheduler:
+class KernelOptimizer:
     """A kernel being optimized. `has_local`: the device has workgroups and shared memory (the CPU has not)."""
 
     def __init__(self, ast: UOp, has_local: bool = False) -> None:
@@ -60,8 +62,8 @@ class Scheduler:
         info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
         self.applied_opts: list[Opt] = list(info.applied_opts)
 
-    def copy(self) -> Scheduler:
-        other = Scheduler(self.ast, self.has_local)
+    def copy(self) -> KernelOptimizer:
+        other = KernelOptimizer(self.ast, self.has_local)
         other.applied_opts = list(self.applied_opts)
         return other
 

@@ -8,7 +8,7 @@ import pytest
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.flags import Context
 from tg.codegen.schedule.graph import shape_of
-from tg.tensor.engine import GlobalCounters, read_bytes, realize
+from tg.hcq.engine import GlobalCounters, read_bytes, realize
 
 from .test_engine import alu, expand, full, reduce, reshape, tensor, to_numpy
 

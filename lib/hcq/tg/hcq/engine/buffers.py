@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 
 from tg.codegen.uop.ops import Ops, UOp
-from tg.hcq import Buffer
+from tg.hcq.buffer import Buffer
 
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 

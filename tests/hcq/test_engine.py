@@ -12,7 +12,7 @@ from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.dtype import DType, from_numpy
 from tg.codegen.schedule.graph import ReduceArg, const_node, shape_of
 from tg.codegen.schedule.schedule import schedule_stats
-from tg.tensor.engine import GlobalCounters, buffer_from_bytes, read_bytes, realize
+from tg.hcq.engine import GlobalCounters, buffer_from_bytes, read_bytes, realize
 
 DEVICES = ["CPU", "PYTHON"]
 
@@ -202,7 +202,7 @@ def test_device_without_a_renderer_says_which_one_it_asked_for() -> None:
 def test_memory_lives_exactly_as_long_as_a_node_that_reads_it() -> None:
     import gc
 
-    from tg.tensor.engine.buffers import buffer_of
+    from tg.hcq.engine import buffer_of
 
     (result,) = realize(alu(Ops.ADD, tensor(np.ones(8, np.float32)), tensor(np.ones(8, np.float32))))
     memory = buffer_of(result if result.op is Ops.BUFFER else result.src[0])

@@ -8,7 +8,7 @@ import pytest
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
-from tg.tensor.engine import buffer_from_bytes, read_bytes
+from tg.hcq.engine import buffer_from_bytes, read_bytes
 
 from .test_engine import alu, reduce, tensor, to_numpy
 

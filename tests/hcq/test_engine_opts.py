@@ -11,7 +11,7 @@ from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.flags import Context
 from tg.codegen.schedule import schedule as scheduler
 from tg.codegen.schedule.graph import ReduceArg, shape_of
-from tg.tensor.engine import buffer_from_bytes, read_bytes, runner
+from tg.hcq.engine import buffer_from_bytes, clear_program_cache, read_bytes
 
 
 def tensor(array: np.ndarray) -> UOp:
@@ -57,7 +57,7 @@ def values(node: UOp) -> np.ndarray:
 
 def fresh_caches() -> None:
     scheduler._schedule_cache.clear()
-    runner._compiled.clear()
+    clear_program_cache()
 
 
 @pytest.mark.parametrize("noopt", [0, 1])

@@ -1,0 +1,183 @@
+"""The code-generation pipeline in one place: every stage from tensor graph to kernel source, in order, as data.
+
+    kernel_to_program(ast, renderer, flags) -> ProgramSource
+
+is the one pure function from a scheduled kernel AST to source text: it opens no device and runs nothing, and its
+result depends only on its three arguments (the flags are passed in, not read from the environment). The engine
+in tg.hcq compiles what it returns, BEAM search calls it once per candidate opt list (`with_opts`), and process
+replay captures its inputs and output. `python -m tg.codegen.pipeline` prints every stage with one line each.
+
+Two lists make up the pipeline:
+    SCHEDULE_STAGES  tensor graph -> kernel ASTs (run by `tg.codegen.schedule.create_schedule`)
+    KERNEL_STAGES    kernel AST -> linear program (run here), followed by the device's renderer
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tg.codegen.dtype import PtrDType, dtypes
+from tg.codegen.flags import NOOPT
+from tg.codegen.lower.linearize import linearize
+from tg.codegen.lower.upcast import upcast_strided_reductions
+from tg.codegen.opt import apply_opts
+from tg.codegen.render.base import Renderer
+from tg.codegen.uop.args import KernelInfo
+from tg.codegen.uop.index_algebra import simplify_indices
+from tg.codegen.uop.ops import GroupOp, Ops, UOp
+from tg.codegen.uop.pattern import graph_rewrite
+
+
+@dataclass(frozen=True)
+class CodegenFlags:
+    """Every setting that changes the source a kernel AST becomes. Part of the program cache key."""
+
+    noopt: bool = False  # apply no optimizations (NOOPT=1); opts the AST asks for (opts_to_apply) still apply
+
+    @staticmethod
+    def from_environment() -> CodegenFlags:
+        """The flags as the environment (and any active `Context`) sets them now."""
+        return CodegenFlags(noopt=bool(NOOPT))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One named step: `run(node, flags)` returns the rewritten node. `summary` is its one-line description."""
+
+    name: str
+    summary: str
+    run: Callable[[UOp, CodegenFlags], UOp]
+
+    def __repr__(self) -> str:
+        return f"Stage({self.name!r})"
+
+
+@dataclass(frozen=True)
+class ProgramSource:
+    """What a device needs to compile and launch one kernel, plus what DEBUG lines and counters report."""
+
+    name: str  # the function name in `src`
+    src: str
+    global_size: tuple[int, int, int]  # launch grid (on CPU: number of calls, one core_id each)
+    applied_opts: tuple[Any, ...]  # the Opts the kernel was optimized with
+    loop_sizes: tuple[int, ...]  # sizes of the loops, outermost first (DEBUG shows this as the shape)
+    ops: int  # estimated ALU operations on values per launch
+    mem: int  # bytes of the global buffers the kernel reads and writes (each counted once)
+
+
+# ---------------------------------------------------------------------------------------------------- kernel stages
+
+
+def _simplify_indices(ast: UOp, flags: CodegenFlags) -> UOp:
+    return graph_rewrite(ast, simplify_indices, name="simplify indices")
+
+
+def _apply_opts(ast: UOp, flags: CodegenFlags) -> UOp:
+    return apply_opts(ast, noopt=flags.noopt)
+
+
+def _upcast_strided_reductions(ast: UOp, flags: CodegenFlags) -> UOp:
+    """Only for kernels the opts left alone (NOOPT=1 means no optimization at all)."""
+    if flags.noopt or (isinstance(ast.arg, KernelInfo) and ast.arg.applied_opts):
+        return ast
+    return upcast_strided_reductions(ast)
+
+
+def _linearize(ast: UOp, flags: CodegenFlags) -> UOp:
+    return linearize(ast)
+
+
+KERNEL_STAGES: tuple[Stage, ...] = (
+    Stage("simplify indices", "movement-op index arithmetic folds back into strides", _simplify_indices),
+    Stage("apply opts", "Opts from KernelInfo.opts_to_apply, else the heuristics: split/pad/swap ranges", _apply_opts),
+    Stage("upcast strided reductions", "lanes of accumulators for reductions over a strided axis (sum(axis=0))",
+          _upcast_strided_reductions),
+    Stage("linearize", "ranges become loops, REDUCE becomes accumulators, each value is placed in its loop",
+          _linearize),
+)  # fmt: skip
+RENDER_SUMMARY = "the device's renderer turns the linear program into source text (C, Python, ...)"
+
+
+def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
+    """The LINEAR program of kernel `ast`: every KERNEL_STAGE in order."""
+    for stage in KERNEL_STAGES:
+        ast = stage.run(ast, flags)
+    return ast
+
+
+def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> ProgramSource:
+    """The source of kernel `ast` for `renderer`, with the launch size and estimates (a pure function)."""
+    linear = lower_kernel(ast, flags)
+    rendered = renderer.render(linear)
+    loop_sizes = tuple(u.src[0].arg for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))
+    return ProgramSource(
+        name=rendered.name,
+        src=rendered.src,
+        global_size=rendered.global_size,
+        applied_opts=tuple(getattr(linear.arg, "applied_opts", ())),
+        loop_sizes=loop_sizes,
+        ops=estimate_ops(linear),
+        mem=estimate_mem(linear),
+    )
+
+
+def with_opts(ast: UOp, opts: tuple[Any, ...]) -> UOp:
+    """Kernel `ast` set to be optimized with exactly `opts` (what BEAM tries and process replay records)."""
+    info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+    return ast.replace(arg=replace(info, opts_to_apply=tuple(opts), applied_opts=()))
+
+
+def estimate_ops(linear: UOp) -> int:
+    """ALU operations on values (not index arithmetic), each counted once per iteration of its loops."""
+    multiplier, stack, ops = 1, [], 0
+    for node in linear.src:
+        if node.op is Ops.RANGE:
+            stack.append(node.src[0].arg)
+            multiplier *= node.src[0].arg
+        elif node.op is Ops.END:
+            size = stack.pop()
+            multiplier = multiplier // size if size else math.prod(stack)
+        elif node.op in GroupOp.ALU and node.dtype.scalar() is not dtypes.index:
+            ops += multiplier
+    return ops
+
+
+def estimate_mem(linear: UOp) -> int:
+    """Bytes of the global buffers a program takes (the PARAMs' sizes; a buffer of unknown size counts 0)."""
+    total = 0
+    for node in linear.src:
+        if node.op is Ops.PARAM and isinstance(node.dtype, PtrDType) and node.addrspace.name == "GLOBAL":
+            total += max(node.dtype.size, 0) * node.dtype.base.itemsize
+    return total
+
+
+# ---------------------------------------------------------------------------------------------------- listing
+
+
+def schedule_stages() -> tuple[tuple[str, str], ...]:
+    """(name, summary) of the scheduler's stages, in the order `create_schedule` runs them."""
+    from tg.codegen.schedule.schedule import SCHEDULE_STAGES
+
+    return SCHEDULE_STAGES
+
+
+def describe_pipeline() -> str:
+    """Every stage from tensor graph to source, one line each, in order."""
+    lines = ["schedule: tensor graph -> kernel ASTs (tg.codegen.schedule.create_schedule)"]
+    lines += [f"  {name:<28} {summary}" for name, summary in schedule_stages()]
+    lines.append("kernel: kernel AST -> source (tg.codegen.pipeline.kernel_to_program)")
+    lines += [f"  {stage.name:<28} {stage.summary}" for stage in KERNEL_STAGES]
+    lines.append(f"  {'render':<28} {RENDER_SUMMARY}")
+    return "\n".join(lines)
+
+
+__all__ = [
+    "KERNEL_STAGES", "CodegenFlags", "ProgramSource", "Stage", "describe_pipeline", "estimate_mem", "estimate_ops",
+    "kernel_to_program", "lower_kernel", "with_opts",
+]  # fmt: skip
+
+if __name__ == "__main__":
+    print(describe_pipeline())

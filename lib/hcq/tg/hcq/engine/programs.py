@@ -1,0 +1,112 @@
+"""Compiled programs: a kernel AST turned into a loaded program for one device, kept in a bounded LRU cache.
+
+    get_program(device, ast) -> CompiledProgram    source from tg.codegen.pipeline, binary from the device's compiler
+
+The cache is keyed by (device, kernel AST, codegen flags) and holds at most PROGRAM_CACHE_SIZE programs; the
+least recently used one is dropped first, and with it the last reference to its kernel AST (UOps are hash-consed
+weakly), so a process that keeps making new kernels (changing shapes in a server or a training loop) stays flat.
+Binaries are also cached on disk by source (tg.codegen.compiler.cache), so an evicted kernel recompiles cheaply.
+
+DEBUG=3 prints the opts of each kernel when it is compiled; DEBUG=4 also prints its source.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from tg.codegen.flags import DEBUG
+from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program
+from tg.codegen.render.base import Renderer
+from tg.codegen.uop.ops import UOp
+from tg.hcq.device import Device
+from tg.hcq.flags import PROGRAM_CACHE_SIZE
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """A loaded program and the source it came from. Call `program(*raw_buffers, global_size=..., wait=...)`."""
+
+    device: str
+    source: ProgramSource
+    program: Any
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+
+@dataclass
+class ProgramCacheStats:
+    """How the in-memory program cache has answered since the last `clear_program_cache`."""
+
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+
+
+CacheKey = tuple[str, UOp, CodegenFlags]
+_cache: OrderedDict[CacheKey, CompiledProgram] = OrderedDict()
+_lock = threading.Lock()
+program_cache_stats = ProgramCacheStats()
+
+
+def renderer_for(device: Any) -> Renderer:
+    """The device's renderer, or a clear error for a device that cannot run kernels."""
+    if device.renderer is None:
+        wanted = ""
+        if device.renderer_name:
+            wanted = f" (it asks for the {device.renderer_name} renderer, which tg does not have)"
+        raise RuntimeError(f"device {device.device} has no renderer, so it cannot run kernels{wanted}")
+    return device.renderer
+
+
+def compile_program(device_name: str, ast: UOp, flags: CodegenFlags) -> CompiledProgram:
+    """Render, compile and load kernel `ast` for `device_name` (no in-memory cache)."""
+    device = Device[device_name]
+    source = kernel_to_program(ast, renderer_for(device), flags)
+    if DEBUG >= 3:
+        print(f"{source.name}: opts {list(source.applied_opts)}")
+    if DEBUG >= 4:
+        print(source.src)
+    program = device.runtime(source.name, device.compiler.compile(source.src))
+    return CompiledProgram(device.device, source, program)
+
+
+def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -> CompiledProgram:
+    """The program for kernel `ast` on `device_name` (a canonical name, as `Device.canonicalize` gives), compiled on
+    first use. `flags`: the environment's by default."""
+    flags = CodegenFlags.from_environment() if flags is None else flags
+    key = (device_name, ast, flags)
+    with _lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+            program_cache_stats.hits += 1
+            return found
+        program_cache_stats.misses += 1
+    found = compile_program(device_name, ast, flags)
+    with _lock:
+        _cache[key] = found
+        _evict(int(PROGRAM_CACHE_SIZE))
+    return found
+
+
+def _evict(capacity: int) -> None:
+    while len(_cache) > max(capacity, 0):
+        _cache.popitem(last=False)
+        program_cache_stats.evictions += 1
+
+
+def program_cache_size() -> int:
+    """How many compiled programs the in-memory cache holds now."""
+    return len(_cache)
+
+
+def clear_program_cache() -> None:
+    """Drop every cached program and reset the statistics (benchmarks use it to time compiles)."""
+    with _lock:
+        _cache.clear()
+        program_cache_stats.hits = program_cache_stats.misses = program_cache_stats.evictions = 0

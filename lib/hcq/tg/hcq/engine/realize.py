@@ -1,0 +1,61 @@
+"""Realizing tensor graphs: schedule them (tg.codegen.schedule), then run the schedule on the devices.
+
+    realize(*nodes) -> nodes that read realized memory (a BUFFER, maybe under movement ops)
+    buffer_from_bytes(data, dtype, device) -> a BUFFER node holding a copy of data
+    read_bytes(node) -> the node's contents as C-contiguous bytes
+
+Nothing runs before `realize` or `read_bytes`. Realized memory lives as long as a node that refers to it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tg.codegen.dtype import DType
+from tg.codegen.schedule.graph import new_buffer, shape_of
+from tg.codegen.schedule.realize import whole_buffer
+from tg.codegen.schedule.schedule import create_schedule
+from tg.codegen.uop.ops import GroupOp, Ops, UOp
+from tg.hcq.device import Device
+from tg.hcq.engine.buffers import buffer_of
+from tg.hcq.engine.run import run_schedule
+
+
+def _is_view_of_buffer(node: UOp) -> bool:
+    while node.op in GroupOp.Movement:
+        node = node.src[0]
+    return node.op is Ops.BUFFER
+
+
+def realize(*nodes: UOp) -> tuple[UOp, ...]:
+    """Schedule and run everything `nodes` need; for each node, an equivalent node over realized memory."""
+    if all(_is_view_of_buffer(node) for node in nodes):
+        return nodes
+    schedule = create_schedule(tuple(nodes))
+    run_schedule(schedule)
+    return schedule.results
+
+
+def buffer_from_bytes(data: bytes | memoryview, dtype: DType, device: str) -> UOp:
+    """A realized BUFFER node holding a copy of `data` (its length must be a multiple of the itemsize)."""
+    view = memoryview(data).cast("B") if memoryview(data).format != "B" else memoryview(data)
+    if view.nbytes % dtype.itemsize:
+        raise ValueError(f"{view.nbytes} bytes is not a whole number of {dtype!r} elements ({dtype.itemsize} bytes)")
+    node = new_buffer(Device.canonicalize(device), view.nbytes // dtype.itemsize, dtype)
+    if view.nbytes:
+        buffer_of(node).copyin(view)
+    return node
+
+
+def read_bytes(node: UOp) -> memoryview:
+    """The contents of `node` as C-contiguous bytes in its shape (realizing it first if needed)."""
+    (result,) = realize(node)
+    buf = whole_buffer(result)
+    if buf is None:
+        (result,) = realize(UOp(Ops.CONTIGUOUS, node.dtype, (result,)))
+        buf = whole_buffer(result)
+        assert buf is not None, "a realized CONTIGUOUS is a whole buffer"
+    if math.prod(shape_of(node)) == 0:
+        return memoryview(b"")
+    data = buffer_of(buf)
+    return data.copyout(memoryview(bytearray(data.nbytes)))

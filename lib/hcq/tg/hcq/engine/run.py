@@ -1,0 +1,58 @@
+"""Running a schedule: each kernel call launches its cached program on the buffers behind its BUFFER nodes.
+
+DEBUG=2 prints one line per kernel launch (device, name, shape, time, GFLOP/s, GB/s) and per copy.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tg.codegen.flags import DEBUG
+from tg.codegen.schedule.schedule import CopyCall, KernelCall, Schedule
+from tg.hcq.engine.buffers import buffer_of
+from tg.hcq.engine.counters import GlobalCounters
+from tg.hcq.engine.programs import CompiledProgram, get_program
+
+
+def run_schedule(schedule: Schedule) -> None:
+    """Run every kernel call and copy of `schedule`, in order."""
+    for item in schedule.items:
+        if isinstance(item, KernelCall):
+            run_kernel(item)
+        else:
+            run_copy(item)
+
+
+def run_kernel(call: KernelCall) -> None:
+    kernel = get_program(call.device, call.ast)
+    buffers = [buffer_of(node) for node in call.buffers]
+    timed = DEBUG >= 2
+    start = time.perf_counter()
+    seconds = kernel.program(*(b.raw for b in buffers), global_size=kernel.source.global_size, wait=timed)
+    memory = sum(b.nbytes for b in buffers)
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += kernel.source.ops
+    GlobalCounters.global_mem += memory
+    if timed:
+        seconds = seconds if seconds is not None else time.perf_counter() - start
+        GlobalCounters.time_sum_s += seconds
+        print(debug_line(call.device, kernel, seconds, memory))
+
+
+def debug_line(device: str, kernel: CompiledProgram, seconds: float, memory: int) -> str:
+    """The DEBUG=2 line of one launch."""
+    gflops = kernel.source.ops / seconds / 1e9 if seconds > 0 else 0.0
+    gbytes = memory / seconds / 1e9 if seconds > 0 else 0.0
+    shape = "(" + ",".join(map(str, kernel.source.loop_sizes)) + ")"
+    return (
+        f"*** {device:<8} {GlobalCounters.kernel_count:5d} {kernel.name:<28} shape {shape:<20} "
+        f"{seconds * 1e6:10.2f} us {gflops:9.2f} GFLOP/s {gbytes:8.2f} GB/s"
+    )
+
+
+def run_copy(call: CopyCall) -> None:
+    source, dest = buffer_of(call.src), buffer_of(call.dest)
+    if source.nbytes:
+        dest.copyin(source.copyout(memoryview(bytearray(source.nbytes))))
+    if DEBUG >= 2:
+        print(f"*** copy {source.device} -> {dest.device} {source.nbytes} bytes")

@@ -1,0 +1,12 @@
+"""The runtime's flags. They register in the one registry of tg.codegen.flags, so `Context` and `describe_flags`
+know them (this module is listed under the `tg.flags` entry points of tg-hcq)."""
+
+from __future__ import annotations
+
+from tg.codegen.flags import flag
+
+CPU_COUNT = flag("CPU_COUNT", 0, "worker threads of the CPU device (0: one per core)")
+NULL_ALLOW_COPYOUT = flag("NULL_ALLOW_COPYOUT", 0, "let the NULL device return (meaningless) data on copyout")
+HCQDEV_WAIT_TIMEOUT_MS = flag("HCQDEV_WAIT_TIMEOUT_MS", 30000, "milliseconds a signal wait may make no progress")
+PROFILE = flag("PROFILE", 0, "record profiling events (kernel and copy time ranges) on HCQ devices")
+PROGRAM_CACHE_SIZE = flag("PROGRAM_CACHE_SIZE", 1024, "compiled programs the engine keeps in memory (LRU; 0: none)")

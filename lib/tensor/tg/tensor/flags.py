@@ -1,0 +1,15 @@
+"""The Tensor front end's flags (registered in tg.codegen.flags' registry; a `tg.flags` entry point of tg-tensor)."""
+
+from __future__ import annotations
+
+from tg.codegen.dtype import dtypes
+from tg.codegen.flags import flag
+
+DEFAULT_FLOAT = flag(
+    "DEFAULT_FLOAT", "float32", "default float dtype of tensors: float32, float16 (half), bfloat16, ..."
+)
+
+
+def apply_default_float() -> None:
+    """Make `dtypes.default_float` the dtype DEFAULT_FLOAT names (tg.tensor does this when it is imported)."""
+    dtypes.default_float = dtypes.by_name(DEFAULT_FLOAT.value)

@@ -1,0 +1,90 @@
+"""The pipeline module: every stage listed in order, and `kernel_to_program` as a pure function of its arguments."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
+from tg.codegen.flags import Context
+from tg.codegen.opt import Opt, OptOps
+from tg.codegen.pipeline import KERNEL_STAGES, CodegenFlags, kernel_to_program, lower_kernel, with_opts
+from tg.codegen.render.c import CRenderer
+from tg.codegen.render.python import PythonRenderer
+
+
+def add_kernel(n: int) -> UOp:
+    """out[i] = a[i] + b[i]"""
+    out, a, b = (UOp.param(slot, dtypes.float32, n) for slot in range(3))
+    i = UOp.range(n, 0)
+    return UOp.sink(out.index(i).store(a.index(i).load() + b.index(i).load()), arg=KernelInfo(f"add_{n}"))
+
+
+def matmul_kernel(n: int) -> UOp:
+    out, a, b = (UOp.param(slot, dtypes.float32, n * n) for slot in range(3))
+    i, j, r = UOp.range(n, 0), UOp.range(n, 1), UOp.range(n, 2, AxisType.REDUCE)
+    total = (a.index(i * n + r).load() * b.index(r * n + j).load()).reduce(r, arg=Ops.ADD)
+    return UOp.sink(out.index(i * n + j).store(total), arg=KernelInfo("matmul"))
+
+
+def test_the_printed_pipeline_lists_every_stage_in_order() -> None:
+    printed = subprocess.run(
+        [sys.executable, "-m", "tg.codegen.pipeline"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    names = [line.split()[0] for line in printed if line.startswith("  ")]
+    kernel_part = names[names.index("simplify") :]
+    assert kernel_part == ["simplify", "apply", "upcast", "linearize", "render"]
+    assert names[: names.index("simplify")] == [
+        "split_big_reductions", "contiguous_copies", "find", "build", "assign", "order",
+    ]  # fmt: skip
+    assert [stage.name for stage in KERNEL_STAGES] == [
+        "simplify indices", "apply opts", "upcast strided reductions", "linearize",
+    ]  # fmt: skip
+
+
+def test_kernel_to_program_depends_on_its_flags_argument_not_on_the_environment() -> None:
+    ast = matmul_kernel(64)
+    optimized = kernel_to_program(ast, CRenderer(), CodegenFlags(noopt=False))
+    with Context(NOOPT=1):
+        assert kernel_to_program(ast, CRenderer(), CodegenFlags(noopt=False)) == optimized
+    plain = kernel_to_program(ast, CRenderer(), CodegenFlags(noopt=True))
+    assert optimized.applied_opts and not plain.applied_opts
+    assert plain.src != optimized.src
+
+
+def test_with_opts_applies_exactly_the_given_opts() -> None:
+    opts = (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4))
+    program = kernel_to_program(with_opts(matmul_kernel(16), opts), CRenderer(), CodegenFlags(noopt=True))
+    assert program.applied_opts == opts
+    assert math.prod(program.loop_sizes) == 16**3  # the splits keep every iteration
+    assert 4 in program.loop_sizes and 16 in program.loop_sizes
+
+
+def test_estimates_count_value_alu_per_iteration_and_each_buffer_once() -> None:
+    program = kernel_to_program(add_kernel(32), PythonRenderer(), CodegenFlags(noopt=True))
+    assert program.ops == 32  # one float add per element
+    assert program.mem == 3 * 32 * 4
+    matmul = kernel_to_program(matmul_kernel(8), CRenderer(), CodegenFlags(noopt=True))
+    assert matmul.ops == 2 * 8**3  # a multiply and an add per (i, j, r)
+    assert matmul.loop_sizes == (8, 8, 8)
+
+
+def test_lower_kernel_ends_in_a_linear_program() -> None:
+    assert lower_kernel(add_kernel(4), CodegenFlags()).op is Ops.LINEAR
+
+
+def test_the_pipeline_needs_no_device_or_runtime() -> None:
+    code = (
+        "import sys\n"
+        "from tg.codegen import KernelInfo, UOp, dtypes\n"
+        "from tg.codegen.pipeline import CodegenFlags, kernel_to_program\n"
+        "from tg.codegen.render.c import CRenderer\n"
+        "out, a = UOp.param(0, dtypes.float32, 8), UOp.param(1, dtypes.float32, 8)\n"
+        "i = UOp.range(8, 0)\n"
+        "ast = UOp.sink(out.index(i).store(a.index(i).load() * 2.0), arg=KernelInfo('double'))\n"
+        "print(kernel_to_program(ast, CRenderer(), CodegenFlags()).name)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('tg.') and not m.startswith('tg.codegen')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines() == ["double", "[]"]

@@ -141,7 +141,7 @@ def _run_and_compare(make, reference, problem, device="CPU"):
         before = GlobalCounters.kernel_count
         opt.step()
         kernels.append(GlobalCounters.kernel_count - before)
-        for i, (w, c, d) in enumerate(problem):
+        for i, (_, c, d) in enumerate(problem):
             expected[i] = reference.step(i, expected[i], _grad(expected[i], c, d))
         for param, want in zip(params, expected, strict=True):
             np.testing.assert_allclose(param.numpy(), want, rtol=1e-10, atol=1e-12)
@@ -189,7 +189,7 @@ def test_optimizer_group_steps_all_in_one_schedule():
             ((Tensor(c) * p * p) + Tensor(d) * p).sum() for p, (_, c, d) in zip(params, problem, strict=True)
         ).backward()
         group.step()
-        for i, (w, c, d) in enumerate(problem):
+        for i, (_, c, d) in enumerate(problem):
             expected[i] = refs[i].step(0, expected[i], _grad(expected[i], c, d))
     for param, want in zip(params, expected, strict=True):
         np.testing.assert_allclose(param.numpy(), want, rtol=1e-10)

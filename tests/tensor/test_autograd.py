@@ -143,3 +143,14 @@ def test_clone_and_contiguous_pass_the_gradient():
     x = Tensor([1.0, 2.0])
     (g,) = (x.clone() * x.contiguous()).sum().gradient(x)
     np.testing.assert_allclose(g.numpy(), [2.0, 4.0])
+
+
+def test_gradient_after_the_loss_and_the_targets_were_realized():
+    """Realizing (printing) a loss or a parameter must not cut the graph that backward() differentiates."""
+    w = Tensor([1.0, -2.0], requires_grad=True)
+    hidden = (w * 3).realize()  # an intermediate read before the loss is built
+    loss = (hidden * w).sum()
+    assert loss.item() == 15.0
+    w.numpy()
+    loss.backward()
+    np.testing.assert_allclose(w.grad.numpy(), [6.0, -12.0])  # d(3 w^2)/dw = 6 w

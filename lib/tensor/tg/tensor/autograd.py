@@ -224,6 +224,40 @@ def unit_gradient(node: UOp) -> UOp:
 _tensors_requiring_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 
+# realized node -> the graph it was computed from, while the realized node lives (so that a loss realized before
+# backward(), or a graph built on a realized intermediate, can still be differentiated)
+_computed_from: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def remember_former_uop(tensor: Tensor, node: UOp, realized: UOp) -> None:
+    """Note that `tensor` was `node` before it was realized into `realized`: graphs built earlier still hold node,
+    and a gradient asked for the tensor must be found there (held weakly: forgotten once no graph holds node)."""
+    former = [ref for ref in getattr(tensor, "_former_uops", ()) if ref() is not None]
+    tensor._former_uops = [*former, weakref.ref(node)]
+    if node.op is not Ops.ASSIGN:  # an assign's result is new state, not a value to differentiate through
+        _computed_from[realized] = node
+
+
+def _with_graphs_restored(root: UOp, keep: set[UOp]) -> UOp:
+    """root with every realized node (except those in keep) replaced by the graph that computed it."""
+    mapping = {}
+    for node in root.toposort():
+        former = _computed_from.get(node)
+        if former is not None and node not in keep:
+            mapping[node] = _with_graphs_restored(former, keep)
+    return root.substitute(mapping) if mapping else root
+
+
+def _nodes_of(tensor: Tensor) -> list[UOp]:
+    """The tensor's node and the nodes it had before it was realized (newest first)."""
+    former = [ref() for ref in reversed(getattr(tensor, "_former_uops", ()))]
+    return [tensor.uop, *(node for node in former if node is not None)]
+
+
+def _node_in(tensor: Tensor, graph: set[UOp]) -> UOp | None:
+    return next((node for node in _nodes_of(tensor) if node in graph), None)
+
+
 class _ClassFlag(ContextDecorator):
     """Set a class attribute of Tensor for the duration of a `with` block (or a decorated function)."""
 
@@ -287,23 +321,27 @@ class AutogradOps:
             if tuple(gradient.shape) != tuple(self.shape):
                 raise ValueError(f"gradient= has shape {gradient.shape}, the tensor has shape {self.shape}")
             root_gradient = gradient.cast(self.dtype).uop
-        found = compute_gradient(self.uop, root_gradient, [t.uop for t in targets])
-        graph = None
-        results = []
+        root = self.uop
+        graph = set(root.toposort())
+        if any(_node_in(target, graph) is None for target in targets):  # maybe behind a realized intermediate
+            root = _with_graphs_restored(root, {target.uop for target in targets})
+            graph = set(root.toposort())
+        nodes = []
         for target in targets:
-            grad = found.get(target.uop)
-            if grad is None:  # reached only through comparisons or other piecewise-constant ops: zero
-                graph = set(self.uop.toposort()) if graph is None else graph
-                if target.uop not in graph:
-                    raise RuntimeError(f"{target!r} is not in the graph of {self!r}")
-                grad = _const(0.0, target.uop)
-            results.append(target._wrap(grad))
-        return results
+            node = _node_in(target, graph)
+            if node is None:
+                raise RuntimeError(f"{target!r} is not in the graph of {self!r}")
+            nodes.append(node)
+        found = compute_gradient(root, root_gradient, nodes)
+        # a node reached only through comparisons or other piecewise-constant ops has gradient zero
+        return [target._wrap(found.get(node, _const(0.0, node))) for target, node in zip(targets, nodes, strict=True)]
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Add d(self)/d(t) to `t.grad` for every live tensor t with requires_grad=True that self depends on."""
-        graph = set(self.uop.toposort(lambda node: node.op is not Ops.DETACH))
-        targets = [t for t in list(_tensors_requiring_grad.values()) if t.uop in graph and dtypes.is_float(t.dtype)]
+        candidates = list(_tensors_requiring_grad.values())
+        graph_root = _with_graphs_restored(self.uop, {t.uop for t in candidates})
+        graph = set(graph_root.toposort(lambda node: node.op is not Ops.DETACH))
+        targets = [t for t in candidates if dtypes.is_float(t.dtype) and _node_in(t, graph) is not None]
         if not targets:
             return self
         for target, grad in zip(targets, self.gradient(*targets, gradient=gradient), strict=True):

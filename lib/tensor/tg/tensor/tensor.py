@@ -14,7 +14,7 @@ from typing import Any
 from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
 from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
 from tg.tensor.advanced_indexing import AdvancedIndexingOps
-from tg.tensor.autograd import AutogradOps
+from tg.tensor.autograd import AutogradOps, remember_former_uop
 from tg.tensor.conv import ConvOps
 from tg.tensor.creation import CreationOps, canonical_device, node_from_data
 from tg.tensor.elementwise import ElementwiseOps
@@ -51,7 +51,7 @@ class Tensor(
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
-    __slots__ = ("uop", "device", "grad", "_requires_grad")
+    __slots__ = ("uop", "device", "grad", "_requires_grad", "_former_uops")
     __array_ufunc__ = None  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy's elementwise loop
 
     def __init__(
@@ -121,6 +121,8 @@ class Tensor(
 
         tensors = (self, *others)
         for tensor, realized in zip(tensors, realize(*(t.uop for t in tensors)), strict=True):
+            if realized is not tensor.uop:
+                remember_former_uop(tensor, tensor.uop, realized)
             tensor.uop = realized
         return self
 

@@ -6,7 +6,7 @@ on the CPU device.
 Every op is built from movement, elementwise and reduce ops and realized fresh each repeat (its kernels are cached
 after the warm-up). Prints medians of several repeats and the ratio numpy_time / tg_time (above 1: tg is faster).
 The machine is shared, so timings are noisy; the medians are what to compare. This measures the un-optimized
-lowering: the kernel optimizer (issue 7) is what should move these numbers.
+lowering as the heuristics of the kernel optimizer (tg.codegen.opt) leave it.
 """
 
 from __future__ import annotations

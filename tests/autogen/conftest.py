@@ -64,25 +64,41 @@ class Bound:
         return {s.name for s in self.generated.skipped}
 
 
+def build_bound(
+    folder: Path, setenv: Callable[[str, str], None], header_text: str, c_source: str = "", **options: object
+) -> Bound:
+    """Write HEADER_TEXT, compile C_SOURCE (if any) into lib<NAME>.so with gcc, generate and import the module."""
+    index = next(_counter)
+    header = folder / f"api{index}.h"
+    header.write_text(header_text)
+    lib = None
+    if c_source:
+        lib = f"tgtest{index}"
+        source = folder / f"api{index}.c"
+        source.write_text(f'#include "{header.name}"\n{c_source}')
+        library = folder / f"lib{lib}.so"
+        gcc(["-shared", "-fPIC", "-O1", str(source), "-o", str(library)])
+        setenv(f"{lib.upper()}_PATH", str(library))
+    generated = generate(Options(name=f"api{index}", headers=(str(header),), lib=lib, **options))  # type: ignore[arg-type]
+    out = folder / f"api{index}.py"
+    out.write_text(generated.source)
+    return Bound(load_module(out), generated, header)
+
+
 @pytest.fixture
 def bind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Bound]:
     """bind(header_text, c_source="", **Options fields) -> Bound; the library is found through <NAME>_PATH."""
+    return lambda header_text, c_source="", **options: build_bound(
+        tmp_path, monkeypatch.setenv, header_text, c_source, **options
+    )
 
-    def build(header_text: str, c_source: str = "", **options: object) -> Bound:
-        index = next(_counter)
-        header = tmp_path / f"api{index}.h"
-        header.write_text(header_text)
-        lib = None
-        if c_source:
-            lib = f"tgtest{index}"
-            source = tmp_path / f"api{index}.c"
-            source.write_text(f'#include "{header.name}"\n{c_source}')
-            library = tmp_path / f"lib{lib}.so"
-            gcc(["-shared", "-fPIC", "-O1", str(source), "-o", str(library)])
-            monkeypatch.setenv(f"{lib.upper()}_PATH", str(library))
-        generated = generate(Options(name=f"api{index}", headers=(str(header),), lib=lib, **options))
-        out = tmp_path / f"api{index}.py"
-        out.write_text(generated.source)
-        return Bound(load_module(out), generated, header)
 
-    return build
+@pytest.fixture(scope="module")
+def bind_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Bound]:
+    """Like `bind`, for module-scoped fixtures (the library path variable stays set for the whole module)."""
+    patch = pytest.MonkeyPatch()
+    folder = tmp_path_factory.mktemp("bound")
+    yield lambda header_text, c_source="", **options: build_bound(
+        folder, patch.setenv, header_text, c_source, **options
+    )
+    patch.undo()

@@ -44,8 +44,46 @@ def test_gen_missing_header_is_one_error_line(tmp_path):
     assert "Traceback" not in result.output
 
 
-def test_gen_without_name_is_a_usage_error(tmp_path):
-    assert runner.invoke(app, ["gen", str(tmp_path / "a.h")]).exit_code == 2
+def test_gen_without_headers_is_a_usage_error():
+    assert runner.invoke(app, ["gen", "-n", "x"]).exit_code == 2
+
+
+def test_gen_name_defaults_to_the_header_and_names_the_file_in_a_folder(tmp_path):
+    header = tmp_path / "if-ether.h"
+    header.write_text("#define ETH_ALEN 6\n")
+    out_folder = tmp_path / "out"
+    out_folder.mkdir()
+    assert runner.invoke(app, ["gen", str(header), "-o", str(out_folder)]).exit_code == 0
+    assert (out_folder / "if_ether.py").read_text().startswith("# Module if_ether:")
+    assert runner.invoke(app, ["gen", str(header), "-n", "eth", "-o", str(out_folder)]).exit_code == 0
+    assert "ETH_ALEN = 6" in (out_folder / "eth.py").read_text()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["-o", "{tmp}/missing-folder/out.py"], "error: cannot write"),
+        (["-o", "{tmp}/a-file.h/out.py"], "error: cannot write"),
+        (["--pattern", "("], "error: invalid pattern '('"),
+        (["-n", "not-an-identifier"], "error: module name"),
+    ],
+)
+def test_gen_bad_arguments_are_one_error_line(tmp_path, arguments, message):
+    header = tmp_path / "a-file.h"
+    header.write_text("struct point { int x; };\n")
+    result = runner.invoke(app, ["gen", str(header), *[a.format(tmp=tmp_path) for a in arguments]])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith(message)
+    assert not list(tmp_path.glob("**/*.py"))
+
+
+def test_gen_warns_about_an_empty_header(tmp_path):
+    header = tmp_path / "empty.h"
+    header.write_text("/* nothing */\n")
+    result = runner.invoke(app, ["gen", str(header)])
+    assert result.exit_code == 0
+    assert "warning: nothing to bind" in result.stderr
 
 
 def test_list_reports_targets_as_json():
@@ -104,6 +142,51 @@ def test_regen_check_skips_when_the_recorded_header_contents_changed(committed_c
     assert "autogen up to date: nothing checked" in result.stderr
 
 
+def test_regen_check_records_and_watches_every_included_header(committed_copy, tmp_path, monkeypatch):
+    included = tmp_path / "typesizes.h"
+    included.write_text("#define WORD_SIZE 8\n")
+    header = tmp_path / "api.h"
+    header.write_text(f'#include "{included}"\n#define DOUBLE_WORD (WORD_SIZE * 2)\n')
+    monkeypatch.setitem(TARGETS, "layered", Target("layered", "a header that includes another", (Header(str(header)),)))
+    assert runner.invoke(app, ["regen", "layered"]).exit_code == 0
+    text = (committed_copy / "layered.py").read_text()
+    assert "# Included headers:" in text and f"#   {included}  unpackaged -  sha256:" in text
+    assert runner.invoke(app, ["regen", "--check", "layered"]).exit_code == 0
+    included.write_text("#define WORD_SIZE 4\n")  # only the included header changes
+    result = runner.invoke(app, ["regen", "--check", "layered"])
+    assert (
+        f"layered: skipped: headers differ from the recorded ones: {included} (unpackaged - recorded, " in result.stderr
+    )
+    assert "other contents here" in result.stderr
+
+
+def test_regen_records_system_includes_with_their_debian_package():
+    text = (regen_module.bindings_dir() / "libc.py").read_text()
+    block = text.split("# Included headers:\n", 1)[1]
+    assert "#   /usr/include/features.h  libc6-dev " in block
+    assert "/x86_64-linux-gnu/bits/" in block or "/aarch64-linux-gnu/bits/" in block
+
+
+def test_regen_from_an_unpacked_debian_package(committed_copy, tmp_path, monkeypatch):
+    root = tmp_path / "unpacked"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text("Package: libfake-dev\nVersion: 1:2.3-4\nArchitecture: amd64\n")
+    (root / "usr/include/fake").mkdir(parents=True)
+    (root / "usr/include/fake/fake.h").write_text("#define FAKE_VERSION 23\n")
+    target = Target("fake", "a package that is not installed", (Header("/usr/include/fake/fake.h"),))
+    monkeypatch.setitem(TARGETS, "fake", target)
+    monkeypatch.setenv("TG_AUTOGEN_SYSROOT", "")  # restored after the test, which the CLI sets
+    assert "header not found" in runner.invoke(app, ["regen", "fake"]).stderr
+    result = runner.invoke(app, ["regen", "fake", "--sysroot", str(root)])
+    assert result.exit_code == 0, result.output
+    text = (committed_copy / "fake.py").read_text()
+    assert "#   /usr/include/fake/fake.h  libfake-dev 1:2.3-4  sha256:" in text and str(root) not in text
+    assert "FAKE_VERSION = 23" in text
+    assert runner.invoke(app, ["regen", "--check", "fake", "--sysroot", str(root)]).exit_code == 0
+    not_a_package = runner.invoke(app, ["regen", "fake", "--sysroot", str(tmp_path)])
+    assert not_a_package.exit_code == 1 and not_a_package.stderr.startswith("error: ")
+
+
 def test_regen_unknown_target_is_an_error():
     result = runner.invoke(app, ["regen", "--check", "no_such_target"])
     assert result.exit_code == 1
@@ -137,3 +220,47 @@ def test_regen_check_ignores_a_new_package_version_with_identical_headers(commit
     result = runner.invoke(app, ["regen", "--check", "pci"])
     assert result.exit_code == 0, result.output
     assert "autogen up to date: pci" in result.stderr
+
+
+def test_output_folder_is_the_registry_setting_and_is_tg_drivers_autogen():
+    import tg.drivers.autogen
+    from tg.autogen import targets
+
+    assert regen_module.bindings_dir() == targets.OUTPUT_DIR
+    assert targets.OUTPUT_DIR == Path(tg.drivers.autogen.__file__).resolve().parent
+
+
+def test_version_matches_the_distribution():
+    from importlib.metadata import version
+
+    from tg.autogen import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert (
+        result.exit_code == 0
+        and result.stdout.strip() == f"tg-autogen {version('tg-autogen')}" == f"tg-autogen {__version__}"
+    )
+
+
+def test_cli_start_up_imports_nothing_heavy():
+    """Start-up (< 0.25 s, see bench/bench_autogen.py) is typer plus the CLI module: no libclang, no generator."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tg.autogen.cli; "
+        "print(sorted(m for m in ('clang.cindex', 'tg.autogen.generate', 'tg.drivers.cbind', 'rich', "
+        "'importlib.metadata', 'json') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"
+
+
+def test_gen_notes_a_record_left_opaque_because_another_header_defines_it(tmp_path):
+    other = tmp_path / "types.h"
+    other.write_text("struct elsewhere { int x; };\n")
+    header = tmp_path / "api.h"
+    header.write_text(f'#include "{other}"\nstruct user {{ struct elsewhere *p; }};\n')
+    result = runner.invoke(app, ["gen", str(header), "-o", str(tmp_path / "api.py")])
+    assert result.exit_code == 0
+    assert f"note: struct_elsewhere is opaque: its definition is in {other}" in result.stderr

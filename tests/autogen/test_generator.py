@@ -177,10 +177,10 @@ def test_macros_translate_to_python(bind):
     bound = bind(MACROS)
     api = bound.module
     assert (api.SIMPLE, api.OCTAL, api.SHIFTED, api.DIVIDE, api.HALF) == (42, 0o755, 4096, 14, 0.5)
-    assert (api.CAST, api.CHAR, api.STRING, api.NOT_TRUE) == (10, ord("K"), "tg-autogen", True)
+    assert (api.CAST, api.CHAR, api.STRING, api.NOT_TRUE) == (10, ord("K"), b"tg-autogen", True)
     assert api.LATER_USER == 42 and api.ADD(2, 3) == 5 and api.SIZE == 8
     assert api.TABLE == (1, 2, 42)
-    assert api.FORMAT == "ld"
+    assert api.FORMAT == b"ld"
     # Translations that are not valid Python are skipped (this once looped forever in the batch compiler).
     assert {"COMBINED", "TWO_NUMBERS", "BITFIELD_RANGE"} <= bound.skipped_names
     assert (api.TERNARY(0), api.TERNARY(7)) == (2, 1)
@@ -275,3 +275,26 @@ def test_pattern_limits_what_is_emitted(bind):
     ).module
     assert api.KEEP_A == 1 and hasattr(api, "struct_keep_s")
     assert not hasattr(api, "DROP_B") and not hasattr(api, "struct_drop_s")
+
+
+def test_float16_members_keep_the_layout_and_do_not_crash(bind, c_program_output):
+    bound = bind("struct half { _Float16 h; int after; _Float16 pair[2]; };\n_Float16 halve(_Float16 x);\n")
+    program = (
+        f'#include <stdio.h>\n#include <stddef.h>\n#include "{bound.header}"\n'
+        'int main(void) { printf("%zu %zu\\n", sizeof(struct half), offsetof(struct half, pair)); return 0; }\n'
+    )
+    size, offset = (int(v) for v in c_program_output(program).split())
+    record = bound.module.struct_half
+    assert ctypes.sizeof(record) == size and record.pair.offset == offset
+    assert "struct_half.h" in bound.skipped_names
+
+
+def test_colliding_record_names_are_resolved_not_merged(bind):
+    bound = bind(
+        "struct a_b { int x; };\nstruct a { struct { char c; } b; };\n"
+        "typedef struct { int q; } foo;\nstruct foo { double z; };\n"
+    )
+    api = bound.module
+    assert ctypes.sizeof(api.struct_a_b) == 4 and ctypes.sizeof(api.struct_a().b) == 1
+    assert ctypes.sizeof(api.foo) == 4 and ctypes.sizeof(api.struct_foo_2) == 8
+    assert len(bound.generated.notes) == 2 and all("is another record" in n for n in bound.generated.notes)

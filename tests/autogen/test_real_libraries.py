@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import importlib.util
 import os
+import zlib
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +125,59 @@ def test_pci_constants():
     from tg.drivers.autogen import pci
 
     assert (pci.PCI_VENDOR_ID, pci.PCI_COMMAND, pci.PCI_STD_NUM_BARS) == (0, 4, 6)
+
+
+def _generated_module(tmp_path, header: str, lib: str):
+    from tg.autogen.generate import Options, generate
+    from tg.drivers.cbind import find_library
+
+    if not Path(header).is_file() or find_library(lib) is None:
+        pytest.skip(f"{header} or lib{lib} is not installed on this machine")
+    path = tmp_path / f"{Path(header).stem}_binding.py"
+    path.write_text(generate(Options(name=Path(header).stem, headers=(header,), lib=lib)).source)
+    spec = importlib.util.spec_from_file_location(f"binding_{Path(header).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_zlib_deflate_init_macro_passes_the_version_as_bytes(tmp_path):
+    zlib_binding = _generated_module(tmp_path, "/usr/include/zlib.h", "z")
+    assert isinstance(zlib_binding.ZLIB_VERSION, bytes)
+    stream = zlib_binding.z_stream()
+    # deflateInit is a macro: deflateInit_(strm, level, ZLIB_VERSION, (int)sizeof(z_stream)).
+    assert zlib_binding.deflateInit(ctypes.byref(stream), 6) == zlib_binding.Z_OK
+    source = b"tg-autogen " * 50
+    output = (ctypes.c_ubyte * 1024)()
+    stream.next_in = ctypes.cast(ctypes.c_char_p(source), ctypes.POINTER(ctypes.c_ubyte))
+    stream.avail_in = len(source)
+    stream.next_out = ctypes.cast(output, ctypes.POINTER(ctypes.c_ubyte))
+    stream.avail_out = len(output)
+    assert zlib_binding.deflate(ctypes.byref(stream), zlib_binding.Z_FINISH) == zlib_binding.Z_STREAM_END
+    assert zlib.decompress(bytes(output[: stream.total_out])) == source
+    assert zlib_binding.deflateEnd(ctypes.byref(stream)) == zlib_binding.Z_OK
+
+
+def test_sqlite_transient_pointer_macro_and_nested_index_records(tmp_path):
+    sqlite = _generated_module(tmp_path, "/usr/include/sqlite3.h", "sqlite3")
+    assert ctypes.cast(sqlite.SQLITE_TRANSIENT, ctypes.c_void_p).value == 2**64 - 1
+    db = ctypes.POINTER(sqlite.sqlite3)()
+    assert sqlite.sqlite3_open(b":memory:", ctypes.byref(db)) == sqlite.SQLITE_OK
+    statement = ctypes.POINTER(sqlite.sqlite3_stmt)()
+    assert sqlite.sqlite3_prepare_v2(db, b"select ?", -1, ctypes.byref(statement), None) == sqlite.SQLITE_OK
+    text = ctypes.create_string_buffer(b"hello")
+    assert sqlite.sqlite3_bind_text(statement, 1, text, -1, sqlite.SQLITE_TRANSIENT) == sqlite.SQLITE_OK
+    text.value = b"XXXXX"  # SQLITE_TRANSIENT made sqlite copy the text
+    assert sqlite.sqlite3_step(statement) == sqlite.SQLITE_ROW
+    assert ctypes.string_at(sqlite.sqlite3_column_text(statement, 0)) == b"hello"
+    sqlite.sqlite3_finalize(statement)
+    sqlite.sqlite3_close(db)
+    # Records declared inside sqlite3_index_info have their C sizes (they were size-0 classes).
+    assert ctypes.sizeof(sqlite.struct_sqlite3_index_constraint) == 12
+    assert ctypes.sizeof(sqlite.struct_sqlite3_index_orderby) == 8
+
+
+def test_pthread_canceled_is_a_pointer(tmp_path):
+    pthread = _generated_module(tmp_path, "/usr/include/pthread.h", "c")
+    assert isinstance(pthread.PTHREAD_CANCELED, ctypes.c_void_p)
+    assert pthread.PTHREAD_CANCELED.value == 2**64 - 1  # ((void *) -1)

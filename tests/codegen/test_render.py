@@ -10,7 +10,8 @@ from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
-from tg.codegen.render.c import CRenderer, literal
+from tg.codegen.render.base import KernelText, RenderedKernel
+from tg.codegen.render.c import CRenderer, CStyleLanguage, literal, with_helpers
 from tg.codegen.render.python import PythonRenderer
 from tg.hcq import Buffer, Device
 
@@ -108,3 +109,76 @@ def test_python_emulator_raises_on_out_of_bounds_access() -> None:
     ast = UOp.sink(out.index(i).store(a.index(i + 1).load()), arg=KernelInfo("oob"))
     with pytest.raises(IndexError, match="element 4"):
         run(ast, "PYTHON", np.zeros(4, np.float32), np.zeros(4, np.float32))
+
+
+def row_sum_kernel(rows: int, length: int) -> UOp:
+    out, a = UOp.param(0, dtypes.float32, rows), UOp.param(1, dtypes.float32, rows * length)
+    i, j = UOp.range(rows, 0), UOp.range(length, 1, AxisType.REDUCE)
+    return UOp.sink(out.index(i).store(a.index(i * length + j).load().reduce(j)), arg=KernelInfo("row_sum"))
+
+
+def run_rendered(renderer: CRenderer, ast: UOp, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+    dev = Device["CPU"]
+    rendered = renderer.render(lower(ast))
+    program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
+    buffers = []
+    for array in (out, *inputs):
+        buf = Buffer("CPU", array.size, from_numpy(array.dtype)).ensure_allocated()
+        buf.copyin(np.ascontiguousarray(array).tobytes())
+        buffers.append(buf)
+    program(*(b.raw for b in buffers), global_size=rendered.global_size, wait=True)
+    return np.frombuffer(buffers[0].as_buffer(), out.dtype).reshape(out.shape)
+
+
+def test_long_sums_add_partial_sums_in_a_fixed_order_on_any_core_count() -> None:
+    """Issue 12: lane k sums elements k, k+16, ... in order; the 16 lanes are then added in lane order. numpy's
+    cumsum (sequential, float32) computes that order independently of our code."""
+    rows, length = 64, 2048  # big enough to be split across cores
+    a = (rng.random((rows, length), np.float32) * 1000).astype(np.float32)
+    lanes = np.stack([np.cumsum(a[:, k::16], axis=1, dtype=np.float32)[:, -1] for k in range(16)], axis=1)
+    expected = np.cumsum(lanes, axis=1, dtype=np.float32)[:, -1]
+    results = {}
+    for cores in (1, 3, 4):
+        renderer = CRenderer(cores=cores)
+        assert renderer.render(lower(row_sum_kernel(rows, length))).global_size[0] == cores
+        results[cores] = run_rendered(renderer, row_sum_kernel(rows, length), np.zeros(rows, np.float32), a)
+    results["python"] = run(row_sum_kernel(rows, length), "PYTHON", np.zeros(rows, np.float32), a)
+    for got in results.values():
+        assert got.tobytes() == expected.tobytes()
+    assert "float acc0[16];" in CRenderer().render(lower(row_sum_kernel(rows, length))).src
+
+
+def test_short_or_unsplittable_sums_keep_one_accumulator() -> None:
+    for length in (48, 1000 + 1):
+        src = CRenderer().render(lower(row_sum_kernel(2, length))).src
+        assert "acc0[1];" in src and "acc1" not in src
+
+
+class ThreadPerOutputC(CStyleLanguage):
+    """A C-style GPU language in a few lines (issue 13 item 6): the outermost output loop becomes one thread per
+    iteration (OpenCL's get_global_id); every spelling is CStyleLanguage's."""
+
+    device = "GPU"
+    buffer_qualifier = "__global "
+
+    def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
+        if "threads" not in k.abi and rng.arg.axis_type is AxisType.LOOP:
+            k.abi["threads"] = rng
+            k.line(f"long {name} = get_global_id(0); {{")  # the block keeps the walker's braces balanced
+        else:
+            super().open_loop(k, rng, name)
+
+    def finish(self, k: KernelText, params: list[UOp]) -> RenderedKernel:
+        body = "\n".join(k.lines)
+        src = with_helpers(f"__kernel void {k.name}({', '.join(self.buffer_arguments(params))}) {{\n{body}\n}}\n")
+        threads = k.abi.get("threads")
+        return RenderedKernel(k.name, src, (threads.src[0].arg if threads is not None else 1, 1, 1))
+
+
+def test_a_c_style_gpu_language_is_a_small_subclass() -> None:
+    rendered = ThreadPerOutputC().render(lower(row_sum_kernel(8, 256)))
+    assert rendered.global_size == (8, 1, 1)
+    assert rendered.src.startswith("__kernel void row_sum(__global float* restrict data0, __global float* restrict")
+    assert "long r0 = get_global_id(0);" in rendered.src and "for (long r0" not in rendered.src
+    assert "for (long r1 = 0; r1 < 16; r1++)" in rendered.src  # the reduction (in steps of 16 partial sums) stays
+    assert rendered.src.count("{") == rendered.src.count("}")

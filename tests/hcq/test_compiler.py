@@ -108,3 +108,27 @@ def test_nan_and_inf_keep_ieee_semantics(fresh_cache_dir) -> None:
         assert lib.is_nan(1.0) == 0
         assert lib.is_inf(float("inf")) == 1
         assert lib.is_inf(2.0) == 0
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc, the compiler this test names")
+def test_debug_1_names_the_compiler_and_its_version(capsys) -> None:
+    import subprocess
+
+    version = subprocess.run(["gcc", "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    with Context(CC="gcc", DEBUG=1):
+        CCompiler()
+    err = capsys.readouterr().err
+    assert version in err and shutil.which("gcc") in err
+    with Context(CC="gcc", DEBUG=0):
+        CCompiler()
+    assert capsys.readouterr().err == ""
+
+
+def test_no_compiler_at_all_says_what_to_install(monkeypatch) -> None:
+    import tg.codegen.compiler.c as c_compiler
+
+    monkeypatch.setattr(c_compiler.shutil, "which", lambda name: None)
+    with Context(CC=""), pytest.raises(FileNotFoundError) as info:
+        find_c_compiler()
+    message = str(info.value)
+    assert "apt-get install gcc" in message and "dnf install gcc" in message and "CC" in message

@@ -1,6 +1,6 @@
 """The forward values of spec tensor.md Appendix B for the math ops (torch semantics), row by row, on CPU and
-PYTHON. The gradient columns (hardsigmoid/relu6/hardswish grads, asin/acos/atan/erf slopes at 0) wait for the
-autograd issue; the indexing and bitcast rows belong to the shape-and-indexing tests."""
+PYTHON. The gradient columns (hardsigmoid/relu6/hardswish grads, asin/acos/atan/erf slopes at 0) are not checked
+here; the indexing and bitcast rows belong to the shape-and-indexing tests."""
 
 import math
 

@@ -123,6 +123,8 @@ IGNORE_BEAM_CACHE = flag("IGNORE_BEAM_CACHE", 0, "search again even when a BEAM 
 CACHELEVEL = flag("CACHELEVEL", 2, "0 disables every on-disk cache")
 TG_CACHE_DIR = flag("TG_CACHE_DIR", "", "directory of the on-disk caches (default ~/.cache/tg)")
 CC = flag("CC", "", "C compiler for CPU kernels (default: clang when installed, else gcc)")
+CAPTURE_PROCESS_REPLAY = flag("CAPTURE_PROCESS_REPLAY", 0, "record every compiled kernel for tg-replay (1)")
+TG_REPLAY_DB = flag("TG_REPLAY_DB", "", "sqlite file of process-replay captures (default: in the cache directory)")
 REWRITE_STACK_LIMIT = flag("REWRITE_STACK_LIMIT", 250_000, "pending steps after which graph_rewrite gives up")
 
 

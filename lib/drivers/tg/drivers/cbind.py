@@ -5,7 +5,10 @@ Generated modules import only this module and ctypes. It provides:
 - `Struct` / `Union` with `layout()`, which places every field at the byte offset libclang computed, so the
   Python layout is the C compiler's layout by construction (ctypes' own layout rules are never trusted);
 - `BitField`, a descriptor that reads and writes a bitfield through the record's bytes (exact, signedness aware);
-- `DLL`, a lazily loaded shared library whose functions resolve on first call, with errno support;
+- `DLL`, a lazily loaded shared library whose functions resolve on first call, with errno support; records
+  passed or returned by value travel as the C ABI classifies them (see tg.drivers.cabi);
+- `Opaque` records (declared, never laid out here), which cannot be instantiated by mistake;
+- C integer semantics for translated macros (`c_macro`, `c_cast`, ... from tg.drivers.cint);
 - `_IO`, `_IOR`, `_IOW`, `_IOWR`, `_IOC`: Linux ioctl request numbers that can also be called to run the ioctl.
 """
 
@@ -17,6 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tg.drivers.cabi import leaves as record_leaves
+from tg.drivers.cint import CInt, c_cast, c_literal, c_macro, c_sizeof, c_truth, c_typed
+
+__all__ = ["CInt", "c_cast", "c_literal", "c_macro", "c_sizeof", "c_truth", "c_typed", "record_leaves"]
 
 # --------------------------------------------------------------------------------------------------------------
 # records
@@ -106,6 +114,9 @@ class _Record:
     """Shared behaviour of Struct and Union: keyword construction, `layout()`, a readable repr."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        opaque = type(self).__dict__.get("_opaque_")
+        if opaque is not None:
+            raise TypeError(f"{type(self).__name__} is opaque here ({opaque}); use it only through pointers")
         super().__init__()
         names = member_names(type(self))
         for name, value in zip(names, args, strict=False):
@@ -120,8 +131,18 @@ class _Record:
         return f"{type(self).__name__}({shown})"
 
     @classmethod
-    def layout(cls, size: int, members: Sequence[Member]) -> None:
-        """Give the record its C layout: SIZE bytes with every member at the offset libclang reported."""
+    def opaque(cls, reason: str) -> None:
+        """Mark the record as opaque: known by name only (REASON says why), usable through pointers only."""
+        _set_class_attribute(cls, "_opaque_", reason)
+
+    @classmethod
+    def layout(cls, size: int, members: Sequence[Member], align: int | None = None) -> None:
+        """Give the record its C layout: SIZE bytes with every member at the offset libclang reported.
+
+        ALIGN, the C alignment, is given when it exceeds 8 (it decides stack slots of by-value arguments).
+        """
+        if align is not None:
+            _set_class_attribute(cls, "_c_align_", align)
         is_union = issubclass(cls, ctypes.Union)
         fields, packed = _ctypes_fields(members, size, is_union)
         if packed:
@@ -250,14 +271,15 @@ def find_library(name: str) -> str | None:
 class DLL:
     """A shared library loaded on first use, so importing a binding never fails for a missing library."""
 
-    def __init__(self, name: str, use_errno: bool = False) -> None:
-        self.name, self.use_errno = name, use_errno
+    def __init__(self, name: str, use_errno: bool = False, path: str | None = None) -> None:
+        """NAME is found as lib<NAME>.so (see find_library) unless PATH names the file."""
+        self.name, self.use_errno, self.path = name, use_errno, path
         self._handle: ctypes.CDLL | None = None
 
     @property
     def handle(self) -> ctypes.CDLL:
         if self._handle is None:
-            path = find_library(self.name)
+            path = self.path or find_library(self.name)
             if path is None:
                 hint = f"{self.name.upper().replace('-', '_').replace('.', '_')}_PATH"
                 raise OSError(f"cannot find library {self.name!r}; set {hint} to its path")
@@ -273,18 +295,30 @@ class _LazyFunction:
     def __init__(self, dll: DLL, name: str, restype: Any, argtypes: Sequence[Any] | None) -> None:
         self.dll, self.__name__, self.restype, self.argtypes = dll, name, restype, argtypes
         self._function: Any = None
+        self._plan: Any = None
 
     def resolve(self) -> Any:
         if self._function is None:
             function = getattr(self.dll.handle, self.__name__)
-            function.restype = self.restype
-            if self.argtypes is not None:
-                function.argtypes = list(self.argtypes)
+            restype, argtypes = self.restype, self.argtypes
+            from tg.drivers import cabi
+
+            if cabi.needs_plan(restype, argtypes):
+                plan = cabi.plan_call(restype, list(argtypes or ()))
+                restype, argtypes = plan.restype, plan.argtypes
+                self._plan = plan
+            function.restype = restype
+            if argtypes is not None:
+                function.argtypes = list(argtypes)
             self._function = function
         return self._function
 
     def __call__(self, *args: Any) -> Any:
-        return self.resolve()(*args)
+        function = self.resolve()
+        plan = self._plan
+        if plan is None:
+            return function(*args)
+        return plan.convert_result(function(*plan.convert_args(args)))
 
     def __repr__(self) -> str:
         return f"<C function {self.__name__} in lib{self.dll.name}>"
@@ -298,6 +332,9 @@ set_errno = ctypes.set_errno
 # ioctl request numbers (include/uapi/asm-generic/ioctl.h)
 
 _IOC_NONE, _IOC_WRITE, _IOC_READ = 0, 1, 2
+_IOC_NRBITS, _IOC_TYPEBITS, _IOC_SIZEBITS, _IOC_DIRBITS = 8, 8, 14, 2
+_IOC_NRSHIFT, _IOC_TYPESHIFT, _IOC_SIZESHIFT, _IOC_DIRSHIFT = 0, 8, 16, 30
+_IOC_NRMASK, _IOC_TYPEMASK, _IOC_SIZEMASK, _IOC_DIRMASK = 0xFF, 0xFF, 0x3FFF, 0x3
 
 
 class Ioctl(int):
@@ -335,13 +372,22 @@ def _IO(kind: int | str, nr: int) -> Ioctl:  # noqa: N802
     return _IOC(_IOC_NONE, kind, nr, 0)
 
 
+def _argument_size(argtype: Any) -> Any:
+    """_IOR/_IOW/_IOWR take a type (C's sizeof(T)); given an integer expression, C takes sizeof of its type."""
+    if isinstance(argtype, int):
+        from tg.drivers.cint import type_of
+
+        return type_of(argtype).bits // 8
+    return argtype
+
+
 def _IOR(kind: int | str, nr: int, argtype: Any) -> Ioctl:  # noqa: N802
-    return _IOC(_IOC_READ, kind, nr, argtype)
+    return _IOC(_IOC_READ, kind, nr, _argument_size(argtype))
 
 
 def _IOW(kind: int | str, nr: int, argtype: Any) -> Ioctl:  # noqa: N802
-    return _IOC(_IOC_WRITE, kind, nr, argtype)
+    return _IOC(_IOC_WRITE, kind, nr, _argument_size(argtype))
 
 
 def _IOWR(kind: int | str, nr: int, argtype: Any) -> Ioctl:  # noqa: N802
-    return _IOC(_IOC_READ | _IOC_WRITE, kind, nr, argtype)
+    return _IOC(_IOC_READ | _IOC_WRITE, kind, nr, _argument_size(argtype))

@@ -55,10 +55,12 @@ class ActivationOps:
         """clip(x, min_val, max_val) with gradient 1 only strictly inside (torch; clip passes it at the bounds)."""
         return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
 
-    def hardsigmoid(self) -> Tensor:
-        """clip(x + 3, 0, 6) / 6, as torch computes it: 1 for every x >= 3, however large; gradient 1/6 for
-        -3 < x < 3 only."""
-        return in_float32_when_half(self, lambda x: (x + 3).hardtanh(0, 6) / 6)
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+        """clip(alpha * x + beta, 0, 1); with the defaults computed as torch does, clip(x + 3, 0, 6) / 6 (1 for every
+        x >= 3, however large). The gradient is alpha only strictly inside the ramp (torch)."""
+        if alpha == 1 / 6 and beta == 0.5:
+            return in_float32_when_half(self, lambda x: (x + 3).hardtanh(0, 6) / 6)
+        return in_float32_when_half(self, lambda x: (x * alpha + beta).hardtanh(0, 1))
 
     def hardswish(self) -> Tensor:
         """x * clip(x + 3, 0, 6) / 6."""
@@ -75,9 +77,11 @@ class ActivationOps:
     def celu(self, alpha: float = 1.0) -> Tensor:
         return in_float32_when_half(self, lambda x: (x > 0).where(x, alpha * negative_part_expm1(x, alpha)))
 
-    def selu(self) -> Tensor:
+    def selu(self, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Tensor:
+        """gamma * (x if x > 0 else alpha * (exp(x) - 1)); the defaults are the self-normalizing constants."""
+
         def compute(x: Tensor) -> Tensor:
-            return SELU_SCALE * (x > 0).where(x, SELU_ALPHA * negative_part_expm1(x))
+            return gamma * (x > 0).where(x, alpha * negative_part_expm1(x))
 
         return in_float32_when_half(self, compute)
 

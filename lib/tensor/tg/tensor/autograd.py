@@ -174,7 +174,7 @@ GRADIENT_RULES: dict[Ops, Callable[[UOp, UOp], Gradients]] = {
 # primitives whose result is piecewise constant, not a float, or cut off from autograd on purpose
 for _op in (
     Ops.TRUNC, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
-    Ops.THREEFRY, Ops.BITCAST, Ops.DETACH,
+    Ops.BITCAST, Ops.DETACH,
 ):  # fmt: skip
     GRADIENT_RULES[_op] = _no_gradient
 

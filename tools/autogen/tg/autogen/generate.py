@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from tg.autogen.ctypes_names import BUILTIN_KINDS, WELL_KNOWN_TYPEDEFS
-from tg.autogen.macros import ExpressionTranslator, Untranslatable, macro_line, safe_name, split_macro
+from tg.autogen.evaluate import MacroValues
+from tg.autogen.macros import (
+    PLAIN_INTEGER,
+    ExpressionTranslator,
+    Untranslatable,
+    macro_line,
+    safe_name,
+    split_macro,
+)
 from tg.autogen.parse import AutogenError, clang_args, diagnostics, parse_headers
 
 PRELUDE = """\
@@ -27,6 +35,10 @@ import ctypes
 from tg.drivers import cbind
 from tg.drivers.cbind import _IO, _IOC, _IOR, _IOW, _IOWR
 """
+
+# C integer types the macro functions know (tg.drivers.cint.C_TYPES), by spelling.
+C_TYPES = {"_Bool", "char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int", "long"}
+C_TYPES |= {"unsigned long", "long long", "unsigned long long"}
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,8 @@ class Options:
     allow_errors: bool = False
     # Comment lines for the top of the file (provenance), without the leading '# '.
     comments: tuple[str, ...] = ()
+    # Also record every other header the translation unit reads, with package, version and hash (for regen --check).
+    record_includes: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,8 @@ class Generated:
     source: str
     skipped: tuple[Skipped, ...]
     diagnostics: tuple[str, ...]
+    # Facts the user should know that are not failures (a record left opaque because another header defines it).
+    notes: tuple[str, ...] = ()
 
 
 class Unsupported(Exception):
@@ -83,6 +99,8 @@ class _State:
     skipped: list[Skipped] = field(default_factory=list)
     namespace: dict[str, Any] = field(default_factory=dict)
     record_names: dict[str, str] = field(default_factory=dict)
+    record_cursors: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
     declared_records: set[str] = field(default_factory=set)
     defined_records: set[str] = field(default_factory=set)
     typedefs: dict[str, Any] = field(default_factory=dict)
@@ -94,6 +112,8 @@ class _State:
 
 def generate(options: Options) -> Generated:
     """Parse the headers of OPTIONS and return the module text, what was skipped and libclang's errors."""
+    for pattern in (*options.patterns, *(p for _, p in options.header_patterns)):
+        _regex(pattern)  # a bad pattern is an error before any parsing
     args = clang_args(options.include_dirs, options.defines, options.clang_args)
     missing = [h for h in options.headers + options.indirect if not Path(h).is_file()]
     if missing:
@@ -104,11 +124,33 @@ def generate(options: Options) -> Generated:
         # A header that does not compile gives records with missing fields: refuse rather than emit wrong layouts.
         raise AutogenError(f"libclang reported {len(errors)} error(s), first: {errors[0]}")
     writer = ModuleWriter(options)
+    if options.record_includes:
+        writer.include_comments = include_comments(unit, options.headers + options.indirect)
     writer.walk(unit.cursor)
+    writer.finish_records()
     macro_start = len(writer.state.chunks)
+    writer.evaluate_macros(args)
     writer.emit_macros()
-    writer.use_c_integer_values(macro_start, args)
-    return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors))
+    writer.use_c_values(macro_start)
+    if not writer.state.chunks or writer.state.chunks == writer.initial_chunks:
+        errors.append(f"nothing to bind in {', '.join(options.headers)}: the module is empty")
+    return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors), tuple(writer.state.notes))
+
+
+def include_comments(unit: Any, sources: Sequence[str]) -> list[str]:
+    """Provenance lines for every header UNIT read besides SOURCES: a change in any of them changes the output."""
+    from tg.autogen.provenance import describe_sources, recorded_path
+
+    seen = {os.path.realpath(s) for s in sources}
+    paths: list[str] = []
+    for inclusion in unit.get_includes():
+        name = os.path.normpath(inclusion.include.name)
+        if os.path.realpath(name) not in seen:
+            seen.add(os.path.realpath(name))
+            paths.append(recorded_path(name))
+    if not paths:
+        return []
+    return ["Included headers:", *(source.comment() for source in describe_sources(paths))]
 
 
 class ModuleWriter:
@@ -121,19 +163,23 @@ class ModuleWriter:
         self.options = options
         self.state = _State()
         self.targets = {os.path.realpath(h): h for h in options.headers + options.indirect}
-        self.header_patterns = {os.path.realpath(h): re.compile(p) for h, p in options.header_patterns}
-        self.patterns = [re.compile(p) for p in options.patterns]
+        self.header_patterns = {os.path.realpath(h): _regex(p) for h, p in options.header_patterns}
+        self.patterns = [_regex(p) for p in options.patterns]
         self.texts: dict[str, bytes] = {}
         self.file_cache: dict[str, str | None] = {}
         self.translator = ExpressionTranslator(self.typedef_ctype)
         exec(PRELUDE, self.state.namespace)
         if options.lib:
             self.add(f'dll = cbind.DLL("{options.lib}", use_errno=True)', "dll")
+        self.initial_chunks = list(self.state.chunks)
+        self.include_comments: list[str] = []
+        self.c_values = MacroValues([], [], [])  # filled by evaluate_macros()
 
     # ---------------------------------------------------------------------------------------------------- output
 
     def source(self) -> str:
-        header = [f"# {line}" if line else "#" for line in self.options.comments]
+        comments = self.options.comments + tuple(self.include_comments)
+        header = [f"# {line}" if line else "#" for line in comments]
         # Generated code is exempt from lint and formatting, even when a hook passes the file to ruff by name.
         parts = ["\n".join(header + ["# ruff: noqa", "# fmt: off"]), PRELUDE.rstrip()]
         body: list[str] = []
@@ -202,11 +248,19 @@ class ModuleWriter:
                 handler(cursor, path)
             except (Unsupported, Untranslatable) as exc:
                 self.skip(name, str(exc))
+            except ValueError as exc:  # clang.cindex meets a kind it does not know
+                self.skip(name, f"not understood by clang.cindex: {exc}")
 
     # ---------------------------------------------------------------------------------------------------- types
 
     def ctype(self, t: Any, by_value: bool = True, param: bool = False) -> str:
         """The ctypes expression for libclang type T; records used by value are defined first."""
+        try:
+            return self._ctype(t, by_value, param)
+        except ValueError as exc:  # kinds newer than the clang.cindex module (_Float16 is kind 32)
+            raise Unsupported(f"type {t.spelling} is not known to clang.cindex ({exc})") from exc
+
+    def _ctype(self, t: Any, by_value: bool, param: bool) -> str:
         kinds = self.ci.TypeKind
         kind = t.kind
         if kind == kinds.ELABORATED:
@@ -296,14 +350,30 @@ class ModuleWriter:
         key = self.record_key(decl)
         name = self.state.record_names.get(key)
         if name is None:
-            name = self.record_class_name(decl)
-            self.state.record_names[key] = name
+            name = self.name_record(key, self.record_class_name(decl), decl)
+        self.state.record_cursors.setdefault(key, decl)
         if key not in self.state.declared_records:
             base = "Union" if decl.kind == self.ci.CursorKind.UNION_DECL else "Struct"
             # The docstring is the C spelling of the type (for named records), which the ABI tests use.
             body = "pass" if decl.is_anonymous() else f'"""{decl.type.get_canonical().spelling}"""'
             self.add(f"class {name}(cbind.{base}):\n    {body}", name)
             self.state.declared_records.add(key)
+        return name
+
+    def name_record(self, key: str, wanted: str, decl: Any) -> str:
+        """Give the record KEY the class name WANTED, or WANTED_2, ... when another record has it already
+        (`struct a_b` and the member `b` of `struct a`; `typedef struct {...} foo` and `struct foo`): two C types
+        must never become one class. A renamed record is named in a note."""
+        taken = set(self.state.record_names.values())
+        name, number = wanted, 1
+        while name in taken:
+            number += 1
+            name = f"{wanted}_{number}"
+        if name != wanted:
+            where = decl.location
+            origin = f"{where.file.name}:{where.line}" if where.file else "?"
+            self.state.notes.append(f"the record at {origin} is named {name}: {wanted} is another record")
+        self.state.record_names[key] = name
         return name
 
     def record_class_name(self, decl: Any) -> str:
@@ -324,14 +394,55 @@ class ModuleWriter:
             raise Unsupported(f"{name} is an incomplete type")
         self.state.defined_records.add(key)
         members = self.record_members(name, definition)
+        self.define_nested_records(definition)
         size = definition.type.get_size()
+        align = definition.type.get_align()
         body = "".join(f"    {m},\n" for m in members)
+        # The C alignment matters to calls only beyond 8 (16-byte stack slots); it is written only then.
+        align_argument = f", align={align}" if align > 8 else ""
         try:
-            self.add(f"{name}.layout({size}, [\n{body}])", name)
+            self.add(f"{name}.layout({size}, [\n{body}]{align_argument})", name)
         except Unsupported:
             self.state.defined_records.discard(key)
             raise
         return name
+
+    def define_nested_records(self, definition: Any) -> None:
+        """Lay out named records declared inside DEFINITION (C gives them file scope), which the walk of the
+        top-level cursors never reaches; otherwise a pointer to one would index a size-0 class."""
+        kinds = self.ci.CursorKind
+        for child in definition.get_children():
+            if (
+                child.kind in (kinds.STRUCT_DECL, kinds.UNION_DECL)
+                and child.is_definition()
+                and not child.is_anonymous()
+            ):
+                try:
+                    self.define_record(child)
+                except Unsupported as exc:
+                    self.skip(child.spelling, str(exc))
+
+    def finish_records(self) -> None:
+        """Every record named so far but not laid out: lay it out when a target header defines it, else make it
+        explicitly opaque (with a note when another header has the definition the user might want to add)."""
+        for key, decl in list(self.state.record_cursors.items()):
+            if key in self.state.defined_records:
+                continue
+            name = self.state.record_names[key]
+            definition = decl.get_definition()
+            if definition is not None and self.target_of(definition) is not None:
+                try:
+                    self.define_record(definition)
+                    continue
+                except Unsupported as exc:
+                    self.skip(name, str(exc))
+            if definition is not None:
+                where = definition.location.file.name if definition.location.file else "another header"
+                self.state.notes.append(f"{name} is opaque: its definition is in {where}, which is not a target header")
+                reason = f"defined in {where}"
+            else:
+                reason = "declared but never defined in C"
+            self.add(f'{name}.opaque("{reason}")', name)
 
     def record_members(self, record: str, definition: Any) -> list[str]:
         members: list[str] = []
@@ -346,13 +457,15 @@ class ModuleWriter:
                 continue
             decl = member_type.get_canonical().get_declaration()
             if not name.isidentifier() and decl.is_anonymous():
-                self.state.record_names.setdefault(self.record_key(decl), f"{record}_anon{anonymous}")
+                if self.record_key(decl) not in self.state.record_names:
+                    self.name_record(self.record_key(decl), f"{record}_anon{anonymous}", decl)
                 nested = self.define_record(decl)
                 members.append(f'cbind.Anonymous("_anon{anonymous}", {nested}, {offset // 8})')
                 anonymous += 1
                 continue
             if decl.kind in (self.ci.CursorKind.STRUCT_DECL, self.ci.CursorKind.UNION_DECL) and decl.is_anonymous():
-                self.state.record_names.setdefault(self.record_key(decl), f"{record}_{name}")
+                if self.record_key(decl) not in self.state.record_names:
+                    self.name_record(self.record_key(decl), f"{record}_{name}", decl)
             members.append(f'cbind.Field("{name}", {self.field_type(record, name, member_type)}, {offset // 8})')
         return members
 
@@ -458,20 +571,85 @@ class ModuleWriter:
         text = source[start:end].decode("utf-8", "replace")
         self.state.macros.append(_Macro(cursor.spelling, _strip_comments(text)))
 
-    def emit_macros(self) -> None:
-        """Translate macros in source order; ones naming a later macro are retried until nothing changes."""
-        pending: list[tuple[str, str]] = []
+    def evaluate_macros(self, args: Sequence[str]) -> None:
+        """Ask clang for the value of every object-like macro that could be an expression (see evaluate.py)."""
+        from tg.autogen.evaluate import could_be_expression
+
+        names = []
+        literal_types: dict[str, str] = {}
         for macro in self.state.macros:
-            line = macro.line or self.macro_statement(macro)
-            if line is not None:
-                pending.append((macro.name, line))
+            if macro.line is not None:
+                continue
+            try:
+                definition = split_macro(macro.text)
+            except Untranslatable:
+                continue
+            body = " ".join(definition.body.replace("\\\n", " ").split())
+            self.state.c_bodies[macro.name] = body
+            if definition.params is None and body != macro.name and could_be_expression(body):
+                literal = PLAIN_INTEGER.fullmatch(body)
+                if literal:  # a literal's value and C type need no compiler
+                    literal_types[macro.name] = literal_type(literal.group(1))
+                else:
+                    names.append(macro.name)
+        self.c_values = MacroValues(self.options.headers, args, names)
+        self.translator.macro_types = literal_types | {
+            name: value.type_name for name, value in self.c_values.values.items() if value.type_name in C_TYPES
+        }
+
+    def emit_macros(self) -> None:
+        """Translate macros in source order; ones naming a later macro are retried until nothing changes.
+
+        An object-like macro that does not translate (or does not run) but that C evaluates gets C's value.
+        """
+        pending = [entry for macro in self.state.macros if (entry := self.first_line(macro)) is not None]
         while pending:
             failed = self.run_macros(pending)
             if len(failed) == len(pending):
                 break
             pending = failed
-        for name, line in pending:
+        self.fall_back_to_c_values(pending)
+
+    def first_line(self, macro: _Macro) -> tuple[str, str] | None:
+        """(name, Python line) to try for MACRO: a pointer for pointer values, else the translation, else C's value."""
+        value = self.c_values.values.get(macro.name)
+        if value is not None and value.type_name == "pointer":
+            line = self.pointer_line(macro.name, value)
+            if line is not None:
+                return macro.name, line
+        line, reason = (macro.line, "") if macro.line else self.macro_statement(macro)
+        if line is not None:
+            return macro.name, line
+        if value is not None:
+            return macro.name, self.c_value_line(macro.name, value.value)
+        if reason:
+            self.skip(macro.name, reason)
+        return None
+
+    def fall_back_to_c_values(self, failed: list[tuple[str, str]]) -> None:
+        """Macros whose translation did not run: C's value where clang has one, else a skip with the reason."""
+        fallback = []
+        for name, line in failed:
+            value = self.c_values.values.get(name)
+            if value is not None and value.type_name != "pointer":
+                fallback.append((name, self.c_value_line(name, value.value)))
+            else:
+                self.skip(name, f"does not evaluate: {self.macro_error(line)}")
+        for name, line in self.run_macros(fallback) if fallback else []:
             self.skip(name, f"does not evaluate: {self.macro_error(line)}")
+
+    def c_value_line(self, name: str, value: int) -> str:
+        return f"{name} = {value}{C_VALUE_COMMENT}{self.state.c_bodies.get(name, '?')}"
+
+    def pointer_line(self, name: str, value: Any) -> str | None:
+        """A pointer-valued macro (`((void *) -1)`, a function pointer cast) as a ctypes pointer of its type."""
+        try:
+            pointer = self.pointer_type(value.pointer_type.get_pointee())
+        except Unsupported:
+            return None
+        if pointer == "ctypes.c_void_p":
+            return f"{name} = ctypes.c_void_p({value.value:#x})"
+        return f"{name} = ctypes.cast({value.value:#x}, {pointer})"
 
     def run_macros(self, lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Execute LINES in one compiled batch (each guarded by try), keep those that ran, return the rest.
@@ -516,43 +694,37 @@ class ModuleWriter:
                 guarded[index] = f"_failed_.add({index})"
         return compile("\n".join(guarded), "<macros>", "exec")
 
-    def use_c_integer_values(self, macro_start: int, args: Sequence[str]) -> None:
+    def use_c_values(self, macro_start: int) -> None:
         """Replace integer macros whose Python value differs from C's (`~0U`, `1 << 31`) by C's value."""
-        from tg.autogen.evaluate import c_integer_values
-
         lines = self.state.chunks[macro_start:]
         index_of = {}
         for offset, line in enumerate(lines):
             name, _, value = line.partition(" = ")
-            if not _INTEGER_ASSIGNMENT.fullmatch(line) and not value.startswith("lambda"):
-                if isinstance(self.state.namespace.get(name), int):
-                    index_of[name] = macro_start + offset
-        exact = c_integer_values(self.options.headers, args, list(index_of))
+            if not _INTEGER_ASSIGNMENT.fullmatch(line) and isinstance(self.state.namespace.get(name), int):
+                index_of[name] = macro_start + offset
+        exact = {n: v.value for n, v in self.c_values.values.items() if n in index_of and v.type_name != "pointer"}
         for _ in range(3):  # a corrected macro changes the ones computed from it: re-run until stable
             wrong = {n: v for n, v in exact.items() if self.state.namespace.get(n) != v}
             if not wrong:
                 return
             for name, value in wrong.items():
-                self.state.chunks[index_of[name]] = f"{name} = {value}  # C value of {self.state.c_bodies[name]}"
+                self.state.chunks[index_of[name]] = self.c_value_line(name, value)
             exec(compile("\n".join(self.state.chunks[macro_start:]), "<macros>", "exec"), self.state.namespace)
 
-    def macro_statement(self, macro: _Macro) -> str | None:
+    def macro_statement(self, macro: _Macro) -> tuple[str | None, str]:
+        """The Python line for MACRO, or None and why not ('' when the macro carries no value)."""
         try:
             definition = split_macro(macro.text)
         except Untranslatable as exc:
-            self.skip(macro.name, str(exc))
-            return None
+            return None, str(exc)
         if not definition.body or definition.body == definition.name:
-            return None  # include guards, feature flags and `#define x x` carry no value
+            return None, ""  # include guards, feature flags and `#define x x` carry no value
         if keyword_or_defined(definition.name, self.state.namespace):
-            self.skip(macro.name, "name is a Python keyword or already defined")
-            return None
-        self.state.c_bodies[macro.name] = " ".join(definition.body.replace("\\\n", " ").split())
+            return None, "name is a Python keyword or already defined"
         try:
-            return macro_line(definition, self.translator)
+            return macro_line(definition, self.translator), ""
         except (Untranslatable, SyntaxError, ValueError) as exc:
-            self.skip(macro.name, f"cannot translate {definition.body!r}: {exc}")
-            return None
+            return None, f"cannot translate {definition.body!r}: {exc}"
 
     def macro_error(self, line: str) -> str:
         missing = _free_names(line) - self.state.namespace.keys() - vars(builtins).keys()
@@ -563,6 +735,23 @@ class ModuleWriter:
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
         return "unknown"
+
+
+def literal_type(text: str) -> str:
+    """The C type of an integer literal (`0xFFFFFFFF` is unsigned int, `1UL` unsigned long)."""
+    from tg.drivers.cbind import c_literal
+
+    digits = text.rstrip("uUlL")
+    decimal = not (digits[:1] == "0" and len(digits) > 1)
+    value = int(digits, 16) if digits[:2] in ("0x", "0X") else int(digits, 8 if not decimal else 10)
+    return c_literal(value, text[len(digits) :], decimal).ctype.name
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise AutogenError(f"invalid pattern {pattern!r}: {exc}") from exc
 
 
 def keyword_or_defined(name: str, namespace: dict[str, Any]) -> bool:
@@ -579,13 +768,13 @@ def _strip_comments(text: str) -> str:
     return _COMMENT.sub(" ", text)
 
 
-_STRING = re.compile(r'"(?:\\.|[^\\"])*"')
+_STRING = re.compile(r'(?:\bb)?"(?:\\.|[^\\"])*"|\bb\'(?:\\.|[^\\\'])*\'')
 _IDENTIFIER = re.compile(r"(?<![.\w])[A-Za-z_]\w*")
 
 
 def _free_names(line: str) -> set[str]:
     """Module-level names the right-hand side of LINE reads (lambda parameters excluded)."""
-    value = line.split(" = ", 1)[1]
+    value = line.split(" = ", 1)[1].split(C_VALUE_COMMENT, 1)[0]
     if "lambda" not in value:
         return set(_IDENTIFIER.findall(_STRING.sub("", value))) - _PYTHON_WORDS
     try:
@@ -602,6 +791,7 @@ def _free_names(line: str) -> set[str]:
     return loads - params
 
 
+C_VALUE_COMMENT = "  # C value of "
 _PYTHON_WORDS = {"and", "or", "not", "if", "else", "lambda"}
 
 
@@ -621,6 +811,8 @@ def _split_top_level(text: str) -> list[str]:
 
 def print_skipped(generated: Generated, stream: Any = None, limit: int | None = None) -> None:
     stream = stream or sys.stderr
+    for note in generated.notes:
+        print(f"note: {note}", file=stream)
     for index, skipped in enumerate(generated.skipped):
         if limit is not None and index >= limit:
             print(f"... and {len(generated.skipped) - limit} more skipped", file=stream)

@@ -1,8 +1,14 @@
 """Translate the body of a C macro (or a constant initializer) into a Python expression.
 
-The translator works on tokens and knows only what headers need: integer, float, char and string literals,
-arithmetic and logical operators, casts (dropped), `sizeof(type)`, `struct X` names, and type names passed to
-macros such as `_IOR('K', 1, struct args)`. Anything else raises `Untranslatable`, and the macro is skipped.
+The translator works on tokens and knows only what headers need: integer, float, char and string literals
+(strings become bytes, which is what C APIs take), arithmetic and logical operators, casts, `sizeof(type)`,
+`struct X` names, and type names passed to macros such as `_IOR('K', 1, struct args)`. Anything else raises
+`Untranslatable`, and the macro is skipped (object-like macros then get their value from clang, see evaluate.py).
+
+Function-like macros are translated with C semantics (`c_semantics=True`): the lambda is wrapped in
+`cbind.c_macro`, and literals with a non-int type, casts, `sizeof`, `!`, `&&`, `||` and the object-like macros it
+names carry their C types through tg.drivers.cint, so the result is the value C computes, width and sign included.
+Object-like macros need none of that: their values are checked against clang's.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ BUILTIN_CTYPES = {
     ("double",): "ctypes.c_double",
     ("_Bool",): "ctypes.c_bool",
 }
+# asm-generic/ioctl.h helpers that macros use without the target including that header: cbind has them.
+IOCTL_NAMES = {f"_IOC_{part}" for part in ("NONE", "READ", "WRITE")}
+IOCTL_NAMES |= {f"_IOC_{field}{kind}" for field in ("NR", "TYPE", "SIZE", "DIR") for kind in ("BITS", "SHIFT", "MASK")}
 PYTHON_OPERATORS = {"&&": " and ", "||": " or ", "!": " not "}
 UNSUPPORTED_OPERATORS = {"?", ":", "=", ";", "{", "}", "#", "##", "->", "++", "--", "...", "[", "]", ".", "<<=", ">>="}
 
@@ -86,6 +95,13 @@ def python_number(text: str) -> str:
     return digits
 
 
+def bytes_literal(text: str) -> str:
+    """A C string literal as a Python bytes literal (C APIs take bytes, not str)."""
+    if text.isascii():
+        return "b" + text
+    return repr(ast.literal_eval(text).encode("utf-8"))
+
+
 def char_value(text: str) -> str:
     value = ast.literal_eval(text)
     if len(value) != 1:
@@ -101,12 +117,20 @@ def safe_name(name: str) -> str:
 class ExpressionTranslator:
     """Token-level C-to-Python translation; `type_of` maps a typedef name to a ctypes expression or None."""
 
-    def __init__(self, type_of: Callable[[str], str | None]) -> None:
+    def __init__(self, type_of: Callable[[str], str | None], c_semantics: bool = False) -> None:
         self.type_of = type_of
+        self.c_semantics = c_semantics
+        # C types of object-like macros other than int (from clang), for C semantics in macro functions.
+        self.macro_types: dict[str, str] = {}
+
+    def with_c_semantics(self) -> ExpressionTranslator:
+        translator = ExpressionTranslator(self.type_of, c_semantics=True)
+        translator.macro_types = self.macro_types
+        return translator
 
     def translate(self, text: str, params: tuple[str, ...] = ()) -> str:
         plain = PLAIN_INTEGER.fullmatch(text)
-        if plain:  # the common case, a bare integer, skips the tokenizer
+        if plain and not self.c_semantics:  # the common case, a bare integer, skips the tokenizer
             return python_number(plain.group(1))
         tokens = tokenize(text)
         if not tokens:
@@ -126,6 +150,11 @@ class ExpressionTranslator:
             then = self._translate_tokens(tokens[question + 1 : colon], params, uses_float)
             other = self._translate_tokens(tokens[colon + 1 :], params, uses_float)
             return f"({then} if {condition} else {other})"
+        if self.c_semantics and any(_top_level_index(tokens, op) is not None for op in ("&&", "||")):
+            return f"cbind.c_truth({self._translate_plain(tokens, params, uses_float)})"
+        return self._translate_plain(tokens, params, uses_float)
+
+    def _translate_plain(self, tokens: list[Token], params: tuple[str, ...], uses_float: bool) -> str:
         out: list[str] = []
         index = 0
         while index < len(tokens):
@@ -155,18 +184,25 @@ class ExpressionTranslator:
     def _next(self, tokens: list[Token], index: int, params: tuple[str, ...], uses_float: bool) -> tuple[str, int]:
         token = tokens[index]
         if token.kind == "number":
-            return python_number(token.text), index + 1
+            return self._number(token.text), index + 1
         if token.kind == "char":
             return char_value(token.text), index + 1
         if token.kind == "string":
-            return token.text, index + 1
+            return bytes_literal(token.text), index + 1
         if token.kind == "name":
             return self._name(tokens, index, params)
         if token.text == "(":
             cast_end = self._cast_end(tokens, index, params)
             if cast_end is not None:
-                return "", cast_end
+                if not self.c_semantics:
+                    return "", cast_end
+                end = self._operand_end(tokens, cast_end, params)
+                operand = self._translate_tokens(tokens[cast_end:end], params, uses_float)
+                return f"cbind.c_cast({self._cast_type(tokens, index, params)}, {operand})", end
             return "(", index + 1
+        if token.text == "!" and self.c_semantics:
+            end = self._operand_end(tokens, index + 1, params)
+            return f"cbind.c_truth(not {self._translate_tokens(tokens[index + 1 : end], params, uses_float)})", end
         if token.text in UNSUPPORTED_OPERATORS:
             raise Untranslatable(f"operator {token.text!r}")
         if token.text == "/":
@@ -177,10 +213,53 @@ class ExpressionTranslator:
             return ", ", index + 1
         return f" {token.text} " if token.text not in "()~" else token.text, index + 1
 
+    def _number(self, text: str) -> str:
+        number = python_number(text)
+        if not self.c_semantics or _is_float(text):
+            return number
+        value = int(number, 0)
+        suffix = text[len(text.rstrip("uUlL")) :]
+        decimal = not text[:1] == "0" or text == "0"
+        if not suffix and -(2**31) <= value < 2**31:
+            return number  # an int, which is what a plain Python int means to cbind.c_macro
+        return f'cbind.c_literal({number}, "{suffix.lower()}", {decimal})'
+
+    def _operand_end(self, tokens: list[Token], index: int, params: tuple[str, ...]) -> int:
+        """Index after the unary expression (the operand of a cast or `!`) that starts at INDEX."""
+        if index >= len(tokens):
+            raise Untranslatable("missing operand")
+        token = tokens[index]
+        if token.text in ("-", "+", "~", "!"):
+            return self._operand_end(tokens, index + 1, params)
+        if token.text == "(":
+            cast_end = self._cast_end(tokens, index, params)
+            if cast_end is not None:
+                return self._operand_end(tokens, cast_end, params)
+            end = _matching_paren(tokens, index) + 1
+        elif token.text == "sizeof":
+            end = _matching_paren(tokens, index + 1) + 1
+        elif token.kind in ("name", "number", "char", "string"):
+            end = index + 1
+        else:
+            raise Untranslatable(f"operand starting with {token.text!r}")
+        while end < len(tokens) and tokens[end].text == "(":  # calls of other macros
+            end = _matching_paren(tokens, end) + 1
+        return end
+
+    def _cast_type(self, tokens: list[Token], index: int, params: tuple[str, ...]) -> str:
+        end = self._type_end(tokens, index + 1, params)
+        if end < len(tokens) and tokens[end].text == "*":
+            return "ctypes.c_void_p"  # pointer casts: the value is an address
+        return self._type(tokens[index + 1 : end])
+
     def _name(self, tokens: list[Token], index: int, params: tuple[str, ...]) -> tuple[str, int]:
         word = tokens[index].text
         if word in params:
             return safe_name(word), index + 1
+        if word in IOCTL_NAMES:
+            return f"cbind.{word}", index + 1
+        if self.c_semantics and word in self.macro_types and self.macro_types[word] != "int":
+            return f'cbind.c_typed({word}, "{self.macro_types[word]}")', index + 1
         if word == "sizeof":
             return self._sizeof(tokens, index, params)
         if word == "defined" or word.startswith("__builtin") or word.startswith("__attribute"):
@@ -197,7 +276,7 @@ class ExpressionTranslator:
             raise Untranslatable("sizeof without parentheses")
         close = _matching_paren(tokens, index + 1)
         inner = ExpressionTranslator(self.type_of).translate(_join(tokens[index + 2 : close]), params)
-        return f"ctypes.sizeof({inner})", close + 1
+        return f"{'cbind.c_sizeof' if self.c_semantics else 'ctypes.sizeof'}({inner})", close + 1
 
     def _type_end(self, tokens: list[Token], index: int, params: tuple[str, ...]) -> int:
         """Index after the type name starting at INDEX, or INDEX itself when no type name starts there."""
@@ -329,6 +408,7 @@ def macro_line(definition: MacroDefinition, translator: ExpressionTranslator) ->
     """The Python assignment for a macro: `NAME = expr` or `NAME = lambda a, b: expr`."""
     if definition.params is None:
         return f"{definition.name} = {translator.translate(definition.body)}"
-    body = translator.translate(definition.body, definition.params)
+    body = translator.with_c_semantics().translate(definition.body, definition.params)
     params = ", ".join(safe_name(p) for p in definition.params)
-    return f"{definition.name} = lambda {params}: {body}" if params else f"{definition.name} = lambda: {body}"
+    function = f"lambda {params}: {body}" if params else f"lambda: {body}"
+    return f"{definition.name} = cbind.c_macro({function})"

@@ -9,28 +9,30 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tg.autogen.errors import AutogenError
 
-class AutogenError(Exception):
-    """An expected failure: printed as one `error: ...` line by the CLI."""
+__all__ = ["AutogenError", "builtin_include_dir", "clang_args", "diagnostics", "parse_headers"]
 
 
 @functools.cache
 def builtin_include_dir() -> str | None:
     """The compiler's own include folder (stddef.h, stdarg.h, ...), which the libclang wheel does not ship.
 
-    clang's resource folder is preferred because it matches the parser; gcc's folder works as well.
+    gcc's folder comes first: every machine that runs the project has gcc 12, so the committed bindings (which
+    record every header they read) come out the same with or without a clang installed. clang's resource folder
+    is the fallback.
     """
+    if shutil.which("gcc"):
+        out = subprocess.run(["gcc", "-print-file-name=include"], capture_output=True, text=True, check=False)
+        folder = Path(out.stdout.strip())
+        if out.returncode == 0 and (folder / "stddef.h").is_file():
+            return str(folder)
     for clang in ("clang", "clang-19", "clang-18", "clang-20", "clang-17", "clang-16", "clang-15", "clang-14"):
         if shutil.which(clang):
             out = subprocess.run([clang, "-print-resource-dir"], capture_output=True, text=True, check=False)
             folder = Path(out.stdout.strip()) / "include"
             if out.returncode == 0 and (folder / "stddef.h").is_file():
                 return str(folder)
-    if shutil.which("gcc"):
-        out = subprocess.run(["gcc", "-print-file-name=include"], capture_output=True, text=True, check=False)
-        folder = Path(out.stdout.strip())
-        if out.returncode == 0 and (folder / "stddef.h").is_file():
-            return str(folder)
     return None
 
 

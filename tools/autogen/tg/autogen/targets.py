@@ -11,6 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SHIMS = Path(__file__).parent / "shims"
+
+# Where `regen` writes (and `regen --check` reads) the committed bindings: the tg.drivers.autogen package of this
+# checkout. It is a setting of the registry, not found by importing tg.drivers, so that the generator depends on
+# tg.drivers.cbind alone (the runtime its output imports). TG_AUTOGEN_OUTPUT points it elsewhere.
+_CHECKOUT = Path(__file__).resolve().parents[4]
+OUTPUT_DIR = Path(os.environ.get("TG_AUTOGEN_OUTPUT") or _CHECKOUT / "lib" / "drivers" / "tg" / "drivers" / "autogen")
 _ARCH_INCLUDE = f"/usr/include/{os.uname().machine}-linux-gnu"
 
 
@@ -77,9 +83,20 @@ TARGETS: dict[str, Target] = {
             defines=("_GNU_SOURCE",),
         ),
         Target(
+            "opencl",
+            "OpenCL 3.0 host API (CL/cl.h, opencl-headers): platforms, contexts, queues, programs, kernels",
+            (Header("/usr/include/CL/cl.h"), Header("/usr/include/CL/cl_platform.h", pattern=r"CL_|cl_")),
+            lib="OpenCL",
+            defines=("CL_TARGET_OPENCL_VERSION=300",),
+        ),
+        Target(
             "libusb",
             "libusb-1.0: device enumeration and transfers",
-            (Header("/usr/include/libusb-1.0/libusb.h"),),
+            (
+                Header("/usr/include/libusb-1.0/libusb.h"),
+                # libusb_handle_events_timeout() and friends take a struct timeval the caller fills in.
+                Header(f"{_ARCH_INCLUDE}/bits/types/struct_timeval.h", include=False),
+            ),
             lib="usb-1.0",
         ),
     )

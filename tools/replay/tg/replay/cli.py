@@ -1,14 +1,49 @@
-"""The tg-replay command line: a thin typer layer over the tg.replay library."""
+"""The tg-replay command line: a thin typer layer over tg.replay.database and tg.replay.diff.
 
+Exit codes: 0 success (or differences found without --assert), 1 a failure or, with --assert, a difference or
+replay error, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 from importlib.metadata import version
+from typing import Any
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from tg.replay.database import ReplayError, reset, resolve_path, summarize
+from tg.replay.diff import (
+    ReplayReport,
+    RowResult,
+    Version,
+    replay,
+    time_changed,
+    unified_diff,
+    version_from_git,
+    version_from_path,
+)
 
 app = typer.Typer(
-    help="Capture the kernels the compiler generates and diff them against another version.",
+    help="Capture the kernels the compiler generates and diff them against another version (process replay).",
     no_args_is_help=True,
     add_completion=False,
 )
+DB_OPTION = typer.Option(None, "--db", help="Capture database (default: TG_REPLAY_DB, else the cache directory).")
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
 
 
 def _print_version(value: bool) -> None:
@@ -26,9 +61,138 @@ def _options(
     """Capture the kernels the compiler generates and diff them against another version."""
 
 
+@app.command("reset")
+def reset_command(db: str | None = DB_OPTION) -> None:
+    """Delete every captured kernel (drops this schema's table)."""
+    try:
+        path = reset(db)
+    except ReplayError as error:
+        _fail(str(error))
+    typer.echo(f"reset {path}")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def capture(ctx: typer.Context, db: str | None = DB_OPTION) -> None:
+    """Run CMD with CAPTURE_PROCESS_REPLAY=1, recording every kernel it compiles: tg-replay capture -- CMD..."""
+    command = list(ctx.args)
+    if not command:
+        typer.echo("error: no command given: tg-replay capture -- CMD...", err=True)
+        raise typer.Exit(2)
+    env = dict(os.environ, CAPTURE_PROCESS_REPLAY="1", TG_REPLAY_DB=os.path.abspath(resolve_path(db)))
+    try:
+        finished = subprocess.run(command, env=env)
+    except FileNotFoundError:
+        _fail(f"command not found: {command[0]}")
+    raise typer.Exit(finished.returncode)
+
+
+@app.command("list")
+def list_command(db: str | None = DB_OPTION, as_json: bool = typer.Option(False, "--json")) -> None:
+    """How many kernels were captured, from which locations and for which devices."""
+    try:
+        summary = summarize(db)
+    except ReplayError as error:
+        _fail(str(error))
+    if as_json:
+        document = {"db": summary.path, "rows": summary.rows, "devices": dict(summary.devices),
+                    "locations": dict(summary.locations)}  # fmt: skip
+        typer.echo(json.dumps(document, indent=2))
+        return
+    console = _console()
+    console.print(f"{summary.rows} kernels in {summary.path}", markup=False)
+    console.print("devices: " + ", ".join(f"{d} {n}" for d, n in summary.devices.most_common()), markup=False)
+    for location, count in summary.locations.most_common():
+        console.print(f"{count:6d}  {location}", markup=False)
+
+
+def _print_difference(console: Console, result: RowResult, other_label: str) -> None:
+    row = result.row
+    console.print(f"[bold]{row.name}[/bold] on {row.device} from {row.location}")
+    if result.error is not None:
+        console.print(f"  replay error: {result.error}", style="red", markup=False)
+        return
+    for line in unified_diff(result, other_label):
+        style = "red" if line.startswith("-") else "green" if line.startswith("+") else None
+        console.print(line, style=style, markup=False)
+
+
+def _report_json(report: ReplayReport) -> dict[str, Any]:
+    def entry(r: RowResult) -> dict[str, Any]:
+        return {"id": r.row.id, "name": r.row.name, "device": r.row.device, "location": r.row.location,
+                "error": r.error, "seconds_other": r.seconds_other, "seconds_captured": r.seconds_captured}  # fmt: skip
+
+    return {"kernels": report.kernels, "changed": [entry(r) for r in report.changed],
+            "errors": [entry(r) for r in report.errors], "stopped_early": report.stopped_early}  # fmt: skip
+
+
+@app.command()
+def diff(
+    db: str | None = DB_OPTION,
+    against: str | None = typer.Option(None, "--against", help="Replay with the tg of this git ref (a worktree)."),
+    python_path: str | None = typer.Option(None, "--python-path", help="Replay with the tg checkout in this folder."),
+    assert_same: bool = typer.Option(False, "--assert", help="Exit 1 at the first difference or replay error."),
+    max_diff_pct: float = typer.Option(100.0, "--max-diff-pct", help="Stop once this % of kernels changed/failed."),
+    jobs: int = typer.Option(2, "-j", "--jobs", min=1, help="Worker processes."),
+    speed: bool = typer.Option(False, "--speed", help="Also time each changed kernel on both versions."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of diffs."),
+) -> None:
+    """Replay every captured kernel with another version's compiler and show what changed.
+
+    With neither --against nor --python-path the replay uses this checkout (a self-check)."""
+    if against and python_path:
+        typer.echo("error: give --against or --python-path, not both", err=True)
+        raise typer.Exit(2)
+    try:
+        if against:
+            with version_from_git(_repository_root(), against) as other:
+                report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json)
+        else:
+            other = version_from_path(python_path) if python_path else Version("this version")
+            report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json)
+    except ReplayError as error:
+        _fail(str(error))
+    if assert_same and (report.changed or report.errors):
+        raise typer.Exit(1)
+
+
+def _repository_root() -> str:
+    found = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if found.returncode != 0:
+        raise ReplayError("--against needs to run inside a git checkout of tg")
+    return found.stdout.strip()
+
+
+def _run_diff(
+    db: str | None, other: Version, jobs: int, assert_same: bool, max_diff_pct: float, speed: bool, as_json: bool
+) -> ReplayReport:
+    console = _console()
+    show_bar = console.is_terminal and not as_json
+    progress = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), console=console,
+                        disable=not show_bar)  # fmt: skip
+    with progress:
+        task = progress.add_task("replay", total=None)
+        report = replay(db, other, jobs=jobs, stop_on_first=assert_same, max_diff_pct=max_diff_pct,
+                        on_progress=lambda _: progress.advance(task))  # fmt: skip
+    if speed:
+        time_changed(db, other, report)
+    if as_json:
+        typer.echo(json.dumps(_report_json(report), indent=2))
+        return report
+    for result in [*report.changed, *report.errors]:
+        _print_difference(console, result, other.label)
+        if result.seconds_other and result.seconds_captured:
+            ratio = result.seconds_other / result.seconds_captured
+            console.print(f"  speed: {other.label} {result.seconds_other * 1e6:.1f} us, captured "
+                          f"{result.seconds_captured * 1e6:.1f} us ({ratio:.2f}x)", markup=False)  # fmt: skip
+    if report.stopped_early:
+        console.print(report.stopped_early, markup=False)
+    console.print(report.summary_line(), markup=False)
+    return report
+
+
 def main() -> None:
     app()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""C source -> shared object bytes with the system C compiler (clang when installed, else gcc).
+"""C source -> shared object bytes with the system C compiler (clang when installed, else gcc; CC overrides).
+`DEBUG=1` names the compiler and its version when a CPU device starts.
 
 Flags: `-O3 -march=native` for speed on this CPU. We deliberately do NOT use `-ffast-math`: it lets the
 compiler assume no NaN or inf exists (`-ffinite-math-only`), which breaks ops whose results must keep
@@ -17,10 +18,11 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 
 from tg.codegen.compiler.base import CompileError, Compiler
-from tg.codegen.flags import CC
+from tg.codegen.flags import CC, DEBUG
 
 CLANG_CANDIDATES = ("clang", *(f"clang-{version}" for version in range(19, 13, -1)))
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11")
@@ -37,7 +39,11 @@ def find_c_compiler() -> str:
         found = shutil.which(name)
         if found is not None:
             return found
-    raise FileNotFoundError(f"no C compiler found on PATH (tried {', '.join(CLANG_CANDIDATES)}, gcc, cc)")
+    raise FileNotFoundError(
+        f"no C compiler found on PATH (tried {', '.join(CLANG_CANDIDATES)}, gcc, cc). The CPU device compiles its "
+        f"kernels with one: install gcc or clang (Debian/Ubuntu: sudo apt-get install gcc; "
+        f"Fedora: sudo dnf install gcc), or set CC to a compiler's path"
+    )
 
 
 @functools.cache
@@ -59,6 +65,12 @@ class CCompiler(Compiler):
         else:
             self.cc = shutil.which(cc) or cc
         self.flags = tuple(flags)
+        if DEBUG >= 1:
+            print(f"CPU kernels compile with {self.describe()} (the CC flag chooses another)", file=sys.stderr)
+
+    def describe(self) -> str:
+        """The compiler, its version and where it is, e.g. `gcc (Debian 12.2.0-14) 12.2.0 at /usr/bin/gcc`."""
+        return f"{compiler_version(self.cc)} at {self.cc}"
 
     def identity(self) -> str:
         # -march=native means "this CPU", so the CPU model belongs in the key as well.

@@ -10,16 +10,28 @@ The result is a LINEAR UOp whose sources are the program, in execution order:
 
 A node may appear more than once when it is needed again outside the loop it was first computed in; a renderer
 that names values by the latest place they were computed gets the right one.
+
+Long float reductions get PARTIAL_SUMS accumulators (see Linearizer.emit_partial_sums): the loop is split into
+steps of PARTIAL_SUMS consecutive elements, lane k adds element k of every step, and the lanes are combined in
+lane order at the end. The order is written in the program, so every renderer (C, the PYTHON emulator) computes
+the same bits, the C compiler may vectorize the lanes without being allowed to reassociate anything, and the
+result does not depend on the core count (cores split output loops only).
 """
 
 from __future__ import annotations
 
 import math
 
-from tg.codegen.dtype import AddrSpace, dtypes
+from tg.codegen.dtype import AddrSpace, DType, dtypes
 from tg.codegen.uop.args import AxisType, ParamArg
+from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import Ops, UOp
+from tg.codegen.uop.pattern import graph_rewrite
 from tg.codegen.uop.reductions import reduce_identity
+
+PARTIAL_SUMS = 16  # accumulators of a long float reduction: two AVX2 vectors of float32
+PARTIAL_SUM_OPS = (Ops.ADD, Ops.MAX)
+MIN_STEPS = 4  # a reduction gets partial sums when it has at least this many steps of PARTIAL_SUMS elements
 
 
 def ranges_each_node_needs(ast: UOp) -> dict[UOp, frozenset[UOp]]:
@@ -45,6 +57,7 @@ class Linearizer:
         self.accumulators = 0
         # a REDUCE with one accumulator per lane -> (accumulators, the END after its loops, its lanes)
         self.wide: dict[UOp, tuple[UOp, UOp, tuple[UOp, ...]]] = {}
+        self.next_axis = 1 + max((u.arg.axis_id for u in ast.toposort() if u.op is Ops.RANGE), default=0)
 
     def append(self, node: UOp) -> UOp:
         self.program.append(node)
@@ -99,6 +112,9 @@ class Linearizer:
                 self.emit(node)
 
     def emit_reduce(self, reduce: UOp) -> UOp:
+        split = self.partial_sum_split(reduce)
+        if split is not None:
+            return self.emit_partial_sums(reduce, *split)
         body, ranges = reduce.src[0], loop_order(reduce.src[1:])
         op, dtype = reduce.arg, reduce.dtype
         self.hoist_invariants(body)
@@ -116,6 +132,59 @@ class Linearizer:
         for _ in ranges:
             end = self.close_loop(end)
         return self.append(self.append(self.append(acc.after(end)).index(slot.src[1])).load())
+
+    def partial_sum_split(self, reduce: UOp) -> tuple[UOp, list[UOp], UOp] | None:
+        """For a long float ADD/MAX reduction: its body with the innermost loop r rewritten as
+        steps * PARTIAL_SUMS + lane, the loops (the last one over the steps) and the lane range; else None.
+        Reductions the optimizer already unrolled keep their shape (their unrolled steps are the parallelism)."""
+        ranges = loop_order(reduce.src[1:])
+        if reduce.arg not in PARTIAL_SUM_OPS or not dtypes.is_float(reduce.dtype):
+            return None
+        if any(r.arg.axis_type is AxisType.UNROLL for r in ranges):
+            return None
+        inner = ranges[-1]
+        size = inner.src[0].arg
+        if size % PARTIAL_SUMS or size < MIN_STEPS * PARTIAL_SUMS:
+            return None
+        steps = UOp.range(size // PARTIAL_SUMS, inner.arg.axis_id, AxisType.REDUCE)
+        lane = UOp.range(PARTIAL_SUMS, self.next_axis, AxisType.UNROLL)
+        self.next_axis += 1
+        body = graph_rewrite(reduce.src[0].substitute({inner: steps * PARTIAL_SUMS + lane}), simplify_indices)
+        self.needs.update(ranges_each_node_needs(body))
+        return body, [*ranges[:-1], steps], lane
+
+    def emit_partial_sums(self, reduce: UOp, body: UOp, ranges: list[UOp], lane: UOp) -> UOp:
+        """One accumulator per lane, the lane loop innermost, then the lanes combined in order:
+
+        for l: acc[l] = identity
+        for r...: for s: for l: acc[l] = acc[l] op body(s * PARTIAL_SUMS + l)
+        total = identity; for l: total = total op acc[l]"""
+        op, dtype = reduce.arg, reduce.dtype
+        self.hoist_invariants(body)
+        lanes = self._accumulator(dtype, PARTIAL_SUMS)
+        self.open_loop(lane)
+        identity = self.emit(_identity(op, dtype))
+        initialized = self.close_loop(self.append(self.append(lanes.index(lane)).store(identity)))
+        for rng in (*ranges, lane):
+            self.open_loop(rng)
+        value = self.emit(body)
+        current = self.append(self.append(self.append(lanes.after(initialized, *ranges)).index(lane)).load())
+        end = self.append(self.append(lanes.index(lane)).store(self.append(UOp(op, dtype, (current, value)))))
+        for _ in (*ranges, lane):
+            end = self.close_loop(end)
+        total = self._accumulator(dtype, 1)
+        slot = self.append(total.index(self.emit(UOp.const(0, dtypes.index))))
+        initial = self.append(slot.store(self.emit(_identity(op, dtype))))
+        self.open_loop(lane)
+        partial = self.append(self.append(self.append(lanes.after(end)).index(lane)).load())
+        running = self.append(self.append(self.append(total.after(initial, lane)).index(slot.src[1])).load())
+        finished = self.close_loop(self.append(slot.store(self.append(UOp(op, dtype, (running, partial))))))
+        return self.append(self.append(self.append(total.after(finished)).index(slot.src[1])).load())
+
+    def _accumulator(self, dtype: DType, size: int) -> UOp:
+        acc = UOp(Ops.PARAM, dtype.ptr(size, AddrSpace.REG), (), ParamArg(self.accumulators, "acc"))
+        self.accumulators += 1
+        return self.append(acc)
 
     def emit_wide_reduce(self, reduce: UOp, lanes: list[UOp]) -> None:
         """A REDUCE whose body runs along output ranges `lanes` (UPCAST ranges): one accumulator per lane (a
@@ -156,9 +225,17 @@ class Linearizer:
         return self.append(self.append(self.append(acc.after(end)).index(position)).load())
 
 
+def _identity(op: Ops, dtype: DType) -> UOp:
+    return UOp.const(reduce_identity(op, dtype), dtype)
+
+
 def loop_order(ranges: tuple[UOp, ...]) -> list[UOp]:
-    """Reduce loops outermost, unrolled ones (UNROLL) inside them; by axis id within each."""
-    return sorted(ranges, key=lambda r: (r.arg.axis_type is AxisType.UNROLL, r.arg.axis_id))
+    """GROUP_REDUCE loops outermost (on a GPU they are the threads of a work-group, each reducing its share),
+    then reduce loops, unrolled ones (UNROLL) innermost; by axis id within each."""
+    return sorted(
+        ranges,
+        key=lambda r: (r.arg.axis_type is not AxisType.GROUP_REDUCE, r.arg.axis_type is AxisType.UNROLL, r.arg.axis_id),
+    )
 
 
 def lane_count(lanes: list[UOp]) -> int:
@@ -173,9 +250,13 @@ def lane_index(lanes: list[UOp]) -> UOp:
     return position.simplify()
 
 
+OUTPUT_LOOP_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
+
+
 def output_ranges(ast: UOp) -> list[UOp]:
-    found = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.LOOP]
-    return sorted(found, key=lambda r: r.arg.axis_id)
+    """The loops around the whole kernel, outermost first; LOCAL ranges (work-group threads) innermost."""
+    found = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type in OUTPUT_LOOP_TYPES]
+    return sorted(found, key=lambda r: (r.arg.axis_type is AxisType.LOCAL, r.arg.axis_id))
 
 
 def linearize(ast: UOp) -> UOp:

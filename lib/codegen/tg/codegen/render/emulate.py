@@ -3,8 +3,8 @@
 Every value is a Python bool, int or float holding exactly what the dtype holds: each op computes in Python
 (ints exactly, floats in double) and converts the result to its dtype with the codegen conversion helpers (ints
 wrap, floats round to nearest even; one double-precision step then one rounding is exact for + - * / sqrt of
-float32 and float16). Where C and numpy differ from tg.codegen.uop.alu, the emulator follows what the C
-renderer emits, so both devices agree: float MAX propagates NaN, integer division by 0 gives 0.
+float32 and float16). Op semantics, edge cases included (integer division by 0 gives 0, float MAX propagates
+NaN, ...), are tg.codegen.uop.alu's: one table (EDGE_CASES) that the C renderer follows too.
 
 Buffers are `TypedMemory`: element reads and writes with bounds checks, so a wrong index in a kernel raises
 here instead of reading garbage.
@@ -17,7 +17,7 @@ import struct
 from typing import Any
 
 from tg.codegen.dtype import DType, decode, dtypes, encode, truncate
-from tg.codegen.uop.alu import exec_alu
+from tg.codegen.uop.alu import exec_alu, trunc_div, trunc_mod
 from tg.codegen.uop.ops import Ops
 
 _UNSIGNED_FORMATS = {1: "B", 2: "H", 4: "I", 8: "Q"}
@@ -49,23 +49,9 @@ class TypedMemory:
         struct.pack_into(self.format, self.memory, i * self.itemsize, raw)
 
 
-def _pow(a: float, b: float) -> float:
-    try:
-        return math.pow(a, b)
-    except OverflowError:
-        return math.inf if a > 0 or float(b).is_integer() and b % 2 == 0 else -math.inf
-    except ValueError:
-        return math.inf if a == 0 else math.nan
-
-
 def alu(op: Ops, dtype: DType, *operands: Any) -> Any:
-    """The value of `op` on `operands`, as the C renderer's code computes it, converted to `dtype`."""
-    if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(dtype) and operands[1] == 0:
-        return 0
-    if op is Ops.POW:
-        return truncate(_pow(float(operands[0]), float(operands[1])), dtype)
-    if op in (Ops.SHL, Ops.SHR) and not 0 <= operands[1] < dtype.bitsize:
-        return 0  # undefined in C; the C renderer's hardware result is not reproducible here either
+    """The value of `op` on `operands`, converted to `dtype`: exactly tg.codegen.uop.alu's (its EDGE_CASES
+    included), which is also what the C renderer's code computes."""
     return exec_alu(op, dtype, operands)
 
 
@@ -122,16 +108,6 @@ def _converters() -> dict[str, Any]:
             function = lambda x, dt=dtype: truncate(x, dt)  # noqa: E731
         found[converter_name(dtype)] = function
     return found
-
-
-def trunc_div(a: int, b: int) -> int:
-    """Index division: truncates toward zero, as C does."""
-    quotient = abs(a) // abs(b)
-    return quotient if (a < 0) == (b < 0) else -quotient
-
-
-def trunc_mod(a: int, b: int) -> int:
-    return a - b * trunc_div(a, b)
 
 
 NAMESPACE: dict[str, Any] = {

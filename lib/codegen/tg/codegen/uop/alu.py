@@ -1,14 +1,20 @@
 """What each ALU op computes on Python scalars: the one definition that constant folding, `sym_infer`, the
-interval analysis tests and the Python emulator all agree on.
+interval analysis tests and the Python emulator (tg.codegen.render.emulate) all agree on.
 
 Integer `IDIV` and `MOD` truncate toward zero, as C does: `-7 // 2 == -3` and `-7 % 2 == -1` on UOps.
 Results are converted to the op's dtype (ints wrap, floats round; `index` never wraps).
+
+`EDGE_CASES` is the one table of what ops compute at the edges of their domain, where C leaves the result
+undefined or hardware differs (division by zero, shifts past the width, NaN in max, pow out of range). `exec_alu`
+applies it, every renderer must produce the same values, and tests/codegen/test_edge_cases.py checks each row
+on constant folding, the PYTHON emulator and the compiled C.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tg.codegen.dtype import DType, dtypes, truncate
@@ -73,6 +79,17 @@ def _shr(a: int, b: int) -> int:
     return a >> b
 
 
+def _pow(a: float, b: float) -> float:
+    """C's pow in double: overflow gives inf (with the sign of an odd power), a domain error NaN (0 ** -1: inf)."""
+    a, b = float(a), float(b)
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        return math.inf if a > 0 or float(b).is_integer() and b % 2 == 0 else -math.inf
+    except ValueError:
+        return math.inf if a == 0 else math.nan
+
+
 def _maximum(a: Any, b: Any) -> Any:
     """IEEE-style max that propagates NaN from either operand (as the C renderer's code does)."""
     for x in (a, b):
@@ -115,6 +132,98 @@ _ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
     Ops.FDIV: lambda a, b: a / b
     if b != 0
     else (math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)),
+    Ops.POW: _pow,
+}
+
+
+@dataclass(frozen=True)
+class EdgeCase:
+    """What `op` computes where C or the hardware leaves it open. `examples` are (dtype, operands, expected) rows
+    that the tests run on every backend. When the op's own function (_ALU_FUNCTIONS) already computes the rule,
+    `applies` is None; otherwise, where `applies(dtype, operands)`, the result is `result(dtype, operands)`."""
+
+    name: str
+    op: Ops
+    examples: tuple[tuple[DType, tuple[Any, ...], Any], ...]
+    applies: Callable[[DType, tuple[Any, ...]], bool] | None = None
+    result: Callable[[DType, tuple[Any, ...]], Any] | None = None
+
+
+def _integer(dtype: DType) -> bool:
+    return dtype.kind in ("int", "uint")
+
+
+def _shift_out_of_range(dtype: DType, x: tuple[Any, ...]) -> bool:
+    return _integer(dtype) and not 0 <= x[1] < dtype.bitsize
+
+
+EDGE_CASES: tuple[EdgeCase, ...] = (
+    EdgeCase(
+        "integer division by zero is 0 (C: undefined, x86: a trap)",
+        Ops.IDIV,
+        ((dtypes.int32, (7, 0), 0), (dtypes.uint8, (200, 0), 0), (dtypes.int64, (-5, 0), 0)),
+        lambda dt, x: _integer(dt) and x[1] == 0,
+        lambda dt, x: 0,
+    ),
+    EdgeCase(
+        "integer remainder by zero is 0",
+        Ops.MOD,
+        ((dtypes.int32, (7, 0), 0), (dtypes.uint32, (9, 0), 0)),
+        lambda dt, x: _integer(dt) and x[1] == 0,
+        lambda dt, x: 0,
+    ),
+    EdgeCase(
+        "INT_MIN / -1 wraps to INT_MIN (C: undefined, x86: a trap)",
+        Ops.IDIV,
+        ((dtypes.int32, (-(2**31), -1), -(2**31)), (dtypes.int64, (-(2**63), -1), -(2**63))),
+    ),
+    EdgeCase("INT_MIN % -1 is 0", Ops.MOD, ((dtypes.int32, (-(2**31), -1), 0),)),
+    EdgeCase(
+        "a shift by a negative amount or by the width or more is 0 (C: undefined, x86: the amount mod width)",
+        Ops.SHL,
+        ((dtypes.int32, (1, 32), 0), (dtypes.uint32, (3, 40), 0), (dtypes.uint8, (1, 8), 0)),
+        _shift_out_of_range,
+        lambda dt, x: 0,
+    ),
+    EdgeCase(
+        "a right shift by the width or more is 0",
+        Ops.SHR,
+        ((dtypes.uint32, (0xFFFFFFFF, 32), 0), (dtypes.int32, (12345, 33), 0)),
+        _shift_out_of_range,
+        lambda dt, x: 0,
+    ),
+    EdgeCase(
+        "float max propagates NaN from either operand (numpy's maximum; C's fmax would drop it)",
+        Ops.MAX,
+        ((dtypes.float32, (math.nan, 1.0), math.nan), (dtypes.float32, (1.0, math.nan), math.nan)),
+    ),
+    EdgeCase(
+        "float division by zero is an infinity with the product of the signs, 0/0 is NaN",
+        Ops.FDIV,
+        ((dtypes.float32, (1.0, -0.0), -math.inf), (dtypes.float32, (0.0, 0.0), math.nan)),
+    ),
+    EdgeCase(
+        "pow: overflow is an infinity, a negative base to a fractional power NaN, 0 to a negative power inf",
+        Ops.POW,
+        (
+            (dtypes.float32, (10.0, 100.0), math.inf),
+            (dtypes.float32, (-2.0, 0.5), math.nan),
+            (dtypes.float32, (0.0, -1.0), math.inf),
+            (dtypes.float32, (-10.0, 101.0), -math.inf),
+        ),
+    ),
+    EdgeCase(
+        "log2 of 0 is -inf, of a negative number NaN",
+        Ops.LOG2,
+        ((dtypes.float32, (0.0,), -math.inf), (dtypes.float32, (-1.0,), math.nan)),
+    ),
+    EdgeCase("sqrt of a negative number is NaN", Ops.SQRT, ((dtypes.float32, (-4.0,), math.nan),)),
+    EdgeCase("exp2 overflow is inf", Ops.EXP2, ((dtypes.float32, (200.0,), math.inf),)),
+    EdgeCase("reciprocal of -0.0 is -inf", Ops.RECIPROCAL, ((dtypes.float32, (-0.0,), -math.inf),)),
+    EdgeCase("trunc keeps the sign of a zero result", Ops.TRUNC, ((dtypes.float32, (-0.5,), -0.0),)),
+)
+_EDGE_CASES_BY_OP: dict[Ops, tuple[EdgeCase, ...]] = {
+    op: tuple(case for case in EDGE_CASES if case.op is op) for op in {case.op for case in EDGE_CASES}
 }
 
 
@@ -123,6 +232,9 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Any, ...]) -> Any:
     function = _ALU_FUNCTIONS.get(op)
     if function is None:
         raise NotImplementedError(f"no Python semantics for {op!r}")
+    for case in _EDGE_CASES_BY_OP.get(op, ()):
+        if case.applies is not None and case.result is not None and case.applies(dtype, operands):
+            return truncate(case.result(dtype, operands), dtype)
     if op is Ops.SHR and dtype.kind == "uint":
         operands = (truncate(operands[0], dtype) & ((1 << dtype.bitsize) - 1), operands[1])
     result = function(*operands)

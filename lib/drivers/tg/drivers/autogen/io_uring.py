@@ -4,6 +4,26 @@
 # Sources:
 #   /usr/include/linux/io_uring.h  linux-libc-dev 6.1.187-1  sha256:50b74705317d880c2002945b61bbf176a09d319c1e0ab420e3164fa3be28f776
 #   /usr/include/asm-generic/unistd.h  linux-libc-dev 6.1.187-1  sha256:ff11274dc3d4c79f451bf8365a63ab881e639d153050939294cb9c195f78e30d
+# Included headers:
+#   /usr/include/linux/fs.h  linux-libc-dev 6.1.187-1  sha256:e27b786a2281edfde3d9d08ae8925d97c1eb6216ccb31e4297bfe8cfbf822c5f
+#   /usr/include/linux/limits.h  linux-libc-dev 6.1.187-1  sha256:567dbb4893d20bb986996f0a8b8f774b02ca6cb7df8e4b642895eade7e7ffcd9
+#   /usr/include/linux/ioctl.h  linux-libc-dev 6.1.187-1  sha256:ba73b5892de6605e6c40b151820e367dfcb98cbdb3f8f468c5ef2bd8437df873
+#   /usr/include/x86_64-linux-gnu/asm/ioctl.h  linux-libc-dev 6.1.187-1  sha256:9c6ca9e365296a6b66747cbebdcf76972b8cce7aab91e55bf4ab1f3581df9c2a
+#   /usr/include/asm-generic/ioctl.h  linux-libc-dev 6.1.187-1  sha256:76396e5537d75285c3ca20e3b6a79b101eebfdc14d39c104ff7eab778672160e
+#   /usr/include/linux/types.h  linux-libc-dev 6.1.187-1  sha256:51f3e65dd112d1600199ef5c4503c0ca138abb3f956af1ad52657b4d062b235a
+#   /usr/include/x86_64-linux-gnu/asm/types.h  linux-libc-dev 6.1.187-1  sha256:b6bdcd528bce555b2ecb58e8a1624e3e13e09312c31318023c4e86b957e2b01f
+#   /usr/include/asm-generic/types.h  linux-libc-dev 6.1.187-1  sha256:09b4477d655ddd2c5657e83a0761700d6706f012c7365f310a6b0a6696936a10
+#   /usr/include/asm-generic/int-ll64.h  linux-libc-dev 6.1.187-1  sha256:eb8b891e775ebb50af0353fdcbc625854fd98780399b3a57a404d36af6c29749
+#   /usr/include/x86_64-linux-gnu/asm/bitsperlong.h  linux-libc-dev 6.1.187-1  sha256:8ef5efeb3f25ae47ce03ba892f5caf77631b1257715fc12de72c21e61db17e43
+#   /usr/include/asm-generic/bitsperlong.h  linux-libc-dev 6.1.187-1  sha256:55995b9cdfd3fcec2c6ac1f698a7405e99ff86b94ddf3124ba55485c95e6db9c
+#   /usr/include/linux/posix_types.h  linux-libc-dev 6.1.187-1  sha256:bc68636a383418f235d3457e4b21cf27cefc7c7f3edea4c1f6706f1018db196f
+#   /usr/include/linux/stddef.h  linux-libc-dev 6.1.187-1  sha256:0655a514901858dc0b8643ee9973b48a98d36c7e7093b2b86bb1bb632f022c8e
+#   /usr/include/x86_64-linux-gnu/asm/posix_types.h  linux-libc-dev 6.1.187-1  sha256:983090c7e5e7eaff27114ec216889a8ad26e40ad8fbb78b8ae6c09391dc61543
+#   /usr/include/x86_64-linux-gnu/asm/posix_types_64.h  linux-libc-dev 6.1.187-1  sha256:5cdabc01dac0a3e9731ac16353210a615ca44e85b6ec9eafd2e79206e0b26c76
+#   /usr/include/asm-generic/posix_types.h  linux-libc-dev 6.1.187-1  sha256:8d273280f282bf9e810f00ad9905977161dec3f103ef789892ceec8c453e1398
+#   /usr/include/linux/fscrypt.h  linux-libc-dev 6.1.187-1  sha256:8d9bebf1836d20409fa15175594e6ffb460a83cac49fc848e6df31d328af2761
+#   /usr/include/linux/mount.h  linux-libc-dev 6.1.187-1  sha256:5bfcc55e59c446ea9fd945a42184d2782547ac92c59e8898310f316f18ad2dab
+#   /usr/include/linux/time_types.h  linux-libc-dev 6.1.187-1  sha256:0de106c280e624c6e8df830c7a898f6636bbb7eb2a731de32df140f9d21f8cf6
 # ruff: noqa
 # fmt: off
 

@@ -4,6 +4,22 @@
 # Sources:
 #   /usr/include/linux/kfd_ioctl.h  linux-libc-dev 6.1.187-1  sha256:6b5b6d7e5774928e7522445fed7a339b32ddd3038bc95df88b313958170e2f80
 # Clang arguments: -I{shims}
+# Included headers:
+#   {shims}/drm/drm.h  tg-autogen shim  sha256:9148081d82569735dbdcba0322f9ae0f6303faf226639809cad00097e65c6980
+#   /usr/include/linux/types.h  linux-libc-dev 6.1.187-1  sha256:51f3e65dd112d1600199ef5c4503c0ca138abb3f956af1ad52657b4d062b235a
+#   /usr/include/x86_64-linux-gnu/asm/types.h  linux-libc-dev 6.1.187-1  sha256:b6bdcd528bce555b2ecb58e8a1624e3e13e09312c31318023c4e86b957e2b01f
+#   /usr/include/asm-generic/types.h  linux-libc-dev 6.1.187-1  sha256:09b4477d655ddd2c5657e83a0761700d6706f012c7365f310a6b0a6696936a10
+#   /usr/include/asm-generic/int-ll64.h  linux-libc-dev 6.1.187-1  sha256:eb8b891e775ebb50af0353fdcbc625854fd98780399b3a57a404d36af6c29749
+#   /usr/include/x86_64-linux-gnu/asm/bitsperlong.h  linux-libc-dev 6.1.187-1  sha256:8ef5efeb3f25ae47ce03ba892f5caf77631b1257715fc12de72c21e61db17e43
+#   /usr/include/asm-generic/bitsperlong.h  linux-libc-dev 6.1.187-1  sha256:55995b9cdfd3fcec2c6ac1f698a7405e99ff86b94ddf3124ba55485c95e6db9c
+#   /usr/include/linux/posix_types.h  linux-libc-dev 6.1.187-1  sha256:bc68636a383418f235d3457e4b21cf27cefc7c7f3edea4c1f6706f1018db196f
+#   /usr/include/linux/stddef.h  linux-libc-dev 6.1.187-1  sha256:0655a514901858dc0b8643ee9973b48a98d36c7e7093b2b86bb1bb632f022c8e
+#   /usr/include/x86_64-linux-gnu/asm/posix_types.h  linux-libc-dev 6.1.187-1  sha256:983090c7e5e7eaff27114ec216889a8ad26e40ad8fbb78b8ae6c09391dc61543
+#   /usr/include/x86_64-linux-gnu/asm/posix_types_64.h  linux-libc-dev 6.1.187-1  sha256:5cdabc01dac0a3e9731ac16353210a615ca44e85b6ec9eafd2e79206e0b26c76
+#   /usr/include/asm-generic/posix_types.h  linux-libc-dev 6.1.187-1  sha256:8d273280f282bf9e810f00ad9905977161dec3f103ef789892ceec8c453e1398
+#   /usr/include/linux/ioctl.h  linux-libc-dev 6.1.187-1  sha256:ba73b5892de6605e6c40b151820e367dfcb98cbdb3f8f468c5ef2bd8437df873
+#   /usr/include/x86_64-linux-gnu/asm/ioctl.h  linux-libc-dev 6.1.187-1  sha256:9c6ca9e365296a6b66747cbebdcf76972b8cce7aab91e55bf4ab1f3581df9c2a
+#   /usr/include/asm-generic/ioctl.h  linux-libc-dev 6.1.187-1  sha256:76396e5537d75285c3ca20e3b6a79b101eebfdc14d39c104ff7eab778672160e
 # ruff: noqa
 # fmt: off
 
@@ -572,7 +588,7 @@ KFD_IOC_ALLOC_MEM_FLAGS_NO_SUBSTITUTE = (1 << 28)
 KFD_IOC_ALLOC_MEM_FLAGS_AQL_QUEUE_MEM = (1 << 27)
 KFD_IOC_ALLOC_MEM_FLAGS_COHERENT = (1 << 26)
 KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED = (1 << 25)
-KFD_SMI_EVENT_MASK_FROM_INDEX = lambda i: (1 << ((i) - 1))
+KFD_SMI_EVENT_MASK_FROM_INDEX = cbind.c_macro(lambda i: (cbind.c_literal(1, "ull", True) << ((i) - 1)))
 KFD_SMI_EVENT_MSG_SIZE = 96
 KFD_IOCTL_SVM_FLAG_HOST_ACCESS = 0x00000001
 KFD_IOCTL_SVM_FLAG_COHERENT = 0x00000002
@@ -582,10 +598,10 @@ KFD_IOCTL_SVM_FLAG_GPU_EXEC = 0x00000010
 KFD_IOCTL_SVM_FLAG_GPU_READ_MOSTLY = 0x00000020
 KFD_IOCTL_SVM_FLAG_GPU_ALWAYS_MAPPED = 0x00000040
 AMDKFD_IOCTL_BASE = 75
-AMDKFD_IO = lambda nr: _IO(AMDKFD_IOCTL_BASE, nr)
-AMDKFD_IOR = lambda nr, type: _IOR(AMDKFD_IOCTL_BASE, nr, type)
-AMDKFD_IOW = lambda nr, type: _IOW(AMDKFD_IOCTL_BASE, nr, type)
-AMDKFD_IOWR = lambda nr, type: _IOWR(AMDKFD_IOCTL_BASE, nr, type)
+AMDKFD_IO = cbind.c_macro(lambda nr: _IO(AMDKFD_IOCTL_BASE, nr))
+AMDKFD_IOR = cbind.c_macro(lambda nr, type: _IOR(AMDKFD_IOCTL_BASE, nr, type))
+AMDKFD_IOW = cbind.c_macro(lambda nr, type: _IOW(AMDKFD_IOCTL_BASE, nr, type))
+AMDKFD_IOWR = cbind.c_macro(lambda nr, type: _IOWR(AMDKFD_IOCTL_BASE, nr, type))
 AMDKFD_IOC_GET_VERSION = AMDKFD_IOR(0x01, struct_kfd_ioctl_get_version_args)
 AMDKFD_IOC_CREATE_QUEUE = AMDKFD_IOWR(0x02, struct_kfd_ioctl_create_queue_args)
 AMDKFD_IOC_DESTROY_QUEUE = AMDKFD_IOWR(0x03, struct_kfd_ioctl_destroy_queue_args)

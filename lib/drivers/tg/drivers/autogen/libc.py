@@ -16,6 +16,54 @@
 #   /usr/include/asm-generic/errno.h  linux-libc-dev 6.1.187-1  sha256:fb7b5a504015f3a9074c641e7371b250d867d751d90e4a22a8ac17fced3d50af
 # Library: libc
 # Clang arguments: -D_GNU_SOURCE
+# Included headers:
+#   /usr/include/x86_64-linux-gnu/bits/libc-header-start.h  libc6-dev 2.36-9+deb12u14  sha256:2f1c081f8d5940640addc9daaf9552f65e38f86eac744e6d7c76bddb0f7969f2
+#   /usr/include/features.h  libc6-dev 2.36-9+deb12u14  sha256:a43c1fcf40f4585ab05a92a262d06417e4711474b2a2d6b3205f15cc2a7a07eb
+#   /usr/include/features-time64.h  libc6-dev 2.36-9+deb12u14  sha256:f204758482abaeaf9a9c49f0054c1ac19c5804c82b6d4d249ae0329ec293c973
+#   /usr/include/x86_64-linux-gnu/bits/wordsize.h  libc6-dev 2.36-9+deb12u14  sha256:948177c0fc84c4746588f62252029880ec4c6f88b743ba55d952f980303ebfbb
+#   /usr/include/x86_64-linux-gnu/bits/timesize.h  libc6-dev 2.36-9+deb12u14  sha256:b675674807d56aa8b0c97ce136e70bfc27bf49c72ec49f4de9f273202604c0ef
+#   /usr/include/stdc-predef.h  libc6-dev 2.36-9+deb12u14  sha256:cb08cd5d4cc059a90833ac48a284d25016e8d56ded8ad4cd98d8ac59cc5053f3
+#   /usr/include/x86_64-linux-gnu/sys/cdefs.h  libc6-dev 2.36-9+deb12u14  sha256:6b6f6ebc94fed6ad6cee59558f803c3d436ca97f0a4fcc72a9a30cfef99ca87c
+#   /usr/include/x86_64-linux-gnu/bits/long-double.h  libc6-dev 2.36-9+deb12u14  sha256:de8ef43fbb73a2525346914ce91fd9e72bb5c1040ae2ac739569001220e2da8d
+#   /usr/include/x86_64-linux-gnu/gnu/stubs.h  libc6-dev 2.36-9+deb12u14  sha256:ef444295a0a9e8f5c40918399a00cc91ba0bd79774110cdf6e652baa6cfadb2e
+#   /usr/include/x86_64-linux-gnu/gnu/stubs-64.h  libc6-dev 2.36-9+deb12u14  sha256:0b6ab3e2ed3ba79b30fe6ba81a68fc41f57965b8d56662763633431b703c9289
+#   /usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h  libgcc-12-dev 12.2.0-14+deb12u1  sha256:192c28ec66b877fbfdceb84b28aceda2577e5dd46e32370f0c27be10dc0291ad
+#   /usr/include/x86_64-linux-gnu/bits/types/locale_t.h  libc6-dev 2.36-9+deb12u14  sha256:59fddb68b7159ea419f3d02c46919ead67366ef6fa4b3cf17ecaea260e3fe99f
+#   /usr/include/x86_64-linux-gnu/bits/types/__locale_t.h  libc6-dev 2.36-9+deb12u14  sha256:1676792ec98d138a17d4dfd730bf5956c4a8fe1b14ffd8b852b8dbe766ffe994
+#   /usr/include/strings.h  libc6-dev 2.36-9+deb12u14  sha256:7e70ac995c1325b9693f59c1429a2d14f58326acc78070c1675ff87d3f644759
+#   /usr/include/x86_64-linux-gnu/bits/posix_opt.h  libc6-dev 2.36-9+deb12u14  sha256:02a14a03f287ea64ca842f8563f132dfc9540cf119b8c6698ae5caf22d32b716
+#   /usr/include/x86_64-linux-gnu/bits/environments.h  libc6-dev 2.36-9+deb12u14  sha256:249abc392c28bd688725232e5b43bde89b9c0910b1331361083ec2225f056da5
+#   /usr/include/x86_64-linux-gnu/bits/types.h  libc6-dev 2.36-9+deb12u14  sha256:cd152b6a5b70db5ff301e428b13e7a02d64dde93c4ae0a7879378dc04fd4fbcd
+#   /usr/include/x86_64-linux-gnu/bits/typesizes.h  libc6-dev 2.36-9+deb12u14  sha256:5663fc72923363ef9bffe3fbbafa3ca9b94da2d5aadae781dd6f6da5e435a9c6
+#   /usr/include/x86_64-linux-gnu/bits/time64.h  libc6-dev 2.36-9+deb12u14  sha256:5f423dcbb2c2969085506456ff16788d8d7d0a430d994fc18fec4780e68dba39
+#   /usr/include/x86_64-linux-gnu/bits/confname.h  libc6-dev 2.36-9+deb12u14  sha256:0068cb27071eabd3c685b1d1a376ea15fb1019fbc8696b4b4daa5dbd9f0739a3
+#   /usr/include/x86_64-linux-gnu/bits/getopt_posix.h  libc6-dev 2.36-9+deb12u14  sha256:aa9422018c9f6eedb4a55253dd58e3c765ffa341b661680987c55bcf1c0cbb5c
+#   /usr/include/x86_64-linux-gnu/bits/getopt_core.h  libc6-dev 2.36-9+deb12u14  sha256:f4a2574f7eff03ecfe11c93b2bb4c158aa8becad327af9e78410c18e94c744a3
+#   /usr/include/x86_64-linux-gnu/bits/unistd_ext.h  libc6-dev 2.36-9+deb12u14  sha256:92b8da4b1c6300b92a0299c8ed2fc8e25abc2ab84e49d059e7300ceac3c637aa
+#   /usr/include/linux/close_range.h  linux-libc-dev 6.1.187-1  sha256:54f02dee64fba028529c5265273d23a96629f3217d6abc31574ef7cce5a63f70
+#   /usr/include/x86_64-linux-gnu/bits/fcntl.h  libc6-dev 2.36-9+deb12u14  sha256:42f9d5cd3449128060a96de7416b139ce1dab58820990d797155fae78df17e07
+#   /usr/include/x86_64-linux-gnu/bits/types/struct_iovec.h  libc6-dev 2.36-9+deb12u14  sha256:d7087d83f50395f9208f071437e4bd565a0c151f015ee4f4ff347472f0dbfafd
+#   /usr/include/linux/falloc.h  linux-libc-dev 6.1.187-1  sha256:e35cbe823cf1b8ccb9d1ed755cc6ab8e842cfa0d240f9818cc554423dc0ceee0
+#   /usr/include/x86_64-linux-gnu/bits/types/struct_timespec.h  libc6-dev 2.36-9+deb12u14  sha256:8e7e964087b9c7638be2b5fb0fa01ceab43e4af8393b805b54ac2bd8642a1b98
+#   /usr/include/x86_64-linux-gnu/bits/endian.h  libc6-dev 2.36-9+deb12u14  sha256:5d71d0f214a8c1e97e062746d5ecebc941940852d8fda981cb0fc0df1e1137de
+#   /usr/include/x86_64-linux-gnu/bits/endianness.h  libc6-dev 2.36-9+deb12u14  sha256:659a7060004eda113671a38852c4d1e9cb97a35932bcd1d8540f98c09c180747
+#   /usr/include/x86_64-linux-gnu/bits/types/time_t.h  libc6-dev 2.36-9+deb12u14  sha256:721a557cff3ed308c69719a44ba8f7cd9536f6c602fb8f1b1eea8ed6749ee37d
+#   /usr/include/x86_64-linux-gnu/bits/stat.h  libc6-dev 2.36-9+deb12u14  sha256:370f651b34008005ed1593686f7c3926d0cb0d68c7e6d1357d3096289e19183e
+#   /usr/include/x86_64-linux-gnu/bits/struct_stat.h  libc6-dev 2.36-9+deb12u14  sha256:7ee08b609ac74bc08807535abe0a19767b0bb383d14e89e89af1d26e8497df87
+#   /usr/include/x86_64-linux-gnu/bits/errno.h  libc6-dev 2.36-9+deb12u14  sha256:082689a9803a076e0829a09499695ae7f1a2589a3a9c2a7872bdb675dbc47736
+#   /usr/include/linux/errno.h  linux-libc-dev 6.1.187-1  sha256:a47fb2f49bce0546a1e88805cec954338abb1b2ac87de042166e8e3a74b23261
+#   /usr/include/x86_64-linux-gnu/asm/errno.h  linux-libc-dev 6.1.187-1  sha256:4ee384515a4325315992e61dd957f0fa91f3858fe7c079de59f56edded51de86
+#   /usr/include/x86_64-linux-gnu/bits/types/error_t.h  libc6-dev 2.36-9+deb12u14  sha256:95fa7ff9d3df03793029a77da051f7eca598da5cdbd152c3d2fac9eae35d1d01
+#   /usr/include/x86_64-linux-gnu/bits/mman.h  libc6-dev 2.36-9+deb12u14  sha256:0a2d881e9585d6fd5f0ebf5a07c4cd8279fefb5938036f8637851afd7173b88e
+#   /usr/include/x86_64-linux-gnu/bits/mman_ext.h  libc6-dev 2.36-9+deb12u14  sha256:4386e6bca9f85a7b95afb6b1ce5c8b001c19f86d12e133fa840c2ef71500f72c
+#   /usr/include/x86_64-linux-gnu/bits/ioctls.h  libc6-dev 2.36-9+deb12u14  sha256:a3402f29cce9beec04b19f35432254ed3b8650b52240ed7aa6fbfe5f8a134bcf
+#   /usr/include/x86_64-linux-gnu/asm/ioctls.h  linux-libc-dev 6.1.187-1  sha256:857d11a8415a18e7a6ccf23640cf9bddf245a5f90c43b3014d08d3ae19faf952
+#   /usr/include/asm-generic/ioctls.h  linux-libc-dev 6.1.187-1  sha256:456d8d175500bae6f73a66a023a71044f9cb077ab17531a7bf8df1509cc8dae3
+#   /usr/include/linux/ioctl.h  linux-libc-dev 6.1.187-1  sha256:ba73b5892de6605e6c40b151820e367dfcb98cbdb3f8f468c5ef2bd8437df873
+#   /usr/include/x86_64-linux-gnu/asm/ioctl.h  linux-libc-dev 6.1.187-1  sha256:9c6ca9e365296a6b66747cbebdcf76972b8cce7aab91e55bf4ab1f3581df9c2a
+#   /usr/include/asm-generic/ioctl.h  linux-libc-dev 6.1.187-1  sha256:76396e5537d75285c3ca20e3b6a79b101eebfdc14d39c104ff7eab778672160e
+#   /usr/include/x86_64-linux-gnu/bits/ioctl-types.h  libc6-dev 2.36-9+deb12u14  sha256:9f4ad0ff93491f1945b50cfec4ccde2fd6ba01aaa3d777f158342ae83082833b
+#   /usr/include/x86_64-linux-gnu/sys/ttydefaults.h  libc6-dev 2.36-9+deb12u14  sha256:23dbc1caef6d19508707ffb8aef4498beba70340c87440dfafcf4f3c9dd6589f
 # ruff: noqa
 # fmt: off
 
@@ -298,6 +346,8 @@ remap_file_pages = dll.function("remap_file_pages", ctypes.c_int, [ctypes.c_void
 shm_open = dll.function("shm_open", ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, mode_t])
 shm_unlink = dll.function("shm_unlink", ctypes.c_int, [ctypes.c_char_p])
 ioctl = dll.function("ioctl", ctypes.c_int, [ctypes.c_int, ctypes.c_ulong])
+struct___locale_struct.opaque("defined in /usr/include/x86_64-linux-gnu/bits/types/__locale_t.h")
+struct_iovec.opaque("defined in /usr/include/x86_64-linux-gnu/bits/types/struct_iovec.h")
 _STRING_H = 1
 _UNISTD_H = 1
 _POSIX_VERSION = 200809
@@ -466,7 +516,7 @@ AT_STATX_FORCE_SYNC = 0x2000
 AT_STATX_DONT_SYNC = 0x4000
 AT_RECURSIVE = 0x8000
 AT_EACCESS = 0x200
-__OPEN_NEEDS_MODE = lambda oflag: (((oflag) & O_CREAT) != 0 or ((oflag) & __O_TMPFILE) == __O_TMPFILE)
+__OPEN_NEEDS_MODE = cbind.c_macro(lambda oflag: (cbind.c_truth(((oflag) & O_CREAT) != 0 or ((oflag) & __O_TMPFILE) == __O_TMPFILE)))
 SEEK_SET = 0
 SEEK_CUR = 1
 SEEK_END = 2
@@ -675,5 +725,32 @@ MFD_HUGETLB = 4
 MLOCK_ONFAULT = 1
 PKEY_DISABLE_ACCESS = 0x1
 PKEY_DISABLE_WRITE = 0x2
-MAP_FAILED = (-1)
+MAP_FAILED = ctypes.c_void_p(0xffffffffffffffff)
 _SYS_IOCTL_H = 1
+F_GETLK = 5  # C value of F_GETLK64
+F_SETLK = 6  # C value of F_SETLK64
+F_SETLKW = 7  # C value of F_SETLKW64
+O_LARGEFILE = 0  # C value of __O_LARGEFILE
+S_IFMT = 61440  # C value of __S_IFMT
+S_IFDIR = 16384  # C value of __S_IFDIR
+S_IFCHR = 8192  # C value of __S_IFCHR
+S_IFBLK = 24576  # C value of __S_IFBLK
+S_IFREG = 32768  # C value of __S_IFREG
+S_IFIFO = 4096  # C value of __S_IFIFO
+S_IFLNK = 40960  # C value of __S_IFLNK
+S_IFSOCK = 49152  # C value of __S_IFSOCK
+S_ISUID = 2048  # C value of __S_ISUID
+S_ISGID = 1024  # C value of __S_ISGID
+S_ISVTX = 512  # C value of __S_ISVTX
+S_IRUSR = 256  # C value of __S_IREAD
+S_IWUSR = 128  # C value of __S_IWRITE
+S_IXUSR = 64  # C value of __S_IEXEC
+S_IRWXU = 448  # C value of (__S_IREAD|__S_IWRITE|__S_IEXEC)
+S_IRGRP = 32  # C value of (S_IRUSR >> 3)
+S_IWGRP = 16  # C value of (S_IWUSR >> 3)
+S_IXGRP = 8  # C value of (S_IXUSR >> 3)
+S_IRWXG = 56  # C value of (S_IRWXU >> 3)
+S_IROTH = 4  # C value of (S_IRGRP >> 3)
+S_IWOTH = 2  # C value of (S_IWGRP >> 3)
+S_IXOTH = 1  # C value of (S_IXGRP >> 3)
+S_IRWXO = 7  # C value of (S_IRWXG >> 3)

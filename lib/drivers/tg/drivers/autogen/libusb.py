@@ -3,7 +3,65 @@
 # Target: libusb: libusb-1.0: device enumeration and transfers
 # Sources:
 #   /usr/include/libusb-1.0/libusb.h  libusb-1.0-0-dev 2:1.0.26-1  sha256:ca94b99bf4ca9c588804eb0b2187f237a165d80b22054a27608abee3280b8eb0
+#   /usr/include/x86_64-linux-gnu/bits/types/struct_timeval.h  libc6-dev 2.36-9+deb12u14  sha256:d2fbcbcb4cc072a11380c826e3c8d58ca08df21e8a2436a3fd9a64ad8b4acd0c
 # Library: libusb-1.0
+# Included headers:
+#   /usr/lib/gcc/x86_64-linux-gnu/12/include/limits.h  libgcc-12-dev 12.2.0-14+deb12u1  sha256:c77dc1f3c14d43ce826f1f4e5d3d9683e92c4ae07d398003d553bd6a06cc4d74
+#   /usr/lib/gcc/x86_64-linux-gnu/12/include/syslimits.h  libgcc-12-dev 12.2.0-14+deb12u1  sha256:22dd0ab81baadd5a8d455b445855f341d419c7b0267beca235de00b7ec78e529
+#   /usr/include/limits.h  libc6-dev 2.36-9+deb12u14  sha256:4070487bfbbec86cbfc6ae40be4da72690289884d68a918a452868654f98bdf8
+#   /usr/include/x86_64-linux-gnu/bits/libc-header-start.h  libc6-dev 2.36-9+deb12u14  sha256:2f1c081f8d5940640addc9daaf9552f65e38f86eac744e6d7c76bddb0f7969f2
+#   /usr/include/features.h  libc6-dev 2.36-9+deb12u14  sha256:a43c1fcf40f4585ab05a92a262d06417e4711474b2a2d6b3205f15cc2a7a07eb
+#   /usr/include/features-time64.h  libc6-dev 2.36-9+deb12u14  sha256:f204758482abaeaf9a9c49f0054c1ac19c5804c82b6d4d249ae0329ec293c973
+#   /usr/include/x86_64-linux-gnu/bits/wordsize.h  libc6-dev 2.36-9+deb12u14  sha256:948177c0fc84c4746588f62252029880ec4c6f88b743ba55d952f980303ebfbb
+#   /usr/include/x86_64-linux-gnu/bits/timesize.h  libc6-dev 2.36-9+deb12u14  sha256:b675674807d56aa8b0c97ce136e70bfc27bf49c72ec49f4de9f273202604c0ef
+#   /usr/include/stdc-predef.h  libc6-dev 2.36-9+deb12u14  sha256:cb08cd5d4cc059a90833ac48a284d25016e8d56ded8ad4cd98d8ac59cc5053f3
+#   /usr/include/x86_64-linux-gnu/sys/cdefs.h  libc6-dev 2.36-9+deb12u14  sha256:6b6f6ebc94fed6ad6cee59558f803c3d436ca97f0a4fcc72a9a30cfef99ca87c
+#   /usr/include/x86_64-linux-gnu/bits/long-double.h  libc6-dev 2.36-9+deb12u14  sha256:de8ef43fbb73a2525346914ce91fd9e72bb5c1040ae2ac739569001220e2da8d
+#   /usr/include/x86_64-linux-gnu/gnu/stubs.h  libc6-dev 2.36-9+deb12u14  sha256:ef444295a0a9e8f5c40918399a00cc91ba0bd79774110cdf6e652baa6cfadb2e
+#   /usr/include/x86_64-linux-gnu/gnu/stubs-64.h  libc6-dev 2.36-9+deb12u14  sha256:0b6ab3e2ed3ba79b30fe6ba81a68fc41f57965b8d56662763633431b703c9289
+#   /usr/include/x86_64-linux-gnu/bits/posix1_lim.h  libc6-dev 2.36-9+deb12u14  sha256:7bb8888306ba4a0380673923d8c63aa390cb6a6da2e48fae2ee983100a9c0fd5
+#   /usr/include/x86_64-linux-gnu/bits/local_lim.h  libc6-dev 2.36-9+deb12u14  sha256:72d82bbb66d229c701cd16504be7afcad0ab03245b64a9ce02ed95b2903efe6e
+#   /usr/include/linux/limits.h  linux-libc-dev 6.1.187-1  sha256:567dbb4893d20bb986996f0a8b8f774b02ca6cb7df8e4b642895eade7e7ffcd9
+#   /usr/include/x86_64-linux-gnu/bits/pthread_stack_min-dynamic.h  libc6-dev 2.36-9+deb12u14  sha256:a3ad1fe86b237d2ffd3859f7f843d9e3c537e58a5b850ea81f76d5474a775108
+#   /usr/include/x86_64-linux-gnu/bits/pthread_stack_min.h  libc6-dev 2.36-9+deb12u14  sha256:da2421da57529906a893eecac72cb3d8d518e3d8d0867aed0dd28475fbf849e6
+#   /usr/include/x86_64-linux-gnu/bits/posix2_lim.h  libc6-dev 2.36-9+deb12u14  sha256:c1b78d3c9d83cb3f5600c73c46b1886a007aac5925c0132285b616ae0733e1e5
+#   /usr/lib/gcc/x86_64-linux-gnu/12/include/stdint.h  libgcc-12-dev 12.2.0-14+deb12u1  sha256:86a7914ab7d6a18465a6fb9a7b54f945cad604fdbf3ca0d10e4e0254e0037911
+#   /usr/include/stdint.h  libc6-dev 2.36-9+deb12u14  sha256:a567a56d54e996630104afc1716d853a76230cb7e113f2b0548f6488f31777c9
+#   /usr/include/x86_64-linux-gnu/bits/types.h  libc6-dev 2.36-9+deb12u14  sha256:cd152b6a5b70db5ff301e428b13e7a02d64dde93c4ae0a7879378dc04fd4fbcd
+#   /usr/include/x86_64-linux-gnu/bits/typesizes.h  libc6-dev 2.36-9+deb12u14  sha256:5663fc72923363ef9bffe3fbbafa3ca9b94da2d5aadae781dd6f6da5e435a9c6
+#   /usr/include/x86_64-linux-gnu/bits/time64.h  libc6-dev 2.36-9+deb12u14  sha256:5f423dcbb2c2969085506456ff16788d8d7d0a430d994fc18fec4780e68dba39
+#   /usr/include/x86_64-linux-gnu/bits/wchar.h  libc6-dev 2.36-9+deb12u14  sha256:4cfde8b3acac291351db57b9ef5ad7a624b58d45c8b31c9dc7ebc36ab6a7dfe0
+#   /usr/include/x86_64-linux-gnu/bits/stdint-intn.h  libc6-dev 2.36-9+deb12u14  sha256:00bbb23940989e9914d221eb95444b22aeda733bd5c484a4a776369a3794f47e
+#   /usr/include/x86_64-linux-gnu/bits/stdint-uintn.h  libc6-dev 2.36-9+deb12u14  sha256:5fe89b4abead871f23aa69fc36313bdb3f5ff0cb22002a6dd76396dbbc76ddd0
+#   /usr/include/x86_64-linux-gnu/sys/types.h  libc6-dev 2.36-9+deb12u14  sha256:6914c8861f2943a9f6b95d17f1ef279657569763aa8ab52334d4141db5aa959e
+#   /usr/include/x86_64-linux-gnu/bits/types/clock_t.h  libc6-dev 2.36-9+deb12u14  sha256:81e60e8a8d99b28bc723c14b156d7f7fc8ff663d98a857a3f5aea90431f577e3
+#   /usr/include/x86_64-linux-gnu/bits/types/clockid_t.h  libc6-dev 2.36-9+deb12u14  sha256:dcd64d184855b245e5c7acf21910a0aaca590f1faf094e400da5d30551d11eb0
+#   /usr/include/x86_64-linux-gnu/bits/types/time_t.h  libc6-dev 2.36-9+deb12u14  sha256:721a557cff3ed308c69719a44ba8f7cd9536f6c602fb8f1b1eea8ed6749ee37d
+#   /usr/include/x86_64-linux-gnu/bits/types/timer_t.h  libc6-dev 2.36-9+deb12u14  sha256:d96a2452da0d933941273d11d1048ea525f033306892835b0a7a0999b13853aa
+#   /usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h  libgcc-12-dev 12.2.0-14+deb12u1  sha256:192c28ec66b877fbfdceb84b28aceda2577e5dd46e32370f0c27be10dc0291ad
+#   /usr/include/endian.h  libc6-dev 2.36-9+deb12u14  sha256:a7213953c39afcbadda70f4b1a95a275c9cf7cf0741c2f40272344e20c2684fd
+#   /usr/include/x86_64-linux-gnu/bits/endian.h  libc6-dev 2.36-9+deb12u14  sha256:5d71d0f214a8c1e97e062746d5ecebc941940852d8fda981cb0fc0df1e1137de
+#   /usr/include/x86_64-linux-gnu/bits/endianness.h  libc6-dev 2.36-9+deb12u14  sha256:659a7060004eda113671a38852c4d1e9cb97a35932bcd1d8540f98c09c180747
+#   /usr/include/x86_64-linux-gnu/bits/byteswap.h  libc6-dev 2.36-9+deb12u14  sha256:ea93404b4bb68d070d56c058f110139aea9b12d8d3f931de7b0a3964d2831c46
+#   /usr/include/x86_64-linux-gnu/bits/uintn-identity.h  libc6-dev 2.36-9+deb12u14  sha256:9efa0fa2b25a94b3cbca9a6b7e434d6051ebaf30fd50643116f10c5f02a7c400
+#   /usr/include/x86_64-linux-gnu/sys/select.h  libc6-dev 2.36-9+deb12u14  sha256:ba964ab7d72728c24a851ce80f20801ca9ec24b7357d9a4a71847a83dbda4afb
+#   /usr/include/x86_64-linux-gnu/bits/select.h  libc6-dev 2.36-9+deb12u14  sha256:7c807ad9b406ba2229cb650541ca4a4d580299139640778042291d715b191226
+#   /usr/include/x86_64-linux-gnu/bits/types/sigset_t.h  libc6-dev 2.36-9+deb12u14  sha256:3db5ded9d98a694e8c7196a06690b2e816ec6bb82689940d281f6504533f37e1
+#   /usr/include/x86_64-linux-gnu/bits/types/__sigset_t.h  libc6-dev 2.36-9+deb12u14  sha256:05291a7d38bb1d0da1ed01c09fe85fa2b1f4d5bc708e06bb930efec672db08d5
+#   /usr/include/x86_64-linux-gnu/bits/types/struct_timespec.h  libc6-dev 2.36-9+deb12u14  sha256:8e7e964087b9c7638be2b5fb0fa01ceab43e4af8393b805b54ac2bd8642a1b98
+#   /usr/include/x86_64-linux-gnu/bits/pthreadtypes.h  libc6-dev 2.36-9+deb12u14  sha256:fff61342a6113237a009b613f4b43febb36379969f4b52e73fb8c27386f8bb86
+#   /usr/include/x86_64-linux-gnu/bits/thread-shared-types.h  libc6-dev 2.36-9+deb12u14  sha256:4e23c9bd52829222b95e7fab409a29c5feeb223d3f68d8f825019bab4966fa7b
+#   /usr/include/x86_64-linux-gnu/bits/pthreadtypes-arch.h  libc6-dev 2.36-9+deb12u14  sha256:6ae238f55f44735ac9620fd12bde9b24819070fb24c152ac2a2780d4127382af
+#   /usr/include/x86_64-linux-gnu/bits/atomic_wide_counter.h  libc6-dev 2.36-9+deb12u14  sha256:9173b7b0871d897f23be423601da3f5390340cb973825e229ec5e1969014d28a
+#   /usr/include/x86_64-linux-gnu/bits/struct_mutex.h  libc6-dev 2.36-9+deb12u14  sha256:ebabd2655346965420fd6c57af3cefe3628585d031755316b34f8cf6221d61e7
+#   /usr/include/x86_64-linux-gnu/bits/struct_rwlock.h  libc6-dev 2.36-9+deb12u14  sha256:51f077162f9e4d207efa0d5f930f3a1a31d3e27d08dec2ca65ddc147b11c87d2
+#   /usr/include/x86_64-linux-gnu/sys/time.h  libc6-dev 2.36-9+deb12u14  sha256:2f1aa7d3f9896fbccea57ef6ff95cc64677a11957c51d628a2eb3d5f0c3d67b1
+#   /usr/include/time.h  libc6-dev 2.36-9+deb12u14  sha256:95e0b2dfbc153daa0a857b05c9b1a9cfc29b111d707401dbbe38de551b32c14e
+#   /usr/include/x86_64-linux-gnu/bits/time.h  libc6-dev 2.36-9+deb12u14  sha256:d6d6fb17c9366579147279519bf2da9191f17f5db09da9eebf42f8867413ea03
+#   /usr/include/x86_64-linux-gnu/bits/types/struct_tm.h  libc6-dev 2.36-9+deb12u14  sha256:e7bdda3f42eb0633850ed150fef0a0cf6193cbba8fa740e7505925424a595566
+#   /usr/include/x86_64-linux-gnu/bits/types/struct_itimerspec.h  libc6-dev 2.36-9+deb12u14  sha256:d6299fbc46fc57e7d14635cd5cf69125710ed021ab7305586c84644a03a39f8e
+#   /usr/include/x86_64-linux-gnu/bits/types/locale_t.h  libc6-dev 2.36-9+deb12u14  sha256:59fddb68b7159ea419f3d02c46919ead67366ef6fa4b3cf17ecaea260e3fe99f
+#   /usr/include/x86_64-linux-gnu/bits/types/__locale_t.h  libc6-dev 2.36-9+deb12u14  sha256:1676792ec98d138a17d4dfd730bf5956c4a8fe1b14ffd8b852b8dbe766ffe994
 # ruff: noqa
 # fmt: off
 
@@ -13,6 +71,14 @@ from tg.drivers import cbind
 from tg.drivers.cbind import _IO, _IOC, _IOR, _IOW, _IOWR
 
 dll = cbind.DLL("usb-1.0", use_errno=True)
+
+class struct_timeval(cbind.Struct):
+    """struct timeval"""
+
+struct_timeval.layout(16, [
+    cbind.Field("tv_sec", ctypes.c_long, 0),
+    cbind.Field("tv_usec", ctypes.c_long, 8),
+])
 
 LIBUSB_CLASS_PER_INTERFACE = 0
 LIBUSB_CLASS_AUDIO = 1
@@ -470,10 +536,6 @@ libusb_event_handler_active = dll.function("libusb_event_handler_active", ctypes
 libusb_interrupt_event_handler = dll.function("libusb_interrupt_event_handler", None, [ctypes.POINTER(libusb_context)])
 libusb_lock_event_waiters = dll.function("libusb_lock_event_waiters", None, [ctypes.POINTER(libusb_context)])
 libusb_unlock_event_waiters = dll.function("libusb_unlock_event_waiters", None, [ctypes.POINTER(libusb_context)])
-
-class struct_timeval(cbind.Struct):
-    """struct timeval"""
-
 libusb_wait_for_event = dll.function("libusb_wait_for_event", ctypes.c_int, [ctypes.POINTER(libusb_context), ctypes.POINTER(struct_timeval)])
 libusb_handle_events_timeout = dll.function("libusb_handle_events_timeout", ctypes.c_int, [ctypes.POINTER(libusb_context), ctypes.POINTER(struct_timeval)])
 libusb_handle_events_timeout_completed = dll.function("libusb_handle_events_timeout_completed", ctypes.c_int, [ctypes.POINTER(libusb_context), ctypes.POINTER(struct_timeval), ctypes.POINTER(ctypes.c_int)])
@@ -520,6 +582,10 @@ LIBUSB_OPTION_MAX = 3
 enum_libusb_option = ctypes.c_uint
 
 libusb_set_option = dll.function("libusb_set_option", ctypes.c_int, [ctypes.POINTER(libusb_context), enum_libusb_option])
+struct_libusb_context.opaque("declared but never defined in C")
+struct_libusb_device.opaque("declared but never defined in C")
+struct_libusb_device_handle.opaque("declared but never defined in C")
+__timeval_defined = 1
 LIBUSB_API_VERSION = 0x01000109
 LIBUSBX_API_VERSION = LIBUSB_API_VERSION
 LIBUSB_DT_DEVICE_SIZE = 18

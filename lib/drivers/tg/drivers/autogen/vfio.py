@@ -3,6 +3,21 @@
 # Target: vfio: VFIO user API: containers, groups, device regions and irqs
 # Sources:
 #   /usr/include/linux/vfio.h  linux-libc-dev 6.1.187-1  sha256:a8a456ab3429e2ce2298bededebadc6799efc02721a0458bae3c65484a36a358
+# Included headers:
+#   /usr/include/linux/types.h  linux-libc-dev 6.1.187-1  sha256:51f3e65dd112d1600199ef5c4503c0ca138abb3f956af1ad52657b4d062b235a
+#   /usr/include/x86_64-linux-gnu/asm/types.h  linux-libc-dev 6.1.187-1  sha256:b6bdcd528bce555b2ecb58e8a1624e3e13e09312c31318023c4e86b957e2b01f
+#   /usr/include/asm-generic/types.h  linux-libc-dev 6.1.187-1  sha256:09b4477d655ddd2c5657e83a0761700d6706f012c7365f310a6b0a6696936a10
+#   /usr/include/asm-generic/int-ll64.h  linux-libc-dev 6.1.187-1  sha256:eb8b891e775ebb50af0353fdcbc625854fd98780399b3a57a404d36af6c29749
+#   /usr/include/x86_64-linux-gnu/asm/bitsperlong.h  linux-libc-dev 6.1.187-1  sha256:8ef5efeb3f25ae47ce03ba892f5caf77631b1257715fc12de72c21e61db17e43
+#   /usr/include/asm-generic/bitsperlong.h  linux-libc-dev 6.1.187-1  sha256:55995b9cdfd3fcec2c6ac1f698a7405e99ff86b94ddf3124ba55485c95e6db9c
+#   /usr/include/linux/posix_types.h  linux-libc-dev 6.1.187-1  sha256:bc68636a383418f235d3457e4b21cf27cefc7c7f3edea4c1f6706f1018db196f
+#   /usr/include/linux/stddef.h  linux-libc-dev 6.1.187-1  sha256:0655a514901858dc0b8643ee9973b48a98d36c7e7093b2b86bb1bb632f022c8e
+#   /usr/include/x86_64-linux-gnu/asm/posix_types.h  linux-libc-dev 6.1.187-1  sha256:983090c7e5e7eaff27114ec216889a8ad26e40ad8fbb78b8ae6c09391dc61543
+#   /usr/include/x86_64-linux-gnu/asm/posix_types_64.h  linux-libc-dev 6.1.187-1  sha256:5cdabc01dac0a3e9731ac16353210a615ca44e85b6ec9eafd2e79206e0b26c76
+#   /usr/include/asm-generic/posix_types.h  linux-libc-dev 6.1.187-1  sha256:8d273280f282bf9e810f00ad9905977161dec3f103ef789892ceec8c453e1398
+#   /usr/include/linux/ioctl.h  linux-libc-dev 6.1.187-1  sha256:ba73b5892de6605e6c40b151820e367dfcb98cbdb3f8f468c5ef2bd8437df873
+#   /usr/include/x86_64-linux-gnu/asm/ioctl.h  linux-libc-dev 6.1.187-1  sha256:9c6ca9e365296a6b66747cbebdcf76972b8cce7aab91e55bf4ab1f3581df9c2a
+#   /usr/include/asm-generic/ioctl.h  linux-libc-dev 6.1.187-1  sha256:76396e5537d75285c3ca20e3b6a79b101eebfdc14d39c104ff7eab778672160e
 # ruff: noqa
 # fmt: off
 
@@ -509,11 +524,11 @@ VFIO_DEVICE_FLAGS_AP = (1 << 5)
 VFIO_DEVICE_FLAGS_FSL_MC = (1 << 6)
 VFIO_DEVICE_FLAGS_CAPS = (1 << 7)
 VFIO_DEVICE_GET_INFO = _IO(VFIO_TYPE, VFIO_BASE + 7)
-VFIO_DEVICE_API_PCI_STRING = "vfio-pci"
-VFIO_DEVICE_API_PLATFORM_STRING = "vfio-platform"
-VFIO_DEVICE_API_AMBA_STRING = "vfio-amba"
-VFIO_DEVICE_API_CCW_STRING = "vfio-ccw"
-VFIO_DEVICE_API_AP_STRING = "vfio-ap"
+VFIO_DEVICE_API_PCI_STRING = b"vfio-pci"
+VFIO_DEVICE_API_PLATFORM_STRING = b"vfio-platform"
+VFIO_DEVICE_API_AMBA_STRING = b"vfio-amba"
+VFIO_DEVICE_API_CCW_STRING = b"vfio-ccw"
+VFIO_DEVICE_API_AP_STRING = b"vfio-ap"
 VFIO_DEVICE_INFO_CAP_ZPCI_BASE = 1
 VFIO_DEVICE_INFO_CAP_ZPCI_GROUP = 2
 VFIO_DEVICE_INFO_CAP_ZPCI_UTIL = 3
@@ -547,9 +562,9 @@ VFIO_DEVICE_STATE_V1_RUNNING = (1 << 0)
 VFIO_DEVICE_STATE_V1_SAVING = (1 << 1)
 VFIO_DEVICE_STATE_V1_RESUMING = (1 << 2)
 VFIO_DEVICE_STATE_MASK = (VFIO_DEVICE_STATE_V1_RUNNING | VFIO_DEVICE_STATE_V1_SAVING | VFIO_DEVICE_STATE_V1_RESUMING)
-VFIO_DEVICE_STATE_VALID = lambda state: (((state & VFIO_DEVICE_STATE_MASK) == VFIO_DEVICE_STATE_V1_RESUMING if state & VFIO_DEVICE_STATE_V1_RESUMING else 1))
-VFIO_DEVICE_STATE_IS_ERROR = lambda state: ((state & VFIO_DEVICE_STATE_MASK) == (VFIO_DEVICE_STATE_V1_SAVING | VFIO_DEVICE_STATE_V1_RESUMING))
-VFIO_DEVICE_STATE_SET_ERROR = lambda state: ((state & ~VFIO_DEVICE_STATE_MASK) | VFIO_DEVICE_STATE_V1_SAVING | VFIO_DEVICE_STATE_V1_RESUMING)
+VFIO_DEVICE_STATE_VALID = cbind.c_macro(lambda state: (((state & VFIO_DEVICE_STATE_MASK) == VFIO_DEVICE_STATE_V1_RESUMING if state & VFIO_DEVICE_STATE_V1_RESUMING else 1)))
+VFIO_DEVICE_STATE_IS_ERROR = cbind.c_macro(lambda state: ((state & VFIO_DEVICE_STATE_MASK) == (VFIO_DEVICE_STATE_V1_SAVING | VFIO_DEVICE_STATE_V1_RESUMING)))
+VFIO_DEVICE_STATE_SET_ERROR = cbind.c_macro(lambda state: ((state & ~VFIO_DEVICE_STATE_MASK) | VFIO_DEVICE_STATE_V1_SAVING | VFIO_DEVICE_STATE_V1_RESUMING))
 VFIO_REGION_INFO_CAP_MSIX_MAPPABLE = 3
 VFIO_REGION_INFO_CAP_NVLINK2_SSATGT = 4
 VFIO_REGION_INFO_CAP_NVLINK2_LNKSPD = 5

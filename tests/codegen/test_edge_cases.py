@@ -1,0 +1,83 @@
+"""The one table of edge-case semantics (tg.codegen.uop.alu.EDGE_CASES), checked row by row on all three places
+that compute ops: constant folding, the PYTHON emulator and the compiled C of the CPU device.
+
+The expected values are the table's; the table itself is checked against C's and IEEE's definitions where they
+define a result (0/0 is NaN, pow overflow is inf, ...) by the float rows, and is a decision where they do not."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tg.codegen import KernelInfo, Ops, UOp, dtypes
+from tg.codegen.dtype import DType, from_numpy, to_numpy
+from tg.codegen.lower import lower
+from tg.codegen.uop.alu import EDGE_CASES, exec_alu
+from tg.hcq import Buffer, Device
+
+ROWS = [
+    (case.name, case.op, dtype, operands, expected)
+    for case in EDGE_CASES
+    for dtype, operands, expected in case.examples
+]
+
+
+def _same(got: object, expected: object) -> bool:
+    if isinstance(expected, float):
+        got = float(got)  # type: ignore[arg-type]
+        if math.isnan(expected):
+            return math.isnan(got)
+        return got == expected and math.copysign(1, got) == math.copysign(1, expected)
+    return got == expected
+
+
+def _result_dtype(op: Ops, dtype: DType) -> DType:
+    return dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dtype
+
+
+@pytest.mark.parametrize(
+    ("name", "op", "dtype", "operands", "expected"), ROWS, ids=[f"{r[1].name}-{i}" for i, r in enumerate(ROWS)]
+)
+def test_constant_folding_follows_the_table(
+    name: str, op: Ops, dtype: DType, operands: tuple, expected: object
+) -> None:
+    assert _same(exec_alu(op, dtype, operands), expected), name
+    folded = UOp(op, _result_dtype(op, dtype), tuple(UOp.const(v, dtype) for v in operands)).simplify()
+    assert folded.op is Ops.CONST and _same(folded.arg, expected), (name, folded)
+
+
+def edge_case_kernel() -> tuple[UOp, list[np.ndarray]]:
+    """One kernel computing every row: out_i[0] = op(a_i[0], b_i[0], ...) with the operands loaded from memory
+    (so the compiler cannot fold them), and the arrays it runs on (outputs first, in PARAM slot order)."""
+    stores, arrays, slot = [], [], 0
+    zero = UOp.const(0, dtypes.index)
+    for _, op, dtype, operands, _ in ROWS:
+        out = UOp.param(slot, _result_dtype(op, dtype), 1)
+        inputs = [UOp.param(slot + 1 + k, dtype, 1) for k in range(len(operands))]
+        slot += 1 + len(operands)
+        loaded = tuple(p.index(zero).load() for p in inputs)
+        stores.append(out.index(zero).store(UOp(op, _result_dtype(op, dtype), loaded)))
+        arrays.append(np.zeros(1, to_numpy(_result_dtype(op, dtype))))
+        arrays.extend(np.array([v], to_numpy(dtype)) for v in operands)
+    return UOp.sink(*stores, arg=KernelInfo("edge_cases")), arrays
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_every_backend_computes_the_table(device: str) -> None:
+    ast, arrays = edge_case_kernel()
+    dev = Device[device]
+    rendered = dev.renderer.render(lower(ast))
+    program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
+    buffers = []
+    for array in arrays:
+        buf = Buffer(device, 1, from_numpy(array.dtype)).ensure_allocated()
+        buf.copyin(array.tobytes())
+        buffers.append(buf)
+    program(*(b.raw for b in buffers), global_size=rendered.global_size, wait=True)
+    position = 0
+    for name, _, dtype, operands, expected in ROWS:
+        got = np.frombuffer(buffers[position].as_buffer(), arrays[position].dtype)[0].item()
+        assert _same(got, expected), (device, name, dtype, operands, got)
+        position += 1 + len(operands)

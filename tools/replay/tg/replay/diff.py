@@ -1,0 +1,207 @@
+"""Replay captured kernels with another version of tg.codegen and compare the source each gives.
+
+    other = version_from_git(repo, "origin/main")     # a temporary git worktree of that ref
+    report = replay(db, other, jobs=2)                # every row, through the other version's pipeline
+    report.changed, report.errors                     # rows whose source differs, rows whose replay raised
+
+The other version runs in worker processes (`python -m tg.replay.worker`) whose PYTHONPATH starts with that
+version's lib folders, so the namespace package `tg` finds its tg.codegen first. Rows are split across `jobs`
+workers; each prints one JSON line per row, so progress is reported as rows finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tg.codegen.capture import TABLE
+from tg.replay.database import CapturedRow, ReplayError, read_rows, resolve_path, row_ids
+
+LIBRARY_FOLDERS = ("lib/codegen", "lib/hcq", "lib/drivers")  # what a replay (and timing) imports of tg
+
+
+@dataclass(frozen=True)
+class Version:
+    """Where a version of tg's libraries lives: folders to put first on PYTHONPATH (empty: this process's tg)."""
+
+    label: str
+    python_path: tuple[str, ...] = ()
+
+
+@dataclass
+class RowResult:
+    row: CapturedRow
+    src: str | None = None
+    error: str | None = None
+    seconds_other: float | None = None  # with --speed: the kernel's time on the other version
+    seconds_captured: float | None = None  # and on this one
+
+    @property
+    def changed(self) -> bool:
+        return self.error is None and self.src != self.row.src
+
+
+@dataclass
+class ReplayReport:
+    kernels: int = 0
+    results: list[RowResult] = field(default_factory=list)
+    stopped_early: str = ""  # why the replay stopped before the last row, if it did
+
+    @property
+    def changed(self) -> list[RowResult]:
+        return [r for r in self.results if r.changed]
+
+    @property
+    def errors(self) -> list[RowResult]:
+        return [r for r in self.results if r.error is not None]
+
+    def summary_line(self) -> str:
+        return f"{self.kernels} kernels, {len(self.changed)} changed, {len(self.errors)} errors"
+
+
+def version_from_path(folder: str) -> Version:
+    """A checkout of tg (its lib/ folders are used) or a folder that itself holds `tg/codegen`."""
+    root = Path(folder).resolve()
+    if (root / "lib" / "codegen" / "tg" / "codegen").is_dir():
+        return Version(str(root), tuple(str(root / sub) for sub in LIBRARY_FOLDERS if (root / sub).is_dir()))
+    if (root / "tg" / "codegen").is_dir():
+        return Version(str(root), (str(root),))
+    raise ReplayError(f"{folder} holds neither lib/codegen/tg/codegen (a tg checkout) nor tg/codegen")
+
+
+@contextlib.contextmanager
+def version_from_git(repo: str, ref: str) -> Iterator[Version]:
+    """A temporary `git worktree` of `ref`, removed afterwards."""
+    check = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", f"{ref}^{{commit}}"], capture_output=True)
+    if check.returncode != 0:
+        raise ReplayError(f"git ref {ref!r} is not a commit in {repo}")
+    with tempfile.TemporaryDirectory(prefix="tg-replay-") as scratch:
+        tree = os.path.join(scratch, "tree")
+        made = subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", tree, ref], capture_output=True)
+        if made.returncode != 0:
+            raise ReplayError(f"cannot check out {ref}: {made.stderr.decode().strip()}")
+        try:
+            version = version_from_path(tree)
+            yield Version(ref, version.python_path)
+        finally:
+            subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], capture_output=True)
+
+
+def _worker_environment(version: Version) -> dict[str, str]:
+    env = dict(os.environ)
+    env["CAPTURE_PROCESS_REPLAY"] = "0"
+    if version.python_path:
+        env["PYTHONPATH"] = os.pathsep.join([*version.python_path, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _run_workers(
+    db: str, version: Version, mode: str, ids: list[int], jobs: int, on_line: Callable[[dict], bool]
+) -> None:
+    """Split `ids` across `jobs` worker processes; `on_line` gets each result and returns False to stop all."""
+    shards = [ids[i::jobs] for i in range(max(1, jobs))]
+    shards = [shard for shard in shards if shard]
+    command = [sys.executable, "-m", "tg.replay.worker", db, TABLE, mode]
+    processes = [
+        subprocess.Popen([*command, *map(str, shard)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=_worker_environment(version))
+        for shard in shards
+    ]  # fmt: skip
+    stop = threading.Event()
+    lock = threading.Lock()
+    stderr: list[str] = []
+
+    def pump(process: subprocess.Popen) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if stop.is_set():
+                break
+            with lock:
+                if not on_line(json.loads(line)):
+                    stop.set()
+        if stop.is_set():
+            process.kill()
+        assert process.stderr is not None
+        stderr.append(process.stderr.read())
+        process.wait()
+
+    threads = [threading.Thread(target=pump, args=(p,), daemon=True) for p in processes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    failed = [p for p in processes if p.returncode not in (0, -9) and not stop.is_set()]
+    if failed:
+        detail = "".join(stderr).strip().splitlines()[-1:] or ["no output"]
+        raise ReplayError(f"a replay worker for {version.label} failed: {detail[0]}")
+
+
+def replay(
+    db: str | None,
+    other: Version,
+    jobs: int = 2,
+    stop_on_first: bool = False,
+    max_diff_pct: float = 100.0,
+    on_progress: Callable[[RowResult], None] | None = None,
+) -> ReplayReport:
+    """Replay every captured row through `other`'s pipeline. `stop_on_first`: stop at the first change or error;
+    `max_diff_pct`: stop once more than this percentage of all rows changed or failed."""
+    db = resolve_path(db)
+    ids = row_ids(db)
+    rows = {row.id: row for row in read_rows(db, ids)} if ids else {}
+    report = ReplayReport(kernels=len(ids))
+    limit = len(ids) * max_diff_pct / 100.0
+
+    def take(line: dict) -> bool:
+        result = RowResult(rows[line["id"]], src=line.get("src"), error=line.get("error"))
+        report.results.append(result)
+        if on_progress is not None:
+            on_progress(result)
+        bad = len(report.changed) + len(report.errors)
+        if stop_on_first and (result.changed or result.error):
+            report.stopped_early = "stopped at the first difference (--assert)"
+            return False
+        if bad > limit:
+            report.stopped_early = f"stopped: more than {max_diff_pct:g}% of kernels changed or failed"
+            return False
+        return True
+
+    if ids:
+        _run_workers(db, other, "source", ids, jobs, take)
+    report.results.sort(key=lambda r: r.row.id)
+    return report
+
+
+def time_changed(db: str | None, other: Version, report: ReplayReport, jobs: int = 1) -> None:
+    """With --speed: time each changed kernel on both versions (one job by default: timings need a quiet CPU)."""
+    changed = {r.row.id: r for r in report.changed}
+    if not changed:
+        return
+    db = resolve_path(db)
+
+    def other_time(line: dict) -> bool:
+        changed[line["id"]].seconds_other = line.get("seconds")
+        return True
+
+    def captured_time(line: dict) -> bool:
+        changed[line["id"]].seconds_captured = line.get("seconds")
+        return True
+
+    _run_workers(db, other, "time", list(changed), jobs, other_time)
+    _run_workers(db, Version("this version"), "time", list(changed), jobs, captured_time)
+
+
+def unified_diff(result: RowResult, other_label: str) -> list[str]:
+    """`-` lines: the other version's source; `+` lines: the captured source."""
+    theirs = (result.src or "").splitlines()
+    ours = result.row.src.splitlines()
+    return list(difflib.unified_diff(theirs, ours, f"{other_label}", "captured", lineterm=""))

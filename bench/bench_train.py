@@ -54,6 +54,7 @@ def tg_step(images: np.ndarray, labels: np.ndarray) -> Callable[[], None]:
 def tinygrad_step(images: np.ndarray, labels: np.ndarray) -> Callable[[], None] | None:
     try:
         from tinygrad import Tensor, nn
+        from tinygrad.helpers import Context
     except ImportError:
         return None
 
@@ -70,7 +71,7 @@ def tinygrad_step(images: np.ndarray, labels: np.ndarray) -> Callable[[], None] 
     optimizer = nn.optim.Adam(nn.state.get_parameters(model), lr=1e-3)
 
     def step() -> None:
-        with Tensor.train():
+        with Context(TRAINING=1):  # tinygrad 0.14's training switch
             optimizer.zero_grad()
             loss = model(Tensor(images)).sparse_categorical_crossentropy(Tensor(labels))
             loss.backward()

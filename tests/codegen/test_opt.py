@@ -130,7 +130,8 @@ def test_noopt_applies_nothing_and_the_heuristics_otherwise_optimize_a_matmul() 
     ast = matmul_ast(64, 64, 64)
     with Context(NOOPT=1):
         assert apply_opts(ast).arg.applied_opts == ()
-        assert not any(u.arg.axis_type is AxisType.UPCAST for u in lower(ast).src if u.op.name == "RANGE")
+        # (the linear program may still have lanes: long sums get partial sums in lowering, whatever the opts)
+        assert not any(u.arg.axis_type is AxisType.UPCAST for u in apply_opts(ast).toposort() if u.op.name == "RANGE")
     opts = apply_opts(ast).arg.applied_opts
     assert {o.op for o in opts} >= {OptOps.UPCAST, OptOps.UNROLL}
 
@@ -156,16 +157,16 @@ def test_upcast_lanes_are_register_arrays_updated_by_innermost_constant_loops() 
     opts = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4))
     src = CRenderer().render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts)))).src
     assert "float acc0[64];" in src
-    assert "#pragma" not in src
+    assert {line.strip() for line in src.splitlines() if "#pragma" in line} == {"#pragma omp simd"}
     open_loops: list[int] = []  # trip counts of the loops around the current line
     for line in src.splitlines():
         if line.strip().startswith("for ("):
             open_loops.append(int(line.split("< ")[1].split(";")[0]))
         elif line.strip() == "}":
             open_loops.pop()
-        elif line.strip().startswith("float") and " * " in line:
+        elif "__builtin_fmaf(" in line:  # the multiply-add of the sum of products
             break
-    # around the multiply: output loops 64/4 and 64/16, the reduction 64/4 and its 4 unrolled steps, then the
+    # around the multiply-add: output loops 64/4 and 64/16, the reduction 64/4 and its 4 unrolled steps, then the
     # 4 x 16 lanes innermost (constant trip counts the compiler vectorizes)
     assert sorted(open_loops[:4]) == [4, 4, 16, 16] and sorted(open_loops[4:]) == [4, 16]
 

@@ -78,3 +78,15 @@ def test_usb_transport_with_libusb_but_no_bridge(cli, monkeypatch) -> None:
     assert result.stderr.strip() == (
         "error: no supported usb AMD GPU found (no ASM24 bridge with ids 3801:0001 or add1:0001)"
     )
+
+
+def test_fw_probe_over_usb(make_board) -> None:
+    board = make_board(via="usb")
+    result = board.run("fw", "probe")
+    assert result.exit_code == 0, result.stderr
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == [
+        "boot_partition",
+        "fb_state",
+        "model_id",
+        "transfer_type",
+    ]

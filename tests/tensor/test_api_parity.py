@@ -176,6 +176,9 @@ def test_dtypes_given_as_strings():
     assert x.cumsum(dtype="float64").dtype is dtypes.float64
     assert x.softmax(dtype="float64").dtype is dtypes.float64
     assert Tensor.rand(2, dtype="float16").dtype is dtypes.float16
+    assert Tensor.randint(3, high=5, dtype="int64").dtype is dtypes.int64
+    assert Tensor.uniform(2, dtype="float64").dtype is dtypes.float64
+    assert Tensor.kaiming_uniform(2, 2, dtype="half").dtype is dtypes.float16
     with pytest.raises(ValueError, match="unknown dtype"):
         Tensor([1], dtype="int33")
 

@@ -281,6 +281,20 @@ def test_torch_storage_shorter_than_its_tensor_names_the_tensor(tmp_path):
     assert error.value.tensor is not None
 
 
+def test_big_endian_and_compressed_checkpoints_are_refused(tmp_path):
+    big = tmp_path / "big.pt"
+    _copy_zip(FIXTURES / "checkpoint.pt", big, lambda name, data: b"big" if name.endswith("byteorder") else data)
+    with pytest.raises(StateFileError, match="big-endian"):
+        load(big)
+    packed = tmp_path / "packed.pt"
+    with zipfile.ZipFile(FIXTURES / "checkpoint.pt") as old, zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as new:
+        for info in old.infolist():
+            new.writestr(info.filename, old.read(info.filename))
+    with pytest.raises(StateFileError, match="compressed") as error:
+        load(packed)
+    assert error.value.tensor is not None
+
+
 class _Evil:
     def __reduce__(self):
         return (os.system, ("echo pwned",))
@@ -310,7 +324,7 @@ def test_load_dispatches_by_content(tmp_path):
     gguf = tmp_path / "broken.gguf"
     gguf.write_bytes(b"GGUF" + b"\x00" * 4)
     assert detect_format(gguf) == "gguf"
-    with pytest.raises(ValueError):
+    with pytest.raises(StateFileError):
         load(gguf)
 
 
@@ -372,3 +386,42 @@ def test_zip_extract_maps_stored_and_reads_deflated_members(tmp_path):
     bad.write_bytes(b"PK\x03\x04 not really")
     with pytest.raises(StateFileError, match="not a readable zip"):
         zip_extract(bad)
+
+
+def _gguf_string(text: str) -> bytes:
+    import struct
+
+    encoded = text.encode()
+    return struct.pack("<Q", len(encoded)) + encoded
+
+
+def _write_gguf(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """A GGUF v3 file of float32 tensors, written from the format's description (dims listed fastest first)."""
+    import struct
+
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 1)
+    head += _gguf_string("general.architecture") + struct.pack("<I", 8) + _gguf_string("test")
+    infos, data = b"", b""
+    for name, array in tensors.items():
+        dims = array.shape[::-1]
+        infos += _gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        infos += struct.pack("<IQ", 0, len(data))  # type 0 is F32; the offset counts from the aligned data start
+        data += array.astype("<f4").tobytes()
+        data += b"\0" * (-len(data) % 32)
+    blob = head + infos
+    path.write_bytes(blob + b"\0" * (-len(blob) % 32) + data)
+
+
+def test_load_reads_gguf_through_the_same_interface(tmp_path):
+    arrays = {"token_embd.weight": np.arange(12, dtype=np.float32).reshape(3, 4), "norm": np.ones(4, np.float32)}
+    path = tmp_path / "tiny.gguf"
+    _write_gguf(path, arrays)
+    weights = load(path)
+    assert sorted(weights) == sorted(arrays)
+    for name, array in arrays.items():
+        np.testing.assert_array_equal(weights[name].numpy(), array)
+    assert load(path, device="PYTHON")["norm"].device == "PYTHON"
+    path.write_bytes(path.read_bytes()[:-20])  # the last tensor's data cut short
+    with pytest.raises(StateFileError) as error:
+        load(path)
+    assert str(path) in str(error.value)

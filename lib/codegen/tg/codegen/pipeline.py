@@ -149,7 +149,7 @@ def estimate_ops(linear: UOp) -> int:
             size = stack.pop()
             multiplier = multiplier // size if size else math.prod(stack)
         elif node.op in GroupOp.ALU and node.dtype.scalar() is not dtypes.index:
-            ops += multiplier
+            ops += multiplier * (2 if node.op is Ops.MULACC else 1)  # a fused multiply-add is two operations
     return ops
 
 

@@ -13,7 +13,7 @@ from tg.tensor.tensor import Tensor
 
 apply_default_float()
 
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "dtypes"]
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "dtypes"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from tg.tensor.engine import GlobalCounters
 
         return GlobalCounters
+    if name == "TinyJit":
+        from tg.tensor.jit import TinyJit
+
+        return TinyJit
     raise AttributeError(f"module 'tg.tensor' has no attribute {name!r}")

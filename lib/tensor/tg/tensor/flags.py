@@ -8,6 +8,7 @@ from tg.codegen.flags import flag
 DEFAULT_FLOAT = flag(
     "DEFAULT_FLOAT", "float32", "default float dtype of tensors: float32, float16 (half), bfloat16, ..."
 )
+JIT = flag("JIT", 1, "TinyJit captures and replays (1) or runs every call plainly (0)")
 
 
 def apply_default_float() -> None:

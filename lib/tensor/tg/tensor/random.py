@@ -76,8 +76,8 @@ def unit_double(x0: Tensor, x1: Tensor) -> Tensor:
     return (high * (2.0**26) + low) * (2.0**-53)
 
 
-def _float_dtype(dtype: DType | None) -> DType:
-    dtype = dtypes.default_float if dtype is None else dtype
+def _float_dtype(dtype: DType | str | None) -> DType:
+    dtype = dtype_argument(dtype) or dtypes.default_float
     if not dtypes.is_float(dtype):
         raise TypeError(f"random floats need a float dtype, got {dtype}")
     return dtype
@@ -127,13 +127,13 @@ class RandomOps:
 
     @classmethod
     def randint(
-        cls, *shape: Any, low: int = 0, high: int = 10, dtype: DType | None = None, device: str | None = None
+        cls, *shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
         """Uniform integers in [low, high): (word * (high - low)) >> 32, then + low."""
         if high <= low:
             raise ValueError(f"randint needs low < high, got [{low}, {high})")
         shape, device = normalize_shape(shape), canonical_device(device)
-        dtype = dtypes.default_int if dtype is None else dtype
+        dtype = dtype_argument(dtype) or dtypes.default_int
         x0, _ = random_words(cls, shape, device)
         scaled = (x0.cast(dtypes.uint64) * (high - low)) >> 32
         return (scaled.cast(dtypes.int64) + low).cast(dtype)

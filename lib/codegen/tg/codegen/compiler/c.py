@@ -8,7 +8,8 @@ fast-math that is safe and useful: math calls such as sqrtf no longer set errno,
 instructions and loops containing them vectorise. `-ffp-contract=off` stops the compiler from fusing
 a*b+c into one FMA on its own: fused and unfused results differ in the last bit, and the CPU device must
 agree bit for bit with numpy and with the PYTHON reference device. A renderer that wants an FMA asks for
-it explicitly (fmaf / __builtin_fmaf), which this flag does not affect.
+it explicitly (fmaf / __builtin_fmaf), which this flag does not affect. `-fopenmp-simd` honours the renderer's
+`#pragma omp simd` on loops over independent lanes (OpenMP's simd directive only: no threads, no runtime library).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from tg.codegen.compiler.base import CompileError, Compiler
 from tg.codegen.flags import CC, DEBUG
 
 CLANG_CANDIDATES = ("clang", *(f"clang-{version}" for version in range(19, 13, -1)))
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11")
+DEFAULT_FLAGS = (
+    "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fopenmp-simd", "-fPIC", "-shared", "-std=gnu11",
+)  # fmt: skip
 
 
 def find_c_compiler() -> str:

@@ -21,6 +21,7 @@ result does not depend on the core count (cores split output loops only).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
 from tg.codegen.uop.args import AxisType, ParamArg
@@ -31,6 +32,7 @@ from tg.codegen.uop.reductions import reduce_identity
 
 PARTIAL_SUMS = 16  # accumulators of a long float reduction: two AVX2 vectors of float32
 PARTIAL_SUM_OPS = (Ops.ADD, Ops.MAX)
+FUSED_DTYPES = (dtypes.float32, dtypes.float64)  # sums of products of these become fused multiply-adds
 MIN_STEPS = 4  # a reduction gets partial sums when it has at least this many steps of PARTIAL_SUMS elements
 
 
@@ -124,14 +126,30 @@ class Linearizer:
         initial = self.append(slot.store(self.emit(UOp.const(reduce_identity(op, dtype), dtype))))
         for rng in ranges:
             self.open_loop(rng)
-        value = self.emit(body)
-        current = self.append(self.append(self.append(acc.after(initial, *ranges)).index(slot.src[1])).load())
-        combined = self.append(UOp(op, dtype, (current, value)))
+        combined = self.accumulate(
+            op,
+            body,
+            lambda: self.read(acc, (initial, *ranges), slot.src[1]),
+        )
         update = self.append(slot.store(combined))
         end = update
         for _ in ranges:
             end = self.close_loop(end)
         return self.append(self.append(self.append(acc.after(end)).index(slot.src[1])).load())
+
+    def read(self, acc: UOp, after: tuple[UOp, ...], position: UOp) -> UOp:
+        """Load acc[position] once `after` (the store that set it, the loops that update it) has happened."""
+        return self.append(self.append(self.append(acc.after(*after)).index(position)).load())
+
+    def accumulate(self, op: Ops, body: UOp, load_current: Callable[[], UOp]) -> UOp:
+        """The accumulator's new value, `current op body`. A float32/float64 sum of products is one fused
+        multiply-add, MULACC(a, b, current): a * b + current with a single rounding (what the FMA instruction
+        computes, and what tg.codegen.uop.alu and so the PYTHON emulator compute too)."""
+        if op is Ops.ADD and body.dtype in FUSED_DTYPES and body.op is Ops.MUL:
+            a, b = self.emit(body.src[0]), self.emit(body.src[1])
+            return self.append(UOp(Ops.MULACC, body.dtype, (a, b, load_current())))
+        value = self.emit(body)
+        return self.append(UOp(op, body.dtype, (load_current(), value)))
 
     def partial_sum_split(self, reduce: UOp) -> tuple[UOp, list[UOp], UOp] | None:
         """For a long float ADD/MAX reduction: its body with the innermost loop r rewritten as
@@ -144,10 +162,10 @@ class Linearizer:
             return None
         inner = ranges[-1]
         size = inner.src[0].arg
-        if size % PARTIAL_SUMS or size < MIN_STEPS * PARTIAL_SUMS:
+        if inner.arg.axis_type is not AxisType.REDUCE or size % PARTIAL_SUMS or size < MIN_STEPS * PARTIAL_SUMS:
             return None
         steps = UOp.range(size // PARTIAL_SUMS, inner.arg.axis_id, AxisType.REDUCE)
-        lane = UOp.range(PARTIAL_SUMS, self.next_axis, AxisType.UNROLL)
+        lane = UOp.range(PARTIAL_SUMS, self.next_axis, AxisType.UPCAST)  # independent lanes, as an UPCAST axis
         self.next_axis += 1
         body = graph_rewrite(reduce.src[0].substitute({inner: steps * PARTIAL_SUMS + lane}), simplify_indices)
         self.needs.update(ranges_each_node_needs(body))
@@ -167,17 +185,21 @@ class Linearizer:
         initialized = self.close_loop(self.append(self.append(lanes.index(lane)).store(identity)))
         for rng in (*ranges, lane):
             self.open_loop(rng)
-        value = self.emit(body)
-        current = self.append(self.append(self.append(lanes.after(initialized, *ranges)).index(lane)).load())
-        end = self.append(self.append(lanes.index(lane)).store(self.append(UOp(op, dtype, (current, value)))))
+        combined = self.accumulate(
+            op,
+            body,
+            lambda: self.read(lanes, (initialized, *ranges), lane),
+        )
+        end = self.append(self.append(lanes.index(lane)).store(combined))
         for _ in (*ranges, lane):
             end = self.close_loop(end)
         total = self._accumulator(dtype, 1)
         slot = self.append(total.index(self.emit(UOp.const(0, dtypes.index))))
         initial = self.append(slot.store(self.emit(_identity(op, dtype))))
-        self.open_loop(lane)
-        partial = self.append(self.append(self.append(lanes.after(end)).index(lane)).load())
-        running = self.append(self.append(self.append(total.after(initial, lane)).index(slot.src[1])).load())
+        combine = UOp.range(PARTIAL_SUMS, lane.arg.axis_id, AxisType.UNROLL)  # not independent: one running total
+        self.open_loop(combine)
+        partial = self.append(self.append(self.append(lanes.after(end)).index(combine)).load())
+        running = self.append(self.append(self.append(total.after(initial, combine)).index(slot.src[1])).load())
         finished = self.close_loop(self.append(slot.store(self.append(UOp(op, dtype, (running, partial))))))
         return self.append(self.append(self.append(total.after(finished)).index(slot.src[1])).load())
 
@@ -210,10 +232,12 @@ class Linearizer:
             initialized = self.close_loop(initialized)
         for rng in (*ranges, *lanes):
             self.open_loop(rng)
-        value = self.emit(body)
         slot = self.append(acc.index(self.emit(lane_index(lanes))))
-        current = self.append(self.append(self.append(acc.after(initialized, *ranges)).index(slot.src[1])).load())
-        combined = self.append(UOp(op, dtype, (current, value)))
+        combined = self.accumulate(
+            op,
+            body,
+            lambda: self.read(acc, (initialized, *ranges), slot.src[1]),
+        )
         end = self.append(slot.store(combined))
         for _ in (*ranges, *lanes):
             end = self.close_loop(end)

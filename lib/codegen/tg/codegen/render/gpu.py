@@ -123,7 +123,7 @@ class GPULanguage(CStyleLanguage):
         k.names[node] = name
 
     def accumulator(self, k: KernelText, node: UOp, name: str) -> None:
-        k.line(f"{self.type_name(node.dtype.base)} {name}[{node.dtype.size}];")
+        k.line(f"{self.type_name(node.ptrdtype.base)} {name}[{node.ptrdtype.size}];")
 
     # ------------------------------------------------------------------------------------------ the ABI
     def prologue(self, k: KernelText, params: list[UOp]) -> None:
@@ -171,8 +171,8 @@ class GPULanguage(CStyleLanguage):
         if update is None or update.op is not Ops.STORE:
             raise NotImplementedError(f"{type(self).__name__}: a GROUP_REDUCE that does not update an accumulator")
         accumulator = buffer_param(update.src[0])
-        acc, lanes, threads = k.names[accumulator], accumulator.dtype.size, rng.src[0].arg
-        dtype = accumulator.dtype.base
+        acc, lanes, threads = k.names[accumulator], accumulator.ptrdtype.size, rng.src[0].arg
+        dtype = accumulator.ptrdtype.base
         # threads of LOCAL ranges in the same work-group reduce other outputs: each has its own slice of the memory
         others = [r for r in k.abi["grid"] if r.arg.axis_type is AxisType.LOCAL]
         slice_size, offset = threads * lanes, []
@@ -265,8 +265,8 @@ class OpenCLRenderer(GPULanguage):
         '__builtin_nan("")': "((double)NAN)",
         "__builtin_inff()": "INFINITY",
         "__builtin_inf()": "((double)INFINITY)",
-        **{f"__builtin_{f}f(": f"{f}(" for f in ("sqrt", "exp2", "log2", "sin", "trunc", "pow", "fabs")},
-        **{f"__builtin_{f}(": f"{f}(" for f in ("sqrt", "exp2", "log2", "sin", "trunc", "pow", "fabs")},
+        **{f"__builtin_{f}f(": f"{f}(" for f in ("sqrt", "exp2", "log2", "sin", "trunc", "pow", "fabs", "fma")},
+        **{f"__builtin_{f}(": f"{f}(" for f in ("sqrt", "exp2", "log2", "sin", "trunc", "pow", "fabs", "fma")},
         "static inline ": "inline ",
     }
     bool_memory = "uchar"  # OpenCL allows no bool in buffers
@@ -322,7 +322,7 @@ class OpenCLRenderer(GPULanguage):
         return "half" if dtype.scalar() is dtypes.float16 else super().memory_type_name(dtype)
 
     def kernel_signature(self, k: KernelText, params: list[UOp]) -> str:
-        arguments = [f"__global {self.memory_type_name(p.dtype.base)}* restrict data{p.arg.slot}" for p in params]
+        arguments = [f"__global {self.memory_type_name(p.ptrdtype.base)}* restrict data{p.arg.slot}" for p in params]
         lx, ly, lz = k.abi["local_size"]
         attribute = f"__attribute__((reqd_work_group_size({lx}, {ly}, {lz})))"
         return f"__kernel {attribute} void {k.name}({', '.join(arguments)})"
@@ -369,7 +369,7 @@ class CUDARenderer(GPULanguage):
         return f"threadIdx.{'xyz'[dim]}"
 
     def kernel_signature(self, k: KernelText, params: list[UOp]) -> str:
-        arguments = [f"{self.memory_type_name(p.dtype.base)}* {self.restrict} data{p.arg.slot}" for p in params]
+        arguments = [f"{self.memory_type_name(p.ptrdtype.base)}* {self.restrict} data{p.arg.slot}" for p in params]
         threads = k.abi["local_size"][0] * k.abi["local_size"][1] * k.abi["local_size"][2]
         return f"{self.kernel_qualifier} void __launch_bounds__({threads}) {k.name}({', '.join(arguments)})"
 
@@ -409,7 +409,7 @@ class HIPRenderer(CUDARenderer):
         return f"__builtin_amdgcn_workitem_id_{'xyz'[dim]}()"
 
     def kernel_signature(self, k: KernelText, params: list[UOp]) -> str:
-        arguments = [f"{self.memory_type_name(p.dtype.base)}* {self.restrict} data{p.arg.slot}" for p in params]
+        arguments = [f"{self.memory_type_name(p.ptrdtype.base)}* {self.restrict} data{p.arg.slot}" for p in params]
         threads = k.abi["local_size"][0] * k.abi["local_size"][1] * k.abi["local_size"][2]
         return f"{self.kernel_qualifier} void __attribute__((amdgpu_flat_work_group_size(1, {threads}))) {k.name}(" + (
             ", ".join(arguments) + ")"
@@ -444,6 +444,7 @@ class MetalRenderer(GPULanguage):
         "__builtin_inff()": "INFINITY",
         **{f"__builtin_{f}f(": f"metal::precise::{f}(" for f in ("sqrt", "exp2", "log2", "sin", "pow")},
         "__builtin_truncf(": "metal::trunc(",
+        "__builtin_fmaf(": "metal::fma(",
         "__builtin_fabs(": "metal::abs(",
         "static inline ": "inline ",
     }
@@ -470,7 +471,7 @@ class MetalRenderer(GPULanguage):
 
     def kernel_signature(self, k: KernelText, params: list[UOp]) -> str:
         arguments = [
-            f"device {self.memory_type_name(p.dtype.base)}* data{p.arg.slot} [[buffer({i})]]"
+            f"device {self.memory_type_name(p.ptrdtype.base)}* data{p.arg.slot} [[buffer({i})]]"
             for i, p in enumerate(params)
         ]
         arguments += ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]

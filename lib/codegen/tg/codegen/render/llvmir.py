@@ -246,7 +246,7 @@ class _LLVMFunction:
         if op is Ops.PARAM:
             if node.addrspace is AddrSpace.REG:
                 name = f"%acc{node.arg.slot}"
-                self.entry.append(f"  {name} = alloca [{node.dtype.size} x {memory_type(node.dtype.base)}]")
+                self.entry.append(f"  {name} = alloca [{node.ptrdtype.size} x {memory_type(node.ptrdtype.base)}]")
                 self.names[node] = name
             elif node.addrspace is not AddrSpace.GLOBAL:
                 raise NotImplementedError(f"the LLVM renderer cannot render a {node.addrspace} buffer")
@@ -255,7 +255,7 @@ class _LLVMFunction:
         elif op is Ops.AFTER:
             self.names[node] = n[0]
         elif op is Ops.INDEX:
-            element = memory_type(node.src[0].dtype.base)
+            element = memory_type(node.src[0].ptrdtype.base)
             self.names[node] = self.emit(f"getelementptr {element}, ptr {n[0]}, i64 {n[1]}")
             if len(node.src) > 2:
                 self.gates[node] = n[2]
@@ -337,6 +337,9 @@ class _LLVMFunction:
                 return self.emit(f"f{op.name.lower()} {t} {x[0]}, {x[1]}")
             return self.emit(f"{op.name.lower()} {t} {x[0]}, {x[1]}")
         if op is Ops.MULACC:
+            if t in ("float", "double"):  # fused, one rounding, as the C path's fmaf and the emulator compute it
+                suffix = "f32" if t == "float" else "f64"
+                return self.intrinsic(f"llvm.fma.{suffix}", t, *(f"{t} {v}" for v in x))
             if is_fp(dtype):
                 product = self.emit(f"fmul {t} {x[0]}, {x[1]}")
                 return self.emit(f"fadd {t} {product}, {x[2]}")

@@ -85,7 +85,7 @@ class WGSLRenderer(GPULanguage):
         k.names[node] = name
 
     def accumulator(self, k: KernelText, node: UOp, name: str) -> None:
-        k.line(f"var {name}: array<{wgsl_type(node.dtype.base)}, {node.dtype.size}>;")
+        k.line(f"var {name}: array<{wgsl_type(node.ptrdtype.base)}, {node.ptrdtype.size}>;")
 
     def load(self, node: UOp, address: str, gate: str | None, alternative: list[str]) -> str:
         if node.dtype is dtypes.bool and buffer_param(node.src[0]).addrspace is not AddrSpace.REG:
@@ -157,7 +157,7 @@ class WGSLRenderer(GPULanguage):
     def finish(self, k: KernelText, params: list[UOp]) -> GPUKernel:
         bindings = [
             f"@group(0) @binding({i}) var<storage, read_write> data{p.arg.slot}: "
-            f"array<{self.memory_type_name(p.dtype.base)}>;"
+            f"array<{self.memory_type_name(p.ptrdtype.base)}>;"
             for i, p in enumerate(params)
         ]
         lx, ly, lz = k.abi["local_size"]

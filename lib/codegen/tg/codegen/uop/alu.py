@@ -13,8 +13,10 @@ on constant folding, the PYTHON emulator and the compiled C.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from tg.codegen.dtype import DType, dtypes, truncate
@@ -90,6 +92,23 @@ def _pow(a: float, b: float) -> float:
         return math.inf if a == 0 else math.nan
 
 
+def _multiply_add(a: Any, b: Any, c: Any) -> Any:
+    """a * b + c rounded once (fused, as the FMA instruction and C's fma compute it). For floats the exact value
+    is rounded to a double that is odd when inexact (round to odd), so the later rounding to float32 or float16
+    (`truncate`) is the single correct rounding of the exact value."""
+    if not all(isinstance(v, float) for v in (a, b, c)) or not all(math.isfinite(v) for v in (a, b, c)):
+        return a * b + c
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    nearest = float(exact) if exact != 0 else a * b + c  # an exact zero keeps IEEE's sign rules
+    if (
+        Fraction(nearest) != exact
+        and math.isfinite(nearest)
+        and int.from_bytes(struct.pack("<d", nearest), "little") & 1 == 0
+    ):
+        nearest = math.nextafter(nearest, math.inf if exact > nearest else -math.inf)
+    return nearest
+
+
 def _maximum(a: Any, b: Any) -> Any:
     """IEEE-style max that propagates NaN from either operand (as the C renderer's code does)."""
     for x in (a, b):
@@ -122,7 +141,7 @@ _ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
     Ops.SHR: _shr,
     Ops.NEG: lambda a: not a if isinstance(a, bool) else -a,
     Ops.WHERE: lambda c, a, b: a if c else b,
-    Ops.MULACC: lambda a, b, c: a * b + c,
+    Ops.MULACC: _multiply_add,
     Ops.RECIPROCAL: _reciprocal,
     Ops.SQRT: _safe_sqrt,
     Ops.EXP2: _safe_exp2,
@@ -221,6 +240,11 @@ EDGE_CASES: tuple[EdgeCase, ...] = (
     EdgeCase("exp2 overflow is inf", Ops.EXP2, ((dtypes.float32, (200.0,), math.inf),)),
     EdgeCase("reciprocal of -0.0 is -inf", Ops.RECIPROCAL, ((dtypes.float32, (-0.0,), -math.inf),)),
     EdgeCase("trunc keeps the sign of a zero result", Ops.TRUNC, ((dtypes.float32, (-0.5,), -0.0),)),
+    EdgeCase(
+        "a float multiply-add (MULACC, what sums of products become) rounds once, as an FMA does",
+        Ops.MULACC,
+        ((dtypes.float32, (1 + 2**-12, 1 + 2**-12, -(1 + 2**-11)), 2**-24),),
+    ),
 )
 _EDGE_CASES_BY_OP: dict[Ops, tuple[EdgeCase, ...]] = {
     op: tuple(case for case in EDGE_CASES if case.op is op) for op in {case.op for case in EDGE_CASES}

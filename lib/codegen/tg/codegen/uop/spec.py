@@ -164,12 +164,19 @@ LINEAR_SPEC: Spec = {
     Ops.END: lambda u: _closes_a_loop(u) or KERNEL_SPEC[Ops.END](u),
 }
 
+
 # graph_rewrite does not know which stage it serves: a node passes if its op's rule holds in some stage's spec
-SPEC_RULES: Spec = {}
-for _spec in (TENSOR_SPEC, KERNEL_SPEC, LINEAR_SPEC):
-    for _op, _rule in _spec.items():
-        _before = SPEC_RULES.get(_op)
-        SPEC_RULES[_op] = _rule if _before is None else (lambda u, a=_before, b=_rule: a(u) or b(u))
+def _any_of(*rules: Rule) -> Rule:
+    def rule(u: UOp) -> bool:
+        return any(r(u) for r in rules)
+
+    return rule
+
+
+_STAGE_SPECS = (TENSOR_SPEC, KERNEL_SPEC, LINEAR_SPEC)
+SPEC_RULES: Spec = {
+    op: _any_of(*(spec[op] for spec in _STAGE_SPECS if op in spec)) for op in set().union(*_STAGE_SPECS)
+}
 
 
 def verify_stage(stage: str, root: UOp, spec: Spec) -> None:

@@ -246,8 +246,8 @@ class CLProgram(Program):
                 return None
             check(cl.clWaitForEvents(1, ctypes.byref(event)), "clWaitForEvents")
             start, end = ctypes.c_uint64(0), ctypes.c_uint64(0)
-            for parameter, value in ((cl.CL_PROFILING_COMMAND_START, start), (cl.CL_PROFILING_COMMAND_END, end)):
-                check(cl.clGetEventProfilingInfo(event, parameter, 8, ctypes.byref(value), None), "profiling")
+            for parameter, counter in ((cl.CL_PROFILING_COMMAND_START, start), (cl.CL_PROFILING_COMMAND_END, end)):
+                check(cl.clGetEventProfilingInfo(event, parameter, 8, ctypes.byref(counter), None), "profiling")
             return (end.value - start.value) * 1e-9
         finally:
             cl.clReleaseEvent(event)

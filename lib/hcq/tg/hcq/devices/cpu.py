@@ -165,6 +165,9 @@ class CPUDevice(HCQCompiled):
         self.compute_engine = CommandEngine(f"{spec.canonical}-compute", self.cores, self._record_error)
         self.copy_engine = CommandEngine(f"{spec.canonical}-copy", None, self._record_error)
         allocator = CPUAllocator()
+        compiler: Any
+        program: Any
+        renderer: Any
         if spec.renderer == "LLVM":
             from tg.codegen.compiler.llvm import LLVMCompiler
 

@@ -10,6 +10,7 @@ import time
 from tg.codegen.flags import DEBUG
 from tg.codegen.schedule.schedule import CopyCall, KernelCall, Schedule
 from tg.hcq.engine.buffers import buffer_of
+from tg.hcq.engine.capture import CopyLaunch, KernelLaunch, record
 from tg.hcq.engine.counters import GlobalCounters
 from tg.hcq.engine.programs import CompiledProgram, get_program
 
@@ -29,6 +30,7 @@ def run_kernel(call: KernelCall) -> None:
     timed = DEBUG >= 2
     start = time.perf_counter()
     seconds = kernel.program(*(b.raw for b in buffers), global_size=kernel.source.global_size, wait=timed)
+    record(KernelLaunch(kernel, tuple(buffers), call.buffers))
     memory = sum(b.nbytes for b in buffers)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += kernel.source.ops
@@ -52,6 +54,7 @@ def debug_line(device: str, kernel: CompiledProgram, seconds: float, memory: int
 
 def run_copy(call: CopyCall) -> None:
     source, dest = buffer_of(call.src), buffer_of(call.dest)
+    record(CopyLaunch(source, dest, (call.src, call.dest)))
     if source.nbytes:
         dest.copyin(source.copyout(memoryview(bytearray(source.nbytes))))
     if DEBUG >= 2:

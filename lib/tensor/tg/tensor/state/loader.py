@@ -41,9 +41,11 @@ def load(path: str | Path, device: str | None = None) -> dict[str, Tensor]:
 
 
 def _gguf_tensors(path: str | Path, device: str | None) -> dict[str, Tensor]:
-    """GGUF through tg.tensor.gguf (the tg-llm work owns it and its quantized types): dequantized tensors."""
+    """GGUF through tg.tensor.gguf, which owns the format: float tensors as floats, quantized ones as their raw
+    blocks (their users decode them); its errors come back as StateFileError."""
+    from tg.tensor.gguf import GGUFError, gguf_load
+
     try:
-        from tg.tensor.gguf import gguf_load
-    except ImportError:
-        raise StateFileError(path, "GGUF support (tg.tensor.gguf) is not in this version of tg") from None
-    return gguf_load(path, device)[1]
+        return gguf_load(path, device)[1]
+    except GGUFError as error:
+        raise StateFileError(path, str(error)) from None

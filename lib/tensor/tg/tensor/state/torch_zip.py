@@ -172,9 +172,8 @@ class TorchCheckpoint:
         if info.file_size < needed or start + needed > self.view.size:
             raise StateFileError(self.view.path, f"truncated: storage data/{storage.key} lacks bytes", name)
         count = math.prod(pending.size)
-        if count and pending.offset + sum((n - 1) * s for n, s in zip(pending.size, pending.stride, strict=True)) >= (
-            storage.numel
-        ):
+        last_element = pending.offset + sum((n - 1) * s for n, s in zip(pending.size, pending.stride, strict=True))
+        if count and last_element >= storage.numel:
             raise StateFileError(self.view.path, "its view reaches past the end of its storage", name)
         if count == 0:
             return Tensor.empty(*pending.size, dtype=storage.dtype)

@@ -1,0 +1,179 @@
+"""TinyJit: run a function of Tensors once, capture its kernel launches the second time, replay them after that.
+
+    @TinyJit
+    def step(x: Tensor, w: Tensor) -> Tensor:
+        return (x @ w).relu().sum(axis=1)
+
+    for x in batches:
+        out = step(x, w)          # call 1 runs plainly, call 2 captures, calls 3+ replay with no scheduling
+
+A replay swaps the new input buffers into the captured launches (on the CPU device: one command-queue submit for
+all kernels) and returns Tensors over the captured output buffers. What a replay does not do, by design:
+  - it does not run the function's Python again: side effects (prints, appends, counters, values read with
+    .item() or .numpy() inside the function, Tensors built there from Python or numpy data) happen only in the
+    first two calls; their values are baked into the capture;
+  - it does not allocate outputs: each replay writes the same output buffers, so the Tensors returned by one call
+    show the next call's results after that call. Copy them (`.numpy()`, `.clone().realize()`) to keep them.
+Inputs are the Tensor arguments (positional and keyword); they must keep their shapes, dtypes and devices from call
+to call, and the function must return Tensors (one, or a tuple/list/dict of them). Anything else is an error that
+names what changed. JIT=0 runs the function plainly on every call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from tg.codegen.schedule.realize import whole_buffer
+from tg.hcq.buffer import Buffer
+from tg.hcq.engine.buffers import buffer_of
+from tg.hcq.engine.capture import LaunchGraph, capture_launches, is_capturing
+from tg.tensor.flags import JIT
+from tg.tensor.tensor import Tensor
+
+R = TypeVar("R")
+
+
+class JitError(RuntimeError):
+    """A jitted function was used in a way a replay cannot honour; the message says what changed."""
+
+
+@dataclass(frozen=True)
+class InputSignature:
+    names: tuple[str, ...]  # "arg 0", "kwarg x", ...
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[Any, ...]
+    devices: tuple[str, ...]
+
+
+def _tensor_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[str], list[Tensor]]:
+    named = [(f"arg {i}", a) for i, a in enumerate(args)] + [(f"kwarg {k}", v) for k, v in sorted(kwargs.items())]
+    tensors = [(name, value) for name, value in named if isinstance(value, Tensor)]
+    return [name for name, _ in tensors], [value for _, value in tensors]
+
+
+def _as_buffer_tensor(t: Tensor) -> Tensor:
+    """`t` realized into a whole buffer of its own (a view or computed value is copied into one)."""
+    t.realize()
+    if whole_buffer(t.uop) is None:
+        t = t.contiguous().realize()
+    return t
+
+
+def _buffer(t: Tensor) -> Buffer:
+    node = whole_buffer(t.uop)
+    assert node is not None, "inputs and outputs are realized whole buffers"
+    return buffer_of(node)
+
+
+def _flatten_outputs(result: Any) -> list[Tensor]:
+    if isinstance(result, Tensor):
+        return [result]
+    values: list[Any] | None = None
+    if isinstance(result, dict):
+        values = list(result.values())
+    elif isinstance(result, (tuple, list)):
+        values = list(result)
+    if values is None or not all(isinstance(v, Tensor) for v in values):
+        raise JitError(f"a jitted function must return Tensors (one, or a tuple/list/dict of them), not {result!r}")
+    return values
+
+
+def _rebuild_outputs(result: Any, sources: list[Tensor | int], inputs: list[Tensor]) -> Any:
+    """The function's result again: each output a new Tensor over its captured buffer, or the input it was."""
+    fresh = iter([inputs[s] if isinstance(s, int) else Tensor(s.uop, device=s.device) for s in sources])
+    if isinstance(result, Tensor):
+        return next(fresh)
+    if isinstance(result, dict):
+        return {key: next(fresh) for key in result}
+    return type(result)(next(fresh) for _ in result)
+
+
+class TinyJit(Generic[R]):
+    """Wraps `fn` (a function of Tensors returning Tensors): see the module docstring."""
+
+    def __init__(self, fn: Callable[..., R]) -> None:
+        self.fn = fn
+        self.calls = 0
+        self.signature: InputSignature | None = None
+        self.graph: LaunchGraph | None = None
+        self.captured_result: Any = None
+        self.output_sources: list[Tensor | int] = []  # per output: its captured buffer's Tensor, or an input index
+        functools.update_wrapper(self, fn)
+
+    def reset(self) -> None:
+        """Forget the capture: the next call runs plainly again."""
+        self.calls, self.signature, self.graph, self.captured_result, self.output_sources = 0, None, None, None, []
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return functools.partial(self.__call__, obj) if obj is not None else self  # jitted methods
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if not int(JIT) or is_capturing():
+            return self.fn(*args, **kwargs)
+        names, inputs = _tensor_inputs(args, kwargs)
+        buffered = [_as_buffer_tensor(t) for t in inputs]
+        signature = InputSignature(tuple(names), tuple(t.shape for t in buffered), tuple(t.dtype for t in buffered),
+                                   tuple(t.device for t in buffered))  # fmt: skip
+        self._check_signature(signature)
+        args, kwargs = _substitute(args, kwargs, inputs, buffered)
+        self.calls += 1
+        if self.calls == 1:
+            result = self.fn(*args, **kwargs)
+            _flatten_outputs(result)
+            return result
+        if self.calls == 2:
+            return self._capture(args, kwargs, buffered)
+        assert self.graph is not None
+        self.graph.replay([_buffer(t) for t in buffered])
+        return _rebuild_outputs(self.captured_result, self.output_sources, buffered)
+
+    def _check_signature(self, signature: InputSignature) -> None:
+        if self.signature is None:
+            self.signature = signature
+            return
+        old = self.signature
+        if old.names != signature.names:
+            raise JitError(f"{self.fn.__name__}: the Tensor inputs changed from {list(old.names)} to "
+                           f"{list(signature.names)}; a capture replays with the same inputs")  # fmt: skip
+        for name, before, now, what in _differences(old, signature):
+            raise JitError(f"{self.fn.__name__}: {name} changed {what} from {before} to {now}; a capture only "
+                           "replays inputs like the ones it was made with (call .reset() first)")  # fmt: skip
+
+    def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> R:
+        with capture_launches() as launches:
+            result = self.fn(*args, **kwargs)
+            outputs = _flatten_outputs(result)
+            if outputs or inputs:
+                Tensor.realize(*outputs, *inputs)  # outputs, and any assign into an input
+            outputs = [_as_buffer_tensor(t) for t in outputs]
+        if not launches:
+            raise JitError(f"{self.fn.__name__}: the function launched no kernels, so there is nothing to replay")
+        input_buffers = [_buffer(t) for t in inputs]
+        self.graph = LaunchGraph(launches, input_buffers)
+        by_buffer = {id(buf): i for i, buf in enumerate(input_buffers)}
+        self.output_sources = [by_buffer.get(id(_buffer(t)), t) for t in outputs]
+        self.captured_result = result
+        return _rebuild_outputs(result, self.output_sources, inputs)
+
+
+def _differences(old: InputSignature, new: InputSignature) -> list[tuple[str, Any, Any, str]]:
+    found = []
+    for i, name in enumerate(old.names):
+        for what, before, now in (("shape", old.shapes[i], new.shapes[i]), ("dtype", old.dtypes[i], new.dtypes[i]),
+                                  ("device", old.devices[i], new.devices[i])):  # fmt: skip
+            if before != now:
+                found.append((name, before, now, what))
+    return found
+
+
+def _substitute(
+    args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor], buffered: list[Tensor]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's arguments with each input replaced by its whole-buffer version (the same object when it was one)."""
+    replacement = {id(old): new for old, new in zip(inputs, buffered, strict=True)}
+    new_args = tuple(replacement.get(id(a), a) for a in args)
+    new_kwargs = {k: replacement.get(id(v), v) for k, v in kwargs.items()}
+    return new_args, new_kwargs

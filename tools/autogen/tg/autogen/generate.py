@@ -329,7 +329,15 @@ class ModuleWriter:
     def function_type(self, t: Any) -> str:
         restype = self.ctype(t.get_result(), param=True)
         args = [self.ctype(a, param=True) for a in t.argument_types()] if t.kind.name == "FUNCTIONPROTO" else []
-        return f"ctypes.CFUNCTYPE({', '.join([restype, *args])})"
+        # Prototypes with records by value need cbind's CFUNCTYPE (the ABI shadow types); the others stay plain.
+        by_value = any(self.is_record_class(name) for name in [restype, *args])
+        return f"{'cbind' if by_value else 'ctypes'}.CFUNCTYPE({', '.join([restype, *args])})"
+
+    def is_record_class(self, expression: str) -> bool:
+        from tg.drivers import cbind
+
+        value = self.state.namespace.get(expression)
+        return isinstance(value, type) and issubclass(value, cbind.Struct | cbind.Union)
 
     # ---------------------------------------------------------------------------------------------------- records
 

@@ -1,20 +1,25 @@
 """Engine benchmark against numpy, measured in the same run: a fused elementwise chain, a full sum, and the
 latency from a new graph to a compiled kernel.
 
-    uv run python bench/bench_tensor.py [--size 16777216] [--repeats 9]
+    uv run python bench/bench_tensor.py [--size 16777216] [--repeats 9] [--cc gcc]
 
 Prints medians of several repeats and the ratio numpy_time / tg_time (above 1: tg is faster). The machine is
 shared, so timings are noisy; the medians are what to compare. Built on tensor-graph nodes and the engine API.
+When gcc and clang are both installed and no --cc is given, it runs once per compiler and prints the ratios side
+by side (bench/compilers.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import tempfile
 import time
 
 import numpy as np
+from compilers import installed_compilers, side_by_side
 from timing import median_seconds
 
 from tg.codegen import Ops, UOp, dtypes
@@ -64,37 +69,53 @@ def first_call_seconds(size: int) -> float:
     return time.perf_counter() - start
 
 
+def measure(size: int, repeats: int) -> list[dict]:
+    """The chain, the full sum and the column sum against numpy, each timed right after its numpy peer."""
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(size).astype(np.float32) for _ in range(3))
+    A, B, C = tensor(a), tensor(b), tensor(c)
+    np.testing.assert_allclose(np.frombuffer(_bytes(chain(A, B, C)), np.float32), np.maximum(a * b + c, 0), rtol=1e-6)
+    side = int(size**0.5)
+    matrix = a[: side * side].reshape(side, side)
+    M = UOp(Ops.RESHAPE, dtypes.float32, (A,), (side, side)) if side * side == size else tensor(matrix)
+    workloads = [
+        ("chain (a*b+c).maximum(0)", lambda: run(chain(A, B, C)), lambda: np.maximum(a * b + c, 0), 3.0),
+        ("full sum", lambda: run(total(A)), lambda: a.sum(), 1.0),
+        (f"sum over axis 0 ({side}x{side})", lambda: run(column_sum(M)), lambda: matrix.sum(0), None),
+    ]
+    rows = []
+    for name, mine, peer, target in workloads:
+        tg_time, np_time = median_seconds(mine, repeats), median_seconds(peer, repeats)
+        rows.append({"workload": name, "peer": "numpy", "tg_ms": tg_time * 1e3, "peer_ms": np_time * 1e3,
+                     "ratio": np_time / tg_time, "target": target})  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1 << 24)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--cc", help="measure with this C compiler only (default: each installed one)")
+    parser.add_argument("--json", action="store_true", help="print the rows as one JSON document")
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    a, b, c = (rng.standard_normal(args.size).astype(np.float32) for _ in range(3))
-    A, B, C = tensor(a), tensor(b), tensor(c)
-
-    np.testing.assert_allclose(np.frombuffer(_bytes(chain(A, B, C)), np.float32), np.maximum(a * b + c, 0), rtol=1e-6)
-    tg_chain = median_seconds(lambda: run(chain(A, B, C)), args.repeats)
-    np_chain = median_seconds(lambda: np.maximum(a * b + c, 0), args.repeats)
-    tg_sum = median_seconds(lambda: run(total(A)), args.repeats)
-    np_sum = median_seconds(lambda: a.sum(), args.repeats)
-    side = int(args.size**0.5)
-    matrix = a[: side * side].reshape(side, side)
-    M = UOp(Ops.RESHAPE, dtypes.float32, (A,), (side, side)) if side * side == args.size else tensor(matrix)
-    tg_columns = median_seconds(lambda: run(column_sum(M)), args.repeats)
-    np_columns = median_seconds(lambda: matrix.sum(0), args.repeats)
-
+    if args.cc is None and len(installed_compilers()) > 1:
+        side_by_side(__file__, [f"--size={args.size}", f"--repeats={args.repeats}"], installed_compilers())
+        return
+    if args.cc is not None:
+        os.environ["CC"] = args.cc
+    rows = measure(args.size, args.repeats)
+    if args.json:
+        print(json.dumps(rows))
+        return
     with tempfile.TemporaryDirectory() as cache, Context(TG_CACHE_DIR=cache):
         cold = statistics.median(first_call_seconds(1024 + i) for i in range(3))
         warm = statistics.median(first_call_seconds(1024 + i) for i in range(3))
-
     print(f"elements: {args.size}, repeats: {args.repeats} (medians; shared machine, expect noise)")
-    print(f"chain (a*b+c).maximum(0)  tg {tg_chain * 1e3:8.2f} ms  numpy {np_chain * 1e3:8.2f} ms  "
-          f"ratio numpy/tg {np_chain / tg_chain:5.2f}x  (target >= 1.5)")  # fmt: skip
-    print(f"full sum                  tg {tg_sum * 1e3:8.2f} ms  numpy {np_sum * 1e3:8.2f} ms  "
-          f"ratio numpy/tg {np_sum / tg_sum:5.2f}x  (target >= 0.5)")  # fmt: skip
-    print(f"sum over axis 0 ({side}x{side}) tg {tg_columns * 1e3:8.2f} ms  numpy {np_columns * 1e3:8.2f} ms  "
-          f"ratio numpy/tg {np_columns / tg_columns:5.2f}x  (no target; strided reduction)")  # fmt: skip
+    print(f"C compiler: {os.environ.get('CC') or 'the default (see DEBUG=1)'}")
+    for row in rows:
+        target = f"(target >= {row['target']})" if row["target"] else "(no target)"
+        print(f"{row['workload']:<30} tg {row['tg_ms']:8.2f} ms  numpy {row['peer_ms']:8.2f} ms  "
+              f"ratio numpy/tg {row['ratio']:5.2f}x  {target}")  # fmt: skip
     print(f"first call (graph -> compiled kernel -> run): cold cache {cold * 1e3:7.1f} ms, "
           f"warm disk cache {warm * 1e3:7.1f} ms")  # fmt: skip
 

@@ -88,3 +88,9 @@ def test_the_pipeline_needs_no_device_or_runtime() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.splitlines() == ["double", "[]"]
+
+
+def test_the_schedule_listing_starts_with_the_graph_rewrites_the_scheduler_runs() -> None:
+    from tg.codegen.schedule.schedule import GRAPH_STAGES, SCHEDULE_STAGES
+
+    assert [name for name, _ in SCHEDULE_STAGES[: len(GRAPH_STAGES)]] == [stage.name for stage in GRAPH_STAGES]

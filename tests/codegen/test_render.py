@@ -10,7 +10,8 @@ from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
-from tg.codegen.render.c import CRenderer, literal
+from tg.codegen.render.base import KernelText, RenderedKernel
+from tg.codegen.render.c import CRenderer, CStyleLanguage, literal, with_helpers
 from tg.codegen.render.python import PythonRenderer
 from tg.hcq import Buffer, Device
 
@@ -151,3 +152,33 @@ def test_short_or_unsplittable_sums_keep_one_accumulator() -> None:
     for length in (48, 1000 + 1):
         src = CRenderer().render(lower(row_sum_kernel(2, length))).src
         assert "acc0[1];" in src and "acc1" not in src
+
+
+class ThreadPerOutputC(CStyleLanguage):
+    """A C-style GPU language in a few lines (issue 13 item 6): the outermost output loop becomes one thread per
+    iteration (OpenCL's get_global_id); every spelling is CStyleLanguage's."""
+
+    device = "GPU"
+    buffer_qualifier = "__global "
+
+    def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
+        if "threads" not in k.abi and rng.arg.axis_type is AxisType.LOOP:
+            k.abi["threads"] = rng
+            k.line(f"long {name} = get_global_id(0); {{")  # the block keeps the walker's braces balanced
+        else:
+            super().open_loop(k, rng, name)
+
+    def finish(self, k: KernelText, params: list[UOp]) -> RenderedKernel:
+        body = "\n".join(k.lines)
+        src = with_helpers(f"__kernel void {k.name}({', '.join(self.buffer_arguments(params))}) {{\n{body}\n}}\n")
+        threads = k.abi.get("threads")
+        return RenderedKernel(k.name, src, (threads.src[0].arg if threads is not None else 1, 1, 1))
+
+
+def test_a_c_style_gpu_language_is_a_small_subclass() -> None:
+    rendered = ThreadPerOutputC().render(lower(row_sum_kernel(8, 256)))
+    assert rendered.global_size == (8, 1, 1)
+    assert rendered.src.startswith("__kernel void row_sum(__global float* restrict data0, __global float* restrict")
+    assert "long r0 = get_global_id(0);" in rendered.src and "for (long r0" not in rendered.src
+    assert "for (long r1 = 0; r1 < 16; r1++)" in rendered.src  # the reduction (in steps of 16 partial sums) stays
+    assert rendered.src.count("{") == rendered.src.count("}")

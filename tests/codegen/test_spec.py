@@ -2,9 +2,10 @@
 
 import pytest
 
-from tg.codegen import KernelInfo, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
+from tg.codegen import AxisType, KernelInfo, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, pipeline
 from tg.codegen.flags import Context
-from tg.codegen.uop.spec import SpecError, type_verify
+from tg.codegen.pipeline import CodegenFlags, Stage, lower_kernel
+from tg.codegen.uop.spec import KERNEL_SPEC, LINEAR_SPEC, TENSOR_SPEC, SpecError, type_verify
 
 
 def _kernel() -> UOp:
@@ -38,10 +39,35 @@ def test_broken_graphs_fail(bad: UOp):
 
 
 def test_strict_mode_rejects_ops_without_rules():
-    graph = UOp(Ops.CONTIGUOUS, dtypes.float, (UOp.const(1.0, dtypes.float),))
-    type_verify(graph)
+    graph = UOp(Ops.CONTIGUOUS, dtypes.float, (UOp.const(1.0, dtypes.float),))  # a tensor-graph op
+    type_verify(graph, spec=KERNEL_SPEC)
+    type_verify(graph, strict=True, spec=TENSOR_SPEC)
     with pytest.raises(SpecError, match="no spec rule"):
-        type_verify(graph, strict=True)
+        type_verify(graph, strict=True, spec=KERNEL_SPEC)
+
+
+def test_each_stage_has_its_own_spec():
+    on_device = UOp(Ops.CONST, dtypes.float, (UOp(Ops.DEVICE, dtypes.void, (), "CPU"),), 2.0)
+    type_verify(on_device, strict=True, spec=TENSOR_SPEC)  # a tensor-graph constant lives on a device
+    with pytest.raises(SpecError, match="CONST"):
+        type_verify(on_device, spec=KERNEL_SPEC)  # a kernel's constants do not
+    linear = lower_kernel(_kernel(), CodegenFlags())
+    type_verify(linear, strict=True, spec=LINEAR_SPEC)
+    unbalanced = linear.replace(src=tuple(u for u in linear.src if u.op is not Ops.END))
+    with pytest.raises(SpecError, match="LINEAR"):
+        type_verify(unbalanced, spec=LINEAR_SPEC)
+    with pytest.raises(SpecError, match="no spec rule for Ops.REDUCE"):  # reductions are accumulators by then
+        type_verify(UOp.const(1.0, dtypes.float).reduce(UOp.range(4, 0, AxisType.REDUCE)), True, LINEAR_SPEC)
+
+
+def test_a_stage_that_breaks_its_spec_is_named(monkeypatch):
+    def breaks(ast: UOp, flags: CodegenFlags) -> UOp:
+        return ast.replace(src=(*ast.src, UOp(Ops.CMPLT, dtypes.int32, (UOp.const(1), UOp.const(2)))))
+
+    monkeypatch.setattr(pipeline, "KERNEL_STAGES", (*pipeline.KERNEL_STAGES[:1], Stage("breaks", "", breaks)))
+    lower_kernel(_kernel(), CodegenFlags())  # SPEC off: no check
+    with Context(SPEC=1), pytest.raises(SpecError, match="after stage 'breaks'"):
+        lower_kernel(_kernel(), CodegenFlags())
 
 
 def test_spec_flag_checks_graph_rewrite_results():

@@ -80,5 +80,23 @@ def test_pci_transport_opens_the_indexed_device(sysfs: Path) -> None:
 def test_index_out_of_range_and_no_device_are_clear_errors(sysfs: Path, tmp_path: Path) -> None:
     with pytest.raises(TransportError, match=r"device index 2 out of range \(found 2\)"):
         open_board(request(Transport.PCI, 2, sysfs))
-    with pytest.raises(TransportError, match="no supported auto AMD GPU found"):
+    with pytest.raises(TransportError, match="no supported AMD GPU found"):
         open_board(request(Transport.AUTO, 0, tmp_path / "empty"))
+
+
+def test_native_pci_refuses_while_a_kernel_driver_is_bound(sysfs: Path, tmp_path: Path) -> None:
+    """Issue 20: the native path checks whether amdgpu is still bound, names it and says how to unbind."""
+    drivers = tmp_path / "drivers" / "amdgpu"
+    drivers.mkdir(parents=True)
+    (sysfs / "0000:03:00.0" / "driver").symlink_to(drivers)
+    with pytest.raises(TransportError) as caught:
+        open_board(request(Transport.PCI, 0, sysfs))
+    message = str(caught.value)
+    assert "kernel driver amdgpu is bound to 0000:03:00.0" in message
+    assert "echo 0000:03:00.0 > /sys/bus/pci/drivers/amdgpu/unbind" in message
+    assert "unvalidated on hardware" in message
+
+
+def test_native_pci_says_it_is_unvalidated(sysfs: Path) -> None:
+    with open_board(request(Transport.PCI, 0, sysfs)) as board:
+        assert any("unvalidated on hardware" in w for w in board.warnings)

@@ -1,20 +1,23 @@
 """The GD25LQ16E chip model against the datasheet rules, driven with raw SPI byte streams."""
 
+import time
+
 import pytest
 
 from tg.drivers.sim.faults import Faults
-from tg.drivers.sim.gd25 import BUSY_POLLS, FLASH_SIZE, GD25Chip
+from tg.drivers.sim.gd25 import FLASH_SIZE, GD25Chip
 
 
 def addr(a: int) -> bytes:
     return a.to_bytes(3, "big")
 
 
-def wait_ready(chip: GD25Chip) -> int:
-    polls = 0
+def wait_ready(chip: GD25Chip) -> float:
+    """Poll SR1 until BUSY clears; the seconds it took."""
+    started = time.monotonic()
     while chip.transact(b"\x05", 1)[0] & 1:
-        polls += 1
-    return polls
+        pass
+    return time.monotonic() - started
 
 
 def test_program_only_clears_bits_and_needs_wel() -> None:
@@ -38,9 +41,10 @@ def test_program_wraps_inside_its_page() -> None:
 
 def test_sector_erase_sets_ff_on_the_aligned_sector_only() -> None:
     chip = GD25Chip(bytearray(FLASH_SIZE))
+    chip.busy_scale = 0.2  # 10 ms of the datasheet's typical 50 ms sector erase
     chip.transact(b"\x06", 0)
     chip.transact(b"\x20" + addr(0x1234), 0)
-    assert wait_ready(chip) == BUSY_POLLS["sector_erase"]
+    assert 0.009 <= wait_ready(chip) < 1.0
     assert chip.data[0x1000:0x2000] == b"\xff" * 0x1000
     assert chip.data[0xFFF] == 0 and chip.data[0x2000] == 0
 
@@ -108,3 +112,15 @@ def test_fault_switches() -> None:
     chip.transact(b"\x02" + addr(5) + b"\x00", 0)
     assert chip.data[5] == 0x01
     assert all(chip.transact(b"\x05", 1)[0] & 1 for _ in range(100))
+
+
+def test_busy_is_time_based_not_counted_in_polls() -> None:
+    """Regression (issue 20): BUSY counted in polls and saved in the state file bricked the board after one
+    Ctrl-C mid-erase. BUSY is now a deadline: without a single status poll the chip is idle once it passes."""
+    chip = GD25Chip(bytearray(FLASH_SIZE))
+    chip.busy_scale = 0.1  # 5 ms
+    chip.transact(b"\x06", 0)
+    chip.transact(b"\x20" + addr(0), 0)
+    assert chip.transact(b"\x9f", 3) == b"\xff" * 3, "a busy chip does not answer RDID"
+    time.sleep(0.02)
+    assert chip.transact(b"\x9f", 3) == bytes([0xC8, 0x60, 0x15])

@@ -25,12 +25,19 @@ def start(board: SimNavi31Board, opcode: int, address: int, control: int) -> Non
     board.write32(r.ROM_SW_CNTL, control)
 
 
+def wait_done(board: SimNavi31Board) -> None:
+    while not board.read32(r.ROM_SW_STATUS) & 1:
+        pass
+
+
 def test_rx_window_shows_the_previous_transaction() -> None:
     board = prepared_board()
     board.chip.data[0x100:0x104] = b"ABCD"
     start(board, 0x03, 0x100, (3 << 16) | r.RETURN_DATA_EN | 4)
+    wait_done(board)
     assert board.read(r.ROM_SW_DATA, 4) != b"ABCD"
     start(board, 0x9F, 0, r.RETURN_DATA_EN | 4)
+    wait_done(board)
     assert board.read(r.ROM_SW_DATA, 4) == b"ABCD"
 
 
@@ -70,6 +77,7 @@ def test_a_transfer_with_wrong_preconditions_is_rejected(register: int, value: i
 def test_status_must_be_cleared_before_each_transaction() -> None:
     board = prepared_board()
     start(board, 0x05, 0, r.RETURN_DATA_EN | 1)
+    wait_done(board)
     board.write32(r.ROM_SW_COMMAND, 0x05)
     with pytest.raises(SimProtocolError, match="ROM_SW_STATUS was not cleared"):
         board.write32(r.ROM_SW_CNTL, r.RETURN_DATA_EN | 1)

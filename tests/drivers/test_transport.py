@@ -1,4 +1,4 @@
-"""Transport selection rules: usb is refused clearly, sim only when asked for by name."""
+"""Transport selection rules: auto tries USB then PCI and never the simulator, which is only used by name."""
 
 from pathlib import Path
 
@@ -11,22 +11,38 @@ from tg.drivers.transport import BoardRequest, Transport, TransportError, open_b
 NAVI31 = (DeviceMatch(0xFFFF, (0x744C,)),)
 
 
-def test_parse_transport_accepts_the_four_names() -> None:
-    assert [parse_transport(n) for n in ("auto", "usb", "pci", "sim")] == list(Transport)
-    with pytest.raises(ValueError, match="unsupported transport 'remote'"):
-        parse_transport("remote")
+def test_parse_transport_accepts_the_five_names() -> None:
+    assert [parse_transport(n) for n in ("auto", "usb", "pci", "sim", "remote")] == list(Transport)
+    with pytest.raises(ValueError, match="unsupported transport 'serial'"):
+        parse_transport("serial")
 
 
-def test_usb_says_it_is_not_supported_yet(tmp_path: Path) -> None:
-    with pytest.raises(TransportError, match="USB bridge transport .* not supported yet"):
+def test_usb_without_a_bridge_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    from tg.drivers import usb
+
+    monkeypatch.setattr(usb, "list_devices", lambda ids: [])
+    with pytest.raises(TransportError, match="no supported usb AMD GPU found"):
         open_board(BoardRequest(Transport.USB, 0, 0x1002, NAVI31, 5, sysfs_root=tmp_path))
+
+
+def test_auto_tries_usb_first_then_pci(tmp_path: Path, monkeypatch) -> None:
+    from tg.drivers import transport, usb
+
+    asked = []
+    monkeypatch.setattr(usb, "list_devices", lambda ids: asked.append(ids) or [])
+    monkeypatch.setattr(transport, "_open_pci", lambda request: "pci board")
+    assert open_board(BoardRequest(Transport.AUTO, 0, 0x1002, NAVI31, 5, sysfs_root=tmp_path)) == "pci board"
+    assert asked == [((0x3801, 0x0001), (0xADD1, 0x0001))]
+    monkeypatch.setattr(usb, "list_devices", lambda ids: ["a bridge"])
+    monkeypatch.setattr(transport, "_open_usb", lambda request: "usb board")
+    assert open_board(BoardRequest(Transport.AUTO, 0, 0x1002, NAVI31, 5, sysfs_root=tmp_path)) == "usb board"
 
 
 def test_auto_never_picks_the_simulator(tmp_path: Path) -> None:
     state = tmp_path / "board.sim"
     save_state(new_state(), state)
     # With no PCI device present, auto finds nothing, even though a simulator state exists ...
-    with pytest.raises(TransportError, match="no supported auto AMD GPU found"):
+    with pytest.raises(TransportError, match="no supported AMD GPU found"):
         open_board(BoardRequest(Transport.AUTO, 0, 0x1002, NAVI31, 5, sysfs_root=tmp_path / "none"))
     # ... and handing it the state file is an error, not an invitation.
     with pytest.raises(ValueError, match="--sim-state is only used with --transport sim"):

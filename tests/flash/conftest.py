@@ -62,15 +62,27 @@ class SimBoard:
             assert registers[offset] == expected, f"{name}=0x{registers[offset]:08x}, expected 0x{expected:08x}"
 
 
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch) -> Path:
+    """Flash logs and other cache files of a test go to its own folder, never the user's ~/.cache."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TG_CACHE_DIR", str(cache))
+    return cache
+
+
 @pytest.fixture
 def make_board(tmp_path: Path) -> Callable[..., SimBoard]:
     counter = [0]
 
-    def make(image: bytes | None = None, faults: Faults | None = None, trace: bool = False, **fields) -> SimBoard:
+    def make(
+        image: bytes | None = None, faults: Faults | None = None, trace: bool = False, via: str = "pci", **fields
+    ) -> SimBoard:
+        """A board on disk; `via="usb"` puts it behind the simulated ASM24 bridge (the CLI's default), the
+        tests' default is the direct BAR, which is faster, and selected tests run both."""
         counter[0] += 1
         path = tmp_path / f"board{counter[0]}.sim"
         state = new_state(image, faults=faults)
-        state.trace = trace
+        state.trace, state.via = trace, via
         for name, value in fields.items():
             setattr(state, name, value)
         save_state(state, path)

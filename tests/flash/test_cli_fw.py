@@ -54,7 +54,32 @@ def test_fw_dump_writes_the_raw_flash_and_restores_the_aperture(make_board, tmp_
     assert lines[0] == "0x010000/0x200000" and lines[31] == "0x200000/0x200000"
     assert lines[-1].startswith("dumped 0x200000 bytes in ")
     assert lines[-1].endswith(f"sha256={hashlib.sha256(board.flash()).hexdigest()}")
-    board.assert_registers_restored()
+    assert_seed_aperture_restore(board)
+
+
+def bswap32(value: int) -> int:
+    return int.from_bytes(value.to_bytes(4, "little"), "big")
+
+
+def assert_seed_aperture_restore(board) -> None:
+    """The seed restores ROM_INDEX and ROM_CNTL with bswap32 of the values it read (tools.md A.5 dump step 4,
+    A.8.4): the raw registers end as bswap32 of their power-on values; every other register is untouched."""
+    from tg.drivers import navi31_regs as regs
+    from tg.drivers.sim.registers import POWER_ON_REGISTERS
+
+    registers = board.state().registers
+    assert registers[regs.ROM_CNTL] == bswap32(POWER_ON_REGISTERS[regs.ROM_CNTL]) == 0x03000008
+    assert registers[regs.ROM_INDEX] == bswap32(POWER_ON_REGISTERS[regs.ROM_INDEX])
+    for offset in (regs.PAGE_MIRROR_CNTL, regs.GPIO_PAD_MASK, regs.GPIO_PAD_A, regs.GPIO_PAD_EN):
+        assert registers[offset] == POWER_ON_REGISTERS[offset]
+
+
+def test_fw_dump_writes_the_aperture_enable_byte_swapped_like_the_seed(make_board, tmp_path: Path) -> None:
+    """Regression (issue 20): tg wrote ROM_CNTL bit 29 unswapped and restored raw values; the seed swaps both."""
+    board = make_board(trace=True)
+    assert board.run("fw", "dump", str(tmp_path / "raw.bin")).exit_code == 0
+    writes = [line.split() for line in board.trace_text().splitlines() if line.startswith("W32 05a380")]
+    assert [int(w[2], 16) for w in writes] == [bswap32(0x08000003 | 1 << 29), bswap32(0x08000003)]
 
 
 @pytest.mark.parametrize(
@@ -72,7 +97,10 @@ def test_fw_dump_refuses_what_is_not_a_raw_dump(make_board, tmp_path: Path, aper
     assert result.exit_code == 1
     assert message in result.stderr and result.stderr.startswith("error: ")
     assert not out.exists() and list(tmp_path.glob(".raw.bin*")) == []
-    board.assert_registers_restored()
+    if aperture == "unavailable":
+        board.assert_registers_restored()  # refused before any register was written
+    else:
+        assert_seed_aperture_restore(board)
 
 
 def write_ifwi(tmp_path: Path, image: bytes | None = None) -> Path:

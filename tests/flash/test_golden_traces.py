@@ -1,21 +1,33 @@
 """Golden register-access traces: any change to the hardware programming sequence shows up as a diff.
 
-The goldens in tests/flash/golden/ are plain text, one register access per line. After a deliberate
-change to the sequence, regenerate them and review the diff before committing:
+The goldens in tests/flash/golden/ are plain text, one register access per line (reads without their
+values, writes with them). They are generated from the seed's sequence as the specification states it
+(tests/flash/seed_sequence.py), never from tg's own output:
 
-    TG_UPDATE_GOLDEN=1 uv run pytest tests/flash/test_golden_traces.py
+    uv run python tests/flash/seed_sequence.py
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 import random
 from pathlib import Path
 
 import pytest
 
 GOLDEN = Path(__file__).parent / "golden"
+
+
+def load_seed_model():
+    """tests/flash/seed_sequence.py (the test suite imports in importlib mode, so load it by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("seed_sequence", Path(__file__).parent / "seed_sequence.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 SECTOR = 0x1000
 
 
@@ -34,18 +46,28 @@ def one_sector_image(original: bytes) -> bytes:
     return bytes(image)
 
 
+def normalized(trace: str) -> str:
+    """Drop the values of reads: they come from the chip, the sequence is what the goldens pin down."""
+    lines = []
+    for line in trace.splitlines():
+        parts = line.split()
+        if parts and parts[0] in ("R32", "RB"):
+            label = line.rsplit("  ", 1)[1] if "  " in line else ""
+            line = f"{parts[0]:<3} {parts[1]}  {label}".rstrip()
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def compare_with_golden(name: str, trace: str) -> None:
     path = GOLDEN / f"{name}.trace"
-    if os.environ.get("TG_UPDATE_GOLDEN") == "1":
-        path.write_text(trace)
-        return
+    trace = normalized(trace)
     expected = path.read_text()
     if trace != expected:
         diff = difflib.unified_diff(
             expected.splitlines(), trace.splitlines(), f"golden/{name}.trace", "this run", lineterm="", n=2
         )
         shown = "\n".join(list(diff)[:80])
-        pytest.fail(f"register trace of `{name}` changed (TG_UPDATE_GOLDEN=1 regenerates it):\n{shown}")
+        pytest.fail(f"register trace of `{name}` differs from the seed's sequence:\n{shown}")
 
 
 def session_trace(board) -> str:
@@ -54,22 +76,28 @@ def session_trace(board) -> str:
     return text
 
 
-def test_info_trace_matches_golden(make_board) -> None:
-    board = make_board(deterministic_image(), trace=True)
+VIAS = pytest.mark.parametrize("via", ["usb", "pci"])
+
+
+@VIAS
+def test_info_trace_matches_golden(make_board, via: str) -> None:
+    board = make_board(deterministic_image(), trace=True, busy_scale=0.0, via=via)
     assert board.run("info").exit_code == 0
     compare_with_golden("info", session_trace(board))
 
 
-def test_read_trace_matches_golden(make_board) -> None:
-    board = make_board(deterministic_image(), trace=True)
+@VIAS
+def test_read_trace_matches_golden(make_board, via: str) -> None:
+    board = make_board(deterministic_image(), trace=True, busy_scale=0.0, via=via)
     assert board.run("read", "0", "0x40").exit_code == 0
     compare_with_golden("read_0_0x40", session_trace(board))
 
 
-def test_one_sector_flash_trace_matches_golden(make_board, tmp_path: Path) -> None:
+@VIAS
+def test_one_sector_flash_trace_matches_golden(make_board, tmp_path: Path, via: str) -> None:
     original = deterministic_image()
     image = one_sector_image(original)
-    board = make_board(original, trace=True)
+    board = make_board(original, trace=True, busy_scale=0.0, via=via)
     path = tmp_path / "image.bin"
     path.write_bytes(image)
     result = board.run("flash", str(path), "--start-sector", "5", "--sector-count", "1", "--yes")
@@ -95,9 +123,39 @@ def test_a_changed_restore_order_fails_with_a_diff(make_board, monkeypatch) -> N
             self.mmio.write32(offset, value)
 
     monkeypatch.setattr(Navi31SPI, "_give_back_pins", restore_in_another_order)
-    monkeypatch.delenv("TG_UPDATE_GOLDEN", raising=False)
-    board = make_board(deterministic_image(), trace=True)
+    board = make_board(deterministic_image(), trace=True, busy_scale=0.0)
     assert board.run("read", "0", "0x40").exit_code == 0  # every register still ends restored ...
-    expected_diff = r"(?s)changed.*-W32 05a380 18000003  ROM_CNTL.*\+W32 05a504 00000f80  GPIO_PAD_MASK"
+    expected_diff = r"(?s)differs.*-W32 05a380 18000003  ROM_CNTL.*\+W32 05a504 00000f80  GPIO_PAD_MASK"
     with pytest.raises(pytest.fail.Exception, match=expected_diff):
         compare_with_golden("read_0_0x40", session_trace(board))  # ... but the sequence differs
+
+
+def test_goldens_are_the_seed_sequence() -> None:
+    """The committed goldens equal what the seed model generates, so nobody can regenerate them from tg."""
+    seed = load_seed_model()
+
+    image = one_sector_image(deterministic_image())
+    assert (GOLDEN / "info.trace").read_text() == seed.golden_text(seed.info_trace())
+    assert (GOLDEN / "read_0_0x40.trace").read_text() == seed.golden_text(seed.read_trace())
+    expected = seed.golden_text(seed.flash_sector_trace(5, image[5 * SECTOR : 6 * SECTOR]))
+    assert (GOLDEN / "flash_sector_5.trace").read_text() == expected
+
+
+def test_tg_differs_from_seed_prescaler_restored_and_sector_read_first() -> None:
+    """tg's two deliberate departures from the seed's sequence, stated: it restores ROM_CNTL after setting
+    the prescaler (the seed leaves it), and reads a sector before erasing it (to skip unchanged sectors)."""
+    seed = load_seed_model()
+
+    image = one_sector_image(deterministic_image())
+    data = image[5 * SECTOR : 6 * SECTOR]
+    pure = seed.flash_sector_trace(5, data, pre_read=False)
+    ours = seed.flash_sector_trace(5, data, pre_read=True)
+    one_read = seed.SeedModel()
+    one_read.transfer(0x03, address=5 * SECTOR, address_len=3, data_in=0x100)
+    pre_read = 32 * len(one_read.lines)  # 16 chunks of 256 bytes, each issued twice
+    diverge = next(i for i, (a, b) in enumerate(zip(ours, pure, strict=False)) if a != b)
+    assert ours[:diverge] == pure[:diverge] and ours[diverge + pre_read :] == pure[diverge:]
+    model = seed.SeedModel(restore_prescaler=False)
+    model.open()
+    model.close()
+    assert model.lines == ["R32 05a380  ROM_CNTL", "W32 05a380 18000003  ROM_CNTL"]

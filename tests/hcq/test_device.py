@@ -41,17 +41,18 @@ def test_same_device_string_gives_the_same_device() -> None:
 
 
 def test_unknown_device_lists_the_available_ones() -> None:
-    with pytest.raises(UnknownDeviceError, match=r"unknown device 'TPU'.*available devices: CPU, DISK, NULL"):
+    with pytest.raises(UnknownDeviceError, match=r"unknown device .TPU.*available devices: CL, CPU, DISK, NULL"):
         Device["TPU"]
 
 
 def test_default_comes_from_dev() -> None:
     with Context(DEV="NULL:HIP:gfx1100"):
-        assert Device.DEFAULT == "NULL:HIP:gfx1100"
+        # The renderer DEV names is the device's default: the name leaves it out, a bare "NULL" gets it.
+        assert Device.DEFAULT == "NULL"
         device = Device[Device.DEFAULT]
         assert (device.renderer_name, device.arch) == ("HIP", "gfx1100")
-        # A bare "NULL" inherits the renderer DEV gives it.
-        assert Device["NULL"] is device
+        assert Device["NULL"] is device is Device["NULL:HIP:gfx1100"]
+        assert Device["NULL:HIP:gfx950"] is not device and Device["NULL:HIP:gfx950"].arch == "gfx950"
     with Context(DEV=""):
         assert Device.DEFAULT == "CPU"
 
@@ -66,14 +67,43 @@ def test_default_can_be_overridden_and_reset() -> None:
         assert Device.DEFAULT == "CPU"
 
 
-def test_device_exposes_allocator_compiler_runtime_and_renderer_slot() -> None:
+def test_device_exposes_allocator_compiler_runtime_and_renderer() -> None:
     from tg.codegen.compiler import CCompiler
+    from tg.codegen.compiler.llvm import LLVMCompiler
+    from tg.codegen.render.c import CRenderer
+    from tg.codegen.render.llvmir import LLVMRenderer
 
-    cpu = Device["CPU:LLVM"]
-    assert cpu.renderer_name == "LLVM"
-    assert isinstance(cpu.compiler, CCompiler)
-    assert cpu.allocator is not None and cpu.program_class is not None
-    assert cpu.renderer is None  # filled by the renderer layer
+    with Context(DEV=""):
+        llvm, c = Device["CPU:LLVM"], Device["CPU:C"]
+    assert llvm.renderer_name == "LLVM" and llvm.device == "CPU:LLVM"
+    assert isinstance(llvm.compiler, LLVMCompiler) and isinstance(llvm.renderer, LLVMRenderer)
+    assert isinstance(c.compiler, CCompiler) and isinstance(c.renderer, CRenderer)
+    assert llvm.allocator is not None and llvm.program_class is not None
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("CPU:FOO", r"unknown renderer 'FOO'; known renderers: C, CLANG, LLVM"),
+        ("NULL:HIP:gfx1", r"unknown arch 'gfx1' for HIP; known archs: gfx1100, .*gfx950"),
+        ("NULL:BAR", r"unknown renderer 'BAR'; known renderers: C, CLANG, LLVM, OPENCL, CUDA, HIP, METAL, WGSL, PY"),
+        ("CPU:LLVM:x86", r"renderer LLVM takes no arch"),
+    ],
+)
+def test_unknown_renderer_or_arch_lists_the_known_ones(text: str, message: str) -> None:
+    with pytest.raises(UnknownDeviceError, match=message):
+        Device[text]
+
+
+def test_documented_device_strings_select_renderer_index_and_arch() -> None:
+    with Context(DEV=""):
+        assert Device.spec("NULL:HIP:gfx1100") == DeviceSpec("NULL", renderer="HIP", arch="gfx1100")
+        assert Device.spec("CPU:LLVM") == DeviceSpec("CPU", renderer="LLVM")
+        assert Device.spec("CPU:1:LLVM").canonical == "CPU:1:LLVM"
+        assert Device.spec("CL:1") == DeviceSpec("CL", index=1) and Device.spec("CL:1:OPENCL").renderer == "OPENCL"
+    with Context(DEV="CPU:LLVM"):
+        assert Device.DEFAULT == "CPU" and Device.spec("CPU").renderer == "LLVM"
+        assert Device.spec("CPU:1").renderer == ""  # DEV names the first CPU only
 
 
 def test_import_starts_no_thread() -> None:
@@ -99,3 +129,9 @@ words = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,7}", fullmatch=True).filter(lambd
 def test_canonical_name_parses_back_to_the_same_spec(name, index, iface, renderer, arch) -> None:
     spec = DeviceSpec(name, index, iface, renderer, arch if renderer else "")
     assert parse_device(spec.canonical) == spec
+
+
+def test_a_device_string_with_an_interface_the_device_lacks_is_an_error() -> None:
+    """Issue 12 item 7: DEV=PCI+CPU used to open the CPU and ignore `PCI+`."""
+    with pytest.raises(UnknownDeviceError, match=r"CPU has no interface PCI\+.*takes no interface"):
+        Device["PCI+CPU"]

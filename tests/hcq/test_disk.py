@@ -61,3 +61,15 @@ def test_read_only_file_can_be_read_but_not_written(tmp_path, kit) -> None:
     assert bytes(buf.as_buffer()) == b"abcd"
     with pytest.raises(PermissionError):
         buf.copyin(b"wxyz")
+
+
+def test_a_replaced_file_is_mapped_again(tmp_path, kit) -> None:
+    """Saving weights writes a new file and renames it over the old one: a DISK device opened before must read the
+    new file (not the old mapping) and follow a change of size."""
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"old!")
+    assert Buffer(f"DISK:{path}", 4, kit.uint8).allocate().as_buffer().tobytes() == b"old!"
+    replacement = tmp_path / "weights.tmp"
+    replacement.write_bytes(b"new contents")
+    os.replace(replacement, path)
+    assert Buffer(f"DISK:{path}", 12, kit.uint8).allocate().as_buffer().tobytes() == b"new contents"

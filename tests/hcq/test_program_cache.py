@@ -59,6 +59,7 @@ def test_a_cache_of_size_zero_keeps_nothing() -> None:
 
 def test_the_flag_is_listed_with_the_others() -> None:
     assert "PROGRAM_CACHE_SIZE" in FLAGS and "PROGRAM_CACHE_SIZE" in describe_flags()
+    assert FLAGS["PROGRAM_CACHE_SIZE"].default == 1024  # the default README.md states
 
 
 def _rss_bytes() -> int:

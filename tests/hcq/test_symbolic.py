@@ -6,7 +6,7 @@ import pytest
 
 from tg.codegen import UOp
 from tg.hcq import Device, Variable
-from tg.hcq.symbolic import resolve
+from tg.hcq.symbolic import concrete, resolve
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -67,3 +67,9 @@ def test_submitting_an_out_of_range_value_fails_before_the_queue_runs() -> None:
         queue.submit(dev, {"v": 11})
     dev.synchronize()
     assert signal.value == 0
+
+
+def test_concrete_passes_ints_and_refuses_symbolic_values() -> None:
+    assert concrete(12) == 12
+    with pytest.raises(TypeError, match="symbolic"):
+        concrete(Variable("n", 1, 8) * 4)

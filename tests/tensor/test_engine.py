@@ -193,10 +193,11 @@ def test_reductions_across_rows_use_lanes_and_match_numpy(device: str, shape: tu
     np.testing.assert_array_equal(to_numpy(reduce(A, Ops.MAX, axes)), a.max(axes, keepdims=True))
 
 
-def test_device_without_a_renderer_says_which_one_it_asked_for() -> None:
-    a = tensor(np.ones(4, np.float32), "NULL:HIP")
-    with pytest.raises(RuntimeError, match="HIP renderer"):
-        realize(alu(Ops.ADD, a, a))
+def test_device_asking_for_an_unknown_renderer_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown renderer 'PTX'; known renderers: .*HIP"):
+        realize(alu(Ops.ADD, tensor(np.ones(4, np.float32), "NULL:PTX"), tensor(np.ones(4, np.float32), "NULL:PTX")))
+    a = tensor(np.ones(4, np.float32), "NULL:HIP")  # HIP renders (source only) on NULL
+    realize(alu(Ops.ADD, a, a))
 
 
 def test_memory_lives_exactly_as_long_as_a_node_that_reads_it() -> None:

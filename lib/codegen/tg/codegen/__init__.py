@@ -11,6 +11,7 @@ from tg.codegen.dtype import (
     from_numpy,
     least_upper_dtype,
     least_upper_float,
+    to_dtype,
     to_numpy,
     truncate,
 )
@@ -23,7 +24,7 @@ from tg.codegen.uop.symbolic import symbolic
 
 __all__ = [
     "AddrSpace", "DType", "PtrDType", "dtypes", "from_numpy", "least_upper_dtype",
-    "least_upper_float", "to_numpy", "truncate", "AxisType", "KernelInfo", "ParamArg", "RangeArg", "VarArg",
+    "least_upper_float", "to_dtype", "to_numpy", "truncate", "AxisType", "KernelInfo", "ParamArg", "RangeArg", "VarArg",
     "GroupOp", "Ops", "UOp", "Variable", "sym_infer", "PatternMatcher", "RewriteError", "UPat", "graph_rewrite",
     "graph_rewrite_map", "exec_alu", "SpecError", "type_verify", "symbolic",
 ]  # fmt: skip

@@ -17,6 +17,7 @@ import pickle
 import sqlite3
 import sys
 import threading
+from types import FrameType
 from typing import Any
 
 from tg.codegen.flags import BEAM, CAPTURE_PROCESS_REPLAY, TG_REPLAY_DB, cache_dir
@@ -51,8 +52,8 @@ def connect(path: str | None = None) -> sqlite3.Connection:
 
 def calling_location() -> str:
     """`file:line function` of the innermost test function on the stack, else of the outermost frame."""
-    frame = sys._getframe(1)
-    outermost = frame
+    frame: FrameType | None = sys._getframe(1)
+    outermost: FrameType = sys._getframe(1)
     while frame is not None:
         name = os.path.basename(frame.f_code.co_filename)
         if name.startswith("test_") and frame.f_code.co_name.startswith("test"):

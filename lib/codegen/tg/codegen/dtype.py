@@ -11,6 +11,7 @@ match ml_dtypes' conversions, which the tests use as the oracle.
 
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -146,6 +147,16 @@ class DType:
 
         return DType._intern(("ptr", self, size, addrspace), init)  # type: ignore[return-value]
 
+    @property
+    def min(self) -> int | float:
+        """The smallest value of this type (-inf for floats), as `dtypes.min(self)`."""
+        return dtypes.min(self)
+
+    @property
+    def max(self) -> int | float:
+        """The largest value of this type (inf for floats), as `dtypes.max(self)`."""
+        return dtypes.max(self)
+
     def __repr__(self) -> str:
         if self._scalar is not None:
             return f"{self._scalar!r}.vec({self.count})"
@@ -247,24 +258,24 @@ class dtypes:  # noqa: N801 - the namespace reads as `dtypes.float`, as in tinyg
         return ALL_SCALARS
 
     @staticmethod
-    def is_float(dt: DType) -> bool:
+    def is_float(dt: DType) -> builtins.bool:
         return dt.kind == "float"
 
     @staticmethod
-    def is_int(dt: DType) -> bool:
+    def is_int(dt: DType) -> builtins.bool:
         """Signed, unsigned and index integers (bool is not an int)."""
         return dt.kind in ("int", "uint", "index")
 
     @staticmethod
-    def is_unsigned(dt: DType) -> bool:
+    def is_unsigned(dt: DType) -> builtins.bool:
         return dt.kind == "uint"
 
     @staticmethod
-    def is_bool(dt: DType) -> bool:
+    def is_bool(dt: DType) -> builtins.bool:
         return dt.kind == "bool"
 
     @staticmethod
-    def min(dt: DType) -> int | float:
+    def min(dt: DType) -> builtins.int | builtins.float:
         """The smallest value of `dt` (-inf for floats)."""
         dt = dt.scalar()
         if dt.kind == "bool":
@@ -278,7 +289,7 @@ class dtypes:  # noqa: N801 - the namespace reads as `dtypes.float`, as in tinyg
         raise TypeError(f"{dt!r} has no minimum")
 
     @staticmethod
-    def max(dt: DType) -> int | float:
+    def max(dt: DType) -> builtins.int | builtins.float:
         """The largest value of `dt` (inf for floats)."""
         dt = dt.scalar()
         if dt.kind == "bool":
@@ -292,12 +303,21 @@ class dtypes:  # noqa: N801 - the namespace reads as `dtypes.float`, as in tinyg
         raise TypeError(f"{dt!r} has no maximum")
 
     @staticmethod
-    def finite_max(dt: DType) -> float:
+    def finite_max(dt: DType) -> builtins.float:
         """The largest finite value of a float dtype."""
         fmt = dt.scalar().float_format
         if fmt is None:
             raise TypeError(f"{dt!r} is not a float dtype")
         return decode(fmt.max_finite_bits, dt.scalar())
+
+
+def to_dtype(dtype: DType | str) -> DType:
+    """`dtype` itself, or the dtype a name stands for ("int32", "float", "half"): public APIs accept both."""
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str):
+        return dtypes.by_name(dtype)
+    raise TypeError(f"expected a DType or a dtype name, got {dtype!r}")
 
 
 ALL_SCALARS: tuple[DType, ...] = tuple(
@@ -307,6 +327,13 @@ ALL_SCALARS: tuple[DType, ...] = tuple(
     )
 )
 ALL_SCALARS = tuple(dict.fromkeys(ALL_SCALARS))  # aliases appear twice in vars(); keep one of each
+
+# the groups tinygrad names, in promotion order
+dtypes.fp8s = tuple(d for d in ALL_SCALARS if d.kind == "float" and d.bitsize == 8)  # type: ignore[attr-defined]
+dtypes.floats = tuple(d for d in ALL_SCALARS if d.kind == "float")  # type: ignore[attr-defined]
+dtypes.uints = tuple(d for d in ALL_SCALARS if d.kind == "uint")  # type: ignore[attr-defined]
+dtypes.sints = tuple(d for d in ALL_SCALARS if d.kind == "int")  # type: ignore[attr-defined]
+dtypes.ints = dtypes.uints + dtypes.sints  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------------------------- promotion
@@ -535,3 +562,10 @@ def from_numpy(np_dtype: Any) -> DType:
         if np_dtype.name == ml_name:
             return dtypes.by_name(name)
     raise TypeError(f"numpy dtype {np_dtype} has no tg dtype")
+
+
+# the largest finite value of each fp8 format (tinygrad's constants)
+FP8E4M3_MAX = dtypes.finite_max(dtypes.fp8e4m3)
+FP8E5M2_MAX = dtypes.finite_max(dtypes.fp8e5m2)
+FP8E4M3FNUZ_MAX = dtypes.finite_max(dtypes.fp8e4m3fnuz)
+FP8E5M2FNUZ_MAX = dtypes.finite_max(dtypes.fp8e5m2fnuz)

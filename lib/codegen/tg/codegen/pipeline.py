@@ -29,6 +29,7 @@ from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
+from tg.codegen.uop.spec import KERNEL_SPEC, LINEAR_SPEC, verify_stage
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,16 @@ class CodegenFlags:
     """Every setting that changes the source a kernel AST becomes. Part of the program cache key."""
 
     noopt: bool = False  # apply no optimizations (NOOPT=1); opts the AST asks for (opts_to_apply) still apply
+    has_local: bool = False  # the renderer has work-groups (LOCAL and GROUP opts are legal); set from the renderer
 
     @staticmethod
     def from_environment() -> CodegenFlags:
-        """The flags as the environment (and any active `Context`) sets them now."""
-        return CodegenFlags(noopt=bool(NOOPT))
+        """The flags as the environment (and any active `Context`) sets them now (read at every kernel launch, so
+        the answer is one of two prebuilt values)."""
+        return _FLAGS_BY_NOOPT[bool(NOOPT)]
+
+
+_FLAGS_BY_NOOPT = {False: CodegenFlags(noopt=False), True: CodegenFlags(noopt=True)}
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ def _simplify_indices(ast: UOp, flags: CodegenFlags) -> UOp:
 
 
 def _apply_opts(ast: UOp, flags: CodegenFlags) -> UOp:
-    return apply_opts(ast, noopt=flags.noopt)
+    return apply_opts(ast, has_local=flags.has_local, noopt=flags.noopt)
 
 
 def _upcast_strided_reductions(ast: UOp, flags: CodegenFlags) -> UOp:
@@ -105,11 +111,13 @@ def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
     """The LINEAR program of kernel `ast`: every KERNEL_STAGE in order."""
     for stage in KERNEL_STAGES:
         ast = stage.run(ast, flags)
+        verify_stage(stage.name, ast, LINEAR_SPEC if ast.op is Ops.LINEAR else KERNEL_SPEC)
     return ast
 
 
 def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> ProgramSource:
     """The source of kernel `ast` for `renderer`, with the launch size and estimates (a pure function)."""
+    flags = replace(flags, has_local=bool(getattr(renderer, "has_local", False)))
     linear = lower_kernel(ast, flags)
     rendered = renderer.render(linear)
     loop_sizes = tuple(u.src[0].arg for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))

@@ -100,5 +100,11 @@ def scan_pci(vendor_id: int, matches: tuple[DeviceMatch, ...], root: Path = SYSF
     return found
 
 
+def bound_driver(device_path: Path) -> str | None:
+    """The kernel driver bound to a PCI function (the name `driver` links to), or None."""
+    link = Path(device_path) / "driver"
+    return Path(os.readlink(link)).name if link.is_symlink() else None
+
+
 def _read_hex(path: Path) -> int:
     return int(path.read_text().strip(), 16)

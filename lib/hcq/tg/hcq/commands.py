@@ -10,7 +10,6 @@ worker only ever sees plain integers (addresses, values, sizes), like hardware r
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,9 +115,15 @@ Command = (
 OBJECT_FIELDS = frozenset({"keep_alive", "program", "args_state", "b64", "mask"})
 
 
-@functools.cache
+_INTEGER_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def _integer_fields(command_type: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(command_type) if f.name not in OBJECT_FIELDS)
+    found = _INTEGER_FIELDS.get(command_type)
+    if found is None:
+        fields = dataclasses.fields(command_type)
+        found = _INTEGER_FIELDS[command_type] = tuple(f.name for f in fields if f.name not in OBJECT_FIELDS)
+    return found
 
 
 def _is_symbolic_field(value: object) -> bool:
@@ -133,7 +138,7 @@ def is_symbolic_command(command: Command) -> bool:
 
 def resolve_command(command: Command, var_vals: dict[str, int]) -> Command:
     """The same command with every symbolic field replaced by its value."""
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
     for name in _integer_fields(type(command)):
         value = getattr(command, name)
         if isinstance(value, tuple) and _is_symbolic_field(value):

@@ -19,6 +19,7 @@ from tg.hcq.device import Compiled, DeviceSpec
 from tg.hcq.memory import BumpAllocator, HCQBuffer
 from tg.hcq.profile import collect_profile
 from tg.hcq.signal import HCQSignal, SignalPool
+from tg.hcq.symbolic import concrete
 
 TIMELINE_WRAP = 1 << 31
 KERNARGS_ALIGNMENT = 16
@@ -65,7 +66,7 @@ class HCQCompiled(Compiled):
 
     def kernargs_slice(self, size: int) -> HCQBuffer:
         address = self.kernargs_allocator.alloc(size, KERNARGS_ALIGNMENT)
-        return self.kernargs_buf.offset(address - self.kernargs_buf.va_addr, size)
+        return self.kernargs_buf.offset(address - concrete(self.kernargs_buf.va_addr), size)
 
     def is_idle(self) -> bool:
         """True when everything submitted so far has finished."""

@@ -5,17 +5,21 @@ A part after NAME that is all digits is the index (so `CPU:1` is the second CPU 
 first one with the LLVM renderer). `DISK:/path/to/file` names a file. Index 0 is dropped from canonical
 names, so `Device["CPU:0"] is Device["CPU"]`. A device string without a renderer inherits the renderer and
 arch that `DEV` gives the same device, so with `DEV=CPU:LLVM` both `Device["CPU"]` and `Device.DEFAULT`
-use LLVM. Devices are opened lazily, on first use, and stay open for the life of the process.
+use LLVM; that renderer is then the device's default and names leave it out (`Device.DEFAULT == "CPU"`, and
+`Device["CPU:LLVM"] is Device["CPU"]`). A renderer or arch the device does not have is an error that lists the
+known ones (`DEV=CPU:FOO`, `NULL:HIP:gfx1`). Devices are opened lazily, on first use, and stay open for the life
+of the process.
 """
 
 from __future__ import annotations
 
 import importlib
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tg.codegen.flags import DEV
+from tg.codegen.render.registry import UnknownRendererError, check_renderer
 
 # name -> "module:Class"; imported on first use so `import tg.hcq` starts no compiler and no thread.
 DEVICE_CLASSES: dict[str, str] = {
@@ -23,11 +27,25 @@ DEVICE_CLASSES: dict[str, str] = {
     "NULL": "tg.hcq.devices.null:NullDevice",
     "PYTHON": "tg.hcq.devices.python:PythonDevice",
     "DISK": "tg.hcq.devices.disk:DiskDevice",
+    "CL": "tg.hcq.devices.cl:CLDevice",
 }
 
 
+# name -> the renderers its device string may name (the first is what a bare name gets); None: every renderer.
+DEVICE_RENDERERS: dict[str, tuple[str, ...] | None] = {
+    "CPU": ("C", "CLANG", "LLVM"),
+    "NULL": None,
+    "PYTHON": ("PYTHON",),
+    "DISK": (),
+    "CL": ("OPENCL",),
+}
+# The interfaces (`IFACE+` in a device string) each device can be reached through; none yet, every device here is
+# local. A device string naming another interface is an error, never silently ignored.
+DEVICE_INTERFACES: dict[str, tuple[str, ...]] = {name: () for name in DEVICE_CLASSES}
+
+
 class UnknownDeviceError(ValueError):
-    """A device name that no backend provides."""
+    """A device name that no backend provides, or a renderer or arch that the device does not have."""
 
 
 @dataclass(frozen=True)
@@ -40,9 +58,19 @@ class DeviceSpec:
     renderer: str = ""
     arch: str = ""
     path: str = ""  # DISK only: the file
+    # the renderer and arch are the ones DEV gives this device: names leave them out (`CPU` under DEV=CPU:LLVM)
+    renderer_from_dev: bool = field(default=False, compare=False)
 
     @property
     def canonical(self) -> str:
+        """The device's name: the renderer and arch are left out when they are the ones DEV gives it."""
+        if self.renderer_from_dev:
+            return replace(self, renderer="", arch="", renderer_from_dev=False).full_name
+        return self.full_name
+
+    @property
+    def full_name(self) -> str:
+        """The name with the renderer and arch always spelled out: what tells two opened devices apart."""
         text = f"{self.iface}+{self.name}" if self.iface else self.name
         if self.path:
             return f"{text}:{self.path}"
@@ -97,18 +125,10 @@ class Compiled:
         self.renderer_name = spec.renderer
         self.arch = spec.arch
 
-    def runtime(self, *args: Any) -> Any:
-        """Load a compiled binary: `dev.runtime(name, lib_bytes)` returns a callable program.
-
-        The form `dev.runtime(dev, name, lib_bytes)` of the first commit is accepted too.
-        """
-        if len(args) == 3 and args[0] is self:
-            args = args[1:]
-        if len(args) != 2:
-            raise TypeError("usage: dev.runtime(name, lib_bytes)")
+    def runtime(self, name: str, lib: bytes) -> Any:
+        """Load compiled binary `lib` and return its function `name` as a callable program."""
         if self.program_class is None:
             raise RuntimeError(f"{self.device} cannot run programs")
-        name, lib = args
         return self.program_class(self, name, lib)
 
     def synchronize(self) -> None:
@@ -119,6 +139,16 @@ class Compiled:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.device}>"
+
+
+def _check_renderer(spec: DeviceSpec, text: str) -> None:
+    """A renderer (and arch) the device has; the error lists the ones it knows."""
+    if not spec.renderer:
+        return
+    try:
+        check_renderer(spec.renderer, spec.arch, DEVICE_RENDERERS.get(spec.name))
+    except UnknownRendererError as error:
+        raise UnknownDeviceError(f"{error} (device {spec.name}, from {text!r})") from None
 
 
 def _available_hint() -> str:
@@ -141,10 +171,17 @@ class _DeviceRegistry:
         spec = parse_device(name)
         if spec.name not in DEVICE_CLASSES:
             raise UnknownDeviceError(f"unknown device {spec.name!r} (from {name!r}); {_available_hint()}")
-        if not spec.renderer and DEV.value:
+        supported = DEVICE_INTERFACES.get(spec.name, ())
+        if spec.iface and spec.iface not in supported:
+            reachable = f"it supports {', '.join(i + '+' for i in supported)}" if supported else "it takes no interface"
+            raise UnknownDeviceError(f"device {spec.name} has no interface {spec.iface}+ (in {name!r}): {reachable}")
+        _check_renderer(spec, name)
+        if DEV.value:
             default = parse_device(DEV.value)
-            if (default.name, default.index, default.iface) == (spec.name, spec.index, spec.iface):
-                spec = replace(spec, renderer=default.renderer, arch=default.arch)
+            same_device = (default.name, default.index, default.iface) == (spec.name, spec.index, spec.iface)
+            dev_renderer = (default.renderer, default.arch)
+            if same_device and default.renderer and (not spec.renderer or (spec.renderer, spec.arch) == dev_renderer):
+                spec = replace(spec, renderer=default.renderer, arch=default.arch, renderer_from_dev=True)
         return spec
 
     def canonicalize(self, name: str) -> str:
@@ -153,11 +190,11 @@ class _DeviceRegistry:
     def __getitem__(self, name: str) -> Compiled:
         spec = self.spec(name)
         with self._lock:
-            device = self._opened.get(spec.canonical)
+            device = self._opened.get(spec.full_name)
             if device is None:
                 module_name, class_name = DEVICE_CLASSES[spec.name].split(":")
                 device_class = getattr(importlib.import_module(module_name), class_name)
-                device = self._opened[spec.canonical] = device_class(spec)
+                device = self._opened[spec.full_name] = device_class(spec)
             return device
 
     @property

@@ -10,3 +10,7 @@ NULL_ALLOW_COPYOUT = flag("NULL_ALLOW_COPYOUT", 0, "let the NULL device return (
 HCQDEV_WAIT_TIMEOUT_MS = flag("HCQDEV_WAIT_TIMEOUT_MS", 30000, "milliseconds a signal wait may make no progress")
 PROFILE = flag("PROFILE", 0, "record profiling events (kernel and copy time ranges) on HCQ devices")
 PROGRAM_CACHE_SIZE = flag("PROGRAM_CACHE_SIZE", 1024, "compiled programs the engine keeps in memory (LRU; 0: none)")
+BEAM_WORKERS = flag("BEAM_WORKERS", 2, "processes that compile BEAM candidates (0: compile in this process)")
+BEAM_TIMEOUT_SEC = flag("BEAM_TIMEOUT_SEC", 20, "seconds a BEAM candidate may take to compile before it is dropped")
+JITBEAM = flag("JITBEAM", 0, "beam width for kernels compiled inside a TinyJit capture (0: BEAM's value)")
+TG_DUMP_KERNELS = flag("TG_DUMP_KERNELS", "", "folder where each newly compiled kernel AST is pickled (tg-beam dump)")

@@ -54,7 +54,8 @@ def _launch_dims(size: tuple[sint, ...] | list[sint]) -> tuple[sint, sint, sint]
     dims = tuple(size)
     if not 1 <= len(dims) <= 3:
         raise ValueError(f"launch size needs 1 to 3 dimensions, got {size!r}")
-    return (*dims, *(1,) * (3 - len(dims)))
+    x, y, z = (*dims, 1, 1)[:3]
+    return (x, y, z)
 
 
 class HWQueue:

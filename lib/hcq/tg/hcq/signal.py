@@ -14,10 +14,11 @@ import threading
 import time
 from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 from tg.hcq.flags import HCQDEV_WAIT_TIMEOUT_MS
 from tg.hcq.memory import HCQBuffer, HostMemory
-from tg.hcq.symbolic import sint
+from tg.hcq.symbolic import concrete, sint
 
 SIGNAL_SIZE = 16
 RECHECK_SECONDS = 0.02  # upper bound on how long a waiter sleeps before it looks at memory again
@@ -83,18 +84,18 @@ class HCQSignal:
     @property
     def value(self) -> int:
         self._check_real()
-        return load_signal_value(self.value_addr)
+        return load_signal_value(concrete(self.value_addr))
 
     @value.setter
     def value(self, new_value: int) -> None:
         self._check_real()
-        store_signal_value(self.value_addr, new_value)
+        store_signal_value(concrete(self.value_addr), new_value)
 
     @property
     def timestamp(self) -> Decimal:
         """When the signal was last stamped, in microseconds of the monotonic clock."""
         self._check_real()
-        return Decimal(ctypes.c_uint64.from_address(self.timestamp_addr).value) / self.timestamp_divider
+        return Decimal(ctypes.c_uint64.from_address(concrete(self.timestamp_addr)).value) / self.timestamp_divider
 
     def _check_real(self) -> None:
         if self.virtual:
@@ -154,5 +155,5 @@ class SignalPool:
         whole = page.handle()
         self.free_slots.extend(whole.offset(start, SIGNAL_SIZE) for start in range(0, self.page_size, SIGNAL_SIZE))
 
-    def new_signal(self, value: int = 0, **kwargs: object) -> HCQSignal:
+    def new_signal(self, value: int = 0, **kwargs: Any) -> HCQSignal:
         return HCQSignal(self.acquire(), value, pool=self, **kwargs)

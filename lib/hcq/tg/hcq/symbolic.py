@@ -27,6 +27,13 @@ def resolve(value: sint, var_vals: dict[str, int]) -> int:
     return int(sym_infer(value, var_vals))
 
 
+def concrete(value: sint) -> int:
+    """`value` where it must already be an int: an address or size of a command that the queue has resolved."""
+    if isinstance(value, UOp):
+        raise TypeError(f"expected a concrete integer here, got the symbolic {value.render()}")
+    return value
+
+
 def _check_variable_values(expression: UOp, var_vals: dict[str, int]) -> None:
     """Every free variable needs a value in its range; a bound one (BIND) may be overridden by `var_vals`."""
     for node in expression.toposort(lambda u: u.op is not Ops.BIND):

@@ -54,9 +54,12 @@ class ActivationOps:
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
         return self.clip(min_val, max_val)
 
-    def hardsigmoid(self) -> Tensor:
-        """clip(x + 3, 0, 6) / 6, as torch computes it: 1 for every x >= 3, however large."""
-        return in_float32_when_half(self, lambda x: (x + 3).clip(0, 6) / 6)
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+        """clip(alpha * x + beta, 0, 1); with the defaults computed as torch does, clip(x + 3, 0, 6) / 6 (1 for every
+        x >= 3, however large)."""
+        if alpha == 1 / 6 and beta == 0.5:
+            return in_float32_when_half(self, lambda x: (x + 3).clip(0, 6) / 6)
+        return in_float32_when_half(self, lambda x: (x * alpha + beta).clip(0, 1))
 
     def hardswish(self) -> Tensor:
         """x * clip(x + 3, 0, 6) / 6."""
@@ -73,9 +76,11 @@ class ActivationOps:
     def celu(self, alpha: float = 1.0) -> Tensor:
         return in_float32_when_half(self, lambda x: (x > 0).where(x, alpha * negative_part_expm1(x, alpha)))
 
-    def selu(self) -> Tensor:
+    def selu(self, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Tensor:
+        """gamma * (x if x > 0 else alpha * (exp(x) - 1)); the defaults are the self-normalizing constants."""
+
         def compute(x: Tensor) -> Tensor:
-            return SELU_SCALE * (x > 0).where(x, SELU_ALPHA * negative_part_expm1(x))
+            return gamma * (x > 0).where(x, alpha * negative_part_expm1(x))
 
         return in_float32_when_half(self, compute)
 

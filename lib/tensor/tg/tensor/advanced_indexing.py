@@ -11,8 +11,9 @@ Writing runs the same masks the other way: the value at every indexed position i
 point there; positions nobody points at keep their contents. The result goes back through basic setitem.
 
 A boolean index stands for the positions of its true elements: it is realized to learn them (the result's shape
-depends on the data). Indices out of range are not checked (they select zeros / write nowhere). Where several
-indices write one position, the last one wins, as in numpy.
+depends on the data). Indices given as host data (lists, tuples, numpy arrays, ints) out of range raise IndexError,
+as numpy; tensor indices are not checked (that would read them): out of range they select zeros / write nowhere.
+Where several indices write one position, the last one wins, as in numpy.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
-from tg.tensor.gather_scatter import select_where, wrap_negative
+from tg.tensor.gather_scatter import require_integer_index, select_where, wrap_negative
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.positions import positions
 from tg.tensor.promotion import broadcast_shapes
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 def _is_tensor_like(index: Any) -> bool:
     import numpy as np
 
-    return hasattr(index, "uop") or isinstance(index, (list, np.ndarray))
+    return hasattr(index, "uop") or isinstance(index, (list, tuple, np.ndarray))
 
 
 def has_advanced_index(indices: Any) -> bool:
@@ -68,13 +69,33 @@ def _as_index_tensors(tensor: Tensor, index: Any) -> list[Tensor]:
 
     if not hasattr(index, "uop"):
         array = np.asarray(index)
+        if array.dtype.kind == "f":
+            raise TypeError(f"indexing: an index array must have an integer (or bool) dtype, not {array.dtype}")
         if array.dtype != np.bool_:
             array = array.astype(np.int32)
         index = type(tensor)(array, device=tensor.device)
+    require_integer_index(index, "indexing")
     if index.dtype is not dtypes.bool:
         return [index]
     found = np.nonzero(index.numpy())  # data-dependent: realize the mask
     return [type(tensor)(axis_positions.astype(np.int32), device=tensor.device) for axis_positions in found]
+
+
+def _check_host_index(index: Any, entry_count: int, tensor: Tensor, indices: tuple[Any, ...]) -> None:
+    """An index given as Python ints (a list, tuple, numpy array or int) must lie within its axis: IndexError
+    otherwise, as numpy and torch. Only host data is checked: checking a Tensor index would mean reading it."""
+    import numpy as np
+
+    if hasattr(index, "uop") or Ellipsis in [i for i in indices if not _is_tensor_like(i)]:
+        return  # after an ellipsis the axis an entry consumes is known only later; the common forms have none
+    array = np.asarray(index)
+    if array.dtype == np.bool_ or array.size == 0 or entry_count >= tensor.ndim:
+        return
+    size = tensor.shape[entry_count]
+    low, high = int(array.min()), int(array.max())
+    if low < -size or high >= size:
+        bad = high if high >= size else low
+        raise IndexError(f"index {bad} is out of range for axis {entry_count} with size {size}")
 
 
 def _expand_entries(tensor: Tensor, indices: tuple[Any, ...]) -> list[Any]:
@@ -82,9 +103,12 @@ def _expand_entries(tensor: Tensor, indices: tuple[Any, ...]) -> list[Any]:
     advanced indices once any index is); the ellipsis becomes full slices."""
     entries: list[Any] = []
     for index in indices:
+        consumed = sum(entry is not None for entry in entries)
         if _is_tensor_like(index):
+            _check_host_index(index, consumed, tensor, indices)
             entries.extend(_as_index_tensors(tensor, index))
         elif isinstance(index, int) and not isinstance(index, bool):
+            _check_host_index(index, consumed, tensor, indices)
             entries.append(type(tensor)(index, device=tensor.device, dtype=dtypes.int32))
         else:
             entries.append(index)

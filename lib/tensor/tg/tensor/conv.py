@@ -25,13 +25,18 @@ if TYPE_CHECKING:
 IntOrTuple = int | Sequence[int]
 
 
+POSITIVE_SETTINGS = ("stride", "dilation", "kernel_size")
+
+
 def per_axis(value: IntOrTuple, count: int, name: str) -> tuple[int, ...]:
-    """An int repeated for every spatial axis, or a tuple with one entry per axis."""
-    if isinstance(value, int):
-        return (value,) * count
-    if len(value) != count:
-        raise ValueError(f"{name} needs {count} values (one per spatial axis), got {tuple(value)}")
-    return tuple(value)
+    """An int repeated for every spatial axis, or a tuple with one entry per axis. Strides, dilations and kernel
+    sizes must be at least 1 (a zero stride would otherwise fail later as a bare ZeroDivisionError)."""
+    values = (value,) * count if isinstance(value, int) else tuple(value)
+    if len(values) != count:
+        raise ValueError(f"{name} needs {count} values (one per spatial axis), got {values}")
+    if name in POSITIVE_SETTINGS and any(v < 1 for v in values):
+        raise ValueError(f"{name} must be at least 1 on every axis, got {values}")
+    return values
 
 
 def padding_pairs(padding: IntOrTuple, count: int) -> tuple[tuple[int, int], ...]:
@@ -185,7 +190,7 @@ def pool_spec(
 
 def pool_windows(x: Tensor, spec: PoolSpec, value: float) -> Tensor:
     pads = tuple((before, after + extra) for (before, after), extra in zip(spec.padding, spec.ceil_extra, strict=True))
-    return windows(x.pad(((0, 0), (0, 0)) + pads, value), spec.window)
+    return windows(x.pad(((0, 0), (0, 0)) + pads, value=value), spec.window)
 
 
 def max_pool2d(
@@ -221,7 +226,7 @@ def avg_pool2d(
     total = pool_windows(x, spec, 0.0).sum(kernel_axes)
     ones = x.ones_like(dtype=dtypes.float32).shrink(((0, 1), (0, 1)) + tuple((0, s) for s in x.shape[2:]))
     if count_include_pad:
-        ones = ones.pad(((0, 0), (0, 0)) + spec.padding, 1.0)
+        ones = ones.pad(((0, 0), (0, 0)) + spec.padding, value=1.0)
         counted = PoolSpec(spec.window, tuple((0, 0) for _ in spec.padding), spec.ceil_extra)
     else:
         counted = spec

@@ -7,12 +7,20 @@ tensors stay lazy: a CONST reshaped to all-ones and expanded, so `zeros(n) + x` 
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, from_numpy, to_numpy, truncate
 from tg.codegen.schedule.graph import Shape, ShapeError, const_node, new_buffer
 from tg.hcq import Device
-from tg.tensor.promotion import PythonScalar, check_scalar_fits, dtype_name, is_python_scalar, python_scalar_dtype
+from tg.tensor.promotion import (
+    PythonScalar,
+    check_scalar_fits,
+    dtype_argument,
+    dtype_name,
+    is_python_scalar,
+    python_scalar_dtype,
+)
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -103,6 +111,23 @@ def node_from_bytes(data: bytes | bytearray | memoryview, device: str, dtype: DT
     return upload(bytes(data), (len(data) // dtype.itemsize,), dtype, device)
 
 
+def node_from_path(path: os.PathLike, dtype: DType | None) -> tuple[UOp, str]:
+    """`Tensor(pathlib.Path(...))`: the whole file as a lazy tensor on its DISK device (uint8 unless `dtype`),
+    mapped, not read. Returns the node and the device name."""
+    from tg.hcq import Buffer
+    from tg.tensor.engine import buffer_over
+
+    location = os.path.abspath(path)
+    dtype = dtypes.uint8 if dtype is None else dtype
+    size = os.path.getsize(location)
+    if size % dtype.itemsize:
+        raise ValueError(f"{location} has {size} bytes, not a whole number of {dtype_name(dtype)} elements")
+    device = f"DISK:{location}"
+    if size == 0:
+        return new_buffer(device, 0, dtype), device
+    return buffer_over(Buffer(device, size // dtype.itemsize, dtype).allocate()), device
+
+
 def node_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
     """The graph node for `Tensor(data)`: a CONST for a scalar, a realized buffer for host data."""
     import numpy as np
@@ -128,26 +153,30 @@ class CreationOps:
     """Constructors: `Tensor.zeros(2, 3)`, `Tensor.arange(10)`, `Tensor.eye(4)`, `t.ones_like()`, ..."""
 
     @classmethod
-    def empty(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A tensor with storage but unspecified contents."""
+        dtype = dtype_argument(dtype)
         shape = normalize_shape(shape)
         dtype = dtypes.default_float if dtype is None else dtype
         device = canonical_device(device)
         return cls(buffer_view(new_buffer(device, math.prod(shape), dtype), shape), device=device)  # type: ignore
 
     @classmethod
-    def full(cls, shape: Any, fill_value: PythonScalar, dtype: DType | None = None, device: str | None = None):
+    def full(cls, shape: Any, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None):
+        dtype = dtype_argument(dtype)
         shape = normalize_shape((shape,) if isinstance(shape, int) else tuple(shape))
         dtype = python_scalar_dtype(fill_value) if dtype is None else dtype
         device = canonical_device(device)
         return cls(const_of_shape(fill_value, shape, dtype, device), device=device)  # type: ignore
 
     @classmethod
-    def zeros(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def zeros(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return cls.full(normalize_shape(shape), 0.0, dtype or dtypes.default_float, device)
 
     @classmethod
-    def ones(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def ones(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return cls.full(normalize_shape(shape), 1.0, dtype or dtypes.default_float, device)
 
     @classmethod
@@ -163,14 +192,63 @@ class CreationOps:
         if step == 0:
             raise ValueError("arange needs a non-zero step")
         all_ints = all(isinstance(v, int) for v in (start, stop, step))
-        dtype = kwargs.pop("dtype", None) or (dtypes.default_int if all_ints else dtypes.default_float)
+        dtype = dtype_argument(kwargs.pop("dtype", None)) or (dtypes.default_int if all_ints else dtypes.default_float)
         count = max(0, math.ceil((stop - start) / step))
         values = start + np.arange(count, dtype=np.float64 if not all_ints else np.int64) * step
         return cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs)  # type: ignore
 
     @classmethod
-    def eye(cls, n: int, m: int | None = None, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def invalids(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Scratch storage whose contents are undefined until written (tinygrad's name; `empty` here)."""
+        return cls.empty(*shape, dtype=dtype, device=device)
+
+    @classmethod
+    def from_blob(cls, ptr: int, shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """The `shape` elements of `dtype` at host address `ptr` (a ctypes or numpy pointer), copied into a tensor
+        when created: later writes at `ptr` are not seen (tinygrad shares the memory instead)."""
+        import ctypes
+
+        dtype = dtype_argument(dtype) or dtypes.default_float
+        shape = normalize_shape((shape,))
+        raw = ctypes.string_at(ptr, math.prod(shape) * dtype.itemsize)
+        return cls(raw, dtype=dtype, device=device).reshape(shape)  # type: ignore
+
+    @classmethod
+    def from_url(cls, url: str, gunzip: bool = False, **kwargs: Any) -> Tensor:
+        """The bytes at `url` (any scheme urllib reads: http(s), file) as a uint8 tensor; `gunzip` decompresses."""
+        import gzip
+        import urllib.request
+
+        with urllib.request.urlopen(url) as response:
+            data = response.read()
+        return cls(gzip.decompress(data) if gunzip else data, **kwargs)  # type: ignore
+
+    @classmethod
+    def linspace(
+        cls,
+        start: PythonScalar,
+        stop: PythonScalar,
+        steps: int,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+    ) -> Tensor:
+        """`steps` evenly spaced values from `start` to `stop`, both included (torch.linspace; default float).
+
+        Computed in float64 on the host as numpy.linspace, then converted and uploaded like `arange`."""
+        import numpy as np
+
+        dtype = dtype_argument(dtype) or dtypes.default_float
+        if steps < 0:
+            raise ValueError(f"linspace needs a non-negative number of steps, got {steps}")
+        values = np.linspace(float(start), float(stop), steps, dtype=np.float64)
+        if not dtypes.is_float(dtype):
+            values = np.trunc(values)
+        return cls(values.astype(to_numpy(dtype)), dtype=dtype, device=device)  # type: ignore
+
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """The identity: ones on the diagonal. Built lazily from movement ops of a constant."""
+        dtype = dtype_argument(dtype)
         m = n if m is None else m
         size = max(n, m)
         # a column of ones padded to width size+1, read row by row as size x size, puts a one every size+1 elements
@@ -178,14 +256,20 @@ class CreationOps:
         square = ones_column.pad(((0, 0), (0, size))).flatten().shrink(((0, size * size),)).reshape(size, size)
         return square.shrink(((0, n), (0, m)))
 
-    def empty_like(self, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def empty_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)  # type: ignore
 
-    def full_like(self, fill_value: PythonScalar, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def full_like(
+        self, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
+        dtype = dtype_argument(dtype)
         return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)  # type: ignore
 
-    def zeros_like(self, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def zeros_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return self.full_like(0, dtype, device)
 
-    def ones_like(self, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def ones_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return self.full_like(1, dtype, device)

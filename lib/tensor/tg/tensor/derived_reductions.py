@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, dtypes
 from tg.tensor.elementwise import in_float32_when_half
+from tg.tensor.promotion import dtype_argument
 from tg.tensor.reduce import Axis, reduce_axes
 
 if TYPE_CHECKING:
@@ -37,10 +38,12 @@ def _count(shape: tuple[int, ...], axis: Axis) -> int:
 
 
 class DerivedReductionOps:
-    """`softmax, log_softmax, logsumexp, var, std, var_mean, std_mean, argmax, argmin`."""
+    """`softmax, softmin, log_softmax, logsumexp, var, std, var_mean, std_mean, argmax, argmin`."""
 
-    def softmax(self, axis: int = -1, dtype: DType | None = None) -> Tensor:
+    def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
         """exp(x - max) / sum(exp(x - max)); `dtype` casts the input first (tinygrad's signature)."""
+
+        dtype = dtype_argument(dtype)
 
         def compute(x: Tensor) -> Tensor:
             exponentials = (x - x.max(axis, keepdim=True)).exp()
@@ -48,9 +51,16 @@ class DerivedReductionOps:
 
         return in_float32_when_half(self if dtype is None else self.cast(dtype), compute)
 
-    def log_softmax(self, axis: int = -1, dtype: DType | None = None) -> Tensor:
+    def softmin(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+        """softmax of -x: the smallest values get the largest weights (torch.nn.functional.softmin)."""
+        dtype = dtype_argument(dtype)
+        return (-(self if dtype is None else self.cast(dtype))).softmax(axis)
+
+    def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
         """(x - m) - log(sum(exp(x - m))) with m the finite max: x - m is exact near the max, where subtracting
         a whole logsumexp (m + a small log) would cancel to a few ulps of m."""
+
+        dtype = dtype_argument(dtype)
 
         def compute(x: Tensor) -> Tensor:
             shifted = x - finite_or_zero(x.max(axis, keepdim=True))
@@ -93,6 +103,9 @@ class DerivedReductionOps:
             flat = self.flatten().argmax(0)
             return flat.reshape((1,) * self.ndim) if keepdim else flat
         x = self.cast(dtypes.int32) if self.dtype is dtypes.bool else self
+        if x.ndim == 0:  # torch: axis 0 or -1 of a 0-d tensor, whose only element is at index 0
+            reduce_axes(axis, 0)
+            return x.zeros_like(dtype=dtypes.int32)
         axis = reduce_axes(axis, x.ndim)[0]
         size = x.shape[axis]
         if size == 0:

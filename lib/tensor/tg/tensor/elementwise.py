@@ -123,8 +123,11 @@ class ElementwiseOps:
             return alu(Ops.AND, a, b)
         return alu(Ops.MUL, a, b)
 
-    def div(self, other: Operand, reverse: bool = False) -> Tensor:
-        """True division; integer operands divide as the default float."""
+    def div(self, other: Operand, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """True division; integer operands divide as the default float. `rounding_mode` (torch's): "trunc" rounds
+        the quotient toward zero, "floor" toward -inf (integers stay integers then, as in torch)."""
+        if rounding_mode is not None:
+            return _rounded_div(self, other, reverse, rounding_mode)
         a, b = _operands(self, other, reverse)
         if not dtypes.is_float(a.dtype):
             a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
@@ -145,6 +148,21 @@ class ElementwiseOps:
         if dtypes.is_float(a.dtype):
             return in_float32_when_half(a, lambda x: _float_mod(x, b.cast(x.dtype)))
         return _int_divmod(a, b)[1]
+
+    def fmod(self, other: Operand) -> Tensor:
+        """Remainder with the sign of the dividend (C's fmod, torch.fmod), where `mod` takes the divisor's.
+
+        Floats: |a| mod |b| carries a's sign (exact for the common cases; NaN for b == 0 or an infinite a, a itself
+        for an infinite b). Integers: the truncating remainder; modulo zero gives 0, as numpy."""
+        a, b = _operands(self, other, False)
+        _require(a.dtype is not dtypes.bool, "fmod", a.dtype, b.dtype)
+        if dtypes.is_float(a.dtype):
+            return in_float32_when_half(a, lambda x: _float_mod(x.abs(), b.cast(x.dtype).abs()).copysign(x))
+        remainder = _int_divmod(a, b)[1]
+        if dtypes.is_unsigned(a.dtype):
+            return remainder
+        takes_divisor_sign = (remainder != 0) & ((remainder < 0) != (a < 0))
+        return takes_divisor_sign.where(remainder - b, remainder)
 
     def neg(self) -> Tensor:
         if self.dtype is dtypes.bool:
@@ -220,6 +238,12 @@ class ElementwiseOps:
 
     def __ne__(self, other: Operand) -> Tensor:  # type: ignore[override]
         return alu(Ops.CMPNE, *self._comparison_operands(other))
+
+    def eq(self, other: Operand) -> Tensor:
+        return self == other
+
+    def ne(self, other: Operand) -> Tensor:
+        return self != other
 
     def where(self, x: Operand, y: Operand) -> Tensor:
         """`x` where this (as bool) is true, else `y`; x and y promote together, all three broadcast."""
@@ -314,15 +338,34 @@ class ElementwiseOps:
     def isnan(self) -> Tensor:
         return alu(Ops.CMPNE, self, self)
 
-    def isinf(self) -> Tensor:
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """Where the value is inf (if `detect_positive`) or -inf (if `detect_negative`)."""
+        found = self.zeros_like(dtype=dtypes.bool)
         if not dtypes.is_float(self.dtype):
-            return self.zeros_like(dtype=dtypes.bool)
-        return (self == math.inf) | (self == -math.inf)
+            return found
+        if detect_positive:
+            found = found | (self == math.inf)
+        if detect_negative:
+            found = found | (self == -math.inf)
+        return found
 
     def isfinite(self) -> Tensor:
         if not dtypes.is_float(self.dtype):
             return self.ones_like(dtype=dtypes.bool)
         return (self - self) == 0  # inf - inf and NaN - NaN are NaN, which equals nothing
+
+
+def _rounded_div(tensor: Tensor, other: Operand, reverse: bool, rounding_mode: str) -> Tensor:
+    if rounding_mode == "floor":
+        return tensor.floordiv(other, reverse)
+    if rounding_mode != "trunc":
+        raise ValueError(f"div rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    a, b = _operands(tensor, other, reverse)
+    if dtypes.is_float(a.dtype):
+        return tensor.div(other, reverse).trunc()
+    quotient = a.floordiv(b)
+    rounded_down = (a.fmod(b) != 0) & ((a < 0) != (b < 0))  # floor went one below the truncated quotient
+    return rounded_down.where(quotient + 1, quotient)
 
 
 def _float_floordiv(a: Tensor, b: Tensor) -> Tensor:

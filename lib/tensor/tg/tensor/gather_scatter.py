@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tg.codegen import dtypes
 from tg.codegen.schedule.graph import ShapeError
 from tg.tensor.movement import normalize_axis
-from tg.tensor.positions import positions
+from tg.tensor.positions import positions, positions_along
 from tg.tensor.shape_ops import as_bits, from_bits
 
 if TYPE_CHECKING:
@@ -27,6 +27,12 @@ def select_where(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
     """The value at the one position of `axes` where `mask` is true (zero bits where it is nowhere true)."""
     bits = as_bits(values)
     return from_bits(mask.where(bits, bits.zeros_like()).max(axes), values.dtype)
+
+
+def require_integer_index(index: Tensor, operation: str) -> None:
+    """Index tensors hold positions: a float one is a mistake, reported when the op is built (not truncated)."""
+    if index.dtype is not dtypes.bool and not dtypes.is_int(index.dtype):
+        raise TypeError(f"{operation}: the index tensor must have an integer (or bool) dtype, not {index.dtype!r}")
 
 
 def wrap_negative(index: Tensor, size: int) -> Tensor:
@@ -44,6 +50,7 @@ def one_hot_along(index: Tensor, size: int) -> Tensor:
 
 def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     """torch's gather: out[i][j] = x[index[i][j]][j] for dim 0; `index` may be smaller than x on other axes."""
+    require_integer_index(index, "gather")
     dim = normalize_axis(dim, x.ndim)
     too_large = any(i > s for a, (i, s) in enumerate(zip(index.shape, x.shape)) if a != dim)  # noqa: B905
     if index.ndim != x.ndim or too_large:
@@ -58,6 +65,7 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
 
 def scatter_mask(target: Tensor, dim: int, index: Tensor) -> Tensor:
     """bool (*index.shape, target.shape[dim]): whether source element [..i..] goes to target position p."""
+    require_integer_index(index, "scatter")
     return one_hot_along(wrap_negative(index, target.shape[dim]), target.shape[dim])
 
 
@@ -65,7 +73,7 @@ def _to_target_layout(reduced: Tensor, target: Tensor, dim: int, fill: Any) -> T
     """(*index.shape without dim, n) with the target axis last -> target's axis order, padded to target's shape."""
     moved = reduced.unsqueeze(dim).transpose(dim, -1).squeeze(-1)
     pads = tuple((0, t - r) for r, t in zip(moved.shape, target.shape, strict=True))
-    return moved.pad(pads, fill) if any(after for _, after in pads) else moved
+    return moved.pad(pads, value=fill) if any(after for _, after in pads) else moved
 
 
 def _source_like(src: Any, index: Tensor, target: Tensor) -> Tensor:
@@ -127,21 +135,45 @@ def scatter_reduce(
     return hit.where(mean.cast(target.dtype), target)
 
 
-def masked_select(x: Tensor, mask: Tensor) -> Tensor:
-    """The elements where `mask` (broadcast with x) is true, as a 1-d tensor. Realizes `mask` to learn the count."""
+def first_selected(values: Tensor, mask: Tensor, size: int, fill_value: Any) -> Tensor:
+    """The first `size` elements of 1-d `values` where 1-d `mask` is true, in order, then `fill_value`: a fixed
+    shape, so nothing is realized. Element j goes to slot k when it is selected and k selected elements precede it."""
+    count = values.shape[0]
+    rank = mask.cast(dtypes.int32).cumsum() - 1 if count else mask.cast(dtypes.int32)
+    slots = positions(values, size, dtypes.int32).reshape(size, 1)
+    lands = mask.reshape(1, count) & (rank.reshape(1, count) == slots)  # (size, count): at most one per row
+    picked = select_where(lands, values.reshape(1, count).expand(size, count), (1,))
+    return lands.any(1).where(picked, values.full_like(fill_value, dtype=values.dtype)[:1].expand(size))
+
+
+def masked_select(x: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """The elements where `mask` (broadcast with x) is true, as a 1-d tensor. Realizes `mask` to learn the count,
+    unless `size` fixes the length (then padded with `fill_value` or cut, and nothing is realized)."""
     import numpy as np
 
     from tg.tensor.promotion import broadcast_shapes
 
     shape = broadcast_shapes(x.shape, mask.shape)
+    if size is not None:
+        selected = mask.expand(shape).flatten().cast(dtypes.bool)
+        return first_selected(x.expand(shape).flatten(), selected, size, fill_value)
     flat_positions = np.flatnonzero(mask.expand(shape).numpy()).astype(np.int32)
     index = type(x)(flat_positions, device=x.device)
     return gather(x.expand(shape).flatten(), 0, index)
 
 
-def nonzero(x: Tensor) -> Tensor:
-    """torch's nonzero: (count, ndim) int32 indices of the non-zero elements. Realizes `x` to learn the count."""
+def nonzero(x: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """torch's nonzero: (count, ndim) int32 indices of the non-zero elements. Realizes `x` to learn the count,
+    unless `size` fixes it (rows past the last non-zero are `fill_value`; extra non-zeros are cut)."""
     import numpy as np
+
+    if size is not None:
+        flat = (x != 0).flatten()
+        coordinates = [positions_along(x, x.shape, axis).flatten() for axis in range(x.ndim)]
+        columns = [first_selected(coordinate, flat, size, fill_value) for coordinate in coordinates]
+        if not columns:
+            return x.zeros(size, 0, dtype=dtypes.int32, device=x.device)
+        return type(x).stack(*columns, dim=-1)
 
     found = np.argwhere(x.numpy() != 0).astype(np.int32)
     return type(x)(found.reshape(len(found), x.ndim), device=x.device)
@@ -173,8 +205,8 @@ class GatherScatterOps:
             value = self.full_like(value)
         return mask.where(value, self)
 
-    def masked_select(self, mask: Tensor) -> Tensor:
-        return masked_select(self, mask)
+    def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        return masked_select(self, mask, size, fill_value)
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
         """(...) -> (..., num_classes) of this tensor's int dtype; -1 realizes the input to use max + 1."""
@@ -182,5 +214,5 @@ class GatherScatterOps:
             num_classes = int(self.max().item()) + 1
         return one_hot_along(self, num_classes).cast(self.dtype)
 
-    def nonzero(self) -> Tensor:
-        return nonzero(self)
+    def nonzero(self, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        return nonzero(self, size, fill_value)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
-from tg.tensor.promotion import dtype_name
+from tg.tensor.promotion import DTypeMismatchError, dtype_name
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -175,7 +175,7 @@ class IndexingOps:
             value = type(self)(value, device=self.device, dtype=self.dtype)
         if value.dtype is not self.dtype:
             names = f"tensor is {dtype_name(self.dtype)}, value is {dtype_name(value.dtype)}"
-            raise TypeError(f"setitem dtype mismatch: {names}")
+            raise DTypeMismatchError(f"setitem dtype mismatch: {names}")
         selected_count = math.prod(plan.output_shape)
         if selected_count == 0:
             return  # nothing to write

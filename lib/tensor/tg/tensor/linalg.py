@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from tg.codegen import DType
 from tg.codegen.schedule.graph import ShapeError
 from tg.tensor.elementwise import broadcast
-from tg.tensor.promotion import broadcast_shapes
+from tg.tensor.promotion import broadcast_shapes, dtype_argument
 from tg.tensor.reduce import sum_accumulator
 
 if TYPE_CHECKING:
@@ -138,12 +138,14 @@ def einsum(formula: str, *operands: Tensor, dtype: DType | None = None) -> Tenso
 class LinalgOps:
     """`matmul, @, dot, linear, einsum`."""
 
-    def matmul(self, other: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+    def matmul(self, other: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         if not hasattr(other, "uop"):
             other = type(self)(other, device=self.device)
         return matmul(other, self, dtype) if reverse else matmul(self, other, dtype)
 
-    def dot(self, other: Tensor, dtype: DType | None = None) -> Tensor:
+    def dot(self, other: Tensor, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return self.matmul(other, dtype=dtype)
 
     def __matmul__(self, other: Tensor) -> Tensor:
@@ -152,11 +154,16 @@ class LinalgOps:
     def __rmatmul__(self, other: Tensor) -> Tensor:
         return self.matmul(other, reverse=True)
 
-    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        """`self @ weight + bias`, with `weight` of shape (in, out) as tinygrad (a 1-d weight scales elementwise)."""
-        result = self * weight if weight.ndim == 1 else self.matmul(weight)
+    def linear(self, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
+        """`self @ weight + bias`, with `weight` of shape (in, out) as tinygrad (a 1-d weight scales elementwise);
+        `dtype` is the matmul's accumulation and result dtype."""
+        dtype = dtype_argument(dtype)
+        if dtype is not None and weight.ndim == 1:
+            return self.cast(dtype).linear(weight.cast(dtype), None if bias is None else bias.cast(dtype))
+        result = self * weight if weight.ndim == 1 else self.matmul(weight, dtype=dtype)
         return result if bias is None else result + bias
 
     @staticmethod
-    def einsum(formula: str, *operands: Tensor, dtype: DType | None = None) -> Tensor:
+    def einsum(formula: str, *operands: Tensor, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return einsum(formula, *operands, dtype=dtype)

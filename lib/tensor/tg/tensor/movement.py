@@ -84,13 +84,22 @@ class MovementOps:
             return source
         return source._movement(Ops.EXPAND, new_shape)
 
-    def pad(self, padding: Sequence[Any], value: float = 0.0) -> Tensor:
+    def pad(self, padding: Sequence[Any], mode: str = "constant", value: float = 0.0) -> Tensor:
         """Pad with `value`: `padding` is ((before, after) or None) per axis, or torch's flat form
-        (left, right, top, bottom, ...) starting at the last axis. Negative padding removes elements."""
+        (left, right, top, bottom, ...) starting at the last axis. Negative padding removes elements.
+
+        `mode` (tinygrad's and torch's): "constant" fills with `value`; "reflect", "replicate" and "circular"
+        repeat the tensor's own values (see tg.tensor.pad_modes)."""
+        from tg.tensor.pad_modes import PAD_MODES, pad_from_values
+
+        if mode not in PAD_MODES:
+            raise ValueError(f"pad mode must be one of {', '.join(PAD_MODES)}; got {mode!r} (pass a fill as value=)")
         per_axis = _padding_per_axis(padding, self.ndim, self.shape)
+        if mode != "constant":
+            return pad_from_values(self, per_axis, mode)
         if any(before < 0 or after < 0 for before, after in per_axis):
             keep = tuple((max(0, -b), size - max(0, -a)) for (b, a), size in zip(per_axis, self.shape, strict=True))
-            return self.shrink(keep).pad(tuple((max(0, b), max(0, a)) for b, a in per_axis), value)
+            return self.shrink(keep).pad(tuple((max(0, b), max(0, a)) for b, a in per_axis), value=value)
         if all(before == 0 and after == 0 for before, after in per_axis):
             return self
         padded = self._movement(Ops.PAD, per_axis)
@@ -98,6 +107,21 @@ class MovementOps:
             return padded
         inside = self.ones_like(dtype=dtypes.bool)._movement(Ops.PAD, per_axis)
         return inside.where(padded, value).cast(self.dtype)
+
+    def pad_to(self, shape: Any, *more: Any, value: float = 0.0) -> Tensor:
+        """Pad at the end of each axis up to `shape` (None keeps an axis as it is)."""
+        target = _shape_argument((shape, *more))
+        if len(target) != self.ndim:
+            raise ShapeError(f"pad_to {target} needs {self.ndim} sizes for shape {self.shape}")
+        padding = tuple(None if t is None else (0, t - s) for t, s in zip(target, self.shape, strict=True))
+        return self.pad(padding, value=value)
+
+    def shrink_to(self, shape: Any, *more: Any) -> Tensor:
+        """Keep the first `shape` elements of each axis (None keeps an axis whole)."""
+        target = _shape_argument((shape, *more))
+        if len(target) != self.ndim:
+            raise ShapeError(f"shrink_to {target} needs {self.ndim} sizes for shape {self.shape}")
+        return self.shrink(tuple(None if t is None else (0, t) for t in target))
 
     def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
         """Keep [start, end) of each axis (None keeps the whole axis)."""
@@ -111,7 +135,10 @@ class MovementOps:
             return self
         return self._movement(Ops.SHRINK, full)
 
-    def flip(self, *axes: Any) -> Tensor:
+    def flip(self, *axes: Any, axis: Any = None) -> Tensor:
+        """Reverse the order along `axes` (`flip(0, 1)`, `flip((0, 1))` or tinygrad's `flip(axis=...)`)."""
+        if axis is not None:
+            axes = (*axes, *(axis if isinstance(axis, (tuple, list)) else (axis,)))
         axes = {normalize_axis(axis, self.ndim) for axis in _shape_argument(axes)}
         if not axes:
             return self

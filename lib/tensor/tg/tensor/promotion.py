@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg.codegen import DType, dtypes, least_upper_dtype
+from tg.codegen import DType, dtypes, least_upper_dtype, to_dtype
 from tg.codegen.schedule.graph import Shape, ShapeError
 
 PythonScalar = bool | int | float
@@ -24,6 +24,16 @@ _NUMPY_STYLE_NAMES = {
 def dtype_name(dtype: DType) -> str:
     """The name users know a dtype by in messages: int8, float16, ... (tg's dtype names are C's: char, half)."""
     return _NUMPY_STYLE_NAMES.get(dtype.name, dtype.name)
+
+
+class DTypeMismatchError(TypeError, RuntimeError):
+    """Operands of the wrong dtype for an operation that does not convert (assign, setitem, bitcast): a TypeError,
+    and a RuntimeError as tinygrad and torch raise."""
+
+
+def dtype_argument(dtype: DType | str | None) -> DType | None:
+    """A public API's `dtype=` argument as a DType: names such as "int32" or "half" are accepted as in tinygrad."""
+    return None if dtype is None else to_dtype(dtype)
 
 
 def is_python_scalar(value: Any) -> bool:

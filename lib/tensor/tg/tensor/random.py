@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from tg.codegen import DType, dtypes
 from tg.tensor.creation import canonical_device, normalize_shape
 from tg.tensor.positions import positions
+from tg.tensor.promotion import dtype_argument
 from tg.tensor.threefry import MASK32, Key, threefry2x32
 
 if TYPE_CHECKING:
@@ -93,8 +94,9 @@ class RandomOps:
         STATE.seed, STATE.counter = seed, 0
 
     @classmethod
-    def rand(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Uniform in [0, 1)."""
+        dtype = dtype_argument(dtype)
         shape, dtype, device = normalize_shape(shape), _float_dtype(dtype), canonical_device(device)
         x0, x1 = random_words(cls, shape, device)
         if dtype is dtypes.float64:
@@ -102,8 +104,9 @@ class RandomOps:
         return unit_float(x0, dtype)
 
     @classmethod
-    def randn(cls, *shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def randn(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Standard normal (Box-Muller on the two words of every hash, computed in float32)."""
+        dtype = dtype_argument(dtype)
         shape, dtype, device = normalize_shape(shape), _float_dtype(dtype), canonical_device(device)
         x0, x1 = random_words(cls, shape, device)
         compute = dtypes.float64 if dtype is dtypes.float64 else dtypes.float32
@@ -136,8 +139,9 @@ class RandomOps:
         return (scaled.cast(dtypes.int64) + low).cast(dtype)
 
     @classmethod
-    def randperm(cls, n: int, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    def randperm(cls, n: int, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A random permutation of 0..n-1: the order that sorts n random keys."""
+        dtype = dtype_argument(dtype)
         keys, _ = random_words(cls, (n,), canonical_device(device))
         return keys.argsort().cast(dtypes.default_int if dtype is None else dtype)
 
@@ -168,10 +172,12 @@ class RandomOps:
         std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(math.prod(shape[1:]))
         return cls.normal(*shape, mean=0.0, std=std, **kwargs)
 
-    def rand_like(self, dtype: DType | None = None) -> Tensor:
+    def rand_like(self, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return type(self).rand(self.shape, dtype=dtype or _like_float(self), device=self.device)
 
-    def randn_like(self, dtype: DType | None = None) -> Tensor:
+    def randn_like(self, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return type(self).randn(self.shape, dtype=dtype or _like_float(self), device=self.device)
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
@@ -189,6 +195,8 @@ class RandomOps:
 
     def dropout(self, p: float = 0.5) -> Tensor:
         """While `Tensor.training`: zero each element with probability p and scale the rest by 1 / (1 - p)."""
+        if not 0 <= p <= 1:
+            raise ValueError(f"dropout probability must be between 0 and 1, got {p}")
         if not type(self).training or p == 0:
             return self
         if p == 1:

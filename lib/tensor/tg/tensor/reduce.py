@@ -15,6 +15,7 @@ from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
 from tg.codegen.schedule.graph import ReduceArg
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
+from tg.tensor.promotion import dtype_argument
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -37,6 +38,10 @@ def reduce_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
         return tuple(range(ndim))
     if isinstance(axis, int):
         axis = (axis,)
+    if ndim == 0:  # a 0-d tensor reduces over axis 0 or -1 (as in torch and tinygrad): nothing to reduce
+        for a in axis:
+            normalize_axis(a, ndim)
+        return ()
     axes = sorted({normalize_axis(a, ndim) for a in axis})
     if len(axes) != len(tuple(axis)):
         raise ValueError(f"repeated axis in {tuple(axis)}")
@@ -62,10 +67,12 @@ class ReduceOps:
             return result.cast(self.dtype)
         return result
 
-    def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+    def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return self._accumulated(Ops.ADD, axis, keepdim, dtype)
 
-    def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+    def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return self._accumulated(Ops.MUL, axis, keepdim, dtype)
 
     def max(self, axis: Axis = None, keepdim: bool = False) -> Tensor:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tg.codegen import DType, dtypes
 from tg.tensor.derived_reductions import finite_or_zero
 from tg.tensor.elementwise import in_float32_when_half
 from tg.tensor.movement import normalize_axis
+from tg.tensor.promotion import dtype_argument
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -106,26 +107,57 @@ def _logcumsumexp_square(x: Tensor) -> Tensor:
 LOGADDEXP_MONOID = Monoid(-math.inf, lambda a, b: a.logaddexp(b), _logcumsumexp_square)
 
 
-class ScanOps:
-    """`cumsum, cumprod, cummax, cummin, logcumsumexp` (tinygrad's forms: one axis, values only)."""
+class ValuesIndices(NamedTuple):
+    """What cummax and cummin return, as torch: unpacks as (values, indices), or read `.values`, `.indices`."""
 
-    def cumsum(self, axis: int = 0, dtype: DType | None = None) -> Tensor:
+    values: Tensor
+    indices: Tensor
+
+
+def _positions_of_running_extreme(x: Tensor, running: Tensor, axis: int) -> Tensor:
+    """int32 index of the latest position j <= i where x[j] reached running[i].
+
+    x[j] == running[j] marks where the running extreme was (re)reached; since it does not change between those
+    marks, the latest mark up to i is a running max of `j where marked` (NaNs always mark, as in torch)."""
+    reached = x == running
+    if dtypes.is_float(x.dtype):
+        reached = reached | x.isnan()
+    if x.ndim == 0:
+        return x.zeros_like(dtype=dtypes.int32)
+    axis = normalize_axis(axis, x.ndim)
+    view = [1] * x.ndim
+    view[axis] = x.shape[axis]
+    places = x.arange(x.shape[axis], dtype=dtypes.int32, device=x.device).reshape(view).expand(x.shape)
+    return scan(reached.where(places, -1), axis, _max_monoid(dtypes.int32))
+
+
+class ScanOps:
+    """`cumsum, cumprod, cummax, cummin, logcumsumexp` (one axis; cummax and cummin also give indices, as torch)."""
+
+    def cumsum(self, axis: int = 0, dtype: DType | str | None = None) -> Tensor:
         """Running sums; dtypes accumulate as in `sum` (bools and small ints in int32)."""
+        dtype = dtype_argument(dtype)
         return scan(self, axis, _sum_monoid(dtype))
 
-    def cumprod(self, axis: int = 0, dtype: DType | None = None) -> Tensor:
+    def cumprod(self, axis: int = 0, dtype: DType | str | None = None) -> Tensor:
+        dtype = dtype_argument(dtype)
         return scan(self, axis, _prod_monoid(dtype))
 
-    def cummax(self, axis: int = 0) -> Tensor:
-        """Running maxima; a NaN stays from its position on."""
-        return scan(self, axis, _max_monoid(self.dtype))
+    def cummax(self, axis: int = 0) -> ValuesIndices:
+        """Running maxima and where each was found (torch's cummax): a tie or a NaN moves the index to the latest
+        position, and a NaN stays the value from its position on."""
+        values = scan(self, axis, _max_monoid(self.dtype))
+        return ValuesIndices(values, _positions_of_running_extreme(self, values, axis))
 
-    def cummin(self, axis: int = 0) -> Tensor:
+    def cummin(self, axis: int = 0) -> ValuesIndices:
+        """Running minima and where each was found, as `cummax` (ties and NaNs take the latest position)."""
         if dtypes.is_float(self.dtype):
-            return -((-self).cummax(axis))
-        if self.dtype is dtypes.bool:
-            return self.logical_not().cummax(axis).logical_not()
-        return ~((~self).cummax(axis))
+            values = -scan(-self, axis, _max_monoid(self.dtype))
+        elif self.dtype is dtypes.bool:
+            values = scan(self.logical_not(), axis, _max_monoid(self.dtype)).logical_not()
+        else:
+            values = ~scan(~self, axis, _max_monoid(self.dtype))
+        return ValuesIndices(values, _positions_of_running_extreme(self, values, axis))
 
     def logcumsumexp(self, axis: int = 0) -> Tensor:
         """log of the running sums of exp(x), shifted by the running maximum where that is finite."""

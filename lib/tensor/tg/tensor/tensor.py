@@ -9,21 +9,23 @@ indexing, reduce.
 from __future__ import annotations
 
 import math
+from pathlib import PurePath
 from typing import Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
 from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
 from tg.tensor.advanced_indexing import AdvancedIndexingOps
 from tg.tensor.conv import ConvOps
-from tg.tensor.creation import CreationOps, canonical_device, node_from_data
+from tg.tensor.creation import CreationOps, canonical_device, node_from_data, node_from_path
 from tg.tensor.elementwise import ElementwiseOps
 from tg.tensor.fp8 import fp8_cast, is_fp8
+from tg.tensor.functional import FunctionalOps
 from tg.tensor.gather_scatter import GatherScatterOps
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.linalg import LinalgOps
 from tg.tensor.math_ops import MathOps
 from tg.tensor.movement import MovementOps
-from tg.tensor.promotion import dtype_name
+from tg.tensor.promotion import DTypeMismatchError, dtype_argument, dtype_name
 from tg.tensor.random import RandomOps
 from tg.tensor.reduce import ReduceOps
 from tg.tensor.shape_ops import ShapeOps
@@ -46,14 +48,22 @@ class Tensor(
     SortingOps,
     RandomOps,
     MathOps,
+    FunctionalOps,
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
     __slots__ = ("uop", "device")
     __array_ufunc__ = None  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy's elementwise loop
 
-    def __init__(self, data: Any = None, device: str | None = None, dtype: DType | None = None) -> None:
-        self.device: str = canonical_device(device)
+    def __init__(self, data: Any = None, device: str | None = None, dtype: DType | str | None = None) -> None:
+        dtype = dtype_argument(dtype)
+        if isinstance(data, PurePath):  # a file: mapped on its DISK device, read only when used
+            self.uop, self.device = node_from_path(data, dtype)
+            if device is not None:
+                moved = self.to(device)
+                self.uop, self.device = moved.uop, moved.device
+            return
+        self.device = canonical_device(device)
         if isinstance(data, UOp):
             self.uop: UOp = data if dtype is None or data.dtype is dtype else UOp(Ops.CAST, dtype, (data,))
         else:
@@ -79,6 +89,14 @@ class Tensor(
     def ndim(self) -> int:
         return len(self.shape)
 
+    def size(self, dim: int | None = None) -> Shape | int:
+        """The shape, or the size of axis `dim` (negative counts from the back), as torch's `size`."""
+        if dim is None:
+            return self.shape
+        from tg.tensor.movement import normalize_axis
+
+        return self.shape[normalize_axis(dim, self.ndim)]
+
     def numel(self) -> int:
         return math.prod(self.shape)
 
@@ -102,12 +120,19 @@ class Tensor(
     def __hash__(self) -> int:
         return id(self)
 
+    def __reduce__(self) -> tuple:
+        """A pickle carries the values (realized), not the graph: every unpickled tensor owns fresh storage, so
+        loads never share memory with each other or with the original (a DISK tensor comes back on the default
+        device rather than writing its file)."""
+        device = None if self.device.startswith("DISK") else self.device
+        return (_unpickle_tensor, (bytes(self.data()), self.shape, self.dtype, device))
+
     def __bool__(self) -> bool:
         raise TypeError("the truth value of a Tensor is ambiguous; use .item() or compare values after .numpy()")
 
     # -------------------------------------------------------------------------------- realizing and reading
 
-    def realize(self, *others: Tensor) -> Tensor:
+    def realize(self, *others: Tensor, do_update_stats: bool = True) -> Tensor:
         """Run everything this tensor (and `others`) needs; each then reads realized memory. Returns self."""
         from tg.tensor.engine import realize
 
@@ -147,12 +172,33 @@ class Tensor(
         """This value laid out in its own buffer when realized (the scheduler may reuse one that already is)."""
         return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
-    def clone(self) -> Tensor:
-        """A copy in fresh storage: writes to the clone never reach this tensor, and the reverse."""
-        return Tensor.empty(self.shape, dtype=self.dtype, device=self.device).assign(self)
+    def contiguous_backward(self) -> Tensor:
+        """The same value; in tinygrad a hint that the gradient flowing back through here be made contiguous. The
+        hint is accepted and the value passes unchanged; tg's gradients are not forced into their own buffer here."""
+        return self
+
+    def clone(self, device: str | None = None) -> Tensor:
+        """A copy in fresh storage (on `device`, default this tensor's): writes to the clone never reach this
+        tensor, and the reverse."""
+        source = self if device is None else self.to(device)
+        return Tensor.empty(self.shape, dtype=self.dtype, device=source.device).assign(source)
 
     def detach(self) -> Tensor:
         return self._wrap(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+
+    def replace(self, x: Tensor) -> Tensor:
+        """Make this tensor stand for `x`'s value from now on (same shape and dtype), without an assign."""
+        if x.shape != self.shape or x.dtype is not self.dtype:
+            mine, theirs = f"{self.shape} {self.dtype!r}", f"{x.shape} {x.dtype!r}"
+            raise ShapeError(f"replace needs the same shape and dtype: {mine} vs {theirs}")
+        self.uop, self.device = x.uop, x.device
+        return self
+
+    def to_(self, device: str | None) -> Tensor:
+        """Move this tensor itself to `device` (lazily); returns self."""
+        moved = self.to(device)
+        self.uop, self.device = moved.uop, moved.device
+        return self
 
     def to(self, device: str | None) -> Tensor:
         """This tensor on `device` (None: the default device); the same tensor when it is already there."""
@@ -165,21 +211,23 @@ class Tensor(
 
     # -------------------------------------------------------------------------------- casts
 
-    def cast(self, dtype: DType) -> Tensor:
+    def cast(self, dtype: DType | str) -> Tensor:
         """Convert values to `dtype` (floats to ints truncate toward zero, anything to bool tests non-zero)."""
+        dtype = dtype_argument(dtype)
         if dtype is self.dtype:
             return self
         if is_fp8(dtype) or is_fp8(self.dtype):  # saturating, and emulated for renderers without fp8
             return fp8_cast(self, dtype)
         return self._wrap(UOp(Ops.CAST, dtype, (self.uop,)))
 
-    def bitcast(self, dtype: DType) -> Tensor:
-        """Reinterpret the bits as `dtype`, which must have the same item size."""
+    def bitcast(self, dtype: DType | str) -> Tensor:
+        """Reinterpret the bits as `dtype`. Another item size changes the last axis (torch's `view(dtype)`):
+        (..., 8) uint8 becomes (..., 1) int64, and back; see tg.tensor.bit_reshape."""
+        dtype = dtype_argument(dtype)
         if dtype.itemsize != self.dtype.itemsize:
-            raise TypeError(
-                f"bitcast needs dtypes of one item size: {dtype_name(self.dtype)} has {self.dtype.itemsize} bytes, "
-                f"{dtype_name(dtype)} has {dtype.itemsize}"
-            )
+            from tg.tensor.bit_reshape import resized_bitcast
+
+            return resized_bitcast(self, dtype)
         if dtype is self.dtype:
             return self
         return self._wrap(UOp(Ops.BITCAST, dtype, (self.uop,)))
@@ -196,6 +244,15 @@ class Tensor(
     def int(self) -> Tensor:
         return self.cast(dtypes.int32)
 
+    def long(self) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def short(self) -> Tensor:
+        return self.cast(dtypes.int16)
+
+    def bfloat16(self) -> Tensor:
+        return self.cast(dtypes.bfloat16)
+
     def bool(self) -> Tensor:
         return self.cast(dtypes.bool)
 
@@ -208,7 +265,7 @@ class Tensor(
         if value.device != self.device:
             raise ValueError(f"assign device mismatch: target is on {self.device}, value on {value.device}")
         if value.dtype is not self.dtype:
-            raise TypeError(
+            raise DTypeMismatchError(
                 f"assign dtype mismatch: target is {dtype_name(self.dtype)}, value is {dtype_name(value.dtype)}"
             )
         if value.shape != self.shape:
@@ -265,6 +322,10 @@ class Tensor(
 
     def __irshift__(self, other: Any) -> Tensor:
         return self.assign(self >> other)
+
+
+def _unpickle_tensor(data: bytes, shape: Shape, dtype: DType, device: str | None) -> Tensor:
+    return Tensor(data, device=device, dtype=dtype).reshape(shape)
 
 
 def _reads_a_buffer(node: UOp) -> bool:

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 class UnaryMathOps:
-    """`exp, exp2, log, log2, sqrt, rsqrt, reciprocal, sin, cos, tan, square, abs, sign, trunc, floor, ceil, round`."""
+    """`exp, exp2, log, log2, log10, sqrt, rsqrt, reciprocal, sin, cos, tan, square, abs, sign, trunc, floor, ceil,
+    round`."""
 
     def exp2(self) -> Tensor:
         return in_float32_when_half(self, lambda x: alu(Ops.EXP2, x))
@@ -32,6 +33,9 @@ class UnaryMathOps:
 
     def log(self) -> Tensor:
         return in_float32_when_half(self, lambda x: alu(Ops.LOG2, x) * math.log(2))
+
+    def log10(self) -> Tensor:
+        return in_float32_when_half(self, lambda x: alu(Ops.LOG2, x) * math.log10(2))
 
     def sqrt(self) -> Tensor:
         return in_float32_when_half(self, lambda x: alu(Ops.SQRT, x))

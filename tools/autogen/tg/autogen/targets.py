@@ -83,6 +83,13 @@ TARGETS: dict[str, Target] = {
             defines=("_GNU_SOURCE",),
         ),
         Target(
+            "opencl",
+            "OpenCL 3.0 host API (CL/cl.h, opencl-headers): platforms, contexts, queues, programs, kernels",
+            (Header("/usr/include/CL/cl.h"), Header("/usr/include/CL/cl_platform.h", pattern=r"CL_|cl_")),
+            lib="OpenCL",
+            defines=("CL_TARGET_OPENCL_VERSION=300",),
+        ),
+        Target(
             "libusb",
             "libusb-1.0: device enumeration and transfers",
             (

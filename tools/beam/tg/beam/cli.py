@@ -1,10 +1,39 @@
-"""The tg-beam command line: a thin typer layer over the tg.beam library."""
+"""The tg-beam command line: BEAM search for one kernel, kernel export from a program, and the shared cache.
 
+    tg-beam --kernel k.pkl [--beam N] [--device DEV] [--ignore-cache] [--out opt.pkl] [--src] [--verify] [--json]
+    tg-beam dump DIR -- CMD...        run CMD, writing one k.pkl per kernel it compiles into DIR
+    tg-beam cache export FILE | import FILE
+
+Exit codes: 0 success, 1 a failure (bad input, nothing compiles, --verify mismatch), 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
 from importlib.metadata import version
+from pathlib import Path
+from typing import Any
 
 import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn
 
-app = typer.Typer(help="BEAM search for the fastest way to run one kernel.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="BEAM search for the fastest way to run one kernel, and a cache of what was found.",
+    add_completion=False,
+    invoke_without_command=True,
+)
+cache_app = typer.Typer(help="Move BEAM results between machines of the same kind.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
 
 
 def _print_version(value: bool) -> None:
@@ -13,13 +42,158 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _default_width() -> int:
+    from tg.codegen.flags import BEAM
+
+    return int(BEAM) or 8
+
+
 @app.callback()
-def _options(
+def search(
+    ctx: typer.Context,
+    kernel: Path | None = typer.Option(None, "--kernel", help="A pickled kernel (k.pkl): AST, (ast, opts), list."),
+    beam: int | None = typer.Option(None, "--beam", min=1, help="Beam width (default: BEAM, else 8)."),
+    device: str = typer.Option("CPU", "--device", help="Device to time on (e.g. CPU, CPU:LLVM)."),
+    ignore_cache: bool = typer.Option(False, "--ignore-cache", help="Search even when a result is cached."),
+    out: Path | None = typer.Option(None, "--out", help="Write the kernel with its winning opts (a k.pkl)."),
+    show_src: bool = typer.Option(False, "--src", help="Print the winner's source."),
+    check: bool = typer.Option(False, "--verify", help="Compare the winner with the unoptimized kernel."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    timing: bool = typer.Option(False, "--timing", help="Re-time the winner with 10 launches."),
     show_version: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
-    ),
+    ),  # fmt: skip
 ) -> None:
-    """BEAM search for the fastest way to run one kernel."""
+    """Search the fastest opts for each kernel in --kernel k.pkl, or run a subcommand."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if kernel is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(2)
+    from tg.beam.kernels import BeamError, load_kernels
+
+    try:
+        jobs = load_kernels(kernel)
+        device_name = _check_device(device)
+    except BeamError as error:
+        _fail(str(error))
+    width = beam or _default_width()
+    documents, winners, failed = [], [], False
+    for job in jobs:
+        document, winner = _search_one(job, device_name, width, ignore_cache, show_src, check, timing, as_json)
+        documents.append(document)
+        winners.append(winner)
+        failed = failed or document.get("verified") is False
+    if out is not None:
+        _write_atomically(out, pickle.dumps(winners[0] if len(winners) == 1 else winners))
+    if as_json:
+        typer.echo(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
+    if failed:
+        raise typer.Exit(1)
+
+
+def _check_device(device: str) -> str:
+    from tg.beam.kernels import BeamError
+    from tg.hcq.device import Device
+
+    try:
+        name = Device.canonicalize(device)
+        if Device[name].renderer is None:
+            raise BeamError(f"device {name} cannot run kernels (it has no renderer)")
+    except (KeyError, ValueError, RuntimeError) as error:
+        raise BeamError(str(error).strip("'\"")) from None
+    return name
+
+
+def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src: bool, check: bool, timing: bool,
+                as_json: bool) -> tuple[dict[str, Any], Any]:  # fmt: skip
+    """Search one kernel and report it; returns the JSON document and the kernel set to its winning opts."""
+    from tg.beam.kernels import verify
+    from tg.codegen.pipeline import CodegenFlags, kernel_to_program, with_opts
+    from tg.hcq.device import Device
+    from tg.hcq.engine import time_kernel
+    from tg.hcq.engine.beam import search_opts
+    from tg.hcq.engine.programs import renderer_for
+
+    console = Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
+    flags = CodegenFlags.from_environment()
+    start = with_opts(job.ast, job.preapplied) if job.preapplied else job.ast
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=console,
+                  disable=not console.is_terminal or as_json) as progress:  # fmt: skip
+        task = progress.add_task(f"{job.name}: searching with beam {width}")
+
+        def show(round_: Any) -> None:
+            progress.update(task, description=f"{job.name}: round {round_.number}: {round_.candidates} candidates, "
+                            f"{round_.timed} timed, best {round_.best_seconds * 1e6:.1f} us")  # fmt: skip
+
+        result = search_opts(start, device, width, ignore_cache=ignore_cache, flags=flags, on_round=show)
+    winner = with_opts(job.ast, result.opts)
+    seconds = time_kernel(winner, device, flags, repeats=10).seconds if timing else result.seconds
+    document: dict[str, Any] = {
+        "name": job.name, "device": device, "beam": width, "cached": result.cached, "time_us": seconds * 1e6,
+        "opts": [{"op": o.op.name, "axis": o.axis, "arg": repr(o.arg)} for o in result.opts],
+    }  # fmt: skip
+    if not as_json:
+        where = "cached" if result.cached else "searched"
+        typer.echo(f"{job.name}: final time {seconds * 1e6:.1f} us ({where}, beam {width} on {device})")
+        typer.echo(f"applied_opts: {list(result.opts)}")
+    if show_src:
+        source = kernel_to_program(winner, renderer_for(Device[device]), flags).src
+        document["src"] = source
+        if not as_json:
+            typer.echo(source)
+    if check:
+        outcome = verify(job, result.opts, device, flags)
+        document["verified"] = outcome.matches
+        if not as_json:
+            typer.echo(f"verify: {'ok' if outcome.matches else 'MISMATCH'}: {outcome.detail}")
+    return document, winner
+
+
+def _write_atomically(out: Path, data: bytes) -> None:
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, out)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def dump(ctx: typer.Context, folder: Path = typer.Argument(..., help="Where to write the k.pkl files.")) -> None:
+    """Run CMD and write one k.pkl per kernel it compiles into FOLDER: tg-beam dump DIR -- CMD..."""
+    command = list(ctx.args)
+    if not command:
+        typer.echo("error: no command given: tg-beam dump DIR -- CMD...", err=True)
+        raise typer.Exit(2)
+    folder.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TG_DUMP_KERNELS=str(folder.resolve()))
+    try:
+        finished = subprocess.run(command, env=env)
+    except FileNotFoundError:
+        _fail(f"command not found: {command[0]}")
+    count = len(list(folder.glob("*.pkl")))
+    typer.echo(f"{count} kernels in {folder}", err=True)
+    raise typer.Exit(finished.returncode)
+
+
+@cache_app.command("export")
+def cache_export(path: Path) -> None:
+    """Write every cached BEAM result to PATH."""
+    from tg.hcq.engine.beam import export_cache
+
+    typer.echo(f"exported {export_cache(str(path))} results to {path}")
+
+
+@cache_app.command("import")
+def cache_import(path: Path, device: str = typer.Option("CPU", "--device")) -> None:
+    """Add the results in PATH that were found with this machine's compiler and CPU model."""
+    from tg.hcq.engine.beam import BeamCacheError, import_cache
+
+    if not path.exists():
+        _fail(f"{path} does not exist")
+    try:
+        imported, refused = import_cache(str(path), device)
+    except BeamCacheError as error:
+        _fail(str(error))
+    typer.echo(f"imported {imported} results, refused {refused} made with another compiler or CPU model")
 
 
 def main() -> None:
@@ -27,4 +201,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,8 +1,9 @@
 """A raw SPI dump through the ROM_INDEX/ROM_DATA aperture of the SMUIO ROM controller (fw dump).
 
-The index register takes the 64 KiB page number shifted right by 8, byte-swapped (the encoding the
-reference tool validated on hardware). ROM_DATA must be read one dword at a time: a block read would
-increment the MMIO address. Both registers are put back to their exact original values.
+This follows the seed (fw_live.py), which ran on hardware: every write to ROM_CNTL and ROM_INDEX on this
+path goes through bswap32, the aperture enable (ROM_CNTL bit 29) included, and the restore writes
+bswap32 of the values read at the start. The index takes the 64 KiB page number shifted right by 8.
+ROM_DATA must be read one dword at a time: a block read would increment the MMIO address.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def read_aperture(mmio: MMIOInterface, on_page: Callable[[int], None] | None = N
     original_index = mmio.read32(regs.ROM_INDEX)
     out = bytearray()
     try:
-        mmio.write32(regs.ROM_CNTL, original_cntl | regs.ROM_APERTURE_ENABLE)
+        mmio.write32(regs.ROM_CNTL, bswap32(original_cntl | regs.ROM_APERTURE_ENABLE))
         for page in range(0, regs.FLASH_SIZE, regs.INDEX_PAGE):
             mmio.write32(regs.ROM_INDEX, bswap32(page >> 8))
             for _ in range(regs.INDEX_PAGE // 4):
@@ -39,8 +40,8 @@ def read_aperture(mmio: MMIOInterface, on_page: Callable[[int], None] | None = N
                 on_page(page + regs.INDEX_PAGE)
     finally:
         with deferred_interrupt():
-            mmio.write32(regs.ROM_INDEX, original_index)
-            mmio.write32(regs.ROM_CNTL, original_cntl)
+            mmio.write32(regs.ROM_INDEX, bswap32(original_index))
+            mmio.write32(regs.ROM_CNTL, bswap32(original_cntl))
     return bytes(out)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,9 +25,20 @@ class BoardOptions:
     prescale: int = 8
     transport: Transport = Transport.AUTO
     sim_state: Path | None = None
+    remote: str | None = None
+    token: str | None = None
 
     def request(self) -> BoardRequest:
-        return BoardRequest(self.transport, self.device, regs.VENDOR_AMD, NAVI31, regs.BAR, self.sim_state)
+        return BoardRequest(
+            self.transport,
+            self.device,
+            regs.VENDOR_AMD,
+            NAVI31,
+            regs.BAR,
+            self.sim_state,
+            remote=self.remote,
+            token=self.token,
+        )
 
     def check(self) -> None:
         """Everything about the options that can be checked without hardware."""
@@ -37,12 +49,22 @@ class BoardOptions:
 
 @contextmanager
 def open_mmio(options: BoardOptions) -> Iterator[MMIOInterface]:
+    """The board's BAR. When the command already failed, a failure while closing (a simulated board that
+    finds registers unrestored because the link died) is shown as a warning, not in place of the cause."""
     connection = open_board(options.request())
+    for warning in connection.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     try:
         yield connection.mmio
-    finally:
-        with deferred_interrupt():
-            connection.close()
+    except BaseException:
+        try:
+            with deferred_interrupt():
+                connection.close()
+        except Exception as close_error:
+            print(f"warning: {close_error}", file=sys.stderr)
+        raise
+    with deferred_interrupt():
+        connection.close()
 
 
 @contextmanager

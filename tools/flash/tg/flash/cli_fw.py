@@ -10,9 +10,10 @@ import typer
 from tg.drivers import navi31_regs as regs
 from tg.flash.aperture import check_raw_dump, read_aperture, sha256
 from tg.flash.board import open_mmio
-from tg.flash.console import check_output_path, failures, parse_int, read_input, write_atomically
+from tg.flash.console import failures, parse_int, read_input
 from tg.flash.errors import FlashError
 from tg.flash.ifwi import ROM_ITEM_COUNT, check_ifwi_size, resolve_ifwi_item
+from tg.flash.outputs import check_output, write_output
 from tg.flash.psp import ERROR_GATED, GET_TRANSFER_TYPE, PSPMailbox
 
 fw_app = typer.Typer(
@@ -39,17 +40,21 @@ def probe(ctx: typer.Context) -> None:
 
 
 @fw_app.command("dump")
-def fw_dump(ctx: typer.Context, output: Path = typer.Argument(..., help="File for the raw 2 MiB dump.")) -> None:
+def fw_dump(
+    ctx: typer.Context,
+    output: Path = typer.Argument(..., help="File for the raw 2 MiB dump."),
+    force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it already exists."),
+) -> None:
     """Dump the flash through the ROM_INDEX/ROM_DATA aperture; refuses anything but a raw 2 MiB image."""
     cli = ctx.obj
     with failures(cli.reporter, cli.debug):
-        check_output_path(output)
+        check_output(output, force)
         cli.options.check()
         started = time.monotonic()
         with open_mmio(cli.options) as mmio:
             data = read_aperture(mmio, on_page=lambda done: cli.reporter.line(f"0x{done:06x}/0x{regs.FLASH_SIZE:06x}"))
         check_raw_dump(data)  # only after the registers are restored, and before any file is written
-        write_atomically(output, data)
+        write_output(output, data, force)
         seconds = time.monotonic() - started
         digest = sha256(data)
         text = f"dumped 0x{len(data):x} bytes in {seconds:.1f}s sha256={digest}"

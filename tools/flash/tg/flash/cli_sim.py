@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from tg.flash.console import failures, parse_int, read_input, write_atomically
+from tg.flash.console import failures, parse_int, read_input
+from tg.flash.outputs import check_output, write_output
 
 sim_app = typer.Typer(help="Create and inspect simulated Navi31 board state.", no_args_is_help=True)
 
@@ -25,7 +26,8 @@ def _pairs(values: list[str], what: str) -> dict[int, int]:
 @sim_app.command()
 def init(
     ctx: typer.Context,
-    path: Path = typer.Argument(..., help="State file to create (overwritten)."),
+    path: Path = typer.Argument(..., help="State file to create."),
+    force: bool = typer.Option(False, "--force", help="Replace PATH if it already exists."),
     image: Path | None = typer.Option(None, "--image", help="2 MiB flash contents (default: the synthetic IFWI)."),
     ifwi_seed: int = typer.Option(0, "--ifwi-seed", parser=parse_int, help="Seed of the synthetic IFWI."),
     cmp: bool = typer.Option(False, "--cmp", help="Power on with SR2.CMP set (whole array protected)."),
@@ -37,9 +39,14 @@ def init(
     stuck_bit: list[str] = typer.Option([], "--stuck-bit", help="ADDR:BITS stuck at 1 (repeatable)."),
     psp_error: list[str] = typer.Option([], "--psp-error", help="CMD:CODE the PSP answers (repeatable)."),
     psp_gated: bool = typer.Option(False, "--psp-gated", help="A booted SOS: transfer type answers 0x0A."),
+    psp_not_ready: bool = typer.Option(False, "--psp-not-ready", help="The PSP never hands the mailbox back."),
     aperture: str = typer.Option("raw", "--aperture", help="ROM aperture: raw|unavailable|mirrored."),
     jedec_rotation: int = typer.Option(0, "--jedec-rotation", help="Rotate the RDID capture by N bytes."),
     trace: bool = typer.Option(False, "--trace", help="Append every session's register accesses to PATH.trace."),
+    via: str = typer.Option("usb", "--via", help="usb: behind a simulated ASM24 bridge (default); pci: direct BAR."),
+    link_down: bool = typer.Option(False, "--link-down", help="USB bridge: the PCIe link never comes up."),
+    usb_stall: list[int] = typer.Option([], "--usb-stall", parser=parse_int, help="Stall bulk OUT transfer N."),
+    usb_corrupt_cbw: list[int] = typer.Option([], "--usb-corrupt-cbw", parser=parse_int, help="Corrupt CBW N."),
 ) -> None:
     """Create a simulated board (healthy unless fault options say otherwise)."""
     from tg.drivers.sim.faults import Faults
@@ -49,6 +56,8 @@ def init(
     with failures(cli.reporter, cli.debug):
         if aperture not in ("raw", "unavailable", "mirrored"):
             raise typer.BadParameter("choose raw, unavailable or mirrored", param_hint="--aperture")
+        if via not in ("usb", "pci"):
+            raise typer.BadParameter("choose usb or pci", param_hint="--via")
         faults = Faults(
             gated=gated,
             status_stuck=status_stuck,
@@ -57,14 +66,19 @@ def init(
             stuck_bits=_pairs(stuck_bit, "--stuck-bit"),
             psp_errors=_pairs(psp_error, "--psp-error"),
             psp_gated=psp_gated,
+            psp_not_ready=psp_not_ready,
             aperture=aperture,
+            usb_link_down=link_down,
+            usb_stall_at=list(usb_stall),
+            usb_corrupt_cbw_at=list(usb_corrupt_cbw),
         )
         flash = read_input(image) if image is not None else None
+        check_output(path, force)
         state = new_state(flash, ifwi_seed=ifwi_seed, cmp=cmp, faults=faults)
-        state.sr1, state.jedec_rotation, state.trace = sr1 & 0xFC, jedec_rotation, trace
+        state.sr1, state.jedec_rotation, state.trace, state.via = sr1 & 0xFC, jedec_rotation, trace, via
         save_state(state, path)
         trace_path(path).unlink(missing_ok=True)
-        cli.reporter.result(f"created simulated Navi31 board {path}", {"path": str(path)})
+        cli.reporter.result(f"created simulated Navi31 board {path} (via {via})", {"path": str(path), "via": via})
 
 
 @sim_app.command()
@@ -87,6 +101,7 @@ def show(ctx: typer.Context, path: Path = typer.Argument(..., help="State file."
             "psp_position": state.psp.position,
             "psp_states": len(state.psp.states),
             "sessions": state.sessions,
+            "via": state.via,
         }
         lines = [
             f"flash sha256={payload['flash_sha256']}",
@@ -94,6 +109,7 @@ def show(ctx: typer.Context, path: Path = typer.Argument(..., help="State file."
             *(f"{name}=0x{value:08x}" for name, value in registers.items()),
             f"PSP transfer state {state.psp.position}/{len(state.psp.states)}",
             f"sessions: {state.sessions}",
+            f"reached via: {state.via}",
         ]
         cli.reporter.result("\n".join(lines), payload)
 
@@ -103,11 +119,13 @@ def ifwi(
     ctx: typer.Context,
     path: Path = typer.Argument(..., help="State file."),
     output: Path = typer.Argument(..., help="Where to write the IFWI the simulated PSP expects."),
+    force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it already exists."),
 ) -> None:
     """Write the synthetic IFWI that the simulated PSP compares streamed items with."""
     from tg.drivers.sim.state import load_state
 
     cli = ctx.obj
     with failures(cli.reporter, cli.debug):
-        write_atomically(output, load_state(path).ifwi)
+        check_output(output, force)
+        write_output(output, load_state(path).ifwi, force)
         cli.reporter.result(f"wrote {output}", {"path": str(output)})

@@ -4,9 +4,7 @@ otherwise, errors as one `error: ...` line, and atomic output files."""
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,32 +71,6 @@ def progress(reporter: Reporter, description: str, total: int) -> Iterator[Progr
     with RichProgress(*columns, transient=False) as bar:
         task = bar.add_task(description, total=total)
         yield Progress(reporter, bar, task)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same folder, then rename: a failed run never leaves half a file."""
-    path = Path(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def check_output_path(path: Path) -> None:
-    """Fail before touching hardware if the output cannot be written where asked."""
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise ValueError(f"output folder {parent} does not exist")
-    if Path(path).is_dir():
-        raise ValueError(f"output {path} is a folder")
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"output folder {parent} is not writable")
 
 
 def read_input(path: Path) -> bytes:

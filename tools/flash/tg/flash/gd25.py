@@ -32,6 +32,7 @@ def has_jedec(capture: bytes) -> bool:
 class GD25LQ16E:
     def __init__(self, spi: Navi31SPI) -> None:
         self.spi = spi
+        self.jedec = b""
 
     # -- identification and status ---------------------------------------------------------------------------
 
@@ -40,17 +41,23 @@ class GD25LQ16E:
         return self.spi.transfer(opcode, address=address, address_len=address_len, data_in=count)
 
     def rdid(self) -> bytes:
-        return self._read_twice(READ_ID, 4)
+        return self.read_register_bytes(READ_ID, 4)
 
     def identify(self) -> bytes:
-        """Read the JEDEC ID and refuse anything but a GD25LQ16E."""
+        """Read the JEDEC ID and refuse anything but a GD25LQ16E; the capture is kept in `jedec`."""
         capture = self.rdid()
         if not has_jedec(capture):
             raise FlashError(f"unexpected GD25LQ16E JEDEC capture: {capture.hex()} (refusing an unknown chip)")
+        self.jedec = capture
         return capture
 
+    def read_register_bytes(self, opcode: int, count: int) -> bytes:
+        """A register read as the seed does it: primed with max(2, count) bytes, then `count` read."""
+        self.spi.transfer(opcode, data_in=max(2, count))
+        return self.spi.transfer(opcode, data_in=count)
+
     def read_register(self, opcode: int) -> int:
-        return self._read_twice(opcode, 1)[0]
+        return self.read_register_bytes(opcode, 1)[0]
 
     def status_registers(self) -> tuple[int, int, int]:
         return self.read_register(READ_SR1), self.read_register(READ_SR2), self.read_register(READ_SR3)

@@ -60,6 +60,10 @@ class Mismatch:
         return f"0x{self.offset:06x}: flash={self.flash_byte:02x} image={self.image_byte:02x}"
 
 
+class VerifyMismatch(FlashError):
+    """A written sector did not read back as the image."""
+
+
 def first_mismatch(flash: bytes, image: bytes, base: int = 0) -> Mismatch | None:
     if flash == image:
         return None
@@ -107,7 +111,7 @@ def program_sector(chip: GD25LQ16E, sector: int, wanted: bytes) -> SectorOutcome
     written = chip.read(address, regs.SECTOR_SIZE)
     mismatch = first_mismatch(written, wanted, address)
     if mismatch is not None:
-        raise FlashError(f"verify mismatch at {mismatch}")
+        raise VerifyMismatch(f"verify mismatch at {mismatch}")
     return SectorOutcome(sector, "erased+programmed" if needs_erase else "programmed", pages)
 
 
@@ -130,10 +134,27 @@ def program_image(
     skipped = erased = pages = 0
     for sector in sectors.sectors():
         address = sector * regs.SECTOR_SIZE
-        outcome = program_sector(chip, sector, image[address : address + regs.SECTOR_SIZE])
+        try:
+            outcome = program_sector(chip, sector, image[address : address + regs.SECTOR_SIZE])
+        except VerifyMismatch as e:
+            raise _explain_protection(chip, e, address) from None
         skipped += outcome.action == "skipped"
         erased += outcome.action == "erased+programmed"
         pages += outcome.pages_programmed
         if on_sector is not None:
             on_sector(outcome)
     return FlashSummary(sectors.count, skipped, erased, pages, cleared)
+
+
+def _explain_protection(chip: GD25LQ16E, mismatch: VerifyMismatch, address: int) -> VerifyMismatch:
+    """A chip ignores writes to a protected range without any error; when that is the cause, say so."""
+    from tg.flash.protect import read_protection
+
+    protection = read_protection(chip)
+    if not protection.covers(address, regs.SECTOR_SIZE):
+        return mismatch
+    return VerifyMismatch(
+        f"{mismatch}: sector 0x{address:06x} lies in the write-protected range {protection.describe_range()} "
+        f"({protection.describe_bits()}), so the chip ignored the erase and program; `tg-flash wp status` "
+        "shows the protection, `tg-flash wp disable --yes` clears it"
+    )

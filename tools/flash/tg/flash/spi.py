@@ -127,17 +127,11 @@ class Navi31SPI:
             mmio.write32(regs.ROM_SW_DATA + 4 * i, dword)
         mmio.write32(regs.ROM_SW_CNTL, control_word(command_bytes, len(data_out) or data_in, bool(data_in)))
         mmio.read32(regs.ROM_SW_CNTL)  # flush the posted write before polling
-        last_status = [0]
-
-        def done() -> bool:
-            last_status[0] = mmio.read32(regs.ROM_SW_STATUS)
-            return bool(last_status[0] & regs.STATUS_DONE)
-
-        wait_until(
-            done,
-            self.timeout,
-            lambda: f"ROM_SW transaction timeout (status=0x{last_status[0]:08x}); engine may be gated after SOS boot",
-        )
+        # As in the seed, the timeout message is made before polling starts, so it shows the status right
+        # after the start; the read is part of the sequence that ran on hardware.
+        status = mmio.read32(regs.ROM_SW_STATUS)
+        message = f"ROM_SW transaction timeout (status=0x{status:08x}); engine may be gated after SOS boot"
+        wait_until(lambda: mmio.read32(regs.ROM_SW_STATUS) & regs.STATUS_DONE, self.timeout, message)
         if not data_in:
             return b""
         # A byte copy, no dword swap: the window holds the received stream in wire order.

@@ -230,8 +230,12 @@ def _identity(op: Ops, dtype: DType) -> UOp:
 
 
 def loop_order(ranges: tuple[UOp, ...]) -> list[UOp]:
-    """Reduce loops outermost, unrolled ones (UNROLL) inside them; by axis id within each."""
-    return sorted(ranges, key=lambda r: (r.arg.axis_type is AxisType.UNROLL, r.arg.axis_id))
+    """GROUP_REDUCE loops outermost (on a GPU they are the threads of a work-group, each reducing its share),
+    then reduce loops, unrolled ones (UNROLL) innermost; by axis id within each."""
+    return sorted(
+        ranges,
+        key=lambda r: (r.arg.axis_type is not AxisType.GROUP_REDUCE, r.arg.axis_type is AxisType.UNROLL, r.arg.axis_id),
+    )
 
 
 def lane_count(lanes: list[UOp]) -> int:
@@ -246,9 +250,13 @@ def lane_index(lanes: list[UOp]) -> UOp:
     return position.simplify()
 
 
+OUTPUT_LOOP_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
+
+
 def output_ranges(ast: UOp) -> list[UOp]:
-    found = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.LOOP]
-    return sorted(found, key=lambda r: r.arg.axis_id)
+    """The loops around the whole kernel, outermost first; LOCAL ranges (work-group threads) innermost."""
+    found = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type in OUTPUT_LOOP_TYPES]
+    return sorted(found, key=lambda r: (r.arg.axis_type is AxisType.LOCAL, r.arg.axis_id))
 
 
 def linearize(ast: UOp) -> UOp:

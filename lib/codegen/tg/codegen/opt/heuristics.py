@@ -105,7 +105,8 @@ def small_window(k: KernelOptimizer) -> int:
 def upcast_reused_axes(k: KernelOptimizer) -> None:
     """Upcast up to two different output axes along which some load is reused: the contiguous one first, else
     the largest; each as wide as the registers and the unrolled body (lanes times the small window) allow."""
-    lanes, done, covered = 1, set(), frozenset()
+    lanes, done = 1, set()
+    covered: frozenset[UOp] = frozenset()  # loads the upcasts so far reuse
     window = small_window(k)
     for _ in range(2):
         candidates = [

@@ -1,5 +1,5 @@
 """Renderers: a linear program (see tg.codegen.lower) in, source text for one device out."""
 
-from tg.codegen.render.base import RenderedKernel, Renderer
+from tg.codegen.render.base import KernelText, LinearRenderer, RenderedKernel, Renderer
 
-__all__ = ["RenderedKernel", "Renderer"]
+__all__ = ["KernelText", "LinearRenderer", "RenderedKernel", "Renderer"]

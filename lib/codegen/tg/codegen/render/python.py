@@ -75,7 +75,7 @@ class PythonRenderer(LinearRenderer):
 
     def prologue(self, k: KernelText, params: list[UOp]) -> None:
         for p in params:
-            k.line(f"data{p.arg.slot} = TypedMemory(raw{p.arg.slot}, {p.dtype.base!r})")
+            k.line(f"data{p.arg.slot} = TypedMemory(raw{p.arg.slot}, {p.ptrdtype.base!r})")
 
     def finish(self, k: KernelText, params: list[UOp]) -> RenderedKernel:
         arguments = [f"raw{p.arg.slot}" for p in params]
@@ -100,7 +100,7 @@ class PythonRenderer(LinearRenderer):
         k.names[node] = name
 
     def accumulator(self, k: KernelText, node: UOp, name: str) -> None:
-        k.line(f"{name} = [None] * {node.dtype.size}")
+        k.line(f"{name} = [None] * {node.ptrdtype.size}")
 
     def load(self, node: UOp, address: str, gate: str | None, alternative: list[str]) -> str:
         return address if gate is None else f"({address} if {gate} else {alternative[0]})"

@@ -33,28 +33,12 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from dataclasses import dataclass
 
 from tg.codegen.dtype import DType
+from tg.codegen.uop.args import BufferArg, ReduceArg  # noqa: F401 - graph builders import both from here
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
 Shape = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class BufferArg:
-    """A BUFFER's identity: a unique id (so equal-sized buffers stay distinct nodes) and its size in elements."""
-
-    uid: int
-    size: int
-
-
-@dataclass(frozen=True)
-class ReduceArg:
-    """A REDUCE_AXIS: the combining op (ADD, MUL or MAX) and the axes it reduces (kept as size-1 axes)."""
-
-    op: Ops
-    axes: tuple[int, ...]
 
 
 _next_buffer_uid = itertools.count()
@@ -73,8 +57,11 @@ def const_node(value: object, dtype: DType, device: str) -> UOp:
     return UOp(Ops.CONST, dtype, (device_node(device),), value)
 
 
-class ShapeError(ValueError):
-    """A tensor-graph node whose shape makes no sense (the message names the shapes involved)."""
+class ShapeError(ValueError, RuntimeError):
+    """A tensor-graph node whose shape makes no sense (the message names the shapes involved).
+
+    Both a ValueError (what tinygrad raises) and a RuntimeError (what torch raises), so code written for either
+    catches it."""
 
 
 _shapes: weakref.WeakKeyDictionary[UOp, Shape] = weakref.WeakKeyDictionary()

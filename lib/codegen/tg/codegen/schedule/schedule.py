@@ -23,6 +23,7 @@ from tg.codegen.schedule.kernel import AssignError, Kernel, build_kernel
 from tg.codegen.schedule.realize import contiguous_copies, find_realize_points, split_big_reductions, whole_buffer
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
+from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, verify_stage
 
 SCHEDULE_CACHE_SIZE = 512
 GRAPH_STAGES = [split_big_reductions, contiguous_copies]  # tensor-graph rewrites before finding realize points
@@ -146,11 +147,14 @@ def schedule_graph(roots: tuple[UOp, ...]) -> Schedule:
     """Schedule `roots` (no cache)."""
     for stage in GRAPH_STAGES:
         roots = graph_rewrite(UOp.sink(*roots), stage, name=stage.name).src
+        verify_stage(str(stage.name), UOp.sink(*roots), TENSOR_SPEC)
     forced: list[UOp] = []
     while True:
         points = find_realize_points(roots, tuple(forced))
         storage = _allocate_storage(points)
         kernels = {p: build_kernel(p, storage[p], storage) for p in points if p.op is not Ops.COPY}
+        for kernel in kernels.values():
+            verify_stage("build kernels", kernel.ast, KERNEL_SPEC)
         hazard = next((p for p in points if p.op is Ops.ASSIGN and _reads_what_it_overwrites(kernels[p])), None)
         if hazard is None:
             break

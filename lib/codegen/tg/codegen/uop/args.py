@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tg.codegen.uop.ops import Ops
 
 
 class AxisType(Enum):
@@ -67,3 +70,19 @@ class KernelInfo:
     def function_name(self) -> str:
         """The name as a C identifier."""
         return "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)
+
+
+@dataclass(frozen=True)
+class BufferArg:
+    """A BUFFER's identity: a unique id (so equal-sized buffers stay distinct nodes) and its size in elements."""
+
+    uid: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ReduceArg:
+    """A REDUCE_AXIS: the combining op (ADD, MUL or MAX) and the axes it reduces (kept as size-1 axes)."""
+
+    op: Ops
+    axes: tuple[int, ...]

@@ -19,27 +19,22 @@ from enum import IntEnum, auto
 from typing import Any
 
 from tg.codegen.dtype import AddrSpace, DType, PtrDType, dtypes, truncate
-from tg.codegen.uop.args import AxisType, ParamArg, RangeArg, VarArg
+from tg.codegen.uop.args import AxisType, BufferArg, KernelInfo, ParamArg, RangeArg, ReduceArg, VarArg
 
 
 class Ops(IntEnum):
-    """Every op of the IR. Grouped by what they describe; `GroupOp` has the sets passes match on."""
+    """Every op of the IR, grouped by what they describe; `GroupOp` has the sets passes match on. An op is here
+    because some stage produces it and another consumes it; `ARG_TYPES` says what each one's `arg` holds."""
 
     # kernel parameters, memory and variables
     PARAM = auto()
-    DEFINE_GLOBAL = PARAM  # the older spelling of PARAM
-    DEFINE_LOCAL = auto()  # older spelling of a local-memory BUFFER (S1 era), kept for old graphs
-    DEFINE_REG = auto()  # older spelling of a register BUFFER (S1 era), kept for old graphs
     BUFFER = auto()
-    BUFFER_VIEW = auto()
     DEFINE_VAR = auto()
     BIND = auto()
-    SPECIAL = auto()
-    UNIQUE = auto()
+    SPECIAL = auto()  # a hardware index (gidx0, lidx1): GPU renderers' global and local ids
     DEVICE = auto()
     # constants
     CONST = auto()
-    VCONST = auto()
     # loops and memory access
     RANGE = auto()
     END = auto()
@@ -48,26 +43,16 @@ class Ops(IntEnum):
     LOAD = auto()
     STORE = auto()
     AFTER = auto()
-    BARRIER = auto()
-    IF = auto()
-    ENDIF = auto()
+    BARRIER = auto()  # a workgroup barrier: GPU renderers' local memory
     # graph structure
     SINK = auto()
     GROUP = auto()
     NOOP = auto()
-    CALL = auto()
-    CUSTOM_FUNCTION = auto()
     # programs
-    PROGRAM = auto()
     LINEAR = auto()
-    SOURCE = auto()
-    BINARY = auto()
-    INS = auto()
-    # vectors and tensor cores
+    # vectors
     VECTORIZE = auto()
     GEP = auto()
-    PTRCAT = auto()
-    WMMA = auto()
     # type conversion
     CAST = auto()
     BITCAST = auto()
@@ -96,7 +81,6 @@ class Ops(IntEnum):
     SHL = auto()
     SHR = auto()
     POW = auto()
-    THREEFRY = auto()
     # ternary ALU
     WHERE = auto()
     MULACC = auto()
@@ -110,14 +94,9 @@ class Ops(IntEnum):
     # tensor-graph ops
     COPY = auto()
     CONTIGUOUS = auto()
-    CONTIGUOUS_BACKWARD = auto()
     DETACH = auto()
     ASSIGN = auto()
-    MSTACK = auto()
-    MSELECT = auto()
-    MULTI = auto()
     REDUCE_AXIS = auto()
-    KERNEL = auto()
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -132,7 +111,7 @@ class GroupOp:
     Binary = frozenset(
         {
             Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
-            Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW, Ops.THREEFRY,
+            Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW,
         }
     )  # fmt: skip
     Ternary = frozenset({Ops.WHERE, Ops.MULACC})
@@ -143,6 +122,39 @@ class GroupOp:
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
     Buffer = frozenset({Ops.LOAD, Ops.STORE, Ops.CONST, Ops.PARAM, Ops.BUFFER})
     Irreducible = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE})
+
+
+NoArg = type(None)
+ARG_TYPES: dict[Ops, type | tuple[type, ...]] = {
+    Ops.PARAM: ParamArg, Ops.BUFFER: BufferArg, Ops.DEFINE_VAR: VarArg, Ops.BIND: NoArg,
+    Ops.SPECIAL: str,  # the index's name
+    Ops.DEVICE: str,  # the device name
+    Ops.CONST: (bool, int, float),
+    Ops.RANGE: RangeArg, Ops.END: NoArg,
+    Ops.REDUCE: Ops,  # the combining op: ADD, MUL or MAX
+    Ops.INDEX: NoArg, Ops.LOAD: NoArg, Ops.STORE: NoArg, Ops.AFTER: NoArg, Ops.BARRIER: NoArg,
+    Ops.SINK: (NoArg, KernelInfo),  # a kernel AST's SINK carries its KernelInfo
+    Ops.GROUP: NoArg,
+    Ops.NOOP: (NoArg, str),  # a marker may name why it is there
+    Ops.LINEAR: (NoArg, KernelInfo),
+    Ops.VECTORIZE: NoArg,
+    Ops.GEP: tuple,  # the lanes taken
+    Ops.CAST: NoArg, Ops.BITCAST: NoArg,
+    **{op: NoArg for op in GroupOp.ALU},
+    Ops.RESHAPE: tuple, Ops.PERMUTE: tuple, Ops.EXPAND: tuple,  # the new shape / the axis order
+    Ops.PAD: tuple, Ops.SHRINK: tuple,  # (before, after) or (start, end) per axis
+    Ops.FLIP: tuple,  # one bool per axis
+    Ops.COPY: NoArg, Ops.CONTIGUOUS: NoArg, Ops.DETACH: NoArg, Ops.ASSIGN: NoArg,
+    Ops.REDUCE_AXIS: ReduceArg,
+}  # fmt: skip
+
+
+def arg_type_error(node: UOp) -> str | None:
+    """Why `node.arg` is not of the type its op declares in ARG_TYPES, or None when it is."""
+    expected = ARG_TYPES[node.op]
+    if isinstance(node.arg, expected):
+        return None
+    return f"{node.op!r} takes an arg of type {expected}, got {type(node.arg).__name__} {node.arg!r}"
 
 
 # ---------------------------------------------------------------------------------------------------- the cache
@@ -176,6 +188,8 @@ class UOp:
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
+    _bounds: tuple[Any, Any]  # (vmin, vmax), computed on first use by tg.codegen.uop.bounds
+    _key: bytes  # the content hash, computed on first use by `key`
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
         if type(src) is not tuple:
@@ -236,9 +250,6 @@ class UOp:
             fields.get("arg", self.arg),
             fields.get("tag", self.tag),
         )
-
-    def rtag(self, tag: Any = True) -> UOp:
-        return self.replace(tag=tag)
 
     @property
     def val(self) -> Any:
@@ -319,19 +330,6 @@ class UOp:
                         stack.append((s, False))
         return order
 
-    @property
-    def backward_slice(self) -> list[UOp]:
-        """Every node this one depends on, itself included."""
-        return self.toposort()
-
-    def get_consumer_map(self) -> dict[UOp, list[UOp]]:
-        consumers: dict[UOp, list[UOp]] = {}
-        for node in self.toposort():
-            consumers.setdefault(node, [])
-            for s in node.src:
-                consumers[s].append(node)
-        return consumers
-
     def substitute(self, mapping: dict[UOp, UOp], name: str | None = None) -> UOp:
         """The graph with every node in `mapping` replaced (replacements are not searched again)."""
         new: dict[UOp, UOp] = {}
@@ -363,8 +361,6 @@ class UOp:
         """A constant; a vector dtype makes a VECTORIZE of equal scalar constants."""
         if isinstance(value, UOp):
             return value
-        if isinstance(value, DType):  # the older spelling UOp.const(dtype, value)
-            value, dtype = dtype, value
         if dtype.count > 1:
             scalar = UOp.const(value, dtype.scalar())
             return UOp(Ops.VECTORIZE, dtype, (scalar,) * dtype.count)
@@ -390,11 +386,6 @@ class UOp:
         if self.op is not Ops.BIND:
             raise ValueError(f"{self.op!r} is not a BIND")
         return self.src[0], self.src[1].arg
-
-    @property
-    def expr(self) -> str:
-        """A variable's name."""
-        return self.arg.name
 
     @staticmethod
     def range(
@@ -430,7 +421,7 @@ class UOp:
     def group(self, *srcs: UOp) -> UOp:
         return UOp(Ops.GROUP, dtypes.void, (self, *srcs))
 
-    def index(self, *idx: UOp, ptr: bool = True) -> UOp:
+    def index(self, *idx: UOp) -> UOp:
         """The address of element `idx[0]` of this buffer; an optional second source is a bool gate."""
         return UOp(Ops.INDEX, self.dtype, (self, *idx))
 
@@ -462,9 +453,6 @@ class UOp:
         if not ranges:
             return self
         return UOp(Ops.REDUCE, self.dtype, (self, *ranges), arg)
-
-    def barrier(self) -> UOp:
-        return UOp(Ops.BARRIER, dtypes.void, (self,))
 
     def gep(self, i: int) -> UOp:
         if self.dtype.count == 1:
@@ -537,16 +525,16 @@ class UOp:
     def __rtruediv__(self, x: Any) -> UOp:
         return self._operand(x) * self.reciprocal()
 
-    def __lt__(self, x: Any) -> UOp:  # type: ignore[override]
+    def __lt__(self, x: Any) -> UOp:
         return self._binop(Ops.CMPLT, x)
 
-    def __gt__(self, x: Any) -> UOp:  # type: ignore[override]
+    def __gt__(self, x: Any) -> UOp:
         return self._binop(Ops.CMPLT, x, True)
 
-    def __le__(self, x: Any) -> UOp:  # type: ignore[override]
+    def __le__(self, x: Any) -> UOp:
         return self._binop(Ops.CMPLT, x, True).logical_not()
 
-    def __ge__(self, x: Any) -> UOp:  # type: ignore[override]
+    def __ge__(self, x: Any) -> UOp:
         return self._binop(Ops.CMPLT, x).logical_not()
 
     def __and__(self, x: Any) -> UOp:

@@ -1,7 +1,16 @@
-"""Type verification of UOp graphs: each op's rules on sources, dtype and arg.
+"""Type verification of UOp graphs: each op's rules on sources, dtype and arg, one rule set per pipeline stage.
 
-`type_verify(root)` raises `SpecError` on the first node that breaks its op's rule. graph_rewrite calls it on every
-result when the SPEC flag is set; SPEC=1 accepts ops without a rule, SPEC=2 (strict) rejects them.
+The pipeline passes three kinds of graph, and each has its own spec:
+
+    TENSOR_SPEC  the tensor graph the front end builds (DEVICE, BUFFER, CONST on a device, movement ops,
+                 REDUCE_AXIS, ALU, ...), checked after each of the scheduler's graph stages
+    KERNEL_SPEC  a kernel AST (SINK of STOREs over RANGEs, PARAM buffers, REDUCE), checked after each kernel
+                 stage that returns one
+    LINEAR_SPEC  the linear program (LINEAR of loops, register accumulators, AFTER), checked after linearize
+
+`verify_stage(name, root, spec)` is what the stage runners call when the SPEC flag is set: SPEC=1 checks the ops
+that have a rule, SPEC=2 (strict) also rejects an op that has no rule in that stage's spec. `type_verify(root)`
+checks against the union of the three (what graph_rewrite uses when it does not know its stage).
 """
 
 from __future__ import annotations
@@ -67,38 +76,119 @@ def _ranges_after_first(u: UOp) -> bool:
     return all(s.op is Ops.RANGE for s in u.src[1:])
 
 
-SPEC_RULES: dict[Ops, Callable[[UOp], bool]] = {
-    Ops.CONST: _const_ok,
+Rule = Callable[[UOp], bool]
+Spec = dict[Ops, Rule]
+
+
+def _tensor_const_ok(u: UOp) -> bool:
+    """A tensor-graph constant lives on a device (its only source), or is a bare scalar while graphs are built."""
+    return _const_ok(u.replace(src=())) and all(s.op is Ops.DEVICE for s in u.src) and len(u.src) <= 1
+
+
+def _same_dtype_as_source(u: UOp) -> bool:
+    return len(u.src) >= 1 and u.dtype is u.src[0].dtype
+
+
+def _movement_ok(u: UOp) -> bool:
+    return _same_dtype_as_source(u) and isinstance(u.arg, tuple)
+
+
+def _reduce_axis_ok(u: UOp) -> bool:
+    return _same_dtype_as_source(u) and getattr(u.arg, "op", None) in (Ops.ADD, Ops.MUL, Ops.MAX)
+
+
+def _ops(*names: str) -> list[Ops]:
+    """The Ops of these names that exist (the IR drops ops nothing uses; a spec does not keep them alive)."""
+    return [getattr(Ops, name) for name in names if hasattr(Ops, name)]
+
+
+COMMON_SPEC: Spec = {
+    Ops.SINK: lambda u: u.dtype is dtypes.void,
+    Ops.CAST: lambda u: len(u.src) == 1,
+    Ops.BITCAST: lambda u: len(u.src) == 1 and u.dtype.itemsize == u.src[0].dtype.itemsize,
     Ops.DEFINE_VAR: lambda u: not u.src and isinstance(u.arg, VarArg) and _is_index_like(u),
     Ops.BIND: lambda u: u.src[0].op is Ops.DEFINE_VAR and u.src[1].op is Ops.CONST and u.dtype is u.src[0].dtype,
+    **{op: _alu_ok for op in GroupOp.ALU},
+}
+
+TENSOR_SPEC: Spec = {
+    **COMMON_SPEC,
+    Ops.CONST: _tensor_const_ok,
+    Ops.DEVICE: lambda u: not u.src and isinstance(u.arg, (str, tuple)),
+    Ops.BUFFER: lambda u: [s.op for s in u.src] == [Ops.DEVICE] and isinstance(getattr(u.arg, "size", None), int),
+    Ops.REDUCE_AXIS: _reduce_axis_ok,
+    **{op: _movement_ok for op in _ops("RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP")},
+    **{op: _same_dtype_as_source for op in _ops("COPY", "CONTIGUOUS", "DETACH", "ASSIGN", "BUFFER_VIEW")},
+}
+
+KERNEL_SPEC: Spec = {
+    **COMMON_SPEC,
+    Ops.CONST: _const_ok,
     Ops.RANGE: lambda u: isinstance(u.arg, RangeArg) and _is_index_like(u) and u.src[0].dtype is u.dtype,
     Ops.SPECIAL: lambda u: isinstance(u.arg, str) and _is_index_like(u) and u.src[0].dtype is u.dtype,
     Ops.PARAM: lambda u: not u.src and isinstance(u.arg, (ParamArg, int)),
     Ops.INDEX: _index_ok,
     Ops.LOAD: _load_ok,
     Ops.STORE: _store_ok,
-    Ops.END: lambda u: u.dtype is dtypes.void and len(u.src) >= 2 and _ranges_after_first(u),
     Ops.REDUCE: lambda u: u.arg in (Ops.ADD, Ops.MUL, Ops.MAX) and _ranges_after_first(u) and u.dtype is u.src[0].dtype,
+    Ops.END: lambda u: u.dtype is dtypes.void and len(u.src) >= 2 and _ranges_after_first(u),
     Ops.AFTER: lambda u: u.dtype is u.src[0].dtype,
-    Ops.SINK: lambda u: u.dtype is dtypes.void,
     Ops.GROUP: lambda u: u.dtype is dtypes.void,
     Ops.BARRIER: lambda u: u.dtype is dtypes.void,
     Ops.NOOP: lambda u: True,
-    Ops.CAST: lambda u: len(u.src) == 1,
-    Ops.BITCAST: lambda u: len(u.src) == 1 and u.dtype.itemsize == u.src[0].dtype.itemsize,
     Ops.VECTORIZE: lambda u: u.dtype is u.src[0].dtype.scalar().vec(len(u.src)) and len({s.dtype for s in u.src}) == 1,
     Ops.GEP: lambda u: isinstance(u.arg, tuple) and u.dtype.scalar() is u.src[0].dtype.scalar(),
 }
-for _op in GroupOp.ALU:
-    SPEC_RULES[_op] = _alu_ok
 
 
-def type_verify(root: UOp, strict: bool | None = None) -> None:
-    """Check every node of `root`'s graph; `strict` (default: SPEC >= 2) also rejects ops that have no rule."""
+def _closes_a_loop(u: UOp) -> bool:
+    """A linear program's END: the loop it closes, then optionally the last thing done inside it."""
+    return u.dtype is dtypes.void and 1 <= len(u.src) <= 2 and u.src[0].op is Ops.RANGE
+
+
+def _linear_ok(u: UOp) -> bool:
+    """The program is flat and balanced: every END closes the innermost open loop."""
+    open_loops: list[UOp] = []
+    for node in u.src:
+        if node.op is Ops.RANGE:
+            open_loops.append(node)
+        elif node.op is Ops.END and _closes_a_loop(node):
+            if not open_loops or node.src[0] is not open_loops.pop():
+                return False
+    return u.dtype is dtypes.void and not open_loops
+
+
+LINEAR_SPEC: Spec = {
+    **{op: rule for op, rule in KERNEL_SPEC.items() if op is not Ops.REDUCE},  # reductions are accumulators now
+    Ops.LINEAR: _linear_ok,
+    Ops.END: lambda u: _closes_a_loop(u) or KERNEL_SPEC[Ops.END](u),
+}
+
+# graph_rewrite does not know which stage it serves: a node passes if its op's rule holds in some stage's spec
+SPEC_RULES: Spec = {}
+for _spec in (TENSOR_SPEC, KERNEL_SPEC, LINEAR_SPEC):
+    for _op, _rule in _spec.items():
+        _before = SPEC_RULES.get(_op)
+        SPEC_RULES[_op] = _rule if _before is None else (lambda u, a=_before, b=_rule: a(u) or b(u))
+
+
+def verify_stage(stage: str, root: UOp, spec: Spec) -> None:
+    """After pipeline stage `stage`: check `root` against that stage's spec when the SPEC flag is set."""
+    if SPEC:
+        try:
+            type_verify(root, spec=spec)
+        except SpecError as error:
+            raise SpecError(f"after stage {stage!r}: {error}") from None
+
+
+def type_verify(root: UOp, strict: bool | None = None, spec: Spec | None = None) -> None:
+    """Check every node of `root`'s graph against `spec` (default: every stage's rules); `strict` (default:
+    SPEC >= 2) also rejects ops that have no rule there."""
     if strict is None:
         strict = SPEC >= 2
+    rules = SPEC_RULES if spec is None else spec
     for node in root.toposort():
-        rule = SPEC_RULES.get(node.op)
+        rule = rules.get(node.op)
         if rule is None:
             if strict:
                 raise SpecError(f"no spec rule for {node.op!r} (SPEC=2 is strict):\n{node!r}")

@@ -15,7 +15,7 @@ from tg.codegen.uop.alu import exec_alu
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
-INTS = (dtypes.index, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
+INTS: tuple[DType, ...] = (dtypes.index, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 INTS = INTS + (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 MAX_SUM_TERMS = 32  # longer sums are left as they are: normalizing them at every ADD would be quadratic
 

@@ -38,6 +38,7 @@ class SimNavi31Board(MMIOInterface):
         self.trace: list[tuple[str, int, int | bytes]] = []
         self.baseline = self.controller_registers()
         self._aperture_address = 0
+        self.aperture_used = False
 
     # -- MMIOInterface ---------------------------------------------------------------------------------------
 
@@ -109,8 +110,11 @@ class SimNavi31Board(MMIOInterface):
             self.regs[offset] = value
 
     def _read_aperture(self) -> int:
-        if not self.regs[r.ROM_CNTL] & r.ROM_APERTURE_ENABLE:
-            raise SimProtocolError("ROM_DATA read while ROM_CNTL bit 29 (aperture enable) is clear")
+        # The seed's fw dump (validated on hardware) writes ROM_CNTL byte-swapped, as it does ROM_INDEX; the
+        # aperture decodes both that way.
+        if not _bswap32(self.regs[r.ROM_CNTL]) & r.ROM_APERTURE_ENABLE:
+            raise SimProtocolError("ROM_DATA read while the aperture enable (bswapped ROM_CNTL bit 29) is clear")
+        self.aperture_used = True
         address = self._aperture_address
         if self.faults.aperture == "mirrored":
             address %= FLASH_SIZE // 2
@@ -131,7 +135,14 @@ class SimNavi31Board(MMIOInterface):
     def unrestored_registers(self) -> dict[str, tuple[int, int]]:
         """Registers whose value differs from the session start: name -> (expected, found)."""
         now = self.controller_registers()
-        return {name: (self.baseline[name], now[name]) for name in now if now[name] != self.baseline[name]}
+        return {name: (self.baseline[name], now[name]) for name in now if not self._restored(name, now[name])}
+
+    def _restored(self, name: str, value: int) -> bool:
+        """The seed restores ROM_CNTL and ROM_INDEX after an aperture dump with bswap32 of what it read, and that
+        ran on hardware, so after a dump the swapped value counts as restored (tools.md A.8.4)."""
+        if value == self.baseline[name]:
+            return True
+        return self.aperture_used and name in ("ROM_CNTL", "ROM_INDEX") and value == _bswap32(self.baseline[name])
 
 
 def format_trace(trace: list[tuple[str, int, int | bytes]]) -> str:
@@ -148,3 +159,7 @@ def _window_label(offset: int) -> str:
     if WINDOW_START <= offset < WINDOW_END:
         return f"ROM_SW_DATA+0x{offset - WINDOW_START:02x}"
     return ""
+
+
+def _bswap32(value: int) -> int:
+    return int.from_bytes(value.to_bytes(4, "little"), "big")

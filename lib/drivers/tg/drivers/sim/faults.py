@@ -14,7 +14,11 @@ class Faults:
     stuck_bits: dict[int, int] = field(default_factory=dict)  # flash address -> bits stuck at 1
     psp_errors: dict[int, int] = field(default_factory=dict)  # PSP command -> error code it returns
     psp_gated: bool = False  # a fully booted SOS: GET_TRANSFER_TYPE answers error 0x0A
+    psp_not_ready: bool = False  # the PSP never hands the mailbox back: COMMAND bit 31 stays clear
     aperture: str = "raw"  # ROM aperture: raw | unavailable | mirrored
+    usb_link_down: bool = False  # the simulated ASM24's PCIe link never reaches L0
+    usb_stall_at: list[int] = field(default_factory=list)  # bulk OUT transfers (from 1) answered with a STALL
+    usb_corrupt_cbw_at: list[int] = field(default_factory=list)  # CBWs (from 1) that arrive corrupted
 
     def to_json(self) -> dict:
         data = asdict(self)

@@ -1,12 +1,16 @@
 """A GigaDevice GD25LQ16E SPI NOR flash: 2 MiB, 4 KiB sectors, 256-byte pages.
 
 The model follows the datasheet where a driver could notice: program only clears bits and wraps inside
-its page; erase sets 0xFF; program, erase and status writes need WEL, clear it, and leave BUSY set for a
-number of status polls; while BUSY only status reads are answered; writes into a protected region (BP
+its page; erase sets 0xFF; program, erase and status writes need WEL, clear it, and leave BUSY set for the
+datasheet's typical time (scaled by `busy_scale`, so tests need not wait 50 ms per erase); while BUSY only
+status reads are answered. BUSY is a wall-clock deadline, not a count of polls: a command interrupted
+mid-erase leaves a chip that is simply idle a moment later, as a real one is; writes into a protected region (BP
 bits with CMP) are ignored silently, exactly as the real chip does, so only a read-back catches them.
 """
 
 from __future__ import annotations
+
+import time
 
 from tg.drivers.navi31_regs import FLASH_SIZE, PAGE_SIZE, SECTOR_SIZE
 from tg.drivers.sim.faults import Faults
@@ -19,8 +23,17 @@ SR2_WRITABLE = 0x43  # SRP1, QE, CMP; LB1-LB3 are one-time (set only), SUS is re
 SR2_LOCK_BITS = 0x38
 SR2_CMP = 0x40
 
-# Status polls a real part needs at typical timings, counted in status-register reads.
-BUSY_POLLS = {"program": 2, "sector_erase": 6, "block_erase": 12, "chip_erase": 40, "status_write": 3}
+# Typical busy times from the GD25LQ16E datasheet (tPP, tSE, tBE32, tBE64, tCE, tW), in seconds.
+BUSY_SECONDS = {
+    "program": 0.0006,
+    "sector_erase": 0.05,
+    "block32_erase": 0.15,
+    "block64_erase": 0.25,
+    "chip_erase": 15.0,
+    "status_write": 0.005,
+}
+# The simulator's default: 1/100 of the datasheet times (a full flash needs 512 erases).
+DEFAULT_BUSY_SCALE = 0.01
 
 # Serial flash discoverable parameters: the header and the first parameter header (JEDEC basic table).
 SFDP_TABLE = bytes.fromhex("5346445006010100ff000109300000ff") + bytes(
@@ -37,7 +50,8 @@ class GD25Chip:
         self.sr1 = 0x00
         self.sr2 = 0x00
         self.sr3 = 0x60  # output driver strength 25% (the power-on default)
-        self.busy_polls = 0
+        self.busy_until = 0.0  # time.time() when the running program/erase/status write ends
+        self.busy_scale = DEFAULT_BUSY_SCALE
         self.jedec_rotation = 0  # rotates the RDID capture, as some bridges deliver it
         self.commands: list[int] = []  # every opcode received, for tests that count programs and erases
 
@@ -51,7 +65,7 @@ class GD25Chip:
         self.commands.append(opcode)
         if opcode in (0x05, 0x35, 0x15):
             return self._read_status(opcode, rx_count)
-        if self.busy_polls:
+        if self.busy:
             return b"\xff" * rx_count  # a busy chip ignores everything but status reads
         handler = self._HANDLERS.get(opcode)
         if handler is None:
@@ -60,17 +74,15 @@ class GD25Chip:
 
     @property
     def busy(self) -> bool:
-        return self.busy_polls > 0
+        return self.faults.busy_forever and self.busy_until > 0 or time.time() < self.busy_until
 
     def _read_status(self, opcode: int, rx_count: int) -> bytes:
-        value = {0x05: self.sr1 | (SR1_BUSY if self.busy_polls else 0), 0x35: self.sr2, 0x15: self.sr3}[opcode]
-        if self.busy_polls and not self.faults.busy_forever:
-            self.busy_polls -= 1
+        value = {0x05: self.sr1 | (SR1_BUSY if self.busy else 0), 0x35: self.sr2, 0x15: self.sr3}[opcode]
         return bytes([value]) * rx_count
 
     def _start_busy(self, kind: str) -> None:
         self.sr1 &= ~SR1_WEL
-        self.busy_polls = 1 << 30 if self.faults.busy_forever else BUSY_POLLS[kind]
+        self.busy_until = time.time() + BUSY_SECONDS[kind] * self.busy_scale
 
     # -- commands ----------------------------------------------------------------------------------------------
 
@@ -165,10 +177,10 @@ class GD25Chip:
         self._erase(mosi, SECTOR_SIZE, "sector_erase")
 
     def _block32_erase(self, mosi: bytes, rx_count: int) -> None:
-        self._erase(mosi, 0x8000, "block_erase")
+        self._erase(mosi, 0x8000, "block32_erase")
 
     def _block64_erase(self, mosi: bytes, rx_count: int) -> None:
-        self._erase(mosi, 0x10000, "block_erase")
+        self._erase(mosi, 0x10000, "block64_erase")
 
     def _chip_erase(self, mosi: bytes, rx_count: int) -> None:
         self._erase(mosi, FLASH_SIZE, "chip_erase")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tg.drivers.sim.faults import Faults
+from tg.drivers.sim.romsw import SimProtocolError
 
 READY = 0x80000000
 GET_BOOT_PARTITION, GET_FB_STATE, GET_TRANSFER_TYPE = 0x01, 0x06, 0x07
@@ -49,7 +50,12 @@ class PSPMailboxSim:
         self._stream_size = 0
         self.streamed: list[int] = []  # items accepted by END_TRANSFER
 
+    def ready(self) -> bool:
+        return not self.faults.psp_not_ready and self._pending is None and bool(self.command & READY)
+
     def read_command(self) -> int:
+        if self.faults.psp_not_ready:
+            return self.command & ~READY
         if self._pending is not None:
             self._polls -= 1
             if self._polls <= 0:
@@ -60,6 +66,12 @@ class PSPMailboxSim:
         return self.command
 
     def write_command(self, value: int) -> None:
+        if not self.ready():
+            # The firmware still owns the mailbox: a real PSP would take the new command as garbage or drop it.
+            raise SimProtocolError(
+                f"PSP COMMAND written (0x{value:08x}) while the mailbox is not ready (bit 31 clear); "
+                "drivers must check the ready bit first"
+            )
         self.command = value & 0x7FFFFFFF
 
     def doorbell(self, value: int) -> None:

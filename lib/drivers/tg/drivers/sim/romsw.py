@@ -7,7 +7,9 @@ the number of command bytes minus one in bits 17:16 and RETURN_DATA_EN in bit 19
 is the low byte of ROM_SW_COMMAND (the opcode), then ADDRESS[23:0] most significant byte first (only as
 many address bytes as CNTL asks for), then for a transmit the DATA window read as big-endian dwords.
 After the cycle the DATA window shows the receive capture of the *previous* transaction, in wire order;
-drivers therefore issue every read twice.
+drivers therefore issue every read twice. The window changes only when the transaction completes, which a
+driver sees as STATUS bit 0 after a few polls: a driver that skips the DONE poll reads stale data, and one
+that starts the next transaction before the DONE bit was seen is refused.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class RomSwEngine:
         self._status_cleared = False
         self._polls_until_done = 0
         self._armed = False
+        self._window_on_done = b""
         self.transactions = 0
 
     # -- register side effects ------------------------------------------------------------------------------
@@ -48,9 +51,13 @@ class RomSwEngine:
         if self._polls_until_done and not self.faults.gated:
             self._polls_until_done -= 1
             if self._polls_until_done == 0:
-                status |= 1
-                self.regs[r.ROM_SW_STATUS] = status
+                self._complete()
+                status = self.regs[r.ROM_SW_STATUS]
         return status
+
+    def _complete(self) -> None:
+        self.window[: len(self._window_on_done)] = self._window_on_done
+        self.regs[r.ROM_SW_STATUS] |= 1
 
     def write_command(self, value: int) -> None:
         self.regs[r.ROM_SW_COMMAND] = value
@@ -65,6 +72,8 @@ class RomSwEngine:
     # -- one transaction -------------------------------------------------------------------------------------
 
     def _run(self, control: int) -> None:
+        if self._polls_until_done and not self.faults.gated:
+            raise SimProtocolError("ROM_SW transaction started before the previous one completed (no DONE poll)")
         self._check_preconditions()
         self._status_cleared = False
         if self.faults.gated:
@@ -81,12 +90,12 @@ class RomSwEngine:
         if not receive:
             mosi += self._transmit_bytes(count)
         capture = self.chip.transact(mosi, count if receive else 0)
-        self.window[: len(self._previous_capture)] = self._previous_capture
+        self._window_on_done = self._previous_capture
         self._previous_capture = capture if receive else b"\xff" * count
         self.transactions += 1
         self._polls_until_done = self.done_after_polls
         if self.done_after_polls == 0:
-            self.regs[r.ROM_SW_STATUS] = 1
+            self._complete()
 
     def _transmit_bytes(self, count: int) -> bytes:
         # Each DATA dword is sent most significant byte first; in memory a dword is little-endian,

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from tg.drivers.sim.board import SimNavi31Board, format_trace
 from tg.drivers.sim.faults import Faults
-from tg.drivers.sim.gd25 import FLASH_SIZE, GD25Chip
+from tg.drivers.sim.gd25 import DEFAULT_BUSY_SCALE, FLASH_SIZE, GD25Chip
 from tg.drivers.sim.ifwi import DEFAULT_TRANSFER_STATES, build_ifwi
 from tg.drivers.sim.psp import PSPScript
 from tg.drivers.sim.romsw import SimProtocolError
 
-FORMAT = "tg-sim-navi31/1"
+FORMAT = "tg-sim-navi31/2"
+VIAS = ("usb", "pci")
 
 
 @dataclass
@@ -29,25 +30,27 @@ class SimState:
     sr1: int = 0
     sr2: int = 0
     sr3: int = 0x60
-    busy_polls: int = 0
+    busy_until: float = 0.0
+    busy_scale: float = DEFAULT_BUSY_SCALE
     jedec_rotation: int = 0
     faults: Faults = field(default_factory=Faults)
     registers: dict[int, int] = field(default_factory=dict)
     psp: PSPScript = field(default_factory=PSPScript)
     trace: bool = False
     sessions: int = 0
+    via: str = "usb"  # how the host reaches the board: through the simulated ASM24 USB bridge, or native PCI
 
     def board(self) -> SimNavi31Board:
         chip = GD25Chip(self.flash, self.faults)
         chip.sr1, chip.sr2, chip.sr3 = self.sr1, self.sr2, self.sr3
-        chip.busy_polls, chip.jedec_rotation = self.busy_polls, self.jedec_rotation
+        chip.busy_until, chip.busy_scale, chip.jedec_rotation = self.busy_until, self.busy_scale, self.jedec_rotation
         return SimNavi31Board(chip, self.faults, self.registers, self.psp, self.ifwi)
 
     def absorb(self, board: SimNavi31Board) -> None:
         """Take over what a session changed."""
         chip = board.chip
         self.flash = chip.data
-        self.sr1, self.sr2, self.sr3, self.busy_polls = chip.sr1, chip.sr2, chip.sr3, chip.busy_polls
+        self.sr1, self.sr2, self.sr3, self.busy_until = chip.sr1, chip.sr2, chip.sr3, chip.busy_until
         self.registers = {offset: board.regs[offset] for offset in board.regs}
         self.psp = board.psp.script
 
@@ -70,7 +73,9 @@ def save_state(state: SimState, path: Path) -> None:
         "sr1": state.sr1,
         "sr2": state.sr2,
         "sr3": state.sr3,
-        "busy_polls": state.busy_polls,
+        "busy_until": state.busy_until,
+        "busy_scale": state.busy_scale,
+        "via": state.via,
         "jedec_rotation": state.jedec_rotation,
         "faults": state.faults.to_json(),
         "registers": {f"0x{k:x}": v for k, v in state.registers.items()},
@@ -91,33 +96,56 @@ def save_state(state: SimState, path: Path) -> None:
 
 
 def load_state(path: Path) -> SimState:
+    """Read a state file; anything that is not a complete state of this format is one clear error."""
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"simulator state {path} does not exist (create it with `sim init {path}`)") from None
+    except IsADirectoryError:
+        raise ValueError(f"simulator state {path} is a folder") from None
     head, _, body = raw.partition(b"\n")
     try:
         header = json.loads(head)
     except ValueError:
-        header = {}
-    if header.get("format") != FORMAT or len(body) != 2 * FLASH_SIZE:
-        raise ValueError(f"{path} is not a simulated Navi31 state file")
+        header = None
+    if not isinstance(header, dict) or not str(header.get("format", "")).startswith("tg-sim-navi31/"):
+        raise ValueError(f"{path} is not a simulated Navi31 state file (create one with `sim init`)")
+    if header["format"] != FORMAT:
+        raise ValueError(
+            f"{path} has format {header['format']}, this tg-flash reads {FORMAT}; recreate it with sim init"
+        )
+    if len(body) != 2 * FLASH_SIZE:
+        raise ValueError(f"{path} is truncated or damaged: {len(body)} bytes of flash+IFWI, expected {2 * FLASH_SIZE}")
+    try:
+        return _state_from_header(header, body)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{path} is a damaged simulated Navi31 state file ({type(e).__name__}: {e})") from None
+
+
+def _state_from_header(header: dict, body: bytes) -> SimState:
     psp = header["psp"]
+    via = header["via"]
+    if via not in VIAS:
+        raise ValueError(f"via must be one of {VIAS}, not {via!r}")
     return SimState(
         flash=bytearray(body[:FLASH_SIZE]),
         ifwi=body[FLASH_SIZE:],
-        sr1=header["sr1"],
-        sr2=header["sr2"],
-        sr3=header["sr3"],
-        busy_polls=header["busy_polls"],
-        jedec_rotation=header["jedec_rotation"],
+        sr1=int(header["sr1"]),
+        sr2=int(header["sr2"]),
+        sr3=int(header["sr3"]),
+        busy_until=float(header["busy_until"]),
+        busy_scale=float(header["busy_scale"]),
+        jedec_rotation=int(header["jedec_rotation"]),
         faults=Faults.from_json(header["faults"]),
-        registers={int(k, 16): v for k, v in header["registers"].items()},
+        registers={int(k, 16): int(v) for k, v in header["registers"].items()},
         psp=PSPScript(
-            states=psp["states"], items={int(k): tuple(v) for k, v in psp["items"].items()}, position=psp["position"]
+            states=[int(x) for x in psp["states"]],
+            items={int(k): (int(v[0]), int(v[1])) for k, v in psp["items"].items()},
+            position=int(psp["position"]),
         ),
-        trace=header["trace"],
-        sessions=header["sessions"],
+        trace=bool(header["trace"]),
+        sessions=int(header["sessions"]),
+        via=via,
     )
 
 
@@ -133,6 +161,10 @@ class SimSession:
         self.state = load_state(self.path)
         self.state.sessions += 1
         self.board = self.state.board()
+        self.bridge = None  # the SimASM24Device in front of the board when the state says via usb
+
+    def discard(self) -> None:
+        """Leave the state file as it was (the session failed before it touched the board)."""
 
     def close(self) -> None:
         self.state.absorb(self.board)

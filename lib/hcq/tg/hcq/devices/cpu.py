@@ -29,6 +29,7 @@ from typing import Any
 
 from tg.codegen.compiler import CCompiler
 from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
+from tg.codegen.render.llvmir import LLVMRenderer
 from tg.hcq.allocator import BufferSpec, LRUAllocator
 from tg.hcq.commands import Command
 from tg.hcq.compiled import HCQCompiled
@@ -87,6 +88,28 @@ class CPUProgram(HCQProgram):
         self.function.restype = None
 
 
+class LLVMProgram(HCQProgram):
+    """A kernel compiled by `CPU:LLVM`: an object file linked in memory (no shared object, no dlopen).
+
+    `function` is a ctypes function pointer with the same calling convention as `CPUProgram.function`."""
+
+    def __init__(self, dev: Any, name: str, lib: bytes) -> None:
+        from tg.codegen.compiler.llvm import load_object
+
+        super().__init__(dev, name)
+        self.lib = lib
+        self.function = _untyped_function_pointer(load_object(lib, name))
+
+
+def _untyped_function_pointer(address: int) -> Any:
+    """A ctypes function pointer with no declared argument types (callers pass ctypes values), returning void."""
+    function = ctypes.CDLL(None)._FuncPtr(
+        address
+    )  # CDLL's pointer type: argtypes may stay unset, like a dlsym'd C kernel
+    function.restype = None
+    return function
+
+
 class CPUAllocator(LRUAllocator):
     """Host memory for the CPU device; copies are memmoves after waiting for queued work."""
 
@@ -142,10 +165,17 @@ class CPUDevice(HCQCompiled):
         self.compute_engine = CommandEngine(f"{spec.canonical}-compute", self.cores, self._record_error)
         self.copy_engine = CommandEngine(f"{spec.canonical}-copy", None, self._record_error)
         allocator = CPUAllocator()
-        super().__init__(spec, allocator, CCompiler(), CPUProgram, CPUComputeQueue, CPUCopyQueue)
+        if spec.renderer == "LLVM":
+            from tg.codegen.compiler.llvm import LLVMCompiler
+
+            compiler, program, renderer = LLVMCompiler(), LLVMProgram, LLVMRenderer(cores=self.cores.count)
+        else:
+            compiler, program, renderer = CCompiler(), CPUProgram, None
+            if spec.renderer in C_RENDERER_NAMES:
+                renderer = CRenderer(cores=self.cores.count)
+        super().__init__(spec, allocator, compiler, program, CPUComputeQueue, CPUCopyQueue)
         allocator.device = self
-        if self.renderer_name in C_RENDERER_NAMES:  # other renderers (LLVM, ...) are not written yet
-            self.renderer = CRenderer(cores=self.cores.count)
+        self.renderer = renderer
 
     def is_busy(self) -> bool:
         """True while an engine runs a kernel or a copy (so a long kernel is not mistaken for a hang)."""

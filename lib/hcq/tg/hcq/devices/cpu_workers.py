@@ -27,6 +27,7 @@ from tg.hcq.commands import (
     WriteCommand,
 )
 from tg.hcq.signal import load_signal_value, notify_memory_changed, sleep_until, store_signal_value
+from tg.hcq.symbolic import concrete
 
 KernelCall = Callable[[int, int], None]  # runs core_ids in [start, end)
 
@@ -76,8 +77,8 @@ class CorePool:
         except BaseException as error:
             first_error = error
         for _ in range(chunks - 1):
-            error = self._done.get()
-            first_error = first_error or error
+            worker_error = self._done.get()
+            first_error = first_error or worker_error
         if first_error is not None:
             raise first_error
 
@@ -128,22 +129,23 @@ class CommandEngine:
                     self.busy = False
 
     def execute(self, command: Command) -> None:
+        """Carry out one resolved command (its symbolic fields were replaced by values at submit)."""
         if isinstance(command, WaitCommand):
-            self._wait(command.value_addr, command.value)
+            self._wait(concrete(command.value_addr), concrete(command.value))
         elif isinstance(command, SignalCommand):
-            store_signal_value(command.value_addr, command.value)
+            store_signal_value(concrete(command.value_addr), concrete(command.value))
         elif isinstance(command, TimestampCommand):
-            ctypes.c_uint64.from_address(command.timestamp_addr).value = time.monotonic_ns()
+            ctypes.c_uint64.from_address(concrete(command.timestamp_addr)).value = time.monotonic_ns()
         elif isinstance(command, ExecCommand):
             self._exec(command)
         elif isinstance(command, CopyCommand):
-            ctypes.memmove(command.dest_addr, command.src_addr, command.size)
+            ctypes.memmove(concrete(command.dest_addr), concrete(command.src_addr), concrete(command.size))
         elif isinstance(command, WriteCommand):
             word = ctypes.c_uint64 if command.b64 else ctypes.c_uint32
-            word.from_address(command.addr).value = command.value
+            word.from_address(concrete(command.addr)).value = concrete(command.value)
             notify_memory_changed()
         elif isinstance(command, PollBitCommand):
-            self._poll_bit(command.addr, command.value, command.mask)
+            self._poll_bit(concrete(command.addr), concrete(command.value), command.mask)
         elif isinstance(command, MemoryBarrierCommand):
             pass  # host and CPU kernels share coherent memory; the queue hand-off already orders them
         else:
@@ -168,6 +170,6 @@ class CommandEngine:
             raise RuntimeError(f"{self.name} is a copy engine and cannot run programs")
         program = command.program
         state = command.args_state
-        run = kernel_runner(program.function, command.args_addr, len(state.bufs), len(state.vals))
-        gx, gy, gz = command.global_size
+        run = kernel_runner(program.function, concrete(command.args_addr), len(state.bufs), len(state.vals))
+        gx, gy, gz = (concrete(size) for size in command.global_size)
         self.cores.run(run, gx * gy * gz)

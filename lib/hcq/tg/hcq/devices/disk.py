@@ -29,13 +29,25 @@ class DiskBuffer:
         return DiskBuffer(self.offset + offset, size, self.view[offset : offset + size])
 
 
+def _file_identity(path: str) -> tuple[int, int, int] | None:
+    """(device, inode, size) of the file at `path`: a different identity means the file was replaced or resized."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size
+
+
 class DiskAllocator(Allocator):
     def __init__(self, device: DiskDevice) -> None:
         super().__init__(device)
         self.path = device.spec.path
         self._map: mmap.mmap | None = None
+        self._identity: tuple[int, int, int] | None = None
 
     def _mapping(self, size: int) -> mmap.mmap:
+        if self._map is not None and self._identity != _file_identity(self.path):
+            self._map = None  # the file was replaced or resized since: map it again (old views keep the old map)
         if self._map is not None and len(self._map) >= size:
             return self._map
         if self._map is not None:
@@ -50,6 +62,7 @@ class DiskAllocator(Allocator):
                 os.ftruncate(fd, size)
                 file_size = size
             self._map = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+            self._identity = _file_identity(self.path)
         finally:
             os.close(fd)
         return self._map

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg.codegen.compiler import CCompiler
-from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
+from tg.codegen.compiler import CCompiler, Compiler
+from tg.codegen.render.c import C_RENDERER_NAMES
+from tg.codegen.render.registry import make_renderer
 from tg.hcq.allocator import Allocator, BufferSpec
 from tg.hcq.device import Compiled, DeviceSpec
 from tg.hcq.flags import NULL_ALLOW_COPYOUT
@@ -47,10 +48,33 @@ class NullProgram(Program):
         return NULL_PROGRAM_SECONDS if call.wait else None
 
 
+class SourceOnlyCompiler(Compiler):
+    """For renderers whose compiler this machine does not have (CUDA, HIP, Metal, WGSL, PTX): the binary is the
+    source itself, so NULL still renders every kernel through the whole pipeline."""
+
+    def identity(self) -> str:
+        return "source-only"
+
+    def compile_uncached(self, source: str) -> bytes:
+        return source.encode()
+
+
+def null_compiler(renderer_name: str) -> Compiler:
+    """The compiler NULL uses for a renderer: the real one where it runs on this machine (C, LLVM)."""
+    if renderer_name in C_RENDERER_NAMES:
+        return CCompiler()
+    if renderer_name == "LLVM":
+        from tg.codegen.compiler.llvm import LLVMCompiler
+
+        return LLVMCompiler()
+    return SourceOnlyCompiler()
+
+
 class NullDevice(Compiled):
+    """`NULL`, `NULL:<RENDERER>[:ARCH]`: any renderer of tg.codegen.render.registry, compiled where possible."""
+
     def __init__(self, spec: DeviceSpec) -> None:
         allocator = NullAllocator()
-        super().__init__(spec, allocator, CCompiler(), NullProgram)
+        super().__init__(spec, allocator, null_compiler(spec.renderer), NullProgram)
         allocator.device = self
-        if self.renderer_name in C_RENDERER_NAMES:  # NULL:HIP etc. need renderers that are not written yet
-            self.renderer = CRenderer()
+        self.renderer = make_renderer(spec.renderer or "C", spec.arch)

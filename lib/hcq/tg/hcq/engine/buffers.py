@@ -27,6 +27,14 @@ def buffer_of(node: UOp) -> Buffer:
     return found
 
 
+def adopt(node: UOp, memory: Buffer) -> None:
+    """Make the allocated `memory` the Buffer behind the new BUFFER node `node` (released with the node)."""
+    if node.op is not Ops.BUFFER or node in _buffers:
+        raise ValueError("only a BUFFER node without memory can adopt a Buffer")
+    _buffers[node] = memory
+    weakref.finalize(node, _release, memory)
+
+
 def has_memory(node: UOp) -> bool:
     return node in _buffers
 

@@ -12,6 +12,8 @@ DEBUG=3 prints the opts of each kernel when it is compiled; DEBUG=4 also prints 
 
 from __future__ import annotations
 
+import os
+import pickle
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -19,11 +21,12 @@ from typing import Any
 
 from tg.codegen.capture import capture_enabled, record_compile
 from tg.codegen.flags import DEBUG
-from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program
+from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program, with_opts
 from tg.codegen.render.base import Renderer
+from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
-from tg.hcq.flags import PROGRAM_CACHE_SIZE
+from tg.hcq.flags import PROGRAM_CACHE_SIZE, TG_DUMP_KERNELS
 
 
 @dataclass(frozen=True)
@@ -84,19 +87,49 @@ def _compile_and_capture(device_name: str, ast: UOp, flags: CodegenFlags) -> Com
     return compiled
 
 
+def _dump_kernel(ast: UOp) -> None:
+    """With TG_DUMP_KERNELS=DIR, pickle the kernel AST as DIR/<name>.pkl (a k.pkl for tg-beam)."""
+    folder = TG_DUMP_KERNELS.value
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    name = getattr(ast.arg, "function_name", "kernel")
+    path, number = os.path.join(folder, f"{name}.pkl"), 1
+    while os.path.exists(path):
+        number += 1
+        path = os.path.join(folder, f"{name}_{number}.pkl")
+    with open(path + ".tmp", "wb") as out:
+        pickle.dump(ast, out)
+    os.replace(path + ".tmp", path)
+
+
+def _with_beam_opts(device_name: str, ast: UOp, flags: CodegenFlags) -> UOp:
+    """With BEAM=N, the kernel set to the opts a beam of width N found (cached) unless it already names its opts."""
+    from tg.hcq.engine.beam import beam_width, search_opts  # beam times programs, so it imports this module
+
+    width = beam_width()
+    info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+    if width <= 0 or info.opts_to_apply is not None or info.applied_opts:
+        return ast
+    return with_opts(ast, search_opts(ast, device_name, width, flags=flags).opts)
+
+
 def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -> CompiledProgram:
     """The program for kernel `ast` on `device_name` (a canonical name, as `Device.canonicalize` gives), compiled on
     first use. `flags`: the environment's by default."""
     flags = CodegenFlags.from_environment() if flags is None else flags
     key = (device_name, ast, flags)
-    with _lock:
-        found = _cache.get(key)
-        if found is not None:
+    found = _cache.get(key)  # the hit path runs at every launch: no lock (one OrderedDict call is atomic)
+    if found is not None:
+        try:
             _cache.move_to_end(key)
-            program_cache_stats.hits += 1
-            return found
-        program_cache_stats.misses += 1
-    found = _compile_and_capture(device_name, ast, flags)
+        except KeyError:  # another thread evicted it just now; the program is still good
+            pass
+        program_cache_stats.hits += 1
+        return found
+    program_cache_stats.misses += 1
+    _dump_kernel(ast)
+    found = _compile_and_capture(device_name, _with_beam_opts(device_name, ast, flags), flags)
     with _lock:
         _cache[key] = found
         _evict(int(PROGRAM_CACHE_SIZE))

@@ -2,6 +2,7 @@
 
     realize(*nodes) -> nodes that read realized memory (a BUFFER, maybe under movement ops)
     buffer_from_bytes(data, dtype, device) -> a BUFFER node holding a copy of data
+    buffer_over(memory) -> a BUFFER node whose memory is an existing Buffer (a view into a mapped file)
     read_bytes(node) -> the node's contents as C-contiguous bytes
 
 Nothing runs before `realize` or `read_bytes`. Realized memory lives as long as a node that refers to it.
@@ -16,8 +17,9 @@ from tg.codegen.schedule.graph import new_buffer, shape_of
 from tg.codegen.schedule.realize import whole_buffer
 from tg.codegen.schedule.schedule import create_schedule
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
+from tg.hcq.buffer import Buffer
 from tg.hcq.device import Device
-from tg.hcq.engine.buffers import buffer_of
+from tg.hcq.engine.buffers import adopt, buffer_of
 from tg.hcq.engine.run import run_schedule
 
 
@@ -44,6 +46,14 @@ def buffer_from_bytes(data: bytes | memoryview, dtype: DType, device: str) -> UO
     node = new_buffer(Device.canonicalize(device), view.nbytes // dtype.itemsize, dtype)
     if view.nbytes:
         buffer_of(node).copyin(view)
+    return node
+
+
+def buffer_over(memory: Buffer) -> UOp:
+    """A realized BUFFER node whose memory is `memory` (shared, not copied): how a tensor reads a range of a file
+    mapped by the DISK device without reading the rest. `memory` stays alive as long as the node."""
+    node = new_buffer(memory.device, memory.size, memory.dtype)
+    adopt(node, memory.ensure_allocated())
     return node
 
 

@@ -1,0 +1,137 @@
+"""BEAM search over opt lists: the algorithm only, with the cost of a candidate passed in.
+
+    best_opts = beam_search(ast, width=4, cost=time_on_device)      # cost(asts) -> seconds per candidate
+
+Each round expands every kernel in the beam by every legal single action (`kernel_actions`), asks `cost` for all
+new candidates at once (so a caller can compile them in parallel and time them), keeps the `width` fastest, and
+stops when a round improves the best time by less than `min_progress` seconds. A candidate whose cost is inf
+(it failed to compile, timed out, or was no faster than 3x the best and not timed further) is dropped.
+
+Nothing here compiles or runs: tg.hcq.engine.beam supplies the cost function that times kernels on a device, and
+unit tests supply a deterministic one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tg.codegen.opt.optimizer import KernelOptimizer
+from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
+from tg.codegen.uop.args import AxisType, KernelInfo
+from tg.codegen.uop.ops import UOp
+
+UPCAST_AMOUNTS = (0, 2, 3, 4, 5, 7, 8, 16)
+UNROLL_AMOUNTS = (0, 2, 4, 7, 8, 16)
+PADTO_AMOUNTS = (8, 16, 32)
+MAX_AXIS = 8  # actions name axes 0..MAX_AXIS-1; a kernel with fewer axes makes the rest illegal
+BEAM_UPCAST_MAX = 256  # a candidate's upcast and unroll lanes multiplied together stay below this
+
+
+def _action_list() -> tuple[Opt, ...]:
+    actions = [Opt(OptOps.UPCAST, axis, amount) for axis in range(MAX_AXIS) for amount in UPCAST_AMOUNTS]
+    actions += [Opt(OptOps.UNROLL, axis, amount) for axis in range(5) for amount in UNROLL_AMOUNTS]
+    actions += [Opt(OptOps.PADTO, axis, amount) for axis in range(MAX_AXIS) for amount in PADTO_AMOUNTS]
+    actions += [Opt(OptOps.SWAP, axis, other) for axis in range(5) for other in range(axis + 1, 5)]
+    return tuple(actions)
+
+
+ACTIONS: tuple[Opt, ...] = _action_list()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A kernel with some opts applied: `ast` is the optimized kernel, `opts` what was applied, in order."""
+
+    ast: UOp
+    opts: tuple[Opt, ...]
+
+
+def _upcast_lanes(k: KernelOptimizer) -> int:
+    return math.prod(size for size, t in zip(k.full_shape, k.axis_types, strict=True)
+                     if t in (AxisType.UPCAST, AxisType.UNROLL))  # fmt: skip
+
+
+def _base_kernel(ast: UOp) -> tuple[UOp, tuple[Opt, ...]]:
+    """The kernel with no opts (or with the opts it asks for already applied) and those opts."""
+    info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+    if info.opts_to_apply:
+        k = KernelOptimizer(ast.replace(arg=KernelInfo(info.name, info.axis_types)))
+        for opt in info.opts_to_apply:
+            k.apply_opt(opt)
+        return k.get_optimized_ast(), tuple(k.applied_opts)
+    return ast.replace(arg=KernelInfo(info.name, info.axis_types, info.applied_opts)), tuple(info.applied_opts)
+
+
+def kernel_actions(candidate: Candidate, max_upcast: int = BEAM_UPCAST_MAX) -> list[Candidate]:
+    """Every legal single action on `candidate`: one new candidate each, duplicates (same kernel) dropped."""
+    found: dict[UOp, Candidate] = {}
+    for action in ACTIONS:
+        k = KernelOptimizer(candidate.ast)
+        k.applied_opts = list(candidate.opts)
+        if action.axis is not None and action.axis >= k.shape_len and action.op is not OptOps.UNROLL:
+            continue
+        try:
+            k.apply_opt(action)
+        except KernelOptError:
+            continue
+        if _upcast_lanes(k) > max_upcast:
+            continue
+        optimized = k.get_optimized_ast()
+        if optimized is not candidate.ast and optimized not in found:
+            found[optimized] = Candidate(optimized, (*candidate.opts, action))
+    return list(found.values())
+
+
+CostFunction = Callable[[list[Candidate]], list[float]]
+
+
+@dataclass
+class SearchRound:
+    """What one round did, for progress displays."""
+
+    number: int
+    candidates: int
+    timed: int
+    best_seconds: float
+    best_opts: tuple[Opt, ...]
+
+
+def beam_search(
+    ast: UOp,
+    width: int,
+    cost: CostFunction,
+    min_progress: float = 1e-8,
+    max_rounds: int = 32,
+    on_round: Callable[[SearchRound], None] | None = None,
+) -> tuple[tuple[Opt, ...], float]:
+    """The best opt list for kernel `ast` found with a beam of `width`, and its cost."""
+    if width < 1:
+        raise ValueError("the beam width must be at least 1")
+    base_ast, base_opts = _base_kernel(ast)
+    start = Candidate(base_ast, base_opts)
+    best_opts, best_cost = base_opts, cost([start])[0]
+    beam = [(best_cost, start)]
+    for number in range(1, max_rounds + 1):
+        seen: dict[UOp, Candidate] = {}
+        for _, candidate in beam:
+            for child in kernel_actions(candidate):
+                seen.setdefault(child.ast, child)
+        candidates = list(seen.values())
+        if not candidates:
+            break
+        costs = cost(candidates)
+        timed = sorted((c, i) for i, c in enumerate(costs) if math.isfinite(c))
+        if not timed:
+            break
+        beam = [(c, candidates[i]) for c, i in timed[:width]]
+        round_best, round_candidate = beam[0]
+        improved = best_cost - round_best
+        if round_best < best_cost:
+            best_opts, best_cost = round_candidate.opts, round_best
+        if on_round is not None:
+            on_round(SearchRound(number, len(candidates), len(timed), best_cost, best_opts))
+        if improved < min_progress:
+            break
+    return best_opts, best_cost

@@ -1,0 +1,484 @@
+"""C-style GPU languages: OpenCL C, CUDA C, HIP and Metal, as small subclasses of the C renderer's language.
+
+They share every op spelling with tg.codegen.render.c (`CStyleLanguage`): what differs is the ABI (a kernel
+qualifier, address-space qualifiers, thread ids instead of loops), the names of types and math functions, and how
+bits are reinterpreted. The names are a table per language (`type_names`, `function_names`) applied to the C
+spellings, whose vocabulary is fixed (`c_type`, `__builtin_*`). exp2, log2, sin and pow of narrow floats compute in
+float, not in double as the CPU's C does (GPUs have slow or no doubles; their math libraries are not bit-exact with
+libm anyway).
+
+Threads replace loops. The outer output loops of a kernel that enclose all of its work (at most three, nested, each
+the only thing in its parent) become grid dimensions, innermost first (dimension 0): a LOOP or GLOBAL range is a
+workgroup (block) id with one thread per group in that dimension, a LOCAL range (the optimizer's LOCAL opt) is a
+thread id within the group. The launch is `global_size` groups of `local_size` threads, returned with the source
+(`GPUKernel`); OpenCL also records the workgroup size in the kernel (`reqd_work_group_size`), so a runtime can read
+it back from the compiled program. Every other range stays a loop inside a thread (GROUP_REDUCE ranges become
+thread ids too, in the dimensions the grid leaves free: each thread reduces its share, the partial accumulators meet
+in local memory behind a barrier and are combined in thread order).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tg.codegen.dtype import AddrSpace, DType, dtypes
+from tg.codegen.render.base import KernelText, RenderedKernel, buffer_param
+from tg.codegen.render.c import HELPER_DEPENDENCIES, HELPERS, CStyleLanguage, c_type, memory_type
+from tg.codegen.uop.args import AxisType
+from tg.codegen.uop.ops import Ops, UOp
+
+GRID_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
+GROUP_REDUCE = AxisType.GROUP_REDUCE
+FLOAT_MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.POW: "pow"}
+MAX_GRID_DIMS = 3
+
+
+@dataclass(frozen=True)
+class GPUKernel(RenderedKernel):
+    """A kernel launched as `global_size` workgroups of `local_size` threads."""
+
+    local_size: tuple[int, int, int] = (1, 1, 1)
+
+
+def grid_ranges(linear: UOp) -> list[UOp]:
+    """The nested outer output ranges that can become grid dimensions, outermost first (see the module docstring).
+
+    A range qualifies when its parent qualifies, it is an output range, no STORE comes between the parent's start and
+    its own, and its END is followed directly by the parent's END (or ends the program): all the parent does is it."""
+    program = list(linear.src)
+    grid: list[UOp] = []
+    start = 0
+    while len(grid) < MAX_GRID_DIMS:
+        position = next((i for i in range(start, len(program)) if program[i].op in (Ops.RANGE, Ops.STORE)), None)
+        if position is None or program[position].op is not Ops.RANGE:
+            break
+        rng = program[position]
+        if rng.arg.axis_type not in GRID_TYPES:
+            break
+        end = next(i for i in range(position + 1, len(program)) if closes(program[i], rng))
+        after = program[end + 1] if end + 1 < len(program) else None
+        if not (after is None if not grid else after is not None and closes(after, grid[-1])):
+            break
+        grid.append(rng)
+        start = position + 1
+    return grid
+
+
+def closes(node: UOp, rng: UOp) -> bool:
+    return node.op is Ops.END and node.src[0] is rng
+
+
+class GPULanguage(CStyleLanguage):
+    """The parts every C-style GPU language shares; subclasses fill in the tables and the kernel signature."""
+
+    has_local = True
+    type_names: dict[str, str] = {"_Bool": "bool"}
+    function_names: dict[str, str] = {}
+    bool_memory = "bool"  # how a bool buffer element is declared
+
+    def __init__(self, arch: str = "") -> None:
+        self.arch = arch
+
+    # ------------------------------------------------------------------------------------------ spellings
+    def spell(self, text: str) -> str:
+        """The C spelling `text` in this language: its type and function names replaced."""
+        for old, new in self.type_names.items():
+            text = re.sub(rf"(?<![\w]){re.escape(old)}(?![\w])", new, text)
+        for old, new in self.function_names.items():
+            text = text.replace(old, new)
+        return text
+
+    def type_name(self, dtype: DType) -> str:
+        return self.spell(c_type(dtype))
+
+    def memory_type_name(self, dtype: DType) -> str:
+        return self.bool_memory if dtype.scalar() is dtypes.bool else self.spell(memory_type(dtype))
+
+    def literal(self, value: object, dtype: DType) -> str:
+        return self.spell(super().literal(value, dtype))
+
+    def alu(self, op: Ops, dtype: DType, operands_dtype: DType, operands: list[str]) -> str:
+        if op in FLOAT_MATH and dtype is not dtypes.float64:  # in float: GPUs have no (or slow) double
+            call = f"__builtin_{FLOAT_MATH[op]}f({', '.join(f'(float){x}' for x in operands)})"
+            if dtype is dtypes.bfloat16:
+                return self.spell(f"tg_round_bf16({call})")
+            return self.spell(call if dtype is dtypes.float32 else f"({c_type(dtype)}){call}")
+        return self.spell(super().alu(op, dtype, operands_dtype, operands))
+
+    def cast(self, dtype: DType, source_dtype: DType, x: str) -> str:
+        return self.spell(super().cast(dtype, source_dtype, x))
+
+    def bitcast(self, dtype: DType, source_dtype: DType, x: str) -> str:
+        if dtypes.bfloat16 in (dtype, source_dtype) or dtypes.bool in (dtype, source_dtype):
+            raise NotImplementedError(f"{type(self).__name__}: no bit cast between {source_dtype!r} and {dtype!r}")
+        return self.reinterpret(self.type_name(dtype), x)
+
+    def reinterpret(self, type_name: str, x: str) -> str:
+        raise NotImplementedError
+
+    def declare(self, k: KernelText, node: UOp, expression: str) -> None:
+        name = k.fresh()
+        k.line(f"{self.type_name(node.dtype)} {name} = {expression};")
+        k.names[node] = name
+
+    def accumulator(self, k: KernelText, node: UOp, name: str) -> None:
+        k.line(f"{self.type_name(node.dtype.base)} {name}[{node.dtype.size}];")
+
+    # ------------------------------------------------------------------------------------------ the ABI
+    def prologue(self, k: KernelText, params: list[UOp]) -> None:
+        grid = grid_ranges(k.linear)
+        k.abi["grid"] = {rng: len(grid) - 1 - i for i, rng in enumerate(grid)}  # innermost is dimension 0
+        global_size, local_size = [1, 1, 1], [1, 1, 1]
+        for rng, dim in k.abi["grid"].items():
+            (local_size if rng.arg.axis_type is AxisType.LOCAL else global_size)[dim] = rng.src[0].arg
+        # GROUP_REDUCE ranges take the free dimensions: threads that each reduce a share, then combine
+        groups = [u for u in dict.fromkeys(k.linear.src) if u.op is Ops.RANGE and u.arg.axis_type is GROUP_REDUCE]
+        k.abi["group"] = {rng: len(grid) + i for i, rng in enumerate(groups[: MAX_GRID_DIMS - len(grid)])}
+        for rng, dim in k.abi["group"].items():
+            local_size[dim] = rng.src[0].arg
+        k.abi["global_size"], k.abi["local_size"] = tuple(global_size), tuple(local_size)
+        k.abi["locals"] = []  # declarations of local (shared) memory, at kernel scope
+
+    def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
+        dim = k.abi["grid"].get(rng, k.abi["group"].get(rng))
+        if dim is None:
+            super().open_loop(k, rng, name)
+            return
+        thread_id = (
+            self.group_id(dim)
+            if rng in k.abi["grid"] and rng.arg.axis_type is not AxisType.LOCAL
+            else (self.local_id(dim))
+        )
+        k.line(f"{{ const long {name} = {thread_id}; /* {rng.arg.axis_type.name} {rng.src[0].arg} */")
+
+    def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
+        if rng in k.abi["group"]:
+            self.combine_group(k, rng, name)
+        elif rng in k.abi["grid"]:
+            k.line("}")
+        else:
+            super().close_loop(k, rng, name, body_start)
+
+    def combine_group(self, k: KernelText, rng: UOp, name: str) -> None:
+        """End the share of thread `name` of a GROUP_REDUCE: every thread writes its partial accumulators to local
+        memory, waits at a barrier, then combines all threads' partials in thread order (so every thread holds the
+        same total, in a fixed order), and waits again before the local memory can be reused."""
+        end = next(u for u in k.linear.src if u.op is Ops.END and u.src[0] is rng)
+        update = end.src[1] if len(end.src) > 1 else None
+        while update is not None and update.op is Ops.END:
+            update = update.src[1] if len(update.src) > 1 else None
+        if update is None or update.op is not Ops.STORE:
+            raise NotImplementedError(f"{type(self).__name__}: a GROUP_REDUCE that does not update an accumulator")
+        accumulator = buffer_param(update.src[0])
+        acc, lanes, threads = k.names[accumulator], accumulator.dtype.size, rng.src[0].arg
+        dtype = accumulator.dtype.base
+        # threads of LOCAL ranges in the same work-group reduce other outputs: each has its own slice of the memory
+        others = [r for r in k.abi["grid"] if r.arg.axis_type is AxisType.LOCAL]
+        slice_size, offset = threads * lanes, []
+        for other in others:
+            offset.append(f"{k.names[other]} * {slice_size}")
+            slice_size *= other.src[0].arg
+        base = f"({' + '.join(offset)}) + " if offset else ""
+        shared = f"tg_group{len(k.abi['locals'])}"
+        k.abi["locals"].append(self.local_declaration(self.type_name(dtype), shared, slice_size))
+        for lane in range(lanes):
+            k.line(f"  {shared}[{base}{name} * {lanes} + {lane}] = {acc}[{lane}];")
+        k.line("}")
+        k.line(self.barrier())
+        for lane in range(lanes):
+            k.line(f"{acc}[{lane}] = {shared}[{base}{lane}];")
+            k.line(f"for (int tg_thread = 1; tg_thread < {threads}; tg_thread++) {{")
+            partial = f"{shared}[{base}tg_thread * {lanes} + {lane}]"
+            combined = self.alu(update.src[1].op, dtype, dtype, [f"{acc}[{lane}]", partial])
+            k.line(f"  {acc}[{lane}] = {combined};")
+            k.line("}")
+        k.line(self.barrier())
+
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no local memory")
+
+    def barrier(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no barrier")
+
+    def group_id(self, dim: int) -> str:
+        raise NotImplementedError
+
+    def local_id(self, dim: int) -> str:
+        raise NotImplementedError
+
+    def finish(self, k: KernelText, params: list[UOp]) -> GPUKernel:
+        body = "\n".join([*(f"  {line}" for line in k.abi["locals"]), *k.lines])
+        src = f"{self.kernel_signature(k, params)} {{\n{body}\n}}\n"
+        src = self.preamble(src) + src
+        return GPUKernel(k.name, src, k.abi["global_size"], k.abi["local_size"])
+
+    def kernel_signature(self, k: KernelText, params: list[UOp]) -> str:
+        raise NotImplementedError
+
+    def preamble(self, src: str) -> str:
+        """Definitions the kernel needs before it (extensions, helpers it calls)."""
+        return self.helpers(src)
+
+    def helpers(self, src: str) -> str:
+        needed: list[str] = []
+
+        def need(name: str) -> None:
+            for dependency in HELPER_DEPENDENCIES.get(name, ()):
+                need(dependency)
+            if name not in needed:
+                needed.append(name)
+
+        for name in HELPERS:
+            if name + "(" in src:
+                need(name)
+        return "".join(self.spell_helper(HELPERS[name]) + "\n" for name in needed)
+
+    def spell_helper(self, text: str) -> str:
+        return self.spell(text)
+
+
+HALF_ROUNDING = """inline float tg_round_half(float x) {
+  ushort bits;
+  vstore_half_rte(x, 0, (__private half*)&bits);
+  return vload_half(0, (__private half*)&bits);
+}
+"""
+
+
+class OpenCLRenderer(GPULanguage):
+    """OpenCL C 1.2+ (`DEV=CL`, `NULL:OPENCL`)."""
+
+    device = "CL"
+    type_names = {
+        "_Bool": "bool",
+        "signed char": "char",
+        "unsigned char": "uchar",
+        "unsigned short": "ushort",
+        "unsigned int": "uint",
+        "unsigned long long": "ulong",
+        "long long": "long",
+        "_Float16": "half",
+    }
+    function_names = {
+        '__builtin_nanf("")': "NAN",
+        '__builtin_nan("")': "((double)NAN)",
+        "__builtin_inff()": "INFINITY",
+        "__builtin_inf()": "((double)INFINITY)",
+        **{f"__builtin_{f}f(": f"{f}(" for f in ("sqrt", "exp2", "log2", "sin", "trunc", "pow", "fabs")},
+        **{f"__builtin_{f}(": f"{f}(" for f in ("sqrt", "exp2", "log2", "sin", "trunc", "pow", "fabs")},
+        "static inline ": "inline ",
+    }
+    bool_memory = "uchar"  # OpenCL allows no bool in buffers
+
+    def __init__(self, arch: str = "", native_half: bool = True) -> None:
+        super().__init__(arch)
+        self.native_half = native_half
+        if not native_half:
+            self.type_names = {**self.type_names, "_Float16": "float"}
+
+    # Without cl_khr_fp16 (PoCL on most CPUs) half exists only in memory: values are floats rounded to half after
+    # every op (each op is its own local), and buffers are read and written with vload_half / vstore_half_rte.
+    def declare(self, k: KernelText, node: UOp, expression: str) -> None:
+        if not self.native_half and node.dtype.scalar() is dtypes.float16:
+            expression = f"tg_round_half({expression})"
+        super().declare(k, node, expression)
+
+    def load(self, node: UOp, address: str, gate: str | None, alternative: list[str]) -> str:
+        if self._half_in_memory(node.src[0], node.dtype):
+            address = f"vload_half(0, &{address})"
+        return super().load(node, address, gate, alternative)
+
+    def store(self, k: KernelText, node: UOp, address: str, value: str, gate: str | None) -> None:
+        if not self._half_in_memory(node.src[0], node.src[1].dtype):
+            super().store(k, node, address, value, gate)
+            return
+        statement = f"vstore_half_rte({value}, 0, &{address});"
+        k.line(statement if gate is None else f"if ({gate}) {statement}")
+
+    def _half_in_memory(self, address: UOp, dtype: DType) -> bool:
+        return (
+            not self.native_half
+            and dtype.scalar() is dtypes.float16
+            and buffer_param(address).addrspace is not (AddrSpace.REG)
+        )
+
+    def reinterpret(self, type_name: str, x: str) -> str:
+        return f"as_{type_name}({x})"
+
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        return f"__local {type_name} {name}[{size}];"
+
+    def barrier(self) -> str:
+        return "barrier(CLK_LOCAL_MEM_FENCE);"
+
+    def group_id(self, dim: int) -> str:
+        return f"get_group_id({dim})"
+
+    def local_id(self, dim: int) -> str:
+        return f"get_local_id({dim})"
+
+    def memory_type_name(self, dtype: DType) -> str:
+        return "half" if dtype.scalar() is dtypes.float16 else super().memory_type_name(dtype)
+
+    def kernel_signature(self, k: KernelText, params: list[UOp]) -> str:
+        arguments = [f"__global {self.memory_type_name(p.dtype.base)}* restrict data{p.arg.slot}" for p in params]
+        lx, ly, lz = k.abi["local_size"]
+        attribute = f"__attribute__((reqd_work_group_size({lx}, {ly}, {lz})))"
+        return f"__kernel {attribute} void {k.name}({', '.join(arguments)})"
+
+    def preamble(self, src: str) -> str:
+        extensions = ""
+        if "tg_round_half(" in src:
+            extensions += HALF_ROUNDING
+        elif re.search(r"\bhalf\b", src):
+            extensions += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+        if re.search(r"\bdouble\b", src):
+            extensions += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+        return extensions + self.helpers(src)
+
+    def spell_helper(self, text: str) -> str:
+        text = re.sub(r"__builtin_memcpy\(&(\w+), &(\w+), 4\);", r"\1 = as_type_of_\1(\2);", text)
+        text = text.replace("as_type_of_f(", "as_float(").replace("as_type_of_u(", "as_uint(")
+        return self.spell(text)
+
+
+class CUDARenderer(GPULanguage):
+    """CUDA C++ (`NULL:CUDA[:sm_XX]`): render-only on this machine."""
+
+    device = "CUDA"
+    type_names = {"_Bool": "bool", "_Float16": "half"}
+    function_names = {"static inline ": "__device__ static inline "}
+    bool_memory = "bool"
+    kernel_qualifier = 'extern "C" __global__'
+    restrict = "__restrict__"
+
+    def reinterpret(self, type_name: str, x: str) -> str:
+        return f"tg_bit_cast<{type_name}>({x})"
+
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        return f"__shared__ {type_name} {name}[{size}];"
+
+    def barrier(self) -> str:
+        return "__syncthreads();"
+
+    def group_id(self, dim: int) -> str:
+        return f"blockIdx.{'xyz'[dim]}"
+
+    def local_id(self, dim: int) -> str:
+        return f"threadIdx.{'xyz'[dim]}"
+
+    def kernel_signature(self, k: KernelText, params: list[UOp]) -> str:
+        arguments = [f"{self.memory_type_name(p.dtype.base)}* {self.restrict} data{p.arg.slot}" for p in params]
+        threads = k.abi["local_size"][0] * k.abi["local_size"][1] * k.abi["local_size"][2]
+        return f"{self.kernel_qualifier} void __launch_bounds__({threads}) {k.name}({', '.join(arguments)})"
+
+    def preamble(self, src: str) -> str:
+        lines = []
+        if re.search(r"\bhalf\b", src):
+            lines.append("#include <cuda_fp16.h>")
+        if "tg_bit_cast<" in src:
+            lines.append(
+                "template <class T, class F> __device__ static inline T tg_bit_cast(F x) "
+                "{ T t; __builtin_memcpy(&t, &x, sizeof(T)); return t; }"
+            )
+        return "".join(line + "\n" for line in lines) + self.helpers(src)
+
+
+class HIPRenderer(CUDARenderer):
+    """HIP C++ for AMD GPUs (`NULL:HIP[:gfxXXXX]`): CUDA's spelling with _Float16 halves and no header needed."""
+
+    device = "HIP"
+    type_names = {"_Bool": "bool"}
+    kernel_qualifier = 'extern "C" __attribute__((global))'
+    function_names = {"static inline ": "__attribute__((device)) static inline "}
+
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        return f"__attribute__((shared)) {type_name} {name}[{size}];"
+
+    def barrier(self) -> str:
+        return (
+            '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
+            '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");'
+        )
+
+    def group_id(self, dim: int) -> str:
+        return f"__builtin_amdgcn_workgroup_id_{'xyz'[dim]}()"
+
+    def local_id(self, dim: int) -> str:
+        return f"__builtin_amdgcn_workitem_id_{'xyz'[dim]}()"
+
+    def kernel_signature(self, k: KernelText, params: list[UOp]) -> str:
+        arguments = [f"{self.memory_type_name(p.dtype.base)}* {self.restrict} data{p.arg.slot}" for p in params]
+        threads = k.abi["local_size"][0] * k.abi["local_size"][1] * k.abi["local_size"][2]
+        return f"{self.kernel_qualifier} void __attribute__((amdgpu_flat_work_group_size(1, {threads}))) {k.name}(" + (
+            ", ".join(arguments) + ")"
+        )
+
+    def preamble(self, src: str) -> str:
+        helper = ""
+        if "tg_bit_cast<" in src:
+            helper = (
+                "template <class T, class F> __attribute__((device)) static inline T tg_bit_cast(F x) "
+                "{ T t; __builtin_memcpy(&t, &x, sizeof(T)); return t; }\n"
+            )
+        return helper + self.helpers(src)
+
+
+class MetalRenderer(GPULanguage):
+    """Metal Shading Language (`NULL:METAL`): render-only. Metal has no 64-bit float; doubles are an error."""
+
+    device = "METAL"
+    type_names = {
+        "_Bool": "bool",
+        "signed char": "char",
+        "unsigned char": "uchar",
+        "unsigned short": "ushort",
+        "unsigned int": "uint",
+        "unsigned long long": "ulong",
+        "long long": "long",
+        "_Float16": "half",
+    }
+    function_names = {
+        '__builtin_nanf("")': "NAN",
+        "__builtin_inff()": "INFINITY",
+        **{f"__builtin_{f}f(": f"metal::precise::{f}(" for f in ("sqrt", "exp2", "log2", "sin", "pow")},
+        "__builtin_truncf(": "metal::trunc(",
+        "__builtin_fabs(": "metal::abs(",
+        "static inline ": "inline ",
+    }
+
+    def type_name(self, dtype: DType) -> str:
+        if dtype.scalar() is dtypes.float64:
+            raise NotImplementedError("Metal has no double")
+        return super().type_name(dtype)
+
+    def reinterpret(self, type_name: str, x: str) -> str:
+        return f"as_type<{type_name}>({x})"
+
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        return f"threadgroup {type_name} {name}[{size}];"
+
+    def barrier(self) -> str:
+        return "threadgroup_barrier(mem_flags::mem_threadgroup);"
+
+    def group_id(self, dim: int) -> str:
+        return f"gid.{'xyz'[dim]}"
+
+    def local_id(self, dim: int) -> str:
+        return f"lid.{'xyz'[dim]}"
+
+    def kernel_signature(self, k: KernelText, params: list[UOp]) -> str:
+        arguments = [
+            f"device {self.memory_type_name(p.dtype.base)}* data{p.arg.slot} [[buffer({i})]]"
+            for i, p in enumerate(params)
+        ]
+        arguments += ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
+        return f"kernel void {k.name}({', '.join(arguments)})"
+
+    def preamble(self, src: str) -> str:
+        return "#include <metal_stdlib>\nusing namespace metal;\n" + self.helpers(src)
+
+    def spell_helper(self, text: str) -> str:
+        text = re.sub(r"__builtin_memcpy\(&(\w+), &(\w+), 4\);", r"\1 = as_type<decltype(\1)>(\2);", text)
+        return self.spell(text)

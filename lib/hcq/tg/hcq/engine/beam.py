@@ -1,0 +1,275 @@
+"""BEAM on a device: time candidate kernels for tg.codegen.opt.search, and remember the winners.
+
+    result = search_opts(ast, "CPU", width=4)     # BeamResult(opts, seconds, cached)
+
+Candidates compile on `BEAM_WORKERS` threads, each driving its own compiler process (source from the one
+pipeline function, binary from the device's compiler), then run here on scratch buffers made from the kernel's
+PARAMs, so a search never touches a program's real inputs. Each candidate is launched once; only one within 3x of
+the best so far is timed twice more. A candidate that fails to compile or takes longer than BEAM_TIMEOUT_SEC
+to compile is dropped, and so is one whose source equals another's.
+
+Winners are kept in an sqlite table in the cache directory, keyed by (kernel key, width, device, renderer,
+compiler identity: binary, version, flags, CPU model). A hit replays the opts with no timing;
+IGNORE_BEAM_CACHE=1 searches again. `export_cache`/`import_cache` move results between machines of the same kind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from tg.codegen.flags import BEAM, CACHELEVEL, IGNORE_BEAM_CACHE, cache_dir
+from tg.codegen.opt.opts import Opt, OptOps
+from tg.codegen.opt.search import Candidate, SearchRound, beam_search
+from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program, with_opts
+from tg.codegen.uop.args import AxisType
+from tg.codegen.uop.ops import UOp
+from tg.hcq.device import Device
+from tg.hcq.engine.programs import CompiledProgram, renderer_for
+from tg.hcq.engine.timing import scratch_buffers, time_program
+from tg.hcq.flags import BEAM_TIMEOUT_SEC, BEAM_WORKERS, JITBEAM
+
+BEAM_SCHEMA = 1
+TABLE = f"beam_v{BEAM_SCHEMA}"
+EARLY_STOP_FACTOR = 3.0
+
+
+class BeamCacheError(Exception):
+    """A cache file that cannot be imported (wrong format, another machine kind)."""
+
+
+@dataclass(frozen=True)
+class BeamResult:
+    opts: tuple[Opt, ...]
+    seconds: float
+    cached: bool
+
+
+# ---------------------------------------------------------------------------------------------------- the cache
+
+
+def _database() -> sqlite3.Connection:
+    os.makedirs(cache_dir(), exist_ok=True)
+    conn = sqlite3.connect(os.path.join(cache_dir(), "beam.db"), timeout=60)
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {TABLE} (kernel TEXT, width INTEGER, device TEXT, renderer TEXT, compiler TEXT,"
+        " opts TEXT NOT NULL, seconds REAL, PRIMARY KEY (kernel, width, device, renderer, compiler))"
+    )
+    return conn
+
+
+def _identity(device_name: str) -> tuple[str, str, str]:
+    """(device, renderer, compiler identity) of a device: the part of the cache key that is the machine."""
+    device = Device[device_name]
+    return device.device, type(renderer_for(device)).__name__, device.compiler.identity()
+
+
+def _encode_opts(opts: tuple[Opt, ...]) -> str:
+    return json.dumps([[opt.op.name, opt.axis, _plain(opt.arg)] for opt in opts])
+
+
+def _plain(arg: Any) -> Any:
+    """An Opt's arg as JSON: tuples become lists, an AxisType its qualified name."""
+    if isinstance(arg, tuple):
+        return [_plain(a) for a in arg]
+    if isinstance(arg, AxisType):
+        return f"AxisType.{arg.name}"
+    return arg
+
+
+def _from_plain(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_from_plain(v) for v in value)
+    if isinstance(value, str) and value.startswith("AxisType."):
+        return AxisType[value.removeprefix("AxisType.")]
+    return value
+
+
+def _decode_opts(text: str) -> tuple[Opt, ...]:
+    return tuple(Opt(OptOps[op], axis, _from_plain(arg)) for op, axis, arg in json.loads(text))
+
+
+def cached_opts(ast: UOp, device_name: str, width: int) -> BeamResult | None:
+    if CACHELEVEL.value == 0:
+        return None
+    conn = _database()
+    try:
+        row = conn.execute(
+            f"SELECT opts, seconds FROM {TABLE} WHERE kernel=? AND width=? AND device=? AND renderer=? AND compiler=?",
+            (ast.key.hex(), width, *_identity(device_name)),
+        ).fetchone()
+    finally:
+        conn.close()
+    return None if row is None else BeamResult(_decode_opts(row[0]), row[1], cached=True)
+
+
+def store_opts(ast: UOp, device_name: str, width: int, result: BeamResult) -> None:
+    if CACHELEVEL.value == 0:
+        return
+    conn = _database()
+    try:
+        with conn:
+            conn.execute(
+                f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (ast.key.hex(), width, *_identity(device_name), _encode_opts(result.opts), result.seconds),
+            )
+    finally:
+        conn.close()
+
+
+def export_cache(path: str) -> int:
+    """Write every cached result to `path` (JSON lines, one header line). Returns how many."""
+    conn = _database()
+    try:
+        rows = conn.execute(f"SELECT kernel, width, device, renderer, compiler, opts, seconds FROM {TABLE}").fetchall()
+    finally:
+        conn.close()
+    with open(path + ".tmp", "w") as out:
+        out.write(json.dumps({"format": "tg-beam-cache", "schema": BEAM_SCHEMA}) + "\n")
+        for row in rows:
+            keys = ("kernel", "width", "device", "renderer", "compiler", "opts", "seconds")
+            out.write(json.dumps(dict(zip(keys, row, strict=True))) + "\n")
+    os.replace(path + ".tmp", path)
+    return len(rows)
+
+
+def import_cache(path: str, device_name: str = "CPU") -> tuple[int, int]:
+    """Add the results in `path` made on a machine like this one. Returns (imported, refused); entries for another
+    compiler or CPU model are refused (their opts were timed on different hardware or code)."""
+    with open(path) as source:
+        try:
+            header = json.loads(source.readline())
+            entries = [json.loads(line) for line in source if line.strip()]
+        except json.JSONDecodeError as error:
+            raise BeamCacheError(f"{path} is not a tg-beam cache export ({error})") from None
+    if not isinstance(header, dict) or header.get("format") != "tg-beam-cache":
+        raise BeamCacheError(f"{path} is not a tg-beam cache export")
+    if header.get("schema") != BEAM_SCHEMA:
+        raise BeamCacheError(f"{path} has cache schema {header.get('schema')}, this tg reads schema {BEAM_SCHEMA}")
+    _, _, local_compiler = _identity(device_name)
+    accepted = [e for e in entries if e["compiler"] == local_compiler]
+    conn = _database()
+    try:
+        with conn:
+            conn.executemany(
+                f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(e["kernel"], e["width"], e["device"], e["renderer"], e["compiler"], e["opts"], e["seconds"])
+                 for e in accepted],
+            )  # fmt: skip
+    finally:
+        conn.close()
+    return len(accepted), len(entries) - len(accepted)
+
+
+# ---------------------------------------------------------------------------------------------------- timing
+
+
+def _compile_candidate(device_name: str, ast: UOp, flags: CodegenFlags) -> tuple[ProgramSource, bytes]:
+    """Source and binary of one candidate (runs in a worker process)."""
+    device = Device[device_name]
+    source = kernel_to_program(ast, renderer_for(device), flags)
+    return source, device.compiler.compile(source.src)
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _workers() -> ThreadPoolExecutor | None:
+    """Compile threads. Each hands its candidate's source to the C compiler, a separate process, so BEAM_WORKERS
+    compiles run at once; threads rather than Python processes because a user's script needs no main guard and
+    no cache connection crosses a fork."""
+    global _pool
+    if int(BEAM_WORKERS) <= 0:
+        return None
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=int(BEAM_WORKERS), thread_name_prefix="beam-compile")
+    return _pool
+
+
+def _compile_all(device_name: str, asts: list[UOp], flags: CodegenFlags) -> list[tuple[ProgramSource, bytes] | None]:
+    pool = _workers()
+    if pool is None:
+        results: list[tuple[ProgramSource, bytes] | None] = []
+        for ast in asts:
+            try:
+                results.append(_compile_candidate(device_name, ast, flags))
+            except Exception:
+                results.append(None)
+        return results
+    futures = [pool.submit(_compile_candidate, device_name, ast, flags) for ast in asts]
+    compiled: list[tuple[ProgramSource, bytes] | None] = []
+    for future in futures:
+        try:
+            compiled.append(future.result(timeout=int(BEAM_TIMEOUT_SEC)))
+        except FutureTimeout:
+            future.cancel()
+            compiled.append(None)
+        except Exception:
+            compiled.append(None)
+    return compiled
+
+
+def device_cost(original: UOp, device_name: str, flags: CodegenFlags) -> Callable[[list[Candidate]], list[float]]:
+    """The cost function BEAM uses on a device: seconds per launch on scratch buffers (inf: dropped)."""
+    buffers = scratch_buffers(original, device_name)
+    best = math.inf
+    by_source: dict[str, float] = {}
+
+    def cost(candidates: list[Candidate]) -> list[float]:
+        nonlocal best
+        asts = [with_opts(original, c.opts) for c in candidates]
+        results = []
+        for compiled in _compile_all(device_name, asts, flags):
+            if compiled is None:
+                results.append(math.inf)
+                continue
+            source, binary = compiled
+            if source.src in by_source:  # the same program as one already timed: nothing new to learn
+                results.append(math.inf)
+                continue
+            program = CompiledProgram(device_name, source, Device[device_name].runtime(source.name, binary))
+            seconds = time_program(program, buffers, repeats=1)
+            if seconds < EARLY_STOP_FACTOR * best:
+                seconds = min(seconds, time_program(program, buffers, repeats=2))
+            by_source[source.src] = seconds
+            best = min(best, seconds)
+            results.append(seconds)
+        return results
+
+    return cost
+
+
+def search_opts(
+    ast: UOp,
+    device_name: str,
+    width: int,
+    ignore_cache: bool | None = None,
+    flags: CodegenFlags | None = None,
+    on_round: Callable[[SearchRound], None] | None = None,
+) -> BeamResult:
+    """The best opts for kernel `ast` on `device_name` with a beam of `width`, from the cache or by searching."""
+    device_name = Device.canonicalize(device_name)
+    ignore = bool(IGNORE_BEAM_CACHE) if ignore_cache is None else ignore_cache
+    if not ignore:
+        hit = cached_opts(ast, device_name, width)
+        if hit is not None:
+            return hit
+    flags = CodegenFlags.from_environment() if flags is None else flags
+    opts, seconds = beam_search(ast, width, device_cost(ast, device_name, flags), on_round=on_round)
+    result = BeamResult(opts, seconds, cached=False)
+    store_opts(ast, device_name, width, result)
+    return result
+
+
+def beam_width(in_jit: bool = False) -> int:
+    """The width BEAM applies now: JITBEAM inside a JIT capture when set, else BEAM."""
+    if in_jit and int(JITBEAM) > 0:
+        return int(JITBEAM)
+    return int(BEAM)

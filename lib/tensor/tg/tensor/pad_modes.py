@@ -1,0 +1,57 @@
+"""Padding that repeats the tensor's own values instead of a constant: `reflect`, `replicate` and `circular`.
+
+Each axis is padded in turn by concatenating views of the tensor itself (torch's `F.pad` modes):
+- reflect mirrors the values next to the edge, without repeating the edge (`[1,2,3]` -> `[3,2,1,2,3,2,1]`);
+- replicate repeats the edge value (`[1,2,3]` -> `[1,1,1,2,3,3,3]`);
+- circular wraps around (`[1,2,3]` -> `[2,3,1,2,3,1,2]`).
+Everything is movement ops and one `cat` per axis, so it fuses with what reads it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tg.codegen.schedule.graph import ShapeError
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _along(x: Tensor, axis: int, start: int, end: int) -> Tensor:
+    """x restricted to [start, end) on `axis`."""
+    return x.shrink(tuple((start, end) if i == axis else None for i in range(x.ndim)))
+
+
+def _edge_pieces(x: Tensor, axis: int, before: int, after: int, mode: str) -> tuple[Tensor, Tensor]:
+    size = x.shape[axis]
+    if mode == "reflect":
+        return _along(x, axis, 1, before + 1).flip(axis), _along(x, axis, size - 1 - after, size - 1).flip(axis)
+    if mode == "replicate":
+        grown = [list(x.shape), list(x.shape)]
+        grown[0][axis], grown[1][axis] = before, after
+        return _along(x, axis, 0, 1).expand(grown[0]), _along(x, axis, size - 1, size).expand(grown[1])
+    return _along(x, axis, size - before, size), _along(x, axis, 0, after)  # circular
+
+
+def _check(mode: str, size: int, axis: int, before: int, after: int, shape: tuple[int, ...]) -> None:
+    if before < 0 or after < 0:
+        raise ValueError(f"pad mode {mode!r} needs non-negative padding, got ({before}, {after}) on axis {axis}")
+    if mode == "reflect" and max(before, after) >= size:
+        raise ShapeError(f"reflect padding ({before}, {after}) on axis {axis} of shape {shape} must be below {size}")
+    if mode == "circular" and max(before, after) > size:
+        raise ShapeError(f"circular padding ({before}, {after}) on axis {axis} of shape {shape} exceeds {size}")
+    if mode == "replicate" and size == 0:
+        raise ShapeError(f"cannot replicate-pad the empty axis {axis} of shape {shape}")
+
+
+def pad_from_values(x: Tensor, per_axis: tuple[tuple[int, int], ...], mode: str) -> Tensor:
+    """x padded by `per_axis` ((before, after) for every axis) in a non-constant `mode`."""
+    for axis, (before, after) in enumerate(per_axis):
+        _check(mode, x.shape[axis], axis, before, after, x.shape)
+        if before == 0 and after == 0:
+            continue
+        head, tail = _edge_pieces(x, axis, before, after, mode)
+        x = head.cat(x, tail, dim=axis)
+    return x

@@ -1,0 +1,116 @@
+"""A float64 numpy forward of the GGUF models in fixtures.py: the independent oracle for tg-llm's model.
+
+Weights come from the reference `gguf` reader and dequantizer. Attention follows Hugging Face: llama q/k rows are
+un-permuted back to the half-split layout and rotated with rotate-half; every position is computed at once with
+a plain causal softmax (no KV cache), so cache and chunking bugs in tg-llm show up as differences.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+
+def load(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    reader = gguf.GGUFReader(str(path))
+    metadata = {}
+    for key, field in reader.fields.items():
+        try:
+            metadata[key] = field.contents()
+        except Exception:  # noqa: BLE001  (fields the reference cannot render are not needed here)
+            continue
+    weights = {}
+    for tensor in reader.tensors:
+        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        weights[tensor.name] = values.reshape(tuple(reversed([int(d) for d in tensor.shape]))).astype(np.float64)
+    return metadata, weights
+
+
+def unpermute(weights: np.ndarray, heads: int) -> np.ndarray:
+    """Inverse of llama.cpp's q/k permutation: interleaved pairs back to half-split, per head."""
+    return (
+        weights.reshape(heads, weights.shape[0] // heads // 2, 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1 + np.exp(-x))
+
+
+def rotate_half_rope(x: np.ndarray, theta: float) -> np.ndarray:
+    """x (T, heads, head_dim): Hugging Face's RoPE (halves rotate together)."""
+    count, _, head_dim = x.shape
+    frequencies = theta ** (-np.arange(0, head_dim, 2) / head_dim)
+    angles = np.arange(count)[:, None] * frequencies[None, :]
+    cos = np.concatenate([np.cos(angles)] * 2, -1)[:, None, :]
+    sin = np.concatenate([np.sin(angles)] * 2, -1)[:, None, :]
+    rotated = np.concatenate([-x[..., head_dim // 2 :], x[..., : head_dim // 2]], -1)
+    return x * cos + rotated * sin
+
+
+def forward(metadata: dict, w: dict[str, np.ndarray], tokens: list[int]) -> np.ndarray:
+    """Logits (T, vocab) for every position of `tokens`."""
+    arch = metadata["general.architecture"]
+    heads, kv_heads = metadata[f"{arch}.attention.head_count"], metadata[f"{arch}.attention.head_count_kv"]
+    eps, theta = metadata[f"{arch}.attention.layer_norm_rms_epsilon"], metadata[f"{arch}.rope.freq_base"]
+    x = w["token_embd.weight"][tokens]
+    count, dim = x.shape
+    head_dim = dim // heads
+    causal = np.tril(np.ones((count, count), dtype=bool))
+    for block in range(metadata[f"{arch}.block_count"]):
+        p = f"blk.{block}."
+        h = rms_norm(x, w[p + "attn_norm.weight"], eps)
+        wq, wk = w[p + "attn_q.weight"], w[p + "attn_k.weight"]
+        if arch == "llama":
+            wq, wk = unpermute(wq, heads), unpermute(wk, kv_heads)
+        q, k, v = h @ wq.T, h @ wk.T, h @ w[p + "attn_v.weight"].T
+        if p + "attn_q.bias" in w:
+            q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+        if arch == "olmoe":
+            q, k = rms_norm(q, w[p + "attn_q_norm.weight"], eps), rms_norm(k, w[p + "attn_k_norm.weight"], eps)
+        q, k, v = (t.reshape(count, -1, head_dim) for t in (q, k, v))
+        if arch in ("qwen3", "qwen3moe"):
+            q, k = rms_norm(q, w[p + "attn_q_norm.weight"], eps), rms_norm(k, w[p + "attn_k_norm.weight"], eps)
+        q, k = rotate_half_rope(q, theta), rotate_half_rope(k, theta)
+        k, v = np.repeat(k, heads // kv_heads, axis=1), np.repeat(v, heads // kv_heads, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(head_dim)
+        scores = np.where(causal, scores, -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        attended = np.einsum("hqk,khd->qhd", probs, v).reshape(count, dim)
+        x = x + attended @ w[p + "attn_output.weight"].T
+        h = rms_norm(x, w[p + "ffn_norm.weight"], eps)
+        x = x + (moe(metadata, w, p, h) if p + "ffn_gate_inp.weight" in w else dense_ffn(w, p, h))
+    x = rms_norm(x, w["output_norm.weight"], eps)
+    return x @ w.get("output.weight", w["token_embd.weight"]).T
+
+
+def dense_ffn(w: dict, p: str, h: np.ndarray) -> np.ndarray:
+    return (silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+
+
+def moe(metadata: dict, w: dict, p: str, h: np.ndarray) -> np.ndarray:
+    """Softmax router, top-k with ties to the lower index, weights renormalized for qwen3moe, not for olmoe."""
+    arch = metadata["general.architecture"]
+    k = metadata[f"{arch}.expert_used_count"]
+    logits = h @ w[p + "ffn_gate_inp.weight"].T
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        chosen = sorted(range(probs.shape[1]), key=lambda e: (-probs[t, e], e))[:k]
+        weights = probs[t, chosen]
+        if arch == "qwen3moe":
+            weights = weights / weights.sum()
+        for e, weight in zip(chosen, weights, strict=True):
+            gate, up = w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e]
+            out[t] += weight * ((silu(gate @ h[t]) * (up @ h[t])) @ w[p + "ffn_down_exps.weight"][e].T)
+    return out

@@ -1,0 +1,70 @@
+"""tg-llm's transformer against the float64 numpy reference on random-weight GGUF fixtures of every architecture
+and GGML type: prefill logits, KV-cached decoding, chunked prefill, prefix reuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gguf")
+
+import llm_reference as reference  # noqa: E402
+from llm_fixtures import write_model  # noqa: E402
+
+from tg.llm.generate import Generator  # noqa: E402
+from tg.llm.model import ContextOverflowError, load_model, top_k_mask  # noqa: E402
+from tg.tensor import Tensor  # noqa: E402
+
+TOKENS = [5, 17, 200, 33, 99, 4, 150, 7, 64, 2]
+
+
+def check_against_reference(path: Path, rtol: float = 2e-3) -> None:
+    metadata, weights = reference.load(path)
+    expected = reference.forward(metadata, weights, TOKENS)
+    model, _ = load_model(path, max_context=64)
+    generator = Generator(model, chunk_size=4)
+    prefill = generator.prefill(TOKENS[:6])  # chunks of 4 and 2
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(prefill, expected[5], atol=rtol * scale)
+    for position in range(6, len(TOKENS)):  # then one token at a time through the KV cache
+        logits = generator._forward([TOKENS[position]], position)
+        np.testing.assert_allclose(logits, expected[position], atol=rtol * scale)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3moe", "olmoe"])
+def test_architectures_match_the_reference(tmp_path: Path, arch: str) -> None:
+    check_against_reference(write_model(tmp_path / f"{arch}.gguf", arch, "F32", seed=1, tied=arch != "qwen2"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "weight_type", ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "MXFP4"]
+)
+def test_weight_types_match_the_reference(tmp_path: Path, weight_type: str) -> None:
+    check_against_reference(write_model(tmp_path / "m.gguf", "llama", weight_type, seed=2, tied=False))
+
+
+def test_prefix_reuse_feeds_only_the_new_tokens(tmp_path: Path) -> None:
+    model, _ = load_model(write_model(tmp_path / "m.gguf"), max_context=64)
+    generator = Generator(model, chunk_size=32)
+    first = generator.prefill([1, 2, 3, 4, 5])
+    second = generator.prefill([1, 2, 3, 4, 5, 42, 42, 10, 11, 12])
+    assert generator.forward_calls == [(5, 0), (5, 5)]
+    fresh = Generator(load_model(tmp_path / "m.gguf", max_context=64)[0]).prefill([1, 2, 3, 4, 5, 42, 42, 10, 11, 12])
+    np.testing.assert_allclose(second, fresh, rtol=1e-4, atol=1e-4)
+    generator.prefill([1, 2, 9])  # diverges at the third token: only it is recomputed
+    assert generator.forward_calls[-1] == (1, 2)
+    assert first.shape == (model.config.vocab_size,)
+
+
+def test_context_overflow_is_an_error(tmp_path: Path) -> None:
+    model, _ = load_model(write_model(tmp_path / "m.gguf"), max_context=8)
+    with pytest.raises(ContextOverflowError, match="context"):
+        Generator(model).prefill(list(range(9)))
+
+
+def test_top_k_ties_go_to_the_lower_index() -> None:
+    scores = Tensor(np.array([[0.5, 0.2, 0.5, 0.5], [0.1, 0.3, 0.3, 0.0]], dtype=np.float32))
+    assert top_k_mask(scores, 2).numpy().tolist() == [[True, False, True, False], [False, True, True, False]]

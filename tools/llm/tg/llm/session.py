@@ -1,0 +1,87 @@
+"""A chat session: model + tokenizer + template + generator, with the conversation so far."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tg.llm.generate import Generator, cut_at_stop
+from tg.llm.model import Transformer, load_model, parameter_count
+from tg.llm.sampling import SamplingOptions
+from tg.llm.template import chat_template
+from tg.llm.tokenizer import Tokenizer
+
+
+@dataclass
+class Session:
+    model: Transformer
+    tokenizer: Tokenizer
+    template: Any  # None: raw prompts (--no-chat-template)
+    model_name: str
+    parameters: int
+    generator: Generator = field(init=False)
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.generator = Generator(self.model)
+
+    @classmethod
+    def load(cls, path: Path, max_context: int = 4096, raw_prompt: bool = False) -> Session:
+        model, gguf = load_model(path, max_context)
+        metadata = gguf.metadata
+        tokenizer = Tokenizer.from_gguf_metadata(metadata)
+        bos = tokenizer.tokens[tokenizer.bos_id] if tokenizer.bos_id is not None and tokenizer.add_bos else ""
+        eos = tokenizer.tokens[tokenizer.eos_id]
+        template = None if raw_prompt else chat_template(metadata, bos, eos, tokenizer.ids)
+        name = metadata.get("general.name") or metadata.get("general.basename") or Path(path).stem
+        return cls(model, tokenizer, template, name, parameter_count(gguf))
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(weight.nbytes() for weight in self.model.weights.values())
+
+    def prompt_tokens(self, prompt: str) -> list[int]:
+        """The token ids for the next turn: the whole conversation through the template, or the raw prompt."""
+        if self.template is None:
+            bos = [self.tokenizer.bos_id] if self.tokenizer.add_bos and self.tokenizer.bos_id is not None else []
+            return bos + self.tokenizer.encode(prompt, allow_special=False)
+        self.messages.append({"role": "user", "content": prompt})
+        return self.tokenizer.encode(self.template.render(self.messages, add_generation_prompt=True))
+
+    def reply(
+        self, prompt: str, options: SamplingOptions, max_tokens: int = 512, stops: list[str] | None = None
+    ) -> Iterator[str]:
+        """Stream the answer's text; the end token and anything from a stop string on are not shown."""
+        decoder, answer, shown = self.tokenizer.stream_decoder(), "", 0
+        tokens = self.prompt_tokens(prompt)
+        for token in self.generator.generate(tokens, max_tokens, options, self.tokenizer.is_end):
+            if self.tokenizer.is_end(token):
+                break
+            answer += decoder.add(token)
+            visible, stopped = cut_at_stop(answer, stops or [])
+            hold = max((len(s) - 1 for s in stops or []), default=0)  # a stop string may be half-way in
+            safe = len(visible) if stopped else max(shown, len(visible) - hold)
+            if safe > shown:
+                yield visible[shown:safe]
+                shown = safe
+            if stopped:
+                break
+        else:
+            answer += decoder.flush()
+        visible, _ = cut_at_stop(answer, stops or [])
+        if len(visible) > shown:
+            yield visible[shown:]
+        if self.template is not None:
+            self.messages.append({"role": "assistant", "content": visible})
+
+    def warmup(self) -> None:
+        """Generate 2 tokens twice from a 1-token prompt, so the decode kernels are compiled before timing."""
+        start = [self.tokenizer.bos_id or 0]
+        for _ in range(2):
+            list(self.generator.generate(start, 2))
+        self.generator.cached = []
+
+    def benchmark_tokens(self, count: int) -> Iterator[int]:
+        yield from self.generator.generate([self.tokenizer.bos_id or 0], count)

@@ -1,0 +1,208 @@
+"""Byte-level BPE (GPT-2 style) built from a GGUF file's vocabulary and merges.
+
+Text is split into special tokens (matched whole) and ordinary runs; each run is cut into words by the preset's
+pre-tokenizer regexes (`tokenizer.ggml.pre`), each word's UTF-8 bytes are mapped to printable characters, and the
+merges are applied lowest rank first. Decoding maps back to bytes; `StreamDecoder` holds back incomplete UTF-8.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+import regex
+
+# The GPT-2 family's word regex and the llama3 one (llama.cpp's llama-vocab.cpp lists them per preset).
+GPT2_WORDS = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"""
+LLAMA3_WORDS = (
+    r"""(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+QWEN2_WORDS = LLAMA3_WORDS.replace(r"\p{N}{1,3}", r"\p{N}")
+SINGLE_DIGITS = r"\p{N}"
+
+# preset -> the regexes applied in turn (each splits the pieces the previous one produced)
+PRESETS: dict[str, list[str]] = {
+    "llama3": [LLAMA3_WORDS],
+    "llama-v3": [LLAMA3_WORDS],
+    "llama-bpe": [LLAMA3_WORDS],
+    "qwen2": [QWEN2_WORDS],
+    "qwen35": [QWEN2_WORDS],
+    "qwen35moe": [QWEN2_WORDS],
+    "gpt2": [GPT2_WORDS],
+    "olmo": [GPT2_WORDS],
+    "smollm": [SINGLE_DIGITS, GPT2_WORDS],  # SmolLM: every digit is its own word
+    "starcoder": [SINGLE_DIGITS, GPT2_WORDS],
+    "refact": [SINGLE_DIGITS, GPT2_WORDS],
+    "default": [GPT2_WORDS],
+}
+CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values of tokens matched whole
+
+
+class TokenizerError(ValueError):
+    """The GGUF tokenizer cannot be built (unknown preset or model type)."""
+
+
+@functools.cache
+def byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from bytes to printable characters (printable Latin-1 stays, the rest shifts up)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    mapping, shifted = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            mapping[byte] = chr(byte)
+        else:
+            mapping[byte] = chr(256 + shifted)
+            shifted += 1
+    return mapping
+
+
+def split_words(text: str, patterns: list[regex.Pattern]) -> list[str]:
+    """Apply each pre-tokenizer regex in turn; text between matches is kept as its own piece."""
+    pieces = [text]
+    for pattern in patterns:
+        next_pieces = []
+        for piece in pieces:
+            position = 0
+            for match in pattern.finditer(piece):
+                if match.start() > position:
+                    next_pieces.append(piece[position : match.start()])
+                if match.end() > match.start():
+                    next_pieces.append(match.group())
+                position = match.end()
+            if position < len(piece):
+                next_pieces.append(piece[position:])
+        pieces = next_pieces
+    return pieces
+
+
+class Tokenizer:
+    def __init__(
+        self,
+        tokens: list[str],
+        merges: list[str],
+        token_types: list[int] | None = None,
+        preset: str = "default",
+        bos_id: int | None = None,
+        eos_id: int = 0,
+        eot_id: int | None = None,
+        add_bos: bool = False,
+    ) -> None:
+        if preset not in PRESETS:
+            raise TokenizerError(f"invalid tokenizer preset {preset!r} (known: {', '.join(sorted(PRESETS))})")
+        self.tokens, self.preset = tokens, preset
+        self.ids = {token: index for index, token in enumerate(tokens)}
+        self.merge_ranks = {tuple(merge.split(" ", 1)): rank for rank, merge in enumerate(merges)}
+        self.patterns = [regex.compile(pattern) for pattern in PRESETS[preset]]
+        types = token_types or [1] * len(tokens)
+        self.special_ids = {index for index, kind in enumerate(types) if kind in (CONTROL, USER_DEFINED)}
+        specials = sorted((tokens[i] for i in self.special_ids if tokens[i]), key=len, reverse=True)
+        self.special_pattern = regex.compile("|".join(regex.escape(s) for s in specials)) if specials else None
+        self.bos_id, self.eos_id, self.add_bos = bos_id, eos_id, add_bos
+        if eot_id is None:
+            eot_id = next(
+                (self.ids[name] for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>") if name in self.ids), None
+            )
+        self.eot_id = eot_id
+        self.byte_map = byte_to_unicode()
+        self.char_to_byte = {char: byte for byte, char in self.byte_map.items()}
+
+    @classmethod
+    def from_gguf_metadata(cls, metadata: dict[str, Any]) -> Tokenizer:
+        model = metadata.get("tokenizer.ggml.model", "gpt2")
+        if model != "gpt2":
+            raise TokenizerError(f"tokenizer model {model!r} is not supported (only byte-level BPE, 'gpt2')")
+        return cls(
+            tokens=metadata["tokenizer.ggml.tokens"],
+            merges=metadata.get("tokenizer.ggml.merges", []),
+            token_types=metadata.get("tokenizer.ggml.token_type"),
+            preset=metadata.get("tokenizer.ggml.pre", "default"),
+            bos_id=metadata.get("tokenizer.ggml.bos_token_id"),
+            eos_id=metadata.get("tokenizer.ggml.eos_token_id", 0),
+            eot_id=metadata.get("tokenizer.ggml.eot_token_id"),
+            add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", True)),
+        )
+
+    # ----------------------------------------------------------------------------------------------- encode
+
+    def encode(self, text: str, allow_special: bool = True) -> list[int]:
+        """Token ids of `text`; special tokens (<|im_start|> ...) written in it become their single id."""
+        ids: list[int] = []
+        position = 0
+        if allow_special and self.special_pattern is not None:
+            for match in self.special_pattern.finditer(text):
+                ids += self._encode_ordinary(text[position : match.start()])
+                ids.append(self.ids[match.group()])
+                position = match.end()
+        return ids + self._encode_ordinary(text[position:])
+
+    def _encode_ordinary(self, text: str) -> list[int]:
+        ids = []
+        for word in split_words(text, self.patterns):
+            ids += self._encode_word("".join(self.byte_map[b] for b in word.encode("utf-8")))
+        return ids
+
+    @functools.lru_cache(maxsize=65536)  # noqa: B019  (one tokenizer per process; words repeat a lot)
+    def _encode_word(self, word: str) -> list[int]:
+        if word in self.ids:
+            return [self.ids[word]]
+        parts = list(word)
+        while len(parts) > 1:
+            ranks = [self.merge_ranks.get(pair, None) for pair in zip(parts, parts[1:], strict=False)]
+            best = (
+                min((rank, i) for i, rank in enumerate(ranks) if rank is not None)
+                if any(rank is not None for rank in ranks)
+                else None
+            )
+            if best is None:
+                break
+            index = best[1]
+            parts[index : index + 2] = [parts[index] + parts[index + 1]]
+        ids = []
+        for part in parts:
+            if part in self.ids:
+                ids.append(self.ids[part])
+            else:  # not in the vocabulary: fall back to its single characters (bytes)
+                ids += [self.ids[char] for char in part if char in self.ids]
+        return ids
+
+    # ----------------------------------------------------------------------------------------------- decode
+
+    def token_bytes(self, token_id: int) -> bytes:
+        token = self.tokens[token_id]
+        if token_id in self.special_ids:
+            return token.encode("utf-8")
+        return bytes(self.char_to_byte[char] for char in token if char in self.char_to_byte)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
+
+    def is_end(self, token_id: int) -> bool:
+        return token_id == self.eos_id or token_id == self.eot_id
+
+    def stream_decoder(self) -> StreamDecoder:
+        return StreamDecoder(self)
+
+
+class StreamDecoder:
+    """Turns token ids into text as they arrive, holding back bytes of a character split across tokens."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer, self.pending = tokenizer, b""
+
+    def add(self, token_id: int) -> str:
+        self.pending += self.tokenizer.token_bytes(token_id)
+        for cut in range(len(self.pending), max(len(self.pending) - 4, -1), -1):
+            try:
+                text = self.pending[:cut].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            self.pending = self.pending[cut:]
+            return text
+        text, self.pending = self.pending.decode("utf-8", errors="replace"), b""  # invalid, not just incomplete
+        return text
+
+    def flush(self) -> str:
+        text, self.pending = self.pending.decode("utf-8", errors="replace"), b""
+        return text

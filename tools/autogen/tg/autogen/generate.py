@@ -138,13 +138,19 @@ def generate(options: Options) -> Generated:
 
 
 def include_comments(unit: Any, sources: Sequence[str]) -> list[str]:
-    """Provenance lines for every header UNIT read besides SOURCES: a change in any of them changes the output."""
+    """Provenance lines for every header UNIT read besides SOURCES and the compiler's builtin headers: a change in
+    any of them changes the output."""
     from tg.autogen.provenance import describe_sources, recorded_path
 
+    from tg.autogen.parse import builtin_include_dir
+
     seen = {os.path.realpath(s) for s in sources}
+    builtin = builtin_include_dir()
     paths: list[str] = []
     for inclusion in unit.get_includes():
         name = os.path.normpath(inclusion.include.name)
+        if builtin and name.startswith(builtin.rstrip("/") + "/"):
+            continue  # the compiler's own headers (gcc's or some clang's): not part of what the module depends on
         if os.path.realpath(name) not in seen:
             seen.add(os.path.realpath(name))
             paths.append(recorded_path(name))

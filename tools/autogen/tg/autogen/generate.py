@@ -140,9 +140,8 @@ def generate(options: Options) -> Generated:
 def include_comments(unit: Any, sources: Sequence[str]) -> list[str]:
     """Provenance lines for every header UNIT read besides SOURCES and the compiler's builtin headers: a change in
     any of them changes the output."""
-    from tg.autogen.provenance import describe_sources, recorded_path
-
     from tg.autogen.parse import builtin_include_dir
+    from tg.autogen.provenance import describe_sources, recorded_path
 
     seen = {os.path.realpath(s) for s in sources}
     builtin = builtin_include_dir()

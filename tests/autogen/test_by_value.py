@@ -160,3 +160,36 @@ def test_a_wrong_argument_type_is_a_type_error(api):
 
 def test_plain_ctypes_structure_layout_is_unchanged_by_the_shadow(api):
     assert ctypes.sizeof(api.struct_mixed) == 16
+
+
+CALLBACKS = """
+struct mixed { float a; double b; };
+union number { int i; float f; };
+typedef double (*visit_mixed)(struct mixed m, int k);
+typedef float (*visit_number)(union number n);
+double apply_mixed(visit_mixed f, float a, double b);
+float apply_number(visit_number f, float x);
+visit_mixed get_scaler(void);
+"""
+
+CALLBACKS_SOURCE = """
+double apply_mixed(visit_mixed f, float a, double b) { struct mixed m = {a, b}; return f(m, 3); }
+float apply_number(visit_number f, float x) { union number n; n.f = x; return f(n); }
+static double scale(struct mixed m, int k) { return (m.a + m.b) * k; }
+visit_mixed get_scaler(void) { return scale; }
+"""
+
+
+def test_callbacks_receive_records_by_value(bind):
+    api = bind(CALLBACKS, CALLBACKS_SOURCE).module
+    seen = []
+
+    def visit(m, k):
+        seen.append((m.a, m.b, k))
+        return m.a * 10 + m.b + k
+
+    assert api.apply_mixed(api.visit_mixed(visit), 1.5, 0.25) == 15 + 0.25 + 3
+    assert seen == [(1.5, 0.25, 3)]
+    assert api.apply_number(api.visit_number(lambda n: n.f * 2), 1.25) == 2.5
+    # A C function pointer of the same prototype takes records by value from Python.
+    assert api.get_scaler()(api.struct_mixed(1.0, 2.5), 2) == 7.0

@@ -63,7 +63,7 @@ def changed_compiler(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "lib" / "codegen" / "tg", copy / "tg", ignore=shutil.ignore_patterns("__pycache__"))
     pipeline = copy / "tg" / "codegen" / "pipeline.py"
     text = pipeline.read_text()
-    changed = text.replace("apply_opts(ast, noopt=flags.noopt)", "apply_opts(ast, noopt=True)")
+    changed = text.replace("noopt=flags.noopt)", "noopt=True)")
     assert changed != text, "the pipeline no longer has the line this test changes"
     pipeline.write_text(changed)
     return copy
@@ -164,3 +164,35 @@ def test_speed_times_each_changed_kernel_on_both_versions(tmp_path: Path) -> Non
     assert changed
     for entry in changed:
         assert entry["seconds_other"] > 0 and entry["seconds_captured"] > 0
+
+
+def changed_scheduler(tmp_path: Path) -> Path:
+    """A copy of tg.codegen whose scheduler gives every kernel a different name (a deliberate change)."""
+    copy = tmp_path / "other_schedule"
+    shutil.copytree(REPO / "lib" / "codegen" / "tg", copy / "tg", ignore=shutil.ignore_patterns("__pycache__"))
+    schedule = copy / "tg" / "codegen" / "schedule" / "schedule.py"
+    text = schedule.read_text()
+    marker = "def create_schedule(roots: tuple[UOp, ...]) -> Schedule:\n"
+    assert marker in text, "the scheduler no longer has the function this test wraps"
+    schedule.write_text(text.replace(marker, "def _create_schedule_original(roots: tuple[UOp, ...]) -> Schedule:\n")
+                        + "\n\ndef create_schedule(roots):\n    s = _create_schedule_original(roots)\n"
+                        "    return Schedule(s.items + s.items[:1], s.results)\n")  # fmt: skip
+    return copy
+
+
+def test_schedule_compares_the_kernels_of_each_captured_schedule(tmp_path: Path) -> None:
+    import json
+
+    db = tmp_path / "captures.db"
+    capture_programs(db)
+    same = runner.invoke(app, ["diff", "--db", str(db), "--schedule", "--assert"])
+    assert same.exit_code == 0, same.output
+    assert "0 changed, 0 errors" in same.output.splitlines()[-1] and " schedules, " in same.output
+    other = changed_scheduler(tmp_path)
+    result = runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(other), "--schedule", "--json"])
+    schedules = json.loads(result.output)["schedules"]
+    assert schedules["count"] >= 4 and len(schedules["changed"]) == schedules["count"]
+    first = schedules["changed"][0]
+    assert len(first["other"]) == len(first["captured"]) + 1
+    asserted = runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(other), "--schedule", "--assert"])
+    assert asserted.exit_code == 1

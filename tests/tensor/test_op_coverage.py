@@ -22,6 +22,7 @@ class Row:
     family: str
     devices: tuple[str, ...]
     tests: str
+    gradient: str
 
 
 def _cells(line: str) -> list[str]:
@@ -35,8 +36,10 @@ def read_table() -> list[Row]:
     for line in TABLE.read_text().splitlines():
         if not line.startswith("| `"):
             continue
-        op, family, devices, tests = _cells(line)
-        rows.append(Row(op.strip("`"), family, tuple(d.strip() for d in devices.split(",")), tests))
+        cells = _cells(line)
+        op, family, devices, tests = cells[:4]
+        gradient = cells[4] if len(cells) > 4 else ""
+        rows.append(Row(op.strip("`"), family, tuple(d.strip() for d in devices.split(",")), tests, gradient))
     return rows
 
 
@@ -92,3 +95,15 @@ def test_tested_row_names_files_that_exercise_the_op_on_its_devices(row):
 @pytest.mark.parametrize("row", UNTESTED, ids=lambda row: row.op)
 def test_pending_row_names_an_op_that_does_not_exist_yet(row):
     assert row.op not in public_names(), f"{row.op} now exists: fill in its row in docs/ops.md with its tests"
+
+
+GRADIENT_KINDS = ("checked", "none (", "zero (", "stops", "n/a", "not yet", "not checked", "through ")
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.op)
+def test_gradient_column_says_what_the_gradient_is(row):
+    assert row.gradient.startswith(GRADIENT_KINDS), f"{row.op}: gradient cell {row.gradient!r}"
+    for file_name, _ in _test_entries(row.gradient):
+        path = TESTS / file_name
+        assert path.exists(), f"{row.op}: {file_name} does not exist"
+        assert _calls(path.read_text(), row.op, None), f"{row.op}: {file_name} does not check its gradient"

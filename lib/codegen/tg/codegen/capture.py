@@ -24,6 +24,7 @@ from tg.codegen.flags import BEAM, CAPTURE_PROCESS_REPLAY, TG_REPLAY_DB, cache_d
 
 CAPTURE_SCHEMA = 1
 TABLE = f"process_replay_v{CAPTURE_SCHEMA}"
+SCHEDULE_TABLE = f"process_replay_schedules_v{CAPTURE_SCHEMA}"
 FLUSH_EVERY = 200  # rows kept in memory before a write
 
 COLUMNS = (
@@ -32,6 +33,12 @@ COLUMNS = (
     "searched INTEGER NOT NULL, "  # 1 when BEAM chose the opts: replay then reuses them instead of searching
     "inputs BLOB NOT NULL, "  # pickle of the tuple (kernel AST, renderer, codegen flags, applied opts)
     "src TEXT NOT NULL"
+)
+
+SCHEDULE_COLUMNS = (
+    "id INTEGER PRIMARY KEY AUTOINCREMENT, location TEXT NOT NULL, "
+    "roots BLOB NOT NULL, "  # pickle of the tuple of tensor-graph nodes that were realized
+    "kernels TEXT NOT NULL"  # the kernel names the schedule had, in order, one per line
 )
 
 
@@ -47,6 +54,7 @@ def connect(path: str | None = None) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=60)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} ({COLUMNS})")
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEDULE_TABLE} ({SCHEDULE_COLUMNS})")
     return conn
 
 
@@ -70,23 +78,29 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.pending: list[tuple[str, str, str, int, bytes, str]] = []
+        self.pending_schedules: list[tuple[str, bytes, str]] = []
         self.lock = threading.Lock()
         self.registered = False
 
-    def add(self, row: tuple[str, str, str, int, bytes, str]) -> None:
+    def add(self, row: tuple[str, str, str, int, bytes, str] | None = None,
+            schedule: tuple[str, bytes, str] | None = None) -> None:  # fmt: skip
         with self.lock:
-            self.pending.append(row)
+            if row is not None:
+                self.pending.append(row)
+            if schedule is not None:
+                self.pending_schedules.append(schedule)
             if not self.registered:
                 atexit.register(self.flush)
                 self.registered = True
-            full = len(self.pending) >= FLUSH_EVERY
+            full = len(self.pending) + len(self.pending_schedules) >= FLUSH_EVERY
         if full:
             self.flush()
 
     def flush(self) -> None:
         with self.lock:
             rows, self.pending = self.pending, []
-        if not rows:
+            schedules, self.pending_schedules = self.pending_schedules, []
+        if not rows and not schedules:
             return
         conn = connect()
         try:
@@ -95,6 +109,7 @@ class _Recorder:
                     f"INSERT INTO {TABLE} (location, device, name, searched, inputs, src) VALUES (?, ?, ?, ?, ?, ?)",
                     rows,
                 )
+                conn.executemany(f"INSERT INTO {SCHEDULE_TABLE} (location, roots, kernels) VALUES (?, ?, ?)", schedules)
         finally:
             conn.close()
 
@@ -112,6 +127,15 @@ def record_compile(device: str, ast: Any, renderer: Any, flags: Any, source: Any
     inputs = (ast, renderer, flags, tuple(source.applied_opts))
     blob = pickle.dumps(inputs, protocol=pickle.HIGHEST_PROTOCOL)
     _recorder.add((calling_location(), device, source.name, int(BEAM.value > 0), blob, source.src))
+
+
+def record_schedule(roots: tuple[Any, ...], kernel_names: list[str]) -> None:
+    """Record one schedule: the tensor-graph nodes realized and the kernels they became (for `diff --schedule`)."""
+    try:
+        blob = pickle.dumps(tuple(roots), protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+        return  # a graph that cannot be pickled is not captured; kernels still are
+    _recorder.add(schedule=(calling_location(), blob, "\n".join(kernel_names)))
 
 
 def flush_captures() -> None:

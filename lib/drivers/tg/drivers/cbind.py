@@ -324,6 +324,51 @@ class _LazyFunction:
         return f"<C function {self.__name__} in lib{self.dll.name}>"
 
 
+def CFUNCTYPE(restype: Any, *argtypes: Any) -> type:  # noqa: N802
+    """ctypes.CFUNCTYPE, except that records passed by value travel as the C ABI passes them (see cabi).
+
+    Python callbacks of such a prototype receive real records; calling a C function pointer of it takes them.
+    ctypes callbacks cannot return records, so a prototype that returns one is a TypeError here.
+    """
+    from tg.drivers import cabi
+
+    if not cabi.needs_plan(restype, argtypes):
+        return ctypes.CFUNCTYPE(restype, *argtypes)
+    if cabi.is_record(restype):
+        raise TypeError(f"a callback cannot return {restype.__name__} by value (ctypes callbacks return scalars)")
+    plan = cabi.plan_call(restype, list(argtypes))
+    base = ctypes.CFUNCTYPE(plan.restype, *plan.argtypes)
+
+    def from_shadow(value: Any, record: Any) -> Any:
+        if not cabi.is_record(record):
+            return value
+        copy = record()
+        ctypes.memmove(ctypes.addressof(copy), ctypes.addressof(value), ctypes.sizeof(record))
+        return copy
+
+    class RecordPrototype(base):  # type: ignore[valid-type, misc]
+        # ctypes' metaclass reads these from the class itself, not from its base.
+        _argtypes_, _restype_, _flags_ = base._argtypes_, base._restype_, base._flags_
+
+        def __new__(cls, *args: Any) -> Any:
+            if len(args) == 1 and callable(args[0]):
+                function = args[0]
+
+                def trampoline(*raw: Any) -> Any:
+                    return function(*(from_shadow(v, t) for v, t in zip(raw, argtypes, strict=True)))
+
+                return super().__new__(cls, trampoline)
+            return super().__new__(cls, *args)
+
+        def __init__(self, *args: Any) -> None:
+            pass
+
+        def __call__(self, *args: Any) -> Any:
+            return plan.convert_result(super().__call__(*plan.convert_args(args)))
+
+    return RecordPrototype
+
+
 get_errno = ctypes.get_errno
 set_errno = ctypes.set_errno
 

@@ -48,18 +48,19 @@ class ActivationOps:
     # -------------------------------------------------------------------------------- piecewise linear
 
     def relu6(self) -> Tensor:
-        """clip(x, 0, 6) (torch's hardtanh(0, 6))."""
-        return self.clip(0, 6)
+        """clip(x, 0, 6) (torch's hardtanh(0, 6)): gradient 1 only for 0 < x < 6."""
+        return self.hardtanh(0, 6)
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        return self.clip(min_val, max_val)
+        """clip(x, min_val, max_val) with gradient 1 only strictly inside (torch; clip passes it at the bounds)."""
+        return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
 
     def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         """clip(alpha * x + beta, 0, 1); with the defaults computed as torch does, clip(x + 3, 0, 6) / 6 (1 for every
-        x >= 3, however large)."""
+        x >= 3, however large). The gradient is alpha only strictly inside the ramp (torch)."""
         if alpha == 1 / 6 and beta == 0.5:
-            return in_float32_when_half(self, lambda x: (x + 3).clip(0, 6) / 6)
-        return in_float32_when_half(self, lambda x: (x * alpha + beta).clip(0, 1))
+            return in_float32_when_half(self, lambda x: (x + 3).hardtanh(0, 6) / 6)
+        return in_float32_when_half(self, lambda x: (x * alpha + beta).hardtanh(0, 1))
 
     def hardswish(self) -> Tensor:
         """x * clip(x + 3, 0, 6) / 6."""

@@ -254,24 +254,26 @@ class ElementwiseOps:
         return alu(Ops.WHERE, condition, x, y)
 
     def maximum(self, other: Operand) -> Tensor:
-        """The larger of two values; NaN wins, as in numpy."""
+        """The larger of two values; NaN wins, as in numpy. Equal values split the gradient evenly (as torch)."""
         a, b = broadcast(self, other)
         a_wins = alu(Ops.CMPLT, b, a)
         if dtypes.is_float(a.dtype):
             a_wins = alu(Ops.OR, a_wins, a.isnan())
-        return alu(Ops.WHERE, a_wins, a, b)
+        return alu(Ops.WHERE, a_wins, a, _tie_goes_to_b(a, b))
 
     def minimum(self, other: Operand) -> Tensor:
-        """The smaller of two values; NaN wins, as in numpy."""
+        """The smaller of two values; NaN wins, as in numpy. Equal values split the gradient evenly (as torch)."""
         a, b = broadcast(self, other)
         a_wins = alu(Ops.CMPLT, a, b)
         if dtypes.is_float(a.dtype):
             a_wins = alu(Ops.OR, a_wins, a.isnan())
-        return alu(Ops.WHERE, a_wins, a, b)
+        return alu(Ops.WHERE, a_wins, a, _tie_goes_to_b(a, b))
 
     def clip(self, min_: Operand | None = None, max_: Operand | None = None) -> Tensor:
-        result = self if min_ is None else self.maximum(min_)
-        return result if max_ is None else result.minimum(max_)
+        """Values below min_ become min_, above max_ max_, NaN stays; the gradient passes at the bounds (torch's
+        clamp; relu6 and hardtanh, whose gradient is 0 there, are written separately)."""
+        result = self if min_ is None else (self < min_).where(min_, self)
+        return result if max_ is None else (result > max_).where(max_, result)
 
     clamp = clip
 
@@ -353,6 +355,17 @@ class ElementwiseOps:
         if not dtypes.is_float(self.dtype):
             return self.ones_like(dtype=dtypes.bool)
         return (self - self) == 0  # inf - inf and NaN - NaN are NaN, which equals nothing
+
+
+def _tie_goes_to_b(a: Tensor, b: Tensor) -> Tensor:
+    """b, written so that where a == b the gradient splits half and half: b - (b - a) / 2 is b exactly at a tie
+    (b - a is +0.0 there), and its derivatives are 1/2 for each. A tie of infinities (inf - inf is NaN) takes b
+    itself. Integers need no gradient and take b."""
+    if not dtypes.is_float(a.dtype):
+        return b
+    half_gap = (b - a) * 0.5
+    half_gap = half_gap.isnan().where(0.0, half_gap)
+    return alu(Ops.WHERE, alu(Ops.CMPEQ, a, b), b - half_gap, b)
 
 
 def _rounded_div(tensor: Tensor, other: Operand, reverse: bool, rounding_mode: str) -> Tensor:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions, positions_along
 from tg.tensor.shape_ops import as_bits, from_bits
@@ -24,7 +25,15 @@ if TYPE_CHECKING:
 
 
 def select_where(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
-    """The value at the one position of `axes` where `mask` is true (zero bits where it is nowhere true)."""
+    """The value at the one position of `axes` where `mask` is true (zero bits where it is nowhere true).
+
+    Floats are selected by a sum, so that the result is differentiable: the one chosen value plus +0.0s is that
+    value exactly, except that -0.0 would come out as +0.0; a chosen -0.0 is detected and written back as
+    -0.0 - (+0.0), which keeps the gradient path. Other dtypes (and fp8) pick their bit patterns with a max."""
+    if dtypes.is_float(values.dtype) and not is_fp8(values.dtype):
+        total = mask.where(values, 0.0).sum(axes, dtype=values.dtype)
+        chose_negative_zero = (mask & (values == 0) & (values.reciprocal() < 0)).max(axes)
+        return chose_negative_zero.where(-0.0 - (total.detach() - total), total)
     bits = as_bits(values)
     return from_bits(mask.where(bits, bits.zeros_like()).max(axes), values.dtype)
 

@@ -1,9 +1,9 @@
 """Shape ops built from movement ops: cat, stack, repeat, repeat_interleave, split, chunk, unfold, roll, tril,
 triu, diag, diagonal, unflatten, meshgrid, and the sliding window view that unfold, convolution and pooling share.
 
-`cat` pads every piece to the full size and merges them with a bitwise or of their bit patterns: exactly one piece
-is non-padding at every position and padding is all-zero bits, so every value (-0.0, NaN payloads) comes through
-unchanged, which an addition would not guarantee.
+`cat` pads every piece to the full size and merges them with `where` over the padded pieces' footprints: a where
+selects, so every value (-0.0, NaN payloads) comes through unchanged, which an addition would not guarantee, and
+the gradient of each piece is the matching slice of the output's.
 """
 
 from __future__ import annotations
@@ -59,10 +59,15 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     merged, start = None, 0
     for tensor in tensors:
         size = tensor.shape[dim]
-        placed = on_axis(as_bits(tensor.cast(dtype)), dim, (start, total - start - size))
-        merged = placed if merged is None else merged | placed
+        pair = (start, total - start - size)
+        placed = on_axis(tensor.cast(dtype), dim, pair)
+        if merged is None:
+            merged = placed
+        else:
+            inside = on_axis(tensor.ones_like(dtype=dtypes.bool), dim, pair)  # padding a bool fills False
+            merged = inside.where(placed, merged)
         start += size
-    return from_bits(merged, dtype)
+    return merged
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

@@ -77,7 +77,7 @@ def _erf_nonnegative_float64(t: Tensor) -> Tensor:
 def _atan_nonnegative(t: Tensor) -> Tensor:
     """atan(t) for t >= 0 by three exact-angle reductions, then the odd Taylor series on |u| <= 0.2."""
     inverted = t > 1
-    r = inverted.where(1 / t, t)  # atan(t) = pi/2 - atan(1/t); 1/inf = 0
+    r = inverted.where(1 / inverted.where(t, 1), t)  # atan(t) = pi/2 - atan(1/t); 1/inf = 0; no 1/0 unused
     shifted = r > TAN_PI_OVER_8
     u = shifted.where((r - 1) / (r + 1), r)  # atan(r) = pi/4 + atan((r-1)/(r+1)), |u| <= tan(pi/8)
     halved = u / (1 + (1 + u * u).sqrt())  # atan(u) = 2 atan(u / (1 + sqrt(1 + u^2))), |halved| <= tan(pi/16)
@@ -119,7 +119,10 @@ class SpecialFunctionOps:
 
         def compute(x: Tensor) -> Tensor:
             u = 1 + x
-            corrected = u.log() * x / (u - 1)
+            special = (u == 1) | (u == math.inf)
+            safe_x = special.where(1.0, x)  # the unused branch sees 1: no 0/0, so no 0 * inf in the gradient
+            safe_u = 1 + safe_x
+            corrected = safe_u.log() * safe_x / (safe_u - 1)
             return (u == 1).where(x, (u == math.inf).where(u, corrected))
 
         return in_float32_when_half(self, compute)
@@ -129,7 +132,10 @@ class SpecialFunctionOps:
 
         def compute(x: Tensor) -> Tensor:
             u = x.exp()
-            corrected = (u - 1) * x / u.log()
+            special = (u == 1) | (u == math.inf) | (u - 1 == -1)
+            safe_x = special.where(1.0, x)  # the unused branch sees 1: no 0/0, so no 0 * inf in the gradient
+            safe_u = safe_x.exp()
+            corrected = (safe_u - 1) * safe_x / safe_u.log()
             corrected = (u == math.inf).where(u, corrected)
             return (u == 1).where(x, (u - 1 == -1).where(-1, corrected))
 

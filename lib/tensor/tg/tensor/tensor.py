@@ -15,6 +15,7 @@ from typing import Any
 from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
 from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
 from tg.tensor.advanced_indexing import AdvancedIndexingOps
+from tg.tensor.autograd import AutogradOps, remember_former_uop
 from tg.tensor.conv import ConvOps
 from tg.tensor.creation import CreationOps, canonical_device, node_from_data, node_from_path
 from tg.tensor.elementwise import ElementwiseOps
@@ -49,14 +50,23 @@ class Tensor(
     RandomOps,
     MathOps,
     FunctionalOps,
+    AutogradOps,
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
-    __slots__ = ("uop", "device")
+    __slots__ = ("uop", "device", "grad", "_requires_grad", "_former_uops")
     __array_ufunc__ = None  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy's elementwise loop
 
-    def __init__(self, data: Any = None, device: str | None = None, dtype: DType | str | None = None) -> None:
+    def __init__(
+        self,
+        data: Any = None,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
+    ) -> None:
         dtype = dtype_argument(dtype)
+        self.grad: Tensor | None = None
+        self.requires_grad = requires_grad
         if isinstance(data, PurePath):  # a file: mapped on its DISK device, read only when used
             self.uop, self.device = node_from_path(data, dtype)
             if device is not None:
@@ -72,7 +82,9 @@ class Tensor(
     def _wrap(self, node: UOp) -> Tensor:
         """A new Tensor over `node`, on this tensor's device (already canonical: no need to parse it again)."""
         result = Tensor.__new__(Tensor)
-        result.uop, result.device = node, self.device
+        if Tensor.no_grad and not _reads_a_buffer(node):  # computed under no_grad: autograd stops here
+            node = UOp(Ops.DETACH, node.dtype, (node,))
+        result.uop, result.device, result.grad, result._requires_grad = node, self.device, None, None
         return result
 
     # -------------------------------------------------------------------------------- properties
@@ -138,6 +150,8 @@ class Tensor(
 
         tensors = (self, *others)
         for tensor, realized in zip(tensors, realize(*(t.uop for t in tensors)), strict=True):
+            if realized is not tensor.uop:
+                remember_former_uop(tensor, tensor.uop, realized)
             tensor.uop = realized
         return self
 

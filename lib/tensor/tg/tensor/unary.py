@@ -70,7 +70,8 @@ class UnaryMathOps:
     def abs(self) -> Tensor:
         if self.dtype is dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
-        return (self < 0).where(-self, self)
+        # zero (and -0.0) becomes x - x: +0.0 in the forward, gradient 0 there (torch's abs'(0) = 0); NaN stays NaN
+        return (self < 0).where(-self, (self > 0).where(self, self - self))
 
     def sign(self) -> Tensor:
         """-1, 0 or 1 (NaN stays NaN, bools are their own sign)."""
@@ -78,7 +79,7 @@ class UnaryMathOps:
             return self
         if dtypes.is_unsigned(self.dtype):
             return (self != 0).cast(self.dtype)
-        return (self > 0).where(1, (self < 0).where(-1, self))
+        return (self > 0).where(1, (self < 0).where(-1, self * 0))  # x * 0 keeps NaN (and -0.0), gradient 0
 
     # -------------------------------------------------------------------------------- rounding
 

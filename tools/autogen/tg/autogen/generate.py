@@ -138,13 +138,18 @@ def generate(options: Options) -> Generated:
 
 
 def include_comments(unit: Any, sources: Sequence[str]) -> list[str]:
-    """Provenance lines for every header UNIT read besides SOURCES: a change in any of them changes the output."""
+    """Provenance lines for every header UNIT read besides SOURCES and the compiler's builtin headers: a change in
+    any of them changes the output."""
+    from tg.autogen.parse import builtin_include_dir
     from tg.autogen.provenance import describe_sources, recorded_path
 
     seen = {os.path.realpath(s) for s in sources}
+    builtin = builtin_include_dir()
     paths: list[str] = []
     for inclusion in unit.get_includes():
         name = os.path.normpath(inclusion.include.name)
+        if builtin and name.startswith(builtin.rstrip("/") + "/"):
+            continue  # the compiler's own headers (gcc's or some clang's): not part of what the module depends on
         if os.path.realpath(name) not in seen:
             seen.add(os.path.realpath(name))
             paths.append(recorded_path(name))
@@ -329,7 +334,15 @@ class ModuleWriter:
     def function_type(self, t: Any) -> str:
         restype = self.ctype(t.get_result(), param=True)
         args = [self.ctype(a, param=True) for a in t.argument_types()] if t.kind.name == "FUNCTIONPROTO" else []
-        return f"ctypes.CFUNCTYPE({', '.join([restype, *args])})"
+        # Prototypes with records by value need cbind's CFUNCTYPE (the ABI shadow types); the others stay plain.
+        by_value = any(self.is_record_class(name) for name in [restype, *args])
+        return f"{'cbind' if by_value else 'ctypes'}.CFUNCTYPE({', '.join([restype, *args])})"
+
+    def is_record_class(self, expression: str) -> bool:
+        from tg.drivers import cbind
+
+        value = self.state.namespace.get(expression)
+        return isinstance(value, type) and issubclass(value, cbind.Struct | cbind.Union)
 
     # ---------------------------------------------------------------------------------------------------- records
 

@@ -302,6 +302,11 @@ def fnv(data: bytes) -> int:
     return digest
 
 
+def expected_digest(significant: bytes, d: int, k: int) -> int:
+    """What tg_digest_i(d, v, k) returns for a record whose significant bytes are SIGNIFICANT."""
+    return (((fnv(significant) ^ k) * 0x100000001B3) + d) & MASK64
+
+
 def by_value_library(prologue: str, eligible: list[type]) -> Callable[[Sequence[type]], tuple[str, int]]:
     """C text of a library with, for record i: `T tg_echo_i(T v)` (returns V) and
     `unsigned long long tg_digest_i(double d, T v, int k)` (FNV-1a of V's significant bytes, then K)."""
@@ -345,8 +350,7 @@ def call_checks(module: ModuleType, prologue: str, flags: Sequence[str], folder:
         original = bytes(value)
         echo = dll.function(f"tg_echo_{number}", record, [record])
         digest = dll.function(f"tg_digest_{number}", ctypes.c_ulonglong, [ctypes.c_double, record, ctypes.c_int])
-        expected = (fnv(bytes(original[i] for i in offsets)) ^ 7) * 0x100000001B3 % (1 << 64)
-        expected = (expected + 2) & MASK64
+        expected = expected_digest(bytes(original[i] for i in offsets), 2, 7)
         got = digest(2.0, value, 7)
         outcome.checked += 2
         if got != expected:

@@ -16,23 +16,24 @@ __all__ = ["AutogenError", "builtin_include_dir", "clang_args", "diagnostics", "
 
 @functools.cache
 def builtin_include_dir() -> str | None:
-    """The compiler's own include folder (stddef.h, stdarg.h, ...), which the libclang wheel does not ship.
+    """The compiler's own include folder (stddef.h, stdarg.h, xmmintrin.h, ...), which the libclang wheel lacks.
 
-    gcc's folder comes first: every machine that runs the project has gcc 12, so the committed bindings (which
-    record every header they read) come out the same with or without a clang installed. clang's resource folder
-    is the fallback.
+    clang's resource folder comes first: gcc's intrinsics headers define functions that clang has as builtins,
+    so headers that include them (CL/cl_platform.h includes xmmintrin.h) parse only with clang's. gcc's folder is
+    the fallback on machines without clang. These headers are not recorded in generated files (see
+    generate.include_comments): which compiler provides them must not change the output.
     """
-    if shutil.which("gcc"):
-        out = subprocess.run(["gcc", "-print-file-name=include"], capture_output=True, text=True, check=False)
-        folder = Path(out.stdout.strip())
-        if out.returncode == 0 and (folder / "stddef.h").is_file():
-            return str(folder)
     for clang in ("clang", "clang-19", "clang-18", "clang-20", "clang-17", "clang-16", "clang-15", "clang-14"):
         if shutil.which(clang):
             out = subprocess.run([clang, "-print-resource-dir"], capture_output=True, text=True, check=False)
             folder = Path(out.stdout.strip()) / "include"
             if out.returncode == 0 and (folder / "stddef.h").is_file():
                 return str(folder)
+    if shutil.which("gcc"):
+        out = subprocess.run(["gcc", "-print-file-name=include"], capture_output=True, text=True, check=False)
+        folder = Path(out.stdout.strip())
+        if out.returncode == 0 and (folder / "stddef.h").is_file():
+            return str(folder)
     return None
 
 

@@ -126,8 +126,12 @@ def open_session(name: str, max_context: int, raw_prompt: bool) -> Any:
     return session
 
 
+def stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
 def run_chat(session: Any, options: Any, max_tokens: int, stops: list[str]) -> None:
-    interactive = sys.stdin.isatty()
+    interactive = stdin_is_terminal()
     if not interactive:  # a pipe: the whole input is one prompt, answered once
         prompt = sys.stdin.read().strip()
         if prompt:

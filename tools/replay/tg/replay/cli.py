@@ -21,8 +21,10 @@ from tg.replay.database import ReplayError, reset, resolve_path, summarize
 from tg.replay.diff import (
     ReplayReport,
     RowResult,
+    ScheduleResult,
     Version,
     replay,
+    replay_schedules,
     time_changed,
     unified_diff,
     version_from_git,
@@ -134,6 +136,7 @@ def diff(
     max_diff_pct: float = typer.Option(100.0, "--max-diff-pct", help="Stop once this % of kernels changed/failed."),
     jobs: int = typer.Option(2, "-j", "--jobs", min=1, help="Worker processes."),
     speed: bool = typer.Option(False, "--speed", help="Also time each changed kernel on both versions."),
+    schedule: bool = typer.Option(False, "--schedule", help="Also compare the kernels each captured schedule makes."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of diffs."),
 ) -> None:
     """Replay every captured kernel with another version's compiler and show what changed.
@@ -145,14 +148,41 @@ def diff(
     try:
         if against:
             with version_from_git(_repository_root(), against) as other:
-                report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json)
+                report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json, not schedule)
+                schedules = replay_schedules(db, other, jobs) if schedule else []
         else:
             other = version_from_path(python_path) if python_path else Version("this version")
-            report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json)
+            report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json, not schedule)
+            schedules = replay_schedules(db, other, jobs) if schedule else []
     except ReplayError as error:
         _fail(str(error))
-    if assert_same and (report.changed or report.errors):
+    schedules_differ = any(r.changed or r.error for r in schedules)
+    if schedule:
+        _report_schedules(schedules, other.label, report if as_json else None)
+    if assert_same and (report.changed or report.errors or schedules_differ):
         raise typer.Exit(1)
+
+
+def _report_schedules(results: list[ScheduleResult], other_label: str, json_report: ReplayReport | None) -> None:
+    """Print the schedule comparison; with a `json_report`, one JSON document holding both comparisons."""
+    changed = [r for r in results if r.changed]
+    errors = [r for r in results if r.error]
+    if json_report is not None:
+        document = _report_json(json_report)
+        document["schedules"] = {"count": len(results), "changed": [
+            {"location": r.captured.location, "captured": r.captured.kernels, "other": r.kernels} for r in changed
+        ], "errors": [{"location": r.captured.location, "error": r.error} for r in errors]}  # fmt: skip
+        typer.echo(json.dumps(document, indent=2))
+        return
+    console = _console()
+    for r in changed:
+        console.print(f"schedule from {r.captured.location}: {len(r.kernels or [])} kernels with {other_label}, "
+                      f"{len(r.captured.kernels)} captured", markup=False)  # fmt: skip
+        console.print(f"  {other_label}: {' '.join(r.kernels or [])}", style="red", markup=False)
+        console.print(f"  captured: {' '.join(r.captured.kernels)}", style="green", markup=False)
+    for r in errors:
+        console.print(f"schedule from {r.captured.location}: replay error: {r.error}", style="red", markup=False)
+    console.print(f"{len(results)} schedules, {len(changed)} changed, {len(errors)} errors", markup=False)
 
 
 def _repository_root() -> str:
@@ -163,8 +193,9 @@ def _repository_root() -> str:
 
 
 def _run_diff(
-    db: str | None, other: Version, jobs: int, assert_same: bool, max_diff_pct: float, speed: bool, as_json: bool
-) -> ReplayReport:
+    db: str | None, other: Version, jobs: int, assert_same: bool, max_diff_pct: float, speed: bool, as_json: bool,
+    print_json: bool = True,
+) -> ReplayReport:  # fmt: skip
     console = _console()
     show_bar = console.is_terminal and not as_json
     progress = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), console=console,
@@ -176,7 +207,8 @@ def _run_diff(
     if speed:
         time_changed(db, other, report)
     if as_json:
-        typer.echo(json.dumps(_report_json(report), indent=2))
+        if print_json:
+            typer.echo(json.dumps(_report_json(report), indent=2))
         return report
     for result in [*report.changed, *report.errors]:
         _print_difference(console, result, other.label)

@@ -11,7 +11,7 @@ import sqlite3
 from collections import Counter
 from dataclasses import dataclass
 
-from tg.codegen.capture import CAPTURE_SCHEMA, TABLE, database_path
+from tg.codegen.capture import CAPTURE_SCHEMA, SCHEDULE_TABLE, TABLE, database_path
 
 
 class ReplayError(Exception):
@@ -110,3 +110,24 @@ def reset(path: str | None) -> str:
     except sqlite3.DatabaseError as error:
         raise ReplayError(f"{path} is not a capture database ({error})") from None
     return path
+
+
+@dataclass(frozen=True)
+class CapturedSchedule:
+    id: int
+    location: str
+    kernels: list[str]
+
+
+def read_schedules(path: str | None) -> list[CapturedSchedule]:
+    """Every captured schedule (an older capture without the table has none)."""
+    conn = open_captures(path)
+    try:
+        rows = conn.execute(f"SELECT id, location, kernels FROM {SCHEDULE_TABLE} ORDER BY id").fetchall()
+    except sqlite3.OperationalError:
+        return []
+    except sqlite3.DatabaseError as error:
+        raise ReplayError(f"{resolve_path(path)}: cannot read captured schedules ({error})") from None
+    finally:
+        conn.close()
+    return [CapturedSchedule(r[0], r[1], r[2].split("\n") if r[2] else []) for r in rows]

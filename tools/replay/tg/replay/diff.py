@@ -23,8 +23,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tg.codegen.capture import TABLE
-from tg.replay.database import CapturedRow, ReplayError, read_rows, resolve_path, row_ids
+from tg.codegen.capture import SCHEDULE_TABLE, TABLE
+from tg.replay.database import (
+    CapturedRow,
+    CapturedSchedule,
+    ReplayError,
+    read_rows,
+    read_schedules,
+    resolve_path,
+    row_ids,
+)
 
 LIBRARY_FOLDERS = ("lib/codegen", "lib/hcq", "lib/drivers")  # what a replay (and timing) imports of tg
 
@@ -105,12 +113,13 @@ def _worker_environment(version: Version) -> dict[str, str]:
 
 
 def _run_workers(
-    db: str, version: Version, mode: str, ids: list[int], jobs: int, on_line: Callable[[dict], bool]
-) -> None:
+    db: str, version: Version, mode: str, ids: list[int], jobs: int, on_line: Callable[[dict], bool],
+    table: str = TABLE,
+) -> None:  # fmt: skip
     """Split `ids` across `jobs` worker processes; `on_line` gets each result and returns False to stop all."""
     shards = [ids[i::jobs] for i in range(max(1, jobs))]
     shards = [shard for shard in shards if shard]
-    command = [sys.executable, "-m", "tg.replay.worker", db, TABLE, mode]
+    command = [sys.executable, "-m", "tg.replay.worker", db, table, mode]
     processes = [
         subprocess.Popen([*command, *map(str, shard)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=_worker_environment(version))
@@ -205,3 +214,29 @@ def unified_diff(result: RowResult, other_label: str) -> list[str]:
     theirs = (result.src or "").splitlines()
     ours = result.row.src.splitlines()
     return list(difflib.unified_diff(theirs, ours, f"{other_label}", "captured", lineterm=""))
+
+
+@dataclass
+class ScheduleResult:
+    captured: CapturedSchedule
+    kernels: list[str] | None = None  # what the other version's scheduler made
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.error is None and self.kernels != self.captured.kernels
+
+
+def replay_schedules(db: str | None, other: Version, jobs: int = 2) -> list[ScheduleResult]:
+    """Schedule every captured tensor graph again with `other`'s scheduler; compare the kernels it makes."""
+    db = resolve_path(db)
+    captured = {s.id: s for s in read_schedules(db)}
+    results: list[ScheduleResult] = []
+
+    def take(line: dict) -> bool:
+        results.append(ScheduleResult(captured[line["id"]], line.get("kernels"), line.get("error")))
+        return True
+
+    if captured:
+        _run_workers(db, other, "schedule", list(captured), jobs, take, table=SCHEDULE_TABLE)
+    return sorted(results, key=lambda r: r.captured.id)

@@ -27,7 +27,6 @@
 #   /usr/include/x86_64-linux-gnu/bits/long-double.h  libc6-dev 2.36-9+deb12u14  sha256:de8ef43fbb73a2525346914ce91fd9e72bb5c1040ae2ac739569001220e2da8d
 #   /usr/include/x86_64-linux-gnu/gnu/stubs.h  libc6-dev 2.36-9+deb12u14  sha256:ef444295a0a9e8f5c40918399a00cc91ba0bd79774110cdf6e652baa6cfadb2e
 #   /usr/include/x86_64-linux-gnu/gnu/stubs-64.h  libc6-dev 2.36-9+deb12u14  sha256:0b6ab3e2ed3ba79b30fe6ba81a68fc41f57965b8d56662763633431b703c9289
-#   /usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h  libgcc-12-dev 12.2.0-14+deb12u1  sha256:192c28ec66b877fbfdceb84b28aceda2577e5dd46e32370f0c27be10dc0291ad
 #   /usr/include/x86_64-linux-gnu/bits/types/locale_t.h  libc6-dev 2.36-9+deb12u14  sha256:59fddb68b7159ea419f3d02c46919ead67366ef6fa4b3cf17ecaea260e3fe99f
 #   /usr/include/x86_64-linux-gnu/bits/types/__locale_t.h  libc6-dev 2.36-9+deb12u14  sha256:1676792ec98d138a17d4dfd730bf5956c4a8fe1b14ffd8b852b8dbe766ffe994
 #   /usr/include/strings.h  libc6-dev 2.36-9+deb12u14  sha256:7e70ac995c1325b9693f59c1429a2d14f58326acc78070c1675ff87d3f644759

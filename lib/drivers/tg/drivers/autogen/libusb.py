@@ -6,8 +6,6 @@
 #   /usr/include/x86_64-linux-gnu/bits/types/struct_timeval.h  libc6-dev 2.36-9+deb12u14  sha256:d2fbcbcb4cc072a11380c826e3c8d58ca08df21e8a2436a3fd9a64ad8b4acd0c
 # Library: libusb-1.0
 # Included headers:
-#   /usr/lib/gcc/x86_64-linux-gnu/12/include/limits.h  libgcc-12-dev 12.2.0-14+deb12u1  sha256:c77dc1f3c14d43ce826f1f4e5d3d9683e92c4ae07d398003d553bd6a06cc4d74
-#   /usr/lib/gcc/x86_64-linux-gnu/12/include/syslimits.h  libgcc-12-dev 12.2.0-14+deb12u1  sha256:22dd0ab81baadd5a8d455b445855f341d419c7b0267beca235de00b7ec78e529
 #   /usr/include/limits.h  libc6-dev 2.36-9+deb12u14  sha256:4070487bfbbec86cbfc6ae40be4da72690289884d68a918a452868654f98bdf8
 #   /usr/include/x86_64-linux-gnu/bits/libc-header-start.h  libc6-dev 2.36-9+deb12u14  sha256:2f1c081f8d5940640addc9daaf9552f65e38f86eac744e6d7c76bddb0f7969f2
 #   /usr/include/features.h  libc6-dev 2.36-9+deb12u14  sha256:a43c1fcf40f4585ab05a92a262d06417e4711474b2a2d6b3205f15cc2a7a07eb
@@ -25,7 +23,6 @@
 #   /usr/include/x86_64-linux-gnu/bits/pthread_stack_min-dynamic.h  libc6-dev 2.36-9+deb12u14  sha256:a3ad1fe86b237d2ffd3859f7f843d9e3c537e58a5b850ea81f76d5474a775108
 #   /usr/include/x86_64-linux-gnu/bits/pthread_stack_min.h  libc6-dev 2.36-9+deb12u14  sha256:da2421da57529906a893eecac72cb3d8d518e3d8d0867aed0dd28475fbf849e6
 #   /usr/include/x86_64-linux-gnu/bits/posix2_lim.h  libc6-dev 2.36-9+deb12u14  sha256:c1b78d3c9d83cb3f5600c73c46b1886a007aac5925c0132285b616ae0733e1e5
-#   /usr/lib/gcc/x86_64-linux-gnu/12/include/stdint.h  libgcc-12-dev 12.2.0-14+deb12u1  sha256:86a7914ab7d6a18465a6fb9a7b54f945cad604fdbf3ca0d10e4e0254e0037911
 #   /usr/include/stdint.h  libc6-dev 2.36-9+deb12u14  sha256:a567a56d54e996630104afc1716d853a76230cb7e113f2b0548f6488f31777c9
 #   /usr/include/x86_64-linux-gnu/bits/types.h  libc6-dev 2.36-9+deb12u14  sha256:cd152b6a5b70db5ff301e428b13e7a02d64dde93c4ae0a7879378dc04fd4fbcd
 #   /usr/include/x86_64-linux-gnu/bits/typesizes.h  libc6-dev 2.36-9+deb12u14  sha256:5663fc72923363ef9bffe3fbbafa3ca9b94da2d5aadae781dd6f6da5e435a9c6
@@ -38,7 +35,6 @@
 #   /usr/include/x86_64-linux-gnu/bits/types/clockid_t.h  libc6-dev 2.36-9+deb12u14  sha256:dcd64d184855b245e5c7acf21910a0aaca590f1faf094e400da5d30551d11eb0
 #   /usr/include/x86_64-linux-gnu/bits/types/time_t.h  libc6-dev 2.36-9+deb12u14  sha256:721a557cff3ed308c69719a44ba8f7cd9536f6c602fb8f1b1eea8ed6749ee37d
 #   /usr/include/x86_64-linux-gnu/bits/types/timer_t.h  libc6-dev 2.36-9+deb12u14  sha256:d96a2452da0d933941273d11d1048ea525f033306892835b0a7a0999b13853aa
-#   /usr/lib/gcc/x86_64-linux-gnu/12/include/stddef.h  libgcc-12-dev 12.2.0-14+deb12u1  sha256:192c28ec66b877fbfdceb84b28aceda2577e5dd46e32370f0c27be10dc0291ad
 #   /usr/include/endian.h  libc6-dev 2.36-9+deb12u14  sha256:a7213953c39afcbadda70f4b1a95a275c9cf7cf0741c2f40272344e20c2684fd
 #   /usr/include/x86_64-linux-gnu/bits/endian.h  libc6-dev 2.36-9+deb12u14  sha256:5d71d0f214a8c1e97e062746d5ecebc941940852d8fda981cb0fc0df1e1137de
 #   /usr/include/x86_64-linux-gnu/bits/endianness.h  libc6-dev 2.36-9+deb12u14  sha256:659a7060004eda113671a38852c4d1e9cb97a35932bcd1d8540f98c09c180747

@@ -6,6 +6,54 @@
 #   /usr/include/CL/cl_platform.h  opencl-c-headers 3.0~2023.02.06-1  sha256:f329455a208ef048b9b58e26415c64357d573dc91d3f780c50b96f4e0a9f1b90
 # Library: libOpenCL
 # Clang arguments: -DCL_TARGET_OPENCL_VERSION=300
+# Included headers:
+#   /usr/include/CL/cl_version.h  opencl-c-headers 3.0~2023.02.06-1  sha256:1b161f73c0f0b07121314055f75df6c19d6a93e3a0d24202c6f3e2dd1615b2a2
+#   /usr/include/stdint.h  libc6-dev 2.36-9+deb12u14  sha256:a567a56d54e996630104afc1716d853a76230cb7e113f2b0548f6488f31777c9
+#   /usr/include/x86_64-linux-gnu/bits/libc-header-start.h  libc6-dev 2.36-9+deb12u14  sha256:2f1c081f8d5940640addc9daaf9552f65e38f86eac744e6d7c76bddb0f7969f2
+#   /usr/include/features.h  libc6-dev 2.36-9+deb12u14  sha256:a43c1fcf40f4585ab05a92a262d06417e4711474b2a2d6b3205f15cc2a7a07eb
+#   /usr/include/features-time64.h  libc6-dev 2.36-9+deb12u14  sha256:f204758482abaeaf9a9c49f0054c1ac19c5804c82b6d4d249ae0329ec293c973
+#   /usr/include/x86_64-linux-gnu/bits/wordsize.h  libc6-dev 2.36-9+deb12u14  sha256:948177c0fc84c4746588f62252029880ec4c6f88b743ba55d952f980303ebfbb
+#   /usr/include/x86_64-linux-gnu/bits/timesize.h  libc6-dev 2.36-9+deb12u14  sha256:b675674807d56aa8b0c97ce136e70bfc27bf49c72ec49f4de9f273202604c0ef
+#   /usr/include/stdc-predef.h  libc6-dev 2.36-9+deb12u14  sha256:cb08cd5d4cc059a90833ac48a284d25016e8d56ded8ad4cd98d8ac59cc5053f3
+#   /usr/include/x86_64-linux-gnu/sys/cdefs.h  libc6-dev 2.36-9+deb12u14  sha256:6b6f6ebc94fed6ad6cee59558f803c3d436ca97f0a4fcc72a9a30cfef99ca87c
+#   /usr/include/x86_64-linux-gnu/bits/long-double.h  libc6-dev 2.36-9+deb12u14  sha256:de8ef43fbb73a2525346914ce91fd9e72bb5c1040ae2ac739569001220e2da8d
+#   /usr/include/x86_64-linux-gnu/gnu/stubs.h  libc6-dev 2.36-9+deb12u14  sha256:ef444295a0a9e8f5c40918399a00cc91ba0bd79774110cdf6e652baa6cfadb2e
+#   /usr/include/x86_64-linux-gnu/gnu/stubs-64.h  libc6-dev 2.36-9+deb12u14  sha256:0b6ab3e2ed3ba79b30fe6ba81a68fc41f57965b8d56662763633431b703c9289
+#   /usr/include/x86_64-linux-gnu/bits/types.h  libc6-dev 2.36-9+deb12u14  sha256:cd152b6a5b70db5ff301e428b13e7a02d64dde93c4ae0a7879378dc04fd4fbcd
+#   /usr/include/x86_64-linux-gnu/bits/typesizes.h  libc6-dev 2.36-9+deb12u14  sha256:5663fc72923363ef9bffe3fbbafa3ca9b94da2d5aadae781dd6f6da5e435a9c6
+#   /usr/include/x86_64-linux-gnu/bits/time64.h  libc6-dev 2.36-9+deb12u14  sha256:5f423dcbb2c2969085506456ff16788d8d7d0a430d994fc18fec4780e68dba39
+#   /usr/include/x86_64-linux-gnu/bits/wchar.h  libc6-dev 2.36-9+deb12u14  sha256:4cfde8b3acac291351db57b9ef5ad7a624b58d45c8b31c9dc7ebc36ab6a7dfe0
+#   /usr/include/x86_64-linux-gnu/bits/stdint-intn.h  libc6-dev 2.36-9+deb12u14  sha256:00bbb23940989e9914d221eb95444b22aeda733bd5c484a4a776369a3794f47e
+#   /usr/include/x86_64-linux-gnu/bits/stdint-uintn.h  libc6-dev 2.36-9+deb12u14  sha256:5fe89b4abead871f23aa69fc36313bdb3f5ff0cb22002a6dd76396dbbc76ddd0
+#   /usr/include/stdlib.h  libc6-dev 2.36-9+deb12u14  sha256:2b535c0953b3441ef72729d09e83d98d22f87ca68f8b0e8f85d2fd2285afbc91
+#   /usr/include/x86_64-linux-gnu/bits/waitflags.h  libc6-dev 2.36-9+deb12u14  sha256:5204411d9432b7e7b78b8fe47ce9174993993a379ab43cab6abc47e96102d34c
+#   /usr/include/x86_64-linux-gnu/bits/waitstatus.h  libc6-dev 2.36-9+deb12u14  sha256:a4e9c193464360e511538f317c395cbd06807b30d232cb155c2177eee9f0a345
+#   /usr/include/x86_64-linux-gnu/bits/floatn.h  libc6-dev 2.36-9+deb12u14  sha256:3d4345a5968836e9223ecb41753075921bedbfd20785b13bee4482dee7c7bbc5
+#   /usr/include/x86_64-linux-gnu/bits/floatn-common.h  libc6-dev 2.36-9+deb12u14  sha256:34470310bc42f4ed4a8790ca3f33d1a11878a583561d51ad324ef5fb925d5493
+#   /usr/include/x86_64-linux-gnu/sys/types.h  libc6-dev 2.36-9+deb12u14  sha256:6914c8861f2943a9f6b95d17f1ef279657569763aa8ab52334d4141db5aa959e
+#   /usr/include/x86_64-linux-gnu/bits/types/clock_t.h  libc6-dev 2.36-9+deb12u14  sha256:81e60e8a8d99b28bc723c14b156d7f7fc8ff663d98a857a3f5aea90431f577e3
+#   /usr/include/x86_64-linux-gnu/bits/types/clockid_t.h  libc6-dev 2.36-9+deb12u14  sha256:dcd64d184855b245e5c7acf21910a0aaca590f1faf094e400da5d30551d11eb0
+#   /usr/include/x86_64-linux-gnu/bits/types/time_t.h  libc6-dev 2.36-9+deb12u14  sha256:721a557cff3ed308c69719a44ba8f7cd9536f6c602fb8f1b1eea8ed6749ee37d
+#   /usr/include/x86_64-linux-gnu/bits/types/timer_t.h  libc6-dev 2.36-9+deb12u14  sha256:d96a2452da0d933941273d11d1048ea525f033306892835b0a7a0999b13853aa
+#   /usr/include/endian.h  libc6-dev 2.36-9+deb12u14  sha256:a7213953c39afcbadda70f4b1a95a275c9cf7cf0741c2f40272344e20c2684fd
+#   /usr/include/x86_64-linux-gnu/bits/endian.h  libc6-dev 2.36-9+deb12u14  sha256:5d71d0f214a8c1e97e062746d5ecebc941940852d8fda981cb0fc0df1e1137de
+#   /usr/include/x86_64-linux-gnu/bits/endianness.h  libc6-dev 2.36-9+deb12u14  sha256:659a7060004eda113671a38852c4d1e9cb97a35932bcd1d8540f98c09c180747
+#   /usr/include/x86_64-linux-gnu/bits/byteswap.h  libc6-dev 2.36-9+deb12u14  sha256:ea93404b4bb68d070d56c058f110139aea9b12d8d3f931de7b0a3964d2831c46
+#   /usr/include/x86_64-linux-gnu/bits/uintn-identity.h  libc6-dev 2.36-9+deb12u14  sha256:9efa0fa2b25a94b3cbca9a6b7e434d6051ebaf30fd50643116f10c5f02a7c400
+#   /usr/include/x86_64-linux-gnu/sys/select.h  libc6-dev 2.36-9+deb12u14  sha256:ba964ab7d72728c24a851ce80f20801ca9ec24b7357d9a4a71847a83dbda4afb
+#   /usr/include/x86_64-linux-gnu/bits/select.h  libc6-dev 2.36-9+deb12u14  sha256:7c807ad9b406ba2229cb650541ca4a4d580299139640778042291d715b191226
+#   /usr/include/x86_64-linux-gnu/bits/types/sigset_t.h  libc6-dev 2.36-9+deb12u14  sha256:3db5ded9d98a694e8c7196a06690b2e816ec6bb82689940d281f6504533f37e1
+#   /usr/include/x86_64-linux-gnu/bits/types/__sigset_t.h  libc6-dev 2.36-9+deb12u14  sha256:05291a7d38bb1d0da1ed01c09fe85fa2b1f4d5bc708e06bb930efec672db08d5
+#   /usr/include/x86_64-linux-gnu/bits/types/struct_timeval.h  libc6-dev 2.36-9+deb12u14  sha256:d2fbcbcb4cc072a11380c826e3c8d58ca08df21e8a2436a3fd9a64ad8b4acd0c
+#   /usr/include/x86_64-linux-gnu/bits/types/struct_timespec.h  libc6-dev 2.36-9+deb12u14  sha256:8e7e964087b9c7638be2b5fb0fa01ceab43e4af8393b805b54ac2bd8642a1b98
+#   /usr/include/x86_64-linux-gnu/bits/pthreadtypes.h  libc6-dev 2.36-9+deb12u14  sha256:fff61342a6113237a009b613f4b43febb36379969f4b52e73fb8c27386f8bb86
+#   /usr/include/x86_64-linux-gnu/bits/thread-shared-types.h  libc6-dev 2.36-9+deb12u14  sha256:4e23c9bd52829222b95e7fab409a29c5feeb223d3f68d8f825019bab4966fa7b
+#   /usr/include/x86_64-linux-gnu/bits/pthreadtypes-arch.h  libc6-dev 2.36-9+deb12u14  sha256:6ae238f55f44735ac9620fd12bde9b24819070fb24c152ac2a2780d4127382af
+#   /usr/include/x86_64-linux-gnu/bits/atomic_wide_counter.h  libc6-dev 2.36-9+deb12u14  sha256:9173b7b0871d897f23be423601da3f5390340cb973825e229ec5e1969014d28a
+#   /usr/include/x86_64-linux-gnu/bits/struct_mutex.h  libc6-dev 2.36-9+deb12u14  sha256:ebabd2655346965420fd6c57af3cefe3628585d031755316b34f8cf6221d61e7
+#   /usr/include/x86_64-linux-gnu/bits/struct_rwlock.h  libc6-dev 2.36-9+deb12u14  sha256:51f077162f9e4d207efa0d5f930f3a1a31d3e27d08dec2ca65ddc147b11c87d2
+#   /usr/include/alloca.h  libc6-dev 2.36-9+deb12u14  sha256:3f2699e77f222953411a2c276513fbe8d4b04aa410a50d5d5b762a019fad391c
+#   /usr/include/x86_64-linux-gnu/bits/stdlib-float.h  libc6-dev 2.36-9+deb12u14  sha256:faebddeba7d6c6445116de3b4f0c6d2a672eebf399d2d7709eb6132ec5f449a4
 # ruff: noqa
 # fmt: off
 
@@ -214,7 +262,7 @@ union_cl_char16.layout(16, [
     cbind.Anonymous("_anon2", union_cl_char16_anon2, 0),
     cbind.Field("v8", (ctypes.c_ubyte * 16), 0),
     cbind.Field("v16", (ctypes.c_ubyte * 16), 0),
-])
+], align=16)
 
 cl_char16 = union_cl_char16
 
@@ -402,7 +450,7 @@ union_cl_uchar16.layout(16, [
     cbind.Anonymous("_anon2", union_cl_uchar16_anon2, 0),
     cbind.Field("v8", (ctypes.c_ubyte * 16), 0),
     cbind.Field("v16", (ctypes.c_ubyte * 16), 0),
-])
+], align=16)
 
 cl_uchar16 = union_cl_uchar16
 
@@ -526,7 +574,7 @@ union_cl_short8.layout(16, [
     cbind.Anonymous("_anon2", union_cl_short8_anon2, 0),
     cbind.Field("v4", (ctypes.c_ubyte * 16), 0),
     cbind.Field("v8", (ctypes.c_ubyte * 16), 0),
-])
+], align=16)
 
 cl_short8 = union_cl_short8
 
@@ -583,7 +631,7 @@ class union_cl_short16_anon2(cbind.Struct):
 union_cl_short16_anon2.layout(32, [
     cbind.Field("lo", cl_short8, 0),
     cbind.Field("hi", cl_short8, 16),
-])
+], align=16)
 
 union_cl_short16.layout(32, [
     cbind.Field("s", (cl_short * 16), 0),
@@ -592,7 +640,7 @@ union_cl_short16.layout(32, [
     cbind.Anonymous("_anon2", union_cl_short16_anon2, 0),
     cbind.Field("v4", (ctypes.c_ubyte * 32), 0),
     cbind.Field("v8", (ctypes.c_ubyte * 32), 0),
-])
+], align=32)
 
 cl_short16 = union_cl_short16
 
@@ -716,7 +764,7 @@ union_cl_ushort8.layout(16, [
     cbind.Anonymous("_anon2", union_cl_ushort8_anon2, 0),
     cbind.Field("v4", (ctypes.c_ubyte * 16), 0),
     cbind.Field("v8", (ctypes.c_ubyte * 16), 0),
-])
+], align=16)
 
 cl_ushort8 = union_cl_ushort8
 
@@ -773,7 +821,7 @@ class union_cl_ushort16_anon2(cbind.Struct):
 union_cl_ushort16_anon2.layout(32, [
     cbind.Field("lo", cl_ushort8, 0),
     cbind.Field("hi", cl_ushort8, 16),
-])
+], align=16)
 
 union_cl_ushort16.layout(32, [
     cbind.Field("s", (cl_ushort * 16), 0),
@@ -782,7 +830,7 @@ union_cl_ushort16.layout(32, [
     cbind.Anonymous("_anon2", union_cl_ushort16_anon2, 0),
     cbind.Field("v4", (ctypes.c_ubyte * 32), 0),
     cbind.Field("v8", (ctypes.c_ubyte * 32), 0),
-])
+], align=32)
 
 cl_ushort16 = union_cl_ushort16
 
@@ -903,7 +951,7 @@ union_cl_half8.layout(16, [
     cbind.Anonymous("_anon0", union_cl_half8_anon0, 0),
     cbind.Anonymous("_anon1", union_cl_half8_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_half8_anon2, 0),
-])
+], align=16)
 
 cl_half8 = union_cl_half8
 
@@ -960,14 +1008,14 @@ class union_cl_half16_anon2(cbind.Struct):
 union_cl_half16_anon2.layout(32, [
     cbind.Field("lo", cl_half8, 0),
     cbind.Field("hi", cl_half8, 16),
-])
+], align=16)
 
 union_cl_half16.layout(32, [
     cbind.Field("s", (cl_half * 16), 0),
     cbind.Anonymous("_anon0", union_cl_half16_anon0, 0),
     cbind.Anonymous("_anon1", union_cl_half16_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_half16_anon2, 0),
-])
+], align=32)
 
 cl_half16 = union_cl_half16
 
@@ -1046,7 +1094,7 @@ union_cl_int4.layout(16, [
     cbind.Anonymous("_anon2", union_cl_int4_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 16), 0),
     cbind.Field("v4", (ctypes.c_ubyte * 16), 0),
-])
+], align=16)
 
 cl_int4 = union_cl_int4
 cl_int3 = cl_int4
@@ -1084,7 +1132,7 @@ class union_cl_int8_anon2(cbind.Struct):
 union_cl_int8_anon2.layout(32, [
     cbind.Field("lo", cl_int4, 0),
     cbind.Field("hi", cl_int4, 16),
-])
+], align=16)
 
 union_cl_int8.layout(32, [
     cbind.Field("s", (cl_int * 8), 0),
@@ -1093,7 +1141,7 @@ union_cl_int8.layout(32, [
     cbind.Anonymous("_anon2", union_cl_int8_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 32), 0),
     cbind.Field("v4", (ctypes.c_ubyte * 32), 0),
-])
+], align=32)
 
 cl_int8 = union_cl_int8
 
@@ -1150,7 +1198,7 @@ class union_cl_int16_anon2(cbind.Struct):
 union_cl_int16_anon2.layout(64, [
     cbind.Field("lo", cl_int8, 0),
     cbind.Field("hi", cl_int8, 32),
-])
+], align=32)
 
 union_cl_int16.layout(64, [
     cbind.Field("s", (cl_int * 16), 0),
@@ -1159,7 +1207,7 @@ union_cl_int16.layout(64, [
     cbind.Anonymous("_anon2", union_cl_int16_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 64), 0),
     cbind.Field("v4", (ctypes.c_ubyte * 64), 0),
-])
+], align=64)
 
 cl_int16 = union_cl_int16
 
@@ -1238,7 +1286,7 @@ union_cl_uint4.layout(16, [
     cbind.Anonymous("_anon2", union_cl_uint4_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 16), 0),
     cbind.Field("v4", (ctypes.c_ubyte * 16), 0),
-])
+], align=16)
 
 cl_uint4 = union_cl_uint4
 cl_uint3 = cl_uint4
@@ -1276,7 +1324,7 @@ class union_cl_uint8_anon2(cbind.Struct):
 union_cl_uint8_anon2.layout(32, [
     cbind.Field("lo", cl_uint4, 0),
     cbind.Field("hi", cl_uint4, 16),
-])
+], align=16)
 
 union_cl_uint8.layout(32, [
     cbind.Field("s", (cl_uint * 8), 0),
@@ -1285,7 +1333,7 @@ union_cl_uint8.layout(32, [
     cbind.Anonymous("_anon2", union_cl_uint8_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 32), 0),
     cbind.Field("v4", (ctypes.c_ubyte * 32), 0),
-])
+], align=32)
 
 cl_uint8 = union_cl_uint8
 
@@ -1342,7 +1390,7 @@ class union_cl_uint16_anon2(cbind.Struct):
 union_cl_uint16_anon2.layout(64, [
     cbind.Field("lo", cl_uint8, 0),
     cbind.Field("hi", cl_uint8, 32),
-])
+], align=32)
 
 union_cl_uint16.layout(64, [
     cbind.Field("s", (cl_uint * 16), 0),
@@ -1351,7 +1399,7 @@ union_cl_uint16.layout(64, [
     cbind.Anonymous("_anon2", union_cl_uint16_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 64), 0),
     cbind.Field("v4", (ctypes.c_ubyte * 64), 0),
-])
+], align=64)
 
 cl_uint16 = union_cl_uint16
 
@@ -1388,7 +1436,7 @@ union_cl_long2.layout(16, [
     cbind.Anonymous("_anon1", union_cl_long2_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_long2_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 16), 0),
-])
+], align=16)
 
 cl_long2 = union_cl_long2
 
@@ -1421,7 +1469,7 @@ class union_cl_long4_anon2(cbind.Struct):
 union_cl_long4_anon2.layout(32, [
     cbind.Field("lo", cl_long2, 0),
     cbind.Field("hi", cl_long2, 16),
-])
+], align=16)
 
 union_cl_long4.layout(32, [
     cbind.Field("s", (cl_long * 4), 0),
@@ -1429,7 +1477,7 @@ union_cl_long4.layout(32, [
     cbind.Anonymous("_anon1", union_cl_long4_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_long4_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 32), 0),
-])
+], align=32)
 
 cl_long4 = union_cl_long4
 cl_long3 = cl_long4
@@ -1467,7 +1515,7 @@ class union_cl_long8_anon2(cbind.Struct):
 union_cl_long8_anon2.layout(64, [
     cbind.Field("lo", cl_long4, 0),
     cbind.Field("hi", cl_long4, 32),
-])
+], align=32)
 
 union_cl_long8.layout(64, [
     cbind.Field("s", (cl_long * 8), 0),
@@ -1475,7 +1523,7 @@ union_cl_long8.layout(64, [
     cbind.Anonymous("_anon1", union_cl_long8_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_long8_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 64), 0),
-])
+], align=64)
 
 cl_long8 = union_cl_long8
 
@@ -1532,7 +1580,7 @@ class union_cl_long16_anon2(cbind.Struct):
 union_cl_long16_anon2.layout(128, [
     cbind.Field("lo", cl_long8, 0),
     cbind.Field("hi", cl_long8, 64),
-])
+], align=64)
 
 union_cl_long16.layout(128, [
     cbind.Field("s", (cl_long * 16), 0),
@@ -1540,7 +1588,7 @@ union_cl_long16.layout(128, [
     cbind.Anonymous("_anon1", union_cl_long16_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_long16_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 128), 0),
-])
+], align=128)
 
 cl_long16 = union_cl_long16
 
@@ -1577,7 +1625,7 @@ union_cl_ulong2.layout(16, [
     cbind.Anonymous("_anon1", union_cl_ulong2_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_ulong2_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 16), 0),
-])
+], align=16)
 
 cl_ulong2 = union_cl_ulong2
 
@@ -1610,7 +1658,7 @@ class union_cl_ulong4_anon2(cbind.Struct):
 union_cl_ulong4_anon2.layout(32, [
     cbind.Field("lo", cl_ulong2, 0),
     cbind.Field("hi", cl_ulong2, 16),
-])
+], align=16)
 
 union_cl_ulong4.layout(32, [
     cbind.Field("s", (cl_ulong * 4), 0),
@@ -1618,7 +1666,7 @@ union_cl_ulong4.layout(32, [
     cbind.Anonymous("_anon1", union_cl_ulong4_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_ulong4_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 32), 0),
-])
+], align=32)
 
 cl_ulong4 = union_cl_ulong4
 cl_ulong3 = cl_ulong4
@@ -1656,7 +1704,7 @@ class union_cl_ulong8_anon2(cbind.Struct):
 union_cl_ulong8_anon2.layout(64, [
     cbind.Field("lo", cl_ulong4, 0),
     cbind.Field("hi", cl_ulong4, 32),
-])
+], align=32)
 
 union_cl_ulong8.layout(64, [
     cbind.Field("s", (cl_ulong * 8), 0),
@@ -1664,7 +1712,7 @@ union_cl_ulong8.layout(64, [
     cbind.Anonymous("_anon1", union_cl_ulong8_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_ulong8_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 64), 0),
-])
+], align=64)
 
 cl_ulong8 = union_cl_ulong8
 
@@ -1721,7 +1769,7 @@ class union_cl_ulong16_anon2(cbind.Struct):
 union_cl_ulong16_anon2.layout(128, [
     cbind.Field("lo", cl_ulong8, 0),
     cbind.Field("hi", cl_ulong8, 64),
-])
+], align=64)
 
 union_cl_ulong16.layout(128, [
     cbind.Field("s", (cl_ulong * 16), 0),
@@ -1729,7 +1777,7 @@ union_cl_ulong16.layout(128, [
     cbind.Anonymous("_anon1", union_cl_ulong16_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_ulong16_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 128), 0),
-])
+], align=128)
 
 cl_ulong16 = union_cl_ulong16
 
@@ -1808,7 +1856,7 @@ union_cl_float4.layout(16, [
     cbind.Anonymous("_anon2", union_cl_float4_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 16), 0),
     cbind.Field("v4", (ctypes.c_ubyte * 16), 0),
-])
+], align=16)
 
 cl_float4 = union_cl_float4
 cl_float3 = cl_float4
@@ -1846,7 +1894,7 @@ class union_cl_float8_anon2(cbind.Struct):
 union_cl_float8_anon2.layout(32, [
     cbind.Field("lo", cl_float4, 0),
     cbind.Field("hi", cl_float4, 16),
-])
+], align=16)
 
 union_cl_float8.layout(32, [
     cbind.Field("s", (cl_float * 8), 0),
@@ -1855,7 +1903,7 @@ union_cl_float8.layout(32, [
     cbind.Anonymous("_anon2", union_cl_float8_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 32), 0),
     cbind.Field("v4", (ctypes.c_ubyte * 32), 0),
-])
+], align=32)
 
 cl_float8 = union_cl_float8
 
@@ -1912,7 +1960,7 @@ class union_cl_float16_anon2(cbind.Struct):
 union_cl_float16_anon2.layout(64, [
     cbind.Field("lo", cl_float8, 0),
     cbind.Field("hi", cl_float8, 32),
-])
+], align=32)
 
 union_cl_float16.layout(64, [
     cbind.Field("s", (cl_float * 16), 0),
@@ -1921,7 +1969,7 @@ union_cl_float16.layout(64, [
     cbind.Anonymous("_anon2", union_cl_float16_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 64), 0),
     cbind.Field("v4", (ctypes.c_ubyte * 64), 0),
-])
+], align=64)
 
 cl_float16 = union_cl_float16
 
@@ -1958,7 +2006,7 @@ union_cl_double2.layout(16, [
     cbind.Anonymous("_anon1", union_cl_double2_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_double2_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 16), 0),
-])
+], align=16)
 
 cl_double2 = union_cl_double2
 
@@ -1991,7 +2039,7 @@ class union_cl_double4_anon2(cbind.Struct):
 union_cl_double4_anon2.layout(32, [
     cbind.Field("lo", cl_double2, 0),
     cbind.Field("hi", cl_double2, 16),
-])
+], align=16)
 
 union_cl_double4.layout(32, [
     cbind.Field("s", (cl_double * 4), 0),
@@ -1999,7 +2047,7 @@ union_cl_double4.layout(32, [
     cbind.Anonymous("_anon1", union_cl_double4_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_double4_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 32), 0),
-])
+], align=32)
 
 cl_double4 = union_cl_double4
 cl_double3 = cl_double4
@@ -2037,7 +2085,7 @@ class union_cl_double8_anon2(cbind.Struct):
 union_cl_double8_anon2.layout(64, [
     cbind.Field("lo", cl_double4, 0),
     cbind.Field("hi", cl_double4, 32),
-])
+], align=32)
 
 union_cl_double8.layout(64, [
     cbind.Field("s", (cl_double * 8), 0),
@@ -2045,7 +2093,7 @@ union_cl_double8.layout(64, [
     cbind.Anonymous("_anon1", union_cl_double8_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_double8_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 64), 0),
-])
+], align=64)
 
 cl_double8 = union_cl_double8
 
@@ -2102,7 +2150,7 @@ class union_cl_double16_anon2(cbind.Struct):
 union_cl_double16_anon2.layout(128, [
     cbind.Field("lo", cl_double8, 0),
     cbind.Field("hi", cl_double8, 64),
-])
+], align=64)
 
 union_cl_double16.layout(128, [
     cbind.Field("s", (cl_double * 16), 0),
@@ -2110,7 +2158,7 @@ union_cl_double16.layout(128, [
     cbind.Anonymous("_anon1", union_cl_double16_anon1, 0),
     cbind.Anonymous("_anon2", union_cl_double16_anon2, 0),
     cbind.Field("v2", (ctypes.c_ubyte * 128), 0),
-])
+], align=128)
 
 cl_double16 = union_cl_double16
 
@@ -2381,6 +2429,15 @@ clGetExtensionFunctionAddress = dll.function("clGetExtensionFunctionAddress", ct
 clCreateCommandQueue = dll.function("clCreateCommandQueue", cl_command_queue, [cl_context, cl_device_id, cl_command_queue_properties, ctypes.POINTER(cl_int)])
 clCreateSampler = dll.function("clCreateSampler", cl_sampler, [cl_context, cl_bool, cl_addressing_mode, cl_filter_mode, ctypes.POINTER(cl_int)])
 clEnqueueTask = dll.function("clEnqueueTask", cl_int, [cl_command_queue, cl_kernel, cl_uint, ctypes.POINTER(cl_event), ctypes.POINTER(cl_event)])
+struct__cl_platform_id.opaque("declared but never defined in C")
+struct__cl_device_id.opaque("declared but never defined in C")
+struct__cl_context.opaque("declared but never defined in C")
+struct__cl_command_queue.opaque("declared but never defined in C")
+struct__cl_mem.opaque("declared but never defined in C")
+struct__cl_program.opaque("declared but never defined in C")
+struct__cl_kernel.opaque("declared but never defined in C")
+struct__cl_event.opaque("declared but never defined in C")
+struct__cl_sampler.opaque("declared but never defined in C")
 CL_CHAR_BIT = 8
 CL_SCHAR_MAX = 127
 CL_SCHAR_MIN = (-127 - 1)
@@ -2919,7 +2976,7 @@ CL_VERSION_PATCH_BITS = 12
 CL_VERSION_MAJOR_MASK = ((1 << CL_VERSION_MAJOR_BITS) - 1)
 CL_VERSION_MINOR_MASK = ((1 << CL_VERSION_MINOR_BITS) - 1)
 CL_VERSION_PATCH_MASK = ((1 << CL_VERSION_PATCH_BITS) - 1)
-CL_VERSION_MAJOR = lambda version: ((version) >> (CL_VERSION_MINOR_BITS + CL_VERSION_PATCH_BITS))
-CL_VERSION_MINOR = lambda version: (((version) >> CL_VERSION_PATCH_BITS) & CL_VERSION_MINOR_MASK)
-CL_VERSION_PATCH = lambda version: ((version) & CL_VERSION_PATCH_MASK)
-CL_MAKE_VERSION = lambda major, minor, patch: ((((major) & CL_VERSION_MAJOR_MASK) << (CL_VERSION_MINOR_BITS + CL_VERSION_PATCH_BITS)) | (((minor) & CL_VERSION_MINOR_MASK) << CL_VERSION_PATCH_BITS) | ((patch) & CL_VERSION_PATCH_MASK))
+CL_VERSION_MAJOR = cbind.c_macro(lambda version: ((version) >> (CL_VERSION_MINOR_BITS + CL_VERSION_PATCH_BITS)))
+CL_VERSION_MINOR = cbind.c_macro(lambda version: (((version) >> CL_VERSION_PATCH_BITS) & CL_VERSION_MINOR_MASK))
+CL_VERSION_PATCH = cbind.c_macro(lambda version: ((version) & CL_VERSION_PATCH_MASK))
+CL_MAKE_VERSION = cbind.c_macro(lambda major, minor, patch: ((((major) & CL_VERSION_MAJOR_MASK) << (CL_VERSION_MINOR_BITS + CL_VERSION_PATCH_BITS)) | (((minor) & CL_VERSION_MINOR_MASK) << CL_VERSION_PATCH_BITS) | ((patch) & CL_VERSION_PATCH_MASK)))

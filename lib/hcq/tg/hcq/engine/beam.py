@@ -25,7 +25,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from tg.codegen.flags import BEAM, CACHELEVEL, IGNORE_BEAM_CACHE, cache_dir
+from tg.codegen.flags import CACHELEVEL, IGNORE_BEAM_CACHE, cache_dir
 from tg.codegen.opt.opts import Opt, OptOps
 from tg.codegen.opt.search import Candidate, SearchRound, beam_search
 from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program, with_opts
@@ -34,7 +34,7 @@ from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
 from tg.hcq.engine.programs import CompiledProgram, renderer_for
 from tg.hcq.engine.timing import scratch_buffers, time_program
-from tg.hcq.flags import BEAM_TIMEOUT_SEC, BEAM_WORKERS, JITBEAM
+from tg.hcq.flags import BEAM_TIMEOUT_SEC, BEAM_WORKERS
 
 BEAM_SCHEMA = 1
 TABLE = f"beam_v{BEAM_SCHEMA}"
@@ -266,10 +266,3 @@ def search_opts(
     result = BeamResult(opts, seconds, cached=False)
     store_opts(ast, device_name, width, result)
     return result
-
-
-def beam_width(in_jit: bool = False) -> int:
-    """The width BEAM applies now: JITBEAM inside a JIT capture when set, else BEAM."""
-    if in_jit and int(JITBEAM) > 0:
-        return int(JITBEAM)
-    return int(BEAM)

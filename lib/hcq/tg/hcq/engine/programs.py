@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tg.codegen.capture import capture_enabled, record_compile
-from tg.codegen.flags import DEBUG
+from tg.codegen.flags import BEAM, DEBUG
 from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program, with_opts
 from tg.codegen.render.base import Renderer
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
-from tg.hcq.flags import PROGRAM_CACHE_SIZE, TG_DUMP_KERNELS
+from tg.hcq.engine.capture import is_capturing
+from tg.hcq.flags import JITBEAM, PROGRAM_CACHE_SIZE, TG_DUMP_KERNELS
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class ProgramCacheStats:
     evictions: int = 0
 
 
-CacheKey = tuple[str, UOp, CodegenFlags]
+CacheKey = tuple[str, UOp, CodegenFlags, int]  # device, kernel, flags, BEAM width
 _cache: OrderedDict[CacheKey, CompiledProgram] = OrderedDict()
 _lock = threading.Lock()
 program_cache_stats = ProgramCacheStats()
@@ -103,11 +104,17 @@ def _dump_kernel(ast: UOp) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _with_beam_opts(device_name: str, ast: UOp, flags: CodegenFlags) -> UOp:
-    """With BEAM=N, the kernel set to the opts a beam of width N found (cached) unless it already names its opts."""
-    from tg.hcq.engine.beam import beam_width, search_opts  # beam times programs, so it imports this module
+def beam_width() -> int:
+    """The BEAM width that applies now: JITBEAM while a TinyJit captures (when set), else BEAM."""
+    if is_capturing() and int(JITBEAM) > 0:
+        return int(JITBEAM)
+    return int(BEAM)
 
-    width = beam_width()
+
+def _with_beam_opts(device_name: str, ast: UOp, flags: CodegenFlags, width: int) -> UOp:
+    """The kernel set to the opts a beam of `width` found (cached), unless width is 0 or it names its opts."""
+    from tg.hcq.engine.beam import search_opts  # beam times programs, so it imports this module
+
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     if width <= 0 or info.opts_to_apply is not None or info.applied_opts:
         return ast
@@ -118,7 +125,8 @@ def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -
     """The program for kernel `ast` on `device_name` (a canonical name, as `Device.canonicalize` gives), compiled on
     first use. `flags`: the environment's by default."""
     flags = CodegenFlags.from_environment() if flags is None else flags
-    key = (device_name, ast, flags)
+    width = beam_width()
+    key = (device_name, ast, flags, width)
     found = _cache.get(key)  # the hit path runs at every launch: no lock (one OrderedDict call is atomic)
     if found is not None:
         try:
@@ -129,7 +137,7 @@ def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -
         return found
     program_cache_stats.misses += 1
     _dump_kernel(ast)
-    found = _compile_and_capture(device_name, _with_beam_opts(device_name, ast, flags), flags)
+    found = _compile_and_capture(device_name, _with_beam_opts(device_name, ast, flags, width), flags)
     with _lock:
         _cache[key] = found
         _evict(int(PROGRAM_CACHE_SIZE))

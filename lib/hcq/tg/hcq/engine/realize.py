@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 
+from tg.codegen.capture import capture_enabled, record_schedule
 from tg.codegen.dtype import DType
 from tg.codegen.schedule.graph import new_buffer, shape_of
 from tg.codegen.schedule.realize import whole_buffer
-from tg.codegen.schedule.schedule import create_schedule
+from tg.codegen.schedule.schedule import KernelCall, Schedule, create_schedule
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.hcq.buffer import Buffer
 from tg.hcq.device import Device
@@ -34,8 +35,15 @@ def realize(*nodes: UOp) -> tuple[UOp, ...]:
     if all(_is_view_of_buffer(node) for node in nodes):
         return nodes
     schedule = create_schedule(tuple(nodes))
+    if capture_enabled():
+        record_schedule(tuple(nodes), kernel_names(schedule))
     run_schedule(schedule)
     return schedule.results
+
+
+def kernel_names(schedule: Schedule) -> list[str]:
+    """The names of a schedule's kernels in order (copies are `copy`): what `tg-replay diff --schedule` compares."""
+    return [getattr(i.ast.arg, "name", "kernel") if isinstance(i, KernelCall) else "copy" for i in schedule.items]
 
 
 def buffer_from_bytes(data: bytes | memoryview, dtype: DType, device: str) -> UOp:

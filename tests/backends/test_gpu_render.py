@@ -46,6 +46,7 @@ struct uint3 { uint x, y, z; };
 namespace metal {
 template <class T> T trunc(T x) { return __builtin_trunc(x); }
 template <class T> T abs(T x) { return __builtin_fabs(x); }
+template <class T> T fma(T a, T b, T c) { return __builtin_fma(a, b, c); }
 namespace precise {
 inline float sqrt(float x) { return __builtin_sqrtf(x); }
 inline float exp2(float x) { return __builtin_exp2f(x); }

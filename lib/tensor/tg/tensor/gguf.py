@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,12 +287,11 @@ def load_tensor(info: GGUFTensorInfo, data: memoryview, device: str | None = Non
     return Tensor(raw.reshape(*rows, row_elements // block_elements, block_bytes), device=device)
 
 
-def gguf_load(path: str | Path, device: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(metadata, {name: Tensor}) for a GGUF file; see the module docstring for how each type is loaded."""
+def mapped_tensors(gguf: GGUFFile) -> Iterator[tuple[GGUFTensorInfo, memoryview]]:
+    """Each tensor's info with a view of the memory-mapped file part that holds it. Use what a view gives before
+    asking for the next tensor: a part's mapping closes once its last tensor has been handed out."""
     import mmap
 
-    gguf = gguf_read(path)
-    tensors = {}
     by_path: dict[Path, list[GGUFTensorInfo]] = {}
     for info in gguf.tensors.values():
         by_path.setdefault(info.path, []).append(info)
@@ -300,7 +300,13 @@ def gguf_load(path: str | Path, device: str | None = None) -> tuple[dict[str, An
             view = memoryview(mapped)
             try:
                 for info in infos:
-                    tensors[info.name] = load_tensor(info, view, device).realize()
+                    yield info, view
             finally:
                 view.release()
+
+
+def gguf_load(path: str | Path, device: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metadata, {name: Tensor}) for a GGUF file; see the module docstring for how each type is loaded."""
+    gguf = gguf_read(path)
+    tensors = {info.name: load_tensor(info, view, device).realize() for info, view in mapped_tensors(gguf)}
     return gguf.metadata, tensors

@@ -19,7 +19,7 @@ from tg.llm.ops import concat, stack
 from tg.llm.quants import DEQUANTIZERS, pack
 from tg.llm.weights import Weight, linear
 from tg.tensor import Tensor
-from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor
+from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 
 
 class ContextOverflowError(ValueError):
@@ -213,21 +213,7 @@ class Transformer:
 
 def load_weights(gguf: GGUFFile) -> dict[str, Weight]:
     """Every tensor of the file as a Weight, read once into device memory (quantized ones stay packed)."""
-    import mmap
-
-    weights = {}
-    by_path: dict[Path, list] = {}
-    for info in gguf.tensors.values():
-        by_path.setdefault(info.path, []).append(info)
-    for part, infos in by_path.items():
-        with open(part, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            view = memoryview(mapped)
-            try:
-                for info in infos:
-                    weights[info.name] = _load_weight(info, view)
-            finally:
-                view.release()
-    return weights
+    return {info.name: _load_weight(info, view) for info, view in mapped_tensors(gguf)}
 
 
 def _load_weight(info: GGUFTensorInfo, view: memoryview) -> Weight:

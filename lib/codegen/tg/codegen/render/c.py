@@ -322,8 +322,8 @@ def render_bitcast(dtype: DType, source_dtype: DType, x: str) -> str:
     return f"tg_bf16_to_float({bits})" if dtype is dtypes.bfloat16 else bits
 
 
-def with_helpers(src: str) -> str:
-    """`src` preceded by the definitions of the helpers it calls (and of the helpers those call)."""
+def needed_helpers(src: str) -> list[str]:
+    """The names of the helpers `src` calls, each after the helpers it calls itself."""
     needed: list[str] = []
 
     def need(name: str) -> None:
@@ -335,7 +335,12 @@ def with_helpers(src: str) -> str:
     for name in HELPERS:
         if name + "(" in src:
             need(name)
-    return "".join(HELPERS[name] + "\n" for name in needed) + src
+    return needed
+
+
+def with_helpers(src: str) -> str:
+    """`src` preceded by the definitions of the helpers it calls (and of the helpers those call)."""
+    return "".join(HELPERS[name] + "\n" for name in needed_helpers(src)) + src
 
 
 class CStyleLanguage(LinearRenderer):

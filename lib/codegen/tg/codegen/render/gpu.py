@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
 from tg.codegen.render.base import KernelText, RenderedKernel, buffer_param
-from tg.codegen.render.c import HELPER_DEPENDENCIES, HELPERS, CStyleLanguage, c_type, memory_type
+from tg.codegen.render.c import HELPERS, CStyleLanguage, c_type, memory_type, needed_helpers
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 
@@ -221,18 +221,7 @@ class GPULanguage(CStyleLanguage):
         return self.helpers(src)
 
     def helpers(self, src: str) -> str:
-        needed: list[str] = []
-
-        def need(name: str) -> None:
-            for dependency in HELPER_DEPENDENCIES.get(name, ()):
-                need(dependency)
-            if name not in needed:
-                needed.append(name)
-
-        for name in HELPERS:
-            if name + "(" in src:
-                need(name)
-        return "".join(self.spell_helper(HELPERS[name]) + "\n" for name in needed)
+        return "".join(self.spell_helper(HELPERS[name]) + "\n" for name in needed_helpers(src))
 
     def spell_helper(self, text: str) -> str:
         return self.spell(text)
@@ -246,20 +235,24 @@ HALF_ROUNDING = """inline float tg_round_half(float x) {
 """
 
 
+# OpenCL C and Metal spell the C integer and half types the same short way
+SHORT_TYPE_NAMES = {
+    "_Bool": "bool",
+    "signed char": "char",
+    "unsigned char": "uchar",
+    "unsigned short": "ushort",
+    "unsigned int": "uint",
+    "unsigned long long": "ulong",
+    "long long": "long",
+    "_Float16": "half",
+}
+
+
 class OpenCLRenderer(GPULanguage):
     """OpenCL C 1.2+ (`DEV=CL`, `NULL:OPENCL`)."""
 
     device = "CL"
-    type_names = {
-        "_Bool": "bool",
-        "signed char": "char",
-        "unsigned char": "uchar",
-        "unsigned short": "ushort",
-        "unsigned int": "uint",
-        "unsigned long long": "ulong",
-        "long long": "long",
-        "_Float16": "half",
-    }
+    type_names = SHORT_TYPE_NAMES
     function_names = {
         '__builtin_nanf("")': "NAN",
         '__builtin_nan("")': "((double)NAN)",
@@ -429,16 +422,7 @@ class MetalRenderer(GPULanguage):
     """Metal Shading Language (`NULL:METAL`): render-only. Metal has no 64-bit float; doubles are an error."""
 
     device = "METAL"
-    type_names = {
-        "_Bool": "bool",
-        "signed char": "char",
-        "unsigned char": "uchar",
-        "unsigned short": "ushort",
-        "unsigned int": "uint",
-        "unsigned long long": "ulong",
-        "long long": "long",
-        "_Float16": "half",
-    }
+    type_names = SHORT_TYPE_NAMES
     function_names = {
         '__builtin_nanf("")': "NAN",
         "__builtin_inff()": "INFINITY",

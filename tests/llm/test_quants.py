@@ -8,23 +8,10 @@ import pytest
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf.quants import dequantize as reference_dequantize  # noqa: E402
+from llm_fixtures import HALF_OFFSETS  # noqa: E402  (fp16 scale offsets, forced finite in random blocks)
 
 from tg.llm.quants import DEQUANTIZERS, UnsupportedQuantError, dequantize, pack  # noqa: E402
 from tg.tensor import Tensor  # noqa: E402
-
-# the byte offsets of each format's fp16 scales: random bits there could be NaN/inf, which the reference and we
-# both propagate but which make a bit comparison meaningless; force finite ones as the spec's oracle notes say
-HALF_OFFSETS = {
-    "Q4_0": [0],
-    "Q4_1": [0, 2],
-    "Q5_0": [0],
-    "Q5_1": [0, 2],
-    "Q8_0": [0],
-    "Q4_K": [0, 2],
-    "Q5_K": [0, 2],
-    "Q6_K": [208],
-    "MXFP4": [],
-}
 
 
 def random_blocks(name: str, rows: int, blocks_per_row: int, seed: int) -> np.ndarray:

@@ -24,7 +24,7 @@ from tg.codegen.flags import NOOPT
 from tg.codegen.lower.linearize import linearize
 from tg.codegen.lower.upcast import upcast_strided_reductions
 from tg.codegen.opt import apply_opts
-from tg.codegen.render.base import Renderer
+from tg.codegen.render.base import Renderer, kernel_variables
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
@@ -67,11 +67,14 @@ class ProgramSource:
 
     name: str  # the function name in `src`
     src: str
-    global_size: tuple[int, int, int]  # launch grid (on CPU: number of calls, one core_id each)
+    global_size: tuple[Any, Any, Any]  # launch grid (on CPU: number of calls, one core_id each); ints, or UOps of
+    # the variables for a grid that depends on them (resolved at each launch)
     applied_opts: tuple[Any, ...]  # the Opts the kernel was optimized with
-    loop_sizes: tuple[int, ...]  # sizes of the loops, outermost first (DEBUG shows this as the shape)
+    loop_sizes: tuple[int | str, ...]  # sizes of the loops, outermost first (DEBUG shows this as the shape);
+    # a symbolic size is its expression, e.g. "(n*4)"
     ops: int  # estimated ALU operations on values per launch
     mem: int  # bytes of the global buffers the kernel reads and writes (each counted once)
+    variables: tuple[UOp, ...] = ()  # the DEFINE_VARs it takes as int arguments after the buffers, in this order
 
 
 # ---------------------------------------------------------------------------------------------------- kernel stages
@@ -120,7 +123,7 @@ def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> Prog
     flags = replace(flags, has_local=bool(getattr(renderer, "has_local", False)))
     linear = lower_kernel(ast, flags)
     rendered = renderer.render(linear)
-    loop_sizes = tuple(u.src[0].arg for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))
+    loop_sizes = tuple(_size_text(u.src[0]) for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))
     return ProgramSource(
         name=rendered.name,
         src=rendered.src,
@@ -129,7 +132,12 @@ def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> Prog
         loop_sizes=loop_sizes,
         ops=estimate_ops(ast),
         mem=estimate_mem(linear),
+        variables=tuple(kernel_variables(linear)),
     )
+
+
+def _size_text(end: UOp) -> int | str:
+    return int(end.arg) if end.op is Ops.CONST else end.render()
 
 
 def with_opts(ast: UOp, opts: tuple[Any, ...]) -> UOp:

@@ -73,6 +73,8 @@ class Linearizer:
         return None
 
     def open_loop(self, rng: UOp) -> None:
+        if rng.src[0].op is not Ops.CONST:  # a symbolic trip count (DEFINE_VARs): computed before the loop opens
+            self.emit(rng.src[0])
         self.append(rng)
         self.open_ranges.append(rng)
         self.scopes.append({rng: rng})
@@ -161,6 +163,8 @@ class Linearizer:
         if any(r.arg.axis_type is AxisType.UNROLL for r in ranges):
             return None
         inner = ranges[-1]
+        if inner.src[0].op is not Ops.CONST:  # a symbolic trip count cannot be cut into steps of PARTIAL_SUMS
+            return None
         size = inner.src[0].arg
         if inner.arg.axis_type is not AxisType.REDUCE or size % PARTIAL_SUMS or size < MIN_STEPS * PARTIAL_SUMS:
             return None

@@ -55,6 +55,8 @@ def upcast_strided_reductions(ast: UOp) -> UOp:
     if not loops:
         return ast
     output = loops[-1]
+    if output.src[0].op is not Ops.CONST:  # a symbolic size has no known divisor
+        return ast
     size = output.src[0].arg
     lanes = next((n for n in LANE_CHOICES if size % n == 0), None)
     if lanes is None or not _reads_across_reduction(ast, reduces, output):

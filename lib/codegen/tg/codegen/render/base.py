@@ -105,6 +105,8 @@ class LinearRenderer(Renderer):
                 self.accumulator(k, node, k.names[node])
         elif op is Ops.CONST:
             k.names[node] = self.literal(node.arg, node.dtype)
+        elif op is Ops.DEFINE_VAR:  # a runtime int argument of the kernel (see kernel_variables)
+            k.names[node] = variable_argument(node)
         elif op is Ops.AFTER:
             k.names[node] = operands[0]
         elif op is Ops.INDEX:
@@ -199,8 +201,31 @@ def buffer_param(address: UOp) -> UOp:
 
 
 def loop_iterations(linear: UOp) -> int:
-    """The iterations of the innermost work if every loop ran to its end (an estimate of kernel size)."""
-    return math.prod(u.src[0].arg for u in linear.src if u.op is Ops.RANGE)
+    """The iterations of the innermost work if every loop ran to its end (an estimate of kernel size; a symbolic
+    trip count counts at its maximum)."""
+    return math.prod(max_trip_count(u) for u in linear.src if u.op is Ops.RANGE)
+
+
+def max_trip_count(rng: UOp) -> int:
+    """A range's trip count, or its upper bound when it depends on variables."""
+    return int(rng.src[0].arg) if rng.src[0].op is Ops.CONST else int(rng.src[0].vmax)
+
+
+def loop_end(k: KernelText, rng: UOp) -> str:
+    """The text of a range's trip count: a literal, or the local computed before the loop from the variables."""
+    return str(rng.src[0].arg) if rng.src[0].op is Ops.CONST else k.names[rng.src[0]]
+
+
+def variable_argument(variable: UOp) -> str:
+    """The argument name of a DEFINE_VAR in the kernel's signature (prefixed: no clash with the kernel's locals)."""
+    return f"var_{variable.arg.name}"
+
+
+def kernel_variables(linear: UOp) -> list[UOp]:
+    """The DEFINE_VARs a program reads, sorted by name: they are its int arguments after the buffers, in this order
+    (`ProgramSource.variables` lists them for the launcher)."""
+    found = {u.arg.name: u for u in linear.src if u.op is Ops.DEFINE_VAR}
+    return [found[name] for name in sorted(found)]
 
 
 def global_params(linear: UOp) -> list[UOp]:

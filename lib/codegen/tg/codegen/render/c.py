@@ -39,7 +39,11 @@ from tg.codegen.render.base import (
     RenderedKernel,
     Spelling,
     buffer_param,
+    kernel_variables,
+    loop_end,
     loop_iterations,
+    max_trip_count,
+    variable_argument,
 )
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
@@ -387,7 +391,7 @@ class CStyleLanguage(LinearRenderer):
         k.line(f"{address} = {value};" if gate is None else f"if ({gate}) {address} = {value};")
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
-        k.line(f"for (long {name} = 0; {name} < {rng.src[0].arg}; {name}++) {{")
+        k.line(f"for (long {name} = 0; {name} < {loop_end(k, rng)}; {name}++) {{")
 
     def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
         k.line("}")
@@ -421,13 +425,13 @@ class CRenderer(CStyleLanguage):
             return 1
         if loop_iterations(linear) < MULTICORE_MIN_ITERATIONS:
             return 1
-        return min(self.cores, first.src[0].arg)
+        return min(self.cores, max_trip_count(first))  # a symbolic loop: a chunk may be empty
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
         chunks = k.abi["chunks"]
         if chunks > 1 and "split" not in k.abi:  # the first loop: this call's chunk of it
             k.abi["split"] = rng
-            end = rng.src[0].arg
+            end = loop_end(k, rng)
             k.line(f"long {name}_start = {end}ll * core_id / {chunks};")
             k.line(f"long {name}_end = {end}ll * (core_id + 1) / {chunks};")
             k.line(f"for (long {name} = {name}_start; {name} < {name}_end; {name}++) {{")
@@ -435,7 +439,8 @@ class CRenderer(CStyleLanguage):
         super().open_loop(k, rng, name)
 
     def finish(self, k: KernelText, params: list[UOp]) -> RenderedKernel:
-        signature = ", ".join([*self.buffer_arguments(params), "int core_id"])
+        variables = [f"int {variable_argument(v)}" for v in kernel_variables(k.linear)]
+        signature = ", ".join([*self.buffer_arguments(params), *variables, "int core_id"])
         chunks = k.abi["chunks"]
         unused = "" if chunks > 1 else "  (void)core_id;\n"
         body = "\n".join(k.lines)

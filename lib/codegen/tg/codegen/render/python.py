@@ -22,7 +22,14 @@ from __future__ import annotations
 import math
 
 from tg.codegen.dtype import DType, dtypes
-from tg.codegen.render.base import KernelText, LinearRenderer, RenderedKernel
+from tg.codegen.render.base import (
+    KernelText,
+    LinearRenderer,
+    RenderedKernel,
+    kernel_variables,
+    loop_end,
+    variable_argument,
+)
 from tg.codegen.render.emulate import converter_name
 from tg.codegen.uop.ops import Ops, UOp
 
@@ -78,7 +85,7 @@ class PythonRenderer(LinearRenderer):
             k.line(f"data{p.arg.slot} = TypedMemory(raw{p.arg.slot}, {p.ptrdtype.base!r})")
 
     def finish(self, k: KernelText, params: list[UOp]) -> RenderedKernel:
-        arguments = [f"raw{p.arg.slot}" for p in params]
+        arguments = [f"raw{p.arg.slot}" for p in params] + [variable_argument(v) for v in kernel_variables(k.linear)]
         body = "\n".join(k.lines) if k.lines else k.indent + "pass"
         return RenderedKernel(k.name, f"def {k.name}({', '.join([*arguments, 'core_id'])}):\n{body}\n")
 
@@ -110,7 +117,7 @@ class PythonRenderer(LinearRenderer):
         k.line(f"{address} = {value}" if gate is None else f"if {gate}: {address} = {value}")
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
-        k.line(f"for {name} in range(0, {rng.src[0].arg}):")
+        k.line(f"for {name} in range(0, {loop_end(k, rng)}):")
 
     def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
         if len(k.lines) == body_start + 1:  # an empty loop body

@@ -11,7 +11,17 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, from_numpy, to_numpy, truncate
-from tg.codegen.schedule.graph import Shape, ShapeError, const_node, new_buffer
+from tg.codegen.schedule.graph import (
+    Shape,
+    ShapeError,
+    canonical_size,
+    const_node,
+    is_symbolic_shape,
+    max_numel,
+    new_buffer,
+    symbolic_numel,
+)
+from tg.tensor.symbolic import check_size, shape_text
 from tg.hcq import Device
 from tg.tensor.promotion import (
     PythonScalar,
@@ -32,13 +42,15 @@ def canonical_device(device: str | None) -> str:
 
 
 def normalize_shape(shape: tuple[Any, ...]) -> Shape:
-    """Accept `f(2, 3)` and `f((2, 3))` alike; sizes must be non-negative ints."""
+    """Accept `f(2, 3)` and `f((2, 3))` alike; sizes must be non-negative ints or bound Variables."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     for size in shape:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        if isinstance(size, UOp):
+            check_size(size, f"shape {shape_text(shape)}")
+        elif isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ShapeError(f"a shape needs non-negative int sizes, got {tuple(shape)}")
-    return tuple(shape)
+    return tuple(canonical_size(size) for size in shape)
 
 
 def const_of_shape(value: PythonScalar, shape: Shape, dtype: DType, device: str) -> UOp:
@@ -53,7 +65,10 @@ def const_of_shape(value: PythonScalar, shape: Shape, dtype: DType, device: str)
 
 
 def buffer_view(buffer: UOp, shape: Shape) -> UOp:
-    """A flat BUFFER seen in `shape`."""
+    """A flat BUFFER seen in `shape` (a symbolic shape sees the first elements of a buffer of its largest size)."""
+    if is_symbolic_shape(shape):
+        used = UOp(Ops.SHRINK, buffer.dtype, (buffer,), ((0, symbolic_numel(shape)),))
+        return UOp(Ops.RESHAPE, buffer.dtype, (used,), tuple(shape))
     if tuple(shape) == (buffer.arg.size,):
         return buffer
     return UOp(Ops.RESHAPE, buffer.dtype, (buffer,), tuple(shape))
@@ -159,7 +174,7 @@ class CreationOps:
         shape = normalize_shape(shape)
         dtype = dtypes.default_float if dtype is None else dtype
         device = canonical_device(device)
-        return cls(buffer_view(new_buffer(device, math.prod(shape), dtype), shape), device=device)  # type: ignore
+        return cls(buffer_view(new_buffer(device, max_numel(shape), dtype), shape), device=device)  # type: ignore
 
     @classmethod
     def full(cls, shape: Any, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None):

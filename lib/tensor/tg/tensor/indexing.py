@@ -13,8 +13,10 @@ import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tg.codegen import dtypes
+from tg.codegen import UOp, dtypes
+from tg.codegen.schedule.graph import canonical_size
 from tg.tensor.promotion import DTypeMismatchError, dtype_name
+from tg.tensor.symbolic import check_size, known_le
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -78,10 +80,40 @@ def plan_index(shape: tuple[int, ...], indices: Any) -> IndexPlan:
                 raise IndexError(f"index {index} is out of range for axis {axis} with size {size}")
             selections.append(AxisSelection(index % size, 1, 1, keep_axis=False))
             continue
+        if _symbolic_slice(index) or isinstance(size, UOp):
+            selections.append(_symbolic_selection(index, size, axis))
+            output_shape.append(selections[-1].count)
+            continue
         start, stop, step = index.indices(size)
         selections.append(AxisSelection(start, step, len(range(start, stop, step)), keep_axis=True))
         output_shape.append(selections[-1].count)
     return IndexPlan(tuple(selections), tuple(output_shape))
+
+
+def _text(size: Any) -> str:
+    return size.render() if isinstance(size, UOp) else str(size)
+
+
+def _symbolic_slice(index: slice) -> bool:
+    return isinstance(index.start, UOp) or isinstance(index.stop, UOp)
+
+
+def _symbolic_selection(index: slice, size: Any, axis: int) -> AxisSelection:
+    """A slice where a bound or the axis size is symbolic (`cache[:, 0 : pos + 1]`): step 1, bounds within the axis
+    for every value of the variables (a negative int bound counts from the end only when the size is an int)."""
+    if index.step not in (None, 1):
+        raise IndexError(f"axis {axis}: a slice with a symbolic bound or size needs step 1, got {index.step}")
+    bounds = []
+    for bound, default in ((index.start, 0), (index.stop, size)):
+        bound = default if bound is None else bound
+        if isinstance(bound, int) and bound < 0 and isinstance(size, int):
+            bound += size
+        bounds.append(check_size(bound, f"axis {axis} slice"))
+    start, stop = bounds
+    if not (known_le(0, start) and known_le(start, stop) and known_le(stop, size)):
+        raise IndexError(f"axis {axis}: slice {_text(start)}:{_text(stop)} is not within 0..{_text(size)} for every "
+                         "value of its variables")
+    return AxisSelection(start, 1, canonical_size(stop - start), keep_axis=True)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp, dtypes
-from tg.codegen.schedule.graph import Shape, ShapeError
+from tg.codegen.schedule.graph import Shape, ShapeError, canonical_size, symbolic_numel
+from tg.tensor.symbolic import check_size, is_symbolic, is_symbolic_shape, known_le, shape_text
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -30,6 +31,8 @@ def _shape_argument(shape: tuple[Any, ...]) -> tuple[int, ...]:
 
 def _infer_reshape(old_shape: Shape, new_shape: tuple[int, ...]) -> Shape:
     """`new_shape` with a single -1 filled in so the element counts agree."""
+    if is_symbolic_shape(old_shape) or is_symbolic_shape(new_shape):
+        return _infer_symbolic_reshape(old_shape, new_shape)
     if sum(size == -1 for size in new_shape) > 1:
         raise ShapeError(f"reshape of {old_shape} to {new_shape}: only one size may be -1")
     if any(size < -1 for size in new_shape):
@@ -45,6 +48,20 @@ def _infer_reshape(old_shape: Shape, new_shape: tuple[int, ...]) -> Shape:
             f"cannot reshape {old_shape} ({count} elements) to {new_shape} ({math.prod(new_shape)} elements)"
         )
     return new_shape
+
+
+def _infer_symbolic_reshape(old_shape: Shape, new_shape: tuple) -> Shape:
+    """A reshape where a size is symbolic: the element counts must simplify to the same expression."""
+    sizes = [size if isinstance(size, int) and size == -1 else check_size(size, "reshape") for size in new_shape]
+    count = symbolic_numel(old_shape)
+    if sum(isinstance(size, int) and size == -1 for size in sizes) == 1:
+        known = symbolic_numel(tuple(size for size in sizes if not (isinstance(size, int) and size == -1)))
+        inferred = canonical_size(count // known) if not (isinstance(known, int) and known == 0) else 0
+        sizes = [inferred if isinstance(size, int) and size == -1 else size for size in sizes]
+    new = tuple(sizes)
+    if symbolic_numel(new) != count:  # (UOps compare by identity: simplified equal expressions are one node)
+        raise ShapeError(f"cannot reshape {shape_text(old_shape)} to {shape_text(new)}: the element counts differ")
+    return new
 
 
 class MovementOps:
@@ -76,8 +93,9 @@ class MovementOps:
         if len(new_shape) < self.ndim:
             raise ShapeError(f"cannot expand shape {self.shape} to {new_shape}: fewer dimensions")
         padded = (1,) * (len(new_shape) - self.ndim) + self.shape
-        new_shape = tuple(old if new == -1 else new for old, new in zip(padded, new_shape, strict=True))
-        if any(old != new and old != 1 for old, new in zip(padded, new_shape, strict=True)):
+        new_shape = tuple(old if isinstance(new, int) and new == -1 else check_size(new, "expand")
+                          for old, new in zip(padded, new_shape, strict=True))  # fmt: skip
+        if any(old is not new and old != new and old != 1 for old, new in zip(padded, new_shape, strict=True)):
             raise ShapeError(f"cannot expand shape {self.shape} to {new_shape}: only size-1 axes can grow")
         source = self.reshape(padded)
         if new_shape == padded:
@@ -97,6 +115,12 @@ class MovementOps:
         per_axis = _padding_per_axis(padding, self.ndim, self.shape)
         if mode != "constant":
             return pad_from_values(self, per_axis, mode)
+        if any(is_symbolic(amount) for pair in per_axis for amount in pair):  # symbolic padding: never negative
+            padded = self._movement(Ops.PAD, per_axis)
+            if value == 0:
+                return padded
+            inside = self.ones_like(dtype=dtypes.bool)._movement(Ops.PAD, per_axis)
+            return inside.where(padded, value).cast(self.dtype)
         if any(before < 0 or after < 0 for before, after in per_axis):
             keep = tuple((max(0, -b), size - max(0, -a)) for (b, a), size in zip(per_axis, self.shape, strict=True))
             return self.shrink(keep).pad(tuple((max(0, b), max(0, a)) for b, a in per_axis), value=value)
@@ -127,11 +151,13 @@ class MovementOps:
         """Keep [start, end) of each axis (None keeps the whole axis)."""
         if len(bounds) != self.ndim:
             raise ShapeError(f"shrink of a tensor of shape {self.shape} needs {self.ndim} (start, end) pairs")
-        full = tuple((0, size) if b is None else tuple(b) for b, size in zip(bounds, self.shape, strict=True))
+        full = tuple((0, size) if b is None else (check_size(b[0], "shrink"), check_size(b[1], "shrink"))
+                     for b, size in zip(bounds, self.shape, strict=True))  # fmt: skip
         for (start, end), size in zip(full, self.shape, strict=True):
-            if not 0 <= start <= end <= size:
-                raise ShapeError(f"shrink of shape {self.shape} to {full}: ({start}, {end}) is not within 0..{size}")
-        if full == tuple((0, size) for size in self.shape):
+            if not (known_le(0, start) and known_le(start, end) and known_le(end, size)):
+                raise ShapeError(f"shrink of shape {shape_text(self.shape)} to {_bounds_text(full)}: "
+                                 f"({_text(start)}, {_text(end)}) is not within 0..{_text(size)} for every value")  # fmt: skip
+        if all(start == 0 and end == size for (start, end), size in zip(full, self.shape, strict=True)):
             return self
         return self._movement(Ops.SHRINK, full)
 
@@ -175,6 +201,14 @@ class MovementOps:
         return self.reshape(self.shape[:start] + (merged,) + self.shape[end + 1 :])
 
 
+def _text(size: Any) -> str:
+    return size.render() if isinstance(size, UOp) else str(size)
+
+
+def _bounds_text(bounds: tuple) -> str:
+    return "(" + ", ".join(f"({_text(a)}, {_text(b)})" for a, b in bounds) + ")"
+
+
 def _padding_per_axis(padding: Sequence[Any], ndim: int, shape: Shape) -> tuple[tuple[int, int], ...]:
     if all(isinstance(p, int) for p in padding):  # torch's flat form, last axis first
         if len(padding) % 2 or len(padding) > 2 * ndim:
@@ -183,4 +217,8 @@ def _padding_per_axis(padding: Sequence[Any], ndim: int, shape: Shape) -> tuple[
         return tuple([(0, 0)] * (ndim - len(pairs)) + pairs[::-1])
     if len(padding) != ndim:
         raise ShapeError(f"padding {tuple(padding)} has {len(padding)} entries for a tensor of shape {shape}")
-    return tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+    return tuple((0, 0) if p is None else (_pad_amount(p[0]), _pad_amount(p[1])) for p in padding)
+
+
+def _pad_amount(amount: Any) -> Any:
+    return check_size(amount, "pad") if isinstance(amount, UOp) else int(amount)

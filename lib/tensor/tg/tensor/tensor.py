@@ -13,7 +13,7 @@ from pathlib import PurePath
 from typing import Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
-from tg.codegen.schedule.graph import Shape, ShapeError, shape_of
+from tg.codegen.schedule.graph import Shape, ShapeError, shape_of, symbolic_numel
 from tg.tensor.advanced_indexing import AdvancedIndexingOps
 from tg.tensor.autograd import AutogradOps, remember_former_uop
 from tg.tensor.conv import ConvOps
@@ -31,6 +31,7 @@ from tg.tensor.random import RandomOps
 from tg.tensor.reduce import ReduceOps
 from tg.tensor.shape_ops import ShapeOps
 from tg.tensor.sorting import SortingOps
+from tg.tensor.symbolic import shape_text, size_value
 from tg.tensor.unary import UnaryMathOps
 
 
@@ -109,8 +110,9 @@ class Tensor(
 
         return self.shape[normalize_axis(dim, self.ndim)]
 
-    def numel(self) -> int:
-        return math.prod(self.shape)
+    def numel(self) -> Any:
+        """The number of elements (a symbolic integer when the shape is symbolic)."""
+        return symbolic_numel(self.shape)
 
     def element_size(self) -> int:
         return self.dtype.itemsize
@@ -127,7 +129,7 @@ class Tensor(
         return self.shape[0]
 
     def __repr__(self) -> str:
-        return f"<Tensor shape={self.shape} dtype={self.dtype!r} device={self.device!r} op={self.uop.op.name}>"
+        return f"<Tensor shape={shape_text(self.shape)} dtype={self.dtype!r} device={self.device!r} op={self.uop.op.name}>"
 
     def __hash__(self) -> int:
         return id(self)
@@ -162,15 +164,16 @@ class Tensor(
         if self.numel() == 0:
             return memoryview(b"")
         self.realize()
-        return read_bytes(self.uop)
+        return read_bytes(self.uop, size_value(self.numel()) * self.dtype.itemsize)
 
     def numpy(self) -> Any:
         import numpy as np
 
         np_dtype = to_numpy(self.dtype)
-        if self.numel() == 0:
-            return np.zeros(self.shape, dtype=np_dtype)
-        return np.frombuffer(self.data(), dtype=np_dtype).reshape(self.shape).copy()
+        shape = tuple(size_value(size) for size in self.shape)  # a symbolic shape reads at its bound values
+        if math.prod(shape) == 0:
+            return np.zeros(shape, dtype=np_dtype)
+        return np.frombuffer(self.data(), dtype=np_dtype).reshape(shape).copy()
 
     def tolist(self) -> Any:
         return self.numpy().tolist()

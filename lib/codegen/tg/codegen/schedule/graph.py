@@ -38,7 +38,7 @@ from tg.codegen.dtype import DType
 from tg.codegen.uop.args import BufferArg, ReduceArg  # noqa: F401 - graph builders import both from here
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
-Shape = tuple[int, ...]
+Shape = tuple["int | UOp", ...]  # a size may be symbolic: an index UOp of bound variables
 
 
 _next_buffer_uid = itertools.count()
@@ -74,7 +74,8 @@ def shape_of(node: UOp) -> Shape:
         # sources first, in graph order, so that a deep graph needs no deep recursion
         for inner in node.toposort(lambda u: u not in _shapes and u.op is not Ops.DEVICE):
             if inner not in _shapes and inner.op is not Ops.DEVICE:
-                _shapes[inner] = _infer_shape(inner)
+                shape = _infer_shape(inner)
+                _shapes[inner] = tuple(map(canonical_size, shape)) if is_symbolic_shape(shape) else shape
         found = _shapes[node]
     return found
 
@@ -105,3 +106,99 @@ def _infer_shape(node: UOp) -> Shape:
 
 def numel(shape: Shape) -> int:
     return math.prod(shape)
+
+
+# ---------------------------------------------------------------------------------------------------- symbolic shapes
+# A shape entry, a SHRINK bound or a PAD amount may be a symbolic integer: an index-typed UOp of variables. In a
+# Tensor's graph each variable appears bound (BIND(DEFINE_VAR, value)); the scheduler unbinds them, so that one
+# kernel (with the variable as a runtime argument) serves every value, and binds the results again.
+
+
+def is_symbolic_shape(shape: tuple) -> bool:
+    return any(isinstance(size, UOp) for size in shape)
+
+
+def canonical_size(size: int | UOp) -> int | UOp:
+    """A size in its simplest form, so that equal sizes compare equal (`n+1-1` is `n`; a constant is an int)."""
+    if not isinstance(size, UOp):
+        return size
+    size = size.simplify()
+    return int(size.arg) if size.op is Ops.CONST else size
+
+
+def symbolic_numel(shape: tuple) -> int | UOp:
+    """The number of elements of `shape` (a UOp when a size is symbolic)."""
+    return canonical_size(math.prod(shape))
+
+
+def max_numel(shape: tuple) -> int:
+    """The number of elements of `shape` at its largest (what a buffer of a symbolic shape is allocated for)."""
+    return int(math.prod(int(s.vmax) if isinstance(s, UOp) else s for s in shape))
+
+
+def _arg_nodes(arg: object) -> list[UOp]:
+    if isinstance(arg, UOp):
+        return [arg]
+    if isinstance(arg, tuple):
+        return [node for item in arg for node in _arg_nodes(item)]
+    return []
+
+
+def _map_arg(arg: object, mapping: dict[UOp, UOp]) -> object:
+    if isinstance(arg, UOp):
+        return arg.substitute(mapping)
+    if isinstance(arg, tuple):
+        return tuple(_map_arg(item, mapping) for item in arg)
+    return arg
+
+
+def symbolic_args(node: UOp) -> list[UOp]:
+    """The symbolic integers in a movement node's arg (a reshape to (n, 4), a shrink to (0, n))."""
+    return _arg_nodes(node.arg) if node.op in GroupOp.Movement else []
+
+
+def substitute_in_args(roots: tuple[UOp, ...], mapping: dict[UOp, UOp]) -> tuple[UOp, ...]:
+    """`roots` with `mapping` applied inside the symbolic args of their movement nodes (sources are rebuilt)."""
+    new: dict[UOp, UOp] = {}
+    for node in UOp.sink(*roots).toposort():
+        src = tuple(new[s] for s in node.src)
+        arg = _map_arg(node.arg, mapping) if symbolic_args(node) else node.arg
+        same = arg is node.arg and all(a is b for a, b in zip(src, node.src, strict=True))
+        new[node] = node if same else node.replace(src=src, arg=arg)
+    return tuple(new[root] for root in roots)
+
+
+def unbind_graph(roots: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], dict[str, int]]:
+    """`roots` with every bound variable (BIND) in a shape replaced by its variable, and the value of each variable
+    by name. A variable bound to two values in one graph, or a variable left unbound, is an error."""
+    binds: dict[UOp, UOp] = {}
+    values: dict[str, int] = {}
+    for node in UOp.sink(*roots).toposort():
+        for expression in symbolic_args(node):
+            for part in expression.toposort(lambda u: u.op is not Ops.BIND):
+                if part.op is Ops.BIND:
+                    variable, value = part.unbind()
+                    if values.setdefault(variable.arg.name, value) != value:
+                        raise ValueError(f"variable {variable.arg.name} is bound to both {values[variable.arg.name]} "
+                                         f"and {value} in one graph")  # fmt: skip
+                    binds[part] = variable
+                elif part.op is Ops.DEFINE_VAR:
+                    raise ValueError(f"variable {part.arg.name} is used in a shape without a value: bind it first "
+                                     f"(Variable({part.arg.name!r}, {part.arg.vmin}, {part.arg.vmax}).bind(value))")  # fmt: skip
+    if not binds:
+        return roots, {}
+    return substitute_in_args(roots, binds), values
+
+
+def bind_graph(roots: tuple[UOp, ...], values: dict[str, int]) -> tuple[UOp, ...]:
+    """The inverse of `unbind_graph`: each variable in a shape bound to its value again."""
+    if not values:
+        return roots
+    variables = {
+        part
+        for node in UOp.sink(*roots).toposort()
+        for expression in symbolic_args(node)
+        for part in expression.toposort()
+        if part.op is Ops.DEFINE_VAR
+    }
+    return substitute_in_args(roots, {v: v.bind(values[v.arg.name]) for v in variables})

@@ -180,11 +180,18 @@ class KernelBuilder:
 
 
 def kernel_name(output_ranges: Index, reduce_ranges: list[UOp]) -> str:
-    """`E_4_4` for elementwise kernels, `r_<output sizes>_<reduce sizes>` for kernels with a reduction."""
-    sizes = [str(r.src[0].arg) for r in output_ranges if r.op is Ops.RANGE] or ["1"]
+    """`E_4_4` for elementwise kernels, `r_<output sizes>_<reduce sizes>` for kernels with a reduction; a symbolic
+    size is named by its expression's variables and numbers (`E_n_4` for a loop of n*4)."""
+    sizes = [_size_name(r.src[0]) for r in output_ranges if r.op is Ops.RANGE] or ["1"]
     if not reduce_ranges:
         return "E_" + "_".join(sizes)
-    return "r_" + "_".join(sizes + [str(r.src[0].arg) for r in reduce_ranges])
+    return "r_" + "_".join(sizes + [_size_name(r.src[0]) for r in reduce_ranges])
+
+
+def _size_name(end: UOp) -> str:
+    if end.op is Ops.CONST:
+        return str(end.arg)
+    return "_".join("".join(c if c.isalnum() else " " for c in end.render()).split())
 
 
 @dataclass(frozen=True)

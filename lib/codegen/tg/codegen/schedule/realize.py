@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from tg.codegen.flags import DEBUG
-from tg.codegen.schedule.graph import ReduceArg, shape_of
+from tg.codegen.schedule.graph import ReduceArg, is_symbolic_shape, max_numel, shape_of
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import PatternMatcher, UPat
 
@@ -34,6 +34,8 @@ TRANSCENDENTALS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROC
 def split_big_reduction(node: UOp) -> UOp | None:
     """A full reduction of N elements becomes a reduction of `chunks` partial reductions of N/chunks each."""
     source = node.src[0]
+    if is_symbolic_shape(shape_of(source)):  # chunks must divide the size: not known for a symbolic one
+        return None
     total = math.prod(shape_of(source))
     if math.prod(shape_of(node)) != 1 or total < SPLIT_REDUCTION_MIN_ELEMENTS:
         return None
@@ -157,6 +159,6 @@ def _add_producers_too_costly_to_recompute(order: list[UOp], points: set[UOp]) -
         if node.op is Ops.REDUCE_AXIS:
             factor = 1
         elif node.op is Ops.EXPAND and factor and grows(node):
-            factor *= math.prod(shape_of(node)) // max(math.prod(shape_of(node.src[0])), 1)
+            factor *= max_numel(shape_of(node)) // max(max_numel(shape_of(node.src[0])), 1)  # symbolic: at the largest
         for source in node.src:
             recompute[source] = max(recompute.get(source, 0), factor)

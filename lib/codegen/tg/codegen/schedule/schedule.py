@@ -3,22 +3,33 @@
     schedule = create_schedule((node_a, node_b))
     schedule.items    # KernelCall(ast, buffers) and CopyCall(dest, src), in the order they must run
     schedule.results  # for each root, an equivalent node that reads realized memory
+    schedule.var_vals # the value of each variable in a symbolic shape, by name (kernels take them as arguments)
 
 Stages, in order: split big reductions; make the sources of copies contiguous; find the realize points (the
 nodes that get buffers); build one kernel per realize point; order the kernels so every buffer is written before
 it is read and no buffer is overwritten (ASSIGN) before every kernel that reads its old contents has run.
 
-Schedules are cached by the graph with its input buffers abstracted, so the same computation on new buffers
-reuses the kernels (and the compiled programs, which are keyed by kernel AST).
+Schedules are cached by the graph with its input buffers abstracted and its bound variables unbound, so the same
+computation on new buffers, or with other values of its variables, reuses the kernels (and the compiled programs,
+which are keyed by kernel AST). A value whose shape is symbolic gets a buffer of its largest size.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from tg.codegen.schedule.graph import BufferArg, new_buffer, shape_of
+from tg.codegen.schedule.graph import (
+    BufferArg,
+    bind_graph,
+    is_symbolic_shape,
+    max_numel,
+    new_buffer,
+    shape_of,
+    symbolic_numel,
+    unbind_graph,
+)
 from tg.codegen.schedule.kernel import AssignError, Kernel, build_kernel
 from tg.codegen.schedule.realize import contiguous_copies, find_realize_points, split_big_reductions, whole_buffer
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
@@ -70,6 +81,7 @@ ScheduleItem = KernelCall | CopyCall
 class Schedule:
     items: tuple[ScheduleItem, ...]
     results: tuple[UOp, ...]
+    var_vals: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,6 +111,7 @@ def device_of(node: UOp) -> str:
 
 def create_schedule(roots: tuple[UOp, ...]) -> Schedule:
     """The schedule that realizes `roots`, from the cache when the same graph was scheduled before."""
+    roots, var_vals = unbind_graph(roots)
     inputs = [node for node in UOp.sink(*roots).toposort() if node.op is Ops.BUFFER]
     placeholders = {
         buf: UOp(Ops.BUFFER, buf.dtype, buf.src, BufferArg(-1 - i, buf.arg.size)) for i, buf in enumerate(inputs)
@@ -113,10 +126,10 @@ def create_schedule(roots: tuple[UOp, ...]) -> Schedule:
     else:
         schedule_stats.hits += 1
         _schedule_cache.move_to_end(normalized)
-    return _instantiate(template, {p: buf for buf, p in placeholders.items()})
+    return _instantiate(template, {p: buf for buf, p in placeholders.items()}, var_vals)
 
 
-def _instantiate(template: Schedule, inputs: dict[UOp, UOp]) -> Schedule:
+def _instantiate(template: Schedule, inputs: dict[UOp, UOp], var_vals: dict[str, int]) -> Schedule:
     """The template with placeholders bound to the real inputs and every buffer it creates made fresh."""
     mapping = dict(inputs)
 
@@ -136,8 +149,8 @@ def _instantiate(template: Schedule, inputs: dict[UOp, UOp]) -> Schedule:
         for node in result.toposort():
             if node.op is Ops.BUFFER:
                 bind(node)
-    results = tuple(result.substitute(mapping) for result in template.results)
-    return Schedule(tuple(items), results)
+    results = bind_graph(tuple(result.substitute(mapping) for result in template.results), var_vals)
+    return Schedule(tuple(items), results, var_vals)
 
 
 # ---------------------------------------------------------------------------------------------------- scheduling
@@ -164,7 +177,7 @@ def schedule_graph(roots: tuple[UOp, ...]) -> Schedule:
     for point in order:
         if point.op is Ops.COPY:
             items.append(CopyCall(storage[point], _copy_source(point.src[0], storage)))
-        elif math.prod(shape_of(point)) > 0:
+        elif not any(size == 0 for size in shape_of(point)):  # (a symbolic size may be 0: its loop runs 0 times)
             kernel = kernels[point]
             items.append(KernelCall(kernel.ast, kernel.buffers))
     views = _views(points, storage)
@@ -177,7 +190,7 @@ def _allocate_storage(points: list[UOp]) -> dict[UOp, UOp]:
         if point.op is Ops.ASSIGN:
             storage[point] = _target_buffer(point.src[0], storage)
         else:
-            storage[point] = new_buffer(device_of(point), math.prod(shape_of(point)), point.dtype)
+            storage[point] = new_buffer(device_of(point), max_numel(shape_of(point)), point.dtype)
     return storage
 
 
@@ -220,7 +233,11 @@ def _views(points: list[UOp], storage: dict[UOp, UOp]) -> dict[UOp, UOp]:
             continue
         buf = storage[point]
         shape = shape_of(point)
-        views[point] = buf if shape == (buf.arg.size,) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
+        if is_symbolic_shape(shape):  # the buffer has room for the largest size: the first numel elements hold it
+            used = UOp(Ops.SHRINK, buf.dtype, (buf,), ((0, symbolic_numel(shape)),))
+            views[point] = UOp(Ops.RESHAPE, buf.dtype, (used,), shape)
+        else:
+            views[point] = buf if shape == (buf.arg.size,) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
     return views
 
 

@@ -17,7 +17,7 @@ import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tg.hcq.buffer import Buffer
@@ -32,6 +32,7 @@ class KernelLaunch:
     program: Any  # CompiledProgram
     buffers: tuple[Buffer, ...]
     nodes: tuple[Any, ...] = ()  # the BUFFER nodes: a Buffer's memory lives exactly as long as its node
+    var_vals: dict[str, int] = field(default_factory=dict)  # the values of the variables it was launched with
 
 
 @dataclass(frozen=True)

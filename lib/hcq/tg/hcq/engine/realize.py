@@ -65,15 +65,27 @@ def buffer_over(memory: Buffer) -> UOp:
     return node
 
 
-def read_bytes(node: UOp) -> memoryview:
-    """The contents of `node` as C-contiguous bytes in its shape (realizing it first if needed)."""
+def symbolic_prefix_buffer(node: UOp) -> UOp | None:
+    """The BUFFER whose first elements hold `node` C-contiguously, for a value of symbolic shape (a RESHAPE of a
+    SHRINK (0, numel) of a buffer of its largest size: how the scheduler and Tensor.empty lay them out)."""
+    if node.op is Ops.RESHAPE and node.src[0].op is Ops.SHRINK and node.src[0].src[0].op is Ops.BUFFER:
+        (start, _), = node.src[0].arg
+        return node.src[0].src[0] if isinstance(start, int) and start == 0 else None
+    return None
+
+
+def read_bytes(node: UOp, nbytes: int | None = None) -> memoryview:
+    """The contents of `node` as C-contiguous bytes in its shape (realizing it first if needed). A node of symbolic
+    shape lives at the start of a buffer of its largest size: `nbytes` says how much of it the value is now."""
     (result,) = realize(node)
-    buf = whole_buffer(result)
+    buf = whole_buffer(result) or symbolic_prefix_buffer(result)
     if buf is None:
         (result,) = realize(UOp(Ops.CONTIGUOUS, node.dtype, (result,)))
-        buf = whole_buffer(result)
+        buf = whole_buffer(result) or symbolic_prefix_buffer(result)
         assert buf is not None, "a realized CONTIGUOUS is a whole buffer"
-    if math.prod(shape_of(node)) == 0:
+    if nbytes == 0 or math.prod(shape_of(node)) == 0:
         return memoryview(b"")
     data = buffer_of(buf)
+    if nbytes is not None and nbytes < data.nbytes:
+        return memoryview(data.copyout(memoryview(bytearray(data.nbytes))))[:nbytes]
     return data.copyout(memoryview(bytearray(data.nbytes)))

@@ -13,24 +13,35 @@ from tg.hcq.engine.buffers import buffer_of
 from tg.hcq.engine.capture import CopyLaunch, KernelLaunch, record
 from tg.hcq.engine.counters import GlobalCounters
 from tg.hcq.engine.programs import CompiledProgram, get_program
+from tg.hcq.symbolic import resolve
 
 
 def run_schedule(schedule: Schedule) -> None:
     """Run every kernel call and copy of `schedule`, in order."""
     for item in schedule.items:
         if isinstance(item, KernelCall):
-            run_kernel(item)
+            run_kernel(item, schedule.var_vals)
         else:
             run_copy(item)
 
 
-def run_kernel(call: KernelCall) -> None:
+def launch_values(kernel: CompiledProgram, var_vals: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The int arguments (one per variable the kernel takes) and the launch size for these variable values."""
+    vals = tuple(resolve(variable, var_vals) for variable in kernel.source.variables)
+    return vals, tuple(resolve(size, var_vals) for size in kernel.source.global_size)
+
+
+def run_kernel(call: KernelCall, var_vals: dict[str, int] | None = None) -> None:
     kernel = get_program(call.device, call.ast)
     buffers = [buffer_of(node) for node in call.buffers]
     timed = DEBUG >= 2
     start = time.perf_counter()
-    seconds = kernel.program(*(b.raw for b in buffers), global_size=kernel.source.global_size, wait=timed)
-    record(KernelLaunch(kernel, tuple(buffers), call.buffers))
+    if kernel.source.variables:
+        vals, global_size = launch_values(kernel, var_vals or {})
+        seconds = kernel.program(*(b.raw for b in buffers), global_size=global_size, vals=vals, wait=timed)
+    else:
+        seconds = kernel.program(*(b.raw for b in buffers), global_size=kernel.source.global_size, wait=timed)
+    record(KernelLaunch(kernel, tuple(buffers), call.buffers, dict(var_vals or {})))
     memory = sum(b.nbytes for b in buffers)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += kernel.source.ops

@@ -69,8 +69,13 @@ def expand_index(idx: Index, old_shape: Shape) -> Index:
     return tuple(index_const(0) if size == 1 else i for i, size in zip(idx, old_shape, strict=True))
 
 
+def _nonzero(amount: int | UOp) -> bool:
+    """Whether a padding or offset may be non-zero (a symbolic one may be, for some value of its variables)."""
+    return isinstance(amount, UOp) or amount != 0
+
+
 def shrink_index(idx: Index, bounds: tuple[tuple[int, int], ...]) -> Index:
-    return tuple(i + start if start else i for i, (start, _) in zip(idx, bounds, strict=True))
+    return tuple(i + start if _nonzero(start) else i for i, (start, _) in zip(idx, bounds, strict=True))
 
 
 def flip_index(idx: Index, flips: tuple[bool, ...], old_shape: Shape) -> Index:
@@ -82,11 +87,11 @@ def pad_index(idx: Index, padding: tuple[tuple[int, int], ...], old_shape: Shape
     source: list[UOp] = []
     inside: UOp | None = None
     for i, (before, after), size in zip(idx, padding, old_shape, strict=True):
-        source.append(i - before if before else i)
+        source.append(i - before if _nonzero(before) else i)
         conditions = []
-        if before:
-            conditions.append(index_const(before - 1) < i)
-        if after:
+        if _nonzero(before):
+            conditions.append(UOp.const(before - 1, dtypes.index) < i)
+        if _nonzero(after):
             conditions.append(i < before + size)
         for condition in conditions:
             inside = condition if inside is None else inside & condition

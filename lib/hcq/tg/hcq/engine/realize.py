@@ -74,14 +74,19 @@ def symbolic_prefix_buffer(node: UOp) -> UOp | None:
     return None
 
 
+def _buffer_holding(node: UOp) -> UOp | None:
+    whole = whole_buffer(node)
+    return whole if whole is not None else symbolic_prefix_buffer(node)
+
+
 def read_bytes(node: UOp, nbytes: int | None = None) -> memoryview:
     """The contents of `node` as C-contiguous bytes in its shape (realizing it first if needed). A node of symbolic
     shape lives at the start of a buffer of its largest size: `nbytes` says how much of it the value is now."""
     (result,) = realize(node)
-    buf = whole_buffer(result) or symbolic_prefix_buffer(result)
+    buf = _buffer_holding(result)
     if buf is None:
         (result,) = realize(UOp(Ops.CONTIGUOUS, node.dtype, (result,)))
-        buf = whole_buffer(result) or symbolic_prefix_buffer(result)
+        buf = _buffer_holding(result)
         assert buf is not None, "a realized CONTIGUOUS is a whole buffer"
     if nbytes == 0 or math.prod(shape_of(node)) == 0:
         return memoryview(b"")

@@ -36,7 +36,7 @@ class RenderedKernel:
 
     name: str
     src: str
-    global_size: tuple[int, int, int] = (1, 1, 1)
+    global_size: tuple[Any, Any, Any] = (1, 1, 1)  # ints, or index UOps of the kernel's variables
 
 
 class Renderer:

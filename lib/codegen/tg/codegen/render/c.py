@@ -425,15 +425,19 @@ class CRenderer(CStyleLanguage):
             return 1
         if loop_iterations(linear) < MULTICORE_MIN_ITERATIONS:
             return 1
-        return min(self.cores, max_trip_count(first))  # a symbolic loop: a chunk may be empty
+        return min(self.cores, max_trip_count(first))
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
         chunks = k.abi["chunks"]
         if chunks > 1 and "split" not in k.abi:  # the first loop: this call's chunk of it
             k.abi["split"] = rng
             end = loop_end(k, rng)
-            k.line(f"long {name}_start = {end}ll * core_id / {chunks};")
-            k.line(f"long {name}_end = {end}ll * (core_id + 1) / {chunks};")
+            if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: one call per core, fewer for a short loop
+                k.abi["global_size"] = rng.src[0].minimum(chunks)
+                k.line(f"long {name}_chunks = {end} < {chunks} ? {end} : {chunks};")
+                chunks = f"{name}_chunks"
+            k.line(f"long {name}_start = (long long){end} * core_id / {chunks};")
+            k.line(f"long {name}_end = (long long){end} * (core_id + 1) / {chunks};")
             k.line(f"for (long {name} = {name}_start; {name} < {name}_end; {name}++) {{")
             return
         super().open_loop(k, rng, name)
@@ -445,4 +449,5 @@ class CRenderer(CStyleLanguage):
         unused = "" if chunks > 1 else "  (void)core_id;\n"
         body = "\n".join(k.lines)
         src = with_helpers(f"void {k.name}({signature}) {{\n{unused}{body}\n}}\n")
-        return RenderedKernel(k.name, src, (chunks, 1, 1))
+        # a launch size that depends on the variables is resolved at each launch (and patched in a replayed graph)
+        return RenderedKernel(k.name, src, (k.abi.get("global_size", chunks), 1, 1))

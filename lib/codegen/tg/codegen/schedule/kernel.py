@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from tg.codegen.dtype import dtypes
 from tg.codegen.schedule import indexing
-from tg.codegen.schedule.graph import shape_of
+from tg.codegen.schedule.graph import shape_of, symbolic_numel
 from tg.codegen.schedule.indexing import Index, index_const
 from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.codegen.uop.index_algebra import simplify_indices
@@ -210,7 +210,7 @@ def build_kernel(point: UOp, output: UOp, storage: dict[UOp, UOp]) -> Kernel:
     cores evenly. Otherwise each output axis gets its own loop."""
     shape = shape_of(point)
     if sum(1 for size in shape if size != 1) > 1:
-        flat = _build(point, output, storage, (math.prod(shape),))
+        flat = _build(point, output, storage, (symbolic_numel(shape),))
         if not any(u.op in (Ops.IDIV, Ops.MOD) and u.dtype is dtypes.index for u in flat.ast.toposort()):
             return flat
     return _build(point, output, storage, shape)

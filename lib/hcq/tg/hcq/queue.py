@@ -151,6 +151,12 @@ class HWQueue:
         self._prev_var_vals = dict(var_vals)
         return self._resolved
 
+    def resolve(self, var_vals: dict[str, int]) -> list[Command]:
+        """The commands with every variable set from `var_vals`: symbolic launch sizes and addresses resolved into
+        the returned copy, symbolic kernel arguments written into their argument memory (what `submit` sends; a
+        graph that splices these commands into a queue of its own calls this)."""
+        return list(self._apply_var_vals(var_vals))
+
     def submit(self, device: Any, var_vals: dict[str, int] | None = None) -> HWQueue:
         """Send the recorded commands to `device`, with `var_vals` filling in every variable."""
         if self.binded_device is not None and self.binded_device is not device:

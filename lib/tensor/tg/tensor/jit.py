@@ -17,6 +17,12 @@ all kernels) and returns Tensors over the captured output buffers. What a replay
 Inputs are the Tensor arguments (positional and keyword); they must keep their shapes, dtypes and devices from call
 to call, and the function must return Tensors (one, or a tuple/list/dict of them). Anything else is an error that
 names what changed. JIT=0 runs the function plainly on every call.
+
+Symbolic shapes: a bound Variable passed as an argument (`step(x, pos.bind(p))`), or a Tensor input whose shape
+has one (`x[:n.bind(k)]`), may take another value on every call: the capture's kernels take the variable as an
+argument, and a replay patches those arguments and the launch sizes that depend on them. The outputs' shapes
+carry the new values. Each call must bind the same variables (same names and ranges) in the same places; an
+unbound Variable, another variable, or a value outside the range is an error.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from tg.codegen.schedule.realize import whole_buffer
+from tg.codegen import Ops, UOp
+from tg.codegen.schedule.graph import bind_graph, shape_of, unbind_graph
+from tg.codegen.schedule.realize import buffer_holding
 from tg.hcq.buffer import Buffer
 from tg.hcq.engine.buffers import buffer_of
 from tg.hcq.engine.capture import LaunchGraph, capture_launches, is_capturing
@@ -43,9 +51,47 @@ class JitError(RuntimeError):
 @dataclass(frozen=True)
 class InputSignature:
     names: tuple[str, ...]  # "arg 0", "kwarg x", ...
-    shapes: tuple[tuple[int, ...], ...]
+    shapes: tuple[tuple[Any, ...], ...]  # symbolic sizes with their variables unbound (any value matches)
     dtypes: tuple[Any, ...]
     devices: tuple[str, ...]
+    variables: tuple[tuple[str, str], ...] = ()  # per Variable argument: (where, "name in [min, max]")
+
+
+def _variable_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, UOp]]:
+    """The bound Variables passed as arguments (a DEFINE_VAR without a value is an error)."""
+    named = [(f"arg {i}", a) for i, a in enumerate(args)] + [(f"kwarg {k}", v) for k, v in sorted(kwargs.items())]
+    found = []
+    for name, value in named:
+        if isinstance(value, UOp) and value.op is Ops.DEFINE_VAR:
+            raise JitError(f"{name}: Variable {value.arg.name} is passed without a value; pass it bound (.bind(v))")
+        if isinstance(value, UOp) and value.op is Ops.BIND:
+            found.append((name, value))
+    return found
+
+
+def _describe(variable: UOp) -> str:
+    return f"{variable.arg.name} in [{variable.arg.vmin}, {variable.arg.vmax}]"
+
+
+def _call_variables(
+    variable_args: list[tuple[str, UOp]], inputs: list[Tensor]
+) -> tuple[dict[str, int], list[tuple[Any, ...]], tuple[tuple[str, str], ...]]:
+    """The values of every variable of the call (Variable arguments and symbolic input shapes), the input shapes
+    with their variables unbound, and a description of the Variable arguments for the signature."""
+    var_vals: dict[str, int] = {}
+    shapes = []
+    for t in inputs:
+        (unbound,), values = unbind_graph((t.uop,))
+        shapes.append(shape_of(unbound))
+        var_vals.update(values)
+    described = []
+    for where, bound in variable_args:
+        variable, value = bound.unbind()
+        if var_vals.setdefault(variable.arg.name, value) != value:
+            raise JitError(f"variable {variable.arg.name} has two values in one call: {var_vals[variable.arg.name]} "
+                           f"and {value}")  # fmt: skip
+        described.append((where, _describe(variable)))
+    return var_vals, shapes, tuple(described)
 
 
 def _tensor_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[str], list[Tensor]]:
@@ -57,13 +103,13 @@ def _tensor_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[
 def _as_buffer_tensor(t: Tensor) -> Tensor:
     """`t` realized into a whole buffer of its own (a view or computed value is copied into one)."""
     t.realize()
-    if whole_buffer(t.uop) is None:
+    if buffer_holding(t.uop) is None:
         t = t.contiguous().realize()
     return t
 
 
 def _buffer(t: Tensor) -> Buffer:
-    node = whole_buffer(t.uop)
+    node = buffer_holding(t.uop)
     assert node is not None, "inputs and outputs are realized whole buffers"
     return buffer_of(node)
 
@@ -81,9 +127,21 @@ def _flatten_outputs(result: Any) -> list[Tensor]:
     return values
 
 
-def _rebuild_outputs(result: Any, sources: list[Tensor | int], inputs: list[Tensor]) -> Any:
+def _rebound(node: UOp, var_vals: dict[str, int]) -> UOp:
+    """`node` with the variables in its shape bound to `var_vals` (an output of a replay with new values)."""
+    if not var_vals:
+        return node
+    (unbound,), _ = unbind_graph((node,))
+    return bind_graph((unbound,), var_vals)[0]
+
+
+def _rebuild_outputs(
+    result: Any, sources: list[Tensor | int], inputs: list[Tensor], var_vals: dict[str, int] | None = None
+) -> Any:
     """The function's result again: each output a new Tensor over its captured buffer, or the input it was."""
-    fresh = iter([inputs[s] if isinstance(s, int) else Tensor(s.uop, device=s.device) for s in sources])
+    values = var_vals or {}
+    fresh = iter([inputs[s] if isinstance(s, int) else Tensor(_rebound(s.uop, values), device=s.device)
+                  for s in sources])  # fmt: skip
     if isinstance(result, Tensor):
         return next(fresh)
     if isinstance(result, dict):
@@ -114,9 +172,11 @@ class TinyJit(Generic[R]):
         if not int(JIT) or is_capturing():
             return self.fn(*args, **kwargs)
         names, inputs = _tensor_inputs(args, kwargs)
+        variable_args = _variable_arguments(args, kwargs)
         buffered = [_as_buffer_tensor(t) for t in inputs]
-        signature = InputSignature(tuple(names), tuple(t.shape for t in buffered), tuple(t.dtype for t in buffered),
-                                   tuple(t.device for t in buffered))  # fmt: skip
+        var_vals, shapes, variables = _call_variables(variable_args, buffered)
+        signature = InputSignature(tuple(names), tuple(shapes), tuple(t.dtype for t in buffered),
+                                   tuple(t.device for t in buffered), variables)  # fmt: skip
         self._check_signature(signature)
         args, kwargs = _substitute(args, kwargs, inputs, buffered)
         self.calls += 1
@@ -127,8 +187,8 @@ class TinyJit(Generic[R]):
         if self.calls == 2:
             return self._capture(args, kwargs, buffered)
         assert self.graph is not None
-        self.graph.replay([_buffer(t) for t in buffered])
-        return _rebuild_outputs(self.captured_result, self.output_sources, buffered)
+        self.graph.replay([_buffer(t) for t in buffered], var_vals)
+        return _rebuild_outputs(self.captured_result, self.output_sources, buffered, var_vals)
 
     def _check_signature(self, signature: InputSignature) -> None:
         if self.signature is None:
@@ -138,6 +198,9 @@ class TinyJit(Generic[R]):
         if old.names != signature.names:
             raise JitError(f"{self.fn.__name__}: the Tensor inputs changed from {list(old.names)} to "
                            f"{list(signature.names)}; a capture replays with the same inputs")  # fmt: skip
+        if old.variables != signature.variables:
+            raise JitError(f"{self.fn.__name__}: the Variable arguments changed from {_variables_text(old)} to "
+                           f"{_variables_text(signature)}; a capture replays with the same variables")  # fmt: skip
         for name, before, now, what in _differences(old, signature):
             raise JitError(f"{self.fn.__name__}: {name} changed {what} from {before} to {now}; a capture only "
                            "replays inputs like the ones it was made with (call .reset() first)")  # fmt: skip
@@ -159,12 +222,22 @@ class TinyJit(Generic[R]):
         return _rebuild_outputs(result, self.output_sources, inputs)
 
 
+def _variables_text(signature: InputSignature) -> str:
+    return "[" + ", ".join(f"{where}: {what}" for where, what in signature.variables) + "]"
+
+
+def _shape_text(shape: tuple[Any, ...]) -> str:
+    return "(" + ", ".join(s.render() if isinstance(s, UOp) else str(s) for s in shape) + ")"
+
+
 def _differences(old: InputSignature, new: InputSignature) -> list[tuple[str, Any, Any, str]]:
     found = []
     for i, name in enumerate(old.names):
         for what, before, now in (("shape", old.shapes[i], new.shapes[i]), ("dtype", old.dtypes[i], new.dtypes[i]),
                                   ("device", old.devices[i], new.devices[i])):  # fmt: skip
-            if before != now:
+            if before != now:  # (symbolic sizes compare as unbound expressions: a variable's range counts)
+                if what == "shape":
+                    before, now = _shape_text(before), _shape_text(now)
                 found.append((name, before, now, what))
     return found
 

@@ -8,7 +8,6 @@ load plus a WHERE that yields 0 outside the source.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 

@@ -79,6 +79,21 @@ def whole_buffer(node: UOp) -> UOp | None:
     return node if node.op is Ops.BUFFER else None
 
 
+def symbolic_prefix_buffer(node: UOp) -> UOp | None:
+    """The BUFFER whose first elements hold `node` C-contiguously, for a value of symbolic shape: a RESHAPE of a
+    SHRINK (0, numel) of a buffer of its largest size (how the scheduler and Tensor.empty lay such values out)."""
+    if node.op is Ops.RESHAPE and node.src[0].op is Ops.SHRINK and node.src[0].src[0].op is Ops.BUFFER:
+        ((start, _),) = node.src[0].arg
+        return node.src[0].src[0] if isinstance(start, int) and start == 0 else None
+    return None
+
+
+def buffer_holding(node: UOp) -> UOp | None:
+    """The BUFFER that holds `node` C-contiguously from its start: `whole_buffer`, or a symbolic prefix of one."""
+    whole = whole_buffer(node)
+    return whole if whole is not None else symbolic_prefix_buffer(node)
+
+
 def grows(expand: UOp) -> bool:
     return shape_of(expand) != shape_of(expand.src[0])
 

@@ -15,7 +15,7 @@ import math
 from tg.codegen.capture import capture_enabled, record_schedule
 from tg.codegen.dtype import DType
 from tg.codegen.schedule.graph import new_buffer, shape_of
-from tg.codegen.schedule.realize import whole_buffer
+from tg.codegen.schedule.realize import buffer_holding
 from tg.codegen.schedule.schedule import KernelCall, Schedule, create_schedule
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.hcq.buffer import Buffer
@@ -65,28 +65,14 @@ def buffer_over(memory: Buffer) -> UOp:
     return node
 
 
-def symbolic_prefix_buffer(node: UOp) -> UOp | None:
-    """The BUFFER whose first elements hold `node` C-contiguously, for a value of symbolic shape (a RESHAPE of a
-    SHRINK (0, numel) of a buffer of its largest size: how the scheduler and Tensor.empty lay them out)."""
-    if node.op is Ops.RESHAPE and node.src[0].op is Ops.SHRINK and node.src[0].src[0].op is Ops.BUFFER:
-        (start, _), = node.src[0].arg
-        return node.src[0].src[0] if isinstance(start, int) and start == 0 else None
-    return None
-
-
-def _buffer_holding(node: UOp) -> UOp | None:
-    whole = whole_buffer(node)
-    return whole if whole is not None else symbolic_prefix_buffer(node)
-
-
 def read_bytes(node: UOp, nbytes: int | None = None) -> memoryview:
     """The contents of `node` as C-contiguous bytes in its shape (realizing it first if needed). A node of symbolic
     shape lives at the start of a buffer of its largest size: `nbytes` says how much of it the value is now."""
     (result,) = realize(node)
-    buf = _buffer_holding(result)
+    buf = buffer_holding(result)
     if buf is None:
         (result,) = realize(UOp(Ops.CONTIGUOUS, node.dtype, (result,)))
-        buf = _buffer_holding(result)
+        buf = buffer_holding(result)
         assert buf is not None, "a realized CONTIGUOUS is a whole buffer"
     if nbytes == 0 or math.prod(shape_of(node)) == 0:
         return memoryview(b"")

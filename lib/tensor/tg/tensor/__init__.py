@@ -1,6 +1,6 @@
 """tg Tensor: a lazy tensor whose graphs compile into fused kernels.
 
-`from tg.tensor import Tensor, dtypes, Device, GlobalCounters, Context`.
+`from tg.tensor import Tensor, dtypes, Device, GlobalCounters, Context, TinyJit, Variable`.
 """
 
 from typing import Any
@@ -9,11 +9,12 @@ from tg.codegen import dtypes
 from tg.codegen.flags import Context
 from tg.hcq import Device
 from tg.tensor.flags import apply_default_float
+from tg.tensor.symbolic import Variable
 from tg.tensor.tensor import Tensor
 
 apply_default_float()
 
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "dtypes"]
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "TinyJit", "Variable", "dtypes"]
 
 
 def __getattr__(name: str) -> Any:

@@ -226,9 +226,9 @@ class UOp:
         return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
 
     def __repr__(self) -> str:
-        from tg.codegen.uop.render import graph_listing
+        from tg.codegen.uop.render import bound_size_text, graph_listing
 
-        return graph_listing(self)
+        return bound_size_text(self) or graph_listing(self)
 
     def __bool__(self) -> bool:
         """A UOp is only truthy when its bounds decide it (so `if x < 4:` cannot silently mean True)."""

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from tg.codegen.dtype import dtypes
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
 _INFIX = {
     Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=",
     Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.FDIV: "/",
 }  # fmt: skip
+
+
+_SIZE_OPS = frozenset({Ops.CONST, Ops.BIND, Ops.DEFINE_VAR, Ops.MAX, Ops.NEG, *_INFIX})
 
 
 def _node_line(node: UOp, names: dict[UOp, str]) -> str:
@@ -19,6 +23,20 @@ def _node_line(node: UOp, names: dict[UOp, str]) -> str:
     if node.tag is not None:
         parts.append(f"tag={node.tag!r}")
     return f"UOp({', '.join(parts)})"
+
+
+def bound_size_text(root: UOp) -> str | None:
+    """A symbolic size with bound values (what a Tensor shape holds) in one line: `Variable('n', 1, 10).bind(3)`
+    for a bound variable, its expression with values for more (`(n=3+1)`); None for any other graph."""
+    if root.dtype is not dtypes.index:
+        return None
+    if root.op is Ops.BIND:
+        variable = root.src[0].arg
+        return f"Variable({variable.name!r}, {variable.vmin}, {variable.vmax}).bind({root.src[1].arg})"
+    nodes = root.toposort(lambda u: u.op is not Ops.BIND)
+    if not any(u.op is Ops.BIND for u in nodes) or not all(u.op in _SIZE_OPS for u in nodes):
+        return None
+    return render_expr(root)
 
 
 def graph_listing(root: UOp) -> str:

@@ -1,0 +1,156 @@
+"""Symbolic shapes: a bound Variable as a size gives numpy's results for every value, from one compiled kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tg.codegen import UOp
+from tg.codegen.schedule.graph import ShapeError
+from tg.hcq.engine import GlobalCounters, get_program, program_cache_stats
+from tg.tensor import Tensor, Variable
+
+ROWS = 10
+VALUES = (1, 2, 5, 9, 10)
+RNG = np.random.default_rng(0)
+A = RNG.standard_normal((ROWS, 6)).astype(np.float32)
+W = RNG.standard_normal((6, 3)).astype(np.float32)
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+# (name, tg function of (a, w, bound n), numpy function of (a, w, k))
+CASES: list[tuple[str, Callable, Callable]] = [
+    ("elementwise", lambda a, w, n: (a[:n] * 2 + 1).exp(), lambda a, w, k: np.exp(a[:k] * 2 + 1)),
+    ("sum over n", lambda a, w, n: a[:n].sum(0), lambda a, w, k: a[:k].sum(0)),
+    ("max over n", lambda a, w, n: a[:n].max(0), lambda a, w, k: a[:k].max(0)),
+    ("sum along n", lambda a, w, n: a[:n].sum(1), lambda a, w, k: a[:k].sum(1)),
+    ("matmul, n outer", lambda a, w, n: a[:n] @ w, lambda a, w, k: a[:k] @ w),
+    ("matmul, n inner", lambda a, w, n: a[:n].T @ a[:n], lambda a, w, k: a[:k].T @ a[:k]),
+    ("softmax over n", lambda a, w, n: a[:n].softmax(0), lambda a, w, k: _softmax(a[:k], 0)),
+    ("softmax along n", lambda a, w, n: a[:n].T.softmax(-1), lambda a, w, k: _softmax(a[:k].T, -1)),
+    ("pad to the full size", lambda a, w, n: a[:n].pad(((0, ROWS - n), None)),
+     lambda a, w, k: np.pad(a[:k], ((0, ROWS - k), (0, 0)))),
+    ("expand", lambda a, w, n: w[0:1].expand(n, 3) + 1, lambda a, w, k: np.broadcast_to(w[0:1], (k, 3)) + 1),
+    ("reshape -1", lambda a, w, n: a[:n].reshape(-1) * 3, lambda a, w, k: a[:k].reshape(-1) * 3),
+    ("zeros of shape (n, 4)", lambda a, w, n: Tensor.zeros(n, 4) + 2, lambda a, w, k: np.full((k, 4), 2.0)),
+    ("shrink from a symbolic start", lambda a, w, n: a[n - 1 : n].sum(), lambda a, w, k: a[k - 1 : k].sum()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, tg_fn, np_fn", CASES, ids=[c[0] for c in CASES])
+def test_results_equal_numpy_for_every_bound_value(name: str, tg_fn: Callable, np_fn: Callable) -> None:
+    n = Variable("n", 1, ROWS)
+    a, w = Tensor(A), Tensor(W)
+    for k in VALUES:
+        result = tg_fn(a, w, n.bind(k))
+        np.testing.assert_allclose(result.numpy(), np_fn(A, W, k), rtol=1e-5, atol=1e-5, err_msg=f"n={k}")
+
+
+def test_one_compile_serves_every_value() -> None:
+    n = Variable("n", 1, ROWS)
+    a, w = Tensor(A), Tensor(W)
+    (a[: n.bind(3)] @ w).softmax(0).numpy()  # compiles the kernels
+    misses, launched = program_cache_stats.misses, GlobalCounters.kernel_count
+    per_value = set()
+    for k in VALUES:
+        before = GlobalCounters.kernel_count
+        (a[: n.bind(k)] @ w).softmax(0).numpy()
+        per_value.add(GlobalCounters.kernel_count - before)
+    assert program_cache_stats.misses == misses, "a new value of n compiled a kernel again"
+    assert len(per_value) == 1 and GlobalCounters.kernel_count > launched
+
+
+def test_the_kernel_takes_the_variable_as_an_argument() -> None:
+    from tg.codegen.schedule.schedule import KernelCall, create_schedule
+
+    t = Tensor(A)[: Variable("rows", 1, ROWS).bind(4)] + 1
+    schedule = create_schedule((t.uop,))
+    assert schedule.var_vals == {"rows": 4}
+    (call,) = [item for item in schedule.items if isinstance(item, KernelCall)]
+    program = get_program(call.device, call.ast)
+    assert [v.arg.name for v in program.source.variables] == ["rows"]
+    assert "int var_rows" in program.source.src and "4" not in program.source.name
+
+
+def test_kv_cache_assign_and_attention_equal_numpy() -> None:
+    heads, context, dim = 2, 8, 4
+    pos = Variable("pos", 0, context - 1)
+    cache = Tensor.zeros(heads, context, dim).contiguous().realize()
+    expected_cache = np.zeros((heads, context, dim), np.float32)
+    rng = np.random.default_rng(1)
+    misses = None
+    for p in range(6):
+        new, q = rng.standard_normal((2, heads, 1, dim)).astype(np.float32)
+        v = pos.bind(p)
+        cache[:, v : v + 1].assign(Tensor(new)).realize()
+        expected_cache[:, p : p + 1] = new
+        keys = cache[:, 0 : v + 1]
+        attention = (Tensor(q) @ keys.transpose(1, 2) / 2).softmax(-1) @ keys
+        seen = expected_cache[:, : p + 1]
+        want = _softmax(q @ seen.transpose(0, 2, 1) / 2, -1) @ seen
+        np.testing.assert_array_equal(cache.numpy(), expected_cache)
+        np.testing.assert_allclose(attention.numpy(), want, rtol=1e-5, atol=1e-6)
+        if p == 1:
+            misses = program_cache_stats.misses
+    assert program_cache_stats.misses == misses, "a new position compiled a kernel again"
+
+
+def test_empty_of_symbolic_shape_has_room_for_the_largest_value() -> None:
+    n = Variable("n", 1, 50)
+    t = Tensor.empty(n.bind(3), 4).assign(Tensor.ones(n.bind(3), 4)).realize()
+    assert t.numpy().shape == (3, 4) and (t.numpy() == 1).all()
+    with pytest.raises(ShapeError, match="cannot assign"):  # a (3, 4) is not an (n, 4), whatever n is now
+        Tensor.empty(n.bind(3), 4).assign(Tensor(np.ones((3, 4), np.float32)))
+
+
+def test_python_device_gives_the_same_results() -> None:
+    n = Variable("n", 1, ROWS)
+    a = Tensor(A, device="PYTHON")
+    for k in (1, 4, 10):
+        np.testing.assert_allclose(a[: n.bind(k)].sum(0).numpy(), A[:k].sum(0), rtol=1e-5)
+        np.testing.assert_allclose((a[: n.bind(k)] * 2).numpy(), A[:k] * 2)
+
+
+def test_shapes_print_readably() -> None:
+    t = Tensor(A)[: Variable("n", 1, ROWS).bind(3)]
+    assert repr(t.shape) == "(Variable('n', 1, 10).bind(3), 6)"
+    assert "shape=(n=3, 6)" in repr(t)
+    assert repr(t.reshape(-1).shape) == "((n=3*6),)"
+
+
+def test_variable_api_is_tinygrads() -> None:
+    n = Variable("n", 1, 4096)
+    bound = n.bind(7)
+    assert isinstance(bound, UOp) and bound.unbind() == (n, 7)
+    assert Variable("n", 1, 4096) is n  # the same variable, whoever spells it
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda: Variable("n", 1, 10).bind(11), ValueError, "outside the bounds"),
+        (lambda: Variable("no good", 1, 10), ValueError, "identifier"),
+        (lambda: Variable("n", 5, 1), ValueError, "min <= max"),
+        (lambda: Tensor.zeros(Variable("n", 1, 10), 2), ShapeError, "no value"),
+        (lambda: Tensor(A)[: Variable("n", 1, 20).bind(3)], IndexError, "not within"),
+        (lambda: Tensor(A)[: Variable("n", 1, 10).bind(3) : 2], IndexError, "step 1"),
+        (lambda: Tensor(A).shrink(((0, Variable("n", 1, 20).bind(3)), None)), ShapeError, "for every value"),
+    ],
+    ids=["out of range", "bad name", "bad range", "unbound", "slice past the end", "strided", "shrink past the end"],
+)
+def test_misuse_is_a_clear_error(make: Callable, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_one_variable_with_two_values_in_one_graph_is_an_error() -> None:
+    n = Variable("n", 1, ROWS)
+    a = Tensor(A)
+    with pytest.raises(ValueError, match="bound to both"):
+        (a[: n.bind(2)].sum(0) + a[: n.bind(3)].sum(0)).realize()

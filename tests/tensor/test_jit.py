@@ -1,4 +1,5 @@
-"""TinyJit: replays equal eager runs bit for bit, a CPU replay is one submit, and misuse is a clear error."""
+"""TinyJit: replays equal eager runs bit for bit, a CPU replay is one submit, and misuse is a clear error; a capture
+with bound Variables replays for every value of them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 
 from tg.codegen.flags import Context
 from tg.hcq.devices.cpu import CPUComputeQueue
-from tg.tensor import Tensor, TinyJit
+from tg.codegen import UOp
+from tg.hcq import Device
+from tg.tensor import Tensor, TinyJit, Variable
 from tg.tensor.jit import JitError
 
 
@@ -152,3 +155,111 @@ def test_each_replay_writes_the_same_output_buffers() -> None:
     np.testing.assert_array_equal(kept, np.full(3, 6.0, np.float32))
     np.testing.assert_array_equal(first.numpy(), second.numpy())  # the earlier output now shows the newer result
     np.testing.assert_array_equal(second.numpy(), np.full(3, 8.0, np.float32))
+
+
+# ---------------------------------------------------------------------------------------------------- symbolic shapes
+
+
+def _attention_step(x: Tensor, w: Tensor, n: UOp) -> tuple[Tensor, Tensor]:
+    rows = x[:n]
+    return (rows @ w).softmax(0), rows.max(0) + rows.sum(0)
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_capture_with_a_variable_replays_every_bound_value_like_eager(device: str) -> None:
+    n = Variable("n", 1, 12)
+    rng = np.random.default_rng(3)
+    x, w = Tensor(rng.standard_normal((12, 8)).astype(np.float32), device=device), Tensor(
+        rng.standard_normal((8, 5)).astype(np.float32), device=device)  # fmt: skip
+    runs = []
+
+    def step(x: Tensor, w: Tensor, n: UOp) -> tuple[Tensor, Tensor]:
+        runs.append(1)
+        return _attention_step(x, w, n)
+
+    jitted = TinyJit(step)
+    values = (4, 7, 1, 12, 2, 9, 12, 3) if device == "CPU" else (4, 7, 1, 12)
+    for k in values:
+        got = jitted(x, w, n.bind(k))
+        want = _attention_step(x, w, n.bind(k))
+        for g, e in zip(got, want, strict=True):
+            assert g.shape == e.shape
+            assert g.numpy().tobytes() == e.numpy().tobytes(), f"n={k}"
+    assert len(runs) == 2  # later values replay the capture of the second call
+    assert jitted.graph is not None and jitted.graph.one_submit == (device == "CPU")
+
+
+def test_a_symbolic_input_shape_replays_with_the_new_value() -> None:
+    n = Variable("n", 1, 16)
+    base = Tensor(np.arange(64, dtype=np.float32).reshape(16, 4))
+    step = TinyJit(lambda x: (x * 2).sum(0))
+    for k in (3, 5, 16, 1, 8):
+        got = step(base[: n.bind(k)].contiguous())
+        np.testing.assert_array_equal(got.numpy(), (np.arange(64, dtype=np.float32).reshape(16, 4)[:k] * 2).sum(0))
+
+
+def test_a_jitted_kv_cache_step_equals_eager_bit_for_bit() -> None:
+    heads, context, dim = 2, 16, 8
+    pos = Variable("pos", 0, context - 1)
+
+    def step(cache: Tensor, new: Tensor, q: Tensor, p: UOp) -> Tensor:
+        cache[:, p : p + 1].assign(new)
+        keys = cache[:, 0 : p + 1]
+        return ((q @ keys.transpose(1, 2)) / 4).softmax(-1) @ keys
+
+    caches = [Tensor.zeros(heads, context, dim).contiguous().realize() for _ in range(2)]
+    jitted = TinyJit(step)
+    rng = np.random.default_rng(4)
+    for p in range(10):
+        new, q = (Tensor(a) for a in rng.standard_normal((2, heads, 1, dim)).astype(np.float32))
+        got = jitted(caches[0], new, q, pos.bind(p))
+        want = step(caches[1], new, q, pos.bind(p))
+        assert got.numpy().tobytes() == want.numpy().tobytes(), f"pos={p}"
+        assert caches[0].numpy().tobytes() == caches[1].numpy().tobytes(), f"pos={p}"
+    assert jitted.graph is not None and jitted.graph.one_submit
+
+
+def test_a_launch_size_that_depends_on_a_variable_is_resolved_per_replay() -> None:
+    """Big enough to be cut across cores: the number of calls is min(cores, trip count), patched at submit."""
+    rows = 1 << 17
+    n = Variable("n", 1, rows)
+    data = np.arange(rows, dtype=np.float32)
+    base = Tensor(data)
+    step = TinyJit(lambda x, v: x[:v] * 3)
+    for k in (3, 1, rows, 2, rows - 1):  # captured with n=1 (one call): a stale size would leave rows unwritten
+        np.testing.assert_array_equal(step(base, n.bind(k)).numpy(), data[:k] * 3)
+    assert step.graph is not None
+    sizes = {k: [c.global_size for c in step.graph.exec_queue.resolve({"n": k})] for k in (1, rows)}
+    assert len(sizes[1]) == 1 and sizes[1][0][0] == 1  # one element: one call whatever the core count
+    assert sizes[rows][0][0] == Device["CPU"].cores.count  # all of them: one call per core
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [(lambda x: (x, Variable("m", 1, 8).bind(2)), "Variable arguments changed"),
+     (lambda x: (x, Variable("n", 1, 9).bind(2)), "Variable arguments changed"),
+     (lambda x: (x, Variable("n", 1, 8)), "without a value"),
+     (lambda x: (x,), "Variable arguments changed")],
+    ids=["another name", "another range", "unbound", "missing"],
+)  # fmt: skip
+def test_changed_variables_are_errors(second: Callable, message: str) -> None:
+    n = Variable("n", 1, 8)
+    step = TinyJit(lambda x, *v: x[: v[0]].sum(0) if v else x.sum(0))
+    x = Tensor(np.ones((8, 3), np.float32))
+    for k in (1, 2, 3):
+        step(x, n.bind(k))
+    with pytest.raises(JitError, match=message):
+        step(*second(x))
+
+
+def test_a_replay_with_a_value_outside_the_range_is_an_error() -> None:
+    n = Variable("n", 1, 8)
+    step = TinyJit(lambda x, v: x[:v] + 1)
+    x = Tensor(np.ones((8, 3), np.float32))
+    for k in (1, 2, 3):
+        step(x, n.bind(k))
+    assert step.graph is not None
+    with pytest.raises(ValueError, match="outside its range"):
+        step.graph.replay([step.graph.inputs[0]], {"n": 9})
+    with pytest.raises(ValueError, match="outside the bounds"):
+        n.bind(9)

@@ -173,3 +173,16 @@ def test_runs_without_any_system_compiler(tmp_path) -> None:  # noqa: ANN001
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert float(result.stdout) == 285.0
+
+
+def test_symbolic_sizes_compile_once_and_match_numpy() -> None:
+    """A kernel over a Variable's range takes it as an i32 argument; big loops are cut across cores."""
+    from tg.tensor import Variable
+
+    rows = 1 << 17
+    data = np.random.default_rng(0).standard_normal(rows).astype(np.float32)
+    a = Tensor(data, device="CPU:LLVM")
+    n = Variable("n", 1, rows)
+    for k in (1, 7, rows):
+        np.testing.assert_allclose((a[: n.bind(k)] * 2).numpy(), data[:k] * 2)
+        np.testing.assert_allclose(a[: n.bind(k)].sum().numpy(), data[:k].sum(), rtol=1e-4, atol=1e-4)

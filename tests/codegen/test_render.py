@@ -190,3 +190,47 @@ def test_a_c_style_gpu_language_is_a_small_subclass() -> None:
     assert "long r0 = get_global_id(0);" in rendered.src and "for (long r0" not in rendered.src
     assert "for (long r1 = 0; r1 < 16; r1++)" in rendered.src  # the reduction (in steps of 16 partial sums) stays
     assert rendered.src.count("{") == rendered.src.count("}")
+
+
+def symbolic_sum_kernel(rows: UOp, cols: int) -> UOp:
+    """out[i] = sum_j a[i*cols + j] over i < rows, a variable: the loop's trip count is an argument."""
+    out, a = UOp.param(0, dtypes.float32, int(rows.vmax)), UOp.param(1, dtypes.float32, int(rows.vmax) * cols)
+    i, j = UOp.range(rows, 0), UOp.range(cols, 1, AxisType.REDUCE)
+    total = a.index(i * cols + j).load().reduce(j, arg=Ops.ADD)
+    return UOp.sink(out.index(i).store(total), arg=KernelInfo("sym_sum"))
+
+
+@pytest.mark.parametrize("renderer", [CRenderer(cores=4), PythonRenderer()], ids=["C", "PYTHON"])
+def test_a_variable_is_an_int_argument_after_the_buffers(renderer) -> None:  # noqa: ANN001
+    src = renderer.render(lower(symbolic_sum_kernel(UOp.variable("rows", 1, 64), 8))).src
+    signature = next(line for line in src.splitlines() if line.startswith(("def ", "void ")))
+    buffer_1 = "raw1" if renderer.device == "PYTHON" else "data1"
+    assert signature.index(buffer_1) < signature.index("var_rows") < signature.index("core_id")
+
+
+def test_a_big_symbolic_loop_has_a_launch_size_of_min_cores_and_trip_count() -> None:
+    from tg.codegen import sym_infer
+
+    rows = UOp.variable("rows", 1, 1 << 20)
+    size = CRenderer(cores=4).render(lower(symbolic_sum_kernel(rows, 1))).global_size[0]
+    assert isinstance(size, UOp)
+    assert [sym_infer(size, {"rows": k}) for k in (1, 3, 4, 1000)] == [1, 3, 4, 4]
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_symbolic_kernel_matches_numpy_for_every_value(device: str) -> None:
+    rows = UOp.variable("rows", 1, 6)
+    ast = symbolic_sum_kernel(rows, 8)
+    dev = Device[device]
+    rendered = dev.renderer.render(lower(ast))
+    program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
+    a = rng.random((6, 8), np.float32)
+    out = Buffer(device, 6, dtypes.float32).ensure_allocated()
+    inp = Buffer(device, 48, dtypes.float32).ensure_allocated()
+    inp.copyin(a.tobytes())
+    for k in (1, 4, 6):
+        out.copyin(np.zeros(6, np.float32).tobytes())
+        program(out.raw, inp.raw, global_size=rendered.global_size, vals=(k,), wait=True)
+        got = np.frombuffer(out.as_buffer(), np.float32)
+        np.testing.assert_allclose(got[:k], a[:k].sum(1), rtol=1e-6)
+        assert (got[k:] == 0).all()  # rows past the variable's value are not written

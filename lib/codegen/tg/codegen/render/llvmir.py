@@ -22,7 +22,15 @@ import math
 import struct
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
-from tg.codegen.render.base import RenderedKernel, Renderer, global_params, loop_iterations
+from tg.codegen.render.base import (
+    RenderedKernel,
+    Renderer,
+    global_params,
+    kernel_variables,
+    loop_iterations,
+    max_trip_count,
+    variable_argument,
+)
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
@@ -157,7 +165,7 @@ class _LLVMFunction:
             return 1
         if loop_iterations(self.linear) < MULTICORE_MIN_ITERATIONS:
             return 1
-        return min(cores, first.src[0].arg)
+        return min(cores, max_trip_count(first))  # a symbolic trip count: a chunk may be empty
 
     # --- emitting -------------------------------------------------------------------------------------------
     def fresh(self, prefix: str = "v") -> str:
@@ -187,6 +195,11 @@ class _LLVMFunction:
         signature = [f"ptr noalias %data{p.arg.slot}" for p in params]
         for p in params:
             self.names[p] = f"%data{p.arg.slot}"
+        variables = kernel_variables(self.linear)
+        for v in variables:  # int arguments, widened once in the entry block (which dominates every use)
+            self.names[v] = f"%{variable_argument(v)}_i64"
+            self.entry.append(f"  {self.names[v]} = sext i32 %{variable_argument(v)} to i64")
+        signature += [f"i32 %{variable_argument(v)}" for v in variables]
         first_range = True
         for node in self.linear.src:
             if node.op is Ops.RANGE:
@@ -205,7 +218,7 @@ class _LLVMFunction:
     def open_loop(self, rng: UOp, split: bool) -> None:
         tag = f"r{rng.arg.axis_id}" if rng.arg.axis_id >= 0 else f"rn{-rng.arg.axis_id}"
         tag = f"{tag}_{self.counter}"
-        end = str(rng.src[0].arg)
+        end = str(rng.src[0].arg) if rng.src[0].op is Ops.CONST else self.names[rng.src[0]]
         start = "0"
         if split:
             core = self.emit("sext i32 %core_id to i64")
@@ -229,7 +242,7 @@ class _LLVMFunction:
         self.lines.append(f"  %{tag}_next = add nsw i64 {counter}, 1")
         latch = self.block
         self.lines = [line.replace(f"%@LATCH_{tag}@", f"%{latch}") for line in self.lines]
-        unroll = rng.arg.axis_type in (AxisType.UPCAST, AxisType.UNROLL) and rng.src[0].arg <= MAX_FULL_UNROLL
+        unroll = rng.arg.axis_type in (AxisType.UPCAST, AxisType.UNROLL) and max_trip_count(rng) <= MAX_FULL_UNROLL
         loop_md = ""
         if unroll:
             index = len(self.metadata)
@@ -252,6 +265,8 @@ class _LLVMFunction:
                 raise NotImplementedError(f"the LLVM renderer cannot render a {node.addrspace} buffer")
         elif op is Ops.CONST:
             self.names[node] = literal(node.arg, node.dtype)
+        elif op is Ops.DEFINE_VAR:  # named in the entry block (see render)
+            pass
         elif op is Ops.AFTER:
             self.names[node] = n[0]
         elif op is Ops.INDEX:

@@ -8,10 +8,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from tg.codegen.flags import Context
-from tg.hcq.devices.cpu import CPUComputeQueue
 from tg.codegen import UOp
+from tg.codegen.flags import Context
 from tg.hcq import Device
+from tg.hcq.devices.cpu import CPUComputeQueue
 from tg.tensor import Tensor, TinyJit, Variable
 from tg.tensor.jit import JitError
 

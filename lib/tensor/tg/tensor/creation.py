@@ -21,7 +21,6 @@ from tg.codegen.schedule.graph import (
     new_buffer,
     symbolic_numel,
 )
-from tg.tensor.symbolic import check_size, shape_text
 from tg.hcq import Device
 from tg.tensor.promotion import (
     PythonScalar,
@@ -31,6 +30,7 @@ from tg.tensor.promotion import (
     is_python_scalar,
     python_scalar_dtype,
 )
+from tg.tensor.symbolic import check_size, shape_text
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor

@@ -111,8 +111,10 @@ def _symbolic_selection(index: slice, size: Any, axis: int) -> AxisSelection:
         bounds.append(check_size(bound, f"axis {axis} slice"))
     start, stop = bounds
     if not (known_le(0, start) and known_le(start, stop) and known_le(stop, size)):
-        raise IndexError(f"axis {axis}: slice {_text(start)}:{_text(stop)} is not within 0..{_text(size)} for every "
-                         "value of its variables")
+        raise IndexError(
+            f"axis {axis}: slice {_text(start)}:{_text(stop)} is not within 0..{_text(size)} for every "
+            "value of its variables"
+        )
     return AxisSelection(start, 1, canonical_size(stop - start), keep_axis=True)
 
 

@@ -155,8 +155,8 @@ class MovementOps:
                      for b, size in zip(bounds, self.shape, strict=True))  # fmt: skip
         for (start, end), size in zip(full, self.shape, strict=True):
             if not (known_le(0, start) and known_le(start, end) and known_le(end, size)):
-                raise ShapeError(f"shrink of shape {shape_text(self.shape)} to {_bounds_text(full)}: "
-                                 f"({_text(start)}, {_text(end)}) is not within 0..{_text(size)} for every value")  # fmt: skip
+                where = f"({_text(start)}, {_text(end)}) is not within 0..{_text(size)} for every value"
+                raise ShapeError(f"shrink of shape {shape_text(self.shape)} to {_bounds_text(full)}: {where}")
         if all(start == 0 and end == size for (start, end), size in zip(full, self.shape, strict=True)):
             return self
         return self._movement(Ops.SHRINK, full)

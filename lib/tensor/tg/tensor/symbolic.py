@@ -69,4 +69,9 @@ def size_value(size: int | UOp) -> int:
 
 def shape_text(shape: tuple) -> str:
     """A shape for messages and reprs: `(2, n=7, 64)`; a symbolic size is its expression with bound values."""
-    return "(" + ", ".join(s.render() if isinstance(s, UOp) else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+    return (
+        "("
+        + ", ".join(s.render() if isinstance(s, UOp) else str(s) for s in shape)
+        + ("," if len(shape) == 1 else "")
+        + ")"
+    )

@@ -129,7 +129,9 @@ class Tensor(
         return self.shape[0]
 
     def __repr__(self) -> str:
-        return f"<Tensor shape={shape_text(self.shape)} dtype={self.dtype!r} device={self.device!r} op={self.uop.op.name}>"
+        return (
+            f"<Tensor shape={shape_text(self.shape)} dtype={self.dtype!r} device={self.device!r} op={self.uop.op.name}>"
+        )
 
     def __hash__(self) -> int:
         return id(self)

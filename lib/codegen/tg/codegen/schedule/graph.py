@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
+from typing import Any
 
 from tg.codegen.dtype import DType
 from tg.codegen.uop.args import BufferArg, ReduceArg  # noqa: F401 - graph builders import both from here
@@ -100,12 +101,14 @@ def _infer_shape(node: UOp) -> Shape:
     if op in GroupOp.ALU:
         shapes = {shape_of(s) for s in node.src}
         if len(shapes) != 1:
-            raise ShapeError(f"{op.name} needs operands of one shape, got {' and '.join(map(str, sorted(shapes)))}")
+            raise ShapeError(f"{op.name} needs operands of one shape, got {' and '.join(sorted(map(str, shapes)))}")
     return source
 
 
 def numel(shape: Shape) -> int:
-    return math.prod(shape)
+    """The number of elements of a shape of int sizes (see symbolic_numel and max_numel for symbolic ones)."""
+    sizes: tuple[Any, ...] = shape
+    return math.prod(sizes)
 
 
 # ---------------------------------------------------------------------------------------------------- symbolic shapes
@@ -128,7 +131,8 @@ def canonical_size(size: int | UOp) -> int | UOp:
 
 def symbolic_numel(shape: tuple) -> int | UOp:
     """The number of elements of `shape` (a UOp when a size is symbolic)."""
-    return canonical_size(math.prod(shape))
+    total: Any = math.prod(shape)  # an int, or a UOp product when a size is symbolic
+    return canonical_size(total)
 
 
 def max_numel(shape: tuple) -> int:
@@ -183,8 +187,9 @@ def unbind_graph(roots: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], dict[str, int
                                          f"and {value} in one graph")  # fmt: skip
                     binds[part] = variable
                 elif part.op is Ops.DEFINE_VAR:
-                    raise ValueError(f"variable {part.arg.name} is used in a shape without a value: bind it first "
-                                     f"(Variable({part.arg.name!r}, {part.arg.vmin}, {part.arg.vmax}).bind(value))")  # fmt: skip
+                    name = part.arg.name
+                    raise ValueError(f"variable {name} is used in a shape without a value: bind it first "
+                                     f"(Variable({name!r}, {part.arg.vmin}, {part.arg.vmax}).bind(value))")  # fmt: skip
     if not binds:
         return roots, {}
     return substitute_in_args(roots, binds), values

@@ -11,17 +11,17 @@ from tg.codegen.dtype import dtypes
 from tg.codegen.uop.ops import UOp
 
 Index = tuple[UOp, ...]
-Shape = tuple[int, ...]
+Shape = tuple[int | UOp, ...]  # a size may be symbolic (see tg.codegen.schedule.graph)
 
 
 def index_const(value: int) -> UOp:
     return UOp.const(value, dtypes.index)
 
 
-def strides_of(shape: Shape) -> tuple[int, ...]:
-    """Row-major (C-contiguous) strides in elements."""
-    strides: list[int] = []
-    step = 1
+def strides_of(shape: Shape) -> tuple[int | UOp, ...]:
+    """Row-major (C-contiguous) strides in elements (UOps after a symbolic size)."""
+    strides: list[int | UOp] = []
+    step: int | UOp = 1
     for size in reversed(shape):
         strides.append(step)
         step *= size

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from tg.codegen.dtype import dtypes
 from tg.codegen.schedule import indexing
-from tg.codegen.schedule.graph import shape_of, symbolic_numel
+from tg.codegen.schedule.graph import Shape, shape_of, symbolic_numel
 from tg.codegen.schedule.indexing import Index, index_const
 from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.codegen.uop.index_algebra import simplify_indices
@@ -59,12 +59,12 @@ class KernelBuilder:
             self.buffers.append(buffer)
         return found
 
-    def new_range(self, size: int, axis_type: AxisType) -> UOp:
+    def new_range(self, size: int | UOp, axis_type: AxisType) -> UOp:
         rng = UOp.range(size, self.next_axis, axis_type)
         self.next_axis += 1
         return rng
 
-    def ranges_for(self, shape: tuple[int, ...], axis_type: AxisType) -> Index:
+    def ranges_for(self, shape: Shape, axis_type: AxisType) -> Index:
         """One range per axis of more than one element; a size-1 axis is the constant 0."""
         return tuple(self.new_range(s, axis_type) if s != 1 else index_const(0) for s in shape)
 
@@ -215,7 +215,7 @@ def build_kernel(point: UOp, output: UOp, storage: dict[UOp, UOp]) -> Kernel:
     return _build(point, output, storage, shape)
 
 
-def _build(point: UOp, output: UOp, storage: dict[UOp, UOp], loop_shape: tuple[int, ...]) -> Kernel:
+def _build(point: UOp, output: UOp, storage: dict[UOp, UOp], loop_shape: Shape) -> Kernel:
     builder = KernelBuilder({node: buf for node, buf in storage.items() if node is not point})
     shape = shape_of(point)
     output_param = builder.param(output)

@@ -16,7 +16,6 @@ which are keyed by kernel AST). A value whose shape is symbolic gets a buffer of
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 

@@ -100,7 +100,8 @@ class LaunchGraph:
 
     def _record_queue(self) -> None:
         device = self.device
-        sizes = [_aligned(len(launch.buffers) * 8 + len(_launch_variables(launch)) * 4) for launch in self.launches]
+        sizes = [_aligned(len(launch.buffers) * 8 + len(_launch_variables(launch)) * 4)  # type: ignore[union-attr]
+                 for launch in self.launches]  # fmt: skip
         self.args_memory = Buffer(device.device, max(sum(sizes), 8), _uint8()).ensure_allocated()
         queue = device.hw_compute_queue_t()
         self.patches: list[list[tuple[memoryview, int]]] = [[] for _ in self.inputs]
@@ -171,7 +172,7 @@ class LaunchGraph:
         if unknown:
             raise KeyError(f"the graph has no variable {unknown[0]!r} (its variables: {sorted(self.variables)})")
         values = {**self.captured_var_vals, **var_vals}
-        for name, variable in self.variables.items():
+        for variable in self.variables.values():
             resolve(variable, values)  # a clear error for a value outside the variable's range
         return values
 

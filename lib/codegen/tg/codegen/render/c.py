@@ -431,13 +431,14 @@ class CRenderer(CStyleLanguage):
         chunks = k.abi["chunks"]
         if chunks > 1 and "split" not in k.abi:  # the first loop: this call's chunk of it
             k.abi["split"] = rng
-            end = loop_end(k, rng)
+            end = f"{rng.src[0].arg}ll"
             if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: one call per core, fewer for a short loop
+                end = f"(long long){loop_end(k, rng)}"
                 k.abi["global_size"] = rng.src[0].minimum(chunks)
                 k.line(f"long {name}_chunks = {end} < {chunks} ? {end} : {chunks};")
                 chunks = f"{name}_chunks"
-            k.line(f"long {name}_start = (long long){end} * core_id / {chunks};")
-            k.line(f"long {name}_end = (long long){end} * (core_id + 1) / {chunks};")
+            k.line(f"long {name}_start = {end} * core_id / {chunks};")
+            k.line(f"long {name}_end = {end} * (core_id + 1) / {chunks};")
             k.line(f"for (long {name} = {name}_start; {name} < {name}_end; {name}++) {{")
             return
         super().open_loop(k, rng, name)

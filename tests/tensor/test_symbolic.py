@@ -141,8 +141,11 @@ def test_variable_api_is_tinygrads() -> None:
         (lambda: Tensor(A)[: Variable("n", 1, 20).bind(3)], IndexError, "not within"),
         (lambda: Tensor(A)[: Variable("n", 1, 10).bind(3) : 2], IndexError, "step 1"),
         (lambda: Tensor(A).shrink(((0, Variable("n", 1, 20).bind(3)), None)), ShapeError, "for every value"),
+        (lambda: Tensor(A) + Variable("n", 1, 10).bind(3), TypeError, "cannot be a Tensor value"),
+        (lambda: Tensor(A)[Variable("n", 1, 10).bind(3)], TypeError, "unsupported index"),
     ],
-    ids=["out of range", "bad name", "bad range", "unbound", "slice past the end", "strided", "shrink past the end"],
+    ids=["out of range", "bad name", "bad range", "unbound", "slice past the end", "strided", "shrink past the end",
+         "as a value", "as an index"],  # fmt: skip
 )
 def test_misuse_is_a_clear_error(make: Callable, error: type, message: str) -> None:
     with pytest.raises(error, match=message):

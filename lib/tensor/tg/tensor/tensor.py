@@ -75,6 +75,8 @@ class Tensor(
                 self.uop, self.device = moved.uop, moved.device
             return
         self.device = canonical_device(device)
+        if isinstance(data, UOp) and data.dtype is dtypes.index:  # a Variable or size expression, not a graph node
+            raise TypeError(f"a Variable cannot be a Tensor value ({data!r}); it can be a size, slice bound or padding")
         if isinstance(data, UOp):
             self.uop: UOp = data if dtype is None or data.dtype is dtype else UOp(Ops.CAST, dtype, (data,))
         else:

@@ -157,3 +157,13 @@ def test_one_variable_with_two_values_in_one_graph_is_an_error() -> None:
     a = Tensor(A)
     with pytest.raises(ValueError, match="bound to both"):
         (a[: n.bind(2)].sum(0) + a[: n.bind(3)].sum(0)).realize()
+
+
+def test_beam_leaves_symbolic_kernels_to_the_heuristics() -> None:
+    """BEAM times candidates on scratch buffers, with no values for variables: a symbolic kernel is not searched."""
+    from tg.codegen.flags import Context
+
+    n = Variable("n", 1, ROWS)
+    with Context(BEAM=1, IGNORE_BEAM_CACHE=1):
+        for k in (3, 7):
+            np.testing.assert_allclose((Tensor(A)[: n.bind(k)] @ Tensor(W)).numpy(), A[:k] @ W, rtol=1e-5, atol=1e-5)

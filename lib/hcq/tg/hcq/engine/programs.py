@@ -24,7 +24,7 @@ from tg.codegen.flags import BEAM, DEBUG
 from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program, with_opts
 from tg.codegen.render.base import Renderer
 from tg.codegen.uop.args import KernelInfo
-from tg.codegen.uop.ops import UOp
+from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq.device import Device
 from tg.hcq.engine.capture import is_capturing
 from tg.hcq.flags import JITBEAM, PROGRAM_CACHE_SIZE, TG_DUMP_KERNELS
@@ -117,6 +117,8 @@ def _with_beam_opts(device_name: str, ast: UOp, flags: CodegenFlags, width: int)
 
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     if width <= 0 or info.opts_to_apply is not None or info.applied_opts:
+        return ast
+    if any(u.op is Ops.DEFINE_VAR for u in ast.toposort()):  # timing needs values for its variables: heuristics
         return ast
     return with_opts(ast, search_opts(ast, device_name, width, flags=flags).opts)
 

@@ -263,3 +263,35 @@ def test_a_replay_with_a_value_outside_the_range_is_an_error() -> None:
         step.graph.replay([step.graph.inputs[0]], {"n": 9})
     with pytest.raises(ValueError, match="outside the bounds"):
         n.bind(9)
+
+
+def test_copies_and_a_second_cpu_device_replay_in_one_submit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies (one straight from an input) and kernels on CPU:1 are commands of the one replayed queue."""
+
+    def step(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        moved = ((x * 2).to("CPU:1") + y.to("CPU:1")).contiguous()
+        return (moved.to("CPU") * 3).sum(0), moved
+
+    jitted = TinyJit(step)
+    make = random_inputs((8, 4), (8, 4))
+    for i in range(2):
+        jitted(*[Tensor(a) for a in make(i)])
+    assert jitted.graph is not None and jitted.graph.one_submit and jitted.graph.copies_read_inputs
+    submits = []
+    original = CPUComputeQueue._submit
+
+    def counting(self: CPUComputeQueue, device: object, commands: tuple) -> None:
+        submits.append(device)
+        original(self, device, commands)
+
+    for i in range(2, 6):
+        arrays = make(i)
+        monkeypatch.setattr(CPUComputeQueue, "_submit", counting)
+        got = jitted(*[Tensor(a) for a in arrays])
+        assert len(submits) == 1, f"call {i}: {len(submits)} submits"
+        monkeypatch.setattr(CPUComputeQueue, "_submit", original)
+        submits.clear()
+        want = step(*[Tensor(a) for a in arrays])
+        assert got[1].device == "CPU:1"
+        for g, w in zip(got, want, strict=True):
+            assert g.numpy().tobytes() == w.numpy().tobytes(), f"call {i}"

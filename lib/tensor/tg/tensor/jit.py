@@ -7,8 +7,8 @@
     for x in batches:
         out = step(x, w)          # call 1 runs plainly, call 2 captures, calls 3+ replay with no scheduling
 
-A replay swaps the new input buffers into the captured launches (on the CPU device: one command-queue submit for
-all kernels) and returns Tensors over the captured output buffers. What a replay does not do, by design:
+A replay swaps the new input buffers into the captured launches (on the CPU devices: one command-queue submit for
+all kernels and copies) and returns Tensors over the captured output buffers. What a replay does not do, by design:
   - it does not run the function's Python again: side effects (prints, appends, counters, values read with
     .item() or .numpy() inside the function, Tensors built there from Python or numpy data) happen only in the
     first two calls; their values are baked into the capture;

@@ -5,10 +5,11 @@
     graph = LaunchGraph(launches, inputs)     # `inputs`: the Buffers a replay may swap for others
     graph.replay(new_input_buffers, var_vals) # the same launches, on the new inputs, no scheduling
 
-On an HCQ device (CPU) whose launches are all kernels, the replay is one command-queue submit: the exec commands
-are recorded once, with their kernel arguments in memory the graph owns, and a replay only rewrites the argument
-slots that hold an input's address, then submits wait . exec ... exec . signal. Anything else (copies, the PYTHON
-device, several devices) replays launch by launch from Python, with the same result.
+On the CPU devices (CPU, CPU:1, ..., C or LLVM) the replay is one command-queue submit: the exec and copy
+commands are recorded once, with their kernel arguments in memory the graph owns, and a replay only rewrites the
+argument slots that hold an input's address (a copy's input address is resolved at submit), then submits
+wait . exec/copy ... . signal on the first device's queue, which waits for and advances every device's timeline.
+Anything else (the PYTHON device) replays launch by launch from Python, with the same result.
 
 Kernels of symbolic shape take their variables as int arguments and may have a launch size that depends on them.
 The graph records those symbolically; `replay(inputs, var_vals)` gives the variables new values (each checked
@@ -25,8 +26,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from tg.codegen import UOp, dtypes
 from tg.hcq.buffer import Buffer
 from tg.hcq.compiled import HCQCompiled
+from tg.hcq.device import Device
 from tg.hcq.program import HCQProgram
 from tg.hcq.symbolic import resolve
 
@@ -85,7 +88,8 @@ class LaunchGraph:
         self.launches = launches
         self.inputs = inputs
         self.input_index = {id(buf): i for i, buf in enumerate(inputs)}
-        self.device = _single_hcq_device(launches)
+        self.devices = _host_queue_devices(launches)
+        self.device = self.devices[0] if self.devices else None
         self.current = list(inputs)
         self.captured_var_vals: dict[str, int] = {}
         for launch in launches:
@@ -100,26 +104,41 @@ class LaunchGraph:
 
     def _record_queue(self) -> None:
         device = self.device
-        sizes = [_aligned(len(launch.buffers) * 8 + len(_launch_variables(launch)) * 4)  # type: ignore[union-attr]
-                 for launch in self.launches]  # fmt: skip
+        kernels = [launch for launch in self.launches if isinstance(launch, KernelLaunch)]
+        sizes = [_aligned(len(k.buffers) * 8 + len(_launch_variables(k)) * 4) for k in kernels]
         self.args_memory = Buffer(device.device, max(sum(sizes), 8), _uint8()).ensure_allocated()
+        view = self.args_memory.raw.cpu_view()
         queue = device.hw_compute_queue_t()
         self.patches: list[list[tuple[memoryview, int]]] = [[] for _ in self.inputs]
-        offset = 0
-        for launch, size in zip(self.launches, sizes, strict=True):
-            assert isinstance(launch, KernelLaunch)
+        # a copy's addresses live in its command, not in memory: an input's is a variable resolved at submit
+        self.address_variables = [UOp.variable(f"graph_input{i}", 0, 2**64 - 1, dtypes.uint64) for i in
+                                  range(len(self.inputs))]  # fmt: skip
+        self.copies_read_inputs = False
+        offset, size_of = 0, iter(sizes)
+        for launch in self.launches:
+            if isinstance(launch, CopyLaunch):
+                if launch.source.nbytes:
+                    queue.copy(self._address(launch.dest), self._address(launch.source), launch.source.nbytes)
+                continue
+            size = next(size_of)
             raws = tuple(b.raw for b in launch.buffers)
             variables = launch.program.source.variables  # symbolic: written at each submit with its values
             memory = self.args_memory.raw.offset(offset, size)
             args = launch.program.program.fill_kernargs(raws, variables, kernargs=memory)
             queue.exec(launch.program.program, args, launch.program.source.global_size, (1, 1, 1))
-            view = self.args_memory.raw.cpu_view()
             for slot, buf in enumerate(launch.buffers):
                 if id(buf) in self.input_index:
                     self.patches[self.input_index[id(buf)]].append((view, offset + 8 * slot))
             offset += size
         self.exec_commands = list(queue.commands)
         self.exec_queue = queue  # keeps the argument states alive
+
+    def _address(self, buf: Buffer) -> Any:
+        index = self.input_index.get(id(buf))
+        if index is None:
+            return buf.raw.va_addr
+        self.copies_read_inputs = True
+        return self.address_variables[index]
 
     def _submit_once(self, inputs: list[Buffer], var_vals: dict[str, int]) -> None:
         device = self.device
@@ -130,11 +149,20 @@ class LaunchGraph:
             address = inputs[index].raw.va_addr
             for view, offset in self.patches[index]:
                 struct.pack_into("<Q", view, offset, address)
-        # the exec commands with this replay's launch sizes; symbolic kernel arguments are written in place
-        commands = self.exec_queue.resolve(var_vals) if self.variables else self.exec_commands
-        queue = device.hw_compute_queue_t().wait(device.timeline_signal, device.timeline_value - 1)
+        # the commands with this replay's launch sizes and copy addresses; kernel arguments are written in place
+        commands = self.exec_commands
+        if self.variables or self.copies_read_inputs:
+            addresses = {v.arg.name: buf.raw.va_addr for v, buf in zip(self.address_variables, inputs, strict=True)}
+            commands = self.exec_queue.resolve({**var_vals, **addresses})
+        # one queue on the first device runs everything (CPU devices share host memory); it starts after each
+        # device's earlier work and advances each device's timeline, so work submitted there later waits for it
+        queue = device.hw_compute_queue_t()
+        for dev in self.devices:
+            queue.wait(dev.timeline_signal, dev.timeline_value - 1)
         queue.commands.extend(commands)
-        queue.signal(device.timeline_signal, device.next_timeline()).submit(device)
+        for dev in self.devices:
+            queue.signal(dev.timeline_signal, dev.next_timeline())
+        queue.submit(device)
 
     # ------------------------------------------------------------------------------------------- any launches
 
@@ -191,21 +219,26 @@ def _aligned(size: int) -> int:
 
 
 def _uint8() -> Any:
-    from tg.codegen.dtype import dtypes
-
     return dtypes.uint8
 
 
-def _single_hcq_device(launches: list[Launch]) -> Any:
-    """The one HCQ device all launches are kernels on, else None (then the graph replays launch by launch)."""
-    devices = set()
+def _host_queue_devices(launches: list[Launch]) -> list[Any]:
+    """The HCQ devices of the launches, first the one whose queue runs the graph, when one queue can run them all:
+    CPU devices (one queue class, host memory: a CPU:1 kernel or a copy between CPU:0 and CPU:1 runs on CPU:0's
+    engine as well). Else [] (the PYTHON device, other devices): the graph replays launch by launch."""
+    devices: dict[Any, None] = {}
     for launch in launches:
-        if not isinstance(launch, KernelLaunch):
-            return None
-        if not isinstance(launch.program.program, HCQProgram):
-            return None
-        devices.add(launch.program.program.dev)
-    if len(devices) != 1:
-        return None
-    (device,) = devices
-    return device if isinstance(device, HCQCompiled) else None
+        if isinstance(launch, KernelLaunch):
+            if not isinstance(launch.program.program, HCQProgram):
+                return []
+            devices[launch.program.program.dev] = None
+        else:
+            for buf in (launch.source, launch.dest):
+                devices[Device[buf.device]] = None
+    if not all(isinstance(d, HCQCompiled) for d in devices):
+        return []
+    only_kernels = all(isinstance(launch, KernelLaunch) for launch in launches)
+    if len(devices) == 1 and only_kernels:  # any HCQ device runs its own kernels
+        return list(devices)
+    queue_types = {d.hw_compute_queue_t for d in devices}
+    return list(devices) if len(queue_types) == 1 and all(d.peer_group == "CPU" for d in devices) else []

@@ -295,3 +295,13 @@ def test_copies_and_a_second_cpu_device_replay_in_one_submit(monkeypatch: pytest
         assert got[1].device == "CPU:1"
         for g, w in zip(got, want, strict=True):
             assert g.numpy().tobytes() == w.numpy().tobytes(), f"call {i}"
+
+
+def test_a_variable_that_only_shapes_an_output_view_replays() -> None:
+    n = Variable("n", 1, 6)
+    step = TinyJit(lambda x, v: (x * 2).contiguous()[:v])
+    data = np.arange(6, dtype=np.float32)
+    for k in (2, 3, 6, 1):
+        got = step(Tensor(data), n.bind(k))
+        assert got.shape == (n.bind(k),)
+        np.testing.assert_array_equal(got.numpy(), data[:k] * 2)

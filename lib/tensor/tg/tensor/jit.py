@@ -187,7 +187,8 @@ class TinyJit(Generic[R]):
         if self.calls == 2:
             return self._capture(args, kwargs, buffered)
         assert self.graph is not None
-        self.graph.replay([_buffer(t) for t in buffered], var_vals)
+        used = {name: value for name, value in var_vals.items() if name in self.graph.variables}  # (others: views)
+        self.graph.replay([_buffer(t) for t in buffered], used)
         return _rebuild_outputs(self.captured_result, self.output_sources, buffered, var_vals)
 
     def _check_signature(self, signature: InputSignature) -> None:

@@ -172,12 +172,13 @@ def substitute_in_args(roots: tuple[UOp, ...], mapping: dict[UOp, UOp]) -> tuple
     return tuple(new[root] for root in roots)
 
 
-def unbind_graph(roots: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], dict[str, int]]:
+def unbind_graph(roots: tuple[UOp, ...], order: list[UOp] | None = None) -> tuple[tuple[UOp, ...], dict[str, int]]:
     """`roots` with every bound variable (BIND) in a shape replaced by its variable, and the value of each variable
-    by name. A variable bound to two values in one graph, or a variable left unbound, is an error."""
+    by name (`order`: the graph's toposort, when the caller has it). A variable bound to two values in one graph, or
+    a variable left unbound, is an error."""
     binds: dict[UOp, UOp] = {}
     values: dict[str, int] = {}
-    for node in UOp.sink(*roots).toposort():
+    for node in UOp.sink(*roots).toposort() if order is None else order:
         for expression in symbolic_args(node):
             for part in expression.toposort(lambda u: u.op is not Ops.BIND):
                 if part.op is Ops.BIND:

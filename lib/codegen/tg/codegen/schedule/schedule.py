@@ -110,8 +110,11 @@ def device_of(node: UOp) -> str:
 
 def create_schedule(roots: tuple[UOp, ...]) -> Schedule:
     """The schedule that realizes `roots`, from the cache when the same graph was scheduled before."""
-    roots, var_vals = unbind_graph(roots)
-    inputs = [node for node in UOp.sink(*roots).toposort() if node.op is Ops.BUFFER]
+    order = UOp.sink(*roots).toposort()
+    roots, var_vals = unbind_graph(roots, order)
+    if var_vals:
+        order = UOp.sink(*roots).toposort()
+    inputs = [node for node in order if node.op is Ops.BUFFER]
     placeholders = {
         buf: UOp(Ops.BUFFER, buf.dtype, buf.src, BufferArg(-1 - i, buf.arg.size)) for i, buf in enumerate(inputs)
     }

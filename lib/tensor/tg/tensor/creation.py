@@ -55,7 +55,11 @@ def normalize_shape(shape: tuple[Any, ...]) -> Shape:
 
 def const_of_shape(value: PythonScalar, shape: Shape, dtype: DType, device: str) -> UOp:
     """A lazy constant tensor: CONST reshaped to all-ones and expanded to `shape`."""
-    node = const_node(truncate(value, dtype), dtype, device)
+    # a symbolic int (bound variables) stays an expression: the kernel computes it from its variable arguments
+    if isinstance(value, UOp):
+        node = const_node(check_size(value, "a Tensor value"), dtype, device)
+    else:
+        node = const_node(truncate(value, dtype), dtype, device)
     if not shape:
         return node
     node = UOp(Ops.RESHAPE, dtype, (node,), (1,) * len(shape))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg.codegen import DType, dtypes, least_upper_dtype, to_dtype
+from tg.codegen import DType, UOp, dtypes, least_upper_dtype, to_dtype
 from tg.codegen.schedule.graph import Shape, ShapeError
 
 PythonScalar = bool | int | float
@@ -37,14 +37,19 @@ def dtype_argument(dtype: DType | str | None) -> DType | None:
 
 
 def is_python_scalar(value: Any) -> bool:
-    return isinstance(value, (bool, int, float))
+    """A bool, int or float, or a symbolic int (a bound Variable or an expression of them): a weak scalar."""
+    return isinstance(value, (bool, int, float)) or is_symbolic_int(value)
+
+
+def is_symbolic_int(value: Any) -> bool:
+    return isinstance(value, UOp) and value.dtype is dtypes.index
 
 
 def python_scalar_dtype(value: PythonScalar) -> DType:
     """The dtype a Python scalar gets on its own: bool, the default int or the default float."""
     if isinstance(value, bool):
         return dtypes.bool
-    if isinstance(value, int):
+    if isinstance(value, int) or is_symbolic_int(value):
         return dtypes.default_int
     return dtypes.default_float
 

@@ -17,7 +17,7 @@ from tg.codegen.schedule.graph import Shape, ShapeError, shape_of, symbolic_nume
 from tg.tensor.advanced_indexing import AdvancedIndexingOps
 from tg.tensor.autograd import AutogradOps, remember_former_uop
 from tg.tensor.conv import ConvOps
-from tg.tensor.creation import CreationOps, canonical_device, node_from_data, node_from_path
+from tg.tensor.creation import CreationOps, canonical_device, const_of_shape, node_from_data, node_from_path
 from tg.tensor.elementwise import ElementwiseOps
 from tg.tensor.fp8 import fp8_cast, is_fp8
 from tg.tensor.functional import FunctionalOps
@@ -75,8 +75,9 @@ class Tensor(
                 self.uop, self.device = moved.uop, moved.device
             return
         self.device = canonical_device(device)
-        if isinstance(data, UOp) and data.dtype is dtypes.index:  # a Variable or size expression, not a graph node
-            raise TypeError(f"a Variable cannot be a Tensor value ({data!r}); it can be a size, slice bound or padding")
+        if isinstance(data, UOp) and data.dtype is dtypes.index:  # a bound Variable (or an expression of them)
+            self.uop = const_of_shape(data, (), dtype or dtypes.default_int, self.device)
+            return
         if isinstance(data, UOp):
             self.uop: UOp = data if dtype is None or data.dtype is dtype else UOp(Ops.CAST, dtype, (data,))
         else:

@@ -6,7 +6,8 @@ an element `dtype` and a shape, given by `shape_of`. The nodes are:
 | op            | src                         | arg                               | shape                          |
 |---------------|-----------------------------|-----------------------------------|--------------------------------|
 | BUFFER        | (DEVICE,)                   | BufferArg(uid, size)              | (size,)                        |
-| CONST         | (DEVICE,)                   | the Python value                  | ()                             |
+| CONST         | (DEVICE,)                   | the Python value (or a symbolic   | ()                             |
+|               |                             | int: an index UOp of variables)   |                                |
 | DEVICE        | ()                          | the device name, e.g. "CPU"       | (no shape: not a value)        |
 | ALU ops       | operands of equal shape     | as in kernels                     | the operands' shape            |
 | CAST, BITCAST | (x,)                        | None                              | x's shape (same itemsize)      |
@@ -157,8 +158,11 @@ def _map_arg(arg: object, mapping: dict[UOp, UOp]) -> object:
 
 
 def symbolic_args(node: UOp) -> list[UOp]:
-    """The symbolic integers in a movement node's arg (a reshape to (n, 4), a shrink to (0, n))."""
-    return _arg_nodes(node.arg) if node.op in GroupOp.Movement else []
+    """The symbolic integers in a node's arg: a movement's (a reshape to (n, 4), a shrink to (0, n)) or a CONST's
+    value (`x / n`)."""
+    if node.op in GroupOp.Movement or (node.op is Ops.CONST and isinstance(node.arg, UOp)):
+        return _arg_nodes(node.arg)
+    return []
 
 
 def substitute_in_args(roots: tuple[UOp, ...], mapping: dict[UOp, UOp]) -> tuple[UOp, ...]:

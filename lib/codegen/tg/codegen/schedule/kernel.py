@@ -32,6 +32,11 @@ class Plan:
     finish: Callable[[list[UOp]], UOp]
 
 
+def _symbolic_value(node: UOp) -> UOp:
+    value: UOp = node.arg
+    return value if node.dtype is value.dtype else UOp(Ops.CAST, node.dtype, (value,))
+
+
 class AssignError(ValueError):
     """An ASSIGN whose target cannot be written element by element (an expanded or padded view)."""
 
@@ -109,8 +114,8 @@ class KernelBuilder:
         if op is Ops.BUFFER:
             load = self.load(node, idx[0], valid)
             return Plan((), lambda _: load)
-        if op is Ops.CONST:
-            const = UOp.const(node.arg, node.dtype)
+        if op is Ops.CONST:  # a symbolic value is computed from the kernel's variables, in the node's dtype
+            const = _symbolic_value(node) if isinstance(node.arg, UOp) else UOp.const(node.arg, node.dtype)
             return Plan((), lambda _: const)
         if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
             return Plan(tuple((s, idx, valid) for s in node.src), lambda values: UOp(op, node.dtype, tuple(values)))

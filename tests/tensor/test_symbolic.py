@@ -146,8 +146,17 @@ def test_variable_api_is_tinygrads() -> None:
         (lambda: Tensor(A) + Variable("n", 1, 10), ShapeError, "no value"),
         (lambda: Tensor(A)[Variable("n", 1, 10).bind(3)], TypeError, "unsupported index"),
     ],
-    ids=["out of range", "bad name", "bad range", "unbound", "slice past the end", "strided", "shrink past the end",
-         "unbound as a value", "as an index"],  # fmt: skip
+    ids=[
+        "out of range",
+        "bad name",
+        "bad range",
+        "unbound",
+        "slice past the end",
+        "strided",
+        "shrink past the end",
+        "unbound as a value",
+        "as an index",
+    ],  # fmt: skip
 )
 def test_misuse_is_a_clear_error(make: Callable, error: type, message: str) -> None:
     with pytest.raises(error, match=message):

@@ -89,7 +89,7 @@ class LaunchGraph:
         self.inputs = inputs
         self.input_index = {id(buf): i for i, buf in enumerate(inputs)}
         self.devices = _host_queue_devices(launches)
-        self.device = self.devices[0] if self.devices else None
+        self.device: Any = self.devices[0] if self.devices else None
         self.current = list(inputs)
         self.captured_var_vals: dict[str, int] = {}
         for launch in launches:

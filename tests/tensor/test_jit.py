@@ -305,3 +305,29 @@ def test_a_variable_that_only_shapes_an_output_view_replays() -> None:
         got = step(Tensor(data), n.bind(k))
         assert got.shape == (n.bind(k),)
         np.testing.assert_array_equal(got.numpy(), data[:k] * 2)
+
+
+def test_a_new_value_patches_only_the_variable_slots_of_the_argument_memory() -> None:
+    n = Variable("n", 1, 12)
+    x = Tensor(np.ones((12, 8), np.float32))
+    step = TinyJit(lambda x, v: ((x[:v] * 2).contiguous().sum(0), x[:v].max(1)))
+    for k in (2, 3, 3):
+        step(x, n.bind(k))
+    assert step.graph is not None
+    before = bytes(step.graph.args_memory.raw.cpu_view())
+    step(x, n.bind(7))
+    Device["CPU"].synchronize()
+    after = bytes(step.graph.args_memory.raw.cpu_view())
+    words = [i for i in range(0, len(before), 4) if before[i : i + 4] != after[i : i + 4]]
+    assert words, "the variable's argument slots should change"
+    for i in words:
+        assert int.from_bytes(before[i : i + 4], "little") == 3 and int.from_bytes(after[i : i + 4], "little") == 7
+
+
+def test_an_input_of_symbolic_shape_over_another_variable_is_an_error() -> None:
+    step = TinyJit(lambda x: x * 2)
+    base = Tensor(np.ones((8, 2), np.float32))
+    for k in (1, 2, 3):
+        step(base[: Variable("n", 1, 8).bind(k)].contiguous())
+    with pytest.raises(JitError, match="arg 0 changed shape"):
+        step(base[: Variable("m", 1, 8).bind(2)].contiguous())

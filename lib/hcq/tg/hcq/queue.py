@@ -151,6 +151,11 @@ class HWQueue:
         self._prev_var_vals = dict(var_vals)
         return self._resolved
 
+    @property
+    def has_symbolic_commands(self) -> bool:
+        """Whether a command (a launch size, an address) or a bound kernel argument waits for `var_vals`."""
+        return bool(self._symbolic_indices or self.bound_sints)
+
     def resolve(self, var_vals: dict[str, int]) -> list[Command]:
         """The commands with every variable set from `var_vals`: symbolic launch sizes and addresses resolved into
         the returned copy, symbolic kernel arguments written into their argument memory (what `submit` sends; a

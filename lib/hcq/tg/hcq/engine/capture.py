@@ -114,6 +114,8 @@ class LaunchGraph:
         self.address_variables = [UOp.variable(f"graph_input{i}", 0, 2**64 - 1, dtypes.uint64) for i in
                                   range(len(self.inputs))]  # fmt: skip
         self.copies_read_inputs = False
+        self.variable_slots: dict[str, list[int]] = {}  # variable name -> its int32 slots in the argument memory
+        self.argument_words = view.cast("i")
         offset, size_of = 0, iter(sizes)
         for launch in self.launches:
             if isinstance(launch, CopyLaunch):
@@ -122,9 +124,11 @@ class LaunchGraph:
                 continue
             size = next(size_of)
             raws = tuple(b.raw for b in launch.buffers)
-            variables = launch.program.source.variables  # symbolic: written at each submit with its values
+            variables = launch.program.source.variables
+            for i, variable in enumerate(variables):  # int32 slots after the addresses, written at each submit
+                self.variable_slots.setdefault(variable.arg.name, []).append((offset + 8 * len(raws) + 4 * i) // 4)
             memory = self.args_memory.raw.offset(offset, size)
-            args = launch.program.program.fill_kernargs(raws, variables, kernargs=memory)
+            args = launch.program.program.fill_kernargs(raws, (0,) * len(variables), kernargs=memory)
             queue.exec(launch.program.program, args, launch.program.source.global_size, (1, 1, 1))
             for slot, buf in enumerate(launch.buffers):
                 if id(buf) in self.input_index:
@@ -149,9 +153,14 @@ class LaunchGraph:
             address = inputs[index].raw.va_addr
             for view, offset in self.patches[index]:
                 struct.pack_into("<Q", view, offset, address)
-        # the commands with this replay's launch sizes and copy addresses; kernel arguments are written in place
+        if var_vals != self.current_var_vals:
+            for name, slots in self.variable_slots.items():
+                value = var_vals[name]
+                for slot in slots:
+                    self.argument_words[slot] = value
+        # the commands with this replay's launch sizes and copy addresses (resolved into a copy of the list)
         commands = self.exec_commands
-        if self.variables or self.copies_read_inputs:
+        if self.exec_queue.has_symbolic_commands:
             addresses = {v.arg.name: buf.raw.va_addr for v, buf in zip(self.address_variables, inputs, strict=True)}
             commands = self.exec_queue.resolve({**var_vals, **addresses})
         # one queue on the first device runs everything (CPU devices share host memory); it starts after each

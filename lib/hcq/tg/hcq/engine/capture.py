@@ -106,7 +106,7 @@ class LaunchGraph:
         device = self.device
         kernels = [launch for launch in self.launches if isinstance(launch, KernelLaunch)]
         sizes = [_aligned(len(k.buffers) * 8 + len(_launch_variables(k)) * 4) for k in kernels]
-        self.args_memory = Buffer(device.device, max(sum(sizes), 8), _uint8()).ensure_allocated()
+        self.args_memory = Buffer(device.device, max(sum(sizes), 8), dtypes.uint8).ensure_allocated()
         view = self.args_memory.raw.cpu_view()
         queue = device.hw_compute_queue_t()
         self.patches: list[list[tuple[memoryview, int]]] = [[] for _ in self.inputs]
@@ -225,10 +225,6 @@ def _launch_variables(launch: Launch) -> tuple[Any, ...]:
 
 def _aligned(size: int) -> int:
     return (max(size, 8) + ARGS_ALIGNMENT - 1) // ARGS_ALIGNMENT * ARGS_ALIGNMENT
-
-
-def _uint8() -> Any:
-    return dtypes.uint8
 
 
 def _host_queue_devices(launches: list[Launch]) -> list[Any]:

@@ -184,3 +184,9 @@ def test_beam_leaves_symbolic_kernels_to_the_heuristics(monkeypatch: pytest.Monk
     with Context(BEAM=1, IGNORE_BEAM_CACHE=1):
         for k in (3, 7):
             np.testing.assert_allclose((Tensor(A)[: n.bind(k)] @ Tensor(W)).numpy(), A[:k] @ W, rtol=1e-5, atol=1e-5)
+
+
+def test_two_variables_of_one_name_in_one_graph_are_an_error() -> None:
+    a = Tensor(A)
+    with pytest.raises(ValueError, match="two variables named n"):
+        (a[: Variable("n", 1, ROWS).bind(2)].sum(0) + a[: Variable("n", 2, ROWS).bind(2)].sum(0)).realize()

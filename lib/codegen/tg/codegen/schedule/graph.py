@@ -182,11 +182,16 @@ def unbind_graph(roots: tuple[UOp, ...], order: list[UOp] | None = None) -> tupl
     a variable left unbound, is an error."""
     binds: dict[UOp, UOp] = {}
     values: dict[str, int] = {}
+    variables: dict[str, UOp] = {}
     for node in UOp.sink(*roots).toposort() if order is None else order:
         for expression in symbolic_args(node):
             for part in expression.toposort(lambda u: u.op is not Ops.BIND):
                 if part.op is Ops.BIND:
                     variable, value = part.unbind()
+                    if variables.setdefault(variable.arg.name, variable) is not variable:
+                        other = variables[variable.arg.name].arg
+                        raise ValueError(f"two variables named {other.name} in one graph: ranges [{other.vmin}, "
+                                         f"{other.vmax}] and [{variable.arg.vmin}, {variable.arg.vmax}]")  # fmt: skip
                     if values.setdefault(variable.arg.name, value) != value:
                         raise ValueError(f"variable {variable.arg.name} is bound to both {values[variable.arg.name]} "
                                          f"and {value} in one graph")  # fmt: skip

@@ -234,3 +234,12 @@ def test_symbolic_kernel_matches_numpy_for_every_value(device: str) -> None:
         got = np.frombuffer(out.as_buffer(), np.float32)
         np.testing.assert_allclose(got[:k], a[:k].sum(1), rtol=1e-6)
         assert (got[k:] == 0).all()  # rows past the variable's value are not written
+
+
+def test_gpu_languages_refuse_kernels_with_variables() -> None:
+    from tg.codegen.render.gpu import CUDARenderer, OpenCLRenderer
+
+    ast = symbolic_sum_kernel(UOp.variable("rows", 1, 64), 8)
+    for renderer in (OpenCLRenderer(), CUDARenderer()):
+        with pytest.raises(NotImplementedError, match="cannot render a kernel with variables"):
+            renderer.render(lower(ast))

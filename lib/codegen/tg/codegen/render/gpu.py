@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
-from tg.codegen.render.base import KernelText, RenderedKernel, buffer_param
+from tg.codegen.render.base import KernelText, RenderedKernel, buffer_param, kernel_variables
 from tg.codegen.render.c import HELPERS, CStyleLanguage, c_type, memory_type, needed_helpers
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
@@ -127,6 +127,9 @@ class GPULanguage(CStyleLanguage):
 
     # ------------------------------------------------------------------------------------------ the ABI
     def prologue(self, k: KernelText, params: list[UOp]) -> None:
+        if kernel_variables(k.linear):  # the GPU ABIs here have no scalar arguments and no symbolic grid yet
+            raise NotImplementedError(f"the {type(self).__name__} cannot render a kernel with variables (symbolic "
+                                      "shapes run on CPU, CPU:LLVM and PYTHON)")  # fmt: skip
         grid = grid_ranges(k.linear)
         k.abi["grid"] = {rng: len(grid) - 1 - i for i, rng in enumerate(grid)}  # innermost is dimension 0
         global_size, local_size = [1, 1, 1], [1, 1, 1]

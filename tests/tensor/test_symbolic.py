@@ -40,6 +40,8 @@ CASES: list[tuple[str, Callable, Callable]] = [
     ("reshape -1", lambda a, w, n: a[:n].reshape(-1) * 3, lambda a, w, k: a[:k].reshape(-1) * 3),
     ("zeros of shape (n, 4)", lambda a, w, n: Tensor.zeros(n, 4) + 2, lambda a, w, k: np.full((k, 4), 2.0)),
     ("mean over n", lambda a, w, n: a[:n].mean(0), lambda a, w, k: a[:k].mean(0)),
+    ("var and std over n", lambda a, w, n: a[:n].var(0) + a[:n].std(0, correction=0),
+     lambda a, w, k: (a[:k].var(0, ddof=1) if k > 1 else np.full(6, np.nan)) + a[:k].std(0)),  # 0/0 at n=1
     ("n as a value", lambda a, w, n: a[:n] * n + Tensor(n), lambda a, w, k: a[:k] * k + k),
     ("shrink from a symbolic start", lambda a, w, n: a[n - 1 : n].sum(), lambda a, w, k: a[k - 1 : k].sum()),
 ]  # fmt: skip

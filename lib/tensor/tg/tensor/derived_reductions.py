@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tg.codegen import DType, dtypes
+from tg.codegen import DType, UOp, dtypes
 from tg.tensor.elementwise import in_float32_when_half
 from tg.tensor.promotion import dtype_argument
 from tg.tensor.reduce import Axis, reduce_axes
@@ -33,7 +33,8 @@ def stable_logsumexp(x: Tensor, axis: Axis, keepdim: bool) -> Tensor:
     return result.reshape(tuple(size for i, size in enumerate(x.shape) if i not in axes))
 
 
-def _count(shape: tuple[int, ...], axis: Axis) -> int:
+def _count(shape: tuple, axis: Axis) -> int | UOp:
+    """Elements reduced over `axis` (a UOp when a reduced size is symbolic)."""
     return math.prod(shape[a] for a in reduce_axes(axis, len(shape)))
 
 
@@ -80,7 +81,9 @@ class DerivedReductionOps:
         def compute(x: Tensor) -> Tensor:
             deviations = x - x.mean(axis, keepdim=True)
             squares_sum = (deviations * deviations).sum(axis, keepdim)
-            degrees = max(0, _count(x.shape, axis) - correction)
+            count = _count(x.shape, axis)
+            # a symbolic count (a reduction over a Variable's axis) takes the max in the kernel
+            degrees = (count - correction).maximum(0) if isinstance(count, UOp) else max(0, count - correction)
             return squares_sum / degrees  # 0 degrees: 0/0 = NaN (or inf), as torch
 
         return in_float32_when_half(self, compute)

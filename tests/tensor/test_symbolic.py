@@ -42,6 +42,10 @@ CASES: list[tuple[str, Callable, Callable]] = [
     ("mean over n", lambda a, w, n: a[:n].mean(0), lambda a, w, k: a[:k].mean(0)),
     ("var and std over n", lambda a, w, n: a[:n].var(0) + a[:n].std(0, correction=0),
      lambda a, w, k: (a[:k].var(0, ddof=1) if k > 1 else np.full(6, np.nan)) + a[:k].std(0)),  # 0/0 at n=1
+    ("arange to n", lambda a, w, n: Tensor.arange(n) * 2, lambda a, w, k: np.arange(k) * 2),
+    ("arange from n down", lambda a, w, n: Tensor.arange(n, 0, -1), lambda a, w, k: np.arange(k, 0, -1)),
+    ("argmax over n", lambda a, w, n: a[:n].argmax(0), lambda a, w, k: a[:k].argmax(0)),
+    ("n minus a tensor", lambda a, w, n: n - a[:n], lambda a, w, k: k - a[:k]),
     ("n as a value", lambda a, w, n: a[:n] * n + Tensor(n), lambda a, w, k: a[:k] * k + k),
     ("shrink from a symbolic start", lambda a, w, n: a[n - 1 : n].sum(), lambda a, w, k: a[k - 1 : k].sum()),
 ]  # fmt: skip

@@ -210,11 +210,27 @@ class CreationOps:
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange needs a non-zero step")
+        if isinstance(start, UOp) or isinstance(stop, UOp):
+            return cls._symbolic_arange(start, stop, step, **kwargs)
         all_ints = all(isinstance(v, int) for v in (start, stop, step))
         dtype = dtype_argument(kwargs.pop("dtype", None)) or (dtypes.default_int if all_ints else dtypes.default_float)
         count = max(0, math.ceil((stop - start) / step))
         values = start + np.arange(count, dtype=np.float64 if not all_ints else np.int64) * step
         return cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs)  # type: ignore
+
+    @classmethod
+    def _symbolic_arange(cls, start: Any, stop: Any, step: Any, **kwargs: Any) -> Tensor:
+        """arange with a bound Variable as a bound (int step): 0, 1, ... for the largest count, uploaded once,
+        shrunk to the count, then scaled by the step and shifted by the start."""
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ValueError(f"arange with a symbolic bound needs an int step, got {step!r}")
+        span = stop - start if step > 0 else start - stop
+        count = check_size((span + abs(step) - 1) // abs(step), "arange")
+        if not isinstance(count, int) and count.vmin < 0:
+            raise ValueError(f"arange({start!r}, {stop!r}, {step}): the count {count.render()} may be negative")
+        largest = count if isinstance(count, int) else int(count.vmax)
+        values = cls.arange(largest, **kwargs)[:count]
+        return (values * step if step != 1 else values) + start
 
     @classmethod
     def invalids(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:

@@ -11,10 +11,12 @@ Integer semantics: `//` (IDIV) and `%` (MOD) on UOps truncate toward zero, as C 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import threading
 import weakref
+from collections.abc import Callable
 from enum import IntEnum, auto
 from typing import Any
 
@@ -626,6 +628,27 @@ class UOp:
 def _same(a: tuple, b: tuple) -> bool:
     """Element-wise identity of two tuples of UOps (tuple == would do the same, this says why)."""
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+_PLAIN_OPERANDS = (int, float, bool)
+
+
+def _defer_to_tensors(method: Callable[[UOp, Any], UOp]) -> Callable[[UOp, Any], Any]:
+    """`n - t` for a symbolic int n and a Tensor t is the Tensor's reflected operator (a Tensor value), not a UOp."""
+
+    @functools.wraps(method)
+    def operator(self: UOp, x: Any) -> Any:
+        if type(x) not in _PLAIN_OPERANDS and not isinstance(x, UOp) and hasattr(x, "uop"):
+            return NotImplemented
+        return method(self, x)
+
+    return operator
+
+
+_DEFERRING = ("add", "radd", "sub", "rsub", "mul", "rmul", "floordiv", "rfloordiv", "mod", "rmod", "truediv",
+              "rtruediv", "lt", "gt", "le", "ge")  # fmt: skip
+for _name in _DEFERRING:
+    setattr(UOp, f"__{_name}__", _defer_to_tensors(getattr(UOp, f"__{_name}__")))
 
 
 def Variable(name: str, vmin: int, vmax: int, dtype: DType = dtypes.index) -> UOp:  # noqa: N802 - older spelling

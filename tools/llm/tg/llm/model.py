@@ -7,6 +7,7 @@ their GGUF encoding (see weights.py); activations and the KV cache are float32.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from tg.codegen import dtypes
+from tg.codegen.schedule.realize import whole_buffer
+from tg.hcq.engine.buffers import buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
 from tg.llm.ops import concat, stack
 from tg.llm.quants import DEQUANTIZERS, pack
-from tg.llm.weights import Weight, linear
+from tg.llm.weights import EmbeddingTable, Weight, linear
 from tg.tensor import Tensor
+from tg.tensor.jit import TinyJit
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 
 
@@ -28,14 +32,6 @@ class ContextOverflowError(ValueError):
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt() * weight
-
-
-def rope_tables(positions: np.ndarray, rope_dim: int, theta: float) -> tuple[Tensor, Tensor]:
-    """cos and sin `(T, 1, rope_dim / 2)` for the given absolute positions (computed in float64 on the host)."""
-    frequencies = theta ** (-np.arange(0, rope_dim, 2, dtype=np.float64) / rope_dim)
-    angles = positions.astype(np.float64)[:, None] * frequencies[None, :]
-    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-    return Tensor(cos[:, None, :]), Tensor(sin[:, None, :])
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: bool) -> Tensor:
@@ -54,6 +50,19 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: 
         first, second = rotated[..., : rope_dim // 2], rotated[..., rope_dim // 2 :]
         out = concat([first * cos - second * sin, first * sin + second * cos], dim=-1)
     return out if rest.shape[-1] == 0 else concat([out, rest], dim=-1)
+
+
+def attend(q: Tensor, kv: Tensor, mask: Tensor, kv_heads: int) -> Tensor:
+    """Grouped-query attention of q `(T, heads, head_dim)` over kv `(S, 2, kv_heads, head_dim)` where `mask`
+    `(T, S)` is True; query head h reads key/value head h // (heads / kv_heads). Returns `(T, heads * head_dim)`."""
+    count, heads, head_dim = q.shape
+    group = heads // kv_heads
+    q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, head_dim)
+    keys, values = kv[:, 0].permute(1, 2, 0), kv[:, 1].transpose(0, 1)  # (kv, head_dim, S), (kv, S, head_dim)
+    scores = (q.matmul(keys) * (1.0 / math.sqrt(head_dim))).reshape(kv_heads, group, count, -1)
+    weights = mask.reshape(1, 1, *mask.shape).where(scores, -math.inf).softmax(-1)
+    out = weights.reshape(kv_heads, group * count, -1).matmul(values).reshape(kv_heads, group, count, head_dim)
+    return out.permute(2, 0, 1, 3).reshape(count, heads * head_dim)
 
 
 def top_k_mask(scores: Tensor, k: int) -> Tensor:
@@ -89,19 +98,39 @@ class Block:
     down_experts: Weight | None = None
 
 
-class Transformer:
-    """A GGUF decoder model with its KV cache (one sequence, batch 1)."""
+def kv_window(start_pos: int, max_context: int) -> int:
+    """How many cached positions a step starting at `start_pos` attends over: 0, or a power of two >= start_pos
+    (at least 64, at most max_context). Steps in one window run identical kernels, so one TinyJit capture per
+    window serves every position in it; the positions beyond start_pos are masked."""
+    if start_pos == 0:
+        return 0
+    return min(max_context, max(64, 1 << (start_pos - 1).bit_length()))
 
-    def __init__(self, config: TransformerConfig, weights: dict[str, Weight], max_context: int) -> None:
-        self.config, self.weights = config, weights
+
+class Transformer:
+    """A GGUF decoder model with its KV cache (one sequence, batch 1).
+
+    The cache of a block is `(max_context, 2, kv_heads, head_dim)`: position-major, so the keys and values of new
+    positions are one contiguous run of memory, written by a copy after each step (`_store`). The step itself is a
+    function of Tensors only (token rows, RoPE rows, mask), its shapes fixed by the token count and the KV window,
+    so TinyJit captures it once per (count, window) and replays it for every position.
+    """
+
+    def __init__(
+        self, config: TransformerConfig, weights: dict[str, Weight], max_context: int, embedding: EmbeddingTable
+    ) -> None:
+        self.config, self.weights, self.embedding_table = config, weights, embedding
         self.max_context = min(max_context, config.context_length)
         self.embedding = weights["token_embd.weight"]
         self.output_norm = weights["output_norm.weight"].float()
         self.output = weights.get("output.weight", self.embedding)  # tied embeddings when there is no output
         self.blocks = [self._block(index) for index in range(config.num_blocks)]
-        cache_shape = (2, config.n_kv_heads, self.max_context, config.head_dim)
+        cache_shape = (self.max_context, 2, config.n_kv_heads, config.head_dim)
         self.caches = [Tensor.zeros(*cache_shape).contiguous().realize() for _ in self.blocks]
-
+        frequencies = config.rope_theta ** (-np.arange(0, config.rope_dim, 2, dtype=np.float64) / config.rope_dim)
+        angles = np.arange(self.max_context, dtype=np.float64)[:, None] * frequencies[None, :]
+        self.rope_cos, self.rope_sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+        self.steps: dict[tuple[int, int], TinyJit] = {}  # (token count, KV window) -> its captured step
     def _block(self, index: int) -> Block:
         def get(name: str) -> Weight | None:
             return self.weights.get(f"blk.{index}.{name}")
@@ -136,42 +165,57 @@ class Transformer:
 
     # ------------------------------------------------------------------------------------------- the forward
 
-    def embed(self, tokens: list[int]) -> Tensor:
-        for token in tokens:
-            if not 0 <= token < self.embedding.shape[0]:
-                raise ValueError(f"token id {token} is outside the vocabulary of {self.embedding.shape[0]}")
-        rows = [self.embedding.rows(token, token + 1) for token in tokens]
-        return concat(rows, dim=0)
-
     def forward(self, tokens: list[int], start_pos: int) -> Tensor:
-        """Logits `(vocab,)` of the last of `tokens`, which sit at positions start_pos.. of the sequence."""
+        """Logits `(vocab,)` of the last of `tokens`, which sit at positions start_pos.. of the sequence; their
+        keys and values go into the KV cache. Runs the step through TinyJit (JIT=0: plainly every time)."""
         count = len(tokens)
         if start_pos + count > self.max_context:
             raise ContextOverflowError(
                 f"context overflow: {start_pos + count} tokens do not fit the maximum context of {self.max_context}"
             )
+        window = kv_window(start_pos, self.max_context)
+        step = self.steps.get((count, window))
+        if step is None:
+            step = self.steps[(count, window)] = TinyJit(functools.partial(self._step, window))
+        positions = slice(start_pos, start_pos + count)
+        cos, sin = Tensor(self.rope_cos[positions, None, :]), Tensor(self.rope_sin[positions, None, :])
+        cached_visible = np.arange(window)[None, :] < start_pos
+        mask = np.concatenate([np.broadcast_to(cached_visible, (count, window)), np.tri(count, dtype=bool)], axis=1)
+        logits, *new_kv = step(cos, sin, Tensor(mask), *self.embedding_table.inputs(tokens))
+        self._store(new_kv, start_pos)
+        return logits
+
+    def _store(self, new_kv: list[Tensor], start_pos: int) -> None:
+        """Copy each block's new keys and values `(count, 2, kv_heads, head_dim)` into its cache at start_pos."""
+        for cache, values in zip(self.caches, new_kv, strict=True):
+            data = values.data()
+            target = buffer_of(whole_buffer(cache.uop))
+            target.view(data.nbytes // 4, cache.dtype, start_pos * math.prod(cache.shape[1:]) * 4).copyin(data)
+
+    def _step(self, window: int, cos: Tensor, sin: Tensor, mask: Tensor, *token_rows: Tensor) -> list[Tensor]:
+        """[logits of the last token, then each block's new keys and values]: the function TinyJit captures."""
         config = self.config
-        cos, sin = rope_tables(np.arange(start_pos, start_pos + count), config.rope_dim, config.rope_theta)
-        mask = None
-        if count > 1:  # causal, aligned at the lower right: query i sees keys up to start_pos + i
-            keys = np.arange(start_pos + count)[None, :]
-            mask = Tensor(keys <= (start_pos + np.arange(count))[:, None])
-        x = self.embed(tokens)
+        x = self.embedding_table.decode(list(token_rows))
+        count, new_kv = x.shape[0], []
         for block, cache in zip(self.blocks, self.caches, strict=True):
-            attended, write = self._attention(
-                block, cache, rms_norm(x, block.attn_norm, config.norm_eps), start_pos, cos, sin, mask
+            attended, kv = self._attention(
+                block, cache[:window], rms_norm(x, block.attn_norm, config.norm_eps), cos, sin, mask
             )
             h = x + attended
             x = h + self._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
             # the scheduler's cache serves blocks 2..N from block 1's schedule
-            x = x.contiguous().realize(write)
+            x, kv = x.contiguous(), kv.contiguous()
+            Tensor.realize(x, kv)
+            new_kv.append(kv)
         last = rms_norm(x[count - 1 :], self.output_norm, config.norm_eps)
-        return linear(last, self.output).reshape(-1).realize()
+        return [linear(last, self.output).reshape(-1).realize(), *new_kv]
 
     def _attention(
-        self, block: Block, cache: Tensor, x: Tensor, start_pos: int, cos: Tensor, sin: Tensor, mask: Tensor | None
+        self, block: Block, cached: Tensor, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor
     ) -> tuple[Tensor, Tensor]:
+        """(attention output, the new keys and values `(T, 2, kv_heads, head_dim)`); `cached` is the KV window
+        `(window, 2, kv_heads, head_dim)` and `mask` `(T, window + T)` says which keys each query sees."""
         config, count = self.config, x.shape[0]
         q, k, v = linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
         if block.q_norm is not None and block.q_norm.shape[-1] != config.head_dim:  # olmoe: over the projection
@@ -181,15 +225,11 @@ class Transformer:
         v = v.reshape(count, config.n_kv_heads, config.head_dim)
         if block.q_norm is not None and block.q_norm.shape[-1] == config.head_dim:  # qwen3: per head
             q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
-        q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved).transpose(0, 1)
-        k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved).transpose(0, 1)
-        v = v.transpose(0, 1)
-        new_kv = stack([k, v], dim=0)  # (2, kv_heads, T, head_dim)
-        write = cache[:, :, start_pos : start_pos + count].assign(new_kv)
-        all_kv = new_kv if start_pos == 0 else concat([cache[:, :, :start_pos], new_kv], dim=2)
-        out = q.scaled_dot_product_attention(all_kv[0], all_kv[1], attn_mask=mask, enable_gqa=True)
-        out = out.transpose(0, 1).reshape(count, config.n_heads * config.head_dim)
-        return linear(out, block.output), write
+        q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)
+        k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
+        new_kv = stack([k, v], dim=1)  # (T, 2, kv_heads, head_dim)
+        all_kv = new_kv if cached.shape[0] == 0 else concat([cached, new_kv], dim=0)
+        return linear(attend(q, all_kv, mask, config.n_kv_heads), block.output), new_kv
 
     def _feed_forward(self, block: Block, x: Tensor) -> Tensor:
         if not self.config.num_experts:
@@ -233,7 +273,8 @@ def load_model(path: str | Path, max_context: int = 4096) -> tuple[Transformer, 
     for info in gguf.tensors.values():
         if info.type_name not in FLOAT_TYPES and info.type_name not in ("BF16", *DEQUANTIZERS):
             raise UnsupportedModelError(f"tensor {info.name!r} has GGML type {info.type_name}, which is not supported")
-    return Transformer(config, load_weights(gguf), max_context), gguf
+    embedding = EmbeddingTable(gguf.tensors["token_embd.weight"])
+    return Transformer(config, load_weights(gguf), max_context, embedding), gguf
 
 
 def parameter_count(gguf: GGUFFile) -> int:

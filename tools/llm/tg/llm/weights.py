@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from tg.codegen import to_numpy
-from tg.llm.quants import HALF_FIELDS, Blocks, dequantize, pack
+from tg.llm.quants import HALF_FIELDS, Blocks, HalfBlocks, dequantize, half_blocks, pack
 from tg.tensor import Tensor
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFTensorInfo, bf16_to_float
 
@@ -57,8 +57,27 @@ class Weight:
 
 def linear(x: Tensor, weight: Weight, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T (+ bias): weight is `(out, in)` as GGUF stores it; a quantized one is decoded in the kernel."""
-    out = x.matmul(weight.float().transpose(-1, -2))
+    blocks = half_blocks(weight.data, weight.ggml_type) if isinstance(weight.data, Blocks) else None
+    out = x.matmul(weight.float().transpose(-1, -2)) if blocks is None else _half_block_linear(x, blocks)
     return out if bias is None else out + bias
+
+
+def _half_block_linear(x: Tensor, w: HalfBlocks) -> Tensor:
+    """x @ W.T for a 32-element block type, as 16 partial sums per output that a second reduction adds.
+
+    Summing over the blocks first, with the 16 positions of a half block kept apart, makes the kernel's inner
+    loop run along contiguous weight bytes with one accumulator per lane: a SIMD loop. A plain x @ W.T reduction
+    would add in element order, which C may not reorder (no -ffast-math), so it vectorized across output rows
+    instead, gathering bytes 18-34 apart. The block scale multiplies the half-block dot products once, and the
+    offset (Q4_1's min, Q4_0's -8 * scale) multiplies x's own sums: sum_j x_j (d q_j + c) = d sum x_j q_j + c sum x_j.
+    """
+    *lead, features = x.shape
+    halves = x.reshape(*lead, 1, features // 32, 2, 16)
+    x_low, x_high = halves[..., 0, :], halves[..., 1, :]  # (*lead, 1, blocks, 16)
+    lanes = w.scale * (x_low * w.low + x_high * w.high)  # (*lead, out, blocks, 16)
+    if w.offset is not None:
+        lanes = lanes + w.offset * (x_low + x_high)
+    return lanes.sum(-2).sum(-1)
 
 
 class EmbeddingTable:

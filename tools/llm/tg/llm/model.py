@@ -7,6 +7,7 @@ their GGUF encoding (see weights.py); activations and the KV cache are float32.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -79,9 +80,9 @@ def top_k_mask(scores: Tensor, k: int) -> Tensor:
 @dataclass
 class Block:
     attn_norm: Tensor
-    q: Weight
-    k: Weight
-    v: Weight
+    q: Weight | None  # None when the file's q, k, v are fused into `qkv` (see FUSED_PROJECTIONS)
+    k: Weight | None
+    v: Weight | None
     output: Weight
     ffn_norm: Tensor
     q_bias: Tensor | None = None
@@ -96,6 +97,9 @@ class Block:
     gate_experts: Weight | None = None
     up_experts: Weight | None = None
     down_experts: Weight | None = None
+    qkv: Weight | None = None
+    qkv_bias: Tensor | None = None
+    gate_up: Weight | None = None
 
 
 def kv_window(start_pos: int, max_context: int) -> int:
@@ -139,8 +143,9 @@ class Transformer:
             weight = get(name)
             return None if weight is None else weight.float().realize()
 
-        required = ["attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight"]
-        missing = [name for name in required + ["ffn_norm.weight"] if get(name) is None]
+        projections = [] if get("attn_qkv.weight") else ["attn_q.weight", "attn_k.weight", "attn_v.weight"]
+        required = ["attn_norm.weight", *projections, "attn_output.weight", "ffn_norm.weight"]
+        missing = [name for name in required if get(name) is None]
         if missing:
             raise UnsupportedModelError(f"block {index} lacks tensors {', '.join(missing)}")
         block = Block(
@@ -155,12 +160,17 @@ class Transformer:
             v_bias=floats("attn_v.bias"),
             q_norm=floats("attn_q_norm.weight"),
             k_norm=floats("attn_k_norm.weight"),
+            qkv=get("attn_qkv.weight"),
         )
+        biases = [block.q_bias, block.k_bias, block.v_bias]
+        if block.qkv is not None and all(bias is not None for bias in biases):
+            block.qkv_bias = concat(biases, dim=0).realize()  # type: ignore[arg-type]
         if self.config.num_experts:
             block.router, block.gate_experts = get("ffn_gate_inp.weight"), get("ffn_gate_exps.weight")
             block.up_experts, block.down_experts = get("ffn_up_exps.weight"), get("ffn_down_exps.weight")
         else:
             block.gate, block.up, block.down = get("ffn_gate.weight"), get("ffn_up.weight"), get("ffn_down.weight")
+            block.gate_up = get("ffn_gate_up.weight")
         return block
 
     # ------------------------------------------------------------------------------------------- the forward
@@ -217,7 +227,7 @@ class Transformer:
         """(attention output, the new keys and values `(T, 2, kv_heads, head_dim)`); `cached` is the KV window
         `(window, 2, kv_heads, head_dim)` and `mask` `(T, window + T)` says which keys each query sees."""
         config, count = self.config, x.shape[0]
-        q, k, v = linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
+        q, k, v = self._qkv(block, x)
         if block.q_norm is not None and block.q_norm.shape[-1] != config.head_dim:  # olmoe: over the projection
             q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
         q = q.reshape(count, config.n_heads, config.head_dim)
@@ -231,7 +241,21 @@ class Transformer:
         all_kv = new_kv if cached.shape[0] == 0 else concat([cached, new_kv], dim=0)
         return linear(attend(q, all_kv, mask, config.n_kv_heads), block.output), new_kv
 
+    def _qkv(self, block: Block, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if block.qkv is None:
+            assert block.q is not None and block.k is not None and block.v is not None
+            return linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
+        config = self.config
+        qkv = linear(x, block.qkv, block.qkv_bias)
+        q_end = config.n_heads * config.head_dim
+        k_end = q_end + config.n_kv_heads * config.head_dim
+        return qkv[..., :q_end], qkv[..., q_end:k_end], qkv[..., k_end:]
+
     def _feed_forward(self, block: Block, x: Tensor) -> Tensor:
+        if block.gate_up is not None:
+            gate_up = linear(x, block.gate_up)
+            hidden = gate_up.shape[-1] // 2
+            return linear(gate_up[..., :hidden].silu() * gate_up[..., hidden:], block.down)
         if not self.config.num_experts:
             return linear(linear(x, block.gate).silu() * linear(x, block.up), block.down)
         config = self.config
@@ -251,16 +275,60 @@ class Transformer:
 # ----------------------------------------------------------------------------------------------- loading
 
 
+# projections that read the same input are stored as one matrix (rows stacked), so one matvec kernel (and one
+# launch) computes them all; the model splits the output. Only same-typed members of equal row length are fused.
+FUSED_PROJECTIONS = {"attn_qkv": ("attn_q", "attn_k", "attn_v"), "ffn_gate_up": ("ffn_gate", "ffn_up")}
+
+
+def fused_groups(gguf: GGUFFile) -> dict[str, tuple[str, list[str]]]:
+    """{member tensor name: (fused tensor name, its member names in order)} for the fusable projections."""
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for index in range(int(gguf.metadata.get(f"{gguf.metadata.get('general.architecture')}.block_count", 0))):
+        for fused, parts in FUSED_PROJECTIONS.items():
+            names = [f"blk.{index}.{part}.weight" for part in parts]
+            infos = [gguf.tensors.get(name) for name in names]
+            if any(info is None for info in infos):
+                continue
+            kinds = {(info.ggml_type, info.shape[1:]) for info in infos if info is not None}
+            biases = {name.replace(".weight", ".bias") in gguf.tensors for name in names}
+            if len(kinds) == 1 and len(biases) == 1:  # one type and shape; biases on all members or none
+                for name in names:
+                    groups[name] = (f"blk.{index}.{fused}.weight", names)
+    return groups
+
+
 def load_weights(gguf: GGUFFile) -> dict[str, Weight]:
-    """Every tensor of the file as a Weight, read once into device memory (quantized ones stay packed)."""
-    return {info.name: _load_weight(info, view) for info, view in mapped_tensors(gguf)}
+    """Every tensor of the file as a Weight, read once into device memory (quantized ones stay packed); the
+    members of a fused projection (FUSED_PROJECTIONS) become one Weight under the fused name."""
+    groups, weights = fused_groups(gguf), {}
+    waiting: dict[str, dict[str, tuple[GGUFTensorInfo, np.ndarray]]] = {}
+    for info, view in mapped_tensors(gguf):
+        if info.name not in groups:
+            weights[info.name] = _load_weight(info, _file_bytes(info, view))
+            continue
+        fused, names = groups[info.name]
+        members = waiting.setdefault(fused, {})
+        members[info.name] = (info, _file_bytes(info, view).copy())  # the file's mapping may close before the rest
+        if len(members) == len(names):
+            first = members[names[0]][0]
+            raw = np.concatenate([members[name][1] for name in names])
+            rows = sum(members[name][0].shape[0] for name in names)
+            weights[fused] = _load_weight(GGUFTensorInfo(fused, (rows, *first.shape[1:]), first.ggml_type, 0,
+                                                         first.path), raw)  # fmt: skip
+            del waiting[fused]
+    return weights
 
 
-def _load_weight(info: GGUFTensorInfo, view: memoryview) -> Weight:
+def _file_bytes(info: GGUFTensorInfo, view: memoryview) -> np.ndarray:
+    """The tensor's bytes in the file (a view of the mapping)."""
+    return np.frombuffer(view, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+
+
+def _load_weight(info: GGUFTensorInfo, raw: np.ndarray) -> Weight:
     if info.type_name in FLOAT_TYPES or info.type_name == "BF16":
-        return Weight(load_tensor(info, view).realize(), info.ggml_type, info.shape)
+        return Weight(load_tensor(dataclasses.replace(info, offset=0), memoryview(raw)).realize(), info.ggml_type,
+                      info.shape)  # fmt: skip
     _, block_elements, block_bytes = GGML_TYPES[info.ggml_type]
-    raw = np.frombuffer(view, dtype=np.uint8, count=info.nbytes, offset=info.offset)
     raw = raw.reshape(*info.shape[:-1], info.shape[-1] // block_elements, block_bytes)
     return Weight(pack(raw, info.ggml_type), info.ggml_type, info.shape)
 

@@ -15,6 +15,7 @@ from llm_fixtures import write_model  # noqa: E402
 
 from tg.llm.generate import Generator  # noqa: E402
 from tg.llm.model import ContextOverflowError, kv_window, load_model, top_k_mask  # noqa: E402
+from tg.llm.weights import SCRATCH_MATMUL_ROWS  # noqa: E402
 from tg.tensor import Context, Tensor  # noqa: E402
 
 TOKENS = [5, 17, 200, 33, 99, 4, 150, 7, 64, 2]
@@ -105,3 +106,14 @@ def test_decode_replays_one_capture_per_window(tmp_path: Path) -> None:
     assert kv_window(6, 96) == kv_window(11, 96) == 64 and kv_window(65, 96) == 96
     step = model.steps[(1, 64)]
     assert step.calls == 6 and step.graph is not None  # captured on the 2nd call, replayed since
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "Q4_1", "Q6_K"])
+def test_long_prefill_chunks_match_the_reference(tmp_path: Path, weight_type: str) -> None:
+    """A chunk of >= SCRATCH_MATMUL_ROWS tokens multiplies through a decoded float scratch matrix, not the matvec."""
+    path = write_model(tmp_path / "m.gguf", "llama", weight_type, seed=4, tied=False)
+    tokens = [(7 * i + 3) % 250 for i in range(SCRATCH_MATMUL_ROWS + 4)]
+    metadata, weights = reference.load(path)
+    expected = reference.forward(metadata, weights, tokens)
+    logits = Generator(load_model(path, max_context=64)[0], chunk_size=32).prefill(tokens)
+    np.testing.assert_allclose(logits, expected[-1], atol=2e-3 * np.abs(expected).max())

@@ -103,8 +103,9 @@ def test_decode_replays_one_capture_per_window(tmp_path: Path) -> None:
     generator.prefill(TOKENS[:6])
     for position in range(6, 12):
         generator._forward([1], position)
-    assert kv_window(6, 96) == kv_window(11, 96) == 64 and kv_window(65, 96) == 96
-    step = model.steps[(1, 64)]
+    assert kv_window(6, 96) == kv_window(11, 96) == kv_window(64, 96) == 64 and kv_window(65, 96) == 96
+    assert kv_window(129, 4096) == kv_window(256, 4096) == 256 and kv_window(257, 4096) == 384
+    step = model.steps[64]
     assert step.calls == 6 and step.graph is not None  # captured on the 2nd call, replayed since
 
 

@@ -103,12 +103,15 @@ class Block:
 
 
 def kv_window(start_pos: int, max_context: int) -> int:
-    """How many cached positions a step starting at `start_pos` attends over: 0, or a power of two >= start_pos
-    (at least 64, at most max_context). Steps in one window run identical kernels, so one TinyJit capture per
-    window serves every position in it; the positions beyond start_pos are masked."""
+    """How many cached positions a step starting at `start_pos` attends over: 0, 64, 128, then the multiple of 128
+    at or above start_pos (at most max_context). Steps in one window run identical kernels, so one TinyJit capture
+    per window serves every position in it; the positions from start_pos on are masked. Windows of 128 keep the
+    keys and values read in vain below 128 positions, while a new window (two plain steps, then a capture) comes
+    at most every 128 tokens."""
     if start_pos == 0:
         return 0
-    return min(max_context, max(64, 1 << (start_pos - 1).bit_length()))
+    window = 64 if start_pos <= 64 else -(-start_pos // 128) * 128
+    return min(max_context, window)
 
 
 class Transformer:
@@ -117,7 +120,7 @@ class Transformer:
     The cache of a block is `(max_context, 2, kv_heads, head_dim)`: position-major, so the keys and values of new
     positions are one contiguous run of memory, written by a copy after each step (`_store`). The step itself is a
     function of Tensors only (token rows, RoPE rows, mask), its shapes fixed by the token count and the KV window,
-    so TinyJit captures it once per (count, window) and replays it for every position.
+    so TinyJit captures the one-token step once per window and replays it for every position.
     """
 
     def __init__(
@@ -134,7 +137,7 @@ class Transformer:
         frequencies = config.rope_theta ** (-np.arange(0, config.rope_dim, 2, dtype=np.float64) / config.rope_dim)
         angles = np.arange(self.max_context, dtype=np.float64)[:, None] * frequencies[None, :]
         self.rope_cos, self.rope_sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-        self.steps: dict[tuple[int, int], TinyJit] = {}  # (token count, KV window) -> its captured step
+        self.steps: dict[int, TinyJit] = {}  # KV window -> the captured one-token step
     def _block(self, index: int) -> Block:
         def get(name: str) -> Weight | None:
             return self.weights.get(f"blk.{index}.{name}")
@@ -184,9 +187,7 @@ class Transformer:
                 f"context overflow: {start_pos + count} tokens do not fit the maximum context of {self.max_context}"
             )
         window = kv_window(start_pos, self.max_context)
-        step = self.steps.get((count, window))
-        if step is None:
-            step = self.steps[(count, window)] = TinyJit(functools.partial(self._step, window))
+        step = self._jitted_step(window) if count == 1 else functools.partial(self._step, window)
         positions = slice(start_pos, start_pos + count)
         cos, sin = Tensor(self.rope_cos[positions, None, :]), Tensor(self.rope_sin[positions, None, :])
         cached_visible = np.arange(window)[None, :] < start_pos
@@ -194,6 +195,15 @@ class Transformer:
         logits, *new_kv = step(cos, sin, Tensor(mask), *self.embedding_table.inputs(tokens))
         self._store(new_kv, start_pos)
         return logits
+
+    def _jitted_step(self, window: int) -> TinyJit:
+        """The one-token step over `window` cached positions, captured once and replayed for every position.
+
+        Only single-token steps are captured: a capture keeps every buffer its kernels use, and a prefill chunk's
+        (its float scratch weights included, see weights.linear) would hold tens of MB per chunk length."""
+        if window not in self.steps:
+            self.steps[window] = TinyJit(functools.partial(self._step, window))
+        return self.steps[window]
 
     def _store(self, new_kv: list[Tensor], start_pos: int) -> None:
         """Copy each block's new keys and values `(count, 2, kv_heads, head_dim)` into its cache at start_pos."""

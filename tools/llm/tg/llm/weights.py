@@ -91,8 +91,8 @@ def _half_block_linear(x: Tensor, w: HalfBlocks) -> Tensor:
     halves = x.reshape(*lead, 1, features // 32, 2, 16)
     x_low, x_high = halves[..., 0, :], halves[..., 1, :]  # (*lead, 1, blocks, 16)
     lanes = w.scale * (x_low * w.low + x_high * w.high)  # (*lead, out, blocks, 16)
-    if w.offset is not None:
-        lanes = lanes + w.offset * (x_low + x_high)
+    if w.offset is not None:  # two products, not offset * (x_low + x_high): that sum became a kernel of its own
+        lanes = lanes + w.offset * x_low + w.offset * x_high
     return lanes.sum(-2).sum(-1)
 
 

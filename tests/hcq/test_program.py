@@ -120,3 +120,35 @@ def test_runtime_takes_a_name_and_a_binary(kit) -> None:
 def test_disk_cannot_run_programs(tmp_path) -> None:
     with pytest.raises(RuntimeError, match="cannot run programs"):
         Device[f"DISK:{tmp_path / 'x.bin'}"].runtime("f", b"")
+
+
+def test_small_launches_run_whole_on_the_engine_thread_after_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Handing a tiny chunk to another core thread costs more than running it: after one fast split launch, a
+    program runs every core_id on the calling thread; a serial launch that turns out slow is split again."""
+    import threading
+    import time
+    import types
+
+    from tg.hcq.devices import cpu_workers
+    from tg.hcq.devices.cpu_workers import SERIAL_RECHECK, CorePool
+
+    monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.02)  # "fast" with room for a loaded test machine
+    pool, program, delay = CorePool(2, "test-serial"), types.SimpleNamespace(), 0.0
+    calls: list[tuple[str, int, int]] = []
+
+    def run(start: int, end: int) -> None:
+        calls.append((threading.current_thread().name, start, end))
+        if delay:
+            time.sleep(delay)
+
+    pool.run(run, 2, program)  # split: one chunk here, one on the core thread; both fast
+    assert sorted(c[1:] for c in calls) == [(0, 1), (1, 2)] and len({c[0] for c in calls}) == 2
+    assert program.run_serially
+    calls.clear()
+    delay = 0.02 * SERIAL_RECHECK * 2
+    pool.run(run, 2, program)
+    assert calls == [(threading.current_thread().name, 0, 2)]  # whole, here
+    assert not program.run_serially  # it was slow: split next time
+    calls.clear()
+    pool.run(run, 2, program)
+    assert len(calls) == 2

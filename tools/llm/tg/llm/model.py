@@ -7,6 +7,8 @@ their GGUF encoding (see weights.py); activations and the KV cache are float32.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from tg.codegen import dtypes
+from tg.codegen.schedule.realize import whole_buffer
+from tg.hcq.engine.buffers import buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
 from tg.llm.ops import concat, stack
 from tg.llm.quants import DEQUANTIZERS, pack
-from tg.llm.weights import Weight, linear
+from tg.llm.weights import EmbeddingTable, Weight, linear
 from tg.tensor import Tensor
+from tg.tensor.jit import TinyJit
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 
 
@@ -28,14 +33,6 @@ class ContextOverflowError(ValueError):
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt() * weight
-
-
-def rope_tables(positions: np.ndarray, rope_dim: int, theta: float) -> tuple[Tensor, Tensor]:
-    """cos and sin `(T, 1, rope_dim / 2)` for the given absolute positions (computed in float64 on the host)."""
-    frequencies = theta ** (-np.arange(0, rope_dim, 2, dtype=np.float64) / rope_dim)
-    angles = positions.astype(np.float64)[:, None] * frequencies[None, :]
-    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-    return Tensor(cos[:, None, :]), Tensor(sin[:, None, :])
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: bool) -> Tensor:
@@ -56,6 +53,19 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: 
     return out if rest.shape[-1] == 0 else concat([out, rest], dim=-1)
 
 
+def attend(q: Tensor, kv: Tensor, mask: Tensor, kv_heads: int) -> Tensor:
+    """Grouped-query attention of q `(T, heads, head_dim)` over kv `(S, 2, kv_heads, head_dim)` where `mask`
+    `(T, S)` is True; query head h reads key/value head h // (heads / kv_heads). Returns `(T, heads * head_dim)`."""
+    count, heads, head_dim = q.shape
+    group = heads // kv_heads
+    q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, head_dim)
+    keys, values = kv[:, 0].permute(1, 2, 0), kv[:, 1].transpose(0, 1)  # (kv, head_dim, S), (kv, S, head_dim)
+    scores = (q.matmul(keys) * (1.0 / math.sqrt(head_dim))).reshape(kv_heads, group, count, -1)
+    weights = mask.reshape(1, 1, *mask.shape).where(scores, -math.inf).softmax(-1)
+    out = weights.reshape(kv_heads, group * count, -1).matmul(values).reshape(kv_heads, group, count, head_dim)
+    return out.permute(2, 0, 1, 3).reshape(count, heads * head_dim)
+
+
 def top_k_mask(scores: Tensor, k: int) -> Tensor:
     """True for the k largest of each row `(T, E)`; ties go to the lower index (rank by pairwise comparison)."""
     experts = scores.shape[-1]
@@ -70,9 +80,9 @@ def top_k_mask(scores: Tensor, k: int) -> Tensor:
 @dataclass
 class Block:
     attn_norm: Tensor
-    q: Weight
-    k: Weight
-    v: Weight
+    q: Weight | None  # None when the file's q, k, v are fused into `qkv` (see FUSED_PROJECTIONS)
+    k: Weight | None
+    v: Weight | None
     output: Weight
     ffn_norm: Tensor
     q_bias: Tensor | None = None
@@ -87,21 +97,47 @@ class Block:
     gate_experts: Weight | None = None
     up_experts: Weight | None = None
     down_experts: Weight | None = None
+    qkv: Weight | None = None
+    qkv_bias: Tensor | None = None
+    gate_up: Weight | None = None
+
+
+def kv_window(start_pos: int, max_context: int) -> int:
+    """How many cached positions a step starting at `start_pos` attends over: 0, 64, 128, then the multiple of 128
+    at or above start_pos (at most max_context). Steps in one window run identical kernels, so one TinyJit capture
+    per window serves every position in it; the positions from start_pos on are masked. Windows of 128 keep the
+    keys and values read in vain below 128 positions, while a new window (two plain steps, then a capture) comes
+    at most every 128 tokens."""
+    if start_pos == 0:
+        return 0
+    window = 64 if start_pos <= 64 else -(-start_pos // 128) * 128
+    return min(max_context, window)
 
 
 class Transformer:
-    """A GGUF decoder model with its KV cache (one sequence, batch 1)."""
+    """A GGUF decoder model with its KV cache (one sequence, batch 1).
 
-    def __init__(self, config: TransformerConfig, weights: dict[str, Weight], max_context: int) -> None:
-        self.config, self.weights = config, weights
+    The cache of a block is `(max_context, 2, kv_heads, head_dim)`: position-major, so the keys and values of new
+    positions are one contiguous run of memory, written by a copy after each step (`_store`). The step itself is a
+    function of Tensors only (token rows, RoPE rows, mask), its shapes fixed by the token count and the KV window,
+    so TinyJit captures the one-token step once per window and replays it for every position.
+    """
+
+    def __init__(
+        self, config: TransformerConfig, weights: dict[str, Weight], max_context: int, embedding: EmbeddingTable
+    ) -> None:
+        self.config, self.weights, self.embedding_table = config, weights, embedding
         self.max_context = min(max_context, config.context_length)
         self.embedding = weights["token_embd.weight"]
         self.output_norm = weights["output_norm.weight"].float()
         self.output = weights.get("output.weight", self.embedding)  # tied embeddings when there is no output
         self.blocks = [self._block(index) for index in range(config.num_blocks)]
-        cache_shape = (2, config.n_kv_heads, self.max_context, config.head_dim)
+        cache_shape = (self.max_context, 2, config.n_kv_heads, config.head_dim)
         self.caches = [Tensor.zeros(*cache_shape).contiguous().realize() for _ in self.blocks]
-
+        frequencies = config.rope_theta ** (-np.arange(0, config.rope_dim, 2, dtype=np.float64) / config.rope_dim)
+        angles = np.arange(self.max_context, dtype=np.float64)[:, None] * frequencies[None, :]
+        self.rope_cos, self.rope_sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+        self.steps: dict[int, TinyJit] = {}  # KV window -> the captured one-token step
     def _block(self, index: int) -> Block:
         def get(name: str) -> Weight | None:
             return self.weights.get(f"blk.{index}.{name}")
@@ -110,8 +146,9 @@ class Transformer:
             weight = get(name)
             return None if weight is None else weight.float().realize()
 
-        required = ["attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight"]
-        missing = [name for name in required + ["ffn_norm.weight"] if get(name) is None]
+        projections = [] if get("attn_qkv.weight") else ["attn_q.weight", "attn_k.weight", "attn_v.weight"]
+        required = ["attn_norm.weight", *projections, "attn_output.weight", "ffn_norm.weight"]
+        missing = [name for name in required if get(name) is None]
         if missing:
             raise UnsupportedModelError(f"block {index} lacks tensors {', '.join(missing)}")
         block = Block(
@@ -126,54 +163,81 @@ class Transformer:
             v_bias=floats("attn_v.bias"),
             q_norm=floats("attn_q_norm.weight"),
             k_norm=floats("attn_k_norm.weight"),
+            qkv=get("attn_qkv.weight"),
         )
+        biases = [block.q_bias, block.k_bias, block.v_bias]
+        if block.qkv is not None and all(bias is not None for bias in biases):
+            block.qkv_bias = concat(biases, dim=0).realize()  # type: ignore[arg-type]
         if self.config.num_experts:
             block.router, block.gate_experts = get("ffn_gate_inp.weight"), get("ffn_gate_exps.weight")
             block.up_experts, block.down_experts = get("ffn_up_exps.weight"), get("ffn_down_exps.weight")
         else:
             block.gate, block.up, block.down = get("ffn_gate.weight"), get("ffn_up.weight"), get("ffn_down.weight")
+            block.gate_up = get("ffn_gate_up.weight")
         return block
 
     # ------------------------------------------------------------------------------------------- the forward
 
-    def embed(self, tokens: list[int]) -> Tensor:
-        for token in tokens:
-            if not 0 <= token < self.embedding.shape[0]:
-                raise ValueError(f"token id {token} is outside the vocabulary of {self.embedding.shape[0]}")
-        rows = [self.embedding.rows(token, token + 1) for token in tokens]
-        return concat(rows, dim=0)
-
     def forward(self, tokens: list[int], start_pos: int) -> Tensor:
-        """Logits `(vocab,)` of the last of `tokens`, which sit at positions start_pos.. of the sequence."""
+        """Logits `(vocab,)` of the last of `tokens`, which sit at positions start_pos.. of the sequence; their
+        keys and values go into the KV cache. Runs the step through TinyJit (JIT=0: plainly every time)."""
         count = len(tokens)
         if start_pos + count > self.max_context:
             raise ContextOverflowError(
                 f"context overflow: {start_pos + count} tokens do not fit the maximum context of {self.max_context}"
             )
+        window = kv_window(start_pos, self.max_context)
+        step = self._jitted_step(window) if count == 1 else functools.partial(self._step, window)
+        positions = slice(start_pos, start_pos + count)
+        cos, sin = Tensor(self.rope_cos[positions, None, :]), Tensor(self.rope_sin[positions, None, :])
+        cached_visible = np.arange(window)[None, :] < start_pos
+        mask = np.concatenate([np.broadcast_to(cached_visible, (count, window)), np.tri(count, dtype=bool)], axis=1)
+        logits, *new_kv = step(cos, sin, Tensor(mask), *self.embedding_table.inputs(tokens))
+        self._store(new_kv, start_pos)
+        return logits
+
+    def _jitted_step(self, window: int) -> TinyJit:
+        """The one-token step over `window` cached positions, captured once and replayed for every position.
+
+        Only single-token steps are captured: a capture keeps every buffer its kernels use, and a prefill chunk's
+        (its float scratch weights included, see weights.linear) would hold tens of MB per chunk length."""
+        if window not in self.steps:
+            self.steps[window] = TinyJit(functools.partial(self._step, window))
+        return self.steps[window]
+
+    def _store(self, new_kv: list[Tensor], start_pos: int) -> None:
+        """Copy each block's new keys and values `(count, 2, kv_heads, head_dim)` into its cache at start_pos."""
+        for cache, values in zip(self.caches, new_kv, strict=True):
+            data = values.data()
+            target = buffer_of(whole_buffer(cache.uop))
+            target.view(data.nbytes // 4, cache.dtype, start_pos * math.prod(cache.shape[1:]) * 4).copyin(data)
+
+    def _step(self, window: int, cos: Tensor, sin: Tensor, mask: Tensor, *token_rows: Tensor) -> list[Tensor]:
+        """[logits of the last token, then each block's new keys and values]: the function TinyJit captures."""
         config = self.config
-        cos, sin = rope_tables(np.arange(start_pos, start_pos + count), config.rope_dim, config.rope_theta)
-        mask = None
-        if count > 1:  # causal, aligned at the lower right: query i sees keys up to start_pos + i
-            keys = np.arange(start_pos + count)[None, :]
-            mask = Tensor(keys <= (start_pos + np.arange(count))[:, None])
-        x = self.embed(tokens)
+        x = self.embedding_table.decode(list(token_rows))
+        count, new_kv = x.shape[0], []
         for block, cache in zip(self.blocks, self.caches, strict=True):
-            attended, write = self._attention(
-                block, cache, rms_norm(x, block.attn_norm, config.norm_eps), start_pos, cos, sin, mask
+            attended, kv = self._attention(
+                block, cache[:window], rms_norm(x, block.attn_norm, config.norm_eps), cos, sin, mask
             )
             h = x + attended
             x = h + self._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
             # the scheduler's cache serves blocks 2..N from block 1's schedule
-            x = x.contiguous().realize(write)
+            x, kv = x.contiguous(), kv.contiguous()
+            Tensor.realize(x, kv)
+            new_kv.append(kv)
         last = rms_norm(x[count - 1 :], self.output_norm, config.norm_eps)
-        return linear(last, self.output).reshape(-1).realize()
+        return [linear(last, self.output).reshape(-1).realize(), *new_kv]
 
     def _attention(
-        self, block: Block, cache: Tensor, x: Tensor, start_pos: int, cos: Tensor, sin: Tensor, mask: Tensor | None
+        self, block: Block, cached: Tensor, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor
     ) -> tuple[Tensor, Tensor]:
+        """(attention output, the new keys and values `(T, 2, kv_heads, head_dim)`); `cached` is the KV window
+        `(window, 2, kv_heads, head_dim)` and `mask` `(T, window + T)` says which keys each query sees."""
         config, count = self.config, x.shape[0]
-        q, k, v = linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
+        q, k, v = self._qkv(block, x)
         if block.q_norm is not None and block.q_norm.shape[-1] != config.head_dim:  # olmoe: over the projection
             q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
         q = q.reshape(count, config.n_heads, config.head_dim)
@@ -181,17 +245,27 @@ class Transformer:
         v = v.reshape(count, config.n_kv_heads, config.head_dim)
         if block.q_norm is not None and block.q_norm.shape[-1] == config.head_dim:  # qwen3: per head
             q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
-        q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved).transpose(0, 1)
-        k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved).transpose(0, 1)
-        v = v.transpose(0, 1)
-        new_kv = stack([k, v], dim=0)  # (2, kv_heads, T, head_dim)
-        write = cache[:, :, start_pos : start_pos + count].assign(new_kv)
-        all_kv = new_kv if start_pos == 0 else concat([cache[:, :, :start_pos], new_kv], dim=2)
-        out = q.scaled_dot_product_attention(all_kv[0], all_kv[1], attn_mask=mask, enable_gqa=True)
-        out = out.transpose(0, 1).reshape(count, config.n_heads * config.head_dim)
-        return linear(out, block.output), write
+        q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)
+        k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
+        new_kv = stack([k, v], dim=1)  # (T, 2, kv_heads, head_dim)
+        all_kv = new_kv if cached.shape[0] == 0 else concat([cached, new_kv], dim=0)
+        return linear(attend(q, all_kv, mask, config.n_kv_heads), block.output), new_kv
+
+    def _qkv(self, block: Block, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if block.qkv is None:
+            assert block.q is not None and block.k is not None and block.v is not None
+            return linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
+        config = self.config
+        qkv = linear(x, block.qkv, block.qkv_bias)
+        q_end = config.n_heads * config.head_dim
+        k_end = q_end + config.n_kv_heads * config.head_dim
+        return qkv[..., :q_end], qkv[..., q_end:k_end], qkv[..., k_end:]
 
     def _feed_forward(self, block: Block, x: Tensor) -> Tensor:
+        if block.gate_up is not None:
+            gate_up = linear(x, block.gate_up)
+            hidden = gate_up.shape[-1] // 2
+            return linear(gate_up[..., :hidden].silu() * gate_up[..., hidden:], block.down)
         if not self.config.num_experts:
             return linear(linear(x, block.gate).silu() * linear(x, block.up), block.down)
         config = self.config
@@ -211,16 +285,60 @@ class Transformer:
 # ----------------------------------------------------------------------------------------------- loading
 
 
+# projections that read the same input are stored as one matrix (rows stacked), so one matvec kernel (and one
+# launch) computes them all; the model splits the output. Only same-typed members of equal row length are fused.
+FUSED_PROJECTIONS = {"attn_qkv": ("attn_q", "attn_k", "attn_v"), "ffn_gate_up": ("ffn_gate", "ffn_up")}
+
+
+def fused_groups(gguf: GGUFFile) -> dict[str, tuple[str, list[str]]]:
+    """{member tensor name: (fused tensor name, its member names in order)} for the fusable projections."""
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for index in range(int(gguf.metadata.get(f"{gguf.metadata.get('general.architecture')}.block_count", 0))):
+        for fused, parts in FUSED_PROJECTIONS.items():
+            names = [f"blk.{index}.{part}.weight" for part in parts]
+            infos = [gguf.tensors.get(name) for name in names]
+            if any(info is None for info in infos):
+                continue
+            kinds = {(info.ggml_type, info.shape[1:]) for info in infos if info is not None}
+            biases = {name.replace(".weight", ".bias") in gguf.tensors for name in names}
+            if len(kinds) == 1 and len(biases) == 1:  # one type and shape; biases on all members or none
+                for name in names:
+                    groups[name] = (f"blk.{index}.{fused}.weight", names)
+    return groups
+
+
 def load_weights(gguf: GGUFFile) -> dict[str, Weight]:
-    """Every tensor of the file as a Weight, read once into device memory (quantized ones stay packed)."""
-    return {info.name: _load_weight(info, view) for info, view in mapped_tensors(gguf)}
+    """Every tensor of the file as a Weight, read once into device memory (quantized ones stay packed); the
+    members of a fused projection (FUSED_PROJECTIONS) become one Weight under the fused name."""
+    groups, weights = fused_groups(gguf), {}
+    waiting: dict[str, dict[str, tuple[GGUFTensorInfo, np.ndarray]]] = {}
+    for info, view in mapped_tensors(gguf):
+        if info.name not in groups:
+            weights[info.name] = _load_weight(info, _file_bytes(info, view))
+            continue
+        fused, names = groups[info.name]
+        members = waiting.setdefault(fused, {})
+        members[info.name] = (info, _file_bytes(info, view).copy())  # the file's mapping may close before the rest
+        if len(members) == len(names):
+            first = members[names[0]][0]
+            raw = np.concatenate([members[name][1] for name in names])
+            rows = sum(members[name][0].shape[0] for name in names)
+            weights[fused] = _load_weight(GGUFTensorInfo(fused, (rows, *first.shape[1:]), first.ggml_type, 0,
+                                                         first.path), raw)  # fmt: skip
+            del waiting[fused]
+    return weights
 
 
-def _load_weight(info: GGUFTensorInfo, view: memoryview) -> Weight:
+def _file_bytes(info: GGUFTensorInfo, view: memoryview) -> np.ndarray:
+    """The tensor's bytes in the file (a view of the mapping)."""
+    return np.frombuffer(view, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+
+
+def _load_weight(info: GGUFTensorInfo, raw: np.ndarray) -> Weight:
     if info.type_name in FLOAT_TYPES or info.type_name == "BF16":
-        return Weight(load_tensor(info, view).realize(), info.ggml_type, info.shape)
+        return Weight(load_tensor(dataclasses.replace(info, offset=0), memoryview(raw)).realize(), info.ggml_type,
+                      info.shape)  # fmt: skip
     _, block_elements, block_bytes = GGML_TYPES[info.ggml_type]
-    raw = np.frombuffer(view, dtype=np.uint8, count=info.nbytes, offset=info.offset)
     raw = raw.reshape(*info.shape[:-1], info.shape[-1] // block_elements, block_bytes)
     return Weight(pack(raw, info.ggml_type), info.ggml_type, info.shape)
 
@@ -233,7 +351,8 @@ def load_model(path: str | Path, max_context: int = 4096) -> tuple[Transformer, 
     for info in gguf.tensors.values():
         if info.type_name not in FLOAT_TYPES and info.type_name not in ("BF16", *DEQUANTIZERS):
             raise UnsupportedModelError(f"tensor {info.name!r} has GGML type {info.type_name}, which is not supported")
-    return Transformer(config, load_weights(gguf), max_context), gguf
+    embedding = EmbeddingTable(gguf.tensors["token_embd.weight"])
+    return Transformer(config, load_weights(gguf), max_context, embedding), gguf
 
 
 def parameter_count(gguf: GGUFFile) -> int:

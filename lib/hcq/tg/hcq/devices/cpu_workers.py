@@ -31,6 +31,13 @@ from tg.hcq.symbolic import concrete
 
 KernelCall = Callable[[int, int], None]  # runs core_ids in [start, end)
 
+# A launch whose first chunk ran faster than this is run whole on the engine thread from then on: handing a chunk
+# to another core thread (a queue put, a wake-up, a queue get) costs tens of microseconds, and more when the
+# machine is loaded, so splitting a tiny kernel (a norm, a residual add) makes it slower. A serial run that takes
+# SERIAL_RECHECK times longer is split again (the kernel was not small after all, e.g. the first run was cached).
+SERIAL_BELOW_S = 25e-6
+SERIAL_RECHECK = 8
+
 
 class CorePool:
     """`count` cores: the calling thread plus `count - 1` daemon threads, started lazily."""
@@ -59,9 +66,18 @@ class CorePool:
             except BaseException as error:  # reported to the engine, which records it on the device
                 self._done.put(error)
 
-    def run(self, run: KernelCall, total: int) -> None:
-        """Call run(start, end) over [0, total) split into one contiguous chunk per core; wait for all."""
+    def run(self, run: KernelCall, total: int, program: Any = None) -> None:
+        """Call run(start, end) over [0, total) split into one contiguous chunk per core; wait for all.
+
+        `program` (any object that takes attributes) remembers how long its launches take: a small one runs in
+        one call on this thread (see SERIAL_BELOW_S)."""
         chunks = min(self.count, total)
+        if chunks > 1 and program is not None and getattr(program, "run_serially", False):
+            start = time.perf_counter()
+            run(0, total)
+            if time.perf_counter() - start > SERIAL_BELOW_S * SERIAL_RECHECK:
+                program.run_serially = False
+            return
         if chunks <= 1:
             if total > 0:
                 run(0, total)
@@ -73,7 +89,10 @@ class CorePool:
             self._inboxes[i - 1].put((run, bounds[i], bounds[i + 1]))
         first_error: BaseException | None = None
         try:
+            start = time.perf_counter()
             run(bounds[0], bounds[1])
+            if program is not None and time.perf_counter() - start < SERIAL_BELOW_S:
+                program.run_serially = True
         except BaseException as error:
             first_error = error
         for _ in range(chunks - 1):
@@ -172,4 +191,4 @@ class CommandEngine:
         state = command.args_state
         run = kernel_runner(program.function, concrete(command.args_addr), len(state.bufs), len(state.vals))
         gx, gy, gz = (concrete(size) for size in command.global_size)
-        self.cores.run(run, gx * gy * gz)
+        self.cores.run(run, gx * gy * gz, program)

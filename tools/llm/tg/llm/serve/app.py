@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import secrets
 import time
@@ -366,7 +367,9 @@ async def detokenize(request: Request) -> Response:
 
 
 async def chat_page(request: Request) -> Response:
-    return HTMLResponse(files("tg.llm.serve").joinpath("chat.html").read_text(encoding="utf-8"))
+    state: ServerState = request.app.state.server
+    page = files("tg.llm.serve").joinpath("chat.html").read_text(encoding="utf-8")
+    return HTMLResponse(page.replace("__TG_MODEL__", html.escape(state.model_id, quote=True)))
 
 
 # ----------------------------------------------------------------------------------------------- the app

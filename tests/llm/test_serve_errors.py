@@ -144,33 +144,40 @@ def test_cors_origin_is_allowed(server: RunningServer) -> None:
 
 
 def test_a_full_queue_answers_429_with_retry_after(server: RunningServer) -> None:
-    """One slot and a queue of one: a third concurrent request is turned away, and served once the others end."""
-    long = {**COMPLETION, "max_tokens": 40, "stream": True}
-    streams, opened = [], threading.Event()
+    """One slot and a queue of one: a third concurrent request is turned away, and served once the others end.
 
-    def hold(index: int) -> None:
-        headers = {"Authorization": f"Bearer {KEY}"}
-        with httpx.stream("POST", server.url + "/v1/completions", json=long, headers=headers, timeout=60) as response:
-            streams.append(response.status_code)
-            if index == 0:
-                opened.set()
-            for _ in response.iter_lines():
-                pass
+    The model's decode waits on a gate while the test fills the slot and the queue, so no timing is guessed.
+    """
+    engine = server.state.engine
+    gate, decode = threading.Event(), engine.runner.decode
 
-    threads = [threading.Thread(target=hold, args=(i,)) for i in range(2)]
-    threads[0].start()
-    assert opened.wait(30)
-    threads[1].start()
-    deadline = time.monotonic() + 30
-    while server.state.engine.stats()["queued"] + server.state.engine.stats()["slots_busy"] < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    refused = post(server, "/v1/completions", COMPLETION)
-    check_error(refused, 429, "queue_full")
-    assert refused.headers["retry-after"] == "1"
-    with pytest.raises(openai.RateLimitError):
-        openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0).completions.create(**COMPLETION)
+    def gated_decode(steps):  # type: ignore[no-untyped-def]
+        assert gate.wait(60)
+        return decode(steps)
+
+    engine.runner.decode = gated_decode  # type: ignore[method-assign]
+    statuses: list[int] = []
+
+    def ask() -> None:
+        statuses.append(post(server, "/v1/completions", {**COMPLETION, "max_tokens": 3}).status_code)
+
+    try:
+        threads = [threading.Thread(target=ask) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while engine.stats()["queued"] + engine.stats()["slots_busy"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        refused = post(server, "/v1/completions", COMPLETION)
+        check_error(refused, 429, "queue_full")
+        assert refused.headers["retry-after"] == "1"
+        with pytest.raises(openai.RateLimitError):
+            openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0).completions.create(**COMPLETION)
+    finally:
+        gate.set()
+        engine.runner.decode = decode  # type: ignore[method-assign]
     for thread in threads:
-        thread.join(timeout=120)
-    assert streams == [200, 200]
+        thread.join(timeout=60)
+    assert statuses == [200, 200]
     still_answers(server)

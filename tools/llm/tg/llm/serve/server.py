@@ -54,10 +54,13 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def run(state: ServerState, options: ServeOptions, device: str = "CPU") -> None:
+def run(state: ServerState, options: ServeOptions) -> None:
     """Serve until interrupted; prints where, what and how to stderr first."""
     import uvicorn
 
+    from tg.tensor import Device
+
+    device = Device.DEFAULT
     if options.host not in LOOPBACK:
         print(f"warning: listening on {options.host}: anyone who can reach this machine can use the model"
               + ("" if options.api_key else " (no --api-key set)"), file=sys.stderr)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,3 +77,27 @@ def run(state: ServerState, options: ServeOptions) -> None:
         server.run(sockets=[sock])
     finally:
         state.engine.stop()
+
+
+class ThreadedServer:
+    """uvicorn serving `state` on a free loopback port in a background thread (tests and bench/bench_serve.py)."""
+
+    def __init__(self, state: ServerState, cors_origins: list[str] | None = None) -> None:
+        import uvicorn
+
+        self.state = state
+        sock = bind("127.0.0.1", 0)
+        self.url = url_of(sock)
+        self.server = uvicorn.Server(uvicorn.Config(create_app(state, cors_origins), log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the server did not start")
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.state.engine.stop()

@@ -126,10 +126,12 @@ def test_without_tools_the_text_stays_content(scripted) -> None:
     assert choice.message.content == HERMES.split("</think>")[1]
 
 
-def test_json_object_on_a_model_that_rambles_still_parses(scripted) -> None:
+@pytest.mark.parametrize("script", ['Sure! Here is JSON: {"a": [1, 2, {"b": "c', '{" the": " the the the"}'])
+def test_json_object_cut_by_max_tokens_still_parses(scripted, script: str) -> None:
+    """Regression: a multi-byte token (' the') must not open a string that the tokens left cannot close."""
     client, say = scripted
-    say('Sure! Here is JSON: {"a": [1, 2, {"b": "c')
-    for max_tokens in (3, 9, 30):
+    say(script)
+    for max_tokens in (2, 3, 4, 5, 6, 9, 30):
         answer = client.chat.completions.create(
             model="scripted", messages=[{"role": "user", "content": "j"}], max_tokens=max_tokens, temperature=0,
             response_format={"type": "json_object"},

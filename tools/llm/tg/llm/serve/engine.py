@@ -270,30 +270,33 @@ class Engine:
         return room if job.params.max_tokens is None else min(room, job.params.max_tokens - job.generated)
 
     def _json_mask(self, job: Job, logits: np.ndarray) -> np.ndarray:
-        """-inf for every token that cannot continue the JSON object (the end token only once it is closed)."""
+        """-inf for every token that cannot continue the JSON object within the token budget.
+
+        A token is allowed when its bytes extend the object and the bytes still needed to close it afterwards fit
+        in the tokens left (as single-byte tokens, which byte-level vocabularies always have); so an answer cut by
+        max_tokens still parses. The end token is allowed only once the object is closed.
+        """
         assert job.json is not None
         masked = np.full_like(logits, -np.inf)
         if job.json.done:
             end = self.tokenizer.eot_id if self.tokenizer.eot_id is not None else self.tokenizer.eos_id
             masked[end] = 0.0
             return masked
-        closing = job.json.closing()
-        budget = self._budget(job)
-        if budget <= len(closing):  # only just room to close the object: one byte token at a time
-            masked[self.byte_tokens[closing[0]]] = 0.0
-            return masked
+        left_after = self._budget(job) - 1
         wanted = 1 if job.params.sampling.temperature <= 0 else JSON_CANDIDATES
         found = 0
         for token in np.argsort(-logits, kind="stable"):
             token = int(token)
             if token in self.tokenizer.special_ids or not np.isfinite(logits[token]):
                 continue
-            data = self.tokenizer.token_bytes(token)
-            if data and job.json.copy().feed_all(data):
+            data, trial = self.tokenizer.token_bytes(token), job.json.copy()
+            if data and trial.feed_all(data) and len(trial.closing()) <= left_after:
                 masked[token] = logits[token]
                 found += 1
                 if found >= wanted:
                     break
+        if not found:  # no room for anything else: the next byte of the shortest closing
+            masked[self.byte_tokens[job.json.closing()[0]]] = 0.0
         return masked
 
     def _logprob_entry(self, job: Job, logits: np.ndarray, token: int) -> dict[str, Any]:

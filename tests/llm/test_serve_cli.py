@@ -23,10 +23,11 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model(tmp_path_factory.mktemp("serve") / "tiny.gguf", "llama", "F32", seed=3)
 
 
-def serve(args: list[str]) -> tuple[subprocess.Popen, str, str]:
+def serve(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, str]:
     """Start the CLI; returns the process, the URL it printed, and everything it printed before that."""
     command = [sys.executable, "-m", "tg.llm", *args]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=os.environ | {"NO_COLOR": "1"})
+    environment = os.environ | {"NO_COLOR": "1"} | (env or {})
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=environment)
     printed = ""
     assert process.stderr is not None
     for line in process.stderr:
@@ -63,7 +64,7 @@ def test_serve_prints_url_model_context_device_and_answers(tiny: Path) -> None:
     assert process.returncode is not None
 
 
-def test_seed_spelling_serve_port_and_a_non_loopback_host_warns(tiny: Path) -> None:
+def test_seed_spelling_serve_port_non_loopback_warning_and_key_from_the_environment(tiny: Path) -> None:
     port = bind("127.0.0.1", 0).getsockname()[1]  # a free port (closed again when the socket is collected)
     process, url, _ = serve(["-m", str(tiny), "--max_context", "48", "--serve", str(port)])
     try:
@@ -71,10 +72,13 @@ def test_seed_spelling_serve_port_and_a_non_loopback_host_warns(tiny: Path) -> N
         assert httpx.get(url + "/health").json()["status"] == "ok"
     finally:
         stop(process)
-    process, url, printed = serve(["serve", "-m", str(tiny), "--host", "127.0.0.2", "--port", "0"])
+    process, url, printed = serve(["serve", "-m", str(tiny), "--host", "127.0.0.2", "--port", "0"],
+                                  env={"TG_LLM_API_KEY": "from-env"})
     try:
-        assert "warning: listening on 127.0.0.2" in printed and "no --api-key" in printed
+        assert "warning: listening on 127.0.0.2" in printed and "API key required" in printed
         assert httpx.get(url + "/health").status_code == 200
+        assert httpx.get(url + "/v1/models").status_code == 401
+        assert httpx.get(url + "/v1/models", headers={"Authorization": "Bearer from-env"}).status_code == 200
     finally:
         stop(process)
 

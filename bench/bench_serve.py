@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import time
 
 import httpx
@@ -23,15 +22,26 @@ from tg.llm import registry
 from tg.llm.serve.server import ServeOptions, ThreadedServer, load_state
 
 QUESTIONS = [
-    "What is the capital of France?", "Name a primary colour.", "How many legs does a spider have?",
-    "What is 7 times 6?", "Which planet is the largest?", "What do bees make?", "Say hello in Spanish.",
+    "What is the capital of France?",
+    "Name a primary colour.",
+    "How many legs does a spider have?",
+    "What is 7 times 6?",
+    "Which planet is the largest?",
+    "What do bees make?",
+    "Say hello in Spanish.",
     "What is the boiling point of water?",
 ]
 
 
 async def one_client(client: httpx.AsyncClient, url: str, question: str, tokens: int) -> dict:
-    body = {"model": "bench", "messages": [{"role": "user", "content": question}], "max_tokens": tokens,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "bench",
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     start, first, text, usage = time.perf_counter(), None, "", None
     try:
         async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
@@ -80,9 +90,14 @@ def measure(clients: int, tokens: int, batched: bool, max_context: int) -> dict:
     good = [r for r in results if "error" not in r]
     ttfts = [r["ttft"] for r in good]
     return {
-        "clients": clients, "batched": batched, "wall_s": wall, "tokens": sum(r["tokens"] for r in good),
-        "tok_s": sum(r["tokens"] for r in good) / wall, "ttft_p50": percentile(ttfts, 0.5) if ttfts else float("nan"),
-        "ttft_p95": percentile(ttfts, 0.95) if ttfts else float("nan"), "errors": len(results) - len(good),
+        "clients": clients,
+        "batched": batched,
+        "wall_s": wall,
+        "tokens": sum(r["tokens"] for r in good),
+        "tok_s": sum(r["tokens"] for r in good) / wall,
+        "ttft_p50": percentile(ttfts, 0.5) if ttfts else float("nan"),
+        "ttft_p95": percentile(ttfts, 0.95) if ttfts else float("nan"),
+        "errors": len(results) - len(good),
         "answers": {QUESTIONS[i % len(QUESTIONS)]: r.get("text") for i, r in enumerate(results)},
     }
 
@@ -103,8 +118,10 @@ def main() -> None:
     print(f"{'clients':>7} {'decode':>9} {'tok/s':>8} {'x 1 client':>10} {'TTFT p50':>9} {'TTFT p95':>9} {'errors':>6}")
     for row in rows:
         mode = "batched" if row["batched"] else "one-by-one"
-        print(f"{row['clients']:>7} {mode:>9} {row['tok_s']:>8.2f} {row['tok_s'] / base:>10.2f} "
-              f"{row['ttft_p50']:>8.2f}s {row['ttft_p95']:>8.2f}s {row['errors']:>6}")
+        print(
+            f"{row['clients']:>7} {mode:>9} {row['tok_s']:>8.2f} {row['tok_s'] / base:>10.2f} "
+            f"{row['ttft_p50']:>8.2f}s {row['ttft_p95']:>8.2f}s {row['errors']:>6}"
+        )
     single = rows[0]["answers"]
     differing = sum(1 for row in rows for q, a in row["answers"].items() if q in single and a != single[q])
     print(f"answers differing from the one-client answer to the same question: {differing}")

@@ -68,8 +68,9 @@ def chat_tokens(session: Session, text: str) -> list[int]:
 
 def still_answers(server: RunningServer) -> None:
     """After a bad request: the server still serves a correct small completion."""
-    answer = httpx.post(server.url + "/v1/completions", json={"model": MODEL, "prompt": "ok", "max_tokens": 2},
-                        timeout=60)
+    answer = httpx.post(
+        server.url + "/v1/completions", json={"model": MODEL, "prompt": "ok", "max_tokens": 2}, timeout=60
+    )
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["completion_tokens"] == 2
 
@@ -132,11 +133,20 @@ def test_completions_text_tokens_and_echo(client, reference: Session) -> None:
 
 
 def test_seeded_sampling_is_reproducible_and_matches_the_sampler(client, reference: Session) -> None:
-    options = SamplingOptions(temperature=1.3, top_k=40, top_p=0.95, min_p=0.01, presence_penalty=0.5,
-                              frequency_penalty=0.3, seed=11)
+    options = SamplingOptions(
+        temperature=1.3, top_k=40, top_p=0.95, min_p=0.01, presence_penalty=0.5, frequency_penalty=0.3, seed=11
+    )
     want = expected_tokens(reference, reference.tokenizer.encode("abc", allow_special=False), 12, options)
-    request = {"model": MODEL, "prompt": "abc", "max_tokens": 12, "temperature": 1.3, "top_p": 0.95, "seed": 11,
-               "presence_penalty": 0.5, "frequency_penalty": 0.3}
+    request = {
+        "model": MODEL,
+        "prompt": "abc",
+        "max_tokens": 12,
+        "temperature": 1.3,
+        "top_p": 0.95,
+        "seed": 11,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.3,
+    }
     extra = {"top_k": 40, "min_p": 0.01}
     first = client.completions.create(**request, extra_body=extra).choices[0].text
     second = client.completions.create(**request, extra_body=extra).choices[0].text
@@ -146,9 +156,14 @@ def test_seeded_sampling_is_reproducible_and_matches_the_sampler(client, referen
 def test_top_k_1_top_p_0_and_min_p_1_are_greedy(client) -> None:
     request = {"model": MODEL, "prompt": "xyz", "max_tokens": 6}
     greedy = client.completions.create(**request, temperature=0).choices[0].text
-    assert client.completions.create(**request, temperature=1.5, seed=1, extra_body={"top_k": 1}).choices[0].text == greedy
+    assert (
+        client.completions.create(**request, temperature=1.5, seed=1, extra_body={"top_k": 1}).choices[0].text == greedy
+    )
     assert client.completions.create(**request, temperature=1.5, seed=2, top_p=0.0).choices[0].text == greedy
-    assert client.completions.create(**request, temperature=1.5, seed=3, extra_body={"min_p": 1.0}).choices[0].text == greedy
+    assert (
+        client.completions.create(**request, temperature=1.5, seed=3, extra_body={"min_p": 1.0}).choices[0].text
+        == greedy
+    )
 
 
 def test_stop_strings_cut_the_answer(client) -> None:
@@ -170,7 +185,11 @@ def test_logprobs_are_the_model_distribution(client, reference: Session) -> None
     logits = reference.generator.prefill(prompt).astype(np.float64)
     log_softmax = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
     answer = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3, temperature=0, logprobs=True,
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=3,
+        temperature=0,
+        logprobs=True,
         top_logprobs=5,
     )
     entries = answer.choices[0].logprobs.content
@@ -189,8 +208,12 @@ def test_logprobs_are_the_model_distribution(client, reference: Session) -> None
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_json_object_output_parses(client, temperature: float) -> None:
     answer = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "json please"}], max_tokens=14, temperature=temperature,
-        seed=4, response_format={"type": "json_object"},
+        model=MODEL,
+        messages=[{"role": "user", "content": "json please"}],
+        max_tokens=14,
+        temperature=temperature,
+        seed=4,
+        response_format={"type": "json_object"},
     )
     assert isinstance(json.loads(answer.choices[0].message.content), dict)
 
@@ -214,8 +237,10 @@ def test_chat_page_is_self_contained(server: RunningServer) -> None:
 
 def test_concurrent_requests_get_their_own_answers_in_batched_steps(client, server: RunningServer) -> None:
     prompts = ["abc", "xyz", "klm", "pqr"]  # same length: the batched steps reuse one set of kernels
-    alone = {p: client.completions.create(model=MODEL, prompt=p, max_tokens=6, temperature=0).choices[0].text
-             for p in prompts}
+    alone = {
+        p: client.completions.create(model=MODEL, prompt=p, max_tokens=6, temperature=0).choices[0].text
+        for p in prompts
+    }
     largest_before = server.state.engine.largest_batch
     results: dict[str, str] = {}
     barrier = threading.Barrier(len(prompts))
@@ -237,12 +262,15 @@ def test_concurrent_requests_get_their_own_answers_in_batched_steps(client, serv
 def test_follow_up_turn_reuses_its_prefix_and_other_prefixes_do_not(client, reference: Session) -> None:
     first = [{"role": "user", "content": "one"}]
     reply = client.chat.completions.create(model=MODEL, messages=first, max_tokens=2, temperature=0)
-    follow = first + [{"role": "assistant", "content": reply.choices[0].message.content},
-                      {"role": "user", "content": "two"}]
+    follow = first + [
+        {"role": "assistant", "content": reply.choices[0].message.content},
+        {"role": "user", "content": "two"},
+    ]
     again = client.chat.completions.create(model=MODEL, messages=follow, max_tokens=2, temperature=0)
     assert again.usage.prompt_tokens_details.cached_tokens > 0
-    want = expected_tokens(reference, reference.tokenizer.encode(reference.template.render(follow)), 2,
-                           SamplingOptions())
+    want = expected_tokens(
+        reference, reference.tokenizer.encode(reference.template.render(follow)), 2, SamplingOptions()
+    )
     assert again.choices[0].message.content == reference.tokenizer.decode(want)
     other = [{"role": "user", "content": "oNe"}]  # shares only the template's first tokens
     answer = client.chat.completions.create(model=MODEL, messages=other, max_tokens=2, temperature=0)

@@ -72,8 +72,9 @@ def test_seed_spelling_serve_port_non_loopback_warning_and_key_from_the_environm
         assert httpx.get(url + "/health").json()["status"] == "ok"
     finally:
         stop(process)
-    process, url, printed = serve(["serve", "-m", str(tiny), "--host", "127.0.0.2", "--port", "0"],
-                                  env={"TG_LLM_API_KEY": "from-env"})
+    process, url, printed = serve(
+        ["serve", "-m", str(tiny), "--host", "127.0.0.2", "--port", "0"], env={"TG_LLM_API_KEY": "from-env"}
+    )
     try:
         assert "warning: listening on 127.0.0.2" in printed and "API key required" in printed
         assert httpx.get(url + "/health").status_code == 200
@@ -86,7 +87,11 @@ def test_seed_spelling_serve_port_non_loopback_warning_and_key_from_the_environm
 def test_bad_serve_options_fail_with_one_line(tiny: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tg.llm", "serve", "-m", str(tiny), "--max-concurrency", "0"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == ["error: --max-concurrency and --max-body-bytes must be at least 1, --max-queue at least 0"]
+    assert result.stderr.strip().splitlines() == [
+        "error: --max-concurrency and --max-body-bytes must be at least 1, --max-queue at least 0"
+    ]

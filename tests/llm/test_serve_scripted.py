@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,8 +27,14 @@ from tg.llm.serve.runner import Slot  # noqa: E402
 from tg.llm.session import Session  # noqa: E402
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
-HERMES = '<think>Let me think.</think>Calling.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-XML = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+HERMES = (
+    '<think>Let me think.</think>Calling.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+    "</tool_call>"
+)
+XML = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+    "</parameter>\n</function>\n</tool_call>"
+)
 
 
 class ScriptedRunner:
@@ -133,7 +138,10 @@ def test_json_object_cut_by_max_tokens_still_parses(scripted, script: str) -> No
     say(script)
     for max_tokens in (2, 3, 4, 5, 6, 9, 30):
         answer = client.chat.completions.create(
-            model="scripted", messages=[{"role": "user", "content": "j"}], max_tokens=max_tokens, temperature=0,
+            model="scripted",
+            messages=[{"role": "user", "content": "j"}],
+            max_tokens=max_tokens,
+            temperature=0,
             response_format={"type": "json_object"},
         )
         assert isinstance(json.loads(answer.choices[0].message.content), dict)
@@ -174,7 +182,7 @@ def test_json_prefix_accepts_json_and_every_prefix_closes_into_json(document: st
     assert checker.done and not checker.copy().feed(ord(" "))
 
 
-@pytest.mark.parametrize("text", ['{"a" 1}', '{"a": 01}', '{"a": tru}', '{"a": "\x01"}', '{}}', '{"a":1,}', "{'a': 1}"])
+@pytest.mark.parametrize("text", ['{"a" 1}', '{"a": 01}', '{"a": tru}', '{"a": "\x01"}', "{}}", '{"a":1,}', "{'a': 1}"])
 def test_json_prefix_refuses_invalid_json(text: str) -> None:
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)  # the oracle agrees it is not JSON

@@ -78,19 +78,30 @@ def check_api_key(request: Request, state: ServerState) -> None:
 
 def check_model(model: str, state: ServerState) -> None:
     if model != state.model_id and model not in state.aliases:
-        raise APIError(404, f"the model '{model}' does not exist (this server has '{state.model_id}')",
-                       "model_not_found", "model")
+        raise APIError(
+            404, f"the model '{model}' does not exist (this server has '{state.model_id}')", "model_not_found", "model"
+        )
 
 
 def check_budget(prompt: list[int], params: GenerationParams, state: ServerState, param: str) -> None:
     """400 when the prompt fills the context or prompt + max_tokens does not fit in it."""
     if len(prompt) >= state.max_context:
-        raise APIError(400, f"this model's maximum context length is {state.max_context} tokens, but the prompt "
-                       f"has {len(prompt)} tokens", "context_length_exceeded", param)
+        raise APIError(
+            400,
+            f"this model's maximum context length is {state.max_context} tokens, but the prompt "
+            f"has {len(prompt)} tokens",
+            "context_length_exceeded",
+            param,
+        )
     if params.max_tokens is not None and len(prompt) + params.max_tokens > state.max_context:
-        raise APIError(400, f"this model's maximum context length is {state.max_context} tokens; you requested "
-                       f"{len(prompt) + params.max_tokens} ({len(prompt)} in the prompt, {params.max_tokens} for "
-                       "the completion)", "context_length_exceeded", "max_tokens")
+        raise APIError(
+            400,
+            f"this model's maximum context length is {state.max_context} tokens; you requested "
+            f"{len(prompt) + params.max_tokens} ({len(prompt)} in the prompt, {params.max_tokens} for "
+            "the completion)",
+            "context_length_exceeded",
+            "max_tokens",
+        )
 
 
 def chat_prompt(state: ServerState, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
@@ -98,7 +109,9 @@ def chat_prompt(state: ServerState, messages: list[dict[str, Any]], tools: list[
     try:
         text = state.template.render(messages, add_generation_prompt=True, **extra)
     except (TemplateError, KeyError, TypeError) as error:
-        raise APIError(400, f"the chat template refused the messages: {error}", "invalid_messages", "messages") from error
+        raise APIError(
+            400, f"the chat template refused the messages: {error}", "invalid_messages", "messages"
+        ) from error
     return state.tokenizer.encode(text)
 
 
@@ -107,8 +120,12 @@ def completion_prompt(state: ServerState, prompt: str | list[int]) -> list[int]:
     if isinstance(prompt, list):
         bad = [token for token in prompt if not 0 <= token < len(tokenizer.tokens)]
         if bad:
-            raise APIError(400, f"token id {bad[0]} is outside the vocabulary of {len(tokenizer.tokens)}",
-                           "invalid_value", "prompt")
+            raise APIError(
+                400,
+                f"token id {bad[0]} is outside the vocabulary of {len(tokenizer.tokens)}",
+                "invalid_value",
+                "prompt",
+            )
         return prompt
     bos = [tokenizer.bos_id] if tokenizer.add_bos and tokenizer.bos_id is not None else []
     tokens = bos + tokenizer.encode(prompt, allow_special=False)
@@ -195,8 +212,12 @@ async def chat_completions(request: Request) -> Response:
     prompt = chat_prompt(state, chat.messages, chat.tools)
     check_budget(prompt, chat.params, state, "messages")
     stream = JobStream(state, prompt, chat.params)
-    head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": state.model_id,
-            "system_fingerprint": "tg-llm"}
+    head = {
+        "id": new_id("chatcmpl"),
+        "created": int(time.time()),
+        "model": state.model_id,
+        "system_fingerprint": "tg-llm",
+    }
     if chat.params.stream:
         return EventSourceResponse(chat_chunks(stream, head, chat.params, chat.parse_tools), sep="\n", ping=15)
     pieces, finish = await collect(request, stream)
@@ -224,8 +245,12 @@ async def chat_chunks(
     extra = {"usage": None} if params.include_usage else {}
 
     def chunk(delta: dict[str, Any], reason: str | None = None, logprobs: list | None = None) -> dict[str, str]:
-        choice = {"index": 0, "delta": delta, "logprobs": {"content": logprobs} if logprobs else None,
-                  "finish_reason": reason}
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": {"content": logprobs} if logprobs else None,
+            "finish_reason": reason,
+        }
         return sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
 
     router = StreamRouter(parse_tools)
@@ -284,16 +309,25 @@ async def completions(request: Request) -> Response:
     if completion.echo:
         echo = completion.prompt if isinstance(completion.prompt, str) else state.tokenizer.decode(prompt)
     stream = JobStream(state, prompt, completion.params)
-    head = {"id": new_id("cmpl"), "object": "text_completion", "created": int(time.time()),
-            "model": state.model_id, "system_fingerprint": "tg-llm"}
+    head = {
+        "id": new_id("cmpl"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": state.model_id,
+        "system_fingerprint": "tg-llm",
+    }
     want_logprobs = completion.params.logprobs
     if completion.params.stream:
         return EventSourceResponse(completion_chunks(stream, head, completion.params, echo), sep="\n", ping=15)
     pieces, finish = await collect(request, stream)
     entries = [e for p in pieces for e in p.logprobs]
     text = echo + "".join(piece.text for piece in pieces)
-    choice = {"index": 0, "text": text, "logprobs": legacy_logprobs(entries, len(echo)) if want_logprobs else None,
-              "finish_reason": finish.reason}
+    choice = {
+        "index": 0,
+        "text": text,
+        "logprobs": legacy_logprobs(entries, len(echo)) if want_logprobs else None,
+        "finish_reason": finish.reason,
+    }
     return JSONResponse({**head, "choices": [choice], "usage": usage(finish)})
 
 
@@ -327,8 +361,13 @@ async def completion_chunks(
 async def models(request: Request) -> Response:
     state: ServerState = request.app.state.server
     check_api_key(request, state)
-    model = {"id": state.model_id, "object": "model", "created": state.created, "owned_by": "tg-llm",
-             "context_length": state.max_context}
+    model = {
+        "id": state.model_id,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "tg-llm",
+        "context_length": state.max_context,
+    }
     return JSONResponse({"object": "list", "data": [model]})
 
 
@@ -407,8 +446,14 @@ def create_app(state: ServerState, cors_origins: list[str] | None = None) -> Sta
     ]
     middleware = []
     if cors_origins:
-        middleware.append(Middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
-                                     allow_headers=["Authorization", "Content-Type"]))
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=cors_origins,
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type"],
+            )
+        )
     handlers = {APIError: api_error, HTTPException: http_error, Exception: server_error}
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]
     app.state.server = state

@@ -101,7 +101,9 @@ class TextStream:
 class QueueFull(APIError):
     def __init__(self, limit: int) -> None:
         super().__init__(
-            429, f"the server is busy: {limit} requests are already waiting; retry later", "queue_full",
+            429,
+            f"the server is busy: {limit} requests are already waiting; retry later",
+            "queue_full",
             headers={"Retry-After": "1"},
         )
 

@@ -79,7 +79,9 @@ class ModelRunner:
             if len(slot.cached) + 1 > self.max_context:
                 raise ContextOverflowError(f"context overflow: the maximum context is {self.max_context}")
         self.forward_calls.append((len(steps), len(steps)))
-        logits = batched_decode(self.model, [(slot.caches, len(slot.cached)) for slot, _ in steps], [t for _, t in steps])
+        logits = batched_decode(
+            self.model, [(slot.caches, len(slot.cached)) for slot, _ in steps], [t for _, t in steps]
+        )
         for slot, token in steps:
             slot.cached = slot.cached + [token]
         return list(logits)
@@ -97,7 +99,9 @@ def batched_decode(model: Transformer, sequences: list[tuple[list[Tensor], int]]
     x = model.embed(tokens)
     for index, block in enumerate(model.blocks):
         caches = [caches[index] for caches, _ in sequences]
-        attended, writes = batched_attention(model, block, caches, positions, rms_norm(x, block.attn_norm, config.norm_eps), cos, sin)
+        attended, writes = batched_attention(
+            model, block, caches, positions, rms_norm(x, block.attn_norm, config.norm_eps), cos, sin
+        )
         h = x + attended
         x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
         x = x.contiguous().realize(*writes)
@@ -112,7 +116,11 @@ def batched_attention(model, block, caches, positions, x, cos, sin) -> tuple[Ten
     q, k, v = linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
     if block.q_norm is not None and block.q_norm.shape[-1] != head_dim:  # olmoe: over the projection
         q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
-    q, k, v = q.reshape(count, heads, head_dim), k.reshape(count, kv_heads, head_dim), v.reshape(count, kv_heads, head_dim)
+    q, k, v = (
+        q.reshape(count, heads, head_dim),
+        k.reshape(count, kv_heads, head_dim),
+        v.reshape(count, kv_heads, head_dim),
+    )
     if block.q_norm is not None and block.q_norm.shape[-1] == head_dim:  # qwen3: per head
         q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
     q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)

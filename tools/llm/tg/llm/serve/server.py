@@ -37,8 +37,16 @@ def load_state(path: Path, max_context: int, options: ServeOptions, aliases: set
     session = Session.load(path, max_context)
     runner = ModelRunner(session.model, options.max_concurrency, options.batched)
     engine = Engine(runner, session.tokenizer, options.max_queue)
-    return ServerState(engine, session.tokenizer, session.template, session.model_name, session.model.max_context,
-                       options.api_key, options.max_body_bytes, set(aliases or ()) | {path.stem})
+    return ServerState(
+        engine,
+        session.tokenizer,
+        session.template,
+        session.model_name,
+        session.model.max_context,
+        options.api_key,
+        options.max_body_bytes,
+        set(aliases or ()) | {path.stem},
+    )
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -64,13 +72,19 @@ def run(state: ServerState, options: ServeOptions) -> None:
 
     device = Device.DEFAULT
     if options.host not in LOOPBACK:
-        print(f"warning: listening on {options.host}: anyone who can reach this machine can use the model"
-              + ("" if options.api_key else " (no --api-key set)"), file=sys.stderr)
+        print(
+            f"warning: listening on {options.host}: anyone who can reach this machine can use the model"
+            + ("" if options.api_key else " (no --api-key set)"),
+            file=sys.stderr,
+        )
     sock = bind(options.host, options.port)
     auth = "API key required" if options.api_key else "no API key"
-    print(f'serving "{state.model_id}" at {url_of(sock)} (OpenAI API under /v1, chat page at /), max context '
-          f"{state.max_context}, device {device}, {options.max_concurrency} slots, queue {options.max_queue}, {auth}",
-          file=sys.stderr, flush=True)
+    print(
+        f'serving "{state.model_id}" at {url_of(sock)} (OpenAI API under /v1, chat page at /), max context '
+        f"{state.max_context}, device {device}, {options.max_concurrency} slots, queue {options.max_queue}, {auth}",
+        file=sys.stderr,
+        flush=True,
+    )
     app = create_app(state, list(options.cors_origins))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
     try:

@@ -288,3 +288,13 @@ def test_disconnect_mid_stream_stops_generation_and_frees_the_slot(server: Runni
     assert wait_idle(server.state.engine, 20)
     assert server.state.engine.steps - steps_before < 60  # it did not run on to max_tokens
     still_answers(server)
+
+
+def test_disconnect_while_waiting_for_a_whole_answer_stops_generation(server: RunningServer) -> None:
+    steps_before = server.state.engine.steps
+    body = {"model": MODEL, "prompt": "go", "max_tokens": 80, "temperature": 0}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
+        httpx.post(server.url + "/v1/completions", json=body, timeout=httpx.Timeout(5, read=1.0))
+    assert wait_idle(server.state.engine, 20)
+    assert server.state.engine.steps - steps_before < 60
+    still_answers(server)

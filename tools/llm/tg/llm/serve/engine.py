@@ -166,9 +166,14 @@ class Engine:
                 if not self.running:
                     break
                 admitted = self._admit()
-            for job in admitted:
-                self._start(job)
-            self._step()
+            try:
+                for job in admitted:
+                    self._start(job)
+                self._step()
+            except Exception as error:  # noqa: BLE001  (a bug here must fail these requests, not hang the server)
+                log.exception("scheduler step failed")
+                for job in list(self.active):
+                    self._end(job, Failure(APIError(500, f"generation failed: {error}", "generation_failed")))
         for job in self.active + list(self.waiting):
             job.emit(Failure(APIError(503, "the server is shutting down", "unavailable")))
 

@@ -86,3 +86,12 @@ def test_stop_ends_the_stream_and_the_generation(page, server: RunningServer) ->
 
     assert wait_idle(engine, 30)  # the server noticed the closed stream and freed the slot
     assert engine.stats()["slots_busy"] == 0
+
+
+def test_markdown_renders_code_blocks_and_escapes_html(page) -> None:
+    html = page.evaluate(
+        "renderMarkdown('Some **bold** and `x`.\\n\\n```python\\nif a < b: pass\\n```\\n\\n<img src=x onerror=alert(1)>')"
+    )
+    assert "<strong>bold</strong>" in html and "<code>x</code>" in html
+    assert '<pre><code data-lang="python">if a &lt; b: pass\n</code></pre>' in html
+    assert "<img" not in html and "&lt;img" in html  # model output cannot inject markup

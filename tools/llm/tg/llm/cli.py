@@ -20,7 +20,7 @@ import typer
 from tg.llm import registry
 
 app = typer.Typer(help="Run and serve LLMs from GGUF files.", add_completion=False)
-COMMANDS = ("chat", "pull", "list")
+COMMANDS = ("chat", "pull", "list", "serve")
 # the seed's spellings, rewritten to the dashed option names typer declares
 UNDERSCORE_FLAGS = {"--max_context": "--max-context", "--no_chat_template": "--no-chat-template"}
 OPTIONAL_VALUE_FLAGS = {"--benchmark": "20", "--serve": "8000"}  # bare flag -> this value
@@ -75,7 +75,7 @@ def chat(
     ),
     benchmark: int = typer.Option(0, "--benchmark", help="Time N greedy tokens (bare flag: 20) and exit."),
     warmup: bool = typer.Option(False, "--warmup", help="Run a short generation first (compiles the kernels)."),
-    serve: int = typer.Option(0, "--serve", help="Serve an OpenAI-compatible API on PORT (not available yet)."),
+    serve: int = typer.Option(0, "--serve", help="Serve an OpenAI-compatible API on PORT (bare flag: 8000)."),
     max_tokens: int = typer.Option(512, "--max-tokens", help="Most tokens per answer."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 is greedy."),
     top_k: int = typer.Option(0, "--top-k"),
@@ -91,8 +91,11 @@ def chat(
     """Chat with a model (the default command): `>>> ` prompts, streamed answers, EOF exits."""
     from tg.llm.sampling import SamplingOptions
 
-    if serve:
-        fail("--serve is not implemented yet in tg-llm")
+    if serve:  # the seed's spelling of `tg-llm serve --port PORT`
+        from tg.llm.serve.server import ServeOptions
+
+        start_server(model, max_context, ServeOptions(port=serve), debug)
+        return
     options = SamplingOptions(
         temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty, seed
     )
@@ -183,6 +186,46 @@ def resident_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+@app.command("serve")
+def serve_command(
+    model: str = typer.Option(registry.EMBEDDED_NAME, "--model", "-m", help="Registry name, .gguf path or hf:..."),
+    max_context: int = typer.Option(4096, "--max-context", help="KV cache size per slot (capped at the model's)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (anything but loopback warns)."),
+    port: int = typer.Option(8000, "--port", help="TCP port (0: any free one)."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="TG_LLM_API_KEY", help="Require 'Authorization: Bearer KEY' on the API."
+    ),
+    max_concurrency: int = typer.Option(4, "--max-concurrency", help="Requests generated at once (KV-cache slots)."),
+    max_queue: int = typer.Option(16, "--max-queue", help="Requests waiting for a slot; more are answered 429."),
+    max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Larger request bodies are answered 413."),
+    cors_origin: list[str] = typer.Option([], "--cors-origin", help="Allow browser calls from ORIGIN (repeatable)."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, ...) and a chat page at /."""
+    from tg.llm.serve.server import ServeOptions
+
+    options = ServeOptions(host, port, api_key, max_concurrency, max_queue, max_body_bytes, tuple(cors_origin))
+    start_server(model, max_context, options, debug)
+
+
+def start_server(model: str, max_context: int, options: Any, debug: bool) -> None:
+    from tg.llm.serve.server import load_state, run
+
+    try:
+        path = registry.resolve(model)
+        registry.verify(model, path)
+        state = load_state(path, max_context, options, aliases={model})
+        run(state, options)
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        return
+    except Exception as error:
+        if debug or os.environ.get("DEBUG", "0") not in ("", "0"):
+            raise
+        fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
 
 @app.command()

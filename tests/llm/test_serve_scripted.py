@@ -1,0 +1,195 @@
+"""Reasoning and tool calls through the real server and the `openai` client, with a scripted model.
+
+A random-weight model never writes `<think>` or `<tool_call>`, so here the model is replaced by a runner whose
+logits pick a given text's tokens one by one; the tokenizer, template, scheduler, router and HTTP layer are the
+real ones. The router and the JSON constraint are also checked alone against Python's `json` module.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gguf")
+openai = pytest.importorskip("openai")
+
+from llm_fixtures import write_model  # noqa: E402
+from serve_helpers import RunningServer  # noqa: E402
+
+from tg.llm.serve.app import ServerState  # noqa: E402
+from tg.llm.serve.engine import Engine  # noqa: E402
+from tg.llm.serve.json_constraint import JsonPrefix  # noqa: E402
+from tg.llm.serve.router import StreamRouter  # noqa: E402
+from tg.llm.serve.runner import Slot  # noqa: E402
+from tg.llm.session import Session  # noqa: E402
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+HERMES = (
+    '<think>Let me think.</think>Calling.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+    "</tool_call>"
+)
+XML = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+    "</parameter>\n</function>\n</tool_call>"
+)
+
+
+class ScriptedRunner:
+    """Stands in for ModelRunner: every slot's answer is `script` (token ids), then the end token."""
+
+    def __init__(self, vocab: int, end: int, slots: int = 2, max_context: int = 512) -> None:
+        self.vocab, self.end, self.max_context = vocab, end, max_context
+        self.slots = [Slot(index, []) for index in range(slots)]
+        self.script: list[int] = []
+        self.starts: dict[int, int] = {}
+
+    def _logits(self, slot: Slot) -> np.ndarray:
+        index = len(slot.cached) - self.starts[slot.index]
+        logits = np.zeros(self.vocab, dtype=np.float32)
+        logits[self.script[index] if index < len(self.script) else self.end] = 30.0
+        return logits
+
+    def reusable_prefix(self, slot: Slot, tokens: list[int]) -> int:
+        return 0
+
+    def prefill(self, slot: Slot, tokens: list[int]) -> np.ndarray:
+        slot.cached, self.starts[slot.index] = list(tokens), len(tokens)
+        return self._logits(slot)
+
+    def decode(self, steps: list[tuple[Slot, int]]) -> list[np.ndarray]:
+        for slot, token in steps:
+            slot.cached.append(token)
+        return [self._logits(slot) for slot, _ in steps]
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory):
+    session = Session.load(write_model(tmp_path_factory.mktemp("serve") / "tiny.gguf", "llama", "F32"), 256)
+    tokenizer = session.tokenizer
+    runner = ScriptedRunner(len(tokenizer.tokens), tokenizer.eos_id)
+    engine = Engine(runner, tokenizer)  # type: ignore[arg-type]
+    server = RunningServer(ServerState(engine, tokenizer, session.template, "scripted", 256))
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+    def say(text: str) -> None:
+        runner.script = tokenizer.encode(text, allow_special=False)
+
+    yield client, say
+    server.close()
+
+
+def ask(client, stream: bool = False, tools: list | None = None):  # type: ignore[no-untyped-def]
+    extra = {"tools": tools} if tools else {}
+    return client.chat.completions.create(
+        model="scripted", messages=[{"role": "user", "content": "weather?"}], temperature=0, stream=stream, **extra
+    )
+
+
+def test_hermes_tool_call_and_reasoning(scripted) -> None:
+    client, say = scripted
+    say(HERMES)
+    answer = ask(client, tools=[WEATHER])
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Calling."
+    assert choice.message.model_extra["reasoning_content"] == "Let me think."
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+
+
+def test_streamed_tool_call_and_reasoning(scripted) -> None:
+    client, say = scripted
+    say(HERMES)
+    chunks = list(ask(client, stream=True, tools=[WEATHER]))
+    deltas = [chunk.choices[0].delta for chunk in chunks if chunk.choices]
+    assert "".join(d.content or "" for d in deltas) == "Calling."
+    assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas) == "Let me think."
+    calls = [call for d in deltas for call in d.tool_calls or []]
+    assert [(c.index, c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        (0, "get_weather", {"city": "Paris"})
+    ]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+def test_xml_function_tool_call(scripted) -> None:
+    client, say = scripted
+    say(XML)
+    choice = ask(client, tools=[WEATHER]).choices[0]
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    assert json.loads(choice.message.tool_calls[0].function.arguments) == {"city": "Paris", "days": 3}
+
+
+def test_without_tools_the_text_stays_content(scripted) -> None:
+    client, say = scripted
+    say(HERMES)
+    choice = ask(client).choices[0]
+    assert choice.finish_reason == "stop" and choice.message.tool_calls is None
+    assert choice.message.content == HERMES.split("</think>")[1]
+
+
+@pytest.mark.parametrize("script", ['Sure! Here is JSON: {"a": [1, 2, {"b": "c', '{" the": " the the the"}'])
+def test_json_object_cut_by_max_tokens_still_parses(scripted, script: str) -> None:
+    """Regression: a multi-byte token (' the') must not open a string that the tokens left cannot close."""
+    client, say = scripted
+    say(script)
+    for max_tokens in (2, 3, 4, 5, 6, 9, 30):
+        answer = client.chat.completions.create(
+            model="scripted",
+            messages=[{"role": "user", "content": "j"}],
+            max_tokens=max_tokens,
+            temperature=0,
+            response_format={"type": "json_object"},
+        )
+        assert isinstance(json.loads(answer.choices[0].message.content), dict)
+
+
+# ----------------------------------------------------------------------------------------------- units
+
+
+@pytest.mark.parametrize("text", [HERMES, XML, "<think>a</think>b", "plain <b>text</b> with <thin and <tool"])
+def test_router_output_does_not_depend_on_how_the_text_is_split(text: str) -> None:
+    def route(pieces: list[str]) -> tuple[str, str, list]:
+        router = StreamRouter(parse_tools=True)
+        content = reasoning = ""
+        for piece in pieces:
+            delta = router.feed(piece)
+            content, reasoning = content + delta.content, reasoning + delta.reasoning
+        last, calls = router.finish()
+        return content + last.content, reasoning + last.reasoning, [c["function"] for c in calls]
+
+    whole = route([text])
+    assert route(list(text)) == whole
+    rng = random.Random(0)
+    cuts = sorted(rng.sample(range(1, len(text)), min(5, len(text) - 1)))
+    assert route([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]) == whole
+
+
+DOCUMENTS = ['{"a": [1, -2.5e+3, true, null, {"b": "c\\u00e9\\n"}], "d": false}', "{}", '{"k": [[], {}, 0.0]}']
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_json_prefix_accepts_json_and_every_prefix_closes_into_json(document: str) -> None:
+    data = document.encode()
+    checker = JsonPrefix()
+    for index, byte in enumerate(data):
+        assert checker.feed(byte), document[: index + 1]
+        closed = document[: index + 1].encode() + checker.closing()
+        assert isinstance(json.loads(closed), dict), closed
+    assert checker.done and not checker.copy().feed(ord(" "))
+
+
+@pytest.mark.parametrize("text", ['{"a" 1}', '{"a": 01}', '{"a": tru}', '{"a": "\x01"}', "{}}", '{"a":1,}', "{'a': 1}"])
+def test_json_prefix_refuses_invalid_json(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)  # the oracle agrees it is not JSON
+    assert not JsonPrefix().feed_all(text.encode())
+
+
+@pytest.mark.parametrize("text", ["[1]", '"s"', "3", " {}"])
+def test_json_prefix_wants_the_answer_to_start_with_an_object(text: str) -> None:
+    json.loads(text)  # valid JSON, but json_object asks for an object, written from the first byte
+    assert not JsonPrefix().feed_all(text.encode())

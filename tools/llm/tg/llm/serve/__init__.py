@@ -1,0 +1,1 @@
+"""tg-llm serve: an OpenAI-compatible HTTP server (starlette + uvicorn + server-sent events) and a chat page."""

@@ -1,0 +1,332 @@
+"""The scheduler: one thread owns the model and runs every request's generation, step by step.
+
+Requests wait in a bounded queue; up to `max_concurrency` of them are active at once, each in its own KV-cache slot.
+Each step the scheduler prefills newly admitted requests, then samples one token for every active request and
+feeds all of those tokens to the model in one batched forward. Results go back to the asyncio side through each
+job's `emit` callback; a cancelled job (its client went away) is dropped at the next step and frees its slot.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tg.llm.generate import cut_at_stop
+from tg.llm.sampling import Sampler
+from tg.llm.serve.errors import APIError
+from tg.llm.serve.json_constraint import JsonPrefix
+from tg.llm.serve.params import GenerationParams
+from tg.llm.serve.runner import ModelRunner, Slot
+from tg.llm.tokenizer import Tokenizer, byte_to_unicode
+
+log = logging.getLogger("tg.llm.serve")
+JSON_CANDIDATES = 64  # sampled JSON tokens are drawn from at most this many allowed candidates
+
+
+@dataclass
+class Piece:
+    """New visible text, and the log-probabilities of the tokens that produced it (when asked for)."""
+
+    text: str
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Finish:
+    reason: str  # stop, length
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+@dataclass
+class Failure:
+    error: APIError
+
+
+Event = Piece | Finish | Failure
+
+
+@dataclass
+class Job:
+    prompt: list[int]
+    params: GenerationParams
+    emit: Callable[[Event], None]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    # set by the scheduler
+    slot: Slot | None = None
+    sampler: Sampler | None = None
+    text: TextStream | None = None
+    json: JsonPrefix | None = None
+    logits: np.ndarray | None = None
+    generated: int = 0
+    cached_tokens: int = 0
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class TextStream:
+    """Token ids -> visible text: stop strings cut the text, and text that may begin a stop string is held back."""
+
+    def __init__(self, tokenizer: Tokenizer, stops: list[str]) -> None:
+        self.decoder, self.stops = tokenizer.stream_decoder(), stops
+        self.hold = max((len(stop) - 1 for stop in stops), default=0)
+        self.text, self.shown = "", 0
+
+    def add(self, token: int) -> tuple[str, bool]:
+        """(newly visible text, whether a stop string was found)."""
+        self.text += self.decoder.add(token)
+        return self._visible(final=False)
+
+    def finish(self) -> str:
+        self.text += self.decoder.flush()
+        return self._visible(final=True)[0]
+
+    def _visible(self, final: bool) -> tuple[str, bool]:
+        visible, stopped = cut_at_stop(self.text, self.stops)
+        safe = len(visible) if stopped or final else max(self.shown, len(visible) - self.hold)
+        out = visible[self.shown : safe] if safe > self.shown else ""
+        self.shown = max(self.shown, safe)
+        return out, stopped
+
+
+class QueueFull(APIError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            429,
+            f"the server is busy: {limit} requests are already waiting; retry later",
+            "queue_full",
+            headers={"Retry-After": "1"},
+        )
+
+
+class Engine:
+    def __init__(
+        self, runner: ModelRunner, tokenizer: Tokenizer, max_queue: int = 16, idle_timeout: float = 0.5
+    ) -> None:
+        self.runner, self.tokenizer = runner, tokenizer
+        self.max_concurrency, self.max_queue = len(runner.slots), max_queue
+        self.waiting: collections.deque[Job] = collections.deque()
+        self.active: list[Job] = []
+        self.free_slots = list(runner.slots)
+        self.condition = threading.Condition()
+        self.running = True
+        self.idle_timeout = idle_timeout
+        self.vocab = len(tokenizer.tokens)
+        byte_map = byte_to_unicode()
+        self.byte_tokens = {byte: tokenizer.ids.get(byte_map[byte], 0) for byte in range(256)}  # for json closing
+        self.steps = 0  # decode steps run, and the largest batch seen: for /health and tests
+        self.largest_batch = 0
+        self.thread = threading.Thread(target=self._loop, name="tg-llm-scheduler", daemon=True)
+        self.thread.start()
+
+    # ------------------------------------------------------------------------------------------ asyncio side
+
+    def submit(self, job: Job) -> None:
+        """Queue a job, or raise QueueFull (429) when max_queue jobs already wait for a slot."""
+        with self.condition:
+            if not self.running:
+                raise APIError(503, "the server is shutting down", "unavailable", headers={"Retry-After": "5"})
+            if len(self.active) + len(self.waiting) >= self.max_concurrency + self.max_queue:
+                raise QueueFull(self.max_queue)
+            self.waiting.append(job)
+            self.condition.notify()
+
+    def stats(self) -> dict[str, int]:
+        with self.condition:
+            return {
+                "slots_busy": len(self.active),
+                "slots_idle": self.max_concurrency - len(self.active),
+                "queued": len(self.waiting),
+                "decode_steps": self.steps,
+                "largest_batch": self.largest_batch,
+            }
+
+    def stop(self) -> None:
+        with self.condition:
+            self.running = False
+            self.condition.notify()
+        self.thread.join(timeout=10)
+
+    # ------------------------------------------------------------------------------------------ the thread
+
+    def _loop(self) -> None:
+        while True:
+            with self.condition:
+                while self.running and not self.waiting and not self.active:
+                    self.condition.wait(self.idle_timeout)
+                if not self.running:
+                    break
+                admitted = self._admit()
+            try:
+                for job in admitted:
+                    self._start(job)
+                self._step()
+            except Exception as error:  # noqa: BLE001  (a bug here must fail these requests, not hang the server)
+                log.exception("scheduler step failed")
+                for job in list(self.active):
+                    self._end(job, Failure(APIError(500, f"generation failed: {error}", "generation_failed")))
+        for job in self.active + list(self.waiting):
+            job.emit(Failure(APIError(503, "the server is shutting down", "unavailable")))
+
+    def _admit(self) -> list[Job]:
+        """Move waiting jobs into free slots (the one holding the longest prefix of the job's prompt first)."""
+        admitted = []
+        while self.waiting and self.free_slots:
+            job = self.waiting.popleft()
+            if job.cancelled.is_set():
+                continue
+            job.slot = max(self.free_slots, key=lambda slot: self.runner.reusable_prefix(slot, job.prompt))
+            self.free_slots.remove(job.slot)
+            self.active.append(job)
+            admitted.append(job)
+        return admitted
+
+    def _start(self, job: Job) -> None:
+        assert job.slot is not None
+        job.sampler = Sampler(job.params.sampling)
+        job.text = TextStream(self.tokenizer, job.params.stops)
+        job.json = JsonPrefix() if job.params.json_object else None
+        job.cached_tokens = self.runner.reusable_prefix(job.slot, job.prompt)
+        try:
+            job.logits = self.runner.prefill(job.slot, job.prompt)
+        except Exception as error:  # noqa: BLE001  (any model failure is this request's 500, not the server's)
+            log.exception("prefill failed")
+            self._end(job, Failure(APIError(500, f"generation failed: {error}", "generation_failed")))
+
+    def _step(self) -> None:
+        """Sample one token for every active job, then feed the survivors' tokens in one forward."""
+        steps: list[tuple[Job, int]] = []
+        for job in list(self.active):
+            if job.cancelled.is_set():
+                self._end(job, None)
+                continue
+            token = self._sample(job)
+            if token is not None:
+                steps.append((job, token))
+        if not steps:
+            return
+        try:
+            logits = self.runner.decode([(job.slot, token) for job, token in steps])  # type: ignore[misc]
+        except Exception as error:  # noqa: BLE001
+            log.exception("decode failed")
+            for job, _ in steps:
+                self._end(job, Failure(APIError(500, f"generation failed: {error}", "generation_failed")))
+            return
+        self.steps += 1
+        self.largest_batch = max(self.largest_batch, len(steps))
+        for (job, _), row in zip(steps, logits, strict=True):
+            job.logits = row
+
+    def _sample(self, job: Job) -> int | None:
+        """Pick the job's next token and emit its text; None when the job ended here."""
+        assert job.logits is not None and job.sampler is not None and job.text is not None and job.slot is not None
+        logits = job.logits[: self.vocab].astype(np.float64)
+        if job.json is not None:
+            logits = self._json_mask(job, logits)
+        token = job.sampler(logits)
+        job.generated += 1
+        if self.tokenizer.is_end(token):
+            self._finish(job, "stop", [])
+            return None
+        entries = [self._logprob_entry(job, logits, token)] if job.params.logprobs else []
+        text, stopped = job.text.add(token)
+        if job.json is not None:
+            job.json.feed_all(self.tokenizer.token_bytes(token))
+        if stopped or (job.json is not None and job.json.done):
+            self._finish(job, "stop", entries, text)
+            return None
+        if self._budget(job) <= 0:
+            self._finish(job, "length", entries, text)
+            return None
+        if text or entries:
+            job.emit(Piece(text, entries))
+        return token
+
+    def _finish(self, job: Job, reason: str, entries: list[dict[str, Any]], text: str = "") -> None:
+        assert job.text is not None
+        text += job.text.finish()
+        if text or entries:
+            job.emit(Piece(text, entries))
+        completion = job.generated
+        self._end(job, Finish(reason, len(job.prompt), completion, job.cached_tokens))
+
+    def _end(self, job: Job, event: Event | None) -> None:
+        with self.condition:
+            if job in self.active:
+                self.active.remove(job)
+                assert job.slot is not None
+                self.free_slots.append(job.slot)
+        if event is not None:
+            job.emit(event)
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def _budget(self, job: Job) -> int:
+        """How many more tokens the job may sample: its max_tokens, and the room left in the context."""
+        assert job.slot is not None
+        room = self.runner.max_context - 1 - len(job.slot.cached)
+        return room if job.params.max_tokens is None else min(room, job.params.max_tokens - job.generated)
+
+    def _json_mask(self, job: Job, logits: np.ndarray) -> np.ndarray:
+        """-inf for every token that cannot continue the JSON object within the token budget.
+
+        A token is allowed when its bytes extend the object and the bytes still needed to close it afterwards fit
+        in the tokens left (as single-byte tokens, which byte-level vocabularies always have); so an answer cut by
+        max_tokens still parses. The end token is allowed only once the object is closed.
+        """
+        assert job.json is not None
+        masked = np.full_like(logits, -np.inf)
+        if job.json.done:
+            end = self.tokenizer.eot_id if self.tokenizer.eot_id is not None else self.tokenizer.eos_id
+            masked[end] = 0.0
+            return masked
+        left_after = self._budget(job) - 1
+        wanted = 1 if job.params.sampling.temperature <= 0 else JSON_CANDIDATES
+        found = 0
+        for token in np.argsort(-logits, kind="stable"):
+            token = int(token)
+            if token in self.tokenizer.special_ids or not np.isfinite(logits[token]):
+                continue
+            data, trial = self.tokenizer.token_bytes(token), job.json.copy()
+            if data and trial.feed_all(data) and len(trial.closing()) <= left_after:
+                masked[token] = logits[token]
+                found += 1
+                if found >= wanted:
+                    break
+        if not found:  # no room for anything else: the next byte of the shortest closing
+            masked[self.byte_tokens[job.json.closing()[0]]] = 0.0
+        return masked
+
+    def _logprob_entry(self, job: Job, logits: np.ndarray, token: int) -> dict[str, Any]:
+        """OpenAI's per-token logprobs entry, from the model's distribution (before sampling settings)."""
+        raw = job.logits[: self.vocab].astype(np.float64)  # type: ignore[index]
+        logprobs = raw - raw.max()
+        logprobs -= np.log(np.exp(logprobs).sum())
+        entry = self._token_entry(token, float(logprobs[token]))
+        top = np.argsort(-logprobs, kind="stable")[: job.params.top_logprobs]
+        entry["top_logprobs"] = [self._token_entry(int(t), float(logprobs[t])) for t in top]
+        return entry
+
+    def _token_entry(self, token: int, logprob: float) -> dict[str, Any]:
+        data = self.tokenizer.token_bytes(token)
+        return {"token": data.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(data)}
+
+
+def wait_idle(engine: Engine, timeout: float = 10.0) -> bool:
+    """True once no job is active or waiting (tests use it after a client disconnects)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stats = engine.stats()
+        if not stats["slots_busy"] and not stats["queued"]:
+            return True
+        time.sleep(0.02)
+    return False

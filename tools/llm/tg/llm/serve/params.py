@@ -1,0 +1,241 @@
+"""Request bodies -> validated generation parameters. Wrong types answer 422, out-of-range values 400.
+
+Unknown fields are ignored (clients send `user`, `metadata`, ...), as OpenAI does for most of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tg.llm.sampling import SamplingOptions
+from tg.llm.serve.errors import APIError
+
+MAX_STOPS = 16
+MAX_TOP_LOGPROBS = 20
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+@dataclass
+class GenerationParams:
+    """What the engine needs for one completion, whatever the endpoint."""
+
+    max_tokens: int | None = None  # None: up to the end of the context
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    stops: list[str] = field(default_factory=list)
+    logprobs: bool = False
+    top_logprobs: int = 0
+    json_object: bool = False
+    stream: bool = False
+    include_usage: bool = False
+
+
+@dataclass
+class ChatRequest:
+    model: str
+    messages: list[dict[str, Any]]
+    params: GenerationParams
+    tools: list[dict[str, Any]] | None = None
+    parse_tools: bool = False
+
+
+@dataclass
+class CompletionRequest:
+    model: str
+    prompt: str | list[int]
+    params: GenerationParams
+    echo: bool = False
+
+
+def type_error(param: str, expected: str) -> APIError:
+    return APIError(422, f"'{param}' must be {expected}", "invalid_type", param)
+
+
+def value_error(param: str, message: str) -> APIError:
+    return APIError(400, f"'{param}' {message}", "invalid_value", param)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not is_number(value):
+        raise type_error(name, "a number")
+    if not low <= value <= high:
+        raise value_error(name, f"must be between {low:g} and {high:g}, got {value}")
+    return float(value)
+
+
+def integer(body: dict[str, Any], name: str, default: int | None, low: int, high: int | None = None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise type_error(name, "an integer")
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise value_error(name, f"must be {bounds}, got {value}")
+    return value
+
+
+def boolean(body: dict[str, Any], name: str, default: bool = False) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise type_error(name, "a boolean")
+    return value
+
+
+def stop_strings(body: dict[str, Any]) -> list[str]:
+    value = body.get("stop")
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(stop, str) for stop in value):
+        raise type_error("stop", "a string or a list of strings")
+    if len(value) > MAX_STOPS:
+        raise value_error("stop", f"may hold at most {MAX_STOPS} strings")
+    return [stop for stop in value if stop]
+
+
+def require_model(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if model is None:
+        raise APIError(400, "you must provide a model parameter", "missing_required_parameter", "model")
+    if not isinstance(model, str):
+        raise type_error("model", "a string")
+    return model
+
+
+def common_params(body: dict[str, Any], logprobs: bool, top_logprobs: int) -> GenerationParams:
+    """The sampling fields both endpoints share."""
+    if integer(body, "n", 1, 1) != 1:
+        raise value_error("n", "must be 1 (one choice per request)")
+    max_tokens = integer(body, "max_completion_tokens", None, 1)
+    max_tokens = integer(body, "max_tokens", None, 1) if max_tokens is None else max_tokens
+    seed = integer(body, "seed", None, -(2**63), 2**64 - 1)
+    sampling = SamplingOptions(
+        temperature=number(body, "temperature", 1.0, 0.0, 2.0),
+        top_k=integer(body, "top_k", 0, 0) or 0,
+        top_p=number(body, "top_p", 1.0, 0.0, 1.0),
+        min_p=number(body, "min_p", 0.0, 0.0, 1.0),
+        repetition_penalty=number(body, "repetition_penalty", 1.0, 0.01, 10.0),
+        frequency_penalty=number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        presence_penalty=number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        seed=None if seed is None else seed % 2**64,
+    )
+    stream = boolean(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise type_error("stream_options", "an object")
+    if options is not None and not stream:
+        raise value_error("stream_options", "is only allowed when 'stream' is true")
+    include_usage = boolean(options or {}, "include_usage")
+    return GenerationParams(
+        max_tokens, sampling, stop_strings(body), logprobs, top_logprobs, response_format(body), stream, include_usage
+    )
+
+
+def response_format(body: dict[str, Any]) -> bool:
+    """True for `{"type": "json_object"}`; `text` is the default; json_schema is refused (not enforced here)."""
+    value = body.get("response_format")
+    if value is None:
+        return False
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise type_error("response_format", "an object with a string 'type'")
+    if value["type"] not in ("text", "json_object"):
+        raise value_error("response_format", f"type {value['type']!r} is not supported (use 'text' or 'json_object')")
+    return value["type"] == "json_object"
+
+
+def parse_chat(body: dict[str, Any]) -> ChatRequest:
+    model = require_model(body)
+    messages = body.get("messages")
+    if messages is None:
+        raise APIError(400, "you must provide a messages parameter", "missing_required_parameter", "messages")
+    if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
+        raise type_error("messages", "a list of message objects")
+    if not messages:
+        raise value_error("messages", "must hold at least one message")
+    for index, message in enumerate(messages):
+        check_message(message, f"messages[{index}]")
+    logprobs = boolean(body, "logprobs")
+    top_logprobs = integer(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS) or 0
+    if top_logprobs and not logprobs:
+        raise value_error("top_logprobs", "needs 'logprobs' to be true")
+    params = common_params(body, logprobs, top_logprobs)
+    tools = body.get("tools")
+    if tools is not None and (not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools)):
+        raise type_error("tools", "a list of tool objects")
+    tool_choice = body.get("tool_choice", "auto")
+    if not isinstance(tool_choice, str | dict):
+        raise type_error("tool_choice", "a string or an object")
+    parse_tools = bool(tools) and tool_choice != "none"
+    return ChatRequest(model, [normalized(message) for message in messages], params, tools or None, parse_tools)
+
+
+def check_message(message: dict[str, Any], where: str) -> None:
+    role = message.get("role")
+    if not isinstance(role, str):
+        raise type_error(f"{where}.role", "a string")
+    if role not in ROLES:
+        raise value_error(f"{where}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+    content = message.get("content")
+    if content is None and not (role == "assistant" and message.get("tool_calls")):
+        raise APIError(400, f"'{where}.content' is required", "missing_required_parameter", f"{where}.content")
+    if content is not None and not isinstance(content, str | list):
+        raise type_error(f"{where}.content", "a string or a list of content parts")
+    if isinstance(content, list):
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise value_error(f"{where}.content", "parts must be {'type': 'text', 'text': str} (text only)")
+
+
+def normalized(message: dict[str, Any]) -> dict[str, Any]:
+    """Text parts joined into one string; tool-call arguments as dicts (chat templates iterate over them)."""
+    import json
+
+    out = dict(message)
+    if isinstance(out.get("content"), list):
+        out["content"] = "".join(part["text"] for part in out["content"])
+    if out.get("content") is None:
+        out["content"] = ""
+    calls = []
+    for call in out.get("tool_calls") or []:
+        function = dict(call.get("function") or {})
+        if isinstance(function.get("arguments"), str):
+            try:
+                function["arguments"] = json.loads(function["arguments"])
+            except json.JSONDecodeError:
+                pass
+        calls.append({**call, "function": function})
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def parse_completion(body: dict[str, Any]) -> CompletionRequest:
+    model = require_model(body)
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise APIError(400, "you must provide a prompt parameter", "missing_required_parameter", "prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    token_list = isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    if not isinstance(prompt, str) and not token_list:
+        raise type_error("prompt", "a string, a list of one string, or a list of token ids")
+    if isinstance(prompt, list) and not prompt:
+        raise value_error("prompt", "must hold at least one token")
+    logprobs = integer(body, "logprobs", None, 0, MAX_TOP_LOGPROBS)
+    if integer(body, "best_of", 1, 1) != 1:
+        raise value_error("best_of", "must be 1")
+    if body.get("suffix") is not None:
+        raise value_error("suffix", "is not supported")
+    params = common_params(body, logprobs is not None, logprobs or 0)
+    return CompletionRequest(model, prompt, params, boolean(body, "echo"))

@@ -1,0 +1,137 @@
+"""The adapter between the server and tg-llm's Transformer: per-slot KV caches, prefill, and batched decode.
+
+Everything the server needs from the model goes through `ModelRunner`, so a change to the model or the Generator
+touches this file only. Each slot (one conversation in flight) owns its own KV cache tensors and remembers which
+tokens they hold, so a follow-up turn of the same conversation reuses its prefix and another conversation never
+sees it. A decode step for several slots runs as one forward: the weight matmuls see all the slots' tokens as one
+batch (so the weights are read, and the graph built, once per step) and only attention is done per slot, each
+against its own cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tg.llm.model import ContextOverflowError, Transformer, apply_rope, rms_norm, rope_tables
+from tg.llm.ops import concat, stack
+from tg.llm.weights import linear
+from tg.tensor import Tensor
+
+CHUNK_SIZE = 32  # prefill chunk: bounds one step's graph, as tg-llm's Generator does
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+@dataclass
+class Slot:
+    """One KV cache (a list of per-block tensors) and the tokens whose keys and values it holds."""
+
+    index: int
+    caches: list[Tensor]
+    cached: list[int] = field(default_factory=list)
+
+
+class ModelRunner:
+    def __init__(self, model: Transformer, slots: int, batched: bool = True) -> None:
+        self.model, self.batched = model, batched
+        self.max_context = model.max_context
+        shape = model.caches[0].shape
+        self.slots = [Slot(0, model.caches)]
+        for index in range(1, slots):
+            caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
+            self.slots.append(Slot(index, caches))
+        self.forward_calls: list[tuple[int, ...]] = []  # (slot count, token count) per forward, for tests
+
+    def prefill(self, slot: Slot, tokens: list[int]) -> np.ndarray:
+        """The logits after `tokens`, fed into `slot` from the end of its reusable prefix (the last token is always
+        recomputed: its logits are needed)."""
+        if len(tokens) > self.max_context:
+            raise ContextOverflowError(f"context overflow: {len(tokens)} tokens, the maximum is {self.max_context}")
+        start = common_prefix(tokens[:-1], slot.cached)
+        slot.cached = slot.cached[:start]  # if a chunk fails, the cache holds only what was written before it
+        logits = None
+        self.model.caches = slot.caches
+        for chunk_start in range(start, len(tokens), CHUNK_SIZE):
+            chunk = tokens[chunk_start : chunk_start + CHUNK_SIZE]
+            self.forward_calls.append((1, len(chunk)))
+            logits = self.model.forward(chunk, chunk_start).numpy()
+            slot.cached = tokens[: chunk_start + len(chunk)]
+        assert logits is not None
+        return logits
+
+    def reusable_prefix(self, slot: Slot, tokens: list[int]) -> int:
+        return common_prefix(tokens[:-1], slot.cached)
+
+    def decode(self, steps: list[tuple[Slot, int]]) -> list[np.ndarray]:
+        """Feed one token to each slot; the logits after it, per slot."""
+        if not self.batched or len(steps) == 1:
+            return [self.prefill(slot, slot.cached + [token]) for slot, token in steps]
+        for slot, _ in steps:
+            if len(slot.cached) + 1 > self.max_context:
+                raise ContextOverflowError(f"context overflow: the maximum context is {self.max_context}")
+        self.forward_calls.append((len(steps), len(steps)))
+        logits = batched_decode(
+            self.model, [(slot.caches, len(slot.cached)) for slot, _ in steps], [t for _, t in steps]
+        )
+        for slot, token in steps:
+            slot.cached = slot.cached + [token]
+        return list(logits)
+
+
+def batched_decode(model: Transformer, sequences: list[tuple[list[Tensor], int]], tokens: list[int]) -> np.ndarray:
+    """One token for each of several sequences, `(caches, position)` each: logits `(len(tokens), vocab)`.
+
+    Mirrors `Transformer.forward` for a single token per sequence, with the tokens of all sequences stacked as the
+    rows of the matmuls and attention done per sequence against its own cache.
+    """
+    config, count = model.config, len(tokens)
+    positions = np.array([position for _, position in sequences])
+    cos, sin = rope_tables(positions, config.rope_dim, config.rope_theta)
+    x = model.embed(tokens)
+    for index, block in enumerate(model.blocks):
+        caches = [caches[index] for caches, _ in sequences]
+        attended, writes = batched_attention(
+            model, block, caches, positions, rms_norm(x, block.attn_norm, config.norm_eps), cos, sin
+        )
+        h = x + attended
+        x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
+        x = x.contiguous().realize(*writes)
+    out = rms_norm(x, model.output_norm, config.norm_eps)
+    return linear(out, model.output).reshape(count, -1).realize().numpy()
+
+
+def batched_attention(model, block, caches, positions, x, cos, sin) -> tuple[Tensor, list[Tensor]]:  # type: ignore[no-untyped-def]
+    """Projections for all rows at once; each row attends over its own cache (written at its own position)."""
+    config, count = model.config, x.shape[0]
+    heads, kv_heads, head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+    q, k, v = linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
+    if block.q_norm is not None and block.q_norm.shape[-1] != head_dim:  # olmoe: over the projection
+        q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
+    q, k, v = (
+        q.reshape(count, heads, head_dim),
+        k.reshape(count, kv_heads, head_dim),
+        v.reshape(count, kv_heads, head_dim),
+    )
+    if block.q_norm is not None and block.q_norm.shape[-1] == head_dim:  # qwen3: per head
+        q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
+    q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)
+    k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
+    outputs, writes = [], []
+    for row, (cache, position) in enumerate(zip(caches, positions, strict=True)):
+        position = int(position)
+        new_kv = stack([k[row : row + 1].transpose(0, 1), v[row : row + 1].transpose(0, 1)], dim=0)  # (2, kv, 1, d)
+        writes.append(cache[:, :, position : position + 1].assign(new_kv))
+        all_kv = new_kv if position == 0 else concat([cache[:, :, :position], new_kv], dim=2)
+        query = q[row : row + 1].transpose(0, 1)  # (heads, 1, head_dim)
+        out = query.scaled_dot_product_attention(all_kv[0], all_kv[1], enable_gqa=True)
+        outputs.append(out.transpose(0, 1).reshape(1, heads * head_dim))
+    return linear(concat(outputs, dim=0), block.output), writes

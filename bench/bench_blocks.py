@@ -10,8 +10,8 @@ tinygrad (the `bench` group) and torch (when installed; it is never a dependency
 - A training step: the block's output summed, backward, an SGD update of the weights.
 
 Every framework gets the same float32 inputs; each row is the median of `--repeats` timed calls after one warm-up
-(compilation, allocation). Then the slowest tg kernels of one forward call, as DEBUG=2 measures them (each kernel
-waited for; GFLOP/s from the analytic op count). Bars (issue 23): each block <= 2x torch's time, faster than
+(compilation, allocation), the frameworks taking turns. Then the slowest tg kernels of one forward call, as DEBUG=2
+measures them (each kernel waited for; GFLOP/s from the analytic op count). Bars (issue 23): each block <= 2x torch's time, faster than
 tinygrad. The machine is shared: note `uptime` next to any figure you quote.
 """
 
@@ -21,11 +21,12 @@ import argparse
 import contextlib
 import io
 import os
+import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from timing import median_seconds
 
 Weights = dict[str, np.ndarray]
 Runner = Callable[[], None]
@@ -165,16 +166,27 @@ def torch_runner(kind: str, block: Block, train: bool) -> Runner | None:
 RUNNERS = {"tg": tg_runner, "tinygrad": tinygrad_runner, "torch": torch_runner}
 
 
+def interleaved_medians(runners: dict[str, Runner], repeats: int) -> dict[str, float]:
+    """Each runner warmed up once, then timed in turns (tg, tinygrad, torch, tg, ...), so a change in the load of the
+    shared machine hits all of them alike; the median per runner."""
+    for run in runners.values():
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(repeats):
+        for name, run in runners.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def time_row(kind: str, block: Block, train: bool, repeats: int) -> None:
-    """One row: the block in each framework, tg first, then tg / peer ratios (below 1: tg is faster)."""
+    """One row: the block in each framework, then tg / peer ratios (below 1: tg is faster)."""
     label = ("train step: " if train else "forward:    ") + block.name
-    times: dict[str, float | None] = {}
-    for name, make in RUNNERS.items():
-        runner = make(kind, block, train)
-        times[name] = None if runner is None else median_seconds(runner, repeats)
-    cells = [f"{name} {'not installed' if t is None else f'{t * 1e3:8.1f} ms'}" for name, t in times.items()]
-    tg = times["tg"]
-    ratios = [f"tg/{name} {tg / t:5.2f}" for name, t in times.items() if name != "tg" and t and tg]
+    runners = {name: make(kind, block, train) for name, make in RUNNERS.items()}
+    medians = interleaved_medians({name: run for name, run in runners.items() if run is not None}, repeats)
+    cells = [f"{name} {f'{medians[name] * 1e3:8.1f} ms' if name in medians else 'not installed'}" for name in runners]
+    ratios = [f"tg/{name} {medians['tg'] / t:5.2f}" for name, t in medians.items() if name != "tg"]
     print(f"{label:62} " + "  ".join(cells + ratios), flush=True)
 
 

@@ -54,3 +54,22 @@ def test_packed_matmul_gradients_match_numpy(l2_2mib: None) -> None:
     (a @ b).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), np.ones((32, 2048), np.float32) @ b_np.T, rtol=1e-4, atol=1e-2)
     np.testing.assert_allclose(b.grad.numpy(), a_np.T @ np.ones((32, 2048), np.float32), rtol=1e-4, atol=1e-2)
+
+
+def test_a_transposed_right_operand_is_packed_in_one_copy() -> None:
+    """nn.Linear's x @ w.T and attention's q @ k^T: the product's vector lanes would walk w with a stride of a row."""
+    rng = np.random.default_rng(2)
+    x_np, w_np = rng.standard_normal((64, 512)).astype(np.float32), rng.standard_normal((512, 512)).astype(np.float32)
+    x, w = Tensor(x_np).realize(), Tensor(w_np).realize()
+    assert kernel_count(x @ w.T) == 2
+    np.testing.assert_allclose((x @ w.T).numpy(), x_np @ w_np.T, rtol=1e-4, atol=1e-3)
+    assert kernel_count(Tensor.rand(64, 32).realize() @ Tensor.rand(32, 32).realize().T) == 1  # small: no copy
+
+
+def test_batched_scores_pack_the_transposed_keys() -> None:
+    rng = np.random.default_rng(3)
+    q_np, k_np = (rng.standard_normal((1, 12, 128, 64)).astype(np.float32) for _ in range(2))
+    q, k = Tensor(q_np).realize(), Tensor(k_np).realize()
+    scores = q @ k.transpose(-1, -2)
+    assert kernel_count(scores) == 2
+    np.testing.assert_allclose(scores.numpy(), q_np @ k_np.transpose(0, 1, 3, 2), rtol=1e-4, atol=1e-3)

@@ -11,8 +11,8 @@ tinygrad (the `bench` group) and torch (when installed; it is never a dependency
 
 Every framework gets the same float32 inputs; each row is the median of `--repeats` timed calls after one warm-up
 (compilation, allocation), the frameworks taking turns. Then the slowest tg kernels of one forward call, as DEBUG=2
-measures them (each kernel waited for; GFLOP/s from the analytic op count). Bars (issue 23): each block <= 2x torch's time, faster than
-tinygrad. The machine is shared: note `uptime` next to any figure you quote.
+measures them (each kernel waited for; GFLOP/s from the analytic op count). Bars (issue 23): each block <= 2x
+torch's time, faster than tinygrad. The machine is shared: note `uptime` next to any figure you quote.
 """
 
 from __future__ import annotations
@@ -217,7 +217,11 @@ def main() -> None:
     args = parser.parse_args()
     print(f"medians of {args.repeats}; load: {os.getloadavg()[0]:.2f} (1-minute average), {os.cpu_count()} cores")
     # (kind, block, with a training-step row): the unscaled GPT-2 row is there for the denormal comparison only
-    rows = [("resnet", resnet_block(args.batch), True), ("gpt2", gpt2_block(0.02), True), ("gpt2", gpt2_block(1.0), False)]
+    rows = [
+        ("resnet", resnet_block(args.batch), True),
+        ("gpt2", gpt2_block(0.02), True),
+        ("gpt2", gpt2_block(1.0), False),
+    ]
     for kind, block, with_train in rows:
         if args.only and kind != args.only:
             continue

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tg.codegen import DType
-from tg.codegen.uop.ops import Ops, UOp
 from tg.codegen.schedule.graph import ShapeError
 from tg.codegen.schedule.realize import reads_memory
+from tg.codegen.uop.ops import Ops, UOp
 from tg.tensor.elementwise import broadcast
 from tg.tensor.promotion import broadcast_shapes, dtype_argument
 from tg.tensor.reduce import sum_accumulator

@@ -134,8 +134,8 @@ def reduction_evaluations(order: list[UOp], points: set[UOp]) -> dict[UOp, int]:
     return evaluations
 
 
-def recompute_factor(node: UOp, evaluations: dict[UOp, int]) -> int:
-    """Evaluations per element of `node` (rounded up)."""
+def reads_per_element(node: UOp, evaluations: dict[UOp, int]) -> int:
+    """Evaluations per element of `node` under a reduction (rounded up)."""
     return -(-evaluations.get(node, 0) // max(math.prod(shape_of(node)), 1))
 
 
@@ -144,7 +144,9 @@ def keep_out_of_padded_copy(value: UOp, points: set[UOp]) -> bool:
     constants) is never fused into a padded copy whose consumer is a reduction. The copy runs over the padded grid
     with a gate on every load: a reduction fused there loses its vectorized inner loop (a ResNet block's conv1 ran
     at 5 GFLOP/s inside conv2's padded input, 150 as its own kernel)."""
-    return any(n.op in (Ops.REDUCE_AXIS, Ops.BUFFER) for n in fused_nodes(value, points))
+    return any(
+        n.op in (Ops.REDUCE_AXIS, Ops.BUFFER) or (n is not value and n in points) for n in fused_nodes(value, points)
+    )
 
 
 def fused_nodes(node: UOp, points: set[UOp]) -> list[UOp]:
@@ -162,11 +164,12 @@ def fused_nodes(node: UOp, points: set[UOp]) -> list[UOp]:
 
 
 def describe(node: UOp, points: set[UOp]) -> str:
-    """A short name for what a kernel computes: its last op after the reductions it contains ("MAX+REDUCE_AXIS")."""
-    reductions = sum(n.op is Ops.REDUCE_AXIS and (n is node or n not in points) for n in fused_nodes(node, points))
+    """A short name for what a kernel computes: its last op, and "+REDUCE_AXIS" when it also reduces
+    (a conv and its relu: "WHERE+REDUCE_AXIS")."""
     if node.op is Ops.REDUCE_AXIS:
         return "REDUCE_AXIS"
-    return node.op.name + ("+REDUCE_AXIS" * min(reductions, 1))
+    reduces = any(n.op is Ops.REDUCE_AXIS and n not in points for n in fused_nodes(node, points))
+    return node.op.name + ("+REDUCE_AXIS" if reduces else "")
 
 
 def values_under_pads(copy: UOp, points: set[UOp]) -> list[UOp]:
@@ -213,9 +216,10 @@ def _add_values_under_padded_copies(order: list[UOp], points: set[UOp]) -> None:
             if value in points or not keep_out_of_padded_copy(value, points):
                 continue
             if DEBUG >= 3:
+                reads = reads_per_element(copy, evaluations)
                 print(
-                    f"fusion: kept {describe(value, points)} as its own kernel: in a padded copy that a reduction reads "
-                    f"{recompute_factor(copy, evaluations)}x per element"
+                    f"fusion: kept {describe(value, points)} as its own kernel: "
+                    f"in a padded copy that a reduction reads {reads}x per element"
                 )
             points.add(value)
 

@@ -183,3 +183,33 @@ def test_old_difference_of_relus_formula_fails_where_ours_holds():
 def test_gelu_rejects_an_unknown_approximation():
     with pytest.raises(ValueError, match="approximate"):
         Tensor([1.0]).gelu(approximate="fast")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tanh_far_out_is_exactly_one_and_keeps_nan(device):
+    """tanh clamps |x| at 20 so its exp stays a normal float (issue 23); float32 tanh is +-1 from 9.02 on anyway."""
+    x = np.array([9.5, -9.5, 20.0, -25.0, 1e30, -np.inf, np.inf], dtype=np.float32)
+    assert Tensor(x, device=device).tanh().tolist() == np.tanh(x.astype(np.float64)).astype(np.float32).tolist()
+    assert math.isnan(Tensor([math.nan], device=device).tanh().item())
+    near = np.linspace(-12, 12, 97, dtype=np.float32)  # through the clamp's neighbourhood, against float64 tanh
+    np.testing.assert_allclose(Tensor(near, device=device).tanh().numpy(), np.tanh(near.astype(np.float64)), rtol=2e-6)
+
+
+def np_gelu_tanh(x):
+    inner = np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)
+    return x * np_sigmoid(2 * inner)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gelu_flushes_only_where_its_sigmoid_is_below_the_normal_floats(device):
+    """gelu's sigmoid is 0 where it would be below exp(-87) (x < about -10.3), so exp never computes a subnormal
+    (issue 23); everywhere else it matches the float64 formula. torch's tanh-formula gelu is already 0 there."""
+    x = np.array([-1e3, -30.0, -12.0, -10.5, -9.9, -9.0, -5.0, -1.0, 0.0, 1.0, 5.0, 30.0], dtype=np.float32)
+    got = Tensor(x, device=device).gelu().numpy()
+    with np.errstate(over="ignore"):  # exp(2000) in the oracle: inf, so its sigmoid is 0
+        expected = np_gelu_tanh(x.astype(np.float64))
+    flushed = 2 * np.sqrt(2 / np.pi) * (x + 0.044715 * x.astype(np.float64) ** 3) < -87
+    assert flushed.tolist() == [True] * 4 + [False] * 8
+    assert (got[flushed] == 0).all() and (np.abs(expected[flushed]) < 1e-36).all()
+    # exp at arguments near -80 carries the rounding of the argument: a few ulps, as for sigmoid(-100) above
+    np.testing.assert_allclose(got[~flushed], expected[~flushed], rtol=2e-5, atol=0)

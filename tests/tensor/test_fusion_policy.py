@@ -56,3 +56,55 @@ def test_debug3_prints_the_decision(capsys: pytest.CaptureFixture[str]) -> None:
     printed = capsys.readouterr().out
     assert "kept as its own kernel" in printed
     assert "recompute 32x" in printed  # the down projection reads each gelu once per output column
+
+
+def resnet_block(x: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
+    return x.conv2d(w1, padding=1).relu().conv2d(w2, padding=1).relu() + x
+
+
+def test_conv1_relu_keeps_its_own_kernel_out_of_conv2s_padded_input() -> None:
+    x = Tensor.rand(2, 4, 10, 10).realize()
+    w1, w2 = (Tensor.rand(4, 4, 3, 3) - 0.5).realize(), (Tensor.rand(4, 4, 3, 3) - 0.5).realize()
+    out = resnet_block(x, w1, w2)
+    asts = kernel_asts(out)
+    # pad x, conv1+relu, pad its result, conv2+relu+x: each conv is computed once, in a kernel of its own
+    assert len(asts) == 4
+    assert [count(ast, Ops.REDUCE) for ast in asts] == [0, 1, 0, 1]
+    padded_x, padded_conv1 = [ast for ast in asts if count(ast, Ops.REDUCE) == 0]
+    assert padded_conv1 == padded_x, "conv2's padded input is a plain copy, the same kernel as x's"
+    xs, a, b = x.numpy(), w1.numpy(), w2.numpy()
+    np.testing.assert_allclose(out.numpy(), numpy_resnet_block(xs, a, b), rtol=1e-4, atol=1e-4)
+
+
+def numpy_conv3x3(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A padded 3x3 cross-correlation, one tap at a time (the oracle for conv2d(padding=1))."""
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    h, wd = x.shape[2:]
+    out = np.zeros((x.shape[0], w.shape[0], h, wd), np.float64)
+    for i in range(3):
+        for j in range(3):
+            out += np.einsum("nchw,oc->nohw", padded[:, :, i : i + h, j : j + wd], w[:, :, i, j])
+    return out
+
+
+def numpy_resnet_block(x: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
+    relu = lambda v: np.maximum(v, 0)  # noqa: E731
+    return relu(numpy_conv3x3(relu(numpy_conv3x3(x, w1)), w2)) + x
+
+
+def test_the_padded_copy_rule_prints_its_decision_and_the_read_count(capsys: pytest.CaptureFixture[str]) -> None:
+    x = Tensor.rand(1, 1, 16, 16).realize()
+    w1, w2 = Tensor.rand(1, 1, 3, 3).realize(), Tensor.rand(1, 1, 3, 3).realize()
+    with Context(DEBUG=3):
+        kernel_asts(resnet_block(x, w1, w2))
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "padded copy" in line]
+    # conv2 reads its 18x18 padded input through 16x16 windows of 9 taps: 9 * 256 / 324 = 7.1, counted up
+    kept = "fusion: kept WHERE+REDUCE_AXIS as its own kernel: in a padded copy that a reduction reads 8x per element"
+    assert line == kept
+
+
+def test_an_elementwise_value_in_a_padded_copy_not_read_by_a_reduction_still_fuses() -> None:
+    x = Tensor.rand(2, 3, 8, 8).realize()
+    padded_x, conv = kernel_asts(x.conv2d(Tensor.rand(3, 3, 3, 3).realize(), padding=1).relu().pad((1, 1, 1, 1)) * 2)
+    assert count(padded_x, Ops.REDUCE) == 0
+    assert count(conv, Ops.REDUCE) == 1  # nothing reduces the padded result: the conv fuses into it

@@ -4,7 +4,11 @@ Rules every formula here follows (spec tensor.md 1.7):
 - piecewise functions are `where`/`clip` on the input, never a difference of two large terms (the old
   `relu(x) - relu(x - 6)` gives 0 instead of 6 at 1e9, because x - 6 rounds back to x);
 - `exp` only ever sees the branch's own inputs (`exp(min(x, 0))`), so an unused branch cannot hold inf;
-- odd functions are `where(x < 0, -f(-x), f(x))`, not `sign(x) * f(|x|)`, whose gradient vanishes at 0.
+- odd functions are `where(x < 0, -f(-x), f(x))`, not `sign(x) * f(|x|)`, whose gradient vanishes at 0;
+- a transcendental stays out of the subnormal range where the result does not need it (x86 computes on subnormals
+  in microcode, ~100x slower: gelu of inputs around 30 took 3x as long as around 1, issue 23): tanh clamps |x| at
+  TANH_SATURATED, where it is exactly +-1 either way; gelu flushes its sigmoid to 0 below exp(-SUBNORMAL_EXP)
+  (1.7e-38), as a flush-to-zero CPU mode would and as torch's tanh-formula gelu does (0 for x < -9).
 
 16-bit floats are computed in float32 and rounded once; ints become the default float (except the clip-based
 relu6 and hardtanh, which keep the input's dtype, as clip does).
@@ -23,12 +27,26 @@ if TYPE_CHECKING:
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+# tanh(x) rounds to exactly 1 in float32 from |x| = 9.02 on (1 - tanh(x) = 2 exp(-2x) < 2^-25); at 20 exp(-40) is
+# still a normal float, so clamping |x| there changes no result and keeps every intermediate normal.
+TANH_SATURATED = 20.0
+# exp(-87) = 1.65e-38 is a normal float32 (the smallest is 2^-126 = 1.18e-38, exp(-87.34)).
+SUBNORMAL_EXP = 87.0
 
 
 def stable_sigmoid(x: Tensor) -> Tensor:
     """1 / (1 + exp(-x)) without overflow: exp only of -|x| <= 0."""
     small = (-x.abs()).exp()  # in (0, 1]
     return (x >= 0).where(1 / (1 + small), small / (1 + small))
+
+
+def sigmoid_flushing_subnormals(x: Tensor) -> Tensor:
+    """stable_sigmoid, except 0 where it is below exp(-SUBNORMAL_EXP) (x < -87): exp never leaves the normal
+    floats. Every other result is bit-identical (1 / (1 + small) is 1 there either way)."""
+    magnitude = x.abs()
+    small = (-magnitude.minimum(SUBNORMAL_EXP)).exp()  # in [exp(-87), 1]: normal
+    negative = (magnitude > SUBNORMAL_EXP).where(0.0, small / (1 + small))
+    return (x >= 0).where(1 / (1 + small), negative)
 
 
 def stable_softplus(x: Tensor) -> Tensor:
@@ -105,7 +123,7 @@ class ActivationOps:
         """tanh(t) = -expm1(-2t) / (2 + expm1(-2t)) for t = |x|, odd-extended: accurate near 0, +-1 far out."""
 
         def compute(x: Tensor) -> Tensor:
-            magnitude = x.abs()
+            magnitude = x.abs().minimum(TANH_SATURATED)  # +-1 beyond it either way; exp stays normal
             e = (magnitude * -2).expm1()  # in (-1, 0]
             positive = -e / (2 + e)
             return (x < 0).where(-positive, positive)
@@ -126,7 +144,8 @@ class ActivationOps:
             if approximate == "none":
                 return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
             inner = SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
-            return x * stable_sigmoid(2 * inner)  # (1 + tanh(z)) / 2 = sigmoid(2z), without 1 - 1 cancelling
+            # (1 + tanh(z)) / 2 = sigmoid(2z), without 1 - 1 cancelling
+            return x * sigmoid_flushing_subnormals(2 * inner)
 
         return in_float32_when_half(self, compute)
 

@@ -19,7 +19,7 @@ from tg.codegen.opt.optimizer import MAX_UNROLLED_BODY, KernelOptimizer, range_s
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.index_algebra import simplify_indices
-from tg.codegen.uop.ops import Ops, UOp
+from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 
 CONTIGUOUS_UPCASTS = (16, 8, 4)  # two AVX2 vectors of float32 first
@@ -58,10 +58,33 @@ def stride_along(address: UOp, rng: UOp, ranges: list[UOp]) -> int | None:
     return at[1].arg - at[0].arg
 
 
+def value_loads(reduces: list[UOp]) -> set[UOp]:
+    """The INDEXes of loads whose values the reductions combine (a matmul's operands, the scores of a softmax), not
+    those that only decide a mask (a causal softmax compares two index vectors; WHERE's condition, a comparison).
+    Reusing a mask's load in registers saves nothing worth upcasting for, so the heuristics look past it: a
+    reduction of an expression gets the opts of the same reduction of a plain buffer (issue 23)."""
+    found: set[UOp] = set()
+    seen: set[UOp] = set()
+    stack = [reduce.src[0] for reduce in reduces]
+    while stack:
+        node = stack.pop()
+        if node in seen or node.op in GroupOp.Comparison:
+            continue
+        seen.add(node)
+        if node.op is Ops.LOAD and node.src[0].op is Ops.INDEX:
+            found.add(node.src[0])
+            continue
+        stack.extend(node.src[1:] if node.op is Ops.WHERE else node.src)
+    return found
+
+
 def axis_reuse(k: KernelOptimizer) -> list[AxisReuse]:
     ranges = [u for u in k.ast.toposort() if u.op is Ops.RANGE]
-    indexes = [u.src[0] for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
-    gates = [index.src[2] for index in indexes if len(index.src) > 2]
+    all_indexes = [u.src[0] for u in k.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    gates = [index.src[2] for index in all_indexes if len(index.src) > 2]
+    reduced = {u.src[0] for r in k.reduceops for u in r.src[0].toposort() if u.op is Ops.LOAD}
+    values = value_loads(k.reduceops)
+    indexes = [index for index in all_indexes if index in values or index not in reduced]  # masks' loads left out
     stores = [u.src[0].src[1] for u in k.ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
     found = []
     for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL):

@@ -6,7 +6,11 @@ A node gets a buffer when
 - it is a REDUCE_AXIS whose result is broadcast (read through a growing EXPAND) or reduced again: fusing it there
   would recompute the whole reduction for every element that reads it,
 - it is an elementwise value that a reduction reads through a growing EXPAND and `fuse_into_reduction` says that
-  recomputing it costs more than a round trip through memory (`gelu(x @ W1) @ W2` keeps the gelu in its own kernel).
+  recomputing it costs more than a round trip through memory (`gelu(x @ W1) @ W2` keeps the gelu in its own kernel),
+- it is a computed value under a padded copy (a realize point that reads it through a PAD) whose consumer is a
+  reduction: a ResNet block's conv1+relu gets its own kernel instead of being computed over conv2's padded grid
+  with a padding gate in its inner loop (`keep_out_of_padded_copy`). A gather made of movement ops is a growing
+  EXPAND; what it repeats is covered by the rules above (a reduction under a broadcast, a costly producer).
 Softmax is then three kernels: max, sum(exp(x - max)), and exp(x - max) / sum.
 
 Before that, `split_big_reductions` turns a full reduction of many elements into two: partial results per chunk
@@ -106,6 +110,7 @@ def find_realize_points(roots: tuple[UOp, ...], forced: tuple[UOp, ...] = ()) ->
         if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
             points.add(node)
     _add_reductions_that_cannot_fuse(order, points)
+    _add_values_under_padded_copies(order, points)
     _add_producers_too_costly_to_recompute(order, points)
     return [node for node in order if node in points]
 
@@ -130,6 +135,110 @@ def _add_reductions_that_cannot_fuse(order: list[UOp], points: set[UOp]) -> None
         for source in node.src:
             broadcast[source] = broadcast.get(source, False) or under_broadcast
             reduced[source] = reduced.get(source, False) or under_reduce
+
+
+def reduction_evaluations(order: list[UOp], points: set[UOp]) -> dict[UOp, int]:
+    """How many times each node is evaluated under a reduction, in the kernel that reads it: a reduction evaluates
+    its source once per element of its domain (the source's shape); elementwise and movement ops hand that count
+    to their sources. A realize point starts its own kernel, so its sources count only if it is a reduction."""
+    evaluations: dict[UOp, int] = {}
+    for node in reversed(order):
+        count = 0 if node in points else evaluations.get(node, 0)
+        if node.op is Ops.REDUCE_AXIS:
+            count = math.prod(shape_of(node.src[0]))
+        for source in node.src:
+            evaluations[source] = max(evaluations.get(source, 0), count)
+    return evaluations
+
+
+def reads_per_element(node: UOp, evaluations: dict[UOp, int]) -> int:
+    """Evaluations per element of `node` under a reduction (rounded up)."""
+    return -(-evaluations.get(node, 0) // max(math.prod(shape_of(node)), 1))
+
+
+def keep_out_of_padded_copy(value: UOp, points: set[UOp]) -> bool:
+    """The second rule of the fusion policy: a computed value (one that reads memory or reduces, not a pattern of
+    constants) is never fused into a padded copy whose consumer is a reduction. The copy runs over the padded grid
+    with a gate on every load: a reduction fused there loses its vectorized inner loop (a ResNet block's conv1 ran
+    at 5 GFLOP/s inside conv2's padded input, 150 as its own kernel)."""
+    return any(
+        n.op in (Ops.REDUCE_AXIS, Ops.BUFFER) or (n is not value and n in points) for n in fused_nodes(value, points)
+    )
+
+
+def fused_nodes(node: UOp, points: set[UOp]) -> list[UOp]:
+    """The nodes computed in the kernel that fuses `node`: its sources up to (and including) realize points."""
+    seen: set[UOp] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if current is node or current not in points:
+            stack.extend(current.src)
+    return list(seen)
+
+
+def describe(node: UOp, points: set[UOp]) -> str:
+    """A short name for what a kernel computes: its last op, and "+REDUCE_AXIS" when it also reduces
+    (a conv and its relu: "WHERE+REDUCE_AXIS")."""
+    if node.op is Ops.REDUCE_AXIS:
+        return "REDUCE_AXIS"
+    reduces = any(n.op is Ops.REDUCE_AXIS and n not in points for n in fused_nodes(node, points))
+    return node.op.name + ("+REDUCE_AXIS" if reduces else "")
+
+
+def values_under_pads(copy: UOp, points: set[UOp]) -> list[UOp]:
+    """The computed nodes that the kernel of realize point `copy` reads through a PAD (its padded grid)."""
+    found: list[UOp] = []
+    seen: set[tuple[UOp, bool]] = set()
+    stack = [(source, False) for source in copy.src]
+    while stack:
+        node, padded = stack.pop()
+        if (node, padded) in seen or node in points or node.op is Ops.BUFFER:
+            continue
+        seen.add((node, padded))
+        if node.op in GroupOp.Movement:
+            stack.extend((source, padded or node.op is Ops.PAD) for source in node.src)
+        elif padded and (node.op in GroupOp.ALU or node.op in (Ops.REDUCE_AXIS, Ops.CAST)):
+            found.append(node)
+        else:
+            stack.extend((source, padded) for source in node.src)
+    return found
+
+
+def is_copy(node: UOp, points: set[UOp]) -> bool:
+    """A realize point whose kernel reduces nothing above its PADs (it copies a padded grid, maybe computing
+    elementwise on the way; a reduction under a PAD is what the padded-copy rule takes out)."""
+    seen: set[UOp] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current in seen or current.op is Ops.PAD or (current is not node and current in points):
+            continue
+        if current.op is Ops.REDUCE_AXIS:
+            return False
+        seen.add(current)
+        stack.extend(current.src)
+    return True
+
+
+def _add_values_under_padded_copies(order: list[UOp], points: set[UOp]) -> None:
+    """Realize points read by a reduction (conv2's padded input) compute no value under their PAD: such a
+    value gets its own kernel (`keep_out_of_padded_copy`). DEBUG=3 prints each decision."""
+    evaluations = reduction_evaluations(order, points)
+    for copy in [node for node in order if node in points and evaluations.get(node, 0) and is_copy(node, points)]:
+        for value in values_under_pads(copy, points):
+            if value in points or not keep_out_of_padded_copy(value, points):
+                continue
+            if DEBUG >= 3:
+                reads = reads_per_element(copy, evaluations)
+                print(
+                    f"fusion: kept {describe(value, points)} as its own kernel: "
+                    f"in a padded copy that a reduction reads {reads}x per element"
+                )
+            points.add(value)
 
 
 def fuse_into_reduction(recompute: int, op_cost: int) -> bool:

@@ -1,0 +1,235 @@
+"""Real blocks, timed as a user would: a ResNet basic block and a GPT-2 block, forward and one training step, in tg,
+tinygrad (the `bench` group) and torch (when installed; it is never a dependency), in turns in one process.
+
+    uv run --group bench python bench/bench_blocks.py [--repeats 5] [--only resnet|gpt2] [--no-train] [--top 8]
+
+- ResNet basic block: conv3x3-relu-conv3x3-relu + x on 8x64x56x56 (no bias, no batchnorm).
+- GPT-2 block: 128 tokens, dim 768, 12 heads: x + proj(causal_sdpa(qkv(layernorm(x)))), then + down(gelu(up(ln(x)))).
+  It runs twice: with weights of std 0.02 (as trained GPT-2 has) and unscaled (std 1), where the MLP's gelu sees
+  inputs of tens: a transcendental kernel that wanders into denormals shows up as the second row being slower.
+- A training step: the block's output summed, backward, an SGD update of the weights.
+
+Every framework gets the same float32 inputs; each row is the median of `--repeats` timed calls after one warm-up
+(compilation, allocation), the frameworks taking turns. Then the slowest tg kernels of one forward call, as DEBUG=2
+measures them (each kernel waited for; GFLOP/s from the analytic op count). Bars (issue 23): each block <= 2x
+torch's time, faster than tinygrad. The machine is shared: note `uptime` next to any figure you quote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Weights = dict[str, np.ndarray]
+Runner = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One benchmark row: a name, an input and weights, and for each framework a function that builds a runner."""
+
+    name: str
+    x: np.ndarray
+    weights: Weights
+
+
+def resnet_block(batch: int) -> Block:
+    rng = np.random.default_rng(0)
+    channels, size = 64, 56
+    std = (2 / (channels * 9)) ** 0.5  # He initialization keeps activations near unit scale
+    weights = {f"w{i}": (rng.standard_normal((channels, channels, 3, 3)) * std).astype(np.float32) for i in (1, 2)}
+    x = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
+    return Block(f"ResNet basic block {batch}x{channels}x{size}x{size}", x, weights)
+
+
+GPT_TOKENS, GPT_DIM, GPT_HEADS = 128, 768, 12
+
+
+def gpt2_block(weight_std: float) -> Block:
+    rng = np.random.default_rng(0)
+    d = GPT_DIM
+    shapes = {"qkv": (d, 3 * d), "proj": (d, d), "up": (d, 4 * d), "down": (4 * d, d)}
+    weights = {k: (rng.standard_normal(s) * weight_std).astype(np.float32) for k, s in shapes.items()}
+    x = rng.standard_normal((1, GPT_TOKENS, d)).astype(np.float32)
+    return Block(f"GPT-2 block {GPT_TOKENS} tokens, dim {d}, weights std {weight_std:g}", x, weights)
+
+
+# Each framework's forward, written once against its Tensor API (tg and tinygrad share most spellings).
+
+
+def resnet_forward(x, w: dict, F=None):
+    if F is not None:  # torch.nn.functional
+        return F.relu(F.conv2d(F.relu(F.conv2d(x, w["w1"], padding=1)), w["w2"], padding=1)) + x
+    return x.conv2d(w["w1"], padding=1).relu().conv2d(w["w2"], padding=1).relu() + x
+
+
+def gpt2_forward(x, w: dict, F=None):
+    t, d, h = GPT_TOKENS, GPT_DIM, GPT_HEADS
+    if F is not None:
+        norm = lambda v: F.layer_norm(v, (d,))  # noqa: E731
+        sdpa, gelu = F.scaled_dot_product_attention, lambda v: F.gelu(v, approximate="tanh")  # noqa: E731
+    else:
+        norm, gelu = lambda v: v.layernorm(), lambda v: v.gelu()  # noqa: E731
+        sdpa = lambda q, k, v, is_causal: q.scaled_dot_product_attention(k, v, is_causal=is_causal)  # noqa: E731
+    qkv = norm(x) @ w["qkv"]
+    q, k, v = (qkv[:, :, i * d : (i + 1) * d].reshape(1, t, h, d // h).transpose(1, 2) for i in range(3))
+    attended = sdpa(q, k, v, is_causal=True).transpose(1, 2).reshape(1, t, d)
+    x = x + attended @ w["proj"]
+    return x + gelu(norm(x) @ w["up"]) @ w["down"]
+
+
+FORWARDS = {"resnet": resnet_forward, "gpt2": gpt2_forward}
+
+
+def tg_runner(kind: str, block: Block, train: bool) -> Runner:
+    from tg.hcq import Device
+    from tg.tensor import Tensor
+
+    x = Tensor(block.x).realize()
+    w = {k: Tensor(v, requires_grad=train).realize() for k, v in block.weights.items()}
+    forward = FORWARDS[kind]
+
+    def run() -> None:
+        if train:
+            with Tensor.train():
+                loss = forward(x, w).sum()
+                loss.backward()
+                updates = [p.assign(p - 1e-3 * p.grad) for p in w.values()]
+                Tensor.realize(loss, *updates)
+                for p in w.values():
+                    p.grad = None
+        else:
+            forward(x, w).realize()
+        Device["CPU"].synchronize()
+
+    return run
+
+
+def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
+    try:
+        from tinygrad import Tensor
+        from tinygrad.helpers import Context
+    except ImportError:
+        return None
+    x = Tensor(block.x).realize()
+    w = {k: Tensor(v).realize() for k, v in block.weights.items()}
+    forward = FORWARDS[kind]
+
+    def run() -> None:
+        if train:
+            with Context(TRAINING=1):
+                loss = forward(x, w).sum()
+                grads = loss.gradient(*w.values())  # the weights' gradients only, as tg and torch compute
+                updates = [p.assign(p - 1e-3 * g) for p, g in zip(w.values(), grads, strict=True)]
+                Tensor.realize(loss, *updates)
+        else:
+            forward(x, w).realize()
+
+    return run
+
+
+def torch_runner(kind: str, block: Block, train: bool) -> Runner | None:
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    x = torch.from_numpy(block.x)
+    w = {k: torch.from_numpy(v.copy()).requires_grad_(train) for k, v in block.weights.items()}
+    forward = FORWARDS[kind]
+
+    def run() -> None:
+        if train:
+            loss = forward(x, w, F).sum()
+            loss.backward()
+            with torch.no_grad():
+                for p in w.values():
+                    p -= 1e-3 * p.grad
+                    p.grad = None
+            loss.item()
+        else:
+            with torch.no_grad():
+                forward(x, w, F)
+
+    return run
+
+
+RUNNERS = {"tg": tg_runner, "tinygrad": tinygrad_runner, "torch": torch_runner}
+
+
+def interleaved_medians(runners: dict[str, Runner], repeats: int) -> dict[str, float]:
+    """Each runner warmed up once, then timed in turns (tg, tinygrad, torch, tg, ...), so a change in the load of the
+    shared machine hits all of them alike; the median per runner."""
+    for run in runners.values():
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(repeats):
+        for name, run in runners.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def time_row(kind: str, block: Block, train: bool, repeats: int) -> None:
+    """One row: the block in each framework, then tg / peer ratios (below 1: tg is faster)."""
+    label = ("train step: " if train else "forward:    ") + block.name
+    runners = {name: make(kind, block, train) for name, make in RUNNERS.items()}
+    medians = interleaved_medians({name: run for name, run in runners.items() if run is not None}, repeats)
+    cells = [f"{name} {f'{medians[name] * 1e3:8.1f} ms' if name in medians else 'not installed'}" for name in runners]
+    ratios = [f"tg/{name} {medians['tg'] / t:5.2f}" for name, t in medians.items() if name != "tg"]
+    print(f"{label:62} " + "  ".join(cells + ratios), flush=True)
+
+
+def slowest_kernels(kind: str, block: Block, top: int) -> None:
+    """The `top` slowest tg kernels of one forward call, from the DEBUG=2 lines (time, GFLOP/s, GB/s)."""
+    from tg.codegen.flags import Context
+
+    run = tg_runner(kind, block, train=False)
+    run()  # compile first, so the timed pass measures kernels only
+    captured = io.StringIO()
+    with Context(DEBUG=2), contextlib.redirect_stdout(captured):
+        run()
+    lines = [line for line in captured.getvalue().splitlines() if line.startswith("*** ") and " us " in line]
+    microseconds = [float(line.split(" us ")[0].split()[-1]) for line in lines]
+    total = sum(microseconds)
+    print(f"  slowest tg kernels of one forward ({len(lines)} kernels, {total / 1e3:.1f} ms in kernels):")
+    for us, line in sorted(zip(microseconds, lines, strict=True), reverse=True)[:top]:
+        print(f"  {100 * us / total:5.1f}% {line}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=8, help="ResNet block batch size")
+    parser.add_argument("--only", choices=sorted(FORWARDS))
+    parser.add_argument("--no-train", action="store_true", help="skip the training-step rows")
+    parser.add_argument("--top", type=int, default=8, help="slowest tg kernels to list per block")
+    args = parser.parse_args()
+    print(f"medians of {args.repeats}; load: {os.getloadavg()[0]:.2f} (1-minute average), {os.cpu_count()} cores")
+    # (kind, block, with a training-step row): the unscaled GPT-2 row is there for the denormal comparison only
+    rows = [
+        ("resnet", resnet_block(args.batch), True),
+        ("gpt2", gpt2_block(0.02), True),
+        ("gpt2", gpt2_block(1.0), False),
+    ]
+    for kind, block, with_train in rows:
+        if args.only and kind != args.only:
+            continue
+        time_row(kind, block, train=False, repeats=args.repeats)
+        if with_train and not args.no_train:
+            time_row(kind, block, train=True, repeats=args.repeats)
+        slowest_kernels(kind, block, args.top)
+
+
+if __name__ == "__main__":
+    main()

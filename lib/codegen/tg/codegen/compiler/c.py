@@ -27,7 +27,7 @@ from tg.codegen.flags import CC, DEBUG
 
 CLANG_CANDIDATES = ("clang", *(f"clang-{version}" for version in range(19, 13, -1)))
 DEFAULT_FLAGS = (
-    "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fopenmp-simd", "-fPIC", "-shared", "-std=gnu11",
+    "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11",
 )  # fmt: skip
 
 

@@ -351,7 +351,7 @@ class CStyleLanguage(LinearRenderer):
 
     code_for_op = C_CODE_FOR_OP
     buffer_qualifier = ""  # e.g. "__global " for OpenCL
-    lane_loop_mark = ""  # a line before each innermost loop over independent lanes (the CPU: `#pragma omp simd`)
+    write_out_register_loops = False  # see is_written_out (the CPU renderer does)
 
     def literal(self, value: object, dtype: DType) -> str:
         return literal(value, dtype)
@@ -387,14 +387,42 @@ class CStyleLanguage(LinearRenderer):
         k.line(f"{address} = {value};" if gate is None else f"if ({gate}) {address} = {value};")
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
+        k.abi.setdefault("open loops", []).append(rng)
         k.line(f"for (long {name} = 0; {name} < {rng.src[0].arg}; {name}++) {{")
 
     def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
         k.line("}")
-        innermost = not any("for (" in line for line in k.lines[body_start + 1 :])
-        if self.lane_loop_mark and rng.arg.axis_type is AxisType.UPCAST and innermost:
-            indent = k.lines[body_start][: -len(k.lines[body_start].lstrip())]
-            k.lines.insert(body_start, indent + self.lane_loop_mark)
+        k.abi["open loops"].pop()
+        if self.write_out_register_loops and is_written_out(rng, k.abi["open loops"]):
+            write_out(k, rng, name, body_start)
+
+
+REGISTER_AXES = (AxisType.UPCAST, AxisType.UNROLL)
+MAX_WRITTEN_OUT_LINES = 1 << 13  # a loop whose copies would be longer stays a loop (compile time)
+
+
+def is_written_out(rng: UOp, enclosing: list[UOp]) -> bool:
+    """Whether the loop over `rng` is written out in the source: every unrolled reduce loop, and every lane loop
+    inside another register loop. The one loop left is the outermost loop over lanes (the linearizer puts the
+    contiguous lanes there, see register_nest), with all other register loops written out inside it."""
+    if rng.arg.axis_type is AxisType.UNROLL:
+        return True
+    return rng.arg.axis_type is AxisType.UPCAST and any(r.arg.axis_type in REGISTER_AXES for r in enclosing)
+
+
+def write_out(k: KernelText, rng: UOp, name: str, body_start: int) -> None:
+    """Replace the just-closed loop over `rng` by one block per iteration, each binding `name` to its constant.
+    Accumulator indexes then fold to constants, so the compilers keep the accumulators in registers."""
+    trip = rng.src[0].arg if rng.src[0].op is Ops.CONST else None
+    body = k.lines[body_start + 1 : -1]
+    if trip is None or trip * (len(body) + 3) > MAX_WRITTEN_OUT_LINES:
+        return
+    header = k.lines[body_start]
+    indent = header[: len(header) - len(header.lstrip())]
+    copies: list[str] = []
+    for step in range(trip):
+        copies += [indent + "{", f"{indent}{k.indent}const long {name} = {step};", *body, indent + "}"]
+    k.lines[body_start:] = copies
 
 
 def _in_memory_as_bits(address: UOp, dtype: DType) -> bool:
@@ -405,7 +433,7 @@ class CRenderer(CStyleLanguage):
     """C for the CPU device: the ABI passes `core_id`, and big kernels are split into one chunk per core."""
 
     device = "CPU"
-    lane_loop_mark = "#pragma omp simd"
+    write_out_register_loops = True
 
     def __init__(self, cores: int = 1) -> None:
         self.cores = max(1, cores)
@@ -431,6 +459,7 @@ class CRenderer(CStyleLanguage):
             k.line(f"long {name}_start = {end}ll * core_id / {chunks};")
             k.line(f"long {name}_end = {end}ll * (core_id + 1) / {chunks};")
             k.line(f"for (long {name} = {name}_start; {name} < {name}_end; {name}++) {{")
+            k.abi.setdefault("open loops", []).append(rng)
             return
         super().open_loop(k, rng, name)
 

@@ -80,19 +80,14 @@ def test_big_kernels_are_split_across_cores_and_small_ones_are_not() -> None:
     np.testing.assert_array_equal(run(elementwise(1 << 17), "CPU", np.zeros_like(a), a), a * 2)
 
 
-def test_generated_c_has_no_compiler_specific_pragma() -> None:
-    """Issue 12: gcc ignores `#pragma clang ...`. The only pragma is OpenMP's standard `simd`, on innermost loops over
-    independent lanes (nothing a compiler may reorder), which gcc and clang both honour."""
+def test_generated_c_has_no_pragma() -> None:
+    """Issue 12: gcc ignores `#pragma clang ...`, and vectorization must not hang on a pragma at all. The C has no
+    preprocessor line; the compilers vectorize the one loop left over register lanes by themselves."""
     for kernel in (gated_sum_kernel(4, 4), gated_sum_kernel(16, 64), gated_sum_kernel(3, 1 << 12)):
         for noopt in (0, 1):
             with Context(NOOPT=noopt):
                 src = CRenderer().render(lower(kernel)).src
-            pragmas = {line.strip() for line in src.splitlines() if line.strip().startswith("#")}
-            assert pragmas <= {"#pragma omp simd"}, pragmas
-            lines = src.splitlines()
-            for at in (i for i, line in enumerate(lines) if line.strip() == "#pragma omp simd"):
-                assert lines[at + 1].strip().startswith("for (")  # it marks a loop ...
-                assert "for (" not in lines[at + 2]  # ... whose body starts with no inner loop
+            assert not [line for line in src.splitlines() if line.strip().startswith("#")], src
 
 
 @pytest.mark.parametrize(

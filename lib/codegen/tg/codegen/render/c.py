@@ -392,8 +392,10 @@ class CStyleLanguage(LinearRenderer):
 
     def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
         k.line("}")
-        k.abi["open loops"].pop()
-        if self.write_out_register_loops and is_written_out(rng, k.abi["open loops"]):
+        enclosing = k.abi.get("open loops", [])
+        if enclosing and enclosing[-1] is rng:  # a language that opens some ranges as threads did not push them
+            enclosing.pop()
+        if self.write_out_register_loops and is_written_out(rng, enclosing):
             write_out(k, rng, name, body_start)
 
 

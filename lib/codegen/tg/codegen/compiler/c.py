@@ -8,8 +8,8 @@ fast-math that is safe and useful: math calls such as sqrtf no longer set errno,
 instructions and loops containing them vectorise. `-ffp-contract=off` stops the compiler from fusing
 a*b+c into one FMA on its own: fused and unfused results differ in the last bit, and the CPU device must
 agree bit for bit with numpy and with the PYTHON reference device. A renderer that wants an FMA asks for
-it explicitly (fmaf / __builtin_fmaf), which this flag does not affect. `-fopenmp-simd` honours the renderer's
-`#pragma omp simd` on loops over independent lanes (OpenMP's simd directive only: no threads, no runtime library).
+it explicitly (fmaf / __builtin_fmaf), which this flag does not affect. No flag or pragma asks for vectorization:
+the C renderer writes loops both compilers vectorize by themselves (see tg.codegen.render.c).
 """
 
 from __future__ import annotations

@@ -19,13 +19,16 @@ with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`. Only outpu
 reduction, so a sum's order (and bits) do not depend on the core count.
 
 Vector lanes are explicit in the program: an UPCAST axis (see tg.codegen.opt) or a long reduction's partial sums
-(see tg.codegen.lower.linearize) is an array of independent accumulators updated by an innermost loop with a
-constant trip count. That loop is marked `#pragma omp simd` (standard OpenMP, `-fopenmp-simd`, no runtime): its
-iterations are independent, so the mark changes no result (there is no reduction clause, nothing reassociates),
-and it makes gcc vectorize along the lanes instead of around them (gcc otherwise unrolled the lane loop first
-and vectorized across lanes with shuffles: a conv kernel 20x slower). Writing the lane copies out in the source
-measured 7x slower under gcc on matmul (it kept a 128-float accumulator array in memory). A sum of products is
-an explicit fused multiply-add (MULACC -> fmaf), computed identically by the PYTHON emulator.
+(see tg.codegen.lower.linearize) is an array of independent accumulators. The register loops of a kernel (UPCAST
+lanes, UNROLL steps of a reduction) are written out as one block per step that binds the loop index to a constant
+(`{ const long r4 = 2; ... }`), except the loop over the contiguous lanes, which the linearizer opens first
+(register_nest) and which stays a loop around the written-out blocks. Accumulator indexes then fold to constants
+and that one loop has a big body of independent lanes with constant trip count, which gcc and clang both
+vectorize along the lanes, with no pragma or flag asking them to. (With the lane loop innermost and small, both
+compilers unrolled it before vectorizing: gcc then vectorized a conv kernel across the lanes with shuffles, 20x
+slower, and clang vectorized a matmul across rows with gathers, 10x slower.) Nothing reassociates: each
+accumulator is updated in the same order as the PYTHON emulator updates it. A sum of products is an explicit fused
+multiply-add (MULACC -> fmaf), computed identically by the PYTHON emulator.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tg.codegen import AxisType, KernelInfo, UOp, dtypes
-from tg.codegen.compiler.c import DEFAULT_FLAGS
+from tg.codegen.compiler.c import default_flags
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
 from tg.codegen.opt import KernelOptError, KernelOptimizer, Opt, OptOps, apply_opts, hand_coded_optimizations
@@ -145,6 +145,13 @@ def test_heuristics_upcast_the_contiguous_axis_widest_and_loop_over_column_strip
     assert sorted(lanes) == [8, 16]
 
 
+def test_heuristics_fill_the_wider_register_budget_of_avx512_with_a_16x16_tile() -> None:
+    opts = hand_coded_optimizations(KernelOptimizer(matmul_ast(256, 256, 256)), max_lanes=256)
+    k = applied(matmul_ast(256, 256, 256), *opts)
+    lanes = [size for size, t in zip(k.full_shape, k.axis_types, strict=True) if t is AxisType.UPCAST]
+    assert sorted(lanes) == [16, 16]
+
+
 def test_heuristics_leave_plain_elementwise_kernels_and_full_sums_alone() -> None:
     out, a = UOp.param(0, dtypes.float32, 64), UOp.param(1, dtypes.float32, 64 * 32)
     i, r = UOp.range(64, 0), UOp.range(32, 1, AxisType.REDUCE)
@@ -221,7 +228,7 @@ def test_the_c_compiler_maps_upcast_lanes_onto_vector_instructions(compiler: str
     ast = matmul_ast(64, 64, 64)
     opts = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4))
     src = CRenderer().render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts)))).src
-    flags = [f for f in DEFAULT_FLAGS if f not in ("-shared", "-fPIC")]
+    flags = [f for f in default_flags() if f not in ("-shared", "-fPIC")]  # as the CPU device compiles
     result = subprocess.run([found, *flags, "-S", "-x", "c", "-", "-o", "-"], input=src, capture_output=True, text=True)
     # 16x4 lanes, unrolled 4 times: 256 products per step of the reduction, all in vector registers, along the
     # contiguous lanes: no scalar multiply-add, no gather (clang 19 once vectorized across i with gathers: 10x slower)

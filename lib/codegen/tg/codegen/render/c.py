@@ -435,13 +435,16 @@ def _in_memory_as_bits(address: UOp, dtype: DType) -> bool:
 
 
 class CRenderer(CStyleLanguage):
-    """C for the CPU device: the ABI passes `core_id`, and big kernels are split into one chunk per core."""
+    """C for the CPU device: the ABI passes `core_id`, and big kernels are split into one chunk per core.
+    `max_lanes`: accumulators the CPU's vector registers hold, for the heuristics (128: 16 AVX2 registers; the CPU
+    device gives 256 where the compiler uses AVX-512, see tg.codegen.compiler.c.wide_vectors)."""
 
     device = "CPU"
     write_out_register_loops = True
 
-    def __init__(self, cores: int = 1) -> None:
+    def __init__(self, cores: int = 1, max_lanes: int = 128) -> None:  # 128: tg.codegen.opt.heuristics.MAX_LANES
         self.cores = max(1, cores)
+        self.max_lanes = max_lanes
 
     def prologue(self, k: KernelText, params: list[UOp]) -> None:
         k.abi["chunks"] = self.chunks(k.linear)

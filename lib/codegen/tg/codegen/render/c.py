@@ -14,8 +14,8 @@ Bit casts go through a union (C11 allows reading another member). Signed int32/i
 unsigned types so that overflow wraps as numpy's does instead of being undefined; integer division by 0 gives 0
 and INT_MIN / -1 wraps rather than trapping (tg.codegen.uop.alu.EDGE_CASES lists every such rule).
 
-Large kernels use every core: the outermost loop is cut into one chunk per core and the kernel is launched
-with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`. Only output loops are cut, never a
+Large kernels use every core: the outermost loop is cut into CALLS_PER_CORE chunks per core (at most one per
+iteration) and the kernel is launched with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`. Only output loops are cut, never a
 reduction, so a sum's order (and bits) do not depend on the core count.
 
 Vector lanes are explicit in the program: an UPCAST axis (see tg.codegen.opt) or a long reduction's partial sums
@@ -48,6 +48,9 @@ from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 
 MULTICORE_MIN_ITERATIONS = 1 << 16
+# calls per core of a big kernel: the threads take calls as they come free (tg.hcq.devices.cpu_workers), so when
+# another process holds a core for a while the other cores make its calls
+CALLS_PER_CORE = 4
 C_RENDERER_NAMES = ("", "C", "CLANG")  # device-string renderer names that mean this renderer (DEV=CPU, CPU:C)
 
 # Helpers a kernel defines when it uses them (by name), so that no kernel needs a header or a runtime library.
@@ -435,7 +438,7 @@ def _in_memory_as_bits(address: UOp, dtype: DType) -> bool:
 
 
 class CRenderer(CStyleLanguage):
-    """C for the CPU device: the ABI passes `core_id`, and big kernels are split into one chunk per core.
+    """C for the CPU device: the ABI passes `core_id`, and big kernels are split into a few chunks per core.
     `max_lanes`: accumulators the CPU's vector registers hold, for the heuristics (128: 16 AVX2 registers; the CPU
     device gives 256 where the compiler uses AVX-512, see tg.codegen.compiler.c.wide_vectors)."""
 
@@ -450,14 +453,14 @@ class CRenderer(CStyleLanguage):
         k.abi["chunks"] = self.chunks(k.linear)
 
     def chunks(self, linear: UOp) -> int:
-        """How many calls the kernel is cut into: one per core when its outermost loop is an output loop and
-        the kernel is big enough to be worth waking the cores for."""
+        """How many calls the kernel is cut into: CALLS_PER_CORE per core when its outermost loop is an output
+        loop and the kernel is big enough to be worth waking the cores for."""
         first = next((u for u in linear.src if u.op is Ops.RANGE), None)
         if first is None or first.arg.axis_type is not AxisType.LOOP or self.cores == 1:
             return 1
         if loop_iterations(linear) < MULTICORE_MIN_ITERATIONS:
             return 1
-        return min(self.cores, first.src[0].arg)
+        return min(self.cores * CALLS_PER_CORE, first.src[0].arg)
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
         chunks = k.abi["chunks"]

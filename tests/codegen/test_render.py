@@ -143,7 +143,9 @@ def test_long_sums_add_partial_sums_in_a_fixed_order_on_any_core_count() -> None
     results = {}
     for cores in (1, 3, 4):
         renderer = CRenderer(cores=cores)
-        assert renderer.render(lower(row_sum_kernel(rows, length))).global_size[0] == (cores * CALLS_PER_CORE if cores > 1 else 1)
+        assert renderer.render(lower(row_sum_kernel(rows, length))).global_size[0] == (
+            cores * CALLS_PER_CORE if cores > 1 else 1
+        )
         results[cores] = run_rendered(renderer, row_sum_kernel(rows, length), np.zeros(rows, np.float32), a)
     results["python"] = run(row_sum_kernel(rows, length), "PYTHON", np.zeros(rows, np.float32), a)
     for got in results.values():

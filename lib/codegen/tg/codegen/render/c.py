@@ -15,8 +15,8 @@ unsigned types so that overflow wraps as numpy's does instead of being undefined
 and INT_MIN / -1 wraps rather than trapping (tg.codegen.uop.alu.EDGE_CASES lists every such rule).
 
 Large kernels use every core: the outermost loop is cut into CALLS_PER_CORE chunks per core (at most one per
-iteration) and the kernel is launched with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`. Only output loops are cut, never a
-reduction, so a sum's order (and bits) do not depend on the core count.
+iteration) and the kernel is launched with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`.
+Only output loops are cut, never a reduction, so a sum's order (and bits) do not depend on the core count.
 
 Vector lanes are explicit in the program: an UPCAST axis (see tg.codegen.opt) or a long reduction's partial sums
 (see tg.codegen.lower.linearize) is an array of independent accumulators. The register loops of a kernel (UPCAST

@@ -4,8 +4,8 @@ An engine executes submitted command lists in order, like the command processor 
 kernel launch (one per `core_id`; the C renderer cuts big kernels into a few calls per core) are handed out
 one at a time to whichever core thread is free (the engine thread takes its share too): on a machine shared
 with other processes a thread that is not running does not hold back calls another thread could make. Which
-thread makes a call changes nothing in its result. ctypes releases the GIL for the duration of each C call, so the chunks really
-run in parallel. All threads are daemons and start on first use, so an idle process starts none.
+thread makes a call changes nothing in its result. ctypes releases the GIL for the duration of each C call, so
+the calls really run in parallel. All threads are daemons and start on first use, so an idle process starts none.
 """
 
 from __future__ import annotations

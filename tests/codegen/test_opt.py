@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tg.codegen import AxisType, KernelInfo, UOp, dtypes
-from tg.codegen.compiler.c import DEFAULT_FLAGS
+from tg.codegen.compiler.c import default_flags
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
 from tg.codegen.opt import KernelOptError, KernelOptimizer, Opt, OptOps, apply_opts, hand_coded_optimizations
@@ -145,6 +145,13 @@ def test_heuristics_upcast_the_contiguous_axis_widest_and_loop_over_column_strip
     assert sorted(lanes) == [8, 16]
 
 
+def test_heuristics_fill_the_wider_register_budget_of_avx512_with_a_16x16_tile() -> None:
+    opts = hand_coded_optimizations(KernelOptimizer(matmul_ast(256, 256, 256)), max_lanes=256)
+    k = applied(matmul_ast(256, 256, 256), *opts)
+    lanes = [size for size, t in zip(k.full_shape, k.axis_types, strict=True) if t is AxisType.UPCAST]
+    assert sorted(lanes) == [16, 16]
+
+
 def test_heuristics_leave_plain_elementwise_kernels_and_full_sums_alone() -> None:
     out, a = UOp.param(0, dtypes.float32, 64), UOp.param(1, dtypes.float32, 64 * 32)
     i, r = UOp.range(64, 0), UOp.range(32, 1, AxisType.REDUCE)
@@ -152,23 +159,32 @@ def test_heuristics_leave_plain_elementwise_kernels_and_full_sums_alone() -> Non
     assert hand_coded_optimizations(KernelOptimizer(row_sum)) == []
 
 
-def test_upcast_lanes_are_register_arrays_updated_by_innermost_constant_loops() -> None:
+def test_upcast_lanes_are_register_arrays_updated_by_one_loop_over_contiguous_lanes() -> None:
+    """Issue 12: no pragma. The loop over the contiguous lanes (j) is the one register loop left; the other lanes
+    and the unrolled reduce steps are written out inside it, so its body is big enough that gcc and clang vectorize
+    it along j instead of unrolling it first."""
     ast = matmul_ast(64, 64, 64)
     opts = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4))
     src = CRenderer().render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts)))).src
     assert "float acc0[64];" in src
-    assert {line.strip() for line in src.splitlines() if "#pragma" in line} == {"#pragma omp simd"}
-    open_loops: list[int] = []  # trip counts of the loops around the current line
+    assert "#" not in src
+    around: list[str] = []  # the loop headers and written-out blocks around the current line
     for line in src.splitlines():
-        if line.strip().startswith("for ("):
-            open_loops.append(int(line.split("< ")[1].split(";")[0]))
-        elif line.strip() == "}":
-            open_loops.pop()
-        elif "__builtin_fmaf(" in line:  # the multiply-add of the sum of products
+        text = line.strip()
+        if text.startswith("for (") or text == "{":
+            around.append(text)
+        elif text.startswith("const long"):
+            around[-1] += " " + text
+        elif text == "}":
+            around.pop()
+        elif "__builtin_fmaf(" in text:  # the first multiply-add of the sum of products
             break
-    # around the multiply-add: output loops 64/4 and 64/16, the reduction 64/4 and its 4 unrolled steps, then the
-    # 4 x 16 lanes innermost (constant trip counts the compiler vectorizes)
-    assert sorted(open_loops[:4]) == [4, 4, 16, 16] and sorted(open_loops[4:]) == [4, 16]
+    loops = [int(header.split("< ")[1].split(";")[0]) for header in around if header.startswith("for (")]
+    # output loops 64/4 and 64/16, the reduction 64/4, then the 16 contiguous lanes; inside them the first
+    # unrolled step and the first lane of i, each a block binding its index to a constant
+    assert sorted(loops[:2]) == [4, 16] and loops[2:] == [16, 16]
+    assert around[-2:] == ["{ const long r5 = 0;", "{ const long r4 = 0;"]
+    assert src.count("__builtin_fmaf(") == 4 * 4  # 4 unrolled steps x 4 lanes of i
 
 
 def _cpu_flags() -> set[str]:
@@ -212,10 +228,14 @@ def test_the_c_compiler_maps_upcast_lanes_onto_vector_instructions(compiler: str
     ast = matmul_ast(64, 64, 64)
     opts = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4))
     src = CRenderer().render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts)))).src
-    flags = [f for f in DEFAULT_FLAGS if f not in ("-shared", "-fPIC")]
+    flags = [f for f in default_flags() if f not in ("-shared", "-fPIC")]  # as the CPU device compiles
     result = subprocess.run([found, *flags, "-S", "-x", "c", "-", "-o", "-"], input=src, capture_output=True, text=True)
-    # 16x4 lanes, unrolled 4 times: 256 products per step of the reduction, all in vector registers
+    # 16x4 lanes, unrolled 4 times: 256 products per step of the reduction, all in vector registers, along the
+    # contiguous lanes: no scalar multiply-add, no gather (clang 19 once vectorized across i with gathers: 10x slower)
     assert vector_multiply_lanes(result.stdout) >= 256, result.stdout[-2000:]
+    instructions = {line.split()[0] for line in result.stdout.splitlines() if line.startswith("\tv")}
+    scalar_fma = {name for name in instructions if name.startswith("vfmadd") and name.endswith("ss")}
+    assert not scalar_fma and not {name for name in instructions if name.startswith("vgather")}
 
 
 def test_padto_makes_a_prime_sized_matmul_splittable_and_correct() -> None:

@@ -53,6 +53,14 @@ def test_kernel_to_program_depends_on_its_flags_argument_not_on_the_environment(
     assert plain.src != optimized.src
 
 
+def test_the_renderers_register_budget_reaches_the_heuristics() -> None:
+    ast = matmul_kernel(64)
+    narrow = kernel_to_program(ast, CRenderer(max_lanes=128), CodegenFlags())
+    wide = kernel_to_program(ast, CRenderer(max_lanes=256), CodegenFlags())
+    upcasts = [sorted(o.arg for o in p.applied_opts if o.op.name == "UPCAST") for p in (narrow, wide)]
+    assert upcasts == [[8, 16], [16, 16]]
+
+
 def test_with_opts_applies_exactly_the_given_opts() -> None:
     opts = (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4))
     program = kernel_to_program(with_opts(matmul_kernel(16), opts), CRenderer(), CodegenFlags(noopt=True))

@@ -24,6 +24,20 @@ def call_square(lib: bytes, x: int) -> int:
         return ctypes.CDLL(f.name).square(x)
 
 
+def test_kernels_use_512_bit_vectors_exactly_on_an_x86_cpu_with_avx512() -> None:
+    import pathlib
+    import platform
+
+    from tg.codegen.compiler.c import DEFAULT_FLAGS, WIDE_VECTOR_FLAGS
+
+    cpuinfo = pathlib.Path("/proc/cpuinfo").read_text() if os.path.exists("/proc/cpuinfo") else ""
+    avx512 = platform.machine() == "x86_64" and " avx512f " in next(
+        (line + " " for line in cpuinfo.splitlines() if line.startswith("flags")), ""
+    )
+    flags = CCompiler(cc=shutil.which("gcc") or "cc").flags
+    assert flags == DEFAULT_FLAGS + (WIDE_VECTOR_FLAGS if avx512 else ())
+
+
 def test_compile_returns_a_loadable_shared_object(fresh_cache_dir) -> None:
     lib = CCompiler().compile(SQUARE)
     assert lib[:4] == b"\x7fELF"

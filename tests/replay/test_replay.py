@@ -63,7 +63,7 @@ def changed_compiler(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "lib" / "codegen" / "tg", copy / "tg", ignore=shutil.ignore_patterns("__pycache__"))
     pipeline = copy / "tg" / "codegen" / "pipeline.py"
     text = pipeline.read_text()
-    changed = text.replace("noopt=flags.noopt)", "noopt=True)")
+    changed = text.replace("noopt=flags.noopt,", "noopt=True,")
     assert changed != text, "the pipeline no longer has the line this test changes"
     pipeline.write_text(changed)
     return copy

@@ -24,6 +24,7 @@ from tg.codegen.flags import NOOPT
 from tg.codegen.lower.linearize import linearize
 from tg.codegen.lower.upcast import upcast_strided_reductions
 from tg.codegen.opt import apply_opts
+from tg.codegen.opt.heuristics import MAX_LANES
 from tg.codegen.render.base import Renderer, kernel_variables
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.index_algebra import simplify_indices
@@ -38,6 +39,7 @@ class CodegenFlags:
 
     noopt: bool = False  # apply no optimizations (NOOPT=1); opts the AST asks for (opts_to_apply) still apply
     has_local: bool = False  # the renderer has work-groups (LOCAL and GROUP opts are legal); set from the renderer
+    max_lanes: int = MAX_LANES  # accumulators the heuristics may keep in vector registers; set from the renderer
 
     @staticmethod
     def from_environment() -> CodegenFlags:
@@ -85,7 +87,7 @@ def _simplify_indices(ast: UOp, flags: CodegenFlags) -> UOp:
 
 
 def _apply_opts(ast: UOp, flags: CodegenFlags) -> UOp:
-    return apply_opts(ast, has_local=flags.has_local, noopt=flags.noopt)
+    return apply_opts(ast, has_local=flags.has_local, noopt=flags.noopt, max_lanes=flags.max_lanes)
 
 
 def _upcast_strided_reductions(ast: UOp, flags: CodegenFlags) -> UOp:
@@ -120,7 +122,11 @@ def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
 
 def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> ProgramSource:
     """The source of kernel `ast` for `renderer`, with the launch size and estimates (a pure function)."""
-    flags = replace(flags, has_local=bool(getattr(renderer, "has_local", False)))
+    flags = replace(
+        flags,
+        has_local=bool(getattr(renderer, "has_local", False)),
+        max_lanes=int(getattr(renderer, "max_lanes", MAX_LANES)),
+    )
     linear = lower_kernel(ast, flags)
     rendered = renderer.render(linear)
     loop_sizes = tuple(_size_text(u.src[0]) for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))

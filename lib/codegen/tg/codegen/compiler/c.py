@@ -8,8 +8,10 @@ fast-math that is safe and useful: math calls such as sqrtf no longer set errno,
 instructions and loops containing them vectorise. `-ffp-contract=off` stops the compiler from fusing
 a*b+c into one FMA on its own: fused and unfused results differ in the last bit, and the CPU device must
 agree bit for bit with numpy and with the PYTHON reference device. A renderer that wants an FMA asks for
-it explicitly (fmaf / __builtin_fmaf), which this flag does not affect. `-fopenmp-simd` honours the renderer's
-`#pragma omp simd` on loops over independent lanes (OpenMP's simd directive only: no threads, no runtime library).
+it explicitly (fmaf / __builtin_fmaf), which this flag does not affect. No flag or pragma asks for vectorization:
+the C renderer writes loops both compilers vectorize by themselves (see tg.codegen.render.c). On an x86 CPU with
+AVX-512, `-mprefer-vector-width=512` lets them use its 512-bit registers (both prefer 256-bit ones there otherwise);
+the CPU device then gives the heuristics twice the register lanes (see wide_vectors).
 """
 
 from __future__ import annotations
@@ -27,8 +29,20 @@ from tg.codegen.flags import CC, DEBUG
 
 CLANG_CANDIDATES = ("clang", *(f"clang-{version}" for version in range(19, 13, -1)))
 DEFAULT_FLAGS = (
-    "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fopenmp-simd", "-fPIC", "-shared", "-std=gnu11",
+    "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11",
 )  # fmt: skip
+WIDE_VECTOR_FLAGS = ("-mprefer-vector-width=512",)
+
+
+@functools.cache
+def wide_vectors() -> bool:
+    """Whether this CPU is x86 with AVX-512 (32 registers of 16 floats), which kernels are compiled to use."""
+    return platform.machine() in ("x86_64", "AMD64") and "avx512f" in _cpu_flags()
+
+
+def default_flags() -> tuple[str, ...]:
+    """DEFAULT_FLAGS, plus WIDE_VECTOR_FLAGS on a CPU with AVX-512."""
+    return DEFAULT_FLAGS + (WIDE_VECTOR_FLAGS if wide_vectors() else ())
 
 
 def find_c_compiler() -> str:
@@ -59,15 +73,15 @@ def compiler_version(path: str) -> str:
 class CCompiler(Compiler):
     """Compiles C source to a shared object and returns its bytes.
 
-    `cc` is a path or a name on PATH (default: `find_c_compiler()`), `flags` replaces DEFAULT_FLAGS.
+    `cc` is a path or a name on PATH (default: `find_c_compiler()`), `flags` replaces `default_flags()`.
     """
 
-    def __init__(self, cc: str | None = None, flags: tuple[str, ...] = DEFAULT_FLAGS) -> None:
+    def __init__(self, cc: str | None = None, flags: tuple[str, ...] | None = None) -> None:
         if cc is None:
             self.cc = find_c_compiler()
         else:
             self.cc = shutil.which(cc) or cc
-        self.flags = tuple(flags)
+        self.flags = default_flags() if flags is None else tuple(flags)
         if DEBUG >= 1:
             print(f"CPU kernels compile with {self.describe()} (the CC flag chooses another)", file=sys.stderr)
 
@@ -91,6 +105,19 @@ class CCompiler(Compiler):
                 raise CompileError(result.stderr or result.stdout, source, " ".join(command))
             with open(output_path, "rb") as f:
                 return f.read()
+
+
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    """The feature flags of /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 @functools.cache

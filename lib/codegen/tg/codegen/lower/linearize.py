@@ -214,12 +214,15 @@ class Linearizer:
 
     def emit_wide_reduce(self, reduce: UOp, lanes: list[UOp]) -> None:
         """A REDUCE whose body runs along output ranges `lanes` (UPCAST ranges): one accumulator per lane (a
-        register array the C compiler keeps in vector registers), and the lane loops innermost, so each step of
-        the reduction updates every lane from values loaded once:
+        register array the C compiler keeps in vector registers), and the lane loops inside the reduce loops, so
+        each step of the reduction updates every lane from values loaded once:
 
             for l: acc[l] = identity
-            for r: for l: acc[l] = acc[l] op body(r, l)
+            for r: for l: for u: acc[l] = acc[l] op body(r, u, l)
 
+        The loops inside the reduce loops are the register nest (see register_nest): the contiguous lane loop
+        first, the unrolled reduce steps u and the other lanes inside it. For each accumulator the updates still
+        come in (r, u) order, so the result is the same as with u outside the lanes.
         Its value is read later, inside the loops over `lanes` (see wide_result)."""
         body, ranges = reduce.src[0], loop_order(reduce.src[1:])
         op, dtype = reduce.arg, reduce.dtype
@@ -228,13 +231,14 @@ class Linearizer:
             UOp(Ops.PARAM, dtype.ptr(lane_count(lanes), AddrSpace.REG), (), ParamArg(self.accumulators, "acc"))
         )
         self.accumulators += 1
-        for lane in lanes:
+        for lane in register_nest(lanes):
             self.open_loop(lane)
         slot = self.append(acc.index(self.emit(lane_index(lanes))))
         initialized = self.append(slot.store(self.emit(UOp.const(reduce_identity(op, dtype), dtype))))
         for _ in lanes:
             initialized = self.close_loop(initialized)
-        for rng in (*ranges, *lanes):
+        loops = [r for r in ranges if r.arg.axis_type is not AxisType.UNROLL]
+        for rng in (*loops, *register_nest(lanes, [r for r in ranges if r not in loops])):
             self.open_loop(rng)
         slot = self.append(acc.index(self.emit(lane_index(lanes))))
         combined = self.accumulate(
@@ -264,6 +268,15 @@ def loop_order(ranges: tuple[UOp, ...]) -> list[UOp]:
         ranges,
         key=lambda r: (r.arg.axis_type is not AxisType.GROUP_REDUCE, r.arg.axis_type is AxisType.UNROLL, r.arg.axis_id),
     )
+
+
+def register_nest(lanes: list[UOp], unrolled: list[UOp] | None = None) -> list[UOp]:
+    """The order to open the loops over register lanes (and a reduction's `unrolled` steps), outermost first:
+    the innermost lane of `lanes` (the contiguous one: the heuristics upcast it first) outermost, then the
+    unrolled steps, then the other lanes. A C renderer keeps that first loop a loop and writes the ones inside
+    it out, so the loop over contiguous lanes has a body big enough that gcc and clang vectorize it along the
+    lanes rather than unrolling it first (tg.codegen.render.c)."""
+    return [*lanes[-1:], *(unrolled or []), *lanes[:-1]]
 
 
 def lane_count(lanes: list[UOp]) -> int:
@@ -313,7 +326,7 @@ def linearize(ast: UOp) -> UOp:
                 linearizer.emit_wide_reduce(node, needed)
             elif not any(lane in linearizer.needs[node] for lane in lanes):
                 linearizer.emit(node)
-        for lane in lanes:
+        for lane in register_nest(lanes):
             linearizer.open_loop(lane)
         linearizer.emit(store)
         for _ in lanes:

@@ -7,16 +7,17 @@ apply_opts(ast) -> ast     replays KernelInfo.opts_to_apply, else (unless NOOPT=
 from __future__ import annotations
 
 from tg.codegen.flags import NOOPT
-from tg.codegen.opt.heuristics import hand_coded_optimizations
+from tg.codegen.opt.heuristics import MAX_LANES, hand_coded_optimizations
 from tg.codegen.opt.optimizer import KernelOptimizer
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import UOp
 
 
-def apply_opts(ast: UOp, has_local: bool = False, noopt: bool | None = None) -> UOp:
+def apply_opts(ast: UOp, has_local: bool = False, noopt: bool | None = None, max_lanes: int = MAX_LANES) -> UOp:
     """The kernel with its optimizations applied (an AST that already records applied opts is returned as is).
-    `noopt` (default: the NOOPT flag) skips the heuristics; opts the AST asks for still apply."""
+    `noopt` (default: the NOOPT flag) skips the heuristics; opts the AST asks for still apply. `max_lanes`: the
+    heuristics' register budget (see hand_coded_optimizations)."""
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     if info.applied_opts and info.opts_to_apply is None:
         return ast
@@ -26,7 +27,7 @@ def apply_opts(ast: UOp, has_local: bool = False, noopt: bool | None = None) -> 
     elif bool(NOOPT) if noopt is None else noopt:
         return ast
     else:
-        opts = hand_coded_optimizations(k)
+        opts = hand_coded_optimizations(k, max_lanes)
     for opt in opts:
         k.apply_opt(opt)
     return k.get_optimized_ast()

@@ -14,18 +14,21 @@ Bit casts go through a union (C11 allows reading another member). Signed int32/i
 unsigned types so that overflow wraps as numpy's does instead of being undefined; integer division by 0 gives 0
 and INT_MIN / -1 wraps rather than trapping (tg.codegen.uop.alu.EDGE_CASES lists every such rule).
 
-Large kernels use every core: the outermost loop is cut into one chunk per core and the kernel is launched
-with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`. Only output loops are cut, never a
-reduction, so a sum's order (and bits) do not depend on the core count.
+Large kernels use every core: the outermost loop is cut into CALLS_PER_CORE chunks per core (at most one per
+iteration) and the kernel is launched with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`.
+Only output loops are cut, never a reduction, so a sum's order (and bits) do not depend on the core count.
 
 Vector lanes are explicit in the program: an UPCAST axis (see tg.codegen.opt) or a long reduction's partial sums
-(see tg.codegen.lower.linearize) is an array of independent accumulators updated by an innermost loop with a
-constant trip count. That loop is marked `#pragma omp simd` (standard OpenMP, `-fopenmp-simd`, no runtime): its
-iterations are independent, so the mark changes no result (there is no reduction clause, nothing reassociates),
-and it makes gcc vectorize along the lanes instead of around them (gcc otherwise unrolled the lane loop first
-and vectorized across lanes with shuffles: a conv kernel 20x slower). Writing the lane copies out in the source
-measured 7x slower under gcc on matmul (it kept a 128-float accumulator array in memory). A sum of products is
-an explicit fused multiply-add (MULACC -> fmaf), computed identically by the PYTHON emulator.
+(see tg.codegen.lower.linearize) is an array of independent accumulators. The register loops of a kernel (UPCAST
+lanes, UNROLL steps of a reduction) are written out as one block per step that binds the loop index to a constant
+(`{ const long r4 = 2; ... }`), except the loop over the contiguous lanes, which the linearizer opens first
+(register_nest) and which stays a loop around the written-out blocks. Accumulator indexes then fold to constants
+and that one loop has a big body of independent lanes with constant trip count, which gcc and clang both
+vectorize along the lanes, with no pragma or flag asking them to. (With the lane loop innermost and small, both
+compilers unrolled it before vectorizing: gcc then vectorized a conv kernel across the lanes with shuffles, 20x
+slower, and clang vectorized a matmul across rows with gathers, 10x slower.) Nothing reassociates: each
+accumulator is updated in the same order as the PYTHON emulator updates it. A sum of products is an explicit fused
+multiply-add (MULACC -> fmaf), computed identically by the PYTHON emulator.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 
 MULTICORE_MIN_ITERATIONS = 1 << 16
+# calls per core of a big kernel: the threads take calls as they come free (tg.hcq.devices.cpu_workers), so when
+# another process holds a core for a while the other cores make its calls
+CALLS_PER_CORE = 4
 C_RENDERER_NAMES = ("", "C", "CLANG")  # device-string renderer names that mean this renderer (DEV=CPU, CPU:C)
 
 # Helpers a kernel defines when it uses them (by name), so that no kernel needs a header or a runtime library.
@@ -355,7 +361,7 @@ class CStyleLanguage(LinearRenderer):
 
     code_for_op = C_CODE_FOR_OP
     buffer_qualifier = ""  # e.g. "__global " for OpenCL
-    lane_loop_mark = ""  # a line before each innermost loop over independent lanes (the CPU: `#pragma omp simd`)
+    write_out_register_loops = False  # see is_written_out (the CPU renderer does)
 
     def literal(self, value: object, dtype: DType) -> str:
         return literal(value, dtype)
@@ -391,14 +397,44 @@ class CStyleLanguage(LinearRenderer):
         k.line(f"{address} = {value};" if gate is None else f"if ({gate}) {address} = {value};")
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
+        k.abi.setdefault("open loops", []).append(rng)
         k.line(f"for (long {name} = 0; {name} < {loop_end(k, rng)}; {name}++) {{")
 
     def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
         k.line("}")
-        innermost = not any("for (" in line for line in k.lines[body_start + 1 :])
-        if self.lane_loop_mark and rng.arg.axis_type is AxisType.UPCAST and innermost:
-            indent = k.lines[body_start][: -len(k.lines[body_start].lstrip())]
-            k.lines.insert(body_start, indent + self.lane_loop_mark)
+        enclosing = k.abi.get("open loops", [])
+        if enclosing and enclosing[-1] is rng:  # a language that opens some ranges as threads did not push them
+            enclosing.pop()
+        if self.write_out_register_loops and is_written_out(rng, enclosing):
+            write_out(k, rng, name, body_start)
+
+
+REGISTER_AXES = (AxisType.UPCAST, AxisType.UNROLL)
+MAX_WRITTEN_OUT_LINES = 1 << 13  # a loop whose copies would be longer stays a loop (compile time)
+
+
+def is_written_out(rng: UOp, enclosing: list[UOp]) -> bool:
+    """Whether the loop over `rng` is written out in the source: every unrolled reduce loop, and every lane loop
+    inside another register loop. The one loop left is the outermost loop over lanes (the linearizer puts the
+    contiguous lanes there, see register_nest), with all other register loops written out inside it."""
+    if rng.arg.axis_type is AxisType.UNROLL:
+        return True
+    return rng.arg.axis_type is AxisType.UPCAST and any(r.arg.axis_type in REGISTER_AXES for r in enclosing)
+
+
+def write_out(k: KernelText, rng: UOp, name: str, body_start: int) -> None:
+    """Replace the just-closed loop over `rng` by one block per iteration, each binding `name` to its constant.
+    Accumulator indexes then fold to constants, so the compilers keep the accumulators in registers."""
+    trip = rng.src[0].arg if rng.src[0].op is Ops.CONST else None
+    body = k.lines[body_start + 1 : -1]
+    if trip is None or trip * (len(body) + 3) > MAX_WRITTEN_OUT_LINES:
+        return
+    header = k.lines[body_start]
+    indent = header[: len(header) - len(header.lstrip())]
+    copies: list[str] = []
+    for step in range(trip):
+        copies += [indent + "{", f"{indent}{k.indent}const long {name} = {step};", *body, indent + "}"]
+    k.lines[body_start:] = copies
 
 
 def _in_memory_as_bits(address: UOp, dtype: DType) -> bool:
@@ -406,33 +442,36 @@ def _in_memory_as_bits(address: UOp, dtype: DType) -> bool:
 
 
 class CRenderer(CStyleLanguage):
-    """C for the CPU device: the ABI passes `core_id`, and big kernels are split into one chunk per core."""
+    """C for the CPU device: the ABI passes `core_id`, and big kernels are split into a few chunks per core.
+    `max_lanes`: accumulators the CPU's vector registers hold, for the heuristics (128: 16 AVX2 registers; the CPU
+    device gives 256 where the compiler uses AVX-512, see tg.codegen.compiler.c.wide_vectors)."""
 
     device = "CPU"
-    lane_loop_mark = "#pragma omp simd"
+    write_out_register_loops = True
 
-    def __init__(self, cores: int = 1) -> None:
+    def __init__(self, cores: int = 1, max_lanes: int = 128) -> None:  # 128: tg.codegen.opt.heuristics.MAX_LANES
         self.cores = max(1, cores)
+        self.max_lanes = max_lanes
 
     def prologue(self, k: KernelText, params: list[UOp]) -> None:
         k.abi["chunks"] = self.chunks(k.linear)
 
     def chunks(self, linear: UOp) -> int:
-        """How many calls the kernel is cut into: one per core when its outermost loop is an output loop and
-        the kernel is big enough to be worth waking the cores for."""
+        """How many calls the kernel is cut into: CALLS_PER_CORE per core when its outermost loop is an output
+        loop and the kernel is big enough to be worth waking the cores for."""
         first = next((u for u in linear.src if u.op is Ops.RANGE), None)
         if first is None or first.arg.axis_type is not AxisType.LOOP or self.cores == 1:
             return 1
         if loop_iterations(linear) < MULTICORE_MIN_ITERATIONS:
             return 1
-        return min(self.cores, max_trip_count(first))
+        return min(self.cores * CALLS_PER_CORE, max_trip_count(first))
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
         chunks = k.abi["chunks"]
         if chunks > 1 and "split" not in k.abi:  # the first loop: this call's chunk of it
             k.abi["split"] = rng
             end = f"{rng.src[0].arg}ll"
-            if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: one call per core, fewer for a short loop
+            if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: `chunks` calls, fewer for a short loop
                 end = f"(long long){loop_end(k, rng)}"
                 k.abi["global_size"] = rng.src[0].minimum(chunks)
                 k.line(f"long {name}_chunks = {end} < {chunks} ? {end} : {chunks};")
@@ -440,6 +479,7 @@ class CRenderer(CStyleLanguage):
             k.line(f"long {name}_start = {end} * core_id / {chunks};")
             k.line(f"long {name}_end = {end} * (core_id + 1) / {chunks};")
             k.line(f"for (long {name} = {name}_start; {name} < {name}_end; {name}++) {{")
+            k.abi.setdefault("open loops", []).append(rng)
             return
         super().open_loop(k, rng, name)
 

@@ -28,6 +28,8 @@ import tempfile
 from typing import Any
 
 from tg.codegen.compiler import CCompiler
+from tg.codegen.compiler.c import wide_vectors
+from tg.codegen.opt.heuristics import MAX_LANES, WIDE_MAX_LANES
 from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
 from tg.codegen.render.llvmir import LLVMRenderer
 from tg.hcq.allocator import BufferSpec, LRUAllocator
@@ -175,7 +177,7 @@ class CPUDevice(HCQCompiled):
         else:
             compiler, program, renderer = CCompiler(), CPUProgram, None
             if spec.renderer in C_RENDERER_NAMES:
-                renderer = CRenderer(cores=self.cores.count)
+                renderer = CRenderer(cores=self.cores.count, max_lanes=WIDE_MAX_LANES if wide_vectors() else MAX_LANES)
         super().__init__(spec, allocator, compiler, program, CPUComputeQueue, CPUCopyQueue)
         allocator.device = self
         self.renderer = renderer

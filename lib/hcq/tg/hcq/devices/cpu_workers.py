@@ -1,14 +1,17 @@
 """The threads behind the CPU device: one engine thread per queue kind, and a pool of core threads.
 
-An engine executes submitted command lists in order, like the command processor of a GPU. A kernel
-launch is split into contiguous chunks of `core_id`s, one chunk per core thread (the engine thread runs
-the first chunk itself). ctypes releases the GIL for the duration of each C call, so the chunks really
-run in parallel. All threads are daemons and start on first use, so an idle process starts none.
+An engine executes submitted command lists in order, like the command processor of a GPU. The calls of a
+kernel launch (one per `core_id`; the C renderer cuts big kernels into a few calls per core) are handed out
+one at a time to whichever core thread is free (the engine thread takes its share too): on a machine shared
+with other processes a thread that is not running does not hold back calls another thread could make. Which
+thread makes a call changes nothing in its result. ctypes releases the GIL for the duration of each C call, so
+the calls really run in parallel. All threads are daemons and start on first use, so an idle process starts none.
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import queue
 import threading
 import time
@@ -67,35 +70,44 @@ class CorePool:
                 self._done.put(error)
 
     def run(self, run: KernelCall, total: int, program: Any = None) -> None:
-        """Call run(start, end) over [0, total) split into one contiguous chunk per core; wait for all.
+        """Call run(i, i + 1) for every i in [0, total), each i on the next free core thread; wait for all.
 
         `program` (any object that takes attributes) remembers how long its launches take: a small one runs in
         one call on this thread (see SERIAL_BELOW_S)."""
-        chunks = min(self.count, total)
-        if chunks > 1 and program is not None and getattr(program, "run_serially", False):
+        threads = min(self.count, total)
+        if threads > 1 and program is not None and getattr(program, "run_serially", False):
             start = time.perf_counter()
             run(0, total)
             if time.perf_counter() - start > SERIAL_BELOW_S * SERIAL_RECHECK:
                 program.run_serially = False
             return
-        if chunks <= 1:
+        if threads <= 1:
             if total > 0:
                 run(0, total)
             return
-        if len(self._inboxes) < chunks - 1:
+        if len(self._inboxes) < threads - 1:
             self._start()
-        bounds = [total * i // chunks for i in range(chunks + 1)]
-        for i in range(1, chunks):
-            self._inboxes[i - 1].put((run, bounds[i], bounds[i + 1]))
+        take_next = itertools.count().__next__  # atomic under the GIL: each i is taken exactly once
+
+        def take_calls(_start: int, _end: int) -> None:
+            for i in iter(take_next, None):
+                if i >= total:
+                    return
+                run(i, i + 1)
+
+        for i in range(1, threads):
+            self._inboxes[i - 1].put((take_calls, 0, total))
         first_error: BaseException | None = None
         try:
             start = time.perf_counter()
-            run(bounds[0], bounds[1])
+            take_calls(0, total)
+            # this thread's share of the calls stands for a chunk: a launch whose whole run took less than
+            # SERIAL_BELOW_S per thread gains nothing from the hand-offs
             if program is not None and time.perf_counter() - start < SERIAL_BELOW_S:
                 program.run_serially = True
         except BaseException as error:
             first_error = error
-        for _ in range(chunks - 1):
+        for _ in range(threads - 1):
             worker_error = self._done.get()
             first_error = first_error or worker_error
         if first_error is not None:

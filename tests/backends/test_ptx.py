@@ -1,0 +1,230 @@
+"""The PTX renderer without a GPU: every kernel it renders is assembled by NVIDIA's `ptxas` (a real assembler, which
+checks types, operands and register classes), and CUDA C is compiled by `nvcc -ptx` where the CUDA toolkit is.
+
+1. `NULL:PTX` assembles every kernel of the tensor programs of tests/backends/test_gpu_render.py with ptxas.
+2. A sweep of hand-built kernels covers every ALU op on every dtype, every cast between two dtypes, every bit cast
+   and the edge-case table (tg.codegen.uop.alu.EDGE_CASES), with LOCAL and GROUP opts (shared memory, barriers).
+3. What PTX leaves open is spelled out: the instructions that implement the edge-case rules are checked in the text.
+The semantics of the linear program itself are checked on the PYTHON emulator in test_gpu_render.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tg.codegen import KernelInfo, Ops, UOp, dtypes
+from tg.codegen.compiler import CompileError
+from tg.codegen.compiler.ptx import PTXCompiler
+from tg.codegen.dtype import DType
+from tg.codegen.opt import Opt, OptOps
+from tg.codegen.pipeline import CodegenFlags, kernel_to_program, lower_kernel, with_opts
+from tg.codegen.render.ptx import PTXRenderer
+from tg.hcq import Device
+
+from .kernels import row_sums, scaled_grid
+from .test_edge_cases_backends import edge_case_kernel
+
+PTXAS = shutil.which("ptxas")
+NVCC = shutil.which("nvcc")
+needs_ptxas = pytest.mark.skipif(
+    PTXAS is None, reason="ptxas is not on PATH: install the CUDA toolkit (nvidia-cuda-toolkit) for the PTX checks"
+)
+needs_nvcc = pytest.mark.skipif(
+    NVCC is None, reason="nvcc is not on PATH: install the CUDA toolkit (nvidia-cuda-toolkit) for the CUDA C check"
+)
+ARCH = "sm_80"
+INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
+FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+ALL = (dtypes.bool, *INTS, *FLOATS)
+FLOAT_UNARY = (Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN)
+TRANSCENDENTAL = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW)
+
+
+def assemble(source: str, arch: str = ARCH) -> bytes:
+    return PTXCompiler(arch).compile_uncached(source)
+
+
+def render(ast: UOp, opts: tuple[Opt, ...] | None = None, arch: str = ARCH) -> str:
+    ast = ast if opts is None else with_opts(ast, opts)
+    return kernel_to_program(ast, PTXRenderer(arch), CodegenFlags(noopt=opts is None)).src
+
+
+class KernelBuilder:
+    """One kernel of many single-element computations: each reads fresh input buffers (nothing constant-folds)
+    and writes its own output."""
+
+    def __init__(self) -> None:
+        self.stores: list[UOp] = []
+        self.slot = 0
+
+    def input(self, dtype: DType) -> UOp:
+        self.slot += 1
+        return UOp.param(self.slot - 1, dtype, 1).index(UOp.const(0, dtypes.index)).load()
+
+    def output(self, value: UOp) -> None:
+        self.stores.append(UOp.param(self.slot, value.dtype, 1).index(UOp.const(0, dtypes.index)).store(value))
+        self.slot += 1
+
+    def kernel(self, name: str) -> UOp:
+        return UOp.sink(*self.stores, arg=KernelInfo(name))
+
+
+def ops_kernel(dtype: DType) -> UOp:
+    """Every ALU op the spec allows on `dtype` (float64 without the transcendentals PTX has no instruction for)."""
+    k = KernelBuilder()
+    binary = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ]
+    unary = [Ops.NEG]
+    if dtype in INTS:
+        binary += [Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR]
+    elif dtype in FLOATS:
+        binary += [Ops.FDIV, Ops.POW]
+        unary = list(FLOAT_UNARY)
+    else:  # bool
+        binary = [Ops.AND, Ops.OR, Ops.XOR, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ]
+    for op in binary + unary:
+        if dtype is dtypes.float64 and op in TRANSCENDENTAL:
+            continue
+        operands = [k.input(dtype) for _ in range(2 if op in binary else 1)]
+        k.output(UOp(op, dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dtype, tuple(operands)))
+    k.output(UOp(Ops.WHERE, dtype, (k.input(dtypes.bool), k.input(dtype), k.input(dtype))))
+    if dtype in FLOATS or dtype in INTS:
+        k.output(UOp(Ops.MULACC, dtype, (k.input(dtype), k.input(dtype), k.input(dtype))))
+    if dtype in INTS:
+        for op in (Ops.SHL, Ops.SHR):
+            for amount in (dtypes.int32, dtypes.int64, dtypes.uint8):
+                k.output(UOp(op, dtype, (k.input(dtype), k.input(amount))))
+    return k.kernel(f"ops_{dtype.name}")
+
+
+def casts_kernel() -> UOp:
+    k = KernelBuilder()
+    for source in ALL:
+        for target in ALL:
+            if source is not target:
+                k.output(k.input(source).cast(target))
+    return k.kernel("casts")
+
+
+def bitcasts_kernel() -> UOp:
+    k = KernelBuilder()
+    for source in ALL[1:]:
+        for target in ALL[1:]:
+            if source is not target and source.itemsize == target.itemsize:
+                k.output(k.input(source).bitcast(target))
+    return k.kernel("bitcasts")
+
+
+def sweep_sources() -> dict[str, str]:
+    """Every kernel of the sweep, by name."""
+    sources = {f"ops_{d.name}": render(ops_kernel(d)) for d in ALL}
+    sources["casts"], sources["bitcasts"] = render(casts_kernel()), render(bitcasts_kernel())
+    sources["edge_cases"] = render(edge_case_kernel()[0])
+    for i, opts in enumerate(REDUCE_OPTS):
+        sources[f"row_sums_{i}"] = render(row_sums(8, 64), opts)
+    for i, opts in enumerate(GRID_OPTS):
+        sources[f"scaled_grid_{i}"] = render(scaled_grid(12, 16), opts)
+    return sources
+
+
+REDUCE_OPTS: tuple[tuple[Opt, ...], ...] = (
+    (),
+    (Opt(OptOps.LOCAL, 0, 4),),
+    (Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 0, 16)),
+    (Opt(OptOps.GROUPTOP, 0, 16), Opt(OptOps.UPCAST, 0, 4)),
+    (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4)),
+)
+GRID_OPTS: tuple[tuple[Opt, ...], ...] = (
+    (),
+    (Opt(OptOps.LOCAL, 1, 4),),
+    (Opt(OptOps.LOCAL, 0, 3), Opt(OptOps.UPCAST, 1, 4)),
+)
+
+
+@needs_ptxas
+def test_ptxas_assembles_every_kernel_of_the_sweep() -> None:
+    sources = sweep_sources()
+    assert len(sources) == len(ALL) + 3 + len(REDUCE_OPTS) + len(GRID_OPTS)
+    for name, source in sources.items():
+        assert len(assemble(source)) > 0, name
+    assert any("bar.sync 0" in s and ".shared" in s for s in sources.values())  # GROUP: shared memory, barriers
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90", "sm_120"])
+def test_ptxas_assembles_for_other_archs(arch: str) -> None:
+    for ast in (ops_kernel(dtypes.float16), ops_kernel(dtypes.bfloat16), casts_kernel()):
+        source = render(ast, arch=arch)
+        assert f".target {arch}" in source
+        assemble(source, arch)
+
+
+@needs_ptxas
+def test_null_ptx_assembles_every_kernel_of_the_tensor_programs(capsys) -> None:  # noqa: ANN001
+    from .test_gpu_render import programs, rendered_sources
+
+    device = Device["NULL:PTX"]
+    assert isinstance(device.compiler, PTXCompiler) and device.compiler.arch == ARCH
+    sources = rendered_sources("PTX", capsys)
+    assert len(sources) >= 8
+    assert all(s.startswith("// ") and ".entry" in s for s in sources)
+    assert Device["NULL:PTX:sm_90"].compiler.arch == "sm_90"
+    for program in programs("NULL:PTX:sm_90"):
+        program.realize()
+
+
+@needs_ptxas
+def test_the_ptxas_check_is_not_vacuous() -> None:
+    """A renderer bug (an f32 register where the instruction wants a 64-bit integer) is an assembler error."""
+    source = render(scaled_grid(4, 4))
+    broken = source.replace("ld.global.f32", "ld.global.u64", 1)
+    with pytest.raises(CompileError, match="ptxas"):
+        assemble(broken)
+
+
+def test_ptx_spells_the_edge_case_rules() -> None:
+    """The instructions behind EDGE_CASES where PTX differs from the table (see tg.codegen.render.ptx)."""
+    f32, i32, u8 = (render(ops_kernel(d)) for d in (dtypes.float32, dtypes.int32, dtypes.uint8))
+    assert "fma.rn.f32" in f32 and "add.rn.f32" in f32 and "mul.rn.f32" in f32  # no contraction, MULACC fused
+    assert "testp.notanumber.f32" in f32  # max keeps NaN
+    assert "setp.neu.f32" in f32 and "setp.lt.f32" in f32  # NaN != x is true, NaN < x false
+    assert "div.s32" in i32 and "selp.s32" in i32 and "setp.eq.s32" in i32  # x / 0 and INT_MIN / -1 are selected
+    assert "shr.s32" in i32 and "selp.b32" in i32  # shifts past the width are 0, not PTX's clamped shift
+    assert "cvt.u32.u8" in u8  # 8-bit results wrap
+    casts = render(casts_kernel())
+    assert "testp.finite.f32" in casts and "cvt.rzi.s64.f32" in casts  # float -> int: NaN and inf give 0
+
+
+def test_float64_transcendentals_are_refused_with_a_reason() -> None:
+    k = KernelBuilder()
+    k.output(UOp(Ops.EXP2, dtypes.float64, (k.input(dtypes.float64),)))
+    with pytest.raises(NotImplementedError, match="PTX has no float64 exp2"):
+        render(k.kernel("exp2_f64"))
+
+
+def test_ptx_launch_matches_the_gpu_languages() -> None:
+    linear = lower_kernel(with_opts(scaled_grid(12, 16), (Opt(OptOps.LOCAL, 1, 4),)), CodegenFlags(has_local=True))
+    kernel = PTXRenderer(ARCH).render(linear)
+    # 12 rows x 4 groups of 4 columns: one thread per output element, the LOCAL threads in dimension 0
+    assert (kernel.global_size, kernel.local_size) == ((1, 4, 12), (4, 1, 1))
+    assert "%ctaid.z" in kernel.src and "%ctaid.y" in kernel.src and "%tid.x" in kernel.src
+    assert ".reqntid 4, 1, 1" in kernel.src
+
+
+@needs_nvcc
+def test_cuda_c_compiles_with_nvcc(capsys, tmp_path: Path) -> None:  # noqa: ANN001
+    """The CUDA renderer's source through NVIDIA's own compiler (device code only, to PTX)."""
+    from .test_gpu_render import group_reduction_sources, rendered_sources
+
+    sources = [*rendered_sources("CUDA", capsys), group_reduction_sources()["CUDA"]]
+    for i, source in enumerate(sources):
+        path = tmp_path / f"kernel{i}.cu"
+        path.write_text(source)
+        command = [NVCC, f"-arch={ARCH}", "-ptx", "-o", str(tmp_path / f"kernel{i}.ptx"), str(path)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, f"{result.stderr}\n--- source ---\n{source}"
+    assert len(sources) >= 9
+

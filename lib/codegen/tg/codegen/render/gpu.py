@@ -207,7 +207,7 @@ class GPULanguage(CStyleLanguage):
         k.line(self.barrier())
         for lane in range(lanes):
             k.line(f"{acc}[{lane}] = {shared}[{base}{lane}];")
-            k.line(f"for (int tg_thread = 1; tg_thread < {threads}; tg_thread++) {{")
+            k.line(self.thread_loop("tg_thread", 1, threads))
             partial = f"{shared}[{base}tg_thread * {lanes} + {lane}]"
             combined = self.alu(update.src[1].op, dtype, dtype, [f"{acc}[{lane}]", partial])
             k.line(f"  {acc}[{lane}] = {combined};")
@@ -216,6 +216,10 @@ class GPULanguage(CStyleLanguage):
 
     def local_declaration(self, type_name: str, name: str, size: int) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no local memory")
+
+    def thread_loop(self, name: str, start: int, end: int) -> str:
+        """The header of a loop of `name` over the threads start..end-1 (the combine of a GROUP_REDUCE)."""
+        return f"for (int {name} = {start}; {name} < {end}; {name}++) {{"
 
     def barrier(self) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no barrier")

@@ -99,8 +99,11 @@ def group_reduction_sources() -> dict[str, str]:
 
 
 def rendered_sources(renderer: str, capsys) -> list[str]:  # noqa: ANN001
+    """The source of every kernel of `programs` on NULL:<renderer> (DEBUG=4 prints it when a kernel compiles)."""
     from tg.codegen.flags import Context
+    from tg.hcq.engine.programs import clear_program_cache
 
+    clear_program_cache()  # kernels compiled by an earlier test would not be printed again
     capsys.readouterr()
     with Context(DEBUG=4):
         for program in programs(f"NULL:{renderer}"):

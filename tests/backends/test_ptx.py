@@ -10,23 +10,28 @@ The semantics of the linear program itself are checked on the PYTHON emulator in
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tg.codegen import KernelInfo, Ops, UOp, dtypes
 from tg.codegen.compiler import CompileError
 from tg.codegen.compiler.ptx import PTXCompiler
-from tg.codegen.dtype import DType
+from tg.codegen.dtype import DType, to_numpy
 from tg.codegen.opt import Opt, OptOps
 from tg.codegen.pipeline import CodegenFlags, kernel_to_program, lower_kernel, with_opts
+from tg.codegen.render.emulate import load_function
 from tg.codegen.render.ptx import PTXRenderer
+from tg.codegen.render.python import PythonRenderer
 from tg.hcq import Device
 
 from .kernels import row_sums, scaled_grid
-from .test_edge_cases_backends import edge_case_kernel
+from .ptx_interpreter import launch
+from .test_edge_cases_backends import ROWS, edge_case_kernel, same
 
 PTXAS = shutil.which("ptxas")
 NVCC = shutil.which("nvcc")
@@ -228,3 +233,146 @@ def test_cuda_c_compiles_with_nvcc(capsys, tmp_path: Path) -> None:  # noqa: ANN
         assert result.returncode == 0, f"{result.stderr}\n--- source ---\n{source}"
     assert len(sources) >= 9
 
+
+
+# ---------------------------------------------------------------------------------------------- semantics
+# The rendered PTX runs on tests/backends/ptx_interpreter.py (the PTX ISA's semantics, no GPU) and must compute what
+# the PYTHON emulator computes on the same linear program, or numpy, or the edge-case table.
+
+
+def run_ptx(linear: UOp, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    kernel = PTXRenderer(ARCH).render(linear)
+    buffers = [bytearray(np.ascontiguousarray(a).tobytes()) for a in arrays]
+    launch(kernel.src, buffers, kernel.global_size, kernel.local_size)
+    return [np.frombuffer(b, a.dtype) for a, b in zip(arrays, buffers, strict=True)]
+
+
+def run_emulator(linear: UOp, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    emulated = PythonRenderer().render(linear)
+    buffers = [bytearray(np.ascontiguousarray(a).tobytes()) for a in arrays]
+    load_function(emulated.src, emulated.name)(*(memoryview(b) for b in buffers), 0)
+    return [np.frombuffer(b, a.dtype) for a, b in zip(arrays, buffers, strict=True)]
+
+
+def lowered(ast: UOp, opts: tuple[Opt, ...] | None = None) -> UOp:
+    ast = ast if opts is None else with_opts(ast, opts)
+    return lower_kernel(ast, CodegenFlags(noopt=opts is None, has_local=True))
+
+
+def test_ptx_computes_the_edge_case_table() -> None:
+    ast, arrays = edge_case_kernel()
+    results = run_ptx(lowered(ast), arrays)
+    position, wrong = 0, []
+    for name, _, dtype, operands, expected in ROWS:
+        got = results[position][0].item()
+        if not same(got, expected):
+            wrong.append((name, dtype, operands, got, expected))
+        position += 1 + len(operands)
+    assert not wrong, wrong
+
+
+SPECIAL_FLOATS = (0.0, -0.0, 1.0, -1.5, 2.5, math.inf, -math.inf, math.nan, 1e-3, 65504.0, 3.0e38)
+
+
+def sample(
+    dtype: DType, count: int, rng: np.random.Generator, specials: tuple[float, ...] = SPECIAL_FLOATS
+) -> np.ndarray:
+    """Inputs for `dtype`: ints over the whole range (0 and -1 included), floats mixed with the special values."""
+    if dtype is dtypes.bool:
+        return rng.random(count) < 0.5
+    numpy_dtype = to_numpy(dtype)
+    if dtype in INTS:
+        info = np.iinfo(numpy_dtype)
+        values = rng.integers(info.min, info.max, count, endpoint=True, dtype=numpy_dtype)
+        values[: min(count, 3)] = np.array([0, 1, info.max], numpy_dtype)[: min(count, 3)]
+        return values
+    values = rng.standard_normal(count) * 10
+    special = rng.random(count) < 0.4
+    values[special] = rng.choice(specials, int(special.sum()))
+    with np.errstate(over="ignore"):  # 3e38 is inf in float16, as intended
+        return values.astype(numpy_dtype)
+
+
+def inputs_for(ast: UOp, rng: np.random.Generator, specials: tuple[float, ...] = SPECIAL_FLOATS) -> list[np.ndarray]:
+    params = sorted({u.arg.slot: u for u in ast.toposort() if u.op is Ops.PARAM}.items())
+    return [sample(p.ptrdtype.base, 1, rng, specials) for _, p in params]
+
+
+def outputs(ast: UOp) -> dict[int, Ops]:
+    """Output slot -> the op stored there."""
+    return {s.src[0].src[0].arg.slot: s.src[1].op for s in ast.src}
+
+
+def assert_same(got: np.ndarray, expected: np.ndarray, message: str) -> None:
+    """Equal values, NaN equal to NaN (whatever its payload), -0.0 unequal to 0.0."""
+    if got.dtype.kind == "V" or str(got.dtype) == "bfloat16":
+        got, expected = got.astype(np.float32), expected.astype(np.float32)
+    np.testing.assert_array_equal(got, expected, err_msg=message, strict=True)
+    if got.dtype.kind == "f":
+        assert (np.signbit(got) == np.signbit(expected))[~np.isnan(got)].all(), message
+
+
+# ex2/lg2/sin compute in f32 and pow in several f32 steps: equal to the emulator's double-then-round result for
+# float32 here (the interpreter computes the .approx instructions exactly), not for the narrower floats or pow
+INEXACT = {Ops.POW: 1e-5, Ops.EXP2: 1e-2, Ops.LOG2: 1e-2, Ops.SIN: 1e-2}
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=lambda d: d.name)
+def test_ptx_computes_every_op_as_the_emulator_does(dtype: DType) -> None:
+    ast = ops_kernel(dtype)
+    linear = lowered(ast)
+    for seed in range(3):
+        arrays = inputs_for(ast, np.random.default_rng(seed))
+        for slot, op in outputs(ast).items():
+            arrays[slot] = np.zeros_like(arrays[slot])
+        got, expected = run_ptx(linear, arrays), run_emulator(linear, arrays)
+        for slot, op in outputs(ast).items():
+            a, b = got[slot].astype(np.float64), expected[slot].astype(np.float64)
+            if op in INEXACT and (op is Ops.POW or dtype is not dtypes.float32):
+                np.testing.assert_allclose(a, b, rtol=INEXACT[op], atol=1e-6, err_msg=f"{op} {dtype} {arrays}")
+            else:
+                assert_same(got[slot], expected[slot], f"{op} {dtype} seed {seed}")
+
+
+# A float beyond int64 (3e38) converts to INT64_MIN on the CPU backends and on PTX, while the emulator wraps the
+# exact integer: the backends agree with the emulator only inside int64's range, so the casts stay inside it.
+CAST_FLOATS = tuple(v for v in SPECIAL_FLOATS if not abs(v) > 2.0**63 or math.isinf(v))
+
+
+@pytest.mark.parametrize("kernel", [casts_kernel, bitcasts_kernel])
+def test_ptx_casts_as_the_emulator_does(kernel) -> None:  # noqa: ANN001
+    ast = kernel()
+    linear = lowered(ast)
+    for seed in range(4):
+        arrays = inputs_for(ast, np.random.default_rng(seed), CAST_FLOATS)
+        for slot in outputs(ast):
+            arrays[slot] = np.zeros_like(arrays[slot])
+        for slot, (got, expected) in enumerate(zip(run_ptx(linear, arrays), run_emulator(linear, arrays), strict=True)):
+            assert_same(got, expected, f"slot {slot} seed {seed}: {arrays[slot - 1]}")
+
+
+@pytest.mark.parametrize("opts", REDUCE_OPTS)
+def test_ptx_reductions_with_locals_and_groups_match_numpy(opts) -> None:  # noqa: ANN001
+    a = np.random.default_rng(4).standard_normal((8, 64)).astype(np.float32)
+    out, _ = run_ptx(lowered(row_sums(8, 64), opts), [np.zeros(8, np.float32), a.reshape(-1)])
+    np.testing.assert_allclose(out, a.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("opts", GRID_OPTS)
+def test_ptx_grid_kernels_match_numpy(opts) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((12, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    out, _, _ = run_ptx(lowered(scaled_grid(12, 16), opts), [np.zeros(192, np.float32), a.reshape(-1), b])
+    np.testing.assert_array_equal(out.reshape(12, 16), (a * np.float32(3) + b))
+
+
+def test_the_interpreter_catches_a_wrong_instruction() -> None:
+    """Not vacuous: an ordered != (NaN != NaN false) instead of the unordered one changes the result."""
+    k = KernelBuilder()
+    k.output(UOp(Ops.CMPNE, dtypes.bool, (k.input(dtypes.float32), k.input(dtypes.float32))))
+    kernel = PTXRenderer(ARCH).render(lowered(k.kernel("nan_compare")))
+    arrays = [np.array([np.nan], np.float32), np.array([np.nan], np.float32), np.zeros(1, np.bool_)]
+    for source, expected in ((kernel.src, True), (kernel.src.replace("setp.neu.f32", "setp.ne.f32"), False)):
+        buffers = [bytearray(a.tobytes()) for a in arrays]
+        launch(source, buffers, kernel.global_size, kernel.local_size)
+        assert bool(buffers[2][0]) is expected

@@ -631,10 +631,13 @@ class _PTXFunction:
         return self.op(f"cvt.rn.{register_class(target)}.f64", target, x)
 
     def float_to_int64(self, source: DType, target: DType, x: str) -> str:
+        """Toward zero through int64 as the CPU backends convert (x86's cvttsd2si): a value outside int64 gives
+        INT64_MIN where PTX would saturate, except that uint64 takes 2**63 and up unsigned."""
         f = register_class(source)
         wide = self.op(f"cvt.rzi.s64.{f}", dtypes.int64, x)
-        if target is dtypes.uint64:  # 2**63 and up only fit unsigned
-            big = self.op(f"setp.ge.{f}", dtypes.bool, x, float_bits(2.0**63, source))
+        big = self.op(f"setp.ge.{f}", dtypes.bool, x, float_bits(2.0**63, source))
+        self.emit(f"@{big} mov.b64 {wide}, {1 << 63}")
+        if target is dtypes.uint64:
             self.emit(f"@{big} cvt.rzi.u64.{f} {wide}, {x}")
         finite = self.op(f"testp.finite.{f}", dtypes.bool, x)
         return self.op("selp.b64", dtypes.int64, wide, "0", finite)

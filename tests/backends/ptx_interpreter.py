@@ -329,23 +329,25 @@ class Thread:
 
 def float_arithmetic(name: str, x: list[float], t: str) -> float:
     """The exact result rounded once: through a double rounded to odd where the double itself could round."""
-    if name == "neg":
-        return -x[0]
-    if name == "abs":
-        return abs(x[0])
-    if not all(math.isfinite(v) for v in x) or (name in ("div", "rcp") and (x[-1] == 0)):
-        with_ieee = {"add": lambda: x[0] + x[1], "sub": lambda: x[0] - x[1], "mul": lambda: x[0] * x[1],
-                     "fma": lambda: x[0] * x[1] + x[2], "sqrt": lambda: math.sqrt(x[0]) if x[0] >= 0 else math.nan,
-                     "div": lambda: ieee_divide(x[0], x[1]), "rcp": lambda: ieee_divide(1.0, x[0])}  # fmt: skip
-        return with_ieee[name]()
-    if name == "sqrt":
-        return math.sqrt(x[0]) if x[0] >= 0 else math.nan  # double's sqrt has room to round to f32 once
-    exact = {"add": lambda: Fraction(x[0]) + Fraction(x[1]), "sub": lambda: Fraction(x[0]) - Fraction(x[1]),
-             "mul": lambda: Fraction(x[0]) * Fraction(x[1]), "fma": lambda: Fraction(x[0]) * Fraction(x[1]) + Fraction(x[2]),
-             "div": lambda: Fraction(x[0]) / Fraction(x[1]), "rcp": lambda: 1 / Fraction(x[0])}[name]()  # fmt: skip
-    if exact == 0:  # IEEE's sign of an exact zero
-        return {"add": lambda: x[0] + x[1], "sub": lambda: x[0] - x[1], "mul": lambda: x[0] * x[1],
-                "fma": lambda: x[0] * x[1] + x[2], "div": lambda: x[0] / x[1]}[name]()  # fmt: skip
+    if name in ("neg", "abs"):
+        return -x[0] if name == "neg" else abs(x[0])
+    if name == "sqrt":  # a double's sqrt has the room to round to f32 once
+        return math.sqrt(x[0]) if x[0] >= 0 or math.isnan(x[0]) else math.nan
+    if name in ("div", "rcp"):
+        a, b = (x[0], x[1]) if name == "div" else (1.0, x[0])
+        if b == 0 or not (math.isfinite(a) and math.isfinite(b)):
+            return ieee_divide(a, b)
+        exact = Fraction(a) / Fraction(b)
+    elif not all(math.isfinite(v) for v in x):
+        return (
+            x[0] * x[1] + x[2] if name == "fma" else {"add": x[0] + x[1], "sub": x[0] - x[1], "mul": x[0] * x[1]}[name]
+        )
+    else:
+        terms = [Fraction(v) for v in x]
+        exact = {"add": lambda: terms[0] + terms[1], "sub": lambda: terms[0] - terms[1],
+                 "mul": lambda: terms[0] * terms[1], "fma": lambda: terms[0] * terms[1] + terms[2]}[name]()  # fmt: skip
+        if exact == 0:  # IEEE's sign of an exact zero: what the double operation gives
+            return {"add": x[0] + x[1], "sub": x[0] - x[1], "mul": x[0] * x[1], "fma": x[0] * x[1] + x[2]}[name]
     return float(exact) if t == "f64" else round_fraction_to_double_odd(exact)
 
 

@@ -42,7 +42,9 @@ needs_nvcc = pytest.mark.skipif(
     NVCC is None, reason="nvcc is not on PATH: install the CUDA toolkit (nvidia-cuda-toolkit) for the CUDA C check"
 )
 ARCH = "sm_80"
-INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
+INTS = (
+    dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64,
+)  # fmt: skip
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 ALL = (dtypes.bool, *INTS, *FLOATS)
 FLOAT_UNARY = (Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN)
@@ -234,7 +236,6 @@ def test_cuda_c_compiles_with_nvcc(capsys, tmp_path: Path) -> None:  # noqa: ANN
     assert len(sources) >= 9
 
 
-
 # ---------------------------------------------------------------------------------------------- semantics
 # The rendered PTX runs on tests/backends/ptx_interpreter.py (the PTX ISA's semantics, no GPU) and must compute what
 # the PYTHON emulator computes on the same linear program, or numpy, or the edge-case table.
@@ -323,7 +324,7 @@ def test_ptx_computes_every_op_as_the_emulator_does(dtype: DType) -> None:
     linear = lowered(ast)
     for seed in range(3):
         arrays = inputs_for(ast, np.random.default_rng(seed))
-        for slot, op in outputs(ast).items():
+        for slot in outputs(ast):
             arrays[slot] = np.zeros_like(arrays[slot])
         got, expected = run_ptx(linear, arrays), run_emulator(linear, arrays)
         for slot, op in outputs(ast).items():

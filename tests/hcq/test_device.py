@@ -86,7 +86,11 @@ def test_device_exposes_allocator_compiler_runtime_and_renderer() -> None:
     [
         ("CPU:FOO", r"unknown renderer 'FOO'; known renderers: C, CLANG, LLVM"),
         ("NULL:HIP:gfx1", r"unknown arch 'gfx1' for HIP; known archs: gfx1100, .*gfx950"),
-        ("NULL:BAR", r"unknown renderer 'BAR'; known renderers: C, CLANG, LLVM, OPENCL, CUDA, PTX, HIP, METAL, WGSL, PY"),
+        (
+            "NULL:BAR",
+            r"unknown renderer 'BAR'; known renderers: C, CLANG, LLVM, OPENCL, CUDA, PTX, HIP, METAL, WGSL, "
+            r"PY",
+        ),
         ("NULL:PTX:sm_1", r"unknown arch 'sm_1' for PTX; known archs: sm_80, .*sm_90"),
         ("CPU:LLVM:x86", r"renderer LLVM takes no arch"),
     ],

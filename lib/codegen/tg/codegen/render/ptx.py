@@ -167,7 +167,6 @@ class PTXRenderer(Renderer):
         return _PTXFunction(linear, self.arch).render()
 
 
-
 class _PTXFunction:
     """Renders one linear program; `k` is its state."""
 

@@ -143,8 +143,10 @@ class WGSLRenderer(GPULanguage):
             amount = f"u32({x[1]})"
             return f"select({wgsl_literal(0, dtype)}, {x[0]} {symbol} {amount}, {amount} < 32u)"
         if op is Ops.MAX:
-            keep_first = f"({float_bits_above(x[0], operands_dtype, 0x7F800000)} || {x[0]} > {x[1]})" if is_float else (
-                f"({x[0]} > {x[1]})"
+            keep_first = (
+                f"({float_bits_above(x[0], operands_dtype, 0x7F800000)} || {x[0]} > {x[1]})"
+                if is_float
+                else (f"({x[0]} > {x[1]})")
             )
             return f"select({x[1]}, {x[0]}, {keep_first})"
         if op is Ops.WHERE:

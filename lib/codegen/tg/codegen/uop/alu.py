@@ -264,7 +264,7 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Any, ...]) -> Any:
     if op is Ops.SHR and dtype.kind == "uint":
         operands = (truncate(operands[0], dtype) & ((1 << dtype.bitsize) - 1), operands[1])
     if op is Ops.MULACC and dtype.scalar() is dtypes.float64:
-        result = _multiply_add(*operands, round_to_odd=False)
+        result = _multiply_add(operands[0], operands[1], operands[2], round_to_odd=False)
     else:
         result = function(*operands)
     if dtype.kind == "bool" or op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):

@@ -347,8 +347,15 @@ def float_arithmetic(name: str, x: list[float], t: str) -> float:
         exact = {"add": lambda: terms[0] + terms[1], "sub": lambda: terms[0] - terms[1],
                  "mul": lambda: terms[0] * terms[1], "fma": lambda: terms[0] * terms[1] + terms[2]}[name]()  # fmt: skip
         if exact == 0:  # IEEE's sign of an exact zero: what the double operation gives
-            return {"add": x[0] + x[1], "sub": x[0] - x[1], "mul": x[0] * x[1], "fma": x[0] * x[1] + x[2]}[name]
+            return in_double(name, x)
     return float(exact) if t == "f64" else round_fraction_to_double_odd(exact)
+
+
+def in_double(name: str, x: list[float]) -> float:
+    """add/sub/mul/fma in double arithmetic: exact for infinities, NaN and the sign of zero."""
+    if name == "fma":
+        return x[0] * x[1] + x[2]
+    return x[0] + x[1] if name == "add" else (x[0] - x[1] if name == "sub" else x[0] * x[1])
 
 
 def ieee_divide(a: float, b: float) -> float:

@@ -377,3 +377,13 @@ def test_the_interpreter_catches_a_wrong_instruction() -> None:
         buffers = [bytearray(a.tobytes()) for a in arrays]
         launch(source, buffers, kernel.global_size, kernel.local_size)
         assert bool(buffers[2][0]) is expected
+
+
+def test_half_multiply_add_rounds_once() -> None:
+    """Regression: a float16 MULACC computed as an f32 fma and then rounded to half rounds twice; here the product
+    1.6953125 * 1.625 = 2.7548828125 is a tie between two halves, and the tiny addend decides it upward."""
+    k = KernelBuilder()
+    k.output(UOp(Ops.MULACC, dtypes.float16, tuple(k.input(dtypes.float16) for _ in range(3))))
+    arrays = [np.array([v], np.float16) for v in (1.6953125, 1.625, 2.0**-23)] + [np.zeros(1, np.float16)]
+    got = run_ptx(lowered(k.kernel("half_fma")), arrays)[3][0]
+    assert got == np.float16(2.755859375) == run_emulator(lowered(k.kernel("half_fma")), arrays)[3][0]

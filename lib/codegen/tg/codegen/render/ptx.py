@@ -18,7 +18,8 @@ What it computes follows tg.codegen.uop.alu.EDGE_CASES, which PTX leaves open in
 0 and INT_MIN / -1 wraps (selp around div), a shift by the width or more is 0 (PTX clamps the amount, so an
 arithmetic right shift would give -1), float max keeps NaN (PTX's max.f32 drops it), float -> int casts truncate
 through int64 with NaN and inf giving 0. Float + - * carry `.rn`, so ptxas never contracts them into an FMA; a
-MULACC is `fma.rn`. sqrt, division and reciprocal are the IEEE `.rn` forms. exp2, log2 and sin are the hardware's
+MULACC is `fma.rn` (for float16 and bfloat16 in f64, so that rounding to the dtype is, but for operands of wildly
+different size, the one rounding of the exact value). sqrt, division and reciprocal are the IEEE `.rn` forms. exp2, log2 and sin are the hardware's
 `.approx.f32` instructions (within a few ulp; sin is accurate in [-pi, pi] only) and pow is built from them, so
 these four are not bit-exact with the PYTHON emulator; float64 has no such instructions and is refused for them.
 
@@ -470,6 +471,9 @@ class _PTXFunction:
         if dtype is dtypes.bool:
             return self.logic(op, x)
         if is_float(dtype):
+            if op is Ops.MULACC and dtype in (dtypes.float16, dtypes.bfloat16):  # in f64: the fused sum is then
+                wide = [self.op("cvt.f64.f32", dtypes.float64, v) for v in x]  # exact except across huge gaps
+                return self.float_to_float(dtypes.float64, dtype, self.op("fma.rn.f64", dtypes.float64, *wide))
             return self.round_float(self.float_op(op, dtype, x), dtype)
         return self.normalize(self.int_op(op, dtype, x), dtype)
 

@@ -18,8 +18,9 @@ What it computes follows tg.codegen.uop.alu.EDGE_CASES, which PTX leaves open in
 0 and INT_MIN / -1 wraps (selp around div), a shift by the width or more is 0 (PTX clamps the amount, so an
 arithmetic right shift would give -1), float max keeps NaN (PTX's max.f32 drops it), float -> int casts truncate
 through int64 with NaN and inf giving 0 (beyond int64: INT64_MIN, as on the CPU backends, where PTX saturates).
-Float + - * carry `.rn`, so ptxas never contracts them into an FMA; a MULACC is `fma.rn` (for float16 and bfloat16 in f64, so that the rounding to the dtype is the one rounding of the
-exact value, but for operands of wildly different size). sqrt, division and reciprocal are the IEEE `.rn` forms.
+Float + - * carry `.rn`, so ptxas never contracts them into an FMA; a MULACC is `fma.rn` (for float16 and
+bfloat16 in f64, so that the rounding to the dtype is the one rounding of the exact value, but for operands of
+wildly different size). sqrt, division and reciprocal are the IEEE `.rn` forms.
 exp2, log2 and sin are the hardware's `.approx.f32` instructions (within a few ulp; sin is accurate in [-pi, pi]
 only) and pow is built from them, so these four are not bit-exact with the PYTHON emulator; float64 has no such
 instructions and is refused for them.

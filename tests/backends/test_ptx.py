@@ -387,3 +387,14 @@ def test_half_multiply_add_rounds_once() -> None:
     arrays = [np.array([v], np.float16) for v in (1.6953125, 1.625, 2.0**-23)] + [np.zeros(1, np.float16)]
     got = run_ptx(lowered(k.kernel("half_fma")), arrays)[3][0]
     assert got == np.float16(2.755859375) == run_emulator(lowered(k.kernel("half_fma")), arrays)[3][0]
+
+
+def test_without_ptxas_null_ptx_renders_source_only(monkeypatch) -> None:  # noqa: ANN001
+    """A machine without the CUDA toolkit still renders every PTX kernel on NULL; asking for ptxas names it."""
+    from tg.codegen.compiler import ptx as ptx_compiler
+    from tg.hcq.devices.null import SourceOnlyCompiler, null_compiler
+
+    monkeypatch.setattr(ptx_compiler, "find_ptxas", lambda: None)
+    assert isinstance(null_compiler("PTX", "sm_80"), SourceOnlyCompiler)
+    with pytest.raises(FileNotFoundError, match="install the CUDA toolkit"):
+        PTXCompiler("sm_80")

@@ -23,6 +23,7 @@ from tg.codegen.opt import Opt, OptOps
 from tg.codegen.pipeline import CodegenFlags, lower_kernel, with_opts
 from tg.codegen.render.emulate import load_function
 from tg.codegen.render.gpu import CUDARenderer, HIPRenderer, MetalRenderer, OpenCLRenderer
+from tg.codegen.render.ptx import PTXRenderer
 from tg.codegen.render.python import PythonRenderer
 from tg.codegen.render.wgsl import WGSLRenderer
 from tg.hcq import Device
@@ -98,8 +99,11 @@ def group_reduction_sources() -> dict[str, str]:
 
 
 def rendered_sources(renderer: str, capsys) -> list[str]:  # noqa: ANN001
+    """The source of every kernel of `programs` on NULL:<renderer> (DEBUG=4 prints it when a kernel compiles)."""
     from tg.codegen.flags import Context
+    from tg.hcq.engine.programs import clear_program_cache
 
+    clear_program_cache()  # kernels compiled by an earlier test would not be printed again
     capsys.readouterr()
     with Context(DEBUG=4):
         for program in programs(f"NULL:{renderer}"):
@@ -178,6 +182,7 @@ def test_same_linear_program_runs_on_the_emulator_and_maps_to_threads(opts) -> N
         (HIPRenderer("gfx1100"), "__builtin_amdgcn_workgroup_id_", "__builtin_amdgcn_workitem_id_"),
         (MetalRenderer(), "gid.", "lid."),
         (WGSLRenderer(), "gid.", "lid."),
+        (PTXRenderer("sm_80"), "%ctaid.", "%tid."),
     ):
         kernel = renderer.render(linear)
         assert group in kernel.src and (thread in kernel.src) == locals_used, kernel.src
@@ -221,7 +226,7 @@ def test_wgsl_names_the_dtypes_it_does_not_have(dtype) -> None:  # noqa: ANN001
         Tensor(np.ones(4, np.float32), device="NULL:WGSL").cast(dtype).realize()
 
 
-@pytest.mark.parametrize("name", ["C", "LLVM", "OPENCL", "CUDA", "HIP", "METAL", "WGSL", "PYTHON"])
+@pytest.mark.parametrize("name", ["C", "LLVM", "OPENCL", "CUDA", "PTX", "HIP", "METAL", "WGSL", "PYTHON"])
 def test_every_registered_renderer_renders_on_null(name: str) -> None:
     from tg.codegen.render.registry import RENDERERS
 

@@ -81,3 +81,14 @@ def test_every_backend_computes_the_table(device: str) -> None:
         got = np.frombuffer(buffers[position].as_buffer(), arrays[position].dtype)[0].item()
         assert _same(got, expected), (device, name, dtype, operands, got)
         position += 1 + len(operands)
+
+
+def test_float64_multiply_add_is_the_nearest_double() -> None:
+    """Regression: the round-to-odd step that makes float32/float16 MULACC exact was also applied to float64, so
+    an inexact float64 MULACC came out one ulp off (odd) instead of rounded to nearest, unlike C's fma."""
+    from fractions import Fraction
+
+    a = 1 + 2**-52
+    exact = Fraction(a) * Fraction(a)  # 1 + 2**-51 + 2**-104: the nearest double is 1 + 2**-51
+    assert exec_alu(Ops.MULACC, dtypes.float64, (a, a, 0.0)) == float(exact) == 1 + 2**-51
+    assert exec_alu(Ops.MULACC, dtypes.float32, (1 + 2**-12, 1 + 2**-12, -(1 + 2**-11))) == 2**-24

@@ -86,7 +86,12 @@ def test_device_exposes_allocator_compiler_runtime_and_renderer() -> None:
     [
         ("CPU:FOO", r"unknown renderer 'FOO'; known renderers: C, CLANG, LLVM"),
         ("NULL:HIP:gfx1", r"unknown arch 'gfx1' for HIP; known archs: gfx1100, .*gfx950"),
-        ("NULL:BAR", r"unknown renderer 'BAR'; known renderers: C, CLANG, LLVM, OPENCL, CUDA, HIP, METAL, WGSL, PY"),
+        (
+            "NULL:BAR",
+            r"unknown renderer 'BAR'; known renderers: C, CLANG, LLVM, OPENCL, CUDA, PTX, HIP, METAL, WGSL, "
+            r"PY",
+        ),
+        ("NULL:PTX:sm_1", r"unknown arch 'sm_1' for PTX; known archs: sm_80, .*sm_90"),
         ("CPU:LLVM:x86", r"renderer LLVM takes no arch"),
     ],
 )
@@ -101,6 +106,7 @@ def test_documented_device_strings_select_renderer_index_and_arch() -> None:
         assert Device.spec("CPU:LLVM") == DeviceSpec("CPU", renderer="LLVM")
         assert Device.spec("CPU:1:LLVM").canonical == "CPU:1:LLVM"
         assert Device.spec("CL:1") == DeviceSpec("CL", index=1) and Device.spec("CL:1:OPENCL").renderer == "OPENCL"
+        assert Device.spec("NULL:PTX:sm_80") == DeviceSpec("NULL", renderer="PTX", arch="sm_80")
     with Context(DEV="CPU:LLVM"):
         assert Device.DEFAULT == "CPU" and Device.spec("CPU").renderer == "LLVM"
         assert Device.spec("CPU:1").renderer == ""  # DEV names the first CPU only

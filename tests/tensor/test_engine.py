@@ -194,8 +194,8 @@ def test_reductions_across_rows_use_lanes_and_match_numpy(device: str, shape: tu
 
 
 def test_device_asking_for_an_unknown_renderer_lists_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown renderer 'PTX'; known renderers: .*HIP"):
-        realize(alu(Ops.ADD, tensor(np.ones(4, np.float32), "NULL:PTX"), tensor(np.ones(4, np.float32), "NULL:PTX")))
+    with pytest.raises(ValueError, match="unknown renderer 'NIR'; known renderers: .*PTX, HIP"):
+        realize(alu(Ops.ADD, tensor(np.ones(4, np.float32), "NULL:NIR"), tensor(np.ones(4, np.float32), "NULL:NIR")))
     a = tensor(np.ones(4, np.float32), "NULL:HIP")  # HIP renders (source only) on NULL
     realize(alu(Ops.ADD, a, a))
 

@@ -69,6 +69,33 @@ def closes(node: UOp, rng: UOp) -> bool:
     return node.op is Ops.END and node.src[0] is rng
 
 
+@dataclass(frozen=True)
+class ThreadLayout:
+    """How a kernel's ranges map to the launch (see the module docstring): `grid` maps the ranges that become
+    workgroup or thread ids to their dimension, `group` the GROUP_REDUCE ranges that take the free dimensions."""
+
+    grid: dict[UOp, int]
+    group: dict[UOp, int]
+    global_size: tuple[int, int, int]
+    local_size: tuple[int, int, int]
+
+
+def thread_layout(linear: UOp) -> ThreadLayout:
+    """The launch of `linear` on a GPU: which ranges are ids in which dimension, and the sizes."""
+    grid_list = grid_ranges(linear)
+    grid = {rng: len(grid_list) - 1 - i for i, rng in enumerate(grid_list)}  # innermost is dimension 0
+    global_size, local_size = [1, 1, 1], [1, 1, 1]
+    for rng, dim in grid.items():
+        (local_size if rng.arg.axis_type is AxisType.LOCAL else global_size)[dim] = rng.src[0].arg
+    # GROUP_REDUCE ranges take the free dimensions: threads that each reduce a share, then combine
+    groups = [u for u in dict.fromkeys(linear.src) if u.op is Ops.RANGE and u.arg.axis_type is GROUP_REDUCE]
+    group = {rng: len(grid_list) + i for i, rng in enumerate(groups[: MAX_GRID_DIMS - len(grid_list)])}
+    for rng, dim in group.items():
+        local_size[dim] = rng.src[0].arg
+    return ThreadLayout(grid, group, (global_size[0], global_size[1], global_size[2]),
+                        (local_size[0], local_size[1], local_size[2]))  # fmt: skip
+
+
 class GPULanguage(CStyleLanguage):
     """The parts every C-style GPU language shares; subclasses fill in the tables and the kernel signature."""
 
@@ -130,17 +157,9 @@ class GPULanguage(CStyleLanguage):
         if kernel_variables(k.linear):  # the GPU ABIs here have no scalar arguments and no symbolic grid yet
             raise NotImplementedError(f"the {type(self).__name__} cannot render a kernel with variables (symbolic "
                                       "shapes run on CPU, CPU:LLVM and PYTHON)")  # fmt: skip
-        grid = grid_ranges(k.linear)
-        k.abi["grid"] = {rng: len(grid) - 1 - i for i, rng in enumerate(grid)}  # innermost is dimension 0
-        global_size, local_size = [1, 1, 1], [1, 1, 1]
-        for rng, dim in k.abi["grid"].items():
-            (local_size if rng.arg.axis_type is AxisType.LOCAL else global_size)[dim] = rng.src[0].arg
-        # GROUP_REDUCE ranges take the free dimensions: threads that each reduce a share, then combine
-        groups = [u for u in dict.fromkeys(k.linear.src) if u.op is Ops.RANGE and u.arg.axis_type is GROUP_REDUCE]
-        k.abi["group"] = {rng: len(grid) + i for i, rng in enumerate(groups[: MAX_GRID_DIMS - len(grid)])}
-        for rng, dim in k.abi["group"].items():
-            local_size[dim] = rng.src[0].arg
-        k.abi["global_size"], k.abi["local_size"] = tuple(global_size), tuple(local_size)
+        layout = thread_layout(k.linear)
+        k.abi["grid"], k.abi["group"] = layout.grid, layout.group
+        k.abi["global_size"], k.abi["local_size"] = layout.global_size, layout.local_size
         k.abi["locals"] = []  # declarations of local (shared) memory, at kernel scope
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
@@ -191,7 +210,7 @@ class GPULanguage(CStyleLanguage):
         k.line(self.barrier())
         for lane in range(lanes):
             k.line(f"{acc}[{lane}] = {shared}[{base}{lane}];")
-            k.line(f"for (int tg_thread = 1; tg_thread < {threads}; tg_thread++) {{")
+            k.line(self.thread_loop("tg_thread", 1, threads))
             partial = f"{shared}[{base}tg_thread * {lanes} + {lane}]"
             combined = self.alu(update.src[1].op, dtype, dtype, [f"{acc}[{lane}]", partial])
             k.line(f"  {acc}[{lane}] = {combined};")
@@ -200,6 +219,10 @@ class GPULanguage(CStyleLanguage):
 
     def local_declaration(self, type_name: str, name: str, size: int) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no local memory")
+
+    def thread_loop(self, name: str, start: int, end: int) -> str:
+        """The header of a loop of `name` over the threads start..end-1 (the combine of a GROUP_REDUCE)."""
+        return f"for (int {name} = {start}; {name} < {end}; {name}++) {{"
 
     def barrier(self) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no barrier")

@@ -27,6 +27,7 @@ RENDERERS: dict[str, RendererEntry] = {
     "LLVM": RendererEntry("tg.codegen.render.llvmir:LLVMRenderer", description="LLVM IR, compiled by llvmlite"),
     "OPENCL": RendererEntry("tg.codegen.render.gpu:OpenCLRenderer", description="OpenCL C"),
     "CUDA": RendererEntry("tg.codegen.render.gpu:CUDARenderer", CUDA_ARCHS, "CUDA C"),
+    "PTX": RendererEntry("tg.codegen.render.ptx:PTXRenderer", CUDA_ARCHS, "PTX assembly for NVIDIA GPUs"),
     "HIP": RendererEntry("tg.codegen.render.gpu:HIPRenderer", HIP_ARCHS, "HIP C++"),
     "METAL": RendererEntry("tg.codegen.render.gpu:MetalRenderer", description="Metal Shading Language"),
     "WGSL": RendererEntry("tg.codegen.render.wgsl:WGSLRenderer", description="WebGPU Shading Language"),

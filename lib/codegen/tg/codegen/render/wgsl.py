@@ -6,10 +6,13 @@ LOCAL ranges local invocation ids. WGSL's own rules shape the rest:
 * types: f32, f16 (`enable f16;`), i32, u32, bool. No 8/16/64-bit integers and no f64 (an error, naming the dtype);
   index arithmetic is i32. bool cannot live in a buffer, so bool buffers are u32 (0 or 1).
 * every value is a `let`, loops are `for (var r: i32 = 0; ...)`, accumulators `var acc: array<T, N>`.
+* a GROUP_REDUCE combines its threads' partials in `var<workgroup>` memory behind `workgroupBarrier()`, as the
+  other GPU languages do in their local memory.
 * a gated load is `select(alternative, value, gate)`: WGSL makes an out-of-bounds read of a storage buffer safe
   (it returns some in-bounds value or 0), so the load need not be skipped; a gated store is an `if`.
 * edge cases follow tg.codegen.uop.alu.EDGE_CASES: integer division by 0 is 0 (WGSL would give the dividend), shifts
-  by the width or more give 0 (WGSL takes the amount modulo the width), float max keeps NaN.
+  by the width or more give 0 (WGSL takes the amount modulo the width), float max keeps NaN and float -> int casts
+  give 0 for NaN and inf (both tested on the bits: WGSL lets compilers assume finite floats), a float MULACC is `fma`.
 * NaN and infinities have no literal: they are bit casts of u32 constants.
 """
 
@@ -43,13 +46,22 @@ def wgsl_type(dtype: DType) -> str:
         raise NotImplementedError(f"WGSL has no type for {dtype!r}") from None
 
 
+def float_bits_above(x: str, dtype: DType, bits: int) -> str:
+    """Whether |x|'s float32 bits exceed `bits` (0x7F800000: x is NaN; 0x7F7FFFFF: NaN or inf), tested on the bits:
+    WGSL lets a compiler assume floats are finite, so `x != x` may fold to false (lavapipe's does)."""
+    as_f32 = x if dtype is dtypes.float32 else f"f32({x})"
+    return f"((bitcast<u32>({as_f32}) & 0x7fffffffu) > {bits}u)"
+
+
 def wgsl_literal(value: object, dtype: DType) -> str:
     if dtype is dtypes.bool:
         return "true" if value else "false"
     if dtype in (dtypes.float32, dtypes.float16):
         number = float(value)  # type: ignore[arg-type]
+        if math.isfinite(number) and dtype is dtypes.float16:  # naga reads no hex f16 literal: the exact decimal
+            return repr(struct.unpack("<e", struct.pack("<e", number))[0]) + "h"
         if math.isfinite(number):
-            return number.hex() + ("f" if dtype is dtypes.float32 else "h")
+            return number.hex() + "f"
         bits = struct.unpack("<I", struct.pack("<f", number))[0]
         as_f32 = f"bitcast<f32>({bits}u)"
         return as_f32 if dtype is dtypes.float32 else f"f16({as_f32})"
@@ -61,14 +73,6 @@ def wgsl_literal(value: object, dtype: DType) -> str:
 
 class WGSLRenderer(GPULanguage):
     device = "WEBGPU"
-
-    def prologue(self, k: KernelText, params: list[UOp]) -> None:
-        """The grid as the other GPU languages; GROUP_REDUCE ranges stay loops (no workgroup memory here yet)."""
-        super().prologue(k, params)
-        local_size = list(k.abi["local_size"])
-        for dim in k.abi["group"].values():
-            local_size[dim] = 1
-        k.abi["group"], k.abi["local_size"] = {}, tuple(local_size)
 
     def type_name(self, dtype: DType) -> str:
         return wgsl_type(dtype)
@@ -98,15 +102,27 @@ class WGSLRenderer(GPULanguage):
         k.line(f"{address} = {value};" if gate is None else f"if ({gate}) {{ {address} = {value}; }}")
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
-        dim = k.abi["grid"].get(rng)
+        dim = k.abi["grid"].get(rng, k.abi["group"].get(rng))
         if dim is None:
             k.line(f"for (var {name}: i32 = 0; {name} < {rng.src[0].arg}; {name}++) {{")
             return
-        builtin = "lid" if rng.arg.axis_type.name == "LOCAL" else "gid"
+        builtin = "gid" if rng in k.abi["grid"] and rng.arg.axis_type.name != "LOCAL" else "lid"
         k.line(f"{{ let {name}: i32 = i32({builtin}.{'xyz'[dim]}); // {rng.arg.axis_type.name} {rng.src[0].arg}")
 
     def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
-        k.line("}")
+        if rng in k.abi["group"]:
+            self.combine_group(k, rng, name)
+        else:
+            k.line("}")
+
+    def local_declaration(self, type_name: str, name: str, size: int) -> str:
+        return f"var<workgroup> {name}: array<{type_name}, {size}>;"
+
+    def barrier(self) -> str:
+        return "workgroupBarrier();"
+
+    def thread_loop(self, name: str, start: int, end: int) -> str:
+        return f"for (var {name}: i32 = {start}; {name} < {end}; {name}++) {{"
 
     def alu(self, op: Ops, dtype: DType, operands_dtype: DType, x: list[str]) -> str:
         t = wgsl_type(dtype)
@@ -127,7 +143,11 @@ class WGSLRenderer(GPULanguage):
             amount = f"u32({x[1]})"
             return f"select({wgsl_literal(0, dtype)}, {x[0]} {symbol} {amount}, {amount} < 32u)"
         if op is Ops.MAX:
-            keep_first = f"({x[0]} != {x[0]} || {x[0]} > {x[1]})" if is_float else f"({x[0]} > {x[1]})"
+            keep_first = (
+                f"({float_bits_above(x[0], operands_dtype, 0x7F800000)} || {x[0]} > {x[1]})"
+                if is_float
+                else (f"({x[0]} > {x[1]})")
+            )
             return f"select({x[1]}, {x[0]}, {keep_first})"
         if op is Ops.WHERE:
             return f"select({x[2]}, {x[1]}, {x[0]})"
@@ -138,7 +158,7 @@ class WGSLRenderer(GPULanguage):
         if op is Ops.POW:
             return f"pow({x[0]}, {x[1]})"
         if op is Ops.MULACC:
-            return f"(({x[0]} * {x[1]}) + {x[2]})"
+            return f"fma({x[0]}, {x[1]}, {x[2]})" if is_float else f"(({x[0]} * {x[1]}) + {x[2]})"
         raise NotImplementedError(f"the WGSL renderer cannot render {op!r} ({t})")
 
     def cast(self, dtype: DType, source_dtype: DType, x: str) -> str:
@@ -148,7 +168,8 @@ class WGSLRenderer(GPULanguage):
         if source_dtype is dtypes.bool:
             return f"select({wgsl_literal(0, dtype)}, {wgsl_literal(1, dtype)}, {x})"
         if source_dtype in (dtypes.float32, dtypes.float16) and dtype in (dtypes.int32, dtypes.uint32):
-            return f"select({target}({x}), {wgsl_literal(0, dtype)}, {x} - {x} != {wgsl_literal(0.0, source_dtype)})"
+            not_finite = float_bits_above(x, source_dtype, 0x7F7FFFFF)
+            return f"select({target}({x}), {wgsl_literal(0, dtype)}, {not_finite})"
         return f"{target}({x})"
 
     def bitcast(self, dtype: DType, source_dtype: DType, x: str) -> str:
@@ -165,7 +186,7 @@ class WGSLRenderer(GPULanguage):
         body = "\n".join(k.lines)
         src = (
             header
-            + "\n".join(bindings)
+            + "\n".join([*bindings, *k.abi["locals"]])
             + f"\n@compute @workgroup_size({lx}, {ly}, {lz})\nfn {k.name}(@builtin(workgroup_id) gid: vec3<u32>, "
             f"@builtin(local_invocation_id) lid: vec3<u32>) {{\n{body}\n}}\n"
         )

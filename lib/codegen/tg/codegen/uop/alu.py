@@ -92,16 +92,18 @@ def _pow(a: float, b: float) -> float:
         return math.inf if a == 0 else math.nan
 
 
-def _multiply_add(a: Any, b: Any, c: Any) -> Any:
+def _multiply_add(a: Any, b: Any, c: Any, round_to_odd: bool = True) -> Any:
     """a * b + c rounded once (fused, as the FMA instruction and C's fma compute it). For floats the exact value
     is rounded to a double that is odd when inexact (round to odd), so the later rounding to float32 or float16
-    (`truncate`) is the single correct rounding of the exact value."""
+    (`truncate`) is the single correct rounding of the exact value; a float64 result (`round_to_odd=False`) is the
+    nearest double itself."""
     if not all(isinstance(v, float) for v in (a, b, c)) or not all(math.isfinite(v) for v in (a, b, c)):
         return a * b + c
     exact = Fraction(a) * Fraction(b) + Fraction(c)
     nearest = float(exact) if exact != 0 else a * b + c  # an exact zero keeps IEEE's sign rules
     if (
-        Fraction(nearest) != exact
+        round_to_odd
+        and Fraction(nearest) != exact
         and math.isfinite(nearest)
         and int.from_bytes(struct.pack("<d", nearest), "little") & 1 == 0
     ):
@@ -261,7 +263,10 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Any, ...]) -> Any:
             return truncate(case.result(dtype, operands), dtype)
     if op is Ops.SHR and dtype.kind == "uint":
         operands = (truncate(operands[0], dtype) & ((1 << dtype.bitsize) - 1), operands[1])
-    result = function(*operands)
+    if op is Ops.MULACC and dtype.scalar() is dtypes.float64:
+        result = _multiply_add(operands[0], operands[1], operands[2], round_to_odd=False)
+    else:
+        result = function(*operands)
     if dtype.kind == "bool" or op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
         return bool(result)
     return truncate(result, dtype if dtype.count == 1 else dtype.scalar())

@@ -11,7 +11,7 @@ from typing import Any
 
 from tg.codegen.compiler import CCompiler, Compiler
 from tg.codegen.render.c import C_RENDERER_NAMES
-from tg.codegen.render.registry import make_renderer
+from tg.codegen.render.registry import check_renderer, make_renderer
 from tg.hcq.allocator import Allocator, BufferSpec
 from tg.hcq.device import Compiled, DeviceSpec
 from tg.hcq.flags import NULL_ALLOW_COPYOUT
@@ -59,14 +59,20 @@ class SourceOnlyCompiler(Compiler):
         return source.encode()
 
 
-def null_compiler(renderer_name: str) -> Compiler:
-    """The compiler NULL uses for a renderer: the real one where it runs on this machine (C, LLVM)."""
+def null_compiler(renderer_name: str, arch: str) -> Compiler:
+    """The compiler NULL uses for a renderer: the real one where it runs on this machine (C, LLVM, and PTX where
+    NVIDIA's ptxas is on PATH)."""
     if renderer_name in C_RENDERER_NAMES:
         return CCompiler()
     if renderer_name == "LLVM":
         from tg.codegen.compiler.llvm import LLVMCompiler
 
         return LLVMCompiler()
+    if renderer_name == "PTX":
+        from tg.codegen.compiler.ptx import PTXCompiler, find_ptxas
+
+        if find_ptxas() is not None:
+            return PTXCompiler(check_renderer("PTX", arch))
     return SourceOnlyCompiler()
 
 
@@ -75,6 +81,6 @@ class NullDevice(Compiled):
 
     def __init__(self, spec: DeviceSpec) -> None:
         allocator = NullAllocator()
-        super().__init__(spec, allocator, null_compiler(spec.renderer), NullProgram)
+        super().__init__(spec, allocator, null_compiler(spec.renderer, spec.arch), NullProgram)
         allocator.device = self
         self.renderer = make_renderer(spec.renderer or "C", spec.arch)

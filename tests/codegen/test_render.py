@@ -205,13 +205,15 @@ def test_a_variable_is_an_int_argument_after_the_buffers(renderer) -> None:  # n
     assert signature.index(buffer_1) < signature.index("var_rows") < signature.index("core_id")
 
 
-def test_a_big_symbolic_loop_has_a_launch_size_of_min_cores_and_trip_count() -> None:
+def test_a_big_symbolic_loop_has_a_launch_size_of_min_calls_and_trip_count() -> None:
     from tg.codegen import sym_infer
+    from tg.codegen.render.c import CALLS_PER_CORE
 
     rows = UOp.variable("rows", 1, 1 << 20)
     size = CRenderer(cores=4).render(lower(symbolic_sum_kernel(rows, 1))).global_size[0]
     assert isinstance(size, UOp)
-    assert [sym_infer(size, {"rows": k}) for k in (1, 3, 4, 1000)] == [1, 3, 4, 4]
+    calls = 4 * CALLS_PER_CORE
+    assert [sym_infer(size, {"rows": k}) for k in (1, 3, calls, 1000)] == [1, 3, calls, calls]
 
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])

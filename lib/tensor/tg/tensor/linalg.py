@@ -77,6 +77,8 @@ def worth_packing(left: Tensor, right: Tensor) -> bool:
     """Pack `right` when it is in CPU memory already (packing a computed one, say a dequantized weight, would store
     what the matmul otherwise computes on the fly), read by enough rows of `left` that each strip is swept several
     times, and either a transposed view or a row-major matrix whose strips alias in the cache."""
+    if not all(isinstance(size, int) for size in (*left.shape, *right.shape)):
+        return False  # a symbolic size: whether strips fit is not known when the kernel is built
     k, m = right.shape[-2], right.shape[-1]
     if m % STRIP or left.shape[-2] < MIN_PACKED_ROWS or math.prod(right.shape) < MIN_PACKED_ELEMENTS:
         return False

@@ -145,7 +145,7 @@ def reduction_evaluations(order: list[UOp], points: set[UOp]) -> dict[UOp, int]:
     for node in reversed(order):
         count = 0 if node in points else evaluations.get(node, 0)
         if node.op is Ops.REDUCE_AXIS:
-            count = math.prod(shape_of(node.src[0]))
+            count = max_numel(shape_of(node.src[0]))  # a symbolic size counts at its largest
         for source in node.src:
             evaluations[source] = max(evaluations.get(source, 0), count)
     return evaluations
@@ -153,7 +153,7 @@ def reduction_evaluations(order: list[UOp], points: set[UOp]) -> dict[UOp, int]:
 
 def reads_per_element(node: UOp, evaluations: dict[UOp, int]) -> int:
     """Evaluations per element of `node` under a reduction (rounded up)."""
-    return -(-evaluations.get(node, 0) // max(math.prod(shape_of(node)), 1))
+    return -(-evaluations.get(node, 0) // max(max_numel(shape_of(node)), 1))
 
 
 def keep_out_of_padded_copy(value: UOp, points: set[UOp]) -> bool:

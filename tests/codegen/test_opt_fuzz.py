@@ -142,7 +142,7 @@ def with_opts(ast: UOp, opts: list[Opt]) -> UOp:
 
 
 AMOUNTS = (0, 2, 3, 4, 5, 7, 8, 16)
-SPLIT_TYPES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE)
+SPLIT_TYPES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE)
 
 
 def random_amount(rng: np.random.Generator, k: KernelOptimizer, axis: int) -> int:
@@ -156,7 +156,7 @@ def random_amount(rng: np.random.Generator, k: KernelOptimizer, axis: int) -> in
 def random_opt(rng: np.random.Generator, k: KernelOptimizer) -> Opt:
     """Any opt at all, legal or not: the KernelOptimizer must sort them out."""
     axis = int(rng.integers(max(k.shape_len, 1) + 1))  # one past the end now and then
-    kind = int(rng.integers(7))
+    kind = int(rng.integers(8))
     amount = random_amount(rng, k, axis)
     if kind <= 1:
         new_type = SPLIT_TYPES[int(rng.integers(len(SPLIT_TYPES)))]
@@ -171,6 +171,10 @@ def random_opt(rng: np.random.Generator, k: KernelOptimizer) -> Opt:
         return Opt(OptOps.PADTO, axis, int(rng.choice((2, 3, 4, 8))))
     if kind == 5:
         return Opt(OptOps.SWAP, axis, int(rng.integers(max(k.shape_len, 1))))
+    if kind == 6:
+        reducible = [i for i, t in enumerate(k.axis_types) if t is AxisType.REDUCE]
+        which = int(rng.integers(len(reducible) + 1))
+        return Opt(OptOps.BLOCK, which, random_amount(rng, k, reducible[which]) if which < len(reducible) else 4)
     return Opt(OptOps.GROUPTOP, int(rng.integers(2)), amount)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tg.codegen.dtype import AddrSpace, DType
+from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
 
@@ -201,6 +202,12 @@ def buffer_param(address: UOp) -> UOp:
 def loop_iterations(linear: UOp) -> int:
     """The iterations of the innermost work if every loop ran to its end (an estimate of kernel size)."""
     return math.prod(u.src[0].arg for u in linear.src if u.op is Ops.RANGE)
+
+
+def first_output_loop(linear: UOp) -> UOp | None:
+    """The loop a multi-core CPU renderer splits: the first one, or the first inside the BLOCK_REDUCE loops around
+    the kernel (each core then runs every block of its own outputs, which no other core touches)."""
+    return next((u for u in linear.src if u.op is Ops.RANGE and u.arg.axis_type is not AxisType.BLOCK_REDUCE), None)
 
 
 def global_params(linear: UOp) -> list[UOp]:

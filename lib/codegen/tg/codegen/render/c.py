@@ -39,6 +39,7 @@ from tg.codegen.render.base import (
     RenderedKernel,
     Spelling,
     buffer_param,
+    first_output_loop,
     loop_iterations,
 )
 from tg.codegen.uop.args import AxisType
@@ -416,7 +417,7 @@ class CRenderer(CStyleLanguage):
     def chunks(self, linear: UOp) -> int:
         """How many calls the kernel is cut into: one per core when its outermost loop is an output loop and
         the kernel is big enough to be worth waking the cores for."""
-        first = next((u for u in linear.src if u.op is Ops.RANGE), None)
+        first = first_output_loop(linear)
         if first is None or first.arg.axis_type is not AxisType.LOOP or self.cores == 1:
             return 1
         if loop_iterations(linear) < MULTICORE_MIN_ITERATIONS:
@@ -425,7 +426,8 @@ class CRenderer(CStyleLanguage):
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
         chunks = k.abi["chunks"]
-        if chunks > 1 and "split" not in k.abi:  # the first loop: this call's chunk of it
+        if chunks > 1 and "split" not in k.abi and rng.arg.axis_type is not AxisType.BLOCK_REDUCE:
+            # the first output loop (inside any BLOCK_REDUCE loop): this call's chunk of it
             k.abi["split"] = rng
             end = rng.src[0].arg
             k.line(f"long {name}_start = {end}ll * core_id / {chunks};")

@@ -38,6 +38,7 @@ class CodegenFlags:
 
     noopt: bool = False  # apply no optimizations (NOOPT=1); opts the AST asks for (opts_to_apply) still apply
     has_local: bool = False  # the renderer has work-groups (LOCAL and GROUP opts are legal); set from the renderer
+    core_groups: bool = False  # the renderer splits a GROUP across core calls (CPU); set from the renderer
 
     @staticmethod
     def from_environment() -> CodegenFlags:
@@ -82,7 +83,7 @@ def _simplify_indices(ast: UOp, flags: CodegenFlags) -> UOp:
 
 
 def _apply_opts(ast: UOp, flags: CodegenFlags) -> UOp:
-    return apply_opts(ast, has_local=flags.has_local, noopt=flags.noopt)
+    return apply_opts(ast, has_local=flags.has_local, noopt=flags.noopt, core_groups=flags.core_groups)
 
 
 def _upcast_strided_reductions(ast: UOp, flags: CodegenFlags) -> UOp:
@@ -117,7 +118,7 @@ def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
 
 def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> ProgramSource:
     """The source of kernel `ast` for `renderer`, with the launch size and estimates (a pure function)."""
-    flags = replace(flags, has_local=bool(getattr(renderer, "has_local", False)))
+    flags = for_renderer(flags, renderer)
     linear = lower_kernel(ast, flags)
     rendered = renderer.render(linear)
     loop_sizes = tuple(u.src[0].arg for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))
@@ -129,6 +130,15 @@ def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> Prog
         loop_sizes=loop_sizes,
         ops=estimate_ops(ast),
         mem=estimate_mem(linear),
+    )
+
+
+def for_renderer(flags: CodegenFlags, renderer: Renderer) -> CodegenFlags:
+    """`flags` with what the renderer can do filled in (which opts are legal for it)."""
+    return replace(
+        flags,
+        has_local=bool(getattr(renderer, "has_local", False)),
+        core_groups=bool(getattr(renderer, "core_groups", False)),
     )
 
 

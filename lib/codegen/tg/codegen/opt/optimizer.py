@@ -40,6 +40,7 @@ MAX_UPCAST = 16  # one opt upcasts at most this many lanes (several opts may sta
 MAX_UNROLL = 32
 MAX_REGISTER_LANES = 256  # accumulators per reduction: product of the upcast axes it depends on
 MAX_UNROLLED_BODY = 1024  # copies of the innermost body: product of all upcast and unroll axes
+MAX_CORE_GROUPS = 64  # core calls of a GROUP on a CPU (each is a call from the core threads)
 MAX_PADDING_FACTOR = 4  # PADTO may at most quadruple an axis
 CLASSIC_SPLITS = {
     OptOps.UPCAST: (AxisType.UPCAST, False),
@@ -56,18 +57,21 @@ def range_size(rng: UOp) -> int:
 
 
 class KernelOptimizer:
-    """A kernel being optimized. `has_local`: the device has workgroups and shared memory (the CPU has not)."""
+    """A kernel being optimized. `has_local`: the device has workgroups and shared memory (the CPU has not).
+    `core_groups`: without local memory, a GROUP_REDUCE is split across core calls whose partial results the last
+    call to finish combines in share order (the CPU renderer); see `_check_core_group` for where that is legal."""
 
-    def __init__(self, ast: UOp, has_local: bool = False) -> None:
+    def __init__(self, ast: UOp, has_local: bool = False, core_groups: bool = False) -> None:
         if ast.op is not Ops.SINK:
             raise TypeError(f"a kernel AST is a SINK, not {ast.op!r}")
         self.ast = ast
         self.has_local = has_local
+        self.core_groups = core_groups
         info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
         self.applied_opts: list[Opt] = list(info.applied_opts)
 
     def copy(self) -> KernelOptimizer:
-        other = KernelOptimizer(self.ast, self.has_local)
+        other = KernelOptimizer(self.ast, self.has_local, self.core_groups)
         other.applied_opts = list(self.applied_opts)
         return other
 
@@ -197,8 +201,10 @@ class KernelOptimizer:
             raise KernelOptError(f"cannot split an axis of {size} by {amount}: not a divisor")
         if amount == 1:
             raise KernelOptError("a split by 1 does nothing")
-        if new_type in (AxisType.LOCAL, AxisType.GROUP_REDUCE) and not self.has_local:
+        if new_type is AxisType.LOCAL and not self.has_local:
             raise KernelOptError(f"{new_type.name} needs local memory, which this device does not have")
+        if new_type is AxisType.GROUP_REDUCE and not self.has_local:
+            self._check_core_group(amount)
         if new_type in (AxisType.UPCAST, AxisType.LOCAL) and old_type not in OUTPUT_TYPES:
             raise KernelOptError(f"{new_type.name} splits an output axis, not a {old_type.name} axis")
         if new_type in (AxisType.UNROLL, AxisType.GROUP_REDUCE) and old_type not in REDUCE_TYPES:
@@ -217,6 +223,19 @@ class KernelOptimizer:
             raise KernelOptError("upcast in a kernel with nested reductions is not supported by the lowering")
         if new_type not in (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE):
             raise KernelOptError(f"cannot split into a {new_type.name} axis")
+
+    def _check_core_group(self, amount: int) -> None:
+        """A GROUP on a device without local memory: `amount` core calls each reduce a share. Legal when nothing
+        else is split across calls: no output loop (every output is in register lanes), one reduction, no other
+        GROUP or BLOCK axis."""
+        if not self.core_groups:
+            raise KernelOptError("GROUP_REDUCE needs local memory or core groups, which this device does not have")
+        if self.axes_of(*OUTPUT_TYPES):
+            raise KernelOptError("a GROUP across cores needs every output in register lanes (no output loop)")
+        if len(self.reduceops) != 1 or self.axes_of(AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE):
+            raise KernelOptError("a GROUP across cores needs one reduction and no other GROUP or BLOCK axis")
+        if amount > MAX_CORE_GROUPS:
+            raise KernelOptError(f"a GROUP across cores of {amount} is more than {MAX_CORE_GROUPS} calls")
 
     def _check_block(self, old_type: AxisType) -> None:
         if old_type is not AxisType.REDUCE:

@@ -25,6 +25,8 @@ from tg.codegen.uop.ops import UOp
 UPCAST_AMOUNTS = (0, 2, 3, 4, 5, 7, 8, 16)
 UNROLL_AMOUNTS = (0, 2, 4, 7, 8, 16)
 PADTO_AMOUNTS = (8, 16, 32)
+BLOCK_SIZES = (32, 64, 128, 256, 512)  # elements of a reduction block (k-blocking: 256 x 1024 floats fit an L2)
+GROUP_AMOUNTS = (2, 4, 8, 16, 32)  # shares of a GROUP (on a CPU: core calls, contiguous with GROUPTOP)
 MAX_AXIS = 8  # actions name axes 0..MAX_AXIS-1; a kernel with fewer axes makes the rest illegal
 BEAM_UPCAST_MAX = 256  # a candidate's upcast and unroll lanes multiplied together stay below this
 
@@ -34,6 +36,8 @@ def _action_list() -> tuple[Opt, ...]:
     actions += [Opt(OptOps.UNROLL, axis, amount) for axis in range(5) for amount in UNROLL_AMOUNTS]
     actions += [Opt(OptOps.PADTO, axis, amount) for axis in range(MAX_AXIS) for amount in PADTO_AMOUNTS]
     actions += [Opt(OptOps.SWAP, axis, other) for axis in range(5) for other in range(axis + 1, 5)]
+    actions += [Opt(OptOps.BLOCK, axis, size) for axis in range(3) for size in BLOCK_SIZES]
+    actions += [Opt(OptOps.GROUPTOP, axis, amount) for axis in range(3) for amount in GROUP_AMOUNTS]
     return tuple(actions)
 
 
@@ -53,22 +57,25 @@ def _upcast_lanes(k: KernelOptimizer) -> int:
                      if t in (AxisType.UPCAST, AxisType.UNROLL))  # fmt: skip
 
 
-def _base_kernel(ast: UOp) -> tuple[UOp, tuple[Opt, ...]]:
+def _base_kernel(ast: UOp, has_local: bool = False, core_groups: bool = False) -> tuple[UOp, tuple[Opt, ...]]:
     """The kernel with no opts (or with the opts it asks for already applied) and those opts."""
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     if info.opts_to_apply:
-        k = KernelOptimizer(ast.replace(arg=KernelInfo(info.name, info.axis_types)))
+        k = KernelOptimizer(ast.replace(arg=KernelInfo(info.name, info.axis_types)), has_local, core_groups)
         for opt in info.opts_to_apply:
             k.apply_opt(opt)
         return k.get_optimized_ast(), tuple(k.applied_opts)
     return ast.replace(arg=KernelInfo(info.name, info.axis_types, info.applied_opts)), tuple(info.applied_opts)
 
 
-def kernel_actions(candidate: Candidate, max_upcast: int = BEAM_UPCAST_MAX) -> list[Candidate]:
-    """Every legal single action on `candidate`: one new candidate each, duplicates (same kernel) dropped."""
+def kernel_actions(
+    candidate: Candidate, max_upcast: int = BEAM_UPCAST_MAX, has_local: bool = False, core_groups: bool = False
+) -> list[Candidate]:
+    """Every legal single action on `candidate` (legal for a renderer with `has_local` / `core_groups`, see
+    KernelOptimizer): one new candidate each, duplicates (same kernel) dropped."""
     found: dict[UOp, Candidate] = {}
     for action in ACTIONS:
-        k = KernelOptimizer(candidate.ast)
+        k = KernelOptimizer(candidate.ast, has_local, core_groups)
         k.applied_opts = list(candidate.opts)
         if action.axis is not None and action.axis >= k.shape_len and action.op is not OptOps.UNROLL:
             continue
@@ -105,18 +112,21 @@ def beam_search(
     min_progress: float = 1e-8,
     max_rounds: int = 32,
     on_round: Callable[[SearchRound], None] | None = None,
+    has_local: bool = False,
+    core_groups: bool = False,
 ) -> tuple[tuple[Opt, ...], float]:
-    """The best opt list for kernel `ast` found with a beam of `width`, and its cost."""
+    """The best opt list for kernel `ast` found with a beam of `width`, and its cost. `has_local` and
+    `core_groups` say what the renderer can do (which opts are legal)."""
     if width < 1:
         raise ValueError("the beam width must be at least 1")
-    base_ast, base_opts = _base_kernel(ast)
+    base_ast, base_opts = _base_kernel(ast, has_local, core_groups)
     start = Candidate(base_ast, base_opts)
     best_opts, best_cost = base_opts, cost([start])[0]
     beam = [(best_cost, start)]
     for number in range(1, max_rounds + 1):
         seen: dict[UOp, Candidate] = {}
         for _, candidate in beam:
-            for child in kernel_actions(candidate):
+            for child in kernel_actions(candidate, has_local=has_local, core_groups=core_groups):
                 seen.setdefault(child.ast, child)
         candidates = list(seen.values())
         if not candidates:

@@ -48,17 +48,18 @@ class ScriptedTimes:
 def test_a_candidate_slower_than_3x_the_best_is_dropped_and_not_timed_further(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    script = ScriptedTimes([0.010, 0.020, 0.040, 0.008])
+    script = ScriptedTimes([0.010, 0.020, 0.070, 0.040, 0.008])
     monkeypatch.setattr(engine_beam, "launch_within", script.launch_within)
     monkeypatch.setattr(engine_beam, "time_program", script.time_program)
     ast = matmul_kernel(16)
     cost = engine_beam.device_cost(ast, "CPU", CodegenFlags())
-    opts = [(), (Opt(OptOps.UPCAST, 0, 2),), (Opt(OptOps.UPCAST, 0, 4),), (Opt(OptOps.UPCAST, 1, 4),)]
+    opts = [(), *((Opt(OptOps.UPCAST, axis, amount),) for axis in (0, 1) for amount in (2, 4))]
     results = cost([Candidate(with_opts(ast, o), o) for o in opts])
-    assert results == [0.010, 0.020, math.inf, 0.008]
-    # the first launch waits BEAM_RUN_TIMEOUT_SEC before anything was timed, then 3x the best so far
-    assert script.deadlines == [10.0, 0.030, 0.030, 0.030]
-    assert script.precise_timings == 3 * 2  # two more launches each; the dropped one was not timed again
+    # 0.070 ran past its deadline; 0.040 finished within it but was timed at more than 3x the best (0.010)
+    assert results == [0.010, 0.020, math.inf, math.inf, 0.008]
+    # the first launch waits BEAM_RUN_TIMEOUT_SEC before anything was timed, then 3x the best so far (>= 50 ms)
+    assert script.deadlines == [10.0, 0.05, 0.05, 0.05, 0.05]
+    assert script.precise_timings == 3 + 3 + 0 + 1 + 3  # a dropped candidate is not timed further
 
 
 def test_a_candidate_that_renders_an_already_timed_program_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,8 +41,7 @@ from tg.hcq.flags import BEAM_RUN_TIMEOUT_SEC, BEAM_TIMEOUT_SEC, BEAM_WORKERS
 BEAM_SCHEMA = 1
 TABLE = f"beam_v{BEAM_SCHEMA}"
 EARLY_STOP_FACTOR = 3.0  # a candidate slower than this times the best so far is dropped
-MIN_DEADLINE_SEC = 0.005  # a first launch is never cut off sooner (launch overhead is not the kernel's time)
-PRECISE_ENOUGH_SEC = 0.002  # a first launch this long is its own measurement (the launch overhead is noise)
+MIN_DEADLINE_SEC = 0.05  # a first launch is never cut off sooner (its wall time includes launch overhead and load)
 
 
 class BeamCacheError(Exception):
@@ -241,12 +240,12 @@ def run_deadline(best: float) -> float:
 
 
 def time_candidate(program: CompiledProgram, buffers: list[Buffer], best: float) -> float:
-    """Seconds per launch of a candidate, or inf when it is dropped: its first launch did not finish within
-    `run_deadline(best)`, or its timed launch was slower than EARLY_STOP_FACTOR x `best` (not timed further)."""
-    first = launch_within(program, buffers, run_deadline(best))
-    if first is None:
+    """Seconds per launch of a candidate, or inf when it is dropped: its first launch (wall time, a warm-up) did
+    not finish within `run_deadline(best)`, or its first timed launch was slower than EARLY_STOP_FACTOR x `best`
+    (then it is not timed further)."""
+    if launch_within(program, buffers, run_deadline(best)) is None:
         return math.inf
-    seconds = first if first >= PRECISE_ENOUGH_SEC else time_program(program, buffers, repeats=1)
+    seconds = time_program(program, buffers, repeats=1)  # the device's own time: no launch overhead, no load
     if seconds > EARLY_STOP_FACTOR * best:
         return math.inf
     return min(seconds, time_program(program, buffers, repeats=2))

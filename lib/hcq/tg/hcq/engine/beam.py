@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tg.codegen.flags import CACHELEVEL, IGNORE_BEAM_CACHE, cache_dir
+from tg.codegen.opt import KernelOptError, KernelOptimizer, hand_coded_optimizations
 from tg.codegen.opt.opts import Opt, OptOps
 from tg.codegen.opt.search import Candidate, SearchRound, beam_search
 from tg.codegen.pipeline import CodegenFlags, ProgramSource, for_renderer, kernel_to_program, with_opts
-from tg.codegen.uop.args import AxisType
+from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
 from tg.hcq.engine.programs import CompiledProgram, renderer_for
@@ -277,6 +278,18 @@ def device_cost(original: UOp, device_name: str, flags: CodegenFlags) -> Callabl
     return cost
 
 
+def _heuristic_seeds(ast: UOp, flags: CodegenFlags) -> list[tuple[Opt, ...]]:
+    """The hand-coded opts as a starting point: the search then refines them, and is never slower than them.
+    (None for a kernel that asks for opts of its own: they are where the search starts.)"""
+    info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+    if info.opts_to_apply or info.applied_opts:
+        return []
+    try:
+        return [tuple(hand_coded_optimizations(KernelOptimizer(ast, flags.has_local, flags.core_groups)))]
+    except KernelOptError:
+        return []
+
+
 def search_opts(
     ast: UOp,
     device_name: str,
@@ -295,8 +308,9 @@ def search_opts(
     flags = for_renderer(CodegenFlags.from_environment() if flags is None else flags, renderer_for(Device[device_name]))
     cost = device_cost(ast, device_name, flags)
     opts, seconds = beam_search(
-        ast, width, cost, on_round=on_round, has_local=flags.has_local, core_groups=flags.core_groups
-    )
+        ast, width, cost, on_round=on_round, has_local=flags.has_local, core_groups=flags.core_groups,
+        seeds=_heuristic_seeds(ast, flags),
+    )  # fmt: skip
     result = BeamResult(opts, seconds, cached=False)
     store_opts(ast, device_name, width, result)
     return result

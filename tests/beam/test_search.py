@@ -60,7 +60,7 @@ def test_search_with_a_deterministic_cost_finds_its_minimum() -> None:
 
     opts, best = beam_search(matmul_kernel(), width=3, cost=cost)
     assert all(o.op is OptOps.UPCAST for o in opts)
-    assert best == pytest.approx(1 / 256)  # BEAM_UPCAST_MAX lanes
+    assert best == pytest.approx(1 / 256)  # the optimizer's MAX_REGISTER_LANES
 
 
 def test_cache_hit_does_no_timing(monkeypatch: pytest.MonkeyPatch) -> None:

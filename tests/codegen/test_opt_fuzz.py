@@ -14,8 +14,8 @@ import pytest
 from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
 from tg.codegen.flags import Context
-from tg.codegen.lower import lower
 from tg.codegen.opt import KernelOptError, KernelOptimizer, Opt, OptOps, hand_coded_optimizations
+from tg.codegen.pipeline import CodegenFlags, kernel_to_program
 from tg.hcq import Buffer, Device
 
 
@@ -99,6 +99,25 @@ def minus_row_max(rng: np.random.Generator, n: int, m: int) -> Case:
     return Case(ast, (xs,), xs - xs.max(1, keepdims=True))
 
 
+def reduce_all(rng: np.random.Generator, n: int, op: Ops) -> Case:
+    """out[0] = reduce_j x[j]: no output loop, so a GROUP across the CPU's cores is legal."""
+    out, x = params(1, n)
+    j = UOp.range(n, 0, AxisType.REDUCE)
+    ast = UOp.sink(out.index(idx(0)).store(x.index(j).load().reduce(j, arg=op)), arg=KernelInfo("reduce_all"))
+    xs = rng.standard_normal(n, np.float32)
+    return Case(ast, (xs,), np.array([xs.sum() if op is Ops.ADD else xs.max()], np.float32))
+
+
+def dots(rng: np.random.Generator, rows: int, n: int) -> Case:
+    """out[i] = sum_j x[i, j] * y[i, j] for a few rows (upcast them all and the rows can be grouped across cores)."""
+    out, x, y = params(rows, rows * n, rows * n)
+    i, j = UOp.range(rows, 0), UOp.range(n, 1, AxisType.REDUCE)
+    value = (x.index(i * n + j).load() * y.index(i * n + j).load()).reduce(j)
+    ast = UOp.sink(out.index(i).store(value), arg=KernelInfo("dots"))
+    xs, ys = rng.standard_normal((rows, n), np.float32), rng.standard_normal((rows, n), np.float32)
+    return Case(ast, (xs, ys), (xs * ys).sum(1))
+
+
 def broadcast(rng: np.random.Generator, n: int, m: int) -> Case:
     """out[i, j] = a[i] + b[j] * 3: elementwise with broadcasting."""
     out, a, b = params(n * m, n, m)
@@ -119,12 +138,15 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "sum_last_axis": lambda rng: reduce_last(rng, 9, 24),
     "minus_row_max": lambda rng: minus_row_max(rng, 6, 16),
     "broadcast": lambda rng: broadcast(rng, 10, 12),
+    "sum_all": lambda rng: reduce_all(rng, 1120, Ops.ADD),
+    "max_all": lambda rng: reduce_all(rng, 90, Ops.MAX),
+    "dots": lambda rng: dots(rng, 3, 96),
 }
 
 
 def run(ast: UOp, inputs: tuple[np.ndarray, ...], shape: tuple[int, ...], device: str = "CPU") -> np.ndarray:
     dev = Device[device]
-    rendered = dev.renderer.render(lower(ast))
+    rendered = kernel_to_program(ast, dev.renderer, CodegenFlags.from_environment())
     program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
     out = Buffer(device, int(np.prod(shape)), dtypes.float32).ensure_allocated()
     out.copyin(np.full(shape, np.nan, np.float32).tobytes())  # an element the kernel misses stays NaN
@@ -142,7 +164,7 @@ def with_opts(ast: UOp, opts: list[Opt]) -> UOp:
 
 
 AMOUNTS = (0, 2, 3, 4, 5, 7, 8, 16)
-SPLIT_TYPES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE)
+SPLIT_TYPES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE)
 
 
 def random_amount(rng: np.random.Generator, k: KernelOptimizer, axis: int) -> int:
@@ -156,7 +178,7 @@ def random_amount(rng: np.random.Generator, k: KernelOptimizer, axis: int) -> in
 def random_opt(rng: np.random.Generator, k: KernelOptimizer) -> Opt:
     """Any opt at all, legal or not: the KernelOptimizer must sort them out."""
     axis = int(rng.integers(max(k.shape_len, 1) + 1))  # one past the end now and then
-    kind = int(rng.integers(7))
+    kind = int(rng.integers(8))
     amount = random_amount(rng, k, axis)
     if kind <= 1:
         new_type = SPLIT_TYPES[int(rng.integers(len(SPLIT_TYPES)))]
@@ -171,11 +193,15 @@ def random_opt(rng: np.random.Generator, k: KernelOptimizer) -> Opt:
         return Opt(OptOps.PADTO, axis, int(rng.choice((2, 3, 4, 8))))
     if kind == 5:
         return Opt(OptOps.SWAP, axis, int(rng.integers(max(k.shape_len, 1))))
-    return Opt(OptOps.GROUPTOP, int(rng.integers(2)), amount)
+    if kind == 6:
+        reducible = [i for i, t in enumerate(k.axis_types) if t is AxisType.REDUCE]
+        which = int(rng.integers(len(reducible) + 1))
+        return Opt(OptOps.BLOCK, which, random_amount(rng, k, reducible[which]) if which < len(reducible) else 4)
+    return Opt(OptOps.GROUPTOP if rng.integers(2) else OptOps.GROUP, int(rng.integers(2)), amount)
 
 
 def random_legal_opts(rng: np.random.Generator, ast: UOp, attempts: int) -> list[Opt]:
-    k = KernelOptimizer(ast)
+    k = KernelOptimizer(ast, core_groups=True)  # what the CPU renderer allows
     for _ in range(attempts):
         opt = random_opt(rng, k)
         before = k.ast
@@ -193,7 +219,7 @@ def fuzz(name: str, lists: int, seed: int) -> None:
     with Context(NOOPT=1):
         plain = run(case.ast, case.inputs, shape)
     np.testing.assert_allclose(plain, case.expected, rtol=1e-4, atol=1e-4)
-    opt_lists = [hand_coded_optimizations(KernelOptimizer(case.ast))]
+    opt_lists = [hand_coded_optimizations(KernelOptimizer(case.ast, core_groups=True))]
     opt_lists += [random_legal_opts(rng, case.ast, attempts=10) for _ in range(lists)]
     for opts in opt_lists:
         result = run(with_opts(case.ast, opts), case.inputs, shape)

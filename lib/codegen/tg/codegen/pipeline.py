@@ -40,6 +40,7 @@ class CodegenFlags:
     noopt: bool = False  # apply no optimizations (NOOPT=1); opts the AST asks for (opts_to_apply) still apply
     has_local: bool = False  # the renderer has work-groups (LOCAL and GROUP opts are legal); set from the renderer
     max_lanes: int = MAX_LANES  # accumulators the heuristics may keep in vector registers; set from the renderer
+    core_groups: bool = False  # the renderer splits a GROUP across core calls (CPU); set from the renderer
 
     @staticmethod
     def from_environment() -> CodegenFlags:
@@ -87,7 +88,9 @@ def _simplify_indices(ast: UOp, flags: CodegenFlags) -> UOp:
 
 
 def _apply_opts(ast: UOp, flags: CodegenFlags) -> UOp:
-    return apply_opts(ast, has_local=flags.has_local, noopt=flags.noopt, max_lanes=flags.max_lanes)
+    return apply_opts(
+        ast, has_local=flags.has_local, noopt=flags.noopt, max_lanes=flags.max_lanes, core_groups=flags.core_groups
+    )
 
 
 def _upcast_strided_reductions(ast: UOp, flags: CodegenFlags) -> UOp:
@@ -122,11 +125,7 @@ def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
 
 def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> ProgramSource:
     """The source of kernel `ast` for `renderer`, with the launch size and estimates (a pure function)."""
-    flags = replace(
-        flags,
-        has_local=bool(getattr(renderer, "has_local", False)),
-        max_lanes=int(getattr(renderer, "max_lanes", MAX_LANES)),
-    )
+    flags = for_renderer(flags, renderer)
     linear = lower_kernel(ast, flags)
     rendered = renderer.render(linear)
     loop_sizes = tuple(_size_text(u.src[0]) for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))
@@ -144,6 +143,16 @@ def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> Prog
 
 def _size_text(end: UOp) -> int | str:
     return int(end.arg) if end.op is Ops.CONST else end.render()
+
+
+def for_renderer(flags: CodegenFlags, renderer: Renderer) -> CodegenFlags:
+    """`flags` with what the renderer can do filled in (which opts are legal for it, its register budget)."""
+    return replace(
+        flags,
+        has_local=bool(getattr(renderer, "has_local", False)),
+        max_lanes=int(getattr(renderer, "max_lanes", MAX_LANES)),
+        core_groups=bool(getattr(renderer, "core_groups", False)),
+    )
 
 
 def with_opts(ast: UOp, opts: tuple[Any, ...]) -> UOp:

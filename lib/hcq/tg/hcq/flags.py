@@ -12,5 +12,6 @@ PROFILE = flag("PROFILE", 0, "record profiling events (kernel and copy time rang
 PROGRAM_CACHE_SIZE = flag("PROGRAM_CACHE_SIZE", 1024, "compiled programs the engine keeps in memory (LRU; 0: none)")
 BEAM_WORKERS = flag("BEAM_WORKERS", 2, "processes that compile BEAM candidates (0: compile in this process)")
 BEAM_TIMEOUT_SEC = flag("BEAM_TIMEOUT_SEC", 20, "seconds a BEAM candidate may take to compile before it is dropped")
+BEAM_RUN_TIMEOUT_SEC = flag("BEAM_RUN_TIMEOUT_SEC", 10, "seconds the first BEAM candidate may run (later: 3x the best)")
 JITBEAM = flag("JITBEAM", 0, "beam width for kernels compiled inside a TinyJit capture (0: BEAM's value)")
 TG_DUMP_KERNELS = flag("TG_DUMP_KERNELS", "", "folder where each newly compiled kernel AST is pickled (tg-beam dump)")

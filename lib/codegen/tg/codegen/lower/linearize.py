@@ -16,6 +16,10 @@ steps of PARTIAL_SUMS consecutive elements, lane k adds element k of every step,
 lane order at the end. The order is written in the program, so every renderer (C, the PYTHON emulator) computes
 the same bits, the C compiler may vectorize the lanes without being allowed to reassociate anything, and the
 result does not depend on the core count (cores split output loops only).
+
+A BLOCK_REDUCE range (k-blocking, see tg.codegen.opt) is opened before the output loops. Its reduction's
+accumulator starts from the identity in block 0 and from the value the previous block stored otherwise, so every
+element is still reduced in one running order and the result has the same bits as the unblocked kernel.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class Linearizer:
         # a REDUCE with one accumulator per lane -> (accumulators, the END after its loops, its lanes)
         self.wide: dict[UOp, tuple[UOp, UOp, tuple[UOp, ...]]] = {}
         self.next_axis = 1 + max((u.arg.axis_id for u in ast.toposort() if u.op is Ops.RANGE), default=0)
+        # a REDUCE cut into blocks -> the INDEX of the STORE that carries its running result between blocks
+        self.carried: dict[UOp, UOp] = {}
 
     def append(self, node: UOp) -> UOp:
         self.program.append(node)
@@ -125,7 +131,7 @@ class Linearizer:
         acc = self.append(UOp(Ops.PARAM, dtype.ptr(1, AddrSpace.REG), (), ParamArg(self.accumulators, "acc")))
         self.accumulators += 1
         slot = self.append(acc.index(self.emit(UOp.const(0, dtypes.index))))
-        initial = self.append(slot.store(self.emit(UOp.const(reduce_identity(op, dtype), dtype))))
+        initial = self.append(slot.store(self.emit(self.initial_value(reduce))))
         for rng in ranges:
             self.open_loop(rng)
         combined = self.accumulate(
@@ -138,6 +144,17 @@ class Linearizer:
         for _ in ranges:
             end = self.close_loop(end)
         return self.append(self.append(self.append(acc.after(end)).index(slot.src[1])).load())
+
+    def initial_value(self, reduce: UOp) -> UOp:
+        """What an accumulator of `reduce` starts from: the identity, or, in every block of a BLOCK_REDUCE but the
+        first, the running result the previous block stored."""
+        identity = _identity(reduce.arg, reduce.dtype)
+        index = self.carried.get(reduce)
+        if index is None:
+            return identity
+        block = next(r for r in reduce.src[1:] if r.arg.axis_type is AxisType.BLOCK_REDUCE)
+        previous = index.load(identity) if len(index.src) > 2 else index.load()
+        return (block < 1).where(identity, previous)
 
     def read(self, acc: UOp, after: tuple[UOp, ...], position: UOp) -> UOp:
         """Load acc[position] once `after` (the store that set it, the loops that update it) has happened."""
@@ -160,7 +177,7 @@ class Linearizer:
         ranges = loop_order(reduce.src[1:])
         if reduce.arg not in PARTIAL_SUM_OPS or not dtypes.is_float(reduce.dtype):
             return None
-        if any(r.arg.axis_type is AxisType.UNROLL for r in ranges):
+        if any(r.arg.axis_type in (AxisType.UNROLL, AxisType.BLOCK_REDUCE) for r in reduce.src[1:]):
             return None
         inner = ranges[-1]
         if inner.src[0].op is not Ops.CONST:  # a symbolic trip count cannot be cut into steps of PARTIAL_SUMS
@@ -234,7 +251,7 @@ class Linearizer:
         for lane in register_nest(lanes):
             self.open_loop(lane)
         slot = self.append(acc.index(self.emit(lane_index(lanes))))
-        initialized = self.append(slot.store(self.emit(UOp.const(reduce_identity(op, dtype), dtype))))
+        initialized = self.append(slot.store(self.emit(self.initial_value(reduce))))
         for _ in lanes:
             initialized = self.close_loop(initialized)
         loops = [r for r in ranges if r.arg.axis_type is not AxisType.UNROLL]
@@ -262,10 +279,11 @@ def _identity(op: Ops, dtype: DType) -> UOp:
 
 
 def loop_order(ranges: tuple[UOp, ...]) -> list[UOp]:
-    """GROUP_REDUCE loops outermost (on a GPU they are the threads of a work-group, each reducing its share),
-    then reduce loops, unrolled ones (UNROLL) innermost; by axis id within each."""
+    """The loops a reduction opens: GROUP_REDUCE outermost (on a GPU they are the threads of a work-group, each
+    reducing its share), then reduce loops, unrolled ones (UNROLL) innermost; by axis id within each. A
+    BLOCK_REDUCE range is not among them: it is open around the whole kernel."""
     return sorted(
-        ranges,
+        (r for r in ranges if r.arg.axis_type is not AxisType.BLOCK_REDUCE),
         key=lambda r: (r.arg.axis_type is not AxisType.GROUP_REDUCE, r.arg.axis_type is AxisType.UNROLL, r.arg.axis_id),
     )
 
@@ -308,6 +326,11 @@ def linearize(ast: UOp) -> UOp:
     in loops over the lanes."""
     linearizer = Linearizer(ast)
     loops = output_ranges(ast)
+    blocks = sorted((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.BLOCK_REDUCE),
+                    key=lambda r: r.arg.axis_id)  # fmt: skip
+    if blocks:
+        linearizer.carried = {s.src[1]: s.src[0] for s in ast.src if s.op is Ops.STORE and s.src[1].op is Ops.REDUCE}
+    loops = [*blocks, *loops]
     lanes = sorted(
         (u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.UPCAST),
         key=lambda r: -r.arg.axis_id,

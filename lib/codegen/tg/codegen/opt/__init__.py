@@ -14,14 +14,16 @@ from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import UOp
 
 
-def apply_opts(ast: UOp, has_local: bool = False, noopt: bool | None = None, max_lanes: int = MAX_LANES) -> UOp:
+def apply_opts(
+    ast: UOp, has_local: bool = False, noopt: bool | None = None, max_lanes: int = MAX_LANES, core_groups: bool = False
+) -> UOp:
     """The kernel with its optimizations applied (an AST that already records applied opts is returned as is).
     `noopt` (default: the NOOPT flag) skips the heuristics; opts the AST asks for still apply. `max_lanes`: the
     heuristics' register budget (see hand_coded_optimizations)."""
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     if info.applied_opts and info.opts_to_apply is None:
         return ast
-    k = KernelOptimizer(ast, has_local)
+    k = KernelOptimizer(ast, has_local, core_groups)
     if info.opts_to_apply is not None:
         opts = list(info.opts_to_apply)
     elif bool(NOOPT) if noopt is None else noopt:

@@ -10,6 +10,10 @@ Every opt either rewrites the AST into an equivalent kernel or raises `KernelOpt
     split     range r (size n) by k: r -> outer*k + inner, outer of n/k keeps r's type, inner of k gets the new one
     padto     range r grows to a multiple of k; the extra iterations read nothing, store nothing, and add the
               reduction's identity
+    block     a reduce range r (size n) -> block*k + inner: the BLOCK_REDUCE range of n/k blocks is looped outside
+              the output loops and the output buffer carries the running result from one block to the next, so
+              each element is still reduced in the same order (the same bits); legal when the kernel is one STORE
+              of one REDUCE into a buffer it does not read
     swap      two output ranges exchange their loop order
 """
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from tg.codegen.dtype import dtypes
+from tg.codegen.dtype import PtrDType, dtypes
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
 from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.codegen.uop.index_algebra import simplify_indices
@@ -28,7 +32,7 @@ from tg.codegen.uop.reductions import reduce_identity
 
 AXIS_POSITION = {
     AxisType.DEVICE: -2, AxisType.LOOP: -1, AxisType.GLOBAL: 0, AxisType.WARP: 1, AxisType.LOCAL: 2,
-    AxisType.GROUP_REDUCE: 2, AxisType.UPCAST: 3, AxisType.REDUCE: 4, AxisType.UNROLL: 5,
+    AxisType.GROUP_REDUCE: 2, AxisType.UPCAST: 3, AxisType.REDUCE: 4, AxisType.BLOCK_REDUCE: 4, AxisType.UNROLL: 5,
 }  # fmt: skip
 OUTPUT_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
 REDUCE_TYPES = (AxisType.REDUCE, AxisType.GROUP_REDUCE)
@@ -36,6 +40,7 @@ MAX_UPCAST = 16  # one opt upcasts at most this many lanes (several opts may sta
 MAX_UNROLL = 32
 MAX_REGISTER_LANES = 256  # accumulators per reduction: product of the upcast axes it depends on
 MAX_UNROLLED_BODY = 1024  # copies of the innermost body: product of all upcast and unroll axes
+MAX_CORE_GROUPS = 64  # core calls of a GROUP on a CPU (each is a call from the core threads)
 MAX_PADDING_FACTOR = 4  # PADTO may at most quadruple an axis
 CLASSIC_SPLITS = {
     OptOps.UPCAST: (AxisType.UPCAST, False),
@@ -52,18 +57,21 @@ def range_size(rng: UOp) -> int:
 
 
 class KernelOptimizer:
-    """A kernel being optimized. `has_local`: the device has workgroups and shared memory (the CPU has not)."""
+    """A kernel being optimized. `has_local`: the device has workgroups and shared memory (the CPU has not).
+    `core_groups`: without local memory, a GROUP_REDUCE is split across core calls whose partial results the last
+    call to finish combines in share order (the CPU renderer); see `_check_core_group` for where that is legal."""
 
-    def __init__(self, ast: UOp, has_local: bool = False) -> None:
+    def __init__(self, ast: UOp, has_local: bool = False, core_groups: bool = False) -> None:
         if ast.op is not Ops.SINK:
             raise TypeError(f"a kernel AST is a SINK, not {ast.op!r}")
         self.ast = ast
         self.has_local = has_local
+        self.core_groups = core_groups
         info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
         self.applied_opts: list[Opt] = list(info.applied_opts)
 
     def copy(self) -> KernelOptimizer:
-        other = KernelOptimizer(self.ast, self.has_local)
+        other = KernelOptimizer(self.ast, self.has_local, self.core_groups)
         other.applied_opts = list(self.applied_opts)
         return other
 
@@ -113,7 +121,7 @@ class KernelOptimizer:
             raise KernelOptError(f"{op!r} needs an axis")
         if op is OptOps.UNROLL:
             candidates = self.axes_of(*REDUCE_TYPES)
-        elif op in (OptOps.GROUP, OptOps.GROUPTOP):
+        elif op in (OptOps.GROUP, OptOps.GROUPTOP, OptOps.BLOCK):
             candidates = self.axes_of(AxisType.REDUCE)
         else:
             candidates = list(range(self.shape_len))
@@ -143,6 +151,8 @@ class KernelOptimizer:
             if not isinstance(opt.arg, int):
                 raise KernelOptError(f"{op!r} takes an int amount, not {opt.arg!r}")
             self._split(self.real_axis(op, opt.axis), opt.arg, new_type, top)
+        elif op is OptOps.BLOCK:
+            self._block(self.real_axis(op, opt.axis), opt.arg)
         elif op is OptOps.SPLIT:
             amount, new_type, top = _split_arg(opt.arg)
             self._split(self.real_axis(op, opt.axis), amount, new_type, top)
@@ -161,6 +171,29 @@ class KernelOptimizer:
         self.shift_to(rng, amount, new_type, top)
         self._check_register_budget()
 
+    def _block(self, axis: int, block: object) -> None:
+        size = range_size(self.rngs[axis])
+        if not isinstance(block, int) or block < 2:
+            raise KernelOptError(f"BLOCK takes a block size of at least 2, not {block!r}")
+        if size < 0 or size % block != 0 or block == size:
+            raise KernelOptError(f"cannot cut a reduce axis of {size} into blocks of {block}")
+        self._split(axis, size // block, AxisType.BLOCK_REDUCE, True)
+
+    def blocked_store(self) -> UOp | None:
+        """The STORE whose buffer carries a BLOCK_REDUCE's running result: the kernel's only STORE, of its only
+        REDUCE, into a buffer the kernel does not read (None when the kernel is not like that)."""
+        stores, reduces = list(self.ast.src), self.reduceops
+        if len(stores) != 1 or len(reduces) != 1 or stores[0].op is not Ops.STORE:
+            return None
+        store = stores[0]
+        if store.src[1] is not reduces[0] or store.src[0].op is not Ops.INDEX:
+            return None
+        buffer = store.src[0].src[0]
+        if not isinstance(buffer.dtype, PtrDType) or buffer.dtype.base != reduces[0].dtype:
+            return None
+        loads = [u for u in self.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+        return None if any(load.src[0].src[0] is buffer for load in loads) else store
+
     def _check_split(self, rng: UOp, size: int, amount: int, old_type: AxisType, new_type: AxisType) -> None:
         if size < 0:
             raise KernelOptError("cannot split a range of symbolic size")
@@ -168,22 +201,49 @@ class KernelOptimizer:
             raise KernelOptError(f"cannot split an axis of {size} by {amount}: not a divisor")
         if amount == 1:
             raise KernelOptError("a split by 1 does nothing")
-        if new_type in (AxisType.LOCAL, AxisType.GROUP_REDUCE) and not self.has_local:
+        if new_type is AxisType.LOCAL and not self.has_local:
             raise KernelOptError(f"{new_type.name} needs local memory, which this device does not have")
+        if new_type is AxisType.GROUP_REDUCE and not self.has_local:
+            self._check_core_group(amount)
         if new_type in (AxisType.UPCAST, AxisType.LOCAL) and old_type not in OUTPUT_TYPES:
             raise KernelOptError(f"{new_type.name} splits an output axis, not a {old_type.name} axis")
         if new_type in (AxisType.UNROLL, AxisType.GROUP_REDUCE) and old_type not in REDUCE_TYPES:
             raise KernelOptError(f"{new_type.name} splits a reduce axis, not a {old_type.name} axis")
         if new_type is AxisType.GROUP_REDUCE and self.has_nested_reductions():
             raise KernelOptError("no GROUP inside another reduction")
+        if new_type is AxisType.GROUP_REDUCE and self.axes_of(AxisType.BLOCK_REDUCE):
+            raise KernelOptError("no GROUP in a kernel with a BLOCK_REDUCE axis")
+        if new_type is AxisType.BLOCK_REDUCE:
+            self._check_block(old_type)
         if new_type is AxisType.UPCAST and amount > MAX_UPCAST:
             raise KernelOptError(f"upcast by {amount} is more than {MAX_UPCAST}")
         if new_type is AxisType.UNROLL and amount > MAX_UNROLL:
             raise KernelOptError(f"unroll by {amount} is more than {MAX_UNROLL}")
         if new_type is AxisType.UPCAST and self.has_nested_reductions():
             raise KernelOptError("upcast in a kernel with nested reductions is not supported by the lowering")
-        if new_type not in (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE):
+        if new_type not in (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE):
             raise KernelOptError(f"cannot split into a {new_type.name} axis")
+
+    def _check_core_group(self, amount: int) -> None:
+        """A GROUP on a device without local memory: `amount` core calls each reduce a share. Legal when nothing
+        else is split across calls: no output loop (every output is in register lanes), one reduction, no other
+        GROUP or BLOCK axis."""
+        if not self.core_groups:
+            raise KernelOptError("GROUP_REDUCE needs local memory or core groups, which this device does not have")
+        if self.axes_of(*OUTPUT_TYPES):
+            raise KernelOptError("a GROUP across cores needs every output in register lanes (no output loop)")
+        if len(self.reduceops) != 1 or self.axes_of(AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE):
+            raise KernelOptError("a GROUP across cores needs one reduction and no other GROUP or BLOCK axis")
+        if amount > MAX_CORE_GROUPS:
+            raise KernelOptError(f"a GROUP across cores of {amount} is more than {MAX_CORE_GROUPS} calls")
+
+    def _check_block(self, old_type: AxisType) -> None:
+        if old_type is not AxisType.REDUCE:
+            raise KernelOptError(f"BLOCK_REDUCE splits a REDUCE axis, not a {old_type.name} axis")
+        if self.axes_of(AxisType.BLOCK_REDUCE, AxisType.GROUP_REDUCE):
+            raise KernelOptError("a kernel has at most one BLOCK_REDUCE axis and none with GROUP_REDUCE")
+        if self.blocked_store() is None:
+            raise KernelOptError("BLOCK needs a kernel that stores one reduction into a buffer it does not read")
 
     def _check_register_budget(self) -> None:
         upcasts = [range_size(r) for r in self.rngs if r.arg.axis_type is AxisType.UPCAST]
@@ -230,7 +290,7 @@ class KernelOptimizer:
             raise KernelOptError(f"PADTO takes an int amount of at least 2, not {multiple!r}")
         if size < 0:
             raise KernelOptError("cannot pad a range of symbolic size")
-        if kind in (AxisType.UPCAST, AxisType.UNROLL):
+        if kind in (AxisType.UPCAST, AxisType.UNROLL, AxisType.BLOCK_REDUCE):
             raise KernelOptError(f"cannot pad an {kind.name} axis")
         padded = -(-size // multiple) * multiple
         if padded == size:

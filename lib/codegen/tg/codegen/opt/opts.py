@@ -9,6 +9,12 @@ n) into an outer axis of n/amount that keeps its type and an inner axis of `amou
     LOCAL a k    -> SPLIT (k, LOCAL)           on an output axis; a workgroup dimension
     GROUP a k    -> SPLIT (k, GROUP_REDUCE)    on the a-th reduce axis; reduced through shared memory
     GROUPTOP a k -> SPLIT (k, GROUP_REDUCE, top=True)
+    BLOCK a k    -> SPLIT (n/k, BLOCK_REDUCE, top=True)   on the a-th reduce axis; blocks of k elements (see below)
+
+GROUP on a CPU splits the reduction across cores: each core call reduces one share into a partial result and the
+partials are combined in share order, so the bits do not depend on the core count. BLOCK cuts the reduction into
+blocks looped outside the output loops (k-blocking: a matmul streams one block of its operands through the cache
+for every output tile); the output buffer holds the running result between blocks.
 
 PADTO a k grows axis a to a multiple of k (the extra iterations are masked off); SWAP a b exchanges the loop
 order of two output axes.
@@ -32,6 +38,7 @@ class OptOps(Enum):
     LOCAL = auto()
     GROUP = auto()
     GROUPTOP = auto()
+    BLOCK = auto()
     NOLOCALS = auto()
 
     def __repr__(self) -> str:

@@ -14,10 +14,10 @@ unit tests supply a deterministic one.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tg.codegen.opt.optimizer import KernelOptimizer
+from tg.codegen.opt.optimizer import MAX_UNROLLED_BODY, KernelOptimizer
 from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
 from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.codegen.uop.ops import UOp
@@ -25,8 +25,12 @@ from tg.codegen.uop.ops import UOp
 UPCAST_AMOUNTS = (0, 2, 3, 4, 5, 7, 8, 16)
 UNROLL_AMOUNTS = (0, 2, 4, 7, 8, 16)
 PADTO_AMOUNTS = (8, 16, 32)
+BLOCK_SIZES = (32, 64, 128, 256, 512)  # elements of a reduction block (k-blocking: 256 x 1024 floats fit an L2)
+GROUP_AMOUNTS = (2, 4, 8, 16, 32)  # shares of a GROUP (on a CPU: core calls, contiguous with GROUPTOP)
 MAX_AXIS = 8  # actions name axes 0..MAX_AXIS-1; a kernel with fewer axes makes the rest illegal
-BEAM_UPCAST_MAX = 256  # a candidate's upcast and unroll lanes multiplied together stay below this
+# a candidate's upcast and unroll lanes multiplied together stay below this: the optimizer's own limit, since the
+# hand-coded matmul tile (8x16 accumulators, unrolled 4: 512) must be a place the search can start from
+BEAM_UPCAST_MAX = MAX_UNROLLED_BODY
 
 
 def _action_list() -> tuple[Opt, ...]:
@@ -34,6 +38,8 @@ def _action_list() -> tuple[Opt, ...]:
     actions += [Opt(OptOps.UNROLL, axis, amount) for axis in range(5) for amount in UNROLL_AMOUNTS]
     actions += [Opt(OptOps.PADTO, axis, amount) for axis in range(MAX_AXIS) for amount in PADTO_AMOUNTS]
     actions += [Opt(OptOps.SWAP, axis, other) for axis in range(5) for other in range(axis + 1, 5)]
+    actions += [Opt(OptOps.BLOCK, axis, size) for axis in range(3) for size in BLOCK_SIZES]
+    actions += [Opt(OptOps.GROUPTOP, axis, amount) for axis in range(3) for amount in GROUP_AMOUNTS]
     return tuple(actions)
 
 
@@ -53,22 +59,25 @@ def _upcast_lanes(k: KernelOptimizer) -> int:
                      if t in (AxisType.UPCAST, AxisType.UNROLL))  # fmt: skip
 
 
-def _base_kernel(ast: UOp) -> tuple[UOp, tuple[Opt, ...]]:
+def _base_kernel(ast: UOp, has_local: bool = False, core_groups: bool = False) -> tuple[UOp, tuple[Opt, ...]]:
     """The kernel with no opts (or with the opts it asks for already applied) and those opts."""
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     if info.opts_to_apply:
-        k = KernelOptimizer(ast.replace(arg=KernelInfo(info.name, info.axis_types)))
+        k = KernelOptimizer(ast.replace(arg=KernelInfo(info.name, info.axis_types)), has_local, core_groups)
         for opt in info.opts_to_apply:
             k.apply_opt(opt)
         return k.get_optimized_ast(), tuple(k.applied_opts)
     return ast.replace(arg=KernelInfo(info.name, info.axis_types, info.applied_opts)), tuple(info.applied_opts)
 
 
-def kernel_actions(candidate: Candidate, max_upcast: int = BEAM_UPCAST_MAX) -> list[Candidate]:
-    """Every legal single action on `candidate`: one new candidate each, duplicates (same kernel) dropped."""
+def kernel_actions(
+    candidate: Candidate, max_upcast: int = BEAM_UPCAST_MAX, has_local: bool = False, core_groups: bool = False
+) -> list[Candidate]:
+    """Every legal single action on `candidate` (legal for a renderer with `has_local` / `core_groups`, see
+    KernelOptimizer): one new candidate each, duplicates (same kernel) dropped."""
     found: dict[UOp, Candidate] = {}
     for action in ACTIONS:
-        k = KernelOptimizer(candidate.ast)
+        k = KernelOptimizer(candidate.ast, has_local, core_groups)
         k.applied_opts = list(candidate.opts)
         if action.axis is not None and action.axis >= k.shape_len and action.op is not OptOps.UNROLL:
             continue
@@ -105,20 +114,39 @@ def beam_search(
     min_progress: float = 1e-8,
     max_rounds: int = 32,
     on_round: Callable[[SearchRound], None] | None = None,
+    has_local: bool = False,
+    core_groups: bool = False,
+    seeds: Sequence[Sequence[Opt]] = (),
 ) -> tuple[tuple[Opt, ...], float]:
-    """The best opt list for kernel `ast` found with a beam of `width`, and its cost."""
+    """The best opt list for kernel `ast` found with a beam of `width`, and its cost. `has_local` and
+    `core_groups` say what the renderer can do (which opts are legal).
+
+    The first beam is the kernel as it is plus each legal `seed` (opt lists to start from, e.g. the hand-coded
+    heuristics): the result is never slower than any of them. Each round replaces the beam with the `width`
+    fastest new candidates, even when they are slower than an earlier round's (a step that costs time may
+    lead somewhere), and the search stops when a round's fastest is less than `min_progress` faster than the
+    previous round's. A kernel tried in an earlier round is not tried again."""
     if width < 1:
         raise ValueError("the beam width must be at least 1")
-    base_ast, base_opts = _base_kernel(ast)
+    base_ast, base_opts = _base_kernel(ast, has_local, core_groups)
     start = Candidate(base_ast, base_opts)
-    best_opts, best_cost = base_opts, cost([start])[0]
-    beam = [(best_cost, start)]
+    starts = [c for c in (_seeded(start, seed, has_local, core_groups) for seed in seeds) if c is not None]
+    starts = list({c.ast: c for c in (*starts, start)}.values())  # seeds are timed first: they set the pace
+    costs = cost(starts)
+    best_cost, best_opts = min(zip(costs, (c.opts for c in starts), strict=True), key=lambda pair: pair[0])
+    if math.isinf(best_cost):
+        best_opts = base_opts
+    beam = list(zip(costs, starts, strict=True))
+    tried = {c.ast for c in starts}
+    previous_round = math.inf
     for number in range(1, max_rounds + 1):
-        seen: dict[UOp, Candidate] = {}
+        fresh: dict[UOp, Candidate] = {}
         for _, candidate in beam:
-            for child in kernel_actions(candidate):
-                seen.setdefault(child.ast, child)
-        candidates = list(seen.values())
+            for child in kernel_actions(candidate, has_local=has_local, core_groups=core_groups):
+                if child.ast not in tried:
+                    fresh.setdefault(child.ast, child)
+        candidates = list(fresh.values())
+        tried.update(fresh)
         if not candidates:
             break
         costs = cost(candidates)
@@ -127,11 +155,23 @@ def beam_search(
             break
         beam = [(c, candidates[i]) for c, i in timed[:width]]
         round_best, round_candidate = beam[0]
-        improved = best_cost - round_best
         if round_best < best_cost:
             best_opts, best_cost = round_candidate.opts, round_best
         if on_round is not None:
             on_round(SearchRound(number, len(candidates), len(timed), best_cost, best_opts))
-        if improved < min_progress:
+        if previous_round - round_best < min_progress:
             break
+        previous_round = round_best
     return best_opts, best_cost
+
+
+def _seeded(start: Candidate, seed: Sequence[Opt], has_local: bool, core_groups: bool) -> Candidate | None:
+    """`start` with the opts of `seed` applied after its own (None when one is illegal here)."""
+    k = KernelOptimizer(start.ast, has_local, core_groups)
+    k.applied_opts = list(start.opts)
+    try:
+        for opt in seed:
+            k.apply_opt(opt)
+    except KernelOptError:
+        return None
+    return Candidate(k.get_optimized_ast(), tuple(k.applied_opts))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tg.codegen.dtype import AddrSpace, DType
+from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
 
@@ -226,6 +227,12 @@ def kernel_variables(linear: UOp) -> list[UOp]:
     (`ProgramSource.variables` lists them for the launcher)."""
     found = {u.arg.name: u for u in linear.src if u.op is Ops.DEFINE_VAR}
     return [found[name] for name in sorted(found)]
+
+
+def first_output_loop(linear: UOp) -> UOp | None:
+    """The loop a multi-core CPU renderer splits: the first one, or the first inside the BLOCK_REDUCE loops around
+    the kernel (each core then runs every block of its own outputs, which no other core touches)."""
+    return next((u for u in linear.src if u.op is Ops.RANGE and u.arg.axis_type is not AxisType.BLOCK_REDUCE), None)
 
 
 def global_params(linear: UOp) -> list[UOp]:

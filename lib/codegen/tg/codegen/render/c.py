@@ -42,6 +42,7 @@ from tg.codegen.render.base import (
     RenderedKernel,
     Spelling,
     buffer_param,
+    first_output_loop,
     kernel_variables,
     loop_end,
     loop_iterations,
@@ -437,6 +438,22 @@ def write_out(k: KernelText, rng: UOp, name: str, body_start: int) -> None:
     k.lines[body_start:] = copies
 
 
+GROUP = AxisType.GROUP_REDUCE
+
+
+def group_accumulator(linear: UOp, rng: UOp) -> tuple[UOp, Ops]:
+    """The accumulator a GROUP_REDUCE range updates and the op that combines two of its values (a fused
+    multiply-add accumulates by adding)."""
+    end = next(u for u in linear.src if u.op is Ops.END and u.src[0] is rng)
+    update = end.src[1] if len(end.src) > 1 else None
+    while update is not None and update.op is Ops.END:
+        update = update.src[1] if len(update.src) > 1 else None
+    if update is None or update.op is not Ops.STORE:
+        raise NotImplementedError("a GROUP_REDUCE that does not update an accumulator")
+    op = update.src[1].op
+    return buffer_param(update.src[0]), Ops.ADD if op is Ops.MULACC else op
+
+
 def _in_memory_as_bits(address: UOp, dtype: DType) -> bool:
     return dtype.scalar() is dtypes.bfloat16 and buffer_param(address).addrspace is not AddrSpace.REG
 
@@ -444,22 +461,31 @@ def _in_memory_as_bits(address: UOp, dtype: DType) -> bool:
 class CRenderer(CStyleLanguage):
     """C for the CPU device: the ABI passes `core_id`, and big kernels are split into a few chunks per core.
     `max_lanes`: accumulators the CPU's vector registers hold, for the heuristics (128: 16 AVX2 registers; the CPU
-    device gives 256 where the compiler uses AVX-512, see tg.codegen.compiler.c.wide_vectors)."""
+    device gives 256 where the compiler uses AVX-512, see tg.codegen.compiler.c.wide_vectors).
+
+    A GROUP_REDUCE range of G (a reduction split across cores, see tg.codegen.opt) makes G calls: call g reduces
+    share g into its accumulators and writes them to a partial-results array in the shared object; the call that
+    finishes last (an atomic arrival count) combines the G partials in share order and runs the rest of the kernel.
+    The order is fixed by G, not by which core ran which call, so the bits do not depend on the core count. The
+    arrays are per loaded program, and a device runs one launch of a program at a time."""
 
     device = "CPU"
     write_out_register_loops = True
+    core_groups = True
 
     def __init__(self, cores: int = 1, max_lanes: int = 128) -> None:  # 128: tg.codegen.opt.heuristics.MAX_LANES
         self.cores = max(1, cores)
         self.max_lanes = max_lanes
 
     def prologue(self, k: KernelText, params: list[UOp]) -> None:
-        k.abi["chunks"] = self.chunks(k.linear)
+        k.abi["group"] = next((u for u in k.linear.src if u.op is Ops.RANGE and u.arg.axis_type is GROUP), None)
+        k.abi["chunks"] = self.chunks(k.linear) if k.abi["group"] is None else k.abi["group"].src[0].arg
+        k.abi["statics"] = []
 
     def chunks(self, linear: UOp) -> int:
-        """How many calls the kernel is cut into: CALLS_PER_CORE per core when its outermost loop is an output
+        """How many calls the kernel is cut into: CALLS_PER_CORE per core when its outermost output loop is a
         loop and the kernel is big enough to be worth waking the cores for."""
-        first = next((u for u in linear.src if u.op is Ops.RANGE), None)
+        first = first_output_loop(linear)
         if first is None or first.arg.axis_type is not AxisType.LOOP or self.cores == 1:
             return 1
         if loop_iterations(linear) < MULTICORE_MIN_ITERATIONS:
@@ -468,7 +494,12 @@ class CRenderer(CStyleLanguage):
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
         chunks = k.abi["chunks"]
-        if chunks > 1 and "split" not in k.abi:  # the first loop: this call's chunk of it
+        if rng is k.abi["group"]:
+            k.line(f"{{ const long {name} = core_id; /* GROUP_REDUCE {chunks} */")
+            return
+        splits_outputs = chunks > 1 and k.abi["group"] is None
+        if splits_outputs and "split" not in k.abi and rng.arg.axis_type is not AxisType.BLOCK_REDUCE:
+            # the first output loop (inside any BLOCK_REDUCE loop): this call's chunk of it
             k.abi["split"] = rng
             end = f"{rng.src[0].arg}ll"
             if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: `chunks` calls, fewer for a short loop
@@ -483,12 +514,37 @@ class CRenderer(CStyleLanguage):
             return
         super().open_loop(k, rng, name)
 
+    def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
+        if rng is not k.abi["group"]:
+            super().close_loop(k, rng, name, body_start)
+            return
+        accumulator, op = group_accumulator(k.linear, rng)
+        acc, lanes, shares = k.names[accumulator], accumulator.ptrdtype.size, rng.src[0].arg
+        type_name = c_type(accumulator.ptrdtype.base)
+        partials, arrived = f"tg_partials_{k.name}", f"tg_arrived_{k.name}"
+        k.abi["statics"] += [f"static {type_name} {partials}[{shares * lanes}];", f"static int {arrived};"]
+        k.line(f"  for (int tg_lane = 0; tg_lane < {lanes}; tg_lane++) {{")
+        k.line(f"    {partials}[{name} * {lanes} + tg_lane] = {acc}[tg_lane];")
+        k.line("  }")
+        k.line("}")
+        k.line(f"if (__atomic_add_fetch(&{arrived}, 1, __ATOMIC_ACQ_REL) != {shares}) return;  /* not the last call */")
+        k.line(f"__atomic_store_n(&{arrived}, 0, __ATOMIC_RELAXED);")
+        k.line(f"for (int tg_lane = 0; tg_lane < {lanes}; tg_lane++) {{")
+        k.line(f"  {acc}[tg_lane] = {partials}[tg_lane];")
+        k.line(f"  for (int tg_share = 1; tg_share < {shares}; tg_share++) {{")
+        combined = self.alu(op, accumulator.ptrdtype.base, accumulator.ptrdtype.base,
+                            [f"{acc}[tg_lane]", f"{partials}[tg_share * {lanes} + tg_lane]"])  # fmt: skip
+        k.line(f"    {acc}[tg_lane] = {combined};")
+        k.line("  }")
+        k.line("}")
+
     def finish(self, k: KernelText, params: list[UOp]) -> RenderedKernel:
         variables = [f"int {variable_argument(v)}" for v in kernel_variables(k.linear)]
         signature = ", ".join([*self.buffer_arguments(params), *variables, "int core_id"])
         chunks = k.abi["chunks"]
         unused = "" if chunks > 1 else "  (void)core_id;\n"
         body = "\n".join(k.lines)
-        src = with_helpers(f"void {k.name}({signature}) {{\n{unused}{body}\n}}\n")
+        statics = "".join(line + "\n" for line in k.abi["statics"])
+        src = with_helpers(f"{statics}void {k.name}({signature}) {{\n{unused}{body}\n}}\n")
         # a launch size that depends on the variables is resolved at each launch (and patched in a replayed graph)
         return RenderedKernel(k.name, src, (k.abi.get("global_size", chunks), 1, 1))

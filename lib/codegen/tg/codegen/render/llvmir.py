@@ -25,6 +25,7 @@ from tg.codegen.dtype import AddrSpace, DType, dtypes
 from tg.codegen.render.base import (
     RenderedKernel,
     Renderer,
+    first_output_loop,
     global_params,
     kernel_variables,
     loop_iterations,
@@ -160,7 +161,7 @@ class _LLVMFunction:
         self.chunks = self._chunks(cores)
 
     def _chunks(self, cores: int) -> int:
-        first = next((u for u in self.linear.src if u.op is Ops.RANGE), None)
+        first = first_output_loop(self.linear)
         if first is None or first.arg.axis_type is not AxisType.LOOP or cores == 1:
             return 1
         if loop_iterations(self.linear) < MULTICORE_MIN_ITERATIONS:
@@ -203,8 +204,9 @@ class _LLVMFunction:
         first_range = True
         for node in self.linear.src:
             if node.op is Ops.RANGE:
-                self.open_loop(node, split=first_range and self.chunks > 1)
-                first_range = False
+                outer_block = node.arg.axis_type is AxisType.BLOCK_REDUCE
+                self.open_loop(node, split=first_range and self.chunks > 1 and not outer_block)
+                first_range = first_range and outer_block
             else:
                 self.render_node(node)
         self.statement("ret void")

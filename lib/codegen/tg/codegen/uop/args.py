@@ -20,6 +20,7 @@ class AxisType(Enum):
     LOOP = "L"  # the initial state of every non-reduce axis
     GROUP_REDUCE = "G"  # split from REDUCE, reduced through shared memory
     REDUCE = "R"  # a reduction axis
+    BLOCK_REDUCE = "B"  # split from REDUCE: blocks of the reduction looped outside the output loops (cache blocking)
     UPCAST = "u"  # unrolled into registers (vectorized), split from GLOBAL/LOCAL/LOOP
     UNROLL = "r"  # unrolled reduction, split from REDUCE/GROUP_REDUCE
 

@@ -4,9 +4,10 @@
 
 Candidates compile on `BEAM_WORKERS` threads, each driving its own compiler process (source from the one
 pipeline function, binary from the device's compiler), then run here on scratch buffers made from the kernel's
-PARAMs, so a search never touches a program's real inputs. Each candidate is launched once; only one within 3x of
-the best so far is timed twice more. A candidate that fails to compile or takes longer than BEAM_TIMEOUT_SEC
-to compile is dropped, and so is one whose source equals another's.
+PARAMs, so a search never touches a program's real inputs. A candidate is dropped (cost inf) when it fails to
+compile, takes longer than BEAM_TIMEOUT_SEC to compile (not waited for), renders the same source as one already
+timed, or runs longer than 3x the best so far: its first launch is waited for only that long (BEAM_RUN_TIMEOUT_SEC
+before anything was timed), and only a candidate within 3x of the best is timed twice more.
 
 Winners are kept in an sqlite table in the cache directory, keyed by (kernel key, width, device, renderer,
 compiler identity: binary, version, flags, CPU model). A hit replays the opts with no timing;
@@ -19,26 +20,29 @@ import json
 import math
 import os
 import sqlite3
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 from tg.codegen.flags import CACHELEVEL, IGNORE_BEAM_CACHE, cache_dir
+from tg.codegen.opt import KernelOptError, KernelOptimizer, hand_coded_optimizations
 from tg.codegen.opt.opts import Opt, OptOps
 from tg.codegen.opt.search import Candidate, SearchRound, beam_search
-from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program, with_opts
-from tg.codegen.uop.args import AxisType
+from tg.codegen.pipeline import CodegenFlags, ProgramSource, for_renderer, kernel_to_program, with_opts
+from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
 from tg.hcq.engine.programs import CompiledProgram, renderer_for
-from tg.hcq.engine.timing import scratch_buffers, time_program
-from tg.hcq.flags import BEAM_TIMEOUT_SEC, BEAM_WORKERS
+from tg.hcq.buffer import Buffer
+from tg.hcq.engine.timing import launch_within, scratch_buffers, time_program
+from tg.hcq.flags import BEAM_RUN_TIMEOUT_SEC, BEAM_TIMEOUT_SEC, BEAM_WORKERS
 
 BEAM_SCHEMA = 1
 TABLE = f"beam_v{BEAM_SCHEMA}"
-EARLY_STOP_FACTOR = 3.0
+EARLY_STOP_FACTOR = 3.0  # a candidate slower than this times the best so far is dropped
+MIN_DEADLINE_SEC = 0.05  # a first launch is never cut off sooner (its wall time includes launch overhead and load)
 
 
 class BeamCacheError(Exception):
@@ -194,56 +198,96 @@ def _workers() -> ThreadPoolExecutor | None:
 
 
 def _compile_all(device_name: str, asts: list[UOp], flags: CodegenFlags) -> list[tuple[ProgramSource, bytes] | None]:
+    """Source and binary of every candidate (None: failed, or took longer than BEAM_TIMEOUT_SEC since its compile
+    started; such a compile is not waited for, its thread finishes it in the background)."""
     pool = _workers()
     if pool is None:
-        results: list[tuple[ProgramSource, bytes] | None] = []
-        for ast in asts:
-            try:
-                results.append(_compile_candidate(device_name, ast, flags))
-            except Exception:
-                results.append(None)
-        return results
-    futures = [pool.submit(_compile_candidate, device_name, ast, flags) for ast in asts]
-    compiled: list[tuple[ProgramSource, bytes] | None] = []
-    for future in futures:
-        try:
-            compiled.append(future.result(timeout=int(BEAM_TIMEOUT_SEC)))
-        except FutureTimeout:
-            future.cancel()
-            compiled.append(None)
-        except Exception:
-            compiled.append(None)
-    return compiled
+        return [_compile_or_none(device_name, ast, flags, started=None) for ast in asts]
+    started: dict[int, float] = {}
+    futures = [pool.submit(_compile_or_none, device_name, ast, flags, started, i) for i, ast in enumerate(asts)]
+    limit = float(BEAM_TIMEOUT_SEC.value)
+    pending = dict(zip(futures, range(len(futures)), strict=True))
+    last_progress = time.monotonic()
+    while pending:
+        done, _ = wait(pending, timeout=min(limit, 0.5), return_when=FIRST_COMPLETED)
+        now = time.monotonic()
+        for future in done:
+            del pending[future]
+            last_progress = now
+        for future, index in list(pending.items()):
+            overdue = index in started and now - started[index] > limit
+            if overdue or now - last_progress > limit:  # stuck, or waiting behind workers that are stuck
+                del pending[future]  # dropped: its result is never read
+    return [f.result() if f.done() else None for f in futures]
+
+
+def _compile_or_none(
+    device_name: str, ast: UOp, flags: CodegenFlags, started: dict[int, float] | None, index: int = 0
+) -> tuple[ProgramSource, bytes] | None:
+    if started is not None:
+        started[index] = time.monotonic()
+    try:
+        return _compile_candidate(device_name, ast, flags)
+    except Exception:
+        return None
+
+
+def run_deadline(best: float) -> float:
+    """Seconds a candidate's first launch may take: EARLY_STOP_FACTOR x the best so far (at least
+    MIN_DEADLINE_SEC, so that launch overhead never decides), or BEAM_RUN_TIMEOUT_SEC before anything was timed."""
+    if math.isinf(best):
+        return float(BEAM_RUN_TIMEOUT_SEC.value)
+    return max(EARLY_STOP_FACTOR * best, MIN_DEADLINE_SEC)
+
+
+def time_candidate(program: CompiledProgram, buffers: list[Buffer], best: float) -> float:
+    """Seconds per launch of a candidate, or inf when it is dropped: its first launch (wall time, a warm-up) did
+    not finish within `run_deadline(best)`, or its first timed launch was slower than EARLY_STOP_FACTOR x `best`
+    (then it is not timed further)."""
+    if launch_within(program, buffers, run_deadline(best)) is None:
+        return math.inf
+    seconds = time_program(program, buffers, repeats=1)  # the device's own time: no launch overhead, no load
+    if seconds > EARLY_STOP_FACTOR * best:
+        return math.inf
+    return min(seconds, time_program(program, buffers, repeats=2))
 
 
 def device_cost(original: UOp, device_name: str, flags: CodegenFlags) -> Callable[[list[Candidate]], list[float]]:
-    """The cost function BEAM uses on a device: seconds per launch on scratch buffers (inf: dropped)."""
+    """The cost function BEAM uses on a device: seconds per launch on scratch buffers (inf: dropped). A program
+    whose source equals one already timed is dropped too (another opt list that renders the same kernel)."""
     buffers = scratch_buffers(original, device_name)
     best = math.inf
-    by_source: dict[str, float] = {}
+    seen: set[str] = set()
 
     def cost(candidates: list[Candidate]) -> list[float]:
         nonlocal best
         asts = [with_opts(original, c.opts) for c in candidates]
         results = []
         for compiled in _compile_all(device_name, asts, flags):
-            if compiled is None:
+            if compiled is None or compiled[0].src in seen:
                 results.append(math.inf)
                 continue
             source, binary = compiled
-            if source.src in by_source:  # the same program as one already timed: nothing new to learn
-                results.append(math.inf)
-                continue
+            seen.add(source.src)
             program = CompiledProgram(device_name, source, Device[device_name].runtime(source.name, binary))
-            seconds = time_program(program, buffers, repeats=1)
-            if seconds < EARLY_STOP_FACTOR * best:
-                seconds = min(seconds, time_program(program, buffers, repeats=2))
-            by_source[source.src] = seconds
+            seconds = time_candidate(program, buffers, best)
             best = min(best, seconds)
             results.append(seconds)
         return results
 
     return cost
+
+
+def _heuristic_seeds(ast: UOp, flags: CodegenFlags) -> list[tuple[Opt, ...]]:
+    """The hand-coded opts as a starting point: the search then refines them, and is never slower than them.
+    (None for a kernel that asks for opts of its own: they are where the search starts.)"""
+    info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+    if info.opts_to_apply or info.applied_opts:
+        return []
+    try:
+        return [tuple(hand_coded_optimizations(KernelOptimizer(ast, flags.has_local, flags.core_groups)))]
+    except KernelOptError:
+        return []
 
 
 def search_opts(
@@ -261,8 +305,12 @@ def search_opts(
         hit = cached_opts(ast, device_name, width)
         if hit is not None:
             return hit
-    flags = CodegenFlags.from_environment() if flags is None else flags
-    opts, seconds = beam_search(ast, width, device_cost(ast, device_name, flags), on_round=on_round)
+    flags = for_renderer(CodegenFlags.from_environment() if flags is None else flags, renderer_for(Device[device_name]))
+    cost = device_cost(ast, device_name, flags)
+    opts, seconds = beam_search(
+        ast, width, cost, on_round=on_round, has_local=flags.has_local, core_groups=flags.core_groups,
+        seeds=_heuristic_seeds(ast, flags),
+    )  # fmt: skip
     result = BeamResult(opts, seconds, cached=False)
     store_opts(ast, device_name, width, result)
     return result

@@ -285,7 +285,8 @@ def _heuristic_seeds(ast: UOp, flags: CodegenFlags) -> list[tuple[Opt, ...]]:
     if info.opts_to_apply or info.applied_opts:
         return []
     try:
-        return [tuple(hand_coded_optimizations(KernelOptimizer(ast, flags.has_local, flags.core_groups)))]
+        optimizer = KernelOptimizer(ast, flags.has_local, flags.core_groups)
+        return [tuple(hand_coded_optimizations(optimizer, flags.max_lanes))]
     except KernelOptError:
         return []
 

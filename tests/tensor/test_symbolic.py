@@ -46,6 +46,7 @@ CASES: list[tuple[str, Callable, Callable]] = [
     ("arange from n down", lambda a, w, n: Tensor.arange(n, 0, -1), lambda a, w, k: np.arange(k, 0, -1)),
     ("argmax over n", lambda a, w, n: a[:n].argmax(0), lambda a, w, k: a[:k].argmax(0)),
     ("n minus a tensor", lambda a, w, n: n - a[:n], lambda a, w, k: k - a[:k]),
+    ("index with n", lambda a, w, n: a[n - 1] + a[:n][0], lambda a, w, k: a[k - 1] + a[0]),
     ("n as a value", lambda a, w, n: a[:n] * n + Tensor(n), lambda a, w, k: a[:k] * k + k),
     ("shrink from a symbolic start", lambda a, w, n: a[n - 1 : n].sum(), lambda a, w, k: a[k - 1 : k].sum()),
 ]  # fmt: skip
@@ -150,7 +151,8 @@ def test_variable_api_is_tinygrads() -> None:
         (lambda: Tensor(A)[: Variable("n", 1, 10).bind(3) : 2], IndexError, "step 1"),
         (lambda: Tensor(A).shrink(((0, Variable("n", 1, 20).bind(3)), None)), ShapeError, "for every value"),
         (lambda: Tensor(A) + Variable("n", 1, 10), ShapeError, "no value"),
-        (lambda: Tensor(A)[Variable("n", 1, 10).bind(3)], TypeError, "unsupported index"),
+        (lambda: Tensor(A)[Variable("n", 1, 10).bind(3)], IndexError, "not within axis 0"),
+        (lambda: Tensor(A)[: Variable("n", 1, 10).bind(3)][2], IndexError, "not within axis 0"),
     ],
     ids=[
         "out of range",
@@ -161,7 +163,8 @@ def test_variable_api_is_tinygrads() -> None:
         "strided",
         "shrink past the end",
         "unbound as a value",
-        "as an index",
+        "index past the end",
+        "int index past a symbolic size",
     ],  # fmt: skip
 )
 def test_misuse_is_a_clear_error(make: Callable, error: type, message: str) -> None:

@@ -199,3 +199,14 @@ def test_two_variables_of_one_name_in_one_graph_are_an_error() -> None:
     a = Tensor(A)
     with pytest.raises(ValueError, match="two variables named n"):
         (a[: Variable("n", 1, ROWS).bind(2)].sum(0) + a[: Variable("n", 2, ROWS).bind(2)].sum(0)).realize()
+
+
+def test_setitem_into_a_symbolic_slice() -> None:
+    pos = Variable("pos", 0, 7)
+    cache = Tensor.zeros(2, 8).contiguous().realize()
+    expected = np.zeros((2, 8), np.float32)
+    for p in range(5):
+        v = pos.bind(p)
+        cache[:, v : v + 1] = Tensor(np.full((2, 1), p + 1.0, np.float32))
+        expected[:, p : p + 1] = p + 1
+        np.testing.assert_array_equal(cache.numpy(), expected)

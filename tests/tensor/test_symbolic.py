@@ -210,3 +210,9 @@ def test_setitem_into_a_symbolic_slice() -> None:
         cache[:, v : v + 1] = Tensor(np.full((2, 1), p + 1.0, np.float32))
         expected[:, p : p + 1] = p + 1
         np.testing.assert_array_equal(cache.numpy(), expected)
+
+
+def test_numpy_ints_stay_valid_sizes_and_bounds() -> None:
+    t = Tensor(A)
+    np.testing.assert_array_equal(t.shrink(((np.int64(1), np.int32(3)), None)).numpy(), A[1:3])
+    assert t[: np.int64(2)].expand(np.int64(2), 6).shape == (2, 6)

@@ -216,3 +216,17 @@ def test_numpy_ints_stay_valid_sizes_and_bounds() -> None:
     t = Tensor(A)
     np.testing.assert_array_equal(t.shrink(((np.int64(1), np.int32(3)), None)).numpy(), A[1:3])
     assert t[: np.int64(2)].expand(np.int64(2), 6).shape == (2, 6)
+
+
+def test_scaled_dot_product_attention_over_a_symbolic_sequence() -> None:
+    n = Variable("n", 1, 16)
+    rng = np.random.default_rng(5)
+    keys, q = (
+        rng.standard_normal((1, 2, 16, 8)).astype(np.float32),
+        rng.standard_normal((1, 2, 1, 8)).astype(np.float32),
+    )
+    for k in (1, 5, 16):
+        seen = Tensor(keys)[:, :, : n.bind(k)]
+        got = Tensor(q).scaled_dot_product_attention(seen, seen)
+        want = _softmax(q @ keys[:, :, :k].transpose(0, 1, 3, 2) / np.sqrt(8), -1) @ keys[:, :, :k]
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -230,3 +230,13 @@ def test_scaled_dot_product_attention_over_a_symbolic_sequence() -> None:
         got = Tensor(q).scaled_dot_product_attention(seen, seen)
         want = _softmax(q @ keys[:, :, :k].transpose(0, 1, 3, 2) / np.sqrt(8), -1) @ keys[:, :, :k]
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_symbolic_graphs_pass_the_strict_spec_checks() -> None:
+    from tg.codegen.flags import Context
+
+    n = Variable("n", 1, ROWS)
+    with Context(SPEC=2):
+        for k in (2, 9):
+            got = (Tensor(A)[: n.bind(k)] * n).mean(0) + Tensor.arange(n.bind(k)).sum()
+            np.testing.assert_allclose(got.numpy(), (A[:k] * k).mean(0) + np.arange(k).sum(), rtol=1e-5)

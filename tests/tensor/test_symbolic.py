@@ -238,5 +238,5 @@ def test_symbolic_graphs_pass_the_strict_spec_checks() -> None:
     n = Variable("n", 1, ROWS)
     with Context(SPEC=2):
         for k in (2, 9):
-            got = (Tensor(A)[: n.bind(k)] * n).mean(0) + Tensor.arange(n.bind(k)).sum()
+            got = (Tensor(A)[: n.bind(k)] * n.bind(k)).mean(0) + Tensor.arange(n.bind(k)).sum()
             np.testing.assert_allclose(got.numpy(), (A[:k] * k).mean(0) + np.arange(k).sum(), rtol=1e-5)

@@ -15,7 +15,6 @@ from tg.hcq.engine.counters import GlobalCounters
 from tg.hcq.engine.programs import CompiledProgram, get_program
 from tg.hcq.symbolic import resolve
 
-
 _NO_VALUES: dict[str, int] = {}
 
 

@@ -46,6 +46,7 @@ CASES: list[tuple[str, Callable, Callable]] = [
     ("arange from n down", lambda a, w, n: Tensor.arange(n, 0, -1), lambda a, w, k: np.arange(k, 0, -1)),
     ("argmax over n", lambda a, w, n: a[:n].argmax(0), lambda a, w, k: a[:k].argmax(0)),
     ("n minus a tensor", lambda a, w, n: n - a[:n], lambda a, w, k: k - a[:k]),
+    ("index with n", lambda a, w, n: a[n - 1] + a[:n][0], lambda a, w, k: a[k - 1] + a[0]),
     ("n as a value", lambda a, w, n: a[:n] * n + Tensor(n), lambda a, w, k: a[:k] * k + k),
     ("shrink from a symbolic start", lambda a, w, n: a[n - 1 : n].sum(), lambda a, w, k: a[k - 1 : k].sum()),
 ]  # fmt: skip
@@ -121,8 +122,11 @@ def test_python_device_gives_the_same_results() -> None:
     n = Variable("n", 1, ROWS)
     a = Tensor(A, device="PYTHON")
     for k in (1, 4, 10):
+        if k == 4:
+            misses = program_cache_stats.misses
         np.testing.assert_allclose(a[: n.bind(k)].sum(0).numpy(), A[:k].sum(0), rtol=1e-5)
         np.testing.assert_allclose((a[: n.bind(k)] * 2).numpy(), A[:k] * 2)
+    assert program_cache_stats.misses == misses  # the kernels of n=1 serve every other value
 
 
 def test_shapes_print_readably() -> None:
@@ -150,7 +154,8 @@ def test_variable_api_is_tinygrads() -> None:
         (lambda: Tensor(A)[: Variable("n", 1, 10).bind(3) : 2], IndexError, "step 1"),
         (lambda: Tensor(A).shrink(((0, Variable("n", 1, 20).bind(3)), None)), ShapeError, "for every value"),
         (lambda: Tensor(A) + Variable("n", 1, 10), ShapeError, "no value"),
-        (lambda: Tensor(A)[Variable("n", 1, 10).bind(3)], TypeError, "unsupported index"),
+        (lambda: Tensor(A)[Variable("n", 1, 10).bind(3)], IndexError, "not within axis 0"),
+        (lambda: Tensor(A)[: Variable("n", 1, 10).bind(3)][2], IndexError, "not within axis 0"),
     ],
     ids=[
         "out of range",
@@ -161,7 +166,8 @@ def test_variable_api_is_tinygrads() -> None:
         "strided",
         "shrink past the end",
         "unbound as a value",
-        "as an index",
+        "index past the end",
+        "int index past a symbolic size",
     ],  # fmt: skip
 )
 def test_misuse_is_a_clear_error(make: Callable, error: type, message: str) -> None:
@@ -196,3 +202,44 @@ def test_two_variables_of_one_name_in_one_graph_are_an_error() -> None:
     a = Tensor(A)
     with pytest.raises(ValueError, match="two variables named n"):
         (a[: Variable("n", 1, ROWS).bind(2)].sum(0) + a[: Variable("n", 2, ROWS).bind(2)].sum(0)).realize()
+
+
+def test_setitem_into_a_symbolic_slice() -> None:
+    pos = Variable("pos", 0, 7)
+    cache = Tensor.zeros(2, 8).contiguous().realize()
+    expected = np.zeros((2, 8), np.float32)
+    for p in range(5):
+        v = pos.bind(p)
+        cache[:, v : v + 1] = Tensor(np.full((2, 1), p + 1.0, np.float32))
+        expected[:, p : p + 1] = p + 1
+        np.testing.assert_array_equal(cache.numpy(), expected)
+
+
+def test_numpy_ints_stay_valid_sizes_and_bounds() -> None:
+    t = Tensor(A)
+    np.testing.assert_array_equal(t.shrink(((np.int64(1), np.int32(3)), None)).numpy(), A[1:3])
+    assert t[: np.int64(2)].expand(np.int64(2), 6).shape == (2, 6)
+
+
+def test_scaled_dot_product_attention_over_a_symbolic_sequence() -> None:
+    n = Variable("n", 1, 16)
+    rng = np.random.default_rng(5)
+    keys, q = (
+        rng.standard_normal((1, 2, 16, 8)).astype(np.float32),
+        rng.standard_normal((1, 2, 1, 8)).astype(np.float32),
+    )
+    for k in (1, 5, 16):
+        seen = Tensor(keys)[:, :, : n.bind(k)]
+        got = Tensor(q).scaled_dot_product_attention(seen, seen)
+        want = _softmax(q @ keys[:, :, :k].transpose(0, 1, 3, 2) / np.sqrt(8), -1) @ keys[:, :, :k]
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_symbolic_graphs_pass_the_strict_spec_checks() -> None:
+    from tg.codegen.flags import Context
+
+    n = Variable("n", 1, ROWS)
+    with Context(SPEC=2):
+        for k in (2, 9):
+            got = (Tensor(A)[: n.bind(k)] * n.bind(k)).mean(0) + Tensor.arange(n.bind(k)).sum()
+            np.testing.assert_allclose(got.numpy(), (A[:k] * k).mean(0) + np.arange(k).sum(), rtol=1e-5)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import UOp, dtypes
 from tg.codegen.schedule.graph import canonical_size
-from tg.tensor.promotion import DTypeMismatchError, dtype_name
+from tg.tensor.promotion import DTypeMismatchError, dtype_name, is_symbolic_int
 from tg.tensor.symbolic import check_size, known_le
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class IndexPlan:
 
 def _plain_index(index: Any) -> Any:
     """An int, slice, None or Ellipsis; integer-like objects (numpy ints) become ints."""
-    if index is None or index is Ellipsis or isinstance(index, slice):
+    if index is None or index is Ellipsis or isinstance(index, slice) or is_symbolic_int(index):
         return index
     if isinstance(index, bool) or not hasattr(index, "__index__") or hasattr(index, "uop"):
         raise TypeError(f"unsupported index {index!r}: use ints, slices, None or ...")
@@ -75,6 +75,9 @@ def plan_index(shape: tuple[int, ...], indices: Any) -> IndexPlan:
             output_shape.append(1)
             continue
         axis, size = len(selections), shape[len(selections)]
+        if isinstance(index, UOp) or (isinstance(index, int) and isinstance(size, UOp)):
+            selections.append(_symbolic_int_selection(index, size, axis))
+            continue
         if isinstance(index, int):
             if not -size <= index < size:
                 raise IndexError(f"index {index} is out of range for axis {axis} with size {size}")
@@ -92,6 +95,16 @@ def plan_index(shape: tuple[int, ...], indices: Any) -> IndexPlan:
 
 def _text(size: Any) -> str:
     return size.render() if isinstance(size, UOp) else str(size)
+
+
+def _symbolic_int_selection(index: Any, size: Any, axis: int) -> AxisSelection:
+    """An index that is a bound Variable (`freqs[pos]`), or an int into an axis of symbolic size: it must lie
+    inside the axis for every value of the variables (no counting from the end)."""
+    index = check_size(index, f"axis {axis} index")
+    if not (known_le(0, index) and known_le(index + 1, size)):
+        raise IndexError(f"index {_text(index)} is not within axis {axis} of size {_text(size)} for every value of "
+                         "its variables")  # fmt: skip
+    return AxisSelection(index, 1, 1, keep_axis=False)
 
 
 def _symbolic_slice(index: slice) -> bool:

@@ -12,6 +12,7 @@ symbolic shape lives in a buffer of its largest size. `var.unbind()` gives back 
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from tg.codegen import Ops, UOp, dtypes
@@ -45,9 +46,9 @@ def check_size(size: Any, what: str) -> int | UOp:
         if unbound:
             raise ShapeError(f"{what}: variable {unbound[0]} has no value; use it bound, e.g. var.bind(3)")
         return canonical_size(size)
-    if isinstance(size, bool) or not isinstance(size, int):
+    if isinstance(size, bool) or not hasattr(size, "__index__"):
         raise ShapeError(f"{what}: sizes must be ints or bound Variables, got {size!r}")
-    return size
+    return operator.index(size)  # numpy ints become ints
 
 
 def known_le(a: int | UOp, b: int | UOp) -> bool:

@@ -157,10 +157,20 @@ def _map_arg(arg: object, mapping: dict[UOp, UOp]) -> object:
     return arg
 
 
+_ARG_OPS = frozenset({*GroupOp.Movement, Ops.CONST})  # the ops whose arg may hold a symbolic int
+
+
+def _has_node(arg: tuple) -> bool:
+    """Whether a movement arg (sizes, or (start, end) pairs) holds a UOp: the fast check every realize makes."""
+    return any(type(a) is UOp or (type(a) is tuple and any(type(b) is UOp for b in a)) for a in arg)
+
+
 def symbolic_args(node: UOp) -> list[UOp]:
     """The symbolic integers in a node's arg: a movement's (a reshape to (n, 4), a shrink to (0, n)) or a CONST's
     value (`x / n`)."""
-    if node.op in GroupOp.Movement or (node.op is Ops.CONST and isinstance(node.arg, UOp)):
+    if node.op is Ops.CONST:
+        return [node.arg] if type(node.arg) is UOp else []
+    if node.op in GroupOp.Movement and _has_node(node.arg):
         return _arg_nodes(node.arg)
     return []
 
@@ -184,6 +194,8 @@ def unbind_graph(roots: tuple[UOp, ...], order: list[UOp] | None = None) -> tupl
     values: dict[str, int] = {}
     variables: dict[str, UOp] = {}
     for node in UOp.sink(*roots).toposort() if order is None else order:
+        if node.op not in _ARG_OPS:  # the common case, checked inline: this walk runs at every realize
+            continue
         for expression in symbolic_args(node):
             for part in expression.toposort(lambda u: u.op is not Ops.BIND):
                 if part.op is Ops.BIND:

@@ -81,8 +81,11 @@ Spec = dict[Ops, Rule]
 
 
 def _tensor_const_ok(u: UOp) -> bool:
-    """A tensor-graph constant lives on a device (its only source), or is a bare scalar while graphs are built."""
-    return _const_ok(u.replace(src=())) and all(s.op is Ops.DEVICE for s in u.src) and len(u.src) <= 1
+    """A tensor-graph constant lives on a device (its only source), or is a bare scalar while graphs are built. Its
+    value is a Python scalar of its dtype's kind, or a symbolic int (an index UOp of variables: `x * n`)."""
+    symbolic = isinstance(u.arg, UOp) and u.arg.dtype is dtypes.index
+    value_ok = symbolic or _const_ok(u.replace(src=()))
+    return value_ok and all(s.op is Ops.DEVICE for s in u.src) and len(u.src) <= 1
 
 
 def _same_dtype_as_source(u: UOp) -> bool:

@@ -15,6 +15,8 @@ from tg.hcq.engine.counters import GlobalCounters
 from tg.hcq.engine.programs import CompiledProgram, get_program
 from tg.hcq.symbolic import resolve
 
+_NO_VALUES: dict[str, int] = {}
+
 
 def run_schedule(schedule: Schedule) -> None:
     """Run every kernel call and copy of `schedule`, in order."""
@@ -41,7 +43,7 @@ def run_kernel(call: KernelCall, var_vals: dict[str, int] | None = None) -> None
         seconds = kernel.program(*(b.raw for b in buffers), global_size=global_size, vals=vals, wait=timed)
     else:
         seconds = kernel.program(*(b.raw for b in buffers), global_size=kernel.source.global_size, wait=timed)
-    record(KernelLaunch(kernel, tuple(buffers), call.buffers, dict(var_vals or {})))
+    record(KernelLaunch(kernel, tuple(buffers), call.buffers, var_vals or _NO_VALUES))  # (never mutated)
     memory = sum(b.nbytes for b in buffers)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += kernel.source.ops

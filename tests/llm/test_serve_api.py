@@ -236,9 +236,9 @@ def test_chat_page_is_self_contained(server: RunningServer) -> None:
 
 
 def test_concurrent_requests_get_their_own_answers_in_batched_steps(client, server: RunningServer) -> None:
-    prompts = ["abc", "xyz", "klm", "pqr"]  # same length: the batched steps reuse one set of kernels
+    prompts = ["abc", "xyz", "klm"]  # same length: the batched steps reuse one set of kernels
     alone = {
-        p: client.completions.create(model=MODEL, prompt=p, max_tokens=6, temperature=0).choices[0].text
+        p: client.completions.create(model=MODEL, prompt=p, max_tokens=4, temperature=0).choices[0].text
         for p in prompts
     }
     largest_before = server.state.engine.largest_batch

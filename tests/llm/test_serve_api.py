@@ -236,9 +236,9 @@ def test_chat_page_is_self_contained(server: RunningServer) -> None:
 
 
 def test_concurrent_requests_get_their_own_answers_in_batched_steps(client, server: RunningServer) -> None:
-    prompts = ["abc", "xyz", "klm", "pqr"]  # same length: the batched steps reuse one set of kernels
+    prompts = ["abc", "xyz", "klm"]  # same length: the batched steps reuse one set of kernels
     alone = {
-        p: client.completions.create(model=MODEL, prompt=p, max_tokens=6, temperature=0).choices[0].text
+        p: client.completions.create(model=MODEL, prompt=p, max_tokens=4, temperature=0).choices[0].text
         for p in prompts
     }
     largest_before = server.state.engine.largest_batch
@@ -247,7 +247,7 @@ def test_concurrent_requests_get_their_own_answers_in_batched_steps(client, serv
 
     def ask(prompt: str) -> None:
         barrier.wait()
-        answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0)
+        answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0)
         results[prompt] = answer.choices[0].text
 
     threads = [threading.Thread(target=ask, args=(p,)) for p in prompts]
@@ -260,7 +260,7 @@ def test_concurrent_requests_get_their_own_answers_in_batched_steps(client, serv
 
 
 def test_follow_up_turn_reuses_its_prefix_and_other_prefixes_do_not(client, reference: Session) -> None:
-    first = [{"role": "user", "content": "one"}]
+    first = [{"role": "user", "content": "1"}]
     reply = client.chat.completions.create(model=MODEL, messages=first, max_tokens=2, temperature=0)
     follow = first + [
         {"role": "assistant", "content": reply.choices[0].message.content},
@@ -272,9 +272,9 @@ def test_follow_up_turn_reuses_its_prefix_and_other_prefixes_do_not(client, refe
         reference, reference.tokenizer.encode(reference.template.render(follow)), 2, SamplingOptions()
     )
     assert again.choices[0].message.content == reference.tokenizer.decode(want)
-    other = [{"role": "user", "content": "oNe"}]  # shares only the template's first tokens
+    other = [{"role": "user", "content": "3"}]  # shares only the template's first tokens
     answer = client.chat.completions.create(model=MODEL, messages=other, max_tokens=2, temperature=0)
-    want = expected_tokens(reference, chat_tokens(reference, "oNe"), 2, SamplingOptions())
+    want = expected_tokens(reference, chat_tokens(reference, "3"), 2, SamplingOptions())
     assert answer.choices[0].message.content == reference.tokenizer.decode(want)
 
 

@@ -171,7 +171,7 @@ async def collect(request: Request, stream: JobStream) -> tuple[list[Piece], Fin
 
     async def gather() -> None:
         async for event in stream.events():
-            (finish if isinstance(event, Finish) else pieces).append(event)  # type: ignore[arg-type]
+            (finish if isinstance(event, Finish) else pieces).append(event)
 
     work, watch = asyncio.create_task(gather()), asyncio.create_task(until_disconnected(request))
     done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -455,6 +455,6 @@ def create_app(state: ServerState, cors_origins: list[str] | None = None) -> Sta
             )
         )
     handlers = {APIError: api_error, HTTPException: http_error, Exception: server_error}
-    app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
     app.state.server = state
     return app

@@ -215,7 +215,7 @@ class Engine:
         if not steps:
             return
         try:
-            logits = self.runner.decode([(job.slot, token) for job, token in steps])  # type: ignore[misc]
+            logits = self.runner.decode([(job.slot, token) for job, token in steps])
         except Exception as error:  # noqa: BLE001
             log.exception("decode failed")
             for job, _ in steps:

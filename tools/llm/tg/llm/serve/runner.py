@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tg.llm.model import ContextOverflowError, Transformer, apply_rope, rms_norm, rope_tables
+from tg.llm.model import Block, ContextOverflowError, Transformer, apply_rope, rms_norm, rope_tables
 from tg.llm.ops import concat, stack
 from tg.llm.weights import linear
 from tg.tensor import Tensor
@@ -109,7 +109,9 @@ def batched_decode(model: Transformer, sequences: list[tuple[list[Tensor], int]]
     return linear(out, model.output).reshape(count, -1).realize().numpy()
 
 
-def batched_attention(model, block, caches, positions, x, cos, sin) -> tuple[Tensor, list[Tensor]]:  # type: ignore[no-untyped-def]
+def batched_attention(
+    model: Transformer, block: Block, caches: list[Tensor], positions: np.ndarray, x: Tensor, cos: Tensor, sin: Tensor
+) -> tuple[Tensor, list[Tensor]]:
     """Projections for all rows at once; each row attends over its own cache (written at its own position)."""
     config, count = model.config, x.shape[0]
     heads, kv_heads, head_dim = config.n_heads, config.n_kv_heads, config.head_dim

@@ -21,9 +21,10 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,9 +114,28 @@ def tg_runner(kind: str, block: Block, train: bool) -> Runner:
     return run
 
 
-def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
+@contextlib.contextmanager
+def clang_for_tinygrad() -> Iterator[None]:
+    """tinygrad's CPU device compiles with `$CC` and clang-only flags: while it runs, CC names a clang (tg read
+    its own CC, often gcc here, when it compiled its kernels)."""
+    saved = os.environ.get("CC")
+    clang = shutil.which("clang") or shutil.which("clang-19")
+    if clang is not None:
+        os.environ["CC"] = clang
     try:
-        from tinygrad import Tensor
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CC", None)
+        else:
+            os.environ["CC"] = saved
+
+
+def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
+    """tinygrad on its CPU device (it would pick OpenCL where PoCL is installed), no BEAM, waited for."""
+    os.environ["DEV"], os.environ["BEAM"] = "CPU", "0"
+    try:
+        from tinygrad import Device, Tensor
         from tinygrad.helpers import Context
     except ImportError:
         return None
@@ -124,6 +144,10 @@ def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
     forward = FORWARDS[kind]
 
     def run() -> None:
+        with clang_for_tinygrad():
+            tinygrad_step()
+
+    def tinygrad_step() -> None:
         if train:
             with Context(TRAINING=1):
                 loss = forward(x, w).sum()
@@ -132,6 +156,7 @@ def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
                 Tensor.realize(loss, *updates)
         else:
             forward(x, w).realize()
+        Device[Device.DEFAULT].synchronize()
 
     return run
 

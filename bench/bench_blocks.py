@@ -21,9 +21,10 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,9 +114,28 @@ def tg_runner(kind: str, block: Block, train: bool) -> Runner:
     return run
 
 
-def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
+@contextlib.contextmanager
+def clang_for_tinygrad() -> Iterator[None]:
+    """tinygrad's CPU device compiles with `$CC` and clang-only flags: while it runs, CC names a clang (tg read
+    its own CC, often gcc here, when it compiled its kernels)."""
+    saved = os.environ.get("CC")
+    clang = shutil.which("clang") or shutil.which("clang-19")
+    if clang is not None:
+        os.environ["CC"] = clang
     try:
-        from tinygrad import Tensor
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CC", None)
+        else:
+            os.environ["CC"] = saved
+
+
+def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
+    """tinygrad on its CPU device (it would pick OpenCL where PoCL is installed), no BEAM, waited for."""
+    os.environ["DEV"], os.environ["BEAM"] = "CPU", "0"
+    try:
+        from tinygrad import Device, Tensor
         from tinygrad.helpers import Context
     except ImportError:
         return None
@@ -124,6 +144,10 @@ def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
     forward = FORWARDS[kind]
 
     def run() -> None:
+        with clang_for_tinygrad():
+            tinygrad_step()
+
+    def tinygrad_step() -> None:
         if train:
             with Context(TRAINING=1):
                 loss = forward(x, w).sum()
@@ -132,6 +156,7 @@ def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
                 Tensor.realize(loss, *updates)
         else:
             forward(x, w).realize()
+        Device[Device.DEFAULT].synchronize()
 
     return run
 
@@ -190,21 +215,54 @@ def time_row(kind: str, block: Block, train: bool, repeats: int) -> None:
     print(f"{label:62} " + "  ".join(cells + ratios), flush=True)
 
 
-def slowest_kernels(kind: str, block: Block, top: int) -> None:
-    """The `top` slowest tg kernels of one forward call, from the DEBUG=2 lines (time, GFLOP/s, GB/s)."""
+def kernel_lines(run: Runner) -> list[str]:
+    """The DEBUG=2 lines of one call of `run` (compiled beforehand, so only kernels are timed)."""
     from tg.codegen.flags import Context
 
-    run = tg_runner(kind, block, train=False)
-    run()  # compile first, so the timed pass measures kernels only
+    run()
     captured = io.StringIO()
     with Context(DEBUG=2), contextlib.redirect_stdout(captured):
         run()
-    lines = [line for line in captured.getvalue().splitlines() if line.startswith("*** ") and " us " in line]
-    microseconds = [float(line.split(" us ")[0].split()[-1]) for line in lines]
-    total = sum(microseconds)
+    return [line for line in captured.getvalue().splitlines() if line.startswith("*** ") and " us " in line]
+
+
+def microseconds(line: str) -> float:
+    return float(line.split(" us ")[0].split()[-1])
+
+
+def gigabytes_per_second(line: str) -> float:
+    return float(line.split(" GB/s")[0].split()[-1])
+
+
+def slowest_kernels(kind: str, block: Block, top: int) -> list[str]:
+    """Print the `top` slowest tg kernels of one forward call (DEBUG=2: time, GFLOP/s, GB/s); return every line."""
+    lines = kernel_lines(tg_runner(kind, block, train=False))
+    total = sum(map(microseconds, lines))
     print(f"  slowest tg kernels of one forward ({len(lines)} kernels, {total / 1e3:.1f} ms in kernels):")
-    for us, line in sorted(zip(microseconds, lines, strict=True), reverse=True)[:top]:
-        print(f"  {100 * us / total:5.1f}% {line}")
+    for line in sorted(lines, key=microseconds, reverse=True)[:top]:
+        print(f"  {100 * microseconds(line) / total:5.1f}% {line}")
+    return lines
+
+
+def streaming_bandwidth() -> float:
+    """GB/s of a kernel that reads 64 MiB and writes 64 MiB (x + 1), the best of 3: the memory bandwidth the
+    attention kernels are compared with."""
+    from tg.tensor import Tensor
+
+    x = Tensor(np.ones(1 << 24, np.float32)).realize()
+    return max(gigabytes_per_second(kernel_lines(lambda: (x + 1).realize())[0]) for _ in range(3))
+
+
+def attention_bandwidth(lines: list[str]) -> None:
+    """The GB/s of the GPT-2 block's attention kernels (scores, the softmax's max, sum and normalization: the
+    kernels over heads x tokens x tokens) as a share of the streaming bandwidth (issue 23: at least 30%)."""
+    bandwidth = streaming_bandwidth()
+    marker = f"_{GPT_HEADS}_{GPT_TOKENS}_{GPT_TOKENS}"
+    print(f"  attention kernels against streaming bandwidth ({bandwidth:.1f} GB/s, a 64 MiB x + 1):")
+    for line in lines:
+        if marker in line.split()[3]:
+            share = 100 * gigabytes_per_second(line) / bandwidth
+            print(f"  {share:5.1f}% {line}")
 
 
 def main() -> None:
@@ -228,7 +286,9 @@ def main() -> None:
         time_row(kind, block, train=False, repeats=args.repeats)
         if with_train and not args.no_train:
             time_row(kind, block, train=True, repeats=args.repeats)
-        slowest_kernels(kind, block, args.top)
+        lines = slowest_kernels(kind, block, args.top)
+        if kind == "gpt2" and with_train:
+            attention_bandwidth(lines)
 
 
 if __name__ == "__main__":

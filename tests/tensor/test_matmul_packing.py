@@ -73,3 +73,16 @@ def test_batched_scores_pack_the_transposed_keys() -> None:
     scores = q @ k.transpose(-1, -2)
     assert kernel_count(scores) == 2
     np.testing.assert_allclose(scores.numpy(), q_np @ k_np.transpose(0, 1, 3, 2), rtol=1e-4, atol=1e-3)
+
+
+def test_keys_sliced_from_a_projection_in_the_same_graph_are_packed() -> None:
+    """The projection is a reduction the scores' reduction reads, so it gets a buffer: its keys are in memory."""
+    rng = np.random.default_rng(4)
+    x_np, w_np = rng.standard_normal((128, 64)).astype(np.float32), rng.standard_normal((64, 1536)).astype(np.float32)
+    kv = Tensor(x_np).realize() @ Tensor(w_np).realize()
+    q, k = (kv[:, i * 768 : (i + 1) * 768].reshape(128, 12, 64).transpose(0, 1) for i in range(2))
+    scores = q @ k.transpose(-1, -2)
+    assert kernel_count(scores) == 3  # the projection, the packed keys, the scores
+    kv_np = x_np @ w_np
+    q_np, k_np = (kv_np[:, i * 768 : (i + 1) * 768].reshape(128, 12, 64).transpose(1, 0, 2) for i in range(2))
+    np.testing.assert_allclose(scores.numpy(), q_np @ k_np.transpose(0, 2, 1), rtol=1e-4, atol=1e-2)

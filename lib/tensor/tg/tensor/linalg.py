@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from tg.codegen import DType
 from tg.codegen.schedule.graph import ShapeError
 from tg.codegen.schedule.realize import reads_memory
-from tg.codegen.uop.ops import Ops, UOp
+from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.tensor.elementwise import broadcast
 from tg.tensor.promotion import broadcast_shapes, dtype_argument
 from tg.tensor.reduce import sum_accumulator
@@ -64,10 +64,21 @@ def strips_alias_in_cache(k: int, row_bytes: int) -> bool:
     return k > l2_bytes() // period
 
 
+def in_memory(node: UOp) -> bool:
+    """Whether `node` is a view of a buffer the matmul reads anyway: a realized one, or a reduction (the scheduler
+    gives a reduction that another reduction reads its own buffer, so attention's keys, slices of a qkv
+    projection, are in memory)."""
+    while node.op in GroupOp.Movement:
+        node = node.src[0]
+    return (
+        reads_memory(node) or node.op is Ops.REDUCE_AXIS or (node.op is Ops.CAST and node.src[0].op is Ops.REDUCE_AXIS)
+    )
+
+
 def transposed_view(node: UOp) -> bool:
     """A view that swaps the last two axes of memory (`w.T`, `key.transpose(-1, -2)`): the matmul's contiguous
     output axis then walks the operand with a large stride, so its vector lanes are gathers."""
-    if node.op is not Ops.PERMUTE or not reads_memory(node):
+    if node.op is not Ops.PERMUTE or not in_memory(node):
         return False
     order = node.arg
     return tuple(order[-2:]) == (len(order) - 1, len(order) - 2)
@@ -82,7 +93,7 @@ def worth_packing(left: Tensor, right: Tensor) -> bool:
     k, m = right.shape[-2], right.shape[-1]
     if m % STRIP or left.shape[-2] < MIN_PACKED_ROWS or math.prod(right.shape) < MIN_PACKED_ELEMENTS:
         return False
-    if not reads_memory(right.uop):
+    if not in_memory(right.uop):
         return False
     if not (isinstance(right.device, str) and right.device.startswith("CPU")):
         return False

@@ -7,6 +7,7 @@ their GGUF encoding (see weights.py); activations and the KV cache are float32.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import math
@@ -17,11 +18,12 @@ import numpy as np
 
 from tg.codegen import dtypes
 from tg.codegen.schedule.realize import whole_buffer
+from tg.hcq import Device
 from tg.hcq.engine.buffers import buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
 from tg.llm.ops import concat, stack
 from tg.llm.quants import DEQUANTIZERS, pack
-from tg.llm.weights import EmbeddingTable, Weight, linear
+from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, linear
 from tg.tensor import Tensor
 from tg.tensor.jit import TinyJit
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
@@ -114,6 +116,18 @@ def kv_window(start_pos: int, max_context: int) -> int:
     return min(max_context, window)
 
 
+def release_cached_memory(device: str) -> None:
+    """Give the memory of freed buffers back to the system: the allocator keeps freed blocks for reuse, and
+    glibc keeps freed heap pages. After a prefill chunk those are its float scratch weights (tens of MB, see
+    weights.linear), which the decode steps that follow never reuse."""
+    allocator = Device[device].allocator
+    if hasattr(allocator, "free_cache"):
+        allocator.free_cache()
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
+    if trim is not None:
+        trim(0)
+
+
 class Transformer:
     """A GGUF decoder model with its KV cache (one sequence, batch 1).
 
@@ -194,6 +208,8 @@ class Transformer:
         mask = np.concatenate([np.broadcast_to(cached_visible, (count, window)), np.tri(count, dtype=bool)], axis=1)
         logits, *new_kv = step(cos, sin, Tensor(mask), *self.embedding_table.inputs(tokens))
         self._store(new_kv, start_pos)
+        if count >= SCRATCH_MATMUL_ROWS:
+            release_cached_memory(self.caches[0].device)
         return logits
 
     def _jitted_step(self, window: int) -> TinyJit:

@@ -89,14 +89,16 @@ def bench_tg(path, prefill_tokens: int, decode_tokens: int) -> dict:
 def print_tg(tg: dict, args: argparse.Namespace) -> None:
     print(
         f"tg: decode {tg['decode_tok_s']:.1f} tok/s ({tg['decode_gb_s']:.2f} GB/s; median of {args.decode} replayed "
-        f"steps at context {args.prefill}+, best {tg['decode_best_tok_s']:.1f} tok/s), prefill {args.prefill} tokens {tg['prefill_tok_s']:.1f} tok/s warm "
-        f"({tg['prefill_cold_tok_s']:.1f} cold); {tg['weight_mb']:.0f} MB weights, peak RSS {tg['max_rss_mb']:.0f} MB"
+        f"steps at context {args.prefill}+, best {tg['decode_best_tok_s']:.1f} tok/s), prefill {args.prefill} tokens "
+        f"{tg['prefill_tok_s']:.1f} tok/s warm ({tg['prefill_cold_tok_s']:.1f} cold); {tg['weight_mb']:.0f} MB "
+        f"weights, peak RSS {tg['max_rss_mb']:.0f} MB"
     )
     python_s = tg["decode_s"] - tg["kernel_s"]
     print(
         f"one decode step: {tg['kernels']} kernels, {tg['kernel_s'] * 1e3:.1f} ms in kernels (timed one by one, "
-        f"JIT=0 DEBUG=2), {tg['bytes'] / 1e6:.0f} MB of buffers; the replayed step takes {tg['decode_s'] * 1e3:.1f} ms, "
-        f"so about {python_s * 1e3:.1f} ms is launch overhead (Python engine thread, core handoffs)"
+        f"JIT=0 DEBUG=2), {tg['bytes'] / 1e6:.0f} MB of buffers; the replayed step takes "
+        f"{tg['decode_s'] * 1e3:.1f} ms, so about {python_s * 1e3:.1f} ms is launch overhead (Python engine thread, "
+        "core handoffs)"
     )
     top = ", ".join(f"{name} {seconds * 1e3:.1f} ms" for name, seconds in tg["top"])
     print(f"  kernel time by name: {top}")

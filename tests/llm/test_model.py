@@ -86,8 +86,8 @@ def greedy_decode(path: Path, steps: int) -> tuple[list[int], list[np.ndarray]]:
 
 
 def test_jitted_decode_equals_the_plain_one(tmp_path: Path) -> None:
-    """TinyJit replays (one capture per KV window: 64 positions, then from position 65 on the whole context of 96) give the
-    plain path's logits bit for bit, across positions and across the window change."""
+    """TinyJit replays (one capture per KV window: 64 positions, then from position 65 on the whole context of
+    96) give the plain path's logits bit for bit, across positions and across the window change."""
     path = write_model(tmp_path / "m.gguf", "llama", "Q4_1", seed=3, tied=True)
     with Context(JIT=0):
         plain_tokens, plain_logits = greedy_decode(path, 62)

@@ -25,8 +25,8 @@ from tg.llm.ops import concat, stack
 from tg.llm.quants import DEQUANTIZERS, pack
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, linear
 from tg.tensor import Tensor
-from tg.tensor.jit import TinyJit
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
+from tg.tensor.jit import TinyJit
 
 
 class ContextOverflowError(ValueError):
@@ -152,6 +152,7 @@ class Transformer:
         angles = np.arange(self.max_context, dtype=np.float64)[:, None] * frequencies[None, :]
         self.rope_cos, self.rope_sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
         self.steps: dict[int, TinyJit] = {}  # KV window -> the captured one-token step
+
     def _block(self, index: int) -> Block:
         def get(name: str) -> Weight | None:
             return self.weights.get(f"blk.{index}.{name}")

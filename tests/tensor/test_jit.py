@@ -152,3 +152,19 @@ def test_each_replay_writes_the_same_output_buffers() -> None:
     np.testing.assert_array_equal(kept, np.full(3, 6.0, np.float32))
     np.testing.assert_array_equal(first.numpy(), second.numpy())  # the earlier output now shows the newer result
     np.testing.assert_array_equal(second.numpy(), np.full(3, 8.0, np.float32))
+
+
+def test_plain_calls_0_captures_the_first_call() -> None:
+    runs = []
+
+    def body(x: Tensor) -> Tensor:
+        runs.append(1)
+        return (x * 2).contiguous()
+
+    step = TinyJit(body, plain_calls=0)
+    first = step(Tensor(np.full(3, 1.0, np.float32))).numpy()
+    assert step.graph is not None and len(runs) == 1
+    second = step(Tensor(np.full(3, 5.0, np.float32))).numpy()
+    assert len(runs) == 1  # replayed
+    np.testing.assert_array_equal(first, np.full(3, 2.0, np.float32))
+    np.testing.assert_array_equal(second, np.full(3, 10.0, np.float32))

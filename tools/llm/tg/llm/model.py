@@ -219,7 +219,9 @@ class Transformer:
         Only single-token steps are captured: a capture keeps every buffer its kernels use, and a prefill chunk's
         (its float scratch weights included, see weights.linear) would hold tens of MB per chunk length."""
         if window not in self.steps:
-            self.steps[window] = TinyJit(functools.partial(self._step, window))
+            # the step does the same work every call (weights and caches are realized at load), so the first call
+            # is captured: a short answer would otherwise spend two of its steps scheduling per window
+            self.steps[window] = TinyJit(functools.partial(self._step, window), plain_calls=0)
         return self.steps[window]
 
     def _store(self, new_kv: list[Tensor], start_pos: int) -> None:

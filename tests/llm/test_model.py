@@ -13,6 +13,7 @@ pytest.importorskip("gguf")
 import llm_reference as reference  # noqa: E402
 from llm_fixtures import write_model  # noqa: E402
 
+from tg.hcq.engine import program_cache_stats  # noqa: E402
 from tg.llm.generate import Generator  # noqa: E402
 from tg.llm.model import ContextOverflowError, kv_window, load_model, top_k_mask  # noqa: E402
 from tg.llm.weights import SCRATCH_MATMUL_ROWS  # noqa: E402
@@ -102,8 +103,11 @@ def test_decode_replays_one_capture_per_window(tmp_path: Path) -> None:
     model, _ = load_model(write_model(tmp_path / "m.gguf"), max_context=96)
     generator = Generator(model, chunk_size=4)
     generator.prefill(TOKENS[:6])
-    for position in range(6, 12):
+    generator._forward([1], 6)
+    compiled = program_cache_stats.misses
+    for position in range(7, 12):  # the same window: replays, nothing new to compile or schedule
         generator._forward([1], position)
+    assert program_cache_stats.misses == compiled
     assert kv_window(6, 96) == kv_window(11, 96) == kv_window(64, 96) == 64 and kv_window(65, 96) == 96
     assert kv_window(129, 4096) == kv_window(256, 4096) == 256 and kv_window(257, 4096) == 384
     step = model.steps[64]

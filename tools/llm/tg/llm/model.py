@@ -266,7 +266,9 @@ class Transformer:
             q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
         q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)
         k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
-        new_kv = stack([k, v], dim=1)  # (T, 2, kv_heads, head_dim)
+        # (T, 2, kv_heads, head_dim), in a buffer: fused into the attention, the keys' RoPE was recomputed (gated
+        # by the concat) for every cached position and head, which made the scores kernel 20x slower
+        new_kv = stack([k, v], dim=1).contiguous()
         all_kv = new_kv if cached.shape[0] == 0 else concat([cached, new_kv], dim=0)
         return linear(attend(q, all_kv, mask, config.n_kv_heads), block.output), new_kv
 

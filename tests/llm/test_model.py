@@ -13,6 +13,7 @@ pytest.importorskip("gguf")
 import llm_reference as reference  # noqa: E402
 from llm_fixtures import write_model  # noqa: E402
 
+from tg.hcq.engine import program_cache_stats  # noqa: E402
 from tg.llm.generate import Generator  # noqa: E402
 from tg.llm.model import ContextOverflowError, kv_window, load_model, top_k_mask  # noqa: E402
 from tg.llm.weights import SCRATCH_MATMUL_ROWS  # noqa: E402
@@ -85,10 +86,11 @@ def greedy_decode(path: Path, steps: int) -> tuple[list[int], list[np.ndarray]]:
     return tokens, all_logits
 
 
-def test_jitted_decode_equals_the_plain_one(tmp_path: Path) -> None:
-    """TinyJit replays (one capture per KV window: 64 positions, then from position 65 on the whole context of 96) give the
-    plain path's logits bit for bit, across positions and across the window change."""
-    path = write_model(tmp_path / "m.gguf", "llama", "Q4_1", seed=3, tied=True)
+@pytest.mark.parametrize("weight_type", ["Q4_1", "Q6_K"])  # a fused matvec, and the generic decode + matmul
+def test_jitted_decode_equals_the_plain_one(tmp_path: Path, weight_type: str) -> None:
+    """TinyJit replays (one capture per KV window: 64 positions, then from position 65 on the whole context of
+    96) give the plain path's logits bit for bit, across positions and across the window change."""
+    path = write_model(tmp_path / "m.gguf", "llama", weight_type, seed=3, tied=True)
     with Context(JIT=0):
         plain_tokens, plain_logits = greedy_decode(path, 62)
     jit_tokens, jit_logits = greedy_decode(path, 62)
@@ -101,12 +103,15 @@ def test_decode_replays_one_capture_per_window(tmp_path: Path) -> None:
     model, _ = load_model(write_model(tmp_path / "m.gguf"), max_context=96)
     generator = Generator(model, chunk_size=4)
     generator.prefill(TOKENS[:6])
-    for position in range(6, 12):
+    generator._forward([1], 6)
+    compiled = program_cache_stats.misses
+    for position in range(7, 12):  # the same window: replays, nothing new to compile or schedule
         generator._forward([1], position)
+    assert program_cache_stats.misses == compiled
     assert kv_window(6, 96) == kv_window(11, 96) == kv_window(64, 96) == 64 and kv_window(65, 96) == 96
     assert kv_window(129, 4096) == kv_window(256, 4096) == 256 and kv_window(257, 4096) == 384
     step = model.steps[64]
-    assert step.calls == 6 and step.graph is not None  # captured on the 2nd call, replayed since
+    assert step.calls == 6 and step.graph is not None  # captured on the 1st call, replayed since
 
 
 @pytest.mark.parametrize("weight_type", ["F32", "Q4_1", "Q6_K"])

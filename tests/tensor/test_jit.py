@@ -333,3 +333,19 @@ def test_an_input_of_symbolic_shape_over_another_variable_is_an_error() -> None:
         step(base[: Variable("n", 1, 8).bind(k)].contiguous())
     with pytest.raises(JitError, match="arg 0 changed shape"):
         step(base[: Variable("m", 1, 8).bind(2)].contiguous())
+
+
+def test_plain_calls_0_captures_the_first_call() -> None:
+    runs = []
+
+    def body(x: Tensor) -> Tensor:
+        runs.append(1)
+        return (x * 2).contiguous()
+
+    step = TinyJit(body, plain_calls=0)
+    first = step(Tensor(np.full(3, 1.0, np.float32))).numpy()
+    assert step.graph is not None and len(runs) == 1
+    second = step(Tensor(np.full(3, 5.0, np.float32))).numpy()
+    assert len(runs) == 1  # replayed
+    np.testing.assert_array_equal(first, np.full(3, 2.0, np.float32))
+    np.testing.assert_array_equal(second, np.full(3, 10.0, np.float32))

@@ -150,10 +150,15 @@ def _rebuild_outputs(
 
 
 class TinyJit(Generic[R]):
-    """Wraps `fn` (a function of Tensors returning Tensors): see the module docstring."""
+    """Wraps `fn` (a function of Tensors returning Tensors): see the module docstring.
 
-    def __init__(self, fn: Callable[..., R]) -> None:
+    `plain_calls` is how many calls run plainly before the capture (default 1, so one-time work such as realizing
+    lazily built weights stays out of the capture). 0 captures the first call, for a function known to do the same
+    work on every call: its first replay then comes one call earlier."""
+
+    def __init__(self, fn: Callable[..., R], plain_calls: int = 1) -> None:
         self.fn = fn
+        self.plain_calls = plain_calls
         self.calls = 0
         self.signature: InputSignature | None = None
         self.graph: LaunchGraph | None = None
@@ -180,11 +185,11 @@ class TinyJit(Generic[R]):
         self._check_signature(signature)
         args, kwargs = _substitute(args, kwargs, inputs, buffered)
         self.calls += 1
-        if self.calls == 1:
+        if self.calls <= self.plain_calls:
             result = self.fn(*args, **kwargs)
             _flatten_outputs(result)
             return result
-        if self.calls == 2:
+        if self.graph is None:
             return self._capture(args, kwargs, buffered)
         assert self.graph is not None
         used = {name: value for name, value in var_vals.items() if name in self.graph.variables}  # (others: views)

@@ -7,6 +7,7 @@ their GGUF encoding (see weights.py); activations and the KV cache are float32.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import math
@@ -17,14 +18,15 @@ import numpy as np
 
 from tg.codegen import dtypes
 from tg.codegen.schedule.realize import whole_buffer
+from tg.hcq import Device
 from tg.hcq.engine.buffers import buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
 from tg.llm.ops import concat, stack
 from tg.llm.quants import DEQUANTIZERS, pack
-from tg.llm.weights import EmbeddingTable, Weight, linear
+from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, linear
 from tg.tensor import Tensor
-from tg.tensor.jit import TinyJit
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
+from tg.tensor.jit import TinyJit
 
 
 class ContextOverflowError(ValueError):
@@ -114,6 +116,18 @@ def kv_window(start_pos: int, max_context: int) -> int:
     return min(max_context, window)
 
 
+def release_cached_memory(device: str) -> None:
+    """Give the memory of freed buffers back to the system: the allocator keeps freed blocks for reuse, and
+    glibc keeps freed heap pages. After a prefill chunk those are its float scratch weights (tens of MB, see
+    weights.linear), which the decode steps that follow never reuse."""
+    allocator = Device[device].allocator
+    if hasattr(allocator, "free_cache"):
+        allocator.free_cache()
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
+    if trim is not None:
+        trim(0)
+
+
 class Transformer:
     """A GGUF decoder model with its KV cache (one sequence, batch 1).
 
@@ -138,6 +152,7 @@ class Transformer:
         angles = np.arange(self.max_context, dtype=np.float64)[:, None] * frequencies[None, :]
         self.rope_cos, self.rope_sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
         self.steps: dict[int, TinyJit] = {}  # KV window -> the captured one-token step
+
     def _block(self, index: int) -> Block:
         def get(name: str) -> Weight | None:
             return self.weights.get(f"blk.{index}.{name}")
@@ -194,6 +209,8 @@ class Transformer:
         mask = np.concatenate([np.broadcast_to(cached_visible, (count, window)), np.tri(count, dtype=bool)], axis=1)
         logits, *new_kv = step(cos, sin, Tensor(mask), *self.embedding_table.inputs(tokens))
         self._store(new_kv, start_pos)
+        if count >= SCRATCH_MATMUL_ROWS:
+            release_cached_memory(self.caches[0].device)
         return logits
 
     def _jitted_step(self, window: int) -> TinyJit:
@@ -202,7 +219,9 @@ class Transformer:
         Only single-token steps are captured: a capture keeps every buffer its kernels use, and a prefill chunk's
         (its float scratch weights included, see weights.linear) would hold tens of MB per chunk length."""
         if window not in self.steps:
-            self.steps[window] = TinyJit(functools.partial(self._step, window))
+            # the step does the same work every call (weights and caches are realized at load), so the first call
+            # is captured: a short answer would otherwise spend two of its steps scheduling per window
+            self.steps[window] = TinyJit(functools.partial(self._step, window), plain_calls=0)
         return self.steps[window]
 
     def _store(self, new_kv: list[Tensor], start_pos: int) -> None:
@@ -247,7 +266,9 @@ class Transformer:
             q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
         q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)
         k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
-        new_kv = stack([k, v], dim=1)  # (T, 2, kv_heads, head_dim)
+        # (T, 2, kv_heads, head_dim), in a buffer: fused into the attention, the keys' RoPE was recomputed (gated
+        # by the concat) for every cached position and head, which made the scores kernel 20x slower
+        new_kv = stack([k, v], dim=1).contiguous()
         all_kv = new_kv if cached.shape[0] == 0 else concat([cached, new_kv], dim=0)
         return linear(attend(q, all_kv, mask, config.n_kv_heads), block.output), new_kv
 

@@ -76,6 +76,7 @@ def test_big_kernels_are_split_across_cores_and_small_ones_are_not() -> None:
 
     assert CRenderer(cores=4).render(lower(elementwise(1 << 20))).global_size == (4 * CALLS_PER_CORE, 1, 1)
     assert CRenderer(cores=4).render(lower(elementwise(16))).global_size == (1, 1, 1)
+    assert CRenderer(cores=4).render(lower(elementwise(1 << 16))).global_size == (4, 1, 1)  # calls not too small
     a = rng.random(1 << 17, np.float32)
     np.testing.assert_array_equal(run(elementwise(1 << 17), "CPU", np.zeros_like(a), a), a * 2)
 

@@ -483,14 +483,17 @@ class CRenderer(CStyleLanguage):
         k.abi["statics"] = []
 
     def chunks(self, linear: UOp) -> int:
-        """How many calls the kernel is cut into: CALLS_PER_CORE per core when its outermost output loop is a
-        loop and the kernel is big enough to be worth waking the cores for."""
+        """How many calls the kernel is cut into: one per core when its outermost output loop is a loop and the
+        kernel is big enough to be worth waking the cores for, up to CALLS_PER_CORE per core when each call still
+        has MULTICORE_MIN_ITERATIONS / 2 iterations (a call costs a few microseconds)."""
         first = first_output_loop(linear)
         if first is None or first.arg.axis_type is not AxisType.LOOP or self.cores == 1:
             return 1
-        if loop_iterations(linear) < MULTICORE_MIN_ITERATIONS:
+        iterations = loop_iterations(linear)
+        if iterations < MULTICORE_MIN_ITERATIONS:
             return 1
-        return min(self.cores * CALLS_PER_CORE, max_trip_count(first))
+        calls = max(self.cores, min(self.cores * CALLS_PER_CORE, 2 * iterations // MULTICORE_MIN_ITERATIONS))
+        return min(calls, max_trip_count(first))
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
         chunks = k.abi["chunks"]

@@ -28,6 +28,7 @@ from tg.codegen.render.emulate import load_function
 from tg.codegen.render.gpu import CUDARenderer
 from tg.codegen.render.ptx import PTXRenderer
 from tg.codegen.render.python import PythonRenderer
+from tg.codegen.uop.args import AxisType
 from tg.hcq import Device
 
 from .kernels import row_sums, scaled_grid
@@ -485,3 +486,22 @@ def test_cuda_c_casts_as_the_emulator_does(ast: UOp, tmp_path: Path) -> None:
     for slot, (got, expected) in enumerate(zip(run_cuda(linear, arrays, tmp_path), run_emulator(linear, arrays),
                                                strict=True)):  # fmt: skip
         assert_same(got, expected, f"slot {slot}: {arrays[slot - 1]}")
+
+
+@pytest.mark.parametrize("local_size", [(4,), (4, 2)])
+def test_gated_store_with_alu_writes_only_the_gated_in_threads(local_size: tuple[int, ...]) -> None:
+    """The spec's TestRendererFailures.test_gated_store_with_alu[_2d]: store 1 into a[lidx0 (+ lidx1 * 4)] gated
+    by lidx0 != 0 (and lidx1 != 0) on LOCAL threads: only the gated-in lanes are written."""
+    size = int(np.prod(local_size))
+    out = UOp.param(0, dtypes.int32, size)
+    ids = [UOp.range(n, axis, AxisType.LOCAL) for axis, n in enumerate(local_size)]
+    position = ids[0] if len(ids) == 1 else ids[0] + ids[1] * 4
+    gate = ids[0].ne(0) if len(ids) == 1 else ids[0].ne(0).alu(Ops.AND, ids[1].ne(0))
+    ast = UOp.sink(out.index(position, gate).store(UOp.const(1, dtypes.int32)), arg=KernelInfo("gated_store"))
+    linear = lowered(ast)
+    kernel = PTXRenderer(ARCH).render(linear)
+    assert np.prod(kernel.local_size) == size and kernel.global_size == (1, 1, 1)
+    (got,) = run_ptx(linear, [np.zeros(size, np.int32)])
+    expected = np.array([0, 1, 1, 1]) if len(ids) == 1 else np.array([0, 0, 0, 0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(run_emulator(linear, [np.zeros(size, np.int32)])[0], expected)

@@ -22,8 +22,8 @@ from fractions import Fraction
 from itertools import product
 from typing import Any
 
-WIDTHS = {"%p": 1, "%h": 16, "%r": 32, "%rd": 64, "%f": 32, "%fd": 64}
-REGISTER = re.compile(r"^(%p|%h|%rd|%r|%fd|%f)\d+$")
+WIDTHS = {"%p": 1, "%h": 16, "%rs": 16, "%r": 32, "%rd": 64, "%f": 32, "%fd": 64}
+REGISTER = re.compile(r"^(%p|%h|%rs|%rd|%r|%fd|%f)\d+$|^(%SPL?)$")  # %SP, %SPL: nvcc's local stack pointers
 SPECIAL = re.compile(r"^%(tid|ctaid)\.([xyz])$")
 ADDRESS = re.compile(r"^\[(\S+?)(?:\+(-?\d+))?\]$")
 STRUCT = {"f32": "<f", "f64": "<d"}
@@ -92,11 +92,17 @@ class Memory:
     def __init__(self) -> None:
         self.regions: list[tuple[int, bytearray]] = []
         self.next_base = 1 << 32
+        self.next_low = 1 << 16
 
-    def add(self, data: bytearray) -> int:
-        base = self.next_base
+    def add(self, data: bytearray, low: bool = False) -> int:
+        """Place `data`; `low` puts it below 2**32 (shared memory, which nvcc addresses with 32-bit registers)."""
+        base = self.next_low if low else self.next_base
         self.regions.append((base, data))
-        self.next_base += (len(data) + 4095) // 4096 * 4096 + 4096
+        step = (len(data) + 4095) // 4096 * 4096 + 4096
+        if low:
+            self.next_low += step
+        else:
+            self.next_base += step
         return base
 
     def find(self, address: int, size: int) -> tuple[bytearray, int]:
@@ -119,19 +125,28 @@ class Kernel:
     params: list[str]
     local_arrays: dict[str, int]
     shared_arrays: dict[str, int]
+    global_arrays: dict[str, bytes]  # module-scope .global arrays with their initial bytes (nvcc's math tables)
+    named_registers: dict[str, int]  # registers declared one by one (`.reg .pred __$temp3;`, `%SP`): their widths
     body: list[Instruction | str]  # a str is a label
     labels: dict[str, int]
 
 
 def parse(source: str) -> Kernel:
-    params = re.findall(r"\.param \.u64 (\w+)", source)
-    local_arrays = {m[0]: int(m[1]) for m in re.findall(r"\.local \.align \d+ \.b8 (\w+)\[(\d+)\];", source)}
-    shared_arrays = {m[0]: int(m[1]) for m in re.findall(r"\.shared \.align \d+ \.b8 (\w+)\[(\d+)\];", source)}
+    params = re.findall(r"\.param \.u64\b[^\n]*?(\w+)\s*,?\s*$", source, re.MULTILINE)
+    arrays = r"\.{}\s+\.align\s+\d+\s+\.b8\s+(\w+)\[(\d+)\];"
+    local_arrays = {m[0]: int(m[1]) for m in re.findall(arrays.format("local"), source)}
+    shared_arrays = {m[0]: int(m[1]) for m in re.findall(arrays.format("shared"), source)}
+    global_arrays = {}
+    for name, size, initial in re.findall(r"^\.global\s+\.align\s+\d+\s+\.b8\s+(\w+)\[(\d+)\](?:\s*=\s*\{([^}]*)\})?;",
+                                          source, re.MULTILINE):  # fmt: skip
+        data = bytes(int(v) for v in initial.split(",")) if initial else b""
+        global_arrays[name] = data.ljust(int(size), b"\0")
+    named_registers = {name: type_bits(t) for t, name in re.findall(r"\.reg\s+\.(\w+)\s+([%\w$]+);", source)}
     text = source[source.index("{", source.index(".entry")) + 1 : source.rindex("}")]
     body: list[Instruction | str] = []
     labels: dict[str, int] = {}
     for raw in text.splitlines():
-        line = raw.split("//")[0].strip()
+        line = raw.split("//")[0].strip().strip("{}").strip()  # nvcc's inline-asm scopes: { add.f16 ...; }
         if not line or line.startswith("."):
             continue
         if line.endswith(":"):
@@ -146,7 +161,7 @@ def parse(source: str) -> Kernel:
         opcode, _, rest = line.partition(" ")
         operands = [o.strip() for o in rest.split(",")] if rest.strip() else []
         body.append(Instruction(guard, negated, opcode.split("."), operands))
-    return Kernel(params, local_arrays, shared_arrays, body, labels)
+    return Kernel(params, local_arrays, shared_arrays, global_arrays, named_registers, body, labels)
 
 
 class Thread:
@@ -159,7 +174,7 @@ class Thread:
     def read(self, operand: str, t: str) -> int:
         """The bits of `operand` as an instruction of type `t` reads them."""
         bits = type_bits(t)
-        if REGISTER.match(operand):
+        if REGISTER.match(operand) or operand in self.kernel.named_registers:
             return self.registers.get(operand, 0) & ((1 << bits) - 1)
         special = SPECIAL.match(operand)
         if special:
@@ -181,8 +196,11 @@ class Thread:
 
     def write(self, register: str, bits: int) -> None:
         prefix = REGISTER.match(register)
-        assert prefix is not None, register
-        self.registers[register] = bits & ((1 << WIDTHS[prefix.group(1)]) - 1)
+        if prefix is not None:
+            width = WIDTHS[prefix.group(1)] if prefix.group(1) else 64
+        else:
+            width = self.kernel.named_registers[register]
+        self.registers[register] = bits & ((1 << width) - 1)
 
     def write_float(self, register: str, value: float, t: str) -> None:
         self.write(register, bits_of(value, t))
@@ -231,7 +249,7 @@ class Thread:
             raise UnknownInstructionError(".".join(opcode))
 
     def op_ld(self, opcode: list[str], x: list[str]) -> None:
-        space, t = opcode[1], opcode[2]
+        space, t = opcode[1], opcode[-1]  # ld.global.nc.f32: the type is last
         if space == "param":
             self.write(x[0], self.symbols[x[1].strip("[]")])
             return
@@ -240,10 +258,10 @@ class Thread:
         self.write(x[0], to_signed(loaded, bits) if t[0] == "s" else loaded)
 
     def op_st(self, opcode: list[str], x: list[str]) -> None:
-        t = opcode[2]
+        t = opcode[-1]
         self.memory.store(self.address(x[0]), type_bits(t) // 8, self.read(x[1], t))
 
-    def op_cvta(self, opcode: list[str], x: list[str]) -> None:
+    def op_cvta(self, opcode: list[str], x: list[str]) -> None:  # every space shares one address range here
         self.write(x[0], self.read(x[1], "u64"))
 
     def op_mov(self, opcode: list[str], x: list[str]) -> None:
@@ -257,6 +275,9 @@ class Thread:
         compare, t = opcode[1], opcode[2]
         a, b = self.value(x[1], t), self.value(x[2], t)
         unordered = t[0] == "f" and (math.isnan(a) or math.isnan(b))
+        if compare in ("nan", "num"):  # either operand NaN / neither
+            self.write(x[0], int(unordered == (compare == "nan")))
+            return
         ordered = {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}
         if compare.endswith("u"):  # neu, ltu, ...: true when unordered
             result = unordered or ordered[compare[:-1]]
@@ -273,6 +294,29 @@ class Thread:
         a, position, length = self.read(x[1], "u32"), self.read(x[2], "u32"), self.read(x[3], "u32")
         self.write(x[0], (a >> position) & ((1 << length) - 1))
 
+    def op_bfi(self, opcode: list[str], x: list[str]) -> None:
+        """Insert the low `length` bits of a into b at `position`."""
+        t = opcode[1]
+        a, b = self.read(x[1], t), self.read(x[2], t)
+        position, length = self.read(x[3], "u32") & 0xFF, self.read(x[4], "u32") & 0xFF
+        mask = ((1 << length) - 1) << position
+        self.write(x[0], (b & ~mask) | ((a << position) & mask))
+
+    def op_prmt(self, opcode: list[str], x: list[str]) -> None:
+        """Byte permute (default mode): each result byte picks one of the 8 bytes of {b, a} by a selector nibble
+        of c, or (selector bit 3) that byte's sign replicated."""
+        if len(opcode) > 2:
+            raise UnknownInstructionError(".".join(opcode))
+        pool = (self.read(x[2], "b32") << 32) | self.read(x[1], "b32")
+        selectors, result = self.read(x[3], "b32"), 0
+        for i in range(4):
+            selector = (selectors >> (4 * i)) & 0xF
+            byte = (pool >> (8 * (selector & 7))) & 0xFF
+            if selector & 8:
+                byte = 0xFF if byte & 0x80 else 0
+            result |= byte << (8 * i)
+        self.write(x[0], result)
+
     def op_shl(self, opcode: list[str], x: list[str]) -> None:
         bits = type_bits(opcode[1])
         amount = min(self.read(x[2], "u32"), bits)  # PTX clamps the amount to the width
@@ -287,8 +331,10 @@ class Thread:
         modifiers, target, source = opcode[1:-2], opcode[-2], opcode[-1]
         value = self.value(x[1], source)
         if target[0] == "f" and source[0] == "f":
-            if "rzi" in modifiers:
-                result = value if not math.isfinite(value) else math.copysign(float(math.trunc(value)), value)
+            if {"rzi", "rmi", "rni", "rpi"} & set(modifiers):  # to an integer: toward 0, down, nearest even, up
+                rounding = {"rzi": math.trunc, "rmi": math.floor, "rni": round, "rpi": math.ceil}
+                mode = next(m for m in modifiers if m in rounding)
+                result = value if not math.isfinite(value) else math.copysign(float(rounding[mode](value)), value)
                 self.write(x[0], bits_of(result, target))
             elif "rz" in modifiers:
                 self.write(x[0], round_toward_zero(value, target))
@@ -300,10 +346,12 @@ class Thread:
         elif source[0] == "f":  # float -> int: toward zero, saturating, NaN -> 0
             bits = type_bits(target)
             low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if target[0] == "s" else (0, (1 << bits) - 1)
+            to_integer = {"rzi": math.trunc, "rmi": math.floor, "rni": round, "rpi": math.ceil}
+            rounding = next((to_integer[m] for m in modifiers if m in to_integer), math.trunc)
             if math.isnan(value):
                 self.write(x[0], 0)
             else:
-                whole = math.trunc(value) if math.isfinite(value) else (high if value > 0 else low)
+                whole = rounding(value) if math.isfinite(value) else (high if value > 0 else low)
                 self.write(x[0], max(low, min(high, whole)))
         else:  # int -> int: the source's low bits (read as its type), cut or extended to the target's
             bits = type_bits(target)
@@ -311,6 +359,8 @@ class Thread:
 
     def arithmetic(self, name: str, opcode: list[str], t: str, x: list[str]) -> None:
         operands = [self.value(o, t) for o in x[1:]]
+        if "wide" in opcode and name == "mad":  # mad.wide: the addend is twice as wide
+            operands[2] = self.value(x[3], t[0] + str(2 * type_bits(t)))
         if t[0] == "f":
             self.write(x[0], bits_of(float_arithmetic(name, operands, t), t))
             return
@@ -380,8 +430,9 @@ def launch(source: str, buffers: list[bytearray], global_size: tuple, local_size
     kernel = parse(source)
     memory = Memory()
     params = {name: memory.add(buffer) for name, buffer in zip(kernel.params, buffers, strict=True)}
+    params.update({name: memory.add(bytearray(data)) for name, data in kernel.global_arrays.items()})
     for ctaid in product(*(range(n) for n in reversed(global_size))):
-        shared = {name: memory.add(bytearray(size)) for name, size in kernel.shared_arrays.items()}
+        shared = {name: memory.add(bytearray(size), low=True) for name, size in kernel.shared_arrays.items()}
         threads = []
         for tid in product(*(range(n) for n in reversed(local_size))):
             local = {name: memory.add(bytearray(size)) for name, size in kernel.local_arrays.items()}

@@ -92,3 +92,13 @@ def test_float64_multiply_add_is_the_nearest_double() -> None:
     exact = Fraction(a) * Fraction(a)  # 1 + 2**-51 + 2**-104: the nearest double is 1 + 2**-51
     assert exec_alu(Ops.MULACC, dtypes.float64, (a, a, 0.0)) == float(exact) == 1 + 2**-51
     assert exec_alu(Ops.MULACC, dtypes.float32, (1 + 2**-12, 1 + 2**-12, -(1 + 2**-11))) == 2**-24
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_negative_float_cast_to_uint64_wraps(device: str) -> None:
+    """Regression: the C renderer converted a float straight to unsigned long long, undefined for a negative value
+    (a GPU gives 0); it goes through long long now and wraps, as the emulator and numpy's int64 path do."""
+    from tg.tensor import Tensor
+
+    out = Tensor(np.array([-24.75, 3.5], np.float32), device=device).cast(dtypes.uint64).numpy()
+    assert out.tolist() == [2**64 - 24, 3]

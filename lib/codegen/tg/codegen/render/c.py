@@ -307,7 +307,9 @@ def render_alu(op: Ops, dtype: DType, operand_dtype: DType, x: list[str]) -> str
 
 def render_cast(dtype: DType, source_dtype: DType, x: str) -> str:
     """A C cast with the emulator's semantics. Float -> int goes through long long (so out-of-range values wrap
-    as numpy's do), with NaN and inf giving 0 (`x - x` is 0 only for finite x). uint32 -> float goes through
+    as numpy's do; uint64 converts non-negative values directly, a negative one through long long: converting it
+    straight to unsigned is undefined, and a GPU saturates it to 0), with NaN and inf giving 0 (`x - x` is 0 only
+    for finite x). uint32 -> float goes through
     long long too: clang 19 with -march=native vectorizes `(float)(unsigned)(signed char)v` as a zero-extension
     of v, which is wrong for negative v; the conversion through long long is exact and not affected.
     To bfloat16: one rounding from the exact value (through double for doubles and integers)."""
@@ -317,7 +319,9 @@ def render_cast(dtype: DType, source_dtype: DType, x: str) -> str:
             return f"tg_round_bf16((float){x})"
         return f"tg_round_bf16_double((double){x})"
     if dtypes.is_float(source_dtype) and dtype.kind in ("int", "uint"):
-        converted = f"({target}){x}" if dtype is dtypes.uint64 else f"({target})(long long){x}"
+        converted = f"({target})(long long){x}"
+        if dtype is dtypes.uint64:  # 2**63 and up only fit unsigned; a negative value wraps through long long
+            converted = f"({x} < 0 ? {converted} : ({target}){x})"
         return f"({x} - {x} != 0 ? 0 : {converted})"
     if source_dtype is dtypes.uint32 and dtypes.is_float(dtype):
         return f"({target})(long long){x}"

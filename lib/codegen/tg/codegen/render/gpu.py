@@ -375,6 +375,11 @@ class CUDARenderer(GPULanguage):
     def reinterpret(self, type_name: str, x: str) -> str:
         return f"tg_bit_cast<{type_name}>({x})"
 
+    def cast(self, dtype: DType, source_dtype: DType, x: str) -> str:
+        if source_dtype is dtypes.float16 and dtype.kind in ("int", "uint"):  # through float (exact): cuda_fp16.h's
+            return super().cast(dtype, dtypes.float32, f"((float){x})")  # half has no unambiguous `half != int`
+        return super().cast(dtype, source_dtype, x)
+
     def local_declaration(self, type_name: str, name: str, size: int) -> str:
         return f"__shared__ {type_name} {name}[{size}];"
 

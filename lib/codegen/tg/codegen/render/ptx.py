@@ -154,7 +154,7 @@ class _Kernel:
     lines: list[str] = field(default_factory=list)
     declarations: list[str] = field(default_factory=list)  # .shared and .local arrays
     labels: int = 0
-    loops: list[tuple[UOp, str]] = field(default_factory=list)
+    loop_labels: list[str] = field(default_factory=list)  # the head label of each open loop
 
 
 class PTXRenderer(Renderer):
@@ -408,14 +408,14 @@ class _PTXFunction:
         self.place(head)
         self.emit(f"setp.ge.s64 {done}, {counter}, {rng.src[0].arg}")
         self.emit(f"@{done} bra.uni {head}_end")
-        self.k.loops.append((rng, head))
+        self.k.loop_labels.append(head)
 
     def close_range(self, rng: UOp) -> None:
         layout = self.k.layout
         if rng in layout.group:
             self.combine_group(rng)
         elif rng not in layout.grid:
-            _, head = self.k.loops.pop()
+            head = self.k.loop_labels.pop()
             counter = self.k.names[rng]
             self.emit(f"add.s64 {counter}, {counter}, 1")
             self.emit(f"bra.uni {head}")

@@ -244,7 +244,7 @@ class Transformer:
             x = h + self._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
             # the scheduler's cache serves blocks 2..N from block 1's schedule
-            x, kv = x.contiguous(), kv.contiguous()
+            x = x.contiguous()  # kv is a buffer already (see _attention)
             Tensor.realize(x, kv)
             new_kv.append(kv)
         last = rms_norm(x[count - 1 :], self.output_norm, config.norm_eps)

@@ -108,7 +108,7 @@ def kv_window(start_pos: int, max_context: int) -> int:
     """How many cached positions a step starting at `start_pos` attends over: 0, 64, 128, then the multiple of 128
     at or above start_pos (at most max_context). Steps in one window run identical kernels, so one TinyJit capture
     per window serves every position in it; the positions from start_pos on are masked. Windows of 128 keep the
-    keys and values read in vain below 128 positions, while a new window (two plain steps, then a capture) comes
+    keys and values read in vain below 128 positions, while a new window (one step scheduled and captured) comes
     at most every 128 tokens."""
     if start_pos == 0:
         return 0
@@ -227,9 +227,10 @@ class Transformer:
     def _store(self, new_kv: list[Tensor], start_pos: int) -> None:
         """Copy each block's new keys and values `(count, 2, kv_heads, head_dim)` into its cache at start_pos."""
         for cache, values in zip(self.caches, new_kv, strict=True):
-            data = values.data()
+            data, itemsize = values.data(), cache.dtype.itemsize
             target = buffer_of(whole_buffer(cache.uop))
-            target.view(data.nbytes // 4, cache.dtype, start_pos * math.prod(cache.shape[1:]) * 4).copyin(data)
+            offset = start_pos * math.prod(cache.shape[1:]) * itemsize
+            target.view(data.nbytes // itemsize, cache.dtype, offset).copyin(data)
 
     def _step(self, window: int, cos: Tensor, sin: Tensor, mask: Tensor, *token_rows: Tensor) -> list[Tensor]:
         """[logits of the last token, then each block's new keys and values]: the function TinyJit captures."""
@@ -244,7 +245,7 @@ class Transformer:
             x = h + self._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
             # the scheduler's cache serves blocks 2..N from block 1's schedule
-            x, kv = x.contiguous(), kv.contiguous()
+            x = x.contiguous()  # kv is a buffer already (see _attention)
             Tensor.realize(x, kv)
             new_kv.append(kv)
         last = rms_norm(x[count - 1 :], self.output_norm, config.norm_eps)

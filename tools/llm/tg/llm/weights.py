@@ -36,16 +36,6 @@ class Weight:
             self._float = dequantize(self.data, self.ggml_type) if self.quantized else self.data.float()
         return self._float
 
-    def rows(self, start: int, stop: int) -> Tensor:
-        """Rows start..stop of the first axis, decoded (used for embedding lookups without a gather)."""
-        data = self.data
-        if isinstance(data, Blocks):
-            halves = {offset: half[start:stop] for offset, half in data.halves.items()}
-            data = Blocks(data.payload[start:stop], data.start, halves)
-        else:
-            data = data[start:stop]
-        return Weight(data, self.ggml_type, (stop - start, *self.shape[1:])).float()
-
     def nbytes(self) -> int:
         if isinstance(self.data, Blocks):
             return self.data.payload.nbytes() + sum(half.nbytes() for half in self.data.halves.values())

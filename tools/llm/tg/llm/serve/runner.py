@@ -14,21 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tg.llm.generate import common_prefix
 from tg.llm.model import Block, ContextOverflowError, Transformer, apply_rope, rms_norm, rope_tables
 from tg.llm.ops import concat, stack
 from tg.llm.weights import linear
 from tg.tensor import Tensor
 
 CHUNK_SIZE = 32  # prefill chunk: bounds one step's graph, as tg-llm's Generator does
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    length = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        length += 1
-    return length
 
 
 @dataclass
@@ -49,7 +41,6 @@ class ModelRunner:
         for index in range(1, slots):
             caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
             self.slots.append(Slot(index, caches))
-        self.forward_calls: list[tuple[int, ...]] = []  # (slot count, token count) per forward, for tests
 
     def prefill(self, slot: Slot, tokens: list[int]) -> np.ndarray:
         """The logits after `tokens`, fed into `slot` from the end of its reusable prefix (the last token is always
@@ -62,7 +53,6 @@ class ModelRunner:
         self.model.caches = slot.caches
         for chunk_start in range(start, len(tokens), CHUNK_SIZE):
             chunk = tokens[chunk_start : chunk_start + CHUNK_SIZE]
-            self.forward_calls.append((1, len(chunk)))
             logits = self.model.forward(chunk, chunk_start).numpy()
             slot.cached = tokens[: chunk_start + len(chunk)]
         assert logits is not None
@@ -78,12 +68,11 @@ class ModelRunner:
         for slot, _ in steps:
             if len(slot.cached) + 1 > self.max_context:
                 raise ContextOverflowError(f"context overflow: the maximum context is {self.max_context}")
-        self.forward_calls.append((len(steps), len(steps)))
         logits = batched_decode(
             self.model, [(slot.caches, len(slot.cached)) for slot, _ in steps], [t for _, t in steps]
         )
         for slot, token in steps:
-            slot.cached = slot.cached + [token]
+            slot.cached.append(token)
         return list(logits)
 
 

@@ -62,35 +62,41 @@ class ModelRunner:
         return common_prefix(tokens[:-1], slot.cached)
 
     def decode(self, steps: list[tuple[Slot, int]]) -> list[np.ndarray]:
-        """Feed one token to each slot; the logits after it, per slot."""
-        if not self.batched or len(steps) == 1:
-            return [self.prefill(slot, slot.cached + [token]) for slot, token in steps]
+        """Feed one token to each slot; the logits after it, per slot (one forward, or one per slot unbatched)."""
         for slot, _ in steps:
             if len(slot.cached) + 1 > self.max_context:
                 raise ContextOverflowError(f"context overflow: the maximum context is {self.max_context}")
-        logits = batched_decode(
-            self.model, [(slot.caches, len(slot.cached)) for slot, _ in steps], [t for _, t in steps]
-        )
+        groups = [steps] if self.batched else [[step] for step in steps]
+        logits: list[np.ndarray] = []
+        for group in groups:
+            sequences = [(slot.caches, len(slot.cached)) for slot, _ in group]
+            logits += list(batched_decode(self.model, sequences, [token for _, token in group]))
         for slot, token in steps:
             slot.cached.append(token)
-        return list(logits)
+        return logits
 
 
 def batched_decode(model: Transformer, sequences: list[tuple[list[Tensor], int]], tokens: list[int]) -> np.ndarray:
     """One token for each of several sequences, `(caches, position)` each: logits `(len(tokens), vocab)`.
 
-    Mirrors `Transformer.forward` for a single token per sequence, with the tokens of all sequences stacked as the
-    rows of the matmuls and attention done per sequence against its own cache.
+    Mirrors `Transformer.forward` for one token per sequence, with the tokens of all sequences stacked as the rows
+    of the matmuls and attention done per sequence against its own cache. The graph's shapes do not depend on the
+    positions: each cache is rewritten whole with the new key and value selected in at the position, and attention
+    covers the whole cache under a mask. So every step with the same number of sequences reuses the compiled
+    kernels and the schedule, where slicing the cache at the position would compile new kernels at every step.
+    The price is a read and write of each cache per step, small next to the weights for contexts of a few thousand.
     """
-    config, count = model.config, len(tokens)
+    config, count, context = model.config, len(tokens), model.max_context
     positions = np.array([position for _, position in sequences])
     cos, sin = rope_tables(positions, config.rope_dim, config.rope_theta)
+    keys = np.arange(context)
+    at_position = [Tensor((keys == position).reshape(1, 1, context, 1)) for position in positions]
+    visible = [Tensor((keys <= position).reshape(1, context)) for position in positions]
     x = model.embed(tokens)
     for index, block in enumerate(model.blocks):
         caches = [caches[index] for caches, _ in sequences]
-        attended, writes = batched_attention(
-            model, block, caches, positions, rms_norm(x, block.attn_norm, config.norm_eps), cos, sin
-        )
+        normed = rms_norm(x, block.attn_norm, config.norm_eps)
+        attended, writes = batched_attention(model, block, caches, at_position, visible, normed, cos, sin)
         h = x + attended
         x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
         x = x.contiguous().realize(*writes)
@@ -99,30 +105,33 @@ def batched_decode(model: Transformer, sequences: list[tuple[list[Tensor], int]]
 
 
 def batched_attention(
-    model: Transformer, block: Block, caches: list[Tensor], positions: np.ndarray, x: Tensor, cos: Tensor, sin: Tensor
+    model: Transformer,
+    block: Block,
+    caches: list[Tensor],
+    at_position: list[Tensor],
+    visible: list[Tensor],
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
 ) -> tuple[Tensor, list[Tensor]]:
-    """Projections for all rows at once; each row attends over its own cache (written at its own position)."""
+    """Projections for all rows at once; each row writes its key and value into its own cache and attends over it."""
     config, count = model.config, x.shape[0]
     heads, kv_heads, head_dim = config.n_heads, config.n_kv_heads, config.head_dim
     q, k, v = linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
     if block.q_norm is not None and block.q_norm.shape[-1] != head_dim:  # olmoe: over the projection
         q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
-    q, k, v = (
-        q.reshape(count, heads, head_dim),
-        k.reshape(count, kv_heads, head_dim),
-        v.reshape(count, kv_heads, head_dim),
-    )
+    q = q.reshape(count, heads, head_dim)
+    k, v = k.reshape(count, kv_heads, head_dim), v.reshape(count, kv_heads, head_dim)
     if block.q_norm is not None and block.q_norm.shape[-1] == head_dim:  # qwen3: per head
         q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
     q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)
     k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
     outputs, writes = [], []
-    for row, (cache, position) in enumerate(zip(caches, positions, strict=True)):
-        position = int(position)
+    for row, cache in enumerate(caches):
         new_kv = stack([k[row : row + 1].transpose(0, 1), v[row : row + 1].transpose(0, 1)], dim=0)  # (2, kv, 1, d)
-        writes.append(cache[:, :, position : position + 1].assign(new_kv))
-        all_kv = new_kv if position == 0 else concat([cache[:, :, :position], new_kv], dim=2)
+        updated = at_position[row].where(new_kv, cache)  # (2, kv, context, d)
+        writes.append(cache.assign(updated))
         query = q[row : row + 1].transpose(0, 1)  # (heads, 1, head_dim)
-        out = query.scaled_dot_product_attention(all_kv[0], all_kv[1], enable_gqa=True)
+        out = query.scaled_dot_product_attention(updated[0], updated[1], attn_mask=visible[row], enable_gqa=True)
         outputs.append(out.transpose(0, 1).reshape(1, heads * head_dim))
     return linear(concat(outputs, dim=0), block.output), writes

@@ -50,3 +50,17 @@ def test_a_slot_reuses_only_its_own_prefix(tmp_path: Path) -> None:
     logits = runner.prefill(first, [1, 2, 7, 8])  # diverges after two tokens: positions 2.. are recomputed
     expected = reference.forward(metadata, weights, [1, 2, 7, 8])[-1]
     np.testing.assert_allclose(logits, expected, atol=2e-3 * np.abs(expected).max())
+
+
+def test_long_prefill_in_padded_chunks_matches_the_reference(tmp_path: Path) -> None:
+    path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
+    metadata, weights = reference.load(path)
+    model, _ = load_model(path, max_context=64)
+    runner = ModelRunner(model, 1)
+    tokens = [(7 * i + 3) % 250 for i in range(45)]  # chunks of 32 and 13 (padded to 32)
+    logits = runner.prefill(runner.slots[0], tokens)
+    expected = reference.forward(metadata, weights, tokens)[-1]
+    np.testing.assert_allclose(logits, expected, atol=2e-3 * np.abs(expected).max())
+    (after,) = runner.decode([(runner.slots[0], 5)])
+    expected = reference.forward(metadata, weights, tokens + [5])[-1]
+    np.testing.assert_allclose(after, expected, atol=2e-3 * np.abs(expected).max())

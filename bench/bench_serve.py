@@ -110,21 +110,24 @@ def main() -> None:
     parser.add_argument("--unbatched", action="store_true", help="also measure without batched decode")
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
-    rows = [measure(c, args.tokens, True, args.max_context) for c in counts]
-    if args.unbatched:
-        rows += [measure(c, args.tokens, False, args.max_context) for c in counts if c > 1]
-    base = rows[0]["tok_s"]
+    plan = [(c, True) for c in counts] + ([(c, False) for c in counts if c > 1] if args.unbatched else [])
     print(f"tg-llm serve, {registry.EMBEDDED_NAME}, {args.tokens} tokens per client, load {os.getloadavg()[0]:.2f}")
-    print(f"{'clients':>7} {'decode':>9} {'tok/s':>8} {'x 1 client':>10} {'TTFT p50':>9} {'TTFT p95':>9} {'errors':>6}")
-    for row in rows:
-        mode = "batched" if row["batched"] else "one-by-one"
+    print(
+        f"{'clients':>7} {'decode':>10} {'tok/s':>8} {'x 1 client':>10} {'TTFT p50':>9} {'TTFT p95':>9} {'errors':>6}"
+    )
+    base, single = None, {}
+    for clients, batched in plan:  # one row at a time: a slow machine still shows what it measured
+        row = measure(clients, args.tokens, batched, args.max_context)
+        base = base or row["tok_s"]
+        single = single or row["answers"]
+        differing = sum(1 for q, a in row["answers"].items() if q in single and a != single[q])
+        mode = "batched" if batched else "one-by-one"
         print(
-            f"{row['clients']:>7} {mode:>9} {row['tok_s']:>8.2f} {row['tok_s'] / base:>10.2f} "
-            f"{row['ttft_p50']:>8.2f}s {row['ttft_p95']:>8.2f}s {row['errors']:>6}"
+            f"{clients:>7} {mode:>10} {row['tok_s']:>8.2f} {row['tok_s'] / base:>10.2f} {row['ttft_p50']:>8.2f}s "
+            f"{row['ttft_p95']:>8.2f}s {row['errors']:>6}   (load {os.getloadavg()[0]:.2f}"
+            + (f", {differing} answers differ from 1 client)" if differing else ")"),
+            flush=True,
         )
-    single = rows[0]["answers"]
-    differing = sum(1 for row in rows for q, a in row["answers"].items() if q in single and a != single[q])
-    print(f"answers differing from the one-client answer to the same question: {differing}")
 
 
 if __name__ == "__main__":

@@ -197,6 +197,19 @@ def test_bad_input_gets_an_openai_error_and_the_server_goes_on(server, name, pat
     still_answers(server)
 
 
+def test_oversized_chunked_body_without_a_length_is_cut_off(server: RunningServer) -> None:
+    def pieces():  # no Content-Length: the limit is enforced while reading
+        yield b'{"model": "' + MODEL.encode() + b'", "prompt": "'
+        for _ in range(10):
+            yield b"x" * 1000
+        yield b'"}'
+
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    response = httpx.post(server.url + "/v1/completions", content=pieces(), headers=headers, timeout=60)
+    check_error(response, 413, "request_too_large")
+    still_answers(server)
+
+
 def test_unknown_path_and_method(server: RunningServer) -> None:
     check_error(httpx.get(server.url + "/v2/nothing"), 404, "unknown_url")
     check_error(httpx.get(server.url + "/v1/chat/completions"), 405, "method_not_allowed")

@@ -14,21 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tg.llm.generate import common_prefix
 from tg.llm.model import Block, ContextOverflowError, Transformer, apply_rope, rms_norm, rope_tables
 from tg.llm.ops import concat, stack
 from tg.llm.weights import linear
 from tg.tensor import Tensor
 
-CHUNK_SIZE = 32  # prefill chunk: bounds one step's graph, as tg-llm's Generator does
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    length = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        length += 1
-    return length
+CHUNK_SIZES = (8, 32)  # a prefill chunk is padded up to one of these: few shapes, so few kernels to compile
 
 
 @dataclass
@@ -40,6 +32,16 @@ class Slot:
     cached: list[int] = field(default_factory=list)
 
 
+@dataclass
+class Feed:
+    """Tokens to run for one sequence: they sit at positions start.. and are padded to `rows` rows."""
+
+    caches: list[Tensor]
+    start: int
+    tokens: list[int]
+    rows: int
+
+
 class ModelRunner:
     def __init__(self, model: Transformer, slots: int, batched: bool = True) -> None:
         self.model, self.batched = model, batched
@@ -49,91 +51,116 @@ class ModelRunner:
         for index in range(1, slots):
             caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
             self.slots.append(Slot(index, caches))
-        self.forward_calls: list[tuple[int, ...]] = []  # (slot count, token count) per forward, for tests
-
-    def prefill(self, slot: Slot, tokens: list[int]) -> np.ndarray:
-        """The logits after `tokens`, fed into `slot` from the end of its reusable prefix (the last token is always
-        recomputed: its logits are needed)."""
-        if len(tokens) > self.max_context:
-            raise ContextOverflowError(f"context overflow: {len(tokens)} tokens, the maximum is {self.max_context}")
-        start = common_prefix(tokens[:-1], slot.cached)
-        slot.cached = slot.cached[:start]  # if a chunk fails, the cache holds only what was written before it
-        logits = None
-        self.model.caches = slot.caches
-        for chunk_start in range(start, len(tokens), CHUNK_SIZE):
-            chunk = tokens[chunk_start : chunk_start + CHUNK_SIZE]
-            self.forward_calls.append((1, len(chunk)))
-            logits = self.model.forward(chunk, chunk_start).numpy()
-            slot.cached = tokens[: chunk_start + len(chunk)]
-        assert logits is not None
-        return logits
 
     def reusable_prefix(self, slot: Slot, tokens: list[int]) -> int:
         return common_prefix(tokens[:-1], slot.cached)
 
+    def prefill(self, slot: Slot, tokens: list[int]) -> np.ndarray:
+        """The logits after `tokens`, fed into `slot` from the end of its reusable prefix (the last token is always
+        recomputed: its logits are needed)."""
+        if not tokens or len(tokens) > self.max_context:
+            raise ContextOverflowError(f"context overflow: {len(tokens)} tokens, the maximum is {self.max_context}")
+        start = self.reusable_prefix(slot, tokens)
+        slot.cached = slot.cached[:start]  # if a chunk fails, the cache holds only what was written before it
+        logits = None
+        while start < len(tokens):
+            chunk = tokens[start : start + CHUNK_SIZES[-1]]
+            rows = next(size for size in CHUNK_SIZES if size >= len(chunk))
+            (logits,) = forward_feeds(self.model, [Feed(slot.caches, start, chunk, rows)])
+            start += len(chunk)
+            slot.cached = tokens[:start]
+        assert logits is not None
+        return logits
+
     def decode(self, steps: list[tuple[Slot, int]]) -> list[np.ndarray]:
-        """Feed one token to each slot; the logits after it, per slot."""
-        if not self.batched or len(steps) == 1:
-            return [self.prefill(slot, slot.cached + [token]) for slot, token in steps]
+        """Feed one token to each slot; the logits after it, per slot (one forward, or one per slot unbatched)."""
         for slot, _ in steps:
             if len(slot.cached) + 1 > self.max_context:
                 raise ContextOverflowError(f"context overflow: the maximum context is {self.max_context}")
-        self.forward_calls.append((len(steps), len(steps)))
-        logits = batched_decode(
-            self.model, [(slot.caches, len(slot.cached)) for slot, _ in steps], [t for _, t in steps]
-        )
+        feeds = [Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in steps]
+        groups = [feeds] if self.batched else [[feed] for feed in feeds]
+        logits = [row for group in groups for row in forward_feeds(self.model, group)]
         for slot, token in steps:
-            slot.cached = slot.cached + [token]
-        return list(logits)
+            slot.cached.append(token)
+        return logits
 
 
-def batched_decode(model: Transformer, sequences: list[tuple[list[Tensor], int]], tokens: list[int]) -> np.ndarray:
-    """One token for each of several sequences, `(caches, position)` each: logits `(len(tokens), vocab)`.
+def forward_feeds(model: Transformer, feeds: list[Feed]) -> np.ndarray:
+    """Run every feed's tokens in one forward: logits `(len(feeds), vocab)` after each feed's last token.
 
-    Mirrors `Transformer.forward` for a single token per sequence, with the tokens of all sequences stacked as the
-    rows of the matmuls and attention done per sequence against its own cache.
+    Mirrors `Transformer.forward`, with the rows of all feeds stacked for the matmuls and attention done per feed
+    against its own cache. No shape depends on a position: a feed's keys and values are placed into its cache by a
+    one-hot matrix and selected in over the whole cache, and attention covers the whole cache under a mask. So
+    steps with the same row counts reuse their compiled kernels and schedule; slicing the cache at the position
+    would compile new kernels at every new position. The price is a read and a write of each cache per step,
+    small next to reading the weights for contexts up to a few thousand tokens.
     """
-    config, count = model.config, len(tokens)
-    positions = np.array([position for _, position in sequences])
-    cos, sin = rope_tables(positions, config.rope_dim, config.rope_theta)
+    config, context = model.config, model.max_context
+    keys = np.arange(context)
+    tokens, positions, layouts = [], [], []
+    for feed in feeds:
+        count = len(feed.tokens)
+        tokens += feed.tokens + [0] * (feed.rows - count)
+        rows = feed.start + np.arange(feed.rows)
+        positions.append(rows)
+        placement = np.zeros((context, feed.rows), dtype=np.float32)
+        placement[rows[:count], np.arange(count)] = 1.0
+        in_feed = (keys >= feed.start) & (keys < feed.start + count)
+        layouts.append(
+            (
+                Tensor(placement.reshape(1, 1, context, feed.rows)),
+                Tensor(in_feed.reshape(1, 1, context, 1)),
+                Tensor(keys[None, :] <= rows[:, None]),  # causal: row i sees keys up to its own position
+            )
+        )
+    cos, sin = rope_tables(np.concatenate(positions), config.rope_dim, config.rope_theta)
     x = model.embed(tokens)
     for index, block in enumerate(model.blocks):
-        caches = [caches[index] for caches, _ in sequences]
-        attended, writes = batched_attention(
-            model, block, caches, positions, rms_norm(x, block.attn_norm, config.norm_eps), cos, sin
-        )
+        normed = rms_norm(x, block.attn_norm, config.norm_eps)
+        caches = [feed.caches[index] for feed in feeds]
+        attended, writes = attention(model, block, feeds, caches, layouts, normed, cos, sin)
         h = x + attended
         x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
         x = x.contiguous().realize(*writes)
-    out = rms_norm(x, model.output_norm, config.norm_eps)
-    return linear(out, model.output).reshape(count, -1).realize().numpy()
+    lasts, offset = [], 0
+    for feed in feeds:  # each feed's last real row
+        lasts.append(x[offset + len(feed.tokens) - 1 : offset + len(feed.tokens)])
+        offset += feed.rows
+    last = concat(lasts, dim=0)
+    out = rms_norm(last, model.output_norm, config.norm_eps)
+    return linear(out, model.output).reshape(len(feeds), -1).realize().numpy()
 
 
-def batched_attention(
-    model: Transformer, block: Block, caches: list[Tensor], positions: np.ndarray, x: Tensor, cos: Tensor, sin: Tensor
+def attention(
+    model: Transformer,
+    block: Block,
+    feeds: list[Feed],
+    caches: list[Tensor],
+    layouts: list[tuple[Tensor, Tensor, Tensor]],
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
 ) -> tuple[Tensor, list[Tensor]]:
-    """Projections for all rows at once; each row attends over its own cache (written at its own position)."""
+    """Projections for all rows at once; each feed writes its keys and values into its cache and attends over it."""
     config, count = model.config, x.shape[0]
     heads, kv_heads, head_dim = config.n_heads, config.n_kv_heads, config.head_dim
     q, k, v = linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
     if block.q_norm is not None and block.q_norm.shape[-1] != head_dim:  # olmoe: over the projection
         q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
-    q, k, v = (
-        q.reshape(count, heads, head_dim),
-        k.reshape(count, kv_heads, head_dim),
-        v.reshape(count, kv_heads, head_dim),
-    )
+    q = q.reshape(count, heads, head_dim)
+    k, v = k.reshape(count, kv_heads, head_dim), v.reshape(count, kv_heads, head_dim)
     if block.q_norm is not None and block.q_norm.shape[-1] == head_dim:  # qwen3: per head
         q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
     q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)
     k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
-    outputs, writes = [], []
-    for row, (cache, position) in enumerate(zip(caches, positions, strict=True)):
-        position = int(position)
-        new_kv = stack([k[row : row + 1].transpose(0, 1), v[row : row + 1].transpose(0, 1)], dim=0)  # (2, kv, 1, d)
-        writes.append(cache[:, :, position : position + 1].assign(new_kv))
-        all_kv = new_kv if position == 0 else concat([cache[:, :, :position], new_kv], dim=2)
-        query = q[row : row + 1].transpose(0, 1)  # (heads, 1, head_dim)
-        out = query.scaled_dot_product_attention(all_kv[0], all_kv[1], enable_gqa=True)
-        outputs.append(out.transpose(0, 1).reshape(1, heads * head_dim))
+    outputs, writes, first = [], [], 0
+    for feed, cache, (placement, in_feed, visible) in zip(feeds, caches, layouts, strict=True):
+        rows = slice(first, first + feed.rows)
+        first += feed.rows
+        new_kv = stack([k[rows].transpose(0, 1), v[rows].transpose(0, 1)], dim=0)  # (2, kv_heads, rows, head_dim)
+        updated = in_feed.where(placement.matmul(new_kv), cache)  # (2, kv_heads, context, head_dim)
+        writes.append(cache.assign(updated))
+        query = q[rows].transpose(0, 1)  # (heads, rows, head_dim)
+        out = query.scaled_dot_product_attention(updated[0], updated[1], attn_mask=visible, enable_gqa=True)
+        outputs.append(out.transpose(0, 1).reshape(feed.rows, heads * head_dim))
     return linear(concat(outputs, dim=0), block.output), writes

@@ -78,7 +78,9 @@ def main() -> None:
 
     from tg.codegen.flags import Context
 
-    print(f"load average {os.getloadavg()[0]:.2f}; BEAM={args.beam}; median of {args.repeats}; CC={os.environ.get('CC')}")
+    print(
+        f"load average {os.getloadavg()[0]:.2f}; BEAM={args.beam}; median of {args.repeats}; CC={os.environ.get('CC')}"
+    )
     data = inputs()
     tg, peers = tg_workloads(data), numpy_workloads(data)
     torch_runs = torch_workloads(data)
@@ -107,12 +109,15 @@ def main() -> None:
         searches.clear()
         beamed()  # the search, one kernel at a time
         for kernel, seconds, result in searches:
-            print(f"{name:12s} search {kernel}: {seconds:6.1f} s, {result.seconds * 1e3:.2f} ms with {list(result.opts)}")
+            print(
+                f"{name:12s} search {kernel}: {seconds:6.1f} s, {result.seconds * 1e3:.2f} ms with {list(result.opts)}"
+            )
         tiny_run = tiny.get(name) if isinstance(tiny, dict) else None
         if tiny_run is not None:
             start = time.perf_counter()
             tiny_run()
-            print(f"{name:12s} tinygrad BEAM={args.tinygrad_beam} warm-up (its search) {time.perf_counter() - start:.1f} s")
+            searched = time.perf_counter() - start
+            print(f"{name:12s} tinygrad BEAM={args.tinygrad_beam} warm-up (its search) {searched:.1f} s")
         runs = [heuristic, beamed, peers[name], torch_runs.get(name), tiny_run]
         h, b, numpy_time, torch_time, tiny_time = alternating_medians(runs, args.repeats)
         line = f"{name:12s} heuristics {h * 1e3:8.2f} ms | BEAM {b * 1e3:8.2f} ms | numpy {numpy_time * 1e3:8.2f} ms"

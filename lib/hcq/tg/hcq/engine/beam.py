@@ -34,8 +34,8 @@ from tg.codegen.pipeline import CodegenFlags, ProgramSource, for_renderer, kerne
 from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
-from tg.hcq.engine.programs import renderer_for
 from tg.hcq.engine.beam_timer import CandidateTimer
+from tg.hcq.engine.programs import renderer_for
 from tg.hcq.flags import BEAM_TIMEOUT_SEC, BEAM_WORKERS
 
 BEAM_SCHEMA = 1

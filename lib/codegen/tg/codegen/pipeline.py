@@ -83,7 +83,7 @@ def _simplify_indices(ast: UOp, flags: CodegenFlags) -> UOp:
 
 
 def _apply_opts(ast: UOp, flags: CodegenFlags) -> UOp:
-    return apply_opts(ast, has_local=flags.has_local, noopt=flags.noopt, core_groups=flags.core_groups)
+    return apply_opts(ast, has_local=flags.has_local, core_groups=flags.core_groups, noopt=flags.noopt)
 
 
 def _upcast_strided_reductions(ast: UOp, flags: CodegenFlags) -> UOp:

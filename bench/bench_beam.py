@@ -1,10 +1,13 @@
-"""BEAM benchmark: the bench_opt workloads after BEAM=N against the hand-coded heuristics and numpy, same run.
+"""BEAM benchmark: the bench_opt workloads after BEAM=N against the hand-coded heuristics and the peers, same run.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE uv run python bench/bench_beam.py [--beam 4] [--repeats 5]
+        [--only "matmul 1024" ...] [--tinygrad-beam N]
 
-For each workload: the search time (a fresh BEAM cache, so every kernel is searched), then tg with the heuristics,
-tg with the BEAM winners, and numpy, timed in turns. Ratios are numpy_time / tg_time (above 1: tg is faster).
-DEBUG=3 prints the opts each kernel won. The machine is shared: the load average is printed first.
+For each workload: every kernel is searched afresh (a new BEAM cache) and the search time of each is printed with
+the opts that won; then tg with the heuristics, tg with the BEAM winners, numpy, torch (conv2d; when installed)
+and, with --tinygrad-beam N, the tinygrad release at BEAM=N (its own search runs first, not timed) are timed in
+turns. Ratios are peer_time / tg_time (above 1: tg is faster). The machine is shared: the load average is printed
+before and after.
 """
 
 from __future__ import annotations
@@ -14,17 +17,54 @@ import os
 import sys
 import tempfile
 import time
-
-import numpy as np
+from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from timing import median_seconds  # noqa: E402
+from bench_opt import alternating_medians, inputs, numpy_workloads, tg_workloads, torch_workloads  # noqa: E402
 
-WORKLOADS = {
-    "matmul 1024": ((1024, 1024), (1024, 1024), lambda a, b: a @ b),
-    "matmul 2048": ((2048, 2048), (2048, 2048), lambda a, b: a @ b),
-    "sum 16M": ((1 << 24,), None, lambda a, b: a.sum()),
-}
+WORKLOADS = ("matmul 1024", "matmul 2048", "conv2d", "sum 16M")
+
+
+def record_searches(log: list[tuple[str, float, Any]]) -> None:
+    """Wrap the engine's search so each kernel's search time and winning opts land in `log`."""
+    from tg.hcq.engine import beam
+
+    search = beam.search_opts
+
+    def timed_search(ast: Any, device_name: str, width: int, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        result = search(ast, device_name, width, *args, **kwargs)
+        log.append((ast.arg.name if ast.arg is not None else "?", time.perf_counter() - start, result))
+        return result
+
+    beam.search_opts = timed_search
+
+
+def tinygrad_beam(data: dict, width: int) -> dict[str, Callable[[], object]] | str:
+    """The tinygrad release with BEAM=width (DEV=CPU): its search runs at the warm-up call."""
+    os.environ["DEV"], os.environ["BEAM"] = "CPU", str(width)
+    try:
+        from tinygrad import Device, Tensor
+    except ImportError:
+        return "tinygrad is not installed (uv sync --group bench --inexact)"
+
+    def timed(build: Callable[[], Any]) -> Callable[[], object]:
+        def run() -> None:
+            build().realize()
+            Device[Device.DEFAULT].synchronize()
+
+        return run
+
+    results: dict[str, Callable[[], object]] = {}
+    for n in (1024, 2048):
+        a, b = Tensor(data[f"a{n}"]).realize(), Tensor(data[f"b{n}"]).realize()
+        results[f"matmul {n}"] = timed(lambda a=a, b=b: a @ b)
+    x, w = Tensor(data["conv_x"]).realize(), Tensor(data["conv_w"]).realize()
+    results["conv2d"] = timed(lambda: x.conv2d(w, padding=1))
+    v = Tensor(data["v"]).realize()
+    results["sum 16M"] = timed(lambda: v.sum())
+    return results
 
 
 def main() -> None:
@@ -32,40 +72,62 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", nargs="*", default=list(WORKLOADS))
+    parser.add_argument("--tinygrad-beam", type=int, default=0, help="also time tinygrad at this BEAM (0: no)")
     args = parser.parse_args()
     os.environ["TG_CACHE_DIR"] = tempfile.mkdtemp(prefix="tg-bench-beam-")  # every kernel is searched afresh
 
     from tg.codegen.flags import Context
-    from tg.hcq import Device
-    from tg.hcq.engine import clear_program_cache
-    from tg.tensor import Tensor
 
-    print(f"load average {os.getloadavg()[0]:.2f}; BEAM={args.beam}; median of {args.repeats}")
-    rng = np.random.default_rng(0)
+    print(
+        f"load average {os.getloadavg()[0]:.2f}; BEAM={args.beam}; median of {args.repeats}; CC={os.environ.get('CC')}"
+    )
+    data = inputs()
+    tg, peers = tg_workloads(data), numpy_workloads(data)
+    torch_runs = torch_workloads(data)
+    if isinstance(torch_runs, str):
+        print(f"  {torch_runs}")
+        torch_runs = {}
+    tiny: dict[str, Callable[[], object]] | str = {}
+    if args.tinygrad_beam:
+        tiny = tinygrad_beam(data, args.tinygrad_beam)
+        if isinstance(tiny, str):
+            print(f"  {tiny}")
+            tiny = {}
+    searches: list[tuple[str, float, Any]] = []
+    record_searches(searches)
     for name in args.only:
-        shape_a, shape_b, op = WORKLOADS[name]
-        a = rng.standard_normal(shape_a).astype(np.float32)
-        b = rng.standard_normal(shape_b).astype(np.float32) if shape_b else None
-        ta = Tensor(a).realize()
-        tb = Tensor(b).realize() if b is not None else None
+        run = tg[name]
 
-        def run_tg(ta=ta, tb=tb, op=op) -> None:
-            op(ta, tb).realize()
-            Device["CPU"].synchronize()
+        def heuristic(run: Callable[[], object] = run) -> None:
+            with Context(BEAM=0):
+                run()
 
-        clear_program_cache()
-        heuristic = median_seconds(run_tg, args.repeats)
-        clear_program_cache()
-        with Context(BEAM=args.beam):
+        def beamed(run: Callable[[], object] = run) -> None:
+            with Context(BEAM=args.beam):
+                run()
+
+        searches.clear()
+        beamed()  # the search, one kernel at a time
+        for kernel, seconds, result in searches:
+            print(
+                f"{name:12s} search {kernel}: {seconds:6.1f} s, {result.seconds * 1e3:.2f} ms with {list(result.opts)}"
+            )
+        tiny_run = tiny.get(name) if isinstance(tiny, dict) else None
+        if tiny_run is not None:
             start = time.perf_counter()
-            run_tg()
-            search = time.perf_counter() - start
-            beamed = median_seconds(run_tg, args.repeats)
-        peer = median_seconds(lambda a=a, b=b, op=op: op(a, b), args.repeats)
-        print(
-            f"{name:12s} search {search:6.1f} s | heuristics {heuristic * 1e3:8.2f} ms ({peer / heuristic:.2f}x numpy)"
-        )
-        print(f"{'':12s} BEAM {beamed * 1e3:8.2f} ms ({peer / beamed:.2f}x numpy) | numpy {peer * 1e3:8.2f} ms")
+            tiny_run()
+            searched = time.perf_counter() - start
+            print(f"{name:12s} tinygrad BEAM={args.tinygrad_beam} warm-up (its search) {searched:.1f} s")
+        runs = [heuristic, beamed, peers[name], torch_runs.get(name), tiny_run]
+        h, b, numpy_time, torch_time, tiny_time = alternating_medians(runs, args.repeats)
+        line = f"{name:12s} heuristics {h * 1e3:8.2f} ms | BEAM {b * 1e3:8.2f} ms | numpy {numpy_time * 1e3:8.2f} ms"
+        line += f" | BEAM {numpy_time / b:.2f}x numpy (heuristics {numpy_time / h:.2f}x)"
+        if torch_time == torch_time:  # not NaN
+            line += f" | torch {torch_time * 1e3:.2f} ms: BEAM {torch_time / b:.2f}x torch"
+        if tiny_time == tiny_time:
+            line += f" | tinygrad BEAM={args.tinygrad_beam} {tiny_time * 1e3:.2f} ms"
+        print(line, flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
 if __name__ == "__main__":

@@ -50,8 +50,13 @@ def matmul_case(n: int, k: int, m: int) -> tuple[UOp, np.ndarray, np.ndarray]:
     [
         (Opt(OptOps.BLOCK, 0, 53),),
         (Opt(OptOps.BLOCK, 0, 2), Opt(OptOps.PADTO, 1, 8), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UNROLL, 0, 2)),
-        (Opt(OptOps.PADTO, 2, 8), Opt(OptOps.BLOCK, 0, 8), Opt(OptOps.PADTO, 0, 4), Opt(OptOps.UPCAST, 0, 4),
-         Opt(OptOps.UNROLL, 0, 4)),
+        (
+            Opt(OptOps.PADTO, 2, 8),
+            Opt(OptOps.BLOCK, 0, 8),
+            Opt(OptOps.PADTO, 0, 4),
+            Opt(OptOps.UPCAST, 0, 4),
+            Opt(OptOps.UNROLL, 0, 4),
+        ),
         (Opt(OptOps.SPLIT, 2, (2, AxisType.BLOCK_REDUCE)),),  # blocks of the low part: another fixed order
     ],
 )

@@ -3,6 +3,7 @@ and the minimum gain per round."""
 
 from __future__ import annotations
 
+import io
 import math
 import time
 
@@ -11,13 +12,13 @@ import pytest
 from tg.codegen.flags import Context
 from tg.codegen.opt.opts import Opt, OptOps
 from tg.codegen.opt.search import Candidate, SearchRound, beam_search
-from tg.codegen.pipeline import CodegenFlags, with_opts
+from tg.codegen.pipeline import CodegenFlags, kernel_to_program, with_opts
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.codegen.uop.ops import UOp
 from tg.hcq import Device
 from tg.hcq.engine import beam as engine_beam
-from tg.hcq.engine.programs import compile_program
-from tg.hcq.engine.timing import launch_within, scratch_buffers
+from tg.hcq.engine import beam_timer
+from tg.hcq.engine.beam_timer import CandidateTimer
 from tg.tensor import Tensor
 
 
@@ -26,65 +27,85 @@ def matmul_kernel(n: int) -> UOp:
     return next(item.ast for item in create_schedule((t.uop,)).items if isinstance(item, KernelCall))
 
 
-class ScriptedTimes:
-    """Stands in for the device: the first launch of the i-th program takes times[i]; precise timing says the same."""
+class FakeTimer:
+    """Stands in for the timing process: answers times[i] for the i-th candidate, remembers the best it was given."""
 
     def __init__(self, times: list[float]) -> None:
         self.times = times
-        self.deadlines: list[float] = []
-        self.precise_timings = 0
-        self.current = 0.0
+        self.bests: list[float] = []
 
-    def launch_within(self, program: object, buffers: object, seconds: float) -> float | None:
-        self.current = self.times[len(self.deadlines)]
-        self.deadlines.append(seconds)
-        return None if self.current > seconds else self.current
-
-    def time_program(self, program: object, buffers: object, repeats: int = 3) -> float:
-        self.precise_timings += repeats
-        return self.current
+    def time(self, source: object, binary: bytes, best: float) -> float:
+        self.bests.append(best)
+        return self.times[len(self.bests) - 1]
 
 
-def test_a_candidate_slower_than_3x_the_best_is_dropped_and_not_timed_further(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    script = ScriptedTimes([0.010, 0.020, 0.070, 0.040, 0.008])
-    monkeypatch.setattr(engine_beam, "launch_within", script.launch_within)
-    monkeypatch.setattr(engine_beam, "time_program", script.time_program)
+def test_the_cost_passes_the_best_so_far_and_drops_programs_already_timed() -> None:
+    timer = FakeTimer([0.010, 0.020, math.inf, 0.008])
     ast = matmul_kernel(16)
-    cost = engine_beam.device_cost(ast, "CPU", CodegenFlags())
-    opts = [(), *((Opt(OptOps.UPCAST, axis, amount),) for axis in (0, 1) for amount in (2, 4))]
+    cost = engine_beam.device_cost(ast, "CPU", CodegenFlags(), timer)  # type: ignore[arg-type]
+    opts = [(), (Opt(OptOps.UPCAST, 0, 2),), (Opt(OptOps.UPCAST, 0, 2),), (Opt(OptOps.UPCAST, 0, 4),),
+            (Opt(OptOps.UPCAST, 1, 4),)]  # fmt: skip
     results = cost([Candidate(with_opts(ast, o), o) for o in opts])
-    # 0.070 ran past its deadline; 0.040 finished within it but was timed at more than 3x the best (0.010)
-    assert results == [0.010, 0.020, math.inf, math.inf, 0.008]
-    # the first launch waits BEAM_RUN_TIMEOUT_SEC before anything was timed, then 3x the best so far (>= 50 ms)
-    assert script.deadlines == [10.0, 0.05, 0.05, 0.05, 0.05]
-    assert script.precise_timings == 3 + 3 + 0 + 1 + 3  # a dropped candidate is not timed further
+    assert results == [0.010, 0.020, math.inf, math.inf, 0.008]  # the repeated opt list was never run
+    assert timer.bests == [math.inf, 0.010, 0.010, 0.010]
 
 
-def test_a_candidate_that_renders_an_already_timed_program_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    script = ScriptedTimes([0.010, 0.010])
-    monkeypatch.setattr(engine_beam, "launch_within", script.launch_within)
-    monkeypatch.setattr(engine_beam, "time_program", script.time_program)
-    ast = matmul_kernel(16)
-    cost = engine_beam.device_cost(ast, "CPU", CodegenFlags())
-    same = (Opt(OptOps.UPCAST, 0, 4),)
-    assert cost([Candidate(ast, same), Candidate(ast, same)]) == [0.010, math.inf]
-    assert len(script.deadlines) == 1  # the duplicate never ran
+def serve(requests: list[tuple[float, float]], monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], list[int]]:
+    """Run the timing child's loop in this process on scripted launch times: requests are (launch time, best)."""
+    launches: list[int] = []
+    current = iter([t for t, _ in requests])
+    now = 0.0
+
+    def fake_time_program(program: object, buffers: object, repeats: int = 3) -> float:
+        nonlocal now
+        if not launches or launches[-1] == -1:
+            now = next(current)
+        launches.append(repeats)
+        return now
+
+    monkeypatch.setattr("tg.hcq.engine.timing.time_program", fake_time_program)
+    device = Device["CPU"]
+    ast = matmul_kernel(8)
+    source = engine_beam._compile_candidate("CPU", ast, CodegenFlags())
+    inbox = io.BytesIO()
+    beam_timer._send(inbox, (ast, "CPU"))
+    for _, best in requests:
+        beam_timer._send(inbox, (source[0].name, source[1], source[0].global_size, best))
+    inbox.seek(0)
+    outbox = io.BytesIO()
+    original_runtime = device.runtime
+
+    def runtime(name: str, binary: bytes) -> object:
+        launches.append(-1)  # a new candidate
+        return original_runtime(name, binary)
+
+    monkeypatch.setattr(device, "runtime", runtime)
+    beam_timer._serve(inbox, outbox)
+    outbox.seek(0)
+    assert beam_timer._receive(outbox) == "ready"
+    return [beam_timer._receive(outbox) for _ in requests], launches
 
 
-def test_a_long_launch_is_not_waited_for_past_its_deadline() -> None:
-    with Context(NOOPT=1):
-        ast = matmul_kernel(512)
-        program = compile_program("CPU", ast, CodegenFlags(noopt=True))
-    buffers = scratch_buffers(ast, "CPU")
-    whole = launch_within(program, buffers, 60.0)
-    assert whole is not None and whole > 0.1, "the kernel must be slow for this test to mean anything"
-    start = time.perf_counter()
-    assert launch_within(program, buffers, 0.01) is None
-    assert time.perf_counter() - start < whole / 2
-    Device["CPU"].synchronize()  # the launch still finishes; the device stays usable
-    assert launch_within(program, buffers, 60.0) is not None
+def test_the_child_stops_timing_a_candidate_slower_than_3x_the_best(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers, launches = serve([(0.010, math.inf), (0.040, 0.010), (0.025, 0.010)], monkeypatch)
+    assert answers == [0.010, math.inf, 0.025]
+    assert launches == [-1, 1, 2, -1, 1, -1, 1, 2]  # the slow one: one timed launch, not three
+
+
+def test_a_candidate_running_past_its_deadline_is_killed_not_waited_for() -> None:
+    ast = matmul_kernel(768)
+    source = kernel_to_program(ast, Device["CPU"].renderer, CodegenFlags(noopt=True))
+    binary = Device["CPU"].compiler.compile(source.src)
+    timer = CandidateTimer(ast, "CPU")
+    try:
+        whole = timer.time(source, binary, math.inf)
+        assert 2 * beam_timer.MIN_DEADLINE_SEC < whole < math.inf, "the kernel must be slow for this test to mean much"
+        start = time.perf_counter()
+        assert timer.time(source, binary, 1e-4) == math.inf  # waited MIN_DEADLINE_SEC, then killed
+        assert time.perf_counter() - start < whole and timer.killed == 1
+        assert timer.time(source, binary, math.inf) < math.inf  # a fresh child times the next candidate
+    finally:
+        timer.close()
 
 
 def test_a_compile_over_the_timeout_is_dropped_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from tg.codegen.flags import Context
 from tg.codegen.opt.optimizer import KernelOptimizer
-from tg.codegen.opt.opts import KernelOptError, OptOps
+from tg.codegen.opt.opts import KernelOptError, Opt, OptOps
 from tg.codegen.opt.search import ACTIONS, Candidate, _base_kernel, beam_search, kernel_actions
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.codegen.uop.ops import UOp
@@ -107,3 +107,19 @@ def test_cached_opts_keep_split_axis_types() -> None:
 
     opts = (Opt(OptOps.SPLIT, 0, (4, AxisType.UPCAST)), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.SWAP, 0, 1))
     assert engine_beam._decode_opts(engine_beam._encode_opts(opts)) == opts
+
+
+def test_the_result_is_never_slower_than_a_seed() -> None:
+    """Every opt list except the seed's costs more than the seed: the search returns the seed, having tried the
+    rounds anyway, and the kernel as it is (cost 5) loses too."""
+    seed_opts = (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4))
+    tried: list[tuple] = []
+
+    def cost(candidates: list[Candidate]) -> list[float]:
+        tried.extend(c.opts for c in candidates)
+        return [1.0 if c.opts == seed_opts else 5.0 + len(c.opts) for c in candidates]
+
+    opts, best = beam_search(matmul_kernel(), width=2, cost=cost, seeds=[seed_opts])
+    assert opts == seed_opts and best == 1.0
+    assert tried[0] == seed_opts and tried[1] == ()  # the seed is timed first, then the kernel as it is
+    assert any(len(o) == 3 and o[:2] == seed_opts for o in tried)  # and the search went on from the seed

@@ -36,6 +36,7 @@ AXIS_POSITION = {
 }  # fmt: skip
 OUTPUT_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
 REDUCE_TYPES = (AxisType.REDUCE, AxisType.GROUP_REDUCE)
+SPLIT_TYPES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE)
 MAX_UPCAST = 16  # one opt upcasts at most this many lanes (several opts may stack)
 MAX_UNROLL = 32
 MAX_REGISTER_LANES = 256  # accumulators per reduction: product of the upcast axes it depends on
@@ -221,7 +222,13 @@ class KernelOptimizer:
             raise KernelOptError(f"unroll by {amount} is more than {MAX_UNROLL}")
         if new_type is AxisType.UPCAST and self.has_nested_reductions():
             raise KernelOptError("upcast in a kernel with nested reductions is not supported by the lowering")
-        if new_type not in (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE):
+        if new_type not in (
+            AxisType.UPCAST,
+            AxisType.UNROLL,
+            AxisType.LOCAL,
+            AxisType.GROUP_REDUCE,
+            AxisType.BLOCK_REDUCE,
+        ):
             raise KernelOptError(f"cannot split into a {new_type.name} axis")
 
     def _check_core_group(self, amount: int) -> None:

@@ -3,11 +3,11 @@
     result = search_opts(ast, "CPU", width=4)     # BeamResult(opts, seconds, cached)
 
 Candidates compile on `BEAM_WORKERS` threads, each driving its own compiler process (source from the one
-pipeline function, binary from the device's compiler), then run here on scratch buffers made from the kernel's
-PARAMs, so a search never touches a program's real inputs. A candidate is dropped (cost inf) when it fails to
-compile, takes longer than BEAM_TIMEOUT_SEC to compile (not waited for), renders the same source as one already
-timed, or runs longer than 3x the best so far: its first launch is waited for only that long (BEAM_RUN_TIMEOUT_SEC
-before anything was timed), and only a candidate within 3x of the best is timed twice more.
+pipeline function, binary from the device's compiler), then run on scratch buffers made from the kernel's
+PARAMs in a child process (tg.hcq.engine.beam_timer), so a search never touches a program's real inputs. A
+candidate is dropped (cost inf) when it fails to compile, takes longer than BEAM_TIMEOUT_SEC to compile (not waited
+for), renders the same source as one already timed, or is slower than 3x the best so far: only a candidate within
+3x of the best is timed twice more, and one that runs past that deadline is killed with its child process.
 
 Winners are kept in an sqlite table in the cache directory, keyed by (kernel key, width, device, renderer,
 compiler identity: binary, version, flags, CPU model). A hit replays the opts with no timing;
@@ -34,15 +34,12 @@ from tg.codegen.pipeline import CodegenFlags, ProgramSource, for_renderer, kerne
 from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
-from tg.hcq.engine.programs import CompiledProgram, renderer_for
-from tg.hcq.buffer import Buffer
-from tg.hcq.engine.timing import launch_within, scratch_buffers, time_program
-from tg.hcq.flags import BEAM_RUN_TIMEOUT_SEC, BEAM_TIMEOUT_SEC, BEAM_WORKERS
+from tg.hcq.engine.beam_timer import CandidateTimer
+from tg.hcq.engine.programs import renderer_for
+from tg.hcq.flags import BEAM_TIMEOUT_SEC, BEAM_WORKERS
 
 BEAM_SCHEMA = 1
 TABLE = f"beam_v{BEAM_SCHEMA}"
-EARLY_STOP_FACTOR = 3.0  # a candidate slower than this times the best so far is dropped
-MIN_DEADLINE_SEC = 0.05  # a first launch is never cut off sooner (its wall time includes launch overhead and load)
 
 
 class BeamCacheError(Exception):
@@ -232,30 +229,11 @@ def _compile_or_none(
         return None
 
 
-def run_deadline(best: float) -> float:
-    """Seconds a candidate's first launch may take: EARLY_STOP_FACTOR x the best so far (at least
-    MIN_DEADLINE_SEC, so that launch overhead never decides), or BEAM_RUN_TIMEOUT_SEC before anything was timed."""
-    if math.isinf(best):
-        return float(BEAM_RUN_TIMEOUT_SEC.value)
-    return max(EARLY_STOP_FACTOR * best, MIN_DEADLINE_SEC)
-
-
-def time_candidate(program: CompiledProgram, buffers: list[Buffer], best: float) -> float:
-    """Seconds per launch of a candidate, or inf when it is dropped: its first launch (wall time, a warm-up) did
-    not finish within `run_deadline(best)`, or its first timed launch was slower than EARLY_STOP_FACTOR x `best`
-    (then it is not timed further)."""
-    if launch_within(program, buffers, run_deadline(best)) is None:
-        return math.inf
-    seconds = time_program(program, buffers, repeats=1)  # the device's own time: no launch overhead, no load
-    if seconds > EARLY_STOP_FACTOR * best:
-        return math.inf
-    return min(seconds, time_program(program, buffers, repeats=2))
-
-
-def device_cost(original: UOp, device_name: str, flags: CodegenFlags) -> Callable[[list[Candidate]], list[float]]:
-    """The cost function BEAM uses on a device: seconds per launch on scratch buffers (inf: dropped). A program
+def device_cost(
+    original: UOp, device_name: str, flags: CodegenFlags, timer: CandidateTimer
+) -> Callable[[list[Candidate]], list[float]]:
+    """The cost function BEAM uses on a device: seconds per launch, timed by `timer` (inf: dropped). A program
     whose source equals one already timed is dropped too (another opt list that renders the same kernel)."""
-    buffers = scratch_buffers(original, device_name)
     best = math.inf
     seen: set[str] = set()
 
@@ -269,8 +247,7 @@ def device_cost(original: UOp, device_name: str, flags: CodegenFlags) -> Callabl
                 continue
             source, binary = compiled
             seen.add(source.src)
-            program = CompiledProgram(device_name, source, Device[device_name].runtime(source.name, binary))
-            seconds = time_candidate(program, buffers, best)
+            seconds = timer.time(source, binary, best)
             best = min(best, seconds)
             results.append(seconds)
         return results
@@ -307,11 +284,14 @@ def search_opts(
         if hit is not None:
             return hit
     flags = for_renderer(CodegenFlags.from_environment() if flags is None else flags, renderer_for(Device[device_name]))
-    cost = device_cost(ast, device_name, flags)
-    opts, seconds = beam_search(
-        ast, width, cost, on_round=on_round, has_local=flags.has_local, core_groups=flags.core_groups,
-        seeds=_heuristic_seeds(ast, flags),
-    )  # fmt: skip
+    timer = CandidateTimer(ast, device_name)
+    try:
+        opts, seconds = beam_search(
+            ast, width, device_cost(ast, device_name, flags, timer), on_round=on_round, has_local=flags.has_local,
+            core_groups=flags.core_groups, seeds=_heuristic_seeds(ast, flags),
+        )  # fmt: skip
+    finally:
+        timer.close()
     result = BeamResult(opts, seconds, cached=False)
     store_opts(ast, device_name, width, result)
     return result

@@ -20,7 +20,6 @@ from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq.buffer import Buffer
 from tg.hcq.device import Device
 from tg.hcq.engine.programs import CompiledProgram, compile_program
-from tg.hcq.signal import sleep_until
 
 
 @dataclass(frozen=True)
@@ -52,30 +51,6 @@ def time_program(program: CompiledProgram, buffers: list[Buffer], repeats: int =
         reported = program.program(*raw, global_size=program.source.global_size, wait=True)
         times.append(time.perf_counter() - start if reported is None else reported)
     return min(times)
-
-
-def launch_within(program: CompiledProgram, buffers: list[Buffer], seconds: float) -> float | None:
-    """Launch `program` once and wait for it at most `seconds`: its wall time, or None when it had not finished
-    by then. A kernel running on CPU threads cannot be stopped, so after a None the device is left to finish it
-    (the caller drops the candidate; the next launch queues behind it)."""
-    device = Device[program.device]
-    if not hasattr(device, "timeline_signal"):  # a device without HCQ signals: launches block, no deadline
-        start = time.perf_counter()
-        program.program(*[b.raw for b in buffers], global_size=program.source.global_size, wait=True)
-        return time.perf_counter() - start
-    device.synchronize()
-    raw = [b.raw for b in buffers]
-    start = time.perf_counter()
-    program.program(*raw, global_size=program.source.global_size, wait=False)
-    done = device.timeline_value - 1
-    while device.timeline_signal.value < done:
-        left = seconds - (time.perf_counter() - start)
-        if left <= 0:
-            return None
-        sleep_until(lambda: device.timeline_signal.value >= done, left)
-    elapsed = time.perf_counter() - start
-    device.synchronize()  # raises what the kernel raised, if anything
-    return elapsed
 
 
 def time_kernel(

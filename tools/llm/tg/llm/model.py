@@ -116,6 +116,15 @@ def kv_window(start_pos: int, max_context: int) -> int:
     return min(max_context, window)
 
 
+def write_cache_rows(cache: Tensor, rows: memoryview, start_pos: int) -> None:
+    """Copy `rows`, the bytes of whole cache rows `(count, 2, kv_heads, head_dim)`, into the realized KV cache
+    `cache` `(max_context, 2, kv_heads, head_dim)` from position start_pos on (position-major: one contiguous run)."""
+    itemsize = cache.dtype.itemsize
+    target = buffer_of(whole_buffer(cache.uop))
+    offset = start_pos * math.prod(cache.shape[1:]) * itemsize
+    target.view(rows.nbytes // itemsize, cache.dtype, offset).copyin(rows)
+
+
 def release_cached_memory(device: str) -> None:
     """Give the memory of freed buffers back to the system: the allocator keeps freed blocks for reuse, and
     glibc keeps freed heap pages. After a prefill chunk those are its float scratch weights (tens of MB, see
@@ -227,10 +236,7 @@ class Transformer:
     def _store(self, new_kv: list[Tensor], start_pos: int) -> None:
         """Copy each block's new keys and values `(count, 2, kv_heads, head_dim)` into its cache at start_pos."""
         for cache, values in zip(self.caches, new_kv, strict=True):
-            data, itemsize = values.data(), cache.dtype.itemsize
-            target = buffer_of(whole_buffer(cache.uop))
-            offset = start_pos * math.prod(cache.shape[1:]) * itemsize
-            target.view(data.nbytes // itemsize, cache.dtype, offset).copyin(data)
+            write_cache_rows(cache, values.data(), start_pos)
 
     def _step(self, window: int, cos: Tensor, sin: Tensor, mask: Tensor, *token_rows: Tensor) -> list[Tensor]:
         """[logits of the last token, then each block's new keys and values]: the function TinyJit captures."""
@@ -256,6 +262,16 @@ class Transformer:
     ) -> tuple[Tensor, Tensor]:
         """(attention output, the new keys and values `(T, 2, kv_heads, head_dim)`); `cached` is the KV window
         `(window, 2, kv_heads, head_dim)` and `mask` `(T, window + T)` says which keys each query sees."""
+        q, k, v = self.rotated_qkv(block, x, cos, sin)
+        # (T, 2, kv_heads, head_dim), in a buffer: fused into the attention, the keys' RoPE was recomputed (gated
+        # by the concat) for every cached position and head, which made the scores kernel 20x slower
+        new_kv = stack([k, v], dim=1).contiguous()
+        all_kv = new_kv if cached.shape[0] == 0 else concat([cached, new_kv], dim=0)
+        return linear(attend(q, all_kv, mask, self.config.n_kv_heads), block.output), new_kv
+
+    def rotated_qkv(self, block: Block, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The queries `(T, heads, head_dim)`, keys and values `(T, kv_heads, head_dim)` of the rows of x: projected,
+        q/k-normed where the model has those norms, and rotated by the RoPE rows cos, sin `(T, 1, rope_dim / 2)`."""
         config, count = self.config, x.shape[0]
         q, k, v = self._qkv(block, x)
         if block.q_norm is not None and block.q_norm.shape[-1] != config.head_dim:  # olmoe: over the projection
@@ -267,11 +283,7 @@ class Transformer:
             q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
         q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)
         k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
-        # (T, 2, kv_heads, head_dim), in a buffer: fused into the attention, the keys' RoPE was recomputed (gated
-        # by the concat) for every cached position and head, which made the scores kernel 20x slower
-        new_kv = stack([k, v], dim=1).contiguous()
-        all_kv = new_kv if cached.shape[0] == 0 else concat([cached, new_kv], dim=0)
-        return linear(attend(q, all_kv, mask, config.n_kv_heads), block.output), new_kv
+        return q, k, v
 
     def _qkv(self, block: Block, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         if block.qkv is None:

@@ -15,9 +15,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tg.llm.generate import common_prefix
-from tg.llm.model import Block, ContextOverflowError, Transformer, apply_rope, rms_norm, rope_tables
+from tg.llm.model import (
+    Block,
+    ContextOverflowError,
+    Transformer,
+    attend,
+    release_cached_memory,
+    rms_norm,
+    write_cache_rows,
+)
 from tg.llm.ops import concat, stack
-from tg.llm.weights import linear
+from tg.llm.weights import SCRATCH_MATMUL_ROWS, linear
 from tg.tensor import Tensor
 
 CHUNK_SIZES = (8, 32)  # a prefill chunk is padded up to one of these: few shapes, so few kernels to compile
@@ -88,47 +96,45 @@ class ModelRunner:
 def forward_feeds(model: Transformer, feeds: list[Feed]) -> np.ndarray:
     """Run every feed's tokens in one forward: logits `(len(feeds), vocab)` after each feed's last token.
 
-    Mirrors `Transformer.forward`, with the rows of all feeds stacked for the matmuls and attention done per feed
-    against its own cache. No shape depends on a position: a feed's keys and values are placed into its cache by a
-    one-hot matrix and selected in over the whole cache, and attention covers the whole cache under a mask. So
-    steps with the same row counts reuse their compiled kernels and schedule; slicing the cache at the position
-    would compile new kernels at every new position. The price is a read and a write of each cache per step,
-    small next to reading the weights for contexts up to a few thousand tokens.
+    Mirrors `Transformer._step`, with the rows of all feeds stacked for the projections and feed-forward, and
+    attention done per feed over its own cache followed by its new keys and values (`attend` under a mask: the
+    cached positions before the feed's start, then causal among the new rows). No shape depends on a position:
+    attention covers the whole cache, so steps with the same row counts reuse their compiled kernels and schedule
+    (slicing the cache at the position would compile new kernels at every position); the price is reading the
+    whole cache, small next to reading the weights for contexts up to a few thousand tokens. After the forward,
+    each feed's real (unpadded) keys and values are copied into its cache.
     """
     config, context = model.config, model.max_context
-    keys = np.arange(context)
-    tokens, positions, layouts = [], [], []
+    tokens, positions, masks = [], [], []
     for feed in feeds:
-        count = len(feed.tokens)
-        tokens += feed.tokens + [0] * (feed.rows - count)
-        rows = feed.start + np.arange(feed.rows)
-        positions.append(rows)
-        placement = np.zeros((context, feed.rows), dtype=np.float32)
-        placement[rows[:count], np.arange(count)] = 1.0
-        in_feed = (keys >= feed.start) & (keys < feed.start + count)
-        layouts.append(
-            (
-                Tensor(placement.reshape(1, 1, context, feed.rows)),
-                Tensor(in_feed.reshape(1, 1, context, 1)),
-                Tensor(keys[None, :] <= rows[:, None]),  # causal: row i sees keys up to its own position
-            )
-        )
-    cos, sin = rope_tables(np.concatenate(positions), config.rope_dim, config.rope_theta)
-    x = model.embed(tokens)
+        tokens += feed.tokens + [0] * (feed.rows - len(feed.tokens))
+        # padding rows may run past the context; their RoPE rows are never used by a real row, any will do
+        positions.append(np.minimum(feed.start + np.arange(feed.rows), context - 1))
+        cached_visible = np.broadcast_to(np.arange(context)[None, :] < feed.start, (feed.rows, context))
+        masks.append(Tensor(np.concatenate([cached_visible, np.tri(feed.rows, dtype=bool)], axis=1)))
+    rope_rows = np.concatenate(positions)
+    cos, sin = Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])
+    x = model.embedding_table.decode(model.embedding_table.inputs(tokens))
+    new_kvs = []
     for index, block in enumerate(model.blocks):
         normed = rms_norm(x, block.attn_norm, config.norm_eps)
         caches = [feed.caches[index] for feed in feeds]
-        attended, writes = attention(model, block, feeds, caches, layouts, normed, cos, sin)
+        attended, new_kv = attention(model, block, feeds, caches, masks, normed, cos, sin)
         h = x + attended
         x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
-        x = x.contiguous().realize(*writes)
+        x = x.contiguous()  # one realize per block, as in Transformer._step: small graphs, one shared schedule
+        Tensor.realize(x, new_kv)
+        new_kvs.append(new_kv)
     lasts, offset = [], 0
     for feed in feeds:  # each feed's last real row
         lasts.append(x[offset + len(feed.tokens) - 1 : offset + len(feed.tokens)])
         offset += feed.rows
-    last = concat(lasts, dim=0)
-    out = rms_norm(last, model.output_norm, config.norm_eps)
-    return linear(out, model.output).reshape(len(feeds), -1).realize().numpy()
+    out = rms_norm(concat(lasts, dim=0), model.output_norm, config.norm_eps)
+    logits = linear(out, model.output).reshape(len(feeds), -1).realize().numpy()
+    store(feeds, new_kvs)
+    if offset >= SCRATCH_MATMUL_ROWS:  # a prefill chunk's float scratch weights (see Transformer.forward)
+        release_cached_memory(model.caches[0].device)
+    return logits
 
 
 def attention(
@@ -136,31 +142,32 @@ def attention(
     block: Block,
     feeds: list[Feed],
     caches: list[Tensor],
-    layouts: list[tuple[Tensor, Tensor, Tensor]],
+    masks: list[Tensor],
     x: Tensor,
     cos: Tensor,
     sin: Tensor,
-) -> tuple[Tensor, list[Tensor]]:
-    """Projections for all rows at once; each feed writes its keys and values into its cache and attends over it."""
-    config, count = model.config, x.shape[0]
-    heads, kv_heads, head_dim = config.n_heads, config.n_kv_heads, config.head_dim
-    q, k, v = linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
-    if block.q_norm is not None and block.q_norm.shape[-1] != head_dim:  # olmoe: over the projection
-        q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
-    q = q.reshape(count, heads, head_dim)
-    k, v = k.reshape(count, kv_heads, head_dim), v.reshape(count, kv_heads, head_dim)
-    if block.q_norm is not None and block.q_norm.shape[-1] == head_dim:  # qwen3: per head
-        q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
-    q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)
-    k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
-    outputs, writes, first = [], [], 0
-    for feed, cache, (placement, in_feed, visible) in zip(feeds, caches, layouts, strict=True):
+) -> tuple[Tensor, Tensor]:
+    """(attention output, the new keys and values `(rows, 2, kv_heads, head_dim)` of all feeds): projections for
+    all rows at once, then each feed's queries attend over its cache and its own new keys and values."""
+    q, k, v = model.rotated_qkv(block, x, cos, sin)
+    new_kv = stack([k, v], dim=1).contiguous()  # a buffer, as in Transformer._attention
+    outputs, first = [], 0
+    for feed, cache, mask in zip(feeds, caches, masks, strict=True):
         rows = slice(first, first + feed.rows)
         first += feed.rows
-        new_kv = stack([k[rows].transpose(0, 1), v[rows].transpose(0, 1)], dim=0)  # (2, kv_heads, rows, head_dim)
-        updated = in_feed.where(placement.matmul(new_kv), cache)  # (2, kv_heads, context, head_dim)
-        writes.append(cache.assign(updated))
-        query = q[rows].transpose(0, 1)  # (heads, rows, head_dim)
-        out = query.scaled_dot_product_attention(updated[0], updated[1], attn_mask=visible, enable_gqa=True)
-        outputs.append(out.transpose(0, 1).reshape(feed.rows, heads * head_dim))
-    return linear(concat(outputs, dim=0), block.output), writes
+        keys_values = concat([cache, new_kv[rows]], dim=0)  # (context + rows, 2, kv_heads, head_dim)
+        outputs.append(attend(q[rows], keys_values, mask, model.config.n_kv_heads))
+    return linear(concat(outputs, dim=0), block.output), new_kv
+
+
+def store(feeds: list[Feed], new_kvs: list[Tensor]) -> None:
+    """Copy each feed's real rows of every block's new keys and values into its cache at its start position (the
+    padding rows are dropped)."""
+    for index, new_kv in enumerate(new_kvs):
+        data = new_kv.data().cast("B")
+        row_bytes = data.nbytes // new_kv.shape[0]
+        first = 0
+        for feed in feeds:
+            rows = data[first * row_bytes : (first + len(feed.tokens)) * row_bytes]
+            write_cache_rows(feed.caches[index], rows, feed.start)
+            first += feed.rows

@@ -196,9 +196,13 @@ def test_logprobs_are_the_model_distribution(client, reference: Session) -> None
     assert len(entries) == 3 and all(len(entry.top_logprobs) == 5 for entry in entries)
     first = entries[0]
     best = int(np.argmax(logits))
-    assert first.logprob == pytest.approx(log_softmax[best], abs=1e-6)
+    # float32 logits from other kernels: the server runs the prompt as a chunk padded to 32 rows attending over the
+    # whole cache under a mask, the Generator as its own rows over their keys only; sums run in another order, so
+    # logits near 18 differ by ~4e-6 (a few float32 ulps), and so do the logprobs
+    tolerance = 2e-5
+    assert first.logprob == pytest.approx(log_softmax[best], abs=tolerance)
     assert first.top_logprobs[0].token == first.token  # greedy picked the most likely
-    assert [t.logprob for t in first.top_logprobs] == pytest.approx(sorted(log_softmax)[::-1][:5], abs=1e-6)
+    assert [t.logprob for t in first.top_logprobs] == pytest.approx(sorted(log_softmax)[::-1][:5], abs=tolerance)
     assert bytes(first.bytes) == reference.tokenizer.token_bytes(best)
     legacy = client.completions.create(model=MODEL, prompt="hi", max_tokens=3, temperature=0, logprobs=2)
     assert len(legacy.choices[0].logprobs.tokens) == 3

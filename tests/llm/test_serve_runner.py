@@ -21,10 +21,17 @@ NEXT = [[11, 12], [13, 14], [15, 16]]  # fed in two batched steps
 
 
 @pytest.mark.parametrize(
-    "arch", ["llama", pytest.param("qwen3", marks=pytest.mark.slow), pytest.param("olmoe", marks=pytest.mark.slow)]
+    ("arch", "weight_type"),
+    [
+        ("llama", "F32"),
+        ("llama", "Q4_0"),  # quantized token rows (EmbeddingTable) and the half-block matvec of weights.linear
+        pytest.param("qwen2", "F32", marks=pytest.mark.slow),  # q/k/v biases on the stacked attn_qkv
+        pytest.param("qwen3", "F32", marks=pytest.mark.slow),
+        pytest.param("olmoe", "F32", marks=pytest.mark.slow),
+    ],
 )
-def test_batched_decode_matches_the_reference(tmp_path: Path, arch: str) -> None:
-    path = write_model(tmp_path / f"{arch}.gguf", arch, "F32", seed=1)
+def test_batched_decode_matches_the_reference(tmp_path: Path, arch: str, weight_type: str) -> None:
+    path = write_model(tmp_path / f"{arch}.gguf", arch, weight_type, seed=1)
     metadata, weights = reference.load(path)
     model, _ = load_model(path, max_context=32)
     runner = ModelRunner(model, len(SEQUENCES))
@@ -64,3 +71,23 @@ def test_long_prefill_in_padded_chunks_matches_the_reference(tmp_path: Path) -> 
     (after,) = runner.decode([(runner.slots[0], 5)])
     expected = reference.forward(metadata, weights, tokens + [5])[-1]
     np.testing.assert_allclose(after, expected, atol=2e-3 * np.abs(expected).max())
+
+
+def test_a_reused_slot_never_sees_its_previous_conversation(tmp_path: Path) -> None:
+    """A slot that held a longer, unrelated sequence: the new one overwrites only its own positions, and the stale
+    keys and values after them must stay invisible, in prefill and in a batched decode beside another slot."""
+    path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
+    metadata, weights = reference.load(path)
+    model, _ = load_model(path, max_context=32)
+    runner = ModelRunner(model, 2)
+    reused, other = runner.slots
+    runner.prefill(reused, [(11 * i + 5) % 250 for i in range(20)])
+    runner.prefill(other, [3, 1, 4, 1, 5])
+    logits = runner.prefill(reused, [42, 43, 44])
+    expected = reference.forward(metadata, weights, [42, 43, 44])[-1]
+    np.testing.assert_allclose(logits, expected, atol=2e-3 * np.abs(expected).max())
+    first, second = runner.decode([(reused, 45), (other, 9)])
+    expected = reference.forward(metadata, weights, [42, 43, 44, 45])[-1]
+    np.testing.assert_allclose(first, expected, atol=2e-3 * np.abs(expected).max())
+    expected = reference.forward(metadata, weights, [3, 1, 4, 1, 5, 9])[-1]
+    np.testing.assert_allclose(second, expected, atol=2e-3 * np.abs(expected).max())

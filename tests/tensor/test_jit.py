@@ -233,7 +233,8 @@ def test_a_launch_size_that_depends_on_a_variable_is_resolved_per_replay() -> No
     assert len(sizes[1]) == 1 and sizes[1][0][0] == 1  # one element: one call whatever the core count
     from tg.codegen.render.c import CALLS_PER_CORE
 
-    assert sizes[rows][0][0] == CALLS_PER_CORE * Device["CPU"].cores.count  # all of them: a few calls per core
+    cores = Device["CPU"].cores.count
+    assert cores <= sizes[rows][0][0] <= CALLS_PER_CORE * cores  # all of them: one to a few calls per core
 
 
 @pytest.mark.parametrize(

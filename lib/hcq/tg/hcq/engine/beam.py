@@ -24,7 +24,7 @@ import sqlite3
 import statistics
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,6 +208,7 @@ def _compile_all(device_name: str, asts: list[UOp], flags: CodegenFlags) -> list
     limit = float(BEAM_TIMEOUT_SEC.value)
     pending = dict(zip(futures, range(len(futures)), strict=True))
     last_progress = time.monotonic()
+    dropped: set[Future[tuple[ProgramSource, bytes] | None]] = set()
     while pending:
         done, _ = wait(pending, timeout=min(limit, 0.5), return_when=FIRST_COMPLETED)
         now = time.monotonic()
@@ -217,8 +218,9 @@ def _compile_all(device_name: str, asts: list[UOp], flags: CodegenFlags) -> list
         for future, index in list(pending.items()):
             overdue = index in started and now - started[index] > limit
             if overdue or now - last_progress > limit:  # stuck, or waiting behind workers that are stuck
-                del pending[future]  # dropped: its result is never read
-    return [f.result() if f.done() else None for f in futures]
+                del pending[future]
+                dropped.add(future)  # its result is never read, even if it comes later
+    return [None if f in dropped else f.result() for f in futures]
 
 
 def _compile_or_none(

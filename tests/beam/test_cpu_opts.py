@@ -143,3 +143,20 @@ def test_grouped_dot_products_match_numpy() -> None:
     ast = first_kernel((Tensor.empty(3, x.shape[1]) * Tensor.empty(3, x.shape[1])).sum(axis=1))
     got = run(ast, (Opt(OptOps.UPCAST, 0, 0), Opt(OptOps.GROUPTOP, 0, 4)), 3, x, y)
     np.testing.assert_allclose(got, (x * y).sum(1), rtol=1e-4, atol=1e-3)
+
+
+def test_block_runs_on_the_python_emulator_too() -> None:
+    """BLOCK is legal on every device: the emulator gives numpy's answer (its loops are the same program)."""
+    ast, a, b = matmul_case(5, 12, 7)
+    x, y = (b, a) if first_param_is_b(ast, 5, 12) else (a, b)
+    device = Device["PYTHON"]
+    source = kernel_to_program(with_opts(ast, (Opt(OptOps.BLOCK, 0, 4),)), device.renderer, CodegenFlags())
+    program = device.runtime(source.name, device.compiler.compile(source.src))
+    buffers = [Buffer("PYTHON", 35, dtypes.float32).ensure_allocated()]
+    for array in (x, y):
+        buf = Buffer("PYTHON", array.size, dtypes.float32).ensure_allocated()
+        buf.copyin(np.ascontiguousarray(array).tobytes())
+        buffers.append(buf)
+    program(*(buf.raw for buf in buffers), global_size=source.global_size, wait=True)
+    got = np.frombuffer(buffers[0].as_buffer(), np.float32).reshape(5, 7)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)

@@ -222,13 +222,7 @@ class KernelOptimizer:
             raise KernelOptError(f"unroll by {amount} is more than {MAX_UNROLL}")
         if new_type is AxisType.UPCAST and self.has_nested_reductions():
             raise KernelOptError("upcast in a kernel with nested reductions is not supported by the lowering")
-        if new_type not in (
-            AxisType.UPCAST,
-            AxisType.UNROLL,
-            AxisType.LOCAL,
-            AxisType.GROUP_REDUCE,
-            AxisType.BLOCK_REDUCE,
-        ):
+        if new_type not in SPLIT_TYPES:
             raise KernelOptError(f"cannot split into a {new_type.name} axis")
 
     def _check_core_group(self, amount: int) -> None:
@@ -241,6 +235,8 @@ class KernelOptimizer:
             raise KernelOptError("a GROUP across cores needs every output in register lanes (no output loop)")
         if len(self.reduceops) != 1 or self.axes_of(AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE):
             raise KernelOptError("a GROUP across cores needs one reduction and no other GROUP or BLOCK axis")
+        if self.reduceops[0].dtype.scalar() is dtypes.bfloat16:  # its partials would need bfloat16 rounding
+            raise KernelOptError("a GROUP across cores of a bfloat16 reduction is not supported")
         if amount > MAX_CORE_GROUPS:
             raise KernelOptError(f"a GROUP across cores of {amount} is more than {MAX_CORE_GROUPS} calls")
 

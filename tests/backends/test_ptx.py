@@ -100,7 +100,7 @@ def add_ops(k: KernelBuilder, dtype: DType) -> None:
         binary += [Ops.FDIV, Ops.POW]
         unary = list(FLOAT_UNARY)
     else:  # bool
-        binary = [Ops.AND, Ops.OR, Ops.XOR, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ]
+        binary = [Ops.AND, Ops.OR, Ops.XOR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ]
     for op in binary + unary:
         if dtype is dtypes.float64 and op in TRANSCENDENTAL:
             continue

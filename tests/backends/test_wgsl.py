@@ -133,3 +133,12 @@ def test_edge_case_table_on_wgsl(gpu, name, op, dtype, operands, expected) -> No
     arrays = [np.zeros(1, to_numpy(result_dtype(op, dtype)))] + [np.array([v], to_numpy(dtype)) for v in operands]
     got = run(gpu, WGSLRenderer().render(linear), arrays)[0][0].item()
     assert same(got, expected), (name, got, expected)
+
+
+def test_bool_max_is_an_or(gpu) -> None:  # noqa: ANN001
+    """Regression (found by naga on the tensor suite under NULL:WGSL): a max of bools (any-style reductions) was
+    rendered as `a > b`, which WGSL does not define on bools."""
+    linear = lower_kernel(edge_row_kernel(Ops.MAX, dtypes.bool, 2), CodegenFlags(noopt=True, has_local=True))
+    for a, b in ((False, False), (False, True), (True, False), (True, True)):
+        arrays = [np.zeros(1, np.bool_), np.array([a]), np.array([b])]
+        assert run(gpu, WGSLRenderer().render(linear), arrays)[0][0] == (a or b)

@@ -11,6 +11,7 @@ The semantics of the linear program itself are checked on the PYTHON emulator in
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -505,3 +506,55 @@ def test_gated_store_with_alu_writes_only_the_gated_in_threads(local_size: tuple
     expected = np.array([0, 1, 1, 1]) if len(ids) == 1 else np.array([0, 0, 0, 0, 0, 1, 1, 1])
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(run_emulator(linear, [np.zeros(size, np.int32)])[0], expected)
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+launches: list[str] = []  # the kernels the interpreter ran in the current test
+
+
+@pytest.fixture
+def null_ptx_runs_on_the_interpreter(monkeypatch) -> str:  # noqa: ANN001
+    """`NULL:PTX:sm_89` with real host memory whose programs run on the PTX interpreter: Tensor programs then go
+    through the whole pipeline (schedule, opts with LOCAL/GROUP, PTX) and compute values numpy can check."""
+    from tg.hcq.devices import null
+    from tg.hcq.memory import HCQBuffer
+
+    launches.clear()
+
+    def alloc(self, size: int, options: object) -> HCQBuffer:  # noqa: ANN001
+        return HCQBuffer(0, size, view=memoryview(bytearray(size)), owner=self.device)
+
+    def copyin(self, dest: HCQBuffer, src: memoryview) -> None:  # noqa: ANN001
+        dest.view[: len(src)] = src.cast("B")
+
+    def copyout(self, dest: memoryview, src: HCQBuffer) -> None:  # noqa: ANN001
+        dest.cast("B")[:] = src.view[: dest.nbytes]
+
+    def transfer(self, dest: HCQBuffer, src: HCQBuffer, size: int, src_dev: object, dest_dev: object) -> None:  # noqa: ANN001
+        dest.view[:size] = src.view[:size]
+
+    def run(self, bufs: tuple, call: object) -> float:  # noqa: ANN001
+        source = self.lib.decode()
+        local_size = tuple(int(n) for n in re.search(r"\.reqntid (\d+), (\d+), (\d+)", source).groups())
+        launch(source, [b.view for b in bufs], tuple(call.global_size), local_size)
+        launches.append(self.name)
+        return null.NULL_PROGRAM_SECONDS
+
+    for name, method in (("_alloc", alloc), ("_copyin", copyin), ("_copyout", copyout), ("_transfer", transfer)):
+        monkeypatch.setattr(null.NullAllocator, name, method)
+    monkeypatch.setattr(null.NullProgram, "run", run)
+    monkeypatch.setattr(null, "null_compiler", lambda renderer, arch: null.SourceOnlyCompiler())  # PTX text
+    return "NULL:PTX:sm_89"
+
+
+def test_tensor_programs_compute_on_ptx(null_ptx_runs_on_the_interpreter: str) -> None:  # noqa: ANN001
+    """The tensor programs of test_gpu_render.py (elementwise, reductions, matmul, casts, padding, where) through
+    NULL:PTX, every kernel run on the interpreter, match the same programs on the CPU."""
+    from .test_gpu_render import programs
+
+    results = [p.numpy() for p in programs(null_ptx_runs_on_the_interpreter)]
+    expected = [p.numpy() for p in programs("CPU")]
+    assert type(Device[null_ptx_runs_on_the_interpreter].renderer) is PTXRenderer
+    assert len(results) == 9 and len(launches) >= 8
+    for got, want in zip(results, expected, strict=True):
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-6)

@@ -648,8 +648,14 @@ class _PTXFunction:
         return self.op("selp.b64", dtypes.int64, wide, "0", finite)
 
     def bitcast(self, source: DType, target: DType, x: str) -> str:
-        if dtypes.bool in (source, target):
-            raise NotImplementedError(f"the PTX renderer: no bit cast between {source!r} and {target!r}")
+        """The bits of `x` read as `target`; a bool is its byte (0 or 1), and a byte read as a bool is true when
+        not 0 (as the emulator reads it)."""
+        if source is dtypes.bool:
+            return self.from_bits(target, self.op("selp.u32", dtypes.uint32, "1", "0", x))
+        if target is dtypes.bool:
+            return self.op(
+                "setp.ne.u32", target, self.op("and.b32", dtypes.uint32, self.to_bits(source, x), "255"), "0"
+            )
         return self.from_bits(target, self.to_bits(source, x))
 
     def to_bits(self, dtype: DType, x: str) -> str:

@@ -325,9 +325,18 @@ def assert_same(got: np.ndarray, expected: np.ndarray, message: str) -> None:
         assert (np.signbit(got) == np.signbit(expected))[~np.isnan(got)].all(), message
 
 
-# ex2/lg2/sin compute in f32 and pow in several f32 steps: equal to the emulator's double-then-round result for
-# float32 here (the interpreter computes the .approx instructions exactly), not for the narrower floats or pow
+# ex2/lg2 compute in f32 and pow in several f32 steps: equal to the emulator's double-then-round result for float32
+# here (the interpreter computes the .approx instructions exactly), not for the narrower floats or pow; sin first
+# reduces its argument in f32, accurate to a few ulps of a turn up to about 1e5 (beyond it, only in [-1, 1])
 INEXACT = {Ops.POW: 1e-5, Ops.EXP2: 1e-2, Ops.LOG2: 1e-2, Ops.SIN: 1e-2}
+SIN_REDUCED_UP_TO = 1e5
+
+
+def check_sin(got: np.ndarray, expected: np.ndarray, x: np.ndarray, message: str) -> None:
+    got, expected, x = (a.astype(np.float64) for a in (got, expected, x))
+    near = np.abs(x) <= SIN_REDUCED_UP_TO
+    np.testing.assert_allclose(got[near], expected[near], atol=4e-3 if x.dtype != np.float32 else 2e-5, err_msg=message)
+    assert np.all((np.abs(got[~near]) <= 1) | np.isnan(got[~near])), message
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=lambda d: d.name)
@@ -341,7 +350,9 @@ def test_ptx_computes_every_op_as_the_emulator_does(dtype: DType) -> None:
         got, expected = run_ptx(linear, arrays), run_emulator(linear, arrays)
         for slot, op in outputs(ast).items():
             a, b = got[slot].astype(np.float64), expected[slot].astype(np.float64)
-            if op in INEXACT and (op is Ops.POW or dtype is not dtypes.float32):
+            if op is Ops.SIN:  # unary: its operand is the slot before
+                check_sin(got[slot], expected[slot], arrays[slot - 1], f"sin {dtype} {arrays[slot - 1]}")
+            elif op in INEXACT and (op is Ops.POW or dtype is not dtypes.float32):
                 np.testing.assert_allclose(a, b, rtol=INEXACT[op], atol=1e-6, err_msg=f"{op} {dtype} {arrays}")
             else:
                 assert_same(got[slot], expected[slot], f"{op} {dtype} seed {seed}")
@@ -558,3 +569,18 @@ def test_tensor_programs_compute_on_ptx(null_ptx_runs_on_the_interpreter: str) -
     assert len(results) == 9 and len(launches) >= 8
     for got, want in zip(results, expected, strict=True):
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-6)
+
+
+def test_sin_reduces_its_argument_to_where_the_hardware_is_accurate() -> None:
+    """sin.approx.f32 is accurate in [-pi, pi] only: the argument first loses its whole turns. What sin.approx then
+    receives (the interpreter computes sin.approx exactly) leaves the result within a few f32 ulps of sin(x)."""
+    k = KernelBuilder()
+    k.output(UOp(Ops.SIN, dtypes.float32, (k.input(dtypes.float32),)))
+    linear = lowered(k.kernel("sin"))
+    source = PTXRenderer(ARCH).render(linear).src
+    assert source.index("cvt.rni.f32.f32") < source.index("sin.approx.f32")
+    for x in (0.5, -3.0, 100.25, 1000.5, -31415.9, 65504.0):
+        (_, got) = run_ptx(linear, [np.array([x], np.float32), np.zeros(1, np.float32)])
+        assert abs(float(got[0]) - math.sin(float(np.float32(x)))) < 2e-5, x
+    (_, got) = run_ptx(linear, [np.array([np.inf], np.float32), np.zeros(1, np.float32)])
+    assert np.isnan(got[0])

@@ -32,7 +32,7 @@ from tg.codegen.render.python import PythonRenderer
 from tg.codegen.uop.args import AxisType
 from tg.hcq import Device
 
-from .kernels import row_sums, scaled_grid
+from .kernels import row_dots, row_sums, scaled_grid
 from .ptx_interpreter import launch
 from .test_edge_cases_backends import ROWS, edge_case_kernel, same
 
@@ -584,3 +584,19 @@ def test_sin_reduces_its_argument_to_where_the_hardware_is_accurate() -> None:
         assert abs(float(got[0]) - math.sin(float(np.float32(x)))) < 2e-5, x
     (_, got) = run_ptx(linear, [np.array([np.inf], np.float32), np.zeros(1, np.float32)])
     assert np.isnan(got[0])
+
+
+def test_a_group_reduce_of_multiply_adds_combines_partials_by_adding() -> None:
+    """Regression: a GROUP_REDUCE whose accumulator is updated by MULACC (a dot product) combined the threads'
+    partials with MULACC's spelling and two operands: every GPU language failed to render it."""
+    from tg.codegen.render.gpu import HIPRenderer, MetalRenderer, OpenCLRenderer
+    from tg.codegen.render.wgsl import WGSLRenderer
+
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    linear = lowered(row_dots(8, 64), (Opt(OptOps.GROUP, 0, 16),))
+    assert any(u.op is Ops.MULACC for u in linear.src)
+    for renderer in (OpenCLRenderer(), CUDARenderer(ARCH), HIPRenderer("gfx1100"), MetalRenderer(), WGSLRenderer()):
+        assert "tg_group0" in renderer.render(linear).src
+    out, _, _ = run_ptx(linear, [np.zeros(8, np.float32), a.reshape(-1), b])
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes, encode
 from tg.codegen.render.base import Renderer, buffer_param, global_params, range_name
-from tg.codegen.render.gpu import GPUKernel, ThreadLayout, thread_layout
+from tg.codegen.render.gpu import GPUKernel, ThreadLayout, combining_op, thread_layout
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
@@ -435,7 +435,7 @@ class _PTXFunction:
         if update is None or update.op is not Ops.STORE:
             raise NotImplementedError("the PTX renderer: a GROUP_REDUCE that does not update an accumulator")
         accumulator = buffer_param(update.src[0])
-        combine = Ops.ADD if update.src[1].op is Ops.MULACC else update.src[1].op
+        combine = combining_op(update.src[1].op)
         dtype, lanes, threads = accumulator.ptrdtype.base.scalar(), accumulator.ptrdtype.size, rng.src[0].arg
         size = element_size(dtype, "shared")
         # threads of LOCAL ranges in the same workgroup reduce other outputs: each has its own slice

@@ -30,6 +30,15 @@ def row_sums(rows: int, cols: int) -> UOp:
     return UOp.sink(out.index(i).store(total), arg=KernelInfo(f"row_sums_{rows}_{cols}"))
 
 
+def row_dots(rows: int, cols: int) -> UOp:
+    """out[i] = sum_j a[i, j] * b[j]: a reduction whose accumulator is updated by multiply-adds (MULACC)."""
+    out, a = UOp.param(0, dtypes.float32, rows), UOp.param(1, dtypes.float32, rows * cols)
+    b = UOp.param(2, dtypes.float32, cols)
+    i, j = UOp.range(rows, 0), UOp.range(cols, 1, AxisType.REDUCE)
+    total = (a.index(i * cols + j).load() * b.index(j).load()).reduce(j, arg=Ops.ADD)
+    return UOp.sink(out.index(i).store(total), arg=KernelInfo(f"row_dots_{rows}_{cols}"))
+
+
 def run_kernel(
     ast: UOp, device: str, inputs: list[np.ndarray], out_size: int, opts: tuple[Opt, ...] | None = None,
     out_dtype: DType = dtypes.float32,

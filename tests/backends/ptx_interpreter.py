@@ -388,6 +388,8 @@ def float_arithmetic(name: str, x: list[float], t: str) -> float:
         if b == 0 or not (math.isfinite(a) and math.isfinite(b)):
             return ieee_divide(a, b)
         exact = Fraction(a) / Fraction(b)
+        if exact == 0:  # the sign of a zero quotient: the double division gives it
+            return a / b
     elif not all(math.isfinite(v) for v in x):
         return (
             x[0] * x[1] + x[2] if name == "fma" else {"add": x[0] + x[1], "sub": x[0] - x[1], "mul": x[0] * x[1]}[name]

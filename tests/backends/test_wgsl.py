@@ -24,7 +24,7 @@ from tg.codegen.pipeline import CodegenFlags, lower_kernel, with_opts
 from tg.codegen.render.gpu import GPUKernel
 from tg.codegen.render.wgsl import WGSLRenderer
 
-from .kernels import row_sums, scaled_grid
+from .kernels import row_dots, row_sums, scaled_grid
 from .test_edge_cases_backends import ROWS, result_dtype, same
 
 INSTALL = "uv sync --group wgsl-check, and a software adapter: apt-get install mesa-vulkan-drivers"
@@ -133,3 +133,21 @@ def test_edge_case_table_on_wgsl(gpu, name, op, dtype, operands, expected) -> No
     arrays = [np.zeros(1, to_numpy(result_dtype(op, dtype)))] + [np.array([v], to_numpy(dtype)) for v in operands]
     got = run(gpu, WGSLRenderer().render(linear), arrays)[0][0].item()
     assert same(got, expected), (name, got, expected)
+
+
+def test_bool_max_is_an_or(gpu) -> None:  # noqa: ANN001
+    """Regression (found by naga on the tensor suite under NULL:WGSL): a max of bools (any-style reductions) was
+    rendered as `a > b`, which WGSL does not define on bools."""
+    linear = lower_kernel(edge_row_kernel(Ops.MAX, dtypes.bool, 2), CodegenFlags(noopt=True, has_local=True))
+    for a, b in ((False, False), (False, True), (True, False), (True, True)):
+        arrays = [np.zeros(1, np.bool_), np.array([a]), np.array([b])]
+        assert run(gpu, WGSLRenderer().render(linear), arrays)[0][0] == (a or b)
+
+
+def test_group_reduce_of_a_dot_product_runs(gpu) -> None:  # noqa: ANN001
+    """A GROUP_REDUCE whose accumulator is updated by MULACC: the partials are added (see test_ptx.py)."""
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    linear = lower_kernel(with_opts(row_dots(8, 64), (Opt(OptOps.GROUP, 0, 16),)), CodegenFlags(has_local=True))
+    out, _, _ = run(gpu, WGSLRenderer().render(linear), [np.zeros(8, np.float32), a.reshape(-1), b])
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)

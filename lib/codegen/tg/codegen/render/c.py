@@ -306,13 +306,13 @@ def render_alu(op: Ops, dtype: DType, operand_dtype: DType, x: list[str]) -> str
 
 
 def render_cast(dtype: DType, source_dtype: DType, x: str) -> str:
-    """A C cast with the emulator's semantics. Float -> int goes through long long (so out-of-range values wrap
-    as numpy's do; uint64 converts non-negative values directly, a negative one through long long: converting it
+    """A C cast with the emulator's semantics. Float -> int goes through long long (so out-of-range values wrap as
+    numpy's do; uint64 converts non-negative values directly, a negative one through long long: converting it
     straight to unsigned is undefined, and a GPU saturates it to 0), with NaN and inf giving 0 (`x - x` is 0 only
-    for finite x). uint32 -> float goes through
-    long long too: clang 19 with -march=native vectorizes `(float)(unsigned)(signed char)v` as a zero-extension
-    of v, which is wrong for negative v; the conversion through long long is exact and not affected.
-    To bfloat16: one rounding from the exact value (through double for doubles and integers)."""
+    for finite x). uint32 -> float goes through long long too: clang 19 with -march=native vectorizes
+    `(float)(unsigned)(signed char)v` as a zero-extension of v, which is wrong for negative v; the conversion
+    through long long is exact and not affected. To bfloat16: one rounding from the exact value (through double
+    for doubles and integers)."""
     target = c_type(dtype)
     if dtype is dtypes.bfloat16:
         if source_dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16):

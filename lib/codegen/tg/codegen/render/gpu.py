@@ -69,6 +69,12 @@ def closes(node: UOp, rng: UOp) -> bool:
     return node.op is Ops.END and node.src[0] is rng
 
 
+def combining_op(update_op: Ops) -> Ops:
+    """The op that combines two partial results of a reduction whose accumulator update is `update_op`: partial
+    sums of products (MULACC updates) add."""
+    return Ops.ADD if update_op is Ops.MULACC else update_op
+
+
 @dataclass(frozen=True)
 class ThreadLayout:
     """How a kernel's ranges map to the launch (see the module docstring): `grid` maps the ranges that become
@@ -212,7 +218,7 @@ class GPULanguage(CStyleLanguage):
             k.line(f"{acc}[{lane}] = {shared}[{base}{lane}];")
             k.line(self.thread_loop("tg_thread", 1, threads))
             partial = f"{shared}[{base}tg_thread * {lanes} + {lane}]"
-            combined = self.alu(update.src[1].op, dtype, dtype, [f"{acc}[{lane}]", partial])
+            combined = self.alu(combining_op(update.src[1].op), dtype, dtype, [f"{acc}[{lane}]", partial])
             k.line(f"  {acc}[{lane}] = {combined};")
             k.line("}")
         k.line(self.barrier())

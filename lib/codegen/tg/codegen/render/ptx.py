@@ -14,16 +14,16 @@ Registers are virtual and typed by class; every node of the linear program gets 
     %fd  .f64   float64
     %h   .b16   a float16's bits on their way to or from memory
 
-What it computes follows tg.codegen.uop.alu.EDGE_CASES, which PTX leaves open in places: integer division by 0 is
-0 and INT_MIN / -1 wraps (selp around div), a shift by the width or more is 0 (PTX clamps the amount, so an
-arithmetic right shift would give -1), float max keeps NaN (PTX's max.f32 drops it), float -> int casts truncate
-through int64 with NaN and inf giving 0 (beyond int64: INT64_MIN, as on the CPU backends, where PTX saturates).
-Float + - * carry `.rn`, so ptxas never contracts them into an FMA; a MULACC is `fma.rn` (for float16 and
-bfloat16 in f64, so that the rounding to the dtype is the one rounding of the exact value, but for operands of
-wildly different size). sqrt, division and reciprocal are the IEEE `.rn` forms.
-exp2, log2 and sin are the hardware's `.approx.f32` instructions (within a few ulp; sin is accurate in [-pi, pi]
-only) and pow is built from them, so these four are not bit-exact with the PYTHON emulator; float64 has no such
-instructions and is refused for them.
+What it computes follows tg.codegen.uop.alu.EDGE_CASES, which PTX leaves open in places: integer division by 0 is 0
+and INT_MIN / -1 wraps (selp around div), a shift by the width or more is 0 (PTX clamps the amount, so an arithmetic
+right shift would give -1), float max keeps NaN (PTX's max.f32 drops it), float -> int casts truncate through int64
+with NaN and inf giving 0 (beyond int64: INT64_MIN, as on the CPU backends, where PTX saturates). Float + - * carry
+`.rn`, so ptxas never contracts them into an FMA; a MULACC is `fma.rn` (for float16 and bfloat16 in f64, so that the
+rounding to the dtype is the one rounding of the exact value, but for operands of wildly different size). sqrt,
+division and reciprocal are the IEEE `.rn` forms. exp2, log2 and sin are the hardware's `.approx.f32` instructions
+(within a few ulp; sin is accurate in [-pi, pi] only, so its argument is first reduced by whole turns) and pow is
+built from them, so these four are not bit-exact with the PYTHON emulator; float64 has no such instructions and is
+refused for them.
 
 Accumulators (REG params) are `.local` arrays (ptxas keeps them in registers when their indices are constants);
 a gated load or store is a branch around the memory access.
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes, encode
 from tg.codegen.render.base import Renderer, buffer_param, global_params, range_name
-from tg.codegen.render.gpu import GPUKernel, ThreadLayout, thread_layout
+from tg.codegen.render.gpu import GPUKernel, ThreadLayout, combining_op, thread_layout
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
@@ -51,6 +51,8 @@ FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 COMPARE = {Ops.CMPLT: "lt", Ops.CMPNE: "ne", Ops.CMPEQ: "eq"}
 APPROX = {Ops.EXP2: "ex2", Ops.LOG2: "lg2", Ops.SIN: "sin"}
+# 1 / (2 pi) and 2 pi as the f32 nearest it plus the f32 nearest the rest (sin's argument reduction)
+TURNS_PER_RADIAN, TWO_PI_HIGH, TWO_PI_LOW = "0f3E22F983", "0f40C90FDB", "0fB43BBD2E"
 
 
 def is_float(dtype: DType) -> bool:
@@ -433,7 +435,7 @@ class _PTXFunction:
         if update is None or update.op is not Ops.STORE:
             raise NotImplementedError("the PTX renderer: a GROUP_REDUCE that does not update an accumulator")
         accumulator = buffer_param(update.src[0])
-        combine = Ops.ADD if update.src[1].op is Ops.MULACC else update.src[1].op
+        combine = combining_op(update.src[1].op)
         dtype, lanes, threads = accumulator.ptrdtype.base.scalar(), accumulator.ptrdtype.size, rng.src[0].arg
         size = element_size(dtype, "shared")
         # threads of LOCAL ranges in the same workgroup reduce other outputs: each has its own slice
@@ -521,8 +523,20 @@ class _PTXFunction:
         if op in APPROX or op is Ops.POW:
             if f == "f64":
                 raise NotImplementedError(f"PTX has no float64 {op.name.lower()} instruction")
+            if op is Ops.SIN:
+                return self.op("sin.approx.f32", dtype, self.reduce_turns(dtype, x[0]))
             return self.op(f"{APPROX[op]}.approx.f32", dtype, x[0]) if op in APPROX else self.power(dtype, *x)
         raise NotImplementedError(f"the PTX renderer cannot render {op!r} on {dtype!r}")
+
+    def reduce_turns(self, dtype: DType, x: str) -> str:
+        """x minus the nearest whole number of turns (2 pi), into [-pi, pi] where sin.approx.f32 is accurate:
+        2 pi in two f32 parts (Cody and Waite), each product subtracted exactly by an fma. The result is within a
+        few f32 ulps of the true remainder while k * 2**-24 stays small (|x| up to about 1e5); beyond that it is
+        as inaccurate as f32 itself makes any reduction without more bits of pi. NaN and inf stay NaN."""
+        turns = self.op("cvt.rni.f32.f32", dtype, self.op("mul.rn.f32", dtype, x, TURNS_PER_RADIAN))
+        minus_turns = self.op("neg.f32", dtype, turns)
+        high = self.op("fma.rn.f32", dtype, minus_turns, TWO_PI_HIGH, x)
+        return self.op("fma.rn.f32", dtype, minus_turns, TWO_PI_LOW, high)
 
     def power(self, dtype: DType, base: str, exponent: str) -> str:
         """base ** exponent as exp2(exponent * log2(|base|)), with C's pow rules for what that leaves out: a
@@ -648,8 +662,14 @@ class _PTXFunction:
         return self.op("selp.b64", dtypes.int64, wide, "0", finite)
 
     def bitcast(self, source: DType, target: DType, x: str) -> str:
-        if dtypes.bool in (source, target):
-            raise NotImplementedError(f"the PTX renderer: no bit cast between {source!r} and {target!r}")
+        """The bits of `x` read as `target`; a bool is its byte (0 or 1), and a byte read as a bool is true when
+        not 0 (as the emulator reads it)."""
+        if source is dtypes.bool:
+            return self.from_bits(target, self.op("selp.u32", dtypes.uint32, "1", "0", x))
+        if target is dtypes.bool:
+            return self.op(
+                "setp.ne.u32", target, self.op("and.b32", dtypes.uint32, self.to_bits(source, x), "255"), "0"
+            )
         return self.from_bits(target, self.to_bits(source, x))
 
     def to_bits(self, dtype: DType, x: str) -> str:

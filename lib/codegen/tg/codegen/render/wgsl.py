@@ -142,6 +142,8 @@ class WGSLRenderer(GPULanguage):
             symbol = "<<" if op is Ops.SHL else ">>"
             amount = f"u32({x[1]})"
             return f"select({wgsl_literal(0, dtype)}, {x[0]} {symbol} {amount}, {amount} < 32u)"
+        if op is Ops.MAX and dtype is dtypes.bool:  # WGSL orders no bools
+            return f"({x[0]} || {x[1]})"
         if op is Ops.MAX:
             keep_first = (
                 f"({float_bits_above(x[0], operands_dtype, 0x7F800000)} || {x[0]} > {x[1]})"

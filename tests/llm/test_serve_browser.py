@@ -90,7 +90,8 @@ def test_stop_ends_the_stream_and_the_generation(page, server: RunningServer) ->
 
 def test_markdown_renders_code_blocks_and_escapes_html(page) -> None:
     html = page.evaluate(
-        "renderMarkdown('Some **bold** and `x`.\\n\\n```python\\nif a < b: pass\\n```\\n\\n<img src=x onerror=alert(1)>')"
+        "renderMarkdown('Some **bold** and `x`.\\n\\n```python\\nif a < b: pass\\n```\\n\\n"
+        "<img src=x onerror=alert(1)>')"
     )
     assert "<strong>bold</strong>" in html and "<code>x</code>" in html
     assert '<pre><code data-lang="python">if a &lt; b: pass\n</code></pre>' in html

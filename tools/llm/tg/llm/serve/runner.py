@@ -158,7 +158,8 @@ def attention(
         rows = slice(first, first + feed.rows)
         first += feed.rows
         new_kv = stack([k[rows].transpose(0, 1), v[rows].transpose(0, 1)], dim=0)  # (2, kv_heads, rows, head_dim)
-        updated = in_feed.where(placement.matmul(new_kv), cache)  # (2, kv_heads, context, head_dim)
+        placed = new_kv if feed.rows == 1 else placement.matmul(new_kv)  # one row broadcasts: no matmul needed
+        updated = in_feed.where(placed, cache)  # (2, kv_heads, context, head_dim)
         writes.append(cache.assign(updated))
         query = q[rows].transpose(0, 1)  # (heads, rows, head_dim)
         out = query.scaled_dot_product_attention(updated[0], updated[1], attn_mask=visible, enable_gqa=True)

@@ -56,9 +56,9 @@ def test_serve_prints_url_model_context_device_and_answers(tiny: Path) -> None:
         models = httpx.get(url + "/v1/models", headers=headers).json()
         assert models["data"][0]["id"] == "tiny-llama-F32"
         body = {"model": str(tiny.stem), "prompt": "hi", "max_tokens": 2}  # the --model name is accepted too
-        answer = httpx.post(url + "/v1/completions", json=body, headers=headers, timeout=60)
+        answer = httpx.post(url + "/v1/completions", json=body, headers=headers, timeout=180)
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 2
-        assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 401
+        assert httpx.post(url + "/v1/completions", json=body, timeout=180).status_code == 401
     finally:
         stop(process)
     assert process.returncode is not None
@@ -89,7 +89,7 @@ def test_bad_serve_options_fail_with_one_line(tiny: Path) -> None:
         [sys.executable, "-m", "tg.llm", "serve", "-m", str(tiny), "--max-concurrency", "0"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [

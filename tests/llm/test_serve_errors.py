@@ -43,7 +43,7 @@ def post(server: RunningServer, path: str, body: object, key: str | None = KEY, 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     content = raw if raw is not None else json.dumps(body).encode()
     return httpx.post(
-        server.url + path, content=content, headers=headers | {"Content-Type": "application/json"}, timeout=60
+        server.url + path, content=content, headers=headers | {"Content-Type": "application/json"}, timeout=180
     )
 
 
@@ -205,7 +205,7 @@ def test_oversized_chunked_body_without_a_length_is_cut_off(server: RunningServe
         yield b'"}'
 
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    response = httpx.post(server.url + "/v1/completions", content=pieces(), headers=headers, timeout=60)
+    response = httpx.post(server.url + "/v1/completions", content=pieces(), headers=headers, timeout=180)
     check_error(response, 413, "request_too_large")
     still_answers(server)
 
@@ -277,6 +277,6 @@ def test_a_full_queue_answers_429_with_retry_after(server: RunningServer) -> Non
         gate.set()
         engine.runner.decode = decode  # type: ignore[method-assign]
     for thread in threads:
-        thread.join(timeout=60)
+        thread.join(timeout=180)
     assert statuses == [200, 200]
     still_answers(server)

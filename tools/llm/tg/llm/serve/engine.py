@@ -67,6 +67,7 @@ class Job:
     json: JsonPrefix | None = None
     logits: np.ndarray | None = None
     generated: int = 0
+    pending: int | None = None  # sampled right after prefill, fed at the next step
     cached_tokens: int = 0
 
     def cancel(self) -> None:
@@ -201,6 +202,8 @@ class Engine:
         except Exception as error:  # noqa: BLE001  (any model failure is this request's 500, not the server's)
             log.exception("prefill failed")
             self._end(job, Failure(APIError(500, f"generation failed: {error}", "generation_failed")))
+            return
+        job.pending = self._sample(job)  # the first token goes out now, not after the other new jobs' prefills
 
     def _step(self) -> None:
         """Sample one token for every active job, then feed the survivors' tokens in one forward."""
@@ -209,7 +212,10 @@ class Engine:
             if job.cancelled.is_set():
                 self._end(job, None)
                 continue
-            token = self._sample(job)
+            if job.pending is not None:
+                token, job.pending = job.pending, None
+            else:
+                token = self._sample(job)
             if token is not None:
                 steps.append((job, token))
         if not steps:

@@ -108,3 +108,24 @@ def test_an_elementwise_value_in_a_padded_copy_not_read_by_a_reduction_still_fus
     padded_x, conv = kernel_asts(x.conv2d(Tensor.rand(3, 3, 3, 3).realize(), padding=1).relu().pad((1, 1, 1, 1)) * 2)
     assert count(padded_x, Ops.REDUCE) == 0
     assert count(conv, Ops.REDUCE) == 1  # nothing reduces the padded result: the conv fuses into it
+
+
+def heuristic_opts(tensor: Tensor) -> list[list]:
+    """The hand-coded opts of each reduction kernel of `tensor`'s schedule."""
+    from tg.codegen.opt import KernelOptimizer, hand_coded_optimizations
+
+    asts = [ast for ast in kernel_asts(tensor) if count(ast, Ops.REDUCE)]
+    return [hand_coded_optimizations(KernelOptimizer(ast)) for ast in asts]
+
+
+def test_a_causal_softmax_gets_the_opts_of_a_plain_one() -> None:
+    """Item 2 of issue 23: the mask's index loads are not reuse worth upcasting for (they made the max and sum
+    kernels upcast rows whose scores lie 128 floats apart, gathering every lane)."""
+    scores = Tensor.rand(12, 128, 128).realize()
+    mask = Tensor.ones(128, 128).tril().cast("bool")
+    plain, causal = heuristic_opts(scores.softmax(-1)), heuristic_opts(mask.where(scores, float("-inf")).softmax(-1))
+    assert len(plain) == len(causal) == 2  # max, sum of exp
+    assert causal == plain == [[], []]
+    q = Tensor.rand(12, 128, 64).realize()
+    causal_sdpa = q.scaled_dot_product_attention(q, q, is_causal=True)
+    assert [] in heuristic_opts(causal_sdpa)  # its softmax reductions too (its matmuls keep their register tiles)

@@ -6,7 +6,9 @@ contiguous along an axis, upcast that one widest (its lanes are one SIMD vector)
 little, so each loaded value feeds several multiply-adds. This covers matmul and batched matmul (the two output
 axes each reuse one operand), convolutions (output channels reuse the input, output pixels reuse the weights)
 and broadcasting reductions. Plain reductions and elementwise kernels get no opts: the lowering already
-vectorizes their innermost loop (and upcasts strided reductions, see tg.codegen.lower.upcast).
+vectorizes their innermost loop (and upcasts strided reductions, see tg.codegen.lower.upcast). Loads that only
+decide a mask (a causal softmax's index comparisons) do not count as reuse, so a masked reduction gets the opts of
+the unmasked one (`value_loads`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ It executes each instruction as NVIDIA's PTX ISA manual defines it (wrapping int
 rounded once to f32/f64, saturating float -> int `cvt` with NaN -> 0, shift amounts clamped to the width, `selp`,
 `setp` with ordered and unordered compares, `testp`), on a grid of thread blocks whose threads meet at `bar.sync`.
 Registers hold raw bits; every instruction reads its operands as the type it names. Only the subset the renderer
-emits is known; anything else raises, naming the instruction. The `.approx` instructions (ex2, lg2, sin) are
+emits is known; anything else raises, naming the instruction. The `.approx` instructions (ex2, lg2, sin, cos) are
 computed exactly here: real hardware is within a few ulp of these values.
 
 This is a test oracle's executor, not hardware: it checks the renderer's choice of instructions, types, register
@@ -242,7 +242,7 @@ class Thread:
             result = {"and": lambda: a & self.read(x[2], t), "or": lambda: a | self.read(x[2], t),
                       "xor": lambda: a ^ self.read(x[2], t), "not": lambda: ~a}[name]()  # fmt: skip
             self.write(x[0], result & ((1 << type_bits(t)) - 1))
-        elif name in ("ex2", "lg2", "sin"):
+        elif name in ("ex2", "lg2", "sin", "cos"):
             a = self.value(x[1], "f32")
             self.write_float(x[0], approx(name, a), "f32")
         else:
@@ -424,7 +424,9 @@ def approx(name: str, a: float) -> float:
             return math.inf
     if name == "lg2":
         return math.nan if a < 0 or math.isnan(a) else (-math.inf if a == 0 else math.log2(a))
-    return math.nan if math.isinf(a) else math.sin(a)
+    if math.isinf(a):
+        return math.nan
+    return math.sin(a) if name == "sin" else math.cos(a)
 
 
 def launch(source: str, buffers: list[bytearray], global_size: tuple, local_size: tuple) -> None:

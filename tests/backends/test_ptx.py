@@ -572,16 +572,18 @@ def test_tensor_programs_compute_on_ptx(null_ptx_runs_on_the_interpreter: str) -
 
 
 def test_sin_reduces_its_argument_to_where_the_hardware_is_accurate() -> None:
-    """sin.approx.f32 is accurate in [-pi, pi] only: the argument first loses its whole turns. What sin.approx then
-    receives (the interpreter computes sin.approx exactly) leaves the result within a few f32 ulps of sin(x)."""
+    """sin.approx.f32 is accurate in [-pi, pi] only: the argument first loses its whole turns, and what the rounding
+    of the remainder dropped is added back. With sin.approx and cos.approx computed exactly (as the interpreter
+    does), the result is within 2 ulps of sin(x): the reduction costs no more than that."""
     k = KernelBuilder()
     k.output(UOp(Ops.SIN, dtypes.float32, (k.input(dtypes.float32),)))
     linear = lowered(k.kernel("sin"))
     source = PTXRenderer(ARCH).render(linear).src
     assert source.index("cvt.rni.f32.f32") < source.index("sin.approx.f32")
-    for x in (0.5, -3.0, 100.25, 1000.5, -31415.9, 65504.0):
+    for x in (0.5, -3.0, 3.5, 100.25, 1000.5, -31415.9, 65504.0):
         (_, got) = run_ptx(linear, [np.array([x], np.float32), np.zeros(1, np.float32)])
-        assert abs(float(got[0]) - math.sin(float(np.float32(x)))) < 2e-5, x
+        exact = math.sin(float(np.float32(x)))
+        assert abs(float(got[0]) - exact) <= 2 * np.spacing(np.float32(abs(exact))), x  # 2 ulps of the result
     (_, got) = run_ptx(linear, [np.array([np.inf], np.float32), np.zeros(1, np.float32)])
     assert np.isnan(got[0])
 

@@ -524,19 +524,25 @@ class _PTXFunction:
             if f == "f64":
                 raise NotImplementedError(f"PTX has no float64 {op.name.lower()} instruction")
             if op is Ops.SIN:
-                return self.op("sin.approx.f32", dtype, self.reduce_turns(dtype, x[0]))
+                return self.sine(dtype, x[0])
             return self.op(f"{APPROX[op]}.approx.f32", dtype, x[0]) if op in APPROX else self.power(dtype, *x)
         raise NotImplementedError(f"the PTX renderer cannot render {op!r} on {dtype!r}")
 
-    def reduce_turns(self, dtype: DType, x: str) -> str:
-        """x minus the nearest whole number of turns (2 pi), into [-pi, pi] where sin.approx.f32 is accurate:
-        2 pi in two f32 parts (Cody and Waite), each product subtracted exactly by an fma. The result is within a
-        few f32 ulps of the true remainder while k * 2**-24 stays small (|x| up to about 1e5); beyond that it is
-        as inaccurate as f32 itself makes any reduction without more bits of pi. NaN and inf stay NaN."""
+    def sine(self, dtype: DType, x: str) -> str:
+        """sin x from sin.approx.f32, which is accurate in [-pi, pi] only: x loses its nearest whole number of turns
+        first (2 pi in two f32 parts, Cody and Waite; each product subtracted by an fma), and what the last rounding
+        of that remainder drops is added back to first order, sin(r + e) = sin r + e cos r. Good to a few f32 ulps
+        of a turn while |x| is below about 1e5 (16384 turns); beyond, f32 holds too few bits of pi, the correction is
+        left out and the result is only some value in [-1, 1]. NaN and inf give NaN."""
         turns = self.op("cvt.rni.f32.f32", dtype, self.op("mul.rn.f32", dtype, x, TURNS_PER_RADIAN))
         minus_turns = self.op("neg.f32", dtype, turns)
-        high = self.op("fma.rn.f32", dtype, minus_turns, TWO_PI_HIGH, x)
-        return self.op("fma.rn.f32", dtype, minus_turns, TWO_PI_LOW, high)
+        high = self.op("fma.rn.f32", dtype, minus_turns, TWO_PI_HIGH, x)  # exact: x and k 2pi are close
+        remainder = self.op("fma.rn.f32", dtype, minus_turns, TWO_PI_LOW, high)
+        dropped = self.op("fma.rn.f32", dtype, minus_turns, TWO_PI_LOW, self.op("sub.rn.f32", dtype, high, remainder))
+        beyond = self.op("setp.gt.f32", dtypes.bool, self.op("abs.f32", dtype, turns), "0f46800000")  # 16384 turns
+        self.emit(f"@{beyond} mov.f32 {dropped}, 0f00000000")  # there the correction is as meaningless as r itself
+        cosine = self.op("cos.approx.f32", dtype, remainder)
+        return self.op("fma.rn.f32", dtype, dropped, cosine, self.op("sin.approx.f32", dtype, remainder))
 
     def power(self, dtype: DType, base: str, exponent: str) -> str:
         """base ** exponent as exp2(exponent * log2(|base|)), with C's pow rules for what that leaves out: a

@@ -220,7 +220,8 @@ def test_a_jitted_kv_cache_step_equals_eager_bit_for_bit() -> None:
 
 
 def test_a_launch_size_that_depends_on_a_variable_is_resolved_per_replay() -> None:
-    """Big enough to be cut across cores: the number of calls is min(CALLS_PER_CORE * cores, trip count), patched at submit."""
+    """Big enough to be cut across cores: one to CALLS_PER_CORE calls per core (at most the trip count), patched at
+    submit."""
     rows = 1 << 17
     n = Variable("n", 1, rows)
     data = np.arange(rows, dtype=np.float32)

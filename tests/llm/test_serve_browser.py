@@ -1,11 +1,13 @@
 """The chat page in a real headless Chromium (Debian's package, driven by playwright): type a question, watch the
 answer stream in, press stop.
 
-Skips when no Chromium binary is installed; CI installs one (`apt-get install -y chromium`).
+Skips when no Chromium binary is installed; CI installs one (`apt-get install -y chromium`) and sets
+TG_REQUIRE_BROWSER=1, which turns that skip into a failure.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 
@@ -18,6 +20,8 @@ from llm_fixtures import write_model  # noqa: E402
 from serve_helpers import RunningServer, start  # noqa: E402
 
 CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if shutil.which(p)), None)
+if CHROMIUM is None and os.environ.get("TG_REQUIRE_BROWSER") == "1":
+    raise RuntimeError("TG_REQUIRE_BROWSER=1 but no Chromium at /usr/bin/chromium (apt-get install -y chromium)")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="no Chromium at /usr/bin/chromium: install it with `apt-get install -y chromium`"
 )

@@ -29,3 +29,10 @@ def test_ci_yml_has_the_gcc_and_the_clang_legs() -> None:
         step.get("env", {}).get("CC") == "clang" and "tests/codegen tests/tensor" in step["run"] for step in clang_steps
     )
     assert any(step.get("env", {}).get("SPEC") == "1" and "tests/tensor" in step["run"] for step in clang_steps)
+
+
+def test_ci_run_drives_the_chat_page_in_chromium_after_installing_it() -> None:
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    install = lines.index("install_missing chromium")
+    browser = next(i for i, line in enumerate(lines) if "tests/llm/test_serve_browser.py" in line)
+    assert install < browser and lines[browser].startswith("TG_REQUIRE_BROWSER=1 ")

@@ -400,7 +400,12 @@ def float_arithmetic(name: str, x: list[float], t: str) -> float:
                  "mul": lambda: terms[0] * terms[1], "fma": lambda: terms[0] * terms[1] + terms[2]}[name]()  # fmt: skip
         if exact == 0:  # IEEE's sign of an exact zero: what the double operation gives
             return in_double(name, x)
-    return float(exact) if t == "f64" else round_fraction_to_double_odd(exact)
+    if t != "f64":
+        return round_fraction_to_double_odd(exact)
+    try:
+        return float(exact)
+    except OverflowError:  # rounds beyond the largest double: an infinity, as IEEE's round to nearest gives
+        return math.inf if exact > 0 else -math.inf
 
 
 def in_double(name: str, x: list[float]) -> float:

@@ -1,5 +1,5 @@
 """float64 exp2, log2, sin and pow on PTX (tg.codegen.render.ptx_f64): ptxas assembles them, and the PTX interpreter
-(exact IEEE f64 arithmetic) computes them within ULP_BOUND of numpy on sweeps that include the special values."""
+(exact IEEE f64 arithmetic) computes them within F64_ULP_BOUND (test_ptx) ulps of numpy on sweeps that include the special values."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from tg.codegen import KernelInfo, Ops, UOp, dtypes
 from tg.codegen.render.ptx import PTXRenderer
 from tg.codegen.render.ptx_f64 import REDUCED_UP_TO
 
-from .test_ptx import assemble, lowered, needs_ptxas, run_emulator, run_ptx
+from .test_ptx import assemble, assert_within_ulps, lowered, needs_ptxas, run_emulator, run_ptx
 
-ULP_BOUND = 2
 SPECIALS = [0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, 5e-324, -5e-324, 2.2250738585072014e-308]
 
 
@@ -31,22 +30,6 @@ def compute(op: Ops, *inputs: np.ndarray) -> np.ndarray:
     """op on the PTX interpreter."""
     linear = lowered(elementwise(op, len(inputs[0]), len(inputs)))
     return run_ptx(linear, [np.zeros(len(inputs[0])), *(np.asarray(a, np.float64) for a in inputs)])[0]
-
-
-def ulp_error(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """|got - want| in units of want's last place; equal specials (NaN and NaN, inf and inf, signed zeros) are 0."""
-    same = (got == want) & (np.signbit(got) == np.signbit(want)) | (np.isnan(got) & np.isnan(want))
-    finite = np.isfinite(got) & np.isfinite(want)
-    error = np.full(got.shape, np.inf)
-    error[finite] = np.abs(got[finite] - want[finite]) / np.spacing(np.abs(want[finite]))
-    error[same] = 0.0
-    return error
-
-
-def assert_within_ulps(got: np.ndarray, want: np.ndarray, x: np.ndarray, bound: float = ULP_BOUND) -> None:
-    error = ulp_error(got, want)
-    worst = int(np.argmax(error))
-    assert error.max() <= bound, f"{error.max()} ulps at {x[worst]!r}: got {got[worst]!r}, want {want[worst]!r}"
 
 
 @needs_ptxas

@@ -22,8 +22,8 @@ with NaN and inf giving 0 (beyond int64: INT64_MIN, as on the CPU backends, wher
 rounding to the dtype is the one rounding of the exact value, but for operands of wildly different size). sqrt,
 division and reciprocal are the IEEE `.rn` forms. exp2, log2 and sin are the hardware's `.approx.f32` instructions
 (within a few ulp; sin is accurate in [-pi, pi] only, so its argument is first reduced by whole turns) and pow is
-built from them, so these four are not bit-exact with the PYTHON emulator; float64 has no such instructions and is
-refused for them.
+built from them, so these four are not bit-exact with the PYTHON emulator; float64 has no such instructions: there
+they are software (tg.codegen.render.ptx_f64, within 2 ulps).
 
 Accumulators (REG params) are `.local` arrays (ptxas keeps them in registers when their indices are constants);
 a gated load or store is a branch around the memory access.

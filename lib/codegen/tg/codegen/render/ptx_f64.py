@@ -51,6 +51,7 @@ TWO_OVER_PI = float(2 / _PI)
 EXP2_SERIES = [float(Fraction(_LN2**k) / math.factorial(k)) for k in range(1, 15)]
 # atanh(s) / s - 1 = s**2 / 3 + s**4 / 5 + ..., each times 2 / ln 2: up to s**22 (0.172**24 / 25 < 2**-66)
 LOG2_SERIES = [float(2 / _LN2 / (2 * k + 1)) for k in range(1, 12)]
+LOG2_THIRD = _split(2 / _LN2 / 3, 2)  # the first of them in two doubles
 # sin r / r - 1 and cos r - 1 + r**2 / 2 by powers of r**2, |r| <= pi / 4 (+ a little for a rounded n)
 SIN_SERIES = [(-1) ** k / math.factorial(2 * k + 1) for k in range(1, 10)]
 COS_SERIES = [(-1) ** k / math.factorial(2 * k) for k in range(2, 11)]
@@ -154,13 +155,33 @@ class F64Math:
         # log2 m = C s (1 + s**2 / 3 + ...), C = 2 / ln 2 = c_hi + c_lo; C s0 in two doubles
         c_hi, c_lo = (imm(c) for c in LOG2_E_TWICE)
         hi = self.mul(s0, c_hi)
-        series = self.mul(self.mul(s0, self.mul(s0, s0)), self.horner(self.mul(s0, s0), LOG2_SERIES))
-        lo = self.add(self.fma(s0, c_hi, self.neg(hi)), self.fma(s0, c_lo, self.fma(ds, c_hi, series)))
-        # e + hi + lo: e is an integer and |hi| < 1/2, so e + hi loses exactly (e - sum) + hi
-        total = self.add(e, hi)
-        tail = self.add(self.add(self.sub(e, total), hi), lo)
+        hi_lost = self.fma(s0, c_hi, self.neg(hi))  # C s0 = hi + hi_lost + s0 c_lo
+        series, series_lost = self.log2_series(s0)
+        head = self.add(hi, series)  # |series| < |hi| / 100: what the sum drops is exact
+        head_lost = self.sub(series, self.sub(head, hi))
+        # ds moves log2 m by about ds C (1 + s**2): the s**2 part matters to pow, which scales the error by y
+        slope = self.fma(self.mul(s0, s0), c_hi, c_hi)
+        lo = self.add(self.add(head_lost, hi_lost), self.add(series_lost, self.fma(s0, c_lo, self.mul(ds, slope))))
+        # e + head + lo: e is an integer and |head| < 1/2, so e + head loses exactly head - (sum - e)
+        total = self.add(e, head)
+        tail = self.add(self.sub(head, self.sub(total, e)), lo)
         result = self.add(total, tail)
         return result, self.sub(tail, self.sub(result, total))
+
+    def log2_series(self, s: str) -> tuple[str, str]:
+        """C s**3 (1/3 + s**2 / 5 + ...) as a pair: s**3 and the leading C / 3 carried in two doubles, the rest
+        (under 2 % of it) in one."""
+        s2 = self.mul(s, s)
+        s2_lost = self.fma(s, s, self.neg(s2))
+        s3 = self.mul(s, s2)
+        s3_lost = self.fma(s, s2_lost, self.fma(s, s2, self.neg(s3)))  # s**3 = s3 + s3_lost
+        third_hi, third_lo = (imm(c) for c in LOG2_THIRD)
+        rest = self.mul(s2, self.horner(s2, LOG2_SERIES[1:]))
+        q = self.add(third_hi, rest)  # C / 3 + rest = q + q_lost (|rest| < C / 3)
+        q_lost = self.add(self.sub(rest, self.sub(q, third_hi)), third_lo)
+        series = self.mul(s3, q)
+        lost = self.fma(s3, q, self.neg(series))
+        return series, self.add(lost, self.fma(s3_lost, q, self.mul(s3, q_lost)))
 
     def log2(self, x: str) -> str:
         """log2 x: inf and NaN give themselves, a negative x (-inf included) NaN, +-0 -inf."""

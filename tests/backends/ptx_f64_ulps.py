@@ -1,5 +1,5 @@
 """Measures the largest error, in ulps of the exact result, of PTX's software float64 exp2, log2, sin and pow
-(tg.codegen.render.ptx_f64) on the PTX interpreter; the exact result is computed in Decimal at 60 digits.
+(tg.codegen.render.ptx_f64) on the PTX interpreter; the exact result is computed in Decimal at 60 digits (400 for sin's reduction).
 
     CC=gcc uv run python -m tests.backends.ptx_f64_ulps [count]
 """
@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import sys
-from decimal import Decimal, getcontext
+from decimal import Decimal, getcontext, localcontext
 
 import numpy as np
 
@@ -20,10 +20,12 @@ getcontext().prec = 60
 
 
 def exact_sin(x: float) -> Decimal:
-    """sin x: x loses its whole turns of a 73-digit 2 pi, then the Taylor series."""
-    value = Decimal(x)
-    turn = 2 * _PI
-    value -= turn * (value / turn).to_integral_value()
+    """sin x: x loses its whole turns of a 420-digit 2 pi (at 400 digits: x may be 1e308), then the Taylor series."""
+    with localcontext() as context:
+        context.prec = 400
+        value = Decimal(x)
+        turn = 2 * _PI
+        value -= turn * (value / turn).to_integral_value()
     term, total, k = value, value, 1
     while abs(term) > Decimal(10) ** -70:
         term *= -value * value / ((2 * k) * (2 * k + 1))
@@ -56,7 +58,8 @@ def main(count: int) -> None:
     sweeps = {
         Ops.EXP2: np.concatenate([rng.uniform(-1, 1, count), rng.uniform(-1022, 1023, count)]),
         Ops.LOG2: np.concatenate([rng.uniform(0.5, 2, count), 2.0 ** rng.uniform(-1022, 1023, count)]),
-        Ops.SIN: np.concatenate([rng.uniform(-8, 8, count), rng.uniform(-REDUCED_UP_TO, REDUCED_UP_TO, count)]),
+        Ops.SIN: np.concatenate([rng.uniform(-8, 8, count), rng.uniform(-REDUCED_UP_TO, REDUCED_UP_TO, count),
+                                 np.ldexp(rng.uniform(-2, 2, count), rng.integers(30, 1024, count))]),
     }
     for op, x in sweeps.items():
         worst, at = max_ulps(op, x)

@@ -28,7 +28,6 @@ from tg.codegen.pipeline import CodegenFlags, kernel_to_program, lower_kernel, w
 from tg.codegen.render.emulate import load_function
 from tg.codegen.render.gpu import CUDARenderer
 from tg.codegen.render.ptx import PTXRenderer
-from tg.codegen.render.ptx_f64 import REDUCED_UP_TO
 from tg.codegen.render.python import PythonRenderer
 from tg.codegen.uop.args import AxisType
 from tg.hcq import Device
@@ -369,13 +368,6 @@ def check_sin(got: np.ndarray, expected: np.ndarray, x: np.ndarray, message: str
     assert np.all((np.abs(got[~near]) <= 1) | np.isnan(got[~near])), message
 
 
-def check_float64(op: Ops, got: np.ndarray, expected: np.ndarray, operands: list[np.ndarray]) -> None:
-    """Within the ulp bound; sin only while its reduction is exact (beyond, some value in [-1, 1])."""
-    near = np.ones(got.shape, bool) if op is not Ops.SIN else np.abs(operands[0]) <= REDUCED_UP_TO
-    assert_within_ulps(got[near], expected[near], np.stack(operands, 1)[near])
-    assert np.all((np.abs(got[~near]) <= 1) | np.isnan(got[~near]))
-
-
 @pytest.mark.parametrize("dtype", ALL, ids=lambda d: d.name)
 def test_ptx_computes_every_op_as_the_emulator_does(dtype: DType) -> None:
     ast = ops_kernel(dtype)
@@ -388,7 +380,8 @@ def test_ptx_computes_every_op_as_the_emulator_does(dtype: DType) -> None:
         for slot, op in outputs(ast).items():
             a, b = got[slot].astype(np.float64), expected[slot].astype(np.float64)
             if dtype is dtypes.float64 and op in TRANSCENDENTAL:
-                check_float64(op, got[slot], expected[slot], arrays[slot - (2 if op is Ops.POW else 1) : slot])
+                operands = np.stack(arrays[slot - (2 if op is Ops.POW else 1) : slot], 1)  # the slots before
+                assert_within_ulps(got[slot], expected[slot], operands)
             elif op is Ops.SIN:  # unary: its operand is the slot before
                 check_sin(got[slot], expected[slot], arrays[slot - 1], f"sin {dtype} {arrays[slot - 1]}")
             elif op in INEXACT and (op is Ops.POW or dtype is not dtypes.float32):

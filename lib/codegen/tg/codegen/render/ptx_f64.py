@@ -7,10 +7,10 @@ the way GPU math libraries do it.
 - log2 x: x = m 2**e with m in [sqrt(1/2), sqrt(2)); log2 m = (2 / ln 2) atanh(s), s = (m - 1) / (m + 1), an odd
   series in s (|s| < 0.172). s, the leading product and the sum with e are carried in two doubles (hi + lo) so the
   result is rounded about once; pow uses the pair.
-- sin x: x = n pi/2 + r by Cody and Waite (pi/2 in three doubles, each product subtracted by an fma; the rounding
-  of r kept as a second double), then the sine or cosine series of r by the quadrant n mod 4. Accurate while
-  |x| < 2**30 (REDUCED_UP_TO); beyond that the three parts of pi/2 hold too few bits (no Payne-Hanek reduction here)
-  and the result is only some value in [-1, 1] (0 where the reduction breaks down entirely).
+- sin x: x = n pi/2 + r, r in two doubles, then the sine or cosine series of r by the quadrant n mod 4. Below
+  2**30 (REDUCED_UP_TO) the reduction is Cody and Waite's (pi/2 in three doubles, each product subtracted exactly);
+  above, where those hold too few bits, Payne and Hanek's (the bits of 2/pi that matter at x's exponent, taken from
+  a 1344-bit table, times x's 53-bit mantissa in 64-bit integer arithmetic).
 - pow x y: exp2(y log2 |x|) with the product in two doubles, and C's rules (tg.codegen.uop.alu._pow) for signs,
   zeros, infinities and NaN.
 """
@@ -30,9 +30,25 @@ if TYPE_CHECKING:
 
 F64 = dtypes.float64
 getcontext().prec = 80
-# constants to 70 digits (more than three doubles hold); the series coefficients are derived from them
+# ln 2 to 70 digits (more than three doubles hold); the series coefficients are derived from it and pi
 _LN2 = Decimal("0.6931471805599453094172321214581765680755001343602552541206800094933936")
-_PI = Decimal("3.141592653589793238462643383279502884197169399375105820974944592307816406")
+
+
+def _atan_inverse(n: int) -> Decimal:
+    """atan(1 / n) by its series, to the Decimal context's precision."""
+    power, total, k = Decimal(1) / n, Decimal(0), 0
+    while power > Decimal(10) ** -(getcontext().prec + 2):
+        total += power / (2 * k + 1) * (-1 if k % 2 else 1)
+        power /= n * n
+        k += 1
+    return total
+
+
+getcontext().prec = 420  # pi to 1300+ bits: 2 / pi's bits for the Payne-Hanek reduction
+_PI = 16 * _atan_inverse(5) - 4 * _atan_inverse(239)  # Machin's formula
+# 2 / pi as 21 64-bit words after 64 zero bits: bit p of the table (from its top) is bit p - 63 after the point
+TWO_OVER_PI_WORDS = [(int(2 / _PI * 2**1280) >> (64 * (20 - t))) & (2**64 - 1) for t in range(21)]
+getcontext().prec = 80
 
 
 def _split(value: Decimal, parts: int) -> list[float]:
@@ -192,6 +208,23 @@ class F64Math:
     # ------------------------------------------------------------------------------------------ sin
     def sin(self, x: str) -> str:
         """sin x: x = n pi/2 + r (r in two doubles), then sin r or cos r by the quadrant n mod 4."""
+        quadrant, r, r_lo = self.reduce_near(x)
+        far_quadrant, far_r, far_r_lo = self.reduce_far(x)
+        far = self.test("setp.ge.f64", self.f("abs.f64", x), imm(REDUCED_UP_TO))
+        quadrant = self.fn.op("selp.b64", dtypes.int64, far_quadrant, quadrant, far)
+        r, r_lo = self.pick(far_r, r, far), self.pick(far_r_lo, r_lo, far)
+        sine, cosine = self.sin_series(r, r_lo), self.cos_series(r, r_lo)
+        odd = self.test("setp.ne.b64", self.fn.op("and.b64", dtypes.int64, quadrant, "1"), "0")
+        lower_half = self.test("setp.ne.b64", self.fn.op("and.b64", dtypes.int64, quadrant, "2"), "0")
+        result = self.pick(cosine, sine, odd)
+        result = self.pick(self.neg(result), result, lower_half)
+        # sin x rounds to x below 2**-26 (and keeps -0's sign); inf and NaN give NaN
+        magnitude = self.f("abs.f64", x)
+        result = self.pick(x, result, self.test("setp.lt.f64", magnitude, imm(2.0**-26)))
+        return self.pick(imm(math.nan), result, self.test("not.pred", self.test("testp.finite.f64", x)))
+
+    def reduce_near(self, x: str) -> tuple[str, str, str]:
+        """x = n pi/2 + r + r_lo for |x| < REDUCED_UP_TO (Cody and Waite); n (an int64), r, r_lo."""
         n = self.f("cvt.rni.f64.f64", self.mul(x, imm(TWO_OVER_PI)))
         minus_n = self.neg(n)
         p1, p2, p3 = (imm(p) for p in HALF_PI)
@@ -203,21 +236,58 @@ class F64Math:
         low = self.add(self.sub(r1, r1_part), self.sub(w, self.sub(high, r1_part)))
         rest = self.fma(minus_n, p3, self.add(low, w_lost))
         r = self.add(high, rest)
-        r_lo = self.sub(rest, self.sub(r, high))
-        sine, cosine = self.sin_series(r, r_lo), self.cos_series(r, r_lo)
-        quadrant = self.fn.op("cvt.rzi.s64.f64", dtypes.int64, n)
-        odd = self.test("setp.ne.b64", self.fn.op("and.b64", dtypes.int64, quadrant, "1"), "0")
-        lower_half = self.test("setp.ne.b64", self.fn.op("and.b64", dtypes.int64, quadrant, "2"), "0")
-        result = self.pick(cosine, sine, odd)
-        result = self.pick(self.neg(result), result, lower_half)
-        # far beyond REDUCED_UP_TO the reduction fails (n too coarse, or NaN past int64): the value, meaningless
-        # there in any case, is kept in [-1, 1] (0 when it left it)
-        in_range = self.test("setp.le.f64", self.f("abs.f64", result), imm(1.0))
-        result = self.pick(result, imm(0.0), in_range)
-        # sin x rounds to x below 2**-26 (and keeps -0's sign); inf and NaN give NaN
-        magnitude = self.f("abs.f64", x)
-        result = self.pick(x, result, self.test("setp.lt.f64", magnitude, imm(2.0**-26)))
-        return self.pick(imm(math.nan), result, self.test("not.pred", self.test("testp.finite.f64", x)))
+        return self.fn.op("cvt.rzi.s64.f64", dtypes.int64, n), r, self.sub(rest, self.sub(r, high))
+
+    def reduce_far(self, x: str) -> tuple[str, str, str]:
+        """x = n pi/2 + r + r_lo for |x| >= REDUCED_UP_TO (Payne and Hanek): |x| = M 2**k with M a 53-bit integer,
+        and of x 2/pi only the bits from 2**-190 to 2**1 count mod 4: M times the 192 bits of 2/pi at that place
+        (in 64-bit integer words), whose top two bits are n mod 4 and the rest r / (pi/2)."""
+        u64 = dtypes.uint64
+        bits = self.fn.op("mov.b64", u64, self.f("abs.f64", x))
+        biased = self.fn.op("cvt.u32.u64", dtypes.uint32, self.fn.op("shr.u64", u64, bits, "52"))
+        mantissa = self.fn.op("or.b64", u64, self.fn.op("and.b64", u64, bits, MANTISSA_BITS), str(1 << 52))
+        start = self.fn.op("sub.u32", dtypes.uint32, biased, "1013")  # the window's first bit in the table
+        shift = self.fn.op("and.b32", dtypes.uint32, start, "63")
+        back = self.fn.op("sub.u32", dtypes.uint32, "64", shift)  # a shift by 64 gives 0 (PTX clamps it)
+        words = self.table_words(self.fn.op("shr.u32", dtypes.uint32, start, "6"))
+        window = [
+            self.fn.op("or.b64", u64, self.fn.op("shl.b64", u64, words[j], shift),
+                       self.fn.op("shr.u64", u64, words[j + 1], back))  # fmt: skip
+            for j in range(3)
+        ]
+        # M (w0 2**128 + w1 2**64 + w2), its bits 0 to 191 (what is above is a multiple of 4 turns)
+        p0 = self.fn.op("mul.lo.u64", u64, mantissa, window[2])
+        b0 = self.fn.op("mul.lo.u64", u64, mantissa, window[1])
+        p1 = self.fn.op("add.u64", u64, self.fn.op("mul.hi.u64", u64, mantissa, window[2]), b0)
+        carry = self.fn.op("selp.u64", u64, "1", "0", self.test("setp.lt.u64", p1, b0))
+        p2 = self.fn.op("add.u64", u64, self.fn.op("mul.hi.u64", u64, mantissa, window[1]),
+                        self.fn.op("add.u64", u64, self.fn.op("mul.lo.u64", u64, mantissa, window[0]), carry))  # fmt: skip
+        # the fraction of a quarter turn in 128 bits, read as signed (in [-1/2, 1/2): above 1/2 is the next quadrant)
+        top = self.fn.op("or.b64", u64, self.fn.op("shl.b64", u64, p2, "2"), self.fn.op("shr.u64", u64, p1, "62"))
+        below = self.fn.op("or.b64", u64, self.fn.op("shl.b64", u64, p1, "2"), self.fn.op("shr.u64", u64, p0, "62"))
+        quadrant = self.fn.op("add.u64", u64, self.fn.op("shr.u64", u64, p2, "62"), self.fn.op("shr.u64", u64, top, "63"))
+        top_f = self.f("cvt.rn.f64.s64", top)
+        top_lost = self.fn.op("sub.s64", dtypes.int64, top, self.fn.op("cvt.rzi.s64.f64", dtypes.int64, top_f))
+        rest = self.fma(self.f("cvt.rn.f64.u64", below), imm(2.0**-64), self.f("cvt.rn.f64.s64", top_lost))
+        high, low = self.mul(top_f, imm(2.0**-64)), self.mul(rest, imm(2.0**-64))  # the fraction is high + low
+        # times pi/2 in two doubles
+        p1_, p2_ = imm(HALF_PI[0]), imm(HALF_PI[1])
+        r_high = self.mul(high, p1_)
+        r_low = self.add(self.fma(high, p1_, self.neg(r_high)), self.fma(high, p2_, self.mul(low, p1_)))
+        r = self.add(r_high, r_low)
+        r_lo = self.sub(r_low, self.sub(r, r_high))
+        negative = self.test("setp.lt.f64", x, imm(0.0))  # sin(-x) = -sin x: the reduction of |x| negated
+        quadrant = self.fn.op("selp.b64", dtypes.int64, self.fn.op("neg.s64", dtypes.int64, quadrant), quadrant, negative)
+        return quadrant, self.pick(self.neg(r), r, negative), self.pick(self.neg(r_lo), r_lo, negative)
+
+    def table_words(self, index: str) -> list[str]:
+        """Words index .. index + 3 of TWO_OVER_PI_WORDS (index <= 16), chosen by selp."""
+        chosen = [self.fn.op("mov.b64", dtypes.uint64, hex(TWO_OVER_PI_WORDS[j])) for j in range(4)]
+        for t in range(1, 17):
+            here = self.test("setp.eq.u32", index, str(t))
+            for j in range(4):
+                chosen[j] = self.fn.op("selp.b64", dtypes.uint64, hex(TWO_OVER_PI_WORDS[t + j]), chosen[j], here)
+        return chosen
 
     def sin_series(self, r: str, r_lo: str) -> str:
         """sin(r + r_lo) = r + r**3 (-1/6 + ...) + r_lo cos r."""

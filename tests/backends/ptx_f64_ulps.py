@@ -1,5 +1,6 @@
-"""Measures the largest error, in ulps of the exact result, of PTX's software float64 exp2, log2, sin and pow
-(tg.codegen.render.ptx_f64) on the PTX interpreter; the exact result is computed in Decimal at 60 digits (400 for sin's reduction).
+"""Measures the largest error, in ulps of the exact result, of PTX's software float64 exp2, log2, sin and
+pow (tg.codegen.render.ptx_f64) on the PTX interpreter; the exact result is computed in Decimal at 60 digits
+(400 for sin's reduction).
 
     CC=gcc uv run python -m tests.backends.ptx_f64_ulps [count]
 """
@@ -58,8 +59,13 @@ def main(count: int) -> None:
     sweeps = {
         Ops.EXP2: np.concatenate([rng.uniform(-1, 1, count), rng.uniform(-1022, 1023, count)]),
         Ops.LOG2: np.concatenate([rng.uniform(0.5, 2, count), 2.0 ** rng.uniform(-1022, 1023, count)]),
-        Ops.SIN: np.concatenate([rng.uniform(-8, 8, count), rng.uniform(-REDUCED_UP_TO, REDUCED_UP_TO, count),
-                                 np.ldexp(rng.uniform(-2, 2, count), rng.integers(30, 1024, count))]),
+        Ops.SIN: np.concatenate(
+            [
+                rng.uniform(-8, 8, count),
+                rng.uniform(-REDUCED_UP_TO, REDUCED_UP_TO, count),
+                np.ldexp(rng.uniform(-2, 2, count), rng.integers(30, 1024, count)),
+            ]
+        ),
     }
     for op, x in sweeps.items():
         worst, at = max_ulps(op, x)

@@ -1,5 +1,6 @@
 """float64 exp2, log2, sin and pow on PTX (tg.codegen.render.ptx_f64): ptxas assembles them, and the PTX interpreter
-(exact IEEE f64 arithmetic) computes them within F64_ULP_BOUND (test_ptx) ulps of numpy on sweeps that include the special values."""
+(exact IEEE f64 arithmetic) computes them within F64_ULP_BOUND (test_ptx) ulps of numpy on sweeps that include the
+special values."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def test_sin_is_within_the_ulp_bound() -> None:
     rng = np.random.default_rng(2)
     multiples = np.array([k * math.pi / 2 for k in (1, 2, 3, 4, 7, 100, 10001, 1 << 20)])
     x = np.concatenate([SPECIALS, multiples, np.nextafter(multiples, 0), [1e-9, -3e-8, 0.785, -2.0, 1e6, -1e9],
-                        rng.uniform(-7, 7, 60), rng.uniform(-1e4, 1e4, 30), rng.uniform(-REDUCED_UP_TO, REDUCED_UP_TO, 30)])  # fmt: skip
+                        rng.uniform(-7, 7, 60), rng.uniform(-1e4, 1e4, 30),
+                        rng.uniform(-REDUCED_UP_TO, REDUCED_UP_TO, 30)])  # fmt: skip
     with np.errstate(invalid="ignore"):
         assert_within_ulps(compute(Ops.SIN, x), np.sin(x), x)
 
@@ -67,8 +69,11 @@ def test_sin_is_within_the_ulp_bound() -> None:
 def test_sin_of_huge_arguments_is_within_the_ulp_bound() -> None:
     """Beyond REDUCED_UP_TO the reduction is Payne-Hanek's: every exponent up to the largest double."""
     rng = np.random.default_rng(4)
-    x = np.concatenate([[REDUCED_UP_TO, 2.0**31, 1e22, 2.0**1023, 1.7976931348623157e308, -1e300, 6381956970095103 * 2.0**797],
-                        np.ldexp(rng.uniform(1, 2, 60), rng.integers(30, 1024, 60)) * rng.choice([-1, 1], 60)])  # fmt: skip
+    worst_case = 6381956970095103 * 2.0**797  # the double nearest a multiple of pi/2
+    extremes = [REDUCED_UP_TO, 2.0**31, 1e22, 2.0**1023, 1.7976931348623157e308, -1e300, worst_case]
+    x = np.concatenate(
+        [extremes, np.ldexp(rng.uniform(1, 2, 60), rng.integers(30, 1024, 60)) * rng.choice([-1, 1], 60)]
+    )
     assert_within_ulps(compute(Ops.SIN, x), np.sin(x), x)
 
 
@@ -83,4 +88,14 @@ def test_pow_matches_the_emulator_on_special_values_and_numpy_elsewhere() -> Non
     assert_within_ulps(got, want, np.stack([a, b], 1))
     x, y = rng.uniform(0, 8, 60), rng.uniform(-60, 60, 60)
     with np.errstate(over="ignore"):
+        assert_within_ulps(compute(Ops.POW, x, y), np.power(x, y), np.stack([x, y], 1))
+
+
+def test_pow_near_overflow_is_within_the_ulp_bound() -> None:
+    """Regression: log2's error is scaled by y in pow, so log2 |x| has to be carried past a double's precision
+    (with log2 to 2**-58 only, pow(1.38, 922) was 11 ulps off)."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([[1.3765027919870578, 1.411858567881775, 2.0, 0.5], rng.uniform(1, 2, 40)])
+    y = np.concatenate([[921.6643634153996, 993.7804002328855, 1023.5, -1074.25], rng.uniform(0, 1000, 40)])
+    with np.errstate(over="ignore"):  # 2 ** 1023.5 is inf
         assert_within_ulps(compute(Ops.POW, x, y), np.power(x, y), np.stack([x, y], 1))

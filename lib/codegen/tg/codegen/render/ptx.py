@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes, encode
 from tg.codegen.render.base import Renderer, buffer_param, global_params, range_name
-from tg.codegen.render.ptx_f64 import F64Math
 from tg.codegen.render.gpu import GPUKernel, ThreadLayout, combining_op, thread_layout
+from tg.codegen.render.ptx_f64 import F64Math
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 

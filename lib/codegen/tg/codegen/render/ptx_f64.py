@@ -112,6 +112,10 @@ class F64Math:
         """`a` where `gate`, else `b`."""
         return self.f("selp.f64", a, b, gate)
 
+    def i64(self, instruction: str, *operands: str) -> str:
+        """A 64-bit integer result."""
+        return self.fn.op(instruction, dtypes.uint64, *operands)
+
     def test(self, instruction: str, *operands: str) -> str:
         return self.fn.op(instruction, dtypes.bool, *operands)
 
@@ -125,8 +129,8 @@ class F64Math:
     def power_of_two(self, n: str) -> str:
         """2**n for an int32 n in the normal range, from its exponent bits."""
         biased = self.fn.op("add.s32", dtypes.int32, n, "1023")
-        wide = self.fn.op("cvt.s64.s32", dtypes.int64, biased)
-        return self.f("mov.b64", self.fn.op("shl.b64", dtypes.int64, wide, "52"))
+        wide = self.i64("cvt.s64.s32", biased)
+        return self.f("mov.b64", self.i64("shl.b64", wide, "52"))
 
     # ------------------------------------------------------------------------------------------ exp2
     def exp2(self, x: str, tail: str | None = None) -> str:
@@ -152,12 +156,12 @@ class F64Math:
         """log2 x as hi + lo for a positive finite x (other inputs give some finite pair: see `log2`)."""
         tiny = self.test("setp.lt.f64", x, imm(2.0**-1022))  # a subnormal: scaled into the normal range
         scaled = self.pick(self.mul(x, imm(2.0**54)), x, tiny)
-        bits = self.fn.op("mov.b64", dtypes.uint64, scaled)
-        biased = self.fn.op("shr.u64", dtypes.uint64, bits, "52")
+        bits = self.i64("mov.b64", scaled)
+        biased = self.i64("shr.u64", bits, "52")
         e = self.sub(self.f("cvt.rn.f64.u64", biased), imm(1023.0))
         e = self.pick(self.sub(e, imm(54.0)), e, tiny)
-        fraction = self.fn.op("and.b64", dtypes.uint64, bits, MANTISSA_BITS)
-        m = self.f("mov.b64", self.fn.op("or.b64", dtypes.uint64, fraction, EXPONENT_ONE))  # in [1, 2)
+        fraction = self.i64("and.b64", bits, MANTISSA_BITS)
+        m = self.f("mov.b64", self.i64("or.b64", fraction, EXPONENT_ONE))  # in [1, 2)
         above = self.test("setp.gt.f64", m, imm(math.sqrt(2.0)))
         m = self.pick(self.mul(m, imm(0.5)), m, above)  # now in [sqrt(1/2), sqrt(2)]
         e = self.pick(self.add(e, imm(1.0)), e, above)
@@ -211,11 +215,11 @@ class F64Math:
         quadrant, r, r_lo = self.reduce_near(x)
         far_quadrant, far_r, far_r_lo = self.reduce_far(x)
         far = self.test("setp.ge.f64", self.f("abs.f64", x), imm(REDUCED_UP_TO))
-        quadrant = self.fn.op("selp.b64", dtypes.int64, far_quadrant, quadrant, far)
+        quadrant = self.i64("selp.b64", far_quadrant, quadrant, far)
         r, r_lo = self.pick(far_r, r, far), self.pick(far_r_lo, r_lo, far)
         sine, cosine = self.sin_series(r, r_lo), self.cos_series(r, r_lo)
-        odd = self.test("setp.ne.b64", self.fn.op("and.b64", dtypes.int64, quadrant, "1"), "0")
-        lower_half = self.test("setp.ne.b64", self.fn.op("and.b64", dtypes.int64, quadrant, "2"), "0")
+        odd = self.test("setp.ne.b64", self.i64("and.b64", quadrant, "1"), "0")
+        lower_half = self.test("setp.ne.b64", self.i64("and.b64", quadrant, "2"), "0")
         result = self.pick(cosine, sine, odd)
         result = self.pick(self.neg(result), result, lower_half)
         # sin x rounds to x below 2**-26 (and keeps -0's sign); inf and NaN give NaN
@@ -236,57 +240,60 @@ class F64Math:
         low = self.add(self.sub(r1, r1_part), self.sub(w, self.sub(high, r1_part)))
         rest = self.fma(minus_n, p3, self.add(low, w_lost))
         r = self.add(high, rest)
-        return self.fn.op("cvt.rzi.s64.f64", dtypes.int64, n), r, self.sub(rest, self.sub(r, high))
+        return self.i64("cvt.rzi.s64.f64", n), r, self.sub(rest, self.sub(r, high))
 
     def reduce_far(self, x: str) -> tuple[str, str, str]:
         """x = n pi/2 + r + r_lo for |x| >= REDUCED_UP_TO (Payne and Hanek): |x| = M 2**k with M a 53-bit integer,
         and of x 2/pi only the bits from 2**-190 to 2**1 count mod 4: M times the 192 bits of 2/pi at that place
         (in 64-bit integer words), whose top two bits are n mod 4 and the rest r / (pi/2)."""
-        u64 = dtypes.uint64
-        bits = self.fn.op("mov.b64", u64, self.f("abs.f64", x))
-        biased = self.fn.op("cvt.u32.u64", dtypes.uint32, self.fn.op("shr.u64", u64, bits, "52"))
-        mantissa = self.fn.op("or.b64", u64, self.fn.op("and.b64", u64, bits, MANTISSA_BITS), str(1 << 52))
+        bits = self.i64("mov.b64", self.f("abs.f64", x))
+        biased = self.fn.op("cvt.u32.u64", dtypes.uint32, self.i64("shr.u64", bits, "52"))
+        mantissa = self.i64("or.b64", self.i64("and.b64", bits, MANTISSA_BITS), str(1 << 52))
         start = self.fn.op("sub.u32", dtypes.uint32, biased, "1013")  # the window's first bit in the table
         shift = self.fn.op("and.b32", dtypes.uint32, start, "63")
         back = self.fn.op("sub.u32", dtypes.uint32, "64", shift)  # a shift by 64 gives 0 (PTX clamps it)
         words = self.table_words(self.fn.op("shr.u32", dtypes.uint32, start, "6"))
         window = [
-            self.fn.op("or.b64", u64, self.fn.op("shl.b64", u64, words[j], shift),
-                       self.fn.op("shr.u64", u64, words[j + 1], back))  # fmt: skip
+            self.i64("or.b64", self.i64("shl.b64", words[j], shift), self.i64("shr.u64", words[j + 1], back))
             for j in range(3)
         ]
         # M (w0 2**128 + w1 2**64 + w2), its bits 0 to 191 (what is above is a multiple of 4 turns)
-        p0 = self.fn.op("mul.lo.u64", u64, mantissa, window[2])
-        b0 = self.fn.op("mul.lo.u64", u64, mantissa, window[1])
-        p1 = self.fn.op("add.u64", u64, self.fn.op("mul.hi.u64", u64, mantissa, window[2]), b0)
-        carry = self.fn.op("selp.u64", u64, "1", "0", self.test("setp.lt.u64", p1, b0))
-        p2 = self.fn.op("add.u64", u64, self.fn.op("mul.hi.u64", u64, mantissa, window[1]),
-                        self.fn.op("add.u64", u64, self.fn.op("mul.lo.u64", u64, mantissa, window[0]), carry))  # fmt: skip
+        p0 = self.i64("mul.lo.u64", mantissa, window[2])
+        b0 = self.i64("mul.lo.u64", mantissa, window[1])
+        p1 = self.i64("add.u64", self.i64("mul.hi.u64", mantissa, window[2]), b0)
+        carry = self.i64("selp.u64", "1", "0", self.test("setp.lt.u64", p1, b0))
+        p2 = self.i64(
+            "add.u64",
+            self.i64("mul.hi.u64", mantissa, window[1]),
+            self.i64("add.u64", self.i64("mul.lo.u64", mantissa, window[0]), carry),
+        )
         # the fraction of a quarter turn in 128 bits, read as signed (in [-1/2, 1/2): above 1/2 is the next quadrant)
-        top = self.fn.op("or.b64", u64, self.fn.op("shl.b64", u64, p2, "2"), self.fn.op("shr.u64", u64, p1, "62"))
-        below = self.fn.op("or.b64", u64, self.fn.op("shl.b64", u64, p1, "2"), self.fn.op("shr.u64", u64, p0, "62"))
-        quadrant = self.fn.op("add.u64", u64, self.fn.op("shr.u64", u64, p2, "62"), self.fn.op("shr.u64", u64, top, "63"))
+        top = self.i64("or.b64", self.i64("shl.b64", p2, "2"), self.i64("shr.u64", p1, "62"))
+        below = self.i64("or.b64", self.i64("shl.b64", p1, "2"), self.i64("shr.u64", p0, "62"))
+        quadrant = self.i64("add.u64", self.i64("shr.u64", p2, "62"), self.i64("shr.u64", top, "63"))
         top_f = self.f("cvt.rn.f64.s64", top)
-        top_lost = self.fn.op("sub.s64", dtypes.int64, top, self.fn.op("cvt.rzi.s64.f64", dtypes.int64, top_f))
+        top_lost = self.i64("sub.s64", top, self.i64("cvt.rzi.s64.f64", top_f))
         rest = self.fma(self.f("cvt.rn.f64.u64", below), imm(2.0**-64), self.f("cvt.rn.f64.s64", top_lost))
         high, low = self.mul(top_f, imm(2.0**-64)), self.mul(rest, imm(2.0**-64))  # the fraction is high + low
         # times pi/2 in two doubles
-        p1_, p2_ = imm(HALF_PI[0]), imm(HALF_PI[1])
-        r_high = self.mul(high, p1_)
-        r_low = self.add(self.fma(high, p1_, self.neg(r_high)), self.fma(high, p2_, self.mul(low, p1_)))
+        half_pi_hi, half_pi_lo = imm(HALF_PI[0]), imm(HALF_PI[1])
+        r_high = self.mul(high, half_pi_hi)
+        r_low = self.add(
+            self.fma(high, half_pi_hi, self.neg(r_high)), self.fma(high, half_pi_lo, self.mul(low, half_pi_hi))
+        )
         r = self.add(r_high, r_low)
         r_lo = self.sub(r_low, self.sub(r, r_high))
         negative = self.test("setp.lt.f64", x, imm(0.0))  # sin(-x) = -sin x: the reduction of |x| negated
-        quadrant = self.fn.op("selp.b64", dtypes.int64, self.fn.op("neg.s64", dtypes.int64, quadrant), quadrant, negative)
+        quadrant = self.i64("selp.b64", self.i64("neg.s64", quadrant), quadrant, negative)
         return quadrant, self.pick(self.neg(r), r, negative), self.pick(self.neg(r_lo), r_lo, negative)
 
     def table_words(self, index: str) -> list[str]:
         """Words index .. index + 3 of TWO_OVER_PI_WORDS (index <= 16), chosen by selp."""
-        chosen = [self.fn.op("mov.b64", dtypes.uint64, hex(TWO_OVER_PI_WORDS[j])) for j in range(4)]
+        chosen = [self.i64("mov.b64", hex(TWO_OVER_PI_WORDS[j])) for j in range(4)]
         for t in range(1, 17):
             here = self.test("setp.eq.u32", index, str(t))
             for j in range(4):
-                chosen[j] = self.fn.op("selp.b64", dtypes.uint64, hex(TWO_OVER_PI_WORDS[t + j]), chosen[j], here)
+                chosen[j] = self.i64("selp.b64", hex(TWO_OVER_PI_WORDS[t + j]), chosen[j], here)
         return chosen
 
     def sin_series(self, r: str, r_lo: str) -> str:
@@ -328,19 +335,22 @@ class F64Math:
         whole = self.test("setp.eq.f64", self.f("cvt.rzi.f64.f64", exponent), exponent)
         half = self.mul(exponent, imm(0.5))
         odd = self.test("and.pred", whole, self.test("setp.neu.f64", self.f("cvt.rzi.f64.f64", half), half))
-        sign_bit = self.test("setp.lt.s64", self.fn.op("mov.b64", dtypes.int64, base), "0")  # -0.0 included
+        sign_bit = self.test("setp.lt.s64", self.i64("mov.b64", base), "0")  # -0.0 included
         zero = self.test("setp.eq.f64", base, imm(0.0))
         zero_to_negative = self.test("and.pred", zero, self.test("setp.lt.f64", exponent, imm(0.0)))
         flip = self.test("and.pred", self.test("and.pred", sign_bit, odd), self.test("not.pred", zero_to_negative))
         result = self.pick(self.neg(result), result, flip)
         # a negative finite base to a fractional power is NaN ((-inf) ** 0.5 is inf, (-0) ** 0.5 is 0)
-        finite_negative = self.test("and.pred", self.test("setp.lt.f64", base, imm(0.0)),
-                                    self.test("testp.finite.f64", base))  # fmt: skip
+        finite_negative = self.test(
+            "and.pred", self.test("setp.lt.f64", base, imm(0.0)), self.test("testp.finite.f64", base)
+        )
         fractional = self.test("and.pred", finite_negative, self.test("not.pred", whole))
         result = self.pick(imm(math.nan), result, fractional)
         # x ** 0 and 1 ** y are 1, and so is (-1) ** +-inf
         unit = self.test("setp.eq.f64", self.f("abs.f64", base), imm(1.0))
         infinite = self.test("setp.eq.f64", self.f("abs.f64", exponent), imm(math.inf))
-        one = self.test("or.pred", self.test("setp.eq.f64", exponent, imm(0.0)), self.test("setp.eq.f64", base, imm(1.0)))
+        one = self.test(
+            "or.pred", self.test("setp.eq.f64", exponent, imm(0.0)), self.test("setp.eq.f64", base, imm(1.0))
+        )
         one = self.test("or.pred", one, self.test("and.pred", unit, infinite))
         return self.pick(imm(1.0), result, one)

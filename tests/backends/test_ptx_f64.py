@@ -13,7 +13,16 @@ from tg.codegen import KernelInfo, Ops, UOp, dtypes
 from tg.codegen.render.ptx import PTXRenderer
 from tg.codegen.render.ptx_f64 import REDUCED_UP_TO
 
-from .test_ptx import assemble, assert_within_ulps, lowered, needs_ptxas, run_emulator, run_ptx
+from .test_ptx import (  # noqa: F401 (a fixture)
+    assemble,
+    assert_within_ulps,
+    launches,
+    lowered,
+    needs_ptxas,
+    null_ptx_runs_on_the_interpreter,
+    run_emulator,
+    run_ptx,
+)
 
 SPECIALS = [0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, 5e-324, -5e-324, 2.2250738585072014e-308]
 
@@ -99,3 +108,30 @@ def test_pow_near_overflow_is_within_the_ulp_bound() -> None:
     y = np.concatenate([[921.6643634153996, 993.7804002328855, 1023.5, -1074.25], rng.uniform(0, 1000, 40)])
     with np.errstate(over="ignore"):  # 2 ** 1023.5 is inf
         assert_within_ulps(compute(Ops.POW, x, y), np.power(x, y), np.stack([x, y], 1))
+
+
+def test_float64_tensor_functions_compute_on_null_ptx(null_ptx_runs_on_the_interpreter: str) -> None:  # noqa: F811
+    """Tensor float64 exp, log, sin, cos and pow (built on EXP2/LOG2/SIN/POW) through the whole pipeline on
+    NULL:PTX, run on the interpreter, equal the CPU backend's (C's libm) within a few ulps: the tensor library's own
+    roundings (the scale by ln 2 in exp and log) are the same on both. cos is 1 - 2 sin(x/2)**2, whose error is
+    absolute (a few ulps of 1), not relative."""
+    from tg.tensor import Tensor
+
+    rng = np.random.default_rng(6)
+    x = np.concatenate([rng.uniform(0.1, 20, 30), [1.0, 1e-300, 700.0]])
+    y = rng.uniform(-3, 3, len(x))
+
+    def functions(device: str) -> dict[str, np.ndarray]:
+        a, b = Tensor(x, device=device), Tensor(y, device=device)
+        return {"exp": a.exp(), "log": a.log(), "sin": a.sin(), "cos": a.cos(), "pow": a.pow(b)}
+
+    ptx, cpu = functions(null_ptx_runs_on_the_interpreter), functions("CPU")
+    for name, tensor in ptx.items():
+        ran = len(launches)
+        got, want = tensor.numpy(), cpu[name].numpy()
+        assert len(launches) > ran, f"{name} ran no PTX kernel"
+        assert got.dtype == np.float64, name
+        if name == "cos":
+            np.testing.assert_allclose(got, want, rtol=0, atol=4 * 2.0**-53)
+        else:
+            assert_within_ulps(got, want, x, bound=4)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import struct
-from decimal import Decimal, getcontext
+from decimal import Decimal, getcontext, localcontext
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from tg.codegen.render.ptx import _PTXFunction
 
 F64 = dtypes.float64
-getcontext().prec = 80
 # ln 2 to 70 digits (more than three doubles hold); the series coefficients are derived from it and pi
 _LN2 = Decimal("0.6931471805599453094172321214581765680755001343602552541206800094933936")
 
@@ -44,13 +43,6 @@ def _atan_inverse(n: int) -> Decimal:
     return total
 
 
-getcontext().prec = 420  # pi to 1300+ bits: 2 / pi's bits for the Payne-Hanek reduction
-_PI = 16 * _atan_inverse(5) - 4 * _atan_inverse(239)  # Machin's formula
-# 2 / pi as 21 64-bit words after 64 zero bits: bit p of the table (from its top) is bit p - 63 after the point
-TWO_OVER_PI_WORDS = [(int(2 / _PI * 2**1280) >> (64 * (20 - t))) & (2**64 - 1) for t in range(21)]
-getcontext().prec = 80
-
-
 def _split(value: Decimal, parts: int) -> list[float]:
     """`value` as the sum of `parts` doubles, each the nearest double to what the previous ones leave."""
     result = []
@@ -60,14 +52,20 @@ def _split(value: Decimal, parts: int) -> list[float]:
     return result
 
 
-LOG2_E_TWICE = _split(2 / _LN2, 2)  # 2 / ln 2: log2 m = (2 / ln 2) atanh(s)
-HALF_PI = _split(_PI / 2, 3)
-TWO_OVER_PI = float(2 / _PI)
-# 2**r = sum (r ln 2)**k / k!, k = 1..14
-EXP2_SERIES = [float(Fraction(_LN2**k) / math.factorial(k)) for k in range(1, 15)]
-# atanh(s) / s - 1 = s**2 / 3 + s**4 / 5 + ..., each times 2 / ln 2: up to s**22 (0.172**24 / 25 < 2**-66)
-LOG2_SERIES = [float(2 / _LN2 / (2 * k + 1)) for k in range(1, 12)]
-LOG2_THIRD = _split(2 / _LN2 / 3, 2)  # the first of them in two doubles
+with localcontext() as _context:  # the process's own Decimal context is left alone
+    _context.prec = 420  # pi to 1300+ bits: 2 / pi's bits for the Payne-Hanek reduction
+    _PI = 16 * _atan_inverse(5) - 4 * _atan_inverse(239)  # Machin's formula
+    # 2 / pi as 21 64-bit words after 64 zero bits: bit p of the table (from its top) is bit p - 63 after the point
+    TWO_OVER_PI_WORDS = [(int(2 / _PI * 2**1280) >> (64 * (20 - t))) & (2**64 - 1) for t in range(21)]
+    _context.prec = 80
+    LOG2_E_TWICE = _split(2 / _LN2, 2)  # 2 / ln 2: log2 m = (2 / ln 2) atanh(s)
+    HALF_PI = _split(_PI / 2, 3)
+    TWO_OVER_PI = float(2 / _PI)
+    # 2**r = sum (r ln 2)**k / k!, k = 1..14
+    EXP2_SERIES = [float(Fraction(_LN2**k) / math.factorial(k)) for k in range(1, 15)]
+    # atanh(s) / s - 1 = s**2 / 3 + s**4 / 5 + ..., each times 2 / ln 2: up to s**22 (0.172**24 / 25 < 2**-66)
+    LOG2_SERIES = [float(2 / _LN2 / (2 * k + 1)) for k in range(1, 12)]
+    LOG2_THIRD = _split(2 / _LN2 / 3, 2)  # the first of them in two doubles
 # sin r / r - 1 and cos r - 1 + r**2 / 2 by powers of r**2, |r| <= pi / 4 (+ a little for a rounded n)
 SIN_SERIES = [(-1) ** k / math.factorial(2 * k + 1) for k in range(1, 10)]
 COS_SERIES = [(-1) ** k / math.factorial(2 * k) for k in range(2, 11)]

@@ -183,7 +183,7 @@ class Thread:
             return self.symbols[operand]
         if operand.startswith(("0f", "0d")):
             return int(operand[2:], 16)
-        return int(operand) & ((1 << bits) - 1)
+        return int(operand, 0) & ((1 << bits) - 1)  # decimal or 0x hex
 
     def value(self, operand: str, t: str) -> Any:
         """The operand as a Python number of type `t` (a float, or a signed/unsigned int)."""
@@ -370,6 +370,8 @@ class Thread:
             result = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
         elif name == "rem":
             result = a - b * (abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1))
+        elif name == "mul" and "hi" in opcode:  # the upper half of the double-width product
+            result = (a * b) >> type_bits(t)
         else:
             result = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "max": lambda: max(a, b),
                       "neg": lambda: -a, "abs": lambda: abs(a),
@@ -400,7 +402,12 @@ def float_arithmetic(name: str, x: list[float], t: str) -> float:
                  "mul": lambda: terms[0] * terms[1], "fma": lambda: terms[0] * terms[1] + terms[2]}[name]()  # fmt: skip
         if exact == 0:  # IEEE's sign of an exact zero: what the double operation gives
             return in_double(name, x)
-    return float(exact) if t == "f64" else round_fraction_to_double_odd(exact)
+    if t != "f64":
+        return round_fraction_to_double_odd(exact)
+    try:
+        return float(exact)
+    except OverflowError:  # rounds beyond the largest double: an infinity, as IEEE's round to nearest gives
+        return math.inf if exact > 0 else -math.inf
 
 
 def in_double(name: str, x: list[float]) -> float:

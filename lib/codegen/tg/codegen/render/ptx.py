@@ -22,8 +22,8 @@ with NaN and inf giving 0 (beyond int64: INT64_MIN, as on the CPU backends, wher
 rounding to the dtype is the one rounding of the exact value, but for operands of wildly different size). sqrt,
 division and reciprocal are the IEEE `.rn` forms. exp2, log2 and sin are the hardware's `.approx.f32` instructions
 (within a few ulp; sin is accurate in [-pi, pi] only, so its argument is first reduced by whole turns) and pow is
-built from them, so these four are not bit-exact with the PYTHON emulator; float64 has no such instructions and is
-refused for them.
+built from them, so these four are not bit-exact with the PYTHON emulator; float64 has no such instructions: there
+they are software (tg.codegen.render.ptx_f64, within 2 ulps).
 
 Accumulators (REG params) are `.local` arrays (ptxas keeps them in registers when their indices are constants);
 a gated load or store is a branch around the memory access.
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from tg.codegen.dtype import AddrSpace, DType, dtypes, encode
 from tg.codegen.render.base import Renderer, buffer_param, global_params, range_name
 from tg.codegen.render.gpu import GPUKernel, ThreadLayout, combining_op, thread_layout
+from tg.codegen.render.ptx_f64 import F64Math
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
@@ -521,12 +522,20 @@ class _PTXFunction:
             keep = self.op("or.pred", dtypes.bool, first_nan, self.op(f"setp.gt.{f}", dtypes.bool, x[0], x[1]))
             return self.op(f"selp.{f}", dtype, x[0], x[1], keep)
         if op in APPROX or op is Ops.POW:
-            if f == "f64":
-                raise NotImplementedError(f"PTX has no float64 {op.name.lower()} instruction")
+            if f == "f64":  # no f64 instructions for these: computed in software (tg.codegen.render.ptx_f64)
+                return self.float64_function(op, x)
             if op is Ops.SIN:
                 return self.sine(dtype, x[0])
             return self.op(f"{APPROX[op]}.approx.f32", dtype, x[0]) if op in APPROX else self.power(dtype, *x)
         raise NotImplementedError(f"the PTX renderer cannot render {op!r} on {dtype!r}")
+
+    def float64_function(self, op: Ops, x: list[str]) -> str:
+        math64 = F64Math(self)
+        if op is Ops.EXP2:
+            return math64.exp2(x[0])
+        if op is Ops.LOG2:
+            return math64.log2(x[0])
+        return math64.sin(x[0]) if op is Ops.SIN else math64.pow(x[0], x[1])
 
     def sine(self, dtype: DType, x: str) -> str:
         """sin x from sin.approx.f32, which is accurate in [-pi, pi] only: x loses its nearest whole number of turns

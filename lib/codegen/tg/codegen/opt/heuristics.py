@@ -9,6 +9,14 @@ and broadcasting reductions. Plain reductions and elementwise kernels get no opt
 vectorizes their innermost loop (and upcasts strided reductions, see tg.codegen.lower.upcast). Loads that only
 decide a mask (a causal softmax's index comparisons) do not count as reuse, so a masked reduction gets the opts of
 the unmasked one (`value_loads`).
+
+No k-blocking (BLOCK): the heuristics never cut a reduction into blocks. Measured on top of their own matmul tile
+(bench/bench_kblock.py; a 2-core AVX-512 Xeon with 2 MiB L2, gcc 12 and clang 19, load 1-4), BLOCK was slower for
+every square size 256..2048 (blocks 128-512: 0.4-0.9x; each block reads and writes the whole output again) and
+mixed on the GPT-2 shapes and on reductions of 32K-128K (0.7-1.4x, the sign flipping between compilers and runs).
+k-blocking paid (2-4x) when a big matmul swept its right operand in row-major layout; tg.tensor.linalg now packs
+such an operand into column strips, and a packed strip (k rows of 64 bytes) stays in L2 up to k = 32768, which is
+what a block would have bought. BEAM still tries BLOCK (tg.codegen.opt.search) where a kernel differs.
 """
 
 from __future__ import annotations

@@ -10,13 +10,14 @@ vectorizes their innermost loop (and upcasts strided reductions, see tg.codegen.
 decide a mask (a causal softmax's index comparisons) do not count as reuse, so a masked reduction gets the opts of
 the unmasked one (`value_loads`).
 
-No k-blocking (BLOCK): the heuristics never cut a reduction into blocks. Measured on top of their own matmul tile
-(bench/bench_kblock.py; a 2-core AVX-512 Xeon with 2 MiB L2, gcc 12 and clang 19, load 1-4), BLOCK was slower for
-every square size 256..2048 (blocks 128-512: 0.4-0.9x; each block reads and writes the whole output again) and
-mixed on the GPT-2 shapes and on reductions of 32K-128K (0.7-1.4x, the sign flipping between compilers and runs).
-k-blocking paid (2-4x) when a big matmul swept its right operand in row-major layout; tg.tensor.linalg now packs
-such an operand into column strips, and a packed strip (k rows of 64 bytes) stays in L2 up to k = 32768, which is
-what a block would have bought. BEAM still tries BLOCK (tg.codegen.opt.search) where a kernel differs.
+No k-blocking (BLOCK): the heuristics never cut a reduction into blocks. Timed on top of their own matmul tile
+(bench/bench_kblock.py: a 2-core AVX-512 Xeon, 2 MiB L2, load 1.3-1.6), blocks of 128 or 256 made matmul 1024 and
+2048 0.38-0.67x as fast under gcc 12 and clang 19 (every block reads and writes the whole output again) and 512 a
+toss-up; on the GPT-2 projections 128x768x3072 and 128x3072x768 the sign depends on the compiler (clang 1.15-1.75x,
+gcc 0.67-0.95x), on 128x768x2304 and on k = 65536 it lost (0.69-1.05x). k-blocking paid (2-4x, measured on branch
+beamspace) while big matmuls swept a row-major right operand; tg.tensor.linalg now packs such an operand into
+column strips, and a packed strip (k rows of 64 bytes) stays in L2 up to k = 32768, which is what a block would
+buy. BEAM still tries BLOCK (tg.codegen.opt.search).
 """
 
 from __future__ import annotations

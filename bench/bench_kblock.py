@@ -74,12 +74,16 @@ def measure(n: int, k: int, m: int, blocks: list[int], repeats: int) -> str:
         buffer = Buffer("CPU", size, from_numpy(np.dtype(np.float32))).ensure_allocated()
         buffer.copyin(rng.standard_normal(size, np.float32).tobytes())
         buffers.append(buffer)
+    nan = np.full(n * m, np.nan, np.float32).tobytes()
     runs, reference = {}, None
     for name, opts in variants(hand, blocks, k).items():
         runs[name] = runner(ast, opts, buffers)
+        buffers[0].copyin(nan)  # an element the variant misses stays NaN
         runs[name]()  # warm-up, and the bits to compare
         out = np.frombuffer(buffers[0].as_buffer(), np.float32).copy()
-        reference = out if reference is None else reference
+        if reference is None:
+            reference = out
+            assert not np.isnan(out).any(), f"{n}x{k}x{m}: the heuristics' kernel left outputs unwritten"
         if not np.array_equal(out, reference):
             raise AssertionError(f"{n}x{k}x{m} {name}: other bits than the heuristics' kernel")
     times: dict[str, list[float]] = {name: [] for name in runs}

@@ -16,6 +16,7 @@ from tg.codegen.compiler.c import default_flags
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
 from tg.codegen.opt import KernelOptError, KernelOptimizer, Opt, OptOps, apply_opts, hand_coded_optimizations
+from tg.codegen.opt.heuristics import MAX_LANES, WIDE_MAX_LANES
 from tg.codegen.render.c import CRenderer
 
 L, R, U, UN = AxisType.LOOP, AxisType.REDUCE, AxisType.UPCAST, AxisType.UNROLL
@@ -260,24 +261,61 @@ def test_the_c_compiler_maps_upcast_lanes_onto_vector_instructions(compiler: str
     assert not scalar_fma and not {name for name in instructions if name.startswith("vgather")}
 
 
-def test_padto_makes_a_prime_sized_matmul_splittable_and_correct() -> None:
+def run_on_cpu(ast: UOp, opts: tuple[Opt, ...], out_shape: tuple[int, ...], *inputs: np.ndarray) -> np.ndarray:
+    """Kernel `ast` with exactly `opts` on the CPU device; the output starts as NaN so a missed element shows."""
     from tg.codegen.dtype import from_numpy
     from tg.hcq import Buffer, Device
 
-    n, k, m = 7, 11, 13
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((n, k), np.float32), rng.standard_normal((k, m), np.float32)
-    ast = matmul_ast(n, k, m)
-    opts = (Opt(OptOps.PADTO, 1, 16), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PADTO, 2, 4), Opt(OptOps.UNROLL, 0, 4))
     dev = Device["CPU"]
     rendered = dev.renderer.render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts))))
     program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
-    out = np.full((n, m), np.nan, np.float32)
     buffers = []
-    for array in (out, a, b):
+    for array in (np.full(out_shape, np.nan, np.float32), *inputs):
         buf = Buffer("CPU", array.size, from_numpy(array.dtype)).ensure_allocated()
-        buf.copyin(array.tobytes())
+        buf.copyin(np.ascontiguousarray(array).tobytes())
         buffers.append(buf)
     program(*(buf.raw for buf in buffers), global_size=rendered.global_size, wait=True)
-    result = np.frombuffer(buffers[0].as_buffer(), np.float32).reshape(n, m)
-    np.testing.assert_allclose(result, a @ b, rtol=1e-5, atol=1e-5)
+    return np.frombuffer(buffers[0].as_buffer(), np.float32).reshape(out_shape).copy()
+
+
+def test_padto_makes_a_prime_sized_matmul_splittable_and_correct() -> None:
+    n, k, m = 7, 11, 13
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, k), np.float32), rng.standard_normal((k, m), np.float32)
+    opts = (Opt(OptOps.PADTO, 1, 16), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PADTO, 2, 4), Opt(OptOps.UNROLL, 0, 4))
+    np.testing.assert_allclose(run_on_cpu(matmul_ast(n, k, m), opts, (n, m), a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+
+# square sizes, a long reduction into a small output, the GPT-2 projections (128 tokens, dim 768), a long k
+NO_BLOCK_MATMULS = [(256, 256, 256), (2048, 2048, 2048), (512, 2048, 512), (128, 768, 2304), (128, 3072, 768),
+                    (128, 65536, 256)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("n", "k", "m"), NO_BLOCK_MATMULS)
+@pytest.mark.parametrize("max_lanes", [MAX_LANES, WIDE_MAX_LANES])
+def test_heuristics_never_block_a_reduction_although_block_is_legal(n: int, k: int, m: int, max_lanes: int) -> None:
+    """The heuristics' "no k-blocking" rule (their docstring; measured with bench/bench_kblock.py): BLOCK on top of
+    their tile was slower or a toss-up under gcc and clang, so it is a choice, not a refusal: BLOCK applies here."""
+    opts = hand_coded_optimizations(KernelOptimizer(matmul_ast(n, k, m)), max_lanes=max_lanes)
+    assert OptOps.UPCAST in {o.op for o in opts}
+    assert OptOps.BLOCK not in {o.op for o in opts}
+    applied(matmul_ast(n, k, m), Opt(OptOps.BLOCK, 0, k // 2), *opts)
+
+
+def test_heuristics_never_block_a_convolution() -> None:
+    opts = hand_coded_optimizations(KernelOptimizer(conv_ast(64, 56, 3)))
+    assert OptOps.BLOCK not in {o.op for o in opts}
+    applied(conv_ast(64, 56, 3), Opt(OptOps.BLOCK, 0, 32), *opts)
+
+
+def test_block_on_the_heuristics_tile_keeps_the_bits() -> None:
+    """What bench_kblock compares: the heuristics' opts with BLOCK in front compute each element in the same order,
+    so the blocked kernel gives the same bits (and numpy's answer)."""
+    n, k, m = 32, 512, 48
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((n, k), np.float32), rng.standard_normal((k, m), np.float32)
+    hand = tuple(hand_coded_optimizations(KernelOptimizer(matmul_ast(n, k, m))))
+    plain = run_on_cpu(matmul_ast(n, k, m), hand, (n, m), a, b)
+    blocked = run_on_cpu(matmul_ast(n, k, m), (Opt(OptOps.BLOCK, 0, 128), *hand), (n, m), a, b)
+    np.testing.assert_allclose(plain, a @ b, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(blocked, plain)

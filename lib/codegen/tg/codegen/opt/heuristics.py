@@ -9,6 +9,16 @@ and broadcasting reductions. Plain reductions and elementwise kernels get no opt
 vectorizes their innermost loop (and upcasts strided reductions, see tg.codegen.lower.upcast). Loads that only
 decide a mask (a causal softmax's index comparisons) do not count as reuse, so a masked reduction gets the opts of
 the unmasked one (`value_loads`).
+
+No k-blocking (BLOCK): the heuristics never cut a reduction into blocks. Timed on top of their own matmul tile
+(bench/bench_kblock.py: a 2-core AVX-512 Xeon, 2 MiB L2, load 1.3-2.7), blocks of 128 or 256 made matmul 1024 and
+2048 0.38-0.67x as fast under gcc 12 and clang 19 (every block reads and writes the whole output again) and 512 a
+toss-up; on the GPT-2 projections (128x768x2304, 128x768x3072, 128x3072x768) the sign follows the compiler: gcc
+0.56-0.95x, clang 0.7-1.75x, where clang's unblocked tile runs at about half gcc's speed and a block wins back part
+of that, never up to gcc's; on k = 65536 it was a toss-up (0.72-1.05x). k-blocking paid (2-4x, measured on branch
+beamspace) while big matmuls swept a row-major right operand; tg.tensor.linalg now packs such an operand into
+column strips, and a packed strip (k rows of 64 bytes) stays in L2 up to k = 32768, which is what a block would
+buy. BEAM still tries BLOCK (tg.codegen.opt.search).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ against its own cache.
 
 from __future__ import annotations
 
+import functools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,8 +29,12 @@ from tg.llm.model import (
 from tg.llm.ops import concat, stack
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, linear
 from tg.tensor import Tensor
+from tg.tensor.jit import TinyJit
 
 CHUNK_SIZES = (8, 32)  # a prefill chunk is padded up to one of these: few shapes, so few kernels to compile
+# decode captures kept (least recently used dropped first): each holds its own intermediate buffers, small for a few
+# rows, and a steady set of clients replays the same one step after step
+MAX_DECODE_CAPTURES = 32
 
 
 @dataclass
@@ -55,6 +61,8 @@ class ModelRunner:
         self.model, self.batched = model, batched
         self.max_context = model.max_context
         shape = model.caches[0].shape
+        # slot set -> the captured decode step of those slots, in that order (see `_decode_step`)
+        self.decode_steps: OrderedDict[tuple[int, ...], TinyJit] = OrderedDict()
         self.slots = [Slot(0, model.caches)]
         for index in range(1, slots):
             caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
@@ -85,26 +93,44 @@ class ModelRunner:
         for slot, _ in steps:
             if len(slot.cached) + 1 > self.max_context:
                 raise ContextOverflowError(f"context overflow: the maximum context is {self.max_context}")
-        feeds = [Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in steps]
-        groups = [feeds] if self.batched else [[feed] for feed in feeds]
-        logits = [row for group in groups for row in forward_feeds(self.model, group)]
+        groups = [steps] if self.batched else [[step] for step in steps]
+        logits = []
+        for group in groups:
+            feeds = [Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in group]
+            logits += list(forward_feeds(self.model, feeds, self._decode_step([slot for slot, _ in group])))
         for slot, token in steps:
             slot.cached.append(token)
         return logits
 
+    def _decode_step(self, slots: list[Slot]) -> TinyJit:
+        """The one-token step of `slots` (in this order) through TinyJit: captured at its first call and replayed
+        after that with no per-kernel Python. The slots' caches are baked into the capture and every position
+        runs the same kernels (the masks, RoPE rows and token rows are its inputs), so the slot set is the key."""
+        key = tuple(slot.index for slot in slots)
+        if key in self.decode_steps:
+            self.decode_steps.move_to_end(key)
+            return self.decode_steps[key]
+        feeds = [Feed(slot.caches, 0, [0], 1) for slot in slots]
+        # the step does the same work every call (weights and caches are realized), so the first call is captured
+        step = TinyJit(functools.partial(feeds_step, self.model, feed_layout(feeds)), plain_calls=0)
+        self.decode_steps[key] = step
+        if len(self.decode_steps) > MAX_DECODE_CAPTURES:
+            self.decode_steps.popitem(last=False)
+        return step
 
-def forward_feeds(model: Transformer, feeds: list[Feed]) -> np.ndarray:
+
+def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit | None = None) -> np.ndarray:
     """Run every feed's tokens in one forward: logits `(len(feeds), vocab)` after each feed's last token.
 
-    Mirrors `Transformer._step`, with the rows of all feeds stacked for the projections and feed-forward, and
-    attention done per feed over its own cache followed by its new keys and values (`attend` under a mask: the
-    cached positions before the feed's start, then causal among the new rows). No shape depends on a position:
-    attention covers the whole cache, so steps with the same row counts reuse their compiled kernels and schedule
-    (slicing the cache at the position would compile new kernels at every position); the price is reading the
+    The inputs (token rows, RoPE rows, one mask per feed) are built here as Tensors and the forward itself is
+    `feeds_step`, a function of those Tensors only, so `step` (a TinyJit over `feeds_step` for these feeds' slots
+    and row counts) can replay a captured launch graph instead of building and scheduling every kernel again. No
+    shape depends on a position: attention covers the whole cache under a mask (the cached positions before the
+    feed's start, then causal among the new rows), so one capture serves every position; the price is reading the
     whole cache, small next to reading the weights for contexts up to a few thousand tokens. After the forward,
     each feed's real (unpadded) keys and values are copied into its cache.
     """
-    config, context = model.config, model.max_context
+    context = model.max_context
     tokens, positions, masks = [], [], []
     for feed in feeds:
         tokens += feed.tokens + [0] * (feed.rows - len(feed.tokens))
@@ -114,33 +140,65 @@ def forward_feeds(model: Transformer, feeds: list[Feed]) -> np.ndarray:
         masks.append(Tensor(np.concatenate([cached_visible, np.tri(feed.rows, dtype=bool)], axis=1)))
     rope_rows = np.concatenate(positions)
     cos, sin = Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])
-    x = model.embedding_table.decode(model.embedding_table.inputs(tokens))
+    if step is None:
+        step = functools.partial(feeds_step, model, feed_layout(feeds))
+    logits, *new_kvs = step(cos, sin, *masks, *model.embedding_table.inputs(tokens))
+    result = logits.numpy()  # a copy: a replay overwrites the captured output buffers
+    store(feeds, new_kvs)
+    if len(tokens) >= SCRATCH_MATMUL_ROWS:  # a prefill chunk's float scratch weights (see Transformer.forward)
+        release_cached_memory(model.caches[0].device)
+    return result
+
+
+@dataclass(frozen=True, eq=False)
+class FeedLayout:
+    """What `feeds_step` bakes in (a TinyJit capture is made for one layout): each feed's per-block caches, its
+    padded row count and how many of its rows are real tokens."""
+
+    caches: tuple[tuple[Tensor, ...], ...]
+    rows: tuple[int, ...]
+    real_rows: tuple[int, ...]
+
+
+def feed_layout(feeds: list[Feed]) -> FeedLayout:
+    return FeedLayout(
+        tuple(tuple(feed.caches) for feed in feeds),
+        tuple(feed.rows for feed in feeds),
+        tuple(len(feed.tokens) for feed in feeds),
+    )
+
+
+def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor, *inputs: Tensor) -> list[Tensor]:
+    """[logits `(feeds, vocab)`, then each block's new keys and values `(rows, 2, kv_heads, head_dim)`]: the
+    forward of `forward_feeds` as a function of Tensors (a mask per feed, then the token rows), for TinyJit.
+
+    Mirrors `Transformer._step`, with the rows of all feeds stacked for the projections and feed-forward, and
+    attention done per feed over its own cache followed by its new keys and values."""
+    config = model.config
+    masks, token_rows = list(inputs[: len(layout.rows)]), list(inputs[len(layout.rows) :])
+    x = model.embedding_table.decode(token_rows)
     new_kvs = []
     for index, block in enumerate(model.blocks):
         normed = rms_norm(x, block.attn_norm, config.norm_eps)
-        caches = [feed.caches[index] for feed in feeds]
-        attended, new_kv = attention(model, block, feeds, caches, masks, normed, cos, sin)
+        caches = [feed_caches[index] for feed_caches in layout.caches]
+        attended, new_kv = attention(model, block, layout.rows, caches, masks, normed, cos, sin)
         h = x + attended
         x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
         x = x.contiguous()  # one realize per block, as in Transformer._step: small graphs, one shared schedule
         Tensor.realize(x, new_kv)
         new_kvs.append(new_kv)
     lasts, offset = [], 0
-    for feed in feeds:  # each feed's last real row
-        lasts.append(x[offset + len(feed.tokens) - 1 : offset + len(feed.tokens)])
-        offset += feed.rows
+    for rows, real in zip(layout.rows, layout.real_rows, strict=True):  # each feed's last real row
+        lasts.append(x[offset + real - 1 : offset + real])
+        offset += rows
     out = rms_norm(concat(lasts, dim=0), model.output_norm, config.norm_eps)
-    logits = linear(out, model.output).reshape(len(feeds), -1).realize().numpy()
-    store(feeds, new_kvs)
-    if offset >= SCRATCH_MATMUL_ROWS:  # a prefill chunk's float scratch weights (see Transformer.forward)
-        release_cached_memory(model.caches[0].device)
-    return logits
+    return [linear(out, model.output).reshape(len(layout.rows), -1).realize(), *new_kvs]
 
 
 def attention(
     model: Transformer,
     block: Block,
-    feeds: list[Feed],
+    feed_rows: tuple[int, ...],
     caches: list[Tensor],
     masks: list[Tensor],
     x: Tensor,
@@ -152,9 +210,9 @@ def attention(
     q, k, v = model.rotated_qkv(block, x, cos, sin)
     new_kv = stack([k, v], dim=1).contiguous()  # a buffer, as in Transformer._attention
     outputs, first = [], 0
-    for feed, cache, mask in zip(feeds, caches, masks, strict=True):
-        rows = slice(first, first + feed.rows)
-        first += feed.rows
+    for count, cache, mask in zip(feed_rows, caches, masks, strict=True):
+        rows = slice(first, first + count)
+        first += count
         keys_values = concat([cache, new_kv[rows]], dim=0)  # (context + rows, 2, kv_heads, head_dim)
         outputs.append(attend(q[rows], keys_values, mask, model.config.n_kv_heads))
     return linear(concat(outputs, dim=0), block.output), new_kv

@@ -14,7 +14,7 @@ import llm_reference as reference  # noqa: E402
 from llm_fixtures import write_model  # noqa: E402
 
 from tg.llm.model import load_model  # noqa: E402
-from tg.llm.serve.runner import ModelRunner  # noqa: E402
+from tg.llm.serve.runner import ModelRunner, Slot  # noqa: E402
 
 SEQUENCES = [[5, 17, 200, 33, 99], [7, 64], [150, 4, 2]]
 NEXT = [[11, 12], [13, 14], [15, 16]]  # fed in two batched steps
@@ -91,3 +91,29 @@ def test_a_reused_slot_never_sees_its_previous_conversation(tmp_path: Path) -> N
     np.testing.assert_allclose(first, expected, atol=2e-3 * np.abs(expected).max())
     expected = reference.forward(metadata, weights, [3, 1, 4, 1, 5, 9])[-1]
     np.testing.assert_allclose(second, expected, atol=2e-3 * np.abs(expected).max())
+
+
+def test_decode_replays_one_capture_per_slot_set(tmp_path: Path) -> None:
+    """Each slot set's decode step is captured once (TinyJit) and replayed: later positions, the same slots in the
+    other order, and a slot refilled with another conversation between replays all match the reference."""
+    path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
+    metadata, weights = reference.load(path)
+    model, _ = load_model(path, max_context=32)
+    runner = ModelRunner(model, 2)
+    first, second = runner.slots
+    runner.prefill(first, [1, 2, 3])
+    runner.prefill(second, [4, 5])
+
+    def decode_and_check(steps: list[tuple[Slot, int]]) -> None:
+        expected = [reference.forward(metadata, weights, slot.cached + [token])[-1] for slot, token in steps]
+        for row, want in zip(runner.decode(steps), expected, strict=True):
+            np.testing.assert_allclose(row, want, atol=2e-3 * np.abs(want).max())
+
+    for token in (6, 7, 8):
+        decode_and_check([(first, token), (second, token + 10)])
+    decode_and_check([(second, 20), (first, 21)])
+    runner.prefill(first, [9, 9])  # the slot's old keys and values stay in its cache, masked
+    decode_and_check([(first, 22), (second, 23)])
+    assert list(runner.decode_steps) == [(1, 0), (0, 1)]  # least recently used first
+    replayed = runner.decode_steps[(0, 1)]
+    assert replayed.graph is not None and replayed.calls == 4

@@ -4,8 +4,9 @@ Everything the server needs from the model goes through `ModelRunner`, so a chan
 touches this file only. Each slot (one conversation in flight) owns its own KV cache tensors and remembers which
 tokens they hold, so a follow-up turn of the same conversation reuses its prefix and another conversation never
 sees it. A decode step for several slots runs as one forward: the weight matmuls see all the slots' tokens as one
-batch (so the weights are read, and the graph built, once per step) and only attention is done per slot, each
-against its own cache.
+batch (so the weights are read once per step) and only attention is done per slot, each against its own cache.
+The decode step of a set of slots is a TinyJit capture, made at its first step and replayed after that, so a step
+costs no per-kernel Python (building and scheduling the graph cost more than the kernels on small models).
 """
 
 from __future__ import annotations

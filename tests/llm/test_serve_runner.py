@@ -98,7 +98,7 @@ def test_decode_replays_one_capture_per_slot_set(tmp_path: Path) -> None:
     other order, and a slot refilled with another conversation between replays all match the reference."""
     path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
     metadata, weights = reference.load(path)
-    model, _ = load_model(path, max_context=32)
+    model, _ = load_model(path, max_context=128)  # the first KV window (64) below the context
     runner = ModelRunner(model, 2)
     first, second = runner.slots
     runner.prefill(first, [1, 2, 3])
@@ -114,6 +114,6 @@ def test_decode_replays_one_capture_per_slot_set(tmp_path: Path) -> None:
     decode_and_check([(second, 20), (first, 21)])
     runner.prefill(first, [9, 9])  # the slot's old keys and values stay in its cache, masked
     decode_and_check([(first, 22), (second, 23)])
-    assert list(runner.decode_steps) == [(1, 0), (0, 1)]  # least recently used first
-    replayed = runner.decode_steps[(0, 1)]
+    assert list(runner.decode_steps) == [(1, 0, 64), (0, 1, 64)]  # (slots, KV window), least recently used first
+    replayed = runner.decode_steps[(0, 1, 64)]
     assert replayed.graph is not None and replayed.calls == 4

@@ -23,6 +23,7 @@ from tg.llm.model import (
     ContextOverflowError,
     Transformer,
     attend,
+    kv_window,
     release_cached_memory,
     rms_norm,
     write_cache_rows,
@@ -98,22 +99,24 @@ class ModelRunner:
         logits = []
         for group in groups:
             feeds = [Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in group]
-            logits += list(forward_feeds(self.model, feeds, self._decode_step([slot for slot, _ in group])))
+            step = self._decode_step([slot for slot, _ in group], cache_window(self.model, feeds))
+            logits += list(forward_feeds(self.model, feeds, step))
         for slot, token in steps:
             slot.cached.append(token)
         return logits
 
-    def _decode_step(self, slots: list[Slot]) -> TinyJit:
-        """The one-token step of `slots` (in this order) through TinyJit: captured at its first call and replayed
-        after that with no per-kernel Python. The slots' caches are baked into the capture and every position
-        runs the same kernels (the masks, RoPE rows and token rows are its inputs), so the slot set is the key."""
-        key = tuple(slot.index for slot in slots)
+    def _decode_step(self, slots: list[Slot], window: int) -> TinyJit:
+        """The one-token step of `slots` (in this order) over `window` cached positions, through TinyJit: captured
+        at its first call and replayed after that with no per-kernel Python. The slots' caches are baked into the
+        capture and every position in the window runs the same kernels (the masks, RoPE rows and token rows are
+        its inputs), so the slot set and the window are the key."""
+        key = (*(slot.index for slot in slots), window)
         if key in self.decode_steps:
             self.decode_steps.move_to_end(key)
             return self.decode_steps[key]
         feeds = [Feed(slot.caches, 0, [0], 1) for slot in slots]
         # the step does the same work every call (weights and caches are realized), so the first call is captured
-        step = TinyJit(functools.partial(feeds_step, self.model, feed_layout(feeds)), plain_calls=0)
+        step = TinyJit(functools.partial(feeds_step, self.model, feed_layout(feeds, window)), plain_calls=0)
         self.decode_steps[key] = step
         if len(self.decode_steps) > MAX_DECODE_CAPTURES:
             self.decode_steps.popitem(last=False)
@@ -126,23 +129,23 @@ def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit | None = 
     The inputs (token rows, RoPE rows, one mask per feed) are built here as Tensors and the forward itself is
     `feeds_step`, a function of those Tensors only, so `step` (a TinyJit over `feeds_step` for these feeds' slots
     and row counts) can replay a captured launch graph instead of building and scheduling every kernel again. No
-    shape depends on a position: attention covers the whole cache under a mask (the cached positions before the
-    feed's start, then causal among the new rows), so one capture serves every position; the price is reading the
-    whole cache, small next to reading the weights for contexts up to a few thousand tokens. After the forward,
-    each feed's real (unpadded) keys and values are copied into its cache.
+    shape depends on a position: attention covers a window of the cache (`cache_window`, at or past every feed's
+    start) under a mask (the cached positions before the feed's start, then causal among the new rows), so one
+    capture serves every position in the window. After the forward, each feed's real (unpadded) keys and values
+    are copied into its cache.
     """
-    context = model.max_context
+    context, window = model.max_context, cache_window(model, feeds)
     tokens, positions, masks = [], [], []
     for feed in feeds:
         tokens += feed.tokens + [0] * (feed.rows - len(feed.tokens))
         # padding rows may run past the context; their RoPE rows are never used by a real row, any will do
         positions.append(np.minimum(feed.start + np.arange(feed.rows), context - 1))
-        cached_visible = np.broadcast_to(np.arange(context)[None, :] < feed.start, (feed.rows, context))
+        cached_visible = np.broadcast_to(np.arange(window)[None, :] < feed.start, (feed.rows, window))
         masks.append(Tensor(np.concatenate([cached_visible, np.tri(feed.rows, dtype=bool)], axis=1)))
     rope_rows = np.concatenate(positions)
     cos, sin = Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])
     if step is None:
-        step = functools.partial(feeds_step, model, feed_layout(feeds))
+        step = functools.partial(feeds_step, model, feed_layout(feeds, window))
     logits, *new_kvs = step(cos, sin, *masks, *model.embedding_table.inputs(tokens))
     result = logits.numpy()  # a copy: a replay overwrites the captured output buffers
     store(feeds, new_kvs)
@@ -151,21 +154,29 @@ def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit | None = 
     return result
 
 
+def cache_window(model: Transformer, feeds: list[Feed]) -> int:
+    """How many cached positions the feeds' attention reads: the KV window (see `kv_window`) of the latest start,
+    so a short conversation does not read the whole cache and a window's steps share one capture."""
+    return kv_window(max(feed.start for feed in feeds), model.max_context)
+
+
 @dataclass(frozen=True, eq=False)
 class FeedLayout:
     """What `feeds_step` bakes in (a TinyJit capture is made for one layout): each feed's per-block caches, its
-    padded row count and how many of its rows are real tokens."""
+    padded row count, how many of its rows are real tokens, and the cached positions attention reads."""
 
     caches: tuple[tuple[Tensor, ...], ...]
     rows: tuple[int, ...]
     real_rows: tuple[int, ...]
+    window: int
 
 
-def feed_layout(feeds: list[Feed]) -> FeedLayout:
+def feed_layout(feeds: list[Feed], window: int) -> FeedLayout:
     return FeedLayout(
         tuple(tuple(feed.caches) for feed in feeds),
         tuple(feed.rows for feed in feeds),
         tuple(len(feed.tokens) for feed in feeds),
+        window,
     )
 
 
@@ -181,7 +192,7 @@ def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor,
     new_kvs = []
     for index, block in enumerate(model.blocks):
         normed = rms_norm(x, block.attn_norm, config.norm_eps)
-        caches = [feed_caches[index] for feed_caches in layout.caches]
+        caches = [feed_caches[index][: layout.window] for feed_caches in layout.caches]
         attended, new_kv = attention(model, block, layout.rows, caches, masks, normed, cos, sin)
         h = x + attended
         x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
@@ -214,7 +225,9 @@ def attention(
     for count, cache, mask in zip(feed_rows, caches, masks, strict=True):
         rows = slice(first, first + count)
         first += count
-        keys_values = concat([cache, new_kv[rows]], dim=0)  # (context + rows, 2, kv_heads, head_dim)
+        own = new_kv[rows]
+        # (window + rows, 2, kv_heads, head_dim); a prefill from position 0 has no cached window
+        keys_values = own if cache.shape[0] == 0 else concat([cache, own], dim=0)
         outputs.append(attend(q[rows], keys_values, mask, model.config.n_kv_heads))
     return linear(concat(outputs, dim=0), block.output), new_kv
 

@@ -93,9 +93,10 @@ def test_a_reused_slot_never_sees_its_previous_conversation(tmp_path: Path) -> N
     np.testing.assert_allclose(second, expected, atol=2e-3 * np.abs(expected).max())
 
 
-def test_decode_replays_one_capture_per_slot_set(tmp_path: Path) -> None:
-    """Each slot set's decode step is captured once (TinyJit) and replayed: later positions, the same slots in the
-    other order, and a slot refilled with another conversation between replays all match the reference."""
+def test_decode_replays_one_capture_per_row_count(tmp_path: Path) -> None:
+    """A decode step is captured once (TinyJit) per row count and KV window, and replayed for any slots: later
+    positions, the slots in the other order, a slot refilled with another conversation, and one slot then the
+    other alone (the replay swaps in each one's cache) all match the reference."""
     path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
     metadata, weights = reference.load(path)
     model, _ = load_model(path, max_context=128)  # the first KV window (64) below the context
@@ -114,6 +115,7 @@ def test_decode_replays_one_capture_per_slot_set(tmp_path: Path) -> None:
     decode_and_check([(second, 20), (first, 21)])
     runner.prefill(first, [9, 9])  # the slot's old keys and values stay in its cache, masked
     decode_and_check([(first, 22), (second, 23)])
-    assert list(runner.decode_steps) == [(1, 0, 64), (0, 1, 64)]  # (slots, KV window), least recently used first
-    replayed = runner.decode_steps[(0, 1, 64)]
-    assert replayed.graph is not None and replayed.calls == 4
+    decode_and_check([(second, 24)])
+    decode_and_check([(first, 25)])
+    assert list(runner.decode_steps) == [(2, 64), (1, 64)]  # (rows, KV window), least recently used first
+    assert [(step.graph is not None, step.calls) for step in runner.decode_steps.values()] == [(True, 5), (True, 2)]

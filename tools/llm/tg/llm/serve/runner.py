@@ -63,8 +63,8 @@ class ModelRunner:
         self.model, self.batched = model, batched
         self.max_context = model.max_context
         shape = model.caches[0].shape
-        # slot set -> the captured decode step of those slots, in that order (see `_decode_step`)
-        self.decode_steps: OrderedDict[tuple[int, ...], TinyJit] = OrderedDict()
+        # (rows, KV window) -> the captured decode step (see `_decode_step`)
+        self.decode_steps: OrderedDict[tuple[int, int], TinyJit] = OrderedDict()
         self.slots = [Slot(0, model.caches)]
         for index in range(1, slots):
             caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
@@ -99,24 +99,24 @@ class ModelRunner:
         logits = []
         for group in groups:
             feeds = [Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in group]
-            step = self._decode_step([slot for slot, _ in group], cache_window(self.model, feeds))
+            step = self._decode_step(len(feeds), cache_window(self.model, feeds))
             logits += list(forward_feeds(self.model, feeds, step))
         for slot, token in steps:
             slot.cached.append(token)
         return logits
 
-    def _decode_step(self, slots: list[Slot], window: int) -> TinyJit:
-        """The one-token step of `slots` (in this order) over `window` cached positions, through TinyJit: captured
-        at its first call and replayed after that with no per-kernel Python. The slots' caches are baked into the
-        capture and every position in the window runs the same kernels (the masks, RoPE rows and token rows are
-        its inputs), so the slot set and the window are the key."""
-        key = (*(slot.index for slot in slots), window)
+    def _decode_step(self, rows: int, window: int) -> TinyJit:
+        """The one-token step of `rows` slots over `window` cached positions, through TinyJit: captured at its first
+        call and replayed after that with no per-kernel Python. The slots' caches are inputs like the masks, RoPE
+        rows and token rows (a replay swaps in the buffers of the slots it runs), and every position in the window
+        runs the same kernels, so any slots share the capture of their count and window."""
+        key = (rows, window)
         if key in self.decode_steps:
             self.decode_steps.move_to_end(key)
             return self.decode_steps[key]
-        feeds = [Feed(slot.caches, 0, [0], 1) for slot in slots]
+        layout = FeedLayout((1,) * rows, (1,) * rows, window)
         # the step does the same work every call (weights and caches are realized), so the first call is captured
-        step = TinyJit(functools.partial(feeds_step, self.model, feed_layout(feeds, window)), plain_calls=0)
+        step = TinyJit(functools.partial(feeds_step, self.model, layout), plain_calls=0)
         self.decode_steps[key] = step
         if len(self.decode_steps) > MAX_DECODE_CAPTURES:
             self.decode_steps.popitem(last=False)
@@ -146,7 +146,8 @@ def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit | None = 
     cos, sin = Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])
     if step is None:
         step = functools.partial(feeds_step, model, feed_layout(feeds, window))
-    logits, *new_kvs = step(cos, sin, *masks, *model.embedding_table.inputs(tokens))
+    caches = [cache for feed in feeds for cache in feed.caches]
+    logits, *new_kvs = step(cos, sin, *masks, *caches, *model.embedding_table.inputs(tokens))
     result = logits.numpy()  # a copy: a replay overwrites the captured output buffers
     store(feeds, new_kvs)
     if len(tokens) >= SCRATCH_MATMUL_ROWS:  # a prefill chunk's float scratch weights (see Transformer.forward)
@@ -162,10 +163,9 @@ def cache_window(model: Transformer, feeds: list[Feed]) -> int:
 
 @dataclass(frozen=True, eq=False)
 class FeedLayout:
-    """What `feeds_step` bakes in (a TinyJit capture is made for one layout): each feed's per-block caches, its
-    padded row count, how many of its rows are real tokens, and the cached positions attention reads."""
+    """What `feeds_step` bakes in (a TinyJit capture is made for one layout): each feed's padded row count, how
+    many of its rows are real tokens, and the cached positions attention reads."""
 
-    caches: tuple[tuple[Tensor, ...], ...]
     rows: tuple[int, ...]
     real_rows: tuple[int, ...]
     window: int
@@ -173,7 +173,6 @@ class FeedLayout:
 
 def feed_layout(feeds: list[Feed], window: int) -> FeedLayout:
     return FeedLayout(
-        tuple(tuple(feed.caches) for feed in feeds),
         tuple(feed.rows for feed in feeds),
         tuple(len(feed.tokens) for feed in feeds),
         window,
@@ -182,18 +181,21 @@ def feed_layout(feeds: list[Feed], window: int) -> FeedLayout:
 
 def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor, *inputs: Tensor) -> list[Tensor]:
     """[logits `(feeds, vocab)`, then each block's new keys and values `(rows, 2, kv_heads, head_dim)`]: the
-    forward of `forward_feeds` as a function of Tensors (a mask per feed, then the token rows), for TinyJit.
+    forward of `forward_feeds` as a function of Tensors (a mask per feed, each feed's per-block caches, then the
+    token rows), for TinyJit.
 
     Mirrors `Transformer._step`, with the rows of all feeds stacked for the projections and feed-forward, and
     attention done per feed over its own cache followed by its new keys and values."""
     config = model.config
-    masks, token_rows = list(inputs[: len(layout.rows)]), list(inputs[len(layout.rows) :])
+    feeds, blocks = len(layout.rows), len(model.blocks)
+    masks, token_rows = inputs[:feeds], list(inputs[feeds + feeds * blocks :])
+    feed_caches = [inputs[feeds + feed * blocks : feeds + (feed + 1) * blocks] for feed in range(feeds)]
     x = model.embedding_table.decode(token_rows)
     new_kvs = []
     for index, block in enumerate(model.blocks):
         normed = rms_norm(x, block.attn_norm, config.norm_eps)
-        caches = [feed_caches[index][: layout.window] for feed_caches in layout.caches]
-        attended, new_kv = attention(model, block, layout.rows, caches, masks, normed, cos, sin)
+        caches = [own_caches[index][: layout.window] for own_caches in feed_caches]
+        attended, new_kv = attention(model, block, layout.rows, caches, list(masks), normed, cos, sin)
         h = x + attended
         x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
         x = x.contiguous()  # one realize per block, as in Transformer._step: small graphs, one shared schedule

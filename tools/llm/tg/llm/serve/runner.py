@@ -24,7 +24,6 @@ from tg.llm.model import (
     Transformer,
     attend,
     kv_window,
-    release_cached_memory,
     rms_norm,
     write_cache_rows,
 )
@@ -33,10 +32,12 @@ from tg.llm.weights import SCRATCH_MATMUL_ROWS, linear
 from tg.tensor import Tensor
 from tg.tensor.jit import TinyJit
 
-CHUNK_SIZES = (8, 32)  # a prefill chunk is padded up to one of these: few shapes, so few kernels to compile
-# decode captures kept (least recently used dropped first): each holds its own intermediate buffers, small for a few
-# rows, and a steady set of clients replays the same one step after step
-MAX_DECODE_CAPTURES = 32
+# a prefill chunk is padded to this many rows: below SCRATCH_MATMUL_ROWS, so the weights stay encoded and a capture
+# holds no float copy of them (measured on SmolLM2-135M: 8-row replays prefill ~1.8x faster than plain 32-row chunks)
+PREFILL_ROWS = 8
+assert PREFILL_ROWS < SCRATCH_MATMUL_ROWS
+# captures kept (least recently used dropped first): each holds its own intermediate buffers, small for a few rows
+MAX_CAPTURES = 48
 
 
 @dataclass
@@ -63,8 +64,8 @@ class ModelRunner:
         self.model, self.batched = model, batched
         self.max_context = model.max_context
         shape = model.caches[0].shape
-        # (rows, KV window) -> the captured decode step (see `_decode_step`)
-        self.decode_steps: OrderedDict[tuple[int, int], TinyJit] = OrderedDict()
+        # (rows of each feed, KV window) -> the captured step (see `_step`)
+        self.steps: OrderedDict[tuple[tuple[int, ...], int], TinyJit] = OrderedDict()
         self.slots = [Slot(0, model.caches)]
         for index in range(1, slots):
             caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
@@ -82,9 +83,9 @@ class ModelRunner:
         slot.cached = slot.cached[:start]  # if a chunk fails, the cache holds only what was written before it
         logits = None
         while start < len(tokens):
-            chunk = tokens[start : start + CHUNK_SIZES[-1]]
-            rows = next(size for size in CHUNK_SIZES if size >= len(chunk))
-            (logits,) = forward_feeds(self.model, [Feed(slot.caches, start, chunk, rows)])
+            chunk = tokens[start : start + PREFILL_ROWS]
+            feeds = [Feed(slot.caches, start, chunk, PREFILL_ROWS)]
+            (logits,) = forward_feeds(self.model, feeds, self._step(feeds))
             start += len(chunk)
             slot.cached = tokens[:start]
         assert logits is not None
@@ -99,59 +100,54 @@ class ModelRunner:
         logits = []
         for group in groups:
             feeds = [Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in group]
-            step = self._decode_step(len(feeds), cache_window(self.model, feeds))
-            logits += list(forward_feeds(self.model, feeds, step))
+            logits += list(forward_feeds(self.model, feeds, self._step(feeds)))
         for slot, token in steps:
             slot.cached.append(token)
         return logits
 
-    def _decode_step(self, rows: int, window: int) -> TinyJit:
-        """The one-token step of `rows` slots over `window` cached positions, through TinyJit: captured at its first
-        call and replayed after that with no per-kernel Python. The slots' caches are inputs like the masks, RoPE
-        rows and token rows (a replay swaps in the buffers of the slots it runs), and every position in the window
-        runs the same kernels, so any slots share the capture of their count and window."""
-        key = (rows, window)
-        if key in self.decode_steps:
-            self.decode_steps.move_to_end(key)
-            return self.decode_steps[key]
-        layout = FeedLayout((1,) * rows, (1,) * rows, window)
+    def _step(self, feeds: list[Feed]) -> TinyJit:
+        """The forward of feeds shaped like `feeds` through TinyJit: captured at its first call and replayed after
+        that with no per-kernel Python. The caches are inputs like the masks, last-row selectors, RoPE rows and
+        token rows (a replay swaps in the buffers of the slots it runs), and every position in a KV window runs the
+        same kernels, so any slots share the capture of their row counts and window."""
+        layout = FeedLayout(tuple(feed.rows for feed in feeds), cache_window(self.model, feeds))
+        key = (layout.rows, layout.window)
+        if key in self.steps:
+            self.steps.move_to_end(key)
+            return self.steps[key]
         # the step does the same work every call (weights and caches are realized), so the first call is captured
         step = TinyJit(functools.partial(feeds_step, self.model, layout), plain_calls=0)
-        self.decode_steps[key] = step
-        if len(self.decode_steps) > MAX_DECODE_CAPTURES:
-            self.decode_steps.popitem(last=False)
+        self.steps[key] = step
+        if len(self.steps) > MAX_CAPTURES:
+            self.steps.popitem(last=False)
         return step
 
-
-def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit | None = None) -> np.ndarray:
+def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit) -> np.ndarray:
     """Run every feed's tokens in one forward: logits `(len(feeds), vocab)` after each feed's last token.
 
-    The inputs (token rows, RoPE rows, one mask per feed) are built here as Tensors and the forward itself is
-    `feeds_step`, a function of those Tensors only, so `step` (a TinyJit over `feeds_step` for these feeds' slots
-    and row counts) can replay a captured launch graph instead of building and scheduling every kernel again. No
+    The inputs (per feed a mask, a last-row selector and its caches; then the RoPE and token rows) are built here
+    as Tensors and the forward itself is `feeds_step`, a function of those Tensors only, so `step` (see
+    `ModelRunner._step`) replays a captured launch graph instead of building and scheduling every kernel again. No
     shape depends on a position: attention covers a window of the cache (`cache_window`, at or past every feed's
     start) under a mask (the cached positions before the feed's start, then causal among the new rows), so one
     capture serves every position in the window. After the forward, each feed's real (unpadded) keys and values
     are copied into its cache.
     """
     context, window = model.max_context, cache_window(model, feeds)
-    tokens, positions, masks = [], [], []
+    tokens, positions, masks, lasts = [], [], [], []
     for feed in feeds:
         tokens += feed.tokens + [0] * (feed.rows - len(feed.tokens))
         # padding rows may run past the context; their RoPE rows are never used by a real row, any will do
         positions.append(np.minimum(feed.start + np.arange(feed.rows), context - 1))
         cached_visible = np.broadcast_to(np.arange(window)[None, :] < feed.start, (feed.rows, window))
         masks.append(Tensor(np.concatenate([cached_visible, np.tri(feed.rows, dtype=bool)], axis=1)))
+        lasts.append(Tensor((np.arange(feed.rows) == len(feed.tokens) - 1)[:, None]))
     rope_rows = np.concatenate(positions)
     cos, sin = Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])
-    if step is None:
-        step = functools.partial(feeds_step, model, feed_layout(feeds, window))
     caches = [cache for feed in feeds for cache in feed.caches]
-    logits, *new_kvs = step(cos, sin, *masks, *caches, *model.embedding_table.inputs(tokens))
+    logits, *new_kvs = step(cos, sin, *masks, *lasts, *caches, *model.embedding_table.inputs(tokens))
     result = logits.numpy()  # a copy: a replay overwrites the captured output buffers
     store(feeds, new_kvs)
-    if len(tokens) >= SCRATCH_MATMUL_ROWS:  # a prefill chunk's float scratch weights (see Transformer.forward)
-        release_cached_memory(model.caches[0].device)
     return result
 
 
@@ -161,52 +157,45 @@ def cache_window(model: Transformer, feeds: list[Feed]) -> int:
     return kv_window(max(feed.start for feed in feeds), model.max_context)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class FeedLayout:
-    """What `feeds_step` bakes in (a TinyJit capture is made for one layout): each feed's padded row count, how
-    many of its rows are real tokens, and the cached positions attention reads."""
+    """What `feeds_step` bakes in (a TinyJit capture is made for one layout): each feed's padded row count and
+    the cached positions attention reads."""
 
     rows: tuple[int, ...]
-    real_rows: tuple[int, ...]
     window: int
-
-
-def feed_layout(feeds: list[Feed], window: int) -> FeedLayout:
-    return FeedLayout(
-        tuple(feed.rows for feed in feeds),
-        tuple(len(feed.tokens) for feed in feeds),
-        window,
-    )
 
 
 def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor, *inputs: Tensor) -> list[Tensor]:
     """[logits `(feeds, vocab)`, then each block's new keys and values `(rows, 2, kv_heads, head_dim)`]: the
-    forward of `forward_feeds` as a function of Tensors (a mask per feed, each feed's per-block caches, then the
-    token rows), for TinyJit.
+    forward of `forward_feeds` as a function of Tensors, for TinyJit. `inputs` are per feed its mask
+    `(rows, window + rows)`, then per feed its last-row selector `(rows, 1)` (True at its last real token), then
+    per feed its per-block caches, then the token rows of all feeds.
 
     Mirrors `Transformer._step`, with the rows of all feeds stacked for the projections and feed-forward, and
     attention done per feed over its own cache followed by its new keys and values."""
     config = model.config
     feeds, blocks = len(layout.rows), len(model.blocks)
-    masks, token_rows = inputs[:feeds], list(inputs[feeds + feeds * blocks :])
-    feed_caches = [inputs[feeds + feed * blocks : feeds + (feed + 1) * blocks] for feed in range(feeds)]
-    x = model.embedding_table.decode(token_rows)
+    masks, lasts = list(inputs[:feeds]), inputs[feeds : 2 * feeds]
+    first_cache = 2 * feeds
+    feed_caches = [inputs[first_cache + f * blocks : first_cache + (f + 1) * blocks] for f in range(feeds)]
+    x = model.embedding_table.decode(list(inputs[first_cache + feeds * blocks :]))
     new_kvs = []
     for index, block in enumerate(model.blocks):
         normed = rms_norm(x, block.attn_norm, config.norm_eps)
         caches = [own_caches[index][: layout.window] for own_caches in feed_caches]
-        attended, new_kv = attention(model, block, layout.rows, caches, list(masks), normed, cos, sin)
+        attended, new_kv = attention(model, block, layout.rows, caches, masks, normed, cos, sin)
         h = x + attended
         x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
         x = x.contiguous()  # one realize per block, as in Transformer._step: small graphs, one shared schedule
         Tensor.realize(x, new_kv)
         new_kvs.append(new_kv)
-    lasts, offset = [], 0
-    for rows, real in zip(layout.rows, layout.real_rows, strict=True):  # each feed's last real row
-        lasts.append(x[offset + real - 1 : offset + real])
-        offset += rows
-    out = rms_norm(concat(lasts, dim=0), model.output_norm, config.norm_eps)
-    return [linear(out, model.output).reshape(len(layout.rows), -1).realize(), *new_kvs]
+    rows, offset = [], 0
+    for count, last in zip(layout.rows, lasts, strict=True):  # each feed's last real row (where: padding is exact 0)
+        rows.append(last.where(x[offset : offset + count], 0.0).sum(0, keepdim=True))
+        offset += count
+    out = rms_norm(concat(rows, dim=0), model.output_norm, config.norm_eps)
+    return [linear(out, model.output).reshape(feeds, -1).realize(), *new_kvs]
 
 
 def attention(

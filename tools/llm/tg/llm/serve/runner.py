@@ -34,7 +34,7 @@ from tg.tensor import Tensor
 from tg.tensor.jit import TinyJit
 
 # a prefill chunk is padded to this many rows: below SCRATCH_MATMUL_ROWS, so the weights stay encoded and a capture
-# holds no float copy of them (measured on SmolLM2-135M: 8-row replays prefill ~1.7x faster per token than plain 32-row chunks)
+# holds no float copy of them (on SmolLM2-135M, 8-row replays prefill ~1.7x faster per token than plain 32-row chunks)
 PREFILL_ROWS = 8
 assert PREFILL_ROWS < SCRATCH_MATMUL_ROWS
 # captures kept (least recently used dropped first): each holds its own intermediate buffers, small for a few rows

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -294,7 +295,18 @@ def test_disconnect_mid_stream_stops_generation_and_frees_the_slot(server: Runni
     still_answers(server)
 
 
-def test_disconnect_while_waiting_for_a_whole_answer_stops_generation(server: RunningServer) -> None:
+def test_disconnect_while_waiting_for_a_whole_answer_stops_generation(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # decode steps slowed to 50 ms: the jitted tiny model would finish all 80 tokens before the client gives up
+    runner = server.state.engine.runner
+    decode = runner.decode
+
+    def slow_decode(steps: list) -> list:
+        time.sleep(0.05)
+        return decode(steps)
+
+    monkeypatch.setattr(runner, "decode", slow_decode)
     steps_before = server.state.engine.steps
     body = {"model": MODEL, "prompt": "go", "max_tokens": 80, "temperature": 0}
     with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection

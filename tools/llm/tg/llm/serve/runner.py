@@ -4,12 +4,16 @@ Everything the server needs from the model goes through `ModelRunner`, so a chan
 touches this file only. Each slot (one conversation in flight) owns its own KV cache tensors and remembers which
 tokens they hold, so a follow-up turn of the same conversation reuses its prefix and another conversation never
 sees it. A decode step for several slots runs as one forward: the weight matmuls see all the slots' tokens as one
-batch (so the weights are read, and the graph built, once per step) and only attention is done per slot, each
-against its own cache.
+batch (so the weights are read once per step) and only attention is done per slot, each against its own cache.
+Decode steps and prefill chunks (8 padded rows) are TinyJit captures, one per row counts and KV window, made at
+their first call and replayed for any slots (the caches are inputs), so a step costs no per-kernel Python:
+building and scheduling the graph cost more than the kernels on small models.
 """
 
 from __future__ import annotations
 
+import functools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,15 +24,21 @@ from tg.llm.model import (
     ContextOverflowError,
     Transformer,
     attend,
-    release_cached_memory,
+    kv_window,
     rms_norm,
     write_cache_rows,
 )
 from tg.llm.ops import concat, stack
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, linear
 from tg.tensor import Tensor
+from tg.tensor.jit import TinyJit
 
-CHUNK_SIZES = (8, 32)  # a prefill chunk is padded up to one of these: few shapes, so few kernels to compile
+# a prefill chunk is padded to this many rows: below SCRATCH_MATMUL_ROWS, so the weights stay encoded and a capture
+# holds no float copy of them (on SmolLM2-135M, 8-row replays prefill ~1.7x faster per token than plain 32-row chunks)
+PREFILL_ROWS = 8
+assert PREFILL_ROWS < SCRATCH_MATMUL_ROWS
+# captures kept (least recently used dropped first): each holds its own intermediate buffers, small for a few rows
+MAX_CAPTURES = 48
 
 
 @dataclass
@@ -55,6 +65,8 @@ class ModelRunner:
         self.model, self.batched = model, batched
         self.max_context = model.max_context
         shape = model.caches[0].shape
+        # (rows of each feed, KV window) -> the captured step (see `_step`)
+        self.steps: OrderedDict[tuple[tuple[int, ...], int], TinyJit] = OrderedDict()
         self.slots = [Slot(0, model.caches)]
         for index in range(1, slots):
             caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
@@ -72,9 +84,9 @@ class ModelRunner:
         slot.cached = slot.cached[:start]  # if a chunk fails, the cache holds only what was written before it
         logits = None
         while start < len(tokens):
-            chunk = tokens[start : start + CHUNK_SIZES[-1]]
-            rows = next(size for size in CHUNK_SIZES if size >= len(chunk))
-            (logits,) = forward_feeds(self.model, [Feed(slot.caches, start, chunk, rows)])
+            chunk = tokens[start : start + PREFILL_ROWS]
+            feeds = [Feed(slot.caches, start, chunk, PREFILL_ROWS)]
+            (logits,) = forward_feeds(self.model, feeds, self._step(feeds))
             start += len(chunk)
             slot.cached = tokens[:start]
         assert logits is not None
@@ -85,62 +97,113 @@ class ModelRunner:
         for slot, _ in steps:
             if len(slot.cached) + 1 > self.max_context:
                 raise ContextOverflowError(f"context overflow: the maximum context is {self.max_context}")
-        feeds = [Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in steps]
-        groups = [feeds] if self.batched else [[feed] for feed in feeds]
-        logits = [row for group in groups for row in forward_feeds(self.model, group)]
+        groups = [steps] if self.batched else [[step] for step in steps]
+        logits = []
+        for group in groups:
+            feeds = [Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in group]
+            logits += list(forward_feeds(self.model, feeds, self._step(feeds)))
         for slot, token in steps:
             slot.cached.append(token)
         return logits
 
+    def _step(self, feeds: list[Feed]) -> TinyJit:
+        """The forward of feeds shaped like `feeds` through TinyJit: captured at its first call and replayed after
+        that with no per-kernel Python. The caches are inputs like the masks, last-row selectors, RoPE rows and
+        token rows (a replay swaps in the buffers of the slots it runs), and every position in a KV window runs the
+        same kernels, so any slots share the capture of their row counts and window."""
+        layout = FeedLayout(tuple(feed.rows for feed in feeds), cache_window(self.model, feeds))
+        key = (layout.rows, layout.window)
+        if key in self.steps:
+            self.steps.move_to_end(key)
+            return self.steps[key]
+        # the step does the same work every call (weights and caches are realized), so the first call is captured
+        step = TinyJit(functools.partial(feeds_step, self.model, layout), plain_calls=0)
+        self.steps[key] = step
+        if len(self.steps) > MAX_CAPTURES:
+            self.steps.popitem(last=False)
+        return step
 
-def forward_feeds(model: Transformer, feeds: list[Feed]) -> np.ndarray:
+
+def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit) -> np.ndarray:
     """Run every feed's tokens in one forward: logits `(len(feeds), vocab)` after each feed's last token.
 
-    Mirrors `Transformer._step`, with the rows of all feeds stacked for the projections and feed-forward, and
-    attention done per feed over its own cache followed by its new keys and values (`attend` under a mask: the
-    cached positions before the feed's start, then causal among the new rows). No shape depends on a position:
-    attention covers the whole cache, so steps with the same row counts reuse their compiled kernels and schedule
-    (slicing the cache at the position would compile new kernels at every position); the price is reading the
-    whole cache, small next to reading the weights for contexts up to a few thousand tokens. After the forward,
-    each feed's real (unpadded) keys and values are copied into its cache.
+    The inputs (per feed a mask, a last-row selector and its caches; then the RoPE and token rows) are built here
+    as Tensors and the forward itself is `feeds_step`, a function of those Tensors only, so `step` (see
+    `ModelRunner._step`) replays a captured launch graph instead of building and scheduling every kernel again. No
+    shape depends on a position: attention covers a window of the cache (`cache_window`, at or past every feed's
+    start) under a mask (the cached positions before the feed's start, then causal among the new rows), so one
+    capture serves every position in the window. After the forward, each feed's real (unpadded) keys and values
+    are copied into its cache.
     """
-    config, context = model.config, model.max_context
-    tokens, positions, masks = [], [], []
+    context, window = model.max_context, cache_window(model, feeds)
+    tokens, positions, masks, lasts = [], [], [], []
     for feed in feeds:
         tokens += feed.tokens + [0] * (feed.rows - len(feed.tokens))
         # padding rows may run past the context; their RoPE rows are never used by a real row, any will do
         positions.append(np.minimum(feed.start + np.arange(feed.rows), context - 1))
-        cached_visible = np.broadcast_to(np.arange(context)[None, :] < feed.start, (feed.rows, context))
+        cached_visible = np.broadcast_to(np.arange(window)[None, :] < feed.start, (feed.rows, window))
         masks.append(Tensor(np.concatenate([cached_visible, np.tri(feed.rows, dtype=bool)], axis=1)))
+        lasts.append(Tensor((np.arange(feed.rows) == len(feed.tokens) - 1)[:, None]))
     rope_rows = np.concatenate(positions)
     cos, sin = Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])
-    x = model.embedding_table.decode(model.embedding_table.inputs(tokens))
+    caches = [cache for feed in feeds for cache in feed.caches]
+    logits, *new_kvs = step(cos, sin, *masks, *lasts, *caches, *model.embedding_table.inputs(tokens))
+    result = logits.numpy()  # a copy: a replay overwrites the captured output buffers
+    store(feeds, new_kvs)
+    return result
+
+
+def cache_window(model: Transformer, feeds: list[Feed]) -> int:
+    """How many cached positions the feeds' attention reads: the KV window (see `kv_window`) of the latest start,
+    so a short conversation does not read the whole cache and a window's steps share one capture."""
+    return kv_window(max(feed.start for feed in feeds), model.max_context)
+
+
+@dataclass(frozen=True)
+class FeedLayout:
+    """What `feeds_step` bakes in (a TinyJit capture is made for one layout): each feed's padded row count and
+    the cached positions attention reads."""
+
+    rows: tuple[int, ...]
+    window: int
+
+
+def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor, *inputs: Tensor) -> list[Tensor]:
+    """[logits `(feeds, vocab)`, then each block's new keys and values `(rows, 2, kv_heads, head_dim)`]: the
+    forward of `forward_feeds` as a function of Tensors, for TinyJit. `inputs` are per feed its mask
+    `(rows, window + rows)`, then per feed its last-row selector `(rows, 1)` (True at its last real token), then
+    per feed its per-block caches, then the token rows of all feeds.
+
+    Mirrors `Transformer._step`, with the rows of all feeds stacked for the projections and feed-forward, and
+    attention done per feed over its own cache followed by its new keys and values."""
+    config = model.config
+    feeds, blocks = len(layout.rows), len(model.blocks)
+    masks, lasts = list(inputs[:feeds]), inputs[feeds : 2 * feeds]
+    first_cache = 2 * feeds
+    feed_caches = [inputs[first_cache + f * blocks : first_cache + (f + 1) * blocks] for f in range(feeds)]
+    x = model.embedding_table.decode(list(inputs[first_cache + feeds * blocks :]))
     new_kvs = []
     for index, block in enumerate(model.blocks):
         normed = rms_norm(x, block.attn_norm, config.norm_eps)
-        caches = [feed.caches[index] for feed in feeds]
-        attended, new_kv = attention(model, block, feeds, caches, masks, normed, cos, sin)
+        caches = [own_caches[index][: layout.window] for own_caches in feed_caches]
+        attended, new_kv = attention(model, block, layout.rows, caches, masks, normed, cos, sin)
         h = x + attended
         x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
         x = x.contiguous()  # one realize per block, as in Transformer._step: small graphs, one shared schedule
         Tensor.realize(x, new_kv)
         new_kvs.append(new_kv)
-    lasts, offset = [], 0
-    for feed in feeds:  # each feed's last real row
-        lasts.append(x[offset + len(feed.tokens) - 1 : offset + len(feed.tokens)])
-        offset += feed.rows
-    out = rms_norm(concat(lasts, dim=0), model.output_norm, config.norm_eps)
-    logits = linear(out, model.output).reshape(len(feeds), -1).realize().numpy()
-    store(feeds, new_kvs)
-    if offset >= SCRATCH_MATMUL_ROWS:  # a prefill chunk's float scratch weights (see Transformer.forward)
-        release_cached_memory(model.caches[0].device)
-    return logits
+    rows, offset = [], 0
+    for count, last in zip(layout.rows, lasts, strict=True):  # each feed's last real row (where: padding is exact 0)
+        rows.append(last.where(x[offset : offset + count], 0.0).sum(0, keepdim=True))
+        offset += count
+    out = rms_norm(concat(rows, dim=0), model.output_norm, config.norm_eps)
+    return [linear(out, model.output).reshape(feeds, -1).realize(), *new_kvs]
 
 
 def attention(
     model: Transformer,
     block: Block,
-    feeds: list[Feed],
+    feed_rows: tuple[int, ...],
     caches: list[Tensor],
     masks: list[Tensor],
     x: Tensor,
@@ -152,10 +215,12 @@ def attention(
     q, k, v = model.rotated_qkv(block, x, cos, sin)
     new_kv = stack([k, v], dim=1).contiguous()  # a buffer, as in Transformer._attention
     outputs, first = [], 0
-    for feed, cache, mask in zip(feeds, caches, masks, strict=True):
-        rows = slice(first, first + feed.rows)
-        first += feed.rows
-        keys_values = concat([cache, new_kv[rows]], dim=0)  # (context + rows, 2, kv_heads, head_dim)
+    for count, cache, mask in zip(feed_rows, caches, masks, strict=True):
+        rows = slice(first, first + count)
+        first += count
+        own = new_kv[rows]
+        # (window + rows, 2, kv_heads, head_dim); a prefill from position 0 has no cached window
+        keys_values = own if cache.shape[0] == 0 else concat([cache, own], dim=0)
         outputs.append(attend(q[rows], keys_values, mask, model.config.n_kv_heads))
     return linear(concat(outputs, dim=0), block.output), new_kv
 

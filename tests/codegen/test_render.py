@@ -217,6 +217,16 @@ def test_a_big_symbolic_loop_has_a_launch_size_of_min_calls_and_trip_count() -> 
     assert [sym_infer(size, {"rows": k}) for k in (1, 3, calls, 1000)] == [1, 3, calls, calls]
 
 
+def test_a_big_symbolic_loop_on_llvm_launches_min_cores_and_trip_count_calls() -> None:
+    from tg.codegen import sym_infer
+    from tg.codegen.render.llvmir import LLVMRenderer
+
+    rows = UOp.variable("rows", 1, 1 << 20)
+    size = LLVMRenderer(cores=4).render(lower(symbolic_sum_kernel(rows, 1))).global_size[0]
+    assert isinstance(size, UOp)  # not a fixed 4, whose extra calls would run empty chunks
+    assert [sym_infer(size, {"rows": k}) for k in (1, 3, 4, 1000)] == [1, 3, 4, 4]
+
+
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_symbolic_kernel_matches_numpy_for_every_value(device: str) -> None:
     rows = UOp.variable("rows", 1, 6)

@@ -159,6 +159,7 @@ class _LLVMFunction:
         self.declarations: set[str] = set()
         self.metadata: list[str] = []
         self.chunks = self._chunks(cores)
+        self.global_size: int | UOp = self.chunks
 
     def _chunks(self, cores: int) -> int:
         first = first_output_loop(self.linear)
@@ -166,7 +167,7 @@ class _LLVMFunction:
             return 1
         if loop_iterations(self.linear) < MULTICORE_MIN_ITERATIONS:
             return 1
-        return min(cores, max_trip_count(first))  # a symbolic trip count: a chunk may be empty
+        return min(cores, max_trip_count(first))  # a symbolic trip count may launch fewer (see open_loop)
 
     # --- emitting -------------------------------------------------------------------------------------------
     def fresh(self, prefix: str = "v") -> str:
@@ -215,7 +216,8 @@ class _LLVMFunction:
         parts = [header, body, "}", *sorted(self.declarations), *self.metadata]
         if "bfloat" in body:
             parts.append(BFLOAT16_HELPER)
-        return RenderedKernel(self.name, "\n".join(parts) + "\n", (self.chunks, 1, 1))
+        # a launch size that depends on the variables is resolved at each launch (and patched in a replayed graph)
+        return RenderedKernel(self.name, "\n".join(parts) + "\n", (self.global_size, 1, 1))
 
     def open_loop(self, rng: UOp, split: bool) -> None:
         tag = f"r{rng.arg.axis_id}" if rng.arg.axis_id >= 0 else f"rn{-rng.arg.axis_id}"
@@ -223,10 +225,15 @@ class _LLVMFunction:
         end = str(rng.src[0].arg) if rng.src[0].op is Ops.CONST else self.names[rng.src[0]]
         start = "0"
         if split:
+            chunks = str(self.chunks)
+            if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: `chunks` calls, fewer for a short loop
+                self.global_size = rng.src[0].minimum(self.chunks)
+                short = self.emit(f"icmp slt i64 {end}, {chunks}")
+                chunks = self.emit(f"select i1 {short}, i64 {end}, i64 {chunks}")
             core = self.emit("sext i32 %core_id to i64")
-            start = self.emit(f"sdiv i64 {self.emit(f'mul i64 {end}, {core}')}, {self.chunks}")
+            start = self.emit(f"sdiv i64 {self.emit(f'mul i64 {end}, {core}')}, {chunks}")
             core_next = self.emit(f"add i64 {core}, 1")
-            end = self.emit(f"sdiv i64 {self.emit(f'mul i64 {end}, {core_next}')}, {self.chunks}")
+            end = self.emit(f"sdiv i64 {self.emit(f'mul i64 {end}, {core_next}')}, {chunks}")
         preheader = self.block
         self.statement(f"br label %{tag}_head")
         self.label(f"{tag}_head")

@@ -84,7 +84,8 @@ def test_the_kernel_takes_the_variable_as_an_argument() -> None:
     (call,) = [item for item in schedule.items if isinstance(item, KernelCall)]
     program = get_program(call.device, call.ast)
     assert [v.arg.name for v in program.source.variables] == ["rows"]
-    assert "var_rows" in program.source.src and "4" not in program.source.name  # C: `int var_rows`, LLVM: `i32 %var_rows`
+    # C declares `int var_rows`, LLVM `i32 %var_rows`
+    assert "var_rows" in program.source.src and "4" not in program.source.name
 
 
 def test_kv_cache_assign_and_attention_equal_numpy() -> None:

@@ -21,7 +21,14 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_opt import alternating_medians, inputs, numpy_workloads, tg_workloads, torch_workloads  # noqa: E402
+from bench_opt import (  # noqa: E402
+    alternating_medians,
+    inputs,
+    numpy_workloads,
+    tg_workloads,
+    tinygrad_workloads,
+    torch_workloads,
+)
 
 WORKLOADS = ("matmul 1024", "matmul 2048", "conv2d", "sum 16M")
 
@@ -39,32 +46,6 @@ def record_searches(log: list[tuple[str, float, Any]]) -> None:
         return result
 
     beam.search_opts = timed_search
-
-
-def tinygrad_beam(data: dict, width: int) -> dict[str, Callable[[], object]] | str:
-    """The tinygrad release with BEAM=width (DEV=CPU): its search runs at the warm-up call."""
-    os.environ["DEV"], os.environ["BEAM"] = "CPU", str(width)
-    try:
-        from tinygrad import Device, Tensor
-    except ImportError:
-        return "tinygrad is not installed (uv sync --group bench --inexact)"
-
-    def timed(build: Callable[[], Any]) -> Callable[[], object]:
-        def run() -> None:
-            build().realize()
-            Device[Device.DEFAULT].synchronize()
-
-        return run
-
-    results: dict[str, Callable[[], object]] = {}
-    for n in (1024, 2048):
-        a, b = Tensor(data[f"a{n}"]).realize(), Tensor(data[f"b{n}"]).realize()
-        results[f"matmul {n}"] = timed(lambda a=a, b=b: a @ b)
-    x, w = Tensor(data["conv_x"]).realize(), Tensor(data["conv_w"]).realize()
-    results["conv2d"] = timed(lambda: x.conv2d(w, padding=1))
-    v = Tensor(data["v"]).realize()
-    results["sum 16M"] = timed(lambda: v.sum())
-    return results
 
 
 def main() -> None:
@@ -89,7 +70,7 @@ def main() -> None:
         torch_runs = {}
     tiny: dict[str, Callable[[], object]] | str = {}
     if args.tinygrad_beam:
-        tiny = tinygrad_beam(data, args.tinygrad_beam)
+        tiny = tinygrad_workloads(data, beam=args.tinygrad_beam)
         if isinstance(tiny, str):
             print(f"  {tiny}")
             tiny = {}

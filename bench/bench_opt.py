@@ -137,10 +137,10 @@ def alternating_medians(runs: list[Callable[[], object] | None], repeats: int) -
     return [statistics.median(times[id(run)]) if run is not None else float("nan") for run in runs]
 
 
-def tinygrad_workloads(data: dict[str, np.ndarray]) -> Workloads | str:
-    """The same workloads on the tinygrad release (DEV=CPU, no BEAM), in this process so that they are timed in
-    turns with tg's."""
-    os.environ["DEV"], os.environ["BEAM"] = "CPU", "0"
+def tinygrad_workloads(data: dict[str, np.ndarray], beam: int = 0) -> Workloads | str:
+    """The same workloads on the tinygrad release (DEV=CPU, BEAM=beam: its search runs at the warm-up call), in this
+    process so that they are timed in turns with tg's."""
+    os.environ["DEV"], os.environ["BEAM"] = "CPU", str(beam)
     if "CC" not in os.environ:  # tinygrad calls `clang`; give it the compiler tg uses (clang-19 here)
         from tg.codegen.compiler.c import find_c_compiler
 

@@ -248,7 +248,7 @@ class Transformer:
                 block, cache[:window], rms_norm(x, block.attn_norm, config.norm_eps), cos, sin, mask
             )
             h = x + attended
-            x = h + self._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
+            x = h + self.feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
             # the scheduler's cache serves blocks 2..N from block 1's schedule
             x = x.contiguous()  # kv is a buffer already (see _attention)
@@ -295,7 +295,7 @@ class Transformer:
         k_end = q_end + config.n_kv_heads * config.head_dim
         return qkv[..., :q_end], qkv[..., q_end:k_end], qkv[..., k_end:]
 
-    def _feed_forward(self, block: Block, x: Tensor) -> Tensor:
+    def feed_forward(self, block: Block, x: Tensor) -> Tensor:
         if block.gate_up is not None:
             gate_up = linear(x, block.gate_up)
             hidden = gate_up.shape[-1] // 2

@@ -188,7 +188,7 @@ def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor,
         caches = [own_caches[index][: layout.window] for own_caches in feed_caches]
         attended, new_kv = attention(model, block, layout.rows, caches, masks, normed, cos, sin)
         h = x + attended
-        x = h + model._feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
+        x = h + model.feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
         x = x.contiguous()  # one realize per block, as in Transformer._step: small graphs, one shared schedule
         Tensor.realize(x, new_kv)
         new_kvs.append(new_kv)

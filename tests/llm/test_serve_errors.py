@@ -19,7 +19,7 @@ from serve_helpers import RunningServer, start  # noqa: E402
 MODEL = "tiny-llama-F32"
 KEY = "sk-test-key"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-COMPLETION = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+COMPLETION = {"model": MODEL, "prompt": "hi", "max_tokens": 2, "temperature": 0}  # greedy: the same answer every time
 CONTEXT = 64
 
 

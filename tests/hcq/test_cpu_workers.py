@@ -1,10 +1,24 @@
-"""The CPU device's core threads: calls of a launch go to whichever thread is free."""
+"""The CPU device's threads: calls of a launch go to whichever thread is free; a waiting host thread runs queued
+work itself."""
 
 from __future__ import annotations
 
+import queue
+import signal
+import sys
 import threading
+import time
+from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
+import pytest
+
+from tg.hcq import Buffer, Device
+from tg.hcq.devices import cpu_workers
 from tg.hcq.devices.cpu_workers import CorePool
+
+pytestmark = pytest.mark.timeout(60)
 
 
 def test_a_core_thread_that_is_held_up_does_not_hold_back_the_other_calls() -> None:
@@ -53,3 +67,141 @@ def test_every_call_runs_once_and_errors_reach_the_caller() -> None:
         assert "call 7" in str(error)
     else:
         raise AssertionError("the error of call 7 was lost")
+
+
+# ---------------------------------------------------------------------------------------- the waiting thread's share
+
+
+class HeldWakeups(queue.SimpleQueue):
+    """An engine thread's wake-up queue that drops wake-ups while `held`: as if the thread were never scheduled."""
+
+    held = True
+
+    def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+        if not self.held:
+            super().put(item)
+
+
+@pytest.fixture
+def sleepy_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Device["CPU"]'s compute engine with its thread never woken (it sleeps on HeldWakeups) until the test ends."""
+    engine = Device["CPU"].compute_engine
+    Device["CPU"].synchronize()
+    held = HeldWakeups()
+    original = engine._wake
+    monkeypatch.setattr(engine, "_wake", held)
+    original.put(None)  # the thread looks at _wake again and goes to sleep on the held queue
+    deadline = time.monotonic() + 10
+    while engine._thread is not None and not _waits_on(engine._thread, held) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    yield engine
+    held.held = False
+    engine._wake = original  # (before the token below: the woken thread reads _wake next)
+    held.put(None)
+
+
+def _waits_on(thread: threading.Thread, held: HeldWakeups) -> bool:
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "_serve":
+            return frame.f_locals.get("self") is not None and frame.f_locals["self"]._wake is held
+        frame = frame.f_back
+    return False
+
+
+def _threads_running_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that make each kernel call from now on."""
+    names: list[str] = []
+    original = cpu_workers.kernel_runner
+
+    def recording_runner(*args: Any) -> Any:
+        run = original(*args)
+
+        def recorded(start: int, end: int) -> None:
+            names.append(threading.current_thread().name)
+            run(start, end)
+
+        return recorded
+
+    monkeypatch.setattr(cpu_workers, "kernel_runner", recording_runner)
+    return names
+
+
+def test_a_kernel_awaited_by_the_host_runs_on_the_host_thread_without_the_engine_thread(
+    kit: Any, sleepy_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waiting thread runs the queued launch itself: the result is there although the engine thread never woke
+    (before, the wait timed out), and the kernel ran on the host thread, not on the engine thread."""
+    dev = Device["CPU"]
+    prg = kit.load_program(dev, "add_one", kit.ADD_ONE)
+    a = Buffer("CPU", 4, kit.float32).allocate().copyin(np.arange(4, dtype=np.float32).data)
+    b = Buffer("CPU", 4, kit.float32).allocate()
+    threads = _threads_running_calls(monkeypatch)
+    prg(b.raw, a.raw, global_size=(1, 1, 1))
+    prg(b.raw, b.raw, global_size=(1, 1, 1))  # a second list, in order after the first
+    dev.synchronize(timeout=5000)
+    assert b.numpy()[0] == 2.0
+    assert threads == [threading.current_thread().name] * 2
+
+
+def test_a_waiting_host_thread_does_not_block_inside_a_queued_wait(sleepy_engine: Any) -> None:
+    """A host thread waiting for signal X must not get stuck inside a queued wait for A that only the host sets
+    later: X is set by another thread meanwhile, the host sets A after X arrived, and the list goes on (this
+    deadlocked if the waiting thread blocked in the queued wait)."""
+    dev = Device["CPU"]
+    a, x, b = dev.new_signal(0), dev.new_signal(0), dev.new_signal(0)
+    dev.hw_compute_queue_t().wait(a, 1).signal(b, 1).submit(dev)
+    setter = threading.Timer(0.05, lambda: setattr(x, "value", 1))
+    setter.start()
+    x.wait(1, timeout=5000)
+    a.value = 1
+    b.wait(1, timeout=5000)
+    setter.join()
+    assert dev.error_state is None  # (a test timeout that ends a stuck wait lands here)
+
+
+def test_ctrl_c_while_the_host_runs_queued_work_stops_after_the_command_and_the_engine_finishes(
+    kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during a launch run by the waiting host thread is held back until the launch completed (every call
+    ran), then raised as KeyboardInterrupt; the rest of the list (its signal) is left to the engine thread."""
+    dev = Device["CPU"]
+    prg = kit.load_program(dev, "mark", kit.MARK)
+    out = Buffer("CPU", 8, kit.float32).allocate().copyin(memoryview(bytes(8 * 4)))
+    dev.synchronize()
+    original = cpu_workers.kernel_runner
+
+    def interrupted_runner(*args: Any) -> Any:
+        run = original(*args)
+
+        def run_then_press_ctrl_c(start: int, end: int) -> None:
+            if start == 0 and threading.current_thread() is threading.main_thread():
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C arrives during the first call
+            run(start, end)
+
+        return run_then_press_ctrl_c
+
+    monkeypatch.setattr(cpu_workers, "kernel_runner", interrupted_runner)
+    monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launch split, whatever its speed
+    prg(out.raw, global_size=(8, 1, 1))
+    interrupts = 0
+    for _ in range(50):  # the engine thread may win the race for the list: then no interrupt happens; try again
+        try:
+            dev.synchronize(timeout=5000)
+        except KeyboardInterrupt:
+            interrupts += 1
+            break
+        prg(out.raw, global_size=(8, 1, 1))
+    dev.synchronize(timeout=5000)  # the engine thread ran what was left: the timeline signal arrives
+    assert out.numpy().tolist() == [1.0] * 8
+    assert dev.error_state is None
+    assert interrupts == 1
+
+
+def test_deferred_interrupt_delivers_ctrl_c_after_the_block() -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with cpu_workers.deferred_interrupt() as interrupted:
+            assert not interrupted()
+            signal.raise_signal(signal.SIGINT)
+            assert interrupted()  # held back: the block goes on
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

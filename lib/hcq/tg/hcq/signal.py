@@ -107,7 +107,11 @@ class HCQSignal:
         return bool(is_busy and is_busy())
 
     def _sleep(self, target: int, seconds: float) -> None:
-        """Block until the value may have changed. Backends with an OS event or a fault check override this."""
+        """Block until the value may have changed. Backends with an OS event or a fault check override this. An owner
+        that can run its queued work on the waiting thread (`run_pending_until`, the CPU device) does so first."""
+        run_pending_until = getattr(self.owner, "run_pending_until", None)
+        if run_pending_until is not None:
+            run_pending_until(lambda: self.value >= target)
         sleep_until(lambda: self.value >= target, seconds)
 
     def wait(self, value: int, timeout: int | None = None) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from tg.codegen.compiler import CCompiler
@@ -185,6 +186,13 @@ class CPUDevice(HCQCompiled):
     def is_busy(self) -> bool:
         """True while an engine runs a kernel or a copy (so a long kernel is not mistaken for a hang)."""
         return self.compute_engine.busy or self.copy_engine.busy
+
+    def run_pending_until(self, done: Callable[[], bool]) -> None:
+        """Run this device's queued commands on the calling thread, which is about to wait for `done()`: cheaper than
+        waking an engine thread and being woken by it (see CommandEngine.run_pending_until)."""
+        engines = (self.compute_engine, self.copy_engine)
+        while not done() and any([engine.run_pending_until(done) for engine in engines]):
+            pass  # a copy that ran may let the compute list go on, and the other way round
 
     def _record_error(self, error: BaseException) -> None:
         if self.error_state is None:

@@ -10,12 +10,15 @@ the calls really run in parallel. All threads are daemons and start on first use
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import ctypes
 import itertools
 import queue
+import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tg.hcq.commands import (
@@ -128,15 +131,25 @@ def kernel_runner(function: Any, args_addr: int, num_bufs: int, num_vals: int) -
 
 
 class CommandEngine:
-    """Executes submitted command lists in submission order on one daemon thread."""
+    """Executes submitted command lists in submission order, one command at a time.
+
+    Its daemon thread runs the lists in the background, so the host can go on building the next kernel. A host
+    thread that waits for the results runs the pending lists itself (`run_pending_until`): waking the engine thread,
+    and later the waiting thread, costs hundreds of microseconds each on a loaded machine, while the waiting thread is
+    already running and has nothing else to do. Whoever holds the executor role runs the lists, so the order stays
+    the submission order whichever thread runs them. A waiting host thread never blocks inside a list: at a wait
+    that does not hold yet it gives the rest of the list back to the engine thread and waits as before.
+    """
 
     def __init__(self, name: str, cores: CorePool | None, on_error: Callable[[BaseException], None]) -> None:
         self.name = name
         self.cores = cores
         self.on_error = on_error
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._pending: collections.deque[tuple[Sequence[Command], int]] = collections.deque()  # (list, next index)
+        self._executing = False  # the executor role: held by the one thread that runs lists now
         self._lock = threading.Lock()
+        self._wake: queue.SimpleQueue = queue.SimpleQueue()  # one token per reason to look at _pending
+        self._thread: threading.Thread | None = None
         self.busy = False  # executing a command that makes progress by itself (not a wait)
 
     def submit(self, commands: Sequence[Command]) -> None:
@@ -145,19 +158,68 @@ class CommandEngine:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
                     self._thread.start()
-        self._inbox.put(commands)
+        with self._lock:
+            self._pending.append((commands, 0))
+        self._wake.put(None)
 
     def _serve(self) -> None:
         while True:
-            commands = self._inbox.get()
-            for command in commands:
-                self.busy = not isinstance(command, (WaitCommand, PollBitCommand))
-                try:
-                    self.execute(command)
-                except BaseException as error:
-                    self.on_error(error)
-                finally:
-                    self.busy = False
+            self._wake.get()
+            self._run_pending(until=None)
+
+    def run_pending_until(self, done: Callable[[], bool]) -> bool:
+        """Run pending lists on the calling thread until `done()` holds, nothing is pending, another thread holds the
+        executor role, or a list waits for something that has not happened yet; what is left stays for the engine
+        thread. Ctrl-C is held back while a command runs (a kernel launch stopped half way would leave its output
+        half written) and delivered once the command completed; the rest of the list goes to the engine thread."""
+        if not self._pending or self._executing:  # (read without the lock: a quick look, the lock decides)
+            return False
+        with deferred_interrupt() as interrupted:
+            return self._run_pending(until=done, interrupted=interrupted)
+
+    def _run_pending(self, until: Callable[[], bool] | None, interrupted: Callable[[], bool] = lambda: False) -> bool:
+        """Run lists while this thread can take the executor role; `until` is None on the engine thread. Returns
+        whether this thread ran any command."""
+        helping = until is not None
+        ran = False
+        while True:
+            with self._lock:
+                if self._executing or not self._pending or (until is not None and until()):
+                    left_over = helping and bool(self._pending) and not self._executing
+                    break
+                self._executing = True
+                commands, index = self._pending.popleft()
+            stopped_at = self._run_list(commands, index, helping, interrupted)
+            ran = ran or stopped_at != index
+            with self._lock:
+                if stopped_at is not None:
+                    self._pending.appendleft((commands, stopped_at))
+                self._executing = False
+            if stopped_at is not None:
+                left_over = True
+                break
+        if left_over:
+            self._wake.put(None)  # the engine thread may have found the role taken and gone back to sleep
+        return ran
+
+    def _run_list(
+        self, commands: Sequence[Command], start: int, helping: bool, interrupted: Callable[[], bool]
+    ) -> int | None:
+        """Execute commands[start:]. A helping host thread stops (returning the index it stopped at) before a wait
+        that does not hold yet and after an interrupt. A command's error is recorded on the device and the list
+        goes on, so its signals still fire."""
+        for index in range(start, len(commands)):
+            command = commands[index]
+            if helping and (interrupted() or not _holds_now(command)):
+                return index
+            self.busy = not isinstance(command, (WaitCommand, PollBitCommand))
+            try:
+                self.execute(command)
+            except BaseException as error:
+                self.on_error(error)
+            finally:
+                self.busy = False
+        return None
 
     def execute(self, command: Command) -> None:
         """Carry out one resolved command (its symbolic fields were replaced by values at submit)."""
@@ -204,3 +266,30 @@ class CommandEngine:
         run = kernel_runner(program.function, concrete(command.args_addr), len(state.bufs), len(state.vals))
         gx, gy, gz = (concrete(size) for size in command.global_size)
         self.cores.run(run, gx * gy * gz, program)
+
+
+def _holds_now(command: Command) -> bool:
+    """Whether a wait or poll command would pass at once (every other command can always run)."""
+    if isinstance(command, WaitCommand):
+        return load_signal_value(concrete(command.value_addr)) >= concrete(command.value)
+    if isinstance(command, PollBitCommand):
+        return ctypes.c_uint32.from_address(concrete(command.addr)).value & command.mask == concrete(command.value)
+    return True
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[Callable[[], bool]]:
+    """Hold SIGINT back for the block, which may ask whether one arrived; the signal is raised again after the
+    block, so the handler that was installed (KeyboardInterrupt by default) sees it. Outside the main thread, or
+    when the installed handler was not set from Python, nothing is held back."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield lambda: False
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield lambda: bool(received)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        signal.raise_signal(signal.SIGINT)

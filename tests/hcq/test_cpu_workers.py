@@ -205,3 +205,15 @@ def test_deferred_interrupt_delivers_ctrl_c_after_the_block() -> None:
             signal.raise_signal(signal.SIGINT)
             assert interrupted()  # held back: the block goes on
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_launch_does_not_wait_for_a_core_thread_that_never_took_a_call() -> None:
+    """A core thread that is not scheduled (here: its wake-up is dropped) takes no call: the launching thread makes
+    them all and returns without waiting for that thread to wake up."""
+    pool = CorePool(2, "test-pool-late")
+    pool.run(lambda start, end: None, 2)  # starts the core thread
+    held = HeldWakeups()
+    pool._inboxes[0] = held
+    calls: list[int] = []
+    pool.run(lambda start, end: calls.extend(range(start, end)), 8)
+    assert calls == list(range(8))

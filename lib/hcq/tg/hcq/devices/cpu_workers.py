@@ -45,6 +45,31 @@ SERIAL_BELOW_S = 25e-6
 SERIAL_RECHECK = 8
 
 
+class Launch:
+    """The calls of one launch, taken one at a time by whichever thread is free; `done` is set when every call
+    returned. A thread that comes late (another process held its core) finds no call left and goes back to sleep:
+    the launch does not wait for it."""
+
+    def __init__(self, run: KernelCall, total: int) -> None:
+        self.run = run
+        self.total = total
+        self._take_next = itertools.count().__next__  # atomic under the GIL: each i is taken exactly once
+        self._count_finished = itertools.count(1).__next__
+        self.done = threading.Event()
+        self.error: BaseException | None = None  # the first call that failed
+
+    def take_calls(self) -> None:
+        for i in iter(self._take_next, None):
+            if i >= self.total:
+                return
+            try:
+                self.run(i, i + 1)
+            except BaseException as error:  # raised on the launching thread once every call returned
+                self.error = self.error or error
+            if self._count_finished() == self.total:
+                self.done.set()
+
+
 class CorePool:
     """`count` cores: the calling thread plus `count - 1` daemon threads, started lazily."""
 
@@ -52,7 +77,6 @@ class CorePool:
         self.count = max(1, count)
         self.name = name
         self._inboxes: list[queue.SimpleQueue] = []
-        self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
 
     def _start(self) -> None:
@@ -63,17 +87,14 @@ class CorePool:
                 name = f"{self.name}-core{len(self._inboxes)}"
                 threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True).start()
 
-    def _serve(self, inbox: queue.SimpleQueue) -> None:
+    @staticmethod
+    def _serve(inbox: queue.SimpleQueue) -> None:
         while True:
-            run, start, end = inbox.get()
-            try:
-                run(start, end)
-                self._done.put(None)
-            except BaseException as error:  # reported to the engine, which records it on the device
-                self._done.put(error)
+            inbox.get().take_calls()
 
     def run(self, run: KernelCall, total: int, program: Any = None) -> None:
-        """Call run(i, i + 1) for every i in [0, total), each i on the next free core thread; wait for all.
+        """Call run(i, i + 1) for every i in [0, total), each i on the next free thread (this one included); return
+        when every call returned.
 
         `program` (any object that takes attributes) remembers how long its launches take: a small one runs in
         one call on this thread (see SERIAL_BELOW_S)."""
@@ -90,31 +111,18 @@ class CorePool:
             return
         if len(self._inboxes) < threads - 1:
             self._start()
-        take_next = itertools.count().__next__  # atomic under the GIL: each i is taken exactly once
-
-        def take_calls(_start: int, _end: int) -> None:
-            for i in iter(take_next, None):
-                if i >= total:
-                    return
-                run(i, i + 1)
-
+        launch = Launch(run, total)
         for i in range(1, threads):
-            self._inboxes[i - 1].put((take_calls, 0, total))
-        first_error: BaseException | None = None
-        try:
-            start = time.perf_counter()
-            take_calls(0, total)
-            # this thread's share of the calls stands for a chunk: a launch whose whole run took less than
-            # SERIAL_BELOW_S per thread gains nothing from the hand-offs
-            if program is not None and time.perf_counter() - start < SERIAL_BELOW_S:
-                program.run_serially = True
-        except BaseException as error:
-            first_error = error
-        for _ in range(threads - 1):
-            worker_error = self._done.get()
-            first_error = first_error or worker_error
-        if first_error is not None:
-            raise first_error
+            self._inboxes[i - 1].put(launch)
+        start = time.perf_counter()
+        launch.take_calls()
+        # this thread's share of the calls stands for a chunk: a launch whose whole run took less than
+        # SERIAL_BELOW_S per thread gains nothing from the hand-offs
+        if program is not None and time.perf_counter() - start < SERIAL_BELOW_S:
+            program.run_serially = True
+        launch.done.wait()
+        if launch.error is not None:
+            raise launch.error
 
 
 def kernel_runner(function: Any, args_addr: int, num_bufs: int, num_vals: int) -> KernelCall:

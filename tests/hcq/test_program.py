@@ -122,7 +122,7 @@ def test_disk_cannot_run_programs(tmp_path) -> None:
         Device[f"DISK:{tmp_path / 'x.bin'}"].runtime("f", b"")
 
 
-def test_small_launches_run_whole_on_the_engine_thread_after_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_small_launches_run_whole_on_the_launching_thread_after_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """Handing a tiny chunk to another core thread costs more than running it: after one fast split launch, a
     program runs every core_id on the calling thread; a serial launch that turns out slow is split again."""
     import threading

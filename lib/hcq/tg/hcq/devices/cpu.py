@@ -12,12 +12,15 @@ size is ignored on CPU.
 
 Raw buffers are `HCQBuffer`s over page-aligned host memory: `va_addr` is the real address that the
 kernel receives, and `view` is a memoryview of the same bytes. Kernel arguments are stored in the
-device's kernel-argument ring (u64 address per buffer, then int32 per value) and read back by the
-engine thread when the exec runs, so symbolic arguments patched at submit time take effect.
+device's kernel-argument ring (u64 address per buffer, then int32 per value) and read back when the
+exec runs, so symbolic arguments patched at submit time take effect.
 
 Queues: a compute engine (kernels) and a copy engine (memmove), each one thread, so copies overlap
 with compute; order between them is expressed with signals, exactly as on a GPU. `Buffer.copyin` on a
-busy device goes through a staging buffer and the copy engine instead of waiting for the device.
+busy device goes through a staging buffer and the copy engine instead of waiting for the device. A host
+thread that waits on one of the device's signals (`synchronize`, `.item()`) first runs the queued lists
+that the engine threads have not started itself (`CPUDevice.run_pending_until`): a kernel submitted and
+then awaited costs no thread wake-up, neither to start it nor to report its end.
 """
 
 from __future__ import annotations

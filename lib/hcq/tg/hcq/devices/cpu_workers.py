@@ -1,11 +1,13 @@
 """The threads behind the CPU device: one engine thread per queue kind, and a pool of core threads.
 
-An engine executes submitted command lists in order, like the command processor of a GPU. The calls of a
-kernel launch (one per `core_id`; the C renderer cuts big kernels into a few calls per core) are handed out
-one at a time to whichever core thread is free (the engine thread takes its share too): on a machine shared
-with other processes a thread that is not running does not hold back calls another thread could make. Which
-thread makes a call changes nothing in its result. ctypes releases the GIL for the duration of each C call, so
-the calls really run in parallel. All threads are daemons and start on first use, so an idle process starts none.
+An engine executes submitted command lists in order, like the command processor of a GPU: on its own thread, or
+on a host thread that waits for their results and would otherwise sleep until woken (see CommandEngine). The
+calls of a kernel launch (one per `core_id`; the C renderer cuts big kernels into a few calls per core) are
+handed out one at a time to whichever thread is free, the launching thread included: on a machine shared with
+other processes a thread that is not running does not hold back calls another thread could make, and a launch
+ends when its last call returns, not when every core thread has reported back. Which thread makes a call changes
+nothing in its result. ctypes releases the GIL for the duration of each C call, so the calls really run in
+parallel. All threads are daemons and start on first use, so an idle process starts none.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from tg.hcq.symbolic import concrete
 
 KernelCall = Callable[[int, int], None]  # runs core_ids in [start, end)
 
-# A launch whose first chunk ran faster than this is run whole on the engine thread from then on: handing a chunk
+# A launch whose first chunk ran faster than this is run whole on the launching thread from then on: handing a chunk
 # to another core thread (a queue put, a wake-up, a queue get) costs tens of microseconds, and more when the
 # machine is loaded, so splitting a tiny kernel (a norm, a residual add) makes it slower. A serial run that takes
 # SERIAL_RECHECK times longer is split again (the kernel was not small after all, e.g. the first run was cached).

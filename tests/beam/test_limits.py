@@ -88,9 +88,18 @@ def serve(requests: list[tuple[float, float]], monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_the_child_stops_timing_a_candidate_slower_than_3x_the_best(monkeypatch: pytest.MonkeyPatch) -> None:
-    answers, launches = serve([(0.010, math.inf), (0.040, 0.010), (0.025, 0.010)], monkeypatch)
-    assert answers == [0.010, math.inf, 0.025]
+    answers, launches = serve([(0.010, math.inf), (0.040, 0.010), (0.012, 0.010)], monkeypatch)
+    assert answers == [0.010, math.inf, 0.012]
     assert launches == [-1, 1, 2, -1, 1, -1, 1, 2]  # the slow one: one timed launch, not three
+
+
+def test_a_clearly_slower_candidate_is_launched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between RETIME_FACTOR (1.5) and EARLY_STOP_FACTOR (3) times the best: kept with its one launch's time, not
+    timed twice more; within 1.5x it is timed three times."""
+    assert beam_timer.RETIME_FACTOR == 1.5 and beam_timer.EARLY_STOP_FACTOR == 3.0
+    answers, launches = serve([(0.025, 0.010), (0.016, 0.010), (0.014, 0.010)], monkeypatch)
+    assert answers == [0.025, 0.016, 0.014]
+    assert launches == [-1, 1, -1, 1, -1, 1, 2]
 
 
 def test_a_candidate_running_past_its_deadline_is_killed_not_waited_for() -> None:
@@ -112,14 +121,16 @@ def test_a_candidate_running_past_its_deadline_is_killed_not_waited_for() -> Non
 
 
 def test_a_compile_over_the_timeout_is_dropped_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = engine_beam._compile_candidate
+    real = engine_beam._compile_source
+    upcast_source = kernel_to_program(with_opts(matmul_kernel(16), (Opt(OptOps.UPCAST, 0, 4),)),
+                                      Device["CPU"].renderer, CodegenFlags()).src  # fmt: skip
 
-    def slow_for_upcasts(device_name: str, ast: UOp, flags: CodegenFlags) -> object:
-        if ast.arg.opts_to_apply:
+    def slow_for_upcasts(device_name: str, src: str) -> bytes:
+        if src == upcast_source:
             time.sleep(3)
-        return real(device_name, ast, flags)
+        return real(device_name, src)
 
-    monkeypatch.setattr(engine_beam, "_compile_candidate", slow_for_upcasts)
+    monkeypatch.setattr(engine_beam, "_compile_source", slow_for_upcasts)
     ast = matmul_kernel(16)
     asts = [with_opts(ast, ()), with_opts(ast, (Opt(OptOps.UPCAST, 0, 4),))]
     start = time.perf_counter()

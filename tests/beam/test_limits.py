@@ -35,6 +35,9 @@ class FakeTimer:
         self.times = times
         self.bests: list[float] = []
 
+    def prepare(self) -> None:
+        pass
+
     def time(self, source: object, binary: bytes, best: float) -> float:
         self.bests.append(best)
         return self.times[len(self.bests) - 1]
@@ -112,10 +115,14 @@ def test_a_candidate_running_past_its_deadline_is_killed_not_waited_for() -> Non
         with Context(BEAM_RUN_TIMEOUT_SEC=600):  # the first one is timed in full, however loaded the machine is
             whole = timer.time(slow, slow_binary, math.inf)
         assert 2 * beam_timer.MIN_DEADLINE_SEC < whole < math.inf, "the kernel must be slow for this test to mean much"
+        timer.prepare()
+        assert timer.spare is not None
+        spare = timer.spare.pid
         start = time.perf_counter()
         assert timer.time(slow, slow_binary, 1e-4) == math.inf  # waited MIN_DEADLINE_SEC, then killed
-        assert time.perf_counter() - start < whole and timer.killed == 1
-        assert timer.time(fast, fast_binary, math.inf) < math.inf  # a fresh child times the next candidate
+        assert time.perf_counter() - start < whole and timer.killed == 1 and timer.process is None
+        assert timer.time(fast, fast_binary, math.inf) < math.inf  # a fresh child times the next candidate:
+        assert timer.process is not None and timer.process.pid == spare and timer.spare is None  # the spare
     finally:
         timer.close()
 

@@ -100,9 +100,12 @@ def test_a_source_rendered_twice_is_compiled_once(monkeypatch: pytest.MonkeyPatc
     cost = engine_beam.device_cost(ast, "CPU", CodegenFlags(), timer)  # type: ignore[arg-type]
     lists = [(Opt(OptOps.UPCAST, 0, 16),), (Opt(OptOps.UPCAST, 0, 0),), (Opt(OptOps.UPCAST, 1, 4),)]
     candidates = [Candidate(with_opts(ast, opts), opts) for opts in lists]
-    assert engine_beam._render("CPU", candidates[0].ast, CodegenFlags()).src == engine_beam._render(  # type: ignore[union-attr]
-        "CPU", candidates[1].ast, CodegenFlags()
-    ).src  # the premise
+    assert (
+        engine_beam._render("CPU", candidates[0].ast, CodegenFlags()).src
+        == engine_beam._render(  # type: ignore[union-attr]
+            "CPU", candidates[1].ast, CodegenFlags()
+        ).src
+    )  # the premise
     results = cost(candidates)
     assert len(compiled) == len(set(compiled)) == 2 and timer.count == 2
     assert math.isfinite(results[0]) and results[1] == math.inf and math.isfinite(results[2])

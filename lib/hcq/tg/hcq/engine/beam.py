@@ -2,13 +2,16 @@
 
     result = search_opts(ast, "CPU", width=4)     # BeamResult(opts, seconds, cached)
 
-Candidates compile on `BEAM_WORKERS` threads, each driving its own compiler process (source from the one
-pipeline function, binary from the device's compiler), then run on scratch buffers made from the kernel's
-PARAMs in a child process (tg.hcq.engine.beam_timer), so a search never touches a program's real inputs. A
-candidate is dropped (cost inf) when it fails to compile, takes longer than BEAM_TIMEOUT_SEC to compile (not waited
-for), renders the same source as one already timed, or is slower than 3x the best so far: only a candidate within
-3x of the best is timed twice more, and one that runs past that deadline is killed with its child process. The
-winner is then timed against the hand-coded opts in turns (`confirm`), and the faster median wins.
+Candidates are rendered here (equal sources are compiled and timed once), compile on `BEAM_WORKERS` threads, each
+driving its own compiler process, then run on scratch buffers made from the kernel's PARAMs in a child process
+(tg.hcq.engine.beam_timer), so a search never touches a program's real inputs. A candidate is dropped (cost inf)
+when it fails to compile, takes longer than BEAM_TIMEOUT_SEC to compile (not waited for), renders the same source
+as one already seen, or is slower than 3x the best so far; only one within 1.5x of the best is timed twice more,
+and one that runs past its deadline is killed with its child process (a spare takes over). The winner is then timed
+against the hand-coded opts in turns (`confirm`), and the faster median wins.
+
+BEAM_TIME_BUDGET (seconds, default 60; 0: none) bounds one kernel's search: the rounds get SEARCH_SHARE of it, and
+when it is spent the search ends with the best so far (BeamResult.out_of_time; a DEBUG>=1 line says so).
 
 Winners are kept in an sqlite table in the cache directory, keyed by (kernel key, width, device, renderer,
 compiler identity: binary, version, flags, CPU model). A hit replays the opts with no timing;
@@ -40,6 +43,7 @@ from tg.hcq.engine.beam_timer import CandidateTimer
 from tg.hcq.engine.programs import renderer_for
 from tg.hcq.flags import BEAM_TIME_BUDGET, BEAM_TIMEOUT_SEC, BEAM_WORKERS
 
+SEARCH_SHARE = 0.9  # of BEAM_TIME_BUDGET for the rounds: the rest for a chunk that runs long and confirm's turns
 CONFIRM_ROUNDS = 3  # the winner and the hand-coded opts are timed this many times in turns before one is chosen
 BEAM_SCHEMA = 1
 TABLE = f"beam_v{BEAM_SCHEMA}"
@@ -350,6 +354,7 @@ def search_opts(
     flags = for_renderer(CodegenFlags.from_environment() if flags is None else flags, renderer_for(Device[device_name]))
     budget = float(BEAM_TIME_BUDGET.value) or None
     start = time.monotonic()
+    until = start + budget if budget is not None else math.inf
     rounds: list[SearchRound] = []
 
     def report(round_: SearchRound) -> None:
@@ -362,9 +367,9 @@ def search_opts(
     try:
         opts, seconds = beam_search(
             ast, width, device_cost(ast, device_name, flags, timer), on_round=report, has_local=flags.has_local,
-            core_groups=flags.core_groups, seeds=seeds, time_budget=budget, chunk=max(4, 2 * int(BEAM_WORKERS)),
+            core_groups=flags.core_groups, seeds=seeds, chunk=max(4, 2 * int(BEAM_WORKERS)),
+            time_budget=None if budget is None else SEARCH_SHARE * budget - (time.monotonic() - start),
         )  # fmt: skip
-        until = start + budget if budget is not None else math.inf
         opts, seconds = confirm(ast, device_name, flags, timer, opts, seeds, seconds, until)
     finally:
         timer.close()

@@ -7,7 +7,7 @@ For each workload: every kernel is searched afresh (a new BEAM cache) and the se
 the opts that won; then tg with the heuristics, tg with the BEAM winners, numpy, torch (conv2d; when installed)
 and, with --tinygrad-beam N, the tinygrad release at BEAM=N (its own search runs first, not timed) are timed in
 turns. Ratios are peer_time / tg_time (above 1: tg is faster). The machine is shared: the load average is printed
-before and after.
+before and after. Each kernel's search stops at BEAM_TIME_BUDGET (default 60 s) with the best so far, and says so.
 """
 
 from __future__ import annotations
@@ -90,9 +90,9 @@ def main() -> None:
         searches.clear()
         beamed()  # the search, one kernel at a time
         for kernel, seconds, result in searches:
-            print(
-                f"{name:12s} search {kernel}: {seconds:6.1f} s, {result.seconds * 1e3:.2f} ms with {list(result.opts)}"
-            )
+            spent = " (time budget spent: the best so far)" if result.out_of_time else ""
+            print(f"{name:12s} search {kernel}: {seconds:6.1f} s{spent}, {result.seconds * 1e3:.2f} ms with "
+                  f"{list(result.opts)}")  # fmt: skip
         tiny_run = tiny.get(name) if isinstance(tiny, dict) else None
         if tiny_run is not None:
             start = time.perf_counter()
@@ -107,7 +107,7 @@ def main() -> None:
             line += f" | torch {torch_time * 1e3:.2f} ms: BEAM {torch_time / b:.2f}x torch"
         if tiny_time == tiny_time:
             line += f" | tinygrad BEAM={args.tinygrad_beam} {tiny_time * 1e3:.2f} ms"
-        print(line, flush=True)
+        print(f"{line} | load {os.getloadavg()[0]:.1f}", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

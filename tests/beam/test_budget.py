@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tg.beam.cli import app
-from tg.codegen.flags import Context
+from tg.beam.cli import app, progress_text
+from tg.codegen.flags import FLAGS, Context
 from tg.codegen.opt.opts import Opt, OptOps
 from tg.codegen.opt.search import Candidate, SearchRound, beam_search
 from tg.codegen.pipeline import CodegenFlags, with_opts
@@ -167,3 +167,28 @@ def test_tg_beam_says_when_the_budget_ended_the_search(tmp_path: Path, monkeypat
     assert text.exit_code == 0, text.output
     assert "BEAM_TIME_BUDGET=1 s spent: the best so far" in text.stdout
     assert json.loads(document.stdout)["out_of_time"] is True
+
+
+def test_tg_beam_progress_says_when_the_budget_ended_the_search() -> None:
+    cut = SearchRound(3, 80, 19, 0.02315, (), out_of_time=True, seconds=54.2)
+    assert progress_text("r_8", cut) == (
+        "r_8: round 3 (54 s): 80 candidates, 19 timed, best 23150.0 us: time budget spent, ending with the best so far"
+    )
+    assert "budget" not in progress_text("r_8", SearchRound(2, 99, 51, 0.025, (), seconds=33.0))
+
+
+def test_the_budget_is_60_seconds_unless_set_and_0_means_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert FLAGS["BEAM_TIME_BUDGET"].default == 60
+    budgets: list[float | None] = []
+    real = engine_beam.beam_search
+
+    def recording(*args: object, **kwargs: object):
+        budgets.append(kwargs["time_budget"])  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine_beam, "beam_search", recording)
+    with Context(BEAM_TIME_BUDGET=0):
+        engine_beam.search_opts(matmul_kernel(8, 8, 8), "CPU", 1, ignore_cache=True)
+    with Context(BEAM_TIME_BUDGET=60):
+        engine_beam.search_opts(matmul_kernel(8, 8, 8), "CPU", 1, ignore_cache=True)
+    assert budgets[0] is None and budgets[1] is not None and 50 < budgets[1] <= 54  # 90% of 60 s, less the start

@@ -124,10 +124,7 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
         task = progress.add_task(f"{job.name}: searching with beam {width}")
 
         def show(round_: Any) -> None:
-            spent = ": time budget spent, ending with the best so far" if round_.out_of_time else ""
-            progress.update(task, description=f"{job.name}: round {round_.number} ({round_.seconds:.0f} s): "
-                            f"{round_.candidates} candidates, {round_.timed} timed, "
-                            f"best {round_.best_seconds * 1e6:.1f} us{spent}")  # fmt: skip
+            progress.update(task, description=progress_text(job.name, round_))
 
         result = search_opts(start, device, width, ignore_cache=ignore_cache, flags=flags, on_round=show)
     winner = with_opts(job.ast, result.opts)
@@ -154,6 +151,13 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
         if not as_json:
             typer.echo(f"verify: {'ok' if outcome.matches else 'MISMATCH'}: {outcome.detail}")
     return document, winner
+
+
+def progress_text(name: str, round_: Any) -> str:
+    """The progress line after a round (a tg.codegen.opt.search.SearchRound)."""
+    spent = ": time budget spent, ending with the best so far" if round_.out_of_time else ""
+    return (f"{name}: round {round_.number} ({round_.seconds:.0f} s): {round_.candidates} candidates, "
+            f"{round_.timed} timed, best {round_.best_seconds * 1e6:.1f} us{spent}")  # fmt: skip
 
 
 def _write_atomically(out: Path, data: bytes) -> None:

@@ -5,9 +5,9 @@
 
 For each workload: every kernel is searched afresh (a new BEAM cache) and the search time of each is printed with
 the opts that won; then tg with the heuristics, tg with the BEAM winners, numpy, torch (conv2d; when installed)
-and, with --tinygrad-beam N, the tinygrad release at BEAM=N (its own search runs first, not timed) are timed in
-turns. Ratios are peer_time / tg_time (above 1: tg is faster). The machine is shared: the load average is printed
-before and after.
+and, with --tinygrad-beam N, the tinygrad release at BEAM=N (its own search runs first, with a fresh cache of its
+own, not timed) are timed in turns. Ratios are peer_time / tg_time (above 1: tg is faster). The machine is shared: the load average is printed
+before and after. Each kernel's search stops at BEAM_TIME_BUDGET (default 60 s) with the best so far, and says so.
 """
 
 from __future__ import annotations
@@ -55,7 +55,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=list(WORKLOADS))
     parser.add_argument("--tinygrad-beam", type=int, default=0, help="also time tinygrad at this BEAM (0: no)")
     args = parser.parse_args()
-    os.environ["TG_CACHE_DIR"] = tempfile.mkdtemp(prefix="tg-bench-beam-")  # every kernel is searched afresh
+    fresh = tempfile.mkdtemp(prefix="tg-bench-beam-")
+    os.environ["TG_CACHE_DIR"] = fresh  # every kernel is searched afresh
+    # tinygrad too (read when it is imported): a result its search stored earlier, even one from a search whose
+    # candidates all failed to compile, would otherwise be replayed without searching
+    os.environ["CACHEDB"] = os.path.join(fresh, "tinygrad-cache.db")
 
     from tg.codegen.flags import Context
 
@@ -90,9 +94,9 @@ def main() -> None:
         searches.clear()
         beamed()  # the search, one kernel at a time
         for kernel, seconds, result in searches:
-            print(
-                f"{name:12s} search {kernel}: {seconds:6.1f} s, {result.seconds * 1e3:.2f} ms with {list(result.opts)}"
-            )
+            spent = " (time budget spent: the best so far)" if result.out_of_time else ""
+            print(f"{name:12s} search {kernel}: {seconds:6.1f} s{spent}, {result.seconds * 1e3:.2f} ms with "
+                  f"{list(result.opts)}")  # fmt: skip
         tiny_run = tiny.get(name) if isinstance(tiny, dict) else None
         if tiny_run is not None:
             start = time.perf_counter()
@@ -107,7 +111,7 @@ def main() -> None:
             line += f" | torch {torch_time * 1e3:.2f} ms: BEAM {torch_time / b:.2f}x torch"
         if tiny_time == tiny_time:
             line += f" | tinygrad BEAM={args.tinygrad_beam} {tiny_time * 1e3:.2f} ms"
-        print(line, flush=True)
+        print(f"{line} | load {os.getloadavg()[0]:.1f}", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

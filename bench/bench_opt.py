@@ -15,11 +15,12 @@ peer_time / tg_time (above 1: tg is faster). The machine is shared: the load ave
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,22 +138,45 @@ def alternating_medians(runs: list[Callable[[], object] | None], repeats: int) -
     return [statistics.median(times[id(run)]) if run is not None else float("nan") for run in runs]
 
 
+def find_clang() -> str | None:
+    """A clang on PATH: tinygrad's CPU backend compiles with $CC (else `clang`) and clang-only flags (--target)."""
+    import shutil
+
+    from tg.codegen.compiler.c import CLANG_CANDIDATES
+
+    return next((path for name in CLANG_CANDIDATES if (path := shutil.which(name))), None)
+
+
+@contextlib.contextmanager
+def environment(name: str, value: str) -> Iterator[None]:
+    """os.environ[name] = value inside the block (tinygrad's compile workers are processes that read it)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
 def tinygrad_workloads(data: dict[str, np.ndarray], beam: int = 0) -> Workloads | str:
     """The same workloads on the tinygrad release (DEV=CPU, BEAM=beam: its search runs at the warm-up call), in this
     process so that they are timed in turns with tg's."""
     os.environ["DEV"], os.environ["BEAM"] = "CPU", str(beam)
-    if "CC" not in os.environ:  # tinygrad calls `clang`; give it the compiler tg uses (clang-19 here)
-        from tg.codegen.compiler.c import find_c_compiler
-
-        os.environ["CC"] = find_c_compiler()
     try:
         from tinygrad import Device, Tensor
     except ImportError:
         return "tinygrad is not installed (uv sync --group bench --inexact): no tinygrad column"
+    clang = find_clang()
+    if clang is None:
+        return "no clang on PATH (tinygrad's CPU backend passes clang-only flags): no tinygrad column"
 
     def timed(build: Callable[[], Tensor]) -> Callable[[], object]:
         def run() -> None:
-            build().realize()
+            with environment("CC", clang):  # tg keeps the compiler it chose at start-up (CC=gcc: gcc)
+                build().realize()
             Device[Device.DEFAULT].synchronize()
 
         return run

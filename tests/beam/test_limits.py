@@ -35,6 +35,9 @@ class FakeTimer:
         self.times = times
         self.bests: list[float] = []
 
+    def prepare(self) -> None:
+        pass
+
     def time(self, source: object, binary: bytes, best: float) -> float:
         self.bests.append(best)
         return self.times[len(self.bests) - 1]
@@ -88,9 +91,18 @@ def serve(requests: list[tuple[float, float]], monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_the_child_stops_timing_a_candidate_slower_than_3x_the_best(monkeypatch: pytest.MonkeyPatch) -> None:
-    answers, launches = serve([(0.010, math.inf), (0.040, 0.010), (0.025, 0.010)], monkeypatch)
-    assert answers == [0.010, math.inf, 0.025]
+    answers, launches = serve([(0.010, math.inf), (0.040, 0.010), (0.012, 0.010)], monkeypatch)
+    assert answers == [0.010, math.inf, 0.012]
     assert launches == [-1, 1, 2, -1, 1, -1, 1, 2]  # the slow one: one timed launch, not three
+
+
+def test_a_clearly_slower_candidate_is_launched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between RETIME_FACTOR (1.5) and EARLY_STOP_FACTOR (3) times the best: kept with its one launch's time, not
+    timed twice more; within 1.5x it is timed three times."""
+    assert beam_timer.RETIME_FACTOR == 1.5 and beam_timer.EARLY_STOP_FACTOR == 3.0
+    answers, launches = serve([(0.025, 0.010), (0.016, 0.010), (0.014, 0.010)], monkeypatch)
+    assert answers == [0.025, 0.016, 0.014]
+    assert launches == [-1, 1, -1, 1, -1, 1, 2]
 
 
 def test_a_candidate_running_past_its_deadline_is_killed_not_waited_for() -> None:
@@ -103,23 +115,29 @@ def test_a_candidate_running_past_its_deadline_is_killed_not_waited_for() -> Non
         with Context(BEAM_RUN_TIMEOUT_SEC=600):  # the first one is timed in full, however loaded the machine is
             whole = timer.time(slow, slow_binary, math.inf)
         assert 2 * beam_timer.MIN_DEADLINE_SEC < whole < math.inf, "the kernel must be slow for this test to mean much"
+        timer.prepare()
+        assert timer.spare is not None
+        spare = timer.spare.pid
         start = time.perf_counter()
         assert timer.time(slow, slow_binary, 1e-4) == math.inf  # waited MIN_DEADLINE_SEC, then killed
-        assert time.perf_counter() - start < whole and timer.killed == 1
-        assert timer.time(fast, fast_binary, math.inf) < math.inf  # a fresh child times the next candidate
+        assert time.perf_counter() - start < whole and timer.killed == 1 and timer.process is None
+        assert timer.time(fast, fast_binary, math.inf) < math.inf  # a fresh child times the next candidate:
+        assert timer.process is not None and timer.process.pid == spare and timer.spare is None  # the spare
     finally:
         timer.close()
 
 
 def test_a_compile_over_the_timeout_is_dropped_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = engine_beam._compile_candidate
+    real = engine_beam._compile_source
+    upcast_source = kernel_to_program(with_opts(matmul_kernel(16), (Opt(OptOps.UPCAST, 0, 4),)),
+                                      Device["CPU"].renderer, CodegenFlags()).src  # fmt: skip
 
-    def slow_for_upcasts(device_name: str, ast: UOp, flags: CodegenFlags) -> object:
-        if ast.arg.opts_to_apply:
+    def slow_for_upcasts(device_name: str, src: str) -> bytes:
+        if src == upcast_source:
             time.sleep(3)
-        return real(device_name, ast, flags)
+        return real(device_name, src)
 
-    monkeypatch.setattr(engine_beam, "_compile_candidate", slow_for_upcasts)
+    monkeypatch.setattr(engine_beam, "_compile_source", slow_for_upcasts)
     ast = matmul_kernel(16)
     asts = [with_opts(ast, ()), with_opts(ast, (Opt(OptOps.UPCAST, 0, 4),))]
     start = time.perf_counter()

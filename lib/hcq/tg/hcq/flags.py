@@ -13,5 +13,8 @@ PROGRAM_CACHE_SIZE = flag("PROGRAM_CACHE_SIZE", 1024, "compiled programs the eng
 BEAM_WORKERS = flag("BEAM_WORKERS", 2, "processes that compile BEAM candidates (0: compile in this process)")
 BEAM_TIMEOUT_SEC = flag("BEAM_TIMEOUT_SEC", 20, "seconds a BEAM candidate may take to compile before it is dropped")
 BEAM_RUN_TIMEOUT_SEC = flag("BEAM_RUN_TIMEOUT_SEC", 10, "seconds the first BEAM candidate may run (later: 3x the best)")
+BEAM_TIME_BUDGET = flag(
+    "BEAM_TIME_BUDGET", 60, "seconds one kernel's BEAM search may take; then the best so far wins (0: no limit)"
+)
 JITBEAM = flag("JITBEAM", 0, "beam width for kernels compiled inside a TinyJit capture (0: BEAM's value)")
 TG_DUMP_KERNELS = flag("TG_DUMP_KERNELS", "", "folder where each newly compiled kernel AST is pickled (tg-beam dump)")

@@ -114,6 +114,7 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
     from tg.hcq.engine import time_kernel
     from tg.hcq.engine.beam import search_opts
     from tg.hcq.engine.programs import renderer_for
+    from tg.hcq.flags import BEAM_TIME_BUDGET
 
     console = Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
     flags = CodegenFlags.from_environment()
@@ -123,8 +124,7 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
         task = progress.add_task(f"{job.name}: searching with beam {width}")
 
         def show(round_: Any) -> None:
-            progress.update(task, description=f"{job.name}: round {round_.number}: {round_.candidates} candidates, "
-                            f"{round_.timed} timed, best {round_.best_seconds * 1e6:.1f} us")  # fmt: skip
+            progress.update(task, description=progress_text(job.name, round_))
 
         result = search_opts(start, device, width, ignore_cache=ignore_cache, flags=flags, on_round=show)
     winner = with_opts(job.ast, result.opts)
@@ -132,9 +132,12 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
     document: dict[str, Any] = {
         "name": job.name, "device": device, "beam": width, "cached": result.cached, "time_us": seconds * 1e6,
         "opts": [{"op": o.op.name, "axis": o.axis, "arg": repr(o.arg)} for o in result.opts],
+        "out_of_time": result.out_of_time,
     }  # fmt: skip
     if not as_json:
         where = "cached" if result.cached else "searched"
+        if result.out_of_time:
+            where += f"; BEAM_TIME_BUDGET={int(BEAM_TIME_BUDGET)} s spent: the best so far"
         typer.echo(f"{job.name}: final time {seconds * 1e6:.1f} us ({where}, beam {width} on {device})")
         typer.echo(f"applied_opts: {list(result.opts)}")
     if show_src:
@@ -148,6 +151,13 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
         if not as_json:
             typer.echo(f"verify: {'ok' if outcome.matches else 'MISMATCH'}: {outcome.detail}")
     return document, winner
+
+
+def progress_text(name: str, round_: Any) -> str:
+    """The progress line after a round (a tg.codegen.opt.search.SearchRound)."""
+    spent = ": time budget spent, ending with the best so far" if round_.out_of_time else ""
+    return (f"{name}: round {round_.number} ({round_.seconds:.0f} s): {round_.candidates} candidates, "
+            f"{round_.timed} timed, best {round_.best_seconds * 1e6:.1f} us{spent}")  # fmt: skip
 
 
 def _write_atomically(out: Path, data: bytes) -> None:

@@ -7,6 +7,10 @@ new candidates at once (so a caller can compile them in parallel and time them),
 stops when a round improves the best time by less than `min_progress` seconds. A candidate whose cost is inf
 (it failed to compile, timed out, or was no faster than 3x the best and not timed further) is dropped.
 
+With a `time_budget` (seconds on `clock`), candidates go to `cost` in chunks of `chunk`, and no chunk starts that
+the seconds per candidate seen so far say would end past the budget: the search then ends with the best so far
+and its last SearchRound says `out_of_time`.
+
 Nothing here compiles or runs: tg.hcq.engine.beam supplies the cost function that times kernels on a device, and
 unit tests supply a deterministic one.
 """
@@ -14,6 +18,7 @@ unit tests supply a deterministic one.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -105,6 +110,42 @@ class SearchRound:
     timed: int
     best_seconds: float
     best_opts: tuple[Opt, ...]
+    out_of_time: bool = False  # the time budget ended this round early (candidates left untimed) or before it
+    seconds: float = 0.0  # since the search started
+
+
+class _Budget:
+    """When the search must stop: it spends `cost` in chunks and starts no chunk it expects to end past the budget
+    (expected: the mean seconds per candidate so far times the chunk's length)."""
+
+    def __init__(self, seconds: float | None, clock: Callable[[], float]) -> None:
+        self.seconds, self.clock = seconds, clock
+        self.start = clock()
+        self.spent_on, self.exhausted = 0, False
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+    def allows(self, count: int) -> bool:
+        if self.seconds is None:
+            return True
+        elapsed = self.elapsed()
+        per_candidate = elapsed / self.spent_on if self.spent_on else 0.0
+        self.exhausted = self.exhausted or elapsed + per_candidate * count > self.seconds
+        return not self.exhausted
+
+    def run(self, cost: CostFunction, candidates: list[Candidate], chunk: int) -> list[float]:
+        """Costs of `candidates` (inf for those the budget left untimed)."""
+        if self.seconds is None:
+            return cost(candidates)
+        costs: list[float] = []
+        for first in range(0, len(candidates), chunk):
+            part = candidates[first : first + chunk]
+            if not self.allows(len(part)):
+                return costs + [math.inf] * (len(candidates) - len(costs))
+            costs += cost(part)
+            self.spent_on += len(part)
+        return costs
 
 
 def beam_search(
@@ -117,6 +158,9 @@ def beam_search(
     has_local: bool = False,
     core_groups: bool = False,
     seeds: Sequence[Sequence[Opt]] = (),
+    time_budget: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    chunk: int = 4,
 ) -> tuple[tuple[Opt, ...], float]:
     """The best opt list for kernel `ast` found with a beam of `width`, and its cost. `has_local` and
     `core_groups` say what the renderer can do (which opts are legal).
@@ -125,18 +169,24 @@ def beam_search(
     heuristics): the result is never slower than any of them. Each round replaces the beam with the `width`
     fastest new candidates, even when they are slower than an earlier round's (a step that costs time may
     lead somewhere), and the search stops when a round's fastest is less than `min_progress` faster than the
-    previous round's. A kernel tried in an earlier round is not tried again."""
+    previous round's. A kernel tried in an earlier round is not tried again. Only starts with a finite cost are
+    expanded (the unoptimized kernel's children are as slow as it is), unless none has one. `time_budget`: see the
+    module docstring; the first beam is always timed in full."""
     if width < 1:
         raise ValueError("the beam width must be at least 1")
     base_ast, base_opts = _base_kernel(ast, has_local, core_groups)
     start = Candidate(base_ast, base_opts)
     starts = [c for c in (_seeded(start, seed, has_local, core_groups) for seed in seeds) if c is not None]
     starts = list({c.ast: c for c in (*starts, start)}.values())  # seeds are timed first: they set the pace
+    budget = _Budget(time_budget, clock)
     costs = cost(starts)
+    budget.spent_on = len(starts)
     best_cost, best_opts = min(zip(costs, (c.opts for c in starts), strict=True), key=lambda pair: pair[0])
     if math.isinf(best_cost):
         best_opts = base_opts
-    beam = list(zip(costs, starts, strict=True))
+    beam = [(c, s) for c, s in zip(costs, starts, strict=True) if math.isfinite(c)] or list(
+        zip(costs, starts, strict=True)
+    )
     tried = {c.ast for c in starts}
     previous_round = math.inf
     for number in range(1, max_rounds + 1):
@@ -149,16 +199,18 @@ def beam_search(
         tried.update(fresh)
         if not candidates:
             break
-        costs = cost(candidates)
+        costs = budget.run(cost, candidates, chunk)
         timed = sorted((c, i) for i, c in enumerate(costs) if math.isfinite(c))
-        if not timed:
-            break
-        beam = [(c, candidates[i]) for c, i in timed[:width]]
-        round_best, round_candidate = beam[0]
-        if round_best < best_cost:
-            best_opts, best_cost = round_candidate.opts, round_best
+        if timed:
+            beam = [(c, candidates[i]) for c, i in timed[:width]]
+            if beam[0][0] < best_cost:
+                best_cost, best_opts = beam[0][0], beam[0][1].opts
         if on_round is not None:
-            on_round(SearchRound(number, len(candidates), len(timed), best_cost, best_opts))
+            on_round(SearchRound(number, len(candidates), len(timed), best_cost, best_opts, budget.exhausted,
+                                 budget.elapsed()))  # fmt: skip
+        if not timed or budget.exhausted:
+            break
+        round_best = beam[0][0]
         if previous_round - round_best < min_progress:
             break
         previous_round = round_best

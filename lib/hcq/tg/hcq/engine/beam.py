@@ -2,13 +2,16 @@
 
     result = search_opts(ast, "CPU", width=4)     # BeamResult(opts, seconds, cached)
 
-Candidates compile on `BEAM_WORKERS` threads, each driving its own compiler process (source from the one
-pipeline function, binary from the device's compiler), then run on scratch buffers made from the kernel's
-PARAMs in a child process (tg.hcq.engine.beam_timer), so a search never touches a program's real inputs. A
-candidate is dropped (cost inf) when it fails to compile, takes longer than BEAM_TIMEOUT_SEC to compile (not waited
-for), renders the same source as one already timed, or is slower than 3x the best so far: only a candidate within
-3x of the best is timed twice more, and one that runs past that deadline is killed with its child process. The
-winner is then timed against the hand-coded opts in turns (`confirm`), and the faster median wins.
+Candidates are rendered here (equal sources are compiled and timed once), compile on `BEAM_WORKERS` threads, each
+driving its own compiler process, then run on scratch buffers made from the kernel's PARAMs in a child process
+(tg.hcq.engine.beam_timer), so a search never touches a program's real inputs. A candidate is dropped (cost inf)
+when it fails to compile, takes longer than BEAM_TIMEOUT_SEC to compile (not waited for), renders the same source
+as one already seen, or is slower than 3x the best so far; only one within 1.5x of the best is timed twice more,
+and one that runs past its deadline is killed with its child process (a spare takes over). The winner is then timed
+against the hand-coded opts in turns (`confirm`), and the faster median wins.
+
+BEAM_TIME_BUDGET (seconds, default 60; 0: none) bounds one kernel's search: the rounds get SEARCH_SHARE of it, and
+when it is spent the search ends with the best so far (BeamResult.out_of_time; a DEBUG>=1 line says so).
 
 Winners are kept in an sqlite table in the cache directory, keyed by (kernel key, width, device, renderer,
 compiler identity: binary, version, flags, CPU model). A hit replays the opts with no timing;
@@ -28,7 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from tg.codegen.flags import CACHELEVEL, IGNORE_BEAM_CACHE, cache_dir
+from tg.codegen.flags import CACHELEVEL, DEBUG, IGNORE_BEAM_CACHE, cache_dir
 from tg.codegen.opt import KernelOptError, KernelOptimizer, hand_coded_optimizations
 from tg.codegen.opt.opts import Opt, OptOps
 from tg.codegen.opt.search import Candidate, SearchRound, beam_search
@@ -38,8 +41,9 @@ from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
 from tg.hcq.engine.beam_timer import CandidateTimer
 from tg.hcq.engine.programs import renderer_for
-from tg.hcq.flags import BEAM_TIMEOUT_SEC, BEAM_WORKERS
+from tg.hcq.flags import BEAM_TIME_BUDGET, BEAM_TIMEOUT_SEC, BEAM_WORKERS
 
+SEARCH_SHARE = 0.9  # of BEAM_TIME_BUDGET for the rounds: the rest for a chunk that runs long and confirm's turns
 CONFIRM_ROUNDS = 3  # the winner and the hand-coded opts are timed this many times in turns before one is chosen
 BEAM_SCHEMA = 1
 TABLE = f"beam_v{BEAM_SCHEMA}"
@@ -54,6 +58,7 @@ class BeamResult:
     opts: tuple[Opt, ...]
     seconds: float
     cached: bool
+    out_of_time: bool = False  # the search ended at BEAM_TIME_BUDGET with the best found so far
 
 
 # ---------------------------------------------------------------------------------------------------- the cache
@@ -176,19 +181,33 @@ def import_cache(path: str, device_name: str = "CPU") -> tuple[int, int]:
 
 
 def _compile_candidate(device_name: str, ast: UOp, flags: CodegenFlags) -> tuple[ProgramSource, bytes]:
-    """Source and binary of one candidate (runs in a worker process)."""
+    """Source and binary of one kernel, compiled here (the timing tests use it)."""
     device = Device[device_name]
     source = kernel_to_program(ast, renderer_for(device), flags)
     return source, device.compiler.compile(source.src)
+
+
+def _render(device_name: str, ast: UOp, flags: CodegenFlags) -> ProgramSource | None:
+    """The candidate's source (None: the opts cannot be rendered). Rendering is Python, so it runs here, before
+    the compile threads: two opt lists that render the same source are then compiled once."""
+    try:
+        return kernel_to_program(ast, renderer_for(Device[device_name]), flags)
+    except Exception:
+        return None
+
+
+def _compile_source(device_name: str, src: str) -> bytes:
+    """One candidate's binary (runs in a compile thread; the compiler is a separate process)."""
+    return Device[device_name].compiler.compile(src)
 
 
 _pool: ThreadPoolExecutor | None = None
 
 
 def _workers() -> ThreadPoolExecutor | None:
-    """Compile threads. Each hands its candidate's source to the C compiler, a separate process, so BEAM_WORKERS
-    compiles run at once; threads rather than Python processes because a user's script needs no main guard and
-    no cache connection crosses a fork."""
+    """Compile threads, kept for the life of the process. Each hands its candidate's source to the C compiler, a
+    separate process, so BEAM_WORKERS compiles run at once; threads rather than Python processes because a user's
+    script needs no main guard and no cache connection crosses a fork."""
     global _pool
     if int(BEAM_WORKERS) <= 0:
         return None
@@ -197,18 +216,18 @@ def _workers() -> ThreadPoolExecutor | None:
     return _pool
 
 
-def _compile_all(device_name: str, asts: list[UOp], flags: CodegenFlags) -> list[tuple[ProgramSource, bytes] | None]:
-    """Source and binary of every candidate (None: failed, or took longer than BEAM_TIMEOUT_SEC since its compile
-    started; such a compile is not waited for, its thread finishes it in the background)."""
+def _compile_sources(device_name: str, sources: list[str]) -> list[bytes | None]:
+    """The binary of every source (None: failed, or took longer than BEAM_TIMEOUT_SEC since its compile started;
+    such a compile is not waited for, its thread finishes it in the background)."""
     pool = _workers()
     if pool is None:
-        return [_compile_or_none(device_name, ast, flags, started=None) for ast in asts]
+        return [_binary_or_none(device_name, src, started=None) for src in sources]
     started: dict[int, float] = {}
-    futures = [pool.submit(_compile_or_none, device_name, ast, flags, started, i) for i, ast in enumerate(asts)]
+    futures = [pool.submit(_binary_or_none, device_name, src, started, i) for i, src in enumerate(sources)]
     limit = float(BEAM_TIMEOUT_SEC.value)
     pending = dict(zip(futures, range(len(futures)), strict=True))
     last_progress = time.monotonic()
-    dropped: set[Future[tuple[ProgramSource, bytes] | None]] = set()
+    dropped: set[Future[bytes | None]] = set()
     while pending:
         done, _ = wait(pending, timeout=min(limit, 0.5), return_when=FIRST_COMPLETED)
         now = time.monotonic()
@@ -223,35 +242,48 @@ def _compile_all(device_name: str, asts: list[UOp], flags: CodegenFlags) -> list
     return [None if f in dropped else f.result() for f in futures]
 
 
-def _compile_or_none(
-    device_name: str, ast: UOp, flags: CodegenFlags, started: dict[int, float] | None, index: int = 0
-) -> tuple[ProgramSource, bytes] | None:
+def _binary_or_none(device_name: str, src: str, started: dict[int, float] | None, index: int = 0) -> bytes | None:
     if started is not None:
         started[index] = time.monotonic()
     try:
-        return _compile_candidate(device_name, ast, flags)
+        return _compile_source(device_name, src)
     except Exception:
         return None
+
+
+def _compile_all(device_name: str, asts: list[UOp], flags: CodegenFlags) -> list[tuple[ProgramSource, bytes] | None]:
+    """Source and binary of every kernel (None: failed to render or compile); equal sources compile once."""
+    sources = [_render(device_name, ast, flags) for ast in asts]
+    unique = list(dict.fromkeys(s.src for s in sources if s is not None))
+    binaries = dict(zip(unique, _compile_sources(device_name, unique), strict=True))
+    return [None if s is None or binaries[s.src] is None else (s, binaries[s.src]) for s in sources]  # type: ignore[misc]
 
 
 def device_cost(
     original: UOp, device_name: str, flags: CodegenFlags, timer: CandidateTimer
 ) -> Callable[[list[Candidate]], list[float]]:
     """The cost function BEAM uses on a device: seconds per launch, timed by `timer` (inf: dropped). A program
-    whose source equals one already timed is dropped too (another opt list that renders the same kernel)."""
+    whose source equals one already rendered is dropped before it is compiled (another opt list that renders the
+    same kernel: PADTO to a size the axis has, a SWAP of two equal loops)."""
     best = math.inf
     seen: set[str] = set()
 
     def cost(candidates: list[Candidate]) -> list[float]:
         nonlocal best
-        asts = [with_opts(original, c.opts) for c in candidates]
+        sources = [_render(device_name, with_opts(original, c.opts), flags) for c in candidates]
+        fresh: dict[str, ProgramSource] = {}
+        for source in sources:
+            if source is not None and source.src not in seen:
+                fresh.setdefault(source.src, source)
+        seen.update(fresh)
+        timer.prepare()  # a spare timing process starts while the compiler runs
+        binaries = dict(zip(fresh, _compile_sources(device_name, list(fresh)), strict=True))
         results = []
-        for compiled in _compile_all(device_name, asts, flags):
-            if compiled is None or compiled[0].src in seen:
+        for source in sources:
+            binary = binaries.pop(source.src, None) if source is not None else None  # a repeat: already popped
+            if source is None or binary is None:
                 results.append(math.inf)
                 continue
-            source, binary = compiled
-            seen.add(source.src)
             seconds = timer.time(source, binary, best)
             best = min(best, seconds)
             results.append(seconds)
@@ -281,15 +313,19 @@ def confirm(
     found: tuple[Opt, ...],
     rivals: list[tuple[Opt, ...]],
     seconds: float,
+    until: float = math.inf,
 ) -> tuple[tuple[Opt, ...], float]:
-    """The search's winner timed against `rivals` (the hand-coded opts) in turns, CONFIRM_ROUNDS times: on a loaded
-    machine one lucky timing must not make a slower kernel the winner. Returns the opts with the lowest median."""
+    """The search's winner timed against `rivals` (the hand-coded opts) in turns, CONFIRM_ROUNDS times (fewer, at
+    least one, once time.monotonic() passes `until`): on a loaded machine one lucky timing must not make a slower
+    kernel the winner. Returns the opts with the lowest median."""
     contenders = list(dict.fromkeys([found, *rivals]))
     if len(contenders) == 1:
         return found, seconds
     compiled = _compile_all(device_name, [with_opts(ast, opts) for opts in contenders], flags)
     samples: dict[tuple[Opt, ...], list[float]] = {opts: [] for opts in contenders}
-    for _ in range(CONFIRM_ROUNDS):
+    for turn in range(CONFIRM_ROUNDS):
+        if turn and time.monotonic() > until:
+            break
         for opts, program in zip(contenders, compiled, strict=True):
             if program is not None:
                 samples[opts].append(timer.time(program[0], program[1], math.inf))
@@ -316,16 +352,41 @@ def search_opts(
         if hit is not None:
             return hit
     flags = for_renderer(CodegenFlags.from_environment() if flags is None else flags, renderer_for(Device[device_name]))
+    budget = float(BEAM_TIME_BUDGET.value) or None
+    start = time.monotonic()
+    until = start + budget if budget is not None else math.inf
+    rounds: list[SearchRound] = []
+
+    def report(round_: SearchRound) -> None:
+        rounds.append(round_)
+        if on_round is not None:
+            on_round(round_)
+
     timer = CandidateTimer(ast, device_name)
     seeds = _heuristic_seeds(ast, flags)
     try:
         opts, seconds = beam_search(
-            ast, width, device_cost(ast, device_name, flags, timer), on_round=on_round, has_local=flags.has_local,
-            core_groups=flags.core_groups, seeds=seeds,
+            ast, width, device_cost(ast, device_name, flags, timer), on_round=report, has_local=flags.has_local,
+            core_groups=flags.core_groups, seeds=seeds, chunk=max(4, 2 * int(BEAM_WORKERS)),
+            time_budget=None if budget is None else SEARCH_SHARE * budget - (time.monotonic() - start),
         )  # fmt: skip
-        opts, seconds = confirm(ast, device_name, flags, timer, opts, seeds, seconds)
+        opts, seconds = confirm(ast, device_name, flags, timer, opts, seeds, seconds, until)
     finally:
         timer.close()
-    result = BeamResult(opts, seconds, cached=False)
+    out_of_time = bool(rounds) and rounds[-1].out_of_time
+    result = BeamResult(opts, seconds, cached=False, out_of_time=out_of_time)
+    if DEBUG >= 1:
+        print(_summary(ast, width, result, rounds, time.monotonic() - start))
     store_opts(ast, device_name, width, result)
     return result
+
+
+def _summary(ast: UOp, width: int, result: BeamResult, rounds: list[SearchRound], elapsed: float) -> str:
+    """The DEBUG=1 line of a finished search: how long, how far, and whether the time budget cut it short."""
+    name = ast.arg.name if isinstance(ast.arg, KernelInfo) else "kernel"
+    timed = sum(r.timed for r in rounds)
+    line = f"BEAM {width} {name}: {elapsed:.1f} s, {len(rounds)} rounds, {timed} candidates timed, "
+    line += f"{result.seconds * 1e6:.1f} us with {list(result.opts)}"
+    if result.out_of_time:
+        line += f"; time budget of {float(BEAM_TIME_BUDGET.value):g} s spent (BEAM_TIME_BUDGET): the best so far"
+    return line

@@ -5,15 +5,16 @@
     timer.close()
 
 A kernel running on CPU threads cannot be interrupted, so the parent waits for the child's answer only until the
-deadline (EARLY_STOP_FACTOR x the best so far for each of the TIMED_LAUNCHES, at least MIN_DEADLINE_SEC;
+deadline (`deadline`: the longest a candidate the child would still answer for can take, at least MIN_DEADLINE_SEC;
 BEAM_RUN_TIMEOUT_SEC while nothing was timed yet); past it, the child is killed and a fresh one starts for the next
 candidate. The child makes its own scratch buffers from the kernel's PARAMs, so a search never touches a
 program's real inputs. It is started as a module (not by multiprocessing), so a user's script is never re-run.
 
 Protocol on the child's stdin/stdout: pickled messages, each preceded by its length (8 bytes, little endian).
 The parent sends (ast, device) once and the child answers "ready" once its device and buffers exist; then the parent
-sends (name, binary, global_size, best) per candidate and the child answers with the candidate's seconds per launch
-(inf when its first timed launch is slower than EARLY_STOP_FACTOR x best).
+sends (name, binary, global_size, best) per candidate and the child answers with the candidate's seconds per launch:
+inf when its first timed launch is slower than EARLY_STOP_FACTOR x best; that launch alone when it is slower than
+RETIME_FACTOR x best (clearly not the best: more launches would only cost time); else the fastest of TIMED_LAUNCHES.
 """
 
 from __future__ import annotations
@@ -33,14 +34,17 @@ from tg.hcq.flags import BEAM_RUN_TIMEOUT_SEC
 
 EARLY_STOP_FACTOR = 3.0  # a candidate slower than this times the best so far is dropped
 MIN_DEADLINE_SEC = 0.25  # never kill sooner: the answer also waits for process scheduling on a loaded machine
-TIMED_LAUNCHES = 3  # the first decides early stop; two more only for a candidate within EARLY_STOP_FACTOR
+RETIME_FACTOR = 1.5  # only a candidate whose first launch is within this times the best is timed again
+TIMED_LAUNCHES = 3  # the first decides early stop; two more only for a candidate within RETIME_FACTOR
 
 
 def deadline(best: float) -> float:
-    """Seconds the parent waits for a candidate's answer when the best so far is `best`."""
+    """Seconds the parent waits for a candidate's answer when the best so far is `best`: its first launch at
+    EARLY_STOP_FACTOR x best, or three at RETIME_FACTOR x best, whichever is longer, doubled for scheduling noise."""
     if math.isinf(best):
         return float(BEAM_RUN_TIMEOUT_SEC.value)
-    return max(TIMED_LAUNCHES * EARLY_STOP_FACTOR * best, MIN_DEADLINE_SEC)
+    longest = max(EARLY_STOP_FACTOR, TIMED_LAUNCHES * RETIME_FACTOR) * best
+    return max(2 * longest, MIN_DEADLINE_SEC)
 
 
 def _send(stream: IO[bytes], message: Any) -> None:
@@ -65,20 +69,35 @@ def _receive(stream: IO[bytes]) -> Any:
 
 
 class CandidateTimer:
-    """Times compiled candidates of one kernel in a child process (see the module docstring)."""
+    """Times compiled candidates of one kernel in a child process (see the module docstring).
+
+    A killed child is replaced by a spare that `prepare` started earlier (the caller starts it while the compiler
+    runs, so its 0.3 s start-up is neither waited for nor timed with a candidate)."""
 
     def __init__(self, ast: UOp, device_name: str) -> None:
         self.ast = ast
         self.device_name = device_name
         self.process: subprocess.Popen[bytes] | None = None
+        self.spare: subprocess.Popen[bytes] | None = None
         self.killed = 0  # candidates that ran past their deadline
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        """A new child, told its kernel; it answers "ready" once its buffers exist (not waited for here)."""
+        command = [sys.executable, "-m", "tg.hcq.engine.beam_timer"]
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert process.stdin is not None
+        _send(process.stdin, (self.ast, self.device_name))
+        return process
+
+    def prepare(self) -> None:
+        """Start the spare child now if there is none (call it before work that is not timed)."""
+        if self.spare is None:
+            self.spare = self._start()
 
     def _child(self) -> subprocess.Popen[bytes]:
         if self.process is None:
-            command = [sys.executable, "-m", "tg.hcq.engine.beam_timer"]
-            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-            assert self.process.stdin is not None and self.process.stdout is not None
-            _send(self.process.stdin, (self.ast, self.device_name))
+            self.process, self.spare = self.spare or self._start(), None
+            assert self.process.stdout is not None
             _receive(self.process.stdout)  # ready: the deadlines below are for the candidates, not the start
         return self.process
 
@@ -89,24 +108,31 @@ class CandidateTimer:
         try:
             _send(child.stdin, (source.name, binary, source.global_size, best))
         except BrokenPipeError:
-            self.close()
+            self._end_child()
             return math.inf
         ready, _, _ = select.select([child.stdout], [], [], deadline(best))
         if not ready:
             self.killed += 1
-            self.close()  # it may be running for minutes: kill it, the next candidate gets a fresh child
+            self._end_child()  # it may be running for minutes: kill it, the next candidate gets a fresh child
             return math.inf
         try:
             return float(_receive(child.stdout))
         except (EOFError, pickle.UnpicklingError, struct.error):
-            self.close()  # the child died running the candidate
+            self._end_child()  # the child died running the candidate
             return math.inf
 
-    def close(self) -> None:
+    def _end_child(self) -> None:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
             self.process = None
+
+    def close(self) -> None:
+        self._end_child()
+        if self.spare is not None:
+            self.spare.kill()
+            self.spare.wait()
+            self.spare = None
 
 
 def _serve(inbox: IO[bytes], outbox: IO[bytes]) -> None:
@@ -127,9 +153,9 @@ def _serve(inbox: IO[bytes], outbox: IO[bytes]) -> None:
             source = ProgramSource(name, "", global_size, (), (), 0, 0)
             program = CompiledProgram(device_name, source, device.runtime(name, binary))
             seconds = time_program(program, buffers, repeats=1)
-            if seconds <= EARLY_STOP_FACTOR * best:
+            if seconds <= RETIME_FACTOR * best:
                 seconds = min(seconds, time_program(program, buffers, repeats=TIMED_LAUNCHES - 1))
-            else:
+            elif seconds > EARLY_STOP_FACTOR * best:
                 seconds = math.inf
         except Exception:
             seconds = math.inf

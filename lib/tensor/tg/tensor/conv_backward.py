@@ -55,8 +55,10 @@ def weight_gradient(x_padded: Tensor, grad: Tensor, spec: WindowSpec, groups: in
     # chunks of rows of the first output axis: one chunk's window rows and gradient rows should sit in L2 together
     itemsize = grad.dtype.itemsize
     row_bytes = itemsize * math.prod(out[1:]) * (channels_out + channels_in * spec.stride[0])
-    rows = rows_per_chunk(out[0], row_bytes, l2_bytes() // 4)
+    budget = l2_bytes() // 4
+    rows = rows_per_chunk(out[0], row_bytes, budget)
     chunks = out[0] // rows
+    one_sweep = batch * out[0] * row_bytes <= budget  # small enough to reduce in one kernel, without partials
     inner = (rows,) + out[1:]  # the pixels of one chunk, reduced inside one kernel
     pixel_axes = tuple(range(4 + spatial, 4 + 2 * spatial))
     # windows: (N, C_in, *out, *kernel) -> (N, chunks, G, C_in / G, *kernel, rows, *out[1:], 1)
@@ -69,10 +71,12 @@ def weight_gradient(x_padded: Tensor, grad: Tensor, spec: WindowSpec, groups: in
     grad_t = grad_t.permute((0, 2, 1) + tuple(range(3, 4 + spatial)))
     grad_t = grad_t.reshape((batch, chunks, groups, 1) + (1,) * spatial + inner + (per_group_out,))
     patches, grad_t = broadcast(patches, grad_t)
-    partials = (patches.cast(accumulator) * grad_t.cast(accumulator)).sum(pixel_axes)  # (N, chunks, G, Ci/G, *k, Co/G)
+    product = patches.cast(accumulator) * grad_t.cast(accumulator)
     # (G, C_in / G, *kernel, C_out / G), stored in that order so the sum's lanes stay contiguous, then viewed as
-    # torch's weight layout (C_out, C_in / G, *kernel)
-    total = partials.sum((0, 1)).contiguous()
+    # torch's weight layout (C_out, C_in / G, *kernel); partial sums (N, chunks, G, C_in / G, *kernel, C_out / G) first
+    # unless the whole fits the cache
+    total = product.sum((0, 1) + pixel_axes) if one_sweep else product.sum(pixel_axes).sum((0, 1))
+    total = total.contiguous()
     per_group = total.permute((0, 2 + spatial, 1) + tuple(range(2, 2 + spatial)))
     return per_group.reshape(weight_shape)
 

@@ -26,8 +26,10 @@ def numpy_conv_and_gradients(x, w, up, stride, padding, dilation, groups):
     """out, dL/dx, dL/dw, dL/db of a 2-d conv for L = sum(out * up), in float64, by one slice per kernel offset:
     out[.., p] += x_padded[.., p * s + k * d] w[k], and each such product sends up[.., p] back to both factors."""
     stride, dilation = pairs(stride), pairs(dilation)
-    pads = padding if isinstance(padding, tuple) and isinstance(padding[0], tuple) else tuple(
-        (p, p) for p in pairs(padding)
+    pads = (
+        padding
+        if isinstance(padding, tuple) and isinstance(padding[0], tuple)
+        else tuple((p, p) for p in pairs(padding))
     )
     x, w, up = (a.astype(np.float64) for a in (x, w, up))
     xp = np.pad(x, ((0, 0), (0, 0)) + pads)

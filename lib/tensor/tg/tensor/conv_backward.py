@@ -89,10 +89,7 @@ def input_gradient(grad: Tensor, weight: Tensor, spec: WindowSpec, groups: int, 
         grad = spread(grad, 2 + i, spec.stride[i])
     reach = [spec.dilation[i] * (spec.kernel[i] - 1) for i in range(spatial)]
     # before: the window reach minus the forward's padding; after: up to the input's size plus the reach
-    padding = tuple(
-        (reach[i] - pads[i][0], in_shape[2 + i] + pads[i][0] - grad.shape[2 + i])
-        for i in range(spatial)
-    )
+    padding = tuple((reach[i] - pads[i][0], in_shape[2 + i] + pads[i][0] - grad.shape[2 + i]) for i in range(spatial))
     grad = grad.pad(((0, 0), (0, 0)) + padding).contiguous()  # materialized, as conv2d does with its padded input
     channels_out, per_group_in = weight.shape[:2]
     per_group_out = channels_out // groups

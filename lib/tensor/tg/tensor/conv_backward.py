@@ -14,12 +14,13 @@ through a window gradient nine times the input's size. conv2d therefore register
   over all of them would reread the whole input for every tile of the output.
 - input gradient: a conv of the output gradient (spread by the stride, padded by dilation * (kernel - 1) minus the
   forward's padding) with the weights flipped and their channel axes swapped, so it runs on the forward conv's
-  kernel shape.
+  kernel shape. With a stride s the spread puts zeros in, and s * s times the needed multiply-adds are done.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tg.codegen import UOp
@@ -42,40 +43,63 @@ def rows_per_chunk(out_rows: int, row_bytes: int, budget: int) -> int:
     return max(fitting, default=1)
 
 
-def weight_gradient(x_padded: Tensor, grad: Tensor, spec: WindowSpec, groups: int, weight_shape: tuple) -> Tensor:
-    """dL/dW of conv2d from its padded input (N, C_in, *padded) and the output gradient (N, C_out, *out)."""
-    batch, channels_in = x_padded.shape[:2]
-    channels_out, out = grad.shape[1], grad.shape[2:]
-    spatial = len(out)
-    per_group_in, per_group_out = channels_in // groups, channels_out // groups
-    accumulator = sum_accumulator(grad.dtype)
-    # channels-last output gradient: (N, G, *out, C_out / G), C_out / G contiguous
-    channels_last = (0, 1) + tuple(range(3, 3 + spatial)) + (2,)
-    grad_t = grad.reshape((batch, groups, per_group_out) + out).permute(channels_last).contiguous()
-    # chunks of rows of the first output axis: one chunk's window rows and gradient rows should sit in L2 together
-    itemsize = grad.dtype.itemsize
-    row_bytes = itemsize * math.prod(out[1:]) * (channels_out + channels_in * spec.stride[0])
+@dataclass(frozen=True)
+class PixelChunks:
+    """How the weight gradient's pixels are split: `chunks` chunks of `rows` rows of the first output axis per
+    image, each reduced to a partial result, unless `one_sweep` (everything fits the cache: one reduction)."""
+
+    rows: int
+    chunks: int
+    one_sweep: bool
+
+
+def pixel_chunks(x_padded: Tensor, grad: Tensor, spec: WindowSpec) -> PixelChunks:
+    """Chunks whose window rows and gradient rows sit in a quarter of L2 together."""
+    out = grad.shape[2:]
+    row_bytes = grad.dtype.itemsize * math.prod(out[1:]) * (grad.shape[1] + x_padded.shape[1] * spec.stride[0])
     budget = l2_bytes() // 4
     rows = rows_per_chunk(out[0], row_bytes, budget)
-    chunks = out[0] // rows
-    one_sweep = batch * out[0] * row_bytes <= budget  # small enough to reduce in one kernel, without partials
-    inner = (rows,) + out[1:]  # the pixels of one chunk, reduced inside one kernel
-    pixel_axes = tuple(range(4 + spatial, 4 + 2 * spatial))
-    # windows: (N, C_in, *out, *kernel) -> (N, chunks, G, C_in / G, *kernel, rows, *out[1:], 1)
-    patches = windows(x_padded, spec).reshape((batch, groups, per_group_in, chunks) + inner + spec.kernel)
+    return PixelChunks(rows, out[0] // rows, grad.shape[0] * out[0] * row_bytes <= budget)
+
+
+def window_rows(x_padded: Tensor, spec: WindowSpec, groups: int, chunks: PixelChunks) -> Tensor:
+    """The windows (N, C_in, *out, *kernel) as (N, chunks, G, C_in / G, *kernel, rows, *out[1:], 1): the left
+    operand, one window value per output row of the weight gradient."""
+    batch, channels_in = x_padded.shape[:2]
+    spatial = len(spec.kernel)
+    patches = windows(x_padded, spec)
+    inner = (chunks.rows,) + patches.shape[3 : 2 + spatial]
+    patches = patches.reshape((batch, groups, channels_in // groups, chunks.chunks) + inner + spec.kernel)
     kernel_axes = tuple(range(4 + spatial, 4 + 2 * spatial))
     patches = patches.permute((0, 3, 1, 2) + kernel_axes + tuple(range(4, 4 + spatial)))
-    patches = patches.reshape(patches.shape + (1,))
-    # gradient: (N, G, *out, C_out / G) -> (N, chunks, G, 1, *(1,) * spatial, rows, *out[1:], C_out / G)
-    grad_t = grad_t.reshape((batch, groups, chunks) + inner + (per_group_out,))
-    grad_t = grad_t.permute((0, 2, 1) + tuple(range(3, 4 + spatial)))
-    grad_t = grad_t.reshape((batch, chunks, groups, 1) + (1,) * spatial + inner + (per_group_out,))
-    patches, grad_t = broadcast(patches, grad_t)
-    product = patches.cast(accumulator) * grad_t.cast(accumulator)
+    return patches.reshape(patches.shape + (1,))
+
+
+def gradient_columns(grad: Tensor, groups: int, chunks: PixelChunks) -> Tensor:
+    """The output gradient (N, C_out, *out) copied channels-last, then viewed as
+    (N, chunks, G, 1, *(1,) * spatial, rows, *out[1:], C_out / G): the right operand, C_out / G contiguous."""
+    batch, channels_out, out = grad.shape[0], grad.shape[1], grad.shape[2:]
+    spatial, per_group = len(out), channels_out // groups
+    channels_last = (0, 1) + tuple(range(3, 3 + spatial)) + (2,)
+    columns = grad.reshape((batch, groups, per_group) + out).permute(channels_last).contiguous()
+    inner = (chunks.rows,) + out[1:]
+    columns = columns.reshape((batch, groups, chunks.chunks) + inner + (per_group,))
+    columns = columns.permute((0, 2, 1) + tuple(range(3, 4 + spatial)))
+    return columns.reshape((batch, chunks.chunks, groups, 1) + (1,) * spatial + inner + (per_group,))
+
+
+def weight_gradient(x_padded: Tensor, grad: Tensor, spec: WindowSpec, groups: int, weight_shape: tuple) -> Tensor:
+    """dL/dW of conv2d from its padded input (N, C_in, *padded) and the output gradient (N, C_out, *out)."""
+    spatial = len(spec.kernel)
+    chunks = pixel_chunks(x_padded, grad, spec)
+    accumulator = sum_accumulator(grad.dtype)
+    rows, columns = broadcast(window_rows(x_padded, spec, groups, chunks), gradient_columns(grad, groups, chunks))
+    product = rows.cast(accumulator) * columns.cast(accumulator)
+    pixel_axes = tuple(range(4 + spatial, 4 + 2 * spatial))
     # (G, C_in / G, *kernel, C_out / G), stored in that order so the sum's lanes stay contiguous, then viewed as
-    # torch's weight layout (C_out, C_in / G, *kernel); partial sums (N, chunks, G, C_in / G, *kernel, C_out / G) first
-    # unless the whole fits the cache
-    total = product.sum((0, 1) + pixel_axes) if one_sweep else product.sum(pixel_axes).sum((0, 1))
+    # torch's weight layout (C_out, C_in / G, *kernel); partial sums (N, chunks, G, C_in / G, *kernel, C_out / G)
+    # first unless the whole fits the cache
+    total = product.sum((0, 1) + pixel_axes) if chunks.one_sweep else product.sum(pixel_axes).sum((0, 1))
     total = total.contiguous()
     per_group = total.permute((0, 2 + spatial, 1) + tuple(range(2, 2 + spatial)))
     return per_group.reshape(weight_shape)
@@ -103,6 +127,8 @@ def input_gradient(grad: Tensor, weight: Tensor, spec: WindowSpec, groups: int, 
 def differentiate_as_conv(result: Tensor, x: Tensor, x_padded: Tensor, weight: Tensor, geometry: ConvGeometry) -> None:
     """Give conv2d's result (before the bias) this module's gradients for x and weight. The rule keeps the nodes,
     not the Tensors: a Tensor's node changes when it is assigned to, the value the result was computed from not."""
+    if type(x).no_grad or any(not isinstance(size, int) for size in (*x_padded.shape, *weight.shape)):
+        return  # nothing to differentiate, or a symbolic size: the primitives' gradients apply
     tensor_type, device, in_shape = type(x), x.device, x.shape
     x_node, padded_node, weight_node = x.uop, x_padded.uop, weight.uop
 

@@ -13,7 +13,8 @@ from tg.codegen.opt.heuristics import axis_reuse, stride_along
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.codegen.uop.ops import Ops
 from tg.tensor import Tensor
-from tg.tensor.conv_backward import rows_per_chunk
+from tg.tensor.conv import WindowSpec
+from tg.tensor.conv_backward import PixelChunks, choose_chunks
 
 # -------------------------------------------------------------------------------- a numpy oracle
 
@@ -88,6 +89,30 @@ def test_gradients_match_the_numpy_oracle(x_shape, w_shape, stride, padding, dil
     np.testing.assert_allclose(tx.grad.numpy(), dx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(tw.grad.numpy(), dw, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(tb.grad.numpy(), db, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "l2, images, rows", [(1 << 12, 1, 2), (1 << 15, 1, 12), (1 << 16, 2, 12)], ids=["rows", "image", "images"]
+)
+def test_weight_gradients_summed_from_partial_chunks_match_the_oracle(monkeypatch, l2, images, rows) -> None:
+    """A small L2 makes the weight gradient reduce chunks of rows, whole images, or several images to partial
+    results first (as the 8x64x56x56 benchmark conv does); the sum of the partials is the gradient."""
+    import tg.tensor.conv_backward as conv_backward
+
+    monkeypatch.setattr(conv_backward, "l2_bytes", lambda: l2)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 4, 12, 10)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    padded = tx.pad(((0, 0), (0, 0), (1, 1), (1, 1)))
+    chosen = conv_backward.pixel_chunks(padded, Tensor.empty(4, 6, 12, 10), WindowSpec((3, 3), (1, 1), (1, 1)), w.size)
+    assert (chosen.images, chosen.rows) == (images, rows) and chosen.partials > 1
+    out = tx.conv2d(tw, groups=2, padding=1)
+    up = rng.standard_normal(out.shape).astype(np.float32)
+    (out * Tensor(up)).sum().backward()
+    _, dx, dw, _ = numpy_conv_and_gradients(x, w, up, 1, 1, 1, 2)
+    np.testing.assert_allclose(tw.grad.numpy(), dw, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tx.grad.numpy(), dx, rtol=1e-4, atol=1e-4)
 
 
 def test_an_input_used_outside_the_conv_too_gets_both_gradients() -> None:
@@ -170,7 +195,11 @@ def test_the_weight_gradient_is_a_matmul_shaped_reduction_over_contiguous_lanes(
     assert len(upcasts) == 2 and 16 in upcasts
 
 
-def test_pixels_are_reduced_in_chunks_of_rows_that_fit_the_budget() -> None:
-    assert rows_per_chunk(56, 100, 1400) == 14  # the largest divisor of 56 not above 14 rows
-    assert rows_per_chunk(56, 100, 10_000) == 56
-    assert rows_per_chunk(7, 1000, 500) == 1  # not even one row fits: one row per chunk
+def test_pixels_are_reduced_in_chunks_that_fit_the_budget_with_partials_no_larger_than_the_operands() -> None:
+    # the benchmark's 8x64x56x56 conv: 14 of 56 rows (28 KiB each) fit 512 KiB; 32 partial weights < the input
+    assert choose_chunks(8, 56, 28672, 1 << 19, 36864, 1722368) == PixelChunks(8, 56, 1, 14)
+    assert choose_chunks(7, 7, 1000, 500, 10, 10**6) == PixelChunks(7, 7, 1, 1)  # not even one row fits
+    assert choose_chunks(8, 4, 100, 1000, 10, 10**6) == PixelChunks(8, 4, 2, 4)  # two whole images per chunk
+    assert choose_chunks(4, 8, 100, 10_000, 10, 10**6).partials == 1  # all fits: one reduction, no partials
+    # a deep layer (512 channels, 7x7): per-image partials of its 2.4M-element weight would take 300 MB
+    assert choose_chunks(32, 7, 28672, 1 << 19, 512 * 512 * 9, 32 * 512 * 81).partials == 1

@@ -36,70 +36,90 @@ if TYPE_CHECKING:
 Pads = tuple[tuple[int, int], ...]
 
 
-def rows_per_chunk(out_rows: int, row_bytes: int, budget: int) -> int:
-    """The most output rows (a divisor of `out_rows`, so every chunk is alike) whose operands take at most `budget`
-    bytes; one row when even one does not fit."""
-    fitting = [rows for rows in range(1, out_rows + 1) if out_rows % rows == 0 and rows * row_bytes <= budget]
-    return max(fitting, default=1)
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 @dataclass(frozen=True)
 class PixelChunks:
-    """How the weight gradient's pixels are split: `chunks` chunks of `rows` rows of the first output axis per
-    image, each reduced to a partial result, unless `one_sweep` (everything fits the cache: one reduction)."""
+    """How the weight gradient's pixels are split into chunks, each reduced to a partial result: `images` whole
+    images per chunk, or `rows` rows of the first output axis of one image (one of them is 1 or whole)."""
 
+    batch: int
+    out_rows: int
+    images: int
     rows: int
-    chunks: int
-    one_sweep: bool
+
+    @property
+    def batch_chunks(self) -> int:
+        return self.batch // self.images
+
+    @property
+    def row_chunks(self) -> int:
+        return self.out_rows // self.rows
+
+    @property
+    def partials(self) -> int:
+        return self.batch_chunks * self.row_chunks
 
 
-def pixel_chunks(x_padded: Tensor, grad: Tensor, spec: WindowSpec) -> PixelChunks:
-    """Chunks whose window rows and gradient rows sit in a quarter of L2 together."""
+def choose_chunks(batch: int, out_rows: int, row_bytes: int, budget: int, weight_size: int, limit: int) -> PixelChunks:
+    """The largest chunk whose window rows and gradient rows take at most `budget` bytes (one row when even one does
+    not fit), grown further while its partial results (`weight_size` each) would hold more than `limit` elements.
+    The whole batch in one chunk is a single reduction, without partials."""
+    shapes = [(1, rows) for rows in divisors(out_rows)] + [(k, out_rows) for k in divisors(batch) if k > 1]
+    fitting = [shape for shape in shapes if shape[0] * shape[1] * row_bytes <= budget]
+    start = shapes.index(fitting[-1]) if fitting else 0
+    candidates = (PixelChunks(batch, out_rows, images, rows) for images, rows in shapes[start:])
+    return next(c for c in candidates if c.partials == 1 or c.partials * weight_size <= limit)
+
+
+def pixel_chunks(x_padded: Tensor, grad: Tensor, spec: WindowSpec, weight_size: int) -> PixelChunks:
+    """Chunks that sit in a quarter of L2, their partial results no larger than the operands."""
     out = grad.shape[2:]
     row_bytes = grad.dtype.itemsize * math.prod(out[1:]) * (grad.shape[1] + x_padded.shape[1] * spec.stride[0])
-    budget = l2_bytes() // 4
-    rows = rows_per_chunk(out[0], row_bytes, budget)
-    return PixelChunks(rows, out[0] // rows, grad.shape[0] * out[0] * row_bytes <= budget)
+    limit = max(math.prod(x_padded.shape), math.prod(grad.shape))
+    return choose_chunks(grad.shape[0], out[0], row_bytes, l2_bytes() // 4, weight_size, limit)
 
 
 def window_rows(x_padded: Tensor, spec: WindowSpec, groups: int, chunks: PixelChunks) -> Tensor:
-    """The windows (N, C_in, *out, *kernel) as (N, chunks, G, C_in / G, *kernel, rows, *out[1:], 1): the left
-    operand, one window value per output row of the weight gradient."""
-    batch, channels_in = x_padded.shape[:2]
+    """The windows (N, C_in, *out, *kernel) as (batch chunks, row chunks, G, C_in / G, *kernel, images, rows,
+    *out[1:], 1): the left operand, one window value per output row of the weight gradient."""
+    channels_in = x_padded.shape[1]
     spatial = len(spec.kernel)
     patches = windows(x_padded, spec)
-    inner = (chunks.rows,) + patches.shape[3 : 2 + spatial]
-    patches = patches.reshape((batch, groups, channels_in // groups, chunks.chunks) + inner + spec.kernel)
-    kernel_axes = tuple(range(4 + spatial, 4 + 2 * spatial))
-    patches = patches.permute((0, 3, 1, 2) + kernel_axes + tuple(range(4, 4 + spatial)))
+    split = (chunks.batch_chunks, chunks.images, groups, channels_in // groups, chunks.row_chunks, chunks.rows)
+    patches = patches.reshape(split + patches.shape[3 : 2 + spatial] + spec.kernel)
+    kernel_axes = tuple(range(5 + spatial, 5 + 2 * spatial))
+    patches = patches.permute((0, 4, 2, 3) + kernel_axes + (1,) + tuple(range(5, 5 + spatial)))
     return patches.reshape(patches.shape + (1,))
 
 
 def gradient_columns(grad: Tensor, groups: int, chunks: PixelChunks) -> Tensor:
-    """The output gradient (N, C_out, *out) copied channels-last, then viewed as
-    (N, chunks, G, 1, *(1,) * spatial, rows, *out[1:], C_out / G): the right operand, C_out / G contiguous."""
+    """The output gradient (N, C_out, *out) copied channels-last, then viewed as (batch chunks, row chunks, G, 1,
+    *(1,) * spatial, images, rows, *out[1:], C_out / G): the right operand, C_out / G contiguous."""
     batch, channels_out, out = grad.shape[0], grad.shape[1], grad.shape[2:]
     spatial, per_group = len(out), channels_out // groups
     channels_last = (0, 1) + tuple(range(3, 3 + spatial)) + (2,)
     columns = grad.reshape((batch, groups, per_group) + out).permute(channels_last).contiguous()
-    inner = (chunks.rows,) + out[1:]
-    columns = columns.reshape((batch, groups, chunks.chunks) + inner + (per_group,))
-    columns = columns.permute((0, 2, 1) + tuple(range(3, 4 + spatial)))
-    return columns.reshape((batch, chunks.chunks, groups, 1) + (1,) * spatial + inner + (per_group,))
+    split = (chunks.batch_chunks, chunks.images, groups, chunks.row_chunks, chunks.rows)
+    columns = columns.reshape(split + out[1:] + (per_group,))
+    columns = columns.permute((0, 3, 2, 1) + tuple(range(4, 5 + spatial)))
+    inner = (chunks.images, chunks.rows) + out[1:]
+    return columns.reshape((chunks.batch_chunks, chunks.row_chunks, groups, 1) + (1,) * spatial + inner + (per_group,))
 
 
 def weight_gradient(x_padded: Tensor, grad: Tensor, spec: WindowSpec, groups: int, weight_shape: tuple) -> Tensor:
     """dL/dW of conv2d from its padded input (N, C_in, *padded) and the output gradient (N, C_out, *out)."""
     spatial = len(spec.kernel)
-    chunks = pixel_chunks(x_padded, grad, spec)
+    chunks = pixel_chunks(x_padded, grad, spec, math.prod(weight_shape))
     accumulator = sum_accumulator(grad.dtype)
     rows, columns = broadcast(window_rows(x_padded, spec, groups, chunks), gradient_columns(grad, groups, chunks))
     product = rows.cast(accumulator) * columns.cast(accumulator)
-    pixel_axes = tuple(range(4 + spatial, 4 + 2 * spatial))
+    pixel_axes = tuple(range(4 + spatial, 5 + 2 * spatial))  # images, rows, *out[1:]
     # (G, C_in / G, *kernel, C_out / G), stored in that order so the sum's lanes stay contiguous, then viewed as
-    # torch's weight layout (C_out, C_in / G, *kernel); partial sums (N, chunks, G, C_in / G, *kernel, C_out / G)
-    # first unless the whole fits the cache
-    total = product.sum((0, 1) + pixel_axes) if chunks.one_sweep else product.sum(pixel_axes).sum((0, 1))
+    # torch's weight layout (C_out, C_in / G, *kernel); partial sums (chunks, G, C_in / G, *kernel, C_out / G) first
+    total = product.sum((0, 1) + pixel_axes) if chunks.partials == 1 else product.sum(pixel_axes).sum((0, 1))
     total = total.contiguous()
     per_group = total.permute((0, 2 + spatial, 1) + tuple(range(2, 2 + spatial)))
     return per_group.reshape(weight_shape)

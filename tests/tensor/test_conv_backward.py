@@ -4,6 +4,7 @@ its kernels (issue 23: a ResNet training step)."""
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -113,6 +114,36 @@ def test_weight_gradients_summed_from_partial_chunks_match_the_oracle(monkeypatc
     _, dx, dw, _ = numpy_conv_and_gradients(x, w, up, 1, 1, 1, 2)
     np.testing.assert_allclose(tw.grad.numpy(), dw, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(tx.grad.numpy(), dx, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, stride, padding, dilation, groups",
+    [((2, 4, 11), (6, 2, 3), 2, 2, 2, 2), ((1, 2, 5, 6, 4), (4, 2, 3, 2, 2), (1, 2, 1), 1, (2, 1, 1), 1)],
+    ids=["conv1d", "conv3d"],
+)
+def test_other_spatial_ranks_match_the_gradients_of_the_primitives(
+    monkeypatch, x_shape, w_shape, stride, padding, dilation, groups
+) -> None:
+    """conv1d and conv3d take the same backward; the oracle is autograd through conv2d's primitives (each rule
+    checked by finite differences in test_gradients)."""
+    import tg.tensor.autograd as autograd
+    import tg.tensor.conv_backward as conv_backward
+
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32)
+
+    def gradients() -> list[np.ndarray]:
+        tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+        out = tx.conv2d(tw, groups=groups, stride=stride, dilation=dilation, padding=padding)
+        (out * out).sum().backward()
+        return [tx.grad.numpy(), tw.grad.numpy()]
+
+    dedicated = gradients()
+    # no rule registered, none remembered (the same graph is the same nodes, maybe still alive in a cache)
+    monkeypatch.setattr(conv_backward, "custom_gradient", lambda *args: None)
+    monkeypatch.setattr(autograd, "_custom_gradients", weakref.WeakKeyDictionary())
+    for got, want in zip(dedicated, gradients(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_an_input_used_outside_the_conv_too_gets_both_gradients() -> None:

@@ -145,7 +145,7 @@ def test_a_reduction_two_kernels_read_is_computed_once(capsys: pytest.CaptureFix
     doubled, shifted = (product * 2).contiguous(), (product + 1).permute(1, 0).contiguous()
     with Context(DEBUG=3):
         asts = [item.ast for item in create_schedule((doubled.uop, shifted.uop)).items if isinstance(item, KernelCall)]
-    assert "read by 2 kernels" in capsys.readouterr().out
+    assert "read by several kernels" in capsys.readouterr().out
     assert len(asts) == 3 and sum(count(ast, Ops.REDUCE) for ast in asts) == 1
     Tensor.realize(doubled, shifted)
     want = a.numpy() @ b.numpy()

@@ -4,7 +4,8 @@ All of them are one idea: pad the spatial axes, view every spatial axis as slidi
 `sliding_window`, movement ops only), then reduce each window: a multiply-and-sum with the weights for a
 convolution, a mean or a max for pooling. A transposed convolution is an ordinary one over the input with
 (stride - 1) zeros put between its elements, padded by dilation * (kernel - 1) - padding, with the kernel flipped
-and its channel axes swapped.
+and its channel axes swapped. conv2d has its own backward (tg.tensor.conv_backward), faster than the gradients of
+its primitives.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def conv2d(
             f"conv of input {x.shape} with weight {weight.shape} and groups={groups}: channels do not match"
         )
     pads = padding_pairs(padding, spatial)
-    source = x
+    unpadded = x
     if any(before or after for before, after in pads):
         # Materialize the padded input: a small copy that spares every window load of the conv kernel a padding
         # check, so the loads along the contiguous axis stay unit-stride and the C compiler vectorizes them
@@ -125,7 +126,7 @@ def conv2d(
     result = product.sum(reduce_axes).cast(result_dtype).reshape((batch, channels_out) + out_spatial)
     from tg.tensor.conv_backward import differentiate_as_conv
 
-    differentiate_as_conv(result, source, x, weight, ConvGeometry(spec, groups, pads))
+    differentiate_as_conv(result, unpadded, x, weight, ConvGeometry(spec, groups, pads))
     if bias is None:
         return result
     return result + bias.reshape((1, channels_out) + (1,) * spatial)

@@ -12,8 +12,8 @@ A node gets a buffer when
   with a padding gate in its inner loop (`keep_out_of_padded_copy`). A gather made of movement ops is a growing
   EXPAND; what it repeats is covered by the rules above (a reduction under a broadcast, a costly producer),
 - it is a REDUCE_AXIS that two or more kernels would fuse, when computing it again in each costs more than a round
-  trip through memory (`share_reduction`): a training step's relu mask reads the conv result its forward stored
-  after the relu, and the conv must not be recomputed inside the backward's kernel.
+  trip through memory (`share_reduction`): the forward's relu and a training step's relu mask both read a conv
+  result, which is then stored once instead of being computed again inside a backward kernel.
 Softmax is then three kernels: max, sum(exp(x - max)), and exp(x - max) / sum.
 
 Before that, `split_big_reductions` turns a full reduction of many elements into two: partial results per chunk
@@ -309,7 +309,9 @@ def _add_reductions_read_by_several_kernels(order: list[UOp], points: set[UOp]) 
             per_element = max_numel(shape_of(node.src[0])) // max(max_numel(shape_of(node)), 1)
             if share_reduction(len(kernels), per_element):
                 if DEBUG >= 3:
-                    print(f"fusion: kept REDUCE_AXIS ({per_element} per element) as its own kernel: read by 2 kernels")
+                    print(
+                        f"fusion: kept REDUCE_AXIS ({per_element} per element) as its own kernel: read by several kernels"
+                    )
                 points.add(node)
                 kernels = frozenset((node,))
         for source in node.src:

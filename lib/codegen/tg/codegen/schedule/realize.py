@@ -309,9 +309,8 @@ def _add_reductions_read_by_several_kernels(order: list[UOp], points: set[UOp]) 
             per_element = max_numel(shape_of(node.src[0])) // max(max_numel(shape_of(node)), 1)
             if share_reduction(len(kernels), per_element):
                 if DEBUG >= 3:
-                    print(
-                        f"fusion: kept REDUCE_AXIS ({per_element} per element) as its own kernel: read by several kernels"
-                    )
+                    reason = "read by several kernels"
+                    print(f"fusion: kept REDUCE_AXIS ({per_element} per element) as its own kernel: {reason}")
                 points.add(node)
                 kernels = frozenset((node,))
         for source in node.src:

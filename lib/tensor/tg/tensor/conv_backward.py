@@ -19,13 +19,14 @@ through a window gradient nine times the input's size. conv2d therefore register
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tg.codegen import UOp
 from tg.tensor.autograd import Gradients, custom_gradient
-from tg.tensor.conv import ConvGeometry, WindowSpec, conv2d, spread, windows
+from tg.tensor.conv import ConvGeometry, WindowSpec, conv2d, windows
 from tg.tensor.elementwise import broadcast
 from tg.tensor.linalg import l2_bytes
 from tg.tensor.reduce import sum_accumulator
@@ -125,23 +126,95 @@ def weight_gradient(x_padded: Tensor, grad: Tensor, spec: WindowSpec, groups: in
     return per_group.reshape(weight_shape)
 
 
+def swapped_flipped(weight: Tensor, groups: int) -> Tensor:
+    """(C_out, C_in / G, *kernel) -> (C_in, C_out / G, *kernel) flipped: the weights of the conv that carries the
+    output gradient back to the input."""
+    channels_out, per_group_in = weight.shape[:2]
+    kernel = weight.shape[2:]
+    swapped = weight.reshape((groups, channels_out // groups, per_group_in) + kernel).transpose(1, 2)
+    swapped = swapped.reshape((groups * per_group_in, channels_out // groups) + kernel)
+    return swapped.flip(tuple(range(2, 2 + len(kernel))))
+
+
+def backward_conv(grad: Tensor, padding: Pads, weight: Tensor, groups: int, dilation: tuple[int, ...]) -> Tensor:
+    """The output gradient padded (negative: cut) and materialized, as conv2d does with its padded input, then
+    convolved with `weight` (already swapped and flipped). Its own kernel: fused into a consumer that reads it
+    transposed (the channels-last copy of the next weight gradient) the conv lost its vectorized output axis
+    (5-9 GFLOP/s against 75-150 as its own kernel)."""
+    padded = grad.pad(((0, 0), (0, 0)) + padding).contiguous()
+    return conv2d(padded, weight, groups=groups, dilation=dilation, dtype=grad.dtype).contiguous()
+
+
 def input_gradient(grad: Tensor, weight: Tensor, spec: WindowSpec, groups: int, pads: Pads, in_shape: tuple) -> Tensor:
-    """dL/dx of conv2d: the output gradient spread by the stride, padded so that every input position sees the
-    window positions that read it, convolved with the flipped weights whose channel axes are swapped."""
+    """dL/dx of conv2d: every input position gathers the output gradient of the windows that read it, a conv of the
+    padded output gradient with the flipped weights whose channel axes are swapped. A strided conv splits into one
+    such conv per phase (input positions i with the same i mod stride, see `phase_gradient`)."""
+    if any(stride > 1 for stride in spec.stride):
+        return strided_input_gradient(grad, weight, spec, groups, pads, in_shape)
     spatial = len(spec.kernel)
-    for i in range(spatial):
-        grad = spread(grad, 2 + i, spec.stride[i])
     reach = [spec.dilation[i] * (spec.kernel[i] - 1) for i in range(spatial)]
     # before: the window reach minus the forward's padding; after: up to the input's size plus the reach
     padding = tuple((reach[i] - pads[i][0], in_shape[2 + i] + pads[i][0] - grad.shape[2 + i]) for i in range(spatial))
-    grad = grad.pad(((0, 0), (0, 0)) + padding).contiguous()  # materialized, as conv2d does with its padded input
-    channels_out, per_group_in = weight.shape[:2]
-    per_group_out = channels_out // groups
-    swapped = weight.reshape((groups, per_group_out, per_group_in) + spec.kernel).transpose(1, 2)
-    flipped = swapped.reshape((groups * per_group_in, per_group_out) + spec.kernel).flip(tuple(range(2, 2 + spatial)))
-    # its own kernel: fused into a consumer that reads it transposed (the channels-last copy of the next weight
-    # gradient) the conv lost its vectorized output axis (5-9 GFLOP/s against 75-150 as its own kernel)
-    return conv2d(grad, flipped, groups=groups, dilation=spec.dilation, dtype=grad.dtype).contiguous()
+    return backward_conv(grad, padding, swapped_flipped(weight, groups), groups, spec.dilation)
+
+
+@dataclass(frozen=True)
+class PhaseTaps:
+    """The kernel taps of one axis whose window offset k * dilation falls on padded input positions j = q * stride
+    + phase: taps[m] reads the output gradient at q - offsets[m], offsets evenly `dilation` apart."""
+
+    taps: range
+    first_offset: int
+    dilation: int
+
+
+def phase_taps(kernel: int, stride: int, dilation: int, phase: int) -> PhaseTaps | None:
+    taps = [k for k in range(kernel) if (k * dilation - phase) % stride == 0]
+    if not taps:
+        return None
+    if len(taps) == 1:  # one tap: any dilation
+        return PhaseTaps(range(taps[0], taps[0] + 1), (taps[0] * dilation - phase) // stride, 1)
+    step = taps[1] - taps[0]
+    return PhaseTaps(range(taps[0], kernel, step), (taps[0] * dilation - phase) // stride, step * dilation // stride)
+
+
+def phase_gradient(grad: Tensor, weight: Tensor, groups: int, taps: tuple[PhaseTaps, ...], rows: tuple) -> Tensor:
+    """dL/dx_padded at positions q * stride + phase (q < rows[i] on axis i): a stride-1 conv of the output gradient
+    with the phase's taps, flipped, at their own dilation."""
+    sub = weight[(slice(None), slice(None)) + tuple(slice(t.taps.start, t.taps.stop, t.taps.step) for t in taps)]
+    padding = []
+    for axis, (t, count) in enumerate(zip(taps, rows, strict=True)):
+        last = t.first_offset + (len(t.taps) - 1) * t.dilation  # the largest offset: the left padding
+        padding.append((last, count + (len(t.taps) - 1) * t.dilation - last - grad.shape[2 + axis]))
+    return backward_conv(grad, tuple(padding), swapped_flipped(sub, groups), groups, tuple(t.dilation for t in taps))
+
+
+def strided_input_gradient(
+    grad: Tensor, weight: Tensor, spec: WindowSpec, groups: int, pads: Pads, in_shape: tuple
+) -> Tensor:
+    """Padded input positions j = q * stride + phase see the taps k with k * dilation = phase (mod stride) only, and
+    those at q - (k * dilation - phase) / stride: per phase a stride-1 conv over the output gradient with those taps
+    (spreading the gradient with zeros instead would multiply stride**2 times as often). The phases' results are
+    interleaved, then the forward's padding is cut off."""
+    spatial = len(spec.kernel)
+    strides = spec.stride
+    rows = tuple(-(-(pads[i][0] + in_shape[2 + i]) // strides[i]) for i in range(spatial))
+    phases = []
+    for phase in itertools.product(*(range(s) for s in strides)):
+        taps = [phase_taps(spec.kernel[i], strides[i], spec.dilation[i], phase[i]) for i in range(spatial)]
+        if any(t is None for t in taps):  # no tap reaches these positions (a strided 1x1 conv skips inputs)
+            phases.append(type(grad).zeros(*in_shape[:2], *rows, dtype=grad.dtype, device=grad.device))
+            continue
+        phases.append(phase_gradient(grad, weight, groups, tuple(taps), rows))
+    stacked = phases[0].stack(*phases[1:]) if len(phases) > 1 else phases[0].unsqueeze(0)
+    interleaved = stacked.reshape(strides + (in_shape[0], in_shape[1]) + rows)
+    order = (spatial, spatial + 1) + tuple(axis for i in range(spatial) for axis in (spatial + 2 + i, i))
+    interleaved = interleaved.permute(order).reshape(
+        in_shape[:2] + tuple(r * s for r, s in zip(rows, strides, strict=True))
+    )
+    return interleaved.shrink(
+        ((0, in_shape[0]), (0, in_shape[1])) + tuple((pads[i][0], pads[i][0] + in_shape[2 + i]) for i in range(spatial))
+    )
 
 
 def differentiate_as_conv(result: Tensor, x: Tensor, x_padded: Tensor, weight: Tensor, geometry: ConvGeometry) -> None:

@@ -11,7 +11,9 @@ import pytest
 
 from tg.codegen.opt import KernelOptimizer, OptOps, hand_coded_optimizations
 from tg.codegen.opt.heuristics import axis_reuse, stride_along
+from tg.codegen.opt.optimizer import range_size
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
+from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops
 from tg.tensor import Tensor
 from tg.tensor.conv import WindowSpec
@@ -234,3 +236,24 @@ def test_pixels_are_reduced_in_chunks_that_fit_the_budget_with_partials_no_large
     assert choose_chunks(4, 8, 100, 10_000, 10, 10**6).partials == 1  # all fits: one reduction, no partials
     # a deep layer (512 channels, 7x7): per-image partials of its 2.4M-element weight would take 300 MB
     assert choose_chunks(32, 7, 28672, 1 << 19, 512 * 512 * 9, 32 * 512 * 81).partials == 1
+
+
+def multiply_adds(kernel: KernelCall) -> int:
+    """Output elements times the iterations of the reduce loops of a kernel (its multiply-adds, for a conv)."""
+    reduce_ranges = [u for u in kernel.ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.REDUCE]
+    return kernel.buffers[0].arg.size * math.prod(range_size(rng) for rng in reduce_ranges)
+
+
+def test_a_strided_input_gradient_does_not_multiply_spread_zeros() -> None:
+    """A stride-2 3x3 conv's input gradient: one conv per phase of the input with the taps that reach it (2x2,
+    2x1, 1x2, 1x1), about the forward's multiply-adds; a gradient spread with zeros convolved with all 9 taps did
+    4 times as many."""
+    rng = np.random.default_rng(5)
+    x = Tensor(rng.standard_normal((1, 4, 16, 16)).astype(np.float32), requires_grad=True)
+    w = Tensor(rng.standard_normal((4, 4, 3, 3)).astype(np.float32))
+    out = x.conv2d(w, stride=2, padding=1)
+    (dx,) = out.gradient(x, gradient=Tensor(rng.standard_normal(out.shape).astype(np.float32)))
+    kernels = [item for item in create_schedule((dx.uop,)).items if isinstance(item, KernelCall)]
+    forward = math.prod(out.shape) * 4 * 9
+    backward = sum(multiply_adds(kernel) for kernel in kernels if reduce_count(kernel))
+    assert forward <= backward < 1.5 * forward

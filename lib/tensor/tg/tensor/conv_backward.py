@@ -3,18 +3,19 @@
 Differentiating conv2d's primitives (a window view, a broadcast multiply, a sum) gives correct but slow kernels
 (issue 23, a ResNet training step 3.5x torch's time): the weight gradient reduces two operands that are
 contiguous only along the reduced pixel axis, so its vector lanes became gathers, and the input gradient went
-through a window gradient nine times the input's size. conv2d therefore registers this rule with autograd
+through the gradient of the window view, stored at several times the input's size. conv2d therefore registers this rule with autograd
 (`tg.tensor.autograd.custom_gradient`):
 
 - weight gradient: dW[co, ci, k] = sum over (n, pixel) of g[n, co, pixel] * x_padded[n, ci, pixel * s + k * d]. The
   output gradient is first transposed to channels-last (N, *out, C_out), so C_out becomes the contiguous axis of
   both the operand and the result, as in a matmul's right operand: the kernel heuristics give it 16 vector lanes
   and broadcast one window value per lane row (an outer product per pixel). The pixels are reduced in chunks of
-  output rows whose operands fit the L2 cache, each chunk a partial result, then the partials summed: one sweep
-  over all of them would reread the whole input for every tile of the output.
-- input gradient: a conv of the output gradient (spread by the stride, padded by dilation * (kernel - 1) minus the
-  forward's padding) with the weights flipped and their channel axes swapped, so it runs on the forward conv's
-  kernel shape. With a stride s the spread puts zeros in, and s * s times the needed multiply-adds are done.
+  output rows (or whole images) whose operands fit the L2 cache, each chunk a partial result, then the partials
+  summed: one sweep over all of them would reread the whole input for every tile of the output.
+- input gradient: a conv of the output gradient (padded by dilation * (kernel - 1) minus the forward's padding) with
+  the weights flipped and their channel axes swapped, so it runs on the forward conv's kernel shape. A strided
+  conv's input gradient is one such conv per phase of the input (the positions with the same index mod stride),
+  with the taps that reach it, the phases then interleaved.
 """
 
 from __future__ import annotations

@@ -170,6 +170,8 @@ class PhaseTaps:
 
 
 def phase_taps(kernel: int, stride: int, dilation: int, phase: int) -> PhaseTaps | None:
+    """The taps of one axis that reach the positions of `phase` (None: no tap does). They are evenly spaced: k * d
+    is congruent to the phase mod stride for every stride / gcd(d, stride)-th k."""
     taps = [k for k in range(kernel) if (k * dilation - phase) % stride == 0]
     if not taps:
         return None

@@ -3,8 +3,8 @@
 Differentiating conv2d's primitives (a window view, a broadcast multiply, a sum) gives correct but slow kernels
 (issue 23, a ResNet training step 3.5x torch's time): the weight gradient reduces two operands that are
 contiguous only along the reduced pixel axis, so its vector lanes became gathers, and the input gradient went
-through the gradient of the window view, stored at several times the input's size. conv2d therefore registers this rule with autograd
-(`tg.tensor.autograd.custom_gradient`):
+through the gradient of the window view, stored at several times the input's size. conv2d therefore registers
+this rule with autograd (`tg.tensor.autograd.custom_gradient`):
 
 - weight gradient: dW[co, ci, k] = sum over (n, pixel) of g[n, co, pixel] * x_padded[n, ci, pixel * s + k * d]. The
   output gradient is first transposed to channels-last (N, *out, C_out), so C_out becomes the contiguous axis of

@@ -10,9 +10,10 @@ tinygrad (the `bench` group) and torch (when installed; it is never a dependency
 - A training step: the block's output summed, backward, an SGD update of the weights.
 
 Every framework gets the same float32 inputs; each row is the median of `--repeats` timed calls after one warm-up
-(compilation, allocation), the frameworks taking turns. Then the slowest tg kernels of one forward call, as DEBUG=2
-measures them (each kernel waited for; GFLOP/s from the analytic op count). Bars (issue 23): each block <= 2x
-torch's time, faster than tinygrad. The machine is shared: note `uptime` next to any figure you quote.
+(compilation, allocation), the frameworks taking turns. Then the slowest tg kernels of one forward call and of one
+training step, as DEBUG=2 measures them (each kernel waited for; GFLOP/s from the analytic op count). Bars (issue
+23): each block <= 2x torch's time, faster than tinygrad. The machine is shared: note `uptime` next to any figure
+you quote.
 """
 
 from __future__ import annotations
@@ -234,11 +235,13 @@ def gigabytes_per_second(line: str) -> float:
     return float(line.split(" GB/s")[0].split()[-1])
 
 
-def slowest_kernels(kind: str, block: Block, top: int) -> list[str]:
-    """Print the `top` slowest tg kernels of one forward call (DEBUG=2: time, GFLOP/s, GB/s); return every line."""
-    lines = kernel_lines(tg_runner(kind, block, train=False))
+def slowest_kernels(kind: str, block: Block, top: int, train: bool = False) -> list[str]:
+    """Print the `top` slowest tg kernels of one forward call or training step (DEBUG=2: time, GFLOP/s, GB/s);
+    return every line."""
+    lines = kernel_lines(tg_runner(kind, block, train=train))
     total = sum(map(microseconds, lines))
-    print(f"  slowest tg kernels of one forward ({len(lines)} kernels, {total / 1e3:.1f} ms in kernels):")
+    call = "training step" if train else "forward"
+    print(f"  slowest tg kernels of one {call} ({len(lines)} kernels, {total / 1e3:.1f} ms in kernels):")
     for line in sorted(lines, key=microseconds, reverse=True)[:top]:
         print(f"  {100 * microseconds(line) / total:5.1f}% {line}")
     return lines
@@ -288,6 +291,8 @@ def main() -> None:
         if with_train and not args.no_train:
             time_row(kind, block, train=True, repeats=args.repeats)
         lines = slowest_kernels(kind, block, args.top)
+        if with_train and not args.no_train:
+            slowest_kernels(kind, block, args.top, train=True)
         if kind == "gpt2" and with_train:
             attention_bandwidth(lines)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tg.codegen.flags import Context
-from tg.codegen.schedule.realize import ROUND_TRIP_OPS, fuse_into_reduction
+from tg.codegen.schedule.realize import ROUND_TRIP_OPS, fuse_into_reduction, share_reduction
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.codegen.uop.ops import Ops
 from tg.tensor import Tensor
@@ -129,3 +129,25 @@ def test_a_causal_softmax_gets_the_opts_of_a_plain_one() -> None:
     q = Tensor.rand(12, 128, 64).realize()
     causal_sdpa = q.scaled_dot_product_attention(q, q, is_causal=True)
     assert [] in heuristic_opts(causal_sdpa)  # its softmax reductions too (its matmuls keep their register tiles)
+
+
+def test_a_reduction_shares_its_buffer_when_recomputing_costs_more_than_a_round_trip() -> None:
+    assert share_reduction(kernels=2, reduced_per_element=64)  # a matmul row read by two kernels
+    assert not share_reduction(kernels=2, reduced_per_element=4)  # a sum of 4: cheaper to add again
+    assert not share_reduction(kernels=1, reduced_per_element=1 << 20)
+
+
+def test_a_reduction_two_kernels_read_is_computed_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """A training step's relu mask and the forward's padded copy both read a conv result; here two copies (one
+    transposed) both read a matmul: it gets its own kernel instead of being computed in each copy."""
+    a, b = Tensor.rand(32, 64).realize(), Tensor.rand(64, 48).realize()
+    product = a @ b
+    doubled, shifted = (product * 2).contiguous(), (product + 1).permute(1, 0).contiguous()
+    with Context(DEBUG=3):
+        asts = [item.ast for item in create_schedule((doubled.uop, shifted.uop)).items if isinstance(item, KernelCall)]
+    assert "read by several kernels" in capsys.readouterr().out
+    assert len(asts) == 3 and sum(count(ast, Ops.REDUCE) for ast in asts) == 1
+    Tensor.realize(doubled, shifted)
+    want = a.numpy() @ b.numpy()
+    np.testing.assert_allclose(doubled.numpy(), want * 2, rtol=1e-5)
+    np.testing.assert_allclose(shifted.numpy(), (want + 1).T, rtol=1e-5)

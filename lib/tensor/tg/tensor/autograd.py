@@ -6,6 +6,9 @@ back to the targets in reverse topological order; for each node it asks the rule
 gradient of each source and adds it to that source's total. The results are new lazy UOps over the forward
 nodes: realizing them fuses the backward with whatever of the forward it needs, like any other graph.
 
+A composite op may give its own rule instead (`custom_gradient`): conv2d does, because the gradients of its
+primitives make slow kernels (tg.tensor.conv_backward).
+
 Conventions at kinks follow torch (spec tensor.md Appendix B): the rules here are exact derivatives of the
 primitives, and the Tensor ops choose their `where` branches so that relu'(0) = 0, abs'(0) = 0, ties of max split
 the gradient evenly, clamp passes it at its bounds.
@@ -17,6 +20,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterable
 from contextlib import ContextDecorator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tg.codegen import Ops, UOp, dtypes
@@ -192,20 +196,52 @@ def _nodes_between(root: UOp, targets: set[UOp]) -> list[UOp]:
     return [node for node in order if node in on_path]
 
 
+@dataclass(frozen=True)
+class CustomGradient:
+    """A composite op's own gradient rule: `rule(grad, wanted)` gives d(node)/d(source), weighted by grad, for each
+    of `sources` (inputs the node's value is a function of, usually ancestors several primitives up) where
+    `wanted` is True, None elsewhere."""
+
+    sources: tuple[UOp, ...]
+    rule: Callable[[UOp, tuple[bool, ...]], Gradients]
+
+
+# node -> its own rule, while the node lives. The rule replaces the primitives' rules for gradient that flows
+# through this node only: a primitive inside the composite that is also used elsewhere still passes the gradient
+# it gets from there, so the total stays exact.
+_custom_gradients: weakref.WeakKeyDictionary[UOp, CustomGradient] = weakref.WeakKeyDictionary()
+
+
+def custom_gradient(node: UOp, sources: tuple[UOp, ...], rule: Callable[[UOp, tuple[bool, ...]], Gradients]) -> None:
+    """Differentiate `node` with `rule` instead of through the primitives that compute it (see CustomGradient)."""
+    _custom_gradients[node] = CustomGradient(sources, rule)
+
+
+def _source_gradients(node: UOp, grad: UOp, on_path: set[UOp]) -> Iterable[tuple[UOp, UOp | None]]:
+    """(source, its gradient) pairs of one node: its own rule if it has one, else its primitive's rule."""
+    custom = _custom_gradients.get(node)
+    if custom is not None:
+        wanted = tuple(source in on_path and dtypes.is_float(source.dtype) for source in custom.sources)
+        return zip(custom.sources, custom.rule(grad, wanted), strict=True)
+    rule = GRADIENT_RULES.get(node.op)
+    if rule is None:
+        if node.op in (Ops.BUFFER, Ops.CONST):
+            return ()
+        raise NotImplementedError(f"no gradient rule for {node.op!r}")
+    return zip(node.src, rule(grad, node), strict=True)
+
+
 def compute_gradient(root: UOp, root_gradient: UOp, targets: Iterable[UOp]) -> dict[UOp, UOp]:
     """d(root)/d(target), weighted by `root_gradient`, for each target that root depends on through floats."""
     targets = set(targets)
     totals: dict[UOp, UOp] = {root: root_gradient}
-    for node in reversed(_nodes_between(root, targets)):
+    path = _nodes_between(root, targets)
+    on_path = set(path)
+    for node in reversed(path):
         grad = totals.get(node)
         if grad is None:
             continue
-        rule = GRADIENT_RULES.get(node.op)
-        if rule is None:
-            if node.op in (Ops.BUFFER, Ops.CONST):
-                continue
-            raise NotImplementedError(f"no gradient rule for {node.op!r}")
-        for source, source_grad in zip(node.src, rule(grad, node), strict=True):
+        for source, source_grad in _source_gradients(node, grad, on_path):
             if source_grad is None or not dtypes.is_float(source.dtype):
                 continue
             previous = totals.get(source)

@@ -4,7 +4,8 @@ All of them are one idea: pad the spatial axes, view every spatial axis as slidi
 `sliding_window`, movement ops only), then reduce each window: a multiply-and-sum with the weights for a
 convolution, a mean or a max for pooling. A transposed convolution is an ordinary one over the input with
 (stride - 1) zeros put between its elements, padded by dilation * (kernel - 1) - padding, with the kernel flipped
-and its channel axes swapped.
+and its channel axes swapped. conv2d has its own backward (tg.tensor.conv_backward), faster than the gradients of
+its primitives.
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ class WindowSpec:
     dilation: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class ConvGeometry:
+    """What conv2d's backward needs besides its tensors."""
+
+    window: WindowSpec
+    groups: int
+    padding: tuple[tuple[int, int], ...]
+
+
 def windows(x: Tensor, spec: WindowSpec) -> Tensor:
     """(N, C, *spatial) -> (N, C, *out_spatial, *kernel): every spatial axis becomes windows (each
     sliding_window keeps the axis in place as the window count and appends its kernel axis at the end)."""
@@ -94,6 +104,7 @@ def conv2d(
             f"conv of input {x.shape} with weight {weight.shape} and groups={groups}: channels do not match"
         )
     pads = padding_pairs(padding, spatial)
+    unpadded = x
     if any(before or after for before, after in pads):
         # Materialize the padded input: a small copy that spares every window load of the conv kernel a padding
         # check, so the loads along the contiguous axis stay unit-stride and the C compiler vectorizes them
@@ -113,12 +124,15 @@ def conv2d(
     reduce_axes = (3,) + tuple(range(4 + spatial, 4 + 2 * spatial))
     product = patches.cast(accumulator) * kernel.cast(accumulator)
     result = product.sum(reduce_axes).cast(result_dtype).reshape((batch, channels_out) + out_spatial)
+    from tg.tensor.conv_backward import differentiate_as_conv
+
+    differentiate_as_conv(result, unpadded, x, weight, ConvGeometry(spec, groups, pads))
     if bias is None:
         return result
     return result + bias.reshape((1, channels_out) + (1,) * spatial)
 
 
-def _spread(x: Tensor, axis: int, stride: int) -> Tensor:
+def spread(x: Tensor, axis: int, stride: int) -> Tensor:
     """(stride - 1) zeros between the elements of `axis`."""
     if stride == 1:
         return x
@@ -147,7 +161,7 @@ def conv_transpose2d(
     kernel_size = weight.shape[2:]
     channels_in, per_group = weight.shape[:2]
     for i in range(spatial):
-        x = _spread(x, 2 + i, strides[i])
+        x = spread(x, 2 + i, strides[i])
     full = tuple(
         (dilations[i] * (kernel_size[i] - 1) - pads[i], dilations[i] * (kernel_size[i] - 1) - pads[i] + extra[i])
         for i in range(spatial)

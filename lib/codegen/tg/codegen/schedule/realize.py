@@ -10,7 +10,10 @@ A node gets a buffer when
 - it is a computed value under a padded copy (a realize point that reads it through a PAD) whose consumer is a
   reduction: a ResNet block's conv1+relu gets its own kernel instead of being computed over conv2's padded grid
   with a padding gate in its inner loop (`keep_out_of_padded_copy`). A gather made of movement ops is a growing
-  EXPAND; what it repeats is covered by the rules above (a reduction under a broadcast, a costly producer).
+  EXPAND; what it repeats is covered by the rules above (a reduction under a broadcast, a costly producer),
+- it is a REDUCE_AXIS that two or more kernels would fuse, when computing it again in each costs more than a round
+  trip through memory (`share_reduction`): the forward's relu and a training step's relu mask both read a conv
+  result, which is then stored once instead of being computed again inside a backward kernel.
 Softmax is then three kernels: max, sum(exp(x - max)), and exp(x - max) / sum.
 
 Before that, `split_big_reductions` turns a full reduction of many elements into two: partial results per chunk
@@ -112,6 +115,7 @@ def find_realize_points(roots: tuple[UOp, ...], forced: tuple[UOp, ...] = ()) ->
     _add_reductions_that_cannot_fuse(order, points)
     _add_values_under_padded_copies(order, points)
     _add_producers_too_costly_to_recompute(order, points)
+    _add_reductions_read_by_several_kernels(order, points)
     return [node for node in order if node in points]
 
 
@@ -286,3 +290,29 @@ def _add_producers_too_costly_to_recompute(order: list[UOp], points: set[UOp]) -
             factor *= max_numel(shape_of(node)) // max(max_numel(shape_of(node.src[0])), 1)  # symbolic: at the largest
         for source in node.src:
             recompute[source] = max(recompute.get(source, 0), factor)
+
+
+def share_reduction(kernels: int, reduced_per_element: int) -> bool:
+    """Give a reduction that `kernels` kernels would fuse its own buffer when computing it again in all but one of
+    them (`reduced_per_element` ALU ops per element each time) costs at least a round trip through memory."""
+    return (kernels - 1) * reduced_per_element >= ROUND_TRIP_OPS
+
+
+def _add_reductions_read_by_several_kernels(order: list[UOp], points: set[UOp]) -> None:
+    """Walk users before sources, tracking which kernels (realize points) fuse each node; a reduction fused into
+    several gets its own buffer when `share_reduction` says so. Two readers are enough to decide, so at most two
+    are tracked. DEBUG=3 prints each decision."""
+    readers: dict[UOp, frozenset[UOp]] = {}
+    for node in reversed(order):
+        kernels = frozenset((node,)) if node in points else readers.get(node, frozenset())
+        if node.op is Ops.REDUCE_AXIS and len(kernels) > 1:
+            per_element = max_numel(shape_of(node.src[0])) // max(max_numel(shape_of(node)), 1)
+            if share_reduction(len(kernels), per_element):
+                if DEBUG >= 3:
+                    reason = "read by several kernels"
+                    print(f"fusion: kept REDUCE_AXIS ({per_element} per element) as its own kernel: {reason}")
+                points.add(node)
+                kernels = frozenset((node,))
+        for source in node.src:
+            merged = readers.get(source, frozenset()) | kernels
+            readers[source] = merged if len(merged) <= 2 else frozenset(list(merged)[:2])

@@ -476,6 +476,7 @@ class CRenderer(CStyleLanguage):
     device = "CPU"
     write_out_register_loops = True
     core_groups = True
+    software_transcendentals = True
 
     def __init__(self, cores: int = 1, max_lanes: int = 128) -> None:  # 128: tg.codegen.opt.heuristics.MAX_LANES
         self.cores = max(1, cores)

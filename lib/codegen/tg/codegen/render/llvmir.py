@@ -135,6 +135,7 @@ class LLVMRenderer(Renderer):
     """`DEV=CPU:LLVM`: LLVM IR for the host CPU, compiled in process by tg.codegen.compiler.llvm."""
 
     device = "CPU"
+    software_transcendentals = True
 
     def __init__(self, cores: int = 1) -> None:
         self.cores = max(1, cores)

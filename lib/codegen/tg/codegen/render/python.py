@@ -79,6 +79,7 @@ class PythonRenderer(LinearRenderer):
 
     device = "PYTHON"
     indent = "    "
+    software_transcendentals = True
 
     def prologue(self, k: KernelText, params: list[UOp]) -> None:
         for p in params:

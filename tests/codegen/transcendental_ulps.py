@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from tg.codegen import KernelInfo, Ops, UOp, dtypes
-from tg.codegen.dtype import DType, from_numpy, to_numpy
+from tg.codegen.dtype import DType, from_numpy
 from tg.codegen.pipeline import CodegenFlags
 from tg.hcq import Buffer
 from tg.hcq.engine import time_kernel
@@ -32,16 +32,19 @@ def unary_kernel(op: Ops, size: int, dtype: DType = dtypes.float32) -> UOp:
     """out[i] = op(a[i]) over `size` elements."""
     out, a = UOp.param(0, dtype, size), UOp.param(1, dtype, size)
     i = UOp.range(size, 0)
-    return UOp.sink(out.index(i).store(UOp(op, dtype, (a.index(i).load(),))), arg=KernelInfo(f"{op.name.lower()}"))
+    return UOp.sink(out.index(i).store(UOp(op, dtype, (a.index(i).load(),))), arg=KernelInfo(f"unary_{op.name.lower()}"))
 
 
-def run_unary(op: Ops, x: np.ndarray, device: str = "CPU", flags: CodegenFlags | None = None) -> np.ndarray:
-    """op of every element of `x` computed by a kernel on `device` (flags: the default CodegenFlags)."""
-    dtype = from_numpy(x.dtype)
+def run_unary(
+    op: Ops, x: np.ndarray, device: str = "CPU", flags: CodegenFlags | None = None, dtype: DType | None = None
+) -> np.ndarray:
+    """op of every element of `x` computed by a kernel on `device` (flags: the default CodegenFlags); `dtype` reads
+    x's bits as another dtype of the same size (bfloat16 from uint16)."""
+    dtype = from_numpy(x.dtype) if dtype is None else dtype
     buffers = [Buffer(device, x.size, dtype).ensure_allocated() for _ in range(2)]
     buffers[1].copyin(memoryview(np.ascontiguousarray(x).tobytes()))
     time_kernel(unary_kernel(op, x.size, dtype), device, CodegenFlags() if flags is None else flags, 1, buffers)
-    out = np.empty(x.size, to_numpy(dtype))
+    out = np.empty(x.size, x.dtype)
     buffers[0].copyout(memoryview(out).cast("B"))
     return out
 

@@ -48,7 +48,8 @@ EXP2_Q = tuple(
 )
 ROUNDING_SHIFT = 1.5 * 2.0**23  # adding it to |x| < 2**22 rounds x to an integer (to nearest even), kept in the low bits
 EXP2_LOW, EXP2_HIGH = -151.0, 129.0  # 2**-151 rounds to 0 and 2**128 is inf: the clamp changes no result
-EXPONENT_BIAS_BITS = 0x4B400000 - 151  # bits of ROUNDING_SHIFT, less the 151 that makes n + 151 >= 0
+ROUNDING_SHIFT_BITS = 0x4B400000  # the bits of ROUNDING_SHIFT: it plus a small integer n has the bits of it plus n
+EXPONENT_BIAS_BITS = ROUNDING_SHIFT_BITS - 151  # less the 151 that makes n + 151 >= 0
 
 # log2(1 + f) = C0 f - C0/2 f**2 + f**2 W(f) for f in [sqrt(1/2) - 1, sqrt(2) - 1]; W's coefficients
 LOG2_W = tuple(
@@ -114,7 +115,10 @@ def log2_float32(x: UOp) -> UOp:
     subnormal = x < _f(SMALLEST_NORMAL)
     scaled = subnormal.where(x * _f(2.0**23), x)
     carried = scaled.bitcast(I32) + _i(MANTISSA_CARRY)
-    k = _sub(carried >> _i(23), subnormal.where(_i(127 + 23), _i(127))).cast(F32)
+    # k as a float without an int -> float conversion (gcc 12 does not vectorize one whose result meets a select):
+    # the bits of 1.5 * 2**23 + k, less 1.5 * 2**23
+    exponent_bias = subnormal.where(_i(ROUNDING_SHIFT_BITS - 127 - 23), _i(ROUNDING_SHIFT_BITS - 127))
+    k = _sub(((carried >> _i(23)) + exponent_bias).bitcast(F32), _f(ROUNDING_SHIFT))
     f = _sub(((carried & _i(0x7FFFFF)) + _i(SQRT_HALF_BITS)).bitcast(F32), _f(1.0))  # m - 1, exact
     f_squared = f * f
     f_squared_low = _fma(f, f, UOp(Ops.NEG, F32, (f_squared,)))  # f**2 = f_squared + f_squared_low exactly

@@ -162,3 +162,22 @@ def test_the_c_compiler_vectorizes_the_kernel(op: Ops, compiler: str) -> None:
     assert "call" not in instructions
     packed_fma = [line for line in assembly.splitlines() if line.split()[:1] and line.split()[0].startswith("vfmadd")]
     assert any(("%ymm" in line or "%zmm" in line) and line.split()[0].endswith("ps") for line in packed_fma), assembly[-3000:]
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_the_transcendental_flag_reaches_the_cpu_kernel(level: int) -> None:
+    """README: TRANSCENDENTAL=0 brings back libm's double-precision call (correctly rounded here), 1 and 2 use the
+    float32 ops on the CPU."""
+    from tg.codegen.flags import Context
+
+    with Context(TRANSCENDENTAL=level):
+        flags = CodegenFlags.from_environment()
+    assert flags.transcendental == level
+    x = np.linspace(-30, 30, 1001, dtype=np.float32)
+    got = run_unary(Ops.EXP2, x, flags=flags)
+    exact = np.exp2(x.astype(np.float64))
+    if level == 0:
+        np.testing.assert_array_equal(got, exact.astype(np.float32))
+    else:
+        assert ulps(got, exact).max() <= 1.0
+    assert ("__builtin_exp2(" in c_source(Ops.EXP2, transcendental=level)) == (level == 0)

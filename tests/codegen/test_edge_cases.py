@@ -13,7 +13,7 @@ import pytest
 
 from tg.codegen import KernelInfo, Ops, UOp, dtypes
 from tg.codegen.dtype import DType, from_numpy, to_numpy
-from tg.codegen.lower import lower
+from tg.codegen.pipeline import CodegenFlags, kernel_to_program
 from tg.codegen.uop.alu import EDGE_CASES, exec_alu
 from tg.hcq import Buffer, Device
 
@@ -68,7 +68,8 @@ def edge_case_kernel() -> tuple[UOp, list[np.ndarray]]:
 def test_every_backend_computes_the_table(device: str) -> None:
     ast, arrays = edge_case_kernel()
     dev = Device[device]
-    rendered = dev.renderer.render(lower(ast))
+    # through the device's whole pipeline: its renderer's choices (the CPU's software exp2/log2) included
+    rendered = kernel_to_program(ast, dev.renderer, CodegenFlags.from_environment())
     program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
     buffers = []
     for array in arrays:
@@ -102,3 +103,35 @@ def test_a_negative_float_cast_to_uint64_wraps(device: str) -> None:
 
     out = Tensor(np.array([-24.75, 3.5], np.float32), device=device).cast(dtypes.uint64).numpy()
     assert out.tolist() == [2**64 - 24, 3]
+
+
+def _nearest_float32(exact: object) -> float:
+    """The float32 nearest to a Fraction, ties to the even mantissa (an oracle independent of the emulator)."""
+    from fractions import Fraction
+
+    assert isinstance(exact, Fraction)
+    guess = np.float32(float(exact))
+    candidates = [np.nextafter(guess, np.float32(-np.inf)), guess, np.nextafter(guess, np.float32(np.inf))]
+    distances = [abs(Fraction(float(c)) - exact) for c in candidates]
+    best = min(distances)
+    ties = [c for c, d in zip(candidates, distances, strict=True) if d == best]
+    return float(next((c for c in ties if int(c.view(np.uint32)) & 1 == 0), ties[0]))
+
+
+def test_float32_multiply_add_rounds_once_on_the_fast_path() -> None:
+    """The emulator's float32 MULACC (several per software exp2/log2) skips fractions: a * b exact in double, the sum's
+    error by TwoSum, rounded to odd. Checked against the exact value rounded once, on products that cancel."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(3000).astype(np.float32) * np.float32(2.0) ** rng.integers(-60, 60, 3000)
+    b = rng.standard_normal(3000).astype(np.float32)
+    near = (a.astype(np.float64) * b).astype(np.float32)  # c close to -a*b: the sum cancels to its last bits
+    c = np.where(rng.random(3000) < 0.5, -near, rng.standard_normal(3000).astype(np.float32))
+    # 1 + 2**-24 + 2**-70: the double sum rounds to the float32 midpoint 1 + 2**-24, whose tie goes to 1.0; the
+    # exact value is above it, so the right result is 1 + 2**-23 (rounding to odd keeps that information)
+    double_rounding = (-(1 + 2**-23), 2**-24 * (1 - 2**-23), 1 + 2**-23)
+    assert exec_alu(Ops.MULACC, dtypes.float32, double_rounding) == 1 + 2**-23
+    for x, y, z in zip(a.tolist(), b.tolist(), c.tolist(), strict=True):
+        expected = _nearest_float32(Fraction(x) * Fraction(y) + Fraction(z))
+        assert exec_alu(Ops.MULACC, dtypes.float32, (x, y, z)) == expected, (x, y, z)

@@ -23,6 +23,7 @@ def test_stages_are_listed_in_order_by_name() -> None:
         "simplify indices",
         "apply opts",
         "upcast strided reductions",
+        "software transcendentals",
         "linearize",
     ]
 

@@ -118,6 +118,9 @@ DEBUG = flag("DEBUG", 0, "verbosity: 1 tracebacks in tools, 2 one line per kerne
 DEV = flag("DEV", "", "default device: [IFACE+]NAME[:RENDERER[:ARCH]], e.g. CPU, PYTHON, NULL:CUDA")
 SPEC = flag("SPEC", 0, "type-check UOp graphs at every stage (1) or strictly (2)")
 NOOPT = flag("NOOPT", 0, "apply no kernel optimizations")
+TRANSCENDENTAL = flag(
+    "TRANSCENDENTAL", 1, "float32 exp2/log2 from plain float ops: 0 never, 1 where the renderer asks (CPU), 2 always"
+)
 BEAM = flag("BEAM", 0, "beam width for kernel optimization search (0: hand-coded heuristics)")
 IGNORE_BEAM_CACHE = flag("IGNORE_BEAM_CACHE", 0, "search again even when a BEAM result is cached")
 CACHELEVEL = flag("CACHELEVEL", 2, "0 disables every on-disk cache")

@@ -20,8 +20,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tg.codegen.dtype import PtrDType, dtypes
-from tg.codegen.flags import NOOPT
+from tg.codegen.flags import NOOPT, TRANSCENDENTAL
 from tg.codegen.lower.linearize import linearize
+from tg.codegen.lower.transcendental import decompose_transcendentals
 from tg.codegen.lower.upcast import upcast_strided_reductions
 from tg.codegen.opt import apply_opts
 from tg.codegen.opt.heuristics import MAX_LANES
@@ -41,15 +42,20 @@ class CodegenFlags:
     has_local: bool = False  # the renderer has work-groups (LOCAL and GROUP opts are legal); set from the renderer
     max_lanes: int = MAX_LANES  # accumulators the heuristics may keep in vector registers; set from the renderer
     core_groups: bool = False  # the renderer splits a GROUP across core calls (CPU); set from the renderer
+    transcendental: int = 1  # TRANSCENDENTAL: 0 never, 1 where the renderer asks, 2 always software exp2/log2
+    software_transcendentals: bool = False  # float32 exp2/log2 become float ops (tg.codegen.lower.transcendental);
+    # set from the renderer and `transcendental`
 
     @staticmethod
     def from_environment() -> CodegenFlags:
         """The flags as the environment (and any active `Context`) sets them now (read at every kernel launch, so
-        the answer is one of two prebuilt values)."""
-        return _FLAGS_BY_NOOPT[bool(NOOPT)]
+        the answer is one of a few prebuilt values)."""
+        return _FLAGS_BY_SETTING[(bool(NOOPT), min(2, max(0, int(TRANSCENDENTAL))))]
 
 
-_FLAGS_BY_NOOPT = {False: CodegenFlags(noopt=False), True: CodegenFlags(noopt=True)}
+_FLAGS_BY_SETTING = {
+    (noopt, level): CodegenFlags(noopt=noopt, transcendental=level) for noopt in (False, True) for level in (0, 1, 2)
+}
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,10 @@ def _upcast_strided_reductions(ast: UOp, flags: CodegenFlags) -> UOp:
     return upcast_strided_reductions(ast)
 
 
+def _software_transcendentals(ast: UOp, flags: CodegenFlags) -> UOp:
+    return decompose_transcendentals(ast) if flags.software_transcendentals else ast
+
+
 def _linearize(ast: UOp, flags: CodegenFlags) -> UOp:
     return linearize(ast)
 
@@ -109,6 +119,8 @@ KERNEL_STAGES: tuple[Stage, ...] = (
     Stage("apply opts", "Opts from KernelInfo.opts_to_apply, else the heuristics: split/pad/swap ranges", _apply_opts),
     Stage("upcast strided reductions", "lanes of accumulators for reductions over a strided axis (sum(axis=0))",
           _upcast_strided_reductions),
+    Stage("software transcendentals", "float32 exp2/log2 become float ops that vectorize and agree across backends",
+          _software_transcendentals),
     Stage("linearize", "ranges become loops, REDUCE becomes accumulators, each value is placed in its loop",
           _linearize),
 )  # fmt: skip
@@ -146,12 +158,15 @@ def _size_text(end: UOp) -> int | str:
 
 
 def for_renderer(flags: CodegenFlags, renderer: Renderer) -> CodegenFlags:
-    """`flags` with what the renderer can do filled in (which opts are legal for it, its register budget)."""
+    """`flags` with what the renderer can do filled in (which opts are legal for it, its register budget, whether
+    it wants software exp2/log2)."""
+    wants_software = bool(getattr(renderer, "software_transcendentals", False))
     return replace(
         flags,
         has_local=bool(getattr(renderer, "has_local", False)),
         max_lanes=int(getattr(renderer, "max_lanes", MAX_LANES)),
         core_groups=bool(getattr(renderer, "core_groups", False)),
+        software_transcendentals=flags.transcendental >= 2 or (flags.transcendental == 1 and wants_software),
     )
 
 

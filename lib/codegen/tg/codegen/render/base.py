@@ -44,6 +44,9 @@ class Renderer:
     """Turns a LINEAR program into source. `device` names the device family it renders for."""
 
     device: str = ""
+    # float32 exp2/log2 reach the renderer as plain float ops (tg.codegen.lower.transcendental) rather than EXP2/LOG2:
+    # the CPU renderers, whose libm calls would be scalar, and PYTHON, which must compute the same bits
+    software_transcendentals: bool = False
 
     def render(self, linear: UOp) -> RenderedKernel:
         raise NotImplementedError

@@ -171,7 +171,9 @@ def literal(value: object, dtype: DType) -> str:
 def math_call(op: Ops, dtype: DType, x: str) -> str:
     """libm call of `op` in the precision of `dtype`. exp2, log2 and sin of narrower floats compute in double and
     round once, as the PYTHON emulator does (libm's float versions are not always correctly rounded, so they
-    would differ from it in the last bit); sqrt and trunc are exact in float already."""
+    would differ from it in the last bit); sqrt and trunc are exact in float already. float32 and 16-bit exp2 and
+    log2 reach this only with TRANSCENDENTAL=0: normally they arrive as float ops (tg.codegen.lower.transcendental),
+    which vectorize where this scalar call does not."""
     name = "__builtin_" + MATH_FUNCTIONS[op]
     if dtype is dtypes.float64:
         return f"{name}({x})"
@@ -476,6 +478,7 @@ class CRenderer(CStyleLanguage):
     device = "CPU"
     write_out_register_loops = True
     core_groups = True
+    software_transcendentals = True
 
     def __init__(self, cores: int = 1, max_lanes: int = 128) -> None:  # 128: tg.codegen.opt.heuristics.MAX_LANES
         self.cores = max(1, cores)

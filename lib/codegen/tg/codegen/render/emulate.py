@@ -17,7 +17,7 @@ import struct
 from typing import Any
 
 from tg.codegen.dtype import DType, decode, dtypes, encode, truncate
-from tg.codegen.uop.alu import exec_alu, trunc_div, trunc_mod
+from tg.codegen.uop.alu import multiply_add, exec_alu, trunc_div, trunc_mod
 from tg.codegen.uop.ops import Ops
 
 _UNSIGNED_FORMATS = {1: "B", 2: "H", 4: "I", 8: "Q"}
@@ -69,6 +69,17 @@ def bitcast(dtype: DType, source_dtype: DType, value: Any) -> Any:
 
 _FLOAT32 = struct.Struct("<f")
 _FLOAT16 = struct.Struct("<e")
+_INT32 = struct.Struct("<i")
+
+
+def float32_bits(value: float) -> int:
+    """bitcast float32 -> int32 (what the software exp2/log2 use), without `bitcast`'s generic encode/decode."""
+    return _INT32.unpack(_FLOAT32.pack(value))[0]
+
+
+def float32_from_bits(value: int) -> float:
+    """bitcast int32 -> float32."""
+    return _FLOAT32.unpack(_INT32.pack(value))[0]
 
 
 def _packed_rounder(packer: struct.Struct, dtype: DType) -> Any:
@@ -117,6 +128,9 @@ NAMESPACE: dict[str, Any] = {
     "alu": alu,
     "cast": cast,
     "bitcast": bitcast,
+    "float32_bits": float32_bits,
+    "float32_from_bits": float32_from_bits,
+    "multiply_add": multiply_add,
     "TypedMemory": TypedMemory,
     "Ops": Ops,
     "dtypes": dtypes,

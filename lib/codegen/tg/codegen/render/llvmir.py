@@ -5,7 +5,8 @@
 It computes exactly what the C renderer's kernel computes (tg.codegen.render.c), so `DEV=CPU:LLVM` and `DEV=CPU` agree
 bit for bit, following tg.codegen.uop.alu.EDGE_CASES: integers wrap, integer division by 0 gives 0 and INT_MIN / -1
 wraps, shifts by the width or more give 0, float MAX propagates NaN, float -> int casts go through int64 with NaN/inf
-giving 0, exp2/log2/sin/pow of narrower floats compute in double and round once. Small integers (8/16 bit) are
+giving 0, exp2/log2/sin/pow of narrower floats compute in double and round once (float32 exp2 and log2 arrive as
+float ops instead, tg.codegen.lower.transcendental, unless TRANSCENDENTAL=0). Small integers (8/16 bit) are
 divided and shifted in i32, as C's integer promotion does.
 
 Control flow is explicit basic blocks: a RANGE opens a loop (header with a phi counter, body), its END closes it,
@@ -135,6 +136,7 @@ class LLVMRenderer(Renderer):
     """`DEV=CPU:LLVM`: LLVM IR for the host CPU, compiled in process by tg.codegen.compiler.llvm."""
 
     device = "CPU"
+    software_transcendentals = True
 
     def __init__(self, cores: int = 1) -> None:
         self.cores = max(1, cores)

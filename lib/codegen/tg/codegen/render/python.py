@@ -70,6 +70,11 @@ def fast_alu(op: Ops, dtype: DType, operand_dtype: DType, x: list[str]) -> str |
     is_int = dtype.kind in ("int", "uint")
     if op in PYTHON_OPERATORS and (is_int or (dtypes.is_float(dtype) and op in (Ops.ADD, Ops.SUB, Ops.MUL))):
         return f"{converter_name(dtype)}({x[0]} {PYTHON_OPERATORS[op]} {x[1]})"
+    if op is Ops.MULACC and dtype in (dtypes.float32, dtypes.float16):  # exec_alu's rounding, without its dispatch
+        return f"{converter_name(dtype)}(multiply_add({x[0]}, {x[1]}, {x[2]}))"
+    if op in (Ops.SHL, Ops.SHR) and dtype.kind == "int" and x[1].isdigit() and int(x[1]) < dtype.bitsize:
+        # a signed shift by a literal in range: Python's shifts are C's (arithmetic right shift), then wrap
+        return f"{converter_name(dtype)}({x[0]} {'<<' if op is Ops.SHL else '>>'} {x[1]})"
     return None
 
 
@@ -79,6 +84,7 @@ class PythonRenderer(LinearRenderer):
 
     device = "PYTHON"
     indent = "    "
+    software_transcendentals = True
 
     def prologue(self, k: KernelText, params: list[UOp]) -> None:
         for p in params:
@@ -99,6 +105,11 @@ class PythonRenderer(LinearRenderer):
         return f"cast({dtype!r}, {x})"
 
     def bitcast(self, dtype: DType, source_dtype: DType, x: str) -> str:
+        pair = (source_dtype.scalar(), dtype.scalar())
+        if pair == (dtypes.float32, dtypes.int32):
+            return f"float32_bits({x})"
+        if pair == (dtypes.int32, dtypes.float32):
+            return f"float32_from_bits({x})"
         return f"bitcast({dtype!r}, {source_dtype!r}, {x})"
 
     def declare(self, k: KernelText, node: UOp, expression: str) -> None:

@@ -92,13 +92,15 @@ def _pow(a: float, b: float) -> float:
         return math.inf if a == 0 else math.nan
 
 
-def _multiply_add(a: Any, b: Any, c: Any, round_to_odd: bool = True) -> Any:
+def multiply_add(a: Any, b: Any, c: Any, round_to_odd: bool = True) -> Any:
     """a * b + c rounded once (fused, as the FMA instruction and C's fma compute it). For floats the exact value
     is rounded to a double that is odd when inexact (round to odd), so the later rounding to float32 or float16
     (`truncate`) is the single correct rounding of the exact value; a float64 result (`round_to_odd=False`) is the
     nearest double itself."""
     if not all(isinstance(v, float) for v in (a, b, c)) or not all(math.isfinite(v) for v in (a, b, c)):
         return a * b + c
+    if round_to_odd and _is_float32(a) and _is_float32(b) and _is_float32(c):
+        return _float32_multiply_add(a, b, c)
     exact = Fraction(a) * Fraction(b) + Fraction(c)
     nearest = float(exact) if exact != 0 else a * b + c  # an exact zero keeps IEEE's sign rules
     if (
@@ -109,6 +111,30 @@ def _multiply_add(a: Any, b: Any, c: Any, round_to_odd: bool = True) -> Any:
     ):
         nearest = math.nextafter(nearest, math.inf if exact > nearest else -math.inf)
     return nearest
+
+
+_FLOAT32 = struct.Struct("<f")
+_FLOAT64 = struct.Struct("<d")
+
+
+def _is_float32(x: float) -> bool:
+    try:
+        return _FLOAT32.unpack(_FLOAT32.pack(x))[0] == x
+    except OverflowError:
+        return False
+
+
+def _float32_multiply_add(a: float, b: float, c: float) -> float:
+    """`multiply_add` rounded to odd, for float32 operands without fractions (the emulator's software exp2/log2 run
+    several per element): a * b is exact in double (48 bits), and the error of the double sum is exact (TwoSum),
+    so the exact a * b + c is sum + error; rounding to odd means an inexact sum ends in a 1 bit."""
+    product = a * b
+    total = product + c
+    back = total - product
+    error = (product - (total - back)) + (c - back)
+    if error != 0 and _FLOAT64.pack(total)[0] & 1 == 0:  # little-endian: the lowest mantissa bit is in byte 0
+        total = math.nextafter(total, math.inf if error > 0 else -math.inf)
+    return total
 
 
 def _maximum(a: Any, b: Any) -> Any:
@@ -143,7 +169,7 @@ _ALU_FUNCTIONS: dict[Ops, Callable[..., Any]] = {
     Ops.SHR: _shr,
     Ops.NEG: lambda a: not a if isinstance(a, bool) else -a,
     Ops.WHERE: lambda c, a, b: a if c else b,
-    Ops.MULACC: _multiply_add,
+    Ops.MULACC: multiply_add,
     Ops.RECIPROCAL: _reciprocal,
     Ops.SQRT: _safe_sqrt,
     Ops.EXP2: _safe_exp2,
@@ -264,7 +290,7 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Any, ...]) -> Any:
     if op is Ops.SHR and dtype.kind == "uint":
         operands = (truncate(operands[0], dtype) & ((1 << dtype.bitsize) - 1), operands[1])
     if op is Ops.MULACC and dtype.scalar() is dtypes.float64:
-        result = _multiply_add(operands[0], operands[1], operands[2], round_to_odd=False)
+        result = multiply_add(operands[0], operands[1], operands[2], round_to_odd=False)
     else:
         result = function(*operands)
     if dtype.kind == "bool" or op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):

@@ -15,7 +15,7 @@ from llm_fixtures import write_model  # noqa: E402
 
 from tg.hcq.engine import program_cache_stats  # noqa: E402
 from tg.llm.generate import Generator  # noqa: E402
-from tg.llm.model import ContextOverflowError, kv_window, load_model, top_k_mask  # noqa: E402
+from tg.llm.model import ContextOverflowError, kv_window, load_model, top_k_mask, write_cache_rows  # noqa: E402
 from tg.llm.weights import SCRATCH_MATMUL_ROWS  # noqa: E402
 from tg.tensor import Context, Tensor  # noqa: E402
 
@@ -88,8 +88,8 @@ def greedy_decode(path: Path, steps: int) -> tuple[list[int], list[np.ndarray]]:
 
 @pytest.mark.parametrize("weight_type", ["Q4_1", "Q6_K"])  # a fused matvec, and the generic decode + matmul
 def test_jitted_decode_equals_the_plain_one(tmp_path: Path, weight_type: str) -> None:
-    """TinyJit replays (one capture per KV window: 64 positions, then from position 65 on the whole context of
-    96) give the plain path's logits bit for bit, across positions and across the window change."""
+    """TinyJit replays of the one decode capture (the position is a kernel argument) give the plain path's logits
+    bit for bit, at every position from 6 to 67."""
     path = write_model(tmp_path / "m.gguf", "llama", weight_type, seed=3, tied=True)
     with Context(JIT=0):
         plain_tokens, plain_logits = greedy_decode(path, 62)
@@ -99,19 +99,40 @@ def test_jitted_decode_equals_the_plain_one(tmp_path: Path, weight_type: str) ->
         np.testing.assert_array_equal(jitted, plain)
 
 
-def test_decode_replays_one_capture_per_window(tmp_path: Path) -> None:
+def test_one_decode_capture_serves_every_position(tmp_path: Path) -> None:
+    """After the first decode step nothing is compiled, scheduled or captured again, up to the end of the context."""
     model, _ = load_model(write_model(tmp_path / "m.gguf"), max_context=96)
     generator = Generator(model, chunk_size=4)
     generator.prefill(TOKENS[:6])
     generator._forward([1], 6)
-    compiled = program_cache_stats.misses
-    for position in range(7, 12):  # the same window: replays, nothing new to compile or schedule
+    compiled, step = program_cache_stats.misses, model.steps[1]
+    graph = step.graph
+    for position in range(7, 96):
         generator._forward([1], position)
     assert program_cache_stats.misses == compiled
+    assert model.steps[1] is step and step.graph is graph and step.calls == 90
+
+
+def test_decode_reads_only_the_filled_cache_rows(tmp_path: Path) -> None:
+    """Cache rows past the current position are never read: filling them with NaN leaves the logits unchanged."""
+    path = write_model(tmp_path / "m.gguf")
+    logits = []
+    for poison in (False, True):
+        model, _ = load_model(path, max_context=64)
+        generator = Generator(model, chunk_size=4)
+        generator.prefill(TOKENS[:6])
+        if poison:
+            for cache in model.caches:
+                rows = np.full((cache.shape[0] - 6, *cache.shape[1:]), np.nan, np.float32)
+                write_cache_rows(cache, memoryview(rows).cast("B"), 6)
+        logits.append([generator._forward([token], 6 + i) for i, token in enumerate([3, 9, 27])])
+    np.testing.assert_array_equal(np.array(logits[1]), np.array(logits[0]))
+
+
+def test_kv_window_rounds_up_to_64_then_multiples_of_128() -> None:
+    """(The server's batched steps attend over these windows of the cache.)"""
     assert kv_window(6, 96) == kv_window(11, 96) == kv_window(64, 96) == 64 and kv_window(65, 96) == 96
     assert kv_window(129, 4096) == kv_window(256, 4096) == 256 and kv_window(257, 4096) == 384
-    step = model.steps[64]
-    assert step.calls == 6 and step.graph is not None  # captured on the 1st call, replayed since
 
 
 @pytest.mark.parametrize("weight_type", ["F32", "Q4_1", "Q6_K"])

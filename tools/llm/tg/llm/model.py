@@ -57,8 +57,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: 
 def attend(q: Tensor, kv: Tensor, mask: Tensor | None, kv_heads: int) -> Tensor:
     """Grouped-query attention of q `(T, heads, head_dim)` over kv `(S, 2, kv_heads, head_dim)` where `mask`
     `(T, S)` is True (None: every key); query head h reads key/value head h // (heads / kv_heads). Returns
-    `(T, heads * head_dim)`. The softmax's division comes after the weighted sum of the values (one kernel fewer
-    than normalizing the weights first)."""
+    `(T, heads * head_dim)`. The softmax's division comes after the weighted sum of the values, and its denominator
+    comes out of the same reduction (two kernels fewer than normalizing the weights first)."""
     count, heads, head_dim = q.shape
     group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, head_dim)
@@ -66,9 +66,11 @@ def attend(q: Tensor, kv: Tensor, mask: Tensor | None, kv_heads: int) -> Tensor:
     scores = (q.matmul(keys) * (1.0 / math.sqrt(head_dim))).reshape(kv_heads, group, count, -1)
     if mask is not None:
         scores = mask.reshape(1, 1, *mask.shape).where(scores, -math.inf)
-    exp = (scores - scores.max(-1, keepdim=True)).exp()
-    out = exp.reshape(kv_heads, group * count, -1).matmul(values).reshape(kv_heads, group, count, head_dim)
-    out = out / exp.sum(-1, keepdim=True)
+    exp = (scores - scores.max(-1, keepdim=True)).exp().reshape(kv_heads, group * count, -1)
+    # a column of ones after the values: one reduction gives the weighted values and the softmax's denominator
+    values = values.pad(((0, 0), (0, 0), (0, 1)), value=1.0)
+    both = exp.matmul(values).reshape(kv_heads, group, count, head_dim + 1)
+    out = both[..., :head_dim] / both[..., head_dim:]
     return out.permute(2, 0, 1, 3).reshape(count, heads * head_dim)
 
 
@@ -234,9 +236,10 @@ class Transformer:
             )
         rows = padded_rows(count)
         padded = tokens + [tokens[-1]] * (rows - count)  # padding rows write cache rows that later tokens overwrite
-        # a captured step's padding may run past the context (into the cache's spare rows); a plain chunk does not
-        position = self.position if rows in CAPTURED_ROWS else Variable("start_pos", 0, self.max_context - rows)
-        inputs = (position.bind(start_pos), Tensor((np.arange(rows) == count - 1)[:, None]))
+        # a captured step's padding may run past the context (into the cache's spare rows). A long chunk runs
+        # plainly at a concrete position: its attention matmuls run far faster with every size known
+        position = self.position.bind(start_pos) if rows in CAPTURED_ROWS else start_pos
+        inputs = (position, Tensor((np.arange(rows) == count - 1)[:, None]))
         inputs += tuple(self.embedding_table.inputs(padded))
         if rows not in CAPTURED_ROWS:
             logits = self._step(*inputs)
@@ -248,7 +251,7 @@ class Transformer:
             self.steps[rows] = TinyJit(self._step, plain_calls=0)
         return self.steps[rows](*inputs)
 
-    def _step(self, position: UOp, last: Tensor, *token_rows: Tensor) -> Tensor:
+    def _step(self, position: UOp | int, last: Tensor, *token_rows: Tensor) -> Tensor:
         """The logits `(vocab,)` of the row of the chunk `token_rows` that `last` `(rows, 1)` selects, its rows at
         positions `position`..: the function TinyJit captures. Every block's keys and values are assigned into its
         cache inside the step, so the one realize at the end runs the whole forward."""
@@ -273,14 +276,16 @@ class Transformer:
         return out.realize()
 
     def _attention(
-        self, block: Block, cache: Tensor, position: UOp, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None
+        self, block: Block, cache: Tensor, position: UOp | int, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None
     ) -> Tensor:
         """The attention output of the rows of x at positions `position`..: their keys and values are assigned
         into `cache` there, then the queries attend over the cache's filled rows (mask: which keys each row sees)."""
         q, k, v = self.rotated_qkv(block, x, cos, sin)
         count = x.shape[0]
-        # realized here: the assign updates the view, not `cache`, so the read below must come after it
-        cache[position : position + count].assign(stack([k, v], dim=1)).realize()
+        # realized here, the queries with them (else their projection would run again for the attention below):
+        # the assign updates the view, not `cache`, so the read below must come after it
+        q = q.contiguous()
+        Tensor.realize(cache[position : position + count].assign(stack([k, v], dim=1)), q)
         return linear(attend(q, cache[: position + count], mask, self.config.n_kv_heads), block.output)
 
     def rotated_qkv(self, block: Block, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -300,11 +305,17 @@ class Transformer:
         return q, k, v
 
     def _qkv(self, block: Block, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The projections of the rows of x. Many rows (a float scratch matmul, see weights.linear): each in a
+        buffer of its own, else the matmul fuses into both the cache assign and the queries and runs twice."""
+        many = x.shape[0] >= SCRATCH_MATMUL_ROWS
         if block.qkv is None:
             assert block.q is not None and block.k is not None and block.v is not None
-            return linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
+            parts = [linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)]
+            q, k, v = (part.contiguous() if many else part for part in parts)
+            return q, k, v
         config = self.config
         qkv = linear(x, block.qkv, block.qkv_bias)
+        qkv = qkv.contiguous() if many else qkv
         q_end = config.n_heads * config.head_dim
         k_end = q_end + config.n_kv_heads * config.head_dim
         return qkv[..., :q_end], qkv[..., q_end:k_end], qkv[..., k_end:]

@@ -135,12 +135,38 @@ def test_kv_window_rounds_up_to_64_then_multiples_of_128() -> None:
     assert kv_window(129, 4096) == kv_window(256, 4096) == 256 and kv_window(257, 4096) == 384
 
 
-@pytest.mark.parametrize("weight_type", ["F32", "Q4_1", "Q6_K"])
-def test_long_prefill_chunks_match_the_reference(tmp_path: Path, weight_type: str) -> None:
-    """A chunk of >= SCRATCH_MATMUL_ROWS tokens multiplies through a decoded float scratch matrix, not the matvec."""
-    path = write_model(tmp_path / "m.gguf", "llama", weight_type, seed=4, tied=False)
+@pytest.mark.parametrize(
+    ("arch", "weight_type"),
+    [("llama", "F32"), ("llama", "Q4_1"), ("llama", "Q6_K"), ("qwen2", "F32"), ("qwen3", "F32"), ("olmoe", "F32")],
+)
+def test_long_prefill_chunks_match_the_reference(tmp_path: Path, arch: str, weight_type: str) -> None:
+    """A chunk of >= SCRATCH_MATMUL_ROWS tokens multiplies through a decoded float scratch matrix, not the matvec,
+    in a block forward captured once and replayed per block (biases, q/k norms and experts are inputs too)."""
+    path = write_model(tmp_path / "m.gguf", arch, weight_type, seed=4, tied=False)
     tokens = [(7 * i + 3) % 250 for i in range(SCRATCH_MATMUL_ROWS + 4)]
     metadata, weights = reference.load(path)
     expected = reference.forward(metadata, weights, tokens)
     logits = Generator(load_model(path, max_context=64)[0], chunk_size=32).prefill(tokens)
     np.testing.assert_allclose(logits, expected[-1], atol=2e-3 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "Q4_1"])
+def test_a_long_chunk_replays_one_block_capture_for_every_block(tmp_path: Path, weight_type: str) -> None:
+    """A chunk of SCRATCH_MATMUL_ROWS+ tokens (padded to 32 rows) captures one block's forward and replays it with
+    each block's weights and cache: the logits and the cache equal the plain path's bit for bit, and the next chunk
+    (another position in the same KV window) replays the same capture."""
+    path = write_model(tmp_path / "m.gguf", "llama", weight_type, seed=5, tied=True)
+    tokens = [(11 * i + 3) % 250 for i in range(40)]
+    results = []
+    for jit in (0, 1):
+        model, _ = load_model(path, max_context=64)
+        with Context(JIT=jit):
+            first, second = model.forward(tokens[:20], 0).numpy(), model.forward(tokens[20:], 20).numpy()
+        results.append((first, second, [cache.numpy()[:40] for cache in model.caches]))
+    (plain_first, plain_second, plain_caches), (first, second, caches) = results
+    np.testing.assert_array_equal(first, plain_first)
+    np.testing.assert_array_equal(second, plain_second)
+    for plain, jitted in zip(plain_caches, caches, strict=True):
+        np.testing.assert_array_equal(jitted, plain)
+    (step,) = model.block_steps.values()
+    assert step.graph is not None and step.calls == 2 * len(model.blocks)

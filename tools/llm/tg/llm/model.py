@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
+from collections import OrderedDict
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from tg.hcq import Device
 from tg.hcq.engine.buffers import buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
 from tg.llm.ops import concat, stack
-from tg.llm.quants import DEQUANTIZERS, pack
+from tg.llm.quants import DEQUANTIZERS, Blocks, pack
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, linear
 from tg.tensor import Tensor, Variable
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
@@ -122,16 +124,61 @@ def kv_window(start_pos: int, max_context: int) -> int:
     return min(max_context, window)
 
 
-# the padded row counts of the captured steps: a chunk of up to 8 tokens is padded to the next of these, so a few
-# captures serve every chunk. Below SCRATCH_MATMUL_ROWS, so the weights stay encoded and a capture holds no float
-# copy of them. Longer chunks run plainly (their float scratch weights live one block at a time).
+# Decode steps and short chunks run the whole forward as one TinyJit capture per padded row count (CAPTURED_ROWS:
+# below SCRATCH_MATMUL_ROWS, so the weights stay encoded and a capture holds no float copy of them). Longer chunks
+# (BLOCK_ROWS) capture one block's forward per (padded rows, KV window, block layout) and replay it for every block
+# with that block's weights and cache as inputs: one block is scheduled instead of all, and a capture holds one
+# block's float scratch weights. Chunks longer still run plainly.
 CAPTURED_ROWS = (1, 2, 4, 8)
-assert CAPTURED_ROWS[-1] < SCRATCH_MATMUL_ROWS
+BLOCK_ROWS = (16, 32, 64, 128)
+assert CAPTURED_ROWS[-1] < SCRATCH_MATMUL_ROWS <= BLOCK_ROWS[0]
+# a chunk's attention reads the cache up to the next multiple of this past its last row (the rest masked), so
+# chunks at nearby positions share a capture; its rows are position-independent kernels with concrete sizes
+CHUNK_WINDOW = 128
+MAX_BLOCK_CAPTURES = 4  # kept, least recently used dropped first: each holds a block's float scratch weights
 
 
 def padded_rows(count: int) -> int:
-    """The row count a chunk of `count` tokens runs with: the next of CAPTURED_ROWS, or count itself."""
-    return next((rows for rows in CAPTURED_ROWS if rows >= count), count)
+    """The row count a chunk of `count` tokens runs with: the next of CAPTURED_ROWS or BLOCK_ROWS, or count."""
+    return next((rows for rows in (*CAPTURED_ROWS, *BLOCK_ROWS) if rows >= count), count)
+
+
+def block_tensors(block: Block) -> list[Tensor]:
+    """Every Tensor of a block (norms, biases, each weight's payload and fp16 fields), in field order."""
+    found: list[Tensor] = []
+    for item in dataclasses.fields(block):
+        value = getattr(block, item.name)
+        if isinstance(value, Tensor):
+            found.append(value)
+        elif isinstance(value, Weight):
+            data = value.data
+            found += [data.payload, *data.halves.values()] if isinstance(data, Blocks) else [data]
+    return found
+
+
+def rebuilt_block(template: Block, tensors: list[Tensor]) -> Block:
+    """`template` with its Tensors replaced, in `block_tensors` order, by `tensors` (a captured block's inputs)."""
+    supply = iter(tensors)
+    values: dict[str, object] = {}
+    for item in dataclasses.fields(template):
+        value = getattr(template, item.name)
+        if isinstance(value, Tensor):
+            value = next(supply)
+        elif isinstance(value, Weight):
+            data = value.data
+            if isinstance(data, Blocks):
+                data = Blocks(next(supply), data.start, {offset: next(supply) for offset in data.halves})
+            else:
+                data = next(supply)
+            value = Weight(data, value.ggml_type, value.shape)
+        values[item.name] = value
+    return Block(**values)  # type: ignore[arg-type]
+
+
+def block_layout(block: Block) -> tuple:
+    """What a captured block forward bakes in besides its inputs' shapes: which fields it has, of which types."""
+    return tuple((item.name, getattr(block, item.name).ggml_type) if isinstance(getattr(block, item.name), Weight)
+                 else (item.name, getattr(block, item.name) is None) for item in dataclasses.fields(block))  # fmt: skip
 
 
 def write_cache_rows(cache: Tensor, rows: memoryview, start_pos: int) -> None:
@@ -174,7 +221,7 @@ class Transformer:
         self.output_norm = weights["output_norm.weight"].float()
         self.output = weights.get("output.weight", self.embedding)  # tied embeddings when there is no output
         self.blocks = [self._block(index) for index in range(config.num_blocks)]
-        rows = self.max_context + CAPTURED_ROWS[-1] - 1  # a padded chunk's extra rows may run past the context
+        rows = self.max_context + BLOCK_ROWS[-1] - 1  # a padded chunk's extra rows may run past the context
         cache_shape = (rows, 2, config.n_kv_heads, config.head_dim)
         self.caches = [Tensor.zeros(*cache_shape).contiguous().realize() for _ in self.blocks]
         frequencies = config.rope_theta ** (-np.arange(0, config.rope_dim, 2, dtype=np.float64) / config.rope_dim)
@@ -185,6 +232,7 @@ class Transformer:
         self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal mask of a chunk
         self.position = Variable("start_pos", 0, self.max_context - 1)
         self.steps: dict[int, TinyJit] = {}  # padded row count -> its captured step (1: decoding)
+        self.block_steps: OrderedDict[tuple, TinyJit] = OrderedDict()  # see BLOCK_ROWS
 
     def _block(self, index: int) -> Block:
         def get(name: str) -> Weight | None:
@@ -236,6 +284,8 @@ class Transformer:
             )
         rows = padded_rows(count)
         padded = tokens + [tokens[-1]] * (rows - count)  # padding rows write cache rows that later tokens overwrite
+        if rows in BLOCK_ROWS:
+            return self._chunk(padded, count, start_pos)
         # a captured step's padding may run past the context (into the cache's spare rows). A long chunk runs
         # plainly at a concrete position: its attention matmuls run far faster with every size known
         position = self.position.bind(start_pos) if rows in CAPTURED_ROWS else start_pos
@@ -251,6 +301,46 @@ class Transformer:
             self.steps[rows] = TinyJit(self._step, plain_calls=0)
         return self.steps[rows](*inputs)
 
+    def _chunk(self, tokens: list[int], count: int, start_pos: int) -> Tensor:
+        """The logits after `tokens[count - 1]` of a padded chunk at start_pos, block by block (see BLOCK_ROWS)."""
+        rows, config = len(tokens), self.config
+        window = min(-(-(start_pos + rows) // CHUNK_WINDOW) * CHUNK_WINDOW, self.caches[0].shape[0])
+        x = self.embedding_table.decode(self.embedding_table.inputs(tokens)).contiguous().realize()
+        mask = Tensor(np.arange(window)[None, :] <= start_pos + np.arange(rows)[:, None])  # causal, (rows, window)
+        position = self.position.bind(start_pos)
+        for block, cache in zip(self.blocks, self.caches, strict=True):
+            weights = block_tensors(block)
+            self._block_step(block, rows, window, weights)(position, x, mask, cache, *weights)
+        last = Tensor((np.arange(rows) == count - 1)[:, None])
+        chosen = last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
+        logits = linear(rms_norm(chosen, self.output_norm, config.norm_eps), self.output).reshape(-1).realize()
+        release_cached_memory(self.caches[0].device)
+        return logits
+
+    def _block_step(self, block: Block, rows: int, window: int, weights: list[Tensor]) -> TinyJit:
+        """The captured forward of blocks like `block` for chunks of `rows` rows attending over `window` rows."""
+        key = (rows, window, block_layout(block), tuple((w.shape, w.dtype) for w in weights))
+        if key in self.block_steps:
+            self.block_steps.move_to_end(key)
+            return self.block_steps[key]
+        step = TinyJit(functools.partial(self._block_forward, block), plain_calls=0)
+        self.block_steps[key] = step
+        if len(self.block_steps) > MAX_BLOCK_CAPTURES:
+            self.block_steps.popitem(last=False)
+        return step
+
+    def _block_forward(
+        self, template: Block, position: UOp, x: Tensor, mask: Tensor, cache: Tensor, *weights: Tensor
+    ) -> Tensor:
+        """One block's forward of the rows of x (its buffer `(rows, dim)` updated in place), the block's Tensors
+        given as `weights` (see rebuilt_block), attending over the first `mask.shape[1]` rows of `cache`."""
+        block, config, count = rebuilt_block(template, list(weights)), self.config, x.shape[0]
+        cos, sin = (table[position : position + count] for table in self.rope_tables)
+        normed = rms_norm(x, block.attn_norm, config.norm_eps)
+        h = x + self._attention(block, cache, position, mask.shape[1], normed, cos, sin, mask)
+        x.assign(h + self.feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))).realize()
+        return x
+
     def _step(self, position: UOp | int, last: Tensor, *token_rows: Tensor) -> Tensor:
         """The logits `(vocab,)` of the row of the chunk `token_rows` that `last` `(rows, 1)` selects, its rows at
         positions `position`..: the function TinyJit captures. Every block's keys and values are assigned into its
@@ -264,8 +354,8 @@ class Transformer:
             keys, queries = self.positions[: position + count], self.positions[position : position + count]
             mask = keys.reshape(1, -1) <= queries.reshape(-1, 1)
         for block, cache in zip(self.blocks, self.caches, strict=True):
-            h = x + self._attention(block, cache, position, rms_norm(x, block.attn_norm, config.norm_eps), cos, sin,
-                                    mask)  # fmt: skip
+            normed = rms_norm(x, block.attn_norm, config.norm_eps)
+            h = x + self._attention(block, cache, position, position + count, normed, cos, sin, mask)
             x = h + self.feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
             # the scheduler's cache serves blocks 2..N from block 1's schedule (and a long chunk's float scratch
@@ -276,17 +366,26 @@ class Transformer:
         return out.realize()
 
     def _attention(
-        self, block: Block, cache: Tensor, position: UOp | int, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None
+        self,
+        block: Block,
+        cache: Tensor,
+        position: UOp | int,
+        visible: UOp | int,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        mask: Tensor | None,
     ) -> Tensor:
         """The attention output of the rows of x at positions `position`..: their keys and values are assigned
-        into `cache` there, then the queries attend over the cache's filled rows (mask: which keys each row sees)."""
+        into `cache` there, then the queries attend over the cache's first `visible` rows (mask: which keys each
+        row sees)."""
         q, k, v = self.rotated_qkv(block, x, cos, sin)
         count = x.shape[0]
         # realized here, the queries with them (else their projection would run again for the attention below):
         # the assign updates the view, not `cache`, so the read below must come after it
         q = q.contiguous()
         Tensor.realize(cache[position : position + count].assign(stack([k, v], dim=1)), q)
-        return linear(attend(q, cache[: position + count], mask, self.config.n_kv_heads), block.output)
+        return linear(attend(q, cache[:visible], mask, self.config.n_kv_heads), block.output)
 
     def rotated_qkv(self, block: Block, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The queries `(T, heads, head_dim)`, keys and values `(T, kv_heads, head_dim)` of the rows of x: projected,

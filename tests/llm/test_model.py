@@ -154,7 +154,7 @@ def test_long_prefill_chunks_match_the_reference(tmp_path: Path, arch: str, weig
 def test_a_long_chunk_replays_one_block_capture_for_every_block(tmp_path: Path, weight_type: str) -> None:
     """A chunk of SCRATCH_MATMUL_ROWS+ tokens (padded to 32 rows) captures one block's forward and replays it with
     each block's weights and cache: the logits and the cache equal the plain path's bit for bit, and the next chunk
-    (another position in the same KV window) replays the same capture."""
+    (another position in the same KV window) replays the same capture, until decoding starts."""
     path = write_model(tmp_path / "m.gguf", "llama", weight_type, seed=5, tied=True)
     tokens = [(11 * i + 3) % 250 for i in range(40)]
     results = []
@@ -170,3 +170,5 @@ def test_a_long_chunk_replays_one_block_capture_for_every_block(tmp_path: Path, 
         np.testing.assert_array_equal(jitted, plain)
     (step,) = model.block_steps.values()
     assert step.graph is not None and step.calls == 2 * len(model.blocks)
+    model.forward([1], 40)  # the first decode step frees the chunk captures (their float scratch weights)
+    assert not model.block_steps

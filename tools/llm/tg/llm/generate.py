@@ -45,6 +45,7 @@ class Generator:
         for chunk_start in range(start, len(tokens), self.chunk_size):
             chunk = tokens[chunk_start : chunk_start + self.chunk_size]
             logits = self._forward(chunk, chunk_start)
+        self.model.drop_chunk_captures()
         self.cached = list(tokens)
         return logits
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-from collections import OrderedDict
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,7 +134,6 @@ assert CAPTURED_ROWS[-1] < SCRATCH_MATMUL_ROWS <= BLOCK_ROWS[0]
 # a chunk's attention reads the cache up to the next multiple of this past its last row (the rest masked), so
 # chunks at nearby positions share a capture; its rows are position-independent kernels with concrete sizes
 CHUNK_WINDOW = 128
-MAX_BLOCK_CAPTURES = 4  # kept, least recently used dropped first: each holds a block's float scratch weights
 
 
 def padded_rows(count: int) -> int:
@@ -232,7 +230,7 @@ class Transformer:
         self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal mask of a chunk
         self.position = Variable("start_pos", 0, self.max_context - 1)
         self.steps: dict[int, TinyJit] = {}  # padded row count -> its captured step (1: decoding)
-        self.block_steps: OrderedDict[tuple, TinyJit] = OrderedDict()  # see BLOCK_ROWS
+        self.block_steps: dict[tuple, TinyJit] = {}  # see BLOCK_ROWS; dropped by drop_chunk_captures
 
     def _block(self, index: int) -> Block:
         def get(name: str) -> Weight | None:
@@ -295,6 +293,8 @@ class Transformer:
             logits = self._step(*inputs)
             release_cached_memory(self.caches[0].device)
             return logits
+        if self.block_steps:  # a decode step or short chunk after long chunks: the prompt is in
+            self.drop_chunk_captures()
         if rows not in self.steps:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
@@ -320,14 +320,16 @@ class Transformer:
     def _block_step(self, block: Block, rows: int, window: int, weights: list[Tensor]) -> TinyJit:
         """The captured forward of blocks like `block` for chunks of `rows` rows attending over `window` rows."""
         key = (rows, window, block_layout(block), tuple((w.shape, w.dtype) for w in weights))
-        if key in self.block_steps:
-            self.block_steps.move_to_end(key)
-            return self.block_steps[key]
-        step = TinyJit(functools.partial(self._block_forward, block), plain_calls=0)
-        self.block_steps[key] = step
-        if len(self.block_steps) > MAX_BLOCK_CAPTURES:
-            self.block_steps.popitem(last=False)
-        return step
+        if key not in self.block_steps:
+            self.block_steps[key] = TinyJit(functools.partial(self._block_forward, block), plain_calls=0)
+        return self.block_steps[key]
+
+    def drop_chunk_captures(self) -> None:
+        """Free the block captures of long chunks (each holds a block's float scratch weights, tens of MB on big
+        models). A prompt's chunks share a capture while they share a KV window; the next prompt's rarely do, so
+        the first decode step or short chunk after them drops them (and so does Generator.prefill)."""
+        self.block_steps.clear()
+        release_cached_memory(self.caches[0].device)
 
     def _block_forward(
         self, template: Block, position: UOp, x: Tensor, mask: Tensor, cache: Tensor, *weights: Tensor

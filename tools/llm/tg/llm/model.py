@@ -411,7 +411,8 @@ class Transformer:
         many = x.shape[0] >= SCRATCH_MATMUL_ROWS
         if block.qkv is None:
             assert block.q is not None and block.k is not None and block.v is not None
-            parts = [linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)]
+            parts = [linear(x, weight, bias) for weight, bias in
+                     ((block.q, block.q_bias), (block.k, block.k_bias), (block.v, block.v_bias))]  # fmt: skip
             q, k, v = (part.contiguous() if many else part for part in parts)
             return q, k, v
         config = self.config

@@ -5,7 +5,7 @@ of one decode step (kernels, their time, Python overhead), the machine's load av
 and, when installed, the same run in transformers (float32) and llama-cpp-python on the same file.
 
 Decode steps are TinyJit replays of the one decode capture (the position is a kernel argument, see tg.llm.model):
-the median over --decode steps after the step that captured it. Prefill runs in chunks of 128: each chunk
+the median over --decode steps after the step that captured it. Prefill runs in chunks of 256: each chunk
 captures one block's forward (float scratch matmuls) and replays it for every block; the first run also compiles
 whatever kernels the disk cache lacks, so the second is reported as warm. GB/s is what a decode step must read,
 the weights it uses (all but an untied token embedding, whose rows come from the file) and the filled KV cache

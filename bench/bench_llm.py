@@ -4,11 +4,13 @@ Run: `CC=gcc uv run python bench/bench_llm.py [--prefill 256] [--decode 32]`. Pr
 of one decode step (kernels, their time, Python overhead), the machine's load average (the figures depend on it)
 and, when installed, the same run in transformers (float32) and llama-cpp-python on the same file.
 
-Decode steps are TinyJit replays (one capture per KV window, see tg.llm.model): the median over --decode steps
-after the step that captured the window. Prefill runs plainly in chunks of 128 (scheduling in Python, float
-scratch matmuls); the first run also compiles whatever kernels the disk cache lacks, so the second is reported as
-warm. GB/s is what a decode step must read, the weights it uses (all but an untied token embedding, whose rows
-come from the file) and its KV window, over the step's median time.
+Decode steps are TinyJit replays of the one decode capture (the position is a kernel argument, see tg.llm.model):
+the median over --decode steps after the step that captured it. Prefill runs in chunks of 256: each chunk
+captures one block's forward (float scratch matmuls) and replays it for every block; the first run also compiles
+whatever kernels the disk cache lacks, so the second is reported as warm. GB/s is what a decode step must read,
+the weights it uses (all but an untied token embedding, whose rows come from the file) and the filled KV cache
+rows, over the step's median time. The calling thread's Python per replay is the time from the call until the
+submit returns (before the kernels finish).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 
 from tg.llm import registry
 from tg.llm.generate import Generator
-from tg.llm.model import Transformer, kv_window, load_model
+from tg.llm.model import Transformer, load_model
 from tg.tensor import Context, GlobalCounters
 
 KERNEL_LINE = re.compile(r"^\*\*\* \S+\s+\d+ (\S+)\s+shape \S+\s+([\d.]+) us")
@@ -69,9 +71,13 @@ def bench_tg(path, prefill_tokens: int, decode_tokens: int) -> dict:
     position = len(generator.cached) - 1
     untied = "output.weight" in model.weights
     weights = sum(w.nbytes() for name, w in model.weights.items() if not (untied and name == "token_embd.weight"))
-    kv_window_bytes = sum(cache.nbytes() // model.max_context for cache in model.caches) * kv_window(
-        position, model.max_context
-    )
+    kv_bytes = sum(cache.nbytes() // cache.shape[0] for cache in model.caches) * (position + 1)
+    host_s = []
+    for _ in range(5):  # the calling thread's part of a replay: inputs, argument patches, the submit
+        start = time.perf_counter()
+        logits = model.forward([token], position)
+        host_s.append(time.perf_counter() - start)
+        logits.numpy()
     # rewrites the last position's keys/values with the same ones; the least disturbed of 3 runs (a loaded machine)
     profile = min((profile_step(model, token, position) for _ in range(3)), key=lambda p: p["kernel_s"])
     return {
@@ -80,7 +86,9 @@ def bench_tg(path, prefill_tokens: int, decode_tokens: int) -> dict:
         "decode_tok_s": 1 / decode_s,
         "decode_s": decode_s,
         "decode_best_tok_s": 1 / min(steps[1:]),
-        "decode_gb_s": (weights + kv_window_bytes) / decode_s / 1e9,
+        "decode_gb_s": (weights + kv_bytes) / decode_s / 1e9,
+        "host_s": statistics.median(host_s),
+        "blocks": len(model.blocks),
         "weight_mb": sum(weight.nbytes() for weight in model.weights.values()) / 1e6,
         "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
         **profile,
@@ -101,9 +109,11 @@ def print_tg(tg: dict, args: argparse.Namespace) -> None:
         else "less than the kernels' timed sum: on a loaded machine kernel times vary from run to run"
     )
     print(
-        f"one decode step: {tg['kernels']} kernels, {tg['kernel_s'] * 1e3:.1f} ms in kernels (timed one by one in a "
-        f"plain run, JIT=0 DEBUG=2), {tg['bytes'] / 1e6:.0f} MB of buffers; the replayed step takes "
-        f"{tg['decode_s'] * 1e3:.1f} ms, {overhead}"
+        f"one decode step: {tg['kernels']} kernels ({tg['kernels'] / tg['blocks']:.1f} per block), "
+        f"{tg['kernel_s'] * 1e3:.1f} ms in kernels (timed one by one in a plain run, JIT=0 DEBUG=2), "
+        f"{tg['bytes'] / 1e6:.0f} MB of buffers; the replayed step takes "
+        f"{tg['decode_s'] * 1e3:.1f} ms, {overhead}; the calling thread's Python per replay: "
+        f"{tg['host_s'] * 1e3:.2f} ms"
     )
     top = ", ".join(f"{name} {seconds * 1e3:.1f} ms" for name, seconds in tg["top"])
     print(f"  kernel time by name: {top}")

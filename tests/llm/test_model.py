@@ -15,7 +15,7 @@ from llm_fixtures import write_model  # noqa: E402
 
 from tg.hcq.engine import program_cache_stats  # noqa: E402
 from tg.llm.generate import Generator  # noqa: E402
-from tg.llm.model import ContextOverflowError, kv_window, load_model, top_k_mask  # noqa: E402
+from tg.llm.model import ContextOverflowError, kv_window, load_model, top_k_mask, write_cache_rows  # noqa: E402
 from tg.llm.weights import SCRATCH_MATMUL_ROWS  # noqa: E402
 from tg.tensor import Context, Tensor  # noqa: E402
 
@@ -88,8 +88,8 @@ def greedy_decode(path: Path, steps: int) -> tuple[list[int], list[np.ndarray]]:
 
 @pytest.mark.parametrize("weight_type", ["Q4_1", "Q6_K"])  # a fused matvec, and the generic decode + matmul
 def test_jitted_decode_equals_the_plain_one(tmp_path: Path, weight_type: str) -> None:
-    """TinyJit replays (one capture per KV window: 64 positions, then from position 65 on the whole context of
-    96) give the plain path's logits bit for bit, across positions and across the window change."""
+    """TinyJit replays of the one decode capture (the position is a kernel argument) give the plain path's logits
+    bit for bit, at every position from 6 to 67."""
     path = write_model(tmp_path / "m.gguf", "llama", weight_type, seed=3, tied=True)
     with Context(JIT=0):
         plain_tokens, plain_logits = greedy_decode(path, 62)
@@ -99,27 +99,76 @@ def test_jitted_decode_equals_the_plain_one(tmp_path: Path, weight_type: str) ->
         np.testing.assert_array_equal(jitted, plain)
 
 
-def test_decode_replays_one_capture_per_window(tmp_path: Path) -> None:
+def test_one_decode_capture_serves_every_position(tmp_path: Path) -> None:
+    """After the first decode step nothing is compiled, scheduled or captured again, up to the end of the context."""
     model, _ = load_model(write_model(tmp_path / "m.gguf"), max_context=96)
     generator = Generator(model, chunk_size=4)
     generator.prefill(TOKENS[:6])
     generator._forward([1], 6)
-    compiled = program_cache_stats.misses
-    for position in range(7, 12):  # the same window: replays, nothing new to compile or schedule
+    compiled, step = program_cache_stats.misses, model.steps[1]
+    graph = step.graph
+    for position in range(7, 96):
         generator._forward([1], position)
     assert program_cache_stats.misses == compiled
+    assert model.steps[1] is step and step.graph is graph and step.calls == 90
+
+
+def test_decode_reads_only_the_filled_cache_rows(tmp_path: Path) -> None:
+    """Cache rows past the current position are never read: filling them with NaN leaves the logits unchanged."""
+    path = write_model(tmp_path / "m.gguf")
+    logits = []
+    for poison in (False, True):
+        model, _ = load_model(path, max_context=64)
+        generator = Generator(model, chunk_size=4)
+        generator.prefill(TOKENS[:6])
+        if poison:
+            for cache in model.caches:
+                rows = np.full((cache.shape[0] - 6, *cache.shape[1:]), np.nan, np.float32)
+                write_cache_rows(cache, memoryview(rows).cast("B"), 6)
+        logits.append([generator._forward([token], 6 + i) for i, token in enumerate([3, 9, 27])])
+    np.testing.assert_array_equal(np.array(logits[1]), np.array(logits[0]))
+
+
+def test_kv_window_rounds_up_to_64_then_multiples_of_128() -> None:
+    """(The server's batched steps attend over these windows of the cache.)"""
     assert kv_window(6, 96) == kv_window(11, 96) == kv_window(64, 96) == 64 and kv_window(65, 96) == 96
     assert kv_window(129, 4096) == kv_window(256, 4096) == 256 and kv_window(257, 4096) == 384
-    step = model.steps[64]
-    assert step.calls == 6 and step.graph is not None  # captured on the 1st call, replayed since
 
 
-@pytest.mark.parametrize("weight_type", ["F32", "Q4_1", "Q6_K"])
-def test_long_prefill_chunks_match_the_reference(tmp_path: Path, weight_type: str) -> None:
-    """A chunk of >= SCRATCH_MATMUL_ROWS tokens multiplies through a decoded float scratch matrix, not the matvec."""
-    path = write_model(tmp_path / "m.gguf", "llama", weight_type, seed=4, tied=False)
+@pytest.mark.parametrize(
+    ("arch", "weight_type"),
+    [("llama", "F32"), ("llama", "Q4_1"), ("llama", "Q6_K"), ("qwen2", "F32"), ("qwen3", "F32"), ("olmoe", "F32")],
+)
+def test_long_prefill_chunks_match_the_reference(tmp_path: Path, arch: str, weight_type: str) -> None:
+    """A chunk of >= SCRATCH_MATMUL_ROWS tokens multiplies through a decoded float scratch matrix, not the matvec,
+    in a block forward captured once and replayed per block (biases, q/k norms and experts are inputs too)."""
+    path = write_model(tmp_path / "m.gguf", arch, weight_type, seed=4, tied=False)
     tokens = [(7 * i + 3) % 250 for i in range(SCRATCH_MATMUL_ROWS + 4)]
     metadata, weights = reference.load(path)
     expected = reference.forward(metadata, weights, tokens)
     logits = Generator(load_model(path, max_context=64)[0], chunk_size=32).prefill(tokens)
     np.testing.assert_allclose(logits, expected[-1], atol=2e-3 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "Q4_1"])
+def test_a_long_chunk_replays_one_block_capture_for_every_block(tmp_path: Path, weight_type: str) -> None:
+    """A chunk of SCRATCH_MATMUL_ROWS+ tokens (padded to 32 rows) captures one block's forward and replays it with
+    each block's weights and cache: the logits and the cache equal the plain path's bit for bit, and the next chunk
+    (another position in the same KV window) replays the same capture, until decoding starts."""
+    path = write_model(tmp_path / "m.gguf", "llama", weight_type, seed=5, tied=True)
+    tokens = [(11 * i + 3) % 250 for i in range(40)]
+    results = []
+    for jit in (0, 1):
+        model, _ = load_model(path, max_context=64)
+        with Context(JIT=jit):
+            first, second = model.forward(tokens[:20], 0).numpy(), model.forward(tokens[20:], 20).numpy()
+        results.append((first, second, [cache.numpy()[:40] for cache in model.caches]))
+    (plain_first, plain_second, plain_caches), (first, second, caches) = results
+    np.testing.assert_array_equal(first, plain_first)
+    np.testing.assert_array_equal(second, plain_second)
+    for plain, jitted in zip(plain_caches, caches, strict=True):
+        np.testing.assert_array_equal(jitted, plain)
+    (step,) = model.block_steps.values()
+    assert step.graph is not None and step.calls == 2 * len(model.blocks)
+    model.forward([1], 40)  # the first decode step frees the chunk captures (their float scratch weights)
+    assert not model.block_steps

@@ -23,7 +23,7 @@ class Generator:
     """Runs one conversation: `cached` holds the tokens whose keys and values are in the model's KV cache."""
 
     model: Transformer
-    chunk_size: int = 128
+    chunk_size: int = 256  # the largest of BLOCK_ROWS: a chunk decodes each weight into float once, so longer is faster
     cached: list[int] = field(default_factory=list)
     forward_calls: list[tuple[int, int]] = field(default_factory=list)  # (token count, start_pos), for tests
 
@@ -45,6 +45,7 @@ class Generator:
         for chunk_start in range(start, len(tokens), self.chunk_size):
             chunk = tokens[chunk_start : chunk_start + self.chunk_size]
             logits = self._forward(chunk, chunk_start)
+        self.model.drop_chunk_captures()
         self.cached = list(tokens)
         return logits
 

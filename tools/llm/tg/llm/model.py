@@ -16,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from tg.codegen import dtypes
+from tg.codegen import UOp, dtypes
 from tg.codegen.schedule.realize import whole_buffer
 from tg.hcq import Device
 from tg.hcq.engine.buffers import buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
 from tg.llm.ops import concat, stack
-from tg.llm.quants import DEQUANTIZERS, pack
+from tg.llm.quants import DEQUANTIZERS, Blocks, pack
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, linear
-from tg.tensor import Tensor
+from tg.tensor import Tensor, Variable
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
 
@@ -55,16 +55,23 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: 
     return out if rest.shape[-1] == 0 else concat([out, rest], dim=-1)
 
 
-def attend(q: Tensor, kv: Tensor, mask: Tensor, kv_heads: int) -> Tensor:
+def attend(q: Tensor, kv: Tensor, mask: Tensor | None, kv_heads: int) -> Tensor:
     """Grouped-query attention of q `(T, heads, head_dim)` over kv `(S, 2, kv_heads, head_dim)` where `mask`
-    `(T, S)` is True; query head h reads key/value head h // (heads / kv_heads). Returns `(T, heads * head_dim)`."""
+    `(T, S)` is True (None: every key); query head h reads key/value head h // (heads / kv_heads). Returns
+    `(T, heads * head_dim)`. The softmax's division comes after the weighted sum of the values, and its denominator
+    comes out of the same reduction (two kernels fewer than normalizing the weights first)."""
     count, heads, head_dim = q.shape
     group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, head_dim)
     keys, values = kv[:, 0].permute(1, 2, 0), kv[:, 1].transpose(0, 1)  # (kv, head_dim, S), (kv, S, head_dim)
     scores = (q.matmul(keys) * (1.0 / math.sqrt(head_dim))).reshape(kv_heads, group, count, -1)
-    weights = mask.reshape(1, 1, *mask.shape).where(scores, -math.inf).softmax(-1)
-    out = weights.reshape(kv_heads, group * count, -1).matmul(values).reshape(kv_heads, group, count, head_dim)
+    if mask is not None:
+        scores = mask.reshape(1, 1, *mask.shape).where(scores, -math.inf)
+    exp = (scores - scores.max(-1, keepdim=True)).exp().reshape(kv_heads, group * count, -1)
+    # a column of ones after the values: one reduction gives the weighted values and the softmax's denominator
+    values = values.pad(((0, 0), (0, 0), (0, 1)), value=1.0)
+    both = exp.matmul(values).reshape(kv_heads, group, count, head_dim + 1)
+    out = both[..., :head_dim] / both[..., head_dim:]
     return out.permute(2, 0, 1, 3).reshape(count, heads * head_dim)
 
 
@@ -105,7 +112,8 @@ class Block:
 
 
 def kv_window(start_pos: int, max_context: int) -> int:
-    """How many cached positions a step starting at `start_pos` attends over: 0, 64, 128, then the multiple of 128
+    """How many cached positions a batched server step (tg.llm.serve.runner) starting at `start_pos` attends over
+    (the model's own steps read exactly the filled rows, see Transformer): 0, 64, 128, then the multiple of 128
     at or above start_pos (at most max_context). Steps in one window run identical kernels, so one TinyJit capture
     per window serves every position in it; the positions from start_pos on are masked. Windows of 128 keep the
     keys and values read in vain below 128 positions, while a new window (one step scheduled and captured) comes
@@ -114,6 +122,62 @@ def kv_window(start_pos: int, max_context: int) -> int:
         return 0
     window = 64 if start_pos <= 64 else -(-start_pos // 128) * 128
     return min(max_context, window)
+
+
+# Decode steps and short chunks run the whole forward as one TinyJit capture per padded row count (CAPTURED_ROWS:
+# below SCRATCH_MATMUL_ROWS, so the weights stay encoded and a capture holds no float copy of them). Longer chunks
+# (BLOCK_ROWS) capture one block's forward per (padded rows, KV window, block layout) and replay it for every block
+# with that block's weights and cache as inputs: one block is scheduled instead of all, and a capture holds one
+# block's float scratch weights. Chunks longer still run plainly.
+CAPTURED_ROWS = (1, 2, 4, 8)
+BLOCK_ROWS = (16, 32, 64, 128, 256)
+assert CAPTURED_ROWS[-1] < SCRATCH_MATMUL_ROWS <= BLOCK_ROWS[0]
+# a chunk's attention reads the cache up to the next multiple of this past its last row (the rest masked), so
+# chunks at nearby positions share a capture; its rows are position-independent kernels with concrete sizes
+CHUNK_WINDOW = 128
+
+
+def padded_rows(count: int) -> int:
+    """The row count a chunk of `count` tokens runs with: the next of CAPTURED_ROWS or BLOCK_ROWS, or count."""
+    return next((rows for rows in (*CAPTURED_ROWS, *BLOCK_ROWS) if rows >= count), count)
+
+
+def block_tensors(block: Block) -> list[Tensor]:
+    """Every Tensor of a block (norms, biases, each weight's payload and fp16 fields), in field order."""
+    found: list[Tensor] = []
+    for item in dataclasses.fields(block):
+        value = getattr(block, item.name)
+        if isinstance(value, Tensor):
+            found.append(value)
+        elif isinstance(value, Weight):
+            data = value.data
+            found += [data.payload, *data.halves.values()] if isinstance(data, Blocks) else [data]
+    return found
+
+
+def rebuilt_block(template: Block, tensors: list[Tensor]) -> Block:
+    """`template` with its Tensors replaced, in `block_tensors` order, by `tensors` (a captured block's inputs)."""
+    supply = iter(tensors)
+    values: dict[str, object] = {}
+    for item in dataclasses.fields(template):
+        value = getattr(template, item.name)
+        if isinstance(value, Tensor):
+            value = next(supply)
+        elif isinstance(value, Weight):
+            data = value.data
+            if isinstance(data, Blocks):
+                data = Blocks(next(supply), data.start, {offset: next(supply) for offset in data.halves})
+            else:
+                data = next(supply)
+            value = Weight(data, value.ggml_type, value.shape)
+        values[item.name] = value
+    return Block(**values)  # type: ignore[arg-type]
+
+
+def block_layout(block: Block) -> tuple:
+    """What a captured block forward bakes in besides its inputs' shapes: which fields it has, of which types."""
+    return tuple((item.name, getattr(block, item.name).ggml_type) if isinstance(getattr(block, item.name), Weight)
+                 else (item.name, getattr(block, item.name) is None) for item in dataclasses.fields(block))  # fmt: skip
 
 
 def write_cache_rows(cache: Tensor, rows: memoryview, start_pos: int) -> None:
@@ -140,10 +204,11 @@ def release_cached_memory(device: str) -> None:
 class Transformer:
     """A GGUF decoder model with its KV cache (one sequence, batch 1).
 
-    The cache of a block is `(max_context, 2, kv_heads, head_dim)`: position-major, so the keys and values of new
-    positions are one contiguous run of memory, written by a copy after each step (`_store`). The step itself is a
-    function of Tensors only (token rows, RoPE rows, mask), its shapes fixed by the token count and the KV window,
-    so TinyJit captures the one-token step once per window and replays it for every position.
+    The cache of a block is `(rows, 2, kv_heads, head_dim)`, position-major, with `rows` = max_context plus room
+    for one padded prefill chunk. A step is a function of Tensors and the bound position Variable `start_pos`: it
+    writes its keys and values into the caches (an assign inside the step) and attends over the filled part
+    `cache[:start_pos + count]` only. Kernels take the position as an argument, so TinyJit captures the one-token
+    step once and replays it for every position, and a short chunk once per padded row count (CAPTURED_ROWS).
     """
 
     def __init__(
@@ -155,12 +220,18 @@ class Transformer:
         self.output_norm = weights["output_norm.weight"].float()
         self.output = weights.get("output.weight", self.embedding)  # tied embeddings when there is no output
         self.blocks = [self._block(index) for index in range(config.num_blocks)]
-        cache_shape = (self.max_context, 2, config.n_kv_heads, config.head_dim)
+        rows = self.max_context + BLOCK_ROWS[-1] - 1  # a padded chunk's extra rows may run past the context
+        cache_shape = (rows, 2, config.n_kv_heads, config.head_dim)
         self.caches = [Tensor.zeros(*cache_shape).contiguous().realize() for _ in self.blocks]
         frequencies = config.rope_theta ** (-np.arange(0, config.rope_dim, 2, dtype=np.float64) / config.rope_dim)
-        angles = np.arange(self.max_context, dtype=np.float64)[:, None] * frequencies[None, :]
+        angles = np.arange(rows, dtype=np.float64)[:, None] * frequencies[None, :]
         self.rope_cos, self.rope_sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-        self.steps: dict[int, TinyJit] = {}  # KV window -> the captured one-token step
+        # the same tables on the device, `(rows, 1, rope_dim / 2)`: a step slices its rows at the symbolic position
+        self.rope_tables = (Tensor(self.rope_cos[:, None, :]).realize(), Tensor(self.rope_sin[:, None, :]).realize())
+        self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal mask of a chunk
+        self.position = Variable("start_pos", 0, self.max_context - 1)
+        self.steps: dict[int, TinyJit] = {}  # padded row count -> its captured step (1: decoding)
+        self.block_steps: dict[tuple, TinyJit] = {}  # see BLOCK_ROWS; dropped by drop_chunk_captures
 
     def _block(self, index: int) -> Block:
         def get(name: str) -> Weight | None:
@@ -210,64 +281,114 @@ class Transformer:
             raise ContextOverflowError(
                 f"context overflow: {start_pos + count} tokens do not fit the maximum context of {self.max_context}"
             )
-        window = kv_window(start_pos, self.max_context)
-        step = self._jitted_step(window) if count == 1 else functools.partial(self._step, window)
-        positions = slice(start_pos, start_pos + count)
-        cos, sin = Tensor(self.rope_cos[positions, None, :]), Tensor(self.rope_sin[positions, None, :])
-        cached_visible = np.arange(window)[None, :] < start_pos
-        mask = np.concatenate([np.broadcast_to(cached_visible, (count, window)), np.tri(count, dtype=bool)], axis=1)
-        logits, *new_kv = step(cos, sin, Tensor(mask), *self.embedding_table.inputs(tokens))
-        self._store(new_kv, start_pos)
-        if count >= SCRATCH_MATMUL_ROWS:
+        rows = padded_rows(count)
+        padded = tokens + [tokens[-1]] * (rows - count)  # padding rows write cache rows that later tokens overwrite
+        if rows in BLOCK_ROWS:
+            return self._chunk(padded, count, start_pos)
+        # a captured step's padding may run past the context (into the cache's spare rows). A long chunk runs
+        # plainly at a concrete position: its attention matmuls run far faster with every size known
+        position = self.position.bind(start_pos) if rows in CAPTURED_ROWS else start_pos
+        inputs = (position, Tensor((np.arange(rows) == count - 1)[:, None]))
+        inputs += tuple(self.embedding_table.inputs(padded))
+        if rows not in CAPTURED_ROWS:
+            logits = self._step(*inputs)
             release_cached_memory(self.caches[0].device)
+            return logits
+        if self.block_steps:  # a decode step or short chunk after long chunks: the prompt is in
+            self.drop_chunk_captures()
+        if rows not in self.steps:
+            # the step does the same work every call (weights and caches are realized at load), so the first call
+            # is captured: a short answer would otherwise spend a step scheduling
+            self.steps[rows] = TinyJit(self._step, plain_calls=0)
+        return self.steps[rows](*inputs)
+
+    def _chunk(self, tokens: list[int], count: int, start_pos: int) -> Tensor:
+        """The logits after `tokens[count - 1]` of a padded chunk at start_pos, block by block (see BLOCK_ROWS)."""
+        rows, config = len(tokens), self.config
+        window = min(-(-(start_pos + rows) // CHUNK_WINDOW) * CHUNK_WINDOW, self.caches[0].shape[0])
+        x = self.embedding_table.decode(self.embedding_table.inputs(tokens)).contiguous().realize()
+        mask = Tensor(np.arange(window)[None, :] <= start_pos + np.arange(rows)[:, None])  # causal, (rows, window)
+        position = self.position.bind(start_pos)
+        for block, cache in zip(self.blocks, self.caches, strict=True):
+            weights = block_tensors(block)
+            self._block_step(block, rows, window, weights)(position, x, mask, cache, *weights)
+        last = Tensor((np.arange(rows) == count - 1)[:, None])
+        chosen = last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
+        logits = linear(rms_norm(chosen, self.output_norm, config.norm_eps), self.output).reshape(-1).realize()
+        release_cached_memory(self.caches[0].device)
         return logits
 
-    def _jitted_step(self, window: int) -> TinyJit:
-        """The one-token step over `window` cached positions, captured once and replayed for every position.
+    def _block_step(self, block: Block, rows: int, window: int, weights: list[Tensor]) -> TinyJit:
+        """The captured forward of blocks like `block` for chunks of `rows` rows attending over `window` rows."""
+        key = (rows, window, block_layout(block), tuple((w.shape, w.dtype) for w in weights))
+        if key not in self.block_steps:
+            self.block_steps[key] = TinyJit(functools.partial(self._block_forward, block), plain_calls=0)
+        return self.block_steps[key]
 
-        Only single-token steps are captured: a capture keeps every buffer its kernels use, and a prefill chunk's
-        (its float scratch weights included, see weights.linear) would hold tens of MB per chunk length."""
-        if window not in self.steps:
-            # the step does the same work every call (weights and caches are realized at load), so the first call
-            # is captured: a short answer would otherwise spend two of its steps scheduling per window
-            self.steps[window] = TinyJit(functools.partial(self._step, window), plain_calls=0)
-        return self.steps[window]
+    def drop_chunk_captures(self) -> None:
+        """Free the block captures of long chunks (each holds a block's float scratch weights, tens of MB on big
+        models). A prompt's chunks share a capture while they share a KV window; the next prompt's rarely do, so
+        the first decode step or short chunk after them drops them (and so does Generator.prefill)."""
+        self.block_steps.clear()
+        release_cached_memory(self.caches[0].device)
 
-    def _store(self, new_kv: list[Tensor], start_pos: int) -> None:
-        """Copy each block's new keys and values `(count, 2, kv_heads, head_dim)` into its cache at start_pos."""
-        for cache, values in zip(self.caches, new_kv, strict=True):
-            write_cache_rows(cache, values.data(), start_pos)
+    def _block_forward(
+        self, template: Block, position: UOp, x: Tensor, mask: Tensor, cache: Tensor, *weights: Tensor
+    ) -> Tensor:
+        """One block's forward of the rows of x (its buffer `(rows, dim)` updated in place), the block's Tensors
+        given as `weights` (see rebuilt_block), attending over the first `mask.shape[1]` rows of `cache`."""
+        block, config, count = rebuilt_block(template, list(weights)), self.config, x.shape[0]
+        cos, sin = (table[position : position + count] for table in self.rope_tables)
+        normed = rms_norm(x, block.attn_norm, config.norm_eps)
+        h = x + self._attention(block, cache, position, mask.shape[1], normed, cos, sin, mask)
+        x.assign(h + self.feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))).realize()
+        return x
 
-    def _step(self, window: int, cos: Tensor, sin: Tensor, mask: Tensor, *token_rows: Tensor) -> list[Tensor]:
-        """[logits of the last token, then each block's new keys and values]: the function TinyJit captures."""
+    def _step(self, position: UOp | int, last: Tensor, *token_rows: Tensor) -> Tensor:
+        """The logits `(vocab,)` of the row of the chunk `token_rows` that `last` `(rows, 1)` selects, its rows at
+        positions `position`..: the function TinyJit captures. Every block's keys and values are assigned into its
+        cache inside the step, so a replay leaves nothing to copy afterwards."""
         config = self.config
         x = self.embedding_table.decode(list(token_rows))
-        count, new_kv = x.shape[0], []
+        count = x.shape[0]
+        cos, sin = (table[position : position + count] for table in self.rope_tables)
+        mask = None
+        if count > 1:  # causal: a row sees the keys up to its own position
+            keys, queries = self.positions[: position + count], self.positions[position : position + count]
+            mask = keys.reshape(1, -1) <= queries.reshape(-1, 1)
         for block, cache in zip(self.blocks, self.caches, strict=True):
-            attended, kv = self._attention(
-                block, cache[:window], rms_norm(x, block.attn_norm, config.norm_eps), cos, sin, mask
-            )
-            h = x + attended
+            normed = rms_norm(x, block.attn_norm, config.norm_eps)
+            h = x + self._attention(block, cache, position, position + count, normed, cos, sin, mask)
             x = h + self.feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
-            # the scheduler's cache serves blocks 2..N from block 1's schedule
-            x = x.contiguous()  # kv is a buffer already (see _attention)
-            Tensor.realize(x, kv)
-            new_kv.append(kv)
-        last = rms_norm(x[count - 1 :], self.output_norm, config.norm_eps)
-        return [linear(last, self.output).reshape(-1).realize(), *new_kv]
+            # the scheduler's cache serves blocks 2..N from block 1's schedule (and a long chunk's float scratch
+            # weights live one block at a time)
+            x = x.contiguous().realize()
+        chosen = x if count == 1 else last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
+        out = linear(rms_norm(chosen, self.output_norm, config.norm_eps), self.output).reshape(-1)
+        return out.realize()
 
     def _attention(
-        self, block: Block, cached: Tensor, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """(attention output, the new keys and values `(T, 2, kv_heads, head_dim)`); `cached` is the KV window
-        `(window, 2, kv_heads, head_dim)` and `mask` `(T, window + T)` says which keys each query sees."""
+        self,
+        block: Block,
+        cache: Tensor,
+        position: UOp | int,
+        visible: UOp | int,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        mask: Tensor | None,
+    ) -> Tensor:
+        """The attention output of the rows of x at positions `position`..: their keys and values are assigned
+        into `cache` there, then the queries attend over the cache's first `visible` rows (mask: which keys each
+        row sees)."""
         q, k, v = self.rotated_qkv(block, x, cos, sin)
-        # (T, 2, kv_heads, head_dim), in a buffer: fused into the attention, the keys' RoPE was recomputed (gated
-        # by the concat) for every cached position and head, which made the scores kernel 20x slower
-        new_kv = stack([k, v], dim=1).contiguous()
-        all_kv = new_kv if cached.shape[0] == 0 else concat([cached, new_kv], dim=0)
-        return linear(attend(q, all_kv, mask, self.config.n_kv_heads), block.output), new_kv
+        count = x.shape[0]
+        # realized here, the queries with them (else their projection would run again for the attention below):
+        # the assign updates the view, not `cache`, so the read below must come after it
+        q = q.contiguous()
+        Tensor.realize(cache[position : position + count].assign(stack([k, v], dim=1)), q)
+        return linear(attend(q, cache[:visible], mask, self.config.n_kv_heads), block.output)
 
     def rotated_qkv(self, block: Block, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The queries `(T, heads, head_dim)`, keys and values `(T, kv_heads, head_dim)` of the rows of x: projected,
@@ -286,11 +407,18 @@ class Transformer:
         return q, k, v
 
     def _qkv(self, block: Block, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The projections of the rows of x. Many rows (a float scratch matmul, see weights.linear): each in a
+        buffer of its own, else the matmul fuses into both the cache assign and the queries and runs twice."""
+        many = x.shape[0] >= SCRATCH_MATMUL_ROWS
         if block.qkv is None:
             assert block.q is not None and block.k is not None and block.v is not None
-            return linear(x, block.q, block.q_bias), linear(x, block.k, block.k_bias), linear(x, block.v, block.v_bias)
+            parts = [linear(x, weight, bias) for weight, bias in
+                     ((block.q, block.q_bias), (block.k, block.k_bias), (block.v, block.v_bias))]  # fmt: skip
+            q, k, v = (part.contiguous() if many else part for part in parts)
+            return q, k, v
         config = self.config
         qkv = linear(x, block.qkv, block.qkv_bias)
+        qkv = qkv.contiguous() if many else qkv
         q_end = config.n_heads * config.head_dim
         k_end = q_end + config.n_kv_heads * config.head_dim
         return qkv[..., :q_end], qkv[..., q_end:k_end], qkv[..., k_end:]

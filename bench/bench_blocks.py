@@ -10,8 +10,9 @@ tinygrad (the `bench` group) and torch (when installed; it is never a dependency
 - A training step: the block's output summed, backward, an SGD update of the weights.
 - An LLM decode step: tg-llm's replayed one-token step (a TinyJit capture of the whole forward, the position a
   kernel argument) of the embedded SmolLM2-135M-Instruct Q4_1 at position 128; its kernels listed from a plain run
-  (JIT=0). tinygrad and torch have no row of their own here (see LLM_PEERS_ABSENT); bench/bench_llm.py times
-  transformers and llama-cpp-python on the same file when they are installed.
+  (JIT=0), in turns with the same step in torch on the file's weights decoded to float32 by gguf (when torch is
+  installed). tinygrad has no column here (TINYGRAD_LLM_ABSENT); bench/bench_llm.py times transformers and
+  llama-cpp-python on the same file when they are installed.
 
 Every framework gets the same float32 inputs; each row is the median of `--repeats` timed calls after one warm-up
 (compilation, allocation), the frameworks taking turns. Then the slowest tg kernels of one forward call and of one
@@ -274,15 +275,86 @@ def attention_bandwidth(lines: list[str]) -> None:
 
 
 LLM_POSITION, LLM_TOKEN = 128, 42
-LLM_PEERS_ABSENT = (
-    "tinygrad, torch: not built (a GGUF Q4_1 llama decode step would have to be written for each: tinygrad 0.14's "
-    "package has no LLM model, torch has no GGUF loader without transformers)"
+TINYGRAD_LLM_ABSENT = (
+    "tinygrad: not built (its 0.14 package has no LLM model; a first port of the torch step into a TinyJit ran about "
+    "10,000 kernels and 7-9 s per replayed step, no fair figure)"
 )
+
+
+def float_weights(path) -> dict[str, np.ndarray]:
+    """Every tensor of the GGUF file as float32 `(rows, cols)` or `(n,)`, decoded by gguf's own dequantize (the
+    reference library, not tg's kernels)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    from tg.tensor.gguf import gguf_read
+
+    weights = {}
+    for info in gguf_read(path).tensors.values():
+        raw = np.memmap(info.path, dtype=np.uint8, mode="r", offset=info.offset, shape=(info.nbytes,))
+        rows = int(np.prod(info.shape[:-1]))
+        values = dequantize(np.asarray(raw).reshape(rows, -1), GGMLQuantizationType(info.ggml_type))
+        weights[info.name] = values.reshape(info.shape).astype(np.float32)
+    return weights
+
+
+def torch_llm_runner(path, config) -> Runner | None:
+    """A llama decode step in torch (float32 weights from `float_weights`, eager, inference mode): the same
+    computation as tg-llm's step (interleaved RoPE as llama.cpp's converter permutes q/k, grouped-query attention
+    over the filled cache rows, tied output), at LLM_POSITION; each call rewrites that cache row."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    w = {name: torch.from_numpy(array) for name, array in float_weights(path).items()}
+    c = config
+    rows = LLM_POSITION + 1
+    keys = torch.zeros(c.num_blocks, rows, c.n_kv_heads, c.head_dim)
+    values = torch.zeros_like(keys)
+    inverse = c.rope_theta ** (-torch.arange(0, c.rope_dim, 2, dtype=torch.float64) / c.rope_dim)
+    angle = LLM_POSITION * inverse
+    cos, sin = torch.cos(angle).float(), torch.sin(angle).float()
+    output = w.get("output.weight", w["token_embd.weight"])
+
+    def norm(x, weight):
+        return x * torch.rsqrt((x * x).mean() + c.norm_eps) * weight
+
+    def rope(x):  # (heads, head_dim): adjacent pairs rotate
+        first, second = x[:, 0 : c.rope_dim : 2], x[:, 1 : c.rope_dim : 2]
+        rotated = torch.stack([first * cos - second * sin, first * sin + second * cos], dim=-1).flatten(-2)
+        return torch.cat([rotated, x[:, c.rope_dim :]], dim=-1)
+
+    def step(token: int):
+        x = w["token_embd.weight"][token]
+        group = c.n_heads // c.n_kv_heads
+        for i in range(c.num_blocks):
+            b = f"blk.{i}."
+            h = norm(x, w[b + "attn_norm.weight"])
+            q = rope((w[b + "attn_q.weight"] @ h).view(c.n_heads, c.head_dim))
+            keys[i, LLM_POSITION] = rope((w[b + "attn_k.weight"] @ h).view(c.n_kv_heads, c.head_dim))
+            values[i, LLM_POSITION] = (w[b + "attn_v.weight"] @ h).view(c.n_kv_heads, c.head_dim)
+            q = q.view(c.n_kv_heads, group, c.head_dim)
+            scores = torch.einsum("kgd,skd->kgs", q, keys[i]) / c.head_dim**0.5
+            attended = torch.einsum("kgs,skd->kgd", scores.softmax(-1), values[i]).reshape(-1)
+            x = x + w[b + "attn_output.weight"] @ attended
+            h = norm(x, w[b + "ffn_norm.weight"])
+            gate, up = w[b + "ffn_gate.weight"] @ h, w[b + "ffn_up.weight"] @ h
+            x = x + w[b + "ffn_down.weight"] @ (torch.nn.functional.silu(gate) * up)
+        return output @ norm(x, w["output_norm.weight"])
+
+    def run() -> None:
+        with torch.inference_mode():
+            step(LLM_TOKEN)
+
+    run.step = step  # type: ignore[attr-defined]  # (for a check against tg's logits)
+    return run
 
 
 def llm_decode_row(repeats: int, top: int) -> None:
     """The decode step of tg-llm's embedded model: median of `repeats` replays at one position (each rewrites the
-    same cache row; the work does not depend on the values), then its slowest kernels from a plain run."""
+    same cache row; the work does not depend on the values), in turns with torch's step on the same file's weights
+    decoded to float32; then tg's slowest kernels from a plain run."""
     from tg.codegen.flags import Context
     from tg.llm import registry
     from tg.llm.model import load_model
@@ -297,8 +369,16 @@ def llm_decode_row(repeats: int, top: int) -> None:
     def run() -> None:
         model.forward([LLM_TOKEN], LLM_POSITION).numpy()
 
-    median = interleaved_medians({"tg": run}, repeats)["tg"]
-    print(f"{label:62} tg {median * 1e3:8.1f} ms ({1 / median:.1f} tok/s)  {LLM_PEERS_ABSENT}", flush=True)
+    runners = {"tg": run}
+    torch_run = torch_llm_runner(path, model.config)
+    if torch_run is not None:
+        runners["torch (float32)"] = torch_run
+    medians = interleaved_medians(runners, repeats)
+    cells = [f"{name} {t * 1e3:8.1f} ms ({1 / t:.1f} tok/s)" for name, t in medians.items()]
+    if torch_run is None:
+        cells.append("torch not installed")
+    ratios = [f"tg/{name} {medians['tg'] / t:5.2f}" for name, t in medians.items() if name != "tg"]
+    print(f"{label:62} " + "  ".join(cells + ratios) + f"  {TINYGRAD_LLM_ABSENT}", flush=True)
     with Context(JIT=0):
         lines = kernel_lines(run)
     total = sum(map(microseconds, lines))

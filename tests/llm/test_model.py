@@ -100,17 +100,18 @@ def test_jitted_decode_equals_the_plain_one(tmp_path: Path, weight_type: str) ->
 
 
 def test_one_decode_capture_serves_every_position(tmp_path: Path) -> None:
-    """After the first decode step nothing is compiled, scheduled or captured again, up to the end of the context."""
+    """After the first decode step nothing is compiled, scheduled or captured again, up to the end of the context;
+    a chunk shorter than BLOCK_ROWS[0] goes through the same capture token by token."""
     model, _ = load_model(write_model(tmp_path / "m.gguf"), max_context=96)
     generator = Generator(model, chunk_size=4)
-    generator.prefill(TOKENS[:6])
-    generator._forward([1], 6)
-    compiled, step = program_cache_stats.misses, model.steps[1]
+    generator.prefill(TOKENS[:6])  # chunks of 4 and 2: six replays of the decode step
+    compiled, step = program_cache_stats.misses, model.decode_step
+    assert step is not None and step.calls == 6
     graph = step.graph
-    for position in range(7, 96):
+    for position in range(6, 96):
         generator._forward([1], position)
     assert program_cache_stats.misses == compiled
-    assert model.steps[1] is step and step.graph is graph and step.calls == 90
+    assert model.decode_step is step and step.graph is graph and step.calls == 96
 
 
 def test_decode_reads_only_the_filled_cache_rows(tmp_path: Path) -> None:

@@ -58,8 +58,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: 
 def attend(q: Tensor, kv: Tensor, mask: Tensor | None, kv_heads: int) -> Tensor:
     """Grouped-query attention of q `(T, heads, head_dim)` over kv `(S, 2, kv_heads, head_dim)` where `mask`
     `(T, S)` is True (None: every key); query head h reads key/value head h // (heads / kv_heads). Returns
-    `(T, heads * head_dim)`. The softmax's division comes after the weighted sum of the values, and its denominator
-    comes out of the same reduction (two kernels fewer than normalizing the weights first)."""
+    `(T, heads * head_dim)`. The softmax's division comes after the weighted sum of the values (a kernel fewer than
+    normalizing the weights first)."""
     count, heads, head_dim = q.shape
     group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, head_dim)
@@ -67,11 +67,15 @@ def attend(q: Tensor, kv: Tensor, mask: Tensor | None, kv_heads: int) -> Tensor:
     scores = (q.matmul(keys) * (1.0 / math.sqrt(head_dim))).reshape(kv_heads, group, count, -1)
     if mask is not None:
         scores = mask.reshape(1, 1, *mask.shape).where(scores, -math.inf)
-    exp = (scores - scores.max(-1, keepdim=True)).exp().reshape(kv_heads, group * count, -1)
-    # a column of ones after the values: one reduction gives the weighted values and the softmax's denominator
-    values = values.pad(((0, 0), (0, 0), (0, 1)), value=1.0)
-    both = exp.matmul(values).reshape(kv_heads, group, count, head_dim + 1)
-    out = both[..., :head_dim] / both[..., head_dim:]
+    exp = (scores - scores.max(-1, keepdim=True)).exp()
+    weighted = exp.reshape(kv_heads, group * count, -1)
+    if count == 1:
+        # a column of ones after the values: one reduction gives the weighted values and the softmax's denominator
+        # (a kernel fewer). Not for many rows: that matmul, 65 columns wide, ran 5-10x slower than at 64
+        both = weighted.matmul(values.pad(((0, 0), (0, 0), (0, 1)), value=1.0)).reshape(kv_heads, group, 1, -1)
+        out = both[..., :head_dim] / both[..., head_dim:]
+    else:
+        out = weighted.matmul(values).reshape(kv_heads, group, count, head_dim) / exp.sum(-1, keepdim=True)
     return out.permute(2, 0, 1, 3).reshape(count, heads * head_dim)
 
 
@@ -124,22 +128,22 @@ def kv_window(start_pos: int, max_context: int) -> int:
     return min(max_context, window)
 
 
-# Decode steps and short chunks run the whole forward as one TinyJit capture per padded row count (CAPTURED_ROWS:
-# below SCRATCH_MATMUL_ROWS, so the weights stay encoded and a capture holds no float copy of them). Longer chunks
-# (BLOCK_ROWS) capture one block's forward per (padded rows, KV window, block layout) and replay it for every block
-# with that block's weights and cache as inputs: one block is scheduled instead of all, and a capture holds one
-# block's float scratch weights. Chunks longer still run plainly.
-CAPTURED_ROWS = (1, 2, 4, 8)
+# The decode step runs the whole forward as one TinyJit capture at a symbolic position; a chunk shorter than
+# BLOCK_ROWS[0] is fed through it token by token (a matvec of n rows costs about n one-row matvecs, so padded
+# multi-row captures saved nothing and cost a capture each). Longer chunks, padded to the next of BLOCK_ROWS,
+# capture one block's forward per (padded rows, KV window, block layout) and replay it for every block with that
+# block's weights and cache as inputs: one block is scheduled instead of all, and a capture holds one block's float
+# scratch weights. Chunks longer still run plainly.
 BLOCK_ROWS = (16, 32, 64, 128, 256)
-assert CAPTURED_ROWS[-1] < SCRATCH_MATMUL_ROWS <= BLOCK_ROWS[0]
+assert SCRATCH_MATMUL_ROWS <= BLOCK_ROWS[0]
 # a chunk's attention reads the cache up to the next multiple of this past its last row (the rest masked), so
 # chunks at nearby positions share a capture; its rows are position-independent kernels with concrete sizes
 CHUNK_WINDOW = 128
 
 
 def padded_rows(count: int) -> int:
-    """The row count a chunk of `count` tokens runs with: the next of CAPTURED_ROWS or BLOCK_ROWS, or count."""
-    return next((rows for rows in (*CAPTURED_ROWS, *BLOCK_ROWS) if rows >= count), count)
+    """The row count a chunk of BLOCK_ROWS[0] or more tokens runs with: the next of BLOCK_ROWS, or count."""
+    return next((rows for rows in BLOCK_ROWS if rows >= count), count)
 
 
 def block_tensors(block: Block) -> list[Tensor]:
@@ -208,7 +212,7 @@ class Transformer:
     for one padded prefill chunk. A step is a function of Tensors and the bound position Variable `start_pos`: it
     writes its keys and values into the caches (an assign inside the step) and attends over the filled part
     `cache[:start_pos + count]` only. Kernels take the position as an argument, so TinyJit captures the one-token
-    step once and replays it for every position, and a short chunk once per padded row count (CAPTURED_ROWS).
+    step once and replays it for every position (see BLOCK_ROWS for chunks).
     """
 
     def __init__(
@@ -230,7 +234,7 @@ class Transformer:
         self.rope_tables = (Tensor(self.rope_cos[:, None, :]).realize(), Tensor(self.rope_sin[:, None, :]).realize())
         self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal mask of a chunk
         self.position = Variable("start_pos", 0, self.max_context - 1)
-        self.steps: dict[int, TinyJit] = {}  # padded row count -> its captured step (1: decoding)
+        self.decode_step: TinyJit | None = None
         self.block_steps: dict[tuple, TinyJit] = {}  # see BLOCK_ROWS; dropped by drop_chunk_captures
 
     def _block(self, index: int) -> Block:
@@ -277,33 +281,41 @@ class Transformer:
         """Logits `(vocab,)` of the last of `tokens`, which sit at positions start_pos.. of the sequence; their
         keys and values go into the KV cache. Runs the step through TinyJit (JIT=0: plainly every time)."""
         count = len(tokens)
+        if count == 0:
+            raise ValueError("forward needs at least one token")
         if start_pos + count > self.max_context:
             raise ContextOverflowError(
                 f"context overflow: {start_pos + count} tokens do not fit the maximum context of {self.max_context}"
             )
-        rows = padded_rows(count)
-        padded = tokens + [tokens[-1]] * (rows - count)  # padding rows write cache rows that later tokens overwrite
-        if rows in BLOCK_ROWS:
-            return self._chunk(padded, count, start_pos)
-        # a captured step's padding may run past the context (into the cache's spare rows). A long chunk runs
-        # plainly at a concrete position: its attention matmuls run far faster with every size known
-        position = self.position.bind(start_pos) if rows in CAPTURED_ROWS else start_pos
-        inputs = (position, Tensor((np.arange(rows) == count - 1)[:, None]))
-        inputs += tuple(self.embedding_table.inputs(padded))
-        if rows not in CAPTURED_ROWS:
-            logits = self._step(*inputs)
-            release_cached_memory(self.caches[0].device)
+        if count < BLOCK_ROWS[0]:
+            for offset, token in enumerate(tokens):
+                logits = self._decode(token, start_pos + offset)
             return logits
-        if self.block_steps:  # a decode step or short chunk after long chunks: the prompt is in
+        rows = padded_rows(count)
+        if rows in BLOCK_ROWS:
+            padded = tokens + [tokens[-1]] * (rows - count)  # padding rows write cache rows later tokens overwrite
+            return self._chunk(padded, count, start_pos)
+        # a chunk longer than any of BLOCK_ROWS runs plainly at a concrete position
+        last = Tensor((np.arange(count) == count - 1)[:, None])
+        logits = self._step(start_pos, last, *self.embedding_table.inputs(tokens))
+        release_cached_memory(self.caches[0].device)
+        return logits
+
+    def _decode(self, token: int, position: int) -> Tensor:
+        """The logits after `token` at `position`: a replay of the one captured decode step."""
+        if self.block_steps:  # a decode step after long chunks: the prompt is in
             self.drop_chunk_captures()
-        if rows not in self.steps:
+        if self.decode_step is None:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
-            self.steps[rows] = TinyJit(self._step, plain_calls=0)
-        return self.steps[rows](*inputs)
+            self.decode_step = TinyJit(self._step, plain_calls=0)
+        return self.decode_step(self.position.bind(position), None, *self.embedding_table.inputs([token]))
 
     def _chunk(self, tokens: list[int], count: int, start_pos: int) -> Tensor:
-        """The logits after `tokens[count - 1]` of a padded chunk at start_pos, block by block (see BLOCK_ROWS)."""
+        """The logits after `tokens[count - 1]` of a padded chunk at start_pos, block by block (see BLOCK_ROWS).
+
+        The position is a Variable here too (the cache assign and RoPE rows), but attention reads a concrete
+        window under a mask: its kernels over a symbolic length ran many times slower for many rows."""
         rows, config = len(tokens), self.config
         window = min(-(-(start_pos + rows) // CHUNK_WINDOW) * CHUNK_WINDOW, self.caches[0].shape[0])
         x = self.embedding_table.decode(self.embedding_table.inputs(tokens)).contiguous().realize()
@@ -344,10 +356,10 @@ class Transformer:
         x.assign(h + self.feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))).realize()
         return x
 
-    def _step(self, position: UOp | int, last: Tensor, *token_rows: Tensor) -> Tensor:
-        """The logits `(vocab,)` of the row of the chunk `token_rows` that `last` `(rows, 1)` selects, its rows at
-        positions `position`..: the function TinyJit captures. Every block's keys and values are assigned into its
-        cache inside the step, so a replay leaves nothing to copy afterwards."""
+    def _step(self, position: UOp | int, last: Tensor | None, *token_rows: Tensor) -> Tensor:
+        """The logits `(vocab,)` of the row of the chunk `token_rows` that `last` `(rows, 1)` selects (None: its
+        only row), its rows at positions `position`..: the function the decode step captures. Every block's keys
+        and values are assigned into its cache inside the step, so a replay leaves nothing to copy afterwards."""
         config = self.config
         x = self.embedding_table.decode(list(token_rows))
         count = x.shape[0]
@@ -364,7 +376,7 @@ class Transformer:
             # the scheduler's cache serves blocks 2..N from block 1's schedule (and a long chunk's float scratch
             # weights live one block at a time)
             x = x.contiguous().realize()
-        chosen = x if count == 1 else last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
+        chosen = x if last is None else last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
         out = linear(rms_norm(chosen, self.output_norm, config.norm_eps), self.output).reshape(-1)
         return out.realize()
 

@@ -22,8 +22,8 @@ from tg.hcq import Device
 from tg.hcq.engine.buffers import buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
 from tg.llm.ops import concat, stack
-from tg.llm.quants import DEQUANTIZERS, pack
-from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, linear
+from tg.llm.quants import DEQUANTIZERS
+from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, linear, quantized_weight
 from tg.tensor import Tensor
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
@@ -374,7 +374,7 @@ def _load_weight(info: GGUFTensorInfo, raw: np.ndarray) -> Weight:
                       info.shape)  # fmt: skip
     _, block_elements, block_bytes = GGML_TYPES[info.ggml_type]
     raw = raw.reshape(*info.shape[:-1], info.shape[-1] // block_elements, block_bytes)
-    return Weight(pack(raw, info.ggml_type), info.ggml_type, info.shape)
+    return quantized_weight(raw, info.ggml_type, info.shape)
 
 
 def load_model(path: str | Path, max_context: int = 4096) -> tuple[Transformer, GGUFFile]:

@@ -10,10 +10,9 @@ goes right after the fp16 fields, so the payload words start on a word boundary)
 1.18x of the file (Q4_1, Q5_1, Q4_K and Q5_K need no padding at all).
 
 The matvec (`lane_matvec`) reduces over the blocks only: the loop body spells out all elements of a block (32, or
-256 for the K-quants), each as constant shifts and masks of that block's words, its dequantized value
-`scale * quant + offset` computed in the reference's float order (so it equals `gguf.quants.dequantize` bit for
-bit) times its x, summed pairwise. The fp16 scales are decoded once per block and lane from their bits
-(`half_bits_to_float`). A prefill's float matrix comes from the same words, rearranged back into aligned blocks
+256 for the K-quants), each quant as constant shifts and masks of that block's words, and applies each scale once per
+group of elements that share it (`ScaledGroup`). The fp16 scales are decoded once per block and
+lane from their bits (`half_bits_to_float`). A prefill's float matrix comes from the same words, rearranged back into aligned blocks
 (`aligned_blocks`) for the byte-wise decoders of tg.llm.quants.
 """
 
@@ -124,38 +123,47 @@ def _signed_byte(byte: Tensor) -> Tensor:
     return ((byte ^ 0x80).cast(dtypes.int32) - 128).float()
 
 
-# Each element function returns the block's dequantized values in element order, each `(groups, n_blocks, 16)`,
-# computed with the same float operations in the same order as tg.llm.quants (and the reference).
+@dataclass(frozen=True)
+class ScaledGroup:
+    """Consecutive elements of a block decoded as `scale * quant + offset`: `quants` are exact small integers as
+    float32 `(groups, n_blocks, 16)`; `offset` None is zero (then a dot product with x needs the scale once)."""
+
+    scale: Tensor
+    offset: Tensor | None
+    quants: list[Tensor]
 
 
-def _elements_q4_0(w: Words) -> list[Tensor]:
+def _nibble_quants(w: Words, payload: int) -> list[Tensor]:
+    """A 32-element block's 4-bit quants: element j < 16 in the low nibble of byte j, j + 16 in its high nibble."""
+    return [w.nibble(payload + e % 16, e // 16) for e in range(32)]
+
+
+def _groups_q4_0(w: Words) -> list[ScaledGroup]:
     scale = w.half(0)
-    return [scale * (_quant_float(w.nibble(4 + e % 16, e // 16)) - 8.0) for e in range(32)]
+    return [ScaledGroup(scale, scale * -8.0, [_quant_float(q) for q in _nibble_quants(w, 4)])]
 
 
-def _elements_q4_1(w: Words) -> list[Tensor]:
-    scale, minimum = w.half(0), w.half(2)
-    return [scale * _quant_float(w.nibble(4 + e % 16, e // 16)) + minimum for e in range(32)]
+def _groups_q4_1(w: Words) -> list[ScaledGroup]:
+    return [ScaledGroup(w.half(0), w.half(2), [_quant_float(q) for q in _nibble_quants(w, 4)])]
 
 
-def _fifth_quants(w: Words, high_bits: int, payload: int) -> list[Tensor]:
-    high = w.word(high_bits // 4)
-    return [w.nibble(payload + e % 16, e // 16) | (((high >> e) & 1) << 4) for e in range(32)]
+def _fifth_quants(w: Words) -> list[Tensor]:
+    """Q5_0/Q5_1 (aligned): the fifth bits in the word at byte 4 (bit j for element j), the nibbles from byte 8."""
+    high = w.word(1)
+    return [_quant_float(q | (((high >> e) & 1) << 4)) for e, q in enumerate(_nibble_quants(w, 8))]
 
 
-def _elements_q5_0(w: Words) -> list[Tensor]:
+def _groups_q5_0(w: Words) -> list[ScaledGroup]:
     scale = w.half(0)
-    return [scale * (_quant_float(quant) - 16.0) for quant in _fifth_quants(w, 4, 8)]
+    return [ScaledGroup(scale, scale * -16.0, _fifth_quants(w))]
 
 
-def _elements_q5_1(w: Words) -> list[Tensor]:
-    scale, minimum = w.half(0), w.half(2)
-    return [scale * _quant_float(quant) + minimum for quant in _fifth_quants(w, 4, 8)]
+def _groups_q5_1(w: Words) -> list[ScaledGroup]:
+    return [ScaledGroup(w.half(0), w.half(2), _fifth_quants(w))]
 
 
-def _elements_q8_0(w: Words) -> list[Tensor]:
-    scale = w.half(0)
-    return [scale * _signed_byte(w.byte(4 + e)) for e in range(32)]
+def _groups_q8_0(w: Words) -> list[ScaledGroup]:
+    return [ScaledGroup(w.half(0), None, [_signed_byte(w.byte(4 + e)) for e in range(32)])]
 
 
 def _k_sub_scales(w: Words) -> tuple[list[Tensor], list[Tensor]]:
@@ -167,55 +175,55 @@ def _k_sub_scales(w: Words) -> tuple[list[Tensor], list[Tensor]]:
     return [d * _quant_float(s) for s in scales], [dmin * _quant_float(m) for m in mins]
 
 
-def _elements_q4_k(w: Words) -> list[Tensor]:
+def _groups_q4_k(w: Words) -> list[ScaledGroup]:
+    """8 sub-blocks of 32; sub-block 2c + h is nibble h of bytes 16 + 32c .. 16 + 32c + 31."""
     scales, mins = _k_sub_scales(w)
-    out = []
-    for e in range(256):
-        sub, i = divmod(e, 32)
-        quant = w.nibble(16 + (sub // 2) * 32 + i, sub % 2)
-        out.append(scales[sub] * _quant_float(quant) - mins[sub])
-    return out
+    quants = [[_quant_float(w.nibble(16 + (sub // 2) * 32 + i, sub % 2)) for i in range(32)] for sub in range(8)]
+    return [ScaledGroup(scales[sub], -mins[sub], quants[sub]) for sub in range(8)]
 
 
-def _elements_q5_k(w: Words) -> list[Tensor]:
+def _groups_q5_k(w: Words) -> list[ScaledGroup]:
+    """As Q4_K, with the fifth bit of element i of sub-block j in bit j of byte 16 + i."""
     scales, mins = _k_sub_scales(w)
-    out = []
-    for e in range(256):
-        sub, i = divmod(e, 32)
-        high = (w.byte(16 + i) >> sub) & 1
-        quant = w.nibble(48 + (sub // 2) * 32 + i, sub % 2) | (high << 4)
-        out.append(scales[sub] * _quant_float(quant) - mins[sub])
-    return out
+    groups = []
+    for sub in range(8):
+        quants = [w.nibble(48 + (sub // 2) * 32 + i, sub % 2) | (((w.byte(16 + i) >> sub) & 1) << 4) for i in range(32)]
+        groups.append(ScaledGroup(scales[sub], -mins[sub], [_quant_float(q) for q in quants]))
+    return groups
 
 
-def _elements_q6_k(w: Words) -> list[Tensor]:
+def _groups_q6_k(w: Words) -> list[ScaledGroup]:
+    """16 groups of 16 with int8 scales; element 32g + i: low 4 bits from ql, high 2 bits from qh (see quants)."""
     d = w.half(208)
-    scales = [d * _signed_byte(w.byte(192 + s)) for s in range(16)]
-    out = []
-    for e in range(256):
-        group, i = divmod(e, 32)
-        half, r = divmod(group, 4)
-        low = w.nibble(half * 64 + (r % 2) * 32 + i, r // 2)
-        high = (w.byte(128 + half * 32 + i) >> (2 * r)) & 3
-        out.append(scales[e // 16] * (_quant_float(low | (high << 4)) - 32.0))
-    return out
+    groups = []
+    for group in range(16):
+        quants = []
+        for e in range(group * 16, group * 16 + 16):
+            half, r = divmod(e // 32, 4)
+            i = e % 32
+            low = w.nibble(half * 64 + (r % 2) * 32 + i, r // 2)
+            high = (w.byte(128 + half * 32 + i) >> (2 * r)) & 3
+            quants.append(_quant_float(low | (high << 4)))
+        scale = d * _signed_byte(w.byte(192 + group))
+        groups.append(ScaledGroup(scale, scale * -32.0, quants))
+    return groups
 
 
-def _elements_mxfp4(w: Words) -> list[Tensor]:
-    scale = mxfp4_scale(w.byte(0))
-    return [scale * e2m1_doubled(w.nibble(4 + e % 16, e // 16)) for e in range(32)]
+def _groups_mxfp4(w: Words) -> list[ScaledGroup]:
+    """Twice the e2m1 values (small integers), times half the block scale."""
+    return [ScaledGroup(mxfp4_scale(w.byte(0)), None, [e2m1_doubled(q) for q in _nibble_quants(w, 4)])]
 
 
-ELEMENTS: dict[str, Callable[[Words], list[Tensor]]] = {
-    "Q4_0": _elements_q4_0,
-    "Q4_1": _elements_q4_1,
-    "Q5_0": _elements_q5_0,
-    "Q5_1": _elements_q5_1,
-    "Q8_0": _elements_q8_0,
-    "Q4_K": _elements_q4_k,
-    "Q5_K": _elements_q5_k,
-    "Q6_K": _elements_q6_k,
-    "MXFP4": _elements_mxfp4,
+GROUPS: dict[str, Callable[[Words], list[ScaledGroup]]] = {
+    "Q4_0": _groups_q4_0,
+    "Q4_1": _groups_q4_1,
+    "Q5_0": _groups_q5_0,
+    "Q5_1": _groups_q5_1,
+    "Q8_0": _groups_q8_0,
+    "Q4_K": _groups_q4_k,
+    "Q5_K": _groups_q5_k,
+    "Q6_K": _groups_q6_k,
+    "MXFP4": _groups_mxfp4,
 }
 
 
@@ -227,14 +235,27 @@ def pairwise_sum(terms: list[Tensor]) -> Tensor:
 
 
 def lane_matvec(x: Tensor, lanes: LaneBlocks) -> Tensor:
-    """x @ W.T for few rows of x `(*lead, cols)`: `(*lead, rows)`, W decoded inside the kernel (see module doc)."""
-    *lead, cols = x.shape
+    """x @ W.T for one row of x `(1, cols)`: `(1, rows)`, W decoded inside the kernel (see the module doc).
+
+    A ScaledGroup without offset multiplies its scale once: scale * sum(x * quant). With an offset, each element
+    is dequantized, sum(x * (scale * quant + offset)): the other spelling, offset * sum(x), needs sums of x that
+    the scheduler computes in a kernel of its own (a value of x alone, broadcast to every row), and a launch costs
+    more than the two ops per element it saves."""
     groups, n_blocks, _, _ = lanes.words.shape
-    values = ELEMENTS[lanes.type_name](Words(lanes.words))
-    block_elements = len(values)
-    xs = x.reshape(*lead, 1, n_blocks, block_elements, 1)
-    products = pairwise_sum([xs[..., e, :] * value for e, value in enumerate(values)])  # (*lead, groups, blocks, 16)
-    return products.sum(-2).reshape(*lead, groups * LANES)[..., : lanes.shape[0]]
+    decoded = GROUPS[lanes.type_name](Words(lanes.words))
+    block_elements = sum(len(group.quants) for group in decoded)
+    xs = x.reshape(-1, 1, n_blocks, block_elements, 1)
+    block_sums, first = [], 0
+    for group in decoded:
+        x_part = [xs[..., first + e, :] for e in range(len(group.quants))]
+        first += len(group.quants)
+        if group.offset is None:
+            block_sums.append(group.scale * pairwise_sum([a * q for a, q in zip(x_part, group.quants, strict=True)]))
+        else:
+            values = [group.scale * q + group.offset for q in group.quants]
+            block_sums.append(pairwise_sum([a * v for a, v in zip(x_part, values, strict=True)]))
+    products = pairwise_sum(block_sums)  # (1, groups, blocks, 16)
+    return products.sum(-2).reshape(-1, groups * LANES)[..., : lanes.shape[0]]
 
 
 def lane_dequantize(lanes: LaneBlocks) -> Tensor:

@@ -9,6 +9,7 @@ from typing import Any
 
 from tg.codegen import to_numpy
 from tg.llm.lanes import ALIGNED_GAP, LaneBlocks, lane_dequantize, lane_matvec, pack_lanes
+from tg.llm.ops import concat
 from tg.llm.quants import HALF_FIELDS, Blocks, dequantize, pack, type_name
 from tg.tensor import Tensor
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFTensorInfo, bf16_to_float
@@ -75,15 +76,26 @@ def linear(x: Tensor, weight: Weight, bias: Tensor | None = None) -> Tensor:
     for this matmul (one matrix at a time, so memory grows by the largest matrix at most, not by the model), then
     multiplied; tg's matmul runs about 5x faster on a weight contiguous along the output axis than along the
     reduction. Few rows (decoding): the weight stays encoded and is decoded inside the matvec kernel
-    (tg.llm.lanes.lane_matvec)."""
+    (tg.llm.lanes.lane_matvec), one kernel per row of x: with several rows in one kernel, the scheduler's fusion
+    policy sees each decoded weight value reused by every row and gives the values (dozens of them per block)
+    buffers and kernels of their own."""
     rows = math.prod(x.shape[:-1])
     if rows >= SCRATCH_MATMUL_ROWS:
         out = x.matmul(weight.float().transpose(-1, -2).contiguous())
     elif isinstance(weight.data, LaneBlocks):
-        out = lane_matvec(x, weight.data)
+        out = _rowwise_lane_matvec(x, weight.data)
     else:
         out = x.matmul(weight.float().transpose(-1, -2))
     return out if bias is None else out + bias
+
+
+def _rowwise_lane_matvec(x: Tensor, lanes: LaneBlocks) -> Tensor:
+    *lead, features = x.shape
+    flat = x.reshape(-1, features)
+    if flat.shape[0] == 1:
+        return lane_matvec(flat, lanes).reshape(*lead, lanes.shape[0])
+    outputs = [lane_matvec(flat[row : row + 1], lanes).contiguous() for row in range(flat.shape[0])]
+    return concat(outputs, dim=0).reshape(*lead, lanes.shape[0])
 
 
 class EmbeddingTable:

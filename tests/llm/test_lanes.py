@@ -45,6 +45,8 @@ def test_lane_weights_decode_to_the_reference_bits(name: str) -> None:
     actual = weight.float().numpy()
     assert actual.shape == expected.shape
     np.testing.assert_array_equal(actual.view(np.uint32), expected.view(np.uint32))
+    transposed = weight.transposed_float().numpy()  # the prefill's scratch matrix, decoded rows-last
+    np.testing.assert_array_equal(transposed.view(np.uint32), expected.T.view(np.uint32))
 
 
 @pytest.mark.parametrize("name", sorted(ALIGNED_GAP))

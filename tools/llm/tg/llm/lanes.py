@@ -76,7 +76,7 @@ def pack_lanes(raw: Any, ggml_type: int, device: str | None = None) -> LaneBlock
 def aligned_blocks(lanes: LaneBlocks) -> Blocks:
     """The same matrix as byte Blocks `(rows, n_blocks, aligned block bytes)` for tg.llm.quants' decoders."""
     groups, n_blocks, n_words, _ = lanes.words.shape
-    rows = lanes.words.permute(0, 3, 1, 2).reshape(groups * LANES, n_blocks, n_words).contiguous()
+    rows = lanes.words.permute(0, 3, 1, 2).reshape(groups * LANES, n_blocks, n_words)
     return Blocks(rows.bitcast(dtypes.uint8), gap=ALIGNED_GAP[lanes.type_name])
 
 
@@ -258,10 +258,61 @@ def lane_matvec(x: Tensor, lanes: LaneBlocks) -> Tensor:
     return products.sum(-2).reshape(-1, groups * LANES)[..., : lanes.shape[0]]
 
 
-def lane_dequantize(lanes: LaneBlocks) -> Tensor:
-    """The float32 matrix `(rows, cols)` (lazy), bit-identical to `gguf.quants.dequantize`."""
+def _shifts(values: list[list[int]], like: Tensor) -> Tensor:
+    return Tensor(values, dtype=dtypes.uint32, device=like.device)
+
+
+def _element_quants(lanes: LaneBlocks) -> Tensor:
+    """The 32 quants of every block of a 32-element type as uint32 `(groups, n_blocks, 2, 4, 4, 16)`: element
+    16h + 4w + k is nibble h (or, for Q8_0, byte 4w + k) of payload byte 4w + k. Spelled with axes and a small
+    tensor of shift amounts instead of 32 separate values, so a float scratch matrix is one plain kernel."""
+    words = lanes.words
+    groups, n_blocks, _, _ = words.shape
+    if lanes.type_name == "Q8_0":
+        payload = words[:, :, 1:9, :].reshape(groups, n_blocks, 2, 4, 1, LANES)  # words 1..8: bytes 4..35
+        shift = _shifts([[8 * k for k in range(4)]], words).reshape(1, 1, 1, 1, 4, 1)
+        return (payload >> shift) & 0xFF
+    first = 2 if lanes.type_name in ("Q5_0", "Q5_1") else 1
+    payload = words[:, :, first : first + 4, :].reshape(groups, n_blocks, 1, 4, 1, LANES)
+    shift = _shifts([[8 * k + 4 * h for k in range(4)] for h in range(2)], words).reshape(1, 1, 2, 1, 4, 1)
+    quants = (payload >> shift) & 0xF
+    if first == 2:  # the fifth bit of element e is bit e of word 1
+        bit = _shifts([[16 * h + 4 * w + k for w in range(4) for k in range(4)] for h in range(2)], words)
+        fifth = (words[:, :, 1, :].reshape(groups, n_blocks, 1, 1, 1, LANES) >> bit.reshape(1, 1, 2, 4, 4, 1)) & 1
+        quants = quants | (fifth << 4)
+    return quants
+
+
+def _dequantize_32(lanes: LaneBlocks) -> Tensor:
+    """`(n_blocks, 32, rows)`: the values of a 32-element type, rows last (the layout of the transposed scratch)."""
+    words = lanes.words
+    groups, n_blocks, _, _ = words.shape
+    quants = _element_quants(lanes)
+    first = words[:, :, 0, :].reshape(groups, n_blocks, 1, 1, 1, LANES)
+    name = lanes.type_name
+    if name == "MXFP4":
+        values = mxfp4_scale(first & 0xFF) * e2m1_doubled(quants)
+    else:
+        scale = half_bits_to_float(first & 0xFFFF)
+        if name == "Q8_0":
+            values = scale * _signed_byte(quants)
+        elif name in ("Q4_0", "Q5_0"):
+            values = scale * (_quant_float(quants) - (8.0 if name == "Q4_0" else 16.0))
+        else:
+            values = scale * _quant_float(quants) + half_bits_to_float(first >> 16)
+    return values.permute(1, 2, 3, 4, 0, 5).reshape(n_blocks * 32, groups * LANES)
+
+
+def lane_dequantize(lanes: LaneBlocks, transposed: bool = False) -> Tensor:
+    """The float32 matrix `(rows, cols)` (lazy; `transposed`: `(cols, rows)`), bit-identical to
+    `gguf.quants.dequantize`. 32-element types decode from the words directly (`_dequantize_32`: each output row
+    of the transposed matrix reads 16 consecutive words per group), the K-quants through their aligned blocks and
+    tg.llm.quants' byte decoders (slower)."""
     from tg.llm.quants import DEQUANTIZERS
 
-    return DEQUANTIZERS[lanes.type_name](aligned_blocks(lanes))[: lanes.shape[0]]
-
-
+    rows = lanes.shape[0]
+    if lanes.type_name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4"):
+        values = _dequantize_32(lanes)[:, :rows]
+        return values if transposed else values.transpose(0, 1)
+    values = DEQUANTIZERS[lanes.type_name](aligned_blocks(lanes))[:rows]
+    return values.transpose(0, 1) if transposed else values

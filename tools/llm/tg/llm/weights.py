@@ -45,6 +45,12 @@ class Weight:
                 self._float = self.data.float()
         return self._float
 
+    def transposed_float(self) -> Tensor:
+        """float().T `(in, out)` (lazy): for LaneBlocks decoded in that order, so its kernel writes rows of outputs."""
+        if isinstance(self.data, LaneBlocks):
+            return lane_dequantize(self.data, transposed=True)
+        return self.float().transpose(-1, -2)
+
     def nbytes(self) -> int:
         if isinstance(self.data, LaneBlocks):
             return self.data.nbytes()
@@ -81,7 +87,7 @@ def linear(x: Tensor, weight: Weight, bias: Tensor | None = None) -> Tensor:
     buffers and kernels of their own."""
     rows = math.prod(x.shape[:-1])
     if rows >= SCRATCH_MATMUL_ROWS:
-        out = x.matmul(weight.float().transpose(-1, -2).contiguous())
+        out = x.matmul(weight.transposed_float().contiguous())
     elif isinstance(weight.data, LaneBlocks):
         out = _rowwise_lane_matvec(x, weight.data)
     else:

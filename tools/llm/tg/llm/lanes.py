@@ -118,6 +118,11 @@ def _quant_float(quant: Tensor) -> Tensor:
     return quant.cast(dtypes.int32).float()
 
 
+def _centered(quant: Tensor, zero: int) -> Tensor:
+    """quant - zero as float32 (exact), subtracted in int32: the group's scale then multiplies a plain dot product."""
+    return (quant.cast(dtypes.int32) - zero).float()
+
+
 def _signed_byte(byte: Tensor) -> Tensor:
     """uint32 0..255 read as an int8, as float32."""
     return ((byte ^ 0x80).cast(dtypes.int32) - 128).float()
@@ -139,8 +144,7 @@ def _nibble_quants(w: Words, payload: int) -> list[Tensor]:
 
 
 def _groups_q4_0(w: Words) -> list[ScaledGroup]:
-    scale = w.half(0)
-    return [ScaledGroup(scale, scale * -8.0, [_quant_float(q) for q in _nibble_quants(w, 4)])]
+    return [ScaledGroup(w.half(0), None, [_centered(q, 8) for q in _nibble_quants(w, 4)])]
 
 
 def _groups_q4_1(w: Words) -> list[ScaledGroup]:
@@ -150,16 +154,15 @@ def _groups_q4_1(w: Words) -> list[ScaledGroup]:
 def _fifth_quants(w: Words) -> list[Tensor]:
     """Q5_0/Q5_1 (aligned): the fifth bits in the word at byte 4 (bit j for element j), the nibbles from byte 8."""
     high = w.word(1)
-    return [_quant_float(q | (((high >> e) & 1) << 4)) for e, q in enumerate(_nibble_quants(w, 8))]
+    return [q | (((high >> e) & 1) << 4) for e, q in enumerate(_nibble_quants(w, 8))]
 
 
 def _groups_q5_0(w: Words) -> list[ScaledGroup]:
-    scale = w.half(0)
-    return [ScaledGroup(scale, scale * -16.0, _fifth_quants(w))]
+    return [ScaledGroup(w.half(0), None, [_centered(q, 16) for q in _fifth_quants(w)])]
 
 
 def _groups_q5_1(w: Words) -> list[ScaledGroup]:
-    return [ScaledGroup(w.half(0), w.half(2), _fifth_quants(w))]
+    return [ScaledGroup(w.half(0), w.half(2), [_quant_float(q) for q in _fifth_quants(w)])]
 
 
 def _groups_q8_0(w: Words) -> list[ScaledGroup]:
@@ -203,9 +206,8 @@ def _groups_q6_k(w: Words) -> list[ScaledGroup]:
             i = e % 32
             low = w.nibble(half * 64 + (r % 2) * 32 + i, r // 2)
             high = (w.byte(128 + half * 32 + i) >> (2 * r)) & 3
-            quants.append(_quant_float(low | (high << 4)))
-        scale = d * _signed_byte(w.byte(192 + group))
-        groups.append(ScaledGroup(scale, scale * -32.0, quants))
+            quants.append(_centered(low | (high << 4), 32))
+        groups.append(ScaledGroup(d * _signed_byte(w.byte(192 + group)), None, quants))
     return groups
 
 

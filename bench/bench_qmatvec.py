@@ -20,7 +20,13 @@ from tg.llm.weights import Weight, linear, quantized_weight
 from tg.tensor import Tensor, TinyJit
 from tg.tensor.gguf import GGML_TYPES
 
-SHAPES = {"qkv": (960, 576), "attn_out": (576, 576), "gate_up": (3072, 576), "down": (576, 1536), "output": (49152, 576)}
+SHAPES = {
+    "qkv": (960, 576),
+    "attn_out": (576, 576),
+    "gate_up": (3072, 576),
+    "down": (576, 1536),
+    "output": (49152, 576),
+}
 TYPE_IDS = {name: type_id for type_id, (name, _, _) in GGML_TYPES.items()}
 
 

@@ -177,7 +177,11 @@ def test_heuristics_unroll_one_row_of_a_convolution_window() -> None:
 
 def big_body_matvec_ast(rows: int, k: int, terms: int) -> UOp:
     """out[i] = sum_r sum_t a[i, r] * b[r] ** (t + 1): a broadcasting reduction whose body has about 2 * terms ops."""
-    out, a, b = UOp.param(0, dtypes.float32, rows), UOp.param(1, dtypes.float32, rows * k), UOp.param(2, dtypes.float32, k)
+    out, a, b = (
+        UOp.param(0, dtypes.float32, rows),
+        UOp.param(1, dtypes.float32, rows * k),
+        UOp.param(2, dtypes.float32, k),
+    )
     i, r = UOp.range(rows, 0), UOp.range(k, 1, AxisType.REDUCE)
     x, power, body = b.index(r).load(), None, None
     for _ in range(terms):

@@ -10,10 +10,11 @@ goes right after the fp16 fields, so the payload words start on a word boundary)
 1.18x of the file (Q4_1, Q5_1, Q4_K and Q5_K need no padding at all).
 
 The matvec (`lane_matvec`) reduces over the blocks only: the loop body spells out all elements of a block (32, or
-256 for the K-quants), each quant as constant shifts and masks of that block's words, and applies each scale once per
-group of elements that share it (`ScaledGroup`). The fp16 scales are decoded once per block and
-lane from their bits (`half_bits_to_float`). A prefill's float matrix comes from the same words, rearranged back into aligned blocks
-(`aligned_blocks`) for the byte-wise decoders of tg.llm.quants.
+256 for the K-quants), each quant as constant shifts and masks of that block's words, and applies each scale once
+per group of elements that share it (`ScaledGroup`). The fp16 scales are decoded once per block and lane from
+their bits (`half_bits_to_float`). A prefill's float scratch matrix is decoded from the same words, transposed
+(`lane_dequantize`): the 32-element types with their quants along axes, the K-quants through aligned byte blocks
+and the byte-wise decoders of tg.llm.quants.
 """
 
 from __future__ import annotations

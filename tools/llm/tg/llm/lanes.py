@@ -20,7 +20,7 @@ and the byte-wise decoders of tg.llm.quants.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tg.codegen import dtypes
@@ -51,9 +51,18 @@ class LaneBlocks:
     words: Tensor
     type_name: str
     shape: tuple[int, int]
+    _groups: list[ScaledGroup] | None = field(default=None, init=False, repr=False, compare=False)
 
     def nbytes(self) -> int:
         return self.words.nbytes()
+
+    def groups(self) -> list[ScaledGroup]:
+        """The decoded block (GROUPS), built once: a K-quant's is thousands of lazy ops, which a plain (not
+        captured) decode step would otherwise rebuild for every matvec (graphs are immutable, so sharing is safe)."""
+        if self._groups is None:
+            object.__setattr__(self, "_groups", GROUPS[self.type_name](Words(self.words)))
+        assert self._groups is not None
+        return self._groups
 
 
 def pack_lanes(raw: Any, ggml_type: int, device: str | None = None) -> LaneBlocks:
@@ -245,7 +254,7 @@ def lane_matvec(x: Tensor, lanes: LaneBlocks) -> Tensor:
     the scheduler computes in a kernel of its own (a value of x alone, broadcast to every row), and a launch costs
     more than the two ops per element it saves."""
     groups, n_blocks, _, _ = lanes.words.shape
-    decoded = GROUPS[lanes.type_name](Words(lanes.words))
+    decoded = lanes.groups()
     block_elements = sum(len(group.quants) for group in decoded)
     xs = x.reshape(-1, 1, n_blocks, block_elements, 1)
     block_sums, first = [], 0
@@ -310,7 +319,7 @@ def lane_dequantize(lanes: LaneBlocks, transposed: bool = False) -> Tensor:
     """The float32 matrix `(rows, cols)` (lazy; `transposed`: `(cols, rows)`), bit-identical to
     `gguf.quants.dequantize`. 32-element types decode from the words directly (`_dequantize_32`: each output row
     of the transposed matrix reads 16 consecutive words per group), the K-quants through their aligned blocks and
-    tg.llm.quants' byte decoders (slower)."""
+    tg.llm.quants' byte decoders (transposed: through a row-major buffer)."""
     from tg.llm.quants import DEQUANTIZERS
 
     rows = lanes.shape[0]
@@ -318,4 +327,5 @@ def lane_dequantize(lanes: LaneBlocks, transposed: bool = False) -> Tensor:
         values = _dequantize_32(lanes)[:, :rows]
         return values if transposed else values.transpose(0, 1)
     values = DEQUANTIZERS[lanes.type_name](aligned_blocks(lanes))[:rows]
-    return values.transpose(0, 1) if transposed else values
+    # the byte decoders write rows fast and columns 50x slower: decode rows into a buffer, then transpose that
+    return values.contiguous().transpose(0, 1) if transposed else values

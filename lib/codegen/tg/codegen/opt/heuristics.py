@@ -44,8 +44,8 @@ MAX_LANES = 128
 WIDE_MAX_LANES = 256
 UNROLLS = (4, 3, 2)
 # a reduction whose body already has this many ALU ops is not unrolled: its loop overhead is noise next to the body,
-# and copies of a big body only make the kernel slower to compile (a quantized matvec that decodes a 256-element
-# block per step: 3 copies took gcc seconds more per kernel)
+# and copies of a big body only make the kernel slower to compile (a quantized matvec that decodes a whole 256-element
+# K-quant block per step, tg.llm.lanes)
 LARGE_BODY_OPS = 512
 
 

@@ -14,7 +14,8 @@ from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf.quants import dequantize as reference_dequantize  # noqa: E402
 from llm_fixtures import HALF_OFFSETS  # noqa: E402
 
-from tg.llm.lanes import ALIGNED_GAP, LaneBlocks, half_bits_to_float  # noqa: E402
+from tg.llm.lanes import ALIGNED_GAP, LaneBlocks, e2m1_doubled_by_shift, half_bits_to_float  # noqa: E402
+from tg.llm.quants import e2m1_doubled  # noqa: E402
 from tg.llm.weights import linear, quantized_weight  # noqa: E402
 from tg.tensor import Context, Tensor  # noqa: E402
 
@@ -80,6 +81,11 @@ def test_half_bits_decode_every_half_exactly() -> None:
     np.testing.assert_array_equal(actual[finite].view(np.uint32), expected[finite].view(np.uint32))
     np.testing.assert_array_equal(actual[np.isinf(expected)], expected[np.isinf(expected)])
     assert np.isnan(actual[np.isnan(expected)]).all()
+
+
+def test_e2m1_table_lookup_equals_the_reference_decoder() -> None:
+    codes = Tensor(np.arange(16, dtype=np.uint32))
+    np.testing.assert_array_equal(e2m1_doubled_by_shift(codes).numpy(), e2m1_doubled(codes).numpy())
 
 
 def test_lane_matvec_kernel_loads_only_32_bit_values() -> None:

@@ -1,9 +1,10 @@
-"""Each quantized matvec of tg-llm alone: GB/s = bytes of the quantized weight / kernel time.
+"""Each quantized matvec of tg-llm alone: GB/s = bytes of the quantized weight (as stored) / time per matvec.
 
 Run: `CC=gcc uv run python bench/bench_qmatvec.py [--types Q4_1,Q4_K,...] [--repeats 50]`. The shapes are those of
 the embedded SmolLM2-135M (qkv 960x576, attention output 576x576, gate_up 3072x576, down 576x1536, output head
 49152x576); Q4_1 uses the model's own weights, other types random blocks of the same shapes. Times are the median
-of TinyJit replays of 8 matvecs `linear(x_i, weight)` divided by 8 (launches included).
+of TinyJit replays of 8 matvecs `linear(x_i, weight)` divided by 8 (launches included). K-quant rows need a
+multiple of 256 columns: time them on `--shapes down`. The machine's load average is printed first.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 import numpy as np
 
 from tg.llm import registry
+from tg.llm.quants import HALF_FIELDS
 from tg.llm.weights import Weight, linear, quantized_weight
 from tg.tensor import Tensor, TinyJit
 from tg.tensor.gguf import GGML_TYPES
@@ -34,8 +36,6 @@ def random_weight(type_name: str, rows: int, cols: int, seed: int = 0) -> Weight
     _, block_elements, block_bytes = GGML_TYPES[TYPE_IDS[type_name]]
     rng = np.random.default_rng(seed)
     raw = rng.integers(0, 256, size=(rows, cols // block_elements, block_bytes), dtype=np.uint8)
-    from tg.llm.quants import HALF_FIELDS
-
     for offset in HALF_FIELDS[type_name][0]:
         scales = rng.uniform(-0.01, 0.01, size=raw.shape[:-1]).astype(np.float16)
         raw[..., offset : offset + 2] = scales.view(np.uint8).reshape(*raw.shape[:-1], 2)

@@ -175,6 +175,31 @@ def test_heuristics_unroll_one_row_of_a_convolution_window() -> None:
     assert sum(o.op is OptOps.UPCAST for o in opts) == 2
 
 
+def big_body_matvec_ast(rows: int, k: int, terms: int) -> UOp:
+    """out[i] = sum_r sum_t a[i, r] * b[r] ** (t + 1): a broadcasting reduction whose body has about 2 * terms ops."""
+    out, a, b = (
+        UOp.param(0, dtypes.float32, rows),
+        UOp.param(1, dtypes.float32, rows * k),
+        UOp.param(2, dtypes.float32, k),
+    )
+    i, r = UOp.range(rows, 0), UOp.range(k, 1, AxisType.REDUCE)
+    x, power, body = b.index(r).load(), None, None
+    for _ in range(terms):
+        power = x if power is None else power * x
+        term = a.index(i * k + r).load() * power
+        body = term if body is None else body + term
+    return UOp.sink(out.index(i).store(body.reduce(r)), arg=KernelInfo("big"))
+
+
+def test_heuristics_do_not_unroll_a_reduction_with_a_large_body() -> None:
+    """A quantized matvec's step decodes a whole block (hundreds of ops): copies of it only slow down compiling."""
+    small = hand_coded_optimizations(KernelOptimizer(big_body_matvec_ast(64, 64, 4)))
+    assert any(o.op is OptOps.UNROLL for o in small)
+    large = hand_coded_optimizations(KernelOptimizer(big_body_matvec_ast(64, 64, 300)))
+    assert any(o.op is OptOps.UPCAST for o in large)
+    assert not any(o.op is OptOps.UNROLL for o in large)
+
+
 def test_heuristics_leave_plain_elementwise_kernels_and_full_sums_alone() -> None:
     out, a = UOp.param(0, dtypes.float32, 64), UOp.param(1, dtypes.float32, 64 * 32)
     i, r = UOp.range(64, 0), UOp.range(32, 1, AxisType.REDUCE)

@@ -31,9 +31,8 @@ def decode_step_counters(path: Path) -> tuple[int, int, int]:
 def test_dequantization_fuses_into_the_matmuls(tmp_path: Path) -> None:
     """A Q4_1 model's decode step touches far fewer bytes than the F32 one (the packed 5 bits per weight, not 32):
     a separate decode kernel would write a float copy of a weight and read it back (8 bytes per weight more),
-    so this also says that no such kernel runs. The Q4_1 step has more (small) kernels: each matvec adds its 16
-    lane sums per output in a second kernel (see weights.linear); in this tiny model (rows of 128) those sums
-    move about a third as many bytes as the packed weights save."""
+    so this also says that no such kernel runs. Each matvec is one kernel over the weight's words
+    (tg.llm.lanes); the bound leaves room for the few small buffers a quantized step adds."""
     float_model = write_model(tmp_path / "f.gguf", "llama", "F32", dim=128, tied=False)
     quant_model = write_model(tmp_path / "q.gguf", "llama", "Q4_1", dim=128, tied=False)
     _, float_bytes, _ = decode_step_counters(float_model)

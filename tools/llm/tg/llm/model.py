@@ -21,9 +21,10 @@ from tg.codegen.schedule.realize import whole_buffer
 from tg.hcq import Device
 from tg.hcq.engine.buffers import buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
+from tg.llm.lanes import LaneBlocks
 from tg.llm.ops import concat, stack
-from tg.llm.quants import DEQUANTIZERS, Blocks, pack
-from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, linear
+from tg.llm.quants import DEQUANTIZERS, Blocks
+from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, linear, quantized_weight
 from tg.tensor import Tensor, Variable
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
@@ -147,7 +148,7 @@ def padded_rows(count: int) -> int:
 
 
 def block_tensors(block: Block) -> list[Tensor]:
-    """Every Tensor of a block (norms, biases, each weight's payload and fp16 fields), in field order."""
+    """Every Tensor of a block (norms, biases, each weight's words, or payload and fp16 fields), in field order."""
     found: list[Tensor] = []
     for item in dataclasses.fields(block):
         value = getattr(block, item.name)
@@ -155,7 +156,10 @@ def block_tensors(block: Block) -> list[Tensor]:
             found.append(value)
         elif isinstance(value, Weight):
             data = value.data
-            found += [data.payload, *data.halves.values()] if isinstance(data, Blocks) else [data]
+            if isinstance(data, LaneBlocks):
+                found.append(data.words)
+            else:
+                found += [data.payload, *data.halves.values()] if isinstance(data, Blocks) else [data]
     return found
 
 
@@ -169,8 +173,10 @@ def rebuilt_block(template: Block, tensors: list[Tensor]) -> Block:
             value = next(supply)
         elif isinstance(value, Weight):
             data = value.data
-            if isinstance(data, Blocks):
-                data = Blocks(next(supply), data.start, {offset: next(supply) for offset in data.halves})
+            if isinstance(data, LaneBlocks):
+                data = LaneBlocks(next(supply), data.type_name, data.shape)
+            elif isinstance(data, Blocks):
+                data = Blocks(next(supply), data.start, {offset: next(supply) for offset in data.halves}, data.gap)
             else:
                 data = next(supply)
             value = Weight(data, value.ggml_type, value.shape)
@@ -514,7 +520,7 @@ def _load_weight(info: GGUFTensorInfo, raw: np.ndarray) -> Weight:
                       info.shape)  # fmt: skip
     _, block_elements, block_bytes = GGML_TYPES[info.ggml_type]
     raw = raw.reshape(*info.shape[:-1], info.shape[-1] // block_elements, block_bytes)
-    return Weight(pack(raw, info.ggml_type), info.ggml_type, info.shape)
+    return quantized_weight(raw, info.ggml_type, info.shape)
 
 
 def load_model(path: str | Path, max_context: int = 4096) -> tuple[Transformer, GGUFFile]:

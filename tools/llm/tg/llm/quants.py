@@ -32,9 +32,12 @@ class Blocks:
     payload: Tensor
     start: int = 0
     halves: dict[int, Tensor] = field(default_factory=dict)
+    gap: tuple[int, int] = (0, 0)  # (file offset, bytes): padding the payload holds before that byte (tg.llm.lanes)
 
     def bytes(self, first: int, last: int) -> Tensor:
-        return self.payload[..., first - self.start : last - self.start]
+        at, size = self.gap
+        shift = size if first >= at and size else 0
+        return self.payload[..., first - self.start + shift : last - self.start + shift]
 
     def half(self, offset: int) -> Tensor:
         """The fp16 field at byte `offset` of each block as float32 `(..., n_blocks, 1)`."""
@@ -141,7 +144,7 @@ def dequant_q6_k(raw: Blocks) -> Tensor:
     return _flat((scale * quant).flatten(-2))
 
 
-def _e2m1_doubled(nibble: Tensor) -> Tensor:
+def e2m1_doubled(nibble: Tensor) -> Tensor:
     """MXFP4 element codes -> twice their e2m1 value (0,1,2,3,4,6,8,12 and negatives) as float32.
 
     Code 8 is "-0" in e2m1 but the reference table holds the integer 0, so it decodes to +0.0.
@@ -155,71 +158,17 @@ def _e2m1_doubled(nibble: Tensor) -> Tensor:
     return (nibble >= 9).where(-magnitude, magnitude)
 
 
+def mxfp4_scale(exponent: Tensor) -> Tensor:
+    """The E8M0 exponent byte (as uint32) -> 2**(e-128) as float32: the stored values are doubled, so this is half
+    the block's scale. pow2 takes exponents below 128: 2**e is built from four parts, each step exact."""
+    quarter = exponent >> 2
+    return (pow2(quarter) * 2.0**-64) * (pow2(quarter) * 2.0**-64) * pow2(quarter) * pow2(exponent - quarter * 3)
+
+
 def dequant_mxfp4(raw: Blocks) -> Tensor:
-    exponent = raw.bytes(0, 1).cast(dtypes.uint32)  # E8M0; the stored values are doubled, so the scale is 2**(e-128)
-    quarter = exponent >> 2  # pow2 takes exponents below 128: build 2**e from four parts, each step exact
-    scale = (pow2(quarter) * 2.0**-64) * (pow2(quarter) * 2.0**-64) * pow2(quarter) * pow2(exponent - quarter * 3)
-    return _flat(scale * _e2m1_doubled(_nibbles(raw.bytes(1, 17))))
+    scale = mxfp4_scale(raw.bytes(0, 1).cast(dtypes.uint32))
+    return _flat(scale * e2m1_doubled(_nibbles(raw.bytes(1, 17))))
 
-
-@dataclass(frozen=True)
-class HalfBlocks:
-    """A 32-element block type as `scale * quant + offset`, with the quants split in the two halves of the block:
-    `low` holds elements 0..15 and `high` elements 16..31, each `(..., n_blocks, 16)` float32 (exact integers);
-    `scale` and `offset` are `(..., n_blocks, 1)` (offset None: zero). Q4/Q5 store element j and j + 16 in one
-    byte, so both halves come from one load, and a matvec never interleaves them (see weights.linear)."""
-
-    scale: Tensor
-    offset: Tensor | None
-    low: Tensor
-    high: Tensor
-
-
-def _nibble_halves(packed: Tensor) -> tuple[Tensor, Tensor]:
-    return packed & 15, packed >> 4
-
-
-def _half_blocks_q4_0(raw: Blocks) -> HalfBlocks:
-    low, high = _nibble_halves(raw.bytes(2, 18))
-    scale = raw.half(0)
-    return HalfBlocks(scale, scale * -8.0, low.float(), high.float())
-
-
-def _half_blocks_q4_1(raw: Blocks) -> HalfBlocks:
-    low, high = _nibble_halves(raw.bytes(4, 20))
-    return HalfBlocks(raw.half(0), raw.half(2), low.float(), high.float())
-
-
-def _fifth_bit_halves(raw: Blocks, start: int, payload: int) -> tuple[Tensor, Tensor]:
-    low, high = _nibble_halves(raw.bytes(payload, payload + 16))
-    fifth = _fifth_bits(raw, start) << 4
-    return (low.cast(dtypes.uint32) | fifth[..., :16]).float(), (high.cast(dtypes.uint32) | fifth[..., 16:]).float()
-
-
-def _half_blocks_q5_0(raw: Blocks) -> HalfBlocks:
-    low, high = _fifth_bit_halves(raw, 2, 6)
-    scale = raw.half(0)
-    return HalfBlocks(scale, scale * -16.0, low, high)
-
-
-def _half_blocks_q5_1(raw: Blocks) -> HalfBlocks:
-    low, high = _fifth_bit_halves(raw, 4, 8)
-    return HalfBlocks(raw.half(0), raw.half(2), low, high)
-
-
-def _half_blocks_q8_0(raw: Blocks) -> HalfBlocks:
-    # a uint8 -> int8 cast wraps like two's complement and vectorizes; _signed8's compare-and-subtract did not
-    low, high = raw.bytes(2, 18).cast(dtypes.int8), raw.bytes(18, 34).cast(dtypes.int8)
-    return HalfBlocks(raw.half(0), None, low.float(), high.float())
-
-
-HALF_BLOCK_DECODERS: dict[str, Callable[[Blocks], HalfBlocks]] = {
-    "Q4_0": _half_blocks_q4_0,
-    "Q4_1": _half_blocks_q4_1,
-    "Q5_0": _half_blocks_q5_0,
-    "Q5_1": _half_blocks_q5_1,
-    "Q8_0": _half_blocks_q8_0,
-}
 
 DEQUANTIZERS: dict[str, Callable[[Blocks], Tensor]] = {
     "Q4_0": dequant_q4_0,
@@ -260,12 +209,6 @@ def type_name(ggml_type: int) -> str:
 def dequantize(raw: Tensor | Blocks, ggml_type: int) -> Tensor:
     """Lazy float32 values of quantized blocks (raw uint8 `(*rows, n_blocks, block_bytes)` or packed Blocks)."""
     return DEQUANTIZERS[type_name(ggml_type)](raw if isinstance(raw, Blocks) else Blocks(raw))
-
-
-def half_blocks(raw: Blocks, ggml_type: int) -> HalfBlocks | None:
-    """The block split `HalfBlocks` of a 32-element type (None for the others)."""
-    decoder = HALF_BLOCK_DECODERS.get(type_name(ggml_type))
-    return None if decoder is None else decoder(raw)
 
 
 def pack(raw: Any, ggml_type: int, device: str | None = None) -> Blocks:

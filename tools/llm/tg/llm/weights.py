@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from tg.codegen import to_numpy
-from tg.llm.quants import HALF_FIELDS, Blocks, HalfBlocks, dequantize, half_blocks, pack
+from tg.llm.lanes import ALIGNED_GAP, LaneBlocks, lane_dequantize, lane_matvec, pack_lanes
+from tg.llm.ops import concat
+from tg.llm.quants import HALF_FIELDS, Blocks, dequantize, pack, type_name
 from tg.tensor import Tensor
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFTensorInfo, bf16_to_float
 
@@ -16,16 +19,17 @@ FLOAT_TYPES_AND_BF16 = (*FLOAT_TYPES, "BF16")
 
 @dataclass
 class Weight:
-    """A GGUF tensor: `data` is a float Tensor, or packed quantized `Blocks` `(*rows, n_blocks, ...)`."""
+    """A GGUF tensor: `data` is a float Tensor, a quantized matrix in `LaneBlocks` (tg.llm.lanes), or other
+    quantized tensors (expert stacks) as packed `Blocks` `(*rows, n_blocks, ...)`."""
 
-    data: Tensor | Blocks
+    data: Tensor | Blocks | LaneBlocks
     ggml_type: int
     shape: tuple[int, ...]
     _float: Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def quantized(self) -> bool:
-        return isinstance(self.data, Blocks)
+        return isinstance(self.data, (Blocks, LaneBlocks))
 
     def float(self) -> Tensor:
         """The values as a lazy float32 Tensor of `shape` (decoded in whatever kernel consumes them).
@@ -33,16 +37,37 @@ class Weight:
         The lazy expression is built once and reused: graphs are immutable, so every step's matmul can share it,
         which saves rebuilding the decode graph for every weight on every token."""
         if self._float is None:
-            self._float = dequantize(self.data, self.ggml_type) if self.quantized else self.data.float()
+            if isinstance(self.data, LaneBlocks):
+                self._float = lane_dequantize(self.data)
+            elif isinstance(self.data, Blocks):
+                self._float = dequantize(self.data, self.ggml_type)
+            else:
+                self._float = self.data.float()
         return self._float
 
+    def transposed_float(self) -> Tensor:
+        """float().T `(in, out)` (lazy): for LaneBlocks decoded in that order, so its kernel writes rows of outputs."""
+        if isinstance(self.data, LaneBlocks):
+            return lane_dequantize(self.data, transposed=True)
+        return self.float().transpose(-1, -2)
+
     def nbytes(self) -> int:
+        if isinstance(self.data, LaneBlocks):
+            return self.data.nbytes()
         if isinstance(self.data, Blocks):
             return self.data.payload.nbytes() + sum(half.nbytes() for half in self.data.halves.values())
         return self.data.nbytes()
 
     def numel(self) -> int:
         return math.prod(self.shape)
+
+
+def quantized_weight(raw: Any, ggml_type: int, shape: tuple[int, ...], device: str | None = None) -> Weight:
+    """A Weight from a quantized tensor's file bytes, a numpy uint8 `(*rows, n_blocks, block_bytes)` view: a matrix
+    as LaneBlocks (the fast matvec layout), anything else (an expert stack) as packed Blocks."""
+    if len(shape) == 2 and type_name(ggml_type) in ALIGNED_GAP:
+        return Weight(pack_lanes(raw, ggml_type, device), ggml_type, shape)
+    return Weight(pack(raw, ggml_type, device), ggml_type, shape)
 
 
 # from this many rows of x on (a prefill chunk), linear() decodes the weight once into a transposed float scratch
@@ -56,34 +81,27 @@ def linear(x: Tensor, weight: Weight, bias: Tensor | None = None) -> Tensor:
     Many rows (a prefill chunk): the weight is first decoded into a `(in, out)` float32 buffer that lives only
     for this matmul (one matrix at a time, so memory grows by the largest matrix at most, not by the model), then
     multiplied; tg's matmul runs about 5x faster on a weight contiguous along the output axis than along the
-    reduction. Few rows (decoding): the weight stays encoded and is decoded inside the matvec kernel."""
+    reduction. Few rows (decoding): the weight stays encoded and is decoded inside the matvec kernel
+    (tg.llm.lanes.lane_matvec), one kernel per row of x: with several rows in one kernel, the scheduler's fusion
+    policy sees each decoded weight value reused by every row and gives the values (dozens of them per block)
+    buffers and kernels of their own."""
     rows = math.prod(x.shape[:-1])
-    blocks = half_blocks(weight.data, weight.ggml_type) if isinstance(weight.data, Blocks) else None
     if rows >= SCRATCH_MATMUL_ROWS:
-        out = x.matmul(weight.float().transpose(-1, -2).contiguous())
-    elif blocks is not None:
-        out = _half_block_linear(x, blocks)
+        out = x.matmul(weight.transposed_float().contiguous())
+    elif isinstance(weight.data, LaneBlocks):
+        out = _rowwise_lane_matvec(x, weight.data)
     else:
         out = x.matmul(weight.float().transpose(-1, -2))
     return out if bias is None else out + bias
 
 
-def _half_block_linear(x: Tensor, w: HalfBlocks) -> Tensor:
-    """x @ W.T for a 32-element block type, as 16 partial sums per output that a second reduction adds.
-
-    Summing over the blocks first, with the 16 positions of a half block kept apart, makes the kernel's inner
-    loop run along contiguous weight bytes with one accumulator per lane: a SIMD loop. A plain x @ W.T reduction
-    would add in element order, which C may not reorder (no -ffast-math), so it vectorized across output rows
-    instead, gathering bytes 18-34 apart. The block scale multiplies the half-block dot products once, and the
-    offset (Q4_1's min, Q4_0's -8 * scale) multiplies x's own sums: sum_j x_j (d q_j + c) = d sum x_j q_j + c sum x_j.
-    """
+def _rowwise_lane_matvec(x: Tensor, lanes: LaneBlocks) -> Tensor:
     *lead, features = x.shape
-    halves = x.reshape(*lead, 1, features // 32, 2, 16)
-    x_low, x_high = halves[..., 0, :], halves[..., 1, :]  # (*lead, 1, blocks, 16)
-    lanes = w.scale * (x_low * w.low + x_high * w.high)  # (*lead, out, blocks, 16)
-    if w.offset is not None:  # two products, not offset * (x_low + x_high): that sum became a kernel of its own
-        lanes = lanes + w.offset * x_low + w.offset * x_high
-    return lanes.sum(-2).sum(-1)
+    flat = x.reshape(-1, features)
+    if flat.shape[0] == 1:
+        return lane_matvec(flat, lanes).reshape(*lead, lanes.shape[0])
+    outputs = [lane_matvec(flat[row : row + 1], lanes).contiguous() for row in range(flat.shape[0])]
+    return concat(outputs, dim=0).reshape(*lead, lanes.shape[0])
 
 
 class EmbeddingTable:

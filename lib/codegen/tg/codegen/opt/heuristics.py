@@ -43,6 +43,10 @@ MAX_LANES = 128
 # them measured 1.5x (1024) and 1.7x (2048) faster than 8x16 in ymm on a Xeon, per core, under gcc 12 and clang 19.
 WIDE_MAX_LANES = 256
 UNROLLS = (4, 3, 2)
+# a reduction whose body already has this many ALU ops is not unrolled: its loop overhead is noise next to the body,
+# and copies of a big body only make the kernel slower to compile (a quantized matvec that decodes a whole 256-element
+# K-quant block per step, tg.llm.lanes)
+LARGE_BODY_OPS = 512
 
 
 @dataclass(frozen=True)
@@ -168,11 +172,19 @@ def upcast_reused_axes(k: KernelOptimizer, max_lanes: int) -> None:
             return
 
 
+def body_ops(k: KernelOptimizer) -> int:
+    """ALU ops in the bodies of the kernel's reductions (before any upcast or unroll copies them)."""
+    return sum(1 for r in k.reduceops for u in r.src[0].toposort() if u.op in GroupOp.ALU)
+
+
 def unroll_reduction(k: KernelOptimizer) -> None:
     """Unroll the innermost reduce axis: a small one (a row of a 3x3 window) whole, else a larger one by a little
     (loop overhead and the loads' address arithmetic shrink, each loaded value feeds more multiply-adds).
     One small axis only: the C renderer writes unrolled steps out inside the loop over lanes, and the whole 3x3
-    window there (72 multiply-adds per lane of an 8x8 conv tile) measured 1.2x slower under gcc than one row."""
+    window there (72 multiply-adds per lane of an 8x8 conv tile) measured 1.2x slower under gcc than one row.
+    Nothing is unrolled when the body has LARGE_BODY_OPS ALU ops or more."""
+    if body_ops(k) >= LARGE_BODY_OPS:
+        return
     for axis in reversed(k.axes_of(AxisType.REDUCE)):
         size = k.full_shape[axis]
         unrollable = k.axes_of(AxisType.REDUCE, AxisType.GROUP_REDUCE).index(axis)

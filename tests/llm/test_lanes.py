@@ -1,0 +1,101 @@
+"""The lane layout of quantized matrices (tg.llm.lanes): same bits as `gguf.quants.dequantize`, a matvec that agrees
+with a float64 product of the reference values, and kernels made of 32-bit loads only."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as QT  # noqa: E402
+from gguf.quants import dequantize as reference_dequantize  # noqa: E402
+from llm_fixtures import HALF_OFFSETS  # noqa: E402
+
+from tg.llm.lanes import ALIGNED_GAP, LaneBlocks, e2m1_doubled_by_shift, half_bits_to_float  # noqa: E402
+from tg.llm.quants import e2m1_doubled  # noqa: E402
+from tg.llm.weights import linear, quantized_weight  # noqa: E402
+from tg.tensor import Context, Tensor  # noqa: E402
+
+
+def random_matrix(name: str, rows: int, blocks: int, seed: int, scale_range: float = 2.0) -> np.ndarray:
+    """Random blocks `(rows, blocks, block_bytes)` with finite fp16 fields (one subnormal) and, for MXFP4,
+    exponents that keep the values finite."""
+    _, block_bytes = gguf.GGML_QUANT_SIZES[QT[name]]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=(rows, blocks, block_bytes), dtype=np.uint8)
+    for offset in HALF_OFFSETS[name]:
+        scales = rng.uniform(-scale_range, scale_range, size=(rows, blocks)).astype(np.float16)
+        scales[0, 0] = np.float16(6.0e-5)  # subnormal
+        raw[..., offset : offset + 2] = scales.view(np.uint8).reshape(rows, blocks, 2)
+    if name == "MXFP4":
+        raw[..., 0] = rng.integers(110, 140, size=(rows, blocks))
+    return raw
+
+
+@pytest.mark.parametrize("name", sorted(ALIGNED_GAP))
+def test_lane_weights_decode_to_the_reference_bits(name: str) -> None:
+    """20 rows: one full group of 16 and one padded with zero rows, which must not show."""
+    elements, _ = gguf.GGML_QUANT_SIZES[QT[name]]
+    raw = random_matrix(name, rows=20, blocks=2, seed=len(name))
+    expected = reference_dequantize(raw.reshape(20, -1), QT[name]).astype(np.float32)
+    weight = quantized_weight(raw, int(QT[name]), (20, 2 * elements))
+    assert isinstance(weight.data, LaneBlocks)
+    actual = weight.float().numpy()
+    assert actual.shape == expected.shape
+    np.testing.assert_array_equal(actual.view(np.uint32), expected.view(np.uint32))
+    transposed = weight.transposed_float().numpy()  # the prefill's scratch matrix, decoded rows-last
+    np.testing.assert_array_equal(transposed.view(np.uint32), expected.T.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", sorted(ALIGNED_GAP))
+def test_lane_matvec_matches_a_float64_product(name: str) -> None:
+    elements, _ = gguf.GGML_QUANT_SIZES[QT[name]]
+    raw = random_matrix(name, rows=36, blocks=3, seed=5, scale_range=0.5)
+    reference = reference_dequantize(raw.reshape(36, -1), QT[name]).astype(np.float64)
+    x = np.random.default_rng(9).standard_normal((2, 3 * elements)).astype(np.float32)
+    actual = linear(Tensor(x), quantized_weight(raw, int(QT[name]), (36, 3 * elements))).numpy()
+    expected = x.astype(np.float64) @ reference.T
+    assert actual.shape == (2, 36)
+    # float32 sums of 96..768 products: within a few float32 ulps of the largest partial sum
+    bound = 1e-5 * np.abs(x).astype(np.float64) @ np.abs(reference).T
+    assert np.all(np.abs(actual - expected) <= bound + 1e-30)
+
+
+@pytest.mark.parametrize("name", sorted(ALIGNED_GAP))
+def test_lane_layout_stays_near_the_file_size(name: str) -> None:
+    elements, block_bytes = gguf.GGML_QUANT_SIZES[QT[name]]
+    raw = random_matrix(name, rows=32, blocks=4, seed=1)
+    weight = quantized_weight(raw, int(QT[name]), (32, 4 * elements))
+    assert weight.nbytes() == raw.nbytes * (block_bytes + ALIGNED_GAP[name][1]) // block_bytes
+    assert weight.nbytes() <= 1.18 * raw.nbytes
+
+
+def test_half_bits_decode_every_half_exactly() -> None:
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    actual = half_bits_to_float(Tensor(bits | 0xABCD0000)).numpy()  # the high half of the word is ignored
+    expected = bits.astype(np.uint16).view(np.float16).astype(np.float32)
+    finite = np.isfinite(expected)
+    np.testing.assert_array_equal(actual[finite].view(np.uint32), expected[finite].view(np.uint32))
+    np.testing.assert_array_equal(actual[np.isinf(expected)], expected[np.isinf(expected)])
+    assert np.isnan(actual[np.isnan(expected)]).all()
+
+
+def test_e2m1_table_lookup_equals_the_reference_decoder() -> None:
+    codes = Tensor(np.arange(16, dtype=np.uint32))
+    np.testing.assert_array_equal(e2m1_doubled_by_shift(codes).numpy(), e2m1_doubled(codes).numpy())
+
+
+def test_lane_matvec_kernel_loads_only_32_bit_values() -> None:
+    """The reason for the layout: a uint8 or _Float16 load in the lane loop stops gcc using full-width vectors."""
+    raw = random_matrix("Q4_1", rows=32, blocks=2, seed=2)
+    weight = quantized_weight(raw, int(QT.Q4_1), (32, 64))
+    x = Tensor(np.ones((1, 64), np.float32)).realize()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), Context(DEBUG=4, JIT=0):
+        linear(x, weight).realize()
+    source = out.getvalue()
+    assert "void r_" in source
+    assert "unsigned char" not in source and "_Float16" not in source

@@ -3,6 +3,7 @@ work itself."""
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import sys
@@ -217,3 +218,18 @@ def test_a_launch_does_not_wait_for_a_core_thread_that_never_took_a_call() -> No
     calls: list[int] = []
     pool.run(lambda start, end: calls.extend(range(start, end)), 8)
     assert calls == list(range(8))
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is a Linux scheduling policy")
+def test_core_and_engine_threads_are_batch_work_so_their_wake_up_does_not_preempt_the_host() -> None:
+    dev = Device["CPU"]
+    dev.hw_compute_queue_t().signal(dev.new_signal(0), 1).submit(dev)  # starts the engine thread
+    pool = CorePool(2, "test-pool-batch")
+    pool.run(lambda start, end: None, 2)  # starts the core thread
+    dev.synchronize()
+    names = {dev.compute_engine.name, "test-pool-batch-core1"}
+    threads = [t for t in threading.enumerate() if t.name in names]
+    assert len(threads) == 2
+    for thread in threads:
+        assert thread.native_id is not None
+        assert os.sched_getscheduler(thread.native_id) == os.SCHED_BATCH, thread.name

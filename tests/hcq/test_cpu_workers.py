@@ -7,7 +7,6 @@ import os
 import queue
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 

@@ -63,7 +63,6 @@ class HostMemory:
         if size >= HUGE_PAGE_SIZE and _HUGE_PAGES_ASKABLE:
             alignment = max(alignment, HUGE_PAGE_SIZE)
             self._storage = mmap.mmap(-1, size + alignment, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            self._storage.madvise(mmap.MADV_HUGEPAGE)  # before the first touch: the page faults then map huge pages
             start = ctypes.addressof(ctypes.c_char.from_buffer(self._storage))
         else:
             self._storage = (ctypes.c_uint8 * (size + alignment))()
@@ -71,6 +70,10 @@ class HostMemory:
         self.offset = (-start) % alignment
         self.address = start + self.offset
         self.view = memoryview(self._storage).cast("B")[self.offset : self.offset + size]
+        if isinstance(self._storage, mmap.mmap):
+            # only the whole huge pages inside the buffer, asked before the first touch: a huge page over the tail
+            # would make a touch of the last bytes resident as 2 MiB, and the slack around the buffer stays unused
+            self._storage.madvise(mmap.MADV_HUGEPAGE, self.offset, size // HUGE_PAGE_SIZE * HUGE_PAGE_SIZE)
 
     def handle(self, owner: object | None = None) -> HCQBuffer:
         return HCQBuffer(self.address, self.size, self.view, owner, meta=self)

@@ -52,10 +52,10 @@ class HCQBuffer:
 class HostMemory:
     """Page-aligned, zeroed host memory that lives as long as this object (and its views) do.
 
-    From HUGE_PAGE_SIZE up it is a private anonymous mapping aligned to a huge page and marked MADV_HUGEPAGE, so
-    Linux backs it with 2 MiB pages where it can (transparent huge pages in "madvise" mode, the common default, give
-    them only to memory that asks, as numpy's large arrays do): a kernel streaming through it then takes far fewer
-    TLB misses (a 16M-float sum ran 25% faster on huge pages than on 4 KiB pages, bench/bench_opt.py's machine)."""
+    From HUGE_PAGE_SIZE up it is a private anonymous mapping aligned to a huge page whose whole huge pages are marked
+    MADV_HUGEPAGE, so Linux backs them with 2 MiB pages where it can (transparent huge pages in "madvise" mode, the
+    common default, go only to memory that asks, as numpy's large arrays do): a kernel streaming through it takes far
+    fewer TLB misses (the 16M-float sum kernel: 4.5 instead of 6.0 ms of CPU on one thread, 2-core development VM)."""
 
     def __init__(self, size: int, alignment: int = PAGE_SIZE) -> None:
         self.size = size

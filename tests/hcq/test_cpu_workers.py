@@ -3,11 +3,10 @@ work itself."""
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,38 +74,37 @@ def test_every_call_runs_once_and_errors_reach_the_caller() -> None:
 class HeldWakeups(queue.SimpleQueue):
     """An engine thread's wake-up queue that drops wake-ups while `held`: as if the thread were never scheduled."""
 
-    held = True
+    def __init__(self) -> None:
+        self.held = True
+        self.puts = 0
+        self.waited_on = threading.Event()  # the engine thread sleeps on this queue now
 
     def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+        self.puts += 1
         if not self.held:
             super().put(item)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        self.waited_on.set()
+        return super().get(block, timeout)
 
 
 @pytest.fixture
 def sleepy_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Device["CPU"]'s compute engine with its thread never woken (it sleeps on HeldWakeups) until the test ends."""
-    engine = Device["CPU"].compute_engine
-    Device["CPU"].synchronize()
+    dev = Device["CPU"]
+    engine = dev.compute_engine
+    dev.hw_compute_queue_t().signal(dev.new_signal(0), 1).submit(dev)  # (the engine thread starts at a first submit)
+    dev.synchronize()
     held = HeldWakeups()
     original = engine._wake
     monkeypatch.setattr(engine, "_wake", held)
     original.put(None)  # the thread looks at _wake again and goes to sleep on the held queue
-    deadline = time.monotonic() + 10
-    while engine._thread is not None and not _waits_on(engine._thread, held) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert held.waited_on.wait(timeout=10)
     yield engine
     held.held = False
     engine._wake = original  # (before the token below: the woken thread reads _wake next)
     held.put(None)
-
-
-def _waits_on(thread: threading.Thread, held: HeldWakeups) -> bool:
-    frame = sys._current_frames().get(thread.ident or -1)
-    while frame is not None:
-        if frame.f_code.co_name == "_serve":
-            return frame.f_locals.get("self") is not None and frame.f_locals["self"]._wake is held
-        frame = frame.f_back
-    return False
 
 
 def _threads_running_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -142,6 +140,18 @@ def test_a_kernel_awaited_by_the_host_runs_on_the_host_thread_without_the_engine
     dev.synchronize(timeout=5000)
     assert b.numpy()[0] == 2.0
     assert threads == [threading.current_thread().name] * 2
+
+
+def test_lists_submitted_while_the_engine_thread_sleeps_wake_it_once(sleepy_engine: Any) -> None:
+    """Three lists submitted before the engine thread woke up post one wake-up, not three (each extra one would only
+    wake the thread to find nothing left, the host having run the lists)."""
+    dev = Device["CPU"]
+    signals = [dev.new_signal(0) for _ in range(3)]
+    for signal_ in signals:
+        dev.hw_compute_queue_t().signal(signal_, 1).submit(dev)
+    assert sleepy_engine._wake.puts == 1
+    signals[-1].wait(1, timeout=5000)
+    assert [s.value for s in signals] == [1, 1, 1]
 
 
 def test_a_waiting_host_thread_does_not_block_inside_a_queued_wait(sleepy_engine: Any) -> None:
@@ -217,3 +227,18 @@ def test_a_launch_does_not_wait_for_a_core_thread_that_never_took_a_call() -> No
     calls: list[int] = []
     pool.run(lambda start, end: calls.extend(range(start, end)), 8)
     assert calls == list(range(8))
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is a Linux scheduling policy")
+def test_core_and_engine_threads_are_batch_work_so_their_wake_up_does_not_preempt_the_host() -> None:
+    dev = Device["CPU"]
+    dev.hw_compute_queue_t().signal(dev.new_signal(0), 1).submit(dev)  # starts the engine thread
+    pool = CorePool(2, "test-pool-batch")
+    pool.run(lambda start, end: None, 2)  # starts the core thread
+    dev.synchronize()
+    names = {dev.compute_engine.name, "test-pool-batch-core1"}
+    threads = [t for t in threading.enumerate() if t.name in names]
+    assert len(threads) == 2
+    for thread in threads:
+        assert thread.native_id is not None
+        assert os.sched_getscheduler(thread.native_id) == os.SCHED_BATCH, thread.name

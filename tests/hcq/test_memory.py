@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from tg.hcq import BumpAllocator, HCQBuffer, HostMemory, Variable
+from tg.hcq.memory import HUGE_PAGE_SIZE
 
 
 def test_bump_allocator_aligns_and_offsets_from_its_base() -> None:
@@ -51,3 +54,33 @@ def test_virtual_buffers_have_no_memory() -> None:
         virtual.cpu_view()
     with pytest.raises(ValueError, match="virtual"):
         virtual.offset(4)
+
+
+def test_large_host_memory_is_huge_page_aligned_zeroed_and_asks_for_huge_pages() -> None:
+    """Large host memory starts on a huge page and is marked for huge pages (the kernel grants them where it can;
+    /proc/self/smaps shows the request as the `hg` VmFlag of the mapping)."""
+    memory = HostMemory(HUGE_PAGE_SIZE * 2 + 123)
+    handle = memory.handle()
+    assert handle.va_addr % HUGE_PAGE_SIZE == 0 and handle.size == HUGE_PAGE_SIZE * 2 + 123
+    view = handle.cpu_view()
+    assert view[0] == 0 and view[-1] == 0 and bytes(view[: 1 << 16]) == bytes(1 << 16)
+    view[-4:] = b"tail"
+    assert bytes(view[-4:]) == b"tail"
+    if not sys.platform.startswith("linux"):
+        return
+    flags = _smaps_vm_flags(handle.va_addr)
+    assert "hg" in flags, flags
+
+
+def _smaps_vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping that holds `address`, from /proc/self/smaps."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split(maxsplit=1)[0]
+            if "-" in head and not head.endswith(":"):
+                low, high = (int(part, 16) for part in head.split("-"))
+                inside = low <= address < high
+            elif inside and line.startswith("VmFlags:"):
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import ctypes
 import itertools
+import os
 import queue
 import signal
 import threading
@@ -91,6 +92,7 @@ class CorePool:
 
     @staticmethod
     def _serve(inbox: queue.SimpleQueue) -> None:
+        batch_scheduling()
         while True:
             inbox.get().take_calls()
 
@@ -158,7 +160,8 @@ class CommandEngine:
         self._pending: collections.deque[tuple[Sequence[Command], int]] = collections.deque()  # (list, next index)
         self._executing = False  # the executor role: held by the one thread that runs lists now
         self._lock = threading.Lock()
-        self._wake: queue.SimpleQueue = queue.SimpleQueue()  # one token per reason to look at _pending
+        self._wake: queue.SimpleQueue = queue.SimpleQueue()  # a token: look at _pending again
+        self._wake_posted = False  # a token is on its way: a second one would only wake the thread for nothing
         self._thread: threading.Thread | None = None
         self.busy = False  # executing a command that makes progress by itself (not a wait)
 
@@ -170,11 +173,20 @@ class CommandEngine:
                     self._thread.start()
         with self._lock:
             self._pending.append((commands, 0))
-        self._wake.put(None)
+        self._wake_engine_thread()
+
+    def _wake_engine_thread(self) -> None:
+        with self._lock:
+            posted, self._wake_posted = self._wake_posted, True
+        if not posted:
+            self._wake.put(None)
 
     def _serve(self) -> None:
+        batch_scheduling()
         while True:
             self._wake.get()
+            with self._lock:
+                self._wake_posted = False
             self._run_pending(until=None)
 
     def run_pending_until(self, done: Callable[[], bool]) -> bool:
@@ -209,7 +221,7 @@ class CommandEngine:
                 left_over = True
                 break
         if left_over:
-            self._wake.put(None)  # the engine thread may have found the role taken and gone back to sleep
+            self._wake_engine_thread()  # it may have found the role taken and gone back to sleep
         return ran
 
     def _run_list(
@@ -303,3 +315,13 @@ def deferred_interrupt() -> Iterator[Callable[[], bool]]:
         signal.signal(signal.SIGINT, previous)
     if received:
         signal.raise_signal(signal.SIGINT)
+
+
+def batch_scheduling() -> None:
+    """Ask Linux to schedule the calling thread as batch work (SCHED_BATCH): woken, it does not preempt the thread
+    that woke it, so handing calls to a core thread cannot push the launching thread off its core."""
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_BATCH"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        except OSError:  # not allowed here: the thread keeps the normal policy
+            pass

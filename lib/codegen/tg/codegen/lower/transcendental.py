@@ -46,7 +46,7 @@ EXP2_Q = tuple(
     float.fromhex(h)
     for h in ("0x1.62e430p-1", "0x1.ebfbdcp-3", "0x1.c6aee8p-5", "0x1.3b2d4cp-7", "0x1.5f3e54p-10", "0x1.41fbbcp-13")
 )
-ROUNDING_SHIFT = 1.5 * 2.0**23  # adding it to |x| < 2**22 rounds x to an integer (to nearest even), kept in the low bits
+ROUNDING_SHIFT = 1.5 * 2.0**23  # x + it, |x| < 2**22, is x rounded to an integer (nearest even) in the low bits
 EXP2_LOW, EXP2_HIGH = -151.0, 129.0  # 2**-151 rounds to 0 and 2**128 is inf: the clamp changes no result
 ROUNDING_SHIFT_BITS = 0x4B400000  # the bits of ROUNDING_SHIFT: it plus a small integer n has the bits of it plus n
 EXPONENT_BIAS_BITS = ROUNDING_SHIFT_BITS - 151  # less the 151 that makes n + 151 >= 0

@@ -159,7 +159,7 @@ def test_the_c_compiler_vectorizes_the_kernel(op: Ops, compiler: str) -> None:
     with open("/proc/cpuinfo") as f:
         if "avx2" not in f.read():
             pytest.skip("needs an x86 CPU with AVX2 (the check reads x86 vector instructions)")
-    flags = [f for f in default_flags() if f not in ("-shared", "-fPIC")]
+    flags = [f for f in default_flags(found) if f not in ("-shared", "-fPIC")]
     assembly = subprocess.run(
         [found, *flags, "-S", "-x", "c", "-", "-o", "-"], input=c_source(op), capture_output=True, text=True, check=True
     ).stdout
@@ -187,3 +187,26 @@ def test_the_transcendental_flag_reaches_the_cpu_kernel(level: int) -> None:
     else:
         assert ulps(got, exact).max() <= 1.0
     assert ("__builtin_exp2(" in c_source(Ops.EXP2, transcendental=level)) == (level == 0)
+
+
+
+@pytest.mark.parametrize("activation", ["tanh", "gelu", "sigmoid"])
+def test_gcc_vectorizes_the_activations(activation: str) -> None:
+    """Regression: gcc 12 threaded jumps through tanh's and gelu's selects on constants (clamps, expm1's special
+    cases) and left their loops scalar, 5x slower; the CPU compiles with gcc's -fno-thread-jumps (GCC_FLAGS)."""
+    from tg.codegen.schedule.schedule import KernelCall, create_schedule
+    from tg.tensor import Tensor
+
+    found = shutil.which("gcc")
+    if found is None:
+        pytest.skip("needs gcc, which is not installed")
+    out = getattr(Tensor(np.ones(4096, np.float32), device="CPU"), activation)()
+    asts = [item.ast for item in create_schedule((out.uop,)).items if isinstance(item, KernelCall)]
+    flags = [f for f in default_flags(found) if f not in ("-shared", "-fPIC")]
+    for ast in asts:
+        source = kernel_to_program(ast, CRenderer(), CodegenFlags()).src
+        report = subprocess.run(
+            [found, *flags, "-fopt-info-vec-optimized", "-S", "-x", "c", "-", "-o", "/dev/null"],
+            input=source, capture_output=True, text=True, check=True,
+        ).stderr  # fmt: skip
+        assert "loop vectorized" in report, source

@@ -189,7 +189,6 @@ def test_the_transcendental_flag_reaches_the_cpu_kernel(level: int) -> None:
     assert ("__builtin_exp2(" in c_source(Ops.EXP2, transcendental=level)) == (level == 0)
 
 
-
 @pytest.mark.parametrize("activation", ["tanh", "gelu", "sigmoid"])
 def test_gcc_vectorizes_the_activations(activation: str) -> None:
     """Regression: gcc 12 threaded jumps through tanh's and gelu's selects on constants (clamps, expm1's special

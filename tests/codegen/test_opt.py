@@ -251,7 +251,7 @@ def test_the_c_compiler_maps_upcast_lanes_onto_vector_instructions(compiler: str
     ast = matmul_ast(64, 64, 64)
     opts = (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4))
     src = CRenderer().render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts)))).src
-    flags = [f for f in default_flags(found) if f not in ("-shared", "-fPIC")]  # as the CPU device compiles
+    flags = [f for f in default_flags() if f not in ("-shared", "-fPIC")]  # as the CPU device compiles
     result = subprocess.run([found, *flags, "-S", "-x", "c", "-", "-o", "-"], input=src, capture_output=True, text=True)
     # 16x4 lanes, unrolled 4 times: 256 products per step of the reduction, all in vector registers, along the
     # contiguous lanes: no scalar multiply-add, no gather (clang 19 once vectorized across i with gathers: 10x slower)

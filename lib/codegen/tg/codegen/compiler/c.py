@@ -11,10 +11,7 @@ agree bit for bit with numpy and with the PYTHON reference device. A renderer th
 it explicitly (fmaf / __builtin_fmaf), which this flag does not affect. No flag or pragma asks for vectorization:
 the C renderer writes loops both compilers vectorize by themselves (see tg.codegen.render.c). On an x86 CPU with
 AVX-512, `-mprefer-vector-width=512` lets them use its 512-bit registers (both prefer 256-bit ones there otherwise);
-the CPU device then gives the heuristics twice the register lanes (see wide_vectors). gcc also gets
-`-fno-thread-jumps` (GCC_FLAGS; clang has no such flag and needs none): a kernel's selects on constants (clamps, the
-special cases of exp2/log2/expm1) let gcc 12's jump threading duplicate the paths through them, and the loop then has
-control flow that its vectorizer refuses. tanh and gelu of 4M floats ran scalar, 5x slower than with the flag.
+the CPU device then gives the heuristics twice the register lanes (see wide_vectors).
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ DEFAULT_FLAGS = (
     "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11",
 )  # fmt: skip
 WIDE_VECTOR_FLAGS = ("-mprefer-vector-width=512",)
-GCC_FLAGS = ("-fno-thread-jumps",)  # see the module docstring
 
 
 @functools.cache
@@ -44,11 +40,9 @@ def wide_vectors() -> bool:
     return platform.machine() in ("x86_64", "AMD64") and "avx512f" in _cpu_flags()
 
 
-def default_flags(cc: str | None = None) -> tuple[str, ...]:
-    """DEFAULT_FLAGS, plus WIDE_VECTOR_FLAGS on a CPU with AVX-512, plus GCC_FLAGS when the compiler `cc` (a path or
-    a name on PATH) is gcc."""
-    wide = WIDE_VECTOR_FLAGS if wide_vectors() else ()
-    return DEFAULT_FLAGS + wide + (GCC_FLAGS if cc is not None and is_gcc(cc) else ())
+def default_flags() -> tuple[str, ...]:
+    """DEFAULT_FLAGS, plus WIDE_VECTOR_FLAGS on a CPU with AVX-512."""
+    return DEFAULT_FLAGS + (WIDE_VECTOR_FLAGS if wide_vectors() else ())
 
 
 def find_c_compiler() -> str:
@@ -76,13 +70,6 @@ def compiler_version(path: str) -> str:
     return result.stdout.splitlines()[0] if result.stdout else "unknown"
 
 
-@functools.cache
-def is_gcc(path: str) -> bool:
-    """Whether compiler `path` is gcc (also when installed as `cc`): its --version names the FSF, clang's does not."""
-    result = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
-    return "Free Software Foundation" in result.stdout and "clang" not in result.stdout
-
-
 class CCompiler(Compiler):
     """Compiles C source to a shared object and returns its bytes.
 
@@ -94,7 +81,7 @@ class CCompiler(Compiler):
             self.cc = find_c_compiler()
         else:
             self.cc = shutil.which(cc) or cc
-        self.flags = default_flags(self.cc) if flags is None else tuple(flags)
+        self.flags = default_flags() if flags is None else tuple(flags)
         if DEBUG >= 1:
             print(f"CPU kernels compile with {self.describe()} (the CC flag chooses another)", file=sys.stderr)
 

@@ -189,7 +189,7 @@ def test_the_transcendental_flag_reaches_the_cpu_kernel(level: int) -> None:
     assert ("__builtin_exp2(" in c_source(Ops.EXP2, transcendental=level)) == (level == 0)
 
 
-@pytest.mark.parametrize("op", ["exp", "log", "sigmoid", "softmax"])
+@pytest.mark.parametrize("op", ["exp", "log", "sigmoid", "softmax", "tanh", "gelu"])
 def test_gcc_vectorizes_the_kernels_of_exp_log_and_softmax(op: str) -> None:
     """Every kernel of these ops that computes an exp2 or log2 is vectorized by gcc 12 (issue 23: the libm call
     left softmax's loops scalar; the max kernel is not checked here). Not tanh and gelu yet: gcc's jump threading
@@ -202,7 +202,7 @@ def test_gcc_vectorizes_the_kernels_of_exp_log_and_softmax(op: str) -> None:
     if found is None:
         pytest.skip("needs gcc, which is not installed")
     x = Tensor(np.ones((64, 256), np.float32), device="CPU")
-    out = {"exp": x.exp, "log": x.log, "sigmoid": x.sigmoid, "softmax": x.softmax}[op]()
+    out = getattr(x, op)()
     asts = [item.ast for item in create_schedule((out.uop,)).items if isinstance(item, KernelCall)]
     flags = [f for f in default_flags() if f not in ("-shared", "-fPIC")]
     sources = [kernel_to_program(ast, CRenderer(), CodegenFlags()).src for ast in asts]

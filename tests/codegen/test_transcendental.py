@@ -192,9 +192,9 @@ def test_the_transcendental_flag_reaches_the_cpu_kernel(level: int) -> None:
 @pytest.mark.parametrize("op", ["exp", "log", "sigmoid", "softmax", "tanh", "gelu"])
 def test_gcc_vectorizes_the_kernels_of_exp_log_and_softmax(op: str) -> None:
     """Every kernel of these ops that computes an exp2 or log2 is vectorized by gcc 12 (issue 23: the libm call
-    left softmax's loops scalar; the max kernel is not checked here). Not tanh and gelu yet: gcc's jump threading
-    through their selects on constants leaves control flow in the loop (-fno-thread-jumps would vectorize them,
-    but gcc 12.2 miscompiles a padding kernel with it, so it is not used); clang vectorizes them."""
+    left softmax's loops scalar; the max kernel is not checked here). Regression for tanh and gelu: their clamp
+    was `minimum`, whose tie select made gcc thread jumps and leave the loop scalar, 5x slower (gcc's
+    -fno-thread-jumps would also vectorize it, but gcc 12.2 miscompiles a padding kernel with that flag)."""
     from tg.codegen.schedule.schedule import KernelCall, create_schedule
     from tg.tensor import Tensor
 

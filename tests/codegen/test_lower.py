@@ -76,3 +76,16 @@ def test_strided_reduction_gets_lanes_of_accumulators_innermost() -> None:
 def test_reduction_along_memory_gets_no_lanes() -> None:
     program = lower(reduce_kernel()).src
     assert all(u.arg.axis_type is not AxisType.UPCAST for u in program if u.op is Ops.RANGE)
+
+
+def test_a_value_the_inner_output_loop_does_not_change_is_computed_before_it_opens() -> None:
+    """out[i, j] = a[i, j] - log2(b[i]): the log2 once per row, not per element (log_softmax's last kernel; gcc
+    left the software log2 in the inner loop and unswitched it on its selects, 8x slower)."""
+    out, a, b = UOp.param(0, dtypes.float32, 32), UOp.param(1, dtypes.float32, 32), UOp.param(2, dtypes.float32, 4)
+    i, j = UOp.range(4, 0), UOp.range(8, 1)
+    value = a.index(i * 8 + j).load() - b.index(i).load().log2()
+    program = lower(UOp.sink(out.index(i * 8 + j).store(value), arg=KernelInfo("E_4_8"))).src
+    inner = next(u for u in program if u.op is Ops.RANGE and u.arg.axis_id == 1)
+    log2 = next(u for u in program if u.op is Ops.LOG2)
+    assert program.index(log2) < program.index(inner)
+    assert sum(u.op is Ops.LOG2 for u in program) == 1

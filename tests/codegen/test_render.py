@@ -104,7 +104,8 @@ def test_python_renderer_writes_a_readable_function() -> None:
     src = PythonRenderer().render(lower(gated_sum_kernel(2, 3))).src
     assert src.startswith("def gated_sum(raw0, raw1, raw2, core_id):")
     assert "for r0 in range(0, 2):" in src
-    assert "alu(Ops.MULACC, dtypes.float, " in src  # the sum of products, fused, with the shared op semantics
+    # the sum of products, fused, with the shared op semantics (tg.codegen.uop.alu.multiply_add, then to float32)
+    assert "to_float(multiply_add(" in src
 
 
 def test_python_emulator_raises_on_out_of_bounds_access() -> None:

@@ -32,7 +32,8 @@ def unary_kernel(op: Ops, size: int, dtype: DType = dtypes.float32) -> UOp:
     """out[i] = op(a[i]) over `size` elements."""
     out, a = UOp.param(0, dtype, size), UOp.param(1, dtype, size)
     i = UOp.range(size, 0)
-    return UOp.sink(out.index(i).store(UOp(op, dtype, (a.index(i).load(),))), arg=KernelInfo(f"unary_{op.name.lower()}"))
+    value = UOp(op, dtype, (a.index(i).load(),))
+    return UOp.sink(out.index(i).store(value), arg=KernelInfo(f"unary_{op.name.lower()}"))
 
 
 def run_unary(
@@ -85,7 +86,8 @@ def main() -> None:
     for op in (Ops.EXP2, Ops.LOG2):
         start = time.perf_counter()
         worst, at, checked = measure(op, args.stride)
-        print(f"{op.name}: at most {worst:.4f} ulp (at {at!r}) over {checked} inputs, {time.perf_counter() - start:.0f} s")
+        seconds = time.perf_counter() - start
+        print(f"{op.name}: at most {worst:.4f} ulp (at {at!r}) over {checked} inputs, {seconds:.0f} s")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from tg.codegen.dtype import AddrSpace, DType, dtypes
 from tg.codegen.uop.args import AxisType, ParamArg
 from tg.codegen.uop.index_algebra import simplify_indices
-from tg.codegen.uop.ops import Ops, UOp
+from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 from tg.codegen.uop.reductions import reduce_identity
 
@@ -119,6 +119,16 @@ class Linearizer:
         open_now = frozenset(self.open_ranges)
         for node in body.toposort():
             if node.op is not Ops.RANGE and self.needs[node] <= open_now:
+                self.emit(node)
+
+    def hoist_out_of_inner_loops(self, ast: UOp) -> None:
+        """Compute, before the next output loop opens, every float value of `ast` that the loops still to open do
+        not change (a row's log of its sum in log_softmax): once per row instead of once per element. gcc kept such
+        a software log2 in the inner loop and unswitched that loop on its special-case selects, which left it
+        scalar (8x slower). Reductions stay where they are placed now."""
+        open_now = frozenset(self.open_ranges)
+        for node in ast.toposort(lambda u: u.op is not Ops.REDUCE):
+            if node.op in GroupOp.ALU and dtypes.is_float(node.dtype) and self.needs[node] <= open_now:
                 self.emit(node)
 
     def emit_reduce(self, reduce: UOp) -> UOp:
@@ -335,8 +345,10 @@ def linearize(ast: UOp) -> UOp:
         (u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.UPCAST),
         key=lambda r: -r.arg.axis_id,
     )
-    for rng in loops:
+    for depth, rng in enumerate(loops):
         linearizer.open_loop(rng)
+        if not lanes and depth + 1 < len(loops):  # the innermost loop has nothing inside to hoist out of
+            linearizer.hoist_out_of_inner_loops(ast)
     for store in ast.src:
         if not lanes:
             linearizer.emit(store)

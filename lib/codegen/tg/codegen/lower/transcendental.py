@@ -14,7 +14,8 @@ exp2(x), x clamped to [-151, 129] (beyond it the result is 0 or inf anyway; NaN 
     2**r = 1 + r * q(r): q a degree-5 polynomial, minimax for the relative error of 2**r on [-1/2, 1/2]
     2**n is two factors 2**(n//2) and 2**(n - n//2), each a normal float made from its exponent bits: n + 151
     is read from the bits of x + 1.5 * 2**23, so no float -> int conversion is needed. The first product is
-    exact, the second rounds once, which also gives the right subnormal results and inf above 2**128.
+    exact, the second rounds once, which also gives the right subnormal results and inf above 2**128. Below
+    -151 the first factor is 0 instead: the same +0 without an underflowing product (slow on x86).
 log2(x):
     a subnormal x is scaled by 2**23 first. x = 2**k * m with m in [sqrt(1/2), sqrt(2)): adding
     0x800000 - 0x3504F3 to the bits carries into the exponent exactly when the mantissa is at least that of
@@ -46,7 +47,7 @@ EXP2_Q = tuple(
     float.fromhex(h)
     for h in ("0x1.62e430p-1", "0x1.ebfbdcp-3", "0x1.c6aee8p-5", "0x1.3b2d4cp-7", "0x1.5f3e54p-10", "0x1.41fbbcp-13")
 )
-ROUNDING_SHIFT = 1.5 * 2.0**23  # adding it to |x| < 2**22 rounds x to an integer (to nearest even), kept in the low bits
+ROUNDING_SHIFT = 1.5 * 2.0**23  # x + it, |x| < 2**22, is x rounded to an integer (nearest even) in the low bits
 EXP2_LOW, EXP2_HIGH = -151.0, 129.0  # 2**-151 rounds to 0 and 2**128 is inf: the clamp changes no result
 ROUNDING_SHIFT_BITS = 0x4B400000  # the bits of ROUNDING_SHIFT: it plus a small integer n has the bits of it plus n
 EXPONENT_BIAS_BITS = ROUNDING_SHIFT_BITS - 151  # less the 151 that makes n + 151 >= 0
@@ -99,7 +100,8 @@ def _power_of_two(biased_exponent: UOp) -> UOp:
 
 def exp2_float32(x: UOp) -> UOp:
     """2**x for a float32 x, within 1 ulp (see the module docstring)."""
-    x = (x < _f(EXP2_LOW)).where(_f(EXP2_LOW), (_f(EXP2_HIGH) < x).where(_f(EXP2_HIGH), x))  # NaN stays NaN
+    underflows = x < _f(EXP2_LOW)
+    x = underflows.where(_f(EXP2_LOW), (_f(EXP2_HIGH) < x).where(_f(EXP2_HIGH), x))  # NaN stays NaN
     shifted = x + _f(ROUNDING_SHIFT)
     r = _sub(x, _sub(shifted, _f(ROUNDING_SHIFT)))  # exact: x minus its nearest integer
     mantissa = _fma(_horner(r, EXP2_Q), r, _f(1.0))  # 2**r in [0.7, 1.42]
@@ -107,7 +109,9 @@ def exp2_float32(x: UOp) -> UOp:
     half = n_plus_151 >> _i(1)
     # 2**n = 2**(half - 76) * 2**(rest - 75), both normal for every n in [-151, 129]
     first, second = _power_of_two(half + _i(51)), _power_of_two(_sub(n_plus_151, half) + _i(52))
-    return (mantissa * first) * second
+    # below the clamp the result is 0 from a zero factor: the product that rounds to 0 would underflow, and x86
+    # takes a microcode assist of ~100 cycles on each (half of a causal softmax's inputs are -inf)
+    return (mantissa * underflows.where(_f(0.0), first)) * second
 
 
 def log2_float32(x: UOp) -> UOp:

@@ -17,7 +17,7 @@ import struct
 from typing import Any
 
 from tg.codegen.dtype import DType, decode, dtypes, encode, truncate
-from tg.codegen.uop.alu import multiply_add, exec_alu, trunc_div, trunc_mod
+from tg.codegen.uop.alu import exec_alu, multiply_add, trunc_div, trunc_mod
 from tg.codegen.uop.ops import Ops
 
 _UNSIGNED_FORMATS = {1: "B", 2: "H", 4: "I", 8: "Q"}

@@ -15,12 +15,11 @@ peer_time / tg_time (above 1: tg is faster). The machine is shared: the load ave
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,20 +146,6 @@ def find_clang() -> str | None:
     return next((path for name in CLANG_CANDIDATES if (path := shutil.which(name))), None)
 
 
-@contextlib.contextmanager
-def environment(name: str, value: str) -> Iterator[None]:
-    """os.environ[name] = value inside the block (tinygrad's compile workers are processes that read it)."""
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = before
-
-
 def tinygrad_workloads(data: dict[str, np.ndarray], beam: int = 0) -> Workloads | str:
     """The same workloads on the tinygrad release (DEV=CPU, BEAM=beam: its search runs at the warm-up call), in this
     process so that they are timed in turns with tg's."""
@@ -172,28 +157,29 @@ def tinygrad_workloads(data: dict[str, np.ndarray], beam: int = 0) -> Workloads 
     clang = find_clang()
     if clang is None:
         return "no clang on PATH (tinygrad's CPU backend passes clang-only flags): no tinygrad column"
+    from tg.hcq import Device as TgDevice
+
+    TgDevice["CPU"].compiler  # noqa: B018  (tg chooses its compiler now, from the CC it was given)
+    # from here on CC names tinygrad's clang: its compile workers are processes, restarted every few tasks, that
+    # read CC when they start (tg's BEAM timing process inherits it too, but it only loads binaries)
+    os.environ["CC"] = clang
 
     def timed(build: Callable[[], Tensor]) -> Callable[[], object]:
         def run() -> None:
-            with environment("CC", clang):  # tg keeps the compiler it chose at start-up (CC=gcc: gcc)
-                build().realize()
+            build().realize()
             Device[Device.DEFAULT].synchronize()
 
         return run
 
-    def realized(name: str) -> Tensor:
-        with environment("CC", clang):  # the device's first use compiles helper programs
-            return Tensor(data[name]).realize()
-
     results: Workloads = {}
     for n in (1024, 2048):
-        a, b = realized(f"a{n}"), realized(f"b{n}")
+        a, b = Tensor(data[f"a{n}"]).realize(), Tensor(data[f"b{n}"]).realize()
         results[f"matmul {n}"] = timed(lambda a=a, b=b: a @ b)
-    x, w = realized("conv_x"), realized("conv_w")
+    x, w = Tensor(data["conv_x"]).realize(), Tensor(data["conv_w"]).realize()
     results["conv2d"] = timed(lambda: x.conv2d(w, padding=1))
-    v = realized("v")
+    v = Tensor(data["v"]).realize()
     results["sum 16M"] = timed(lambda: v.sum())
-    p, q, r = (realized(k) for k in ("p", "q", "r"))
+    p, q, r = (Tensor(data[k]).realize() for k in ("p", "q", "r"))
     results["chain 16M"] = timed(lambda: (p * q + r).maximum(0))
     return results
 

@@ -6,8 +6,9 @@
 For each workload: every kernel is searched afresh (a new BEAM cache) and the search time of each is printed with
 the opts that won; then tg with the heuristics, tg with the BEAM winners, numpy, torch (conv2d; when installed)
 and, with --tinygrad-beam N, the tinygrad release at BEAM=N (its own search runs first, with a fresh cache of its
-own, not timed) are timed in turns. Ratios are peer_time / tg_time (above 1: tg is faster). The machine is shared: the load average is printed
-before and after. Each kernel's search stops at BEAM_TIME_BUDGET (default 60 s) with the best so far, and says so.
+own, not timed) are timed in turns. Ratios are peer_time / tg_time (above 1: tg is faster). The machine is shared:
+the load average is printed before, per row and after. Each kernel's search stops at BEAM_TIME_BUDGET (default
+60 s) with the best so far, and says so.
 """
 
 from __future__ import annotations

@@ -15,12 +15,11 @@ peer_time / tg_time (above 1: tg is faster). The machine is shared: the load ave
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,20 +146,6 @@ def find_clang() -> str | None:
     return next((path for name in CLANG_CANDIDATES if (path := shutil.which(name))), None)
 
 
-@contextlib.contextmanager
-def environment(name: str, value: str) -> Iterator[None]:
-    """os.environ[name] = value inside the block (tinygrad's compile workers are processes that read it)."""
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = before
-
-
 def tinygrad_workloads(data: dict[str, np.ndarray], beam: int = 0) -> Workloads | str:
     """The same workloads on the tinygrad release (DEV=CPU, BEAM=beam: its search runs at the warm-up call), in this
     process so that they are timed in turns with tg's."""
@@ -172,11 +157,16 @@ def tinygrad_workloads(data: dict[str, np.ndarray], beam: int = 0) -> Workloads 
     clang = find_clang()
     if clang is None:
         return "no clang on PATH (tinygrad's CPU backend passes clang-only flags): no tinygrad column"
+    from tg.hcq import Device as TgDevice
+
+    TgDevice["CPU"].compiler  # noqa: B018  (tg chooses its compiler now, from the CC it was given)
+    # from here on CC names tinygrad's clang: its compile workers are processes, restarted every few tasks, that
+    # read CC when they start (tg's BEAM timing process inherits it too, but it only loads binaries)
+    os.environ["CC"] = clang
 
     def timed(build: Callable[[], Tensor]) -> Callable[[], object]:
         def run() -> None:
-            with environment("CC", clang):  # tg keeps the compiler it chose at start-up (CC=gcc: gcc)
-                build().realize()
+            build().realize()
             Device[Device.DEFAULT].synchronize()
 
         return run

@@ -70,7 +70,8 @@ def serve(requests: list[tuple[float, float]], monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr("tg.hcq.engine.timing.time_program", fake_time_program)
     device = Device["CPU"]
     ast = matmul_kernel(8)
-    source = engine_beam._compile_candidate("CPU", ast, CodegenFlags())
+    program = kernel_to_program(ast, device.renderer, CodegenFlags())
+    source = (program, device.compiler.compile(program.src))
     inbox = io.BytesIO()
     beam_timer._send(inbox, (ast, "CPU"))
     for _, best in requests:

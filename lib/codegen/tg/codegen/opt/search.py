@@ -184,9 +184,8 @@ def beam_search(
     best_cost, best_opts = min(zip(costs, (c.opts for c in starts), strict=True), key=lambda pair: pair[0])
     if math.isinf(best_cost):
         best_opts = base_opts
-    beam = [(c, s) for c, s in zip(costs, starts, strict=True) if math.isfinite(c)] or list(
-        zip(costs, starts, strict=True)
-    )
+    everything = list(zip(costs, starts, strict=True))
+    beam = [pair for pair in everything if math.isfinite(pair[0])] or everything
     tried = {c.ast for c in starts}
     previous_round = math.inf
     for number in range(1, max_rounds + 1):

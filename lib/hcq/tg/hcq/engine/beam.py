@@ -180,13 +180,6 @@ def import_cache(path: str, device_name: str = "CPU") -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------------- timing
 
 
-def _compile_candidate(device_name: str, ast: UOp, flags: CodegenFlags) -> tuple[ProgramSource, bytes]:
-    """Source and binary of one kernel, compiled here (the timing tests use it)."""
-    device = Device[device_name]
-    source = kernel_to_program(ast, renderer_for(device), flags)
-    return source, device.compiler.compile(source.src)
-
-
 def _render(device_name: str, ast: UOp, flags: CodegenFlags) -> ProgramSource | None:
     """The candidate's source (None: the opts cannot be rendered). Rendering is Python, so it runs here, before
     the compile threads: two opt lists that render the same source are then compiled once."""

@@ -152,3 +152,26 @@ def test_small_launches_run_whole_on_the_launching_thread_after_the_first(monkey
     calls.clear()
     pool.run(run, 2, program)
     assert len(calls) == 2
+
+
+def test_concrete_kernel_arguments_are_packed_at_once_and_symbolic_ones_patched_at_submit() -> None:
+    """Every launch lays out its arguments: concrete ones are written in one pack and leave no patch records (the
+    queue would skip them anyway); a symbolic value is recorded and written when the queue is submitted."""
+    import struct
+
+    from tg.hcq import Variable
+    from tg.hcq.memory import HCQBuffer
+    from tg.hcq.program import CLikeArgsState
+
+    memory = bytearray(32)
+    kernargs = HCQBuffer(0x1000, 32, view=memoryview(memory))
+    bufs = (HCQBuffer(0x10, 8), HCQBuffer(0x20, 8))
+    concrete_args = CLikeArgsState(kernargs, None, bufs, (7, -2))
+    assert concrete_args.bind_data == []
+    assert struct.unpack_from("<2Q2i", memory) == (0x10, 0x20, 7, -2)
+    n = Variable("n", 1, 100)
+    symbolic_args = CLikeArgsState(kernargs, None, bufs, (5, n))
+    assert [bound.value for bound in symbolic_args.bind_data] == [n]
+    assert struct.unpack_from("<2Q1i", memory) == (0x10, 0x20, 5)
+    symbolic_args.bind_data[0].write({"n": 42})
+    assert struct.unpack_from("<2Q2i", memory) == (0x10, 0x20, 5, 42)

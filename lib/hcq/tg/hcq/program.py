@@ -57,7 +57,7 @@ class Program:
 
 
 class HCQArgsState:
-    """Kernel arguments in device-visible memory `buf`; `bind_data` lists the values written (or to patch)."""
+    """Kernel arguments in device-visible memory `buf`; `bind_data` lists the symbolic ones, patched at submit."""
 
     def __init__(self, buf: HCQBuffer, prg: Any, bufs: tuple[HCQBuffer, ...], vals: tuple[sint, ...] = ()) -> None:
         self.buf = buf
@@ -69,11 +69,15 @@ class HCQArgsState:
     def bind_sints_to_buf(self, *vals: sint, buf: HCQBuffer, fmt: str, offset: int = 0) -> None:
         """Write `vals` (format `fmt`, e.g. "Q" or "i") at `offset`; symbolic values are written at submit time."""
         view = buf.cpu_view()
+        if not any(is_symbolic(value) for value in vals):  # every launch without variables: one pack, no records
+            struct.pack_into(f"<{len(vals)}{fmt}", view, offset, *vals)
+            return
         step = struct.calcsize("<" + fmt)
         for i, value in enumerate(vals):
             bound = BoundSint(view, offset + i * step, "<" + fmt, value)
-            self.bind_data.append(bound)
-            if not is_symbolic(value):
+            if is_symbolic(value):
+                self.bind_data.append(bound)
+            else:
                 bound.write({})
 
 

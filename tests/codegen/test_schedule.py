@@ -125,6 +125,26 @@ def test_schedule_cache_abstracts_buffer_identity_but_not_shape_or_constants() -
     assert schedule_stats.misses == misses + 2
 
 
+def test_a_schedule_cache_hit_walks_the_graph_twice(monkeypatch) -> None:
+    """A repeated `t.sum()` pays for every walk of its graph at each realize: a hit walks the roots once (to find
+    the inputs and build the cache key from that same order) and the template's results once (to bind them)."""
+    a = buffer(4, 8)
+
+    def graph() -> UOp:
+        return movement(Ops.RESHAPE, reduce(op(Ops.ADD, a, a), Ops.ADD, (0, 1)), ())
+
+    create_schedule((graph(),))
+    walks: list[UOp] = []
+    real_toposort = UOp.toposort
+    monkeypatch.setattr(UOp, "toposort", lambda node, gate=None: walks.append(node) or real_toposort(node, gate))
+    hits = schedule_stats.hits
+    schedule = create_schedule((graph(),))
+    assert schedule_stats.hits == hits + 1 and len(schedule.items) == 1
+    assert len(walks) == 2
+    result = schedule.results[0]
+    assert result.op is Ops.RESHAPE and result.src[0] is schedule.items[0].buffers[0]
+
+
 def test_contiguous_output_axes_merge_into_one_loop_and_transposed_ones_do_not() -> None:
     a, b = buffer(16, 3), buffer(16, 3)
     (merged,) = kernels(schedule_graph((op(Ops.ADD, a, b),)))

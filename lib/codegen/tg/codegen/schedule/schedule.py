@@ -91,8 +91,17 @@ class ScheduleStats:
     misses: int = 0
 
 
+@dataclass(frozen=True)
+class _Template:
+    """A cached schedule over placeholder buffers, and the BUFFER nodes its results read (found once, not at every
+    instantiation)."""
+
+    schedule: Schedule
+    result_buffers: tuple[UOp, ...]
+
+
 schedule_stats = ScheduleStats()
-_schedule_cache: OrderedDict[UOp, Schedule] = OrderedDict()
+_schedule_cache: OrderedDict[UOp, _Template] = OrderedDict()
 
 
 def device_of(node: UOp) -> str:
@@ -118,11 +127,11 @@ def create_schedule(roots: tuple[UOp, ...]) -> Schedule:
     placeholders = {
         buf: UOp(Ops.BUFFER, buf.dtype, buf.src, BufferArg(-1 - i, buf.arg.size)) for i, buf in enumerate(inputs)
     }
-    normalized = UOp.sink(*roots).substitute(placeholders)
+    normalized = _substitute_in_order(order, placeholders)
     template = _schedule_cache.get(normalized)
     if template is None:
         schedule_stats.misses += 1
-        template = _schedule_cache[normalized] = schedule_graph(normalized.src)
+        template = _schedule_cache[normalized] = _make_template(schedule_graph(normalized.src))
         if len(_schedule_cache) > SCHEDULE_CACHE_SIZE:
             _schedule_cache.popitem(last=False)
     else:
@@ -131,7 +140,24 @@ def create_schedule(roots: tuple[UOp, ...]) -> Schedule:
     return _instantiate(template, {p: buf for buf, p in placeholders.items()}, var_vals)
 
 
-def _instantiate(template: Schedule, inputs: dict[UOp, UOp], var_vals: dict[str, int]) -> Schedule:
+def _substitute_in_order(order: list[UOp], mapping: dict[UOp, UOp]) -> UOp:
+    """The last node of `order` (a toposort) with `mapping` applied: `substitute` without walking the graph again."""
+    new: dict[UOp, UOp] = {}
+    for node in order:
+        found = mapping.get(node)
+        if found is None:
+            src = tuple(new[s] for s in node.src)
+            found = node if all(a is b for a, b in zip(src, node.src, strict=True)) else node.replace(src=src)
+        new[node] = found
+    return new[order[-1]]
+
+
+def _make_template(schedule: Schedule) -> _Template:
+    buffers = {node: None for result in schedule.results for node in result.toposort() if node.op is Ops.BUFFER}
+    return _Template(schedule, tuple(buffers))
+
+
+def _instantiate(template: _Template, inputs: dict[UOp, UOp], var_vals: dict[str, int]) -> Schedule:
     """The template with placeholders bound to the real inputs and every buffer it creates made fresh."""
     mapping = dict(inputs)
 
@@ -142,16 +168,14 @@ def _instantiate(template: Schedule, inputs: dict[UOp, UOp], var_vals: dict[str,
         return found
 
     items: list[ScheduleItem] = []
-    for item in template.items:
+    for item in template.schedule.items:
         if isinstance(item, KernelCall):
             items.append(KernelCall(item.ast, tuple(bind(b) for b in item.buffers)))
         else:
             items.append(CopyCall(bind(item.dest), bind(item.src)))
-    for result in template.results:
-        for node in result.toposort():
-            if node.op is Ops.BUFFER:
-                bind(node)
-    results = bind_graph(tuple(result.substitute(mapping) for result in template.results), var_vals)
+    for buf in template.result_buffers:
+        bind(buf)
+    results = bind_graph(tuple(result.substitute(mapping) for result in template.schedule.results), var_vals)
     return Schedule(tuple(items), results, var_vals)
 
 

@@ -247,6 +247,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
             print(f"  note: {note}")
     rows = []
     for row in ROWS:
+        if args.only and row.name not in args.only:
+            continue
         peer_work = peers[row.peer]
         peer_run = peer_work.get(row.name) if isinstance(peer_work, dict) else None
         tiny_run = tiny.get(row.name) if isinstance(tiny, dict) else None
@@ -283,12 +285,16 @@ def main() -> None:
     parser.add_argument("--no-tinygrad", action="store_true", help="skip the tinygrad column")
     parser.add_argument("--cc", help="measure with this C compiler only (default: each installed one)")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON document")
+    parser.add_argument(
+        "--only", action="append", choices=sorted({row.name for row in ROWS}), help="time only this row (repeatable)"
+    )
     args = parser.parse_args()
     if args.cc is None:
         compilers = installed_compilers()
         if len(compilers) > 1:
             describe_machine()
             forwarded = [f"--repeats={args.repeats}", *(["--no-tinygrad"] if args.no_tinygrad else [])]
+            forwarded += [f"--only={name}" for name in args.only or ()]
             side_by_side(__file__, forwarded, compilers)
             return
     else:

@@ -145,7 +145,7 @@ def graph_key(order: list[UOp]) -> tuple:
     they read: each node as the fields UOp interning compares, sources by position, input buffers by their order
     and size. Built from plain tuples, so a cache hit creates no UOps (interning each costs a lock and a weakref)."""
     position: dict[UOp, int] = {}
-    entries = []
+    entries: list[tuple] = []
     inputs = 0
     for node in order:
         if node.op is Ops.BUFFER:

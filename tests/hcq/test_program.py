@@ -175,3 +175,24 @@ def test_concrete_kernel_arguments_are_packed_at_once_and_symbolic_ones_patched_
     assert struct.unpack_from("<2Q1i", memory) == (0x10, 0x20, 5)
     symbolic_args.bind_data[0].write({"n": 42})
     assert struct.unpack_from("<2Q2i", memory) == (0x10, 0x20, 5, 42)
+
+
+def test_a_launch_that_neither_waits_nor_profiles_enters_no_profiling_context(kit, monkeypatch) -> None:
+    """Every kernel launch pays for what it sets up: the profiling context (timestamp signals) only for wait=True or
+    PROFILE=1."""
+    import tg.hcq.program as program_module
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("set up although nothing asked for it")
+
+    dev = Device["CPU"]
+    prg = kit.load_program(dev, "mark", kit.MARK)
+    out = Buffer("CPU", 8, kit.float32).allocate()
+    out.copyin(memoryview(bytes(8 * 4)))
+    real_profile = program_module.hcq_profile
+    monkeypatch.setattr(program_module, "hcq_profile", refuse)
+    assert prg(out.raw, global_size=(8, 1, 1)) is None
+    dev.synchronize()
+    assert out.numpy().tolist() == [1.0] * 8
+    monkeypatch.setattr(program_module, "hcq_profile", real_profile)
+    assert prg(out.raw, global_size=(8, 1, 1), wait=True) >= 0  # timed: the profiling context runs

@@ -5,8 +5,8 @@ build, conv only) and the tinygrad release from PyPI (DEV=CPU, no BEAM), all tim
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE uv run --inexact python bench/bench_opt.py [--repeats 5]
 
 When gcc and clang are both installed it runs once per compiler (a child process each, see bench/compilers.py)
-and prints the ratios side by side; `--cc gcc` measures one compiler with the full table; `--only "sum 16M"` (repeatable)
-times just that row.
+and prints the ratios side by side; `--cc gcc` measures one compiler with the full table; `--only "sum 16M"`
+(repeatable) times just that row.
 
 tg runs the workloads as Tensor ops with the hand-coded heuristics (NOOPT=1 shows the unoptimized kernels,
 DEBUG=3 the opts each kernel got). Every time is the median of several repeats; each ratio is

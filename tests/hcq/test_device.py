@@ -74,6 +74,9 @@ def test_a_device_name_is_parsed_once_per_dev_setting(monkeypatch: pytest.Monkey
         assert Device.spec("NULL").arch == "gfx1100"
     with Context(DEV="NULL:HIP:gfx950"):
         assert Device.spec("NULL").arch == "gfx950"
+    for i in range(device_module.SPEC_CACHE_SIZE + 10):  # one name per file: the cache stays bounded
+        assert Device.spec(f"DISK:/tmp/weights-{i}.bin").path == f"/tmp/weights-{i}.bin"
+    assert len(Device._specs) <= device_module.SPEC_CACHE_SIZE
 
 
 def test_default_can_be_overridden_and_reset() -> None:

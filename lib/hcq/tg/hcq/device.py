@@ -155,6 +155,9 @@ def _available_hint() -> str:
     return f"available devices: {', '.join(sorted(DEVICE_CLASSES))}"
 
 
+SPEC_CACHE_SIZE = 256
+
+
 class _DeviceRegistry:
     """`Device[name]` opens (once) and returns the device for a device string."""
 
@@ -176,6 +179,8 @@ class _DeviceRegistry:
         if found is None:
             found = self._parse_spec(name)
             if key is not None:
+                if len(self._specs) >= SPEC_CACHE_SIZE:  # (DISK:path names one file each: keep the cache small)
+                    self._specs.clear()
                 self._specs[key] = found
         return found
 

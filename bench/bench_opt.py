@@ -5,7 +5,8 @@ build, conv only) and the tinygrad release from PyPI (DEV=CPU, no BEAM), all tim
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE uv run --inexact python bench/bench_opt.py [--repeats 5]
 
 When gcc and clang are both installed it runs once per compiler (a child process each, see bench/compilers.py)
-and prints the ratios side by side; `--cc gcc` measures one compiler with the full table.
+and prints the ratios side by side; `--cc gcc` measures one compiler with the full table; `--only "sum 16M"`
+(repeatable) times just that row.
 
 tg runs the workloads as Tensor ops with the hand-coded heuristics (NOOPT=1 shows the unoptimized kernels,
 DEBUG=3 the opts each kernel got). Every time is the median of several repeats; each ratio is
@@ -237,6 +238,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
             print(f"  note: {note}")
     rows = []
     for row in ROWS:
+        if args.only and row.name not in args.only:
+            continue
         peer_work = peers[row.peer]
         peer_run = peer_work.get(row.name) if isinstance(peer_work, dict) else None
         tiny_run = tiny.get(row.name) if isinstance(tiny, dict) else None
@@ -273,12 +276,16 @@ def main() -> None:
     parser.add_argument("--no-tinygrad", action="store_true", help="skip the tinygrad column")
     parser.add_argument("--cc", help="measure with this C compiler only (default: each installed one)")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON document")
+    parser.add_argument(
+        "--only", action="append", choices=sorted({row.name for row in ROWS}), help="time only this row (repeatable)"
+    )
     args = parser.parse_args()
     if args.cc is None:
         compilers = installed_compilers()
         if len(compilers) > 1:
             describe_machine()
             forwarded = [f"--repeats={args.repeats}", *(["--no-tinygrad"] if args.no_tinygrad else [])]
+            forwarded += [f"--only={name}" for name in args.only or ()]
             side_by_side(__file__, forwarded, compilers)
             return
     else:

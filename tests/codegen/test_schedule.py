@@ -5,7 +5,14 @@ from __future__ import annotations
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.schedule.graph import ReduceArg, const_node, new_buffer, shape_of
 from tg.codegen.schedule.realize import SPLIT_REDUCTION_MIN_ELEMENTS, find_realize_points
-from tg.codegen.schedule.schedule import CopyCall, KernelCall, create_schedule, schedule_graph, schedule_stats
+from tg.codegen.schedule.schedule import (
+    CopyCall,
+    KernelCall,
+    create_schedule,
+    graph_key,
+    schedule_graph,
+    schedule_stats,
+)
 
 
 def buffer(*shape: int, dtype=dtypes.float32, device: str = "CPU") -> UOp:
@@ -123,6 +130,47 @@ def test_schedule_cache_abstracts_buffer_identity_but_not_shape_or_constants() -
     create_schedule((graph(6, 3.0),))
     create_schedule((graph(5, 4.0),))
     assert schedule_stats.misses == misses + 2
+
+
+def test_a_schedule_cache_hit_walks_the_graph_twice(monkeypatch) -> None:
+    """A repeated `t.sum()` pays for every walk of its graph at each realize: a hit walks the roots once (to find
+    the inputs and build the cache key from that same order) and the template's results once (to bind them)."""
+    a = buffer(4, 8)
+
+    def graph() -> UOp:
+        return movement(Ops.RESHAPE, reduce(op(Ops.ADD, a, a), Ops.ADD, (0, 1)), ())
+
+    create_schedule((graph(),))
+    walks: list[UOp] = []
+    real_toposort = UOp.toposort
+    monkeypatch.setattr(UOp, "toposort", lambda node, gate=None: walks.append(node) or real_toposort(node, gate))
+    hits = schedule_stats.hits
+    schedule = create_schedule((graph(),))
+    assert schedule_stats.hits == hits + 1 and len(schedule.items) == 1
+    assert len(walks) == 2
+    result = schedule.results[0]
+    assert result.op is Ops.RESHAPE and result.src[0] is schedule.items[0].buffers[0]
+
+
+def test_graph_key_abstracts_buffers_but_tells_apart_sharing_sizes_and_constants() -> None:
+    """The schedule cache key: equal for one computation on other buffers, different when two reads of one buffer
+    become reads of two, when a size differs, or for constants 1, 1.0 and True (equal in Python)."""
+
+    def key(node: UOp) -> tuple:
+        return graph_key(UOp.sink(node).toposort())
+
+    def scaled(src: UOp, constant: object, dtype=dtypes.float32) -> UOp:
+        c = movement(Ops.EXPAND, movement(Ops.RESHAPE, const_node(constant, dtype, "CPU"), (1,)), (4,))
+        return UOp(Ops.MUL, dtype, (src, c))
+
+    a, b = new_buffer("CPU", 4, dtypes.float32), new_buffer("CPU", 4, dtypes.float32)
+    c, d = new_buffer("CPU", 4, dtypes.float32), new_buffer("CPU", 5, dtypes.float32)
+    assert key(op(Ops.ADD, a, b)) == key(op(Ops.ADD, c, a))
+    assert key(op(Ops.ADD, a, a)) != key(op(Ops.ADD, a, b))
+    assert key(op(Ops.ADD, a, b)) != key(op(Ops.ADD, a, d))
+    assert len({key(scaled(a, 1.0)), key(scaled(a, 2.0)), key(scaled(a, -0.0)), key(scaled(a, 0.0))}) == 4
+    ints = new_buffer("CPU", 4, dtypes.int32)
+    assert key(scaled(ints, 1, dtypes.int32)) != key(scaled(ints, True, dtypes.int32))
 
 
 def test_contiguous_output_axes_merge_into_one_loop_and_transposed_ones_do_not() -> None:

@@ -217,6 +217,23 @@ def test_deferred_interrupt_delivers_ctrl_c_after_the_block() -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_deferred_interrupt_skips_the_signal_module_wrappers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every synchronize swaps the SIGINT handler twice: through the C functions, not signal.signal, whose enum
+    conversions cost about 10 us a pair. Ctrl-C is still held back and delivered after the block."""
+
+    def wrapper_called(*args: object) -> None:
+        raise AssertionError("signal.signal/getsignal called")
+
+    monkeypatch.setattr(signal, "signal", wrapper_called)
+    monkeypatch.setattr(signal, "getsignal", wrapper_called)
+    with pytest.raises(KeyboardInterrupt):
+        with cpu_workers.deferred_interrupt() as interrupted:
+            signal.raise_signal(signal.SIGINT)
+            assert interrupted()
+    monkeypatch.undo()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_launch_does_not_wait_for_a_core_thread_that_never_took_a_call() -> None:
     """A core thread that is not scheduled (here: its wake-up is dropped) takes no call: the launching thread makes
     them all and returns without waiting for that thread to wake up."""

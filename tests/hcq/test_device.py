@@ -57,6 +57,28 @@ def test_default_comes_from_dev() -> None:
         assert Device.DEFAULT == "CPU"
 
 
+def test_a_device_name_is_parsed_once_per_dev_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every buffer and launch looks its device up by name: a name seen before must not be parsed again, while a
+    new DEV setting (which may give the device another renderer) is."""
+    import tg.hcq.device as device_module
+
+    calls: list[str] = []
+    real_parse = device_module.parse_device
+    monkeypatch.setattr(device_module, "parse_device", lambda text: calls.append(text) or real_parse(text))
+    with Context(DEV="CPU"):
+        Device["CPU"]
+        calls.clear()
+        assert Device["CPU"] is Device["CPU"] and Device.canonicalize("CPU") == "CPU"
+        assert calls == []
+    with Context(DEV="NULL:HIP:gfx1100"):
+        assert Device.spec("NULL").arch == "gfx1100"
+    with Context(DEV="NULL:HIP:gfx950"):
+        assert Device.spec("NULL").arch == "gfx950"
+    for i in range(device_module.SPEC_CACHE_SIZE + 10):  # one name per file: the cache stays bounded
+        assert Device.spec(f"DISK:/tmp/weights-{i}.bin").path == f"/tmp/weights-{i}.bin"
+    assert len(Device._specs) <= device_module.SPEC_CACHE_SIZE
+
+
 def test_default_can_be_overridden_and_reset() -> None:
     Device.DEFAULT = "NULL"
     try:

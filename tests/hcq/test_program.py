@@ -152,3 +152,47 @@ def test_small_launches_run_whole_on_the_launching_thread_after_the_first(monkey
     calls.clear()
     pool.run(run, 2, program)
     assert len(calls) == 2
+
+
+def test_concrete_kernel_arguments_are_packed_at_once_and_symbolic_ones_patched_at_submit() -> None:
+    """Every launch lays out its arguments: concrete ones are written in one pack and leave no patch records (the
+    queue would skip them anyway); a symbolic value is recorded and written when the queue is submitted."""
+    import struct
+
+    from tg.hcq import Variable
+    from tg.hcq.memory import HCQBuffer
+    from tg.hcq.program import CLikeArgsState
+
+    memory = bytearray(32)
+    kernargs = HCQBuffer(0x1000, 32, view=memoryview(memory))
+    bufs = (HCQBuffer(0x10, 8), HCQBuffer(0x20, 8))
+    concrete_args = CLikeArgsState(kernargs, None, bufs, (7, -2))
+    assert concrete_args.bind_data == []
+    assert struct.unpack_from("<2Q2i", memory) == (0x10, 0x20, 7, -2)
+    n = Variable("n", 1, 100)
+    symbolic_args = CLikeArgsState(kernargs, None, bufs, (5, n))
+    assert [bound.value for bound in symbolic_args.bind_data] == [n]
+    assert struct.unpack_from("<2Q1i", memory) == (0x10, 0x20, 5)
+    symbolic_args.bind_data[0].write({"n": 42})
+    assert struct.unpack_from("<2Q2i", memory) == (0x10, 0x20, 5, 42)
+
+
+def test_a_launch_that_neither_waits_nor_profiles_enters_no_profiling_context(kit, monkeypatch) -> None:
+    """Every kernel launch pays for what it sets up: the profiling context (timestamp signals) only for wait=True or
+    PROFILE=1."""
+    import tg.hcq.program as program_module
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("set up although nothing asked for it")
+
+    dev = Device["CPU"]
+    prg = kit.load_program(dev, "mark", kit.MARK)
+    out = Buffer("CPU", 8, kit.float32).allocate()
+    out.copyin(memoryview(bytes(8 * 4)))
+    real_profile = program_module.hcq_profile
+    monkeypatch.setattr(program_module, "hcq_profile", refuse)
+    assert prg(out.raw, global_size=(8, 1, 1)) is None
+    dev.synchronize()
+    assert out.numpy().tolist() == [1.0] * 8
+    monkeypatch.setattr(program_module, "hcq_profile", real_profile)
+    assert prg(out.raw, global_size=(8, 1, 1), wait=True) >= 0  # timed: the profiling context runs

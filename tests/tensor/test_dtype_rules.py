@@ -187,3 +187,14 @@ def test_fp8_arithmetic_computes_in_float32_and_rounds_back(dtype, device):
     np.testing.assert_array_equal((left < right).numpy(), a32 < b32)
     assert left.max().cast(dtypes.float32).item() == a32.max()
     assert left.sum().dtype is dtypes.float32
+
+
+def test_least_upper_dtype_answers_a_repeated_question_from_its_cache() -> None:
+    """Every Tensor op asks it (a sum's accumulator, two operands' common dtype): asked again, it must not walk the
+    promotion lattice again."""
+    from tg.codegen import least_upper_dtype
+
+    least_upper_dtype(dtypes.int8, dtypes.uint8)
+    hits = least_upper_dtype.cache_info().hits
+    assert least_upper_dtype(dtypes.int8, dtypes.uint8) is dtypes.int16
+    assert least_upper_dtype.cache_info().hits == hits + 1

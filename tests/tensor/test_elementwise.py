@@ -436,3 +436,20 @@ def test_float_division_special_values_match_numpy(device, dtype):
     np.testing.assert_array_equal(ta.isinf().numpy(), np.isinf(a))
     np.testing.assert_array_equal(ta.isfinite().numpy(), np.isfinite(a))
     np.testing.assert_array_equal(ta.isnan().numpy(), np.isnan(a))
+
+
+def test_operands_of_one_kind_skip_promotion_and_broadcasting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`a * b` on tensors of one dtype, shape and device is the common case of a model's step: broadcast returns
+    them as they are without working out a common dtype (Python per call); operands that differ still promote."""
+    import tg.tensor.elementwise as elementwise
+
+    calls: list[tuple] = []
+    real = elementwise.result_dtype
+    monkeypatch.setattr(elementwise, "result_dtype", lambda *operands: calls.append(operands) or real(*operands))
+    a = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    b = Tensor(np.full((2, 3), 2, dtype=np.float32))
+    np.testing.assert_array_equal(((a * b) + a).numpy(), np.arange(6).reshape(2, 3) * 3.0)
+    assert calls == []
+    mixed = a * b.half()  # float32 with float16: promotes to float32
+    assert mixed.dtype is dtypes.float32 and len(calls) == 1
+    assert (a * b[0]).shape == (2, 3) and len(calls) == 2  # shapes differ: broadcast

@@ -142,6 +142,18 @@ def test_same_graph_on_new_buffers_hits_the_schedule_cache() -> None:
     assert to_numpy(result).shape == (7, 1)
 
 
+def test_a_launch_outside_a_capture_builds_no_capture_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kernel launch would otherwise build a KernelLaunch record only for `record` to drop it."""
+    import tg.hcq.engine.run as run_module
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("a capture record was built outside a capture")
+
+    monkeypatch.setattr(run_module, "KernelLaunch", refuse)
+    data = rng.random((3, 4), np.float32)
+    np.testing.assert_array_equal(to_numpy(alu(Ops.MUL, tensor(data), tensor(data))), data * data)
+
+
 def test_cached_schedule_computes_with_the_new_inputs() -> None:
     first, second = rng.random((5, 5), np.float32), rng.random((5, 5), np.float32)
     for data in (first, second):

@@ -12,6 +12,7 @@ match ml_dtypes' conversions, which the tests use as the oracle.
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -376,6 +377,7 @@ def _reachable(dt: DType) -> set[DType]:
 _REACHABLE = {dt: _reachable(dt) for dt in _PROMOTES_TO}
 
 
+@functools.lru_cache(maxsize=1024)  # asked at every Tensor op (a sum's accumulator, two operands' common dtype)
 def least_upper_dtype(*dts: DType) -> DType:
     """The smallest dtype that all of `dts` promote to (index with other ints stays index)."""
     if not dts:

@@ -133,7 +133,11 @@ def _is_symbolic_field(value: object) -> bool:
 
 
 def is_symbolic_command(command: Command) -> bool:
-    return any(_is_symbolic_field(getattr(command, name)) for name in _integer_fields(type(command)))
+    for name in _integer_fields(type(command)):
+        value = getattr(command, name)
+        if type(value) is not int and _is_symbolic_field(value):  # (ints, the common case, checked inline)
+            return True
+    return False
 
 
 def resolve_command(command: Command, var_vals: dict[str, int]) -> Command:

@@ -155,6 +155,9 @@ def _available_hint() -> str:
     return f"available devices: {', '.join(sorted(DEVICE_CLASSES))}"
 
 
+SPEC_CACHE_SIZE = 256
+
+
 class _DeviceRegistry:
     """`Device[name]` opens (once) and returns the device for a device string."""
 
@@ -162,12 +165,26 @@ class _DeviceRegistry:
         self._opened: dict[str, Compiled] = {}
         self._lock = threading.RLock()
         self._default: str | None = None
+        # parsed names by (name, DEV): every buffer and launch looks its device up by name, several times per call
+        self._specs: dict[tuple[str, str], DeviceSpec] = {}
 
     @property
     def available(self) -> list[str]:
         return sorted(DEVICE_CLASSES)
 
     def spec(self, name: str) -> DeviceSpec:
+        """The parsed device `name`, with the renderer DEV gives it (cached: names and DEV are few)."""
+        key = (name, DEV.value) if isinstance(name, str) else None
+        found = self._specs.get(key) if key is not None else None
+        if found is None:
+            found = self._parse_spec(name)
+            if key is not None:
+                if len(self._specs) >= SPEC_CACHE_SIZE:  # (DISK:path names one file each: keep the cache small)
+                    self._specs.clear()
+                self._specs[key] = found
+        return found
+
+    def _parse_spec(self, name: str) -> DeviceSpec:
         spec = parse_device(name)
         if spec.name not in DEVICE_CLASSES:
             raise UnknownDeviceError(f"unknown device {spec.name!r} (from {name!r}); {_available_hint()}")
@@ -189,6 +206,9 @@ class _DeviceRegistry:
 
     def __getitem__(self, name: str) -> Compiled:
         spec = self.spec(name)
+        device = self._opened.get(spec.full_name)  # the hit path: no lock (a dict read is atomic)
+        if device is not None:
+            return device
         with self._lock:
             device = self._opened.get(spec.full_name)
             if device is None:

@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from tg.hcq.flags import PROFILE
 from tg.hcq.memory import HCQBuffer
 from tg.hcq.profile import hcq_profile
 from tg.hcq.queue import BoundSint
@@ -57,7 +58,7 @@ class Program:
 
 
 class HCQArgsState:
-    """Kernel arguments in device-visible memory `buf`; `bind_data` lists the values written (or to patch)."""
+    """Kernel arguments in device-visible memory `buf`; `bind_data` lists the symbolic ones, patched at submit."""
 
     def __init__(self, buf: HCQBuffer, prg: Any, bufs: tuple[HCQBuffer, ...], vals: tuple[sint, ...] = ()) -> None:
         self.buf = buf
@@ -69,11 +70,15 @@ class HCQArgsState:
     def bind_sints_to_buf(self, *vals: sint, buf: HCQBuffer, fmt: str, offset: int = 0) -> None:
         """Write `vals` (format `fmt`, e.g. "Q" or "i") at `offset`; symbolic values are written at submit time."""
         view = buf.cpu_view()
+        if not any(is_symbolic(value) for value in vals):  # every launch without variables: one pack, no records
+            struct.pack_into(f"<{len(vals)}{fmt}", view, offset, *vals)
+            return
         step = struct.calcsize("<" + fmt)
         for i, value in enumerate(vals):
             bound = BoundSint(view, offset + i * step, "<" + fmt, value)
-            self.bind_data.append(bound)
-            if not is_symbolic(value):
+            if is_symbolic(value):
+                self.bind_data.append(bound)
+            else:
                 bound.write({})
 
 
@@ -116,7 +121,10 @@ class HCQProgram(Program):
         dev = self.dev
         args_state = self.fill_kernargs(bufs, call.vals)
         queue = dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1).memory_barrier()
-        with hcq_profile(dev, enabled=call.wait, desc=self.name, queue=queue) as (start, end):
+        if call.wait or PROFILE:
+            with hcq_profile(dev, enabled=call.wait, desc=self.name, queue=queue) as (start, end):
+                queue.exec(self, args_state, call.global_size, call.local_size)
+        else:  # the common launch: no timestamps, so no profiling context to enter
             queue.exec(self, args_state, call.global_size, call.local_size)
         queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
         if not call.wait:

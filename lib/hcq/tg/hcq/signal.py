@@ -83,8 +83,9 @@ class HCQSignal:
 
     @property
     def value(self) -> int:
-        self._check_real()
-        return load_signal_value(concrete(self.value_addr))
+        if self.virtual:  # (checked inline: waits read the value in a loop)
+            self._check_real()
+        return ctypes.c_uint64.from_address(self.base_buf.va_addr).value  # type: ignore[arg-type]
 
     @value.setter
     def value(self, new_value: int) -> None:

@@ -59,6 +59,8 @@ def broadcast(*operands: Operand, dtype: DType | None = None, like: Tensor | Non
     Python scalars stay weak in the promotion; other non-tensors (lists, numpy arrays) become tensors first.
     `like` gives the device when every operand is a Python scalar.
     """
+    if _alike_tensors(operands, dtype):
+        return list(operands)
     tensors_seen = [operand for operand in operands if hasattr(operand, "uop")]
     like = tensors_seen[0] if tensors_seen else like
     assert like is not None, "broadcast needs a tensor operand or `like`"
@@ -70,6 +72,21 @@ def broadcast(*operands: Operand, dtype: DType | None = None, like: Tensor | Non
     tensors = [_as_tensor(operand, like, common) for operand in operands]
     shape = broadcast_shapes(*(tensor.shape for tensor in tensors))
     return [tensor.expand(shape) if tensor.shape != shape else tensor for tensor in tensors]
+
+
+def _alike_tensors(operands: tuple[Operand, ...], dtype: DType | None) -> bool:
+    """Whether the operands are tensors of one dtype (`dtype`, when given), shape and device: what `a * b` on two
+    tensors of one kind usually is, and what broadcast would return unchanged after its general work."""
+    first = operands[0]
+    if not hasattr(first, "uop") or (dtype is not None and first.dtype is not dtype):
+        return False
+    return all(
+        hasattr(operand, "uop")
+        and operand.dtype is first.dtype
+        and operand.device == first.device
+        and operand.shape == first.shape
+        for operand in operands[1:]
+    )
 
 
 _BITWISE_NAMES = {

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import weakref
 from typing import Any
 
 from tg.codegen.dtype import DType
@@ -66,20 +65,25 @@ class ShapeError(ValueError, RuntimeError):
     catches it."""
 
 
-_shapes: weakref.WeakKeyDictionary[UOp, Shape] = weakref.WeakKeyDictionary()
-
-
 def shape_of(node: UOp) -> Shape:
-    """The shape of a tensor-graph node (memoized; UOps are immutable)."""
-    found = _shapes.get(node)
-    if found is None:
-        # sources first, in graph order, so that a deep graph needs no deep recursion
-        for inner in node.toposort(lambda u: u not in _shapes and u.op is not Ops.DEVICE):
-            if inner not in _shapes and inner.op is not Ops.DEVICE:
-                shape = _infer_shape(inner)
-                _shapes[inner] = tuple(map(canonical_size, shape)) if is_symbolic_shape(shape) else shape
-        found = _shapes[node]
-    return found
+    """The shape of a tensor-graph node (memoized on the node, which is immutable: a Tensor asks for its shape many
+    times while an expression is built)."""
+    try:
+        return node._shape
+    except AttributeError:
+        pass
+    if all(hasattr(s, "_shape") or s.op is Ops.DEVICE for s in node.src):  # the common case: sources are known
+        _store_shape(node)
+    else:  # sources first, in graph order, so that a deep graph needs no deep recursion
+        for inner in node.toposort(lambda u: not hasattr(u, "_shape") and u.op is not Ops.DEVICE):
+            if not hasattr(inner, "_shape") and inner.op is not Ops.DEVICE:
+                _store_shape(inner)
+    return node._shape
+
+
+def _store_shape(node: UOp) -> None:
+    shape = _infer_shape(node)
+    object.__setattr__(node, "_shape", tuple(map(canonical_size, shape)) if is_symbolic_shape(shape) else shape)
 
 
 def _infer_shape(node: UOp) -> Shape:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from tg.codegen.schedule.graph import (
     BufferArg,
@@ -32,6 +33,7 @@ from tg.codegen.schedule.graph import (
 from tg.codegen.schedule.kernel import AssignError, Kernel, build_kernel
 from tg.codegen.schedule.realize import contiguous_copies, find_realize_points, split_big_reductions, whole_buffer
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
+from tg.codegen.uop.ops import _cache_key as uop_cache_key
 from tg.codegen.uop.pattern import graph_rewrite
 from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, verify_stage
 
@@ -91,8 +93,18 @@ class ScheduleStats:
     misses: int = 0
 
 
+@dataclass(frozen=True)
+class _Template:
+    """A cached schedule over placeholder buffers (`placeholders[i]` stands for the graph's i-th input buffer in
+    toposort order), and the BUFFER nodes its results read (found once, not at every instantiation)."""
+
+    schedule: Schedule
+    placeholders: tuple[UOp, ...]
+    result_buffers: tuple[UOp, ...]
+
+
 schedule_stats = ScheduleStats()
-_schedule_cache: OrderedDict[UOp, Schedule] = OrderedDict()
+_schedule_cache: OrderedDict[tuple, _Template] = OrderedDict()
 
 
 def device_of(node: UOp) -> str:
@@ -115,23 +127,49 @@ def create_schedule(roots: tuple[UOp, ...]) -> Schedule:
     if var_vals:
         order = UOp.sink(*roots).toposort()
     inputs = [node for node in order if node.op is Ops.BUFFER]
-    placeholders = {
-        buf: UOp(Ops.BUFFER, buf.dtype, buf.src, BufferArg(-1 - i, buf.arg.size)) for i, buf in enumerate(inputs)
-    }
-    normalized = UOp.sink(*roots).substitute(placeholders)
-    template = _schedule_cache.get(normalized)
+    key = graph_key(order)
+    template = _schedule_cache.get(key)
     if template is None:
         schedule_stats.misses += 1
-        template = _schedule_cache[normalized] = schedule_graph(normalized.src)
+        template = _schedule_cache[key] = _make_template(order, inputs)
         if len(_schedule_cache) > SCHEDULE_CACHE_SIZE:
             _schedule_cache.popitem(last=False)
     else:
         schedule_stats.hits += 1
-        _schedule_cache.move_to_end(normalized)
-    return _instantiate(template, {p: buf for buf, p in placeholders.items()}, var_vals)
+        _schedule_cache.move_to_end(key)
+    return _instantiate(template, dict(zip(template.placeholders, inputs, strict=True)), var_vals)
 
 
-def _instantiate(template: Schedule, inputs: dict[UOp, UOp], var_vals: dict[str, int]) -> Schedule:
+def graph_key(order: list[UOp]) -> tuple:
+    """A key equal for two graphs (given as toposorts) exactly when they are the same graph up to which buffers
+    they read: each node as the fields UOp interning compares, sources by position, input buffers by their order
+    and size. Built from plain tuples, so a cache hit creates no UOps (interning each costs a lock and a weakref)."""
+    position: dict[UOp, int] = {}
+    entries: list[tuple] = []
+    inputs = 0
+    for node in order:
+        if node.op is Ops.BUFFER:
+            arg: Any = ("input", inputs, node.arg.size)
+            inputs += 1
+        else:
+            arg = node.arg
+        sources = tuple(position[s] for s in node.src)
+        position[node] = len(entries)
+        entries.append(uop_cache_key(node.op, node.dtype, sources, arg, node.tag))
+    return tuple(entries)
+
+
+def _make_template(order: list[UOp], inputs: list[UOp]) -> _Template:
+    """Schedule the graph with its inputs replaced by placeholder buffers (no cache)."""
+    placeholders = {
+        buf: UOp(Ops.BUFFER, buf.dtype, buf.src, BufferArg(-1 - i, buf.arg.size)) for i, buf in enumerate(inputs)
+    }
+    schedule = schedule_graph(order[-1].substitute(placeholders).src)  # order[-1]: the roots' SINK
+    buffers = {node: None for result in schedule.results for node in result.toposort() if node.op is Ops.BUFFER}
+    return _Template(schedule, tuple(placeholders.values()), tuple(buffers))
+
+
+def _instantiate(template: _Template, inputs: dict[UOp, UOp], var_vals: dict[str, int]) -> Schedule:
     """The template with placeholders bound to the real inputs and every buffer it creates made fresh."""
     mapping = dict(inputs)
 
@@ -142,16 +180,14 @@ def _instantiate(template: Schedule, inputs: dict[UOp, UOp], var_vals: dict[str,
         return found
 
     items: list[ScheduleItem] = []
-    for item in template.items:
+    for item in template.schedule.items:
         if isinstance(item, KernelCall):
             items.append(KernelCall(item.ast, tuple(bind(b) for b in item.buffers)))
         else:
             items.append(CopyCall(bind(item.dest), bind(item.src)))
-    for result in template.results:
-        for node in result.toposort():
-            if node.op is Ops.BUFFER:
-                bind(node)
-    results = bind_graph(tuple(result.substitute(mapping) for result in template.results), var_vals)
+    for buf in template.result_buffers:
+        bind(buf)
+    results = bind_graph(tuple(result.substitute(mapping) for result in template.schedule.results), var_vals)
     return Schedule(tuple(items), results, var_vals)
 
 

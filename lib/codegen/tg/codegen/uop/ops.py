@@ -184,7 +184,7 @@ def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any, tag: Any) -> tuple:
 class UOp:
     """One node of the IR. Build with `UOp(op, dtype, src, arg, tag)` or the constructors below; never mutate."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "tag", "_bounds", "_key", "__weakref__")
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_bounds", "_key", "_shape", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[UOp, ...]
@@ -192,6 +192,7 @@ class UOp:
     tag: Any
     _bounds: tuple[Any, Any]  # (vmin, vmax), computed on first use by tg.codegen.uop.bounds
     _key: bytes  # the content hash, computed on first use by `key`
+    _shape: tuple[Any, ...]  # a tensor-graph node's shape, computed on first use by tg.codegen.schedule.graph
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
         if type(src) is not tuple:

@@ -12,6 +12,7 @@ parallel. All threads are daemons and start on first use, so an idle process sta
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # the C functions under signal: see deferred_interrupt
 import collections
 import contextlib
 import ctypes
@@ -39,6 +40,10 @@ from tg.hcq.signal import load_signal_value, notify_memory_changed, sleep_until,
 from tg.hcq.symbolic import concrete
 
 KernelCall = Callable[[int, int], None]  # runs core_ids in [start, end)
+
+# deferred_interrupt swaps the SIGINT handler twice per synchronize: the `signal` module's wrappers turn numbers and
+# handlers into enums on the way (about 10 us a swap pair), the C functions underneath take and give plain values
+SIGINT = int(signal.SIGINT)
 
 # A launch whose first chunk ran faster than this is run whole on the launching thread from then on: handing a chunk
 # to another core thread (a queue put, a wake-up, a queue get) costs tens of microseconds, and more when the
@@ -304,15 +309,15 @@ def deferred_interrupt() -> Iterator[Callable[[], bool]]:
     """Hold SIGINT back for the block, which may ask whether one arrived; the signal is raised again after the
     block, so the handler that was installed (KeyboardInterrupt by default) sees it. Outside the main thread, or
     when the installed handler was not set from Python, nothing is held back."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+    if threading.current_thread() is not threading.main_thread() or _signal.getsignal(SIGINT) is None:
         yield lambda: False
         return
     received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    previous = _signal.signal(SIGINT, lambda signum, frame: received.append(signum))
     try:
         yield lambda: bool(received)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _signal.signal(SIGINT, previous)
     if received:
         signal.raise_signal(signal.SIGINT)
 

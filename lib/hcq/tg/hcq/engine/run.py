@@ -10,7 +10,7 @@ import time
 from tg.codegen.flags import DEBUG
 from tg.codegen.schedule.schedule import CopyCall, KernelCall, Schedule
 from tg.hcq.engine.buffers import buffer_of
-from tg.hcq.engine.capture import CopyLaunch, KernelLaunch, record
+from tg.hcq.engine.capture import CopyLaunch, KernelLaunch, is_capturing, record
 from tg.hcq.engine.counters import GlobalCounters
 from tg.hcq.engine.programs import CompiledProgram, get_program
 from tg.hcq.symbolic import resolve
@@ -43,7 +43,8 @@ def run_kernel(call: KernelCall, var_vals: dict[str, int] | None = None) -> None
         seconds = kernel.program(*(b.raw for b in buffers), global_size=global_size, vals=vals, wait=timed)
     else:
         seconds = kernel.program(*(b.raw for b in buffers), global_size=kernel.source.global_size, wait=timed)
-    record(KernelLaunch(kernel, tuple(buffers), call.buffers, var_vals or _NO_VALUES))  # (never mutated)
+    if is_capturing():
+        record(KernelLaunch(kernel, tuple(buffers), call.buffers, var_vals or _NO_VALUES))  # (never mutated)
     memory = sum(b.nbytes for b in buffers)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += kernel.source.ops

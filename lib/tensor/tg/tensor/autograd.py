@@ -261,7 +261,9 @@ _tensors_requiring_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.Weak
 
 
 # realized node -> the graph it was computed from, while the realized node lives (so that a loss realized before
-# backward(), or a graph built on a realized intermediate, can still be differentiated)
+# backward(), or a graph built on a realized intermediate, can still be differentiated). Kept only while some live
+# tensor requires grad: without one there is nothing to differentiate against, and inference code keeps realized
+# nodes for good (a TinyJit capture's buffers, a KV cache), which would hold every graph they came from resident
 _computed_from: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
@@ -270,7 +272,8 @@ def remember_former_uop(tensor: Tensor, node: UOp, realized: UOp) -> None:
     and a gradient asked for the tensor must be found there (held weakly: forgotten once no graph holds node)."""
     former = [ref for ref in getattr(tensor, "_former_uops", ()) if ref() is not None]
     tensor._former_uops = [*former, weakref.ref(node)]
-    if node.op is not Ops.ASSIGN:  # an assign's result is new state, not a value to differentiate through
+    # an assign's result is new state, not a value to differentiate through
+    if node.op is not Ops.ASSIGN and len(_tensors_requiring_grad) > 0:
         _computed_from[realized] = node
 
 

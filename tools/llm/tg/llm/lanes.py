@@ -64,6 +64,11 @@ class LaneBlocks:
         assert self._groups is not None
         return self._groups
 
+    def forget_groups(self) -> None:
+        """Drop the cached decoded-block graph (tens of KB of lazy ops per weight, ~30 MB over a small model): a
+        captured step replays without it, and the next plain step or capture builds it again."""
+        object.__setattr__(self, "_groups", None)
+
 
 def pack_lanes(raw: Any, ggml_type: int, device: str | None = None) -> LaneBlocks:
     """LaneBlocks from the file's bytes, a numpy uint8 `(rows, n_blocks, block_bytes)` view (load-time reshuffle).

@@ -315,7 +315,19 @@ class Transformer:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
             self.decode_step = TinyJit(self._step, plain_calls=0)
-        return self.decode_step(self.position.bind(position), None, *self.embedding_table.inputs([token]))
+        captured = self.decode_step.graph is not None
+        logits = self.decode_step(self.position.bind(position), None, *self.embedding_table.inputs([token]))
+        if not captured and self.decode_step.graph is not None:
+            self.release_lazy_graphs()  # the replays that follow need none of the graphs the capture was built from
+        return logits
+
+    def release_lazy_graphs(self) -> None:
+        """Drop the lazy decode graphs the weights cache for building steps (LaneBlocks.groups): once the decode
+        step is captured, its replays run kernels on buffers only, and those graphs would stay resident for
+        nothing (tens of thousands of UOps)."""
+        for weight in self.weights.values():
+            if isinstance(weight.data, LaneBlocks):
+                weight.data.forget_groups()
 
     def _chunk(self, tokens: list[int], count: int, start_pos: int) -> Tensor:
         """The logits after `tokens[count - 1]` of a padded chunk at start_pos, block by block (see BLOCK_ROWS).

@@ -11,6 +11,7 @@ pytest.importorskip("gguf")
 from llm_fixtures import write_model  # noqa: E402
 
 from tg.llm import registry  # noqa: E402
+from tg.llm.lanes import LaneBlocks  # noqa: E402
 from tg.llm.model import load_model  # noqa: E402
 from tg.tensor import Context, GlobalCounters, Tensor  # noqa: E402
 
@@ -38,6 +39,20 @@ def test_dequantization_fuses_into_the_matmuls(tmp_path: Path) -> None:
     _, float_bytes, _ = decode_step_counters(float_model)
     _, quant_bytes, saved = decode_step_counters(quant_model)
     assert saved > 0 and float_bytes - quant_bytes >= 0.6 * saved
+
+
+def test_a_captured_decode_step_keeps_no_decoded_block_graphs(tmp_path: Path) -> None:
+    """The decode-block graphs (LaneBlocks.groups) are cached for plain steps only: kept through a TinyJit capture,
+    every weight's graph stayed resident after it (~60k UOps, ~25 MB on SmolLM2-135M) though replays need none."""
+    model, _ = load_model(write_model(tmp_path / "q.gguf", "llama", "Q4_1", dim=128, tied=False), max_context=16)
+    lanes = [w.data for w in model.weights.values() if isinstance(w.data, LaneBlocks)]
+    model.forward([1], 0)  # captured
+    model.forward([2], 1)  # replayed
+    assert lanes and model.decode_step is not None and model.decode_step.graph is not None
+    assert all(blocks._groups is None for blocks in lanes)
+    with Context(JIT=0):  # plain steps reuse them (a K-quant's decode graph is thousands of ops)
+        model.forward([3], 2)
+    assert all(blocks._groups is not None for blocks in lanes if blocks.type_name == "Q4_1")
 
 
 def resident_bytes() -> int:

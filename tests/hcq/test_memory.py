@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import sys
 
 import pytest
 
 from tg.hcq import BumpAllocator, HCQBuffer, HostMemory, Variable
-from tg.hcq.memory import HUGE_PAGE_SIZE
+from tg.hcq.memory import CACHE_LINE, HUGE_PAGE_SIZE, MAPPED_SIZE, PAGE_SIZE
 
 
 def test_bump_allocator_aligns_and_offsets_from_its_base() -> None:
@@ -31,15 +33,32 @@ def test_bump_allocator_without_wrap_raises_when_full() -> None:
         BumpAllocator(8).alloc(9)
 
 
-def test_host_memory_is_page_aligned_zeroed_and_viewable() -> None:
+def test_host_memory_is_cache_line_aligned_zeroed_and_viewable() -> None:
     memory = HostMemory(10000)
     handle = memory.handle()
-    assert handle.va_addr % 4096 == 0 and handle.size == 10000
+    assert handle.va_addr % CACHE_LINE == 0 and handle.size == 10000
     assert bytes(handle.cpu_view()) == bytes(10000)
     part = handle.offset(100, 8)
     part.cpu_view()[:] = b"abcdefgh"
     assert part.va_addr == handle.va_addr + 100 and part.base is handle
     assert bytes(handle.cpu_view()[100:108]) == b"abcdefgh"
+
+
+def test_small_host_memory_carries_less_than_a_cache_line_of_padding() -> None:
+    """A model has hundreds of small buffers (norms, activations): a page of alignment padding each added MBs."""
+    for size in (1, 2304, 10000, MAPPED_SIZE - 1):
+        memory = HostMemory(size)
+        assert isinstance(memory._storage, ctypes.Array)
+        assert ctypes.sizeof(memory._storage) < size + CACHE_LINE
+        assert memory.address % CACHE_LINE == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="anonymous mappings: Linux")
+def test_host_memory_from_the_mapped_size_up_is_a_page_aligned_mapping_of_its_own() -> None:
+    """Freed, such a buffer's pages go back to the system at once (freed heap blocks stay resident)."""
+    memory = HostMemory(MAPPED_SIZE + 100)
+    assert isinstance(memory._storage, mmap.mmap) and len(memory._storage) == MAPPED_SIZE + 100
+    assert memory.address % PAGE_SIZE == 0 and bytes(memory.view) == bytes(MAPPED_SIZE + 100)
 
 
 def test_offset_outside_the_buffer_raises() -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.schedule.graph import ReduceArg, device_node, shape_of
 from tg.codegen.uop.ops import GroupOp
+from tg.hcq.engine.capture import is_capturing
 from tg.tensor.creation import const_of_shape
 
 if TYPE_CHECKING:
@@ -261,7 +262,10 @@ _tensors_requiring_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.Weak
 
 
 # realized node -> the graph it was computed from, while the realized node lives (so that a loss realized before
-# backward(), or a graph built on a realized intermediate, can still be differentiated)
+# backward(), or a graph built on a realized intermediate, can still be differentiated). Not inside a TinyJit
+# capture while no live tensor requires grad: the capture keeps the nodes it realized for good (its buffers), which
+# would hold every graph they came from resident (an LLM decode step: tens of MB of UOps), and without a tensor
+# that requires grad, nothing inside a captured step is differentiated
 _computed_from: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
@@ -270,7 +274,8 @@ def remember_former_uop(tensor: Tensor, node: UOp, realized: UOp) -> None:
     and a gradient asked for the tensor must be found there (held weakly: forgotten once no graph holds node)."""
     former = [ref for ref in getattr(tensor, "_former_uops", ()) if ref() is not None]
     tensor._former_uops = [*former, weakref.ref(node)]
-    if node.op is not Ops.ASSIGN:  # an assign's result is new state, not a value to differentiate through
+    # an assign's result is new state, not a value to differentiate through
+    if node.op is not Ops.ASSIGN and (len(_tensors_requiring_grad) > 0 or not is_capturing()):
         _computed_from[realized] = node
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tg.codegen import dtypes
+from tg.hcq.engine.capture import is_capturing
 from tg.llm.quants import Blocks, e2m1_doubled, mxfp4_scale, type_name
 from tg.tensor import Tensor
 from tg.tensor.gguf import GGML_TYPES
@@ -57,12 +58,17 @@ class LaneBlocks:
         return self.words.nbytes()
 
     def groups(self) -> list[ScaledGroup]:
-        """The decoded block (GROUPS), built once: a K-quant's is thousands of lazy ops, which a plain (not
-        captured) decode step would otherwise rebuild for every matvec (graphs are immutable, so sharing is safe)."""
-        if self._groups is None:
-            object.__setattr__(self, "_groups", GROUPS[self.type_name](Words(self.words)))
-        assert self._groups is not None
-        return self._groups
+        """The decoded block (GROUPS). Kept for later calls outside a TinyJit capture: a K-quant's is thousands of
+        lazy ops, which a plain (not captured) decode step would otherwise rebuild for every matvec (graphs are
+        immutable, so sharing is safe). Not kept inside a capture, which builds each weight's matvec once: kept, the
+        graphs of every weight would stay resident through the capture and after it (~60k UOps, ~25 MB on
+        SmolLM2-135M), while its replays need none of them."""
+        if self._groups is not None:
+            return self._groups
+        groups = GROUPS[self.type_name](Words(self.words))
+        if not is_capturing():
+            object.__setattr__(self, "_groups", groups)
+        return groups
 
 
 def pack_lanes(raw: Any, ggml_type: int, device: str | None = None) -> LaneBlocks:

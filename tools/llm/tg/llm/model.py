@@ -315,7 +315,11 @@ class Transformer:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
             self.decode_step = TinyJit(self._step, plain_calls=0)
-        return self.decode_step(self.position.bind(position), None, *self.embedding_table.inputs([token]))
+        captured = self.decode_step.graph is not None
+        logits = self.decode_step(self.position.bind(position), None, *self.embedding_table.inputs([token]))
+        if not captured and self.decode_step.graph is not None:
+            release_cached_memory(self.caches[0].device)  # what scheduling and compiling the capture freed
+        return logits
 
     def _chunk(self, tokens: list[int], count: int, start_pos: int) -> Tensor:
         """The logits after `tokens[count - 1]` of a padded chunk at start_pos, block by block (see BLOCK_ROWS).
@@ -532,7 +536,9 @@ def load_model(path: str | Path, max_context: int = 4096) -> tuple[Transformer, 
         if info.type_name not in FLOAT_TYPES and info.type_name not in ("BF16", *DEQUANTIZERS):
             raise UnsupportedModelError(f"tensor {info.name!r} has GGML type {info.type_name}, which is not supported")
     embedding = EmbeddingTable(gguf.tensors["token_embd.weight"])
-    return Transformer(config, load_weights(gguf), max_context, embedding), gguf
+    model = Transformer(config, load_weights(gguf), max_context, embedding)
+    release_cached_memory(model.caches[0].device)  # the load's scratch: the file's bytes reshuffled per weight
+    return model, gguf
 
 
 def parameter_count(gguf: GGUFFile) -> int:

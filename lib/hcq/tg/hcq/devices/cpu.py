@@ -10,7 +10,7 @@ only the product matters; renderers launch (n, 1, 1)). The calls are spread acro
 threads (one per core, `CPU_COUNT` overrides) and the exec completes when every call returned. The local
 size is ignored on CPU.
 
-Raw buffers are `HCQBuffer`s over page-aligned host memory: `va_addr` is the real address that the
+Raw buffers are `HCQBuffer`s over aligned host memory (tg.hcq.memory.HostMemory): `va_addr` is the real address that the
 kernel receives, and `view` is a memoryview of the same bytes. Kernel arguments are stored in the
 device's kernel-argument ring (u64 address per buffer, then int32 per value) and read back when the
 exec runs, so symbolic arguments patched at submit time take effect.

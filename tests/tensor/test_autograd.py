@@ -154,3 +154,18 @@ def test_gradient_after_the_loss_and_the_targets_were_realized():
     w.numpy()
     loss.backward()
     np.testing.assert_allclose(w.grad.numpy(), [6.0, -12.0])  # d(3 w^2)/dw = 6 w
+
+
+@pytest.mark.parametrize("ask", ["gradient", "backward"])
+def test_gradient_flows_through_a_realized_intermediate_when_the_target_is_also_read_directly(ask):
+    """Regression: with the target read both directly and through a realized intermediate, the intermediate's
+    graph was not restored (the target was found without it), so the gradient silently missed that path."""
+    x = Tensor([1.0, -2.0], requires_grad=True)
+    hidden = (x * 3).realize()
+    loss = (hidden * x).sum()  # not realized: x sits in its graph directly
+    if ask == "gradient":
+        grad = loss.gradient(x)[0]
+    else:
+        loss.backward()
+        grad = x.grad
+    np.testing.assert_allclose(grad.numpy(), [6.0, -12.0])  # d(3 x^2)/dx = 6 x

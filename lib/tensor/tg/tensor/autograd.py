@@ -362,11 +362,10 @@ class AutogradOps:
             if tuple(gradient.shape) != tuple(self.shape):
                 raise ValueError(f"gradient= has shape {gradient.shape}, the tensor has shape {self.shape}")
             root_gradient = gradient.cast(self.dtype).uop
-        root = self.uop
+        # the gradient flows through realized intermediates too (h = (x * 3).realize(); h * x depends on x twice),
+        # so their graphs are always put back, not only when a target is hidden behind one
+        root = _with_graphs_restored(self.uop, {target.uop for target in targets})
         graph = set(root.toposort())
-        if any(_node_in(target, graph) is None for target in targets):  # maybe behind a realized intermediate
-            root = _with_graphs_restored(root, {target.uop for target in targets})
-            graph = set(root.toposort())
         nodes = []
         for target in targets:
             node = _node_in(target, graph)

@@ -47,6 +47,12 @@ UNROLLS = (4, 3, 2)
 # and copies of a big body only make the kernel slower to compile (a quantized matvec that decodes a whole 256-element
 # K-quant block per step, tg.llm.lanes)
 LARGE_BODY_OPS = 512
+# a kernel whose outputs are mostly along a symbolic axis (a decode step's attention scores: 9 query heads times the
+# filled rows of the KV cache) gets no register tiling: each output's reduction (the head_dim of a dot product) keeps
+# the lowering's partial sums, one vector of independent accumulators, where upcasting the 3 query heads that share
+# a key left one dependent chain of fmas per head (latency-bound). Its symbolic axis goes outermost (split across
+# cores). Prefill's scores (hundreds of query rows) keep the matmul tiling.
+FEW_FIXED_OUTPUTS = 64
 
 
 @dataclass(frozen=True)
@@ -197,12 +203,32 @@ def unroll_reduction(k: KernelOptimizer) -> None:
         return
 
 
+def grows_along_symbolic_outputs(k: KernelOptimizer) -> bool:
+    """An output axis of symbolic size, and at most FEW_FIXED_OUTPUTS outputs along the fixed ones: a decode step's
+    attention scores (one query row per head, every filled row of the KV cache)."""
+    sizes = [range_size(k.rngs[axis]) for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL)]
+    return any(size < 0 for size in sizes) and math.prod(size for size in sizes if size > 0) <= FEW_FIXED_OUTPUTS
+
+
+def symbolic_axis_outermost(k: KernelOptimizer) -> None:
+    """Move an output axis of symbolic size (attention over the filled rows of a KV cache) outermost. The CPU
+    renderer splits the outermost output loop across cores, and a fixed axis in front may be tiny (3 KV heads:
+    one core idles for a third of the kernel), while the symbolic one is what grows."""
+    outputs = k.axes_of(AxisType.LOOP, AxisType.GLOBAL)
+    symbolic = next((axis for axis in outputs if range_size(k.rngs[axis]) < 0), None)
+    if symbolic is not None and symbolic != outputs[0]:
+        try_opt(k, Opt(OptOps.SWAP, outputs[0], symbolic))
+
+
 def hand_coded_optimizations(s: KernelOptimizer, max_lanes: int = MAX_LANES) -> list[Opt]:
     """The opts the heuristics choose for kernel `s` (applied to a copy; `s` is unchanged). `max_lanes`: how many
     accumulators the device's vector registers hold (MAX_LANES, or WIDE_MAX_LANES with AVX-512)."""
     k = s.copy()
     if not k.reduceops or k.has_nested_reductions():
         return []
+    if grows_along_symbolic_outputs(k):
+        symbolic_axis_outermost(k)
+        return k.applied_opts[len(s.applied_opts) :]
     loop_over_strips(k)
     upcast_reused_axes(k, max_lanes)
     if k.axes_of(AxisType.UPCAST):

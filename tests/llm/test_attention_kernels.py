@@ -33,6 +33,10 @@ def symbolic(rng: UOp) -> bool:
     return rng.src[0].op is not Ops.CONST
 
 
+def has_symbolic_output(ast: UOp) -> bool:
+    return any(u.op is Ops.RANGE and symbolic(u) and u.arg.axis_type is AxisType.LOOP for u in ast.toposort())
+
+
 def reduces_symbolic_rows(ast: UOp) -> bool:
     return any(u.op is Ops.RANGE and symbolic(u) and u.arg.axis_type is AxisType.REDUCE for u in ast.toposort())
 
@@ -56,8 +60,7 @@ def test_the_scores_kernel_splits_the_cached_rows_across_cores_and_keeps_partial
     across cores (3 KV heads in front left one of two cores idle a third of the time), and nothing upcasts or
     unrolls, so the head_dim reduction keeps the lowering's 16 partial sums (a vector) instead of one dependent
     chain of fmas per head."""
-    scores = [ast for ast in decode_attention_kernels() if any(
-        u.op is Ops.RANGE and symbolic(u) and u.arg.axis_type is AxisType.LOOP for u in ast.toposort())]  # fmt: skip
+    scores = [ast for ast in decode_attention_kernels() if has_symbolic_output(ast)]
     assert scores, "no kernel with a symbolic output axis"  # the softmax's max and sum reduce over the rows instead
     for ast in scores:
         opts, k = optimized(ast)
@@ -70,7 +73,8 @@ def test_the_weighted_values_kernel_upcasts_head_dim_by_a_vector() -> None:
     """The sum over cached rows of weight * value: its output (heads x head_dim) is contiguous along head_dim, which
     upcasts 16 wide (one AVX-512 or two AVX2 vectors); a 65-wide output (values with a column of ones for the softmax
     denominator) had no such divisor and ran scalar."""
-    values = [ast for ast in decode_attention_kernels() if reduces_symbolic_rows(ast) and outputs(ast) >= HEADS * HEAD_DIM]
+    kernels = decode_attention_kernels()
+    values = [ast for ast in kernels if reduces_symbolic_rows(ast) and outputs(ast) >= HEADS * HEAD_DIM]
     assert len(values) == 1
     opts, _ = optimized(values[0])
     assert any(opt.op is OptOps.UPCAST and opt.arg == 16 for opt in opts), opts

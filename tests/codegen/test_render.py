@@ -207,15 +207,40 @@ def test_a_variable_is_an_int_argument_after_the_buffers(renderer) -> None:  # n
     assert signature.index(buffer_1) < signature.index("var_rows") < signature.index("core_id")
 
 
-def test_a_big_symbolic_loop_has_a_launch_size_of_min_calls_and_trip_count() -> None:
+def test_a_big_symbolic_loop_launches_calls_for_the_work_of_each_launch() -> None:
+    """One call per MULTICORE_MIN_ITERATIONS / 2 iterations of this launch (a short one: one call, not a call per
+    few rows), up to CALLS_PER_CORE per core."""
     from tg.codegen import sym_infer
-    from tg.codegen.render.c import CALLS_PER_CORE
+    from tg.codegen.render.c import CALLS_PER_CORE, MULTICORE_MIN_ITERATIONS
 
     rows = UOp.variable("rows", 1, 1 << 20)
     size = CRenderer(cores=4).render(lower(symbolic_sum_kernel(rows, 1))).global_size[0]
     assert isinstance(size, UOp)
-    calls = 4 * CALLS_PER_CORE
-    assert [sym_infer(size, {"rows": k}) for k in (1, 3, calls, 1000)] == [1, 3, calls, calls]
+    half = MULTICORE_MIN_ITERATIONS // 2
+    counts = (1, 3, half - 1, half, 3 * half, 1 << 20)
+    assert [sym_infer(size, {"rows": k}) for k in counts] == [1, 1, 1, 1, 3, 4 * CALLS_PER_CORE]
+
+
+def test_a_symbolic_kernel_split_across_calls_writes_every_row() -> None:
+    """The C program's own count of calls must equal the launch size the runtime resolves: a call more or fewer
+    would leave rows unwritten."""
+    from tg.codegen import sym_infer
+
+    rows = UOp.variable("rows", 1, 1 << 17)
+    dev = Device["CPU"]
+    rendered = CRenderer(cores=4).render(lower(symbolic_sum_kernel(rows, 1)))
+    program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
+    a = rng.random(1 << 17, np.float32)
+    out = Buffer("CPU", 1 << 17, dtypes.float32).ensure_allocated()
+    inp = Buffer("CPU", 1 << 17, dtypes.float32).ensure_allocated()
+    inp.copyin(a.tobytes())
+    for k, calls in ((100, 1), (70000, 2), (1 << 17, 4)):  # at most 4 calls: the kernel's size at its largest
+        assert sym_infer(rendered.global_size[0], {"rows": k}) == calls
+        out.copyin(np.zeros(1 << 17, np.float32).tobytes())
+        program(out.raw, inp.raw, global_size=(calls, 1, 1), vals=(k,), wait=True)
+        got = np.frombuffer(out.as_buffer(), np.float32)
+        np.testing.assert_array_equal(got[:k], a[:k])
+        assert (got[k:] == 0).all()
 
 
 def test_a_big_symbolic_loop_on_llvm_launches_min_cores_and_trip_count_calls() -> None:

@@ -9,6 +9,9 @@ and broadcasting reductions. Plain reductions and elementwise kernels get no opt
 vectorizes their innermost loop (and upcasts strided reductions, see tg.codegen.lower.upcast). Loads that only
 decide a mask (a causal softmax's index comparisons) do not count as reuse, so a masked reduction gets the opts of
 the unmasked one (`value_loads`).
+A kernel whose outputs lie mostly along an axis of symbolic size (a decode step's attention scores over the filled
+rows of a KV cache) only gets that axis moved outermost, where the CPU renderer splits it across cores
+(`grows_along_symbolic_outputs`).
 
 No k-blocking (BLOCK): the heuristics never cut a reduction into blocks. Timed on top of their own matmul tile
 (bench/bench_kblock.py: a 2-core AVX-512 Xeon, 2 MiB L2, load 1.3-2.7), blocks of 128 or 256 made matmul 1024 and
@@ -47,6 +50,13 @@ UNROLLS = (4, 3, 2)
 # and copies of a big body only make the kernel slower to compile (a quantized matvec that decodes a whole 256-element
 # K-quant block per step, tg.llm.lanes)
 LARGE_BODY_OPS = 512
+# a kernel whose outputs are mostly along a symbolic axis (a decode step's attention scores: 9 query heads times the
+# filled rows of the KV cache) gets no register tiling: each output's reduction (the head_dim of a dot product) keeps
+# the lowering's 16 partial sums. SmolLM2-135M at position 1000, one core (CPU_COUNT=1), load 2.5-3: the scores
+# kernels of the 30 blocks took 18.3 ms with the matmul tile (the 3 query heads that share a key upcast, unrolled by
+# 4), 13.2 ms so; all 9 heads upcast (9 independent fma chains) 13.4 ms. Its symbolic axis goes outermost (split
+# across cores). Prefill's scores (hundreds of query rows) keep the matmul tiling.
+FEW_FIXED_OUTPUTS = 64
 
 
 @dataclass(frozen=True)
@@ -197,12 +207,32 @@ def unroll_reduction(k: KernelOptimizer) -> None:
         return
 
 
+def grows_along_symbolic_outputs(k: KernelOptimizer) -> bool:
+    """An output axis of symbolic size, and at most FEW_FIXED_OUTPUTS outputs along the fixed ones: a decode step's
+    attention scores (one query row per head, every filled row of the KV cache)."""
+    sizes = [range_size(k.rngs[axis]) for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL)]
+    return any(size < 0 for size in sizes) and math.prod(size for size in sizes if size > 0) <= FEW_FIXED_OUTPUTS
+
+
+def symbolic_axis_outermost(k: KernelOptimizer) -> None:
+    """Move an output axis of symbolic size (attention over the filled rows of a KV cache) outermost. The CPU
+    renderer splits the outermost output loop across cores, and a fixed axis in front may be tiny (3 KV heads:
+    one core idles for a third of the kernel), while the symbolic one is what grows."""
+    outputs = k.axes_of(AxisType.LOOP, AxisType.GLOBAL)
+    symbolic = next((axis for axis in outputs if range_size(k.rngs[axis]) < 0), None)
+    if symbolic is not None and symbolic != outputs[0]:
+        try_opt(k, Opt(OptOps.SWAP, outputs[0], symbolic))
+
+
 def hand_coded_optimizations(s: KernelOptimizer, max_lanes: int = MAX_LANES) -> list[Opt]:
     """The opts the heuristics choose for kernel `s` (applied to a copy; `s` is unchanged). `max_lanes`: how many
     accumulators the device's vector registers hold (MAX_LANES, or WIDE_MAX_LANES with AVX-512)."""
     k = s.copy()
     if not k.reduceops or k.has_nested_reductions():
         return []
+    if grows_along_symbolic_outputs(k):
+        symbolic_axis_outermost(k)
+        return k.applied_opts[len(s.applied_opts) :]
     loop_over_strips(k)
     upcast_reused_axes(k, max_lanes)
     if k.axes_of(AxisType.UPCAST):

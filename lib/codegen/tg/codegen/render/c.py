@@ -464,6 +464,14 @@ def _in_memory_as_bits(address: UOp, dtype: DType) -> bool:
     return dtype.scalar() is dtypes.bfloat16 and buffer_param(address).addrspace is not AddrSpace.REG
 
 
+def symbolic_calls(end: UOp, work: int, chunks: int) -> UOp:
+    """The calls of a launch whose split loop runs `end` (symbolic) times, `work` / 2 innermost iterations each: as
+    for a fixed size (CRenderer.chunks), one per MULTICORE_MIN_ITERATIONS / 2 of this launch's work, at least one,
+    at most `end` and `chunks`. A decode step's attention at position 64 otherwise woke 8 calls of 8 rows each,
+    whose waits on a loaded machine cost more than the rows (the C line computing `_chunks` must match this)."""
+    return (end * work // MULTICORE_MIN_ITERATIONS).maximum(1).minimum(end).minimum(chunks)
+
+
 class CRenderer(CStyleLanguage):
     """C for the CPU device: the ABI passes `core_id`, and big kernels are split into a few chunks per core.
     `max_lanes`: accumulators the CPU's vector registers hold, for the heuristics (128: 16 AVX2 registers; the CPU
@@ -512,10 +520,14 @@ class CRenderer(CStyleLanguage):
             # the first output loop (inside any BLOCK_REDUCE loop): this call's chunk of it
             k.abi["split"] = rng
             end = f"{rng.src[0].arg}ll"
-            if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: `chunks` calls, fewer for a short loop
+            if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: calls as many as this launch's work needs
                 end = f"(long long){loop_end(k, rng)}"
-                k.abi["global_size"] = rng.src[0].minimum(chunks)
-                k.line(f"long {name}_chunks = {end} < {chunks} ? {end} : {chunks};")
+                work = 2 * max(1, loop_iterations(k.linear) // max_trip_count(rng))  # per iteration, doubled
+                k.abi["global_size"] = symbolic_calls(rng.src[0], work, chunks)
+                k.line(f"long {name}_chunks = {end} * {work}ll / {MULTICORE_MIN_ITERATIONS}ll;")
+                k.line(f"{name}_chunks = {name}_chunks < 1 ? 1 : {name}_chunks;")
+                k.line(f"{name}_chunks = {name}_chunks < {end} ? {name}_chunks : {end};")
+                k.line(f"{name}_chunks = {name}_chunks < {chunks} ? {name}_chunks : {chunks};")
                 chunks = f"{name}_chunks"
             k.line(f"long {name}_start = {end} * core_id / {chunks};")
             k.line(f"long {name}_end = {end} * (core_id + 1) / {chunks};")

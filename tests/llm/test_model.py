@@ -173,3 +173,24 @@ def test_a_long_chunk_replays_one_block_capture_for_every_block(tmp_path: Path, 
     assert step.graph is not None and step.calls == 2 * len(model.blocks)
     model.forward([1], 40)  # the first decode step frees the chunk captures (their float scratch weights)
     assert not model.block_steps
+
+
+def test_a_decode_step_reads_each_quantized_matrix_in_one_kernel(tmp_path: Path) -> None:
+    """Regression: a matvec fused into its consumers (the qkv projection into both the queries' RoPE and the cache
+    assign) decoded the weight once per consumer, in kernels that ran unvectorized; each matrix's words are read by
+    exactly one kernel of the captured step."""
+    from tg.codegen.schedule.realize import whole_buffer
+    from tg.hcq.engine.buffers import buffer_of
+    from tg.hcq.engine.capture import KernelLaunch
+    from tg.llm.lanes import LaneBlocks
+
+    model, _ = load_model(write_model(tmp_path / "m.gguf", "llama", "Q4_1"), max_context=32)
+    Generator(model, chunk_size=4).prefill(TOKENS[:3])
+    assert model.decode_step is not None and model.decode_step.graph is not None
+    launches = [launch for launch in model.decode_step.graph.launches if isinstance(launch, KernelLaunch)]
+    matrices = [w.data.words for w in model.weights.values() if isinstance(w.data, LaneBlocks)]
+    assert matrices
+    for words in matrices:
+        memory = buffer_of(whole_buffer(words.uop))
+        readers = [launch for launch in launches if any(buffer is memory for buffer in launch.buffers)]
+        assert len(readers) == 1, (words.shape, [launch.program for launch in readers])

@@ -425,18 +425,17 @@ class Transformer:
         return q, k, v
 
     def _qkv(self, block: Block, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The projections of the rows of x. Many rows (a float scratch matmul, see weights.linear): each in a
-        buffer of its own, else the matmul fuses into both the cache assign and the queries and runs twice."""
-        many = x.shape[0] >= SCRATCH_MATMUL_ROWS
+        """The projections of the rows of x, each in a buffer of its own: fused into its consumers, a projection
+        runs once for the cache assign and again for the queries, and a decode step's matvec (tg.llm.lanes) fused
+        into the RoPE kernels ran unvectorized, 2.5 GFLOP/s against its own kernel's 10+."""
         if block.qkv is None:
             assert block.q is not None and block.k is not None and block.v is not None
             parts = [linear(x, weight, bias) for weight, bias in
                      ((block.q, block.q_bias), (block.k, block.k_bias), (block.v, block.v_bias))]  # fmt: skip
-            q, k, v = (part.contiguous() if many else part for part in parts)
+            q, k, v = (part.contiguous() for part in parts)
             return q, k, v
         config = self.config
-        qkv = linear(x, block.qkv, block.qkv_bias)
-        qkv = qkv.contiguous() if many else qkv
+        qkv = linear(x, block.qkv, block.qkv_bias).contiguous()
         q_end = config.n_heads * config.head_dim
         k_end = q_end + config.n_kv_heads * config.head_dim
         return qkv[..., :q_end], qkv[..., q_end:k_end], qkv[..., k_end:]

@@ -114,7 +114,7 @@ class LinearRenderer(Renderer):
         elif op is Ops.AFTER:
             k.names[node] = operands[0]
         elif op is Ops.INDEX:
-            k.names[node] = self.index(operands[0], operands[1])
+            k.names[node] = self.index_of(k, node, operands)
             if len(node.src) > 2:
                 k.gates[node] = operands[2]
         elif op is Ops.LOAD:
@@ -167,6 +167,10 @@ class LinearRenderer(Renderer):
 
     def index(self, buffer: str, position: str) -> str:
         return f"{buffer}[{position}]"
+
+    def index_of(self, k: KernelText, node: UOp, operands: list[str]) -> str:
+        """The address an INDEX node names (operands: the buffer, the position, maybe a gate)."""
+        return self.index(operands[0], operands[1])
 
     def load(self, node: UOp, address: str, gate: str | None, alternative: list[str]) -> str:
         raise NotImplementedError

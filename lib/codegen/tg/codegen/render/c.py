@@ -488,6 +488,20 @@ class CRenderer(CStyleLanguage):
     core_groups = True
     software_transcendentals = True
 
+    def index_of(self, k: KernelText, node: UOp, operands: list[str]) -> str:
+        """`(data1 + base)[r3]` for an ungated buffer position `base + loop variable`, else `data1[position]`.
+
+        Both mean the same element. Written as one sum, clang (19) turns `base + r3` into a bitwise or when base is
+        a multiple of the loop's length, and its vectorizer then loads the lanes with gathers: the matmul tile ran
+        at 75 GFLOP/s on one core against 117 in this form (gcc gives 112 -> 117). The gate test keeps masked
+        positions, whose base may lie before the buffer, as one index."""
+        position = node.src[1]
+        is_global = node.src[0].op is Ops.PARAM
+        if is_global and len(node.src) == 2 and position.op is Ops.ADD and position.src[1].op is Ops.RANGE:
+            base, loop = (k.names[source] for source in position.src)
+            return f"({operands[0]} + {base})[{loop}]"
+        return self.index(operands[0], operands[1])
+
     def __init__(self, cores: int = 1, max_lanes: int = 128) -> None:  # 128: tg.codegen.opt.heuristics.MAX_LANES
         self.cores = max(1, cores)
         self.max_lanes = max_lanes

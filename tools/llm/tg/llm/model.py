@@ -430,9 +430,8 @@ class Transformer:
         into the RoPE kernels ran unvectorized, 2.5 GFLOP/s against its own kernel's 10+."""
         if block.qkv is None:
             assert block.q is not None and block.k is not None and block.v is not None
-            parts = [linear(x, weight, bias) for weight, bias in
-                     ((block.q, block.q_bias), (block.k, block.k_bias), (block.v, block.v_bias))]  # fmt: skip
-            q, k, v = (part.contiguous() for part in parts)
+            q, k, v = (linear(x, weight, bias).contiguous() for weight, bias in
+                       ((block.q, block.q_bias), (block.k, block.k_bias), (block.v, block.v_bias)))  # fmt: skip
             return q, k, v
         config = self.config
         qkv = linear(x, block.qkv, block.qkv_bias).contiguous()

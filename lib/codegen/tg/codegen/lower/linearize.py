@@ -131,6 +131,15 @@ class Linearizer:
             if node.op in GroupOp.ALU and dtypes.is_float(node.dtype) and self.needs[node] <= open_now:
                 self.emit(node)
 
+    def hoist_reductions(self, ast: UOp) -> None:
+        """Compute, before the next output loop opens, every reduction that the loops still to open do not change:
+        a row reduction the scheduler fused into its reader (a softmax's max and sum) runs once per row, then the
+        loop along the row reads its result (tg.codegen.schedule.realize.fuse_row_reduction)."""
+        open_now = frozenset(self.open_ranges)
+        for node in ast.toposort():
+            if node.op is Ops.REDUCE and self.needs[node] <= open_now:
+                self.emit(node)
+
     def emit_reduce(self, reduce: UOp) -> UOp:
         split = self.partial_sum_split(reduce)
         if split is not None:
@@ -346,9 +355,11 @@ def linearize(ast: UOp) -> UOp:
         key=lambda r: -r.arg.axis_id,
     )
     for depth, rng in enumerate(loops):
+        linearizer.hoist_reductions(ast)
         linearizer.open_loop(rng)
         if not lanes and depth + 1 < len(loops):  # the innermost loop has nothing inside to hoist out of
             linearizer.hoist_out_of_inner_loops(ast)
+    linearizer.hoist_reductions(ast)
     for store in ast.src:
         if not lanes:
             linearizer.emit(store)

@@ -228,8 +228,8 @@ def hand_coded_optimizations(s: KernelOptimizer, max_lanes: int = MAX_LANES) -> 
     """The opts the heuristics choose for kernel `s` (applied to a copy; `s` is unchanged). `max_lanes`: how many
     accumulators the device's vector registers hold (MAX_LANES, or WIDE_MAX_LANES with AVX-512)."""
     k = s.copy()
-    if not k.reduceops or k.has_nested_reductions():
-        return []
+    if not k.reduceops or k.has_nested_reductions() or k.has_row_reductions():
+        return []  # (a row reduction is computed once per row: a SWAP or an upcast would compute it per lane)
     if grows_along_symbolic_outputs(k):
         symbolic_axis_outermost(k)
         return k.applied_opts[len(s.applied_opts) :]

@@ -113,6 +113,12 @@ class KernelOptimizer:
         reduces = self.reduceops
         return any(r is not s and s in r.src[0].toposort() for r in reduces for s in reduces)
 
+    def has_row_reductions(self) -> bool:
+        """A reduction that some output range does not change: a row reduction the scheduler fused into its
+        reader (a softmax's max), computed once per row before the loop along the row opens."""
+        outputs = {r for r in self.rngs if r.arg.axis_type in OUTPUT_TYPES}
+        return any(not outputs <= set(r.toposort()) for r in self.reduceops)
+
     # -------------------------------------------------------------------------------- applying opts
 
     def real_axis(self, op: OptOps, axis: int | None) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from tg.codegen.flags import DEBUG
+from tg.codegen.flags import DEBUG, Context
 from tg.codegen.schedule.graph import ReduceArg, is_symbolic_shape, max_numel, shape_of
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import PatternMatcher, UPat
@@ -112,26 +112,52 @@ def find_realize_points(roots: tuple[UOp, ...], forced: tuple[UOp, ...] = ()) ->
     for node in order:
         if node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN):
             points.add(node)
-    _add_reductions_that_cannot_fuse(order, points)
-    _add_values_under_padded_copies(order, points)
-    _add_producers_too_costly_to_recompute(order, points)
-    _add_reductions_read_by_several_kernels(order, points)
+    with Context(DEBUG=0):  # a first pass, for the values the later rules give buffers (printed in the second)
+        first = set(points)
+        unfused = _add_reductions_that_cannot_fuse(order, first)
+        _add_later_rules(order, first)
+    # those values start kernels of their own (a softmax that a matmul reads): the rows their reductions are read
+    # in change, so the reductions are decided again with them in place (and keep their buffers unless now fused)
+    values = {node for node in first - points if node.op is not Ops.REDUCE_AXIS}
+    _add_reductions_that_cannot_fuse(order, points, unfused, values)
+    _add_later_rules(order, points)
+    points |= values  # (the later rules decide them again, printing why; rows were read with them in place)
     return [node for node in order if node in points]
 
 
-def _add_reductions_that_cannot_fuse(order: list[UOp], points: set[UOp]) -> None:
+def _add_later_rules(order: list[UOp], points: set[UOp]) -> None:
+    _add_values_under_padded_copies(order, points)
+    _add_producers_too_costly_to_recompute(order, points)
+    _add_reductions_read_by_several_kernels(order, points)
+
+
+def _add_reductions_that_cannot_fuse(
+    order: list[UOp], points: set[UOp], kept: set[UOp] | None = None, starts: set[UOp] | None = None
+) -> None:
     """Walk users before sources, tracking whether a node is read through a growing EXPAND or by a REDUCE_AXIS
-    inside the kernel that reads it; reductions read that way get their own buffer."""
+    inside the kernel that reads it, and the row its kernel reads it in (`row_of`); reductions read that way get
+    their own buffer unless `fuse_row_reduction` says their kernel computes them once per row. `kept`: reductions
+    that keep their buffer unless fused so; `starts`: nodes that will start kernels too. DEBUG=3 prints each row
+    reduction fused. Returns the reductions it gave buffers."""
     broadcast: dict[UOp, bool] = {}
     reduced: dict[UOp, bool] = {}
+    rows: dict[UOp, Row] = {}
+    kept, starts, unfused = kept or set(), starts or set(), set()
     for node in reversed(order):
-        if node in points:
+        starts_kernel = node in points or node in starts
+        row = row_of(node) if starts_kernel else rows.get(node, NOT_A_ROW)
+        if starts_kernel:
             under_broadcast, under_reduce = False, False
         else:
             under_broadcast, under_reduce = broadcast.get(node, False), reduced.get(node, False)
-            if node.op is Ops.REDUCE_AXIS and (under_broadcast or under_reduce):
-                points.add(node)
-                under_broadcast, under_reduce = False, False
+            if node.op is Ops.REDUCE_AXIS and (under_broadcast or under_reduce or node in kept):
+                if (under_broadcast or under_reduce) and fuse_row_reduction(node, row):
+                    if DEBUG >= 3:
+                        print(f"fusion: fused REDUCE_AXIS into its reader: once per row of {shape_of(node.src[0])[-1]}")
+                else:
+                    points.add(node)
+                    unfused.add(node)
+                    under_broadcast, under_reduce, row = False, False, row_of(node)
         if node.op is Ops.REDUCE_AXIS:
             under_reduce = True
         if node.op is Ops.EXPAND and grows(node):
@@ -139,6 +165,59 @@ def _add_reductions_that_cannot_fuse(order: list[UOp], points: set[UOp]) -> None
         for source in node.src:
             broadcast[source] = broadcast.get(source, False) or under_broadcast
             reduced[source] = reduced.get(source, False) or under_reduce
+            _read_in_row(rows, node, source, row)
+    return unfused
+
+
+def _read_in_row(rows: dict[UOp, Row], node: UOp, source: UOp, row: Row) -> None:
+    """Record the row `source` is read in by `node` (read in `row`): NOT_A_ROW unless every reader agrees."""
+    through = row_through(node, source, row)
+    rows[source] = through if rows.get(source, through) == through else NOT_A_ROW
+
+
+# The rows of a kernel: the sizes of its output axes but the last (size-1 axes left out). A row reduction fused
+# into that kernel depends on those loops only, so the linearizer computes it once per row, before the loop along
+# the row opens (tg.codegen.lower.linearize). NOT_A_ROW: a node some kernel reads in another layout.
+Row = tuple[int, ...] | None
+NOT_A_ROW: Row = None
+# Rows up to this many elements are fused: a row of float32 (16 KiB) stays in L1 between the passes over it (max,
+# sum of exp, normalization), and a GPU thread that computes its row's reductions itself stays short.
+ROW_FUSION_MAX_ELEMENTS = 4096
+ROW_MOVEMENT = (Ops.EXPAND, Ops.REDUCE_AXIS, Ops.RESHAPE)
+
+
+def row_of(node: UOp) -> Row:
+    """The row index of `node`'s elements: its shape but the last axis, size-1 axes left out (static shapes)."""
+    shape = shape_of(node)
+    if not shape or is_symbolic_shape(shape):
+        return NOT_A_ROW
+    return tuple(size for size in shape[:-1] if size != 1)
+
+
+def row_through(node: UOp, source: UOp, row: Row) -> Row:
+    """The row `source` is read in when `node` is read in `row`: the same row when `node` keeps the row index
+    (elementwise ops, an EXPAND or a REDUCE_AXIS of the last axis only, a RESHAPE that only adds or drops
+    size-1 axes before the last), else NOT_A_ROW."""
+    keeps_shape = node.op in GroupOp.ALU or node.op in (Ops.CAST, Ops.BITCAST)
+    if row is NOT_A_ROW or not (keeps_shape or node.op in ROW_MOVEMENT) or row_of(source) != row:
+        return NOT_A_ROW
+    shape, source_shape = shape_of(node), shape_of(source)
+    if node.op is Ops.RESHAPE:
+        return row if shape[-1:] == source_shape[-1:] else NOT_A_ROW
+    if node.op is Ops.REDUCE_AXIS and node.arg.axes != (len(source_shape) - 1,):
+        return NOT_A_ROW
+    return row if keeps_shape or shape[:-1] == source_shape[:-1] else NOT_A_ROW
+
+
+def fuse_row_reduction(node: UOp, row: Row) -> bool:
+    """The fusion policy for a reduction read through a broadcast or by another reduction: fuse it when it is a
+    row reduction (the last axis, at most ROW_FUSION_MAX_ELEMENTS) read in the same row by its kernel, which then
+    computes it once per row: a softmax is one kernel (max, sum of exp and normalization passes over a row in L1).
+    Otherwise it gets its own buffer: fused, it would be computed again for every element that reads it."""
+    source_shape = shape_of(node.src[0])
+    if row is NOT_A_ROW or node.arg.axes != (len(source_shape) - 1,) or row_of(node.src[0]) != row:
+        return False
+    return max_numel(source_shape[-1:]) <= ROW_FUSION_MAX_ELEMENTS
 
 
 def reduction_evaluations(order: list[UOp], points: set[UOp]) -> dict[UOp, int]:
@@ -273,8 +352,10 @@ def _add_producers_too_costly_to_recompute(order: list[UOp], points: set[UOp]) -
     EXPANDs between them: a matmul reads its left operand N times); an elementwise node read that way gets its
     own buffer when `fuse_into_reduction` says no. DEBUG=3 prints each decision."""
     recompute: dict[UOp, int] = {}  # 0: not read by a reduction in the kernel that fuses it
+    rows: dict[UOp, Row] = {}
     for node in reversed(order):
         factor = 0 if node in points else recompute.get(node, 0)
+        row = row_of(node) if node in points else rows.get(node, NOT_A_ROW)
         if factor > 1 and node.op in GroupOp.ALU:
             cost = elementwise_cost(node, points)
             fused = fuse_into_reduction(factor, cost)
@@ -283,13 +364,15 @@ def _add_producers_too_costly_to_recompute(order: list[UOp], points: set[UOp]) -
                 print(f"fusion: {verdict} {node.op.name} ({cost} ops/element) in a reduction: recompute {factor}x")
             if not fused:
                 points.add(node)
-                factor = 0
+                factor, row = 0, row_of(node)
         if node.op is Ops.REDUCE_AXIS:
             factor = 1
-        elif node.op is Ops.EXPAND and factor and grows(node):
+        elif node.op is Ops.EXPAND and factor and grows(node) and row_through(node, node.src[0], row) is NOT_A_ROW:
+            # (a row's value broadcast along the row is computed once per row, before the loop along it)
             factor *= max_numel(shape_of(node)) // max(max_numel(shape_of(node.src[0])), 1)  # symbolic: at the largest
         for source in node.src:
             recompute[source] = max(recompute.get(source, 0), factor)
+            _read_in_row(rows, node, source, row)
 
 
 def share_reduction(kernels: int, reduced_per_element: int) -> bool:

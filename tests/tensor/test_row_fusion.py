@@ -1,0 +1,147 @@
+"""Row reductions fused into their readers (issue 23, item 2): a softmax is one kernel whose max and sum of exp
+are computed once per row, before the loop along the row opens (tg.codegen.schedule.realize.fuse_row_reduction,
+tg.codegen.lower.linearize.Linearizer.hoist_reductions). Kernel counts, recompute counts and numerics against
+numpy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tg.codegen.flags import Context
+from tg.codegen.opt import KernelOptimizer, hand_coded_optimizations
+from tg.codegen.pipeline import CodegenFlags, lower_kernel
+from tg.codegen.schedule.realize import ROW_FUSION_MAX_ELEMENTS
+from tg.codegen.schedule.schedule import KernelCall, create_schedule
+from tg.codegen.uop.args import AxisType
+from tg.codegen.uop.ops import Ops, UOp
+from tg.tensor import Tensor
+
+rng = np.random.default_rng(23)
+
+
+def kernel_asts(*tensors: Tensor) -> list[UOp]:
+    schedule = create_schedule(tuple(t.uop for t in tensors))
+    return [item.ast for item in schedule.items if isinstance(item, KernelCall)]
+
+
+def count(ast: UOp, op: Ops) -> int:
+    return sum(node.op is op for node in ast.toposort())
+
+
+def numpy_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def reduce_loops_inside_output_loops(ast: UOp) -> list[tuple[int, int]]:
+    """For the lowered program of `ast`: (depth of open output loops, reduce loops opened there) for every reduce
+    loop. A row reduction computed once per row opens its loops inside the row-index loops only, never inside
+    the loop along the row."""
+    linear = lower_kernel(ast, CodegenFlags())
+    open_outputs: list[UOp] = []
+    found = []
+    for node in linear.src:
+        if node.op is Ops.RANGE:
+            if node.arg.axis_type in (AxisType.LOOP, AxisType.GLOBAL):
+                open_outputs.append(node)
+            elif node.arg.axis_type is AxisType.REDUCE:
+                found.append((len(open_outputs), node.src[0].arg))
+        elif node.op is Ops.END and node.src[0] in open_outputs:
+            open_outputs.remove(node.src[0])
+    return found
+
+
+def test_softmax_is_one_kernel_with_its_reductions_computed_once_per_row() -> None:
+    x = rng.standard_normal((6, 40, 96)).astype(np.float32)
+    out = Tensor(x).softmax(-1)
+    (kernel,) = kernel_asts(out)
+    assert count(kernel, Ops.REDUCE) == 2  # max and sum of exp (the max node is shared by both passes)
+    # the max's and the sum's loops open once the two row-index loops (6, 40) are open, not inside the row's loop
+    loops = reduce_loops_inside_output_loops(kernel)
+    assert loops and all(depth == 2 for depth, _ in loops), loops
+    np.testing.assert_allclose(out.numpy(), numpy_softmax(x), rtol=3e-6, atol=1e-9)
+
+
+def test_a_single_row_computes_its_reductions_before_the_loop_along_it() -> None:
+    """One row: the output is one flat loop, and the reductions come before it opens."""
+    x = rng.standard_normal((1, 300)).astype(np.float32) * 30
+    out = Tensor(x).softmax(-1)
+    (kernel,) = kernel_asts(out)
+    loops = reduce_loops_inside_output_loops(kernel)
+    assert loops and all(depth == 0 for depth, _ in loops), loops
+    np.testing.assert_allclose(out.numpy(), numpy_softmax(x), rtol=3e-6, atol=1e-12)
+
+
+def test_causal_attention_is_four_kernels_with_the_softmax_in_one() -> None:
+    heads, tokens, width = 3, 32, 16
+    q, k, v = (rng.standard_normal((1, heads, tokens, width)).astype(np.float32) for _ in range(3))
+    out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True)
+    asts = kernel_asts(out)
+    (softmax,) = [ast for ast in asts if count(ast, Ops.EXP2)]
+    assert count(softmax, Ops.REDUCE) == 2  # its max and sum of exp
+    assert sum(count(ast, Ops.REDUCE) for ast in asts) == 4  # with the scores and the weighted sum of values
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(width)
+    scores = np.where(np.tril(np.ones((tokens, tokens), bool)), scores, -np.inf)
+    np.testing.assert_allclose(out.numpy(), numpy_softmax(scores) @ v, rtol=1e-5, atol=1e-6)
+
+
+def test_log_softmax_and_layernorm_are_one_kernel_each() -> None:
+    x = rng.standard_normal((8, 64)).astype(np.float32) * 5
+    log_probabilities = Tensor(x).log_softmax(-1)
+    assert len(kernel_asts(log_probabilities)) == 1
+    np.testing.assert_allclose(log_probabilities.numpy(), np.log(numpy_softmax(x)), rtol=1e-5, atol=1e-5)
+    normalized = Tensor(x).layernorm()
+    assert len(kernel_asts(normalized)) == 1
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    np.testing.assert_allclose(normalized.numpy(), (x - mean) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)
+
+
+def test_a_reduction_over_another_axis_keeps_its_own_kernel() -> None:
+    """Fused, a max over axis 0 would vary along the inner loop and be computed again for every element."""
+    x = rng.standard_normal((50, 30)).astype(np.float32)
+    out = Tensor(x).softmax(0)
+    asts = kernel_asts(out)
+    assert len(asts) == 3  # max, sum of exp, normalization
+    assert all(count(ast, Ops.REDUCE) <= 1 for ast in asts)
+    np.testing.assert_allclose(out.numpy(), numpy_softmax(x, 0), rtol=3e-6, atol=1e-9)
+
+
+def test_a_row_longer_than_the_limit_keeps_its_reductions_in_kernels_of_their_own() -> None:
+    x = Tensor.rand(2, ROW_FUSION_MAX_ELEMENTS * 2).realize()
+    assert len(kernel_asts(x.softmax(-1))) == 3
+    assert len(kernel_asts(Tensor.rand(2, ROW_FUSION_MAX_ELEMENTS).realize().softmax(-1))) == 1
+
+
+def test_a_row_reduction_in_an_elementwise_kernel_gets_no_opts_that_would_repeat_it() -> None:
+    """x - max(x) has one reduction and no nesting: the matmul heuristics saw the max's loads as reused along the
+    row and swapped the row's loop outward (the max then ran once per element)."""
+    x = rng.standard_normal((64, 128)).astype(np.float32)
+    out = Tensor(x) - Tensor(x).max(-1, keepdim=True)
+    (kernel,) = kernel_asts(out)
+    assert KernelOptimizer(kernel).has_row_reductions()
+    assert hand_coded_optimizations(KernelOptimizer(kernel)) == []
+    np.testing.assert_array_equal(out.numpy(), x - x.max(-1, keepdims=True))
+
+
+def test_debug3_prints_each_fused_row_reduction(capsys: pytest.CaptureFixture[str]) -> None:
+    x = Tensor.rand(4, 128).realize()
+    with Context(DEBUG=3):
+        kernel_asts(x.softmax(-1))
+    printed = [line for line in capsys.readouterr().out.splitlines() if "row" in line]
+    assert printed == ["fusion: fused REDUCE_AXIS into its reader: once per row of 128"] * 2  # the max, the sum
+
+
+def test_a_softmax_read_by_a_matmul_still_gets_its_own_kernel() -> None:
+    """The weighted sum of values reads each probability once per output column: the softmax is computed once, in
+    its kernel, and not inside the matmul's reduction."""
+    probabilities_input = rng.standard_normal((16, 48)).astype(np.float32)
+    values = rng.standard_normal((48, 24)).astype(np.float32)
+    out = Tensor(probabilities_input).softmax(-1) @ Tensor(values)
+    asts = kernel_asts(out)
+    assert len(asts) == 2
+    assert count(asts[-1], Ops.EXP2) == 0 and count(asts[-1], Ops.REDUCE) == 1  # the matmul reads the softmax
+    np.testing.assert_allclose(out.numpy(), numpy_softmax(probabilities_input) @ values, rtol=1e-5, atol=1e-6)

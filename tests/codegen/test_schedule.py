@@ -64,9 +64,12 @@ def test_reduction_fuses_with_work_before_and_after() -> None:
 
 def test_broadcast_reduction_and_reduction_of_reduction_get_buffers() -> None:
     x = buffer(4, 8)
-    largest = reduce(x, Ops.MAX, (1,))
+    largest = reduce(x, Ops.MAX, (0,))  # broadcast along the outer loop: fused, it would run once per element
     shifted = op(Ops.ADD, x, movement(Ops.EXPAND, largest, (4, 8)))
     assert largest in find_realize_points((shifted,))
+    row_largest = reduce(x, Ops.MAX, (1,))  # a row reduction: fused, computed once per row (fuse_row_reduction)
+    row_shifted = op(Ops.ADD, x, movement(Ops.EXPAND, row_largest, (4, 8)))
+    assert find_realize_points((row_shifted,)) == [row_shifted]
     inner = reduce(x, Ops.ADD, (1,))
     outer = reduce(inner, Ops.ADD, (0,))
     assert inner in find_realize_points((outer,))

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tg.codegen.flags import Context
-from tg.codegen.opt import KernelOptimizer, hand_coded_optimizations
+from tg.codegen.opt import KernelOptimizer, OptOps, hand_coded_optimizations
+from tg.codegen.opt.heuristics import WIDE_MAX_LANES
 from tg.codegen.pipeline import CodegenFlags, lower_kernel
 from tg.codegen.schedule.realize import ROW_FUSION_MAX_ELEMENTS
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
@@ -145,3 +146,26 @@ def test_a_softmax_read_by_a_matmul_still_gets_its_own_kernel() -> None:
     assert len(asts) == 2
     assert count(asts[-1], Ops.EXP2) == 0 and count(asts[-1], Ops.REDUCE) == 1  # the matmul reads the softmax
     np.testing.assert_allclose(out.numpy(), numpy_softmax(probabilities_input) @ values, rtol=1e-5, atol=1e-6)
+
+
+def reduction_opts(tensor: Tensor) -> list[list]:
+    """The hand-coded opts of each reduction kernel of `tensor`'s schedule, in order (AVX-512's register budget)."""
+    asts = [ast for ast in kernel_asts(tensor) if count(ast, Ops.REDUCE)]
+    return [hand_coded_optimizations(KernelOptimizer(ast), WIDE_MAX_LANES) for ast in asts]
+
+
+def register_tile(opts: list) -> list[tuple[str, int]]:
+    """The upcasts and unrolls of an opt list: the register tile, whatever the loop order around it."""
+    return sorted((opt.op.name, opt.arg) for opt in opts if opt.op in (OptOps.UPCAST, OptOps.UNROLL))
+
+
+def test_attention_matmuls_get_the_register_tiles_of_plain_batched_matmuls() -> None:
+    """Issue 23, item 2: the scores and the weighted sum of values are tiled as the same matmuls of buffers are
+    (the scores kernel keeps its key strips as an axis of its own, so its loop order may differ); the softmax
+    between them (nested reductions) gets no opts."""
+    q, k, v = (Tensor.rand(1, 12, 128, 64).realize() for _ in range(3))
+    probabilities = Tensor.rand(1, 12, 128, 128).realize()
+    (scores,), (values,) = reduction_opts(q @ k.transpose(-1, -2)), reduction_opts(probabilities @ v)
+    assert register_tile(scores) == register_tile(values) == [("UNROLL", 4), ("UPCAST", 16), ("UPCAST", 16)]
+    in_attention = reduction_opts(q.scaled_dot_product_attention(k, v, is_causal=True))
+    assert [register_tile(opts) for opts in in_attention] == [register_tile(scores), [], register_tile(values)]

@@ -4,7 +4,9 @@ A node gets a buffer when
 - it is asked for (a root of `realize`), unless it already reads memory (movement ops over a BUFFER),
 - it is a CONTIGUOUS, COPY or ASSIGN (a COPY's source is made CONTIGUOUS unless it is a whole buffer),
 - it is a REDUCE_AXIS whose result is broadcast (read through a growing EXPAND) or reduced again: fusing it there
-  would recompute the whole reduction for every element that reads it,
+  would recompute the whole reduction for every element that reads it. Unless it is a row reduction
+  (`fuse_row_reduction`): one over the last axis, read in the same row by its kernel, which then computes it once
+  per row before the loop along the row opens (a softmax's max and sum, a layernorm's mean and variance),
 - it is an elementwise value that a reduction reads through a growing EXPAND and `fuse_into_reduction` says that
   recomputing it costs more than a round trip through memory (`gelu(x @ W1) @ W2` keeps the gelu in its own kernel),
 - it is a computed value under a padded copy (a realize point that reads it through a PAD) whose consumer is a
@@ -14,7 +16,10 @@ A node gets a buffer when
 - it is a REDUCE_AXIS that two or more kernels would fuse, when computing it again in each costs more than a round
   trip through memory (`share_reduction`): the forward's relu and a training step's relu mask both read a conv
   result, which is then stored once instead of being computed again inside a backward kernel.
-Softmax is then three kernels: max, sum(exp(x - max)), and exp(x - max) / sum.
+Softmax over the last axis is then one kernel: per row, a pass for the max, one for sum(exp(x - max)), one for
+exp(x - max) / sum, while the row is in L1 (over another axis: three kernels). The rules that give elementwise
+values buffers run before the reductions are decided for good: a softmax that a matmul reads starts a kernel of its
+own, and its reductions are then read in its rows.
 
 Before that, `split_big_reductions` turns a full reduction of many elements into two: partial results per chunk
 (a kernel whose outer loop the CPU splits across cores) and a small kernel that combines them.
@@ -133,7 +138,7 @@ def _add_later_rules(order: list[UOp], points: set[UOp]) -> None:
 
 def _add_reductions_that_cannot_fuse(
     order: list[UOp], points: set[UOp], kept: set[UOp] | None = None, starts: set[UOp] | None = None
-) -> None:
+) -> set[UOp]:
     """Walk users before sources, tracking whether a node is read through a growing EXPAND or by a REDUCE_AXIS
     inside the kernel that reads it, and the row its kernel reads it in (`row_of`); reductions read that way get
     their own buffer unless `fuse_row_reduction` says their kernel computes them once per row. `kept`: reductions
@@ -142,7 +147,8 @@ def _add_reductions_that_cannot_fuse(
     broadcast: dict[UOp, bool] = {}
     reduced: dict[UOp, bool] = {}
     rows: dict[UOp, Row] = {}
-    kept, starts, unfused = kept or set(), starts or set(), set()
+    kept, starts = kept or set(), starts or set()
+    unfused: set[UOp] = set()
     for node in reversed(order):
         starts_kernel = node in points or node in starts
         row = row_of(node) if starts_kernel else rows.get(node, NOT_A_ROW)
@@ -191,7 +197,7 @@ def row_of(node: UOp) -> Row:
     shape = shape_of(node)
     if not shape or is_symbolic_shape(shape):
         return NOT_A_ROW
-    return tuple(size for size in shape[:-1] if size != 1)
+    return tuple(size for size in shape[:-1] if isinstance(size, int) and size != 1)
 
 
 def row_through(node: UOp, source: UOp, row: Row) -> Row:

@@ -65,10 +65,15 @@ def test_reshape_that_splits_and_merges_axes(device: str) -> None:
 def test_broadcast_of_a_reduction_gets_its_own_kernel(device: str) -> None:
     a = rng.random((4, 5), np.float32)
     A = tensor(a, device)
-    centered = alu(Ops.ADD, A, alu(Ops.NEG, expand(reduce(A, Ops.MAX, (1,)), (4, 5))))
+    centered = alu(Ops.ADD, A, alu(Ops.NEG, expand(reduce(A, Ops.MAX, (0,)), (4, 5))))
     GlobalCounters.reset()
-    np.testing.assert_allclose(to_numpy(centered), a - a.max(1, keepdims=True))
+    np.testing.assert_allclose(to_numpy(centered), a - a.max(0, keepdims=True))
     assert GlobalCounters.kernel_count == 2
+    # a row reduction (the last axis) broadcast along its row fuses: computed once per row (fuse_row_reduction)
+    row_centered = alu(Ops.ADD, A, alu(Ops.NEG, expand(reduce(A, Ops.MAX, (1,)), (4, 5))))
+    GlobalCounters.reset()
+    np.testing.assert_allclose(to_numpy(row_centered), a - a.max(1, keepdims=True))
+    assert GlobalCounters.kernel_count == 1
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -202,9 +202,9 @@ def row_of(node: UOp) -> Row:
 
 def row_through(node: UOp, source: UOp, row: Row) -> Row:
     """The row `source` is read in when `node` is read in `row`: the same row when `node` keeps the row index
-    (elementwise ops, an EXPAND or a REDUCE_AXIS of the last axis only, a RESHAPE that only adds or drops
-    size-1 axes before the last), else NOT_A_ROW."""
-    keeps_shape = node.op in GroupOp.ALU or node.op in (Ops.CAST, Ops.BITCAST)
+    (elementwise ops, CONTIGUOUS, an EXPAND or a REDUCE_AXIS of the last axis only, a RESHAPE that only adds or
+    drops size-1 axes before the last), else NOT_A_ROW."""
+    keeps_shape = node.op in GroupOp.ALU or node.op in (Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.DETACH)
     if row is NOT_A_ROW or not (keeps_shape or node.op in ROW_MOVEMENT) or row_of(source) != row:
         return NOT_A_ROW
     shape, source_shape = shape_of(node), shape_of(source)

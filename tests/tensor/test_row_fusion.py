@@ -101,6 +101,14 @@ def test_log_softmax_and_layernorm_are_one_kernel_each() -> None:
     np.testing.assert_allclose(normalized.numpy(), (x - mean) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)
 
 
+def test_a_contiguous_value_reads_its_row_reductions_in_its_own_kernel() -> None:
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    shifted = (Tensor(x) - Tensor(x).max(-1, keepdim=True)).exp().contiguous()
+    (kernel,) = kernel_asts(shifted)
+    assert count(kernel, Ops.REDUCE) == 1
+    np.testing.assert_allclose(shifted.numpy(), np.exp(x - x.max(-1, keepdims=True)), rtol=2e-6)
+
+
 def test_a_reduction_over_another_axis_keeps_its_own_kernel() -> None:
     """Fused, a max over axis 0 would vary along the inner loop and be computed again for every element."""
     x = rng.standard_normal((50, 30)).astype(np.float32)

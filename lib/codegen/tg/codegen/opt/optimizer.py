@@ -114,10 +114,11 @@ class KernelOptimizer:
         return any(r is not s and s in r.src[0].toposort() for r in reduces for s in reduces)
 
     def has_row_reductions(self) -> bool:
-        """A reduction that some output range does not change: a row reduction the scheduler fused into its
-        reader (a softmax's max), computed once per row before the loop along the row opens."""
-        outputs = {r for r in self.rngs if r.arg.axis_type in OUTPUT_TYPES}
-        return any(not outputs <= set(r.toposort()) for r in self.reduceops)
+        """A reduction that the innermost output range does not change: a row reduction the scheduler fused into
+        its reader (a softmax's max), computed once per row before the loop along the row opens. (One that only
+        an outer output range does not change is computed inside that loop anyway.)"""
+        outputs = [r for r in self.rngs if r.arg.axis_type in OUTPUT_TYPES]
+        return bool(outputs) and any(outputs[-1] not in r.toposort() for r in self.reduceops)
 
     # -------------------------------------------------------------------------------- applying opts
 

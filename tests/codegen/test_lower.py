@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
 from tg.codegen.lower import lower
 from tg.codegen.pipeline import KERNEL_STAGES
@@ -92,31 +90,3 @@ def test_a_value_the_inner_output_loop_does_not_change_is_computed_before_it_ope
     assert program.index(log2) < program.index(inner)
     assert sum(u.op is Ops.LOG2 for u in program) == 1
 
-
-def row_max_kernel(rows: int, length: int) -> UOp:
-    out = UOp.param(0, dtypes.float32, rows)
-    inp = UOp.param(1, dtypes.float32, rows * length)
-    i, j = UOp.range(rows, 0), UOp.range(length, 1, AxisType.REDUCE)
-    largest = inp.index(i * length + j).load().reduce(j, arg=Ops.MAX)
-    return UOp.sink(out.index(i).store(largest), arg=KernelInfo(f"r_{rows}_{length}"))
-
-
-def test_a_long_max_combines_its_partial_lanes_in_halves() -> None:
-    """16 partial maxima meet in 4 dependent steps (8, 4, 2 and 1 lane pairs), not 16 (issue 23: a softmax row of
-    128 spent as long combining its lanes as reducing them)."""
-    program = lower(row_max_kernel(4, 128)).src
-    unrolled = [u.src[0].arg for u in program if u.op is Ops.RANGE and u.arg.axis_type is AxisType.UNROLL]
-    assert unrolled == [8, 4, 2, 1]
-    maxima = [u for u in program if u.op is Ops.MAX]
-    assert len(maxima) == 5  # the update inside the loop and one per step
-
-
-def test_a_max_combined_in_halves_matches_numpy_and_propagates_nan() -> None:
-    from tg.tensor import Tensor
-
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((6, 256)).astype(np.float32)
-    x[2, 77], x[4, :] = np.nan, -np.inf
-    for device in ("CPU", "PYTHON"):
-        got = Tensor(x, device=device).max(-1).numpy()
-        np.testing.assert_array_equal(got, x.max(-1))  # NaN where the row has one (numpy propagates it too)

@@ -233,8 +233,6 @@ class Linearizer:
         end = self.append(self.append(lanes.index(lane)).store(combined))
         for _ in (*ranges, lane):
             end = self.close_loop(end)
-        if op is Ops.MAX:
-            return self.combine_in_halves(op, lanes, end, lane.arg.axis_id)
         total = self._accumulator(dtype, 1)
         slot = self.append(total.index(self.emit(UOp.const(0, dtypes.index))))
         initial = self.append(slot.store(self.emit(_identity(op, dtype))))
@@ -244,25 +242,6 @@ class Linearizer:
         running = self.append(self.append(self.append(total.after(initial, combine)).index(slot.src[1])).load())
         finished = self.close_loop(self.append(slot.store(self.append(UOp(op, dtype, (running, partial))))))
         return self.append(self.append(self.append(total.after(finished)).index(slot.src[1])).load())
-
-    def combine_in_halves(self, op: Ops, lanes: UOp, end: UOp, axis_id: int) -> UOp:
-        """The PARTIAL_SUMS lanes of a max combined as a tree, lane l with lane l + half for half = 8, 4, 2, 1:
-        four dependent steps instead of sixteen (a row of 128 spent as long combining its lanes as reducing them).
-        A max is the same whatever the order, up to which of +0 and -0 (or of two NaNs) it returns; the order is
-        written in the program, so every renderer still computes the same bits."""
-        done = end
-        half = PARTIAL_SUMS // 2
-        while half >= 1:
-            step = UOp.range(half, axis_id, AxisType.UNROLL)  # written out: constant lane indexes, in registers
-            self.open_loop(step)
-            low = self.append(self.append(self.append(lanes.after(done)).index(step)).load())
-            high_index = self.emit(step + half)
-            high = self.append(self.append(self.append(lanes.after(done)).index(high_index)).load())
-            stored = self.append(self.append(lanes.index(step)).store(self.append(UOp(op, low.dtype, (low, high)))))
-            done = self.close_loop(stored)
-            half //= 2
-        first = self.emit(UOp.const(0, dtypes.index))
-        return self.append(self.append(self.append(lanes.after(done)).index(first)).load())
 
     def _accumulator(self, dtype: DType, size: int) -> UOp:
         acc = UOp(Ops.PARAM, dtype.ptr(size, AddrSpace.REG), (), ParamArg(self.accumulators, "acc"))

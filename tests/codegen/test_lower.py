@@ -89,4 +89,3 @@ def test_a_value_the_inner_output_loop_does_not_change_is_computed_before_it_ope
     log2 = next(u for u in program if u.op is Ops.LOG2)
     assert program.index(log2) < program.index(inner)
     assert sum(u.op is Ops.LOG2 for u in program) == 1
-

@@ -11,6 +11,10 @@ The result is a LINEAR UOp whose sources are the program, in execution order:
 A node may appear more than once when it is needed again outside the loop it was first computed in; a renderer
 that names values by the latest place they were computed gets the right one.
 
+A reduction is computed before the first output loop it does not depend on opens (`hoist_reductions`): a row
+reduction the scheduler fused into its reader (a softmax's max and sum) runs once per row, and the loop along the
+row then reads its result.
+
 Long float reductions get PARTIAL_SUMS accumulators (see Linearizer.emit_partial_sums): the loop is split into
 steps of PARTIAL_SUMS consecutive elements, lane k adds element k of every step, and the lanes are combined in
 lane order at the end. The order is written in the program, so every renderer (C, the PYTHON emulator) computes

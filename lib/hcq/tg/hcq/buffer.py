@@ -39,6 +39,7 @@ class Buffer:
         self._base = base
         self._raw: Any = None
         self._freed = False
+        self.writes = 0  # kernels, copies and copyins that wrote it (counted on the base): see `note_write`
         if base is not None:
             if base._base is not None:
                 raise ValueError("a view's base must be a base buffer; pass view.base")
@@ -133,7 +134,13 @@ class Buffer:
         if source.nbytes != self.nbytes:
             raise ValueError(f"copyin of {source.nbytes} bytes into {self} of {self.nbytes} bytes")
         self.allocator._copyin(self.raw, source)
+        self.note_write()
         return self
+
+    def note_write(self) -> None:
+        """Count a write of this buffer's memory (on its base: a view shares it). The engine calls it for every kernel
+        output and copy; a copy of this memory that the engine keeps (tg.hcq.engine.kept) is stale once it changed."""
+        (self if self._base is None else self._base).writes += 1
 
     def copyout(self, dest: memoryview | bytearray) -> memoryview:
         """Copy the buffer into a writable host memoryview of exactly `nbytes` bytes."""

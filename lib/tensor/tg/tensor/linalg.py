@@ -6,7 +6,9 @@ kernel optimizer is what makes that loop fast. Sums accumulate as `Tensor.sum` d
 small ints in int32) and the result is cast back to the operands' promoted dtype, as torch does.
 
 On the CPU a right operand whose column strips alias in the cache is first packed strip by strip (`packed_right`):
-a GPT-2 MLP's 768x3072 and 3072x768 weights ran at a third of the speed of the 768x2304 one (issue 23).
+a GPT-2 MLP's 768x3072 and 3072x768 weights ran at a third of the speed of the 768x2304 one (issue 23). The packed
+copy of a realized weight is kept by the engine (a CONTIGUOUS marked KEPT_COPY): later products with the same weight
+read it without packing again, until the weight is written (an assign, an optimizer step).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tg.codegen import DType
-from tg.codegen.schedule.graph import ShapeError
+from tg.codegen.schedule.graph import KEPT_COPY, ShapeError
 from tg.codegen.schedule.realize import reads_memory
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.tensor.elementwise import broadcast
@@ -111,7 +113,8 @@ def packed_right(left: Tensor, right: Tensor, batch: tuple[int, ...], dtype: DTy
     strips, outer = m // STRIP, right.shape[:-2]
     packed = right.reshape(outer + (k, strips, STRIP))
     order = tuple(range(len(outer)))
-    packed = packed.permute(order + (len(outer) + 1, len(outer), len(outer) + 2)).contiguous()  # (..., strips, k, 16)
+    packed = packed.permute(order + (len(outer) + 1, len(outer), len(outer) + 2))  # (..., strips, k, 16)
+    packed = packed._wrap(UOp(Ops.CONTIGUOUS, packed.dtype, (packed.uop,), KEPT_COPY))  # kept while right is unchanged
     lead = lambda shape: (1,) * (len(batch) - len(shape)) + shape  # noqa: E731  (right-aligned batch axes)
     rows = left.reshape(lead(left.shape[:-2]) + (n, 1, k, 1)).expand(batch + (n, strips, k, STRIP))
     columns = packed.reshape(lead(outer) + (1, strips, k, STRIP)).expand(batch + (n, strips, k, STRIP))

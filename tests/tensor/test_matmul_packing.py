@@ -86,3 +86,62 @@ def test_keys_sliced_from_a_projection_in_the_same_graph_are_packed() -> None:
     kv_np = x_np @ w_np
     q_np, k_np = (kv_np[:, i * 768 : (i + 1) * 768].reshape(128, 12, 64).transpose(1, 0, 2) for i in range(2))
     np.testing.assert_allclose(scores.numpy(), q_np @ k_np.transpose(0, 2, 1), rtol=1e-4, atol=1e-2)
+
+
+def kernel_names(tensor: Tensor) -> list[str]:
+    return [item.ast.arg.name for item in create_schedule((tensor.uop,)).items if isinstance(item, KernelCall)]
+
+
+def test_the_input_gradient_of_a_packed_product_is_a_packed_product_of_its_own(l2_2mib: None) -> None:
+    """d_x = g @ w^T: w^T is packed into strips of 16 columns (48 strips of 3072 rows) and the product reads them, as
+    a forward product would; the primitives' gradient was one reduction over the packed copy of w along its strips
+    (r_128_768_192_16), its vector lanes 16 elements apart (issue 23: 25 ms against 5 ms)."""
+    rng = np.random.default_rng(5)
+    x_np, w_np = rng.standard_normal((128, 768)).astype(np.float32), rng.standard_normal((768, 3072)).astype(np.float32)
+    g_np = rng.standard_normal((128, 3072)).astype(np.float32)
+    x, w = Tensor(x_np, requires_grad=True).realize(), Tensor(w_np).realize()
+    ((x @ w) * Tensor(g_np).realize()).sum().backward()
+    calls = [item for item in create_schedule((x.grad.uop,)).items if isinstance(item, KernelCall)]
+    packs = [call for call in calls if call.kept]
+    assert [call.ast.arg.name for call in packs] == ["E_48_3072_16"]  # w^T in 48 strips of 3072 rows
+    assert packs[0].buffers[0] in calls[-1].buffers  # the product reads them
+    assert "r_128_768_192_16" not in [call.ast.arg.name for call in calls]
+    np.testing.assert_allclose(x.grad.numpy(), g_np @ w_np.T, rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_weight_update_through_a_batch_is_one_kernel(batch: int) -> None:
+    """A block's activations (batch, tokens, dim) times a weight: the weight gradient sums the products of all rows in
+    one reduction, and the update fuses into it (a second reduction over the batch axis, even of size 1, took two
+    more kernels)."""
+    rng = np.random.default_rng(6)
+    x_np = rng.standard_normal((batch, 64, 96)).astype(np.float32)
+    w_np = rng.standard_normal((96, 80)).astype(np.float32)
+    x, w = Tensor(x_np).realize(), Tensor(w_np, requires_grad=True).realize()
+    (x @ w).sum().backward()
+    update = w.detach() - 0.5 * w.grad
+    assert len(kernel_names(update)) == 1
+    expected = w_np - 0.5 * x_np.reshape(-1, 96).T @ np.ones((batch * 64, 80), np.float32)
+    np.testing.assert_allclose(update.numpy(), expected, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("left_shape", "right_shape"),
+    [((2, 3, 5, 7), (7, 4)), ((5, 7), (2, 7, 4)), ((3, 1, 5, 7), (2, 7, 4)), ((1, 5, 7), (7, 4)), ((7,), (7, 4)),
+     ((5, 7), (7,))],
+)  # fmt: skip
+def test_product_gradients_with_broadcast_batches_match_numpy(left_shape: tuple, right_shape: tuple) -> None:
+    rng = np.random.default_rng(7)
+    a_np, b_np = rng.standard_normal(left_shape).astype(np.float32), rng.standard_normal(right_shape).astype(np.float32)
+    g_np = rng.standard_normal(np.matmul(a_np, b_np).shape).astype(np.float32)
+    a, b = Tensor(a_np, requires_grad=True), Tensor(b_np, requires_grad=True)
+    ((a @ b) * Tensor(g_np)).sum().backward()
+    # numpy oracle: matrices for the 1-d operands, the products' gradients, then summed back over broadcast axes
+    a2, b2 = a_np.reshape(1, -1) if a_np.ndim == 1 else a_np, b_np.reshape(-1, 1) if b_np.ndim == 1 else b_np
+    g2 = g_np.reshape(np.matmul(a2, b2).shape)
+    da, db = np.matmul(g2, np.swapaxes(b2, -1, -2)), np.matmul(np.swapaxes(a2, -1, -2), g2)
+    for grad, full, shape in ((a.grad, da, a2.shape), (b.grad, db, b2.shape)):
+        extra = full.ndim - len(shape)
+        full = full.sum(tuple(range(extra)))
+        full = full.sum(tuple(i for i, s in enumerate(shape) if s == 1 and full.shape[i] != 1), keepdims=True)
+        np.testing.assert_allclose(grad.numpy().reshape(shape), full, rtol=1e-4, atol=1e-4)

@@ -23,6 +23,7 @@ from tg.codegen import DType
 from tg.codegen.schedule.graph import KEPT_COPY, ShapeError
 from tg.codegen.schedule.realize import reads_memory
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
+from tg.tensor.autograd import Gradients, custom_gradient
 from tg.tensor.elementwise import broadcast
 from tg.tensor.promotion import broadcast_shapes, dtype_argument
 from tg.tensor.reduce import sum_accumulator
@@ -121,6 +122,48 @@ def packed_right(left: Tensor, right: Tensor, batch: tuple[int, ...], dtype: DTy
     return _multiply_and_sum(rows, columns, (len(batch) + 2,), dtype).reshape(batch + (n, m))
 
 
+def sum_to_shape(tensor: Tensor, shape: tuple) -> Tensor:
+    """`tensor` summed over the axes that broadcasting added to `shape` or grew in it (undoes a broadcast). An added
+    axis of size 1 is reshaped away, not summed: a sum would be a second reduction, which gets a kernel of its own."""
+    extra = tensor.ndim - len(shape)
+    summed = tuple(axis for axis in range(extra) if tensor.shape[axis] != 1)
+    summed += tuple(extra + axis for axis, want in enumerate(shape) if tensor.shape[extra + axis] != want)
+    if summed:
+        tensor = tensor.sum(summed, keepdim=True)
+    return tensor.reshape(shape)
+
+
+def rows_of(tensor: Tensor) -> Tensor:
+    """A batch of matrices (..., n, k) as one matrix of all their rows (batch * n, k)."""
+    return tensor.reshape(-1, tensor.shape[-1])
+
+
+def differentiate_as_matmul(result: Tensor, left: Tensor, right: Tensor) -> None:
+    """Give `result` = left @ right the textbook gradients, each a matmul of its own: d_left = g @ right^T and
+    d_right = left^T @ g. Differentiating the primitives instead reduces the output gradient against the packed
+    copy (or the broadcast operands) along axes that are not contiguous: a GPT-2 training step's input gradients
+    ran at 0.2-50 GFLOP/s (issue 23), where as matmuls they get the product's layout (packing included) and opts."""
+    if type(left).no_grad or not all(isinstance(size, int) for size in (*left.shape, *right.shape)):
+        return  # nothing to differentiate, or a symbolic size: the primitives' gradients apply
+    tensor_type, device = type(left), left.device
+    left_node, right_node, left_shape, right_shape = left.uop, right.uop, left.shape, right.shape
+
+    def rule(grad: UOp, wanted: tuple[bool, ...]) -> Gradients:
+        g = tensor_type(grad, device=device)
+        d_left = d_right = None
+        if wanted[0]:
+            right_t = tensor_type(right_node, device=device).transpose(-1, -2)
+            d_left = sum_to_shape(matmul(g, right_t), left_shape).cast(left_node.dtype).uop
+        if wanted[1]:
+            left = tensor_type(left_node, device=device)
+            if len(right_shape) == 2:  # a weight shared by every matrix of the batch: one product over all rows
+                left, g = rows_of(left), rows_of(g)
+            d_right = sum_to_shape(matmul(left.transpose(-1, -2), g), right_shape).cast(right_node.dtype).uop
+        return (d_left, d_right)
+
+    custom_gradient(result.uop, (left_node, right_node), rule)
+
+
 def matmul(a: Tensor, b: Tensor, dtype: DType | None = None) -> Tensor:
     """numpy's matmul: 1-d operands are a row (left) or a column (right) that disappears from the result; leading
     axes broadcast."""
@@ -138,6 +181,7 @@ def matmul(a: Tensor, b: Tensor, dtype: DType | None = None) -> Tensor:
         rows = left.reshape(left.shape[:-1] + (1, k)).expand(batch + (n, m, k))
         columns = right.transpose(-1, -2).reshape(right.shape[:-2] + (1, m, k)).expand(batch + (n, m, k))
         result = _multiply_and_sum(rows, columns, (len(batch) + 2,), dtype)
+    differentiate_as_matmul(result, left, right)
     if a.ndim == 1:
         result = result.reshape(result.shape[:-2] + (m,))
     if b.ndim == 1:

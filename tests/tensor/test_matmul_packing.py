@@ -43,7 +43,15 @@ def test_no_packing_for_few_rows_computed_operands_or_harmless_strides(l2_2mib: 
     assert kernel_count(Tensor.rand(8, 768).realize() @ b) == 1  # a decode step sweeps each strip once
     a = Tensor.rand(32, 768).realize()
     assert kernel_count(a @ (b * 2)) == 1  # the scaled weight is computed inside the product, not stored
-    assert kernel_count(a @ Tensor.rand(768, 1152).realize()) == 1  # 4.5 KiB rows: period 512, 4096 lines fit
+    columns = Tensor.rand(768, 2304).realize()[:, :1152]  # 9 KiB rows: period 1024, 2048 lines fit
+    assert kernel_count(a @ columns) == 1  # a view of part of a buffer, not a weight: not kept, not worth a copy
+
+
+def test_a_realized_weight_is_packed_even_when_its_strips_fit(l2_2mib: None) -> None:
+    """Its packed copy is kept (tg.hcq.engine.kept), so the copy is paid once, and the packed product is faster."""
+    w = Tensor.rand(768, 1152).realize()
+    assert not linalg.strips_alias_in_cache(768, 1152 * 4)
+    assert kernel_count(Tensor.rand(32, 768).realize() @ w) == 2
 
 
 def test_packed_matmul_gradients_match_numpy(l2_2mib: None) -> None:
@@ -82,7 +90,7 @@ def test_keys_sliced_from_a_projection_in_the_same_graph_are_packed() -> None:
     kv = Tensor(x_np).realize() @ Tensor(w_np).realize()
     q, k = (kv[:, i * 768 : (i + 1) * 768].reshape(128, 12, 64).transpose(0, 1) for i in range(2))
     scores = q @ k.transpose(-1, -2)
-    assert kernel_count(scores) == 3  # the projection, the packed keys, the scores
+    assert kernel_count(scores) == 4  # the packed weight, the projection, the packed keys, the scores
     kv_np = x_np @ w_np
     q_np, k_np = (kv_np[:, i * 768 : (i + 1) * 768].reshape(128, 12, 64).transpose(1, 0, 2) for i in range(2))
     np.testing.assert_allclose(scores.numpy(), q_np @ k_np.transpose(0, 2, 1), rtol=1e-4, atol=1e-2)

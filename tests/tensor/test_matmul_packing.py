@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tg.tensor.linalg as linalg
+from tg.tensor.linalg import constant_view
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.tensor import Tensor
 
@@ -118,18 +119,20 @@ def test_the_input_gradient_of_a_packed_product_is_a_packed_product_of_its_own(l
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_a_weight_update_through_a_batch_is_one_kernel(batch: int) -> None:
+def test_a_weight_update_through_a_batch_is_one_reduction(batch: int) -> None:
     """A block's activations (batch, tokens, dim) times a weight: the weight gradient sums the products of all rows in
     one reduction, and the update fuses into it (a second reduction over the batch axis, even of size 1, took two
     more kernels)."""
     rng = np.random.default_rng(6)
     x_np = rng.standard_normal((batch, 64, 96)).astype(np.float32)
     w_np = rng.standard_normal((96, 80)).astype(np.float32)
+    g_np = rng.standard_normal((batch, 64, 80)).astype(np.float32)
     x, w = Tensor(x_np).realize(), Tensor(w_np, requires_grad=True).realize()
-    (x @ w).sum().backward()
+    ((x @ w) * Tensor(g_np).realize()).sum().backward()
     update = w.detach() - 0.5 * w.grad
-    assert len(kernel_names(update)) == 1
-    expected = w_np - 0.5 * x_np.reshape(-1, 96).T @ np.ones((batch * 64, 80), np.float32)
+    names = kernel_names(update)  # (the output gradient g * 1 may be stored first)
+    assert [name for name in names if name.startswith("r_")] == [names[-1]]  # one reduction, the update fused in it
+    expected = w_np - 0.5 * x_np.reshape(-1, 96).T @ g_np.reshape(-1, 80)
     np.testing.assert_allclose(update.numpy(), expected, rtol=1e-4, atol=1e-3)
 
 
@@ -153,3 +156,26 @@ def test_product_gradients_with_broadcast_batches_match_numpy(left_shape: tuple,
         full = full.sum(tuple(range(extra)))
         full = full.sum(tuple(i for i, s in enumerate(shape) if s == 1 and full.shape[i] != 1), keepdims=True)
         np.testing.assert_allclose(grad.numpy().reshape(shape), full, rtol=1e-4, atol=1e-4)
+
+
+def test_a_sum_loss_gradient_is_one_row_of_the_product_broadcast(l2_2mib: None) -> None:
+    """The gradient of (x @ w).sum() is one constant: every row of g @ w^T is the same, and every column of x^T @ g,
+    so each is one matrix-vector product (no copy of w^T into strips, no product of 128 equal rows)."""
+    rng = np.random.default_rng(8)
+    x_np, w_np = rng.standard_normal((128, 768)).astype(np.float32), rng.standard_normal((768, 1024)).astype(np.float32)
+    x, w = Tensor(x_np, requires_grad=True).realize(), Tensor(w_np, requires_grad=True).realize()
+    (x @ w).sum().backward()
+    for grad in (x.grad, w.grad):
+        (reduction,) = [name for name in kernel_names(grad) if name.startswith("r_")]
+        assert len(reduction.split("_")) == 3  # one output axis, one reduced: a vector of sums
+    ones = np.ones((128, 1024), np.float32)
+    np.testing.assert_allclose(x.grad.numpy(), ones @ w_np.T, rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(w.grad.numpy(), x_np.T @ ones, rtol=1e-4, atol=1e-2)
+
+
+def test_a_constant_leaf_that_requires_grad_gets_its_gradient_in_every_row() -> None:
+    w_np = np.random.default_rng(9).standard_normal((16, 8)).astype(np.float32)
+    ones = Tensor.ones(4, 16).requires_grad_()
+    assert constant_view(ones.uop)
+    ((ones @ Tensor(w_np)) * Tensor(np.arange(32, dtype=np.float32).reshape(4, 8))).sum().backward()
+    np.testing.assert_allclose(ones.grad.numpy(), np.arange(32, dtype=np.float32).reshape(4, 8) @ w_np.T, rtol=1e-5)

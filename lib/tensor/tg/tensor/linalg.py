@@ -148,6 +148,28 @@ def rows_of(tensor: Tensor) -> Tensor:
     return tensor.reshape(-1, tensor.shape[-1])
 
 
+def constant_view(node: UOp) -> bool:
+    """A constant broadcast to a shape (the gradient of a sum): all its rows and columns are the same."""
+    while node.op in GroupOp.Movement:
+        node = node.src[0]
+    return node.op is Ops.CONST
+
+
+def gradient_product(left: Tensor, right: Tensor) -> Tensor:
+    """left @ right inside the matmul's gradient rule. An output gradient that is one constant (a loss that sums the
+    product) makes every row of g @ w^T the same, and every column of x^T @ g: one is computed and broadcast, not a
+    product of 128 equal rows (a GPT-2 block's sum loss). Only gradients take this path: a constant leaf that
+    requires grad would get its gradient in the first row only."""
+    rows, columns = left.shape[-2], right.shape[-1]
+    if rows > 1 and constant_view(left.uop):
+        first_row = matmul(left.shrink((*(None,) * (left.ndim - 2), (0, 1), None)), right)
+        return first_row.expand(first_row.shape[:-2] + (rows, columns))
+    if columns > 1 and constant_view(right.uop):
+        first_column = matmul(left, right.shrink((*(None,) * (right.ndim - 1), (0, 1))))
+        return first_column.expand(first_column.shape[:-1] + (columns,))
+    return matmul(left, right)
+
+
 def differentiate_as_matmul(result: Tensor, left: Tensor, right: Tensor) -> None:
     """Give `result` = left @ right the textbook gradients, each a matmul of its own: d_left = g @ right^T and
     d_right = left^T @ g. Differentiating the primitives instead reduces the output gradient against the packed
@@ -163,12 +185,13 @@ def differentiate_as_matmul(result: Tensor, left: Tensor, right: Tensor) -> None
         d_left = d_right = None
         if wanted[0]:
             right_t = tensor_type(right_node, device=device).transpose(-1, -2)
-            d_left = sum_to_shape(matmul(g, right_t), left_shape).cast(left_node.dtype).uop
+            d_left = sum_to_shape(gradient_product(g, right_t), left_shape).cast(left_node.dtype).uop
         if wanted[1]:
             left = tensor_type(left_node, device=device)
             if len(right_shape) == 2:  # a weight shared by every matrix of the batch: one product over all rows
                 left, g = rows_of(left), rows_of(g)
-            d_right = sum_to_shape(matmul(left.transpose(-1, -2), g), right_shape).cast(right_node.dtype).uop
+            d_right = sum_to_shape(gradient_product(left.transpose(-1, -2), g), right_shape)
+            d_right = d_right.cast(right_node.dtype).uop
         return (d_left, d_right)
 
     custom_gradient(result.uop, (left_node, right_node), rule)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import tg.tensor.linalg as linalg
-from tg.tensor.linalg import constant_view
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.tensor import Tensor
+from tg.tensor.linalg import constant_view
 
 
 def kernel_count(tensor: Tensor) -> int:

@@ -95,10 +95,11 @@ def realized_matrix(node: UOp) -> bool:
 def worth_packing(left: Tensor, right: Tensor) -> bool:
     """Pack `right` when it is in CPU memory already (packing a computed one, say a dequantized weight, would store
     what the matmul otherwise computes on the fly), read by enough rows of `left` that each strip is swept several
-    times, and either a realized weight (its packed copy is kept: only the first product after a write copies), a
-    transposed view or a row-major matrix whose strips alias in the cache. The packed product is faster even where
-    strips do not alias: GPT-2's 768x2304 and 768x768 weights (128 rows) 5.5 -> 3.7 ms and 0.95 -> 0.90 ms, best of
-    15 at load 6, while a copy per product made the first a wash and the second 1.7 ms."""
+    times, and either a realized weight that is not being trained (its packed copy is kept: only the first product
+    after a write copies), a transposed view or a row-major matrix whose strips alias in the cache. The packed product
+    is faster even where strips do not alias: GPT-2's 768x2304 and 768x768 weights (128 rows) 5.5 -> 3.7 ms and
+    0.95 -> 0.90 ms, best of 15 at load 6; but a weight that requires grad changes at every step, and a copy per
+    product made the first a wash and the second 1.7 ms."""
     if not all(isinstance(size, int) for size in (*left.shape, *right.shape)):
         return False  # a symbolic size: whether strips fit is not known when the kernel is built
     k, m = right.shape[-2], right.shape[-1]
@@ -108,7 +109,7 @@ def worth_packing(left: Tensor, right: Tensor) -> bool:
         return False
     if not (isinstance(right.device, str) and right.device.startswith("CPU")):
         return False
-    if realized_matrix(right.uop) or transposed_view(right.uop):
+    if (realized_matrix(right.uop) and not right.requires_grad) or transposed_view(right.uop):
         return True
     return right.ndim == 2 and strips_alias_in_cache(k, m * right.dtype.itemsize)
 

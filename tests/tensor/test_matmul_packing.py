@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tg.tensor.linalg as linalg
+from tg.codegen.opt import KernelOptimizer, Opt, OptOps, hand_coded_optimizations
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.tensor import Tensor
 from tg.tensor.linalg import constant_view
@@ -181,3 +182,18 @@ def test_a_constant_leaf_that_requires_grad_gets_its_gradient_in_every_row() -> 
     assert constant_view(ones.uop)
     ((ones @ Tensor(w_np)) * Tensor(np.arange(32, dtype=np.float32).reshape(4, 8))).sum().backward()
     np.testing.assert_allclose(ones.grad.numpy(), np.arange(32, dtype=np.float32).reshape(4, 8) @ w_np.T, rtol=1e-5)
+
+
+def packing_opts(left: Tensor, right: Tensor) -> tuple[Opt, ...]:
+    (pack,) = [
+        item for item in create_schedule(((left @ right).uop,)).items if isinstance(item, KernelCall) and item.kept
+    ]
+    return tuple(hand_coded_optimizations(KernelOptimizer(pack.ast)))
+
+
+def test_packing_a_row_major_weight_reads_four_strips_of_a_row_per_step() -> None:
+    """(strips, k, 16) from (k, m): each row step of the copy reads 4 adjacent lines of the row instead of one
+    (tg.codegen.opt.heuristics.upcast_row_runs); a transposed weight's copy reads rows along its innermost axis."""
+    x, w = Tensor.rand(128, 768).realize(), Tensor.rand(768, 3072).realize()
+    assert packing_opts(x, w) == (Opt(OptOps.UPCAST, 0, 4),)
+    assert packing_opts(Tensor.rand(128, 3072).realize(), w.T) == ()

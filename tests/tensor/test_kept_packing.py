@@ -5,6 +5,7 @@ next product pack again. Training with kept copies gives the same bits as withou
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -14,9 +15,9 @@ import tg.hcq.engine.run as engine_run
 import tg.tensor.linalg as linalg
 from tg.codegen import Ops, UOp
 from tg.codegen.schedule.graph import KEPT_COPY, new_buffer
-from tg.codegen.schedule.schedule import KernelCall, schedule_graph
+from tg.codegen.schedule.schedule import KernelCall, create_schedule, schedule_graph
 from tg.hcq.engine import GlobalCounters, buffer_of
-from tg.hcq.engine.kept import kept_copy_count
+from tg.hcq.engine.kept import kept_copy
 from tg.tensor import Tensor, TinyJit
 from tg.tensor.nn.optim import SGD
 
@@ -88,17 +89,35 @@ def test_a_copyin_to_the_weights_memory_makes_the_next_product_pack_again() -> N
     np.testing.assert_allclose((x @ w).numpy(), x_np @ -w_np, rtol=1e-4, atol=1e-3)
 
 
+def kept_copy_of(product: Tensor) -> weakref.ref[UOp]:
+    """A weak reference to the kept copy that realizing `product` would read (it must exist)."""
+    (call,) = [item for item in create_schedule((product.uop,)).items if isinstance(item, KernelCall) and item.kept]
+    copy = kept_copy(call)
+    assert copy is not None
+    return weakref.ref(copy)
+
+
 def test_the_kept_copy_is_freed_with_its_weight() -> None:
-    gc.collect()
-    before = kept_copy_count()
     x_np, w_np = operands(5)
     x, w = Tensor(x_np).realize(), Tensor(w_np).realize()
     (x @ w).realize()
+    copy = kept_copy_of(x @ w)
     (x @ w).realize()
-    assert kept_copy_count() == before + 1  # one copy per weight and layout, however often it is used
+    assert kept_copy_of(x @ w)() is copy()  # one copy per weight and layout, however often it is used
     del w
     gc.collect()
-    assert kept_copy_count() == before
+    assert copy() is None
+
+
+def test_a_write_to_the_weight_frees_its_stale_copy_at_once() -> None:
+    """A training loop does not hold last step's packed weights until the next forward copies again."""
+    x_np, w_np = operands(6)
+    x, w = Tensor(x_np).realize(), Tensor(w_np).realize()
+    (x @ w).realize()
+    copy = kept_copy_of(x @ w)
+    w.assign(w * 0.5).realize()
+    gc.collect()
+    assert copy() is None
 
 
 def test_a_copy_that_a_result_exposes_is_not_kept() -> None:

@@ -39,7 +39,7 @@ class Buffer:
         self._base = base
         self._raw: Any = None
         self._freed = False
-        self.writes = 0  # kernels, copies and copyins that wrote it (counted on the base): see `note_write`
+        self.derived: dict[Any, Any] | None = None  # what the engine made from this memory and keeps: see note_write
         if base is not None:
             if base._base is not None:
                 raise ValueError("a view's base must be a base buffer; pass view.base")
@@ -138,9 +138,12 @@ class Buffer:
         return self
 
     def note_write(self) -> None:
-        """Count a write of this buffer's memory (on its base: a view shares it). The engine calls it for every kernel
-        output and copy; a copy of this memory that the engine keeps (tg.hcq.engine.kept) is stale once it changed."""
-        (self if self._base is None else self._base).writes += 1
+        """This buffer's memory is being written (its base's: a view shares it), so what the engine derived from it
+        and kept (tg.hcq.engine.kept: a matmul's packed copy of a weight) is stale: it is dropped. The engine calls it
+        for every kernel output, copy, copyin and TinyJit replay."""
+        base = self if self._base is None else self._base
+        if base.derived is not None:
+            base.derived = None
 
     def copyout(self, dest: memoryview | bytearray) -> memoryview:
         """Copy the buffer into a writable host memoryview of exactly `nbytes` bytes."""

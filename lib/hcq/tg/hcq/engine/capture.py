@@ -96,8 +96,8 @@ class LaunchGraph:
             if isinstance(launch, KernelLaunch):
                 self.captured_var_vals.update(launch.var_vals)
         self.variables = {v.arg.name: v for launch in launches for v in _launch_variables(launch)}
-        # what a replay writes (kernel outputs, copy destinations): counted in Buffer.writes at each replay, so a copy
-        # the engine keeps of one of them (tg.hcq.engine.kept) is known to be stale. Inputs by their position.
+        # what a replay writes (kernel outputs, copy destinations): each replay notes the writes (Buffer.note_write), so
+        # a copy the engine keeps of one of them (tg.hcq.engine.kept) is dropped. Inputs by their position.
         written = {id(b): b for b in (_written_buffer(launch) for launch in launches)}
         self.written_inputs = [self.input_index[key] for key in written if key in self.input_index]
         self.written_buffers = [buf for key, buf in written.items() if key not in self.input_index]

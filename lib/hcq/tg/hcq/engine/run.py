@@ -31,7 +31,7 @@ def run_schedule(schedule: Schedule) -> None:
         if not isinstance(item, KernelCall):
             run_copy(CopyCall(item.dest, reused.get(item.src, item.src)) if reused else item)
             continue
-        if reused:
+        if reused and any(b in reused for b in item.buffers):
             item = KernelCall(item.ast, tuple(reused.get(b, b) for b in item.buffers), item.kept)
         if not item.kept or capturing:
             run_kernel(item, schedule.var_vals)

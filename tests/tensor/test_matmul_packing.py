@@ -197,3 +197,26 @@ def test_packing_a_row_major_weight_reads_four_strips_of_a_row_per_step() -> Non
     x, w = Tensor.rand(128, 768).realize(), Tensor.rand(768, 3072).realize()
     assert packing_opts(x, w) == (Opt(OptOps.UPCAST, 0, 4),)
     assert packing_opts(Tensor.rand(128, 3072).realize(), w.T) == ()
+
+
+def test_a_left_operand_with_scattered_rows_is_copied_first() -> None:
+    """Attention's output (heads, tokens, 64) viewed as (tokens, heads * 64): each row is 12 runs 32 KiB apart. The
+    product reads a contiguous copy instead (a kernel of its own); a view whose rows stay whole is read in place."""
+    rng = np.random.default_rng(10)
+    a_np, w_np = (
+        rng.standard_normal((1, 12, 128, 64)).astype(np.float32),
+        rng.standard_normal((768, 768)).astype(np.float32),
+    )
+    a, w = Tensor(a_np, requires_grad=True).realize(), Tensor(w_np).realize()
+    left = a.transpose(1, 2).reshape(1, 128, 768)
+    assert linalg.scattered_rows(left.uop)
+    assert not linalg.scattered_rows(a.transpose(1, 2).uop)  # rows of 64, whole (the queries of q @ k^T)
+    calls = [item for item in create_schedule(((left @ w).uop,)).items if isinstance(item, KernelCall)]
+    copies = [call for call in calls if not call.kept and call is not calls[-1]]
+    assert len(copies) == 1 and copies[0].buffers[0] in calls[-1].buffers  # the product reads the copy
+    g_np = rng.standard_normal((1, 128, 768)).astype(np.float32)
+    ((left @ w) * Tensor(g_np)).sum().backward()
+    left_np = a_np.transpose(0, 2, 1, 3).reshape(1, 128, 768)
+    np.testing.assert_allclose((left @ w).numpy(), left_np @ w_np, rtol=1e-4, atol=1e-3)
+    expected = (g_np @ w_np.T).reshape(1, 128, 12, 64).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(a.grad.numpy(), expected, rtol=1e-4, atol=1e-3)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tg.codegen import DType
-from tg.codegen.schedule.graph import KEPT_COPY, ShapeError
+from tg.codegen.schedule.graph import KEPT_COPY, ShapeError, shape_of
 from tg.codegen.schedule.realize import reads_memory
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.tensor.autograd import Gradients, custom_gradient
@@ -112,6 +112,30 @@ def worth_packing(left: Tensor, right: Tensor) -> bool:
     if (realized_matrix(right.uop) and not right.requires_grad) or transposed_view(right.uop):
         return True
     return right.ndim == 2 and strips_alias_in_cache(k, m * right.dtype.itemsize)
+
+
+def scattered_rows(node: UOp) -> bool:
+    """A view of memory whose rows are pieces from several places: its last axis merges axes that a PERMUTE took out
+    of memory order (attention's output, (heads, tokens, 64) transposed to (tokens, heads, 64) and reshaped to
+    (tokens, 768): each row is 12 runs of 64, 32 KiB apart)."""
+    if node.op is not Ops.RESHAPE or node.src[0].op is not Ops.PERMUTE or not in_memory(node):
+        return False
+    order, source_shape = node.src[0].arg, shape_of(node.src[0])
+    merged, size = 0, 1
+    while merged < len(source_shape) and size < shape_of(node)[-1]:
+        merged += 1
+        size *= source_shape[-merged]
+    return tuple(order[-merged:]) != tuple(range(len(order) - merged, len(order)))
+
+
+def contiguous_rows(left: Tensor) -> Tensor:
+    """The left operand of a product, copied first when its rows are scattered (`scattered_rows`) and enough rows
+    read it: GPT-2's attention output @ its 768x768 projection 2.0 -> 0.93 ms with the copy (best of 9, load 4.3)."""
+    if left.shape[-2] < MIN_PACKED_ROWS or not all(isinstance(size, int) for size in left.shape):
+        return left
+    if not (isinstance(left.device, str) and left.device.startswith("CPU")) or not scattered_rows(left.uop):
+        return left
+    return left.contiguous()
 
 
 def packed_right(left: Tensor, right: Tensor, batch: tuple[int, ...], dtype: DType | None) -> Tensor | None:
@@ -210,6 +234,7 @@ def matmul(a: Tensor, b: Tensor, dtype: DType | None = None) -> Tensor:
         raise ShapeError(f"matmul of shapes {a.shape} and {b.shape}: {inner}")
     batch = broadcast_shapes(left.shape[:-2], right.shape[:-2])
     n, k, m = left.shape[-2], left.shape[-1], right.shape[-1]
+    left = contiguous_rows(left)
     result = packed_right(left, right, batch, dtype)
     if result is None:
         rows = left.reshape(left.shape[:-1] + (1, k)).expand(batch + (n, m, k))

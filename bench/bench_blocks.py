@@ -274,7 +274,9 @@ def attention_bandwidth(kind: str, block: Block) -> None:
     the streaming bandwidth (issue 23: at least 30%)."""
     lines = best_kernel_lines(tg_runner(kind, block, train=False))
     bandwidth = streaming_bandwidth()
-    prefixes = (f"r_{GPT_HEADS}_{GPT_TOKENS}_", f"E_{GPT_HEADS}_{GPT_TOKENS}_")
+    # the weighted sum of values writes (tokens, heads * head_dim) rows for the projection (linalg.contiguous_rows)
+    values = f"r_{GPT_TOKENS}_{GPT_DIM}_{GPT_TOKENS}"
+    prefixes = (f"r_{GPT_HEADS}_{GPT_TOKENS}_", f"E_{GPT_HEADS}_{GPT_TOKENS}_", values)
     streaming = f"{bandwidth:.1f} GB/s, a 64 MiB x + 1"
     print(f"  attention kernels (best of {BEST_OF}) against streaming bandwidth ({streaming}):")
     for line in lines:

@@ -39,6 +39,7 @@ class Buffer:
         self._base = base
         self._raw: Any = None
         self._freed = False
+        self.derived: dict[Any, Any] | None = None  # what the engine made from this memory and keeps: see note_write
         if base is not None:
             if base._base is not None:
                 raise ValueError("a view's base must be a base buffer; pass view.base")
@@ -133,7 +134,16 @@ class Buffer:
         if source.nbytes != self.nbytes:
             raise ValueError(f"copyin of {source.nbytes} bytes into {self} of {self.nbytes} bytes")
         self.allocator._copyin(self.raw, source)
+        self.note_write()
         return self
+
+    def note_write(self) -> None:
+        """This buffer's memory is being written (its base's: a view shares it), so what the engine derived from it
+        and kept (tg.hcq.engine.kept: a matmul's packed copy of a weight) is stale: it is dropped. The engine calls it
+        for every kernel output, copy, copyin and TinyJit replay."""
+        base = self if self._base is None else self._base
+        if base.derived is not None:
+            base.derived = None
 
     def copyout(self, dest: memoryview | bytearray) -> memoryview:
         """Copy the buffer into a writable host memoryview of exactly `nbytes` bytes."""

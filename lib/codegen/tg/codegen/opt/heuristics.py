@@ -46,6 +46,7 @@ MAX_LANES = 128
 # them measured 1.5x (1024) and 1.7x (2048) faster than 8x16 in ymm on a Xeon, per core, under gcc 12 and clang 19.
 WIDE_MAX_LANES = 256
 UNROLLS = (4, 3, 2)
+ROW_RUN_UPCASTS = (4, 2)  # runs of a source row a copy reads per step (upcast_row_runs): 4 beat 8 and 16
 # a reduction whose body already has this many ALU ops is not unrolled: its loop overhead is noise next to the body,
 # and copies of a big body only make the kernel slower to compile (a quantized matvec that decodes a whole 256-element
 # K-quant block per step, tg.llm.lanes)
@@ -224,11 +225,44 @@ def symbolic_axis_outermost(k: KernelOptimizer) -> None:
         try_opt(k, Opt(OptOps.SWAP, outputs[0], symbolic))
 
 
+def copied_load(k: KernelOptimizer) -> UOp | None:
+    """The INDEX a copy kernel reads (its one store stores one plain load), None for any other kernel."""
+    stores = [u for u in k.ast.toposort() if u.op is Ops.STORE]
+    if len(stores) != 1 or stores[0].src[1].op is not Ops.LOAD or stores[0].src[1].src[0].op is not Ops.INDEX:
+        return None
+    return stores[0].src[1].src[0]
+
+
+def upcast_row_runs(k: KernelOptimizer) -> None:
+    """A copy into a new layout whose innermost axis reads a short run of a source row and whose next axis steps to
+    another row (a matmul's weight packed into strips, (strips, k, 16) from (k, m)) reads one cache line per row step,
+    rows far apart, which the prefetcher does not follow. An outer axis that continues the run (the next strip) is
+    upcast by 4, so each row step reads 4 adjacent lines: GPT-2's 768x3072 and 3072x768 weights 1150-1200 -> 700 us
+    (best of 3, load 7). A copy that reads a row along its innermost axis already (a transposed pack) is left alone:
+    the same upcast made it 2x slower."""
+    index = copied_load(k)
+    axes = k.axes_of(AxisType.LOOP, AxisType.GLOBAL)
+    if index is None or len(axes) < 3:
+        return
+    ranges = [u for u in k.ast.toposort() if u.op is Ops.RANGE]
+    strides = [stride_along(index.src[1], k.rngs[axis], ranges) for axis in axes]
+    run = k.full_shape[axes[-1]]
+    if strides[-1] != 1 or strides[-2] is None or strides[-2] <= CONTIGUOUS_UPCASTS[0] * run:
+        return
+    outer = next((axis for axis, stride in zip(axes[:-2], strides, strict=False) if stride == run), None)
+    amount = None if outer is None else first_divisor(k.full_shape[outer], ROW_RUN_UPCASTS)
+    if outer is not None and amount is not None:
+        try_opt(k, Opt(OptOps.UPCAST, outer, amount))
+
+
 def hand_coded_optimizations(s: KernelOptimizer, max_lanes: int = MAX_LANES) -> list[Opt]:
     """The opts the heuristics choose for kernel `s` (applied to a copy; `s` is unchanged). `max_lanes`: how many
     accumulators the device's vector registers hold (MAX_LANES, or WIDE_MAX_LANES with AVX-512)."""
     k = s.copy()
-    if not k.reduceops or k.has_nested_reductions() or k.has_row_reductions():
+    if not k.reduceops:
+        upcast_row_runs(k)
+        return k.applied_opts[len(s.applied_opts) :]
+    if k.has_nested_reductions() or k.has_row_reductions():
         return []  # (a row reduction is computed once per row: a SWAP or an upcast would compute it per lane)
     if grows_along_symbolic_outputs(k):
         symbolic_axis_outermost(k)

@@ -18,7 +18,7 @@ an element `dtype` and a shape, given by `shape_of`. The nodes are:
 | PAD           | (x,)                        | ((before, after), ...) per axis   | grown by the padding           |
 | SHRINK        | (x,)                        | ((start, end), ...) per axis      | end - start per axis           |
 | FLIP          | (x,)                        | (bool, ...) per axis              | x's shape                      |
-| CONTIGUOUS    | (x,)                        | None                              | x's shape; forces a buffer     |
+| CONTIGUOUS    | (x,)                        | None, or KEPT_COPY                | x's shape; forces a buffer     |
 | COPY          | (x, DEVICE)                 | None                              | x's shape, on another device   |
 | ASSIGN        | (target, value)             | None                              | target's shape; writes value   |
 |               |                             |                                   | into target's buffer           |
@@ -26,7 +26,9 @@ an element `dtype` and a shape, given by `shape_of`. The nodes are:
 
 A BUFFER is flat storage; a Tensor on a buffer is a RESHAPE (and further movement ops) of it. A CONST is a
 scalar on a device; a constant Tensor is that CONST reshaped to all-ones and expanded. PAD fills with zero
-(the value that makes a padded sum correct); other fill values are a WHERE over a padded mask.
+(the value that makes a padded sum correct); other fill values are a WHERE over a padded mask. A CONTIGUOUS marked
+KEPT_COPY (a matmul's packed weight: a new layout of one buffer) may be kept by the engine and reused by later
+schedules while that buffer is unchanged (see tg.hcq.engine.kept).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ Shape = tuple["int | UOp", ...]  # a size may be symbolic: an index UOp of bound
 
 
 _next_buffer_uid = itertools.count()
+KEPT_COPY = "kept copy"  # the arg of a CONTIGUOUS whose buffer the engine may keep and reuse (see the table above)
 
 
 def device_node(device: str) -> UOp:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tg.codegen.schedule.graph import (
+    KEPT_COPY,
     BufferArg,
     bind_graph,
     is_symbolic_shape,
@@ -57,10 +58,14 @@ SCHEDULE_STAGES: tuple[tuple[str, str], ...] = (  # (name, one line), in the ord
 
 @dataclass(frozen=True)
 class KernelCall:
-    """Run kernel `ast` with PARAM slot i bound to BUFFER node `buffers[i]` (slot 0 is the output)."""
+    """Run kernel `ast` with PARAM slot i bound to BUFFER node `buffers[i]` (slot 0 is the output).
+
+    `kept`: the kernel copies its one input, `buffers[1]`, into a new layout (a CONTIGUOUS marked KEPT_COPY) that
+    no result of the schedule exposes, so the engine may keep the output and reuse it while the input is unchanged."""
 
     ast: UOp
     buffers: tuple[UOp, ...]
+    kept: bool = False
 
     @property
     def device(self) -> str:
@@ -182,7 +187,7 @@ def _instantiate(template: _Template, inputs: dict[UOp, UOp], var_vals: dict[str
     items: list[ScheduleItem] = []
     for item in template.schedule.items:
         if isinstance(item, KernelCall):
-            items.append(KernelCall(item.ast, tuple(bind(b) for b in item.buffers)))
+            items.append(KernelCall(item.ast, tuple(bind(b) for b in item.buffers), item.kept))
         else:
             items.append(CopyCall(bind(item.dest), bind(item.src)))
     for buf in template.result_buffers:
@@ -211,15 +216,26 @@ def schedule_graph(roots: tuple[UOp, ...]) -> Schedule:
             break
         forced.append(hazard.src[1])  # compute the value into its own buffer first, then copy it over the target
     order = _order(points, kernels, storage)
+    views = _views(points, storage)
+    results = tuple(root.substitute(views) for root in roots)
+    exposed = {node for result in results for node in result.toposort() if node.op is Ops.BUFFER}
     items: list[ScheduleItem] = []
     for point in order:
         if point.op is Ops.COPY:
             items.append(CopyCall(storage[point], _copy_source(point.src[0], storage)))
         elif not any(size == 0 for size in shape_of(point)):  # (a symbolic size may be 0: its loop runs 0 times)
             kernel = kernels[point]
-            items.append(KernelCall(kernel.ast, kernel.buffers))
-    views = _views(points, storage)
-    return Schedule(tuple(items), tuple(root.substitute(views) for root in roots))
+            items.append(KernelCall(kernel.ast, kernel.buffers, _may_keep(point, kernel, exposed)))
+    return Schedule(tuple(items), results)
+
+
+def _may_keep(point: UOp, kernel: Kernel, exposed: set[UOp]) -> bool:
+    """Whether the engine may keep this kernel's output for later schedules: a CONTIGUOUS marked KEPT_COPY, computed
+    from one buffer alone (no variable whose value a later call could change), that no result exposes (nothing
+    outside the engine can then write it)."""
+    if point.op is not Ops.CONTIGUOUS or point.arg != KEPT_COPY or len(kernel.buffers) != 2:
+        return False
+    return kernel.buffers[0] not in exposed and not any(u.op is Ops.DEFINE_VAR for u in kernel.ast.toposort())
 
 
 def _allocate_storage(points: list[UOp]) -> dict[UOp, UOp]:

@@ -40,5 +40,6 @@ def has_memory(node: UOp) -> bool:
 
 
 def _release(buffer: Buffer) -> None:
+    buffer.derived = None  # kept copies go with their source (a TinyJit capture may hold the Buffer object longer)
     if buffer.is_allocated():
         buffer.deallocate()

@@ -96,6 +96,11 @@ class LaunchGraph:
             if isinstance(launch, KernelLaunch):
                 self.captured_var_vals.update(launch.var_vals)
         self.variables = {v.arg.name: v for launch in launches for v in _launch_variables(launch)}
+        # what a replay writes (kernel outputs, copy destinations): each replay notes the writes (Buffer.note_write), so
+        # a copy the engine keeps of one of them (tg.hcq.engine.kept) is dropped. Inputs by their position.
+        written = {id(b): b for b in (_written_buffer(launch) for launch in launches)}
+        self.written_inputs = [self.input_index[key] for key in written if key in self.input_index]
+        self.written_buffers = [buf for key, buf in written.items() if key not in self.input_index]
         self.current_var_vals: dict[str, int] | None = None
         if self.device is not None:
             self._record_queue()
@@ -197,6 +202,10 @@ class LaunchGraph:
         if len(inputs) != len(self.inputs):
             raise ValueError(f"the graph takes {len(self.inputs)} input buffers, got {len(inputs)}")
         values = self._variable_values(var_vals or {})
+        for buf in self.written_buffers:
+            buf.note_write()
+        for index in self.written_inputs:
+            inputs[index].note_write()
         if self.device is not None:
             self._submit_once(inputs, values)
         else:
@@ -221,6 +230,10 @@ class LaunchGraph:
 
 def _launch_variables(launch: Launch) -> tuple[Any, ...]:
     return launch.program.source.variables if isinstance(launch, KernelLaunch) else ()
+
+
+def _written_buffer(launch: Launch) -> Buffer:
+    return launch.buffers[0] if isinstance(launch, KernelLaunch) else launch.dest
 
 
 def _aligned(size: int) -> int:

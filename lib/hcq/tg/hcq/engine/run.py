@@ -1,6 +1,8 @@
 """Running a schedule: each kernel call launches its cached program on the buffers behind its BUFFER nodes.
 
-DEBUG=2 prints one line per kernel launch (device, name, shape, time, GFLOP/s, GB/s) and per copy.
+DEBUG=2 prints one line per kernel launch (device, name, shape, time, GFLOP/s, GB/s) and per copy. A copy kernel
+marked `kept` whose output is still valid from an earlier run (tg.hcq.engine.kept) is not launched: the kernels after
+it read the kept copy instead (DEBUG=3 says so).
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ import time
 
 from tg.codegen.flags import DEBUG
 from tg.codegen.schedule.schedule import CopyCall, KernelCall, Schedule
+from tg.codegen.uop.ops import UOp
 from tg.hcq.engine.buffers import buffer_of
 from tg.hcq.engine.capture import CopyLaunch, KernelLaunch, is_capturing, record
 from tg.hcq.engine.counters import GlobalCounters
+from tg.hcq.engine.kept import keep_copy, kept_copy
 from tg.hcq.engine.programs import CompiledProgram, get_program
 from tg.hcq.symbolic import resolve
 
@@ -19,12 +23,25 @@ _NO_VALUES: dict[str, int] = {}
 
 
 def run_schedule(schedule: Schedule) -> None:
-    """Run every kernel call and copy of `schedule`, in order."""
+    """Run every kernel call and copy of `schedule`, in order. A TinyJit capture gets every kernel (a replay must
+    copy again whatever the source holds then), and keeps no copy."""
+    reused: dict[UOp, UOp] = {}  # a kept copy kernel's output buffer -> the kept copy that stands for it
+    capturing = is_capturing()
     for item in schedule.items:
-        if isinstance(item, KernelCall):
+        if not isinstance(item, KernelCall):
+            run_copy(CopyCall(item.dest, reused.get(item.src, item.src)) if reused else item)
+            continue
+        if reused and any(b in reused for b in item.buffers):
+            item = KernelCall(item.ast, tuple(reused.get(b, b) for b in item.buffers), item.kept)
+        if not item.kept or capturing:
             run_kernel(item, schedule.var_vals)
+        elif (copy := kept_copy(item)) is not None:
+            reused[item.buffers[0]] = copy
+            if DEBUG >= 3:
+                print(f"kept copy reused: {item.ast.arg.name} (no launch)")
         else:
-            run_copy(item)
+            run_kernel(item, schedule.var_vals)
+            keep_copy(item)
 
 
 def launch_values(kernel: CompiledProgram, var_vals: dict[str, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -36,6 +53,7 @@ def launch_values(kernel: CompiledProgram, var_vals: dict[str, int]) -> tuple[tu
 def run_kernel(call: KernelCall, var_vals: dict[str, int] | None = None) -> None:
     kernel = get_program(call.device, call.ast)
     buffers = [buffer_of(node) for node in call.buffers]
+    buffers[0].note_write()
     timed = DEBUG >= 2
     start = time.perf_counter()
     if kernel.source.variables:

@@ -8,7 +8,10 @@ import pytest
 
 import tg.tensor.linalg as linalg
 from tg.codegen.opt import KernelOptimizer, Opt, OptOps, hand_coded_optimizations
+from tg.codegen.pipeline import CodegenFlags, lower_kernel
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
+from tg.codegen.uop.args import AxisType
+from tg.codegen.uop.ops import Ops, UOp
 from tg.tensor import Tensor
 from tg.tensor.linalg import constant_view
 
@@ -104,6 +107,20 @@ def kernel_names(tensor: Tensor) -> list[str]:
     return [item.ast.arg.name for item in create_schedule((tensor.uop,)).items if isinstance(item, KernelCall)]
 
 
+def output_loops_open_at_each_reduce_loop(ast: UOp) -> list[int]:
+    """For the lowered program of `ast`: how many output loops are open where each reduce loop opens."""
+    open_outputs: list[UOp] = []
+    depths = []
+    for node in lower_kernel(ast, CodegenFlags()).src:
+        if node.op is Ops.RANGE and node.arg.axis_type in (AxisType.LOOP, AxisType.GLOBAL):
+            open_outputs.append(node)
+        elif node.op is Ops.RANGE and node.arg.axis_type is AxisType.REDUCE:
+            depths.append(len(open_outputs))
+        elif node.op is Ops.END and node.src[0] in open_outputs:
+            open_outputs.remove(node.src[0])
+    return depths
+
+
 def test_the_input_gradient_of_a_packed_product_is_a_packed_product_of_its_own(l2_2mib: None) -> None:
     """d_x = g @ w^T: w^T is packed into strips of 16 columns (48 strips of 3072 rows) and the product reads them, as
     a forward product would; the primitives' gradient was one reduction over the packed copy of w along its strips
@@ -163,14 +180,20 @@ def test_product_gradients_with_broadcast_batches_match_numpy(left_shape: tuple,
 
 def test_a_sum_loss_gradient_is_one_row_of_the_product_broadcast(l2_2mib: None) -> None:
     """The gradient of (x @ w).sum() is one constant: every row of g @ w^T is the same, and every column of x^T @ g,
-    so each is one matrix-vector product (no copy of w^T into strips, no product of 128 equal rows)."""
+    so each is one vector of sums (no copy of w^T into strips, no product of 128 equal rows). The sums may be fused
+    into the kernel that broadcasts them (a row reduction, tg.codegen.schedule.realize.fuse_row_reduction), but each
+    is computed once per row: its reduce loop opens inside one output loop only."""
     rng = np.random.default_rng(8)
     x_np, w_np = rng.standard_normal((128, 768)).astype(np.float32), rng.standard_normal((768, 1024)).astype(np.float32)
     x, w = Tensor(x_np, requires_grad=True).realize(), Tensor(w_np, requires_grad=True).realize()
     (x @ w).sum().backward()
     for grad in (x.grad, w.grad):
-        (reduction,) = [name for name in kernel_names(grad) if name.startswith("r_")]
-        assert len(reduction.split("_")) == 3  # one output axis, one reduced: a vector of sums
+        (reduction,) = [
+            item.ast
+            for item in create_schedule((grad.uop,)).items
+            if isinstance(item, KernelCall) and item.ast.arg.name.startswith("r_")
+        ]
+        assert output_loops_open_at_each_reduce_loop(reduction) == [1]  # a vector of sums: one per row
     ones = np.ones((128, 1024), np.float32)
     np.testing.assert_allclose(x.grad.numpy(), ones @ w_np.T, rtol=1e-4, atol=1e-2)
     np.testing.assert_allclose(w.grad.numpy(), x_np.T @ ones, rtol=1e-4, atol=1e-2)

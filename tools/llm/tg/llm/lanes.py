@@ -264,28 +264,84 @@ def pairwise_sum(terms: list[Tensor]) -> Tensor:
     return terms[0]
 
 
-def lane_matvec(x: Tensor, lanes: LaneBlocks) -> Tensor:
+@dataclass(frozen=True)
+class RMSNorm:
+    """x * rsqrt(mean(x * x) + eps) * weight over the last axis: the norm that comes before a block's matmuls."""
+
+    weight: Tensor
+    eps: float
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x * ((x * x).mean(-1, keepdim=True) + self.eps).rsqrt() * self.weight
+
+
+def lane_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) -> Tensor:
     """x @ W.T for one row of x `(1, cols)`: `(1, rows)`, W decoded inside the kernel (see the module doc).
+
+    With `norm`, the product is norm(x) @ W.T computed in the same kernel, as rsqrt(mean(x * x) + eps) *
+    ((x * weight) @ W.T): the rsqrt is one scalar per row of x, so it can scale the outputs instead of the input
+    (see `_norm_scales`), and the normalized row needs no kernel of its own."""
+    sums = _lane_sums(x, lanes, norm)
+    if norm is not None:
+        sums = sums * _norm_scales(x, lanes, norm)
+    return sums.reshape(-1, sums.shape[1] * LANES)[..., : lanes.shape[0]]
+
+
+def lane_gated_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) -> Tensor:
+    """silu(gate) * up `(1, rows / 2)` for a matrix `lanes` whose rows are gate's then up's (a fused gate_up
+    projection of `rows / 2` a multiple of 16), in one kernel: output lane (g, l) sums row group g for the gate and
+    row group g + groups / 2 for the up projection, two reductions over the same blocks side by side."""
+    sums = _lane_sums(x, lanes, norm)
+    half = sums.shape[1] // 2
+    gate, up = sums[:, :half], sums[:, half:]
+    if norm is not None:
+        scales = _norm_scales(x, lanes, norm)[:, :half]  # one per output lane: the same for gate and up
+        gate, up = gate * scales, up * scales
+    return (gate.silu() * up).reshape(-1, half * LANES)[..., : lanes.shape[0] // 2]
+
+
+def _element_inputs(x: Tensor, lanes: LaneBlocks) -> list[Tensor]:
+    """Element e of every block of x `(1, cols)`, broadcast to the words' `(1, groups, n_blocks, 16)`.
+
+    Broadcast before any arithmetic on it: the scheduler gives a value computed under a broadcast into a reduction
+    a kernel of its own when it would be recomputed for each of the many outputs (here groups * 16 of them), but x
+    * norm weight is the same in all 16 lanes, so the compiled loop computes it once per group, not per lane."""
+    groups, n_blocks, _, _ = lanes.words.shape
+    block_elements = lanes.shape[1] // n_blocks
+    xs = x.reshape(1, 1, n_blocks, block_elements, 1)
+    return [xs[..., e, :].expand(1, groups, n_blocks, LANES) for e in range(block_elements)]
+
+
+def _lane_sums(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None) -> Tensor:
+    """`(1, groups, 16)`: the dot products of (x * norm.weight, or x) with every row, summed over the blocks.
 
     A ScaledGroup without offset multiplies its scale once: scale * sum(x * quant). With an offset, each element
     is dequantized, sum(x * (scale * quant + offset)): the other spelling, offset * sum(x), needs sums of x that
     the scheduler computes in a kernel of its own (a value of x alone, broadcast to every row), and a launch costs
     more than the two ops per element it saves."""
-    groups, n_blocks, _, _ = lanes.words.shape
     decoded = lanes.groups()
-    block_elements = sum(len(group.quants) for group in decoded)
-    xs = x.reshape(-1, 1, n_blocks, block_elements, 1)
+    inputs = _element_inputs(x, lanes)
+    if norm is not None:
+        inputs = [a * w for a, w in zip(inputs, _element_inputs(norm.weight.reshape(1, -1), lanes), strict=True)]
     block_sums, first = [], 0
     for group in decoded:
-        x_part = [xs[..., first + e, :] for e in range(len(group.quants))]
+        x_part = inputs[first : first + len(group.quants)]
         first += len(group.quants)
         if group.offset is None:
             block_sums.append(group.scale * pairwise_sum([a * q for a, q in zip(x_part, group.quants, strict=True)]))
         else:
             values = [group.scale * q + group.offset for q in group.quants]
             block_sums.append(pairwise_sum([a * v for a, v in zip(x_part, values, strict=True)]))
-    products = pairwise_sum(block_sums)  # (1, groups, blocks, 16)
-    return products.sum(-2).reshape(-1, groups * LANES)[..., : lanes.shape[0]]
+    return pairwise_sum(block_sums).sum(-2)
+
+
+def _norm_scales(x: Tensor, lanes: LaneBlocks, norm: RMSNorm) -> Tensor:
+    """rsqrt(mean(x * x) + eps) for every output lane `(1, groups, 16)`: a reduction over the blocks shaped like
+    the matvec's, so it runs in the matvec's kernel (a scalar reduction read by every output would be a kernel of
+    its own). Its terms do not depend on the lane, so the compiled loop sums each group's x * x once: cols
+    multiply-adds per 16 rows, against the matvec's 16 * cols."""
+    squares = pairwise_sum([a * a for a in _element_inputs(x, lanes)]).sum(-2)
+    return (squares * (1.0 / lanes.shape[1]) + norm.eps).rsqrt()
 
 
 def _shifts(values: list[list[int]], like: Tensor) -> Tensor:

@@ -131,6 +131,19 @@ class Linearizer:
             if node.op in GroupOp.ALU and dtypes.is_float(node.dtype) and self.needs[node] <= open_now:
                 self.emit(node)
 
+    def hoist_reductions(self, ast: UOp) -> None:
+        """Compute, before the next output loop opens, every reduction whose value that loop and the loops inside
+        it do not change: once per kernel call instead of once per output. A matvec with its RMSNorm's sum of
+        squares (tg.llm.lanes) reads the same x for every row; per 16-row group that scalar sum cost as much as a
+        quarter of the matvec. Only plain reduce loops move: a BLOCK_REDUCE's carried result and a GROUP_REDUCE's
+        shares stay where they are."""
+        open_now = frozenset(self.open_ranges)
+        for node in ast.toposort():
+            if node.op is not Ops.REDUCE or not self.needs[node] <= open_now:
+                continue
+            if all(r.arg.axis_type in (AxisType.REDUCE, AxisType.UNROLL) for r in node.src[1:]):
+                self.emit(node)
+
     def emit_reduce(self, reduce: UOp) -> UOp:
         split = self.partial_sum_split(reduce)
         if split is not None:
@@ -346,6 +359,8 @@ def linearize(ast: UOp) -> UOp:
         key=lambda r: -r.arg.axis_id,
     )
     for depth, rng in enumerate(loops):
+        if rng.arg.axis_type is AxisType.LOOP:  # a CPU loop (a GPU's output ranges are threads: nothing to save)
+            linearizer.hoist_reductions(ast)
         linearizer.open_loop(rng)
         if not lanes and depth + 1 < len(loops):  # the innermost loop has nothing inside to hoist out of
             linearizer.hoist_out_of_inner_loops(ast)

@@ -379,7 +379,8 @@ class Transformer:
             # h in a buffer of its own, written by the attention output's matvec: the MLP's matvecs read it in
             # every output lane, so the scheduler stores it anyway, but only after it has given that matvec a
             # kernel of its own (a reduction read by another reduction is stored), one more kernel per block
-            h = (x + self._attention(block, cache, position, position + count, x, attn_norm, cos, sin, mask)).contiguous()
+            attended = self._attention(block, cache, position, position + count, x, attn_norm, cos, sin, mask)
+            h = (x + attended).contiguous()
             x = h + self.feed_forward(block, h, ffn_norm)
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
             # the scheduler's cache serves blocks 2..N from block 1's schedule (and a long chunk's float scratch

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tg.llm.generate import common_prefix
+from tg.llm.lanes import RMSNorm
 from tg.llm.model import (
     Block,
     ContextOverflowError,
@@ -27,7 +28,6 @@ from tg.llm.model import (
     kv_window,
     write_cache_rows,
 )
-from tg.llm.lanes import RMSNorm
 from tg.llm.ops import concat, stack
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, linear
 from tg.tensor import Tensor

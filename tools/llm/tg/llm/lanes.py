@@ -12,7 +12,9 @@ goes right after the fp16 fields, so the payload words start on a word boundary)
 The matvec (`lane_matvec`) reduces over the blocks only: the loop body spells out all elements of a block (32, or
 256 for the K-quants), each quant as constant shifts and masks of that block's words, and applies each scale once
 per group of elements that share it (`ScaledGroup`). The fp16 scales are decoded once per block and lane from
-their bits (`half_bits_to_float`). A prefill's float scratch matrix is decoded from the same words, transposed
+their bits (`half_bits_to_float`). A decode step's RMSNorm runs in the matvec that follows it (`RMSNorm`: the
+rsqrt scales the outputs), and the MLP's gate and up matvecs with silu(gate) * up in one kernel
+(`lane_gated_matvec`). A prefill's float scratch matrix is decoded from the same words, transposed
 (`lane_dequantize`): the 32-element types with their quants along axes, the K-quants through aligned byte blocks
 and the byte-wise decoders of tg.llm.quants.
 """

@@ -96,9 +96,9 @@ def linear(x: Tensor, weight: Weight, bias: Tensor | None = None, norm: RMSNorm 
     (tg.llm.lanes.lane_matvec), one kernel per row of x, with the norm in it: with several rows in one kernel,
     the scheduler's fusion policy sees each decoded weight value reused by every row and gives the values (dozens
     of them per block) buffers and kernels of their own."""
-    rows = math.prod(x.shape[:-1])
-    if rows < SCRATCH_MATMUL_ROWS and isinstance(weight.data, LaneBlocks):
-        out = _rowwise(x, lambda row: lane_matvec(row, weight.data, norm), weight.shape[0])  # type: ignore[arg-type]
+    rows, lanes = math.prod(x.shape[:-1]), weight.data
+    if rows < SCRATCH_MATMUL_ROWS and isinstance(lanes, LaneBlocks):
+        out = _rowwise(x, lambda row: lane_matvec(row, lanes, norm), weight.shape[0])
         return out if bias is None else out + bias
     if norm is not None:
         x = norm(x)

@@ -14,7 +14,14 @@ from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf.quants import dequantize as reference_dequantize  # noqa: E402
 from llm_fixtures import HALF_OFFSETS  # noqa: E402
 
-from tg.llm.lanes import ALIGNED_GAP, LaneBlocks, RMSNorm, e2m1_doubled_by_shift, half_bits_to_float  # noqa: E402
+from tg.llm.lanes import (  # noqa: E402
+    ALIGNED_GAP,
+    DOT_CHAINS,
+    LaneBlocks,
+    RMSNorm,
+    e2m1_doubled_by_shift,
+    half_bits_to_float,
+)
 from tg.llm.quants import e2m1_doubled  # noqa: E402
 from tg.llm.weights import gated_linear, linear, quantized_weight  # noqa: E402
 from tg.tensor import Context, Tensor  # noqa: E402
@@ -141,3 +148,16 @@ def test_lane_matvec_kernel_loads_only_32_bit_values() -> None:
     source = out.getvalue()
     assert "void r_" in source
     assert "unsigned char" not in source and "_Float16" not in source
+
+
+def test_lane_matvec_dequantizes_and_accumulates_with_fused_multiply_adds() -> None:
+    """Q4_1: each value scale * quant + offset is one FMA and each product joins its chain's sum by another (the
+    C is compiled with -ffp-contract=off, so a * b + c written as two ops stays two instructions): the loop body,
+    one block of 32 elements (NOOPT: not unrolled), has 32 value FMAs and 32 - DOT_CHAINS sum FMAs."""
+    raw = random_matrix("Q4_1", rows=16, blocks=2, seed=3)
+    weight = quantized_weight(raw, int(QT.Q4_1), (16, 64))
+    x = Tensor(np.ones((1, 64), np.float32)).realize()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), Context(DEBUG=4, JIT=0, NOOPT=1):
+        linear(x, weight).realize()
+    assert out.getvalue().count("__builtin_fmaf(") >= 32 + 32 - DOT_CHAINS

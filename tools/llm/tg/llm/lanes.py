@@ -309,8 +309,8 @@ def _element_inputs(x: Tensor, lanes: LaneBlocks) -> list[Tensor]:
     """Element e of every block of x `(1, cols)`, broadcast to the words' `(1, groups, n_blocks, 16)`.
 
     Broadcast before any arithmetic on it: the scheduler gives a value computed under a broadcast into a reduction
-    a kernel of its own when it would be recomputed for each of the many outputs (here groups * 16 of them), but x
-    * norm weight is the same in all 16 lanes, so the compiled loop computes it once per group, not per lane."""
+    a kernel of its own when it would be recomputed for each of the many outputs (here groups * 16 of them), where
+    in the matvec's loop a value the same in all 16 lanes costs one vector operation per group and element."""
     groups, n_blocks, _, _ = lanes.words.shape
     block_elements = lanes.shape[1] // n_blocks
     xs = x.reshape(1, 1, n_blocks, block_elements, 1)
@@ -338,8 +338,8 @@ def _lane_sums(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None) -> Tensor:
 
     The norm's weight multiplies each product, (x * quant) * weight, not x first: both x and the weight then
     enter as broadcast vector operands (gcc folds such a load into the multiply), where x * weight, the same in
-    every lane, was computed in scalar registers and broadcast, 4-5 instructions per element and group against
-    the matvec's 7 (the gated kernel pays it twice, once per reduction)."""
+    every lane, was computed in scalar registers and broadcast: 4-5 instructions per element and group, about as
+    many as the rest of the loop (the gated kernel pays it twice, once per reduction)."""
     decoded = lanes.groups()
     inputs = _element_inputs(x, lanes)
     weights = None if norm is None else _element_inputs(norm.weight.reshape(1, -1), lanes)
@@ -371,8 +371,8 @@ def _lane_sums(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None) -> Tensor:
 def _norm_scales(x: Tensor, lanes: LaneBlocks, norm: RMSNorm) -> Tensor:
     """rsqrt(mean(x * x) + eps) for every output lane `(1, groups, 16)`: a reduction over the blocks shaped like
     the matvec's, so it runs in the matvec's kernel (a scalar reduction read by every output would be a kernel of
-    its own). Its terms do not depend on the lane, so the compiled loop sums each group's x * x once: cols
-    multiply-adds per 16 rows, against the matvec's 16 * cols."""
+    its own). Its value depends on no output index, so the kernel computes it once per call, before the loop over
+    the rows (tg.codegen.lower.linearize, Linearizer.hoist_reductions)."""
     squares = pairwise_sum([a * a for a in _element_inputs(x, lanes)]).sum(-2)
     return (squares * (1.0 / lanes.shape[1]) + norm.eps).rsqrt()
 

@@ -89,3 +89,23 @@ def test_a_value_the_inner_output_loop_does_not_change_is_computed_before_it_ope
     log2 = next(u for u in program if u.op is Ops.LOG2)
     assert program.index(log2) < program.index(inner)
     assert sum(u.op is Ops.LOG2 for u in program) == 1
+
+
+def scaled_rows_kernel(rows: int, columns: int) -> UOp:
+    """out[i] = a[i] * sum_j b[j]: a reduction that no output loop changes (an RMSNorm's sum of squares inside a
+    matvec, see tg.llm.lanes)."""
+    out, a = UOp.param(0, dtypes.float32, rows), UOp.param(1, dtypes.float32, rows)
+    b = UOp.param(2, dtypes.float32, columns)
+    i, j = UOp.range(rows, 0), UOp.range(columns, 1, AxisType.REDUCE)
+    total = b.index(j).load().reduce(j, arg=Ops.ADD)
+    return UOp.sink(out.index(i).store(a.index(i).load() * total), arg=KernelInfo("r_rows"))
+
+
+def test_a_reduction_the_output_loop_does_not_change_is_computed_once_before_it() -> None:
+    program = lower(scaled_rows_kernel(64, 8)).src
+    (rows,) = [u for u in program if u.op is Ops.RANGE and u.arg.axis_type is AxisType.LOOP]
+    sum_loops = [u for u in program if u.op is Ops.RANGE and u.arg.axis_type in (AxisType.REDUCE, AxisType.UNROLL)]
+    assert sum_loops
+    for loop in sum_loops:
+        end = next(u for u in program if u.op is Ops.END and u.src[0] is loop)
+        assert program.index(end) < program.index(rows)

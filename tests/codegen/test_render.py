@@ -81,6 +81,39 @@ def test_big_kernels_are_split_across_cores_and_small_ones_are_not() -> None:
     np.testing.assert_array_equal(run(elementwise(1 << 17), "CPU", np.zeros_like(a), a), a * 2)
 
 
+def scaled_rows_kernel(rows: int, columns: int) -> UOp:
+    """out[i] = a[i] * sum_j b[j]: the sum is computed before the rows' loop (see Linearizer.hoist_reductions)."""
+    out, a = UOp.param(0, dtypes.float32, rows), UOp.param(1, dtypes.float32, rows)
+    b = UOp.param(2, dtypes.float32, columns)
+    i, j = UOp.range(rows, 0), UOp.range(columns, 1, AxisType.REDUCE)
+    total = b.index(j).load().reduce(j, arg=Ops.ADD)
+    return UOp.sink(out.index(i).store(a.index(i).load() * total), arg=KernelInfo("r_rows"))
+
+
+@pytest.mark.parametrize("device", ["CPU", "CPU:LLVM"])
+def test_the_cores_split_the_output_loop_not_a_reduction_computed_before_it(device: str) -> None:
+    """Regression: with the reduction's loop first in the program, the C and LLVM renderers cut that loop across
+    the calls instead of the rows', so each call scaled every row by a part of the sum. Every call must compute
+    the whole sum, then only its own rows."""
+    from tg.codegen.render.llvmir import LLVMRenderer
+
+    rows, columns = 1 << 14, 64
+    renderer = CRenderer(cores=4) if device == "CPU" else LLVMRenderer(cores=4)
+    rendered = renderer.render(lower(scaled_rows_kernel(rows, columns)))
+    assert rendered.global_size[0] > 1
+    dev = Device[device]
+    program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
+    a, b = rng.random(rows, np.float32), rng.random(columns, np.float32)
+    buffers = []
+    for array in (np.zeros(rows, np.float32), a, b):
+        buffer = Buffer("CPU", array.size, dtypes.float32).ensure_allocated()
+        buffer.copyin(array.tobytes())
+        buffers.append(buffer)
+    program(*(buffer.raw for buffer in buffers), global_size=rendered.global_size, wait=True)
+    got = np.frombuffer(buffers[0].as_buffer(), np.float32)
+    np.testing.assert_allclose(got, a * b.astype(np.float64).sum(), rtol=1e-5)
+
+
 def test_generated_c_has_no_pragma() -> None:
     """Issue 12: gcc ignores `#pragma clang ...`, and vectorization must not hang on a pragma at all. The C has no
     preprocessor line; the compilers vectorize the one loop left over register lanes by themselves."""

@@ -14,9 +14,16 @@ from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf.quants import dequantize as reference_dequantize  # noqa: E402
 from llm_fixtures import HALF_OFFSETS  # noqa: E402
 
-from tg.llm.lanes import ALIGNED_GAP, LaneBlocks, e2m1_doubled_by_shift, half_bits_to_float  # noqa: E402
+from tg.llm.lanes import (  # noqa: E402
+    ALIGNED_GAP,
+    DOT_CHAINS,
+    LaneBlocks,
+    RMSNorm,
+    e2m1_doubled_by_shift,
+    half_bits_to_float,
+)
 from tg.llm.quants import e2m1_doubled  # noqa: E402
-from tg.llm.weights import linear, quantized_weight  # noqa: E402
+from tg.llm.weights import gated_linear, linear, quantized_weight  # noqa: E402
 from tg.tensor import Context, Tensor  # noqa: E402
 
 
@@ -64,6 +71,48 @@ def test_lane_matvec_matches_a_float64_product(name: str) -> None:
     assert np.all(np.abs(actual - expected) <= bound + 1e-30)
 
 
+def rms_normed(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """The float64 RMSNorm of the rows of x."""
+    x64 = x.astype(np.float64)
+    return x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * weight.astype(np.float64)
+
+
+@pytest.mark.parametrize("name", sorted(ALIGNED_GAP))
+def test_lane_matvec_with_the_norm_inside_matches_a_float64_product(name: str) -> None:
+    """norm(x) @ W.T in one kernel, the norm's rsqrt applied to the outputs: the float64 product of the normalized
+    row, within float32 rounding of the sums."""
+    elements, _ = gguf.GGML_QUANT_SIZES[QT[name]]
+    raw = random_matrix(name, rows=36, blocks=3, seed=6, scale_range=0.5)
+    reference = reference_dequantize(raw.reshape(36, -1), QT[name]).astype(np.float64)
+    rng = np.random.default_rng(10)
+    x = (3 * rng.standard_normal((1, 3 * elements))).astype(np.float32)
+    norm_weight = rng.uniform(0.5, 2.0, 3 * elements).astype(np.float32)
+    weight = quantized_weight(raw, int(QT[name]), (36, 3 * elements))
+    actual = linear(Tensor(x), weight, norm=RMSNorm(Tensor(norm_weight), 1e-5)).numpy()
+    normed = rms_normed(x, norm_weight, 1e-5)
+    expected = normed @ reference.T
+    bound = 1e-5 * np.abs(normed) @ np.abs(reference).T
+    assert np.all(np.abs(actual - expected) <= bound + 1e-30)
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q6_K"])
+def test_gated_matvec_is_silu_of_the_gate_times_the_up_projection(name: str) -> None:
+    """A fused gate_up matrix (gate's rows then up's) with the norm: silu(gate) * up, against float64."""
+    elements, _ = gguf.GGML_QUANT_SIZES[QT[name]]
+    hidden = 32  # two lane groups per half
+    raw = random_matrix(name, rows=2 * hidden, blocks=2, seed=7, scale_range=0.2)
+    reference = reference_dequantize(raw.reshape(2 * hidden, -1), QT[name]).astype(np.float64)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 2 * elements)).astype(np.float32)
+    norm_weight = rng.uniform(0.5, 2.0, 2 * elements).astype(np.float32)
+    weight = quantized_weight(raw, int(QT[name]), (2 * hidden, 2 * elements))
+    actual = gated_linear(Tensor(x), weight, RMSNorm(Tensor(norm_weight), 1e-5)).numpy()
+    both = rms_normed(x, norm_weight, 1e-5) @ reference.T
+    gate, up = both[:, :hidden], both[:, hidden:]
+    expected = gate / (1 + np.exp(-gate)) * up
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
 @pytest.mark.parametrize("name", sorted(ALIGNED_GAP))
 def test_lane_layout_stays_near_the_file_size(name: str) -> None:
     elements, block_bytes = gguf.GGML_QUANT_SIZES[QT[name]]
@@ -99,3 +148,16 @@ def test_lane_matvec_kernel_loads_only_32_bit_values() -> None:
     source = out.getvalue()
     assert "void r_" in source
     assert "unsigned char" not in source and "_Float16" not in source
+
+
+def test_lane_matvec_dequantizes_and_accumulates_with_fused_multiply_adds() -> None:
+    """Q4_1: each value scale * quant + offset is one FMA and each product joins its chain's sum by another (the
+    C is compiled with -ffp-contract=off, so a * b + c written as two ops stays two instructions): the loop body,
+    one block of 32 elements (NOOPT: not unrolled), has 32 value FMAs and 32 - DOT_CHAINS sum FMAs."""
+    raw = random_matrix("Q4_1", rows=16, blocks=2, seed=3)
+    weight = quantized_weight(raw, int(QT.Q4_1), (16, 64))
+    x = Tensor(np.ones((1, 64), np.float32)).realize()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), Context(DEBUG=4, JIT=0, NOOPT=1):
+        linear(x, weight).realize()
+    assert out.getvalue().count("__builtin_fmaf(") >= 32 + 32 - DOT_CHAINS

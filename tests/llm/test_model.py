@@ -15,8 +15,9 @@ from llm_fixtures import write_model  # noqa: E402
 
 from tg.hcq.engine import program_cache_stats  # noqa: E402
 from tg.llm.generate import Generator  # noqa: E402
+from tg.llm.lanes import LaneBlocks  # noqa: E402
 from tg.llm.model import ContextOverflowError, kv_window, load_model, top_k_mask, write_cache_rows  # noqa: E402
-from tg.llm.weights import SCRATCH_MATMUL_ROWS  # noqa: E402
+from tg.llm.weights import SCRATCH_MATMUL_ROWS, Weight  # noqa: E402
 from tg.tensor import Context, Tensor  # noqa: E402
 
 TOKENS = [5, 17, 200, 33, 99, 4, 150, 7, 64, 2]
@@ -194,3 +195,40 @@ def test_a_decode_step_reads_each_quantized_matrix_in_one_kernel(tmp_path: Path)
         memory = buffer_of(whole_buffer(words.uop))
         readers = [launch for launch in launches if any(buffer is memory for buffer in launch.buffers)]
         assert len(readers) == 1, (words.shape, [launch.program for launch in readers])
+
+
+def launch_reading(launches: list, tensor: Tensor) -> int:
+    """The position in `launches` of the one kernel that reads `tensor`'s buffer."""
+    from tg.codegen.schedule.realize import whole_buffer
+    from tg.hcq.engine.buffers import buffer_of
+
+    memory = buffer_of(whole_buffer(tensor.uop))
+    (position,) = [i for i, launch in enumerate(launches) if any(buffer is memory for buffer in launch.buffers)]
+    return position
+
+
+def test_a_decode_block_runs_its_norms_matvecs_and_mlp_in_four_kernels(tmp_path: Path) -> None:
+    """Each RMSNorm runs inside the matvec after it, silu(gate) * up inside the gate_up matvec, and each residual
+    add inside the matvec before it: from the attention output's matvec on, a block is the attention output, the
+    gate_up and the down matvecs, then the next block's qkv matvec (or the logits' matvec) right after. A fusion
+    undone puts a kernel between two of them. The whole block: at most 12 kernels (17 before these fusions)."""
+    from tg.hcq.engine.capture import KernelLaunch
+
+    model, _ = load_model(write_model(tmp_path / "m.gguf", "llama", "Q4_1", tied=False), max_context=32)
+    Generator(model, chunk_size=4).prefill(TOKENS[:3])
+    assert model.decode_step is not None and model.decode_step.graph is not None
+    launches = [launch for launch in model.decode_step.graph.launches if isinstance(launch, KernelLaunch)]
+
+    def reader(weight: Weight | None) -> int:
+        assert weight is not None and isinstance(weight.data, LaneBlocks)
+        return launch_reading(launches, weight.data.words)
+
+    starts, next_starts = [], []
+    for block in model.blocks:
+        qkv, output, gate_up, down = (reader(w) for w in (block.qkv, block.output, block.gate_up, block.down))
+        assert qkv < output and (gate_up, down) == (output + 1, output + 2)
+        assert launches[gate_up].buffers[0].size == model.config.hidden_dim  # it writes silu(gate) * up
+        starts.append(qkv)
+        next_starts.append(down + 1)
+    assert next_starts == [*starts[1:], reader(model.output)]
+    assert all(end - start <= 12 for start, end in zip(starts, next_starts, strict=True))

@@ -12,7 +12,9 @@ goes right after the fp16 fields, so the payload words start on a word boundary)
 The matvec (`lane_matvec`) reduces over the blocks only: the loop body spells out all elements of a block (32, or
 256 for the K-quants), each quant as constant shifts and masks of that block's words, and applies each scale once
 per group of elements that share it (`ScaledGroup`). The fp16 scales are decoded once per block and lane from
-their bits (`half_bits_to_float`). A prefill's float scratch matrix is decoded from the same words, transposed
+their bits (`half_bits_to_float`). A decode step's RMSNorm runs in the matvec that follows it (`RMSNorm`: the
+rsqrt scales the outputs), and the MLP's gate and up matvecs with silu(gate) * up in one kernel
+(`lane_gated_matvec`). A prefill's float scratch matrix is decoded from the same words, transposed
 (`lane_dequantize`): the 32-element types with their quants along axes, the K-quants through aligned byte blocks
 and the byte-wise decoders of tg.llm.quants.
 """
@@ -23,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tg.codegen import dtypes
+from tg.codegen import Ops, dtypes
 from tg.hcq.engine.capture import is_capturing
 from tg.llm.quants import Blocks, e2m1_doubled, mxfp4_scale, type_name
 from tg.tensor import Tensor
+from tg.tensor.elementwise import alu, broadcast
 from tg.tensor.gguf import GGML_TYPES
 
 LANES = 16
@@ -264,28 +267,114 @@ def pairwise_sum(terms: list[Tensor]) -> Tensor:
     return terms[0]
 
 
-def lane_matvec(x: Tensor, lanes: LaneBlocks) -> Tensor:
+@dataclass(frozen=True)
+class RMSNorm:
+    """x * rsqrt(mean(x * x) + eps) * weight over the last axis: the norm that comes before a block's matmuls."""
+
+    weight: Tensor
+    eps: float
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x * ((x * x).mean(-1, keepdim=True) + self.eps).rsqrt() * self.weight
+
+
+def lane_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) -> Tensor:
     """x @ W.T for one row of x `(1, cols)`: `(1, rows)`, W decoded inside the kernel (see the module doc).
+
+    With `norm`, the product is norm(x) @ W.T computed in the same kernel, as rsqrt(mean(x * x) + eps) *
+    ((x * weight) @ W.T): the rsqrt is one scalar per row of x, so it can scale the outputs instead of the input
+    (see `_norm_scales`), and the normalized row needs no kernel of its own."""
+    sums = _lane_sums(x, lanes, norm)
+    if norm is not None:
+        sums = sums * _norm_scales(x, lanes, norm)
+    return sums.reshape(-1, sums.shape[1] * LANES)[..., : lanes.shape[0]]
+
+
+def lane_gated_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) -> Tensor:
+    """silu(gate) * up `(1, rows / 2)` for a matrix `lanes` whose rows are gate's then up's (a fused gate_up
+    projection of `rows / 2` a multiple of 16), in one kernel: output lane (g, l) sums row group g for the gate and
+    row group g + groups / 2 for the up projection, two reductions over the same blocks side by side."""
+    if lanes.shape[0] % (2 * LANES):
+        raise ValueError(f"gate and up rows must each be a multiple of {LANES}, not {lanes.shape[0] // 2}")
+    sums = _lane_sums(x, lanes, norm)
+    half = sums.shape[1] // 2
+    gate, up = sums[:, :half], sums[:, half:]
+    if norm is not None:
+        scales = _norm_scales(x, lanes, norm)[:, :half]  # one per output lane: the same for gate and up
+        gate, up = gate * scales, up * scales
+    return (gate.silu() * up).reshape(-1, half * LANES)[..., : lanes.shape[0] // 2]
+
+
+def _element_inputs(x: Tensor, lanes: LaneBlocks) -> list[Tensor]:
+    """Element e of every block of x `(1, cols)`, broadcast to the words' `(1, groups, n_blocks, 16)`.
+
+    Broadcast before any arithmetic on it: the scheduler gives a value computed under a broadcast into a reduction
+    a kernel of its own when it would be recomputed for each of the many outputs (here groups * 16 of them), where
+    in the matvec's loop a value the same in all 16 lanes costs one vector operation per group and element."""
+    groups, n_blocks, _, _ = lanes.words.shape
+    block_elements = lanes.shape[1] // n_blocks
+    xs = x.reshape(1, 1, n_blocks, block_elements, 1)
+    return [xs[..., e, :].expand(1, groups, n_blocks, LANES) for e in range(block_elements)]
+
+
+# independent multiply-add chains per block of a matvec: each step waits for the previous one's FMA (~4 cycles),
+# so one chain of 32 would leave the vector units idle; 4 chains of 8 keep them busy with the decoding around them
+DOT_CHAINS = 4
+
+
+def multiply_add(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+    """a * b + c rounded once: one FMA instruction (the C renderer compiles with -ffp-contract=off, so that
+    a * b + c is two instructions and two roundings, as numpy computes it)."""
+    return alu(Ops.MULACC, *broadcast(a, b, c))
+
+
+def _lane_sums(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None) -> Tensor:
+    """`(1, groups, 16)`: the dot products of (x * norm.weight, or x) with every row, summed over the blocks.
 
     A ScaledGroup without offset multiplies its scale once: scale * sum(x * quant). With an offset, each element
     is dequantized, sum(x * (scale * quant + offset)): the other spelling, offset * sum(x), needs sums of x that
     the scheduler computes in a kernel of its own (a value of x alone, broadcast to every row), and a launch costs
-    more than the two ops per element it saves."""
-    groups, n_blocks, _, _ = lanes.words.shape
+    more than the two ops per element it saves. Per element that is a shift, a mask, a conversion and two FMAs.
+
+    The norm's weight multiplies each product, (x * quant) * weight, not x first: both x and the weight then
+    enter as broadcast vector operands (gcc folds such a load into the multiply), where x * weight, the same in
+    every lane, was computed in scalar registers and broadcast: 4-5 instructions per element and group, about as
+    many as the rest of the loop (the gated kernel pays it twice, once per reduction)."""
     decoded = lanes.groups()
-    block_elements = sum(len(group.quants) for group in decoded)
-    xs = x.reshape(-1, 1, n_blocks, block_elements, 1)
+    inputs = _element_inputs(x, lanes)
+    weights = None if norm is None else _element_inputs(norm.weight.reshape(1, -1), lanes)
+
+    def dot(first: int, values: list[Tensor]) -> Tensor:
+        """sum(x * values) over one group of a block's elements (from element `first`), in DOT_CHAINS chains."""
+        chains = []
+        for chain in range(DOT_CHAINS):
+            total: Tensor | None = None
+            for e in range(chain, len(values), DOT_CHAINS):
+                a, b = inputs[first + e], values[e]
+                if weights is not None:
+                    a, b = a * b, weights[first + e]
+                total = a * b if total is None else multiply_add(a, b, total)
+            if total is not None:
+                chains.append(total)
+        return pairwise_sum(chains)
+
     block_sums, first = [], 0
     for group in decoded:
-        x_part = [xs[..., first + e, :] for e in range(len(group.quants))]
-        first += len(group.quants)
         if group.offset is None:
-            block_sums.append(group.scale * pairwise_sum([a * q for a, q in zip(x_part, group.quants, strict=True)]))
+            block_sums.append(group.scale * dot(first, group.quants))
         else:
-            values = [group.scale * q + group.offset for q in group.quants]
-            block_sums.append(pairwise_sum([a * v for a, v in zip(x_part, values, strict=True)]))
-    products = pairwise_sum(block_sums)  # (1, groups, blocks, 16)
-    return products.sum(-2).reshape(-1, groups * LANES)[..., : lanes.shape[0]]
+            block_sums.append(dot(first, [multiply_add(group.scale, q, group.offset) for q in group.quants]))
+        first += len(group.quants)
+    return pairwise_sum(block_sums).sum(-2)
+
+
+def _norm_scales(x: Tensor, lanes: LaneBlocks, norm: RMSNorm) -> Tensor:
+    """rsqrt(mean(x * x) + eps) for every output lane `(1, groups, 16)`: a reduction over the blocks shaped like
+    the matvec's, so it runs in the matvec's kernel (a scalar reduction read by every output would be a kernel of
+    its own). Its value depends on no output index, so the kernel computes it once per call, before the loop over
+    the rows (tg.codegen.lower.linearize, Linearizer.hoist_reductions)."""
+    squares = pairwise_sum([a * a for a in _element_inputs(x, lanes)]).sum(-2)
+    return (squares * (1.0 / lanes.shape[1]) + norm.eps).rsqrt()
 
 
 def _shifts(values: list[list[int]], like: Tensor) -> Tensor:

@@ -21,10 +21,10 @@ from tg.codegen.schedule.realize import whole_buffer
 from tg.hcq import Device
 from tg.hcq.engine.buffers import buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
-from tg.llm.lanes import LaneBlocks
+from tg.llm.lanes import LaneBlocks, RMSNorm
 from tg.llm.ops import concat, stack
 from tg.llm.quants import DEQUANTIZERS, Blocks
-from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, linear, quantized_weight
+from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, gated_linear, linear, quantized_weight
 from tg.tensor import Tensor, Variable
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
@@ -332,7 +332,7 @@ class Transformer:
             self._block_step(block, rows, window, weights)(position, x, mask, cache, *weights)
         last = Tensor((np.arange(rows) == count - 1)[:, None])
         chosen = last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
-        logits = linear(rms_norm(chosen, self.output_norm, config.norm_eps), self.output).reshape(-1).realize()
+        logits = linear(chosen, self.output, norm=RMSNorm(self.output_norm, config.norm_eps)).reshape(-1).realize()
         release_cached_memory(self.caches[0].device)
         return logits
 
@@ -357,9 +357,9 @@ class Transformer:
         given as `weights` (see rebuilt_block), attending over the first `mask.shape[1]` rows of `cache`."""
         block, config, count = rebuilt_block(template, list(weights)), self.config, x.shape[0]
         cos, sin = (table[position : position + count] for table in self.rope_tables)
-        normed = rms_norm(x, block.attn_norm, config.norm_eps)
-        h = x + self._attention(block, cache, position, mask.shape[1], normed, cos, sin, mask)
-        x.assign(h + self.feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))).realize()
+        attn_norm, ffn_norm = RMSNorm(block.attn_norm, config.norm_eps), RMSNorm(block.ffn_norm, config.norm_eps)
+        h = (x + self._attention(block, cache, position, mask.shape[1], x, attn_norm, cos, sin, mask)).contiguous()
+        x.assign(h + self.feed_forward(block, h, ffn_norm)).realize()
         return x
 
     def _step(self, position: UOp | int, last: Tensor | None, *token_rows: Tensor) -> Tensor:
@@ -375,15 +375,19 @@ class Transformer:
             keys, queries = self.positions[: position + count], self.positions[position : position + count]
             mask = keys.reshape(1, -1) <= queries.reshape(-1, 1)
         for block, cache in zip(self.blocks, self.caches, strict=True):
-            normed = rms_norm(x, block.attn_norm, config.norm_eps)
-            h = x + self._attention(block, cache, position, position + count, normed, cos, sin, mask)
-            x = h + self.feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
+            attn_norm, ffn_norm = RMSNorm(block.attn_norm, config.norm_eps), RMSNorm(block.ffn_norm, config.norm_eps)
+            # h in a buffer of its own, written by the attention output's matvec: the MLP's matvecs read it in
+            # every output lane, so the scheduler stores it anyway, but only after it has given that matvec a
+            # kernel of its own (a reduction read by another reduction is stored), one more kernel per block
+            attended = self._attention(block, cache, position, position + count, x, attn_norm, cos, sin, mask)
+            h = (x + attended).contiguous()
+            x = h + self.feed_forward(block, h, ffn_norm)
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
             # the scheduler's cache serves blocks 2..N from block 1's schedule (and a long chunk's float scratch
             # weights live one block at a time)
             x = x.contiguous().realize()
         chosen = x if last is None else last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
-        out = linear(rms_norm(chosen, self.output_norm, config.norm_eps), self.output).reshape(-1)
+        out = linear(chosen, self.output, norm=RMSNorm(self.output_norm, config.norm_eps)).reshape(-1)
         return out.realize()
 
     def _attention(
@@ -393,14 +397,15 @@ class Transformer:
         position: UOp | int,
         visible: UOp | int,
         x: Tensor,
+        norm: RMSNorm,
         cos: Tensor,
         sin: Tensor,
         mask: Tensor | None,
     ) -> Tensor:
-        """The attention output of the rows of x at positions `position`..: their keys and values are assigned
-        into `cache` there, then the queries attend over the cache's first `visible` rows (mask: which keys each
-        row sees)."""
-        q, k, v = self.rotated_qkv(block, x, cos, sin)
+        """The attention output of the rows of norm(x) at positions `position`..: their keys and values are
+        assigned into `cache` there, then the queries attend over the cache's first `visible` rows (mask: which
+        keys each row sees)."""
+        q, k, v = self.rotated_qkv(block, x, cos, sin, norm)
         count = x.shape[0]
         # realized here, the queries with them (else their projection would run again for the attention below):
         # the assign updates the view, not `cache`, so the read below must come after it
@@ -408,11 +413,14 @@ class Transformer:
         Tensor.realize(cache[position : position + count].assign(stack([k, v], dim=1)), q)
         return linear(attend(q, cache[:visible], mask, self.config.n_kv_heads), block.output)
 
-    def rotated_qkv(self, block: Block, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The queries `(T, heads, head_dim)`, keys and values `(T, kv_heads, head_dim)` of the rows of x: projected,
-        q/k-normed where the model has those norms, and rotated by the RoPE rows cos, sin `(T, 1, rope_dim / 2)`."""
+    def rotated_qkv(
+        self, block: Block, x: Tensor, cos: Tensor, sin: Tensor, norm: RMSNorm | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The queries `(T, heads, head_dim)`, keys and values `(T, kv_heads, head_dim)` of the rows of norm(x) (or
+        x): projected, q/k-normed where the model has those norms, and rotated by the RoPE rows cos, sin
+        `(T, 1, rope_dim / 2)`."""
         config, count = self.config, x.shape[0]
-        q, k, v = self._qkv(block, x)
+        q, k, v = self._qkv(block, x, norm)
         if block.q_norm is not None and block.q_norm.shape[-1] != config.head_dim:  # olmoe: over the projection
             q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
         q = q.reshape(count, config.n_heads, config.head_dim)
@@ -424,29 +432,33 @@ class Transformer:
         k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
         return q, k, v
 
-    def _qkv(self, block: Block, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The projections of the rows of x, each in a buffer of its own: fused into its consumers, a projection
-        runs once for the cache assign and again for the queries, and a decode step's matvec (tg.llm.lanes) fused
-        into the RoPE kernels ran unvectorized, 2.5 GFLOP/s against its own kernel's 10+."""
+    def _qkv(self, block: Block, x: Tensor, norm: RMSNorm | None) -> tuple[Tensor, Tensor, Tensor]:
+        """The projections of the rows of norm(x), each in a buffer of its own: fused into its consumers, a
+        projection runs once for the cache assign and again for the queries, and a decode step's matvec
+        (tg.llm.lanes) fused into the RoPE kernels ran unvectorized, 2.5 GFLOP/s against its own kernel's 10+. A
+        decode step normalizes inside the matvec kernel (see weights.linear)."""
         if block.qkv is None:
             assert block.q is not None and block.k is not None and block.v is not None
-            q, k, v = (linear(x, weight, bias).contiguous() for weight, bias in
+            q, k, v = (linear(x, weight, bias, norm).contiguous() for weight, bias in
                        ((block.q, block.q_bias), (block.k, block.k_bias), (block.v, block.v_bias)))  # fmt: skip
             return q, k, v
         config = self.config
-        qkv = linear(x, block.qkv, block.qkv_bias).contiguous()
+        qkv = linear(x, block.qkv, block.qkv_bias, norm).contiguous()
         q_end = config.n_heads * config.head_dim
         k_end = q_end + config.n_kv_heads * config.head_dim
         return qkv[..., :q_end], qkv[..., q_end:k_end], qkv[..., k_end:]
 
-    def feed_forward(self, block: Block, x: Tensor) -> Tensor:
+    def feed_forward(self, block: Block, x: Tensor, norm: RMSNorm | None = None) -> Tensor:
+        """The MLP (or mixture of experts) of the rows of norm(x) (or x). A decode step's dense MLP is two kernels:
+        norm, gate and up projections and silu(gate) * up in one (weights.gated_linear), the down projection and
+        whatever adds its result in the other."""
         if block.gate_up is not None:
-            gate_up = linear(x, block.gate_up)
-            hidden = gate_up.shape[-1] // 2
-            return linear(gate_up[..., :hidden].silu() * gate_up[..., hidden:], block.down)
+            return linear(gated_linear(x, block.gate_up, norm), block.down)
         if not self.config.num_experts:
-            return linear(linear(x, block.gate).silu() * linear(x, block.up), block.down)
+            return linear(linear(x, block.gate, norm=norm).silu() * linear(x, block.up, norm=norm), block.down)
         config = self.config
+        if norm is not None:
+            x = norm(x)
         probabilities = linear(x, block.router).softmax(-1)  # (T, experts)
         chosen = top_k_mask(probabilities, config.num_experts_per_tok)
         weights = chosen.where(probabilities, 0.0)

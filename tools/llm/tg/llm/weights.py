@@ -4,11 +4,21 @@ that use them (the decode is a lazy expression the scheduler fuses into the matm
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tg.codegen import to_numpy
-from tg.llm.lanes import ALIGNED_GAP, LaneBlocks, lane_dequantize, lane_matvec, pack_lanes
+from tg.llm.lanes import (
+    ALIGNED_GAP,
+    LANES,
+    LaneBlocks,
+    RMSNorm,
+    lane_dequantize,
+    lane_gated_matvec,
+    lane_matvec,
+    pack_lanes,
+)
 from tg.llm.ops import concat
 from tg.llm.quants import HALF_FIELDS, Blocks, dequantize, pack, type_name
 from tg.tensor import Tensor
@@ -75,33 +85,53 @@ def quantized_weight(raw: Any, ggml_type: int, shape: tuple[int, ...], device: s
 SCRATCH_MATMUL_ROWS = 16
 
 
-def linear(x: Tensor, weight: Weight, bias: Tensor | None = None) -> Tensor:
-    """x @ weight.T (+ bias): weight is `(out, in)` as GGUF stores it; a quantized one is decoded in the kernel.
+def linear(x: Tensor, weight: Weight, bias: Tensor | None = None, norm: RMSNorm | None = None) -> Tensor:
+    """norm(x) @ weight.T (+ bias), or x @ weight.T without `norm`: weight is `(out, in)` as GGUF stores it; a
+    quantized one is decoded in the kernel.
 
     Many rows (a prefill chunk): the weight is first decoded into a `(in, out)` float32 buffer that lives only
     for this matmul (one matrix at a time, so memory grows by the largest matrix at most, not by the model), then
     multiplied; tg's matmul runs about 5x faster on a weight contiguous along the output axis than along the
     reduction. Few rows (decoding): the weight stays encoded and is decoded inside the matvec kernel
-    (tg.llm.lanes.lane_matvec), one kernel per row of x: with several rows in one kernel, the scheduler's fusion
-    policy sees each decoded weight value reused by every row and gives the values (dozens of them per block)
-    buffers and kernels of their own."""
-    rows = math.prod(x.shape[:-1])
+    (tg.llm.lanes.lane_matvec), one kernel per row of x, with the norm in it: with several rows in one kernel,
+    the scheduler's fusion policy sees each decoded weight value reused by every row and gives the values (dozens
+    of them per block) buffers and kernels of their own."""
+    rows, lanes = math.prod(x.shape[:-1]), weight.data
+    if rows < SCRATCH_MATMUL_ROWS and isinstance(lanes, LaneBlocks):
+        out = _rowwise(x, lambda row: lane_matvec(row, lanes, norm), weight.shape[0])
+        return out if bias is None else out + bias
+    if norm is not None:
+        x = norm(x)
     if rows >= SCRATCH_MATMUL_ROWS:
         out = x.matmul(weight.transposed_float().contiguous())
-    elif isinstance(weight.data, LaneBlocks):
-        out = _rowwise_lane_matvec(x, weight.data)
     else:
         out = x.matmul(weight.float().transpose(-1, -2))
     return out if bias is None else out + bias
 
 
-def _rowwise_lane_matvec(x: Tensor, lanes: LaneBlocks) -> Tensor:
+def gated_linear(x: Tensor, gate_up: Weight, norm: RMSNorm | None = None) -> Tensor:
+    """silu(gate) * up of the projections norm(x) @ gate.T and norm(x) @ up.T, where `gate_up` stacks gate's rows
+    on up's (a fused ffn_gate_up, see tg.llm.model.FUSED_PROJECTIONS): the MLP's hidden activations. Decoding
+    (few rows, LaneBlocks whose halves split at a lane group), norm, both matvecs and the product are one kernel."""
+    hidden = gate_up.shape[0] // 2
+    lanes = gate_up.data
+    if math.prod(x.shape[:-1]) < SCRATCH_MATMUL_ROWS and isinstance(lanes, LaneBlocks) and hidden % LANES == 0:
+        # a buffer of its own from the start: the down projection reads every hidden value once per output row, so
+        # the scheduler would store it anyway, but only after it has given the two matvecs under it kernels of
+        # their own (a reduction read by another reduction is stored), three kernels instead of one
+        return _rowwise(x, lambda row: lane_gated_matvec(row, lanes, norm), hidden).contiguous()
+    both = linear(x, gate_up, norm=norm)
+    return both[..., :hidden].silu() * both[..., hidden:]
+
+
+def _rowwise(x: Tensor, matvec: Callable[[Tensor], Tensor], outputs: int) -> Tensor:
+    """`matvec` `(1, in) -> (1, outputs)` applied to every row of x `(..., in)`: `(..., outputs)`."""
     *lead, features = x.shape
     flat = x.reshape(-1, features)
     if flat.shape[0] == 1:
-        return lane_matvec(flat, lanes).reshape(*lead, lanes.shape[0])
-    outputs = [lane_matvec(flat[row : row + 1], lanes).contiguous() for row in range(flat.shape[0])]
-    return concat(outputs, dim=0).reshape(*lead, lanes.shape[0])
+        return matvec(flat).reshape(*lead, outputs)
+    rows = [matvec(flat[row : row + 1]).contiguous() for row in range(flat.shape[0])]
+    return concat(rows, dim=0).reshape(*lead, outputs)
 
 
 class EmbeddingTable:

@@ -136,12 +136,17 @@ class Linearizer:
                 self.emit(node)
 
     def hoist_reductions(self, ast: UOp) -> None:
-        """Compute, before the next output loop opens, every reduction that the loops still to open do not change:
-        a row reduction the scheduler fused into its reader (a softmax's max and sum) runs once per row, then the
-        loop along the row reads its result (tg.codegen.schedule.realize.fuse_row_reduction)."""
+        """Compute, before the next output loop opens, every reduction that the loops still to open do not change.
+        A row reduction the scheduler fused into its reader (a softmax's max and sum) runs once per row, then the
+        loop along the row reads its result (tg.codegen.schedule.realize.fuse_row_reduction); a matvec with its
+        RMSNorm's sum of squares (tg.llm.lanes) reads the same x for every row and computes that sum once per call.
+        Only plain reduce loops move: a BLOCK_REDUCE's carried result and a GROUP_REDUCE's shares stay where they
+        are."""
         open_now = frozenset(self.open_ranges)
         for node in ast.toposort():
-            if node.op is Ops.REDUCE and self.needs[node] <= open_now:
+            if node.op is not Ops.REDUCE or not self.needs[node] <= open_now:
+                continue
+            if all(r.arg.axis_type in (AxisType.REDUCE, AxisType.UNROLL) for r in node.src[1:]):
                 self.emit(node)
 
     def emit_reduce(self, reduce: UOp) -> UOp:

@@ -237,9 +237,11 @@ def kernel_variables(linear: UOp) -> list[UOp]:
 
 
 def first_output_loop(linear: UOp) -> UOp | None:
-    """The loop a multi-core CPU renderer splits: the first one, or the first inside the BLOCK_REDUCE loops around
-    the kernel (each core then runs every block of its own outputs, which no other core touches)."""
-    return next((u for u in linear.src if u.op is Ops.RANGE and u.arg.axis_type is not AxisType.BLOCK_REDUCE), None)
+    """The loop a multi-core CPU renderer splits: the first output loop, inside the BLOCK_REDUCE loops around the
+    kernel (each core then runs every block of its own outputs, which no other core touches) and after any
+    reduction computed before it (see Linearizer.hoist_reductions; each call computes those)."""
+    output_types = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
+    return next((u for u in linear.src if u.op is Ops.RANGE and u.arg.axis_type in output_types), None)
 
 
 def global_params(linear: UOp) -> list[UOp]:

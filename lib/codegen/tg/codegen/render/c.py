@@ -529,10 +529,8 @@ class CRenderer(CStyleLanguage):
         if rng is k.abi["group"]:
             k.line(f"{{ const long {name} = core_id; /* GROUP_REDUCE {chunks} */")
             return
-        splits_outputs = chunks > 1 and k.abi["group"] is None
-        if splits_outputs and "split" not in k.abi and rng.arg.axis_type is not AxisType.BLOCK_REDUCE:
-            # the first output loop (inside any BLOCK_REDUCE loop): this call's chunk of it
-            k.abi["split"] = rng
+        if chunks > 1 and k.abi["group"] is None and rng is first_output_loop(k.linear):
+            # this call's chunk of the first output loop
             end = f"{rng.src[0].arg}ll"
             if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: calls as many as this launch's work needs
                 end = f"(long long){loop_end(k, rng)}"

@@ -204,12 +204,10 @@ class _LLVMFunction:
             self.names[v] = f"%{variable_argument(v)}_i64"
             self.entry.append(f"  {self.names[v]} = sext i32 %{variable_argument(v)} to i64")
         signature += [f"i32 %{variable_argument(v)}" for v in variables]
-        first_range = True
+        split = first_output_loop(self.linear) if self.chunks > 1 else None
         for node in self.linear.src:
             if node.op is Ops.RANGE:
-                outer_block = node.arg.axis_type is AxisType.BLOCK_REDUCE
-                self.open_loop(node, split=first_range and self.chunks > 1 and not outer_block)
-                first_range = first_range and outer_block
+                self.open_loop(node, split=node is split)
             else:
                 self.render_node(node)
         self.statement("ret void")

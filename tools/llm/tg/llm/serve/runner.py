@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tg.llm.generate import common_prefix
+from tg.llm.lanes import RMSNorm
 from tg.llm.model import (
     Block,
     ContextOverflowError,
     Transformer,
     attend,
     kv_window,
-    rms_norm,
     write_cache_rows,
 )
 from tg.llm.ops import concat, stack
@@ -184,11 +184,11 @@ def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor,
     x = model.embedding_table.decode(list(inputs[first_cache + feeds * blocks :]))
     new_kvs = []
     for index, block in enumerate(model.blocks):
-        normed = rms_norm(x, block.attn_norm, config.norm_eps)
+        attn_norm = RMSNorm(block.attn_norm, config.norm_eps)
         caches = [own_caches[index][: layout.window] for own_caches in feed_caches]
-        attended, new_kv = attention(model, block, layout.rows, caches, masks, normed, cos, sin)
+        attended, new_kv = attention(model, block, layout.rows, caches, masks, x, attn_norm, cos, sin)
         h = x + attended
-        x = h + model.feed_forward(block, rms_norm(h, block.ffn_norm, config.norm_eps))
+        x = h + model.feed_forward(block, h, RMSNorm(block.ffn_norm, config.norm_eps))
         x = x.contiguous()  # one realize per block, as in Transformer._step: small graphs, one shared schedule
         Tensor.realize(x, new_kv)
         new_kvs.append(new_kv)
@@ -196,8 +196,8 @@ def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor,
     for count, last in zip(layout.rows, lasts, strict=True):  # each feed's last real row (where: padding is exact 0)
         rows.append(last.where(x[offset : offset + count], 0.0).sum(0, keepdim=True))
         offset += count
-    out = rms_norm(concat(rows, dim=0), model.output_norm, config.norm_eps)
-    return [linear(out, model.output).reshape(feeds, -1).realize(), *new_kvs]
+    logits = linear(concat(rows, dim=0), model.output, norm=RMSNorm(model.output_norm, config.norm_eps))
+    return [logits.reshape(feeds, -1).realize(), *new_kvs]
 
 
 def attention(
@@ -207,12 +207,13 @@ def attention(
     caches: list[Tensor],
     masks: list[Tensor],
     x: Tensor,
+    norm: RMSNorm,
     cos: Tensor,
     sin: Tensor,
 ) -> tuple[Tensor, Tensor]:
     """(attention output, the new keys and values `(rows, 2, kv_heads, head_dim)` of all feeds): projections for
     all rows at once, then each feed's queries attend over its cache and its own new keys and values."""
-    q, k, v = model.rotated_qkv(block, x, cos, sin)
+    q, k, v = model.rotated_qkv(block, x, cos, sin, norm)
     new_kv = stack([k, v], dim=1).contiguous()  # a buffer, as in Transformer._attention
     outputs, first = [], 0
     for count, cache, mask in zip(feed_rows, caches, masks, strict=True):

@@ -124,7 +124,8 @@ def test_decode_reads_only_the_filled_cache_rows(tmp_path: Path) -> None:
         generator.prefill(TOKENS[:6])
         if poison:
             for cache in model.caches:
-                rows = np.full((cache.shape[0] - 6, *cache.shape[1:]), np.nan, np.float32)
+                _, kv_heads, rows, head_dim = cache.shape
+                rows = np.full((rows - 6, 2, kv_heads, head_dim), np.nan, np.float32)
                 write_cache_rows(cache, memoryview(rows).cast("B"), 6)
         logits.append([generator._forward([token], 6 + i) for i, token in enumerate([3, 9, 27])])
     np.testing.assert_array_equal(np.array(logits[1]), np.array(logits[0]))

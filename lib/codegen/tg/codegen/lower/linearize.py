@@ -193,7 +193,11 @@ class Linearizer:
         if inner.src[0].op is not Ops.CONST:  # a symbolic trip count cannot be cut into steps of PARTIAL_SUMS
             return None
         size = inner.src[0].arg
-        if inner.arg.axis_type is not AxisType.REDUCE or size % PARTIAL_SUMS or size < MIN_STEPS * PARTIAL_SUMS:
+        if inner.arg.axis_type is not AxisType.REDUCE or size % PARTIAL_SUMS:
+            return None
+        # a short inner loop counts when loops around it repeat it (a softmax over the filled key tiles of a cache,
+        # (tiles, 16), its tile count symbolic)
+        if size < MIN_STEPS * PARTIAL_SUMS and not any(r.arg.axis_type is AxisType.REDUCE for r in ranges[:-1]):
             return None
         steps = UOp.range(size // PARTIAL_SUMS, inner.arg.axis_id, AxisType.REDUCE)
         lane = UOp.range(PARTIAL_SUMS, self.next_axis, AxisType.UPCAST)  # independent lanes, as an UPCAST axis

@@ -237,4 +237,5 @@ def hand_coded_optimizations(s: KernelOptimizer, max_lanes: int = MAX_LANES) -> 
     upcast_reused_axes(k, max_lanes)
     if k.axes_of(AxisType.UPCAST):
         unroll_reduction(k)
+    symbolic_axis_outermost(k)
     return k.applied_opts[len(s.applied_opts) :]

@@ -119,11 +119,12 @@ class Block:
     gate_up: Weight | None = None
 
 
-# A block's KV cache is one Tensor `(2, kv_heads, rows, head_dim)`. [1] holds the values row-major. [0] holds the keys
-# in tiles of KEY_TILE rows stored feature-major, `(kv_heads, rows / KEY_TILE, head_dim, KEY_TILE)` in memory: a decode
-# step's scores then put their vector lanes along KEY_TILE cached rows, each feature one multiply-add of a query
-# scalar by a vector of keys, where the row-major keys ended every dot product in 16 partial sums added in sequence
-# (SmolLM2-135M at position 288: 10 ms of a 33 ms step). A tile is contiguous (4 KiB at head_dim 64), so a kernel streams them.
+# A block's KV cache is one Tensor `(2, kv_heads, rows, head_dim)`. [1] holds the values row-major. [0] holds the
+# keys in tiles of KEY_TILE rows stored feature-major, `(kv_heads, rows / KEY_TILE, head_dim, KEY_TILE)` in memory:
+# a decode step's scores then put their vector lanes along KEY_TILE cached rows, each feature one multiply-add of a
+# query scalar by a vector of keys, where the row-major keys ended every dot product in 16 partial sums added in
+# sequence (SmolLM2-135M at position 288: 10 ms of a 33 ms step). A tile is contiguous (4 KiB at head_dim 64), so a
+# kernel streams them.
 KEY_TILE = 16
 
 
@@ -259,8 +260,9 @@ class Transformer:
     The cache of a block is `(2, kv_heads, rows, head_dim)` with the keys in tiles (see KEY_TILE), `rows` =
     max_context plus room for one padded prefill chunk. A step is a function of Tensors and the bound position
     Variable `start_pos`: it writes its keys and values into the caches (assigns inside the step) and attends over
-    the filled rows only (the key tiles that hold them, the rows past start_pos + count masked). Kernels take the position as an argument, so TinyJit captures the one-token
-    step once and replays it for every position (see BLOCK_ROWS for chunks).
+    the filled rows only (the key tiles that hold them, the rows past start_pos + count masked). Kernels take the
+    position as an argument, so TinyJit captures the one-token step once and replays it for every position (see
+    BLOCK_ROWS for chunks).
     """
 
     def __init__(
@@ -454,7 +456,8 @@ class Transformer:
         # the assigns update views, not `cache`, so the reads below must come after them
         q = q.contiguous()
         rows = slice(position, position + count)
-        Tensor.realize(key_rows(cache)[:, rows].assign(k.transpose(0, 1)), cache[1, :, rows].assign(v.transpose(0, 1)), q)
+        new_keys = key_rows(cache)[:, rows].assign(k.transpose(0, 1))
+        Tensor.realize(new_keys, cache[1, :, rows].assign(v.transpose(0, 1)), q)
         keys, values = cache_keys(cache)[:, : mask.shape[1]], cache[1, :, :visible]
         return linear(attend(q, keys, values, mask), block.output)
 

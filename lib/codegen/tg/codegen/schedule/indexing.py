@@ -86,10 +86,11 @@ def axis_groups(new_sizes: list[int | UOp], old_sizes: list[int | UOp]) -> list[
 
 
 def _same_size(a: int | UOp, b: int | UOp) -> bool:
-    if not isinstance(a, UOp) and not isinstance(b, UOp):
-        return a == b
-    difference = (a - b).simplify() if isinstance(a - b, UOp) else a - b
-    return isinstance(difference, UOp) and difference.op is Ops.CONST and difference.arg == 0
+    difference = a - b
+    if isinstance(difference, UOp):
+        difference = difference.simplify()
+        return difference.op is Ops.CONST and difference.arg == 0
+    return difference == 0
 
 
 def permute_index(idx: Index, order: tuple[int, ...]) -> Index:

@@ -110,8 +110,8 @@ def test_the_weighted_values_kernel_loads_contiguous_vectors_along_head_dim() ->
     which kept the C compiler from loading a vector: it ran scalar, 3.7x slower)."""
     kernels = [ast for ast in decode_attention_kernels() if reduces_symbolic_rows(ast) and not has_symbolic_output(ast)]
     wide = HEADS * HEAD_DIM  # the merged output axis
-    (values,) = [ast for ast in kernels
-                 if any(u.op is Ops.RANGE and not symbolic(u) and u.src[0].arg >= wide for u in ast.toposort())]  # fmt: skip
+    (values,) = [ast for ast in kernels if any(u.op is Ops.RANGE and not symbolic(u) and u.src[0].arg >= wide
+                                               for u in ast.toposort())]  # fmt: skip
     opts, _ = optimized(values)
     assert any(opt.op is OptOps.UPCAST and opt.arg == 16 for opt in opts), opts
     assert not re.search(rf"% {HEAD_DIM}ll", source(values)), source(values)

@@ -221,25 +221,37 @@ def block_layout(block: Block) -> tuple:
 
 def write_cache_rows(cache: Tensor, rows: memoryview, start_pos: int) -> None:
     """Copy `rows`, the bytes of whole rows `(count, 2, kv_heads, head_dim)` (keys then values), into the realized KV
-    cache `cache` (see KEY_TILE) from position start_pos on: per KV head, the values are one contiguous run, and the
-    key tiles the rows fall in are read, updated and written back."""
+    cache `cache` (see KEY_TILE) from position start_pos on. Host-visible memory is written in place; otherwise the
+    key tiles and value rows the rows fall in are copied out per KV head, updated and copied back."""
     _, kv_heads, cache_rows, head_dim = cache.shape
     dtype = np.dtype(to_numpy(cache.dtype))
     new = np.frombuffer(rows, dtype=dtype).reshape(-1, 2, kv_heads, head_dim)
-    count = new.shape[0]
     memory = buffer_of(whole_buffer(cache.uop))
-    first_tile = start_pos // KEY_TILE
-    tiles = key_tiles(start_pos + count) - first_tile
-    local = start_pos - first_tile * KEY_TILE + np.arange(count)  # the rows' places in the tiles read
-    for head in range(kv_heads):
-        values_at = ((kv_heads + head) * cache_rows + start_pos) * head_dim * dtype.itemsize
-        memory.view(count * head_dim, cache.dtype, values_at).copyin(np.ascontiguousarray(new[:, 1, head]).data)
-        keys = memory.view(tiles * KEY_TILE * head_dim, cache.dtype,
-                           (head * cache_rows + first_tile * KEY_TILE) * head_dim * dtype.itemsize)  # fmt: skip
-        tile = np.empty((tiles, head_dim, KEY_TILE), dtype)
-        keys.copyout(memoryview(tile).cast("B"))
-        tile[local // KEY_TILE, :, local % KEY_TILE] = new[:, 0, head]
-        keys.copyin(memoryview(tile).cast("B"))
+    live = memory.host_view()
+    if live is not None:
+        store_rows(np.frombuffer(live, dtype).reshape(cache.shape), new, start_pos)
+        return
+    first = start_pos // KEY_TILE * KEY_TILE  # the rows of whole key tiles, copied out and back per part and head
+    count = key_tiles(start_pos + new.shape[0]) * KEY_TILE - first
+    region = np.empty((2, kv_heads, count, head_dim), dtype)
+    parts = [(part, head, memory.view(count * head_dim, cache.dtype,
+                                      ((part * kv_heads + head) * cache_rows + first) * head_dim * dtype.itemsize))
+             for part in range(2) for head in range(kv_heads)]  # fmt: skip
+    for part, head, view in parts:
+        view.copyout(memoryview(region[part, head]).cast("B"))
+    store_rows(region, new, start_pos - first)
+    for part, head, view in parts:
+        view.copyin(memoryview(region[part, head]).cast("B"))
+
+
+def store_rows(cache: np.ndarray, new: np.ndarray, start_pos: int) -> None:
+    """Write rows `new` `(count, 2, kv_heads, head_dim)` into the host array `cache` `(2, kv_heads, rows, head_dim)`,
+    memory laid out as a KV cache (see KEY_TILE; rows a whole number of key tiles), from row start_pos on."""
+    kv_heads, rows, head_dim = cache.shape[1:]
+    positions = start_pos + np.arange(new.shape[0])
+    cache[1, :, positions] = new[:, 1]
+    tiles = cache[0].reshape(kv_heads, rows // KEY_TILE, head_dim, KEY_TILE)
+    tiles[:, positions // KEY_TILE, :, positions % KEY_TILE] = new[:, 0]
 
 
 def release_cached_memory(device: str) -> None:

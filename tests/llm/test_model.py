@@ -135,6 +135,7 @@ def test_kv_window_rounds_up_to_64_then_multiples_of_128() -> None:
     """(The server's batched steps attend over these windows of the cache.)"""
     assert kv_window(6, 96) == kv_window(11, 96) == kv_window(64, 96) == 64 and kv_window(65, 96) == 96
     assert kv_window(129, 4096) == kv_window(256, 4096) == 256 and kv_window(257, 4096) == 384
+    assert kv_window(90, 100) == 112  # at most the context rounded up to whole key tiles (16 rows)
 
 
 @pytest.mark.parametrize(

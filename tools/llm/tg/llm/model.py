@@ -147,7 +147,7 @@ def key_tiles(rows: int | UOp) -> int | UOp:
 
 def kv_window(start_pos: int, max_context: int) -> int:
     """How many cached positions a batched server step (tg.llm.serve.runner) starting at `start_pos` attends over
-    (the model's own steps read exactly the filled rows, see Transformer): 0, 64, 128, then the multiple of 128
+    (the model's own steps read the key tiles of the filled rows, see Transformer): 0, 64, 128, then the multiple of 128
     at or above start_pos (at most max_context rounded up to whole key tiles, see KEY_TILE). Steps in one window
     run identical kernels, so one TinyJit capture per window serves every position in it; the positions from
     start_pos on are masked. Windows of 128 keep the keys and values read in vain below 128 positions, while a new

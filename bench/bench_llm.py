@@ -71,7 +71,7 @@ def bench_tg(path, prefill_tokens: int, decode_tokens: int) -> dict:
     position = len(generator.cached) - 1
     untied = "output.weight" in model.weights
     weights = sum(w.nbytes() for name, w in model.weights.items() if not (untied and name == "token_embd.weight"))
-    kv_bytes = sum(cache.nbytes() // cache.shape[0] for cache in model.caches) * (position + 1)
+    kv_bytes = sum(cache.nbytes() // cache.shape[2] for cache in model.caches) * (position + 1)  # (2, kv, rows, hd)
     host_s = []
     for _ in range(5):  # the calling thread's part of a replay: inputs, argument patches, the submit
         start = time.perf_counter()

@@ -188,6 +188,27 @@ def test_long_sums_add_partial_sums_in_a_fixed_order_on_any_core_count() -> None
     assert "float acc0[16];" in CRenderer().render(lower(row_sum_kernel(rows, length))).src
 
 
+def test_a_sum_over_tiles_of_16_adds_partial_sums_per_lane() -> None:
+    """A reduction over (tiles, 16) (a softmax over the key tiles of a KV cache) is short per tile but repeated:
+    lane k adds element k of every tile in tile order, then the lanes add in lane order (numpy's sequential cumsum
+    computes that order independently); one scalar chain over every element was 20x slower. Fewer than MIN_STEPS
+    tiles keep one accumulator."""
+    rows, tiles = 4, 5
+    a = (rng.random((rows, tiles, 16), np.float32) * 1000).astype(np.float32)
+    out, data = UOp.param(0, dtypes.float32, rows), UOp.param(1, dtypes.float32, rows * tiles * 16)
+    i, t, lane = UOp.range(rows, 0), UOp.range(tiles, 1, AxisType.REDUCE), UOp.range(16, 2, AxisType.REDUCE)
+    value = data.index(i * (tiles * 16) + t * 16 + lane).load()
+    ast = UOp.sink(out.index(i).store(value.reduce(t, lane)), arg=KernelInfo("tile_sum"))
+    lanes = np.cumsum(a, axis=1, dtype=np.float32)[:, -1]
+    expected = np.cumsum(lanes, axis=1, dtype=np.float32)[:, -1]
+    assert "float acc0[16];" in CRenderer().render(lower(ast)).src
+    got = run_rendered(CRenderer(), ast, np.zeros(rows, np.float32), a)
+    assert got.tobytes() == expected.tobytes()
+    few = UOp.range(2, 1, AxisType.REDUCE)
+    short = UOp.sink(out.index(i).store(data.index(i * 32 + few * 16 + lane).load().reduce(few, lane)))
+    assert "acc0[1];" in CRenderer().render(lower(short)).src
+
+
 def test_short_or_unsplittable_sums_keep_one_accumulator() -> None:
     for length in (48, 1000 + 1):
         src = CRenderer().render(lower(row_sum_kernel(2, length))).src

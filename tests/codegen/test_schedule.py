@@ -182,3 +182,25 @@ def test_contiguous_output_axes_merge_into_one_loop_and_transposed_ones_do_not()
     assert merged.arg.name == "E_48"
     (separate,) = kernels(schedule_graph((op(Ops.ADD, movement(Ops.PERMUTE, buffer(3, 16), (1, 0)), b),)))
     assert separate.arg.name == "E_16_3"
+
+
+def test_a_reshape_indexes_each_group_of_axes_alone() -> None:
+    """(h, t*16) read from (h, t, 16) with t symbolic: the merged axis splits into r // 16 and r % 16 alone, with no
+    division by a symbolic size (through the flat position of all three axes the divisors were t*16 and t, which
+    the simplifier cannot fold, and a decode step's weighted sum ran 2x slower). Oracle: the row-major flat position
+    of the source index equals the one of the result index, for every value."""
+    from tg.codegen import sym_infer
+    from tg.codegen.schedule.indexing import flat_index, reshape_index
+
+    t = UOp.variable("t", 1, 4)
+    h, r = UOp.variable("h", 0, 2), UOp.variable("r", 0, 63)
+    source = reshape_index((h, r), (3, t * 16), (3, t, 16))
+    divisors = [u.src[1] for index in source for u in index.toposort() if u.op in (Ops.IDIV, Ops.MOD)]
+    assert divisors and all(d.op is Ops.CONST for d in divisors)
+    assert source[0].simplify() is h
+    for tiles in range(1, 5):
+        for head in range(3):
+            for row in range(tiles * 16):
+                values = {"t": tiles, "h": head, "r": row}
+                new_flat = sym_infer(flat_index((h, r), (3, t * 16)), values)
+                assert sym_infer(flat_index(source, (3, t, 16)), values) == new_flat

@@ -55,6 +55,9 @@ CASES = [
     ("division below divisor", y // 4, "0"),
     ("div-mod recombine", (x // 4) * 4 + x % 4, "x"),
     ("div-mod recombine scaled", (x // 4) * 12 + (x % 4) * 3, "(x*3)"),
+    ("padded length minus length", (x // 4) * 4 + 4 - (x + 1), "(((x%4)*-1)+3)"),  # never negative (vmin)
+    ("div minus numerator scaled", (x // 4) * 8 - x * 2, "((x%4)*-2)"),
+    ("lane under a wider modulo", (x * 4 + y) % 8, "(((x%2)*4)+y)"),  # consecutive in y
     ("negative numerator kept", z // 3, "(z//3)"),
     ("negative numerator exact", (z * 3) // 3, "z"),
     # comparisons
@@ -87,7 +90,7 @@ RESHAPE_CASES = [
     # flatten (4,6,2) and take the middle axis back out
     ("middle axis", ((i * 12 + j * 2 + k) // 2) % 6, "j"),
     # reshape (4,6) -> (2,12) -> (4,6): flatten, split, and flatten again
-    ("reshape round trip", ((i * 6 + j) // 12) * 12 + (i * 6 + j) % 12, "((i*6)+j)"),
+    ("reshape round trip", ((i * 6 + j) // 12) * 12 + (i * 6 + j) % 12, "(j+(i*6))"),
     # (4,6) -> (24,) -> (8,3): the row of the new view
     ("split of merged axes", (i * 6 + j) // 3, "((i*2)+(j//3))"),
     # (4,8) -> (32,) -> (2,16) then taking the row: only i matters
@@ -121,6 +124,12 @@ def test_int32_comparison_that_could_wrap_is_left_alone():
     w = UOp.variable("w", -(2**31), 2**31 - 1, dtypes.int32)
     e = (w + 5) < 10
     assert e.simplify() is e
+
+
+def test_a_padded_symbolic_length_is_known_not_below_the_length():
+    """(A slice of the first n + 1 of ceil((n + 1) / 16) * 16 elements passes the tensor layer's bounds check.)"""
+    n = v("n", 0, 4095)
+    assert ((n // 16) * 16 + 16 - (n + 1)).simplify().vmin == 0
 
 
 def test_simplify_is_idempotent_on_results():

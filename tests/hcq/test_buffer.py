@@ -36,6 +36,20 @@ def test_as_buffer_copy_does_not_change_with_the_buffer(kit) -> None:
     assert live.tolist() == [5, 6]
 
 
+def test_host_view_writes_reach_the_buffer(kit) -> None:
+    buf = Buffer("CPU", 3, kit.int32).allocate().copyin(np.array([1, 2, 3], np.int32).data)
+    view = buf.host_view()
+    assert view is not None
+    np.frombuffer(view, np.int32)[1] = 7
+    assert buf.numpy().tolist() == [1, 7, 3]
+
+
+def test_host_view_is_none_where_memory_is_not_host_visible(kit, monkeypatch) -> None:
+    buf = Buffer("CPU", 3, kit.int32).allocate()
+    monkeypatch.setattr(type(buf.allocator), "_as_buffer", lambda self, raw: None)
+    assert buf.host_view() is None
+
+
 def test_new_buffers_read_as_zero(kit) -> None:
     """Fresh memory from the OS is zero; a block the LRU cache hands back again may hold old data, so empty it."""
     Device["CPU"].allocator.free_cache()

@@ -125,7 +125,8 @@ def test_decode_reads_only_the_filled_cache_rows(tmp_path: Path) -> None:
         generator.prefill(TOKENS[:6])
         if poison:
             for cache in model.caches:
-                rows = np.full((cache.shape[0] - 6, *cache.shape[1:]), np.nan, np.float32)
+                _, kv_heads, rows, head_dim = cache.shape
+                rows = np.full((rows - 6, 2, kv_heads, head_dim), np.nan, np.float32)
                 write_cache_rows(cache, memoryview(rows).cast("B"), 6)
         logits.append([generator._forward([token], 6 + i) for i, token in enumerate([3, 9, 27])])
     np.testing.assert_array_equal(np.array(logits[1]), np.array(logits[0]))
@@ -135,6 +136,7 @@ def test_kv_window_rounds_up_to_64_then_multiples_of_128() -> None:
     """(The server's batched steps attend over these windows of the cache.)"""
     assert kv_window(6, 96) == kv_window(11, 96) == kv_window(64, 96) == 64 and kv_window(65, 96) == 96
     assert kv_window(129, 4096) == kv_window(256, 4096) == 256 and kv_window(257, 4096) == 384
+    assert kv_window(90, 100) == 112  # at most the context rounded up to whole key tiles (16 rows)
 
 
 @pytest.mark.parametrize(

@@ -175,6 +175,15 @@ class Buffer:
         except (ValueError, TypeError):  # memoryview cannot cast to some formats (e.g. 'e' before Python 3.12)
             return data
 
+    def host_view(self) -> memoryview | None:
+        """A live view of the buffer's bytes (after synchronizing the device: earlier work is done), through which
+        the host reads and writes the memory itself; None when the device's memory is not host-visible."""
+        view = self.allocator._as_buffer(self.raw)
+        if view is None:
+            return None
+        self.dev.synchronize()
+        return view
+
     def numpy(self) -> Any:
         import numpy as np
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from tg.codegen import UOp, dtypes
+from tg.codegen.dtype import to_numpy
 from tg.codegen.schedule.realize import whole_buffer
 from tg.hcq import Device
 from tg.hcq.engine.buffers import buffer_of
@@ -56,23 +57,29 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: 
     return out if rest.shape[-1] == 0 else concat([out, rest], dim=-1)
 
 
-def attend(q: Tensor, kv: Tensor, mask: Tensor | None, kv_heads: int) -> Tensor:
-    """Grouped-query attention of q `(T, heads, head_dim)` over kv `(S, 2, kv_heads, head_dim)` where `mask`
-    `(T, S)` is True (None: every key); query head h reads key/value head h // (heads / kv_heads). Returns
-    `(T, heads * head_dim)`. The softmax's division comes after the weighted sum of the values (a kernel fewer than
-    normalizing the weights first)."""
+def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+    """Grouped-query attention of q `(T, heads, head_dim)` over S cached rows: keys `(kv_heads, tiles, head_dim,
+    KEY_TILE)` in the cache's tiled layout (row KEY_TILE * t + i at [:, t, :, i], see cache_keys) and values
+    `(kv_heads, S, head_dim)`, S <= KEY_TILE * tiles, where `mask` `(T, tiles, KEY_TILE)` is True (key rows from S
+    on must be masked out); query head h reads key/value head h // (heads / kv_heads). Returns
+    `(T, heads * head_dim)`.
+
+    A score sums over head_dim with its lanes along KEY_TILE cached rows (one query scalar times a vector of keys per
+    feature, no horizontal sum). The values are read up to row S only, so whatever the masked rows hold (NaN past the
+    position) never meets a weight. The softmax's division comes after the weighted sum of the values (a kernel
+    fewer than normalizing the weights first)."""
     count, heads, head_dim = q.shape
+    kv_heads, tiles = keys.shape[:2]
     group = heads // kv_heads
-    q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, head_dim)
-    keys, values = kv[:, 0].permute(1, 2, 0), kv[:, 1].transpose(0, 1)  # (kv, head_dim, S), (kv, S, head_dim)
-    scores = (q.matmul(keys) * (1.0 / math.sqrt(head_dim))).reshape(kv_heads, group, count, -1)
-    if mask is not None:
-        scores = mask.reshape(1, 1, *mask.shape).where(scores, -math.inf)
-    exp = (scores - scores.max(-1, keepdim=True)).exp()
-    weighted = exp.reshape(kv_heads, group * count, -1)
+    q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, 1, head_dim, 1)
+    scores = (q * keys.unsqueeze(1)).sum(3) * (1.0 / math.sqrt(head_dim))
+    scores = mask.reshape(1, 1, *mask.shape).where(scores.reshape(kv_heads, group, count, tiles, KEY_TILE), -math.inf)
+    exp = (scores - scores.max((-2, -1), keepdim=True)).exp()
+    weights = exp.reshape(kv_heads, group * count, tiles * KEY_TILE)[..., : values.shape[1]]
     # the denominator in a kernel of its own: a column of ones after the values would give it in the same sum, but
     # that output, 65 wide, has no vector-wide divisor and ran scalar (3x slower at a decode position of 1000)
-    out = weighted.matmul(values).reshape(kv_heads, group, count, head_dim) / exp.sum(-1, keepdim=True)
+    denominator = exp.sum((-2, -1)).reshape(kv_heads, group, count, 1)
+    out = weights.matmul(values).reshape(kv_heads, group, count, head_dim) / denominator
     return out.permute(2, 0, 1, 3).reshape(count, heads * head_dim)
 
 
@@ -112,17 +119,43 @@ class Block:
     gate_up: Weight | None = None
 
 
+# A block's KV cache is one Tensor `(2, kv_heads, rows, head_dim)`. [1] holds the values row-major. [0] holds the
+# keys in tiles of KEY_TILE rows stored feature-major, `(kv_heads, rows / KEY_TILE, head_dim, KEY_TILE)` in memory:
+# a decode step's scores then put their vector lanes along KEY_TILE cached rows, each feature one multiply-add of a
+# query scalar by a vector of keys, where the row-major keys ended every dot product in 16 partial sums added in
+# sequence (SmolLM2-135M at position 288: 10 ms of a 33 ms step). A tile is contiguous (4 KiB at head_dim 64), so a
+# kernel streams them.
+KEY_TILE = 16
+
+
+def cache_keys(cache: Tensor) -> Tensor:
+    """The key tiles of `cache` (see KEY_TILE): `(kv_heads, rows / KEY_TILE, head_dim, KEY_TILE)`."""
+    kv_heads, rows, head_dim = cache.shape[1:]
+    return cache[0].reshape(kv_heads, rows // KEY_TILE, head_dim, KEY_TILE)
+
+
+def key_rows(cache: Tensor) -> Tensor:
+    """The keys of `cache` as rows `(kv_heads, rows, head_dim)`: a strided view of the tiles, to assign rows into."""
+    kv_heads, rows, head_dim = cache.shape[1:]
+    return cache_keys(cache).permute(0, 1, 3, 2).reshape(kv_heads, rows, head_dim)
+
+
+def key_tiles(rows: int | UOp) -> int | UOp:
+    """How many key tiles hold the first `rows` rows."""
+    return (rows + KEY_TILE - 1) // KEY_TILE
+
+
 def kv_window(start_pos: int, max_context: int) -> int:
     """How many cached positions a batched server step (tg.llm.serve.runner) starting at `start_pos` attends over
-    (the model's own steps read exactly the filled rows, see Transformer): 0, 64, 128, then the multiple of 128
-    at or above start_pos (at most max_context). Steps in one window run identical kernels, so one TinyJit capture
-    per window serves every position in it; the positions from start_pos on are masked. Windows of 128 keep the
-    keys and values read in vain below 128 positions, while a new window (one step scheduled and captured) comes
-    at most every 128 tokens."""
+    (the model's own steps read the key tiles of the filled rows, see Transformer): 0, 64, 128, then the multiple of 128
+    at or above start_pos (at most max_context rounded up to whole key tiles, see KEY_TILE). Steps in one window
+    run identical kernels, so one TinyJit capture per window serves every position in it; the positions from
+    start_pos on are masked. Windows of 128 keep the keys and values read in vain below 128 positions, while a new
+    window (one step scheduled and captured) comes at most every 128 tokens."""
     if start_pos == 0:
         return 0
     window = 64 if start_pos <= 64 else -(-start_pos // 128) * 128
-    return min(max_context, window)
+    return min(-(-max_context // KEY_TILE) * KEY_TILE, window)
 
 
 # The decode step runs the whole forward as one TinyJit capture at a symbolic position; a chunk shorter than
@@ -187,12 +220,38 @@ def block_layout(block: Block) -> tuple:
 
 
 def write_cache_rows(cache: Tensor, rows: memoryview, start_pos: int) -> None:
-    """Copy `rows`, the bytes of whole cache rows `(count, 2, kv_heads, head_dim)`, into the realized KV cache
-    `cache` `(max_context, 2, kv_heads, head_dim)` from position start_pos on (position-major: one contiguous run)."""
-    itemsize = cache.dtype.itemsize
-    target = buffer_of(whole_buffer(cache.uop))
-    offset = start_pos * math.prod(cache.shape[1:]) * itemsize
-    target.view(rows.nbytes // itemsize, cache.dtype, offset).copyin(rows)
+    """Copy `rows`, the bytes of whole rows `(count, 2, kv_heads, head_dim)` (keys then values), into the realized KV
+    cache `cache` (see KEY_TILE) from position start_pos on. Host-visible memory is written in place; otherwise the
+    key tiles and value rows the rows fall in are copied out per KV head, updated and copied back."""
+    _, kv_heads, cache_rows, head_dim = cache.shape
+    dtype = np.dtype(to_numpy(cache.dtype))
+    new = np.frombuffer(rows, dtype=dtype).reshape(-1, 2, kv_heads, head_dim)
+    memory = buffer_of(whole_buffer(cache.uop))
+    live = memory.host_view()
+    if live is not None:
+        store_rows(np.frombuffer(live, dtype).reshape(cache.shape), new, start_pos)
+        return
+    first = start_pos // KEY_TILE * KEY_TILE  # the rows of whole key tiles, copied out and back per part and head
+    count = key_tiles(start_pos + new.shape[0]) * KEY_TILE - first
+    region = np.empty((2, kv_heads, count, head_dim), dtype)
+    parts = [(part, head, memory.view(count * head_dim, cache.dtype,
+                                      ((part * kv_heads + head) * cache_rows + first) * head_dim * dtype.itemsize))
+             for part in range(2) for head in range(kv_heads)]  # fmt: skip
+    for part, head, view in parts:
+        view.copyout(memoryview(region[part, head]).cast("B"))
+    store_rows(region, new, start_pos - first)
+    for part, head, view in parts:
+        view.copyin(memoryview(region[part, head]).cast("B"))
+
+
+def store_rows(cache: np.ndarray, new: np.ndarray, start_pos: int) -> None:
+    """Write rows `new` `(count, 2, kv_heads, head_dim)` into the host array `cache` `(2, kv_heads, rows, head_dim)`,
+    memory laid out as a KV cache (see KEY_TILE; rows a whole number of key tiles), from row start_pos on."""
+    kv_heads, rows, head_dim = cache.shape[1:]
+    positions = start_pos + np.arange(new.shape[0])
+    cache[1, :, positions] = new[:, 1]
+    tiles = cache[0].reshape(kv_heads, rows // KEY_TILE, head_dim, KEY_TILE)
+    tiles[:, positions // KEY_TILE, :, positions % KEY_TILE] = new[:, 0]
 
 
 def release_cached_memory(device: str) -> None:
@@ -210,11 +269,12 @@ def release_cached_memory(device: str) -> None:
 class Transformer:
     """A GGUF decoder model with its KV cache (one sequence, batch 1).
 
-    The cache of a block is `(rows, 2, kv_heads, head_dim)`, position-major, with `rows` = max_context plus room
-    for one padded prefill chunk. A step is a function of Tensors and the bound position Variable `start_pos`: it
-    writes its keys and values into the caches (an assign inside the step) and attends over the filled part
-    `cache[:start_pos + count]` only. Kernels take the position as an argument, so TinyJit captures the one-token
-    step once and replays it for every position (see BLOCK_ROWS for chunks).
+    The cache of a block is `(2, kv_heads, rows, head_dim)` with the keys in tiles (see KEY_TILE), `rows` =
+    max_context plus room for one padded prefill chunk. A step is a function of Tensors and the bound position
+    Variable `start_pos`: it writes its keys and values into the caches (assigns inside the step) and attends over
+    the filled rows only (the key tiles that hold them, the rows past start_pos + count masked). Kernels take the
+    position as an argument, so TinyJit captures the one-token step once and replays it for every position (see
+    BLOCK_ROWS for chunks).
     """
 
     def __init__(
@@ -226,15 +286,16 @@ class Transformer:
         self.output_norm = weights["output_norm.weight"].float()
         self.output = weights.get("output.weight", self.embedding)  # tied embeddings when there is no output
         self.blocks = [self._block(index) for index in range(config.num_blocks)]
-        rows = self.max_context + BLOCK_ROWS[-1] - 1  # a padded chunk's extra rows may run past the context
-        cache_shape = (rows, 2, config.n_kv_heads, config.head_dim)
+        # a padded chunk's extra rows may run past the context; whole key tiles
+        rows = key_tiles(self.max_context + BLOCK_ROWS[-1] - 1) * KEY_TILE
+        cache_shape = (2, config.n_kv_heads, rows, config.head_dim)
         self.caches = [Tensor.zeros(*cache_shape).contiguous().realize() for _ in self.blocks]
         frequencies = config.rope_theta ** (-np.arange(0, config.rope_dim, 2, dtype=np.float64) / config.rope_dim)
         angles = np.arange(rows, dtype=np.float64)[:, None] * frequencies[None, :]
         self.rope_cos, self.rope_sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
         # the same tables on the device, `(rows, 1, rope_dim / 2)`: a step slices its rows at the symbolic position
         self.rope_tables = (Tensor(self.rope_cos[:, None, :]).realize(), Tensor(self.rope_sin[:, None, :]).realize())
-        self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal mask of a chunk
+        self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal masks
         self.position = Variable("start_pos", 0, self.max_context - 1)
         self.decode_step: TinyJit | None = None
         self.block_steps: dict[tuple, TinyJit] = {}  # see BLOCK_ROWS; dropped by drop_chunk_captures
@@ -323,9 +384,10 @@ class Transformer:
         The position is a Variable here too (the cache assign and RoPE rows), but attention reads a concrete
         window under a mask: its kernels over a symbolic length ran many times slower for many rows."""
         rows, config = len(tokens), self.config
-        window = min(-(-(start_pos + rows) // CHUNK_WINDOW) * CHUNK_WINDOW, self.caches[0].shape[0])
+        window = min(-(-(start_pos + rows) // CHUNK_WINDOW) * CHUNK_WINDOW, self.caches[0].shape[2])
         x = self.embedding_table.decode(self.embedding_table.inputs(tokens)).contiguous().realize()
-        mask = Tensor(np.arange(window)[None, :] <= start_pos + np.arange(rows)[:, None])  # causal, (rows, window)
+        causal = np.arange(window)[None, :] <= start_pos + np.arange(rows)[:, None]  # (rows, window)
+        mask = Tensor(causal.reshape(rows, window // KEY_TILE, KEY_TILE))
         position = self.position.bind(start_pos)
         for block, cache in zip(self.blocks, self.caches, strict=True):
             weights = block_tensors(block)
@@ -354,11 +416,12 @@ class Transformer:
         self, template: Block, position: UOp, x: Tensor, mask: Tensor, cache: Tensor, *weights: Tensor
     ) -> Tensor:
         """One block's forward of the rows of x (its buffer `(rows, dim)` updated in place), the block's Tensors
-        given as `weights` (see rebuilt_block), attending over the first `mask.shape[1]` rows of `cache`."""
+        given as `weights` (see rebuilt_block), attending over the first `mask.shape[1]` key tiles of `cache`."""
         block, config, count = rebuilt_block(template, list(weights)), self.config, x.shape[0]
         cos, sin = (table[position : position + count] for table in self.rope_tables)
         attn_norm, ffn_norm = RMSNorm(block.attn_norm, config.norm_eps), RMSNorm(block.ffn_norm, config.norm_eps)
-        h = (x + self._attention(block, cache, position, mask.shape[1], x, attn_norm, cos, sin, mask)).contiguous()
+        visible = mask.shape[1] * KEY_TILE
+        h = (x + self._attention(block, cache, position, visible, x, attn_norm, cos, sin, mask)).contiguous()
         x.assign(h + self.feed_forward(block, h, ffn_norm)).realize()
         return x
 
@@ -370,10 +433,10 @@ class Transformer:
         x = self.embedding_table.decode(list(token_rows))
         count = x.shape[0]
         cos, sin = (table[position : position + count] for table in self.rope_tables)
-        mask = None
-        if count > 1:  # causal: a row sees the keys up to its own position
-            keys, queries = self.positions[: position + count], self.positions[position : position + count]
-            mask = keys.reshape(1, -1) <= queries.reshape(-1, 1)
+        # causal: a row sees the keys up to its own position, in the key tiles that hold the rows up to the last
+        tiles = key_tiles(position + count)
+        keys = self.positions.reshape(-1, KEY_TILE)[:tiles]
+        mask = keys.reshape(1, *keys.shape) <= self.positions[position : position + count].reshape(-1, 1, 1)
         for block, cache in zip(self.blocks, self.caches, strict=True):
             attn_norm, ffn_norm = RMSNorm(block.attn_norm, config.norm_eps), RMSNorm(block.ffn_norm, config.norm_eps)
             # h in a buffer of its own, written by the attention output's matvec: the MLP's matvecs read it in
@@ -400,18 +463,21 @@ class Transformer:
         norm: RMSNorm,
         cos: Tensor,
         sin: Tensor,
-        mask: Tensor | None,
+        mask: Tensor,
     ) -> Tensor:
         """The attention output of the rows of norm(x) at positions `position`..: their keys and values are
-        assigned into `cache` there, then the queries attend over the cache's first `visible` rows (mask: which
-        keys each row sees)."""
+        assigned into `cache` there, then the queries attend over the cache's first `visible` rows (mask `(T, tiles,
+        KEY_TILE)`: which keys of the tiles that hold them each row sees)."""
         q, k, v = self.rotated_qkv(block, x, cos, sin, norm)
         count = x.shape[0]
         # realized here, the queries with them (else their projection would run again for the attention below):
-        # the assign updates the view, not `cache`, so the read below must come after it
+        # the assigns update views, not `cache`, so the reads below must come after them
         q = q.contiguous()
-        Tensor.realize(cache[position : position + count].assign(stack([k, v], dim=1)), q)
-        return linear(attend(q, cache[:visible], mask, self.config.n_kv_heads), block.output)
+        rows = slice(position, position + count)
+        new_keys = key_rows(cache)[:, rows].assign(k.transpose(0, 1))
+        Tensor.realize(new_keys, cache[1, :, rows].assign(v.transpose(0, 1)), q)
+        keys, values = cache_keys(cache)[:, : mask.shape[1]], cache[1, :, :visible]
+        return linear(attend(q, keys, values, mask), block.output)
 
     def rotated_qkv(
         self, block: Block, x: Tensor, cos: Tensor, sin: Tensor, norm: RMSNorm | None = None

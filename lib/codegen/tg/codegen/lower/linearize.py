@@ -211,7 +211,13 @@ class Linearizer:
         if inner.src[0].op is not Ops.CONST:  # a symbolic trip count cannot be cut into steps of PARTIAL_SUMS
             return None
         size = inner.src[0].arg
-        if inner.arg.axis_type is not AxisType.REDUCE or size % PARTIAL_SUMS or size < MIN_STEPS * PARTIAL_SUMS:
+        if inner.arg.axis_type is not AxisType.REDUCE or size % PARTIAL_SUMS:
+            return None
+        # the steps count those of the reduce loops around the inner one: a softmax over the filled key tiles of a
+        # KV cache reduces (tiles, 16), tiles symbolic (taken as long enough)
+        repeats = math.prod(r.src[0].arg if r.src[0].op is Ops.CONST else MIN_STEPS
+                            for r in ranges[:-1] if r.arg.axis_type is AxisType.REDUCE)  # fmt: skip
+        if size // PARTIAL_SUMS * repeats < MIN_STEPS:
             return None
         steps = UOp.range(size // PARTIAL_SUMS, inner.arg.axis_id, AxisType.REDUCE)
         lane = UOp.range(PARTIAL_SUMS, self.next_axis, AxisType.UPCAST)  # independent lanes, as an UPCAST axis

@@ -9,9 +9,10 @@ and broadcasting reductions. Plain reductions and elementwise kernels get no opt
 vectorizes their innermost loop (and upcasts strided reductions, see tg.codegen.lower.upcast). Loads that only
 decide a mask (a causal softmax's index comparisons) do not count as reuse, so a masked reduction gets the opts of
 the unmasked one (`value_loads`).
-A kernel whose outputs lie mostly along an axis of symbolic size (a decode step's attention scores over the filled
-rows of a KV cache) only gets that axis moved outermost, where the CPU renderer splits it across cores
-(`grows_along_symbolic_outputs`).
+A kernel whose outputs lie mostly along an axis of symbolic size (attention scores over the filled rows of a
+row-major KV cache) only gets that axis moved outermost, where the CPU renderer splits it across cores
+(`grows_along_symbolic_outputs`); a tiled kernel with such an axis gets it moved outermost too (tg-llm's scores over
+key tiles: 3 KV heads in front split 2:1 over two cores).
 
 No k-blocking (BLOCK): the heuristics never cut a reduction into blocks. Timed on top of their own matmul tile
 (bench/bench_kblock.py: a 2-core AVX-512 Xeon, 2 MiB L2, load 1.3-2.7), blocks of 128 or 256 made matmul 1024 and
@@ -271,4 +272,5 @@ def hand_coded_optimizations(s: KernelOptimizer, max_lanes: int = MAX_LANES) -> 
     upcast_reused_axes(k, max_lanes)
     if k.axes_of(AxisType.UPCAST):
         unroll_reduction(k)
+    symbolic_axis_outermost(k)
     return k.applied_opts[len(s.applied_opts) :]

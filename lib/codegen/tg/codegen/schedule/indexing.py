@@ -8,7 +8,7 @@ Nothing here moves data: a kernel reads its inputs through these expressions, an
 from __future__ import annotations
 
 from tg.codegen.dtype import dtypes
-from tg.codegen.uop.ops import UOp
+from tg.codegen.uop.ops import Ops, UOp
 
 Index = tuple[UOp, ...]
 Shape = tuple[int | UOp, ...]  # a size may be symbolic (see tg.codegen.schedule.graph)
@@ -49,12 +49,48 @@ def unflatten_index(flat: UOp, shape: Shape) -> Index:
 
 
 def reshape_index(idx: Index, new_shape: Shape, old_shape: Shape) -> Index:
-    """Source index of a RESHAPE. Adding or removing size-1 axes maps axes one to one; anything else goes
-    through the flat position."""
-    if [s for s in new_shape if s != 1] == [s for s in old_shape if s != 1]:
-        kept = iter([i for i, s in zip(idx, new_shape, strict=True) if s != 1])
-        return tuple(index_const(0) if s == 1 else next(kept) for s in old_shape)
-    return unflatten_index(flat_index(idx, new_shape), old_shape)
+    """Source index of a RESHAPE, group by group (see `axis_groups`): within a group through its flat position,
+    so axes a reshape leaves alone map one to one. A group of symbolic sizes needs this: `(h, t, 16) -> (h, t*16)`
+    through the flat position of all three axes divides by `t*16` (a symbolic divisor the simplifier cannot fold
+    back), while the group `(t, 16) -> t*16` alone gives `r // 16`, `r % 16` (a buffer address of r)."""
+    new_axes = [axis for axis, size in enumerate(new_shape) if size != 1]
+    old_axes = [axis for axis, size in enumerate(old_shape) if size != 1]
+    source = [index_const(0)] * len(old_shape)
+    for new_group, old_group in axis_groups([new_shape[a] for a in new_axes], [old_shape[a] for a in old_axes]):
+        news, olds = [new_axes[a] for a in new_group], [old_axes[a] for a in old_group]
+        flat = flat_index(tuple(idx[a] for a in news), tuple(new_shape[a] for a in news))
+        for axis, index in zip(olds, unflatten_index(flat, tuple(old_shape[a] for a in olds)), strict=True):
+            source[axis] = index
+    return tuple(source)
+
+
+def axis_groups(new_sizes: list[int | UOp], old_sizes: list[int | UOp]) -> list[tuple[range, range]]:
+    """Consecutive groups of axes (new, old) whose sizes have equal products, split wherever a prefix product of
+    the new sizes equals one of the old (as an expression, so for every value of the variables); the rest of the
+    axes form the last group."""
+    groups: list[tuple[range, range]] = []
+    new_start = old_start = 0
+    new_product: int | UOp = 1
+    for new_end in range(1, len(new_sizes) + 1):
+        new_product = new_product * new_sizes[new_end - 1]
+        old_product: int | UOp = 1
+        for old_end in range(1, len(old_sizes) + 1):
+            old_product = old_product * old_sizes[old_end - 1]
+            if old_end > old_start and _same_size(new_product, old_product):
+                groups.append((range(new_start, new_end), range(old_start, old_end)))
+                new_start, old_start = new_end, old_end
+                break
+    if new_start < len(new_sizes) or old_start < len(old_sizes):
+        groups.append((range(new_start, len(new_sizes)), range(old_start, len(old_sizes))))
+    return groups
+
+
+def _same_size(a: int | UOp, b: int | UOp) -> bool:
+    difference = a - b
+    if isinstance(difference, UOp):
+        difference = difference.simplify()
+        return difference.op is Ops.CONST and difference.arg == 0
+    return difference == 0
 
 
 def permute_index(idx: Index, order: tuple[int, ...]) -> Index:

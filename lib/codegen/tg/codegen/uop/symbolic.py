@@ -255,6 +255,26 @@ def _merge_div_mod_pairs(s: Sum) -> None:
                 s.add_term(term, coef * k)
             s.const += inner.const * k
         s.changed = True
+    _remainders_of_pairs(s)
+
+
+def _remainders_of_pairs(s: Sum) -> None:
+    """k*c*(x//c) - k*x is -k*(x%c), the same identity read the other way: a length padded up to a multiple of c
+    minus the length (`16*(n//16) + 16 - (n+1)`) becomes `15 - n%16`, whose bounds show it is never negative (a
+    slice of a padded symbolic length checks that). Only for x a single term (not a sum of several)."""
+    for u in list(s.terms):
+        if u.op is not Ops.IDIV or u.src[1].op is not Ops.CONST or u.src[1].arg <= 0 or u not in s.terms:
+            continue
+        x, c = u.src
+        if x.op in (Ops.ADD, Ops.CONST) or s.terms[u] % c.arg:
+            continue
+        k = s.terms[u] // c.arg
+        if k == 0 or s.terms.get(x) != -k:
+            continue
+        del s.terms[u]
+        del s.terms[x]
+        s.add_term(UOp(Ops.MOD, u.dtype, (x, c)), -k)
+        s.changed = True
 
 
 def _exact(u: UOp) -> bool:
@@ -427,7 +447,30 @@ def fold_mod(x: UOp, c: UOp) -> UOp | None:
     g = _gcd_of(s, d)
     if g > 1:
         return (_divide_sum(s, g) % (d // g)) * g
-    return _split_divisible_part(x, s, d, Ops.MOD)
+    split = _split_divisible_part(x, s, d, Ops.MOD)
+    return split if split is not None else _keep_small_remainder(x, s, d)
+
+
+def _keep_small_remainder(x: UOp, s: Sum, d: int) -> UOp | None:
+    """(g*Q + R) % d is (Q % (d/g))*g + R when g divides d, 0 <= R < g and x >= 0: `(i*16 + lane) % 64` with a lane
+    in 0..15 is `(i%4)*16 + lane`, an address that moves by one per lane (a vector load), where the remainder of
+    the whole sum hid that from the C compiler (a 576-wide output of heads x head_dim, upcast 16, ran scalar)."""
+    if x.vmin < 0:
+        return None
+    for g in sorted({math.gcd(k, d) for k in s.terms.values()} - {1, d}, reverse=True):
+        big, small = Sum(s.dtype), Sum(s.dtype)
+        for u, k in s.terms.items():
+            if k % g == 0:
+                big.terms[u] = k // g
+            else:
+                small.terms[u] = k
+        big.const, small.const = divmod(s.const, g)
+        if not big.terms or (not small.terms and small.const == 0):
+            continue
+        quotient, rest = big.build(), small.build()
+        if quotient.vmin >= 0 and rest.vmin >= 0 and rest.vmax < g:
+            return (quotient % (d // g)) * g + rest
+    return None
 
 
 def mod_smaller_than_divisor(x: UOp, y: UOp) -> UOp | None:

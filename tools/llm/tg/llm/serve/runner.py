@@ -21,10 +21,13 @@ import numpy as np
 from tg.llm.generate import common_prefix
 from tg.llm.lanes import RMSNorm
 from tg.llm.model import (
+    KEY_TILE,
     Block,
     ContextOverflowError,
     Transformer,
     attend,
+    cache_keys,
+    key_tiles,
     kv_window,
     write_cache_rows,
 )
@@ -142,7 +145,10 @@ def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit) -> np.nd
         # padding rows may run past the context; their RoPE rows are never used by a real row, any will do
         positions.append(np.minimum(feed.start + np.arange(feed.rows), context - 1))
         cached_visible = np.broadcast_to(np.arange(window)[None, :] < feed.start, (feed.rows, window))
-        masks.append(Tensor(np.concatenate([cached_visible, np.tri(feed.rows, dtype=bool)], axis=1)))
+        # the feed's own rows fill key tiles of their own after the window's, padded with masked keys
+        own_visible = np.tri(feed.rows, key_tiles(feed.rows) * KEY_TILE, dtype=bool)
+        mask = np.concatenate([cached_visible, own_visible], axis=1)
+        masks.append(Tensor(mask.reshape(feed.rows, -1, KEY_TILE)))
         lasts.append(Tensor((np.arange(feed.rows) == len(feed.tokens) - 1)[:, None]))
     rope_rows = np.concatenate(positions)
     cos, sin = Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])
@@ -171,7 +177,8 @@ class FeedLayout:
 def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor, *inputs: Tensor) -> list[Tensor]:
     """[logits `(feeds, vocab)`, then each block's new keys and values `(rows, 2, kv_heads, head_dim)`]: the
     forward of `forward_feeds` as a function of Tensors, for TinyJit. `inputs` are per feed its mask
-    `(rows, window + rows)`, then per feed its last-row selector `(rows, 1)` (True at its last real token), then
+    `(rows, tiles, KEY_TILE)` over the window's key tiles and its own (see `attention`), then per feed its last-row
+    selector `(rows, 1)` (True at its last real token), then
     per feed its per-block caches, then the token rows of all feeds.
 
     Mirrors `Transformer._step`, with the rows of all feeds stacked for the projections and feed-forward, and
@@ -185,8 +192,8 @@ def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor,
     new_kvs = []
     for index, block in enumerate(model.blocks):
         attn_norm = RMSNorm(block.attn_norm, config.norm_eps)
-        caches = [own_caches[index][: layout.window] for own_caches in feed_caches]
-        attended, new_kv = attention(model, block, layout.rows, caches, masks, x, attn_norm, cos, sin)
+        caches = [own_caches[index] for own_caches in feed_caches]
+        attended, new_kv = attention(model, block, layout, caches, masks, x, attn_norm, cos, sin)
         h = x + attended
         x = h + model.feed_forward(block, h, RMSNorm(block.ffn_norm, config.norm_eps))
         x = x.contiguous()  # one realize per block, as in Transformer._step: small graphs, one shared schedule
@@ -203,7 +210,7 @@ def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor,
 def attention(
     model: Transformer,
     block: Block,
-    feed_rows: tuple[int, ...],
+    layout: FeedLayout,
     caches: list[Tensor],
     masks: list[Tensor],
     x: Tensor,
@@ -212,17 +219,22 @@ def attention(
     sin: Tensor,
 ) -> tuple[Tensor, Tensor]:
     """(attention output, the new keys and values `(rows, 2, kv_heads, head_dim)` of all feeds): projections for
-    all rows at once, then each feed's queries attend over its cache and its own new keys and values."""
+    all rows at once, then each feed's queries attend over the first `layout.window` rows of its cache followed by
+    its own new keys and values (those in key tiles of their own, see KEY_TILE)."""
     q, k, v = model.rotated_qkv(block, x, cos, sin, norm)
     new_kv = stack([k, v], dim=1).contiguous()  # a buffer, as in Transformer._attention
-    outputs, first = [], 0
-    for count, cache, mask in zip(feed_rows, caches, masks, strict=True):
+    window, outputs, first = layout.window, [], 0
+    for count, cache, mask in zip(layout.rows, caches, masks, strict=True):
         rows = slice(first, first + count)
         first += count
-        own = new_kv[rows]
-        # (window + rows, 2, kv_heads, head_dim); a prefill from position 0 has no cached window
-        keys_values = own if cache.shape[0] == 0 else concat([cache, own], dim=0)
-        outputs.append(attend(q[rows], keys_values, mask, model.config.n_kv_heads))
+        own_keys, own_values = new_kv[rows, 0], new_kv[rows, 1]  # (count, kv_heads, head_dim)
+        padding = key_tiles(count) * KEY_TILE - count
+        own_tiles = own_keys.pad(((0, padding), None, None)).reshape(-1, KEY_TILE, *own_keys.shape[1:])
+        keys, values = own_tiles.permute(2, 0, 3, 1), own_values.transpose(0, 1)
+        if window:  # a prefill from position 0 has no cached window
+            keys = concat([cache_keys(cache)[:, : window // KEY_TILE], keys], dim=1)
+            values = concat([cache[1, :, :window], values], dim=1)
+        outputs.append(attend(q[rows], keys, values, mask))
     return linear(concat(outputs, dim=0), block.output), new_kv
 
 

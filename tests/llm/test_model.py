@@ -213,7 +213,8 @@ def test_a_decode_block_runs_its_norms_matvecs_and_mlp_in_four_kernels(tmp_path:
     """Each RMSNorm runs inside the matvec after it, silu(gate) * up inside the gate_up matvec, and each residual
     add inside the matvec before it: from the attention output's matvec on, a block is the attention output, the
     gate_up and the down matvecs, then the next block's qkv matvec (or the logits' matvec) right after. A fusion
-    undone puts a kernel between two of them. The whole block: at most 12 kernels (17 before these fusions)."""
+    undone puts a kernel between two of them. The whole block: at most 13 kernels (17 before these fusions; the
+    key-tile cache writes keys and values in two kernels)."""
     from tg.hcq.engine.capture import KernelLaunch
 
     model, _ = load_model(write_model(tmp_path / "m.gguf", "llama", "Q4_1", tied=False), max_context=32)
@@ -233,4 +234,4 @@ def test_a_decode_block_runs_its_norms_matvecs_and_mlp_in_four_kernels(tmp_path:
         starts.append(qkv)
         next_starts.append(down + 1)
     assert next_starts == [*starts[1:], reader(model.output)]
-    assert all(end - start <= 12 for start, end in zip(starts, next_starts, strict=True))
+    assert all(end - start <= 13 for start, end in zip(starts, next_starts, strict=True))

@@ -10,7 +10,7 @@ from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
-from tg.codegen.render.base import KernelText, RenderedKernel
+from tg.codegen.render.base import KernelText, RenderedKernel, loop_iterations
 from tg.codegen.render.c import CALLS_PER_CORE, CRenderer, CStyleLanguage, literal, with_helpers
 from tg.codegen.render.python import PythonRenderer
 from tg.hcq import Buffer, Device
@@ -81,6 +81,31 @@ def test_big_kernels_are_split_across_cores_and_small_ones_are_not() -> None:
     np.testing.assert_array_equal(run(elementwise(1 << 17), "CPU", np.zeros_like(a), a), a * 2)
 
 
+def three_short_sums_kernel(rows: int, width: int) -> UOp:
+    """out[i] = sum_j a[i, j] + sum_k b[i, k] + sum_l c[i, l]: three reduce loops one after another in the rows'."""
+    out = UOp.param(0, dtypes.float32, rows)
+    sources = [UOp.param(n, dtypes.float32, rows * width) for n in (1, 2, 3)]
+    i = UOp.range(rows, 0)
+    sums = []
+    for axis, source in enumerate(sources, start=1):
+        j = UOp.range(width, axis, AxisType.REDUCE)
+        sums.append(source.index(i * width + j).load().reduce(j, arg=Ops.ADD))
+    return UOp.sink(out.index(i).store(sums[0] + sums[1] + sums[2]), arg=KernelInfo("r_three_sums"))
+
+
+def test_loops_one_after_another_add_their_iterations_and_only_nested_loops_multiply() -> None:
+    """Regression: the size estimate multiplied every loop of the program, so three 16-long sums in a row of 64 rows
+    counted 64 * 16^3 = 262144 iterations and the kernel was cut into a call per core; it runs 3 * 64 * 16."""
+    linear = lower(three_short_sums_kernel(64, 16))
+    assert loop_iterations(linear) == 3 * 64 * 16
+    assert CRenderer(cores=4).render(linear).global_size == (1, 1, 1)
+    a, b, c = (rng.random(64 * 16, np.float32) for _ in range(3))
+    expected = (a.reshape(64, 16).sum(1) + b.reshape(64, 16).sum(1)) + c.reshape(64, 16).sum(1)
+    np.testing.assert_allclose(
+        run(three_short_sums_kernel(64, 16), "CPU", np.zeros(64, np.float32), a, b, c), expected, rtol=1e-6
+    )
+
+
 def scaled_rows_kernel(rows: int, columns: int) -> UOp:
     """out[i] = a[i] * sum_j b[j]: the sum is computed before the rows' loop (see Linearizer.hoist_reductions)."""
     out, a = UOp.param(0, dtypes.float32, rows), UOp.param(1, dtypes.float32, rows)
@@ -97,7 +122,7 @@ def test_the_cores_split_the_output_loop_not_a_reduction_computed_before_it(devi
     the whole sum, then only its own rows."""
     from tg.codegen.render.llvmir import LLVMRenderer
 
-    rows, columns = 1 << 14, 64
+    rows, columns = 1 << 17, 64  # big enough to be split across cores
     renderer = CRenderer(cores=4) if device == "CPU" else LLVMRenderer(cores=4)
     rendered = renderer.render(lower(scaled_rows_kernel(rows, columns)))
     assert rendered.global_size[0] > 1
@@ -171,7 +196,7 @@ def run_rendered(renderer: CRenderer, ast: UOp, out: np.ndarray, *inputs: np.nda
 def test_long_sums_add_partial_sums_in_a_fixed_order_on_any_core_count() -> None:
     """Issue 12: lane k sums elements k, k+16, ... in order; the 16 lanes are then added in lane order. numpy's
     cumsum (sequential, float32) computes that order independently of our code."""
-    rows, length = 64, 2048  # big enough to be split across cores
+    rows, length = 64, 8192  # big enough to be split into CALLS_PER_CORE calls per core
     a = (rng.random((rows, length), np.float32) * 1000).astype(np.float32)
     lanes = np.stack([np.cumsum(a[:, k::16], axis=1, dtype=np.float32)[:, -1] for k in range(16)], axis=1)
     expected = np.cumsum(lanes, axis=1, dtype=np.float32)[:, -1]

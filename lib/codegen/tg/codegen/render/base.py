@@ -20,7 +20,6 @@ reproduce it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -210,8 +209,29 @@ def buffer_param(address: UOp) -> UOp:
 
 def loop_iterations(linear: UOp) -> int:
     """The iterations of the innermost work if every loop ran to its end (an estimate of kernel size; a symbolic
-    trip count counts at its maximum)."""
-    return math.prod(max_trip_count(u) for u in linear.src if u.op is Ops.RANGE)
+    trip count counts at its maximum): each innermost loop counts its trip count times those of the loops around
+    it. Loops that follow one another add up; only nested loops multiply (three 16-lane loops in a row inside a
+    loop of 64 are 64 * 48 iterations, not 64 * 16^3)."""
+    total, open_loops = 0, []  # open_loops: [range, its trip count times the enclosing ones', has a loop inside]
+
+    def close(rng: UOp) -> None:
+        nonlocal total
+        position = next(i for i, entry in enumerate(open_loops) if entry[0] is rng)
+        for _, trips, has_inner in open_loops[position:]:
+            total += 0 if has_inner else trips
+        del open_loops[position:]
+
+    for u in linear.src:
+        if u.op is Ops.RANGE:
+            if open_loops:
+                open_loops[-1][2] = True
+            outer = open_loops[-1][1] if open_loops else 1
+            open_loops.append([u, outer * max_trip_count(u), False])
+        elif u.op is Ops.END and any(entry[0] is u.src[0] for entry in open_loops):
+            close(u.src[0])
+    if open_loops:
+        close(open_loops[0][0])
+    return total
 
 
 def max_trip_count(rng: UOp) -> int:

@@ -107,8 +107,17 @@ def sleepy_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     held.put(None)
 
 
+def _calls_through_ctypes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device["CPU"]'s compute engine makes its kernel calls through ctypes and `kernel_runner` (the path of a machine
+    without the C call library), so a test can wrap each call in Python."""
+    engine = Device["CPU"].compute_engine
+    monkeypatch.setattr(engine, "native", None)
+    monkeypatch.setattr(engine, "_load_native", None)
+
+
 def _threads_running_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the threads that make each kernel call from now on."""
+    """The names of the threads that make each kernel call from now on (calls through ctypes)."""
+    _calls_through_ctypes(monkeypatch)
     names: list[str] = []
     original = cpu_workers.kernel_runner
 
@@ -191,6 +200,7 @@ def test_ctrl_c_while_the_host_runs_queued_work_stops_after_the_command_and_the_
 
         return run_then_press_ctrl_c
 
+    _calls_through_ctypes(monkeypatch)
     monkeypatch.setattr(cpu_workers, "kernel_runner", interrupted_runner)
     monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launch split, whatever its speed
     prg(out.raw, global_size=(8, 1, 1))

@@ -26,6 +26,7 @@ then awaited costs no thread wake-up, neither to start it nor to report its end.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import tempfile
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from tg.hcq.allocator import BufferSpec, LRUAllocator
 from tg.hcq.commands import Command
 from tg.hcq.compiled import HCQCompiled
 from tg.hcq.device import DeviceSpec
+from tg.hcq.devices.cpu_calls import NativeCalls, load_native_calls
 from tg.hcq.devices.cpu_workers import CommandEngine, CorePool
 from tg.hcq.flags import CPU_COUNT
 from tg.hcq.memory import HCQBuffer, HostMemory
@@ -78,6 +80,17 @@ def load_shared_object(lib: bytes) -> ctypes.CDLL:
         return ctypes.CDLL(path)
     finally:
         os.unlink(path)
+
+
+@functools.cache
+def load_call_library() -> NativeCalls | None:
+    """The C call library of the CPU engines (one per process, compiled with the system C compiler), or None when
+    there is no C compiler: the engines then call kernels through ctypes (see tg.hcq.devices.cpu_calls)."""
+    try:
+        compiler = CCompiler()
+    except FileNotFoundError:
+        return None
+    return load_native_calls(compiler, load_shared_object)
 
 
 class CPUProgram(HCQProgram):
@@ -168,7 +181,9 @@ class CPUDevice(HCQCompiled):
 
     def __init__(self, spec: DeviceSpec) -> None:
         self.cores = CorePool(core_count(), name=spec.canonical)
-        self.compute_engine = CommandEngine(f"{spec.canonical}-compute", self.cores, self._record_error)
+        self.compute_engine = CommandEngine(
+            f"{spec.canonical}-compute", self.cores, self._record_error, native=load_call_library
+        )
         self.copy_engine = CommandEngine(f"{spec.canonical}-copy", None, self._record_error)
         allocator = CPUAllocator()
         compiler: Any

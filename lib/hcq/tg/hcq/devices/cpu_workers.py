@@ -36,6 +36,7 @@ from tg.hcq.commands import (
     WaitCommand,
     WriteCommand,
 )
+from tg.hcq.devices.cpu_calls import WAIT_SPIN_NS, KernelRecord, NativeCalls, SerialCall
 from tg.hcq.signal import load_signal_value, notify_memory_changed, sleep_until, store_signal_value
 from tg.hcq.symbolic import concrete
 
@@ -66,6 +67,13 @@ class Launch:
         self.done = threading.Event()
         self.error: BaseException | None = None  # the first call that failed
 
+    def run_whole(self) -> None:
+        """Make every call on this thread (a launch too small to split)."""
+        self.run(0, self.total)
+
+    def wait(self) -> None:
+        self.done.wait()
+
     def take_calls(self) -> None:
         for i in iter(self._take_next, None):
             if i >= self.total:
@@ -76,6 +84,35 @@ class Launch:
                 self.error = self.error or error
             if self._count_finished() == self.total:
                 self.done.set()
+
+
+class NativeLaunch:
+    """A launch whose calls C makes (see tg.hcq.devices.cpu_calls): the threads that help take core_ids from shared
+    atomic counters, one ctypes call per thread instead of one per core_id; the same contract as `Launch`."""
+
+    def __init__(self, native: NativeCalls, kernel: KernelRecord, total: int) -> None:
+        self.native = native
+        self.kernel = kernel
+        self.total = total
+        self.counters = (ctypes.c_int64 * 2)()  # next core_id to take, calls returned (each launch its own)
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run_whole(self) -> None:
+        self.take_calls()
+
+    def take_calls(self) -> None:
+        if self.native.take_calls(self.kernel, self.total, self.counters):
+            self.done.set()
+
+    def wait(self) -> None:
+        # the other threads' last calls usually end within microseconds: spin for them (in C, without the GIL)
+        # rather than sleep on the event and be woken
+        if not self.native.wait_finished(self.counters, self.total, WAIT_SPIN_NS):
+            self.done.wait()
+
+
+AnyLaunch = Launch | NativeLaunch
 
 
 class CorePool:
@@ -107,20 +144,24 @@ class CorePool:
 
         `program` (any object that takes attributes) remembers how long its launches take: a small one runs in
         one call on this thread (see SERIAL_BELOW_S)."""
+        self.run_launch(Launch(run, total), program)
+
+    def run_launch(self, launch: AnyLaunch, program: Any = None) -> None:
+        """Run every call of `launch` (see `run`)."""
+        total = launch.total
         threads = min(self.count, total)
         if threads > 1 and program is not None and getattr(program, "run_serially", False):
             start = time.perf_counter()
-            run(0, total)
+            launch.run_whole()
             if time.perf_counter() - start > SERIAL_BELOW_S * SERIAL_RECHECK:
                 program.run_serially = False
             return
         if threads <= 1:
             if total > 0:
-                run(0, total)
+                launch.run_whole()
             return
         if len(self._inboxes) < threads - 1:
             self._start()
-        launch = Launch(run, total)
         for i in range(1, threads):
             self._inboxes[i - 1].put(launch)
         start = time.perf_counter()
@@ -129,7 +170,7 @@ class CorePool:
         # SERIAL_BELOW_S per thread gains nothing from the hand-offs
         if program is not None and time.perf_counter() - start < SERIAL_BELOW_S:
             program.run_serially = True
-        launch.done.wait()
+        launch.wait()
         if launch.error is not None:
             raise launch.error
 
@@ -158,10 +199,20 @@ class CommandEngine:
     that does not hold yet it gives the rest of the list back to the engine thread and waits as before.
     """
 
-    def __init__(self, name: str, cores: CorePool | None, on_error: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        cores: CorePool | None,
+        on_error: Callable[[BaseException], None],
+        native: Callable[[], NativeCalls | None] | None = None,
+    ) -> None:
         self.name = name
         self.cores = cores
         self.on_error = on_error
+        self._load_native = native  # loads the C call library on the first launch (None: calls through ctypes)
+        self.native: NativeCalls | None = None
+        self.native_runs = 0  # C runs of consecutive whole launches (tg_run_serial), for tests and profiles
+        self.native_run_launches = 0  # the launches those runs made
         self._pending: collections.deque[tuple[Sequence[Command], int]] = collections.deque()  # (list, next index)
         self._executing = False  # the executor role: held by the one thread that runs lists now
         self._lock = threading.Lock()
@@ -235,18 +286,64 @@ class CommandEngine:
         """Execute commands[start:]. A helping host thread stops (returning the index it stopped at) before a wait
         that does not hold yet and after an interrupt. A command's error is recorded on the device and the list
         goes on, so its signals still fire."""
-        for index in range(start, len(commands)):
+        index = start
+        while index < len(commands):
             command = commands[index]
             if helping and (interrupted() or not _holds_now(command)):
                 return index
+            run = self._whole_launches(commands, index)
             self.busy = not isinstance(command, (WaitCommand, PollBitCommand))
             try:
-                self.execute(command)
+                if len(run) > 1:
+                    self._run_whole_launches(run)
+                else:
+                    self.execute(command)
             except BaseException as error:
                 self.on_error(error)
             finally:
                 self.busy = False
+            index += max(1, len(run))
         return None
+
+    def _whole_launches(self, commands: Sequence[Command], start: int) -> list[tuple[int, int]]:
+        """The consecutive launches from `start` that run whole on this thread and C can call, as (KernelRecord
+        address, calls) pairs; empty when commands[start] is not one."""
+        run: list[tuple[int, int]] = []
+        for command in itertools.islice(commands, start, None):
+            if type(command) is not ExecCommand:
+                break
+            record = self._native_record(command)
+            total = _calls(command)
+            # (a program run whole because its split launches were fast stays out: its runs are timed, see CorePool)
+            if record is None or (total > 1 and self.cores.count > 1):  # type: ignore[union-attr]
+                break
+            run.append((record[1], total))
+        return run
+
+    def _run_whole_launches(self, run: list[tuple[int, int]]) -> None:
+        """One C call for consecutive whole launches: no ctypes call and no Python objects per launch."""
+        self.native.run_serial((SerialCall * len(run))(*run), len(run))  # type: ignore[union-attr]
+        self.native_runs += 1
+        self.native_run_launches += len(run)
+
+    def _native_record(self, command: ExecCommand) -> tuple[KernelRecord, int] | None:
+        """The C call record of `command`'s kernel and its address, made once per argument state; None when the
+        engine calls through ctypes (no call library, a copy engine, too many arguments for its switch)."""
+        if self.cores is None:
+            return None
+        if self.native is None and self._load_native is not None:
+            self.native, self._load_native = self._load_native(), None
+        if self.native is None:
+            return None
+        state = command.args_state
+        prepared = state.device_record
+        if prepared is None:
+            function = getattr(command.program, "function", None)  # (a broken command fails in execute, as before)
+            if function is None:
+                return None
+            record = self.native.record(function, concrete(command.args_addr), len(state.bufs), len(state.vals))
+            prepared = state.device_record = (record, ctypes.addressof(record)) if record is not None else False
+        return prepared or None
 
     def execute(self, command: Command) -> None:
         """Carry out one resolved command (its symbolic fields were replaced by values at submit)."""
@@ -289,10 +386,23 @@ class CommandEngine:
         if self.cores is None:
             raise RuntimeError(f"{self.name} is a copy engine and cannot run programs")
         program = command.program
+        total = _calls(command)
+        prepared = self._native_record(command)
+        if prepared is not None:
+            if total <= 1 or self.cores.count <= 1:
+                self.native.run_whole(prepared[0], total)  # type: ignore[union-attr]
+            else:
+                self.cores.run_launch(NativeLaunch(self.native, prepared[0], total), program)  # type: ignore[arg-type]
+            return
         state = command.args_state
         run = kernel_runner(program.function, concrete(command.args_addr), len(state.bufs), len(state.vals))
-        gx, gy, gz = (concrete(size) for size in command.global_size)
-        self.cores.run(run, gx * gy * gz, program)
+        self.cores.run(run, total, program)
+
+
+def _calls(command: ExecCommand) -> int:
+    """How many core_ids a resolved launch calls."""
+    gx, gy, gz = (concrete(size) for size in command.global_size)
+    return gx * gy * gz
 
 
 def _holds_now(command: Command) -> bool:

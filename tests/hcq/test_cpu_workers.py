@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -13,8 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tg.codegen.dtype import dtypes
 from tg.hcq import Buffer, Device
 from tg.hcq.devices import cpu_workers
+from tg.hcq.devices.cpu_calls import MAX_BUFS, MAX_VALS
 from tg.hcq.devices.cpu_workers import CorePool
 
 pytestmark = pytest.mark.timeout(60)
@@ -269,3 +272,149 @@ def test_core_and_engine_threads_are_batch_work_so_their_wake_up_does_not_preemp
     for thread in threads:
         assert thread.native_id is not None
         assert os.sched_getscheduler(thread.native_id) == os.SCHED_BATCH, thread.name
+
+
+# ---------------------------------------------------------------------------------------- calls made from C
+
+# out[core_id] = the id of the thread that made the call (Linux)
+THREAD_ID = """
+#include <unistd.h>
+#include <sys/syscall.h>
+void thread_id(long* restrict out, int core_id) { out[core_id] = syscall(SYS_gettid); }
+"""
+
+# Ctrl-C pressed during call 0 when the main thread makes it (its thread id is the process id)
+PRESS_CTRL_C = """
+#include <signal.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+void press_ctrl_c(float* restrict out, int core_id) {
+  if (core_id == 0 && syscall(SYS_gettid) == getpid()) raise(SIGINT);
+  out[core_id] = 1.0f;
+}
+"""
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernels ask Linux for thread ids")
+
+
+def _native_engine() -> Any:
+    engine = Device["CPU"].compute_engine
+    if engine._load_native is not None:
+        engine.native, engine._load_native = engine._load_native(), None
+    assert engine.native is not None, "the C call library did not load (a C compiler is installed here)"
+    return engine
+
+
+def test_consecutive_single_call_launches_run_in_one_c_call(kit: Any) -> None:
+    """A list of 20 single-call launches (b += 1 each) is one C run of 20 launches, with the right result."""
+    dev, engine = Device["CPU"], _native_engine()
+    prg = kit.load_program(dev, "add_one", kit.ADD_ONE)
+    b = Buffer("CPU", 1, kit.float32).allocate().copyin(np.zeros(1, np.float32).data)
+    dev.synchronize()
+    queue = dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1)
+    for _ in range(20):
+        queue.exec(prg, prg.fill_kernargs((b.raw, b.raw)), (1, 1, 1), (1, 1, 1))
+    runs, launches = engine.native_runs, engine.native_run_launches
+    queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    assert (engine.native_runs - runs, engine.native_run_launches - launches) == (1, 20)
+    assert b.numpy().tolist() == [20.0]
+
+
+def test_a_tinyjit_replay_of_tiny_kernels_is_one_c_run_and_sees_new_inputs() -> None:
+    from tg.tensor import Tensor, TinyJit
+
+    engine = _native_engine()
+
+    @TinyJit
+    def chain(x: Tensor) -> Tensor:
+        for _ in range(12):
+            x = (x * 2.0 + 1.0).contiguous()
+        return x
+
+    data = [np.arange(16, dtype=np.float32) + i for i in range(4)]
+    for x in data[:2]:
+        chain(Tensor(x)).realize()  # plain call, capture
+    for x in data[2:]:
+        runs, launches = engine.native_runs, engine.native_run_launches
+        out = chain(Tensor(x)).numpy()
+        assert (engine.native_runs - runs, engine.native_run_launches - launches) == (1, 12)
+        expected = x.astype(np.float64)
+        for _ in range(12):
+            expected = expected * 2 + 1
+        np.testing.assert_array_equal(out, expected.astype(np.float32))
+
+
+@pytest.mark.parametrize("bufs, vals", [(0, 0), (1, 0), (2, 3), (MAX_BUFS, MAX_VALS), (MAX_BUFS + 1, 1)])
+def test_the_c_call_passes_every_buffer_and_value_in_order(kit: Any, bufs: int, vals: int) -> None:
+    """out[core_id] = core_id + sum of k * value k + sum of buffer k's first float, for each argument count the
+    call switch covers and one past it (a kernel it does not cover is called through ctypes)."""
+    params = [f"float* restrict b{i}" for i in range(bufs)] + [f"int v{i}" for i in range(vals)] + ["int core_id"]
+    terms = ["(float)core_id"] + [f"{k + 1} * (float)v{k}" for k in range(vals)]
+    terms += [f"b{k}[0]" for k in range(1, bufs)]
+    body = f"b0[1 + core_id] = {' + '.join(terms)};" if bufs else ""
+    source = f"void args_{bufs}_{vals}({', '.join(params)}) {{ {body} }}"
+    dev = Device["CPU"]
+    prg = kit.load_program(dev, f"args_{bufs}_{vals}", source)
+    inputs = [kit.float_buffer("CPU", [float(10 * k + 3)] * 5) for k in range(bufs)]
+    values = tuple(range(5, 5 + vals))
+    _native_engine()
+    prg(*(b.raw for b in inputs), global_size=(4, 1, 1), vals=values, wait=True)
+    if bufs:
+        expected = [c + sum((k + 1) * v for k, v in enumerate(values)) + sum(10 * k + 3 for k in range(1, bufs))
+                    for c in range(4)]  # fmt: skip
+        assert inputs[0].numpy().tolist()[1:] == expected
+
+
+@linux_only
+def test_split_launches_in_c_call_every_core_id_once_on_the_pool_threads(
+    kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launches split, whatever their speed
+    dev, _ = Device["CPU"], _native_engine()
+    prg = kit.load_program(dev, "thread_id", THREAD_ID)
+    out = Buffer("CPU", 64, dtypes.int64).allocate()
+    for _ in range(20):
+        out.copyin(np.zeros(64, np.int64).data)
+        prg(out.raw, global_size=(64, 1, 1), wait=True)
+        ids = out.numpy()
+        pool_threads = {t.native_id for t in threading.enumerate()
+                        if t.name.startswith(f"{dev.cores.name}-") or t is threading.main_thread()}  # fmt: skip
+        assert set(ids.tolist()) <= pool_threads  # every call made, by the launching thread or a core thread
+
+
+@linux_only
+def test_a_kernel_awaited_by_the_host_is_called_from_c_on_the_host_thread(kit: Any, sleepy_engine: Any) -> None:
+    dev = Device["CPU"]
+    _native_engine()
+    prg = kit.load_program(dev, "thread_id", THREAD_ID)
+    out = Buffer("CPU", 2, dtypes.int64).allocate()
+    prg(out.raw, global_size=(1, 1, 1))
+    dev.synchronize(timeout=5000)
+    assert out.numpy()[0] == threading.get_native_id()
+
+
+@linux_only
+def test_ctrl_c_during_a_c_call_by_the_host_is_held_until_the_launch_completed(
+    kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with calls through ctypes: Ctrl-C pressed during call 0 made from C by the waiting host thread is raised
+    once every call of the launch ran, and the engine thread finishes the list."""
+    monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launch split, whatever its speed
+    dev, _ = Device["CPU"], _native_engine()
+    prg = kit.load_program(dev, "press_ctrl_c", PRESS_CTRL_C)
+    out = Buffer("CPU", 8, kit.float32).allocate().copyin(memoryview(bytes(8 * 4)))
+    dev.synchronize()
+    prg(out.raw, global_size=(8, 1, 1))
+    interrupts = 0
+    for _ in range(50):  # the engine thread may win the race for the list: then no interrupt happens; try again
+        try:
+            dev.synchronize(timeout=5000)
+        except KeyboardInterrupt:
+            interrupts += 1
+            break
+        prg(out.raw, global_size=(8, 1, 1))
+    dev.synchronize(timeout=5000)
+    assert out.numpy().tolist() == [1.0] * 8
+    assert dev.error_state is None
+    assert interrupts == 1

@@ -8,6 +8,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -197,8 +198,8 @@ def test_ctrl_c_while_the_host_runs_queued_work_stops_after_the_command_and_the_
         run = original(*args)
 
         def run_then_press_ctrl_c(start: int, end: int) -> None:
-            if start == 0 and threading.current_thread() is threading.main_thread():
-                signal.raise_signal(signal.SIGINT)  # Ctrl-C arrives during the first call
+            if threading.current_thread() is threading.main_thread():
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C arrives during a call the host makes
             run(start, end)
 
         return run_then_press_ctrl_c
@@ -283,13 +284,13 @@ THREAD_ID = """
 void thread_id(long* restrict out, int core_id) { out[core_id] = syscall(SYS_gettid); }
 """
 
-# Ctrl-C pressed during call 0 when the main thread makes it (its thread id is the process id)
+# Ctrl-C pressed during each call the main thread makes (its thread id is the process id)
 PRESS_CTRL_C = """
 #include <signal.h>
 #include <unistd.h>
 #include <sys/syscall.h>
 void press_ctrl_c(float* restrict out, int core_id) {
-  if (core_id == 0 && syscall(SYS_gettid) == getpid()) raise(SIGINT);
+  if (syscall(SYS_gettid) == getpid()) raise(SIGINT);
   out[core_id] = 1.0f;
 }
 """
@@ -398,8 +399,8 @@ def test_a_kernel_awaited_by_the_host_is_called_from_c_on_the_host_thread(kit: A
 def test_ctrl_c_during_a_c_call_by_the_host_is_held_until_the_launch_completed(
     kit: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As with calls through ctypes: Ctrl-C pressed during call 0 made from C by the waiting host thread is raised
-    once every call of the launch ran, and the engine thread finishes the list."""
+    """As with calls through ctypes: Ctrl-C pressed during a call made from C by the waiting host thread is raised
+    once, after every call of the launch ran, and the engine thread finishes the list."""
     monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launch split, whatever its speed
     dev, _ = Device["CPU"], _native_engine()
     prg = kit.load_program(dev, "press_ctrl_c", PRESS_CTRL_C)
@@ -418,3 +419,35 @@ def test_ctrl_c_during_a_c_call_by_the_host_is_held_until_the_launch_completed(
     assert out.numpy().tolist() == [1.0] * 8
     assert dev.error_state is None
     assert interrupts == 1
+
+
+def test_a_core_thread_spins_for_the_next_launch_of_a_list_instead_of_sleeping(
+    kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten split launches in one list: the core thread sleeps on its inbox at most once (for the first it takes)
+    and takes the others while spinning; every posted launch is taken from the inbox exactly once."""
+    from tg.codegen.flags import Context
+
+    monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launches split, whatever their speed
+    monkeypatch.setattr(cpu_workers, "CORE_SPIN_NS", 10**10)  # long enough for a loaded test machine
+    with Context(CPU_COUNT=2):
+        dev = Device["CPU:62"]
+    prg = kit.load_program(dev, "mark", kit.MARK)
+    out = dev.allocator.alloc(4 * 8)
+    prg(out, global_size=(8, 1, 1), wait=True)  # loads the call library, starts the core thread
+    pool = dev.cores
+    deadline = time.monotonic() + 10
+    while pool.wakeups + pool.spin_pickups < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)  # the core thread took that first launch (or it would count below)
+    wakeups, pickups = pool.wakeups, pool.spin_pickups
+    queue = dev.hw_compute_queue_t()
+    for _ in range(10):
+        queue.exec(prg, prg.fill_kernargs((out,)), (8, 1, 1), (1, 1, 1))
+    queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    while pool.wakeups + pool.spin_pickups < wakeups + pickups + 10 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    monkeypatch.setattr(cpu_workers, "CORE_SPIN_NS", 0)
+    pool.stop_spinning()  # (the thread would spin on for seconds)
+    assert pool.wakeups + pool.spin_pickups == wakeups + pickups + 10
+    assert pool.wakeups - wakeups <= 1

@@ -12,7 +12,9 @@ once per process (and kept by the compiler's disk cache), does the per-call work
     counter and calls the kernel for each; every thread that helps with the launch calls it with the same counters,
     so the hand-out order and the "a late thread finds nothing left" behaviour are those of the Python Launch;
   - `tg_wait_finished(counters, total, spin_ns)` spins briefly for the other threads' last calls (a futex sleep
-    and wake-up costs far more than the tail of a short launch).
+    and wake-up costs far more than the tail of a short launch);
+  - `tg_wait_changed(word, seen, spin_ns)` lets a core thread that finished its calls spin briefly for the next
+    launch of the list instead of going to sleep at once (see CorePool).
 
 Kernel arguments are read from the argument memory at each call (u64 addresses, then int32 values, as in
 `CLikeArgsState`), so arguments patched between submissions (a replay's inputs, symbolic values) take effect. The
@@ -29,6 +31,9 @@ from typing import Any
 MAX_BUFS = 32  # the switch's cases cover every (buffers, values) pair up to these counts
 MAX_VALS = 8
 WAIT_SPIN_NS = 50_000  # how long a launching thread spins for the other threads' last calls before it sleeps
+# how long a core thread that finished its calls spins for the next launch before it sleeps: a decode step's split
+# launches come a few microseconds apart (the single-call kernels between them), a futex wake-up takes 5-50 us
+CORE_SPIN_NS = 100_000
 
 
 class KernelRecord(ctypes.Structure):
@@ -90,19 +95,36 @@ static int64_t tg_now_ns(void) {{
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }}
 
+static void tg_pause(void) {{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}}
+
+/* Spin until counters[1] (calls returned) reaches total, for at most spin_ns; 1 when it did. */
 int tg_wait_finished(const int64_t *counters, int64_t total, int64_t spin_ns) {{
   int64_t deadline = tg_now_ns() + spin_ns;
   do {{
     for (int i = 0; i < 64; i++) {{
       if (__atomic_load_n(&counters[1], __ATOMIC_ACQUIRE) >= total) return 1;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#elif defined(__aarch64__)
-      __asm__ volatile("yield");
-#endif
+      tg_pause();
     }}
   }} while (tg_now_ns() < deadline);
   return __atomic_load_n(&counters[1], __ATOMIC_ACQUIRE) >= total;
+}}
+
+/* Spin until *word differs from seen, for at most spin_ns; 1 when it did. */
+int tg_wait_changed(const int64_t *word, int64_t seen, int64_t spin_ns) {{
+  int64_t deadline = tg_now_ns() + spin_ns;
+  do {{
+    for (int i = 0; i < 64; i++) {{
+      if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != seen) return 1;
+      tg_pause();
+    }}
+  }} while (tg_now_ns() < deadline);
+  return __atomic_load_n(word, __ATOMIC_ACQUIRE) != seen;
 }}
 """
 
@@ -122,6 +144,9 @@ class NativeCalls:
         self.wait_finished = library.tg_wait_finished
         self.wait_finished.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         self.wait_finished.restype = ctypes.c_int
+        self.wait_changed = library.tg_wait_changed
+        self.wait_changed.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+        self.wait_changed.restype = ctypes.c_int
 
     @staticmethod
     def record(function: Any, args_addr: int, num_bufs: int, num_vals: int) -> KernelRecord | None:

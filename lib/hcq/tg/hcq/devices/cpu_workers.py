@@ -36,7 +36,7 @@ from tg.hcq.commands import (
     WaitCommand,
     WriteCommand,
 )
-from tg.hcq.devices.cpu_calls import WAIT_SPIN_NS, KernelRecord, NativeCalls, SerialCall
+from tg.hcq.devices.cpu_calls import CORE_SPIN_NS, WAIT_SPIN_NS, KernelRecord, NativeCalls, SerialCall
 from tg.hcq.signal import load_signal_value, notify_memory_changed, sleep_until, store_signal_value
 from tg.hcq.symbolic import concrete
 
@@ -123,6 +123,10 @@ class CorePool:
         self.name = name
         self._inboxes: list[queue.SimpleQueue] = []
         self._lock = threading.Lock()
+        self.native: NativeCalls | None = None  # set by the engine once its C call library is loaded
+        self._posted = ctypes.c_int64(0)  # split launches posted so far: spinning core threads watch it
+        self.spin_pickups = 0  # launches a core thread took while spinning, without a wake-up (tests, profiles)
+        self.wakeups = 0  # launches a core thread took after sleeping on its inbox
 
     def _start(self) -> None:
         with self._lock:
@@ -132,11 +136,36 @@ class CorePool:
                 name = f"{self.name}-core{len(self._inboxes)}"
                 threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True).start()
 
-    @staticmethod
-    def _serve(inbox: queue.SimpleQueue) -> None:
+    def _serve(self, inbox: queue.SimpleQueue) -> None:
         batch_scheduling()
         while True:
-            inbox.get().take_calls()
+            launch: AnyLaunch | None = inbox.get()
+            self.wakeups += 1
+            while launch is not None:
+                launch.take_calls()
+                launch = self._next_launch_without_sleeping(inbox)
+
+    def _next_launch_without_sleeping(self, inbox: queue.SimpleQueue) -> AnyLaunch | None:
+        """The next launch posted to `inbox` within CORE_SPIN_NS, watched by spinning in C (without the GIL) on the
+        posted counter: the launches of a command list come microseconds apart, and a thread asleep on the queue
+        would need a wake-up for each. None once the spin ran out (the thread then sleeps on the queue; the queue,
+        not the counter, decides which launch it gets, so nothing posted is missed)."""
+        native = self.native
+        while native is not None and CORE_SPIN_NS > 0:
+            seen = self._posted.value
+            try:
+                launch = inbox.get_nowait()
+            except queue.Empty:
+                if not native.wait_changed(ctypes.addressof(self._posted), seen, CORE_SPIN_NS):
+                    return None
+                continue
+            self.spin_pickups += 1
+            return launch
+        return None
+
+    def stop_spinning(self) -> None:
+        """Make a spinning core thread look at its inbox and CORE_SPIN_NS again now."""
+        self._posted.value += 1
 
     def run(self, run: KernelCall, total: int, program: Any = None) -> None:
         """Call run(i, i + 1) for every i in [0, total), each i on the next free thread (this one included); return
@@ -164,6 +193,7 @@ class CorePool:
             self._start()
         for i in range(1, threads):
             self._inboxes[i - 1].put(launch)
+        self._posted.value += 1  # (after the puts: a thread that sees the change finds the launch in its inbox)
         start = time.perf_counter()
         launch.take_calls()
         # this thread's share of the calls stands for a chunk: a launch whose whole run took less than
@@ -333,6 +363,7 @@ class CommandEngine:
             return None
         if self.native is None and self._load_native is not None:
             self.native, self._load_native = self._load_native(), None
+            self.cores.native = self.native
         if self.native is None:
             return None
         state = command.args_state

@@ -13,8 +13,8 @@ once per process (and kept by the compiler's disk cache), does the per-call work
     so the hand-out order and the "a late thread finds nothing left" behaviour are those of the Python Launch;
   - `tg_wait_finished(counters, total, spin_ns)` spins briefly for the other threads' last calls (a futex sleep
     and wake-up costs far more than the tail of a short launch);
-  - `tg_wait_changed(word, seen, spin_ns)` lets a core thread that finished its calls spin briefly for the next
-    launch of the list instead of going to sleep at once (see CorePool).
+  - `tg_wait_changed(word, seen, active, spin_ns)` lets a core thread that finished its calls spin briefly for the
+    next launch of the command list being run instead of going to sleep at once (see CorePool).
 
 Kernel arguments are read from the argument memory at each call (u64 addresses, then int32 values, as in
 `CLikeArgsState`), so arguments patched between submissions (a replay's inputs, symbolic values) take effect. The
@@ -31,8 +31,9 @@ from typing import Any
 MAX_BUFS = 32  # the switch's cases cover every (buffers, values) pair up to these counts
 MAX_VALS = 8
 WAIT_SPIN_NS = 50_000  # how long a launching thread spins for the other threads' last calls before it sleeps
-# how long a core thread that finished its calls spins for the next launch before it sleeps: a decode step's split
-# launches come a few microseconds apart (the single-call kernels between them), a futex wake-up takes 5-50 us
+# how long a core thread that finished its calls spins for the next launch of the list being run before it sleeps:
+# a decode step's split launches come a few microseconds apart (the single-call kernels between them), while a
+# futex wake-up takes 5-50 us. When the list ends the spin stops at once (a plain realize submits a list per kernel)
 CORE_SPIN_NS = 100_000
 
 
@@ -115,12 +116,13 @@ int tg_wait_finished(const int64_t *counters, int64_t total, int64_t spin_ns) {{
   return __atomic_load_n(&counters[1], __ATOMIC_ACQUIRE) >= total;
 }}
 
-/* Spin until *word differs from seen, for at most spin_ns; 1 when it did. */
-int tg_wait_changed(const int64_t *word, int64_t seen, int64_t spin_ns) {{
+/* Spin until *word differs from seen, for at most spin_ns and only while *active is not 0; 1 when it changed. */
+int tg_wait_changed(const int64_t *word, int64_t seen, const int64_t *active, int64_t spin_ns) {{
   int64_t deadline = tg_now_ns() + spin_ns;
   do {{
     for (int i = 0; i < 64; i++) {{
       if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != seen) return 1;
+      if (!__atomic_load_n(active, __ATOMIC_ACQUIRE)) return 0;
       tg_pause();
     }}
   }} while (tg_now_ns() < deadline);
@@ -145,7 +147,7 @@ class NativeCalls:
         self.wait_finished.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         self.wait_finished.restype = ctypes.c_int
         self.wait_changed = library.tg_wait_changed
-        self.wait_changed.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+        self.wait_changed.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
         self.wait_changed.restype = ctypes.c_int
 
     @staticmethod

@@ -125,6 +125,7 @@ class CorePool:
         self._lock = threading.Lock()
         self.native: NativeCalls | None = None  # set by the engine once its C call library is loaded
         self._posted = ctypes.c_int64(0)  # split launches posted so far: spinning core threads watch it
+        self._list_running = ctypes.c_int64(0)  # 1 while an engine runs a command list: core threads may spin
         self.spin_pickups = 0  # launches a core thread took while spinning, without a wake-up (tests, profiles)
         self.wakeups = 0  # launches a core thread took after sleeping on its inbox
 
@@ -156,16 +157,17 @@ class CorePool:
             try:
                 launch = inbox.get_nowait()
             except queue.Empty:
-                if not native.wait_changed(ctypes.addressof(self._posted), seen, CORE_SPIN_NS):
+                posted, running = ctypes.addressof(self._posted), ctypes.addressof(self._list_running)
+                if not native.wait_changed(posted, seen, running, CORE_SPIN_NS):
                     return None
                 continue
             self.spin_pickups += 1
             return launch
         return None
 
-    def stop_spinning(self) -> None:
-        """Make a spinning core thread look at its inbox and CORE_SPIN_NS again now."""
-        self._posted.value += 1
+    def set_list_running(self, running: bool) -> None:
+        """Whether an engine runs a command list now: only then may core threads spin for its next launch."""
+        self._list_running.value = running
 
     def run(self, run: KernelCall, total: int, program: Any = None) -> None:
         """Call run(i, i + 1) for every i in [0, total), each i on the next free thread (this one included); return
@@ -297,7 +299,13 @@ class CommandEngine:
                     break
                 self._executing = True
                 commands, index = self._pending.popleft()
-            stopped_at = self._run_list(commands, index, helping, interrupted)
+            if self.cores is not None:
+                self.cores.set_list_running(True)
+            try:
+                stopped_at = self._run_list(commands, index, helping, interrupted)
+            finally:
+                if self.cores is not None:
+                    self.cores.set_list_running(False)
             ran = ran or stopped_at != index
             with self._lock:
                 if stopped_at is not None:

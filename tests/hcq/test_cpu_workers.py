@@ -300,9 +300,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 
 def _native_engine() -> Any:
     engine = Device["CPU"].compute_engine
-    if engine._load_native is not None:
-        engine.native, engine._load_native = engine._load_native(), None
-    assert engine.native is not None, "the C call library did not load (a C compiler is installed here)"
+    assert engine._native_calls() is not None, "the C call library did not load (a C compiler is installed here)"
     return engine
 
 

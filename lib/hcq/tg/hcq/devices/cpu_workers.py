@@ -7,7 +7,10 @@ handed out one at a time to whichever thread is free, the launching thread inclu
 other processes a thread that is not running does not hold back calls another thread could make, and a launch
 ends when its last call returns, not when every core thread has reported back. Which thread makes a call changes
 nothing in its result. ctypes releases the GIL for the duration of each C call, so the calls really run in
-parallel. All threads are daemons and start on first use, so an idle process starts none.
+parallel. The calls themselves are made from C (tg.hcq.devices.cpu_calls): consecutive single-call launches of a
+list in one C call, a split launch's core_ids taken from atomic counters. While a list runs, a core thread that
+finished its calls spins briefly for the list's next launch instead of sleeping. All threads are daemons and start
+on first use, so an idle process starts none.
 """
 
 from __future__ import annotations
@@ -346,41 +349,47 @@ class CommandEngine:
     def _whole_launches(self, commands: Sequence[Command], start: int) -> list[tuple[int, int]]:
         """The consecutive launches from `start` that run whole on this thread and C can call, as (KernelRecord
         address, calls) pairs; empty when commands[start] is not one."""
+        native, cores = self._native_calls(), self.cores
         run: list[tuple[int, int]] = []
+        if native is None or cores is None:
+            return run
         for command in itertools.islice(commands, start, None):
             if type(command) is not ExecCommand:
                 break
-            record = self._native_record(command)
+            prepared = self._native_record(native, command)
             total = _calls(command)
             # (a program run whole because its split launches were fast stays out: its runs are timed, see CorePool)
-            if record is None or (total > 1 and self.cores.count > 1):  # type: ignore[union-attr]
+            if prepared is None or (total > 1 and cores.count > 1):
                 break
-            run.append((record[1], total))
+            run.append((prepared[1], total))
         return run
 
     def _run_whole_launches(self, run: list[tuple[int, int]]) -> None:
         """One C call for consecutive whole launches: no ctypes call and no Python objects per launch."""
-        self.native.run_serial((SerialCall * len(run))(*run), len(run))  # type: ignore[union-attr]
+        assert self.native is not None  # (_whole_launches found the launches with it)
+        calls = (SerialCall * len(run))(*run)  # type: ignore[misc]  # (tuples initialize the structures)
+        self.native.run_serial(calls, len(run))
         self.native_runs += 1
         self.native_run_launches += len(run)
 
-    def _native_record(self, command: ExecCommand) -> tuple[KernelRecord, int] | None:
-        """The C call record of `command`'s kernel and its address, made once per argument state; None when the
-        engine calls through ctypes (no call library, a copy engine, too many arguments for its switch)."""
-        if self.cores is None:
-            return None
-        if self.native is None and self._load_native is not None:
+    def _native_calls(self) -> NativeCalls | None:
+        """The C call library, loaded on first use; None on a copy engine or where it could not be built."""
+        if self._load_native is not None and self.cores is not None:
             self.native, self._load_native = self._load_native(), None
             self.cores.native = self.native
-        if self.native is None:
-            return None
+        return self.native
+
+    @staticmethod
+    def _native_record(native: NativeCalls, command: ExecCommand) -> tuple[KernelRecord, int] | None:
+        """The C call record of `command`'s kernel and its address, made once per argument state; None when its
+        kernel has too many arguments for the library's switch (it is then called through ctypes)."""
         state = command.args_state
         prepared = state.device_record
         if prepared is None:
             function = getattr(command.program, "function", None)  # (a broken command fails in execute, as before)
             if function is None:
                 return None
-            record = self.native.record(function, concrete(command.args_addr), len(state.bufs), len(state.vals))
+            record = native.record(function, concrete(command.args_addr), len(state.bufs), len(state.vals))
             prepared = state.device_record = (record, ctypes.addressof(record)) if record is not None else False
         return prepared or None
 
@@ -426,12 +435,13 @@ class CommandEngine:
             raise RuntimeError(f"{self.name} is a copy engine and cannot run programs")
         program = command.program
         total = _calls(command)
-        prepared = self._native_record(command)
-        if prepared is not None:
+        native = self._native_calls()
+        prepared = None if native is None else self._native_record(native, command)
+        if native is not None and prepared is not None:
             if total <= 1 or self.cores.count <= 1:
-                self.native.run_whole(prepared[0], total)  # type: ignore[union-attr]
+                native.run_whole(prepared[0], total)
             else:
-                self.cores.run_launch(NativeLaunch(self.native, prepared[0], total), program)  # type: ignore[arg-type]
+                self.cores.run_launch(NativeLaunch(native, prepared[0], total), program)
             return
         state = command.args_state
         run = kernel_runner(program.function, concrete(command.args_addr), len(state.bufs), len(state.vals))

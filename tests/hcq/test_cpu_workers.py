@@ -448,3 +448,41 @@ def test_a_core_thread_spins_for_the_next_launch_of_a_list_instead_of_sleeping(
         time.sleep(0.001)
     assert pool.wakeups + pool.spin_pickups == wakeups + pickups + 10
     assert pool.wakeups - wakeups <= 1
+
+
+# call `core_id` marks out[1 + core_id] once both calls started; a core thread's call (not the main thread's) then
+# sleeps 30 ms, so a launching main thread is left waiting for it
+SLOW_ON_A_CORE_THREAD = """
+#include <unistd.h>
+#include <sys/syscall.h>
+void slow_on_a_core_thread(long* restrict out, int core_id) {
+  __atomic_add_fetch(&out[0], 1, __ATOMIC_ACQ_REL);
+  for (int i = 0; i < 1000000 && __atomic_load_n(&out[0], __ATOMIC_ACQUIRE) < 2; i++) usleep(1);
+  if (syscall(SYS_gettid) != getpid()) usleep(30000);
+  out[1 + core_id] = 1;
+}
+"""
+
+
+@linux_only
+def test_a_launching_thread_that_outwaits_its_spin_sleeps_until_the_last_call_returned(
+    kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No spin at all, and the pool's event already set by an earlier launch: the launching thread still returns
+    only once the core thread's slow call returned."""
+    from tg.hcq.devices.cpu_workers import NativeLaunch
+
+    monkeypatch.setattr(cpu_workers, "WAIT_SPIN_NS", 0)
+    dev = Device["CPU"]
+    native = _native_engine()._native_calls()
+    prg = kit.load_program(dev, "slow_on_a_core_thread", SLOW_ON_A_CORE_THREAD)
+    out = Buffer("CPU", 3, dtypes.int64).allocate()
+    args = prg.fill_kernargs((out.raw,))
+    record = native.record(prg.function, args.buf.va_addr, 1, 0)
+    pool = CorePool(2, "test-pool-native")
+    pool.native = native
+    for _ in range(3):
+        out.copyin(np.zeros(3, np.int64).data)
+        pool.finished.set()  # a late set from an earlier launch
+        pool.run_launch(NativeLaunch(native, record, 2, pool.finished))
+        assert out.numpy().tolist()[1:] == [1, 1]  # (read at once: both calls had returned)

@@ -91,14 +91,18 @@ class Launch:
 
 class NativeLaunch:
     """A launch whose calls C makes (see tg.hcq.devices.cpu_calls): the threads that help take core_ids from shared
-    atomic counters, one ctypes call per thread instead of one per core_id; the same contract as `Launch`."""
+    atomic counters, one ctypes call per thread instead of one per core_id; the same contract as `Launch`.
 
-    def __init__(self, native: NativeCalls, kernel: KernelRecord, total: int) -> None:
+    No Event per launch (creating one costs microseconds): the thread that returns the last call sets the pool's
+    `finished` event, and a launching thread that has to sleep re-checks its own counters after every wake-up (a
+    late set from an earlier launch only wakes it for nothing)."""
+
+    def __init__(self, native: NativeCalls, kernel: KernelRecord, total: int, finished: threading.Event) -> None:
         self.native = native
         self.kernel = kernel
         self.total = total
         self.counters = (ctypes.c_int64 * 2)()  # next core_id to take, calls returned (each launch its own)
-        self.done = threading.Event()
+        self.finished = finished
         self.error: BaseException | None = None
 
     def run_whole(self) -> None:
@@ -106,13 +110,21 @@ class NativeLaunch:
 
     def take_calls(self) -> None:
         if self.native.take_calls(self.kernel, self.total, self.counters):
-            self.done.set()
+            self.finished.set()
+
+    def _all_returned(self) -> bool:
+        return self.counters[1] >= self.total
 
     def wait(self) -> None:
         # the other threads' last calls usually end within microseconds: spin for them (in C, without the GIL)
         # rather than sleep on the event and be woken
-        if not self.native.wait_finished(self.counters, self.total, WAIT_SPIN_NS):
-            self.done.wait()
+        if self.native.wait_finished(self.counters, self.total, WAIT_SPIN_NS):
+            return
+        while True:
+            self.finished.clear()
+            if self._all_returned():  # (checked after the clear: a set for this launch comes after its last call)
+                return
+            self.finished.wait()
 
 
 AnyLaunch = Launch | NativeLaunch
@@ -131,6 +143,7 @@ class CorePool:
         self._list_running = ctypes.c_int64(0)  # 1 while an engine runs a command list: core threads may spin
         self.spin_pickups = 0  # launches a core thread took while spinning, without a wake-up (tests, profiles)
         self.wakeups = 0  # launches a core thread took after sleeping on its inbox
+        self.finished = threading.Event()  # set when a thread returned the last call of a NativeLaunch
 
     def _start(self) -> None:
         with self._lock:
@@ -441,7 +454,7 @@ class CommandEngine:
             if total <= 1 or self.cores.count <= 1:
                 native.run_whole(prepared[0], total)
             else:
-                self.cores.run_launch(NativeLaunch(native, prepared[0], total), program)
+                self.cores.run_launch(NativeLaunch(native, prepared[0], total, self.cores.finished), program)
             return
         state = command.args_state
         run = kernel_runner(program.function, concrete(command.args_addr), len(state.bufs), len(state.vals))

@@ -486,3 +486,26 @@ def test_a_launching_thread_that_outwaits_its_spin_sleeps_until_the_last_call_re
         pool.finished.set()  # a late set from an earlier launch
         pool.run_launch(NativeLaunch(native, record, 2, pool.finished))
         assert out.numpy().tolist()[1:] == [1, 1]  # (read at once: both calls had returned)
+
+
+def test_without_a_c_compiler_the_engine_calls_kernels_through_ctypes(kit: Any) -> None:
+    """The call library is optional: a compiler that fails leaves None, and an engine without it runs launches
+    (single and split) through ctypes with the same results."""
+    from tg.codegen.compiler.base import CompileError
+    from tg.codegen.flags import Context
+    from tg.hcq.devices.cpu_calls import load_native_calls
+
+    class NoCompiler:
+        def compile(self, source: str) -> bytes:
+            raise CompileError("cc: not found", source)
+
+    assert load_native_calls(NoCompiler(), lambda lib: None) is None
+    with Context(CPU_COUNT=2):
+        dev = Device["CPU:63"]
+    dev.compute_engine._load_native = lambda: load_native_calls(NoCompiler(), lambda lib: None)
+    prg = kit.load_program(dev, "mark", kit.MARK)
+    out = Buffer("CPU:63", 8, kit.float32).allocate().copyin(memoryview(bytes(8 * 4)))
+    prg(out.raw, global_size=(1, 1, 1), wait=True)
+    prg(out.raw, global_size=(8, 1, 1), wait=True)
+    assert dev.compute_engine.native is None
+    assert out.numpy().tolist() == [1.0] * 8

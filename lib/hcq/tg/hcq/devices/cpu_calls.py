@@ -44,12 +44,6 @@ class KernelRecord(ctypes.Structure):
                 ("nbufs", ctypes.c_int32), ("nvals", ctypes.c_int32)]  # fmt: skip
 
 
-class SerialCall(ctypes.Structure):
-    """One launch of a serial run: the kernel record and how many core_ids it calls."""
-
-    _fields_ = [("kernel", ctypes.c_void_p), ("total", ctypes.c_int64)]  # kernel: a KernelRecord's address
-
-
 def _call_case(nbufs: int, nvals: int) -> str:
     params = ", ".join(["void*"] * nbufs + ["int"] * (nvals + 1))
     args = ", ".join([f"b[{i}]" for i in range(nbufs)] + [f"v[{i}]" for i in range(nvals)] + ["(int)c"])
@@ -63,6 +57,7 @@ def library_source() -> str:
     return f"""#include <stdint.h>
 #include <time.h>
 typedef struct {{ void *function; const char *args; int32_t nbufs, nvals; }} tg_kernel;
+/* one launch of a serial run: a KernelRecord's address and how many core_ids it calls (two int64 from Python) */
 typedef struct {{ const tg_kernel *kernel; int64_t total; }} tg_serial_call;
 
 static void tg_call_range(const tg_kernel *k, int64_t start, int64_t end) {{

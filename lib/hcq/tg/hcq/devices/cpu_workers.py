@@ -16,6 +16,7 @@ on first use, so an idle process starts none.
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # the C functions under signal: see deferred_interrupt
+import array
 import collections
 import contextlib
 import ctypes
@@ -39,7 +40,7 @@ from tg.hcq.commands import (
     WaitCommand,
     WriteCommand,
 )
-from tg.hcq.devices.cpu_calls import CORE_SPIN_NS, WAIT_SPIN_NS, KernelRecord, NativeCalls, SerialCall
+from tg.hcq.devices.cpu_calls import CORE_SPIN_NS, WAIT_SPIN_NS, KernelRecord, NativeCalls
 from tg.hcq.signal import load_signal_value, notify_memory_changed, sleep_until, store_signal_value
 from tg.hcq.symbolic import concrete
 
@@ -348,7 +349,7 @@ class CommandEngine:
             run = self._whole_launches(commands, index)
             self.busy = not isinstance(command, (WaitCommand, PollBitCommand))
             try:
-                if len(run) > 1:
+                if len(run) > 2:
                     self._run_whole_launches(run)
                 else:
                     self.execute(command)
@@ -356,14 +357,15 @@ class CommandEngine:
                 self.on_error(error)
             finally:
                 self.busy = False
-            index += max(1, len(run))
+            index += max(1, len(run) // 2)
         return None
 
-    def _whole_launches(self, commands: Sequence[Command], start: int) -> list[tuple[int, int]]:
-        """The consecutive launches from `start` that run whole on this thread and C can call, as (KernelRecord
-        address, calls) pairs; empty when commands[start] is not one."""
+    def _whole_launches(self, commands: Sequence[Command], start: int) -> list[int]:
+        """The consecutive launches from `start` that run whole on this thread and C can call, as a flat list of
+        (KernelRecord address, calls) pairs, the layout of tg_run_serial's array; empty when commands[start] is not
+        such a launch."""
         native, cores = self._native_calls(), self.cores
-        run: list[tuple[int, int]] = []
+        run: list[int] = []
         if native is None or cores is None:
             return run
         for command in itertools.islice(commands, start, None):
@@ -374,16 +376,16 @@ class CommandEngine:
             # (a program run whole because its split launches were fast stays out: its runs are timed, see CorePool)
             if prepared is None or (total > 1 and cores.count > 1):
                 break
-            run.append((prepared[1], total))
+            run += (prepared[1], total)
         return run
 
-    def _run_whole_launches(self, run: list[tuple[int, int]]) -> None:
+    def _run_whole_launches(self, run: list[int]) -> None:
         """One C call for consecutive whole launches: no ctypes call and no Python objects per launch."""
         assert self.native is not None  # (_whole_launches found the launches with it)
-        calls = (SerialCall * len(run))(*run)  # type: ignore[misc]  # (tuples initialize the structures)
-        self.native.run_serial(calls, len(run))
+        calls = array.array("q", run)  # (an int64 array is built far faster than ctypes structures)
+        self.native.run_serial(calls.buffer_info()[0], len(run) // 2)
         self.native_runs += 1
-        self.native_run_launches += len(run)
+        self.native_run_launches += len(run) // 2
 
     def _native_calls(self) -> NativeCalls | None:
         """The C call library, loaded on first use; None on a copy engine or where it could not be built."""
@@ -463,8 +465,10 @@ class CommandEngine:
 
 def _calls(command: ExecCommand) -> int:
     """How many core_ids a resolved launch calls."""
-    gx, gy, gz = (concrete(size) for size in command.global_size)
-    return gx * gy * gz
+    gx, gy, gz = command.global_size
+    if type(gx) is int and type(gy) is int and type(gz) is int:  # (every resolved launch: checked inline)
+        return gx * gy * gz
+    return concrete(gx) * concrete(gy) * concrete(gz)
 
 
 def _holds_now(command: Command) -> bool:

@@ -306,31 +306,33 @@ class CommandEngine:
 
     def _run_pending(self, until: Callable[[], bool] | None, interrupted: Callable[[], bool] = lambda: False) -> bool:
         """Run lists while this thread can take the executor role; `until` is None on the engine thread. Returns
-        whether this thread ran any command."""
+        whether this thread ran any command. Core threads may spin for the next launch from the first list taken
+        until the last one is done (lists queued back to back keep them spinning)."""
         helping = until is not None
-        ran = False
-        while True:
-            with self._lock:
-                if self._executing or not self._pending or (until is not None and until()):
-                    left_over = helping and bool(self._pending) and not self._executing
-                    break
-                self._executing = True
-                commands, index = self._pending.popleft()
-            if self.cores is not None:
-                self.cores.set_list_running(True)
-            try:
+        ran = took_a_list = False
+        try:
+            while True:
+                with self._lock:
+                    if self._executing or not self._pending or (until is not None and until()):
+                        left_over = helping and bool(self._pending) and not self._executing
+                        break
+                    self._executing = True
+                    commands, index = self._pending.popleft()
+                if self.cores is not None and not took_a_list:
+                    self.cores.set_list_running(True)
+                took_a_list = True
                 stopped_at = self._run_list(commands, index, helping, interrupted)
-            finally:
-                if self.cores is not None:
-                    self.cores.set_list_running(False)
-            ran = ran or stopped_at != index
-            with self._lock:
+                ran = ran or stopped_at != index
+                with self._lock:
+                    if stopped_at is not None:
+                        self._pending.appendleft((commands, stopped_at))
+                    self._executing = False
                 if stopped_at is not None:
-                    self._pending.appendleft((commands, stopped_at))
-                self._executing = False
-            if stopped_at is not None:
-                left_over = True
-                break
+                    left_over = True
+                    break
+        finally:
+            if self.cores is not None and took_a_list:
+                self.cores.set_list_running(False)
         if left_over:
             self._wake_engine_thread()  # it may have found the role taken and gone back to sleep
         return ran

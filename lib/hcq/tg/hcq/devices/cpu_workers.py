@@ -110,7 +110,12 @@ class NativeLaunch:
         self.take_calls()
 
     def take_calls(self) -> None:
-        if self.native.take_calls(self.kernel, self.total, self.counters):
+        try:
+            finished_last = self.native.take_calls(self.kernel, self.total, self.counters)
+        except BaseException as error:  # (ctypes could not make the call: no core_id was taken, others take them)
+            self.error = self.error or error
+            return
+        if finished_last:
             self.finished.set()
 
     def _all_returned(self) -> bool:

@@ -123,8 +123,9 @@ class NativeLaunch:
 
     def wait(self) -> None:
         # the other threads' last calls usually end within microseconds: spin for them (in C, without the GIL)
-        # rather than sleep on the event and be woken
-        if self.native.wait_finished(self.counters, self.total, WAIT_SPIN_NS):
+        # rather than sleep on the event and be woken. (After a failed ctypes call the calls may never all be
+        # taken: the error is raised at once instead; the device records it.)
+        if self.error is not None or self.native.wait_finished(self.counters, self.total, WAIT_SPIN_NS):
             return
         while True:
             self.finished.clear()

@@ -509,3 +509,17 @@ def test_without_a_c_compiler_the_engine_calls_kernels_through_ctypes(kit: Any) 
     prg(out.raw, global_size=(8, 1, 1), wait=True)
     assert dev.compute_engine.native is None
     assert out.numpy().tolist() == [1.0] * 8
+
+
+def test_a_c_launch_whose_call_fails_raises_on_the_launching_thread_without_hanging() -> None:
+    import types
+
+    from tg.hcq.devices.cpu_workers import NativeLaunch
+
+    def take_calls(kernel: Any, total: int, counters: Any) -> int:
+        raise ValueError("ctypes could not make the call")
+
+    failing = types.SimpleNamespace(take_calls=take_calls)
+    pool = CorePool(2, "test-pool-failing")
+    with pytest.raises(ValueError, match="could not make the call"):
+        pool.run_launch(NativeLaunch(failing, None, 4, pool.finished))  # type: ignore[arg-type]

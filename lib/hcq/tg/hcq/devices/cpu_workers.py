@@ -354,9 +354,10 @@ class CommandEngine:
             command = commands[index]
             if helping and (interrupted() or not _holds_now(command)):
                 return index
-            run = self._whole_launches(commands, index)
+            run: list[int] = []
             self.busy = not isinstance(command, (WaitCommand, PollBitCommand))
             try:
+                run = self._whole_launches(commands, index)
                 if len(run) > 2:
                     self._run_whole_launches(run)
                 else:
@@ -407,7 +408,7 @@ class CommandEngine:
         """The C call record of `command`'s kernel and its address, made once per argument state; None when its
         kernel has too many arguments for the library's switch (it is then called through ctypes)."""
         state = command.args_state
-        prepared = state.device_record
+        prepared = getattr(state, "device_record", None)
         if prepared is None:
             function = getattr(command.program, "function", None)  # (a broken command fails in execute, as before)
             if function is None:

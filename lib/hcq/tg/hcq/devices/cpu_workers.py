@@ -408,14 +408,14 @@ class CommandEngine:
         """The C call record of `command`'s kernel and its address, made once per argument state; None when its
         kernel has too many arguments for the library's switch (it is then called through ctypes)."""
         state = command.args_state
-        prepared = getattr(state, "device_record", None)
+        prepared: tuple[KernelRecord, int] | bool | None = getattr(state, "device_record", None)
         if prepared is None:
             function = getattr(command.program, "function", None)  # (a broken command fails in execute, as before)
             if function is None:
                 return None
             record = native.record(function, concrete(command.args_addr), len(state.bufs), len(state.vals))
             prepared = state.device_record = (record, ctypes.addressof(record)) if record is not None else False
-        return prepared or None
+        return prepared if isinstance(prepared, tuple) else None  # (False: C cannot call it)
 
     def execute(self, command: Command) -> None:
         """Carry out one resolved command (its symbolic fields were replaced by values at submit)."""

@@ -30,11 +30,14 @@ from typing import Any
 
 MAX_BUFS = 32  # the switch's cases cover every (buffers, values) pair up to these counts
 MAX_VALS = 8
-WAIT_SPIN_NS = 50_000  # how long a launching thread spins for the other threads' last calls before it sleeps
-# how long a core thread that finished its calls spins for the next launch of the list being run before it sleeps:
-# a decode step's split launches come a few microseconds apart (the single-call kernels between them), while a
-# futex wake-up takes 5-50 us. When the list ends the spin stops at once (a plain realize submits a list per kernel)
-CORE_SPIN_NS = 100_000
+# How long a launching thread spins for the other threads' last calls before it sleeps, and how long a core thread
+# that finished its calls spins for the next launch of the list being run (a decode step's split launches come a few
+# microseconds apart, with the single-call kernels between them run in C). Both stay short: on a shared machine a
+# spinning thread takes the CPU another thread needs (the SmolLM2 decode step on 2 cores at load 4.5, medians of 40
+# in turns: 61.7 ms without the core spin, 62.2 ms with 20 us, 64.1 ms with 100 us; every call through ctypes 66.6).
+# When the list ends the core spin stops at once (a plain realize submits a list per kernel).
+WAIT_SPIN_NS = 10_000
+CORE_SPIN_NS = 20_000
 
 
 class KernelRecord(ctypes.Structure):

@@ -116,7 +116,7 @@ def _calls_through_ctypes(monkeypatch: pytest.MonkeyPatch) -> None:
     without the C call library), so a test can wrap each call in Python."""
     engine = Device["CPU"].compute_engine
     monkeypatch.setattr(engine, "native", None)
-    monkeypatch.setattr(engine, "_load_native", None)
+    monkeypatch.setattr(engine, "load_native", None)
 
 
 def _threads_running_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -502,7 +502,7 @@ def test_without_a_c_compiler_the_engine_calls_kernels_through_ctypes(kit: Any) 
     assert load_native_calls(NoCompiler(), lambda lib: None) is None
     with Context(CPU_COUNT=2):
         dev = Device["CPU:63"]
-    dev.compute_engine._load_native = lambda: load_native_calls(NoCompiler(), lambda lib: None)
+    dev.compute_engine.load_native = lambda: load_native_calls(NoCompiler(), lambda lib: None)
     prg = kit.load_program(dev, "mark", kit.MARK)
     out = Buffer("CPU:63", 8, kit.float32).allocate().copyin(memoryview(bytes(8 * 4)))
     prg(out.raw, global_size=(1, 1, 1), wait=True)

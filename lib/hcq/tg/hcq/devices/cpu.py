@@ -84,15 +84,21 @@ def load_shared_object(lib: bytes) -> ctypes.CDLL:
         os.unlink(path)
 
 
-@functools.cache
-def load_call_library() -> NativeCalls | None:
-    """The C call library of the CPU engines (one per process, compiled with the system C compiler), or None when
-    there is no C compiler: the engines then call kernels through ctypes (see tg.hcq.devices.cpu_calls)."""
-    try:
-        compiler = CCompiler()
-    except FileNotFoundError:
-        return None
-    return load_native_calls(compiler, load_shared_object)
+_CALL_LIBRARY: list[NativeCalls | None] = []  # loaded once per process, by the first CPU engine that launches
+
+
+def load_call_library(compiler: CCompiler | None = None) -> NativeCalls | None:
+    """The C call library of the CPU engines (one per process, built with `compiler` or the system C compiler), or
+    None when there is no C compiler: the engines then call kernels through ctypes (see tg.hcq.devices.cpu_calls)."""
+    if not _CALL_LIBRARY:
+        if compiler is None:
+            try:
+                compiler = CCompiler()
+            except FileNotFoundError:
+                _CALL_LIBRARY.append(None)
+                return None
+        _CALL_LIBRARY.append(load_native_calls(compiler, load_shared_object))
+    return _CALL_LIBRARY[0]
 
 
 class CPUProgram(HCQProgram):
@@ -183,9 +189,7 @@ class CPUDevice(HCQCompiled):
 
     def __init__(self, spec: DeviceSpec) -> None:
         self.cores = CorePool(core_count(), name=spec.canonical)
-        self.compute_engine = CommandEngine(
-            f"{spec.canonical}-compute", self.cores, self._record_error, native=load_call_library
-        )
+        self.compute_engine = CommandEngine(f"{spec.canonical}-compute", self.cores, self._record_error)
         self.copy_engine = CommandEngine(f"{spec.canonical}-copy", None, self._record_error)
         allocator = CPUAllocator()
         compiler: Any
@@ -199,6 +203,9 @@ class CPUDevice(HCQCompiled):
             compiler, program, renderer = CCompiler(), CPUProgram, None
             if spec.renderer in C_RENDERER_NAMES:
                 renderer = CRenderer(cores=self.cores.count, max_lanes=WIDE_MAX_LANES if wide_vectors() else MAX_LANES)
+        # the call library is built on the first launch, with this device's compiler when it is the C one
+        c_compiler = compiler if isinstance(compiler, CCompiler) else None
+        self.compute_engine.load_native = functools.partial(load_call_library, c_compiler)
         super().__init__(spec, allocator, compiler, program, CPUComputeQueue, CPUCopyQueue)
         allocator.device = self
         self.renderer = renderer

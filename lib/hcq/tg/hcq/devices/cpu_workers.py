@@ -264,7 +264,7 @@ class CommandEngine:
         self.name = name
         self.cores = cores
         self.on_error = on_error
-        self._load_native = native  # loads the C call library on the first launch (None: calls through ctypes)
+        self.load_native = native  # loads the C call library on the first launch (None: calls through ctypes)
         self.native: NativeCalls | None = None
         self.native_runs = 0  # C runs of consecutive whole launches (tg_run_serial), for tests and profiles
         self.native_run_launches = 0  # the launches those runs made
@@ -398,8 +398,8 @@ class CommandEngine:
 
     def _native_calls(self) -> NativeCalls | None:
         """The C call library, loaded on first use; None on a copy engine or where it could not be built."""
-        if self._load_native is not None and self.cores is not None:
-            self.native, self._load_native = self._load_native(), None
+        if self.load_native is not None and self.cores is not None:
+            self.native, self.load_native = self.load_native(), None
             self.cores.native = self.native
         return self.native
 

@@ -470,8 +470,6 @@ def test_a_launching_thread_that_outwaits_its_spin_sleeps_until_the_last_call_re
 ) -> None:
     """No spin at all, and the pool's event already set by an earlier launch: the launching thread still returns
     only once the core thread's slow call returned."""
-    from tg.hcq.devices.cpu_workers import NativeLaunch
-
     monkeypatch.setattr(cpu_workers, "WAIT_SPIN_NS", 0)
     dev = Device["CPU"]
     native = _native_engine()._native_calls()
@@ -484,7 +482,7 @@ def test_a_launching_thread_that_outwaits_its_spin_sleeps_until_the_last_call_re
     for _ in range(3):
         out.copyin(np.zeros(3, np.int64).data)
         pool.finished.set()  # a late set from an earlier launch
-        pool.run_launch(NativeLaunch(native, record, 2, pool.finished))
+        pool.run_native(native, record, 2)
         assert out.numpy().tolist()[1:] == [1, 1]  # (read at once: both calls had returned)
 
 
@@ -514,12 +512,10 @@ def test_without_a_c_compiler_the_engine_calls_kernels_through_ctypes(kit: Any) 
 def test_a_c_launch_whose_call_fails_raises_on_the_launching_thread_without_hanging() -> None:
     import types
 
-    from tg.hcq.devices.cpu_workers import NativeLaunch
-
     def take_calls(kernel: Any, total: int, counters: Any) -> int:
         raise ValueError("ctypes could not make the call")
 
     failing = types.SimpleNamespace(take_calls=take_calls)
     pool = CorePool(2, "test-pool-failing")
     with pytest.raises(ValueError, match="could not make the call"):
-        pool.run_launch(NativeLaunch(failing, None, 4, pool.finished))  # type: ignore[arg-type]
+        pool.run_native(failing, None, 4)  # type: ignore[arg-type]

@@ -71,10 +71,6 @@ class Launch:
         self.done = threading.Event()
         self.error: BaseException | None = None  # the first call that failed
 
-    def run_whole(self) -> None:
-        """Make every call on this thread (a launch too small to split)."""
-        self.run(0, self.total)
-
     def wait(self) -> None:
         self.done.wait()
 
@@ -105,9 +101,6 @@ class NativeLaunch:
         self.counters = (ctypes.c_int64 * 2)()  # next core_id to take, calls returned (each launch its own)
         self.finished = finished
         self.error: BaseException | None = None
-
-    def run_whole(self) -> None:
-        self.take_calls()
 
     def take_calls(self) -> None:
         try:
@@ -198,22 +191,33 @@ class CorePool:
 
         `program` (any object that takes attributes) remembers how long its launches take: a small one runs in
         one call on this thread (see SERIAL_BELOW_S)."""
-        self.run_launch(Launch(run, total), program)
+        if not self._ran_whole(lambda: run(0, total), total, program):
+            self._run_split(Launch(run, total), program)
 
-    def run_launch(self, launch: AnyLaunch, program: Any = None) -> None:
-        """Run every call of `launch` (see `run`)."""
-        total = launch.total
+    def run_native(self, native: NativeCalls, kernel: KernelRecord, total: int, program: Any = None) -> None:
+        """`run` for a launch whose calls C makes (see NativeLaunch)."""
+        if not self._ran_whole(lambda: native.run_whole(kernel, total), total, program):
+            self._run_split(NativeLaunch(native, kernel, total, self.finished), program)
+
+    def _ran_whole(self, run_all: Callable[[], None], total: int, program: Any) -> bool:
+        """Make every call with `run_all` on this thread when the launch is not split (one call, one core, or a
+        program whose split launches were fast); whether it did."""
         threads = min(self.count, total)
         if threads > 1 and program is not None and getattr(program, "run_serially", False):
             start = time.perf_counter()
-            launch.run_whole()
+            run_all()
             if time.perf_counter() - start > SERIAL_BELOW_S * SERIAL_RECHECK:
                 program.run_serially = False
-            return
+            return True
         if threads <= 1:
             if total > 0:
-                launch.run_whole()
-            return
+                run_all()
+            return True
+        return False
+
+    def _run_split(self, launch: AnyLaunch, program: Any) -> None:
+        """Hand `launch` to the core threads and take its calls here too; return when every call returned."""
+        threads = min(self.count, launch.total)
         if len(self._inboxes) < threads - 1:
             self._start()
         for i in range(1, threads):
@@ -462,10 +466,7 @@ class CommandEngine:
         native = self._native_calls()
         prepared = None if native is None else self._native_record(native, command)
         if native is not None and prepared is not None:
-            if total <= 1 or self.cores.count <= 1:
-                native.run_whole(prepared[0], total)
-            else:
-                self.cores.run_launch(NativeLaunch(native, prepared[0], total, self.cores.finished), program)
+            self.cores.run_native(native, prepared[0], total, program)
             return
         state = command.args_state
         run = kernel_runner(program.function, concrete(command.args_addr), len(state.bufs), len(state.vals))

@@ -284,13 +284,19 @@ THREAD_ID = """
 void thread_id(long* restrict out, int core_id) { out[core_id] = syscall(SYS_gettid); }
 """
 
-# Ctrl-C pressed during each call the main thread makes (its thread id is the process id)
+# Ctrl-C pressed during each call the main thread makes (its thread id is the process id); a call on another thread
+# first waits (up to a second) for the main thread to have made one, so the main thread always takes part
 PRESS_CTRL_C = """
 #include <signal.h>
 #include <unistd.h>
 #include <sys/syscall.h>
-void press_ctrl_c(float* restrict out, int core_id) {
-  if (syscall(SYS_gettid) == getpid()) raise(SIGINT);
+void press_ctrl_c(float* restrict out, int* restrict main_called, int core_id) {
+  if (syscall(SYS_gettid) == getpid()) {
+    __atomic_store_n(main_called, 1, __ATOMIC_RELEASE);
+    raise(SIGINT);
+  } else {
+    for (int i = 0; i < 100000 && !__atomic_load_n(main_called, __ATOMIC_ACQUIRE); i++) usleep(10);
+  }
   out[core_id] = 1.0f;
 }
 """
@@ -404,7 +410,8 @@ def test_ctrl_c_during_a_c_call_by_the_host_is_held_until_the_launch_completed(
     dev, _ = Device["CPU"], _native_engine()
     prg = kit.load_program(dev, "press_ctrl_c", PRESS_CTRL_C)
     out = Buffer("CPU", 8, kit.float32).allocate().copyin(memoryview(bytes(8 * 4)))
-    prg(out.raw, global_size=(8, 1, 1))
+    main_called = Buffer("CPU", 1, kit.int32).allocate().copyin(memoryview(bytes(4)))
+    prg(out.raw, main_called.raw, global_size=(8, 1, 1))
     with pytest.raises(KeyboardInterrupt):
         dev.synchronize(timeout=5000)
     assert kit.read_floats(out.raw, 8) == [1.0] * 8  # (read without waiting: the launch had completed)

@@ -4,6 +4,8 @@
 
 The step is a chain of N elementwise kernels on 16 floats (each `.contiguous()` is its own kernel), so the time is
 all overhead. Times are medians of the repeats, in microseconds per kernel; the machine is shared (load printed).
+The ctypes row replays the same step with each kernel called through ctypes instead of the CPU engine's C call
+library (the fallback where no C compiler is installed).
 The symbolic row runs the same chain on `x[:n]` with a new value of the Variable n at every call: each replay
 patches every kernel's variable argument and launch size.
 """
@@ -51,6 +53,23 @@ def tg_step(kernels: int) -> tuple[Callable[[], object], Callable[[], object]]:
         Device["CPU"].synchronize()
 
     return plain, replay
+
+
+def calls_through_ctypes(run: Callable[[], object]) -> Callable[[], object]:
+    """`run` with the CPU engine calling each kernel through ctypes, as on a machine where the C call library
+    (tg.hcq.devices.cpu_calls) cannot be built: the per-kernel cost that library removes."""
+    from tg.hcq import Device
+
+    engine = Device["CPU"].compute_engine
+
+    def run_with_ctypes() -> object:
+        native, engine.native = engine._native_calls(), None
+        try:
+            return run()
+        finally:
+            engine.native = native
+
+    return run_with_ctypes
 
 
 def tg_symbolic_replay(kernels: int) -> Callable[[], object]:
@@ -120,6 +139,8 @@ def main() -> None:
     replay_us = per_kernel_us(replay, args.kernels, args.repeats)
     print(f"tg plain realize   {plain_us:8.1f} us/kernel")
     print(f"tg TinyJit replay  {replay_us:8.1f} us/kernel  ({plain_us / replay_us:.1f}x lower; bar: >= 10x, <= 15 us)")
+    ctypes_us = per_kernel_us(calls_through_ctypes(replay), args.kernels, args.repeats)
+    print(f"tg replay, ctypes  {ctypes_us:8.1f} us/kernel  (each call through ctypes: no C call library)")
     symbolic = tg_symbolic_replay(args.kernels)
     symbolic(), symbolic()  # plain call and capture
     symbolic_us = per_kernel_us(symbolic, args.kernels, args.repeats)

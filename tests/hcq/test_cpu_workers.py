@@ -6,15 +6,19 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tg.codegen.dtype import dtypes
 from tg.hcq import Buffer, Device
 from tg.hcq.devices import cpu_workers
+from tg.hcq.devices.cpu_calls import MAX_BUFS, MAX_VALS
 from tg.hcq.devices.cpu_workers import CorePool
 
 pytestmark = pytest.mark.timeout(60)
@@ -107,8 +111,17 @@ def sleepy_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     held.put(None)
 
 
+def _calls_through_ctypes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device["CPU"]'s compute engine makes its kernel calls through ctypes and `kernel_runner` (the path of a machine
+    without the C call library), so a test can wrap each call in Python."""
+    engine = Device["CPU"].compute_engine
+    monkeypatch.setattr(engine, "native", None)
+    monkeypatch.setattr(engine, "load_native", None)
+
+
 def _threads_running_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the threads that make each kernel call from now on."""
+    """The names of the threads that make each kernel call from now on (calls through ctypes)."""
+    _calls_through_ctypes(monkeypatch)
     names: list[str] = []
     original = cpu_workers.kernel_runner
 
@@ -185,12 +198,13 @@ def test_ctrl_c_while_the_host_runs_queued_work_stops_after_the_command_and_the_
         run = original(*args)
 
         def run_then_press_ctrl_c(start: int, end: int) -> None:
-            if start == 0 and threading.current_thread() is threading.main_thread():
-                signal.raise_signal(signal.SIGINT)  # Ctrl-C arrives during the first call
+            if threading.current_thread() is threading.main_thread():
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C arrives during a call the host makes
             run(start, end)
 
         return run_then_press_ctrl_c
 
+    _calls_through_ctypes(monkeypatch)
     monkeypatch.setattr(cpu_workers, "kernel_runner", interrupted_runner)
     monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launch split, whatever its speed
     prg(out.raw, global_size=(8, 1, 1))
@@ -259,3 +273,249 @@ def test_core_and_engine_threads_are_batch_work_so_their_wake_up_does_not_preemp
     for thread in threads:
         assert thread.native_id is not None
         assert os.sched_getscheduler(thread.native_id) == os.SCHED_BATCH, thread.name
+
+
+# ---------------------------------------------------------------------------------------- calls made from C
+
+# out[core_id] = the id of the thread that made the call (Linux)
+THREAD_ID = """
+#include <unistd.h>
+#include <sys/syscall.h>
+void thread_id(long* restrict out, int core_id) { out[core_id] = syscall(SYS_gettid); }
+"""
+
+# Ctrl-C pressed during each call the main thread makes (its thread id is the process id); a call on another thread
+# first waits (up to a second) for the main thread to have made one, so the main thread always takes part
+PRESS_CTRL_C = """
+#include <signal.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+void press_ctrl_c(float* restrict out, int* restrict main_called, int core_id) {
+  if (syscall(SYS_gettid) == getpid()) {
+    __atomic_store_n(main_called, 1, __ATOMIC_RELEASE);
+    raise(SIGINT);
+  } else {
+    for (int i = 0; i < 100000 && !__atomic_load_n(main_called, __ATOMIC_ACQUIRE); i++) usleep(10);
+  }
+  out[core_id] = 1.0f;
+}
+"""
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernels ask Linux for thread ids")
+
+
+def _native_engine() -> Any:
+    engine = Device["CPU"].compute_engine
+    assert engine._native_calls() is not None, "the C call library did not load (a C compiler is installed here)"
+    return engine
+
+
+def test_consecutive_single_call_launches_run_in_one_c_call(kit: Any) -> None:
+    """A list of 20 single-call launches (b += 1 each) is one C run of 20 launches, with the right result."""
+    dev, engine = Device["CPU"], _native_engine()
+    prg = kit.load_program(dev, "add_one", kit.ADD_ONE)
+    b = Buffer("CPU", 1, kit.float32).allocate().copyin(np.zeros(1, np.float32).data)
+    dev.synchronize()
+    queue = dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1)
+    for _ in range(20):
+        queue.exec(prg, prg.fill_kernargs((b.raw, b.raw)), (1, 1, 1), (1, 1, 1))
+    runs, launches = engine.native_runs, engine.native_run_launches
+    queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    assert (engine.native_runs - runs, engine.native_run_launches - launches) == (1, 20)
+    assert b.numpy().tolist() == [20.0]
+
+
+def test_a_tinyjit_replay_of_tiny_kernels_is_one_c_run_and_sees_new_inputs() -> None:
+    from tg.tensor import Tensor, TinyJit
+
+    engine = _native_engine()
+
+    @TinyJit
+    def chain(x: Tensor) -> Tensor:
+        for _ in range(12):
+            x = (x * 2.0 + 1.0).contiguous()
+        return x
+
+    data = [np.arange(16, dtype=np.float32) + i for i in range(4)]
+    for x in data[:2]:
+        chain(Tensor(x)).realize()  # plain call, capture
+    for x in data[2:]:
+        runs, launches = engine.native_runs, engine.native_run_launches
+        out = chain(Tensor(x)).numpy()
+        assert (engine.native_runs - runs, engine.native_run_launches - launches) == (1, 12)
+        expected = x.astype(np.float64)
+        for _ in range(12):
+            expected = expected * 2 + 1
+        np.testing.assert_array_equal(out, expected.astype(np.float32))
+
+
+@pytest.mark.parametrize("bufs, vals", [(0, 0), (1, 0), (2, 3), (MAX_BUFS, MAX_VALS), (MAX_BUFS + 1, 1)])
+def test_the_c_call_passes_every_buffer_and_value_in_order(kit: Any, bufs: int, vals: int) -> None:
+    """out[core_id] = core_id + sum of k * value k + sum of buffer k's first float, for each argument count the
+    call switch covers and one past it (a kernel it does not cover is called through ctypes)."""
+    params = [f"float* restrict b{i}" for i in range(bufs)] + [f"int v{i}" for i in range(vals)] + ["int core_id"]
+    terms = ["(float)core_id"] + [f"{k + 1} * (float)v{k}" for k in range(vals)]
+    terms += [f"b{k}[0]" for k in range(1, bufs)]
+    body = f"b0[1 + core_id] = {' + '.join(terms)};" if bufs else ""
+    source = f"void args_{bufs}_{vals}({', '.join(params)}) {{ {body} }}"
+    dev = Device["CPU"]
+    prg = kit.load_program(dev, f"args_{bufs}_{vals}", source)
+    inputs = [kit.float_buffer("CPU", [float(10 * k + 3)] * 5) for k in range(bufs)]
+    values = tuple(range(5, 5 + vals))
+    _native_engine()
+    prg(*(b.raw for b in inputs), global_size=(4, 1, 1), vals=values, wait=True)
+    if bufs:
+        expected = [c + sum((k + 1) * v for k, v in enumerate(values)) + sum(10 * k + 3 for k in range(1, bufs))
+                    for c in range(4)]  # fmt: skip
+        assert inputs[0].numpy().tolist()[1:] == expected
+
+
+@linux_only
+def test_split_launches_in_c_call_every_core_id_once_on_the_pool_threads(
+    kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launches split, whatever their speed
+    dev, _ = Device["CPU"], _native_engine()
+    prg = kit.load_program(dev, "thread_id", THREAD_ID)
+    out = Buffer("CPU", 64, dtypes.int64).allocate()
+    for _ in range(20):
+        out.copyin(np.zeros(64, np.int64).data)
+        prg(out.raw, global_size=(64, 1, 1), wait=True)
+        ids = out.numpy()
+        pool_threads = {t.native_id for t in threading.enumerate()
+                        if t.name.startswith(f"{dev.cores.name}-") or t is threading.main_thread()}  # fmt: skip
+        assert set(ids.tolist()) <= pool_threads  # every call made, by the launching thread or a core thread
+
+
+@linux_only
+def test_a_kernel_awaited_by_the_host_is_called_from_c_on_the_host_thread(kit: Any, sleepy_engine: Any) -> None:
+    dev = Device["CPU"]
+    _native_engine()
+    prg = kit.load_program(dev, "thread_id", THREAD_ID)
+    out = Buffer("CPU", 2, dtypes.int64).allocate()
+    prg(out.raw, global_size=(1, 1, 1))
+    dev.synchronize(timeout=5000)
+    assert out.numpy()[0] == threading.get_native_id()
+
+
+@linux_only
+def test_ctrl_c_during_a_c_call_by_the_host_is_held_until_the_launch_completed(
+    kit: Any, sleepy_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with calls through ctypes: Ctrl-C pressed during calls made from C by the waiting host thread (the engine
+    thread never wakes here, so the host runs the list) is raised once, after every call of the launch ran; the
+    rest of the list (its signal) runs at the next wait."""
+    monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launch split, whatever its speed
+    dev, _ = Device["CPU"], _native_engine()
+    prg = kit.load_program(dev, "press_ctrl_c", PRESS_CTRL_C)
+    out = Buffer("CPU", 8, kit.float32).allocate().copyin(memoryview(bytes(8 * 4)))
+    main_called = Buffer("CPU", 1, kit.int32).allocate().copyin(memoryview(bytes(4)))
+    prg(out.raw, main_called.raw, global_size=(8, 1, 1))
+    with pytest.raises(KeyboardInterrupt):
+        dev.synchronize(timeout=5000)
+    assert kit.read_floats(out.raw, 8) == [1.0] * 8  # (read without waiting: the launch had completed)
+    dev.synchronize(timeout=5000)
+    assert dev.error_state is None
+
+
+def test_a_core_thread_spins_for_the_next_launch_of_a_list_instead_of_sleeping(
+    kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten split launches in one list: the core thread sleeps on its inbox at most once (for the first it takes)
+    and takes the others while spinning; every posted launch is taken from the inbox exactly once. (The spin ends
+    with the list, so the long CORE_SPIN_NS below does not keep the thread busy after it.)"""
+    from tg.codegen.flags import Context
+
+    monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launches split, whatever their speed
+    monkeypatch.setattr(cpu_workers, "CORE_SPIN_NS", 10**10)  # long enough for a loaded test machine
+    with Context(CPU_COUNT=2):
+        dev = Device["CPU:62"]
+    prg = kit.load_program(dev, "mark", kit.MARK)
+    out = dev.allocator.alloc(4 * 8)
+    prg(out, global_size=(8, 1, 1), wait=True)  # loads the call library, starts the core thread
+    pool = dev.cores
+    deadline = time.monotonic() + 10
+    while pool.wakeups + pool.spin_pickups < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)  # the core thread took that first launch (or it would count below)
+    wakeups, pickups = pool.wakeups, pool.spin_pickups
+    queue = dev.hw_compute_queue_t()
+    for _ in range(10):
+        queue.exec(prg, prg.fill_kernargs((out,)), (8, 1, 1), (1, 1, 1))
+    queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    while pool.wakeups + pool.spin_pickups < wakeups + pickups + 10 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert pool.wakeups + pool.spin_pickups == wakeups + pickups + 10
+    assert pool.wakeups - wakeups <= 1
+
+
+# call `core_id` marks out[1 + core_id] once both calls started; a core thread's call (not the main thread's) then
+# sleeps 30 ms, so a launching main thread is left waiting for it
+SLOW_ON_A_CORE_THREAD = """
+#include <unistd.h>
+#include <sys/syscall.h>
+void slow_on_a_core_thread(long* restrict out, int core_id) {
+  __atomic_add_fetch(&out[0], 1, __ATOMIC_ACQ_REL);
+  for (int i = 0; i < 1000000 && __atomic_load_n(&out[0], __ATOMIC_ACQUIRE) < 2; i++) usleep(1);
+  if (syscall(SYS_gettid) != getpid()) usleep(30000);
+  out[1 + core_id] = 1;
+}
+"""
+
+
+@linux_only
+def test_a_launching_thread_that_outwaits_its_spin_sleeps_until_the_last_call_returned(
+    kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No spin at all, and the pool's event already set by an earlier launch: the launching thread still returns
+    only once the core thread's slow call returned."""
+    monkeypatch.setattr(cpu_workers, "WAIT_SPIN_NS", 0)
+    dev = Device["CPU"]
+    native = _native_engine()._native_calls()
+    prg = kit.load_program(dev, "slow_on_a_core_thread", SLOW_ON_A_CORE_THREAD)
+    out = Buffer("CPU", 3, dtypes.int64).allocate()
+    args = prg.fill_kernargs((out.raw,))
+    record = native.record(prg.function, args.buf.va_addr, 1, 0)
+    pool = CorePool(2, "test-pool-native")
+    pool.native = native
+    for _ in range(3):
+        out.copyin(np.zeros(3, np.int64).data)
+        pool.finished.set()  # a late set from an earlier launch
+        pool.run_native(native, record, 2)
+        assert out.numpy().tolist()[1:] == [1, 1]  # (read at once: both calls had returned)
+
+
+def test_without_a_c_compiler_the_engine_calls_kernels_through_ctypes(kit: Any) -> None:
+    """The call library is optional: a compiler that fails leaves None, and an engine without it runs launches
+    (single and split) through ctypes with the same results."""
+    from tg.codegen.compiler.base import CompileError
+    from tg.codegen.flags import Context
+    from tg.hcq.devices.cpu_calls import load_native_calls
+
+    class NoCompiler:
+        def compile(self, source: str) -> bytes:
+            raise CompileError("cc: not found", source)
+
+    assert load_native_calls(NoCompiler(), lambda lib: None) is None
+    with Context(CPU_COUNT=2):
+        dev = Device["CPU:63"]
+    dev.compute_engine.load_native = lambda: load_native_calls(NoCompiler(), lambda lib: None)
+    prg = kit.load_program(dev, "mark", kit.MARK)
+    out = Buffer("CPU:63", 8, kit.float32).allocate().copyin(memoryview(bytes(8 * 4)))
+    prg(out.raw, global_size=(1, 1, 1), wait=True)
+    prg(out.raw, global_size=(8, 1, 1), wait=True)
+    assert dev.compute_engine.native is None
+    assert out.numpy().tolist() == [1.0] * 8
+
+
+def test_a_c_launch_whose_call_fails_raises_on_the_launching_thread_without_hanging() -> None:
+    import types
+
+    def take_calls(kernel: Any, total: int, counters: Any) -> int:
+        raise ValueError("ctypes could not make the call")
+
+    failing = types.SimpleNamespace(take_calls=take_calls)
+    pool = CorePool(2, "test-pool-failing")
+    with pytest.raises(ValueError, match="could not make the call"):
+        pool.run_native(failing, None, 4)  # type: ignore[arg-type]

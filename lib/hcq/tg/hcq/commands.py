@@ -127,8 +127,11 @@ def _integer_fields(command_type: type) -> tuple[str, ...]:
 
 
 def _is_symbolic_field(value: object) -> bool:
-    if isinstance(value, tuple):
-        return any(is_symbolic(item) for item in value)
+    if isinstance(value, tuple):  # a launch size: a loop, not a generator (every plain launch checks two of them)
+        for item in value:
+            if type(item) is not int and is_symbolic(item):
+                return True
+        return False
     return is_symbolic(value)
 
 

@@ -66,6 +66,7 @@ class HCQArgsState:
         self.bufs = bufs
         self.vals = vals
         self.bind_data: list[BoundSint] = []
+        self.device_record: Any = None  # what a device's engine prepares from these arguments on first use
 
     def bind_sints_to_buf(self, *vals: sint, buf: HCQBuffer, fmt: str, offset: int = 0) -> None:
         """Write `vals` (format `fmt`, e.g. "Q" or "i") at `offset`; symbolic values are written at submit time."""

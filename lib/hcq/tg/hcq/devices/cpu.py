@@ -8,7 +8,9 @@ Buffers come first in slot order (pointers), then the integer values (int32) in 
 A launch with global size (x, y, z) calls the function x*y*z times with core_id = 0 .. x*y*z-1 (on CPU
 only the product matters; renderers launch (n, 1, 1)). The calls are spread across the device's core
 threads (one per core, `CPU_COUNT` overrides) and the exec completes when every call returned. The local
-size is ignored on CPU.
+size is ignored on CPU. The calls are made from a small C library (tg.hcq.devices.cpu_calls, compiled once per
+process), which reads the arguments below from memory: a run of single-call launches is one call from Python, and a
+split launch one per helping thread; without a C compiler (CPU:LLVM on a machine with none) they go through ctypes.
 
 Raw buffers are `HCQBuffer`s over aligned host memory (tg.hcq.memory.HostMemory): `va_addr` is the real address that the
 kernel receives, and `view` is a memoryview of the same bytes. Kernel arguments are stored in the
@@ -26,6 +28,7 @@ then awaited costs no thread wake-up, neither to start it nor to report its end.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import tempfile
 from collections.abc import Callable
@@ -40,6 +43,7 @@ from tg.hcq.allocator import BufferSpec, LRUAllocator
 from tg.hcq.commands import Command
 from tg.hcq.compiled import HCQCompiled
 from tg.hcq.device import DeviceSpec
+from tg.hcq.devices.cpu_calls import NativeCalls, load_native_calls
 from tg.hcq.devices.cpu_workers import CommandEngine, CorePool
 from tg.hcq.flags import CPU_COUNT
 from tg.hcq.memory import HCQBuffer, HostMemory
@@ -78,6 +82,23 @@ def load_shared_object(lib: bytes) -> ctypes.CDLL:
         return ctypes.CDLL(path)
     finally:
         os.unlink(path)
+
+
+_CALL_LIBRARY: list[NativeCalls | None] = []  # loaded once per process, by the first CPU engine that launches
+
+
+def load_call_library(compiler: CCompiler | None = None) -> NativeCalls | None:
+    """The C call library of the CPU engines (one per process, built with `compiler` or the system C compiler), or
+    None when there is no C compiler: the engines then call kernels through ctypes (see tg.hcq.devices.cpu_calls)."""
+    if not _CALL_LIBRARY:
+        if compiler is None:
+            try:
+                compiler = CCompiler()
+            except FileNotFoundError:
+                _CALL_LIBRARY.append(None)
+                return None
+        _CALL_LIBRARY.append(load_native_calls(compiler, load_shared_object))
+    return _CALL_LIBRARY[0]
 
 
 class CPUProgram(HCQProgram):
@@ -182,6 +203,9 @@ class CPUDevice(HCQCompiled):
             compiler, program, renderer = CCompiler(), CPUProgram, None
             if spec.renderer in C_RENDERER_NAMES:
                 renderer = CRenderer(cores=self.cores.count, max_lanes=WIDE_MAX_LANES if wide_vectors() else MAX_LANES)
+        # the call library is built on the first launch, with this device's compiler when it is the C one
+        c_compiler = compiler if isinstance(compiler, CCompiler) else None
+        self.compute_engine.load_native = functools.partial(load_call_library, c_compiler)
         super().__init__(spec, allocator, compiler, program, CPUComputeQueue, CPUCopyQueue)
         allocator.device = self
         self.renderer = renderer

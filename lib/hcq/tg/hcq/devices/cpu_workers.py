@@ -7,12 +7,16 @@ handed out one at a time to whichever thread is free, the launching thread inclu
 other processes a thread that is not running does not hold back calls another thread could make, and a launch
 ends when its last call returns, not when every core thread has reported back. Which thread makes a call changes
 nothing in its result. ctypes releases the GIL for the duration of each C call, so the calls really run in
-parallel. All threads are daemons and start on first use, so an idle process starts none.
+parallel. The calls themselves are made from C (tg.hcq.devices.cpu_calls): consecutive single-call launches of a
+list in one C call, a split launch's core_ids taken from atomic counters. While a list runs, a core thread that
+finished its calls spins briefly for the list's next launch instead of sleeping. All threads are daemons and start
+on first use, so an idle process starts none.
 """
 
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # the C functions under signal: see deferred_interrupt
+import array
 import collections
 import contextlib
 import ctypes
@@ -36,6 +40,7 @@ from tg.hcq.commands import (
     WaitCommand,
     WriteCommand,
 )
+from tg.hcq.devices.cpu_calls import CORE_SPIN_NS, WAIT_SPIN_NS, KernelRecord, NativeCalls
 from tg.hcq.signal import load_signal_value, notify_memory_changed, sleep_until, store_signal_value
 from tg.hcq.symbolic import concrete
 
@@ -66,6 +71,9 @@ class Launch:
         self.done = threading.Event()
         self.error: BaseException | None = None  # the first call that failed
 
+    def wait(self) -> None:
+        self.done.wait()
+
     def take_calls(self) -> None:
         for i in iter(self._take_next, None):
             if i >= self.total:
@@ -78,6 +86,50 @@ class Launch:
                 self.done.set()
 
 
+class NativeLaunch:
+    """A launch whose calls C makes (see tg.hcq.devices.cpu_calls): the threads that help take core_ids from shared
+    atomic counters, one ctypes call per thread instead of one per core_id; the same contract as `Launch`.
+
+    No Event per launch (creating one costs microseconds): the thread that returns the last call sets the pool's
+    `finished` event, and a launching thread that has to sleep re-checks its own counters after every wake-up (a
+    late set from an earlier launch only wakes it for nothing)."""
+
+    def __init__(self, native: NativeCalls, kernel: KernelRecord, total: int, finished: threading.Event) -> None:
+        self.native = native
+        self.kernel = kernel
+        self.total = total
+        self.counters = (ctypes.c_int64 * 2)()  # next core_id to take, calls returned (each launch its own)
+        self.finished = finished
+        self.error: BaseException | None = None
+
+    def take_calls(self) -> None:
+        try:
+            finished_last = self.native.take_calls(self.kernel, self.total, self.counters)
+        except BaseException as error:  # (ctypes could not make the call: no core_id was taken, others take them)
+            self.error = self.error or error
+            return
+        if finished_last:
+            self.finished.set()
+
+    def _all_returned(self) -> bool:
+        return self.counters[1] >= self.total
+
+    def wait(self) -> None:
+        # the other threads' last calls usually end within microseconds: spin for them (in C, without the GIL)
+        # rather than sleep on the event and be woken. (After a failed ctypes call the calls may never all be
+        # taken: the error is raised at once instead; the device records it.)
+        if self.error is not None or self.native.wait_finished(self.counters, self.total, WAIT_SPIN_NS):
+            return
+        while True:
+            self.finished.clear()
+            if self._all_returned():  # (checked after the clear: a set for this launch comes after its last call)
+                return
+            self.finished.wait()
+
+
+AnyLaunch = Launch | NativeLaunch
+
+
 class CorePool:
     """`count` cores: the calling thread plus `count - 1` daemon threads, started lazily."""
 
@@ -86,6 +138,12 @@ class CorePool:
         self.name = name
         self._inboxes: list[queue.SimpleQueue] = []
         self._lock = threading.Lock()
+        self.native: NativeCalls | None = None  # set by the engine once its C call library is loaded
+        self._posted = ctypes.c_int64(0)  # split launches posted so far: spinning core threads watch it
+        self._list_running = ctypes.c_int64(0)  # 1 while an engine runs a command list: core threads may spin
+        self.spin_pickups = 0  # launches a core thread took while spinning, without a wake-up (tests, profiles)
+        self.wakeups = 0  # launches a core thread took after sleeping on its inbox
+        self.finished = threading.Event()  # set when a thread returned the last call of a NativeLaunch
 
     def _start(self) -> None:
         with self._lock:
@@ -95,11 +153,37 @@ class CorePool:
                 name = f"{self.name}-core{len(self._inboxes)}"
                 threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True).start()
 
-    @staticmethod
-    def _serve(inbox: queue.SimpleQueue) -> None:
+    def _serve(self, inbox: queue.SimpleQueue) -> None:
         batch_scheduling()
         while True:
-            inbox.get().take_calls()
+            launch: AnyLaunch | None = inbox.get()
+            self.wakeups += 1
+            while launch is not None:
+                launch.take_calls()
+                launch = self._next_launch_without_sleeping(inbox)
+
+    def _next_launch_without_sleeping(self, inbox: queue.SimpleQueue) -> AnyLaunch | None:
+        """The next launch posted to `inbox` within CORE_SPIN_NS, watched by spinning in C (without the GIL) on the
+        posted counter: the launches of a command list come microseconds apart, and a thread asleep on the queue
+        would need a wake-up for each. None once the spin ran out (the thread then sleeps on the queue; the queue,
+        not the counter, decides which launch it gets, so nothing posted is missed)."""
+        native = self.native
+        while native is not None and CORE_SPIN_NS > 0:
+            seen = self._posted.value
+            try:
+                launch = inbox.get_nowait()
+            except queue.Empty:
+                posted, running = ctypes.addressof(self._posted), ctypes.addressof(self._list_running)
+                if not native.wait_changed(posted, seen, running, CORE_SPIN_NS):
+                    return None
+                continue
+            self.spin_pickups += 1
+            return launch
+        return None
+
+    def set_list_running(self, running: bool) -> None:
+        """Whether an engine runs a command list now: only then may core threads spin for its next launch."""
+        self._list_running.value = running
 
     def run(self, run: KernelCall, total: int, program: Any = None) -> None:
         """Call run(i, i + 1) for every i in [0, total), each i on the next free thread (this one included); return
@@ -107,29 +191,45 @@ class CorePool:
 
         `program` (any object that takes attributes) remembers how long its launches take: a small one runs in
         one call on this thread (see SERIAL_BELOW_S)."""
+        if not self._ran_whole(lambda: run(0, total), total, program):
+            self._run_split(Launch(run, total), program)
+
+    def run_native(self, native: NativeCalls, kernel: KernelRecord, total: int, program: Any = None) -> None:
+        """`run` for a launch whose calls C makes (see NativeLaunch)."""
+        if not self._ran_whole(lambda: native.run_whole(kernel, total), total, program):
+            self._run_split(NativeLaunch(native, kernel, total, self.finished), program)
+
+    def _ran_whole(self, run_all: Callable[[], None], total: int, program: Any) -> bool:
+        """Make every call with `run_all` on this thread when the launch is not split (one call, one core, or a
+        program whose split launches were fast); whether it did."""
         threads = min(self.count, total)
         if threads > 1 and program is not None and getattr(program, "run_serially", False):
             start = time.perf_counter()
-            run(0, total)
+            run_all()
             if time.perf_counter() - start > SERIAL_BELOW_S * SERIAL_RECHECK:
                 program.run_serially = False
-            return
+            return True
         if threads <= 1:
             if total > 0:
-                run(0, total)
-            return
+                run_all()
+            return True
+        return False
+
+    def _run_split(self, launch: AnyLaunch, program: Any) -> None:
+        """Hand `launch` to the core threads and take its calls here too; return when every call returned."""
+        threads = min(self.count, launch.total)
         if len(self._inboxes) < threads - 1:
             self._start()
-        launch = Launch(run, total)
         for i in range(1, threads):
             self._inboxes[i - 1].put(launch)
+        self._posted.value += 1  # (after the puts: a thread that sees the change finds the launch in its inbox)
         start = time.perf_counter()
         launch.take_calls()
         # this thread's share of the calls stands for a chunk: a launch whose whole run took less than
         # SERIAL_BELOW_S per thread gains nothing from the hand-offs
         if program is not None and time.perf_counter() - start < SERIAL_BELOW_S:
             program.run_serially = True
-        launch.done.wait()
+        launch.wait()
         if launch.error is not None:
             raise launch.error
 
@@ -158,10 +258,20 @@ class CommandEngine:
     that does not hold yet it gives the rest of the list back to the engine thread and waits as before.
     """
 
-    def __init__(self, name: str, cores: CorePool | None, on_error: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        cores: CorePool | None,
+        on_error: Callable[[BaseException], None],
+        native: Callable[[], NativeCalls | None] | None = None,
+    ) -> None:
         self.name = name
         self.cores = cores
         self.on_error = on_error
+        self.load_native = native  # loads the C call library on the first launch (None: calls through ctypes)
+        self.native: NativeCalls | None = None
+        self.native_runs = 0  # C runs of consecutive whole launches (tg_run_serial), for tests and profiles
+        self.native_run_launches = 0  # the launches those runs made
         self._pending: collections.deque[tuple[Sequence[Command], int]] = collections.deque()  # (list, next index)
         self._executing = False  # the executor role: held by the one thread that runs lists now
         self._lock = threading.Lock()
@@ -206,25 +316,33 @@ class CommandEngine:
 
     def _run_pending(self, until: Callable[[], bool] | None, interrupted: Callable[[], bool] = lambda: False) -> bool:
         """Run lists while this thread can take the executor role; `until` is None on the engine thread. Returns
-        whether this thread ran any command."""
+        whether this thread ran any command. Core threads may spin for the next launch from the first list taken
+        until the last one is done (lists queued back to back keep them spinning)."""
         helping = until is not None
-        ran = False
-        while True:
-            with self._lock:
-                if self._executing or not self._pending or (until is not None and until()):
-                    left_over = helping and bool(self._pending) and not self._executing
-                    break
-                self._executing = True
-                commands, index = self._pending.popleft()
-            stopped_at = self._run_list(commands, index, helping, interrupted)
-            ran = ran or stopped_at != index
-            with self._lock:
+        ran = took_a_list = False
+        try:
+            while True:
+                with self._lock:
+                    if self._executing or not self._pending or (until is not None and until()):
+                        left_over = helping and bool(self._pending) and not self._executing
+                        break
+                    self._executing = True
+                    commands, index = self._pending.popleft()
+                if self.cores is not None and not took_a_list:
+                    self.cores.set_list_running(True)
+                took_a_list = True
+                stopped_at = self._run_list(commands, index, helping, interrupted)
+                ran = ran or stopped_at != index
+                with self._lock:
+                    if stopped_at is not None:
+                        self._pending.appendleft((commands, stopped_at))
+                    self._executing = False
                 if stopped_at is not None:
-                    self._pending.appendleft((commands, stopped_at))
-                self._executing = False
-            if stopped_at is not None:
-                left_over = True
-                break
+                    left_over = True
+                    break
+        finally:
+            if self.cores is not None and took_a_list:
+                self.cores.set_list_running(False)
         if left_over:
             self._wake_engine_thread()  # it may have found the role taken and gone back to sleep
         return ran
@@ -235,18 +353,73 @@ class CommandEngine:
         """Execute commands[start:]. A helping host thread stops (returning the index it stopped at) before a wait
         that does not hold yet and after an interrupt. A command's error is recorded on the device and the list
         goes on, so its signals still fire."""
-        for index in range(start, len(commands)):
+        index = start
+        while index < len(commands):
             command = commands[index]
             if helping and (interrupted() or not _holds_now(command)):
                 return index
+            run: list[int] = []
             self.busy = not isinstance(command, (WaitCommand, PollBitCommand))
             try:
-                self.execute(command)
+                run = self._whole_launches(commands, index)
+                if len(run) > 2:
+                    self._run_whole_launches(run)
+                else:
+                    self.execute(command)
             except BaseException as error:
                 self.on_error(error)
             finally:
                 self.busy = False
+            index += max(1, len(run) // 2)
         return None
+
+    def _whole_launches(self, commands: Sequence[Command], start: int) -> list[int]:
+        """The consecutive launches from `start` that run whole on this thread and C can call, as a flat list of
+        (KernelRecord address, calls) pairs, the layout of tg_run_serial's array; empty when commands[start] is not
+        such a launch."""
+        native, cores = self._native_calls(), self.cores
+        run: list[int] = []
+        if native is None or cores is None:
+            return run
+        for command in itertools.islice(commands, start, None):
+            if type(command) is not ExecCommand:
+                break
+            prepared = self._native_record(native, command)
+            total = _calls(command)
+            # (a program run whole because its split launches were fast stays out: its runs are timed, see CorePool)
+            if prepared is None or (total > 1 and cores.count > 1):
+                break
+            run += (prepared[1], total)
+        return run
+
+    def _run_whole_launches(self, run: list[int]) -> None:
+        """One C call for consecutive whole launches: no ctypes call and no Python objects per launch."""
+        assert self.native is not None  # (_whole_launches found the launches with it)
+        calls = array.array("q", run)  # (an int64 array is built far faster than ctypes structures)
+        self.native.run_serial(calls.buffer_info()[0], len(run) // 2)
+        self.native_runs += 1
+        self.native_run_launches += len(run) // 2
+
+    def _native_calls(self) -> NativeCalls | None:
+        """The C call library, loaded on first use; None on a copy engine or where it could not be built."""
+        if self.load_native is not None and self.cores is not None:
+            self.native, self.load_native = self.load_native(), None
+            self.cores.native = self.native
+        return self.native
+
+    @staticmethod
+    def _native_record(native: NativeCalls, command: ExecCommand) -> tuple[KernelRecord, int] | None:
+        """The C call record of `command`'s kernel and its address, made once per argument state; None when its
+        kernel has too many arguments for the library's switch (it is then called through ctypes)."""
+        state = command.args_state
+        prepared: tuple[KernelRecord, int] | bool | None = getattr(state, "device_record", None)
+        if prepared is None:
+            function = getattr(command.program, "function", None)  # (a broken command fails in execute, as before)
+            if function is None:
+                return None
+            record = native.record(function, concrete(command.args_addr), len(state.bufs), len(state.vals))
+            prepared = state.device_record = (record, ctypes.addressof(record)) if record is not None else False
+        return prepared if isinstance(prepared, tuple) else None  # (False: C cannot call it)
 
     def execute(self, command: Command) -> None:
         """Carry out one resolved command (its symbolic fields were replaced by values at submit)."""
@@ -289,10 +462,23 @@ class CommandEngine:
         if self.cores is None:
             raise RuntimeError(f"{self.name} is a copy engine and cannot run programs")
         program = command.program
+        total = _calls(command)
+        native = self._native_calls()
+        prepared = None if native is None else self._native_record(native, command)
+        if native is not None and prepared is not None:
+            self.cores.run_native(native, prepared[0], total, program)
+            return
         state = command.args_state
         run = kernel_runner(program.function, concrete(command.args_addr), len(state.bufs), len(state.vals))
-        gx, gy, gz = (concrete(size) for size in command.global_size)
-        self.cores.run(run, gx * gy * gz, program)
+        self.cores.run(run, total, program)
+
+
+def _calls(command: ExecCommand) -> int:
+    """How many core_ids a resolved launch calls."""
+    gx, gy, gz = command.global_size
+    if type(gx) is int and type(gy) is int and type(gz) is int:  # (every resolved launch: checked inline)
+        return gx * gy * gz
+    return concrete(gx) * concrete(gy) * concrete(gz)
 
 
 def _holds_now(command: Command) -> bool:

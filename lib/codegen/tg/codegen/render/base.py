@@ -212,26 +212,24 @@ def loop_iterations(linear: UOp) -> int:
     trip count counts at its maximum): each innermost loop counts its trip count times those of the loops around
     it. Loops that follow one another add up; only nested loops multiply (three 16-lane loops in a row inside a
     loop of 64 are 64 * 48 iterations, not 64 * 16^3)."""
-    total, open_loops = 0, []  # open_loops: [range, its trip count times the enclosing ones', has a loop inside]
-
-    def close(rng: UOp) -> None:
-        nonlocal total
-        position = next(i for i, entry in enumerate(open_loops) if entry[0] is rng)
-        for _, trips, has_inner in open_loops[position:]:
-            total += 0 if has_inner else trips
-        del open_loops[position:]
-
+    total = 0
+    # the loops open at this point of the program: each range, its trip count times the enclosing ones', and
+    # whether a loop has opened inside it (only innermost loops count their iterations)
+    ranges: list[UOp] = []
+    trips: list[int] = []
+    has_inner: list[bool] = []
     for u in linear.src:
         if u.op is Ops.RANGE:
-            if open_loops:
-                open_loops[-1][2] = True
-            outer = open_loops[-1][1] if open_loops else 1
-            open_loops.append([u, outer * max_trip_count(u), False])
-        elif u.op is Ops.END and any(entry[0] is u.src[0] for entry in open_loops):
-            close(u.src[0])
-    if open_loops:
-        close(open_loops[0][0])
-    return total
+            if has_inner:
+                has_inner[-1] = True
+            ranges.append(u)
+            trips.append((trips[-1] if trips else 1) * max_trip_count(u))
+            has_inner.append(False)
+        elif u.op is Ops.END and any(rng is u.src[0] for rng in ranges):
+            position = next(i for i, rng in enumerate(ranges) if rng is u.src[0])
+            total += sum(count for count, inner in zip(trips[position:], has_inner[position:], strict=True) if not inner)
+            del ranges[position:], trips[position:], has_inner[position:]
+    return total + sum(count for count, inner in zip(trips, has_inner, strict=True) if not inner)
 
 
 def max_trip_count(rng: UOp) -> int:

@@ -15,6 +15,7 @@ from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
 from tg.tensor.creation import const_of_shape
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.promotion import broadcast_shapes, check_scalar_fits, dtype_name, is_python_scalar, result_dtype
+from tg.tensor.symbolic import is_symbolic_shape
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -61,6 +62,8 @@ def broadcast(*operands: Operand, dtype: DType | None = None, like: Tensor | Non
     """
     if _alike_tensors(operands, dtype):
         return list(operands)
+    if len(operands) == 2 and (pair := _tensor_and_scalar(operands, dtype)) is not None:
+        return pair
     tensors_seen = [operand for operand in operands if hasattr(operand, "uop")]
     like = tensors_seen[0] if tensors_seen else like
     assert like is not None, "broadcast needs a tensor operand or `like`"
@@ -87,6 +90,29 @@ def _alike_tensors(operands: tuple[Operand, ...], dtype: DType | None) -> bool:
         and operand.shape == first.shape
         for operand in operands[1:]
     )
+
+
+_PLAIN_SCALARS = (bool, int, float)
+
+
+def _tensor_and_scalar(operands: tuple[Operand, Operand], dtype: DType | None) -> list[Tensor] | None:
+    """`broadcast` of a tensor and a plain Python scalar that does not change the tensor's dtype (`x * 2`, `x + 1.0`:
+    most of a model's scalars), built directly: the constant expanded to the tensor's shape, the same nodes the
+    general path makes, without its per-operand conversions, casts and shape checks (about 10x less Python).
+    None when the general path is needed: a symbolic or numpy scalar, a promotion, a symbolic shape, or no_grad
+    (where every step of the general path adds its own DETACH)."""
+    first, second = operands
+    scalar_first = type(first) in _PLAIN_SCALARS
+    tensor, scalar = (second, first) if scalar_first else (first, second)
+    if type(scalar) not in _PLAIN_SCALARS or not hasattr(tensor, "uop") or tensor.no_grad:
+        return None
+    common = result_dtype(tensor, scalar) if dtype is None else dtype
+    shape = tensor.shape
+    if common is not tensor.dtype or is_symbolic_shape(shape):
+        return None
+    check_scalar_fits(scalar, common)
+    constant = tensor._wrap(const_of_shape(scalar, shape, common, tensor.device))
+    return [constant, tensor] if scalar_first else [tensor, constant]
 
 
 _BITWISE_NAMES = {

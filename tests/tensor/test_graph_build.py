@@ -8,6 +8,7 @@ from tg.codegen import Ops, UOp, dtypes
 from tg.tensor import Tensor
 from tg.tensor.autograd import no_grad
 from tg.tensor.attention import _kept_positions, causal_mask
+from tg.tensor.elementwise import expanded_constant
 
 
 def scalar_of_shape(value: float, shape: tuple[int, ...], dtype=dtypes.float32, device: str = "CPU") -> UOp:
@@ -63,3 +64,29 @@ def test_causal_mask_reuses_its_positions_across_calls() -> None:
     assert _kept_positions.cache_info().hits == hits + 2  # rows and columns both came from the cache
     assert second.uop is first.uop  # the same graph: no new upload, no new buffer
     np.testing.assert_array_equal(second.numpy(), np.tril(np.ones((5, 7), bool)))
+
+
+def test_a_models_constants_are_built_once() -> None:
+    x = Tensor(np.ones((3, 4), np.float32))
+    first = x * 0.5
+    hits = expanded_constant.cache_info().hits
+    second = x * 0.5
+    assert expanded_constant.cache_info().hits == hits + 1
+    assert second.uop is first.uop
+
+
+def test_zero_and_negative_zero_stay_distinct_constants() -> None:
+    x = Tensor(np.array([1.0, -1.0], np.float32))
+    zero, negative_zero = x * 0.0, x * -0.0  # 0.0 == -0.0 in Python: the cache must not confuse them
+    assert zero.uop is not negative_zero.uop
+    np.testing.assert_array_equal(np.signbit(negative_zero.numpy()), np.signbit(np.float32([1.0, -1.0]) * -0.0))
+
+
+def test_expand_of_size_one_axes_is_one_node() -> None:
+    column = Tensor(np.arange(3, dtype=np.float32).reshape(3, 1))
+    assert column.expand(3, 4).uop is UOp(Ops.EXPAND, dtypes.float32, (column.uop,), (3, 4))
+    assert column.expand(3, 1) is column
+    assert column.expand(2, 3, 4).uop.op is Ops.EXPAND  # new leading axis: the general path, through a reshape
+    np.testing.assert_array_equal(column.expand(2, 3, 4).numpy(), np.broadcast_to(np.arange(3.0)[:, None], (2, 3, 4)))
+    with pytest.raises(ValueError):
+        column.expand(4, 4)  # only size-1 axes grow

@@ -7,6 +7,7 @@ truncates) and guard division by zero. Unary math functions live in tg.tensor.un
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -60,8 +61,12 @@ def broadcast(*operands: Operand, dtype: DType | None = None, like: Tensor | Non
     Python scalars stay weak in the promotion; other non-tensors (lists, numpy arrays) become tensors first.
     `like` gives the device when every operand is a Python scalar.
     """
-    if _alike_tensors(operands, dtype):
-        return list(operands)
+    if _tensors_of_one_kind(operands, dtype):
+        shape = operands[0].shape
+        if all(operand.shape == shape for operand in operands[1:]):
+            return list(operands)
+        shape = broadcast_shapes(*(operand.shape for operand in operands))
+        return [operand.expand(shape) if operand.shape != shape else operand for operand in operands]
     if len(operands) == 2 and (pair := _tensor_and_scalar(operands, dtype)) is not None:
         return pair
     tensors_seen = [operand for operand in operands if hasattr(operand, "uop")]
@@ -77,17 +82,14 @@ def broadcast(*operands: Operand, dtype: DType | None = None, like: Tensor | Non
     return [tensor.expand(shape) if tensor.shape != shape else tensor for tensor in tensors]
 
 
-def _alike_tensors(operands: tuple[Operand, ...], dtype: DType | None) -> bool:
-    """Whether the operands are tensors of one dtype (`dtype`, when given), shape and device: what `a * b` on two
-    tensors of one kind usually is, and what broadcast would return unchanged after its general work."""
+def _tensors_of_one_kind(operands: tuple[Operand, ...], dtype: DType | None) -> bool:
+    """Whether the operands are tensors of one dtype (`dtype`, when given) and device: what `a * b` on two tensors
+    usually is. The general path would leave them as they are and only broadcast their shapes."""
     first = operands[0]
     if not hasattr(first, "uop") or (dtype is not None and first.dtype is not dtype):
         return False
     return all(
-        hasattr(operand, "uop")
-        and operand.dtype is first.dtype
-        and operand.device == first.device
-        and operand.shape == first.shape
+        hasattr(operand, "uop") and operand.dtype is first.dtype and operand.device == first.device
         for operand in operands[1:]
     )
 
@@ -111,8 +113,15 @@ def _tensor_and_scalar(operands: tuple[Operand, Operand], dtype: DType | None) -
     if common is not tensor.dtype or is_symbolic_shape(shape):
         return None
     check_scalar_fits(scalar, common)
-    constant = tensor._wrap(const_of_shape(scalar, shape, common, tensor.device))
+    constant = tensor._wrap(expanded_constant(repr(scalar), scalar, shape, common, tensor.device))
     return [constant, tensor] if scalar_first else [tensor, constant]
+
+
+@functools.lru_cache(maxsize=1024)
+def expanded_constant(text: str, value: bool | int | float, shape: tuple[int, ...], dtype: DType, device: str) -> UOp:
+    """const_of_shape, kept for the constants a model uses again on every call (`text`, the value's repr, keys it:
+    0.0 and -0.0, or 1 and True, are equal in Python but distinct constants). The nodes hold no buffer."""
+    return const_of_shape(value, shape, dtype, device)
 
 
 _BITWISE_NAMES = {

@@ -64,6 +64,13 @@ def _infer_symbolic_reshape(old_shape: Shape, new_shape: tuple) -> Shape:
     return new
 
 
+def _grows_only_ones(old_shape: Shape, new_shape: tuple[Any, ...]) -> bool:
+    """Whether expanding `old_shape` to `new_shape` keeps the axes and only grows size-1 ones, all sizes plain ints."""
+    return len(old_shape) == len(new_shape) and all(
+        type(new) is int and new >= 0 and (old == new or old == 1) for old, new in zip(old_shape, new_shape)
+    )
+
+
 class MovementOps:
     """`reshape, permute, expand, pad, shrink, flip, transpose, T, squeeze, unsqueeze, flatten`."""
 
@@ -90,6 +97,9 @@ class MovementOps:
     def expand(self, *shape: Any) -> Tensor:
         """Broadcast size-1 axes to `shape` (-1 keeps a size); new leading axes may be added."""
         new_shape = _shape_argument(shape)
+        old_shape = self.shape
+        if _grows_only_ones(old_shape, new_shape):  # the common case, without the general checks below
+            return self if new_shape == old_shape else self._movement(Ops.EXPAND, new_shape)
         if len(new_shape) < self.ndim:
             raise ShapeError(f"cannot expand shape {self.shape} to {new_shape}: fewer dimensions")
         padded = (1,) * (len(new_shape) - self.ndim) + self.shape

@@ -26,8 +26,9 @@ Operand = Any  # a Tensor or a Python scalar
 
 def alu(op: Ops, *operands: Tensor) -> Tensor:
     """One ALU node over operands that already share a shape (and a dtype, except WHERE's condition)."""
-    if any(is_fp8(operand.dtype) for operand in operands):
-        return _fp8_alu(op, *operands)
+    for operand in operands:  # (a loop, not any(): alu runs for every op of every graph)
+        if is_fp8(operand.dtype):
+            return _fp8_alu(op, *operands)
     if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
         dtype = dtypes.bool
     elif op is Ops.WHERE:
@@ -35,7 +36,7 @@ def alu(op: Ops, *operands: Tensor) -> Tensor:
     else:
         dtype = operands[0].dtype
     first = operands[0]
-    return first._wrap(UOp(op, dtype, tuple(operand.uop for operand in operands)))
+    return first._wrap(UOp(op, dtype, tuple([operand.uop for operand in operands])))
 
 
 def _fp8_alu(op: Ops, *operands: Tensor) -> Tensor:
@@ -300,9 +301,10 @@ class ElementwiseOps:
     def where(self, x: Operand, y: Operand) -> Tensor:
         """`x` where this (as bool) is true, else `y`; x and y promote together, all three broadcast."""
         x, y = broadcast(x, y, like=self)
-        shape = broadcast_shapes(self.shape, x.shape)
         condition = self.cast(dtypes.bool)
-        condition, x, y = (t.expand(shape) if t.shape != shape else t for t in (condition, x, y))
+        if condition.shape != x.shape:  # (the common case, a condition of the branches' shape, needs no expand)
+            shape = broadcast_shapes(condition.shape, x.shape)
+            condition, x, y = (t.expand(shape) if t.shape != shape else t for t in (condition, x, y))
         return alu(Ops.WHERE, condition, x, y)
 
     def maximum(self, other: Operand) -> Tensor:

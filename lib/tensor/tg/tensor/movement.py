@@ -33,9 +33,9 @@ def _infer_reshape(old_shape: Shape, new_shape: tuple[int, ...]) -> Shape:
     """`new_shape` with a single -1 filled in so the element counts agree."""
     if is_symbolic_shape(old_shape) or is_symbolic_shape(new_shape):
         return _infer_symbolic_reshape(old_shape, new_shape)
-    if sum(size == -1 for size in new_shape) > 1:
+    if new_shape.count(-1) > 1:
         raise ShapeError(f"reshape of {old_shape} to {new_shape}: only one size may be -1")
-    if any(size < -1 for size in new_shape):
+    if min(new_shape, default=0) < -1:
         raise ShapeError(f"reshape of {old_shape} to {new_shape}: sizes must be non-negative or -1")
     count = math.prod(old_shape)
     if -1 in new_shape:

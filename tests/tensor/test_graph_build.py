@@ -6,8 +6,8 @@ import pytest
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.tensor import Tensor
-from tg.tensor.autograd import no_grad
 from tg.tensor.attention import _kept_positions, causal_mask
+from tg.tensor.autograd import no_grad
 from tg.tensor.elementwise import expanded_constant
 
 

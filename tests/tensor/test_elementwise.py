@@ -439,8 +439,9 @@ def test_float_division_special_values_match_numpy(device, dtype):
 
 
 def test_operands_of_one_kind_skip_promotion_and_broadcasting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`a * b` on tensors of one dtype, shape and device is the common case of a model's step: broadcast returns
-    them as they are without working out a common dtype (Python per call); operands that differ still promote."""
+    """`a * b` on tensors of one dtype and device is the common case of a model's step: broadcast returns them as
+    they are, or expanded to one shape, without working out a common dtype (Python per call); operands of different
+    dtypes still promote."""
     import tg.tensor.elementwise as elementwise
 
     calls: list[tuple] = []
@@ -452,4 +453,6 @@ def test_operands_of_one_kind_skip_promotion_and_broadcasting(monkeypatch: pytes
     assert calls == []
     mixed = a * b.half()  # float32 with float16: promotes to float32
     assert mixed.dtype is dtypes.float32 and len(calls) == 1
-    assert (a * b[0]).shape == (2, 3) and len(calls) == 2  # shapes differ: broadcast
+    row = a * b[0]  # one dtype, shapes differ: broadcast, still without promotion
+    assert row.shape == (2, 3) and len(calls) == 1
+    np.testing.assert_array_equal(row.numpy(), np.arange(6).reshape(2, 3) * 2.0)

@@ -5,6 +5,7 @@ The two products are Tensor.matmul (tg.tensor.linalg), batched over the leading 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -16,9 +17,23 @@ if TYPE_CHECKING:
 
 def causal_mask(queries: int, keys: int, like: Tensor) -> Tensor:
     """True where key j may be seen from query i: j <= i, aligned at the top-left as torch's is_causal."""
-    rows = like.arange(queries, dtype=dtypes.int32, device=like.device).reshape(queries, 1)
-    columns = like.arange(keys, dtype=dtypes.int32, device=like.device).reshape(1, keys)
+    rows = _positions(type(like), queries, like.device).reshape(queries, 1)
+    columns = _positions(type(like), keys, like.device).reshape(1, keys)
     return columns <= rows
+
+
+def _positions(tensor_type: type[Tensor], count: int, device: str) -> Tensor:
+    """0, 1, ..., count-1 as int32 on `device`. A plain count's positions are uploaded once and kept (they are never
+    written): a model calling attention again on the same length reuses the buffer, so its graph and kernels are
+    the same nodes as the last call's, with no upload and no new buffer."""
+    if type(count) is not int:  # a symbolic length: its bound value is part of the graph, so build it each time
+        return tensor_type.arange(count, dtype=dtypes.int32, device=device)
+    return _kept_positions(tensor_type, count, device)
+
+
+@functools.lru_cache(maxsize=32)
+def _kept_positions(tensor_type: type[Tensor], count: int, device: str) -> Tensor:
+    return tensor_type.arange(count, dtype=dtypes.int32, device=device).realize()
 
 
 def repeat_heads(t: Tensor, groups: int) -> Tensor:

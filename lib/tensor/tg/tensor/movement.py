@@ -33,9 +33,9 @@ def _infer_reshape(old_shape: Shape, new_shape: tuple[int, ...]) -> Shape:
     """`new_shape` with a single -1 filled in so the element counts agree."""
     if is_symbolic_shape(old_shape) or is_symbolic_shape(new_shape):
         return _infer_symbolic_reshape(old_shape, new_shape)
-    if sum(size == -1 for size in new_shape) > 1:
+    if new_shape.count(-1) > 1:
         raise ShapeError(f"reshape of {old_shape} to {new_shape}: only one size may be -1")
-    if any(size < -1 for size in new_shape):
+    if min(new_shape, default=0) < -1:
         raise ShapeError(f"reshape of {old_shape} to {new_shape}: sizes must be non-negative or -1")
     count = math.prod(old_shape)
     if -1 in new_shape:
@@ -64,6 +64,13 @@ def _infer_symbolic_reshape(old_shape: Shape, new_shape: tuple) -> Shape:
     return new
 
 
+def _grows_only_ones(old_shape: Shape, new_shape: tuple[Any, ...]) -> bool:
+    """Whether expanding `old_shape` to `new_shape` keeps the axes and only grows size-1 ones, all sizes plain ints."""
+    return len(old_shape) == len(new_shape) and all(
+        type(new) is int and new >= 0 and (old == new or old == 1) for old, new in zip(old_shape, new_shape, strict=True)
+    )
+
+
 class MovementOps:
     """`reshape, permute, expand, pad, shrink, flip, transpose, T, squeeze, unsqueeze, flatten`."""
 
@@ -90,6 +97,9 @@ class MovementOps:
     def expand(self, *shape: Any) -> Tensor:
         """Broadcast size-1 axes to `shape` (-1 keeps a size); new leading axes may be added."""
         new_shape = _shape_argument(shape)
+        old_shape = self.shape
+        if _grows_only_ones(old_shape, new_shape):  # the common case, without the general checks below
+            return self if new_shape == old_shape else self._movement(Ops.EXPAND, new_shape)
         if len(new_shape) < self.ndim:
             raise ShapeError(f"cannot expand shape {self.shape} to {new_shape}: fewer dimensions")
         padded = (1,) * (len(new_shape) - self.ndim) + self.shape

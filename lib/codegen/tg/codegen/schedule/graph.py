@@ -126,7 +126,7 @@ def numel(shape: Shape) -> int:
 
 
 def is_symbolic_shape(shape: tuple) -> bool:
-    return any(isinstance(size, UOp) for size in shape)
+    return UOp in map(type, shape)  # (by type: UOp has no subclasses, and every new graph node asks this)
 
 
 def canonical_size(size: int | UOp) -> int | UOp:
@@ -169,7 +169,11 @@ _ARG_OPS = frozenset({*GroupOp.Movement, Ops.CONST})  # the ops whose arg may ho
 
 def _has_node(arg: tuple) -> bool:
     """Whether a movement arg (sizes, or (start, end) pairs) holds a UOp: the fast check every realize makes."""
-    return any(type(a) is UOp or (type(a) is tuple and any(type(b) is UOp for b in a)) for a in arg)
+    for item in arg:  # (a plain loop: generator expressions cost more than the check itself here)
+        kind = type(item)
+        if kind is UOp or (kind is tuple and UOp in map(type, item)):
+            return True
+    return False
 
 
 def symbolic_args(node: UOp) -> list[UOp]:

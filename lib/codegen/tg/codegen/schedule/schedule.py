@@ -152,15 +152,23 @@ def graph_key(order: list[UOp]) -> tuple:
     position: dict[UOp, int] = {}
     entries: list[tuple] = []
     inputs = 0
-    for node in order:
-        if node.op is Ops.BUFFER:
+    buffer = Ops.BUFFER
+    for index, node in enumerate(order):
+        op, src = node.op, node.src
+        if op is buffer:
             arg: Any = ("input", inputs, node.arg.size)
             inputs += 1
         else:
             arg = node.arg
-        sources = tuple(position[s] for s in node.src)
-        position[node] = len(entries)
-        entries.append(uop_cache_key(node.op, node.dtype, sources, arg, node.tag))
+        # (sources: the common arities spelled out, this loop runs for every node at every realize)
+        if len(src) == 1:
+            sources: tuple[int, ...] = (position[src[0]],)
+        elif len(src) == 2:
+            sources = (position[src[0]], position[src[1]])
+        else:
+            sources = tuple([position[s] for s in src])
+        position[node] = index
+        entries.append(uop_cache_key(op, node.dtype, sources, arg, node.tag))
     return tuple(entries)
 
 

@@ -1,0 +1,92 @@
+"""The Python that builds a Tensor graph takes shortcuts for the common cases (issue 23: the time before a block's
+first kernel). Each shortcut must build exactly the nodes the general path builds, and step aside when it cannot."""
+
+import numpy as np
+import pytest
+
+from tg.codegen import Ops, UOp, dtypes
+from tg.tensor import Tensor
+from tg.tensor.attention import _kept_positions, causal_mask
+from tg.tensor.autograd import no_grad
+from tg.tensor.elementwise import expanded_constant
+
+
+def scalar_of_shape(value: float, shape: tuple[int, ...], dtype=dtypes.float32, device: str = "CPU") -> UOp:
+    """A constant broadcast to `shape`, spelled out: CONST on its device, reshaped to all-ones, expanded."""
+    const = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), value)
+    return UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (const,), (1,) * len(shape)),), shape)
+
+
+def test_tensor_times_scalar_is_the_constant_expanded_to_its_shape() -> None:
+    x = Tensor(np.ones((2, 3), np.float32))
+    assert (x * 2.0).uop is UOp(Ops.MUL, dtypes.float32, (x.uop, scalar_of_shape(2.0, (2, 3))))
+
+
+def test_a_reflected_scalar_stays_the_first_operand() -> None:
+    x = Tensor(np.ones((2, 3), np.float32))
+    assert (2.0 - x).uop is UOp(Ops.SUB, dtypes.float32, (scalar_of_shape(2.0, (2, 3)), x.uop))
+    np.testing.assert_array_equal((2.0 - x).numpy(), np.full((2, 3), 1.0, np.float32))
+
+
+def test_where_with_a_scalar_branch_expands_it() -> None:
+    x = Tensor(np.array([[-1.0, 2.0]], np.float32))
+    condition = x > 0
+    result = condition.where(x, 0.0)
+    assert result.uop is UOp(Ops.WHERE, dtypes.float32, (condition.uop, x.uop, scalar_of_shape(0.0, (1, 2))))
+    np.testing.assert_array_equal(result.numpy(), [[0.0, 2.0]])
+
+
+def test_a_scalar_that_promotes_takes_the_general_path() -> None:
+    x = Tensor(np.array([1, 2], np.int32))
+    result = x * 2.5
+    assert result.dtype is dtypes.default_float
+    np.testing.assert_allclose(result.numpy(), [2.5, 5.0])
+
+
+def test_an_int_scalar_out_of_range_still_raises() -> None:
+    with pytest.raises(OverflowError):
+        Tensor(np.array([1, 2], np.int8)) * 300
+
+
+def test_under_no_grad_the_scalar_path_matches_the_general_one() -> None:
+    x = Tensor(np.array([1.0, -2.0], np.float32), requires_grad=True)
+    with no_grad():
+        result = x * 3.0
+    assert result.uop.op is Ops.DETACH  # the general path's: the product is cut off from autograd
+    np.testing.assert_array_equal(result.numpy(), [3.0, -6.0])
+
+
+def test_causal_mask_reuses_its_positions_across_calls() -> None:
+    like = Tensor(np.zeros((4, 8), np.float32))
+    first = causal_mask(5, 7, like)
+    hits = _kept_positions.cache_info().hits
+    second = causal_mask(5, 7, like)
+    assert _kept_positions.cache_info().hits == hits + 2  # rows and columns both came from the cache
+    assert second.uop is first.uop  # the same graph: no new upload, no new buffer
+    np.testing.assert_array_equal(second.numpy(), np.tril(np.ones((5, 7), bool)))
+
+
+def test_a_models_constants_are_built_once() -> None:
+    x = Tensor(np.ones((3, 4), np.float32))
+    first = x * 0.5
+    hits = expanded_constant.cache_info().hits
+    second = x * 0.5
+    assert expanded_constant.cache_info().hits == hits + 1
+    assert second.uop is first.uop
+
+
+def test_zero_and_negative_zero_stay_distinct_constants() -> None:
+    x = Tensor(np.array([1.0, -1.0], np.float32))
+    zero, negative_zero = x * 0.0, x * -0.0  # 0.0 == -0.0 in Python: the cache must not confuse them
+    assert zero.uop is not negative_zero.uop
+    np.testing.assert_array_equal(np.signbit(negative_zero.numpy()), np.signbit(np.float32([1.0, -1.0]) * -0.0))
+
+
+def test_expand_of_size_one_axes_is_one_node() -> None:
+    column = Tensor(np.arange(3, dtype=np.float32).reshape(3, 1))
+    assert column.expand(3, 4).uop is UOp(Ops.EXPAND, dtypes.float32, (column.uop,), (3, 4))
+    assert column.expand(3, 1) is column
+    assert column.expand(2, 3, 4).uop.op is Ops.EXPAND  # new leading axis: the general path, through a reshape
+    np.testing.assert_array_equal(column.expand(2, 3, 4).numpy(), np.broadcast_to(np.arange(3.0)[:, None], (2, 3, 4)))
+    with pytest.raises(ValueError):
+        column.expand(4, 4)  # only size-1 axes grow

@@ -227,7 +227,9 @@ def loop_iterations(linear: UOp) -> int:
             has_inner.append(False)
         elif u.op is Ops.END and any(rng is u.src[0] for rng in ranges):
             position = next(i for i, rng in enumerate(ranges) if rng is u.src[0])
-            total += sum(count for count, inner in zip(trips[position:], has_inner[position:], strict=True) if not inner)
+            total += sum(
+                count for count, inner in zip(trips[position:], has_inner[position:], strict=True) if not inner
+            )
             del ranges[position:], trips[position:], has_inner[position:]
     return total + sum(count for count, inner in zip(trips, has_inner, strict=True) if not inner)
 

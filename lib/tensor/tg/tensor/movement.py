@@ -67,7 +67,8 @@ def _infer_symbolic_reshape(old_shape: Shape, new_shape: tuple) -> Shape:
 def _grows_only_ones(old_shape: Shape, new_shape: tuple[Any, ...]) -> bool:
     """Whether expanding `old_shape` to `new_shape` keeps the axes and only grows size-1 ones, all sizes plain ints."""
     return len(old_shape) == len(new_shape) and all(
-        type(new) is int and new >= 0 and (old == new or old == 1) for old, new in zip(old_shape, new_shape, strict=True)
+        type(new) is int and new >= 0 and (old == new or old == 1)
+        for old, new in zip(old_shape, new_shape, strict=True)
     )
 
 

@@ -8,6 +8,7 @@ truncation and floor agree. Sum rules only touch integer dtypes: reassociating f
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from tg.codegen.dtype import DType, dtypes, truncate
@@ -375,15 +376,11 @@ def _nested_division_with_offset(x: UOp, s: Sum, d: int) -> UOp | None:
     return (y + offset) // (a * d)
 
 
-def _drop_small_remainder(x: UOp, s: Sum, d: int) -> UOp | None:
-    """(g*Q + R) // d is Q // (d/g) when g divides d and 0 <= R < g, and x >= 0 (floor of a floor).
-
-    `(k + j*4 + i*8) // 16` with 0 <= k < 4 is `(j + i*2) // 4`.
-    """
-    if x.vmin < 0:
-        return None
-    candidates = sorted({math.gcd(k, d) for k in s.terms.values()} - {1, d}, reverse=True)
-    for g in candidates:
+def _common_factor_splits(s: Sum, d: int) -> Iterator[tuple[int, Sum, Sum]]:
+    """For each factor g that d shares with a term's coefficient (largest first, not 1 or d): s split as g*big +
+    small, the terms whose coefficient g divides (divided by g) in big, the others in small, the constant shared
+    by divmod."""
+    for g in sorted({math.gcd(k, d) for k in s.terms.values()} - {1, d}, reverse=True):
         big, small = Sum(s.dtype), Sum(s.dtype)
         for u, k in s.terms.items():
             if k % g == 0:
@@ -391,6 +388,17 @@ def _drop_small_remainder(x: UOp, s: Sum, d: int) -> UOp | None:
             else:
                 small.terms[u] = k
         big.const, small.const = divmod(s.const, g)
+        yield g, big, small
+
+
+def _drop_small_remainder(x: UOp, s: Sum, d: int) -> UOp | None:
+    """(g*Q + R) // d is Q // (d/g) when g divides d and 0 <= R < g, and x >= 0 (floor of a floor).
+
+    `(k + j*4 + i*8) // 16` with 0 <= k < 4 is `(j + i*2) // 4`.
+    """
+    if x.vmin < 0:
+        return None
+    for g, big, small in _common_factor_splits(s, d):
         if not small.terms and small.const == 0:
             continue
         rest = small.build()
@@ -457,14 +465,7 @@ def _keep_small_remainder(x: UOp, s: Sum, d: int) -> UOp | None:
     the whole sum hid that from the C compiler (a 576-wide output of heads x head_dim, upcast 16, ran scalar)."""
     if x.vmin < 0:
         return None
-    for g in sorted({math.gcd(k, d) for k in s.terms.values()} - {1, d}, reverse=True):
-        big, small = Sum(s.dtype), Sum(s.dtype)
-        for u, k in s.terms.items():
-            if k % g == 0:
-                big.terms[u] = k // g
-            else:
-                small.terms[u] = k
-        big.const, small.const = divmod(s.const, g)
+    for g, big, small in _common_factor_splits(s, d):
         if not big.terms or (not small.terms and small.const == 0):
             continue
         quotient, rest = big.build(), small.build()

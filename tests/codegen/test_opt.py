@@ -376,3 +376,17 @@ def test_block_on_the_heuristics_tile_keeps_the_bits() -> None:
     blocked = run_on_cpu(matmul_ast(n, k, m), (Opt(OptOps.BLOCK, 0, 128), *hand), (n, m), a, b)
     np.testing.assert_allclose(plain, a @ b, rtol=1e-4, atol=1e-4)
     assert np.array_equal(blocked, plain)
+
+
+def test_heuristics_give_the_axis_next_to_a_vector_axis_the_largest_divisor_of_lanes() -> None:
+    """9 query rows of a 576-wide projection: all 9 rows in registers next to the 16-lane vector of columns (the
+    old choices 16, 8, 4, 3, 2 took 3: measured 0.11 ms against 0.06 ms on two cores)."""
+    opts = hand_coded_optimizations(KernelOptimizer(matmul_ast(9, 576, 576)), max_lanes=256)
+    assert opts[1:3] == [Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 1, 9)], opts
+
+
+def test_heuristics_without_a_vector_axis_keep_to_the_usual_lane_counts() -> None:
+    """77 x 77 outputs (attention scores over 77 tokens): no axis makes vectors, and 11 lanes of scalars measured 2x
+    slower than none, so neither axis is upcast."""
+    opts = hand_coded_optimizations(KernelOptimizer(matmul_ast(77, 64, 77)), max_lanes=256)
+    assert not [o for o in opts if o.op is OptOps.UPCAST], opts

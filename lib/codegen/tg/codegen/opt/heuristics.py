@@ -38,7 +38,10 @@ from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 
 CONTIGUOUS_UPCASTS = (16, 8, 4)  # two AVX2 vectors of float32 first
-REUSE_UPCASTS = tuple(range(16, 1, -1))  # the largest divisor of the axis: every lane a register
+REUSE_UPCASTS = (16, 8, 4, 3, 2)
+# next to a vector axis each lane is a register of accumulators: the largest divisor that fits (56 pixels: 14). Without
+# one, odd lane counts were slower (12x77x77 attention scores: 11 lanes of 77 took 2x the time of none)
+REGISTER_UPCASTS = tuple(range(16, 1, -1))
 # accumulators per kernel: 16 ymm registers hold 128 floats. Filling them (a 8x16 matmul tile, so clang spills a
 # few operands) measured about 1.5x faster than 4x16 on this Zen 3, at 1024 and 2048, timed alternately.
 MAX_LANES = 128
@@ -173,7 +176,7 @@ def upcast_reused_axes(k: KernelOptimizer, max_lanes: int) -> None:
     A conv whose weights hold the output channels contiguously (tg.tensor.conv) gets them as 16 lanes, where its
     56-pixel output rows would only make 8. Then the axis that reuses a load the first does not, with as many
     lanes (each a register of accumulators) as the registers and the unrolled body (lanes times the unrolled window
-    row) allow: the largest divisor of its size, so 56 output pixels get 14 lanes."""
+    row) allow: next to a vector axis the largest divisor of its size, so 56 output pixels get 14 lanes."""
     lanes, done, vector_taken = 1, set(), False
     covered: frozenset[UOp] = frozenset()  # loads the upcasts so far reuse
     window = unrolled_window(k)
@@ -185,8 +188,10 @@ def upcast_reused_axes(k: KernelOptimizer, max_lanes: int) -> None:
         candidates.sort(key=lambda a: (0 if vector_taken else -vector_lanes(a), not a.contiguous,
                                        a.reused <= covered, -a.loads_not_moving, -a.size, a.axis))  # fmt: skip
         for candidate in candidates:
-            vector = not vector_taken and vector_lanes(candidate) > 0
-            choices = CONTIGUOUS_UPCASTS if vector else REUSE_UPCASTS
+            # the store's contiguous axis takes vector widths only, as long as no vector axis is chosen (its lanes
+            # would otherwise be a few scalar stores next to each other)
+            vector = not vector_taken and (vector_lanes(candidate) > 0 or candidate.contiguous)
+            choices = CONTIGUOUS_UPCASTS if vector else REGISTER_UPCASTS if vector_taken else REUSE_UPCASTS
             fitting = tuple(c for c in choices if lanes * c <= max_lanes and lanes * c * window <= MAX_UNROLLED_BODY)
             amount = first_divisor(candidate.size, fitting)
             if amount is None:

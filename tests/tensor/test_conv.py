@@ -258,3 +258,41 @@ def test_max_pool2d_propagates_nan_and_infinities(device):
     x[0, 0, 0, 1], x[0, 0, 2, 2], x[0, 0, 3, 0] = np.nan, np.inf, -np.inf
     result = Tensor(x, device=device).max_pool2d(2).numpy()[0, 0]
     np.testing.assert_array_equal(result, [[np.nan, 0.0], [0.0, np.inf]])  # torch: a NaN in the window wins
+
+
+def scheduled_kernels(tensor: Tensor) -> list:
+    from tg.codegen.schedule.schedule import KernelCall, create_schedule
+
+    return [item for item in create_schedule((tensor.uop,)).items if isinstance(item, KernelCall)]
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, kwargs, weight_copied",
+    [
+        ((2, 16, 9, 7), (32, 16, 3, 3), dict(padding=1), True),  # 7-wide rows: 16 output channels make the vector
+        ((1, 32, 9, 7), (32, 16, 3, 3), dict(groups=2, stride=(2, 1), padding=1), True),
+        ((1, 16, 16, 16), (16, 16, 3, 3), dict(padding=1), False),  # 16-wide rows make full vectors themselves
+        ((1, 16, 9, 7), (16, 1, 3, 3), dict(groups=16, padding=1), False),  # depthwise: one channel per group
+        ((2, 16, 11), (32, 16, 3), dict(padding=2, dilation=2), True),  # conv1d
+    ],
+)
+def test_weights_are_stored_output_channels_innermost_where_that_makes_vectors(
+    x_shape, w_shape, kwargs, weight_copied
+) -> None:
+    """conv2d copies the weights with each group's output channels contiguous (tg.tensor.conv
+    .output_channels_innermost) when a group has a multiple of 16 of them and the output rows do not: one more
+    kernel before the conv, whose result is unchanged."""
+    x, w = _random(x_shape, 1), _random(w_shape, 2)
+    out = Tensor(x).conv2d(Tensor(w).realize(), **kwargs)
+    copies = [k for k in scheduled_kernels(out) if not any(u.op.name == "REDUCE" for u in k.ast.toposort())]
+    copies = [k for k in copies if k.buffers[0].arg.size == math.prod(w_shape)]
+    assert len(copies) == (1 if weight_copied else 0)
+    spatial = len(w_shape) - 2
+    if spatial == 1:  # the oracle is 2-d: a conv1d is a conv2d over rows of height 1
+        x4, w4 = x[:, :, None], w[:, :, None]
+        expected = numpy_conv2d(x4, w4, (1, 1), (0, kwargs["padding"]), (1, kwargs["dilation"]), 1)[:, :, 0]
+    else:
+        stride = kwargs.get("stride", (1, 1))
+        pad = (kwargs["padding"],) * 2
+        expected = numpy_conv2d(x, w, stride, pad, (1, 1), kwargs.get("groups", 1))
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)

@@ -66,6 +66,9 @@ CASES = [
     ((1, 2, 5, 5), (2, 2, 1, 1), 2, 0, 1, 1),  # a strided 1x1 conv skips inputs: their gradient is 0
     ((1, 2, 6, 7), (4, 2, 2, 2), 1, ((2, 1), (1, 0)), 1, 1),  # asymmetric padding (torch's flat pairs)
     ((2, 4, 6, 6), (4, 1, 3, 3), 1, 1, 1, 4),  # depthwise
+    # 16 output channels per group: the forward and input-gradient convs read weights stored output channels innermost
+    ((1, 32, 7, 5), (32, 16, 3, 3), (2, 1), 1, 1, 2),
+    ((2, 16, 6, 9), (16, 16, 3, 3), 1, 1, 1, 1),
 ]
 
 

@@ -1,8 +1,8 @@
 """Hand-coded heuristics: a good opt list for common kernel shapes, without search.
 
 The one idea: a register holds a value for every lane of an upcast axis, so upcast the output axes that some
-input does not move along (that input's value is loaded once and reused by every lane) and, when the output is
-contiguous along an axis, upcast that one widest (its lanes are one SIMD vector). Then unroll the reduction a
+input does not move along (that input's value is loaded once and reused by every lane) and, when the output or an
+input is contiguous along an axis, upcast that one widest (its lanes are one SIMD vector). Then unroll the reduction a
 little, so each loaded value feeds several multiply-adds. This covers matmul and batched matmul (the two output
 axes each reuse one operand), convolutions (output channels reuse the input, output pixels reuse the weights)
 and broadcasting reductions. Plain reductions and elementwise kernels get no opts: the lowering already
@@ -40,6 +40,9 @@ from tg.codegen.uop.pattern import graph_rewrite
 
 CONTIGUOUS_UPCASTS = (16, 8, 4)  # two AVX2 vectors of float32 first
 REUSE_UPCASTS = (16, 8, 4, 3, 2)
+# next to a vector axis each lane is a register of accumulators: the largest divisor that fits (56 pixels: 14). Without
+# one, odd lane counts were slower (12x77x77 attention scores: 11 lanes of 77 took 2x the time of none)
+REGISTER_UPCASTS = tuple(range(16, 1, -1))
 # accumulators per kernel: 16 ymm registers hold 128 floats. Filling them (a 8x16 matmul tile, so clang spills a
 # few operands) measured about 1.5x faster than 4x16 on this Zen 3, at 1024 and 2048, timed alternately.
 MAX_LANES = 128
@@ -69,6 +72,7 @@ class AxisReuse:
     size: int
     reused: frozenset[UOp]  # the INDEXes of loads that do not change along the axis (reused by every lane)
     contiguous: bool  # the stored address moves by exactly one element per step
+    loaded_contiguously: bool  # some value load's address moves by exactly one element per step
     gate_moves: bool  # some load's gate (padding) changes along the axis: its lanes would not be one vector
 
     @property
@@ -122,8 +126,9 @@ def axis_reuse(k: KernelOptimizer) -> list[AxisReuse]:
         rng = k.rngs[axis]
         reused = frozenset(index for index in indexes if stride_along(index.src[1], rng, ranges) == 0)
         contiguous = bool(stores) and all(stride_along(address, rng, ranges) == 1 for address in stores)
+        loaded = any(stride_along(index.src[1], rng, ranges) == 1 for index in indexes if index in values)
         gate_moves = any(rng in gate.toposort() for gate in gates)
-        found.append(AxisReuse(axis, range_size(rng), reused, contiguous, gate_moves))
+        found.append(AxisReuse(axis, range_size(rng), reused, contiguous, loaded, gate_moves))
     return found
 
 
@@ -151,25 +156,44 @@ def loop_over_strips(k: KernelOptimizer) -> None:
             return
 
 
-def small_window(k: KernelOptimizer) -> int:
-    """The iterations of the reduce axes small enough to be unrolled whole (a 3x3 convolution window: 9)."""
-    return math.prod(size for size in (k.full_shape[a] for a in k.axes_of(AxisType.REDUCE)) if size <= max(UNROLLS))
+def unrolled_window(k: KernelOptimizer) -> int:
+    """The iterations `unroll_reduction` copies into the body whole: the innermost reduce axis when it is small (a
+    row of a 3x3 convolution window: 3), else 1 (a larger axis is unrolled by only a little)."""
+    reduces = k.axes_of(AxisType.REDUCE)
+    size = k.full_shape[reduces[-1]] if reduces else 1
+    return size if size <= max(UNROLLS) else 1
+
+
+def vector_lanes(axis: AxisReuse) -> int:
+    """The lanes an upcast of `axis` would get as vectors: the widest of CONTIGUOUS_UPCASTS dividing it when the
+    store or some value load is contiguous along it (0: its lanes are scattered in memory)."""
+    if not (axis.contiguous or axis.loaded_contiguously):
+        return 0
+    return first_divisor(axis.size, CONTIGUOUS_UPCASTS) or 0
 
 
 def upcast_reused_axes(k: KernelOptimizer, max_lanes: int) -> None:
-    """Upcast up to two different output axes along which some load is reused: the contiguous one first, else
-    the largest; each as wide as the registers and the unrolled body (lanes times the small window) allow."""
-    lanes, done = 1, set()
+    """Upcast up to two different output axes along which some load is reused. First the vector axis: the one whose
+    lanes are contiguous in memory (the store's, else a load's) and make the widest vectors, the store's on a tie.
+    A conv whose weights hold the output channels contiguously (tg.tensor.conv) gets them as 16 lanes, where its
+    56-pixel output rows would only make 8. Then the axis that reuses a load the first does not, with as many
+    lanes (each a register of accumulators) as the registers and the unrolled body (lanes times the unrolled window
+    row) allow: next to a vector axis the largest divisor of its size, so 56 output pixels get 14 lanes."""
+    lanes, done, vector_taken = 1, set(), False
     covered: frozenset[UOp] = frozenset()  # loads the upcasts so far reuse
-    window = small_window(k)
+    window = unrolled_window(k)
     for _ in range(2):
         candidates = [
             a for a in axis_reuse(k) if a.reused and not a.gate_moves and k.rngs[a.axis].arg.axis_id not in done
         ]
-        # the contiguous axis first, then one that reuses a load the upcasts so far do not
-        candidates.sort(key=lambda a: (not a.contiguous, a.reused <= covered, -a.loads_not_moving, -a.size, a.axis))
+        # the vector axis first, then one that reuses a load the upcasts so far do not
+        candidates.sort(key=lambda a: (0 if vector_taken else -vector_lanes(a), not a.contiguous,
+                                       a.reused <= covered, -a.loads_not_moving, -a.size, a.axis))  # fmt: skip
         for candidate in candidates:
-            choices = CONTIGUOUS_UPCASTS if candidate.contiguous else REUSE_UPCASTS
+            # the store's contiguous axis takes vector widths only, as long as no vector axis is chosen (its lanes
+            # would otherwise be a few scalar stores next to each other)
+            vector = not vector_taken and (vector_lanes(candidate) > 0 or candidate.contiguous)
+            choices = CONTIGUOUS_UPCASTS if vector else REGISTER_UPCASTS if vector_taken else REUSE_UPCASTS
             fitting = tuple(c for c in choices if lanes * c <= max_lanes and lanes * c * window <= MAX_UNROLLED_BODY)
             amount = first_divisor(candidate.size, fitting)
             if amount is None:
@@ -178,6 +202,7 @@ def upcast_reused_axes(k: KernelOptimizer, max_lanes: int) -> None:
             if try_opt(k, Opt(OptOps.UPCAST, candidate.axis, amount)):
                 lanes *= amount
                 done.add(axis_id)
+                vector_taken = vector_taken or vector
                 covered = covered | candidate.reused
                 break
         else:

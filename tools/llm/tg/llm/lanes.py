@@ -131,6 +131,22 @@ class Words:
     def half(self, offset: int) -> Tensor:
         return half_bits_to_float((self.word(offset // 4) >> (8 * (offset % 4))) & 0xFFFF)
 
+    def signed_byte(self, offset: int) -> Tensor:
+        """Byte `offset` read as an int8, as float32: moved to the top of the word, then an arithmetic shift down
+        (two vector ops, where `_signed_byte` of `byte` takes four)."""
+        top = (self.word(offset // 4) << (24 - 8 * (offset % 4))).bitcast(dtypes.int32)
+        return (top >> 24).float()
+
+    def nibble_in_place(self, offset: int, high: int) -> tuple[Tensor, int]:
+        """(q * 2**shift as float32, shift) for the nibble q at bit `shift` of its word, masked but not shifted
+        down: one AND and a conversion per quant, exact (4 significant bits). The top nibble of a word is shifted
+        down to bit 24 first, so that every value converts from an int32 (one vector instruction also without
+        AVX-512)."""
+        word, shift = self.word(offset // 4), 8 * (offset % 4) + 4 * high
+        if shift == 28:
+            word, shift = word >> 4, 24
+        return _quant_float(word & (0xF << shift)), shift
+
 
 def _quant_float(quant: Tensor) -> Tensor:
     """A small non-negative integer as float32: through int32, which converts in one vector instruction."""
@@ -155,6 +171,9 @@ class ScaledGroup:
     scale: Tensor
     offset: Tensor | None
     quants: list[Tensor]
+    # with an offset: element i's own scale, for quants that are the integers times a power of two (the scale
+    # times its inverse, exact); None: `scale` for all
+    element_scales: list[Tensor] | None = None
 
 
 def _nibble_quants(w: Words, payload: int) -> list[Tensor]:
@@ -167,7 +186,17 @@ def _groups_q4_0(w: Words) -> list[ScaledGroup]:
 
 
 def _groups_q4_1(w: Words) -> list[ScaledGroup]:
-    return [ScaledGroup(w.half(0), w.half(2), [_quant_float(q) for q in _nibble_quants(w, 4)])]
+    """The nibbles masked in place (`Words.nibble_in_place`), each with the scale times 2**-shift: the value
+    scale * quant + offset is the same float32 (the same exact product, rounded once by the FMA). scale * 2**-24
+    is exact: a half's scale is at least 2**-24, so the product stays a normal float32."""
+    scale = w.half(0)
+    scales = {shift: scale * 2.0**-shift for shift in range(0, 28, 4)}
+    quants, element_scales = [], []
+    for e in range(32):
+        quant, shift = w.nibble_in_place(4 + e % 16, e // 16)
+        quants.append(quant)
+        element_scales.append(scales[shift])
+    return [ScaledGroup(scale, w.half(2), quants, element_scales)]
 
 
 def _fifth_quants(w: Words) -> list[Tensor]:
@@ -185,7 +214,7 @@ def _groups_q5_1(w: Words) -> list[ScaledGroup]:
 
 
 def _groups_q8_0(w: Words) -> list[ScaledGroup]:
-    return [ScaledGroup(w.half(0), None, [_signed_byte(w.byte(4 + e)) for e in range(32)])]
+    return [ScaledGroup(w.half(0), None, [w.signed_byte(4 + e) for e in range(32)])]
 
 
 def _k_sub_scales(w: Words) -> tuple[list[Tensor], list[Tensor]]:
@@ -363,7 +392,8 @@ def _lane_sums(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None) -> Tensor:
         if group.offset is None:
             block_sums.append(group.scale * dot(first, group.quants))
         else:
-            block_sums.append(dot(first, [multiply_add(group.scale, q, group.offset) for q in group.quants]))
+            scales = group.element_scales or [group.scale] * len(group.quants)
+            block_sums.append(dot(first, [multiply_add(s, q, group.offset) for s, q in zip(scales, group.quants)]))
         first += len(group.quants)
     return pairwise_sum(block_sums).sum(-2)
 

@@ -185,18 +185,22 @@ def _groups_q4_0(w: Words) -> list[ScaledGroup]:
     return [ScaledGroup(w.half(0), None, [_centered(q, 8) for q in _nibble_quants(w, 4)])]
 
 
-def _groups_q4_1(w: Words) -> list[ScaledGroup]:
-    """The nibbles masked in place (`Words.nibble_in_place`), each with the scale times 2**-shift: the value
-    scale * quant + offset is the same float32 (the same exact product, rounded once by the FMA). scale * 2**-24
-    is exact: a half's scale is at least 2**-24, so the product stays a normal float32."""
-    scale = w.half(0)
+def _nibbles_in_place(w: Words, nibbles: list[tuple[int, int]], scale: Tensor, offset: Tensor) -> ScaledGroup:
+    """scale * nibble + offset for the (byte offset, high) `nibbles`, masked in place (`Words.nibble_in_place`),
+    each with the scale times 2**-shift: every value is the same float32 as with the nibble shifted down (the
+    same exact product, rounded once by the FMA). The scaled scales are exact as long as scale * 2**-24 is a
+    normal float32: a half's scale (at least 2**-24) or a K-quant's 6-bit multiple of one."""
     scales = {shift: scale * 2.0**-shift for shift in range(0, 28, 4)}
     quants, element_scales = [], []
-    for e in range(32):
-        quant, shift = w.nibble_in_place(4 + e % 16, e // 16)
+    for byte, high in nibbles:
+        quant, shift = w.nibble_in_place(byte, high)
         quants.append(quant)
         element_scales.append(scales[shift])
-    return [ScaledGroup(scale, w.half(2), quants, element_scales)]
+    return ScaledGroup(scale, offset, quants, element_scales)
+
+
+def _groups_q4_1(w: Words) -> list[ScaledGroup]:
+    return [_nibbles_in_place(w, [(4 + e % 16, e // 16) for e in range(32)], w.half(0), w.half(2))]
 
 
 def _fifth_quants(w: Words) -> list[Tensor]:
@@ -229,8 +233,8 @@ def _k_sub_scales(w: Words) -> tuple[list[Tensor], list[Tensor]]:
 def _groups_q4_k(w: Words) -> list[ScaledGroup]:
     """8 sub-blocks of 32; sub-block 2c + h is nibble h of bytes 16 + 32c .. 16 + 32c + 31."""
     scales, mins = _k_sub_scales(w)
-    quants = [[_quant_float(w.nibble(16 + (sub // 2) * 32 + i, sub % 2)) for i in range(32)] for sub in range(8)]
-    return [ScaledGroup(scales[sub], -mins[sub], quants[sub]) for sub in range(8)]
+    nibbles = [[(16 + (sub // 2) * 32 + i, sub % 2) for i in range(32)] for sub in range(8)]
+    return [_nibbles_in_place(w, nibbles[sub], scales[sub], -mins[sub]) for sub in range(8)]
 
 
 def _groups_q5_k(w: Words) -> list[ScaledGroup]:

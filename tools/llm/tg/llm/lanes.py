@@ -367,7 +367,8 @@ def _lane_sums(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None) -> Tensor:
     A ScaledGroup without offset multiplies its scale once: scale * sum(x * quant). With an offset, each element
     is dequantized, sum(x * (scale * quant + offset)): the other spelling, offset * sum(x), needs sums of x that
     the scheduler computes in a kernel of its own (a value of x alone, broadcast to every row), and a launch costs
-    more than the two ops per element it saves. Per element that is a shift, a mask, a conversion and two FMAs.
+    more than the two ops per element it saves. Per element of Q4_1 and Q4_K that is a mask, a conversion (see
+    `_nibbles_in_place`), the value's FMA and the sum's (with a norm, one multiply more).
 
     The norm's weight multiplies each product, (x * quant) * weight, not x first: both x and the weight then
     enter as broadcast vector operands (gcc folds such a load into the multiply), where x * weight, the same in
@@ -397,7 +398,8 @@ def _lane_sums(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None) -> Tensor:
             block_sums.append(group.scale * dot(first, group.quants))
         else:
             scales = group.element_scales or [group.scale] * len(group.quants)
-            block_sums.append(dot(first, [multiply_add(s, q, group.offset) for s, q in zip(scales, group.quants)]))
+            values = [multiply_add(s, q, group.offset) for s, q in zip(scales, group.quants, strict=True)]
+            block_sums.append(dot(first, values))
         first += len(group.quants)
     return pairwise_sum(block_sums).sum(-2)
 

@@ -212,7 +212,8 @@ def loop_iterations(linear: UOp) -> int:
     trip count counts at its maximum): each innermost loop counts its trip count times those of the loops around
     it. Loops that follow one another add up; only nested loops multiply (three 16-lane loops in a row inside a
     loop of 64 are 64 * 48 iterations, not 64 * 16^3)."""
-    total, open_loops = 0, []  # open_loops: [range, its trip count times the enclosing ones', has a loop inside]
+    total = 0
+    open_loops: list[list[Any]] = []  # [range, its trip count times the enclosing ones', has a loop inside]
 
     def close(rng: UOp) -> None:
         nonlocal total

@@ -16,7 +16,7 @@ from tg.codegen.compiler.c import default_flags
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
 from tg.codegen.opt import KernelOptError, KernelOptimizer, Opt, OptOps, apply_opts, hand_coded_optimizations
-from tg.codegen.opt.heuristics import MAX_LANES, WIDE_MAX_LANES
+from tg.codegen.opt.heuristics import MAX_LANES, MAX_UPCAST_BODY_OPS, WIDE_MAX_LANES, body_ops
 from tg.codegen.render.c import CRenderer
 
 L, R, U, UN = AxisType.LOOP, AxisType.REDUCE, AxisType.UPCAST, AxisType.UNROLL
@@ -215,6 +215,32 @@ def test_heuristics_do_not_unroll_a_reduction_with_a_large_body() -> None:
     large = hand_coded_optimizations(KernelOptimizer(big_body_matvec_ast(64, 64, 300)))
     assert any(o.op is OptOps.UPCAST for o in large)
     assert not any(o.op is OptOps.UNROLL for o in large)
+
+
+def lane_matvec_ast(groups: int, blocks: int, terms: int) -> UOp:
+    """out[g, l] = sum_r sum_t a[g, r, l] * b[r] ** (t + 1): the lane matvecs' shape (16 rows interleaved, row
+    groups outside), a body of about 3 * terms ops."""
+    out = UOp.param(0, dtypes.float32, groups * 16)
+    a, b = UOp.param(1, dtypes.float32, groups * blocks * 16), UOp.param(2, dtypes.float32, blocks)
+    g, lane, r = UOp.range(groups, 0), UOp.range(16, 1), UOp.range(blocks, 2, AxisType.REDUCE)
+    x, power, body = b.index(r).load(), None, None
+    for _ in range(terms):
+        power = x if power is None else power * x
+        term = a.index((g * blocks + r) * 16 + lane).load() * power
+        body = term if body is None else body + term
+    return UOp.sink(out.index(g * 16 + lane).store(body.reduce(r)), arg=KernelInfo("lanes"))
+
+
+@pytest.mark.parametrize("terms", [1, 60])
+def test_upcasts_copy_a_large_body_into_few_lanes(terms: int) -> None:
+    """Upcast lanes times the body's ops stay within MAX_UPCAST_BODY_OPS: a small body gets the 16x16 tile, a
+    quantized block's decode (~200 ops) 16 x 4 (16 x 16 copies of it: gcc spilled, 7x slower)."""
+    ast = lane_matvec_ast(192, 18, terms)
+    k = applied(ast, *hand_coded_optimizations(KernelOptimizer(ast), max_lanes=WIDE_MAX_LANES))
+    lanes = [size for size, t in zip(k.full_shape, k.axis_types, strict=True) if t is AxisType.UPCAST]
+    body = body_ops(KernelOptimizer(ast))
+    assert np.prod(lanes) * body <= MAX_UPCAST_BODY_OPS
+    assert sorted(lanes) == ([16, 16] if terms == 1 else [4, 16])
 
 
 def test_heuristics_leave_plain_elementwise_kernels_and_full_sums_alone() -> None:

@@ -184,6 +184,16 @@ def test_contiguous_output_axes_merge_into_one_loop_and_transposed_ones_do_not()
     assert separate.arg.name == "E_16_3"
 
 
+def test_an_output_axis_read_as_r_div_c_and_r_mod_c_splits_into_two_loops() -> None:
+    """A flat (48,) output read from a transposed (3, 16) view (the lane matvecs' (groups, 16) rows stored flat):
+    one loop of 48 reads it at (r // 16) + (r % 16) * 3, which gcc vectorizes only with gathers; split at 16 the
+    kernel has loops (3, 16) and no division or remainder of an index left."""
+    transposed = movement(Ops.RESHAPE, movement(Ops.PERMUTE, buffer(16, 3), (1, 0)), (48,))
+    (kernel,) = kernels(schedule_graph((op(Ops.ADD, transposed, buffer(48)),)))
+    assert kernel.arg.name == "E_3_16"
+    assert not [u for u in kernel.toposort() if u.op in (Ops.IDIV, Ops.MOD) and u.dtype is dtypes.index]
+
+
 def test_a_reshape_indexes_each_group_of_axes_alone() -> None:
     """(h, t*16) read from (h, t, 16) with t symbolic: the merged axis splits into r // 16 and r % 16 alone, with no
     division by a symbolic size (through the flat position of all three axes the divisors were t*16 and t, which

@@ -19,6 +19,7 @@ from tg.llm.lanes import (  # noqa: E402
     DOT_CHAINS,
     LaneBlocks,
     RMSNorm,
+    Words,
     e2m1_doubled_by_shift,
     half_bits_to_float,
 )
@@ -130,6 +131,24 @@ def test_half_bits_decode_every_half_exactly() -> None:
     np.testing.assert_array_equal(actual[finite].view(np.uint32), expected[finite].view(np.uint32))
     np.testing.assert_array_equal(actual[np.isinf(expected)], expected[np.isinf(expected)])
     assert np.isnan(actual[np.isnan(expected)]).all()
+
+
+def test_words_read_signed_bytes_and_nibbles_in_place_exactly() -> None:
+    """Every byte value at each of a word's 4 positions (word k holds it in byte k, the other bytes 0x5A):
+    `signed_byte` is numpy's int8 of it, `nibble_in_place` each nibble times 2**shift (shift: the nibble's bit,
+    24 for the top nibble), as float32."""
+    values = np.arange(256, dtype=np.uint32)
+    words = np.stack([(values << (8 * k)) | (0x5A5A5A5A & ~(0xFF << (8 * k))) for k in range(4)], axis=-1)
+    w = Words(Tensor(words.reshape(1, 256, 4, 1).astype(np.uint32)))
+    for k in range(4):
+        offset = 4 * k + k  # byte k of word k
+        expected_signed = values.astype(np.uint8).view(np.int8).astype(np.float32)
+        np.testing.assert_array_equal(w.signed_byte(offset).numpy().reshape(256), expected_signed)
+        for high, nibble in enumerate((values & 0xF, values >> 4)):
+            quant, shift = w.nibble_in_place(offset, high)
+            assert shift == min(8 * k + 4 * high, 24)
+            expected = nibble.astype(np.float32) * np.float32(2.0**shift)
+            np.testing.assert_array_equal(quant.numpy().reshape(256), expected)
 
 
 def test_e2m1_table_lookup_equals_the_reference_decoder() -> None:

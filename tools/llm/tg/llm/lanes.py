@@ -131,6 +131,22 @@ class Words:
     def half(self, offset: int) -> Tensor:
         return half_bits_to_float((self.word(offset // 4) >> (8 * (offset % 4))) & 0xFFFF)
 
+    def signed_byte(self, offset: int) -> Tensor:
+        """Byte `offset` read as an int8, as float32: moved to the top of the word, then an arithmetic shift down
+        (two vector ops, where `_signed_byte` of `byte` takes four)."""
+        top = (self.word(offset // 4) << (24 - 8 * (offset % 4))).bitcast(dtypes.int32)
+        return (top >> 24).float()
+
+    def nibble_in_place(self, offset: int, high: int) -> tuple[Tensor, int]:
+        """(q * 2**shift as float32, shift) for the nibble q at bit `shift` of its word, masked but not shifted
+        down: one AND and a conversion per quant, exact (4 significant bits). The top nibble of a word is shifted
+        down to bit 24 first, so that every value converts from an int32 (one vector instruction also without
+        AVX-512)."""
+        word, shift = self.word(offset // 4), 8 * (offset % 4) + 4 * high
+        if shift == 28:
+            word, shift = word >> 4, 24
+        return _quant_float(word & (0xF << shift)), shift
+
 
 def _quant_float(quant: Tensor) -> Tensor:
     """A small non-negative integer as float32: through int32, which converts in one vector instruction."""
@@ -155,6 +171,9 @@ class ScaledGroup:
     scale: Tensor
     offset: Tensor | None
     quants: list[Tensor]
+    # with an offset: element i's own scale, for quants that are the integers times a power of two (the scale
+    # times its inverse, exact); None: `scale` for all
+    element_scales: list[Tensor] | None = None
 
 
 def _nibble_quants(w: Words, payload: int) -> list[Tensor]:
@@ -166,8 +185,22 @@ def _groups_q4_0(w: Words) -> list[ScaledGroup]:
     return [ScaledGroup(w.half(0), None, [_centered(q, 8) for q in _nibble_quants(w, 4)])]
 
 
+def _nibbles_in_place(w: Words, nibbles: list[tuple[int, int]], scale: Tensor, offset: Tensor) -> ScaledGroup:
+    """scale * nibble + offset for the (byte offset, high) `nibbles`, masked in place (`Words.nibble_in_place`),
+    each with the scale times 2**-shift: every value is the same float32 as with the nibble shifted down (the
+    same exact product, rounded once by the FMA). The scaled scales are exact as long as scale * 2**-24 is a
+    normal float32: a half's scale (at least 2**-24) or a K-quant's 6-bit multiple of one."""
+    scales = {shift: scale * 2.0**-shift for shift in range(0, 28, 4)}
+    quants, element_scales = [], []
+    for byte, high in nibbles:
+        quant, shift = w.nibble_in_place(byte, high)
+        quants.append(quant)
+        element_scales.append(scales[shift])
+    return ScaledGroup(scale, offset, quants, element_scales)
+
+
 def _groups_q4_1(w: Words) -> list[ScaledGroup]:
-    return [ScaledGroup(w.half(0), w.half(2), [_quant_float(q) for q in _nibble_quants(w, 4)])]
+    return [_nibbles_in_place(w, [(4 + e % 16, e // 16) for e in range(32)], w.half(0), w.half(2))]
 
 
 def _fifth_quants(w: Words) -> list[Tensor]:
@@ -185,7 +218,7 @@ def _groups_q5_1(w: Words) -> list[ScaledGroup]:
 
 
 def _groups_q8_0(w: Words) -> list[ScaledGroup]:
-    return [ScaledGroup(w.half(0), None, [_signed_byte(w.byte(4 + e)) for e in range(32)])]
+    return [ScaledGroup(w.half(0), None, [w.signed_byte(4 + e) for e in range(32)])]
 
 
 def _k_sub_scales(w: Words) -> tuple[list[Tensor], list[Tensor]]:
@@ -200,8 +233,8 @@ def _k_sub_scales(w: Words) -> tuple[list[Tensor], list[Tensor]]:
 def _groups_q4_k(w: Words) -> list[ScaledGroup]:
     """8 sub-blocks of 32; sub-block 2c + h is nibble h of bytes 16 + 32c .. 16 + 32c + 31."""
     scales, mins = _k_sub_scales(w)
-    quants = [[_quant_float(w.nibble(16 + (sub // 2) * 32 + i, sub % 2)) for i in range(32)] for sub in range(8)]
-    return [ScaledGroup(scales[sub], -mins[sub], quants[sub]) for sub in range(8)]
+    nibbles = [[(16 + (sub // 2) * 32 + i, sub % 2) for i in range(32)] for sub in range(8)]
+    return [_nibbles_in_place(w, nibbles[sub], scales[sub], -mins[sub]) for sub in range(8)]
 
 
 def _groups_q5_k(w: Words) -> list[ScaledGroup]:
@@ -334,7 +367,8 @@ def _lane_sums(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None) -> Tensor:
     A ScaledGroup without offset multiplies its scale once: scale * sum(x * quant). With an offset, each element
     is dequantized, sum(x * (scale * quant + offset)): the other spelling, offset * sum(x), needs sums of x that
     the scheduler computes in a kernel of its own (a value of x alone, broadcast to every row), and a launch costs
-    more than the two ops per element it saves. Per element that is a shift, a mask, a conversion and two FMAs.
+    more than the two ops per element it saves. Per element of Q4_1 and Q4_K that is a mask, a conversion (see
+    `_nibbles_in_place`), the value's FMA and the sum's (with a norm, one multiply more).
 
     The norm's weight multiplies each product, (x * quant) * weight, not x first: both x and the weight then
     enter as broadcast vector operands (gcc folds such a load into the multiply), where x * weight, the same in
@@ -363,7 +397,9 @@ def _lane_sums(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None) -> Tensor:
         if group.offset is None:
             block_sums.append(group.scale * dot(first, group.quants))
         else:
-            block_sums.append(dot(first, [multiply_add(group.scale, q, group.offset) for q in group.quants]))
+            scales = group.element_scales or [group.scale] * len(group.quants)
+            values = [multiply_add(s, q, group.offset) for s, q in zip(scales, group.quants, strict=True)]
+            block_sums.append(dot(first, values))
         first += len(group.quants)
     return pairwise_sum(block_sums).sum(-2)
 

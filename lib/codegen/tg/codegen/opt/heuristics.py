@@ -55,6 +55,10 @@ ROW_RUN_UPCASTS = (4, 2)  # runs of a source row a copy reads per step (upcast_r
 # and copies of a big body only make the kernel slower to compile (a quantized matvec that decodes a whole 256-element
 # K-quant block per step, tg.llm.lanes)
 LARGE_BODY_OPS = 512
+# ALU ops of a reduction body times the lanes the upcasts copy it into: a quantized matvec's body decodes a block
+# (~200 ops for Q4_1's 32 elements); upcast 16 (its lanes) x 16 (row groups) gcc spilled and ran a 3072x576
+# matvec 7x slower than with 16 x 4 (which 16384 allows). Matmuls and convolutions have bodies of a few ops.
+MAX_UPCAST_BODY_OPS = 16384
 # a kernel whose outputs are mostly along a symbolic axis (a decode step's attention scores: 9 query heads times the
 # filled rows of the KV cache) gets no register tiling: each output's reduction (the head_dim of a dot product) keeps
 # the lowering's 16 partial sums. SmolLM2-135M at position 1000, one core (CPU_COUNT=1), load 2.5-3: the scores
@@ -181,7 +185,7 @@ def upcast_reused_axes(k: KernelOptimizer, max_lanes: int) -> None:
     row) allow: next to a vector axis the largest divisor of its size, so 56 output pixels get 14 lanes."""
     lanes, done, vector_taken = 1, set(), False
     covered: frozenset[UOp] = frozenset()  # loads the upcasts so far reuse
-    window = unrolled_window(k)
+    window, body = unrolled_window(k), max(1, body_ops(k))
     for _ in range(2):
         candidates = [
             a for a in axis_reuse(k) if a.reused and not a.gate_moves and k.rngs[a.axis].arg.axis_id not in done
@@ -194,7 +198,13 @@ def upcast_reused_axes(k: KernelOptimizer, max_lanes: int) -> None:
             # would otherwise be a few scalar stores next to each other)
             vector = not vector_taken and (vector_lanes(candidate) > 0 or candidate.contiguous)
             choices = CONTIGUOUS_UPCASTS if vector else REGISTER_UPCASTS if vector_taken else REUSE_UPCASTS
-            fitting = tuple(c for c in choices if lanes * c <= max_lanes and lanes * c * window <= MAX_UNROLLED_BODY)
+            fitting = tuple(
+                c
+                for c in choices
+                if lanes * c <= max_lanes
+                and lanes * c * window <= MAX_UNROLLED_BODY
+                and lanes * c * body <= MAX_UPCAST_BODY_OPS
+            )
             amount = first_divisor(candidate.size, fitting)
             if amount is None:
                 continue

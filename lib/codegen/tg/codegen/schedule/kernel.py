@@ -211,13 +211,46 @@ def build_kernel(point: UOp, output: UOp, storage: dict[UOp, UOp]) -> Kernel:
 
     It first tries one loop over all output elements: when every index then simplifies to plain strides (no
     division or remainder left), the output axes merge into one long loop that vectorizes and splits across
-    cores evenly. Otherwise each output axis gets its own loop."""
+    cores evenly. Otherwise each output axis gets its own loop, and an axis whose loop every index still divides
+    by the same constant is split at it (`_split_axes`)."""
     shape = shape_of(point)
     if sum(1 for size in shape if size != 1) > 1:
         flat = _build(point, output, storage, (symbolic_numel(shape),))
-        if not any(u.op in (Ops.IDIV, Ops.MOD) and u.dtype is dtypes.index for u in flat.ast.toposort()):
+        if not _index_divisions(flat):
             return flat
-    return _build(point, output, storage, shape)
+    kernel = _build(point, output, storage, shape)
+    split = _split_axes(kernel, shape)
+    if split != shape:
+        kernel = _build(point, output, storage, split)
+    return kernel
+
+
+def _index_divisions(kernel: Kernel) -> list[UOp]:
+    return [u for u in kernel.ast.toposort() if u.op in (Ops.IDIV, Ops.MOD) and u.dtype is dtypes.index]
+
+
+def _split_axes(kernel: Kernel, shape: Shape) -> Shape:
+    """`shape` with each output axis that indices divide by one constant c (`r // c`, `r % c`) split into
+    `(size / c, c)`. Why: an output reshaped from `(groups, 16)` to `(groups * 16,)` (the lane matvecs' rows) is
+    stored flat, while its inputs are read as `base + (r // 16) * stride + r % 16`; in one loop of r that is no
+    contiguous vector load (gcc gathers, 8 lanes at a time), in two loops the inner one reads 16 consecutive words."""
+    axes = [axis for axis, size in enumerate(shape) if size != 1]
+    ranges = sorted((u for u in kernel.ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.LOOP),
+                    key=lambda r: r.arg.axis_id)  # fmt: skip
+    if len(ranges) != len(axes):
+        return shape
+    divisors: dict[int, set[int]] = {}
+    for u in _index_divisions(kernel):
+        if u.src[0] in ranges and u.src[1].op is Ops.CONST:
+            divisors.setdefault(axes[ranges.index(u.src[0])], set()).add(u.src[1].arg)
+    split: list[int | UOp] = []
+    for axis, size in enumerate(shape):
+        found = divisors.get(axis, set())
+        if len(found) == 1 and isinstance(size, int) and 1 < (c := next(iter(found))) < size and size % c == 0:
+            split += [size // c, c]
+        else:
+            split.append(size)
+    return tuple(split)
 
 
 def _build(point: UOp, output: UOp, storage: dict[UOp, UOp], loop_shape: Shape) -> Kernel:

@@ -85,6 +85,10 @@ def test_causal_attention_is_four_kernels_with_the_softmax_in_one() -> None:
     (softmax,) = [ast for ast in asts if count(ast, Ops.EXP2)]
     assert count(softmax, Ops.REDUCE) == 2  # its max and sum of exp
     assert sum(count(ast, Ops.REDUCE) for ast in asts) == 4  # with the scores and the weighted sum of values
+    # per score one comparison for the causal mask (not `<` or `==`) and a multiply by the row sum's reciprocal,
+    # not a division (issue 23: the softmax pass is compute bound)
+    assert count(softmax, Ops.OR) == 0 and count(softmax, Ops.CMPEQ) == 0
+    assert count(softmax, Ops.FDIV) == 0 and count(softmax, Ops.RECIPROCAL) == 1
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(width)
     scores = np.where(np.tril(np.ones((tokens, tokens), bool)), scores, -np.inf)
     np.testing.assert_allclose(out.numpy(), numpy_softmax(scores) @ v, rtol=1e-5, atol=1e-6)

@@ -11,7 +11,15 @@ from tg.codegen.dtype import from_numpy
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
 from tg.codegen.render.base import KernelText, RenderedKernel, loop_iterations
-from tg.codegen.render.c import CALLS_PER_CORE, CRenderer, balanced_calls, finish_time, CStyleLanguage, literal, with_helpers
+from tg.codegen.render.c import (
+    CALLS_PER_CORE,
+    CRenderer,
+    CStyleLanguage,
+    balanced_calls,
+    finish_time,
+    literal,
+    with_helpers,
+)
 from tg.codegen.render.python import PythonRenderer
 from tg.hcq import Buffer, Device
 

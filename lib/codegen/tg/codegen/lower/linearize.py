@@ -13,7 +13,9 @@ that names values by the latest place they were computed gets the right one.
 
 A reduction is computed before the first output loop it does not depend on opens (`hoist_reductions`): a row
 reduction the scheduler fused into its reader (a softmax's max and sum) runs once per row, and the loop along the
-row then reads its result.
+row then reads its result. When that loop computes the reduction's body again (a softmax's exponentials, summed and
+then normalized), the reduction stores the body in a register array as long as the row and the loop reads it back
+(`Linearizer.kept_row_value`): each exp is computed once, with the same bits.
 
 Long float reductions get PARTIAL_SUMS accumulators (see Linearizer.emit_partial_sums): the loop is split into
 steps of PARTIAL_SUMS consecutive elements, lane k adds element k of every step, and the lanes are combined in

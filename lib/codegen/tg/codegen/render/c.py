@@ -534,7 +534,8 @@ class CRenderer(CStyleLanguage):
     def chunks(self, linear: UOp) -> int:
         """How many calls the kernel is cut into: one per core when its outermost output loop is a loop and the
         kernel is big enough to be worth waking the cores for, up to CALLS_PER_CORE per core when each call still
-        has MULTICORE_MIN_ITERATIONS / 2 iterations (a call costs a few microseconds)."""
+        has MULTICORE_MIN_ITERATIONS / 2 iterations (a call costs a few microseconds); of those, a count whose
+        calls the cores finish together (`balanced_calls`)."""
         first = first_output_loop(linear)
         if first is None or first.arg.axis_type is not AxisType.LOOP or self.cores == 1:
             return 1

@@ -11,7 +11,15 @@ from tg.codegen.dtype import from_numpy
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
 from tg.codegen.render.base import KernelText, RenderedKernel, loop_iterations
-from tg.codegen.render.c import CALLS_PER_CORE, CRenderer, CStyleLanguage, literal, with_helpers
+from tg.codegen.render.c import (
+    CALLS_PER_CORE,
+    CRenderer,
+    CStyleLanguage,
+    balanced_calls,
+    finish_time,
+    literal,
+    with_helpers,
+)
 from tg.codegen.render.python import PythonRenderer
 from tg.hcq import Buffer, Device
 
@@ -196,16 +204,17 @@ def run_rendered(renderer: CRenderer, ast: UOp, out: np.ndarray, *inputs: np.nda
 def test_long_sums_add_partial_sums_in_a_fixed_order_on_any_core_count() -> None:
     """Issue 12: lane k sums elements k, k+16, ... in order; the 16 lanes are then added in lane order. numpy's
     cumsum (sequential, float32) computes that order independently of our code."""
-    rows, length = 64, 8192  # big enough to be split into CALLS_PER_CORE calls per core
+    rows, length = 64, 8192  # big enough to be split into up to CALLS_PER_CORE calls per core
+    # calls whose last core finishes first (balanced_calls): 16 calls of 4 rows on 4 cores; on 3, 9 calls of 7 or 8
+    # rows (3 per core, done after 22 rows; 12 calls of 5 or 6 rows would take 24)
+    expected_calls = {1: 1, 3: 9, 4: 4 * CALLS_PER_CORE}
     a = (rng.random((rows, length), np.float32) * 1000).astype(np.float32)
     lanes = np.stack([np.cumsum(a[:, k::16], axis=1, dtype=np.float32)[:, -1] for k in range(16)], axis=1)
     expected = np.cumsum(lanes, axis=1, dtype=np.float32)[:, -1]
     results = {}
     for cores in (1, 3, 4):
         renderer = CRenderer(cores=cores)
-        assert renderer.render(lower(row_sum_kernel(rows, length))).global_size[0] == (
-            cores * CALLS_PER_CORE if cores > 1 else 1
-        )
+        assert renderer.render(lower(row_sum_kernel(rows, length))).global_size[0] == expected_calls[cores]
         results[cores] = run_rendered(renderer, row_sum_kernel(rows, length), np.zeros(rows, np.float32), a)
     results["python"] = run(row_sum_kernel(rows, length), "PYTHON", np.zeros(rows, np.float32), a)
     for got in results.values():
@@ -284,6 +293,22 @@ def test_a_variable_is_an_int_argument_after_the_buffers(renderer) -> None:  # n
     signature = next(line for line in src.splitlines() if line.startswith(("def ", "void ")))
     buffer_1 = "raw1" if renderer.device == "PYTHON" else "data1"
     assert signature.index(buffer_1) < signature.index("var_rows") < signature.index("core_id")
+
+
+def test_calls_are_cut_so_that_the_cores_finish_together() -> None:
+    """Issue 23: twelve attention heads in 8 calls (of 1 and 2 heads) on 2 cores that take calls as they come free
+    finish after 7 heads' time, 6 calls of 2 heads after 6. The renderer cuts such a loop into 6 calls."""
+    assert finish_time(12, 8, cores=2) == 7
+    assert finish_time(12, 6, cores=2) == 6
+    assert balanced_calls(12, cores=2, most=8) == 6
+    assert balanced_calls(64, cores=4, most=16) == 16  # even cuts keep the most calls
+    assert balanced_calls(3, cores=2, most=8) == 3  # never more calls than iterations
+    rows, length = 12, 1 << 15  # work enough for 8 calls, which the old cut made
+    rendered = CRenderer(cores=2).render(lower(row_sum_kernel(rows, length)))
+    assert rendered.global_size[0] == 6
+    a = rng.random((rows, length), np.float32)
+    got = run_rendered(CRenderer(cores=2), row_sum_kernel(rows, length), np.zeros(rows, np.float32), a)
+    np.testing.assert_allclose(got, a.sum(axis=1, dtype=np.float64), rtol=1e-5)
 
 
 def test_a_big_symbolic_loop_launches_calls_for_the_work_of_each_launch() -> None:

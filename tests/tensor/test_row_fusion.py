@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from tg.codegen.dtype import AddrSpace
 from tg.codegen.flags import Context
 from tg.codegen.opt import KernelOptimizer, OptOps, hand_coded_optimizations
 from tg.codegen.opt.heuristics import WIDE_MAX_LANES
@@ -17,7 +18,7 @@ from tg.codegen.pipeline import CodegenFlags, lower_kernel
 from tg.codegen.schedule.realize import ROW_FUSION_MAX_ELEMENTS
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.codegen.uop.args import AxisType
-from tg.codegen.uop.ops import Ops, UOp
+from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.tensor import Tensor
 
 rng = np.random.default_rng(23)
@@ -85,6 +86,10 @@ def test_causal_attention_is_four_kernels_with_the_softmax_in_one() -> None:
     (softmax,) = [ast for ast in asts if count(ast, Ops.EXP2)]
     assert count(softmax, Ops.REDUCE) == 2  # its max and sum of exp
     assert sum(count(ast, Ops.REDUCE) for ast in asts) == 4  # with the scores and the weighted sum of values
+    # per score one comparison for the causal mask (not `<` or `==`) and a multiply by the row sum's reciprocal,
+    # not a division (issue 23: the softmax pass is compute bound)
+    assert count(softmax, Ops.OR) == 0 and count(softmax, Ops.CMPEQ) == 0
+    assert count(softmax, Ops.FDIV) == 0 and count(softmax, Ops.RECIPROCAL) == 1
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(width)
     scores = np.where(np.tril(np.ones((tokens, tokens), bool)), scores, -np.inf)
     np.testing.assert_allclose(out.numpy(), numpy_softmax(scores) @ v, rtol=1e-5, atol=1e-6)
@@ -187,3 +192,34 @@ def test_attention_matmuls_get_the_register_tiles_of_plain_batched_matmuls() -> 
     assert register_tile(scores) == register_tile(values) == [("UNROLL", 4), ("UPCAST", 16), ("UPCAST", 16)]
     in_attention = reduction_opts(q.scaled_dot_product_attention(k, v, is_causal=True))
     assert [register_tile(opts) for opts in in_attention] == [register_tile(scores), [], register_tile(values)]
+
+
+def test_a_softmax_computes_each_exponential_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23: the sum of exp stores the row's exponentials in a register array as long as the row, and the
+    normalization reads them back instead of computing each software exp again (the softmax kernel was compute
+    bound on its two exps per score)."""
+    from tg.codegen.lower.linearize import ROW_VALUE_MIN_OPS, Linearizer
+
+    heads, tokens, width = 2, 64, 16
+    q, k, v = (rng.standard_normal((1, heads, tokens, width)).astype(np.float32) for _ in range(3))
+    out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True)
+    (softmax,) = [ast for ast in kernel_asts(out) if count(ast, Ops.EXP2)]
+    flags = CodegenFlags(software_transcendentals=True)
+
+    def alu_ops(linear: UOp) -> int:
+        return sum(node.op in GroupOp.ALU for node in linear.src)
+
+    def row_arrays(linear: UOp) -> int:
+        registers = [n.dtype for n in linear.src if n.op is Ops.PARAM and n.dtype.addrspace is AddrSpace.REG]
+        return sum(dtype.size == tokens for dtype in registers)
+
+    kept = lower_kernel(softmax, flags)
+    assert row_arrays(kept) == 1
+    monkeypatch.setattr(Linearizer, "kept_row_value", lambda self, reduce: None)
+    recomputed = lower_kernel(softmax, flags)
+    assert row_arrays(recomputed) == 0
+    assert alu_ops(recomputed) - alu_ops(kept) >= ROW_VALUE_MIN_OPS  # the exp's ops, once fewer
+    monkeypatch.undo()
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(width)
+    scores = np.where(np.tril(np.ones((tokens, tokens), bool)), scores, -np.inf)
+    np.testing.assert_allclose(out.numpy(), numpy_softmax(scores) @ v, rtol=1e-5, atol=1e-6)

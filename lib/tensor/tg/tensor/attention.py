@@ -19,7 +19,7 @@ def causal_mask(queries: int, keys: int, like: Tensor) -> Tensor:
     """True where key j may be seen from query i: j <= i, aligned at the top-left as torch's is_causal."""
     rows = _positions(type(like), queries, like.device).reshape(queries, 1)
     columns = _positions(type(like), keys, like.device).reshape(1, keys)
-    return columns <= rows
+    return columns < rows + 1  # (integers: one comparison per score, where <= is a < and an == joined by an or)
 
 
 def _positions(tensor_type: type[Tensor], count: int, device: str) -> Tensor:

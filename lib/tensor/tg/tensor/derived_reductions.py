@@ -48,7 +48,7 @@ class DerivedReductionOps:
 
         def compute(x: Tensor) -> Tensor:
             exponentials = (x - x.max(axis, keepdim=True)).exp()
-            return exponentials / exponentials.sum(axis, keepdim=True)
+            return exponentials * exponentials.sum(axis, keepdim=True).reciprocal()
 
         return in_float32_when_half(self if dtype is None else self.cast(dtype), compute)
 

@@ -13,7 +13,9 @@ that names values by the latest place they were computed gets the right one.
 
 A reduction is computed before the first output loop it does not depend on opens (`hoist_reductions`): a row
 reduction the scheduler fused into its reader (a softmax's max and sum) runs once per row, and the loop along the
-row then reads its result.
+row then reads its result. When that loop computes the reduction's body again (a softmax's exponentials, summed and
+then normalized), the reduction stores the body in a register array as long as the row and the loop reads it back
+(`Linearizer.kept_row_value`): each exp is computed once, with the same bits.
 
 Long float reductions get PARTIAL_SUMS accumulators (see Linearizer.emit_partial_sums): the loop is split into
 steps of PARTIAL_SUMS consecutive elements, lane k adds element k of every step, and the lanes are combined in
@@ -41,6 +43,9 @@ from tg.codegen.uop.reductions import reduce_identity
 PARTIAL_SUMS = 16  # accumulators of a long float reduction: two AVX2 vectors of float32
 PARTIAL_SUM_OPS = (Ops.ADD, Ops.MAX)
 FUSED_DTYPES = (dtypes.float32, dtypes.float64)  # sums of products of these become fused multiply-adds
+# a row reduction's body the output loop computes again is stored when it costs this many ALU ops (a software exp
+# is about 30; a square, a shifted value are cheaper than the store and the load)
+ROW_VALUE_MIN_OPS = 16
 MIN_STEPS = 4  # a reduction gets partial sums when it has at least this many steps of PARTIAL_SUMS elements
 
 
@@ -70,6 +75,10 @@ class Linearizer:
         self.next_axis = 1 + max((u.arg.axis_id for u in ast.toposort() if u.op is Ops.RANGE), default=0)
         # a REDUCE cut into blocks -> the INDEX of the STORE that carries its running result between blocks
         self.carried: dict[UOp, UOp] = {}
+        self.ast = ast
+        self.next_loop: UOp | None = None  # the output loop that opens after the reductions hoisted now
+        # a value of the row that a row reduction stored (`kept_row_value`) -> the register array holding it
+        self.kept: dict[UOp, tuple[UOp, UOp]] = {}
 
     def append(self, node: UOp) -> UOp:
         self.program.append(node)
@@ -102,12 +111,15 @@ class Linearizer:
         found = self.lookup(node)
         if found is not None:
             return found
-        for inner in node.toposort(lambda u: self.lookup(u) is None and u.op is not Ops.REDUCE):
+        for inner in node.toposort(lambda u: self.lookup(u) is None and u.op is not Ops.REDUCE and u not in self.kept):
             if self.lookup(inner) is not None:
                 continue
             if inner.op is Ops.RANGE:
                 raise ValueError(f"range {inner.arg} is used outside its loop")
-            if inner.op is Ops.REDUCE:
+            if inner in self.kept:  # computed once by a row reduction's loop: read back
+                array, row = self.kept[inner]
+                self.scopes[-1][inner] = self.append(self.append(array.index(row)).load())
+            elif inner.op is Ops.REDUCE:
                 self.scopes[-1][inner] = self.wide_result(inner) if inner in self.wide else self.emit_reduce(inner)
             else:
                 self.scopes[-1][inner] = self._emit_plain(inner)
@@ -226,6 +238,26 @@ class Linearizer:
         self.needs.update(ranges_each_node_needs(body))
         return body, [*ranges[:-1], steps], lane
 
+    def kept_row_value(self, reduce: UOp) -> tuple[UOp, UOp] | None:
+        """The output loop's value that `reduce`'s body computes along the row, if its kernel reads it there: a
+        softmax's exponentials, which its sum adds and its normalization divides. Such a body is computed once,
+        into a register array as long as the row that the output loop reads back (issue 23: the softmax kernel
+        computed each exp twice and was compute bound). Only for a row reduction hoisted just before the output
+        loop over the same row, with no register lanes, and a body of ROW_VALUE_MIN_OPS ALU ops or more (a software
+        exp: worth a store and a load). Returns that value and the output loop."""
+        row, body, ranges = self.next_loop, reduce.src[0], reduce.src[1:]
+        if row is None or row.arg.axis_type is not AxisType.LOOP or len(ranges) != 1:
+            return None  # (a GPU's thread index is no loop: each thread would compute the whole row)
+        inner = ranges[0]
+        if row.src[0] is not inner.src[0]:
+            return None
+        if row.src[0].op is not Ops.CONST or sum(u.op in GroupOp.ALU for u in body.toposort()) < ROW_VALUE_MIN_OPS:
+            return None
+        if any(u.op is Ops.RANGE and u.arg.axis_type is AxisType.UPCAST for u in self.ast.toposort()):
+            return None
+        along_row = body.substitute({inner: row})
+        return (along_row, row) if along_row in self.ast.toposort() else None
+
     def emit_partial_sums(self, reduce: UOp, body: UOp, ranges: list[UOp], lane: UOp) -> UOp:
         """One accumulator per lane, the lane loop innermost, then the lanes combined in order:
 
@@ -233,8 +265,10 @@ class Linearizer:
         for r...: for s: for l: acc[l] = acc[l] op body(s * PARTIAL_SUMS + l)
         total = identity; for l: total = total op acc[l]"""
         op, dtype = reduce.arg, reduce.dtype
+        keep = self.kept_row_value(reduce) if len(ranges) == 1 else None
         self.hoist_invariants(body)
         lanes = self._accumulator(dtype, PARTIAL_SUMS)
+        values = None if keep is None else self._accumulator(body.dtype, row_length(keep[1]))
         self.open_loop(lane)
         identity = self.emit(_identity(op, dtype))
         initialized = self.close_loop(self.append(self.append(lanes.index(lane)).store(identity)))
@@ -246,8 +280,13 @@ class Linearizer:
             lambda: self.read(lanes, (initialized, *ranges), lane),
         )
         end = self.append(self.append(lanes.index(lane)).store(combined))
+        if values is not None:  # the row's values, stored for the output loop (see kept_row_value)
+            position = self.emit(ranges[-1] * PARTIAL_SUMS + lane)
+            end = self.append(self.append(values.index(position)).store(self.emit(body)))
         for _ in (*ranges, lane):
             end = self.close_loop(end)
+        if keep is not None and values is not None:
+            self.kept[keep[0]] = (self.append(values.after(end)), keep[1])
         total = self._accumulator(dtype, 1)
         slot = self.append(total.index(self.emit(UOp.const(0, dtypes.index))))
         initial = self.append(slot.store(self.emit(_identity(op, dtype))))
@@ -306,6 +345,10 @@ class Linearizer:
         acc, end, lanes = self.wide[reduce]
         position = self.emit(lane_index(list(lanes)))
         return self.append(self.append(self.append(acc.after(end)).index(position)).load())
+
+
+def row_length(row: UOp) -> int:
+    return row.src[0].arg
 
 
 def _identity(op: Ops, dtype: DType) -> UOp:
@@ -370,10 +413,13 @@ def linearize(ast: UOp) -> UOp:
         key=lambda r: -r.arg.axis_id,
     )
     for depth, rng in enumerate(loops):
+        linearizer.next_loop = rng
         linearizer.hoist_reductions(ast)
         linearizer.open_loop(rng)
+        linearizer.next_loop = loops[depth + 1] if depth + 1 < len(loops) else None
         if not lanes and depth + 1 < len(loops):  # the innermost loop has nothing inside to hoist out of
             linearizer.hoist_out_of_inner_loops(ast)
+    linearizer.next_loop = None
     linearizer.hoist_reductions(ast)
     for store in ast.src:
         if not lanes:

@@ -33,6 +33,7 @@ multiply-add (MULACC -> fmaf), computed identically by the PYTHON emulator.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes, encode
@@ -472,6 +473,25 @@ def symbolic_calls(end: UOp, work: int, chunks: int) -> UOp:
     return (end * work // MULTICORE_MIN_ITERATIONS).maximum(1).minimum(end).minimum(chunks)
 
 
+def finish_time(trips: int, calls: int, cores: int) -> int:
+    """When the last of `cores` threads finishes, in loop iterations, when `trips` iterations are cut into `calls`
+    chunks (call i runs [trips * i // calls, trips * (i + 1) // calls)) that the threads take in order as they come
+    free (tg.hcq.devices.cpu_workers)."""
+    free_at = [0] * cores
+    for i in range(calls):
+        heapq.heapreplace(free_at, free_at[0] + trips * (i + 1) // calls - trips * i // calls)
+    return max(free_at)
+
+
+def balanced_calls(trips: int, cores: int, most: int) -> int:
+    """How many calls to cut a loop of `trips` iterations into: of 1..`most` (at most `trips`), the most calls among
+    those whose last thread finishes first. Twelve attention heads in 8 calls on 2 cores finish after 7 heads' time
+    (calls of 1 and 2 heads), in 6 calls after 6; more calls, when they finish as early, let the other threads take
+    over the calls of a core that another process holds."""
+    candidates = range(1, min(most, trips) + 1)
+    return min(candidates, key=lambda calls: (finish_time(trips, calls, cores), -calls))
+
+
 class CRenderer(CStyleLanguage):
     """C for the CPU device: the ABI passes `core_id`, and big kernels are split into a few chunks per core.
     `max_lanes`: accumulators the CPU's vector registers hold, for the heuristics (128: 16 AVX2 registers; the CPU
@@ -514,7 +534,8 @@ class CRenderer(CStyleLanguage):
     def chunks(self, linear: UOp) -> int:
         """How many calls the kernel is cut into: one per core when its outermost output loop is a loop and the
         kernel is big enough to be worth waking the cores for, up to CALLS_PER_CORE per core when each call still
-        has MULTICORE_MIN_ITERATIONS / 2 iterations (a call costs a few microseconds)."""
+        has MULTICORE_MIN_ITERATIONS / 2 iterations (a call costs a few microseconds); of those, a count whose
+        calls the cores finish together (`balanced_calls`)."""
         first = first_output_loop(linear)
         if first is None or first.arg.axis_type is not AxisType.LOOP or self.cores == 1:
             return 1
@@ -522,7 +543,9 @@ class CRenderer(CStyleLanguage):
         if iterations < MULTICORE_MIN_ITERATIONS:
             return 1
         calls = max(self.cores, min(self.cores * CALLS_PER_CORE, 2 * iterations // MULTICORE_MIN_ITERATIONS))
-        return min(calls, max_trip_count(first))
+        if first.src[0].op is not Ops.CONST:  # a symbolic trip count: the launch decides (see open_loop)
+            return min(calls, max_trip_count(first))
+        return balanced_calls(first.src[0].arg, self.cores, calls)
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
         chunks = k.abi["chunks"]

@@ -102,3 +102,30 @@ def test_the_schedule_listing_starts_with_the_graph_rewrites_the_scheduler_runs(
     from tg.codegen.schedule.schedule import GRAPH_STAGES, SCHEDULE_STAGES
 
     assert [name for name, _ in SCHEDULE_STAGES[: len(GRAPH_STAGES)]] == [stage.name for stage in GRAPH_STAGES]
+
+
+def test_one_call_makes_a_kernel_the_cores_would_split_one_call_with_the_same_results() -> None:
+    """ONE_CALL=1 (CodegenFlags.one_call): the CPU renderer makes a kernel one call on one core, for small kernels
+    replayed back to back (tg.llm's decode step); without it the same kernel is cut into calls across the cores."""
+    import numpy as np
+
+    from tg.hcq import Buffer, Device
+
+    n = 1 << 20
+    out, a = UOp.param(0, dtypes.float32, n), UOp.param(1, dtypes.float32, n)
+    i = UOp.range(n, 0)
+    ast = UOp.sink(out.index(i).store(a.index(i).load() * 3.0), arg=KernelInfo("E_one_call"))
+    split = kernel_to_program(ast, CRenderer(cores=2), CodegenFlags())
+    one = kernel_to_program(ast, CRenderer(cores=2), CodegenFlags(one_call=True))
+    assert split.global_size[0] > 1 and one.global_size == (1, 1, 1)
+    with Context(ONE_CALL=1):
+        assert CodegenFlags.from_environment().one_call
+    assert not CodegenFlags.from_environment().one_call
+    data = np.random.default_rng(3).random(n, np.float32)
+    device = Device["CPU"]
+    for source in (split, one):
+        buffers = [Buffer("CPU", n, dtypes.float32).ensure_allocated() for _ in range(2)]
+        buffers[1].copyin(data.tobytes())
+        program = device.runtime(source.name, device.compiler.compile(source.src))
+        program(*(b.raw for b in buffers), global_size=source.global_size, wait=True)
+        np.testing.assert_array_equal(np.frombuffer(buffers[0].as_buffer(), np.float32), data * np.float32(3.0))

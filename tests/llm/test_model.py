@@ -209,6 +209,31 @@ def launch_reading(launches: list, tensor: Tensor) -> int:
     return position
 
 
+def test_every_kernel_of_the_captured_decode_step_is_one_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode step is compiled with ONE_CALL=1: each kernel runs in one call on one core (two cores decoded the
+    embedded model at 58-61 tok/s, one at 66-69: the hand-offs cost more than the second core gives). Prefill
+    chunks keep the split: their kernels are big."""
+    import tg.hcq.engine.programs as programs
+    from tg.hcq.engine.capture import KernelLaunch
+
+    compiled_with: dict[int, bool] = {}  # id of each program compiled here -> whether it was compiled with ONE_CALL
+    compile_program = programs.compile_program
+
+    def recording(device_name, ast, flags):  # type: ignore[no-untyped-def]
+        program = compile_program(device_name, ast, flags)
+        compiled_with[id(program)] = flags.one_call
+        return program
+
+    programs.clear_program_cache()
+    monkeypatch.setattr(programs, "compile_program", recording)
+    model, _ = load_model(write_model(tmp_path / "m.gguf", "llama", "Q4_1", tied=False), max_context=32)
+    Generator(model, chunk_size=4).prefill(TOKENS[:3])
+    assert model.decode_step is not None and model.decode_step.graph is not None
+    launches = [launch for launch in model.decode_step.graph.launches if isinstance(launch, KernelLaunch)]
+    assert launches and all(compiled_with[id(launch.program)] for launch in launches)
+    assert all(launch.program.source.global_size == (1, 1, 1) for launch in launches)
+
+
 def test_a_decode_block_runs_its_norms_matvecs_and_mlp_in_four_kernels(tmp_path: Path) -> None:
     """Each RMSNorm runs inside the matvec after it, silu(gate) * up inside the gate_up matvec, and each residual
     add inside the matvec before it: from the attention output's matvec on, a block is the attention output, the

@@ -14,13 +14,14 @@ Two lists make up the pipeline:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from tg.codegen.dtype import PtrDType, dtypes
-from tg.codegen.flags import NOOPT, TRANSCENDENTAL
+from tg.codegen.flags import NOOPT, ONE_CALL, TRANSCENDENTAL
 from tg.codegen.lower.linearize import linearize
 from tg.codegen.lower.transcendental import decompose_transcendentals
 from tg.codegen.lower.upcast import upcast_strided_reductions
@@ -45,16 +46,20 @@ class CodegenFlags:
     transcendental: int = 1  # TRANSCENDENTAL: 0 never, 1 where the renderer asks, 2 always software exp2/log2
     software_transcendentals: bool = False  # float32 exp2/log2 become float ops (tg.codegen.lower.transcendental);
     # set from the renderer and `transcendental`
+    one_call: bool = False  # ONE_CALL: a multi-core renderer makes the kernel one call on one core (single_core)
 
     @staticmethod
     def from_environment() -> CodegenFlags:
         """The flags as the environment (and any active `Context`) sets them now (read at every kernel launch, so
         the answer is one of a few prebuilt values)."""
-        return _FLAGS_BY_SETTING[(bool(NOOPT), min(2, max(0, int(TRANSCENDENTAL))))]
+        return _FLAGS_BY_SETTING[(bool(NOOPT), min(2, max(0, int(TRANSCENDENTAL))), bool(ONE_CALL))]
 
 
 _FLAGS_BY_SETTING = {
-    (noopt, level): CodegenFlags(noopt=noopt, transcendental=level) for noopt in (False, True) for level in (0, 1, 2)
+    (noopt, level, one_call): CodegenFlags(noopt=noopt, transcendental=level, one_call=one_call)
+    for noopt in (False, True)
+    for level in (0, 1, 2)
+    for one_call in (False, True)
 }
 
 
@@ -137,6 +142,8 @@ def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
 
 def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> ProgramSource:
     """The source of kernel `ast` for `renderer`, with the launch size and estimates (a pure function)."""
+    if flags.one_call:
+        renderer = single_core(renderer)
     flags = for_renderer(flags, renderer)
     linear = lower_kernel(ast, flags)
     rendered = renderer.render(linear)
@@ -155,6 +162,18 @@ def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> Prog
 
 def _size_text(end: UOp) -> int | str:
     return int(end.arg) if end.op is Ops.CONST else end.render()
+
+
+def single_core(renderer: Renderer) -> Renderer:
+    """`renderer` making every kernel one call (a copy with one core where it splits kernels across cores; GROUP
+    opts then split nothing either). A decode step's small kernels replayed back to back lose more to handing
+    calls to another core than the second core gives them (tg.llm: 58-61 tok/s on two cores, 66-69 on one)."""
+    if getattr(renderer, "cores", 1) == 1:
+        return renderer
+    one = copy.copy(renderer)
+    one.cores = 1  # type: ignore[attr-defined]
+    one.core_groups = False  # type: ignore[attr-defined]
+    return one
 
 
 def for_renderer(flags: CodegenFlags, renderer: Renderer) -> CodegenFlags:

@@ -18,6 +18,7 @@ import numpy as np
 
 from tg.codegen import UOp, dtypes
 from tg.codegen.dtype import to_numpy
+from tg.codegen.flags import Context
 from tg.codegen.schedule.realize import whole_buffer
 from tg.hcq import Device
 from tg.hcq.engine.buffers import buffer_of
@@ -373,7 +374,10 @@ class Transformer:
             # is captured: a short answer would otherwise spend a step scheduling
             self.decode_step = TinyJit(self._step, plain_calls=0)
         captured = self.decode_step.graph is not None
-        logits = self.decode_step(self.position.bind(position), None, *self.embedding_table.inputs([token]))
+        # one call per kernel, on one core: the step's small kernels lose more to handing calls to the second core
+        # than it gives them (tg.codegen.pipeline.single_core)
+        with Context(ONE_CALL=1):
+            logits = self.decode_step(self.position.bind(position), None, *self.embedding_table.inputs([token]))
         if not captured and self.decode_step.graph is not None:
             release_cached_memory(self.caches[0].device)  # what scheduling and compiling the capture freed
         return logits

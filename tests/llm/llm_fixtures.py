@@ -68,9 +68,19 @@ def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], type_name: s
 
 
 def write_model(
-    path: Path, arch: str = "llama", weight_type: str = "F32", seed: int = 0, dim: int = 64, tied: bool = True
+    path: Path,
+    arch: str = "llama",
+    weight_type: str = "F32",
+    seed: int = 0,
+    dim: int = 64,
+    tied: bool = True,
+    rope_freqs: np.ndarray | None = None,
+    rope_scaling: tuple[str, float] | None = None,
 ) -> Path:
-    """A 2-block model of `arch` with every matrix in `weight_type` (norms and the router stay F32)."""
+    """A 2-block model of `arch` with every matrix in `weight_type` (norms and the router stay F32).
+
+    `rope_freqs` is written as the `rope_freqs.weight` tensor (Llama 3.x's per-pair frequency divisors) and
+    `rope_scaling` as the `<arch>.rope.scaling.type` and `.factor` keys."""
     rng = np.random.default_rng(seed)
     if weight_type in ("Q4_K", "Q5_K", "Q6_K"):
         dim = max(dim, 256)
@@ -88,6 +98,9 @@ def write_model(
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(10000.0)
     writer.add_rope_dimension_count(head_dim)
+    if rope_scaling is not None:
+        writer.add_string(f"{arch}.rope.scaling.type", rope_scaling[0])
+        writer.add_float32(f"{arch}.rope.scaling.factor", rope_scaling[1])
     if arch in ("qwen3moe", "olmoe"):
         writer.add_expert_count(experts)
         writer.add_expert_used_count(2)
@@ -116,6 +129,8 @@ def write_model(
     vocab = len(tokens)
     writer.add_tensor("token_embd.weight", (rng.standard_normal((vocab, dim)) * 0.5).astype(np.float32))
     norm("output_norm.weight", dim)
+    if rope_freqs is not None:
+        writer.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
     if not tied:
         matrix("output.weight", (vocab, dim))
     interleave = arch == "llama"

@@ -45,10 +45,11 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
 
 
-def rotate_half_rope(x: np.ndarray, theta: float) -> np.ndarray:
-    """x (T, heads, head_dim): Hugging Face's RoPE (halves rotate together)."""
+def rotate_half_rope(x: np.ndarray, theta: float, inv_freq: np.ndarray | None = None) -> np.ndarray:
+    """x (T, heads, head_dim): Hugging Face's RoPE (halves rotate together); `inv_freq` replaces the default
+    theta^(-2i/d) frequencies (Hugging Face's scaled RoPE variants compute their own)."""
     count, _, head_dim = x.shape
-    frequencies = theta ** (-np.arange(0, head_dim, 2) / head_dim)
+    frequencies = theta ** (-np.arange(0, head_dim, 2) / head_dim) if inv_freq is None else inv_freq
     angles = np.arange(count)[:, None] * frequencies[None, :]
     cos = np.concatenate([np.cos(angles)] * 2, -1)[:, None, :]
     sin = np.concatenate([np.sin(angles)] * 2, -1)[:, None, :]
@@ -56,8 +57,11 @@ def rotate_half_rope(x: np.ndarray, theta: float) -> np.ndarray:
     return x * cos + rotated * sin
 
 
-def forward(metadata: dict, w: dict[str, np.ndarray], tokens: list[int]) -> np.ndarray:
-    """Logits (T, vocab) for every position of `tokens`."""
+def forward(
+    metadata: dict, w: dict[str, np.ndarray], tokens: list[int], inv_freq: np.ndarray | None = None
+) -> np.ndarray:
+    """Logits (T, vocab) for every position of `tokens`; `inv_freq` as in rotate_half_rope (the reference does not
+    read RoPE scaling from the file: a test that uses scaling computes the frequencies itself)."""
     arch = metadata["general.architecture"]
     heads, kv_heads = metadata[f"{arch}.attention.head_count"], metadata[f"{arch}.attention.head_count_kv"]
     eps, theta = metadata[f"{arch}.attention.layer_norm_rms_epsilon"], metadata[f"{arch}.rope.freq_base"]
@@ -79,7 +83,7 @@ def forward(metadata: dict, w: dict[str, np.ndarray], tokens: list[int]) -> np.n
         q, k, v = (t.reshape(count, -1, head_dim) for t in (q, k, v))
         if arch in ("qwen3", "qwen3moe"):
             q, k = rms_norm(q, w[p + "attn_q_norm.weight"], eps), rms_norm(k, w[p + "attn_k_norm.weight"], eps)
-        q, k = rotate_half_rope(q, theta), rotate_half_rope(k, theta)
+        q, k = rotate_half_rope(q, theta, inv_freq), rotate_half_rope(k, theta, inv_freq)
         k, v = np.repeat(k, heads // kv_heads, axis=1), np.repeat(v, heads // kv_heads, axis=1)
         scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(head_dim)
         scores = np.where(causal, scores, -np.inf)

@@ -31,6 +31,10 @@ class TransformerConfig:
     rope_dim: int
     rope_interleaved: bool
     context_length: int
+    # RoPE scaling from the metadata: "none" or "linear" (positions divided by rope_scaling_factor). Llama 3.x's
+    # frequency-dependent scaling is not metadata but a tensor, `rope_freqs.weight` (see rope_frequencies).
+    rope_scaling: str = "none"
+    rope_scaling_factor: float = 1.0
     num_experts: int = 0
     num_experts_per_tok: int = 0
     normalize_top_k: bool = False
@@ -51,6 +55,7 @@ class TransformerConfig:
         dim, n_heads = int(key("embedding_length")), int(key("attention.head_count"))
         head_dim = int(key("attention.key_length", dim // n_heads))
         num_experts = int(key("expert_count", 0))
+        rope_scaling, rope_scaling_factor = _rope_scaling(metadata, arch)
         hidden = key("expert_feed_forward_length", None) if num_experts else None
         return cls(
             architecture=arch,
@@ -66,7 +71,24 @@ class TransformerConfig:
             rope_dim=int(key("rope.dimension_count", head_dim)),
             rope_interleaved=arch in INTERLEAVED_ROPE,
             context_length=int(key("context_length", 4096)),
+            rope_scaling=rope_scaling,
+            rope_scaling_factor=rope_scaling_factor,
             num_experts=num_experts,
             num_experts_per_tok=int(key("expert_used_count", 0)),
             normalize_top_k=bool(key("expert_weights_norm", NORMALIZE_TOP_K.get(arch, False))),
         )
+
+
+# RoPE scaling types the model applies; "yarn" and "longrope" change attention as well as the angles.
+SUPPORTED_ROPE_SCALING = ("none", "linear")
+
+
+def _rope_scaling(metadata: dict[str, Any], arch: str) -> tuple[str, float]:
+    """The `<arch>.rope.scaling.type` and `.factor` keys (llama.cpp's names); a factor of 1 (or none) is no scaling."""
+    kind = str(metadata.get(f"{arch}.rope.scaling.type", "none")).lower()
+    factor = float(metadata.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
+    if kind not in SUPPORTED_ROPE_SCALING:
+        raise UnsupportedModelError(f"RoPE scaling {kind!r} is not supported (supported: {', '.join(SUPPORTED_ROPE_SCALING)})")
+    if factor <= 0:
+        raise UnsupportedModelError(f"the GGUF metadata gives a RoPE scaling factor of {factor}; it must be positive")
+    return ("none", 1.0) if kind == "none" or factor == 1.0 else (kind, factor)

@@ -40,6 +40,24 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt() * weight
 
 
+def rope_frequencies(config: TransformerConfig, freq_factors: np.ndarray | None) -> np.ndarray:
+    """The angle per position of each rotated pair, `(rope_dim / 2,)` in float64.
+
+    The base is theta^(-2i/d). Llama 3.x ships its frequency-dependent scaling as `rope_freqs.weight`, one divisor
+    per pair (llama.cpp's converter computes it from the model's `rope_scaling`); linear scaling from the metadata
+    divides every frequency (that is, every position) by the factor."""
+    frequencies = config.rope_theta ** (-np.arange(0, config.rope_dim, 2, dtype=np.float64) / config.rope_dim)
+    if freq_factors is not None:
+        if freq_factors.shape != frequencies.shape:
+            raise UnsupportedModelError(
+                f"rope_freqs.weight has shape {freq_factors.shape}, expected ({config.rope_dim // 2},)"
+            )
+        frequencies = frequencies / freq_factors.astype(np.float64)
+    if config.rope_scaling == "linear":
+        frequencies = frequencies / config.rope_scaling_factor
+    return frequencies
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: bool) -> Tensor:
     """Rotate the first `rope_dim` features of x `(T, heads, head_dim)`.
 
@@ -291,7 +309,8 @@ class Transformer:
         rows = key_tiles(self.max_context + BLOCK_ROWS[-1] - 1) * KEY_TILE
         cache_shape = (2, config.n_kv_heads, rows, config.head_dim)
         self.caches = [Tensor.zeros(*cache_shape).contiguous().realize() for _ in self.blocks]
-        frequencies = config.rope_theta ** (-np.arange(0, config.rope_dim, 2, dtype=np.float64) / config.rope_dim)
+        freq_factors = weights.get("rope_freqs.weight")
+        frequencies = rope_frequencies(config, None if freq_factors is None else freq_factors.float().numpy())
         angles = np.arange(rows, dtype=np.float64)[:, None] * frequencies[None, :]
         self.rope_cos, self.rope_sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
         # the same tables on the device, `(rows, 1, rope_dim / 2)`: a step slices its rows at the symbolic position

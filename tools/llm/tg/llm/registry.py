@@ -49,7 +49,6 @@ REGISTRY: dict[str, RegistryEntry] = {
     "qwen3:1.7b": RegistryEntry(f"{HF}/Qwen/Qwen3-1.7B-GGUF/resolve/main/Qwen3-1.7B-Q8_0.gguf", "Q8_0"),
     "qwen3:8b": RegistryEntry(f"{HF}/Qwen/Qwen3-8B-GGUF/resolve/main/Qwen3-8B-Q8_0.gguf", "Q8_0"),
     "qwen3:30b-a3b": RegistryEntry(f"{HF}/Qwen/Qwen3-30B-A3B-GGUF/resolve/main/Qwen3-30B-A3B-Q4_K_M.gguf", "Q4_K_M"),
-    "qwen3.5:0.8b": RegistryEntry(f"{HF}/unsloth/Qwen3.5-0.8B-GGUF/resolve/main/Qwen3.5-0.8B-Q8_0.gguf", "Q8_0"),
     "olmoe": RegistryEntry(
         f"{HF}/allenai/OLMoE-1B-7B-0924-Instruct-GGUF/resolve/main/olmoe-1b-7b-0924-instruct-q4_k_m.gguf", "Q4_K_M"
     ),

@@ -88,7 +88,8 @@ def _rope_scaling(metadata: dict[str, Any], arch: str) -> tuple[str, float]:
     kind = str(metadata.get(f"{arch}.rope.scaling.type", "none")).lower()
     factor = float(metadata.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
     if kind not in SUPPORTED_ROPE_SCALING:
-        raise UnsupportedModelError(f"RoPE scaling {kind!r} is not supported (supported: {', '.join(SUPPORTED_ROPE_SCALING)})")
+        supported = ", ".join(SUPPORTED_ROPE_SCALING)
+        raise UnsupportedModelError(f"RoPE scaling {kind!r} is not supported (supported: {supported})")
     if factor <= 0:
         raise UnsupportedModelError(f"the GGUF metadata gives a RoPE scaling factor of {factor}; it must be positive")
     return ("none", 1.0) if kind == "none" or factor == 1.0 else (kind, factor)

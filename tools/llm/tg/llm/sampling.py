@@ -20,6 +20,23 @@ class SamplingOptions:
     seed: int | None = None
 
 
+def check_sampling_options(options: SamplingOptions) -> None:
+    """Raise ValueError naming the first option outside its range (the ranges OpenAI's API and llama.cpp use)."""
+    rules = [
+        ("temperature", options.temperature >= 0.0, "must be >= 0 (0 is greedy)"),
+        ("top-k", options.top_k >= 0, "must be >= 0 (0 is no limit)"),
+        ("top-p", 0.0 < options.top_p <= 1.0, "must be in (0, 1]"),
+        ("min-p", 0.0 <= options.min_p <= 1.0, "must be in [0, 1]"),
+        ("repetition-penalty", options.repetition_penalty > 0.0, "must be > 0 (1 is none)"),
+        ("frequency-penalty", -2.0 <= options.frequency_penalty <= 2.0, "must be in [-2, 2]"),
+        ("presence-penalty", -2.0 <= options.presence_penalty <= 2.0, "must be in [-2, 2]"),
+        ("seed", options.seed is None or 0 <= options.seed < 2**63, "must be in [0, 2**63)"),
+    ]
+    for name, ok, requirement in rules:  # a NaN fails every comparison, so it is refused too
+        if not ok:
+            raise ValueError(f"--{name} {getattr(options, name.replace('-', '_'))} {requirement}")
+
+
 @dataclass
 class Sampler:
     """Stateful sampler: it remembers the tokens generated so far (for the penalties) and owns a seeded RNG."""

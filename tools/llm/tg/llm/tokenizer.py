@@ -77,6 +77,12 @@ def split_words(text: str, patterns: list[regex.Pattern]) -> list[str]:
     return pieces
 
 
+# special tokens that end generation wherever a model emits them (chat turn ends and end-of-text markers)
+END_OF_GENERATION_TEXTS = frozenset(
+    ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<end_of_turn>", "<|end|>", "</s>")
+)
+
+
 class Tokenizer:
     def __init__(
         self,
@@ -88,6 +94,7 @@ class Tokenizer:
         eos_id: int = 0,
         eot_id: int | None = None,
         add_bos: bool = False,
+        extra_end_ids: tuple[int, ...] = (),
     ) -> None:
         if preset not in PRESETS:
             raise TokenizerError(f"invalid tokenizer preset {preset!r} (known: {', '.join(sorted(PRESETS))})")
@@ -105,6 +112,10 @@ class Tokenizer:
                 (self.ids[name] for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>") if name in self.ids), None
             )
         self.eot_id = eot_id
+        # every end-of-generation token: eos, eot, and the special tokens models end turns with (SmolLM2's chat
+        # ends with <|im_end|> but may also emit <|endoftext|>, id 0), as llama.cpp's end-of-generation set does
+        named_ends = {index for index in self.special_ids if tokens[index] in END_OF_GENERATION_TEXTS}
+        self.end_ids = {eos_id, *([] if eot_id is None else [eot_id]), *extra_end_ids, *named_ends}
         self.byte_map = byte_to_unicode()
         self.char_to_byte = {char: byte for byte, char in self.byte_map.items()}
 
@@ -122,6 +133,9 @@ class Tokenizer:
             eos_id=metadata.get("tokenizer.ggml.eos_token_id", 0),
             eot_id=metadata.get("tokenizer.ggml.eot_token_id"),
             add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", True)),
+            extra_end_ids=tuple(
+                int(metadata[key]) for key in ("tokenizer.ggml.eom_token_id",) if metadata.get(key) is not None
+            ),
         )
 
     # ----------------------------------------------------------------------------------------------- encode
@@ -179,7 +193,7 @@ class Tokenizer:
         return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
 
     def is_end(self, token_id: int) -> bool:
-        return token_id == self.eos_id or token_id == self.eot_id
+        return token_id in self.end_ids
 
     def stream_decoder(self) -> StreamDecoder:
         return StreamDecoder(self)

@@ -18,6 +18,8 @@ CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+# types whose blocks hold 256 elements: the model's rows must be a multiple of that
+K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
 # fp16 field offsets per quantized type (forced small and finite)
 HALF_OFFSETS = {
     "Q4_0": [0],
@@ -29,6 +31,10 @@ HALF_OFFSETS = {
     "Q5_K": [0, 2],
     "Q6_K": [208],
     "MXFP4": [],
+    "Q2_K": [80, 82],
+    "Q3_K": [108],
+    "IQ4_NL": [0],
+    "IQ4_XS": [0],
 }
 
 
@@ -82,9 +88,9 @@ def write_model(
     `rope_freqs` is written as the `rope_freqs.weight` tensor (Llama 3.x's per-pair frequency divisors) and
     `rope_scaling` as the `<arch>.rope.scaling.type` and `.factor` keys."""
     rng = np.random.default_rng(seed)
-    if weight_type in ("Q4_K", "Q5_K", "Q6_K"):
+    if weight_type in K_QUANTS:
         dim = max(dim, 256)
-    heads, kv_heads, hidden, experts = 4, 2, 2 * dim if weight_type not in ("Q4_K", "Q5_K", "Q6_K") else 256, 4
+    heads, kv_heads, hidden, experts = 4, 2, 2 * dim if weight_type not in K_QUANTS else 256, 4
     head_dim = dim // heads
     tokens, merges, types = byte_vocab()
     writer = gguf.GGUFWriter(str(path), arch)

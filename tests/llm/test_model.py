@@ -43,7 +43,23 @@ def test_architectures_match_the_reference(tmp_path: Path, arch: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "weight_type", ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "MXFP4"]
+    "weight_type",
+    [
+        "F16",
+        "Q8_0",
+        "Q4_0",
+        "Q4_1",
+        "Q5_0",
+        "Q5_1",
+        "Q4_K",
+        "Q5_K",
+        "Q6_K",
+        "MXFP4",
+        "Q2_K",
+        "Q3_K",
+        "IQ4_NL",
+        "IQ4_XS",
+    ],
 )
 def test_weight_types_match_the_reference(tmp_path: Path, weight_type: str) -> None:
     check_against_reference(write_model(tmp_path / "m.gguf", "llama", weight_type, seed=2, tied=False))

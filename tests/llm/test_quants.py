@@ -52,5 +52,5 @@ def test_mxfp4_covers_every_exponent() -> None:
 
 
 def test_unsupported_type_is_a_clear_error() -> None:
-    with pytest.raises(UnsupportedQuantError, match="IQ2_XXS"):
+    with pytest.raises(UnsupportedQuantError, match="IQ2_XXS"):  # no decoder yet
         dequantize(Tensor(np.zeros((1, 66), np.uint8)), int(QT.IQ2_XXS))

@@ -144,6 +144,66 @@ def dequant_q6_k(raw: Blocks) -> Tensor:
     return _flat((scale * quant).flatten(-2))
 
 
+def dequant_q2_k(raw: Blocks) -> Tensor:
+    """16 sub-blocks of 16 two-bit quants: (d * scale) * q - dmin * min, scale and min the nibbles of one byte.
+    Each 32-byte half of the quants holds 8 sub-blocks: 2-bit planes 0..3, each plane split in two runs of 16."""
+    scales = raw.bytes(0, 16).cast(dtypes.uint32)
+    sub_scale = (raw.half(80) * (scales & 15).float()).unsqueeze(-1)  # (..., 16, 1)
+    sub_min = (raw.half(82) * (scales >> 4).float()).unsqueeze(-1)
+    planes = _bits(raw.bytes(16, 80).unflatten(-1, (2, 32)), [0, 2, 4, 6], 3)  # (..., 2 halves, 4 planes, 32)
+    quant = planes.unflatten(-1, (2, 16)).flatten(-4, -2).float()  # (..., 16 sub-blocks, 16)
+    return _flat((sub_scale * quant - sub_min).flatten(-2))
+
+
+def _q3_k_scales(packed: Tensor) -> Tensor:
+    """Q3_K's 12 bytes -> 16 signed six-bit scales as float32: low nibbles from bytes 0..7 (low halves first), the
+    two high bits from bytes 8..11 (bit pairs 0, 2, 4, 6 of all four bytes in turn), minus 32."""
+    packed = packed.cast(dtypes.uint32)
+    low = _bits(packed[..., 0:8], [0, 4], 15).flatten(-2)  # (..., 16)
+    high = _bits(packed[..., 8:12], [0, 2, 4, 6], 3).flatten(-2)  # (..., 16)
+    return (low | (high << 4)).float() - 32.0
+
+
+def dequant_q3_k(raw: Blocks) -> Tensor:
+    """16 sub-blocks of 16 three-bit quants: two low bits from the 2-bit planes (as in Q2_K) and a high bit from
+    the 32-byte mask (bit j for sub-block pair j); a clear high bit means the quant is 4 less."""
+    sub_scale = (raw.half(108) * _q3_k_scales(raw.bytes(96, 108))).unsqueeze(-1)  # (..., 16, 1)
+    planes = _bits(raw.bytes(32, 96).unflatten(-1, (2, 32)), [0, 2, 4, 6], 3)  # (..., 2, 4, 32)
+    low = planes.unflatten(-1, (2, 16)).flatten(-4, -2)  # (..., 16, 16)
+    high = _bits(raw.bytes(0, 32), list(range(8)), 1).unflatten(-1, (2, 16)).flatten(-3, -2)  # (..., 16, 16)
+    quant = low.float() - (high == 0).where(4.0, 0.0)
+    return _flat((sub_scale * quant).flatten(-2))
+
+
+# the 16 non-linear levels of IQ4_NL and IQ4_XS, indexed by the 4-bit code
+IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+
+
+def _iq4_level(code: Tensor) -> Tensor:
+    """4-bit codes (uint32) -> IQ4_LEVELS as float32: a binary tree of selects on the code's bits."""
+    levels = [Tensor(float(level), device=code.device) for level in IQ4_LEVELS]
+    for bit in range(4):
+        chosen = ((code >> bit) & 1) == 1
+        levels = [chosen.where(high, low) for low, high in zip(levels[0::2], levels[1::2], strict=True)]
+    return levels[0]
+
+
+def dequant_iq4_nl(raw: Blocks) -> Tensor:
+    """32 codes per block (low nibbles, then high nibbles) mapped to IQ4_LEVELS, times the block's fp16 scale."""
+    return _flat(raw.half(0) * _iq4_level(_nibbles(raw.bytes(2, 18))))
+
+
+def dequant_iq4_xs(raw: Blocks) -> Tensor:
+    """8 sub-blocks of 32 IQ4 codes; sub-block j's six-bit scale is nibble j of bytes 4..7 (low nibble first) with
+    bits 2j..2j+1 of the little-endian uint16 at byte 2 on top, minus 32, times the block's fp16 scale."""
+    low = _bits(raw.bytes(4, 8), [0, 4], 15).transpose(-1, -2).flatten(-2)  # (..., 8): byte-major nibbles
+    high_word = raw.bytes(2, 3).cast(dtypes.uint32) | (raw.bytes(3, 4).cast(dtypes.uint32) << 8)  # (..., 1)
+    high = _bits(high_word, [0, 2, 4, 6, 8, 10, 12, 14], 3).flatten(-2)  # (..., 8)
+    sub_scale = (raw.half(0) * ((low | (high << 4)).float() - 32.0)).unsqueeze(-1)  # (..., 8, 1)
+    codes = _nibbles(raw.bytes(8, 136).unflatten(-1, (8, 16)))  # (..., 8, 32): per sub-block low then high nibbles
+    return _flat((sub_scale * _iq4_level(codes)).flatten(-2))
+
+
 def e2m1_doubled(nibble: Tensor) -> Tensor:
     """MXFP4 element codes -> twice their e2m1 value (0,1,2,3,4,6,8,12 and negatives) as float32.
 
@@ -180,6 +240,10 @@ DEQUANTIZERS: dict[str, Callable[[Blocks], Tensor]] = {
     "Q5_K": dequant_q5_k,
     "Q6_K": dequant_q6_k,
     "MXFP4": dequant_mxfp4,
+    "Q2_K": dequant_q2_k,
+    "Q3_K": dequant_q3_k,
+    "IQ4_NL": dequant_iq4_nl,
+    "IQ4_XS": dequant_iq4_xs,
 }
 # per type: the byte offsets of the fp16 fields, and the payload byte range that `pack` keeps
 HALF_FIELDS: dict[str, tuple[list[int], tuple[int, int]]] = {
@@ -192,6 +256,10 @@ HALF_FIELDS: dict[str, tuple[list[int], tuple[int, int]]] = {
     "Q5_K": ([0, 2], (4, 176)),
     "Q6_K": ([208], (0, 208)),
     "MXFP4": ([], (0, 17)),
+    "Q2_K": ([80, 82], (0, 80)),
+    "Q3_K": ([108], (0, 108)),
+    "IQ4_NL": ([0], (2, 18)),
+    "IQ4_XS": ([0], (2, 136)),
 }
 
 

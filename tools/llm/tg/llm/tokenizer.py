@@ -122,8 +122,14 @@ class Tokenizer:
     @classmethod
     def from_gguf_metadata(cls, metadata: dict[str, Any]) -> Tokenizer:
         model = metadata.get("tokenizer.ggml.model", "gpt2")
+        if model == "llama":  # SentencePiece: scores and byte fallback instead of merges
+            from tg.llm.tokenizer_spm import SentencePieceTokenizer
+
+            return SentencePieceTokenizer.from_gguf_metadata(metadata)
         if model != "gpt2":
-            raise TokenizerError(f"tokenizer model {model!r} is not supported (only byte-level BPE, 'gpt2')")
+            raise TokenizerError(
+                f"tokenizer model {model!r} is not supported (byte-level BPE 'gpt2' and SentencePiece 'llama' are)"
+            )
         return cls(
             tokens=metadata["tokenizer.ggml.tokens"],
             merges=metadata.get("tokenizer.ggml.merges", []),

@@ -1,0 +1,143 @@
+"""SentencePiece-style tokenization (llama.cpp's `llama` tokenizer model): Llama 1/2, Mistral, TinyLlama, Gemma.
+
+The vocabulary carries a score per piece instead of a merge list. Spaces become U+2581 ("▁"), optionally with one
+put in front of the text (`tokenizer.ggml.add_space_prefix`); the text starts as single characters and the
+adjacent pair whose joined piece has the highest score is merged, again and again (ties: the leftmost pair), until
+no joined pair is in the vocabulary. A piece left over that is not in the vocabulary falls back to its UTF-8
+bytes, the `<0xXX>` tokens. The merging keeps a heap of candidate pairs over a linked list of symbols, so a word
+of n characters costs O(n log n), not O(n^2).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tg.llm.tokenizer import CONTROL, Tokenizer
+
+SPACE = "\u2581"
+UNKNOWN, BYTE = 2, 6  # tokenizer.ggml.token_type values
+
+
+@dataclass
+class _Symbol:
+    text: str
+    previous: int
+    following: int  # -1 at the ends
+
+
+class SentencePieceTokenizer(Tokenizer):
+    def __init__(
+        self,
+        tokens: list[str],
+        scores: list[float],
+        token_types: list[int] | None = None,
+        bos_id: int | None = None,
+        eos_id: int = 0,
+        eot_id: int | None = None,
+        unknown_id: int | None = None,
+        add_bos: bool = True,
+        add_space_prefix: bool = True,
+        extra_end_ids: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(tokens, [], token_types, "default", bos_id, eos_id, eot_id, add_bos, extra_end_ids)
+        types = self.token_types = token_types or [1] * len(tokens)
+        # pieces that merging may produce: not control tokens (those are only ever written whole) nor byte tokens
+        self.piece_scores = {
+            token: float(score)
+            for token, score, kind in zip(tokens, scores, types, strict=True)
+            if kind not in (CONTROL, BYTE)
+        }
+        self.byte_ids = {int(token[3:5], 16): index for index, token in enumerate(tokens) if types[index] == BYTE}
+        self.unknown_id, self.add_space_prefix = unknown_id, add_space_prefix
+
+    @classmethod
+    def from_gguf_metadata(cls, metadata: dict[str, Any]) -> SentencePieceTokenizer:
+        tokens = metadata["tokenizer.ggml.tokens"]
+        return cls(
+            tokens=tokens,
+            scores=metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens),
+            token_types=metadata.get("tokenizer.ggml.token_type"),
+            bos_id=metadata.get("tokenizer.ggml.bos_token_id"),
+            eos_id=metadata.get("tokenizer.ggml.eos_token_id", 0),
+            eot_id=metadata.get("tokenizer.ggml.eot_token_id"),
+            unknown_id=metadata.get("tokenizer.ggml.unknown_token_id"),
+            add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", True)),
+            add_space_prefix=bool(metadata.get("tokenizer.ggml.add_space_prefix", True)),
+            extra_end_ids=tuple(
+                int(metadata[key]) for key in ("tokenizer.ggml.eom_token_id",) if metadata.get(key) is not None
+            ),
+        )
+
+    # ----------------------------------------------------------------------------------------------- encode
+
+    def encode(self, text: str, allow_special: bool = True) -> list[int]:
+        """Token ids of `text`. The space prefix goes before the start of the text only (as SentencePiece does)."""
+        if self.add_space_prefix and text:
+            text = " " + text
+        return super().encode(text, allow_special)
+
+    def _encode_ordinary(self, text: str) -> list[int]:
+        if not text:
+            return []
+        ids: list[int] = []
+        for piece in self._merged_pieces(text.replace(" ", SPACE)):
+            ids += self._piece_ids(piece)
+        return ids
+
+    def _merged_pieces(self, text: str) -> list[str]:
+        symbols = [_Symbol(char, index - 1, index + 1) for index, char in enumerate(text)]
+        symbols[-1].following = -1
+        heap: list[tuple[float, int, str, str]] = []
+
+        def propose(left: int) -> None:
+            right = symbols[left].following
+            if right == -1:
+                return
+            joined = symbols[left].text + symbols[right].text
+            score = self.piece_scores.get(joined)
+            if score is not None:  # (-score, left): the best score first, then the leftmost pair
+                heapq.heappush(heap, (-score, left, symbols[left].text, symbols[right].text))
+
+        for index in range(len(symbols) - 1):
+            propose(index)
+        while heap:
+            _, left, left_text, right_text = heapq.heappop(heap)
+            right = symbols[left].following
+            # a stale entry: one side was merged into something else since it was proposed
+            if right == -1 or symbols[left].text != left_text or symbols[right].text != right_text:
+                continue
+            symbols[left].text = left_text + right_text
+            symbols[right].text = ""
+            symbols[left].following = symbols[right].following
+            if symbols[right].following != -1:
+                symbols[symbols[right].following].previous = left
+            if symbols[left].previous != -1:
+                propose(symbols[left].previous)
+            propose(left)
+        pieces, index = [], 0
+        while index != -1:
+            pieces.append(symbols[index].text)
+            index = symbols[index].following
+        return pieces
+
+    def _piece_ids(self, piece: str) -> list[int]:
+        if piece in self.ids and piece in self.piece_scores:
+            return [self.ids[piece]]
+        ids = [self.byte_ids.get(byte, self.unknown_id) for byte in piece.encode("utf-8")]
+        return [token for token in ids if token is not None]
+
+    # ----------------------------------------------------------------------------------------------- decode
+
+    def token_bytes(self, token_id: int) -> bytes:
+        token = self.tokens[token_id]
+        if self.token_types[token_id] == BYTE:
+            return bytes([int(token[3:5], 16)])
+        return token.replace(SPACE, " ").encode("utf-8")
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of `ids`; the space the encoder put in front is taken off again."""
+        text = super().decode(ids)
+        return text[1:] if self.add_space_prefix and text.startswith(" ") else text

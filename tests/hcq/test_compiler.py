@@ -28,14 +28,26 @@ def test_kernels_use_512_bit_vectors_exactly_on_an_x86_cpu_with_avx512() -> None
     import pathlib
     import platform
 
-    from tg.codegen.compiler.c import DEFAULT_FLAGS, WIDE_VECTOR_FLAGS
+    from tg.codegen.compiler.c import DEFAULT_FLAGS, GCC_WITHOUT_AVX512_FLAGS, WIDE_VECTOR_FLAGS
 
     cpuinfo = pathlib.Path("/proc/cpuinfo").read_text() if os.path.exists("/proc/cpuinfo") else ""
     avx512 = platform.machine() == "x86_64" and " avx512f " in next(
         (line + " " for line in cpuinfo.splitlines() if line.startswith("flags")), ""
     )
-    flags = CCompiler(cc=shutil.which("gcc") or "cc").flags
-    assert flags == DEFAULT_FLAGS + (WIDE_VECTOR_FLAGS if avx512 else ())
+    gcc = shutil.which("gcc")
+    assert gcc is not None, "gcc is what a fresh machine has"
+    flags = CCompiler(cc=gcc).flags
+    x86 = platform.machine() == "x86_64"
+    assert flags == DEFAULT_FLAGS + (WIDE_VECTOR_FLAGS if avx512 else GCC_WITHOUT_AVX512_FLAGS if x86 else ())
+
+
+def test_only_gcc_gets_the_flags_for_a_cpu_without_avx512() -> None:
+    from tg.codegen.compiler.c import is_gcc
+
+    assert is_gcc(shutil.which("gcc") or "gcc")
+    clang = shutil.which("clang") or shutil.which("clang-19")
+    if clang is not None:  # the clang CI leg has one
+        assert not is_gcc(clang)
 
 
 def test_compile_returns_a_loadable_shared_object(fresh_cache_dir) -> None:

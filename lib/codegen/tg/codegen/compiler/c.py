@@ -11,7 +11,8 @@ agree bit for bit with numpy and with the PYTHON reference device. A renderer th
 it explicitly (fmaf / __builtin_fmaf), which this flag does not affect. No flag or pragma asks for vectorization:
 the C renderer writes loops both compilers vectorize by themselves (see tg.codegen.render.c). On an x86 CPU with
 AVX-512, `-mprefer-vector-width=512` lets them use its 512-bit registers (both prefer 256-bit ones there otherwise);
-the CPU device then gives the heuristics twice the register lanes (see wide_vectors).
+the CPU device then gives the heuristics twice the register lanes (see wide_vectors). gcc on an x86 CPU without
+AVX-512 gets GCC_WITHOUT_AVX512_FLAGS, three passes off, so that loops with selects still vectorize.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ DEFAULT_FLAGS = (
     "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11",
 )  # fmt: skip
 WIDE_VECTOR_FLAGS = ("-mprefer-vector-width=512",)
+# gcc on an x86 CPU without AVX-512: its partial redundancy elimination, code sinking and dominator-based jump
+# threading duplicate the paths around the selects of a decomposed exp2/log2 (clamps, NaN and inf checks), leaving
+# __builtin_fmaf calls under branches, and its if-conversion cannot vectorize such a loop (with AVX-512's masked
+# operations it can). gcc 12 on an AVX2 EPYC kept the exp, log, tanh, gelu and softmax loops scalar; without these
+# three passes they vectorize as on AVX-512. (-fno-thread-jumps alone is not used: gcc 12.2 miscompiles a padding
+# kernel with it, see tests/codegen/test_transcendental.py.)
+GCC_WITHOUT_AVX512_FLAGS = ("-fno-tree-pre", "-fno-tree-sink", "-fno-tree-dominator-opts")
 
 
 @functools.cache
@@ -40,9 +48,21 @@ def wide_vectors() -> bool:
     return platform.machine() in ("x86_64", "AMD64") and "avx512f" in _cpu_flags()
 
 
-def default_flags() -> tuple[str, ...]:
-    """DEFAULT_FLAGS, plus WIDE_VECTOR_FLAGS on a CPU with AVX-512."""
-    return DEFAULT_FLAGS + (WIDE_VECTOR_FLAGS if wide_vectors() else ())
+def default_flags(cc: str | None = None) -> tuple[str, ...]:
+    """DEFAULT_FLAGS, plus WIDE_VECTOR_FLAGS on a CPU with AVX-512, or GCC_WITHOUT_AVX512_FLAGS when the compiler
+    `cc` (default: find_c_compiler()) is gcc on an x86 CPU without it."""
+    if wide_vectors():
+        return DEFAULT_FLAGS + WIDE_VECTOR_FLAGS
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    return DEFAULT_FLAGS + (GCC_WITHOUT_AVX512_FLAGS if x86 and is_gcc(cc or find_c_compiler()) else ())
+
+
+@functools.cache
+def is_gcc(path: str) -> bool:
+    """Whether the compiler at `path` is gcc, from its predefined macros (clang defines __GNUC__ as well, and
+    either may be installed as `cc`)."""
+    result = subprocess.run([path, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True, check=False)
+    return "__GNUC__" in result.stdout and "__clang__" not in result.stdout
 
 
 def find_c_compiler() -> str:
@@ -81,7 +101,7 @@ class CCompiler(Compiler):
             self.cc = find_c_compiler()
         else:
             self.cc = shutil.which(cc) or cc
-        self.flags = default_flags() if flags is None else tuple(flags)
+        self.flags = default_flags(self.cc) if flags is None else tuple(flags)
         if DEBUG >= 1:
             print(f"CPU kernels compile with {self.describe()} (the CC flag chooses another)", file=sys.stderr)
 

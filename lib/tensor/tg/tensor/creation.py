@@ -6,9 +6,12 @@ tensors stay lazy: a CONST reshaped to all-ones and expanded, so `zeros(n) + x` 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tg.codegen import DType, Ops, UOp, dtypes, from_numpy, to_numpy, truncate
 from tg.codegen.schedule.graph import (
@@ -168,10 +171,48 @@ def node_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
     raise TypeError(f"cannot make a tensor from {type(data).__name__}")
 
 
+def _has_own_storage(node: UOp) -> bool:
+    """Whether `node` is a BUFFER (or a reshape of one) that no other tensor was made from: uploaded or empty."""
+    return node.op is Ops.BUFFER or (node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER)
+
+
+def as_leaf(tensor: Tensor, requires_grad: bool | None) -> Tensor:
+    """`tensor` as torch's constructors return it with `requires_grad=`: with True, a leaf in its own storage.
+
+    A constant or a computed value is a graph node that every equal constant shares (nodes are hash-consed), so a
+    gradient asked for one `zeros(3)` would reach every other; a copy into fresh storage is a node of its own."""
+    if requires_grad and not _has_own_storage(tensor.uop):
+        tensor = tensor.clone()
+    if requires_grad is not None:
+        tensor.requires_grad = requires_grad
+    return tensor
+
+
+Constructor = TypeVar("Constructor", bound=Callable[..., Any])
+
+
+def takes_requires_grad(constructor: Constructor) -> Constructor:
+    """Give a constructor the keyword `requires_grad: bool | None = None` (see `as_leaf`)."""
+
+    @functools.wraps(constructor)
+    def with_requires_grad(*args: Any, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+        return as_leaf(constructor(*args, **kwargs), requires_grad)
+
+    signature = inspect.signature(constructor)
+    keyword = inspect.Parameter("requires_grad", inspect.Parameter.KEYWORD_ONLY, default=None)
+    parameters = list(signature.parameters.values())
+    at = next((i for i, p in enumerate(parameters) if p.kind is inspect.Parameter.VAR_KEYWORD), len(parameters))
+    with_requires_grad.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*parameters[:at], keyword, *parameters[at:]]
+    )
+    return with_requires_grad  # type: ignore[return-value]
+
+
 class CreationOps:
     """Constructors: `Tensor.zeros(2, 3)`, `Tensor.arange(10)`, `Tensor.eye(4)`, `t.ones_like()`, ..."""
 
     @classmethod
+    @takes_requires_grad
     def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A tensor with storage but unspecified contents."""
         dtype = dtype_argument(dtype)
@@ -181,6 +222,7 @@ class CreationOps:
         return cls(buffer_view(new_buffer(device, max_numel(shape), dtype), shape), device=device)  # type: ignore
 
     @classmethod
+    @takes_requires_grad
     def full(cls, shape: Any, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None):
         dtype = dtype_argument(dtype)
         shape = normalize_shape((shape,) if isinstance(shape, int) else tuple(shape))
@@ -189,16 +231,19 @@ class CreationOps:
         return cls(const_of_shape(fill_value, shape, dtype, device), device=device)  # type: ignore
 
     @classmethod
+    @takes_requires_grad
     def zeros(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         return cls.full(normalize_shape(shape), 0.0, dtype or dtypes.default_float, device)
 
     @classmethod
+    @takes_requires_grad
     def ones(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         return cls.full(normalize_shape(shape), 1.0, dtype or dtypes.default_float, device)
 
     @classmethod
+    @takes_requires_grad
     def arange(cls, start: PythonScalar, stop: PythonScalar | None = None, step: PythonScalar = 1, **kwargs) -> Tensor:
         """`start, start+step, ...` below `stop`; ints give the default int, any float the default float.
 
@@ -233,6 +278,7 @@ class CreationOps:
         return (values * step if step != 1 else values) + start
 
     @classmethod
+    @takes_requires_grad
     def invalids(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Scratch storage whose contents are undefined until written (tinygrad's name; `empty` here)."""
         return cls.empty(*shape, dtype=dtype, device=device)
@@ -259,6 +305,7 @@ class CreationOps:
         return cls(gzip.decompress(data) if gunzip else data, **kwargs)  # type: ignore
 
     @classmethod
+    @takes_requires_grad
     def linspace(
         cls,
         start: PythonScalar,
@@ -281,6 +328,7 @@ class CreationOps:
         return cls(values.astype(to_numpy(dtype)), dtype=dtype, device=device)  # type: ignore
 
     @classmethod
+    @takes_requires_grad
     def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """The identity: ones on the diagonal. Built lazily from movement ops of a constant."""
         dtype = dtype_argument(dtype)
@@ -291,20 +339,24 @@ class CreationOps:
         square = ones_column.pad(((0, 0), (0, size))).flatten().shrink(((0, size * size),)).reshape(size, size)
         return square.shrink(((0, n), (0, m)))
 
+    @takes_requires_grad
     def empty_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)  # type: ignore
 
+    @takes_requires_grad
     def full_like(
         self, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
         dtype = dtype_argument(dtype)
         return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)  # type: ignore
 
+    @takes_requires_grad
     def zeros_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         return self.full_like(0, dtype, device)
 
+    @takes_requires_grad
     def ones_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         return self.full_like(1, dtype, device)

@@ -91,12 +91,20 @@ def _source_like(src: Any, index: Tensor, target: Tensor) -> Tensor:
     return src.shrink(tuple((0, i) for i in index.shape)).cast(target.dtype)
 
 
+def last_hit_only(mask: Tensor, dim: int) -> Tensor:
+    """`mask` (*index.shape, n) keeping, for every target position, only the last source along `dim` that hits it:
+    duplicates then select one value instead of adding theirs."""
+    source_position = positions_along(mask, mask.shape, dim)
+    last = mask.where(source_position, -1).max(dim, keepdim=True)
+    return mask & (source_position == last)
+
+
 def scatter(target: Tensor, dim: int, index: Tensor, src: Any) -> Tensor:
-    """torch's scatter: out[index[i][j]][j] = src[i][j] (dim 0). Where several sources hit one position, one of
-    them wins (which one is unspecified, as in torch)."""
+    """torch's scatter: out[index[i][j]][j] = src[i][j] (dim 0). Where several sources hit one position, the last
+    along `dim` wins (torch leaves which one unspecified)."""
     dim = normalize_axis(dim, target.ndim)
     source = _source_like(src, index, target)
-    mask = scatter_mask(target, dim, index)
+    mask = last_hit_only(scatter_mask(target, dim, index), dim)
     values = source.unsqueeze(-1).expand(mask.shape)
     placed = select_where(mask, values, (dim,))
     hit = mask.any(dim)

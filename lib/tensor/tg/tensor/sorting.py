@@ -57,7 +57,7 @@ def ranks(x: Tensor, dim: int, descending: bool) -> Tensor:
 
 def sort(x: Tensor, dim: int = -1, descending: bool = False) -> Sorted:
     dim = normalize_axis(dim, x.ndim)
-    if x.ndim == 0:
+    if x.ndim == 0 or x.shape[dim] == 0:  # one element or none: already in order
         return Sorted(x, x.zeros_like(dtype=dtypes.int32))
     moved = x.transpose(dim, -1)
     n = moved.shape[-1]

@@ -29,6 +29,16 @@ def _shape_argument(shape: tuple[Any, ...]) -> tuple[int, ...]:
     return tuple(shape)
 
 
+def _keep_none_sizes(old_shape: Shape, new_shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """tinygrad's reshape: a None at position i keeps the input's size at position i."""
+    if None not in new_shape:
+        return new_shape
+    past = [i for i, size in enumerate(new_shape) if size is None and i >= len(old_shape)]
+    if past:
+        raise ShapeError(f"reshape of {old_shape} to {new_shape}: a None at position {past[0]} has no size to keep")
+    return tuple(old_shape[i] if size is None else size for i, size in enumerate(new_shape))
+
+
 def _infer_reshape(old_shape: Shape, new_shape: tuple[int, ...]) -> Shape:
     """`new_shape` with a single -1 filled in so the element counts agree."""
     if is_symbolic_shape(old_shape) or is_symbolic_shape(new_shape):
@@ -79,7 +89,7 @@ class MovementOps:
         return self._wrap(UOp(op, self.dtype, (self.uop,), arg))
 
     def reshape(self, *shape: Any) -> Tensor:
-        new_shape = _infer_reshape(self.shape, _shape_argument(shape))
+        new_shape = _infer_reshape(self.shape, _keep_none_sizes(self.shape, _shape_argument(shape)))
         if new_shape == self.shape:
             return self
         return self._movement(Ops.RESHAPE, new_shape)

@@ -27,9 +27,9 @@ from tg.codegen.schedule.graph import (
 from tg.hcq import Device
 from tg.tensor.promotion import (
     PythonScalar,
-    check_scalar_fits,
     dtype_argument,
     dtype_name,
+    int_data_dtype,
     is_python_scalar,
     python_scalar_dtype,
 )
@@ -88,15 +88,24 @@ def upload(data: bytes | memoryview, shape: Shape, dtype: DType, device: str) ->
 
 
 def _list_dtype(data: list | tuple) -> DType:
-    """bools -> bool, ints -> the default int, any float -> the default float (as tinygrad)."""
+    """bools -> bool, ints -> the default int (int64 when it cannot hold them), any float -> the default float."""
     import numpy as np
 
-    kinds = np.array(data, dtype=object).ravel() if data else []
-    if len(kinds) and all(isinstance(value, bool) for value in kinds):
+    values = np.array(data, dtype=object).ravel() if data else []
+    if len(values) and all(isinstance(value, bool) for value in values):
         return dtypes.bool
-    if len(kinds) and all(isinstance(value, int) for value in kinds):
-        return dtypes.default_int
+    if len(values) and all(isinstance(value, int) for value in values):
+        return int_data_dtype(min(values), max(values))
     return dtypes.default_float
+
+
+def _wrapped_array(data: list | tuple, dtype: DType) -> Any:
+    """Python data converted to integer `dtype` with ints wrapping modulo 2**bits (torch.tensor and C casts; numpy 2
+    refuses out-of-range ints instead)."""
+    import numpy as np
+
+    wrap = np.frompyfunc(lambda value: truncate(value, dtype), 1, 1)
+    return wrap(np.array(data, dtype=object)).astype(to_numpy(dtype))
 
 
 def node_from_numpy(array: Any, device: str, dtype: DType | None) -> UOp:
@@ -119,6 +128,8 @@ def node_from_list(data: list | tuple, device: str, dtype: DType | None) -> UOp:
     dtype = _list_dtype(data) if dtype is None else dtype
     try:
         array = np.array(data, dtype=to_numpy(dtype))
+    except OverflowError:
+        array = _wrapped_array(data, dtype)
     except ValueError as error:
         raise ShapeError(f"nested lists must be rectangular to make a tensor ({error})") from None
     return node_from_numpy(array, device, dtype)
@@ -157,9 +168,10 @@ def node_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
     if data is None:
         return new_buffer(device, 0, dtype or dtypes.default_float)
     if is_python_scalar(data):
-        dtype = python_scalar_dtype(data) if dtype is None else dtype
-        check_scalar_fits(data, dtype)
-        return const_of_shape(data, (), dtype, device)
+        if dtype is None:
+            int_value = isinstance(data, int) and not isinstance(data, bool)
+            dtype = int_data_dtype(data, data) if int_value else python_scalar_dtype(data)
+        return const_of_shape(data, (), dtype, device)  # an int wraps into an int dtype (const_of_shape truncates)
     if isinstance(data, (bytes, bytearray, memoryview)):
         return node_from_bytes(data, device, dtype)
     if isinstance(data, (list, tuple)):
@@ -258,8 +270,10 @@ class CreationOps:
         if isinstance(start, UOp) or isinstance(stop, UOp):
             return cls._symbolic_arange(start, stop, step, **kwargs)
         all_ints = all(isinstance(v, int) for v in (start, stop, step))
-        dtype = dtype_argument(kwargs.pop("dtype", None)) or (dtypes.default_int if all_ints else dtypes.default_float)
         count = max(0, math.ceil((stop - start) / step))
+        last = start + (count - 1) * step if count else start
+        default = int_data_dtype(min(start, last), max(start, last)) if all_ints else dtypes.default_float
+        dtype = dtype_argument(kwargs.pop("dtype", None)) or default
         values = start + np.arange(count, dtype=np.float64 if not all_ints else np.int64) * step
         return cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs)  # type: ignore
 

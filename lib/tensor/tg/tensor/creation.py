@@ -365,6 +365,10 @@ class CreationOps:
         dtype = dtype_argument(dtype)
         return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)  # type: ignore
 
+    def const_like(self, value: PythonScalar) -> Tensor:
+        """A constant `value` of this tensor's shape, dtype and device (tinygrad's; a lazy constant, no storage)."""
+        return self.full_like(value)
+
     @takes_requires_grad
     def zeros_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)

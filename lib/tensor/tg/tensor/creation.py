@@ -25,6 +25,7 @@ from tg.codegen.schedule.graph import (
     symbolic_numel,
 )
 from tg.hcq import Device
+from tg.tensor.errors import ArgumentError
 from tg.tensor.promotion import (
     PythonScalar,
     dtype_argument,
@@ -266,7 +267,7 @@ class CreationOps:
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise ValueError("arange needs a non-zero step")
+            raise ArgumentError("arange needs a non-zero step")
         if isinstance(start, UOp) or isinstance(stop, UOp):
             return cls._symbolic_arange(start, stop, step, **kwargs)
         all_ints = all(isinstance(v, int) for v in (start, stop, step))
@@ -335,7 +336,9 @@ class CreationOps:
 
         dtype = dtype_argument(dtype) or dtypes.default_float
         if steps < 0:
-            raise ValueError(f"linspace needs a non-negative number of steps, got {steps}")
+            raise ArgumentError(f"linspace needs a non-negative number of steps, got {steps}")
+        if dtype is dtypes.bool:
+            raise ArgumentError("linspace cannot make bool values (as torch)")
         values = np.linspace(float(start), float(stop), steps, dtype=np.float64)
         if not dtypes.is_float(dtype):
             values = np.trunc(values)

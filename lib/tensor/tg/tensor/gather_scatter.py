@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions, positions_along
@@ -216,6 +217,8 @@ class GatherScatterOps:
         return scatter_reduce(self, dim, index, src, reduce, include_self)
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+        if mask.dtype is not dtypes.bool:
+            raise ArgumentError(f"masked_fill needs a bool mask, got {mask.dtype!r} (as torch)")
         if hasattr(value, "uop"):
             value = value.cast(self.dtype)
         else:
@@ -226,9 +229,17 @@ class GatherScatterOps:
         return masked_select(self, mask, size, fill_value)
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
-        """(...) -> (..., num_classes) of this tensor's int dtype; -1 realizes the input to use max + 1."""
+        """(...) -> (..., num_classes) of this tensor's int dtype; -1 realizes the input to use max + 1 (and checks
+        that no class is negative, as torch; with a given count the values are not read: a class outside 0..count-1
+        gives a row of zeros)."""
+        if self.dtype is not dtypes.bool and not dtypes.is_int(self.dtype):
+            raise ArgumentError(f"one_hot needs an integer index tensor, got {self.dtype!r}")
+        if num_classes < -1:
+            raise ArgumentError(f"one_hot needs num_classes >= 0 (or -1 to infer it), got {num_classes}")
         if num_classes == -1:
-            num_classes = int(self.max().item()) + 1
+            if self.numel() and int(self.min().item()) < 0:
+                raise ArgumentError("one_hot: class values must be non-negative")
+            num_classes = int(self.max().item()) + 1 if self.numel() else 0
         return one_hot_along(self, num_classes).cast(self.dtype)
 
     def nonzero(self, size: int | None = None, fill_value: Any = 0) -> Tensor:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tg.codegen import DType, dtypes
 from tg.tensor.creation import canonical_device, normalize_shape, takes_requires_grad
+from tg.tensor.errors import ArgumentError
 from tg.tensor.positions import positions
 from tg.tensor.promotion import dtype_argument
 from tg.tensor.threefry import MASK32, Key, threefry2x32
@@ -126,6 +127,8 @@ class RandomOps:
             if not all(float(bound).is_integer() for bound in (low, high)):
                 raise ValueError(f"uniform with an integer dtype needs integer bounds, got [{low}, {high})")
             return cls.randint(*shape, low=int(low), high=int(high), **kwargs)
+        if low > high:
+            raise ArgumentError(f"uniform needs low <= high, got [{low}, {high})")
         dtype = _float_dtype(dtype)
         return (cls.rand(*shape, **kwargs).cast(dtypes.float32) * (high - low) + low).cast(dtype)
 
@@ -142,7 +145,7 @@ class RandomOps:
     ) -> Tensor:
         """Uniform integers in [low, high): (word * (high - low)) >> 32, then + low."""
         if high <= low:
-            raise ValueError(f"randint needs low < high, got [{low}, {high})")
+            raise ArgumentError(f"randint needs low < high, got [{low}, {high})")
         shape, device = normalize_shape(shape), canonical_device(device)
         dtype = dtype_argument(dtype) or dtypes.default_int
         x0, _ = random_words(cls, shape, device)
@@ -201,9 +204,9 @@ class RandomOps:
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Category indices drawn with the weights in the last axis of this 1-d or 2-d tensor (int32)."""
         if self.ndim not in (1, 2):
-            raise ValueError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
+            raise ArgumentError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
         if not replacement and num_samples > self.shape[-1]:
-            raise ValueError(f"cannot draw {num_samples} samples without replacement from {self.shape[-1]}")
+            raise ArgumentError(f"cannot draw {num_samples} samples without replacement from {self.shape[-1]}")
         weights = self.reshape(-1, self.shape[-1]).cast(dtypes.float32)
         if replacement:
             samples = _inverse_cdf_samples(weights, num_samples)

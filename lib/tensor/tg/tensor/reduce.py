@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
 from tg.codegen.schedule.graph import ReduceArg
+from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
 from tg.tensor.promotion import dtype_argument
@@ -56,7 +57,7 @@ def reduce_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
         return ()
     axes = sorted({normalize_axis(a, ndim) for a in axis})
     if len(axes) != len(tuple(axis)):
-        raise ValueError(f"repeated axis in {tuple(axis)}")
+        raise ArgumentError(f"repeated axis in {tuple(axis)}")
     return tuple(axes)
 
 

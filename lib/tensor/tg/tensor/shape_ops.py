@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.errors import ArgumentError
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions_along
 from tg.tensor.promotion import result_dtype
@@ -103,7 +104,7 @@ def split(tensor: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Ten
     length = tensor.shape[dim]
     if isinstance(sizes, int):
         if sizes <= 0:
-            raise ValueError(f"split size must be positive, got {sizes}")
+            raise ArgumentError(f"split size must be positive, got {sizes}")
         sizes = [min(sizes, length - start) for start in range(0, length, sizes)] or [0]
     if sum(sizes) != length:
         raise ShapeError(f"split sizes {tuple(sizes)} do not add up to axis {dim}'s size {length}")
@@ -117,7 +118,7 @@ def split(tensor: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Ten
 def chunk(tensor: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     """At most `chunks` pieces of ceil(size / chunks) elements, as torch."""
     if chunks <= 0:
-        raise ValueError(f"chunk needs a positive count, got {chunks}")
+        raise ArgumentError(f"chunk needs a positive count, got {chunks}")
     length = tensor.shape[normalize_axis(dim, tensor.ndim)]
     return split(tensor, max(1, math.ceil(length / chunks)), dim)
 
@@ -157,6 +158,8 @@ def sliding_window(tensor: Tensor, axis: int, size: int, stride: int = 1, dilati
 
 def unfold(tensor: Tensor, dim: int, size: int, step: int) -> Tensor:
     """torch's Tensor.unfold: every window of `size` elements, `step` apart, along `dim`, in a new last axis."""
+    if step < 1:
+        raise ArgumentError(f"unfold needs a step of at least 1, got {step}")
     return sliding_window(tensor, dim, size, step)
 
 
@@ -167,7 +170,7 @@ def roll(tensor: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] 
     shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     if len(shifts) != len(dims):
-        raise ValueError(f"roll needs one shift per dim, got shifts {shifts} and dims {dims}")
+        raise ArgumentError(f"roll needs one shift per dim, got shifts {shifts} and dims {dims}")
     for shift, dim in zip(shifts, dims, strict=True):
         dim = normalize_axis(dim, tensor.ndim)
         length = tensor.shape[dim]
@@ -202,7 +205,7 @@ def diagonal(tensor: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> T
     """The elements [i, i + offset] of axes dim1 and dim2, in a new last axis (those two axes disappear)."""
     dim1, dim2 = normalize_axis(dim1, tensor.ndim), normalize_axis(dim2, tensor.ndim)
     if dim1 == dim2:
-        raise ValueError(f"diagonal needs two different axes, got {dim1} twice")
+        raise ArgumentError(f"diagonal needs two different axes, got {dim1} twice")
     others = [axis for axis in range(tensor.ndim) if axis not in (dim1, dim2)]
     moved = tensor.permute(others + [dim1, dim2])
     outer, (rows, columns) = moved.shape[:-2], moved.shape[-2:]
@@ -236,7 +239,7 @@ def diag(tensor: Tensor, diagonal_offset: int = 0) -> Tensor:
 def meshgrid(tensors: Sequence[Tensor], indexing: str = "ij") -> tuple[Tensor, ...]:
     """Every 1-d tensor broadcast along its own axis of the grid; 'xy' swaps the first two axes (numpy's default)."""
     if indexing not in ("ij", "xy"):
-        raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+        raise ArgumentError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
     sizes = [tensor.numel() for tensor in tensors]
     order = list(range(len(tensors)))
     if indexing == "xy" and len(tensors) >= 2:

@@ -74,3 +74,16 @@ def test_accepted_edge_cases_still_work() -> None:
     assert Tensor.uniform(3, low=2.0, high=2.0).tolist() == [2.0, 2.0, 2.0]
     assert Tensor([0, 2]).one_hot(-1).tolist() == [[1, 0, 0], [0, 0, 1]]
     assert x().flip((0, 1)).shape == (2, 3) and x().sum((0, 1)).item() == 6.0
+
+
+@pytest.mark.parametrize("p", [0, 1, 3, float("inf"), -float("inf")])
+def test_normalize_uses_torchs_vector_norm_for_every_p(p: float) -> None:
+    """F.normalize divides by the vector p-norm (p = 0: the count of non-zeros; +-inf: the max/min magnitude)
+    clamped below by eps; p = 0 used to divide by zero when the op was built."""
+    import numpy as np
+
+    values = np.array([[3.0, 0.0, -4.0], [0.0, 0.0, 0.5]])
+    norm = np.linalg.norm(values, ord=p, axis=1, keepdims=True)
+    expected = values / np.maximum(norm, 1e-12)
+    result = Tensor(values, dtype=dtypes.float64).normalize(p=p, dim=1)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-12)

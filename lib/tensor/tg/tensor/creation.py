@@ -52,7 +52,9 @@ def normalize_shape(shape: tuple[Any, ...]) -> Shape:
     for size in shape:
         if isinstance(size, UOp):
             check_size(size, f"shape {shape_text(shape)}")
-        elif isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        elif isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"a shape needs int sizes, got {tuple(shape)}")
+        elif size < 0:
             raise ShapeError(f"a shape needs non-negative int sizes, got {tuple(shape)}")
     return tuple(canonical_size(size) for size in shape)
 

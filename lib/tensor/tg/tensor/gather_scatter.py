@@ -122,7 +122,7 @@ def scatter_reduce(
 ) -> Tensor:
     """torch's scatter_reduce with reduce 'sum', 'prod', 'mean', 'amax' or 'amin'."""
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-        raise ValueError(f"scatter_reduce: reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+        raise ArgumentError(f"scatter_reduce: reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
     dim = normalize_axis(dim, target.ndim)
     source = _source_like(src, index, target)
     mask = scatter_mask(target, dim, index)
@@ -208,7 +208,7 @@ class GatherScatterOps:
         if reduce is None:
             return scatter(self, dim, index, src)
         if reduce not in ("add", "multiply"):
-            raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+            raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
         if not hasattr(src, "uop"):
             src = index.full_like(src, dtype=self.dtype)
         return scatter_reduce(self, dim, index, src, "sum" if reduce == "add" else "prod", include_self=True)
@@ -226,6 +226,8 @@ class GatherScatterOps:
         return mask.where(value, self)
 
     def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        if mask.dtype is not dtypes.bool:
+            raise ArgumentError(f"masked_select needs a bool mask, got {mask.dtype!r} (as torch)")
         return masked_select(self, mask, size, fill_value)
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
@@ -234,6 +236,8 @@ class GatherScatterOps:
         gives a row of zeros)."""
         if self.dtype is not dtypes.bool and not dtypes.is_int(self.dtype):
             raise ArgumentError(f"one_hot needs an integer index tensor, got {self.dtype!r}")
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int):
+            raise TypeError(f"one_hot needs an int num_classes, got {num_classes!r}")
         if num_classes < -1:
             raise ArgumentError(f"one_hot needs num_classes >= 0 (or -1 to infer it), got {num_classes}")
         if num_classes == -1:

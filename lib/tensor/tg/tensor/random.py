@@ -144,6 +144,8 @@ class RandomOps:
         cls, *shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
         """Uniform integers in [low, high): (word * (high - low)) >> 32, then + low."""
+        if not all(isinstance(bound, int) and not isinstance(bound, bool) for bound in (low, high)):
+            raise TypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
         if high <= low:
             raise ArgumentError(f"randint needs low < high, got [{low}, {high})")
         shape, device = normalize_shape(shape), canonical_device(device)
@@ -205,6 +207,8 @@ class RandomOps:
         """Category indices drawn with the weights in the last axis of this 1-d or 2-d tensor (int32)."""
         if self.ndim not in (1, 2):
             raise ArgumentError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
+        if num_samples <= 0:
+            raise ArgumentError(f"multinomial needs a positive number of samples, got {num_samples}")
         if not replacement and num_samples > self.shape[-1]:
             raise ArgumentError(f"cannot draw {num_samples} samples without replacement from {self.shape[-1]}")
         weights = self.reshape(-1, self.shape[-1]).cast(dtypes.float32)

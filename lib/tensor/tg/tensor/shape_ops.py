@@ -9,6 +9,7 @@ the gradient of each piece is the matching slice of the output's.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -80,6 +81,8 @@ def repeat(tensor: Tensor, repeats: Sequence[int]) -> Tensor:
     """torch's repeat (numpy's tile): the whole tensor `repeats[i]` times along axis i; extra repeats add axes."""
     if len(repeats) < tensor.ndim:
         raise ShapeError(f"repeat of shape {tensor.shape} needs at least {tensor.ndim} counts, got {tuple(repeats)}")
+    if any(count < 0 for count in repeats):
+        raise ArgumentError(f"repeat counts must be non-negative, got {tuple(repeats)}")
     shape = (1,) * (len(repeats) - tensor.ndim) + tensor.shape
     interleaved = [size for pair in zip((1,) * len(shape), shape, strict=True) for size in pair]
     tiled = [size for pair in zip(repeats, shape, strict=True) for size in pair]
@@ -89,6 +92,8 @@ def repeat(tensor: Tensor, repeats: Sequence[int]) -> Tensor:
 
 def repeat_interleave(tensor: Tensor, repeats: int, dim: int | None = None) -> Tensor:
     """Every element `repeats` times in a row along `dim` (None: of the flattened tensor)."""
+    if operator.index(repeats) < 0:
+        raise ArgumentError(f"repeat_interleave needs a non-negative count, got {repeats}")
     if dim is None:
         tensor, dim = tensor.flatten(), 0
     dim = normalize_axis(dim, tensor.ndim)
@@ -117,7 +122,7 @@ def split(tensor: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Ten
 
 def chunk(tensor: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     """At most `chunks` pieces of ceil(size / chunks) elements, as torch."""
-    if chunks <= 0:
+    if operator.index(chunks) <= 0:
         raise ArgumentError(f"chunk needs a positive count, got {chunks}")
     length = tensor.shape[normalize_axis(dim, tensor.ndim)]
     return split(tensor, max(1, math.ceil(length / chunks)), dim)
@@ -183,6 +188,7 @@ def roll(tensor: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] 
 
 
 def _triangle(tensor: Tensor, diagonal: int, upper: bool) -> Tensor:
+    operator.index(diagonal)  # an int (a float diagonal is a TypeError, as torch)
     if tensor.ndim < 2:
         raise ShapeError(f"tril/triu need at least 2 dimensions, got shape {tensor.shape}")
     rows = positions_along(tensor, tensor.shape, tensor.ndim - 2)

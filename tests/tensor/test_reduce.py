@@ -90,7 +90,7 @@ def test_reductions_of_empty_axes(np_check, device):
     np_check.matches(t.sum(1), x.sum(1))
     with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
         np_check.matches(t.mean(0), x.mean(0))
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(IndexError, match="empty"):  # torch: IndexError for an empty reduced axis
         t.max(0)
 
 

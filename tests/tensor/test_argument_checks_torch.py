@@ -50,6 +50,8 @@ CASES: dict[str, tuple[Callable[[], object], type[BaseException], str]] = {
     ),
     "item_of_many": (lambda: x().item(), RuntimeError, "one element"),
     "meshgrid_indexing": (lambda: Tensor.ones(2).meshgrid(Tensor.ones(3), indexing="ab"), RuntimeError, "indexing"),
+    "index_with_a_float_tensor": (lambda: x()[Tensor([0.0, 1.0])], IndexError, "integer"),
+    "index_with_a_float_array": (lambda: x()[[0.5, 1.0]], IndexError, "integer"),
     "index_with_a_float": (lambda: x()[1.5], IndexError, "unsupported index"),
     "reshape_float_size": (lambda: x().reshape(2.0, 3), TypeError, "int"),
     "repeat_negative": (lambda: x().repeat(-1, 1), RuntimeError, "non-negative"),

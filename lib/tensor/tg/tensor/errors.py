@@ -11,5 +11,9 @@ class ArgumentError(ValueError, RuntimeError):
     """An argument value the op cannot take (torch: RuntimeError)."""
 
 
+class IndexDtypeError(TypeError, IndexError):
+    """An index tensor or array that does not hold integers (torch and tinygrad: IndexError; tg raised TypeError)."""
+
+
 class UnsupportedModeError(ValueError, NotImplementedError):
     """A mode string the op does not implement (torch: NotImplementedError)."""

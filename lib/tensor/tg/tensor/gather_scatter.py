@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
 from tg.codegen.schedule.graph import ShapeError
-from tg.tensor.errors import ArgumentError
+from tg.tensor.errors import ArgumentError, IndexDtypeError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions, positions_along
@@ -42,7 +42,9 @@ def select_where(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
 def require_integer_index(index: Tensor, operation: str) -> None:
     """Index tensors hold positions: a float one is a mistake, reported when the op is built (not truncated)."""
     if index.dtype is not dtypes.bool and not dtypes.is_int(index.dtype):
-        raise TypeError(f"{operation}: the index tensor must have an integer (or bool) dtype, not {index.dtype!r}")
+        raise IndexDtypeError(
+            f"{operation}: the index tensor must have an integer (or bool) dtype, not {index.dtype!r}"
+        )
 
 
 def wrap_negative(index: Tensor, size: int) -> Tensor:

@@ -123,3 +123,33 @@ def test_scatter_with_reduce_combines_with_existing_values(reduce):
     result = Tensor(target, device="CPU").scatter(1, Tensor(index, device="CPU"), 2.0, reduce=reduce)
     expected = [[3.0, 2.0, 7.0]] if reduce == "add" else [[2.0, 2.0, 12.0]]
     np.testing.assert_array_equal(result.numpy(), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scatter_with_duplicate_indices_writes_one_of_the_written_values(device):
+    """torch leaves the winner among duplicates unspecified; it must be one of them, never their sum (issue 30)."""
+    result = Tensor.zeros(3, device=device).scatter(0, Tensor([0, 0], device=device), Tensor([2.0, 4.0], device=device))
+    values = result.tolist()
+    assert values[0] in (2.0, 4.0) and values[1:] == [0.0, 0.0]
+    # 2-d along dim 1 with three sources on one position, for ints too (picked by bits, not summed)
+    index = Tensor([[1, 1, 1], [0, 2, 0]], device=device)
+    src = np.array([[5, 6, 7], [8, 9, 10]], dtype=np.int32)
+    out = Tensor.zeros(2, 3, dtype=dtypes.int32, device=device).scatter(1, index, Tensor(src, device=device)).numpy()
+    assert out[0, 1] in (5, 6, 7) and out[0, 0] == 0 and out[0, 2] == 0
+    assert out[1, 0] in (8, 10) and out[1, 1] == 0 and out[1, 2] == 9
+
+
+def test_scatter_gradient_reaches_only_the_source_that_was_written():
+    """d out / d src is 1 for the source element that landed and 0 for those overwritten (and for the target, 0
+    where written, 1 elsewhere): checked against which value came out."""
+    target = Tensor([1.0, 1.0, 1.0], dtype=dtypes.float64, requires_grad=True)
+    src = Tensor([2.0, 4.0, 8.0], dtype=dtypes.float64, requires_grad=True)
+    out = target.scatter(0, Tensor([2, 2, 0]), src)
+    values = out.tolist()
+    assert values[2] in (2.0, 4.0) and values[0] == 8.0 and values[1] == 1.0
+    out.sum().backward()
+    winner = [2.0, 4.0].index(values[2])
+    expected_src = [0.0, 0.0, 1.0]
+    expected_src[winner] = 1.0
+    assert src.grad.tolist() == expected_src
+    assert target.grad.tolist() == [0.0, 1.0, 0.0]

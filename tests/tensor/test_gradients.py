@@ -48,6 +48,14 @@ def _probabilities(rng: np.random.Generator) -> list[np.ndarray]:
     return [rng.uniform(0.1, 0.9, (3, 4)), rng.uniform(0.0, 1.0, (3, 4))]
 
 
+def _with_zeros(rng: np.random.Generator) -> list[np.ndarray]:
+    """Rows with no zero, one zero and two zeros: prod is multilinear, so finite differences are exact there."""
+    values = rng.uniform(0.5, 1.5, (3, 4))
+    values[1, 2] = 0.0
+    values[2, 0] = values[2, 3] = 0.0
+    return [values]
+
+
 def _labels_fixed(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
     """Loss ops take integer class labels; they are fixed, only the logits vary."""
     return lambda x: fn(x, Tensor([1, 0, 3], device=x.device))
@@ -187,6 +195,22 @@ CASES = [
     Case("diagonal", lambda a: a.diagonal(), ((3, 3),)),
     Case("diag", lambda a: a.diag(), ((3,),)),
     Case("gather", lambda a: a.gather(1, Tensor([[0, 0], [2, 1]], device=a.device)), ((2, 3),)),
+    # issue 30: scatter (a repeated index: one source lands), scatter_reduce, meshgrid, prod through zeros
+    Case("scatter", lambda a, s: a.scatter(1, Tensor([[0, 2], [1, 1]], device=a.device), s), ((2, 3), (2, 2))),
+    Case(
+        "scatter_reduce_sum",
+        lambda a, s: a.scatter_reduce(1, Tensor([[0, 2], [1, 1]], device=a.device), s, "sum"),
+        ((2, 3), (2, 2)),
+    ),
+    Case(
+        "scatter_reduce_amax",
+        lambda a, s: a.scatter_reduce(1, Tensor([[0, 2], [1, 1]], device=a.device), s, "amax"),
+        ((2, 3), (2, 2)),
+        inputs=_distinct((2, 3), (2, 2)),
+    ),
+    Case("meshgrid", lambda a, b: a.meshgrid(b)[0] * a.meshgrid(b)[1], ((3,), (2,))),
+    Case("prod_through_zeros", lambda a: a.prod(axis=1), ((3, 4),), inputs=_with_zeros),
+    Case("pad_reflect_negative", lambda a: a.pad(((0, 0), (-1, 2)), mode="reflect"), ((2, 4),)),
     Case("sort", lambda a: a.sort(1)[0], ((2, 4),), inputs=_distinct((2, 4))),
     Case("topk", lambda a: a.topk(2)[0], ((2, 4),), inputs=_distinct((2, 4))),
     # linear algebra, convolution, pooling

@@ -104,3 +104,18 @@ def test_empty_tensor_movements(np_check, device):
     np_check.matches(t.reshape(3, 0).T, x.reshape(3, 0).T)
     np_check.matches(t.pad(((1, 1), None)), np.pad(x, ((1, 1), (0, 0))))
     np_check.matches(Tensor(source(), device=device)[1:1, ::-1], source()[1:1, ::-1])
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_reshape_none_keeps_the_size_at_that_position(device):
+    """tinygrad's reshape: a None at position i is the input's size at position i (issue 30 item 5)."""
+    x = np.arange(36, dtype=np.float32).reshape(2, 3, 6)
+    t = Tensor(x, device=device)
+    np.testing.assert_array_equal(t.reshape(None, None, 2, 3).numpy(), x.reshape(2, 3, 2, 3))
+    np.testing.assert_array_equal(t.reshape((None, -1)).numpy(), x.reshape(2, 18))
+    np.testing.assert_array_equal(t.reshape(6, None, 2).numpy(), x.reshape(6, 3, 2))
+
+
+def test_reshape_none_past_the_input_axes_is_an_error():
+    with pytest.raises(ValueError, match="None"):
+        Tensor.zeros(2, 3).reshape(1, 2, None)

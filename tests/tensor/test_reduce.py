@@ -90,7 +90,7 @@ def test_reductions_of_empty_axes(np_check, device):
     np_check.matches(t.sum(1), x.sum(1))
     with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
         np_check.matches(t.mean(0), x.mean(0))
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(IndexError, match="empty"):  # torch: IndexError for an empty reduced axis
         t.max(0)
 
 
@@ -118,3 +118,30 @@ def test_any_all_of_empty_tensors_match_numpy(np_check):
     np_check.matches(Tensor(x).any(0), x.any(0))
     np_check.matches(Tensor(x).all(0), x.all(0))
     np_check.matches(Tensor(x).any(), x.any())
+
+
+def _prod_of_others(x: np.ndarray, axis: int) -> np.ndarray:
+    """d prod(x, axis) / d x_i = the product of the other elements along axis (torch's value, zeros included)."""
+    grad = np.empty_like(x)
+    for i in range(x.shape[axis]):
+        others = np.delete(x, i, axis=axis)
+        np.put_along_axis(
+            grad, np.full(x.shape[:axis] + (1,) + x.shape[axis + 1 :], i), others.prod(axis, keepdims=True), axis
+        )
+    return grad
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_prod_gradient_at_zeros_is_the_product_of_the_others(device):
+    """One zero: its gradient is the product of the rest, the others' is 0; two zeros: all 0 (never NaN)."""
+    x = Tensor([2.0, 0.0, 3.0], dtype=dtypes.float64, device=device, requires_grad=True)
+    x.prod().backward()
+    assert x.grad.tolist() == [0.0, 6.0, 0.0]
+    y = Tensor([2.0, 0.0, 0.0], dtype=dtypes.float64, device=device, requires_grad=True)
+    y.prod().backward()
+    assert y.grad.tolist() == [0.0, 0.0, 0.0]
+    rows = np.array([[1.5, 0.0, -2.0, 4.0], [0.0, 3.0, 0.0, 1.0], [1.0, 2.0, -3.0, 0.5]])
+    for axis in (0, 1):
+        z = Tensor(rows, device=device, requires_grad=True)
+        z.prod(axis).sum().backward()
+        np.testing.assert_allclose(z.grad.numpy(), _prod_of_others(rows, axis), rtol=1e-12)

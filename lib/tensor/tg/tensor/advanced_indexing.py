@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
+from tg.tensor.errors import IndexDtypeError
 from tg.tensor.gather_scatter import require_integer_index, select_where, wrap_negative
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.positions import positions
@@ -70,7 +71,7 @@ def _as_index_tensors(tensor: Tensor, index: Any) -> list[Tensor]:
     if not hasattr(index, "uop"):
         array = np.asarray(index)
         if array.dtype.kind == "f":
-            raise TypeError(f"indexing: an index array must have an integer (or bool) dtype, not {array.dtype}")
+            raise IndexDtypeError(f"indexing: an index array must have an integer (or bool) dtype, not {array.dtype}")
         if array.dtype != np.bool_:
             array = array.astype(np.int32)
         index = type(tensor)(array, device=tensor.device)

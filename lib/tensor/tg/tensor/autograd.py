@@ -129,8 +129,21 @@ def _reduce_gradients(grad: UOp, node: UOp) -> Gradients:
         count = UOp(Ops.REDUCE_AXIS, source.dtype, (ones,), ReduceArg(Ops.ADD, node.arg.axes))
         share = _alu(Ops.FDIV, grad, count)
         return (_mul(ones, _expand_to(share, shape)),)
-    # MUL: d(prod)/dx_i = prod / x_i
-    return (_alu(Ops.FDIV, _mul(_expand_to(grad, shape), _expand_to(node, shape)), source),)
+    return (_mul(_expand_to(grad, shape), _product_of_the_others(source, node)),)
+
+
+def _product_of_the_others(source: UOp, node: UOp) -> UOp:
+    """d(prod)/dx_i: the product of the other elements (torch's value). prod / x_i where x_i is not zero; at a zero,
+    the product of the non-zero elements when it is the only zero, else 0 (prod / x_i would be 0/0 there)."""
+    shape, axes = shape_of(source), node.arg.axes
+    zero, one = _zeros_like(source), _const(1.0, source)
+    is_zero = _alu(Ops.CMPEQ, source, zero)
+    zero_count = UOp(Ops.REDUCE_AXIS, source.dtype, (_where(is_zero, one, zero),), ReduceArg(Ops.ADD, axes))
+    nonzero_product = UOp(Ops.REDUCE_AXIS, source.dtype, (_where(is_zero, one, source),), ReduceArg(Ops.MUL, axes))
+    only_zero = _alu(Ops.CMPEQ, _expand_to(zero_count, shape), one)
+    at_a_zero = _where(only_zero, _expand_to(nonzero_product, shape), zero)
+    elsewhere = _alu(Ops.FDIV, _expand_to(node, shape), _where(is_zero, one, source))
+    return _where(is_zero, at_a_zero, elsewhere)
 
 
 def _inverse_permutation(order: tuple[int, ...]) -> tuple[int, ...]:

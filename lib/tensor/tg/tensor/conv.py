@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, UOp, dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.errors import ArgumentError
 from tg.tensor.reduce import sum_accumulator
 from tg.tensor.shape_ops import on_axis, sliding_window
 
@@ -37,7 +38,7 @@ def per_axis(value: IntOrTuple, count: int, name: str) -> tuple[int, ...]:
     if len(values) != count:
         raise ValueError(f"{name} needs {count} values (one per spatial axis), got {values}")
     if name in POSITIVE_SETTINGS and any(v < 1 for v in values):
-        raise ValueError(f"{name} must be at least 1 on every axis, got {values}")
+        raise ArgumentError(f"{name} must be at least 1 on every axis, got {values}")
     return values
 
 

@@ -6,9 +6,12 @@ tensors stay lazy: a CONST reshaped to all-ones and expanded, so `zeros(n) + x` 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tg.codegen import DType, Ops, UOp, dtypes, from_numpy, to_numpy, truncate
 from tg.codegen.schedule.graph import (
@@ -22,11 +25,12 @@ from tg.codegen.schedule.graph import (
     symbolic_numel,
 )
 from tg.hcq import Device
+from tg.tensor.errors import ArgumentError
 from tg.tensor.promotion import (
     PythonScalar,
-    check_scalar_fits,
     dtype_argument,
     dtype_name,
+    int_data_dtype,
     is_python_scalar,
     python_scalar_dtype,
 )
@@ -48,7 +52,9 @@ def normalize_shape(shape: tuple[Any, ...]) -> Shape:
     for size in shape:
         if isinstance(size, UOp):
             check_size(size, f"shape {shape_text(shape)}")
-        elif isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        elif isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"a shape needs int sizes, got {tuple(shape)}")
+        elif size < 0:
             raise ShapeError(f"a shape needs non-negative int sizes, got {tuple(shape)}")
     return tuple(canonical_size(size) for size in shape)
 
@@ -85,15 +91,24 @@ def upload(data: bytes | memoryview, shape: Shape, dtype: DType, device: str) ->
 
 
 def _list_dtype(data: list | tuple) -> DType:
-    """bools -> bool, ints -> the default int, any float -> the default float (as tinygrad)."""
+    """bools -> bool, ints -> the default int (int64 when it cannot hold them), any float -> the default float."""
     import numpy as np
 
-    kinds = np.array(data, dtype=object).ravel() if data else []
-    if len(kinds) and all(isinstance(value, bool) for value in kinds):
+    values = np.array(data, dtype=object).ravel() if data else []
+    if len(values) and all(isinstance(value, bool) for value in values):
         return dtypes.bool
-    if len(kinds) and all(isinstance(value, int) for value in kinds):
-        return dtypes.default_int
+    if len(values) and all(isinstance(value, int) for value in values):
+        return int_data_dtype(min(values), max(values))
     return dtypes.default_float
+
+
+def _wrapped_array(data: list | tuple, dtype: DType) -> Any:
+    """Python data converted to integer `dtype` with ints wrapping modulo 2**bits (torch.tensor and C casts; numpy 2
+    refuses out-of-range ints instead)."""
+    import numpy as np
+
+    wrap = np.frompyfunc(lambda value: truncate(value, dtype), 1, 1)
+    return wrap(np.array(data, dtype=object)).astype(to_numpy(dtype))
 
 
 def node_from_numpy(array: Any, device: str, dtype: DType | None) -> UOp:
@@ -116,6 +131,8 @@ def node_from_list(data: list | tuple, device: str, dtype: DType | None) -> UOp:
     dtype = _list_dtype(data) if dtype is None else dtype
     try:
         array = np.array(data, dtype=to_numpy(dtype))
+    except OverflowError:
+        array = _wrapped_array(data, dtype)
     except ValueError as error:
         raise ShapeError(f"nested lists must be rectangular to make a tensor ({error})") from None
     return node_from_numpy(array, device, dtype)
@@ -154,9 +171,10 @@ def node_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
     if data is None:
         return new_buffer(device, 0, dtype or dtypes.default_float)
     if is_python_scalar(data):
-        dtype = python_scalar_dtype(data) if dtype is None else dtype
-        check_scalar_fits(data, dtype)
-        return const_of_shape(data, (), dtype, device)
+        if dtype is None:
+            int_value = isinstance(data, int) and not isinstance(data, bool)
+            dtype = int_data_dtype(data, data) if int_value else python_scalar_dtype(data)
+        return const_of_shape(data, (), dtype, device)  # an int wraps into an int dtype (const_of_shape truncates)
     if isinstance(data, (bytes, bytearray, memoryview)):
         return node_from_bytes(data, device, dtype)
     if isinstance(data, (list, tuple)):
@@ -168,10 +186,48 @@ def node_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
     raise TypeError(f"cannot make a tensor from {type(data).__name__}")
 
 
+def _has_own_storage(node: UOp) -> bool:
+    """Whether `node` is a BUFFER (or a reshape of one) that no other tensor was made from: uploaded or empty."""
+    return node.op is Ops.BUFFER or (node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER)
+
+
+def as_leaf(tensor: Tensor, requires_grad: bool | None) -> Tensor:
+    """`tensor` as torch's constructors return it with `requires_grad=`: with True, a leaf in its own storage.
+
+    A constant or a computed value is a graph node that every equal constant shares (nodes are hash-consed), so a
+    gradient asked for one `zeros(3)` would reach every other; a copy into fresh storage is a node of its own."""
+    if requires_grad and not _has_own_storage(tensor.uop):
+        tensor = tensor.clone()
+    if requires_grad is not None:
+        tensor.requires_grad = requires_grad
+    return tensor
+
+
+Constructor = TypeVar("Constructor", bound=Callable[..., Any])
+
+
+def takes_requires_grad(constructor: Constructor) -> Constructor:
+    """Give a constructor the keyword `requires_grad: bool | None = None` (see `as_leaf`)."""
+
+    @functools.wraps(constructor)
+    def with_requires_grad(*args: Any, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+        return as_leaf(constructor(*args, **kwargs), requires_grad)
+
+    signature = inspect.signature(constructor)
+    keyword = inspect.Parameter("requires_grad", inspect.Parameter.KEYWORD_ONLY, default=None)
+    parameters = list(signature.parameters.values())
+    at = next((i for i, p in enumerate(parameters) if p.kind is inspect.Parameter.VAR_KEYWORD), len(parameters))
+    with_requires_grad.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*parameters[:at], keyword, *parameters[at:]]
+    )
+    return with_requires_grad  # type: ignore[return-value]
+
+
 class CreationOps:
     """Constructors: `Tensor.zeros(2, 3)`, `Tensor.arange(10)`, `Tensor.eye(4)`, `t.ones_like()`, ..."""
 
     @classmethod
+    @takes_requires_grad
     def empty(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A tensor with storage but unspecified contents."""
         dtype = dtype_argument(dtype)
@@ -181,6 +237,7 @@ class CreationOps:
         return cls(buffer_view(new_buffer(device, max_numel(shape), dtype), shape), device=device)  # type: ignore
 
     @classmethod
+    @takes_requires_grad
     def full(cls, shape: Any, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None):
         dtype = dtype_argument(dtype)
         shape = normalize_shape((shape,) if isinstance(shape, int) else tuple(shape))
@@ -189,16 +246,19 @@ class CreationOps:
         return cls(const_of_shape(fill_value, shape, dtype, device), device=device)  # type: ignore
 
     @classmethod
+    @takes_requires_grad
     def zeros(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         return cls.full(normalize_shape(shape), 0.0, dtype or dtypes.default_float, device)
 
     @classmethod
+    @takes_requires_grad
     def ones(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         return cls.full(normalize_shape(shape), 1.0, dtype or dtypes.default_float, device)
 
     @classmethod
+    @takes_requires_grad
     def arange(cls, start: PythonScalar, stop: PythonScalar | None = None, step: PythonScalar = 1, **kwargs) -> Tensor:
         """`start, start+step, ...` below `stop`; ints give the default int, any float the default float.
 
@@ -209,12 +269,14 @@ class CreationOps:
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise ValueError("arange needs a non-zero step")
+            raise ArgumentError("arange needs a non-zero step")
         if isinstance(start, UOp) or isinstance(stop, UOp):
             return cls._symbolic_arange(start, stop, step, **kwargs)
         all_ints = all(isinstance(v, int) for v in (start, stop, step))
-        dtype = dtype_argument(kwargs.pop("dtype", None)) or (dtypes.default_int if all_ints else dtypes.default_float)
         count = max(0, math.ceil((stop - start) / step))
+        last = start + (count - 1) * step if count else start
+        default = int_data_dtype(min(start, last), max(start, last)) if all_ints else dtypes.default_float
+        dtype = dtype_argument(kwargs.pop("dtype", None)) or default
         values = start + np.arange(count, dtype=np.float64 if not all_ints else np.int64) * step
         return cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs)  # type: ignore
 
@@ -233,6 +295,7 @@ class CreationOps:
         return (values * step if step != 1 else values) + start
 
     @classmethod
+    @takes_requires_grad
     def invalids(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Scratch storage whose contents are undefined until written (tinygrad's name; `empty` here)."""
         return cls.empty(*shape, dtype=dtype, device=device)
@@ -259,6 +322,7 @@ class CreationOps:
         return cls(gzip.decompress(data) if gunzip else data, **kwargs)  # type: ignore
 
     @classmethod
+    @takes_requires_grad
     def linspace(
         cls,
         start: PythonScalar,
@@ -274,13 +338,16 @@ class CreationOps:
 
         dtype = dtype_argument(dtype) or dtypes.default_float
         if steps < 0:
-            raise ValueError(f"linspace needs a non-negative number of steps, got {steps}")
+            raise ArgumentError(f"linspace needs a non-negative number of steps, got {steps}")
+        if dtype is dtypes.bool:
+            raise ArgumentError("linspace cannot make bool values (as torch)")
         values = np.linspace(float(start), float(stop), steps, dtype=np.float64)
         if not dtypes.is_float(dtype):
             values = np.trunc(values)
         return cls(values.astype(to_numpy(dtype)), dtype=dtype, device=device)  # type: ignore
 
     @classmethod
+    @takes_requires_grad
     def eye(cls, n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """The identity: ones on the diagonal. Built lazily from movement ops of a constant."""
         dtype = dtype_argument(dtype)
@@ -291,20 +358,28 @@ class CreationOps:
         square = ones_column.pad(((0, 0), (0, size))).flatten().shrink(((0, size * size),)).reshape(size, size)
         return square.shrink(((0, n), (0, m)))
 
+    @takes_requires_grad
     def empty_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)  # type: ignore
 
+    @takes_requires_grad
     def full_like(
         self, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
         dtype = dtype_argument(dtype)
         return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)  # type: ignore
 
+    def const_like(self, value: PythonScalar) -> Tensor:
+        """A constant `value` of this tensor's shape, dtype and device (tinygrad's; a lazy constant, no storage)."""
+        return self.full_like(value)
+
+    @takes_requires_grad
     def zeros_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         return self.full_like(0, dtype, device)
 
+    @takes_requires_grad
     def ones_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         return self.full_like(1, dtype, device)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tg.codegen import DType, UOp, dtypes
 from tg.tensor.elementwise import in_float32_when_half
 from tg.tensor.promotion import dtype_argument
-from tg.tensor.reduce import Axis, reduce_axes
+from tg.tensor.reduce import Axis, check_extreme_has_elements, reduce_axes
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -23,8 +23,16 @@ def finite_or_zero(x: Tensor) -> Tensor:
     return x.isfinite().where(x, 0)
 
 
+def has_empty_axis(x: Tensor, axis: Axis) -> bool:
+    return any(x.shape[a] == 0 for a in reduce_axes(axis, x.ndim))
+
+
 def stable_logsumexp(x: Tensor, axis: Axis, keepdim: bool) -> Tensor:
-    shift = finite_or_zero(x.max(axis, keepdim=True))
+    """logsumexp with the finite max as the shift; over nothing, the sum of no exponentials is 0 and its log -inf."""
+    if has_empty_axis(x, axis):
+        shift = x.sum(axis, keepdim=True, dtype=x.dtype)  # zeros of the reduced shape
+    else:
+        shift = finite_or_zero(x.max(axis, keepdim=True))
     total = (x - shift).exp().sum(axis, keepdim=True)
     result = total.log() + shift
     if keepdim:
@@ -47,6 +55,8 @@ class DerivedReductionOps:
         dtype = dtype_argument(dtype)
 
         def compute(x: Tensor) -> Tensor:
+            if has_empty_axis(x, axis):  # nothing to normalize: the result is as empty as the input
+                return x
             exponentials = (x - x.max(axis, keepdim=True)).exp()
             return exponentials * exponentials.sum(axis, keepdim=True).reciprocal()
 
@@ -64,6 +74,8 @@ class DerivedReductionOps:
         dtype = dtype_argument(dtype)
 
         def compute(x: Tensor) -> Tensor:
+            if has_empty_axis(x, axis):
+                return x
             shifted = x - finite_or_zero(x.max(axis, keepdim=True))
             return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
@@ -102,6 +114,7 @@ class DerivedReductionOps:
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index (int32) of the first largest value along `axis` (None: of the flattened tensor); a NaN counts
         as the largest, as in numpy and torch."""
+        check_extreme_has_elements(self.shape, axis, "argmax/argmin")
         if axis is None:
             flat = self.flatten().argmax(0)
             return flat.reshape((1,) * self.ndim) if keepdim else flat
@@ -111,8 +124,6 @@ class DerivedReductionOps:
             return x.zeros_like(dtype=dtypes.int32)
         axis = reduce_axes(axis, x.ndim)[0]
         size = x.shape[axis]
-        if size == 0:
-            raise ValueError(f"argmax/argmin over an empty axis of shape {x.shape}")
         largest = x.max(axis, keepdim=True)
         is_largest = x == largest
         if dtypes.is_float(x.dtype):

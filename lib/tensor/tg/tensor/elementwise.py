@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
 from tg.tensor.creation import const_of_shape
+from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.promotion import broadcast_shapes, check_scalar_fits, dtype_name, is_python_scalar, result_dtype
 from tg.tensor.symbolic import is_symbolic_shape
@@ -326,6 +327,8 @@ class ElementwiseOps:
     def clip(self, min_: Operand | None = None, max_: Operand | None = None) -> Tensor:
         """Values below min_ become min_, above max_ max_, NaN stays; the gradient passes at the bounds (torch's
         clamp; relu6 and hardtanh, whose gradient is 0 there, are written separately)."""
+        if min_ is None and max_ is None:
+            raise ArgumentError("clip needs min_ or max_ (or both), as torch.clamp")
         result = self if min_ is None else (self < min_).where(min_, self)
         return result if max_ is None else (result > max_).where(max_, result)
 

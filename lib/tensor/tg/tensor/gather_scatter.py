@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.errors import ArgumentError, IndexDtypeError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions, positions_along
@@ -41,7 +42,9 @@ def select_where(mask: Tensor, values: Tensor, axes: tuple[int, ...]) -> Tensor:
 def require_integer_index(index: Tensor, operation: str) -> None:
     """Index tensors hold positions: a float one is a mistake, reported when the op is built (not truncated)."""
     if index.dtype is not dtypes.bool and not dtypes.is_int(index.dtype):
-        raise TypeError(f"{operation}: the index tensor must have an integer (or bool) dtype, not {index.dtype!r}")
+        raise IndexDtypeError(
+            f"{operation}: the index tensor must have an integer (or bool) dtype, not {index.dtype!r}"
+        )
 
 
 def wrap_negative(index: Tensor, size: int) -> Tensor:
@@ -91,12 +94,20 @@ def _source_like(src: Any, index: Tensor, target: Tensor) -> Tensor:
     return src.shrink(tuple((0, i) for i in index.shape)).cast(target.dtype)
 
 
+def last_hit_only(mask: Tensor, dim: int) -> Tensor:
+    """`mask` (*index.shape, n) keeping, for every target position, only the last source along `dim` that hits it:
+    duplicates then select one value instead of adding theirs."""
+    source_position = positions_along(mask, mask.shape, dim)
+    last = mask.where(source_position, -1).max(dim, keepdim=True)
+    return mask & (source_position == last)
+
+
 def scatter(target: Tensor, dim: int, index: Tensor, src: Any) -> Tensor:
-    """torch's scatter: out[index[i][j]][j] = src[i][j] (dim 0). Where several sources hit one position, one of
-    them wins (which one is unspecified, as in torch)."""
+    """torch's scatter: out[index[i][j]][j] = src[i][j] (dim 0). Where several sources hit one position, the last
+    along `dim` wins (torch leaves which one unspecified)."""
     dim = normalize_axis(dim, target.ndim)
     source = _source_like(src, index, target)
-    mask = scatter_mask(target, dim, index)
+    mask = last_hit_only(scatter_mask(target, dim, index), dim)
     values = source.unsqueeze(-1).expand(mask.shape)
     placed = select_where(mask, values, (dim,))
     hit = mask.any(dim)
@@ -113,7 +124,7 @@ def scatter_reduce(
 ) -> Tensor:
     """torch's scatter_reduce with reduce 'sum', 'prod', 'mean', 'amax' or 'amin'."""
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-        raise ValueError(f"scatter_reduce: reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+        raise ArgumentError(f"scatter_reduce: reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
     dim = normalize_axis(dim, target.ndim)
     source = _source_like(src, index, target)
     mask = scatter_mask(target, dim, index)
@@ -199,7 +210,7 @@ class GatherScatterOps:
         if reduce is None:
             return scatter(self, dim, index, src)
         if reduce not in ("add", "multiply"):
-            raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+            raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
         if not hasattr(src, "uop"):
             src = index.full_like(src, dtype=self.dtype)
         return scatter_reduce(self, dim, index, src, "sum" if reduce == "add" else "prod", include_self=True)
@@ -208,6 +219,8 @@ class GatherScatterOps:
         return scatter_reduce(self, dim, index, src, reduce, include_self)
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+        if mask.dtype is not dtypes.bool:
+            raise ArgumentError(f"masked_fill needs a bool mask, got {mask.dtype!r} (as torch)")
         if hasattr(value, "uop"):
             value = value.cast(self.dtype)
         else:
@@ -215,12 +228,24 @@ class GatherScatterOps:
         return mask.where(value, self)
 
     def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        if mask.dtype is not dtypes.bool:
+            raise ArgumentError(f"masked_select needs a bool mask, got {mask.dtype!r} (as torch)")
         return masked_select(self, mask, size, fill_value)
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
-        """(...) -> (..., num_classes) of this tensor's int dtype; -1 realizes the input to use max + 1."""
+        """(...) -> (..., num_classes) of this tensor's int dtype; -1 realizes the input to use max + 1 (and checks
+        that no class is negative, as torch; with a given count the values are not read: a class outside 0..count-1
+        gives a row of zeros)."""
+        if self.dtype is not dtypes.bool and not dtypes.is_int(self.dtype):
+            raise ArgumentError(f"one_hot needs an integer index tensor, got {self.dtype!r}")
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int):
+            raise TypeError(f"one_hot needs an int num_classes, got {num_classes!r}")
+        if num_classes < -1:
+            raise ArgumentError(f"one_hot needs num_classes >= 0 (or -1 to infer it), got {num_classes}")
         if num_classes == -1:
-            num_classes = int(self.max().item()) + 1
+            if self.numel() and int(self.min().item()) < 0:
+                raise ArgumentError("one_hot: class values must be non-negative")
+            num_classes = int(self.max().item()) + 1 if self.numel() else 0
         return one_hot_along(self, num_classes).cast(self.dtype)
 
     def nonzero(self, size: int | None = None, fill_value: Any = 0) -> Tensor:

@@ -45,7 +45,7 @@ def _plain_index(index: Any) -> Any:
     if index is None or index is Ellipsis or isinstance(index, slice) or is_symbolic_int(index):
         return index
     if isinstance(index, bool) or not hasattr(index, "__index__") or hasattr(index, "uop"):
-        raise TypeError(f"unsupported index {index!r}: use ints, slices, None or ...")
+        raise IndexError(f"unsupported index {index!r}: use ints, slices, None or ...")
     return operator.index(index)
 
 

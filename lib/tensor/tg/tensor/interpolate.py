@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.errors import ArgumentError, UnsupportedModeError
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -71,8 +72,10 @@ def interpolate(x: Tensor, size: tuple[int, ...], mode: str = "linear", align_co
     spatial = x.ndim - 2
     if len(size) != spatial:
         raise ShapeError(f"interpolate of shape {x.shape} needs {spatial} output sizes, got {size}")
+    if any(size_out <= 0 for size_out in size):
+        raise ArgumentError(f"interpolate needs output sizes above 0, got {tuple(size)} (as torch)")
     if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear"):
-        raise ValueError(f"interpolate mode must be 'nearest', 'nearest-exact' or 'linear', got {mode!r}")
+        raise UnsupportedModeError(f"interpolate mode must be 'nearest', 'nearest-exact' or 'linear', got {mode!r}")
     nearest = mode.startswith("nearest")
     if not nearest and not dtypes.is_float(x.dtype):
         x = x.cast(dtypes.default_float)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import dtypes
 from tg.tensor.activations import stable_softplus
+from tg.tensor.errors import ArgumentError
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -46,6 +47,8 @@ class LossOps:
     def cross_entropy(self, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
         """torch's cross_entropy over logits of shape (N, C, ...) or (C,): `target` holds class indices
         (shape without C) or class probabilities (same shape)."""
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ArgumentError(f"label_smoothing must be between 0 and 1, got {label_smoothing}")
         class_axis = 1 if self.ndim > 1 else 0
         classes = self.shape[class_axis]
         if _is_index_tensor(target):

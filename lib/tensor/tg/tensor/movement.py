@@ -5,11 +5,13 @@ into index arithmetic. Each checks its arguments when the op is built and says w
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.schedule.graph import Shape, ShapeError, canonical_size, symbolic_numel
+from tg.tensor.errors import ArgumentError, UnsupportedModeError
 from tg.tensor.symbolic import check_size, is_symbolic, is_symbolic_shape, known_le, shape_text
 
 if TYPE_CHECKING:
@@ -29,10 +31,29 @@ def _shape_argument(shape: tuple[Any, ...]) -> tuple[int, ...]:
     return tuple(shape)
 
 
+def _keep_none_sizes(old_shape: Shape, new_shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """tinygrad's reshape: a None at position i keeps the input's size at position i."""
+    if None not in new_shape:
+        return new_shape
+    past = [i for i, size in enumerate(new_shape) if size is None and i >= len(old_shape)]
+    if past:
+        raise ShapeError(f"reshape of {old_shape} to {new_shape}: a None at position {past[0]} has no size to keep")
+    return tuple(old_shape[i] if size is None else size for i, size in enumerate(new_shape))
+
+
+def _int_sizes(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    """Sizes as Python ints (numpy ints too); a float or other non-integer is a TypeError, as torch's reshape."""
+    try:
+        return tuple(operator.index(size) for size in shape)
+    except TypeError:
+        raise TypeError(f"reshape needs int sizes, got {shape}") from None
+
+
 def _infer_reshape(old_shape: Shape, new_shape: tuple[int, ...]) -> Shape:
     """`new_shape` with a single -1 filled in so the element counts agree."""
     if is_symbolic_shape(old_shape) or is_symbolic_shape(new_shape):
         return _infer_symbolic_reshape(old_shape, new_shape)
+    new_shape = _int_sizes(new_shape)
     if new_shape.count(-1) > 1:
         raise ShapeError(f"reshape of {old_shape} to {new_shape}: only one size may be -1")
     if min(new_shape, default=0) < -1:
@@ -79,7 +100,7 @@ class MovementOps:
         return self._wrap(UOp(op, self.dtype, (self.uop,), arg))
 
     def reshape(self, *shape: Any) -> Tensor:
-        new_shape = _infer_reshape(self.shape, _shape_argument(shape))
+        new_shape = _infer_reshape(self.shape, _keep_none_sizes(self.shape, _shape_argument(shape)))
         if new_shape == self.shape:
             return self
         return self._movement(Ops.RESHAPE, new_shape)
@@ -122,7 +143,9 @@ class MovementOps:
         from tg.tensor.pad_modes import PAD_MODES, pad_from_values
 
         if mode not in PAD_MODES:
-            raise ValueError(f"pad mode must be one of {', '.join(PAD_MODES)}; got {mode!r} (pass a fill as value=)")
+            raise UnsupportedModeError(
+                f"pad mode must be one of {', '.join(PAD_MODES)}; got {mode!r} (pass a fill as value=)"
+            )
         per_axis = _padding_per_axis(padding, self.ndim, self.shape)
         if mode != "constant":
             return pad_from_values(self, per_axis, mode)
@@ -176,7 +199,11 @@ class MovementOps:
         """Reverse the order along `axes` (`flip(0, 1)`, `flip((0, 1))` or tinygrad's `flip(axis=...)`)."""
         if axis is not None:
             axes = (*axes, *(axis if isinstance(axis, (tuple, list)) else (axis,)))
-        axes = {normalize_axis(axis, self.ndim) for axis in _shape_argument(axes)}
+        axes_argument = axes
+        listed = [normalize_axis(axis, self.ndim) for axis in _shape_argument(axes)]
+        axes = set(listed)
+        if len(axes) != len(listed):
+            raise ArgumentError(f"flip: an axis appears more than once in {_shape_argument(axes_argument)}")
         if not axes:
             return self
         return self._movement(Ops.FLIP, tuple(axis in axes for axis in range(self.ndim)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from tg.codegen import dtypes
@@ -18,10 +19,16 @@ class NormalizationOps:
     """`layernorm, rms_norm, normalize` (without affine weights: multiply and add those outside, as nn layers do)."""
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
-        """x / max(||x||_p, eps) along `dim`, as torch's F.normalize; ints become the default float."""
+        """x / max(||x||_p, eps) along `dim`, as torch's F.normalize; ints become the default float. p = 0 counts
+        the non-zero elements and p = +-inf takes the largest (smallest) magnitude, as torch's vector norms."""
 
         def compute(x: Tensor) -> Tensor:
-            norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
+            if p == 0:
+                norm = (x != 0).sum(dim, keepdim=True, dtype=x.dtype)
+            elif math.isinf(p):
+                norm = x.abs().max(dim, keepdim=True) if p > 0 else x.abs().min(dim, keepdim=True)
+            else:
+                norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
             return x / norm.maximum(eps)
 
         return in_float32_when_half(self, compute)

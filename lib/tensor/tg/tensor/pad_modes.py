@@ -4,7 +4,9 @@ Each axis is padded in turn by concatenating views of the tensor itself (torch's
 - reflect mirrors the values next to the edge, without repeating the edge (`[1,2,3]` -> `[3,2,1,2,3,2,1]`);
 - replicate repeats the edge value (`[1,2,3]` -> `[1,1,1,2,3,3,3]`);
 - circular wraps around (`[1,2,3]` -> `[2,3,1,2,3,1,2]`).
-Everything is movement ops and one `cat` per axis, so it fuses with what reads it.
+Everything is movement ops and one `cat` per axis, so it fuses with what reads it. A negative amount crops that
+side (torch's and tinygrad's rule: output position j reads the padded input at j - before), so the positive amounts
+are padded from the whole input first and the negative ones cut afterwards.
 """
 
 from __future__ import annotations
@@ -36,22 +38,26 @@ def _edge_pieces(x: Tensor, axis: int, before: int, after: int, mode: str) -> tu
 
 
 def _check(mode: str, size: int, axis: int, before: int, after: int, shape: tuple[int, ...]) -> None:
-    if before < 0 or after < 0:
-        raise ValueError(f"pad mode {mode!r} needs non-negative padding, got ({before}, {after}) on axis {axis}")
+    """`before` and `after` here are the amounts to grow by (non-negative)."""
     if mode == "reflect" and max(before, after) >= size:
         raise ShapeError(f"reflect padding ({before}, {after}) on axis {axis} of shape {shape} must be below {size}")
     if mode == "circular" and max(before, after) > size:
         raise ShapeError(f"circular padding ({before}, {after}) on axis {axis} of shape {shape} exceeds {size}")
-    if mode == "replicate" and size == 0:
+    if mode == "replicate" and size == 0 and (before or after):
         raise ShapeError(f"cannot replicate-pad the empty axis {axis} of shape {shape}")
 
 
 def pad_from_values(x: Tensor, per_axis: tuple[tuple[int, int], ...], mode: str) -> Tensor:
     """x padded by `per_axis` ((before, after) for every axis) in a non-constant `mode`."""
     for axis, (before, after) in enumerate(per_axis):
-        _check(mode, x.shape[axis], axis, before, after, x.shape)
-        if before == 0 and after == 0:
-            continue
-        head, tail = _edge_pieces(x, axis, before, after, mode)
-        x = head.cat(x, tail, dim=axis)
+        size = x.shape[axis]
+        if size + before + after < 0:
+            raise ShapeError(f"padding ({before}, {after}) crops more than axis {axis} of shape {x.shape} holds")
+        grow_before, grow_after = max(before, 0), max(after, 0)
+        _check(mode, size, axis, grow_before, grow_after, x.shape)
+        if grow_before or grow_after:
+            head, tail = _edge_pieces(x, axis, grow_before, grow_after, mode)
+            x = head.cat(x, tail, dim=axis)
+        if before < 0 or after < 0:
+            x = _along(x, axis, -min(before, 0), x.shape[axis] + min(after, 0))
     return x

@@ -54,6 +54,15 @@ def python_scalar_dtype(value: PythonScalar) -> DType:
     return dtypes.default_float
 
 
+def int_data_dtype(smallest: int, largest: int) -> DType:
+    """The dtype a constructor gives Python ints from `smallest` to `largest`: the default int when it holds them,
+    else int64, else uint64 (torch's default int is int64; tinygrad also widens)."""
+    for dtype in (dtypes.default_int, dtypes.int64, dtypes.uint64):
+        if dtypes.min(dtype) <= smallest and largest <= dtypes.max(dtype):
+            return dtype
+    raise OverflowError(f"Python integers from {smallest} to {largest} fit no integer dtype")
+
+
 def _scalar_kind_rank(dtype: DType) -> int:
     """bool < int < float: the order in which a weak scalar can lift a tensor's kind."""
     if dtypes.is_float(dtype):
@@ -85,7 +94,8 @@ def result_dtype(*operands: Any) -> DType:
 
 
 def check_scalar_fits(value: PythonScalar, dtype: DType) -> None:
-    """A Python int that an int dtype cannot hold is an error (as in numpy 2), not a silent wrap."""
+    """A Python int that an int dtype cannot hold is an error in an op with a tensor (as in numpy 2 and torch), not
+    a silent wrap. (Constructors wrap instead, as torch.tensor and C casts: see tg.tensor.creation.)"""
     if isinstance(value, bool) or not isinstance(value, int) or not dtypes.is_int(dtype):
         return
     if not dtypes.min(dtype) <= value <= dtypes.max(dtype):

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tg.codegen import DType, dtypes
-from tg.tensor.creation import canonical_device, normalize_shape
+from tg.tensor.creation import canonical_device, normalize_shape, takes_requires_grad
+from tg.tensor.errors import ArgumentError
 from tg.tensor.positions import positions
 from tg.tensor.promotion import dtype_argument
 from tg.tensor.threefry import MASK32, Key, threefry2x32
@@ -94,6 +95,7 @@ class RandomOps:
         STATE.seed, STATE.counter = seed, 0
 
     @classmethod
+    @takes_requires_grad
     def rand(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Uniform in [0, 1)."""
         dtype = dtype_argument(dtype)
@@ -104,6 +106,7 @@ class RandomOps:
         return unit_float(x0, dtype)
 
     @classmethod
+    @takes_requires_grad
     def randn(cls, *shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """Standard normal (Box-Muller on the two words of every hash, computed in float32)."""
         dtype = dtype_argument(dtype)
@@ -116,22 +119,35 @@ class RandomOps:
         return (radius * (angle_uniform * (2 * math.pi)).cos()).cast(dtype)
 
     @classmethod
+    @takes_requires_grad
     def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, **kwargs) -> Tensor:
-        dtype = _float_dtype(kwargs.get("dtype"))
+        """Uniform in [low, high); an integer dtype draws integers in [low, high), as `randint`."""
+        dtype = dtype_argument(kwargs.get("dtype"))
+        if dtype is not None and dtypes.is_int(dtype):
+            if not all(float(bound).is_integer() for bound in (low, high)):
+                raise ValueError(f"uniform with an integer dtype needs integer bounds, got [{low}, {high})")
+            return cls.randint(*shape, low=int(low), high=int(high), **kwargs)
+        if low > high:
+            raise ArgumentError(f"uniform needs low <= high, got [{low}, {high})")
+        dtype = _float_dtype(dtype)
         return (cls.rand(*shape, **kwargs).cast(dtypes.float32) * (high - low) + low).cast(dtype)
 
     @classmethod
+    @takes_requires_grad
     def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs) -> Tensor:
         dtype = _float_dtype(kwargs.get("dtype"))
         return (cls.randn(*shape, **kwargs).cast(dtypes.float32) * std + mean).cast(dtype)
 
     @classmethod
+    @takes_requires_grad
     def randint(
         cls, *shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
         """Uniform integers in [low, high): (word * (high - low)) >> 32, then + low."""
+        if not all(isinstance(bound, int) and not isinstance(bound, bool) for bound in (low, high)):
+            raise TypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
         if high <= low:
-            raise ValueError(f"randint needs low < high, got [{low}, {high})")
+            raise ArgumentError(f"randint needs low < high, got [{low}, {high})")
         shape, device = normalize_shape(shape), canonical_device(device)
         dtype = dtype_argument(dtype) or dtypes.default_int
         x0, _ = random_words(cls, shape, device)
@@ -139,6 +155,7 @@ class RandomOps:
         return (scaled.cast(dtypes.int64) + low).cast(dtype)
 
     @classmethod
+    @takes_requires_grad
     def randperm(cls, n: int, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A random permutation of 0..n-1: the order that sorts n random keys."""
         dtype = dtype_argument(dtype)
@@ -146,12 +163,14 @@ class RandomOps:
         return keys.argsort().cast(dtypes.default_int if dtype is None else dtype)
 
     @classmethod
+    @takes_requires_grad
     def scaled_uniform(cls, *shape: Any, **kwargs) -> Tensor:
         """Uniform in [-1, 1) scaled by 1 / sqrt(number of elements)."""
         shape = normalize_shape(shape)
         return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (math.prod(shape) ** -0.5)
 
     @classmethod
+    @takes_requires_grad
     def glorot_uniform(cls, *shape: Any, **kwargs) -> Tensor:
         """Uniform in +-sqrt(6 / (fan_out + fan_in)), fan_out = shape[0], fan_in = the rest (Glorot & Bengio)."""
         shape = normalize_shape(shape)
@@ -159,6 +178,7 @@ class RandomOps:
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
+    @takes_requires_grad
     def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs) -> Tensor:
         """Uniform in +-sqrt(3) * gain / sqrt(fan_in), gain = sqrt(2 / (1 + a**2)) (He et al.)."""
         shape = normalize_shape(shape)
@@ -166,26 +186,31 @@ class RandomOps:
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
+    @takes_requires_grad
     def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs) -> Tensor:
         """Normal with std gain / sqrt(fan_in), gain = sqrt(2 / (1 + a**2)) (He et al.)."""
         shape = normalize_shape(shape)
         std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(math.prod(shape[1:]))
         return cls.normal(*shape, mean=0.0, std=std, **kwargs)
 
-    def rand_like(self, dtype: DType | str | None = None) -> Tensor:
+    @takes_requires_grad
+    def rand_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
-        return type(self).rand(self.shape, dtype=dtype or _like_float(self), device=self.device)
+        return type(self).rand(self.shape, dtype=dtype or _like_float(self), device=device or self.device)
 
-    def randn_like(self, dtype: DType | str | None = None) -> Tensor:
+    @takes_requires_grad
+    def randn_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
-        return type(self).randn(self.shape, dtype=dtype or _like_float(self), device=self.device)
+        return type(self).randn(self.shape, dtype=dtype or _like_float(self), device=device or self.device)
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Category indices drawn with the weights in the last axis of this 1-d or 2-d tensor (int32)."""
         if self.ndim not in (1, 2):
-            raise ValueError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
+            raise ArgumentError(f"multinomial needs 1-d or 2-d weights, got shape {self.shape}")
+        if num_samples <= 0:
+            raise ArgumentError(f"multinomial needs a positive number of samples, got {num_samples}")
         if not replacement and num_samples > self.shape[-1]:
-            raise ValueError(f"cannot draw {num_samples} samples without replacement from {self.shape[-1]}")
+            raise ArgumentError(f"cannot draw {num_samples} samples without replacement from {self.shape[-1]}")
         weights = self.reshape(-1, self.shape[-1]).cast(dtypes.float32)
         if replacement:
             samples = _inverse_cdf_samples(weights, num_samples)

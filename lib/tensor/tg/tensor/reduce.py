@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
 from tg.codegen.schedule.graph import ReduceArg
+from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
 from tg.tensor.promotion import dtype_argument
@@ -32,6 +33,18 @@ def sum_accumulator(dtype: DType) -> DType:
     return least_upper_dtype(dtype, dtypes.float32)
 
 
+def check_extreme_has_elements(shape: tuple, axis: Axis, operation: str) -> None:
+    """max, min, argmax and argmin have no identity: over nothing they raise as torch does, a RuntimeError for a
+    reduction of every axis and an IndexError naming the empty axis otherwise."""
+    axes = reduce_axes(axis, len(shape))
+    empty = [a for a in axes if shape[a] == 0]
+    if not empty:
+        return
+    if axis is None:
+        raise RuntimeError(f"{operation} of an empty tensor (shape {shape}) needs an axis: there is no identity")
+    raise IndexError(f"{operation} over axis {empty[0]} of shape {shape}: the axis is empty (there is no identity)")
+
+
 def reduce_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
     """The axes to reduce, from the front, sorted and without repeats (None: all of them)."""
     if axis is None:
@@ -44,7 +57,7 @@ def reduce_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
         return ()
     axes = sorted({normalize_axis(a, ndim) for a in axis})
     if len(axes) != len(tuple(axis)):
-        raise ValueError(f"repeated axis in {tuple(axis)}")
+        raise ArgumentError(f"repeated axis in {tuple(axis)}")
     return tuple(axes)
 
 
@@ -76,9 +89,8 @@ class ReduceOps:
         return self._accumulated(Ops.MUL, axis, keepdim, dtype)
 
     def max(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        check_extreme_has_elements(self.shape, axis, "max/min")
         axes = reduce_axes(axis, self.ndim)
-        if any(self.shape[a] == 0 for a in axes):
-            raise ValueError(f"max/min over an empty axis of shape {self.shape} has no identity")
         if is_fp8(self.dtype):  # compared as float32: renderers have no fp8 comparison
             return self.float().max(axes, keepdim).cast(self.dtype)
         return self._reduce(Ops.MAX, axes, keepdim)

@@ -91,9 +91,17 @@ def _prod_monoid(dtype: DType | None) -> Monoid:
     return Monoid(1, lambda a, b: a * b, masked_square_scan(1, lambda t: t.prod(-1, dtype=dtype)))
 
 
+def _max_of_last_axis(square: Tensor) -> Tensor:
+    """The max over the last axis of a prefix square; the square of an empty axis is (..., 0, 0), whose result
+    (..., 0) is as empty (max itself has no identity to reduce nothing with)."""
+    if square.shape[-1] == 0:
+        return square.reshape(square.shape[:-1])
+    return square.max(-1)
+
+
 def _max_monoid(dtype: DType) -> Monoid:
     lowest = _lowest(dtype)
-    return Monoid(lowest, lambda a, b: a.maximum(b), masked_square_scan(lowest, lambda t: t.max(-1)))
+    return Monoid(lowest, lambda a, b: a.maximum(b), masked_square_scan(lowest, _max_of_last_axis))
 
 
 def _logcumsumexp_square(x: Tensor) -> Tensor:

@@ -9,11 +9,13 @@ the gradient of each piece is the matching slice of the output's.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tg.codegen import DType, dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.errors import ArgumentError
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions_along
 from tg.tensor.promotion import result_dtype
@@ -79,6 +81,8 @@ def repeat(tensor: Tensor, repeats: Sequence[int]) -> Tensor:
     """torch's repeat (numpy's tile): the whole tensor `repeats[i]` times along axis i; extra repeats add axes."""
     if len(repeats) < tensor.ndim:
         raise ShapeError(f"repeat of shape {tensor.shape} needs at least {tensor.ndim} counts, got {tuple(repeats)}")
+    if any(count < 0 for count in repeats):
+        raise ArgumentError(f"repeat counts must be non-negative, got {tuple(repeats)}")
     shape = (1,) * (len(repeats) - tensor.ndim) + tensor.shape
     interleaved = [size for pair in zip((1,) * len(shape), shape, strict=True) for size in pair]
     tiled = [size for pair in zip(repeats, shape, strict=True) for size in pair]
@@ -88,6 +92,8 @@ def repeat(tensor: Tensor, repeats: Sequence[int]) -> Tensor:
 
 def repeat_interleave(tensor: Tensor, repeats: int, dim: int | None = None) -> Tensor:
     """Every element `repeats` times in a row along `dim` (None: of the flattened tensor)."""
+    if operator.index(repeats) < 0:
+        raise ArgumentError(f"repeat_interleave needs a non-negative count, got {repeats}")
     if dim is None:
         tensor, dim = tensor.flatten(), 0
     dim = normalize_axis(dim, tensor.ndim)
@@ -103,7 +109,7 @@ def split(tensor: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Ten
     length = tensor.shape[dim]
     if isinstance(sizes, int):
         if sizes <= 0:
-            raise ValueError(f"split size must be positive, got {sizes}")
+            raise ArgumentError(f"split size must be positive, got {sizes}")
         sizes = [min(sizes, length - start) for start in range(0, length, sizes)] or [0]
     if sum(sizes) != length:
         raise ShapeError(f"split sizes {tuple(sizes)} do not add up to axis {dim}'s size {length}")
@@ -116,8 +122,8 @@ def split(tensor: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Ten
 
 def chunk(tensor: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     """At most `chunks` pieces of ceil(size / chunks) elements, as torch."""
-    if chunks <= 0:
-        raise ValueError(f"chunk needs a positive count, got {chunks}")
+    if operator.index(chunks) <= 0:
+        raise ArgumentError(f"chunk needs a positive count, got {chunks}")
     length = tensor.shape[normalize_axis(dim, tensor.ndim)]
     return split(tensor, max(1, math.ceil(length / chunks)), dim)
 
@@ -157,6 +163,8 @@ def sliding_window(tensor: Tensor, axis: int, size: int, stride: int = 1, dilati
 
 def unfold(tensor: Tensor, dim: int, size: int, step: int) -> Tensor:
     """torch's Tensor.unfold: every window of `size` elements, `step` apart, along `dim`, in a new last axis."""
+    if step < 1:
+        raise ArgumentError(f"unfold needs a step of at least 1, got {step}")
     return sliding_window(tensor, dim, size, step)
 
 
@@ -167,7 +175,7 @@ def roll(tensor: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] 
     shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     if len(shifts) != len(dims):
-        raise ValueError(f"roll needs one shift per dim, got shifts {shifts} and dims {dims}")
+        raise ArgumentError(f"roll needs one shift per dim, got shifts {shifts} and dims {dims}")
     for shift, dim in zip(shifts, dims, strict=True):
         dim = normalize_axis(dim, tensor.ndim)
         length = tensor.shape[dim]
@@ -180,6 +188,7 @@ def roll(tensor: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] 
 
 
 def _triangle(tensor: Tensor, diagonal: int, upper: bool) -> Tensor:
+    operator.index(diagonal)  # an int (a float diagonal is a TypeError, as torch)
     if tensor.ndim < 2:
         raise ShapeError(f"tril/triu need at least 2 dimensions, got shape {tensor.shape}")
     rows = positions_along(tensor, tensor.shape, tensor.ndim - 2)
@@ -202,7 +211,7 @@ def diagonal(tensor: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> T
     """The elements [i, i + offset] of axes dim1 and dim2, in a new last axis (those two axes disappear)."""
     dim1, dim2 = normalize_axis(dim1, tensor.ndim), normalize_axis(dim2, tensor.ndim)
     if dim1 == dim2:
-        raise ValueError(f"diagonal needs two different axes, got {dim1} twice")
+        raise ArgumentError(f"diagonal needs two different axes, got {dim1} twice")
     others = [axis for axis in range(tensor.ndim) if axis not in (dim1, dim2)]
     moved = tensor.permute(others + [dim1, dim2])
     outer, (rows, columns) = moved.shape[:-2], moved.shape[-2:]
@@ -236,7 +245,7 @@ def diag(tensor: Tensor, diagonal_offset: int = 0) -> Tensor:
 def meshgrid(tensors: Sequence[Tensor], indexing: str = "ij") -> tuple[Tensor, ...]:
     """Every 1-d tensor broadcast along its own axis of the grid; 'xy' swaps the first two axes (numpy's default)."""
     if indexing not in ("ij", "xy"):
-        raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+        raise ArgumentError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
     sizes = [tensor.numel() for tensor in tensors]
     order = list(range(len(tensors)))
     if indexing == "xy" and len(tensors) >= 2:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from tg.codegen import dtypes
+from tg.tensor.errors import ArgumentError
 from tg.tensor.gather_scatter import select_where
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions_along
@@ -57,7 +58,7 @@ def ranks(x: Tensor, dim: int, descending: bool) -> Tensor:
 
 def sort(x: Tensor, dim: int = -1, descending: bool = False) -> Sorted:
     dim = normalize_axis(dim, x.ndim)
-    if x.ndim == 0:
+    if x.ndim == 0 or x.shape[dim] == 0:  # one element or none: already in order
         return Sorted(x, x.zeros_like(dtype=dtypes.int32))
     moved = x.transpose(dim, -1)
     n = moved.shape[-1]
@@ -74,7 +75,7 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool =
     """The k largest (or smallest) elements along `dim`, in sorted order."""
     dim = normalize_axis(dim, x.ndim)
     if not 0 <= k <= x.shape[dim]:
-        raise ValueError(f"topk: k={k} is out of range for axis {dim} of size {x.shape[dim]}")
+        raise ArgumentError(f"topk: k={k} is out of range for axis {dim} of size {x.shape[dim]}")
     result = sort(x, dim, descending=largest)
     bounds = tuple((0, k) if axis == dim else None for axis in range(x.ndim))
     return Sorted(result.values.shrink(bounds), result.indices.shrink(bounds))

@@ -19,6 +19,7 @@ from tg.tensor.autograd import AutogradOps, remember_former_uop
 from tg.tensor.conv import ConvOps
 from tg.tensor.creation import CreationOps, canonical_device, const_of_shape, node_from_data, node_from_path
 from tg.tensor.elementwise import ElementwiseOps
+from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import fp8_cast, is_fp8
 from tg.tensor.functional import FunctionalOps
 from tg.tensor.gather_scatter import GatherScatterOps
@@ -185,7 +186,7 @@ class Tensor(
 
     def item(self) -> bool | int | float:
         if self.numel() != 1:
-            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+            raise ArgumentError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self.numpy().reshape(()).item()
 
     # -------------------------------------------------------------------------------- storage and devices

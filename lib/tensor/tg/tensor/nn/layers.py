@@ -90,8 +90,10 @@ class Conv2d(_ConvNd):
     spatial = 2
 
 
-class ConvTranspose2d:
-    """torch's ConvTranspose2d: weight (in, out / groups, *kernel)."""
+class _ConvTransposeNd:
+    """Shared by ConvTranspose1d and ConvTranspose2d (torch's): weight (in, out / groups, *kernel)."""
+
+    spatial = 2
 
     def __init__(
         self,
@@ -105,7 +107,7 @@ class ConvTranspose2d:
         groups: int = 1,
         bias: bool = True,
     ) -> None:
-        self.kernel_size = _tuple(kernel_size, 2)
+        self.kernel_size = _tuple(kernel_size, self.spatial)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.dilation, self.groups = dilation, groups
         bound = 1 / math.sqrt(out_channels // groups * math.prod(self.kernel_size))
@@ -116,6 +118,18 @@ class ConvTranspose2d:
         return x.conv_transpose2d(
             self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, self.output_padding
         )
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """A 1-D transposed convolution over (N, C, L) inputs."""
+
+    spatial = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """A 2-D transposed convolution over (N, C, H, W) inputs."""
+
+    spatial = 2
 
 
 def _statistic(initial: Tensor) -> Tensor:
@@ -134,18 +148,19 @@ class BatchNorm:
 
     def __init__(
         self,
-        num_features: int,
+        sz: int,
         eps: float = 1e-5,
         affine: bool = True,
         track_running_stats: bool = True,
         momentum: float = 0.1,
     ) -> None:
+        """`sz`: the number of channels (tinygrad's name; torch's num_features)."""
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
-        self.weight = Tensor.ones(num_features) if affine else None
-        self.bias = Tensor.zeros(num_features) if affine else None
+        self.weight = Tensor.ones(sz) if affine else None
+        self.bias = Tensor.zeros(sz) if affine else None
         if track_running_stats:
-            self.running_mean = _statistic(Tensor.zeros(num_features))
-            self.running_var = _statistic(Tensor.ones(num_features))
+            self.running_mean = _statistic(Tensor.zeros(sz))
+            self.running_var = _statistic(Tensor.ones(sz))
             self.num_batches_tracked = _statistic(Tensor.zeros(1))
 
     def __call__(self, x: Tensor) -> Tensor:
@@ -188,6 +203,16 @@ class LayerNorm:
             raise ValueError(f"LayerNorm over {self.normalized_shape} got an input of shape {x.shape}")
         out = x.layernorm(tuple(range(-len(self.normalized_shape), 0)), self.eps)
         return out if self.weight is None else out * self.weight + self.bias
+
+
+class LayerNorm2d(LayerNorm):
+    """LayerNorm over the channel axis of (N, C, H, W) inputs (tinygrad's): each pixel's C values are normalized."""
+
+    def __init__(self, channels: int, eps: float = 1e-5, elementwise_affine: bool = True) -> None:
+        super().__init__(channels, eps, elementwise_affine)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 class RMSNorm:

@@ -1,0 +1,19 @@
+"""Exceptions for wrong arguments, typed so that code written for torch or for tg's earlier ValueErrors catches them.
+
+torch reports most bad arguments from its C++ checks as RuntimeError, and unknown modes as NotImplementedError;
+tg raised ValueError for both. Each class here is both, as tg.codegen's ShapeError is for shapes.
+"""
+
+from __future__ import annotations
+
+
+class ArgumentError(ValueError, RuntimeError):
+    """An argument value the op cannot take (torch: RuntimeError)."""
+
+
+class IndexDtypeError(TypeError, IndexError):
+    """An index tensor or array that does not hold integers (torch and tinygrad: IndexError; tg raised TypeError)."""
+
+
+class UnsupportedModeError(ValueError, NotImplementedError):
+    """A mode string the op does not implement (torch: NotImplementedError)."""

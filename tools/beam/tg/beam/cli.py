@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import subprocess
 import sys
 from importlib.metadata import version
@@ -71,6 +70,7 @@ def search(
         typer.echo(ctx.get_help())
         raise typer.Exit(2)
     from tg.beam.kernels import BeamError, load_kernels
+    from tg.codegen.serial import write_file
 
     try:
         jobs = load_kernels(kernel)
@@ -85,7 +85,7 @@ def search(
         winners.append(winner)
         failed = failed or document.get("verified") is False
     if out is not None:
-        _write_atomically(out, pickle.dumps(winners[0] if len(winners) == 1 else winners))
+        write_file(out, winners[0] if len(winners) == 1 else winners, **_machine(device_name))
     if as_json:
         typer.echo(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
     if failed:
@@ -160,10 +160,11 @@ def progress_text(name: str, round_: Any) -> str:
             f"{round_.timed} timed, best {round_.best_seconds * 1e6:.1f} us{spent}")  # fmt: skip
 
 
-def _write_atomically(out: Path, data: bytes) -> None:
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
+def _machine(device_name: str) -> dict[str, str]:
+    """What a written k.pkl records besides the codegen version and commit: the device and its compiler."""
+    from tg.hcq.device import Device
+
+    return {"device": device_name, "compiler": Device[device_name].compiler.identity()}
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

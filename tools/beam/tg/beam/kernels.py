@@ -5,11 +5,13 @@ A k.pkl may hold any of:
     (ast, applied_opts)                    the opts are applied first and the search goes on from there
     a process-replay row                   (ast, renderer, flags, applied_opts), as tg-replay captures them
     a list of any of these                 processed in order
+
+It is read with tg.codegen.serial's restricted unpickler: a file that names anything but tg IR types (a crafted
+`__reduce__` calling os.system) is refused before anything is called, and ops are stored by name.
 """
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import numpy as np
 
 from tg.codegen.opt.opts import Opt
 from tg.codegen.pipeline import CodegenFlags, with_opts
+from tg.codegen.serial import IRLoadError, read_file
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq.buffer import Buffer
@@ -61,13 +64,11 @@ def _as_job(value: Any, path: Path) -> KernelJob:
 def load_kernels(path: Path) -> list[KernelJob]:
     """The kernels in a k.pkl, in order."""
     try:
-        data = path.read_bytes()
+        value, _ = read_file(path)
     except OSError as error:
         raise BeamError(f"cannot read {path}: {error.strerror}") from None
-    try:
-        value = pickle.loads(data)
-    except Exception as error:
-        raise BeamError(f"{path} is not a pickle tg can load ({type(error).__name__}: {error})") from None
+    except IRLoadError as error:
+        raise BeamError(f"{path}: {error}") from None
     items = value if isinstance(value, list) else [value]
     if not items:
         raise BeamError(f"{path} holds an empty list")

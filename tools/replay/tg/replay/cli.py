@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from tg.replay.database import ReplayError, reset, resolve_path, summarize
+from tg.replay.database import ReplayError, provenance_warning, read_provenance, reset, resolve_path, summarize
 from tg.replay.diff import (
     ReplayReport,
     RowResult,
@@ -25,6 +25,7 @@ from tg.replay.diff import (
     Version,
     replay,
     replay_schedules,
+    schedule_diff,
     time_changed,
     unified_diff,
     version_from_git,
@@ -97,14 +98,25 @@ def list_command(db: str | None = DB_OPTION, as_json: bool = typer.Option(False,
         _fail(str(error))
     if as_json:
         document = {"db": summary.path, "rows": summary.rows, "devices": dict(summary.devices),
-                    "locations": dict(summary.locations)}  # fmt: skip
+                    "locations": dict(summary.locations), "provenance": summary.provenance}  # fmt: skip
         typer.echo(json.dumps(document, indent=2))
         return
     console = _console()
+    _warn_provenance(summary.provenance)
     console.print(f"{summary.rows} kernels in {summary.path}", markup=False)
+    if summary.provenance:
+        p = summary.provenance
+        console.print(f"captured by tg {p.get('commit')} (dirty tree: {p.get('dirty')}, codegen "
+                      f"{p.get('codegen_version')})", markup=False)  # fmt: skip
     console.print("devices: " + ", ".join(f"{d} {n}" for d, n in summary.devices.most_common()), markup=False)
     for location, count in summary.locations.most_common():
         console.print(f"{count:6d}  {location}", markup=False)
+
+
+def _warn_provenance(provenance: dict[str, str]) -> None:
+    warning = provenance_warning(provenance)
+    if warning is not None:
+        typer.echo(f"warning: {warning}", err=True)
 
 
 def _print_difference(console: Console, result: RowResult, other_label: str) -> None:
@@ -146,6 +158,7 @@ def diff(
         typer.echo("error: give --against or --python-path, not both", err=True)
         raise typer.Exit(2)
     try:
+        _warn_provenance(read_provenance(db))
         if against:
             with version_from_git(_repository_root(), against) as other:
                 report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json, not schedule)
@@ -170,16 +183,18 @@ def _report_schedules(results: list[ScheduleResult], other_label: str, json_repo
     if json_report is not None:
         document = _report_json(json_report)
         document["schedules"] = {"count": len(results), "changed": [
-            {"location": r.captured.location, "captured": r.captured.kernels, "other": r.kernels} for r in changed
+            {"location": r.captured.location, "captured": r.ours, "other": r.kernels,
+             "diff": schedule_diff(r, other_label)} for r in changed
         ], "errors": [{"location": r.captured.location, "error": r.error} for r in errors]}  # fmt: skip
         typer.echo(json.dumps(document, indent=2))
         return
     console = _console()
     for r in changed:
         console.print(f"schedule from {r.captured.location}: {len(r.kernels or [])} kernels with {other_label}, "
-                      f"{len(r.captured.kernels)} captured", markup=False)  # fmt: skip
-        console.print(f"  {other_label}: {' '.join(r.kernels or [])}", style="red", markup=False)
-        console.print(f"  captured: {' '.join(r.captured.kernels)}", style="green", markup=False)
+                      f"{len(r.ours or [])} with this version", markup=False)  # fmt: skip
+        for line in schedule_diff(r, other_label):
+            style = "red" if line.startswith("-") else "green" if line.startswith("+") else None
+            console.print(line, style=style, markup=False)
     for r in errors:
         console.print(f"schedule from {r.captured.location}: replay error: {r.error}", style="red", markup=False)
     console.print(f"{len(results)} schedules, {len(changed)} changed, {len(errors)} errors", markup=False)

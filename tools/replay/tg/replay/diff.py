@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tg.codegen import serial
 from tg.codegen.capture import SCHEDULE_TABLE, TABLE
 from tg.replay.database import (
     CapturedRow,
@@ -107,6 +108,7 @@ def version_from_git(repo: str, ref: str) -> Iterator[Version]:
 def _worker_environment(version: Version) -> dict[str, str]:
     env = dict(os.environ)
     env["CAPTURE_PROCESS_REPLAY"] = "0"
+    env["TG_REPLAY_SERIAL"] = serial.__file__  # rows are loaded by this version's restricted unpickler
     if version.python_path:
         env["PYTHONPATH"] = os.pathsep.join([*version.python_path, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
@@ -129,13 +131,19 @@ def _run_workers(
     lock = threading.Lock()
     stderr: list[str] = []
 
+    unsafe: list[str] = []
+
     def pump(process: subprocess.Popen) -> None:
         assert process.stdout is not None
         for line in process.stdout:
             if stop.is_set():
                 break
+            result = json.loads(line)
             with lock:
-                if not on_line(json.loads(line)):
+                if result.get("unsafe"):
+                    unsafe.append(f"row {result['id']}: {result['error']}")
+                    stop.set()
+                elif not on_line(result):
                     stop.set()
         if stop.is_set():
             process.kill()
@@ -148,6 +156,8 @@ def _run_workers(
         thread.start()
     for thread in threads:
         thread.join()
+    if unsafe:
+        raise ReplayError(f"{db} {unsafe[0]} (the database was not written by tg; nothing in it was run)")
     failed = [p for p in processes if p.returncode not in (0, -9) and not stop.is_set()]
     if failed:
         detail = "".join(stderr).strip().splitlines()[-1:] or ["no output"]
@@ -218,25 +228,54 @@ def unified_diff(result: RowResult, other_label: str) -> list[str]:
 
 @dataclass
 class ScheduleResult:
+    """One captured schedule made again by both versions: kernel names and sources (`None`: that side failed)."""
+
     captured: CapturedSchedule
     kernels: list[str] | None = None  # what the other version's scheduler made
+    sources: list[str] | None = None  # and each kernel's source
+    ours: list[str] | None = None  # what this version's scheduler makes of the same graph
+    our_sources: list[str] | None = None
     error: str | None = None
 
     @property
     def changed(self) -> bool:
-        return self.error is None and self.kernels != self.captured.kernels
+        return self.error is None and (self.kernels != self.ours or self.sources != self.our_sources)
 
 
 def replay_schedules(db: str | None, other: Version, jobs: int = 2) -> list[ScheduleResult]:
-    """Schedule every captured tensor graph again with `other`'s scheduler; compare the kernels it makes."""
+    """Schedule every captured tensor graph again with `other`'s scheduler and with this one; a schedule changed
+    when the two make different kernels (count, names, or any kernel's source)."""
     db = resolve_path(db)
     captured = {s.id: s for s in read_schedules(db)}
-    results: list[ScheduleResult] = []
+    results = {i: ScheduleResult(s) for i, s in captured.items()}
 
-    def take(line: dict) -> bool:
-        results.append(ScheduleResult(captured[line["id"]], line.get("kernels"), line.get("error")))
+    def theirs(line: dict) -> bool:
+        result = results[line["id"]]
+        result.kernels, result.sources = line.get("kernels"), line.get("sources")
+        result.error = result.error or (f"{other.label}: {line['error']}" if "error" in line else None)
+        return True
+
+    def ours(line: dict) -> bool:
+        result = results[line["id"]]
+        result.ours, result.our_sources = line.get("kernels"), line.get("sources")
+        result.error = result.error or (f"this version: {line['error']}" if "error" in line else None)
         return True
 
     if captured:
-        _run_workers(db, other, "schedule", list(captured), jobs, take, table=SCHEDULE_TABLE)
-    return sorted(results, key=lambda r: r.captured.id)
+        _run_workers(db, other, "schedule", list(captured), jobs, theirs, table=SCHEDULE_TABLE)
+        _run_workers(db, Version("this version"), "schedule", list(captured), jobs, ours, table=SCHEDULE_TABLE)
+    return [results[i] for i in sorted(results)]
+
+
+def schedule_diff(result: ScheduleResult, other_label: str) -> list[str]:
+    """The kernel list, then each kernel's source, of the other version (`-`) and this one (`+`), diffed."""
+
+    def listing(names: list[str] | None, sources: list[str] | None) -> list[str]:
+        lines = [f"kernels: {' '.join(names or [])}"]
+        for name, source in zip(names or [], sources or [], strict=False):
+            lines += [f"== {name}", *source.splitlines()]
+        return lines
+
+    theirs = listing(result.kernels, result.sources)
+    ours = listing(result.ours, result.our_sources)
+    return list(difflib.unified_diff(theirs, ours, other_label, "this version", lineterm=""))

@@ -84,7 +84,8 @@ def _compile_and_capture(device_name: str, ast: UOp, flags: CodegenFlags) -> Com
     """compile_program, recorded for process replay when CAPTURE_PROCESS_REPLAY=1 (only cache misses land here)."""
     compiled = compile_program(device_name, ast, flags)
     if capture_enabled():
-        record_compile(device_name, ast, renderer_for(Device[device_name]), flags, compiled.source)
+        device = Device[device_name]
+        record_compile(device_name, ast, renderer_for(device), flags, compiled.source, device.compiler.identity())
     return compiled
 
 

@@ -7,30 +7,16 @@ import os
 import pickle
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 from typer.testing import CliRunner
 
-from tg.codegen.capture import META_TABLE, SCHEDULE_TABLE, TABLE, flush_captures
-from tg.codegen.flags import Context
+from tg.codegen.capture import META_TABLE, SCHEDULE_TABLE, TABLE
 from tg.codegen.serial import codegen_version, git_state
-from tg.hcq.engine import clear_program_cache
 from tg.replay.cli import app
-from tg.tensor import Tensor
 
 runner = CliRunner()
-REPO = Path(__file__).resolve().parents[2]
-
-
-def capture_small_program(db: Path) -> None:
-    """Two CPU kernels (a matmul with relu, a sum) and their schedules, captured into `db`."""
-    clear_program_cache()
-    with Context(CAPTURE_PROCESS_REPLAY=1, TG_REPLAY_DB=str(db)):
-        a = Tensor(np.arange(35, dtype=np.float32).reshape(7, 5))
-        b = Tensor(np.ones((5, 3), dtype=np.float32))
-        ((a @ b).relu().sum(axis=0) + 1).numpy()
-        flush_captures()
 
 
 class RunsAShellCommand:
@@ -43,9 +29,9 @@ class RunsAShellCommand:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_crafted_kernel_row_is_refused_and_runs_nothing(tmp_path: Path) -> None:
-    db, marker = tmp_path / "captures.db", tmp_path / "pwned"
-    capture_small_program(db)
+def test_a_crafted_kernel_row_is_refused_and_runs_nothing(tmp_path: Path, small_capture: Callable[[], Path]) -> None:
+    db = small_capture()
+    marker = tmp_path / "pwned"
     with sqlite3.connect(db) as conn:
         conn.execute(f"UPDATE {TABLE} SET inputs = ? WHERE id = (SELECT MIN(id) FROM {TABLE})",
                      (pickle.dumps(RunsAShellCommand(marker)),))  # fmt: skip
@@ -57,9 +43,9 @@ def test_a_crafted_kernel_row_is_refused_and_runs_nothing(tmp_path: Path) -> Non
     assert not marker.exists()
 
 
-def test_a_crafted_schedule_row_is_refused_and_runs_nothing(tmp_path: Path) -> None:
-    db, marker = tmp_path / "captures.db", tmp_path / "pwned"
-    capture_small_program(db)
+def test_a_crafted_schedule_row_is_refused_and_runs_nothing(tmp_path: Path, small_capture: Callable[[], Path]) -> None:
+    db = small_capture()
+    marker = tmp_path / "pwned"
     with sqlite3.connect(db) as conn:
         conn.execute(f"UPDATE {SCHEDULE_TABLE} SET roots = ?", (pickle.dumps(RunsAShellCommand(marker)),))
     result = runner.invoke(app, ["diff", "--db", str(db), "--schedule"])
@@ -68,10 +54,10 @@ def test_a_crafted_schedule_row_is_refused_and_runs_nothing(tmp_path: Path) -> N
     assert not marker.exists()
 
 
-def renumbered_ops(tmp_path: Path) -> Path:
+def renumbered_ops(tmp_path: Path, repo: Path) -> Path:
     """A copy of tg.codegen with one op added at the front of the op table: every op after it has a new number."""
     copy = tmp_path / "renumbered"
-    shutil.copytree(REPO / "lib" / "codegen" / "tg", copy / "tg", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(repo / "lib" / "codegen" / "tg", copy / "tg", ignore=shutil.ignore_patterns("__pycache__"))
     ops = copy / "tg" / "codegen" / "uop" / "ops.py"
     text = ops.read_text()
     assert "    PARAM = auto()\n" in text
@@ -79,19 +65,19 @@ def renumbered_ops(tmp_path: Path) -> Path:
     return copy
 
 
-def test_rows_replay_unchanged_after_an_op_is_added_in_front(tmp_path: Path) -> None:
-    db = tmp_path / "captures.db"
-    capture_small_program(db)
-    result = runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(renumbered_ops(tmp_path)), "--assert",
-                                 "--schedule"])  # fmt: skip
+def test_rows_replay_unchanged_after_an_op_is_added_in_front(
+    tmp_path: Path, small_capture: Callable[[], Path], repo: Path
+) -> None:
+    db = small_capture()
+    other = renumbered_ops(tmp_path, repo)
+    result = runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(other), "--assert", "--schedule"])
     assert result.exit_code == 0, result.output
     assert "2 kernels, 0 changed, 0 errors" in result.output
     assert "0 changed, 0 errors" in result.output.splitlines()[-1]
 
 
-def test_a_row_with_an_op_this_tg_lacks_is_one_line_naming_it(tmp_path: Path) -> None:
-    db = tmp_path / "captures.db"
-    capture_small_program(db)
+def test_a_row_with_an_op_this_tg_lacks_is_one_line_naming_it(small_capture: Callable[[], Path]) -> None:
+    db = small_capture()
     with sqlite3.connect(db) as conn:
         first = conn.execute(f"SELECT id, inputs FROM {TABLE} ORDER BY id LIMIT 1").fetchone()
         assert b"\x05STORE" in first[1]
@@ -104,11 +90,10 @@ def test_a_row_with_an_op_this_tg_lacks_is_one_line_naming_it(tmp_path: Path) ->
     )
 
 
-def test_the_database_records_the_capturing_tg(tmp_path: Path) -> None:
+def test_the_database_records_the_capturing_tg(small_capture: Callable[[], Path]) -> None:
     import json
 
-    db = tmp_path / "captures.db"
-    capture_small_program(db)
+    db = small_capture()
     commit, dirty = git_state()
     listed = runner.invoke(app, ["list", "--db", str(db), "--json"])
     provenance = json.loads(listed.stdout)["provenance"]

@@ -98,6 +98,8 @@ def _check_device(device: str) -> str:
 
     try:
         name = Device.canonicalize(device)
+        if name.split(":")[0] == "NULL":
+            raise BeamError(f"device {name} runs no kernels (it reports a fixed time): BEAM needs one that runs them")
         if Device[name].renderer is None:
             raise BeamError(f"device {name} cannot run kernels (it has no renderer)")
     except (KeyError, ValueError, RuntimeError) as error:
@@ -201,10 +203,11 @@ def cache_import(path: Path, device: str = typer.Option("CPU", "--device")) -> N
     if not path.exists():
         _fail(f"{path} does not exist")
     try:
-        imported, refused = import_cache(str(path), device)
+        result = import_cache(str(path), device)
     except BeamCacheError as error:
         _fail(str(error))
-    typer.echo(f"imported {imported} results, refused {refused} made with another compiler or CPU model")
+    typer.echo(f"imported {result.imported} results, refused {result.other_machine} made with another compiler or "
+               f"CPU model and {result.other_codegen} made by another codegen version")  # fmt: skip
 
 
 def main() -> None:

@@ -46,15 +46,24 @@ def _is_kernel(value: Any) -> bool:
     return isinstance(value, UOp) and value.op is Ops.SINK
 
 
+def _timeable(job: KernelJob, path: Path) -> KernelJob:
+    """`job`, or a BeamError when it cannot be timed: a kernel with variables has sizes no scratch buffer fixes."""
+    variables = sorted({u.arg.name for u in job.ast.toposort() if u.op is Ops.DEFINE_VAR})
+    if variables:
+        raise BeamError(f"{path}: kernel {job.name} has unbound variables ({', '.join(variables)}): tg-beam times "
+                        "kernels with fixed sizes only; dump the kernel from a run with those sizes fixed")  # fmt: skip
+    return job
+
+
 def _as_job(value: Any, path: Path) -> KernelJob:
     if _is_kernel(value):
         info = value.arg if isinstance(value.arg, KernelInfo) else KernelInfo()
-        return KernelJob(value, tuple(info.opts_to_apply or ()))
+        return _timeable(KernelJob(value, tuple(info.opts_to_apply or ())), path)
     if isinstance(value, tuple) and value and _is_kernel(value[0]):
         opts = value[1] if len(value) == 2 else value[3] if len(value) == 4 else ()
         if not all(isinstance(opt, Opt) for opt in opts):
             raise BeamError(f"{path}: the opts next to the kernel are not Opt values")
-        return KernelJob(value[0], tuple(opts))
+        return _timeable(KernelJob(value[0], tuple(opts)), path)
     raise BeamError(
         f"{path} holds {type(value).__name__}, not a kernel: expected a kernel AST (a SINK UOp), (ast, opts), "
         "a process-replay row or a list of them"

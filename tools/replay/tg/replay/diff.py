@@ -34,6 +34,7 @@ from tg.replay.database import (
     resolve_path,
     row_ids,
 )
+from tg.replay.readable import readable_diff
 
 LIBRARY_FOLDERS = ("lib/codegen", "lib/hcq", "lib/drivers")  # what a replay (and timing) imports of tg
 
@@ -53,10 +54,16 @@ class RowResult:
     error: str | None = None
     seconds_other: float | None = None  # with --speed: the kernel's time on the other version
     seconds_captured: float | None = None  # and on this one
+    opts: list[str] | None = None  # the opts the other version applied (reprs)
+    captured_opts: list[str] | None = None  # and those the captured kernel had
 
     @property
     def changed(self) -> bool:
         return self.error is None and self.src != self.row.src
+
+    @property
+    def opts_changed(self) -> bool:
+        return self.opts is not None and self.captured_opts is not None and self.opts != self.captured_opts
 
 
 @dataclass
@@ -181,7 +188,8 @@ def replay(
     limit = len(ids) * max_diff_pct / 100.0
 
     def take(line: dict) -> bool:
-        result = RowResult(rows[line["id"]], src=line.get("src"), error=line.get("error"))
+        result = RowResult(rows[line["id"]], src=line.get("src"), error=line.get("error"), opts=line.get("opts"),
+                           captured_opts=line.get("captured_opts"))  # fmt: skip
         report.results.append(result)
         if on_progress is not None:
             on_progress(result)
@@ -196,7 +204,8 @@ def replay(
 
     if ids:
         _run_workers(db, other, "source", ids, jobs, take)
-    report.results.sort(key=lambda r: r.row.id)
+    # rows from pytest -n N arrive in whatever order the workers wrote them: report in an order that does not
+    report.results.sort(key=lambda r: (r.row.location, r.row.device, r.row.name, r.row.src, r.row.id))
     return report
 
 
@@ -220,10 +229,26 @@ def time_changed(db: str | None, other: Version, report: ReplayReport, jobs: int
 
 
 def unified_diff(result: RowResult, other_label: str) -> list[str]:
-    """`-` lines: the other version's source; `+` lines: the captured source."""
-    theirs = (result.src or "").splitlines()
-    ours = result.row.src.splitlines()
-    return list(difflib.unified_diff(theirs, ours, f"{other_label}", "captured", lineterm=""))
+    """`-` lines: the other version's source; `+` lines: the captured source. The opts, when they differ, come
+    first; value renumbering alone is not shown as a change (tg.replay.readable)."""
+    lines = []
+    if result.opts_changed:
+        lines += [f"opts -{other_label}: {', '.join(result.opts or []) or 'none'}",
+                  f"opts +captured: {', '.join(result.captured_opts or []) or 'none'}"]  # fmt: skip
+    body = readable_diff(result.src or "", result.row.src, other_label, "captured")
+    if not body and result.changed:
+        body = ["(the sources differ only in how values are numbered)"]
+    return lines + body
+
+
+def distinct_changes(results: list[RowResult], other_label: str) -> list[tuple[RowResult, list[str], list[RowResult]]]:
+    """Changed rows grouped by kernel name, device and diff: (first row, its diff, every row with that diff)."""
+    groups: dict[tuple[str, str, str], tuple[RowResult, list[str], list[RowResult]]] = {}
+    for result in results:
+        lines = unified_diff(result, other_label)
+        key = (result.row.name, result.row.device, "\n".join(lines))
+        groups.setdefault(key, (result, lines, []))[2].append(result)
+    return list(groups.values())
 
 
 @dataclass

@@ -45,26 +45,29 @@ def serial() -> ModuleType:
     return sys.modules[SERIAL_MODULE]
 
 
-def _replay_input(blob: bytes, searched: bool) -> tuple[Any, Any, Any]:
+def _replay_input(blob: bytes, searched: bool) -> tuple[Any, Any, Any, tuple[Any, ...]]:
     from tg.codegen.pipeline import with_opts
 
     ast, renderer, flags, applied_opts = serial().loads(blob)
     if searched:
         ast = with_opts(ast, applied_opts)
-    return ast, renderer, flags
+    return ast, renderer, flags, tuple(applied_opts)
 
 
-def replay_source(blob: bytes, searched: bool) -> str:
+def replay_source(blob: bytes, searched: bool) -> dict[str, Any]:
+    """{"src": the source this version makes, "opts": the opts it applied, "captured_opts": the row's}."""
     from tg.codegen.pipeline import kernel_to_program
 
-    ast, renderer, flags = _replay_input(blob, searched)
-    return kernel_to_program(ast, renderer, flags).src
+    ast, renderer, flags, captured_opts = _replay_input(blob, searched)
+    program = kernel_to_program(ast, renderer, flags)
+    return {"src": program.src, "opts": [repr(o) for o in program.applied_opts],
+            "captured_opts": [repr(o) for o in captured_opts]}  # fmt: skip
 
 
 def time_row(blob: bytes, searched: bool, device: str) -> float:
     from tg.hcq.engine import time_kernel
 
-    ast, _, flags = _replay_input(blob, searched)
+    ast, _, flags, _ = _replay_input(blob, searched)
     return time_kernel(ast, device, flags=flags, repeats=5).seconds
 
 
@@ -126,7 +129,7 @@ def main(argv: list[str]) -> int:
             if mode == "time":
                 result["seconds"] = time_row(bytes(blob), bool(searched), device)
             else:
-                result["src"] = replay_source(bytes(blob), bool(searched))
+                result.update(replay_source(bytes(blob), bool(searched)))
         except Exception as error:  # a replay failure is a result to report, not a crash of the worker
             result.update(_failure(error))
         print(json.dumps(result), flush=True)

@@ -66,17 +66,20 @@ def test_opts_first_one_line_per_kernel_and_the_diff_in_json(
     tmp_path: Path, small_capture: Callable[[], Path], repo: Path
 ) -> None:
     db = small_capture()
+    small_capture()  # the same kernels again, from another line: rows with the same change are shown once
     other = changed_heuristics(tmp_path, repo)
     result = runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(other)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     first_matmul = lines.index(next(line for line in lines if line.startswith("r_7_3_5 on CPU")))
+    assert lines[first_matmul].endswith(" and 1 more rows with the same change")
+    assert sum(line.startswith("r_7_3_5 on CPU") for line in lines) == 1
     assert lines[first_matmul + 1].startswith(f"opts -{other}: ")  # the opts come before the source diff
     assert lines[first_matmul + 2].startswith("opts +captured: Opt(")
     summaries = [line for line in lines if line.startswith("changed: ")]
     # the sum kernel has no opts either way: only the matmul changed, and it gets one summary line
     assert len(summaries) == 1 and summaries[0].startswith("changed: r_7_3_5 on CPU: ")
-    assert summaries[0].endswith(" lines, opts changed, 1 row")
+    assert summaries[0].endswith(" lines, opts changed, 2 rows")
     document = json.loads(runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(other), "--json"]).stdout)
     matmul = next(entry for entry in document["changed"] if entry["name"] == "r_7_3_5")
     assert matmul["opts_other"] == [] and matmul["opts_captured"]
@@ -92,3 +95,21 @@ def test_assert_fails_on_an_empty_database(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "holds no captured kernels: --assert would check nothing" in result.output
     assert runner.invoke(app, ["diff", "--db", str(db)]).exit_code == 0  # without --assert an empty replay is fine
+
+
+def test_rows_are_reported_in_the_same_order_whatever_order_they_were_written(
+    tmp_path: Path, small_capture: Callable[[], Path]
+) -> None:
+    """pytest -n 2 workers append rows in whatever order they finish; the report must not depend on it."""
+    from tg.replay.diff import Version, replay
+
+    db = small_capture()
+    reversed_db = tmp_path / "reversed.db"
+    connect(str(reversed_db)).close()
+    with sqlite3.connect(reversed_db) as conn:
+        conn.execute("ATTACH DATABASE ? AS original", (str(db),))
+        columns = "location, device, name, searched, inputs, src, compiler"
+        conn.execute(f"INSERT INTO {TABLE} ({columns}) SELECT {columns} FROM original.{TABLE} ORDER BY id DESC")
+    order = [(r.row.name, r.row.location) for r in replay(str(db), Version("this version"), jobs=1).results]
+    again = [(r.row.name, r.row.location) for r in replay(str(reversed_db), Version("this version"), jobs=1).results]
+    assert len(order) == 2 and order == again

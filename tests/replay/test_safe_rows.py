@@ -104,3 +104,33 @@ def test_the_database_records_the_capturing_tg(small_capture: Callable[[], Path]
     assert compilers and all(compilers)  # every row names its compiler
     warned = runner.invoke(app, ["list", "--db", str(db)])
     assert "warning: captured from a dirty tree" in warned.output
+
+
+def test_sigterm_during_against_removes_its_worktree(small_capture: Callable[[], Path], repo: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    db = small_capture()
+    command = [sys.executable, "-m", "tg.replay.cli", "diff", "--db", str(db), "--against", "HEAD", "-j", "1"]
+    diff = subprocess.Popen(command, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def replay_worktrees() -> list[str]:
+        listing = subprocess.run(["git", "-C", str(repo), "worktree", "list", "--porcelain"], capture_output=True,
+                                 text=True, check=True).stdout  # fmt: skip
+        return [line.split(" ", 1)[1] for line in listing.splitlines()
+                if line.startswith("worktree ") and "tg-replay-" in line]  # fmt: skip
+
+    before = set(replay_worktrees())
+    deadline = time.monotonic() + 300
+    made: list[str] = []
+    while not made and time.monotonic() < deadline and diff.poll() is None:
+        made = [tree for tree in replay_worktrees() if tree not in before]
+        time.sleep(0.05)
+    assert made, "the diff never made its worktree"
+    diff.send_signal(signal.SIGTERM)
+    _, stderr = diff.communicate(timeout=300)
+    assert diff.returncode == 143, stderr
+    assert "terminated (SIGTERM); the temporary worktree was removed" in stderr
+    assert made[0] not in replay_worktrees() and not Path(made[0]).exists()

@@ -22,6 +22,7 @@ from tg.replay.diff import (
     ReplayReport,
     RowResult,
     ScheduleResult,
+    Terminated,
     Version,
     distinct_changes,
     replay,
@@ -191,6 +192,9 @@ def diff(
             schedules = replay_schedules(db, other, jobs) if schedule else []
     except ReplayError as error:
         _fail(str(error))
+    except Terminated:
+        typer.echo("error: terminated (SIGTERM); the temporary worktree was removed", err=True)
+        raise typer.Exit(143) from None
     schedules_differ = any(r.changed or r.error for r in schedules)
     if schedule:
         _report_schedules(schedules, other.label, report if as_json else None)

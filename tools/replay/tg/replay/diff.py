@@ -15,6 +15,8 @@ import contextlib
 import difflib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -94,22 +96,57 @@ def version_from_path(folder: str) -> Version:
     raise ReplayError(f"{folder} holds neither lib/codegen/tg/codegen (a tg checkout) nor tg/codegen")
 
 
+class Terminated(Exception):
+    """SIGTERM arrived while a temporary worktree existed (raised so that the worktree is removed first)."""
+
+
+@dataclass
+class _SigtermState:
+    ignore: bool = False  # set while cleaning up: later SIGTERMs are ignored until the cleanup is done
+
+
+@contextlib.contextmanager
+def _terminate_as_exception() -> Iterator[_SigtermState]:
+    """While inside, SIGTERM raises Terminated in the main thread (so `finally` blocks run), instead of ending the
+    process at once; outside the main thread nothing changes (signal handlers can only be set there)."""
+    state = _SigtermState()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if not state.ignore:
+            state.ignore = True
+            raise Terminated("terminated (SIGTERM)")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @contextlib.contextmanager
 def version_from_git(repo: str, ref: str) -> Iterator[Version]:
-    """A temporary `git worktree` of `ref`, removed afterwards."""
+    """A temporary `git worktree` of `ref`, removed afterwards, also when the process gets SIGTERM meanwhile."""
     check = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", f"{ref}^{{commit}}"], capture_output=True)
     if check.returncode != 0:
         raise ReplayError(f"git ref {ref!r} is not a commit in {repo}")
-    with tempfile.TemporaryDirectory(prefix="tg-replay-") as scratch:
+    with _terminate_as_exception() as terminated, tempfile.TemporaryDirectory(prefix="tg-replay-") as scratch:
         tree = os.path.join(scratch, "tree")
-        made = subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", tree, ref], capture_output=True)
-        if made.returncode != 0:
-            raise ReplayError(f"cannot check out {ref}: {made.stderr.decode().strip()}")
-        try:
+        try:  # from before `worktree add`: a SIGTERM during it leaves a half-made worktree to remove
+            made = subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", tree, ref], capture_output=True)
+            if made.returncode != 0:
+                raise ReplayError(f"cannot check out {ref}: {made.stderr.decode().strip()}")
             version = version_from_path(tree)
             yield Version(ref, version.python_path)
         finally:
+            terminated.ignore = True  # a second SIGTERM must not interrupt the cleanup
+            # a killed `worktree add` leaves its worktree locked ("initializing"), half made: unlock, remove, prune
+            subprocess.run(["git", "-C", repo, "worktree", "unlock", tree], capture_output=True)
             subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], capture_output=True)
+            shutil.rmtree(tree, ignore_errors=True)
+            subprocess.run(["git", "-C", repo, "worktree", "prune"], capture_output=True)
 
 
 def _worker_environment(version: Version) -> dict[str, str]:
@@ -161,8 +198,15 @@ def _run_workers(
     threads = [threading.Thread(target=pump, args=(p,), daemon=True) for p in processes]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:  # SIGTERM (Terminated) or Ctrl-C: no worker may outlive the diff (or its worktree)
+        stop.set()
+        for process in processes:
+            process.kill()
+            process.wait()
+        raise
     if unsafe:
         raise ReplayError(f"{db} {unsafe[0]} (the database was not written by tg; nothing in it was run)")
     failed = [p for p in processes if p.returncode not in (0, -9) and not stop.is_set()]

@@ -12,6 +12,7 @@ It is read with tg.codegen.serial's restricted unpickler: a file that names anyt
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,16 +85,55 @@ def load_kernels(path: Path) -> list[KernelJob]:
     return [_as_job(item, path) for item in items]
 
 
-def _random_contents(buffer: Buffer, rng: np.random.Generator) -> bytes:
+# Input families --verify runs both kernels on: a wrong kernel is often right on one family and wrong on another
+# (a max whose start value is 0 instead of -inf is right on every row holding a positive value)
+FAMILIES = ("normal", "all-negative", "large magnitude", "mixed-sign integers", "inf/nan")
+
+
+def _float_values(family: str, count: int, dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    normal = rng.standard_normal(count)
+    if family == "all-negative":
+        return (-np.abs(normal) - 0.125).astype(dtype)
+    if family == "large magnitude":
+        return (normal * (1e2 if dtype.itemsize <= 2 else 1e4)).astype(dtype)
+    if family == "mixed-sign integers":
+        return rng.integers(-8, 9, count).astype(dtype)
+    if family == "inf/nan":
+        special = rng.choice(np.array([np.inf, -np.inf, np.nan]), count)
+        return np.where(rng.random(count) < 0.125, special, normal).astype(dtype)
+    return normal.astype(dtype)
+
+
+def _int_values(family: str, count: int, dtype: np.dtype, rng: np.random.Generator) -> np.ndarray | None:
+    signed = dtype.kind == "i"
+    if family == "normal":
+        return rng.integers(0, 8, count).astype(dtype)
+    if family in ("all-negative", "mixed-sign integers") and signed:
+        return rng.integers(-8, 0 if family == "all-negative" else 9, count).astype(dtype)
+    if family == "large magnitude":  # large, yet a product of two stays in range (no overflow to tell apart)
+        bound = 2 ** max(0, 4 * dtype.itemsize - 2)
+        return rng.integers(-bound if signed else 0, bound, count).astype(dtype)
+    return None
+
+
+def family_contents(buffer: Buffer, family: str, rng: np.random.Generator) -> bytes | None:
+    """Contents for `buffer` from input `family` (None: the family has no values of its type, e.g. negative
+    unsigned integers or a NaN boolean)."""
     dtype = np.dtype(getattr(buffer.dtype, "fmt", None) or "B")
     count = buffer.nbytes // dtype.itemsize
-    if dtype.kind == "f":
-        values = rng.standard_normal(count).astype(dtype)
-    elif dtype.kind == "b":
-        values = rng.integers(0, 2, count).astype(dtype)
+    if dtype.kind == "b":
+        values = rng.integers(0, 2, count).astype(dtype) if family == "normal" else None
+    elif dtype.kind == "f":
+        values = _float_values(family, count, dtype, rng)
     else:
-        values = rng.integers(0, 8, count).astype(dtype)
-    return values.tobytes()
+        values = _int_values(family, count, dtype, rng)
+    return None if values is None else values.tobytes()
+
+
+def _order_sensitive_to_nan(ast: UOp) -> bool:
+    """A MAX reduction's NaN result depends on the order it meets the NaN in: the inf/nan family would fail opts
+    that only reorder it."""
+    return any(u.op is Ops.REDUCE and u.arg is Ops.MAX for u in ast.toposort())
 
 
 @dataclass(frozen=True)
@@ -102,18 +142,7 @@ class Verification:
     detail: str
 
 
-def verify(job: KernelJob, opts: tuple[Opt, ...], device: str, flags: CodegenFlags, seed: int = 0) -> Verification:
-    """Run the unoptimized kernel and the kernel with `opts` on the same random inputs and compare every buffer."""
-    reference = compile_program(device, with_opts(job.ast, ()), flags)
-    candidate = compile_program(device, with_opts(job.ast, opts), flags)
-    rng = np.random.default_rng(seed)
-    first, second = scratch_buffers(job.ast, device), scratch_buffers(job.ast, device)
-    for a, b in zip(first, second, strict=True):
-        contents = _random_contents(a, rng)
-        a.copyin(contents)
-        b.copyin(contents)
-    time_program(reference, first, repeats=1)
-    time_program(candidate, second, repeats=1)
+def _compare(first: list[Buffer], second: list[Buffer], family: str) -> Verification | None:
     for slot, (a, b) in enumerate(zip(first, second, strict=True)):
         want, got = a.numpy(), b.numpy()
         if want.dtype.kind == "f":
@@ -121,8 +150,43 @@ def verify(job: KernelJob, opts: tuple[Opt, ...], device: str, flags: CodegenFla
         else:
             same = np.array_equal(got, want)
         if not same:
-            worst = np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))
-            return Verification(
-                False, f"buffer {slot} differs from the unoptimized kernel (max difference {worst:.3g})"
-            )
-    return Verification(True, "matches the unoptimized kernel on random inputs")
+            with np.errstate(invalid="ignore", over="ignore"):
+                difference = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            finite = difference[np.isfinite(difference)]
+            worst = finite.max() if finite.size else math.nan
+            return Verification(False, f"{family} inputs: buffer {slot} differs from the unoptimized kernel "
+                                       f"(max difference {worst:.3g})")  # fmt: skip
+    return None
+
+
+def compare_kernels(reference: UOp, candidate: UOp, device: str, flags: CodegenFlags, seed: int = 0) -> Verification:
+    """Run `reference` and `candidate` (kernels with the same buffers) on the same inputs of every family in
+    FAMILIES that their buffer types allow, and compare every buffer; the first family that differs is named."""
+    reference_program = compile_program(device, reference, flags)
+    candidate_program = compile_program(device, candidate, flags)
+    rng = np.random.default_rng(seed)
+    checked = []
+    for family in FAMILIES:
+        if family == "inf/nan" and _order_sensitive_to_nan(reference):
+            continue
+        first, second = scratch_buffers(reference, device), scratch_buffers(reference, device)
+        contents = [family_contents(buffer, family, rng) for buffer in first]
+        if all(c is None for c in contents):
+            continue
+        for a, b, data in zip(first, second, contents, strict=True):
+            data = data if data is not None else family_contents(a, "normal", rng)
+            a.copyin(data)
+            b.copyin(data)
+        time_program(reference_program, first, repeats=1)
+        time_program(candidate_program, second, repeats=1)
+        failure = _compare(first, second, family)
+        if failure is not None:
+            return failure
+        checked.append(family)
+    return Verification(True, f"matches the unoptimized kernel on {', '.join(checked)} inputs")
+
+
+def verify(job: KernelJob, opts: tuple[Opt, ...], device: str, flags: CodegenFlags, seed: int = 0) -> Verification:
+    """Run the unoptimized kernel and the kernel with `opts` on the same inputs of several families (normal,
+    all-negative, large magnitude, mixed-sign integers, inf/nan) and compare every buffer."""
+    return compare_kernels(with_opts(job.ast, ()), with_opts(job.ast, opts), device, flags, seed)

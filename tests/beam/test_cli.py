@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from tg.beam.cli import app
 from tg.codegen.opt.opts import Opt, OptOps
 from tg.codegen.pipeline import CodegenFlags
-from tg.codegen.serial import codegen_version, git_state, read_file
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
+from tg.codegen.serial import codegen_version, git_state, read_file
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device

@@ -134,12 +134,16 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
     document: dict[str, Any] = {
         "name": job.name, "device": device, "beam": width, "cached": result.cached, "time_us": seconds * 1e6,
         "opts": [{"op": o.op.name, "axis": o.axis, "arg": repr(o.arg)} for o in result.opts],
-        "out_of_time": result.out_of_time,
+        "out_of_time": result.out_of_time, "spread_us": result.spread * 1e6,
+        "hand_coded_us": None if result.hand_coded_seconds is None else result.hand_coded_seconds * 1e6,
     }  # fmt: skip
     if not as_json:
         where = "cached" if result.cached else "searched"
         if result.out_of_time:
             where += f"; BEAM_TIME_BUDGET={int(BEAM_TIME_BUDGET)} s spent: the best so far"
+        if result.hand_coded_seconds is not None:
+            where += (f"; hand-coded {result.hand_coded_seconds * 1e6:.1f} us, spread {result.spread * 1e6:.1f} us "
+                      "over interleaved repeats")  # fmt: skip
         typer.echo(f"{job.name}: final time {seconds * 1e6:.1f} us ({where}, beam {width} on {device})")
         typer.echo(f"applied_opts: {list(result.opts)}")
     if show_src:

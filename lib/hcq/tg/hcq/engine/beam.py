@@ -8,7 +8,8 @@ driving its own compiler process, then run on scratch buffers made from the kern
 when it fails to compile, takes longer than BEAM_TIMEOUT_SEC to compile (not waited for), renders the same source
 as one already seen, or is slower than 3x the best so far; only one within 1.5x of the best is timed twice more,
 and one that runs past its deadline is killed with its child process (a spare takes over). The winner is then timed
-against the hand-coded opts in turns (`confirm`), and the faster median wins.
+against the hand-coded opts in turns (`confirm`): it replaces them only when its median is faster by more than the
+spread of those repeats (BeamResult.spread), else the hand-coded opts are kept.
 
 BEAM_TIME_BUDGET (seconds, default 60; 0: none) bounds one kernel's search: the rounds get SEARCH_SHARE of it, and
 when it is spent the search ends with the best so far (BeamResult.out_of_time; a DEBUG>=1 line says so).
@@ -64,6 +65,8 @@ class BeamResult:
     seconds: float
     cached: bool
     out_of_time: bool = False  # the search ended at BEAM_TIME_BUDGET with the best found so far
+    spread: float = 0.0  # seconds between the fastest and slowest of a contender's interleaved repeats (confirm)
+    hand_coded_seconds: float | None = None  # the median of the hand-coded opts in those repeats
 
 
 # ---------------------------------------------------------------------------------------------------- the cache
@@ -403,6 +406,14 @@ def _heuristic_seeds(ast: UOp, flags: CodegenFlags) -> list[tuple[Opt, ...]]:
         return []
 
 
+@dataclass(frozen=True)
+class Confirmed:
+    opts: tuple[Opt, ...]
+    seconds: float  # its median over the repeats
+    spread: float = 0.0  # the widest range (slowest - fastest) of any contender's repeats: what timing noise is
+    hand_coded_seconds: float | None = None  # the best rival's median, when there was a rival
+
+
 def confirm(
     ast: UOp,
     device_name: str,
@@ -412,13 +423,14 @@ def confirm(
     rivals: list[tuple[Opt, ...]],
     seconds: float,
     until: float = math.inf,
-) -> tuple[tuple[Opt, ...], float]:
+) -> Confirmed:
     """The search's winner timed against `rivals` (the hand-coded opts) in turns, CONFIRM_ROUNDS times (fewer, at
-    least one, once time.monotonic() passes `until`): on a loaded machine one lucky timing must not make a slower
-    kernel the winner. Returns the opts with the lowest median."""
+    least one, once time.monotonic() passes `until`). The winner replaces the best rival only when its median is
+    faster by more than the spread of the repeats: on a loaded machine a lucky timing, or a gain smaller than the
+    noise, must not replace the built-in opts with a search result."""
     contenders = list(dict.fromkeys([found, *rivals]))
     if len(contenders) == 1:
-        return found, seconds
+        return Confirmed(found, seconds)
     compiled = _compile_all(device_name, [with_opts(ast, opts) for opts in contenders], flags)
     samples: dict[tuple[Opt, ...], list[float]] = {opts: [] for opts in contenders}
     for turn in range(CONFIRM_ROUNDS):
@@ -427,11 +439,17 @@ def confirm(
         for opts, program in zip(contenders, compiled, strict=True):
             if program is not None:
                 samples[opts].append(timer.time(program[0], program[1], math.inf))
-    medians = {opts: statistics.median(times) for opts, times in samples.items() if times}
+    medians = {opts: statistics.median(times) for opts, times in samples.items() if times and math.isfinite(min(times))}
     if not medians:
-        return found, seconds
-    best = min(medians, key=lambda opts: medians[opts])
-    return best, medians[best]
+        return Confirmed(found, seconds)
+    spread = max(max(samples[opts]) - min(samples[opts]) for opts in medians)
+    timed_rivals = [opts for opts in contenders[1:] if opts in medians]
+    if not timed_rivals:
+        return Confirmed(found, medians[found], spread)
+    rival = min(timed_rivals, key=lambda opts: medians[opts])
+    if found in medians and medians[rival] - medians[found] > spread:
+        return Confirmed(found, medians[found], spread, medians[rival])
+    return Confirmed(rival, medians[rival], spread, medians[rival])
 
 
 def search_opts(
@@ -468,11 +486,12 @@ def search_opts(
             core_groups=flags.core_groups, seeds=seeds, chunk=max(4, 2 * int(BEAM_WORKERS)),
             time_budget=None if budget is None else SEARCH_SHARE * budget - (time.monotonic() - start),
         )  # fmt: skip
-        opts, seconds = confirm(ast, device_name, flags, timer, opts, seeds, seconds, until)
+        confirmed = confirm(ast, device_name, flags, timer, opts, seeds, seconds, until)
     finally:
         timer.close()
     out_of_time = bool(rounds) and rounds[-1].out_of_time
-    result = BeamResult(opts, seconds, cached=False, out_of_time=out_of_time)
+    result = BeamResult(confirmed.opts, confirmed.seconds, cached=False, out_of_time=out_of_time,
+                        spread=confirmed.spread, hand_coded_seconds=confirmed.hand_coded_seconds)  # fmt: skip
     if DEBUG >= 1:
         print(_summary(ast, width, result, rounds, time.monotonic() - start))
     store_opts(ast, device_name, width, result)

@@ -50,6 +50,7 @@ def test_every_kernel_pickle_shape_is_searched(tmp_path: Path, shape: str) -> No
     assert len(documents) == (2 if shape == "list" else 1)
     for document in documents:
         assert document["time_us"] > 0 and document["device"] == "CPU"
+        assert document["spread_us"] >= 0 and "hand_coded_us" in document
     if shape in ("ast_opts", "replay_row"):
         assert documents[0]["opts"][0] == {"op": "UPCAST", "axis": 0, "arg": "2"}  # the search goes on from them
 

@@ -113,3 +113,17 @@ def test_rows_are_reported_in_the_same_order_whatever_order_they_were_written(
     order = [(r.row.name, r.row.location) for r in replay(str(db), Version("this version"), jobs=1).results]
     again = [(r.row.name, r.row.location) for r in replay(str(reversed_db), Version("this version"), jobs=1).results]
     assert len(order) == 2 and order == again
+
+
+def test_schedule_compares_each_kernels_source_not_only_the_names(
+    tmp_path: Path, small_capture: Callable[[], Path], repo: Path
+) -> None:
+    """The other version makes the same kernels with the same names, but one with another source: a change."""
+    db = small_capture()
+    other = changed_heuristics(tmp_path, repo)
+    result = runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(other), "--schedule", "--json"])
+    schedules = json.loads(result.stdout)["schedules"]
+    assert schedules["count"] == 1 and len(schedules["changed"]) == 1
+    changed = schedules["changed"][0]
+    assert changed["captured"] == changed["other"] == ["r_7_3_5", "r_3_7"]
+    assert "-  for (long r0 = 0; r0 < 7; r0++) {" in changed["diff"]

@@ -149,3 +149,18 @@ def test_a_kernel_file_with_an_op_this_tg_lacks_names_it(tmp_path: Path) -> None
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [f"error: {path}: Ops.STORX is not in this tg's Ops table "
                                                   "(written by a tg with another Ops table)"]  # fmt: skip
+
+
+def test_the_result_line_reports_the_hand_coded_time_and_the_spread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tg.hcq.engine import beam as engine_beam
+
+    found = engine_beam.BeamResult((Opt(OptOps.UPCAST, 0, 2),), 2e-6, cached=False, spread=3e-7,
+                                   hand_coded_seconds=4e-6)  # fmt: skip
+    monkeypatch.setattr(engine_beam, "search_opts", lambda *args, **kwargs: found)
+    result = runner.invoke(app, ["--kernel", str(write(tmp_path / "k.pkl", small_kernel())), "--beam", "2"])
+    assert result.exit_code == 0, result.output
+    assert "final time 2.0 us (searched, beam 2 on CPU; hand-coded 4.0 us, spread 0.3 us over interleaved repeats)" in (
+        result.stdout
+    )

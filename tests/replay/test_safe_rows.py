@@ -104,6 +104,8 @@ def test_the_database_records_the_capturing_tg(small_capture: Callable[[], Path]
     assert compilers and all(compilers)  # every row names its compiler
     warned = runner.invoke(app, ["list", "--db", str(db)])
     assert "warning: captured from a dirty tree" in warned.output
+    diffed = runner.invoke(app, ["diff", "--db", str(db)])
+    assert diffed.exit_code == 0 and "warning: captured from a dirty tree" in diffed.output
 
 
 def test_sigterm_during_against_removes_its_worktree(small_capture: Callable[[], Path], repo: Path) -> None:

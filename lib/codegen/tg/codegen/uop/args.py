@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 class AxisType(Enum):
     """What a RANGE loops over; the letter is how kernel names and debug output show it."""
 
-    def __reduce_ex__(self, protocol: int) -> tuple:
+    def __reduce_ex__(self, protocol: Any) -> tuple:
         return enum_by_name(self)  # by name, never by number: stored IR survives a new or reordered member
 
     DEVICE = "d"  # a multi-device shard

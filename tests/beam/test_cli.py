@@ -63,6 +63,7 @@ def test_verify_and_out_give_a_kernel_that_replays_its_opts(tmp_path: Path) -> N
     optimized, recorded = read_file(out)
     assert recorded["codegen_version"] == codegen_version() and recorded["commit"] == git_state()[0]
     assert recorded["compiler"] == Device["CPU"].compiler.identity() and recorded["dirty"] in ("yes", "no")
+    assert recorded["flags"] == repr(CodegenFlags()) and recorded["device"] == "CPU"
     assert isinstance(optimized.arg, KernelInfo) and optimized.arg.opts_to_apply is not None
     again = runner.invoke(app, ["--kernel", str(out), "--beam", "2", "--json"])
     assert again.exit_code == 0, again.output
@@ -94,6 +95,8 @@ def test_dump_writes_one_kernel_pickle_per_compiled_kernel(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     dumped = sorted(folder.glob("*.pkl"))
     assert dumped
+    _, recorded = read_file(dumped[0])
+    assert recorded["codegen_version"] == codegen_version() and recorded["flags"].startswith("CodegenFlags(")
     searched = runner.invoke(app, ["--kernel", str(dumped[0]), "--beam", "1", "--verify"])
     assert searched.exit_code == 0 and "verify: ok" in searched.stdout
 

@@ -167,10 +167,12 @@ def progress_text(name: str, round_: Any) -> str:
 
 
 def _machine(device_name: str) -> dict[str, str]:
-    """What a written k.pkl records besides the codegen version and commit: the device and its compiler."""
+    """What a written k.pkl records besides the codegen version and commit: the device, its compiler, the flags."""
+    from tg.codegen.pipeline import CodegenFlags
     from tg.hcq.device import Device
 
-    return {"device": device_name, "compiler": Device[device_name].compiler.identity()}
+    flags = repr(CodegenFlags.from_environment())
+    return {"device": device_name, "compiler": Device[device_name].compiler.identity(), "flags": flags}
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -89,9 +89,9 @@ def _compile_and_capture(device_name: str, ast: UOp, flags: CodegenFlags) -> Com
     return compiled
 
 
-def _dump_kernel(device_name: str, ast: UOp) -> None:
+def _dump_kernel(device_name: str, ast: UOp, flags: CodegenFlags) -> None:
     """With TG_DUMP_KERNELS=DIR, write the kernel AST as DIR/<name>.pkl (a k.pkl for tg-beam, in
-    tg.codegen.serial's format: ops by name, with the codegen version, commit and compiler)."""
+    tg.codegen.serial's format: ops by name, with the codegen version, commit, compiler and codegen flags)."""
     folder = TG_DUMP_KERNELS.value
     if not folder:
         return
@@ -101,7 +101,7 @@ def _dump_kernel(device_name: str, ast: UOp) -> None:
     while os.path.exists(path):
         number += 1
         path = os.path.join(folder, f"{name}_{number}.pkl")
-    write_file(path, ast, device=device_name, compiler=Device[device_name].compiler.identity())
+    write_file(path, ast, device=device_name, compiler=Device[device_name].compiler.identity(), flags=repr(flags))
 
 
 def beam_width() -> int:
@@ -138,7 +138,7 @@ def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -
         program_cache_stats.hits += 1
         return found
     program_cache_stats.misses += 1
-    _dump_kernel(device_name, ast)
+    _dump_kernel(device_name, ast, flags)
     found = _compile_and_capture(device_name, _with_beam_opts(device_name, ast, flags, width), flags)
     with _lock:
         _cache[key] = found

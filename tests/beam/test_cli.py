@@ -14,6 +14,7 @@ from tg.beam.cli import app
 from tg.codegen.opt.opts import Opt, OptOps
 from tg.codegen.pipeline import CodegenFlags
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
+from tg.codegen.serial import codegen_version, git_state, read_file
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
@@ -28,7 +29,7 @@ def small_kernel() -> UOp:
 
 
 def write(path: Path, value: object) -> Path:
-    path.write_bytes(pickle.dumps(value))
+    path.write_bytes(pickle.dumps(value))  # a bare pickle: the IR pickles its enums by name
     return path
 
 
@@ -49,6 +50,7 @@ def test_every_kernel_pickle_shape_is_searched(tmp_path: Path, shape: str) -> No
     assert len(documents) == (2 if shape == "list" else 1)
     for document in documents:
         assert document["time_us"] > 0 and document["device"] == "CPU"
+        assert document["spread_us"] >= 0 and "hand_coded_us" in document
     if shape in ("ast_opts", "replay_row"):
         assert documents[0]["opts"][0] == {"op": "UPCAST", "axis": 0, "arg": "2"}  # the search goes on from them
 
@@ -58,7 +60,10 @@ def test_verify_and_out_give_a_kernel_that_replays_its_opts(tmp_path: Path) -> N
     result = runner.invoke(app, ["--kernel", str(kernel), "--beam", "2", "--verify", "--out", str(out), "--src"])
     assert result.exit_code == 0, result.output
     assert "verify: ok" in result.stdout and "final time" in result.stdout and "applied_opts" in result.stdout
-    optimized = pickle.loads(out.read_bytes())
+    optimized, recorded = read_file(out)
+    assert recorded["codegen_version"] == codegen_version() and recorded["commit"] == git_state()[0]
+    assert recorded["compiler"] == Device["CPU"].compiler.identity() and recorded["dirty"] in ("yes", "no")
+    assert recorded["flags"] == repr(CodegenFlags()) and recorded["device"] == "CPU"
     assert isinstance(optimized.arg, KernelInfo) and optimized.arg.opts_to_apply is not None
     again = runner.invoke(app, ["--kernel", str(out), "--beam", "2", "--json"])
     assert again.exit_code == 0, again.output
@@ -66,7 +71,7 @@ def test_verify_and_out_give_a_kernel_that_replays_its_opts(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(b"not a pickle", "is not a pickle"), (pickle.dumps({"a": 1}), "holds dict, not a kernel"),
+    [(b"not a pickle", "not a tg IR pickle"), (pickle.dumps({"a": 1}), "holds dict, not a kernel"),
      (pickle.dumps([]), "empty list")],
 )  # fmt: skip
 def test_bad_kernel_files_are_one_error_line(tmp_path: Path, content: bytes, message: str) -> None:
@@ -90,6 +95,8 @@ def test_dump_writes_one_kernel_pickle_per_compiled_kernel(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     dumped = sorted(folder.glob("*.pkl"))
     assert dumped
+    _, recorded = read_file(dumped[0])
+    assert recorded["codegen_version"] == codegen_version() and recorded["flags"].startswith("CodegenFlags(")
     searched = runner.invoke(app, ["--kernel", str(dumped[0]), "--beam", "1", "--verify"])
     assert searched.exit_code == 0 and "verify: ok" in searched.stdout
 
@@ -110,3 +117,52 @@ def test_cache_export_then_import_refuses_another_compiler(tmp_path: Path) -> No
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{}\n")
     assert runner.invoke(app, ["cache", "import", str(bad)]).exit_code == 1
+
+
+class RunsAShellCommand:
+    """What a crafted k.pkl holds: unpickling it with plain pickle would run `touch MARKER`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("where", ["alone", "inside_a_kernel_tuple"])
+def test_a_crafted_kernel_file_is_refused_and_runs_nothing(tmp_path: Path, where: str) -> None:
+    marker = tmp_path / "pwned"
+    payload = RunsAShellCommand(marker)
+    value = payload if where == "alone" else (small_kernel(), (payload,))
+    path = write(tmp_path / "k.pkl", value)
+    result = runner.invoke(app, ["--kernel", str(path), "--beam", "1"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("error:") and "refused posix.system" in result.output
+    assert "Traceback" not in result.output
+    assert not marker.exists()  # the command never ran
+
+
+def test_a_kernel_file_with_an_op_this_tg_lacks_names_it(tmp_path: Path) -> None:
+    data = pickle.dumps(small_kernel()).replace(b"\x05STORE", b"\x05STORX")  # one op renamed by "another version"
+    path = tmp_path / "k.pkl"
+    path.write_bytes(data)
+    result = runner.invoke(app, ["--kernel", str(path), "--beam", "1"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [f"error: {path}: Ops.STORX is not in this tg's Ops table "
+                                                  "(written by a tg with another Ops table)"]  # fmt: skip
+
+
+def test_the_result_line_reports_the_hand_coded_time_and_the_spread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tg.hcq.engine import beam as engine_beam
+
+    found = engine_beam.BeamResult((Opt(OptOps.UPCAST, 0, 2),), 2e-6, cached=False, spread=3e-7,
+                                   hand_coded_seconds=4e-6)  # fmt: skip
+    monkeypatch.setattr(engine_beam, "search_opts", lambda *args, **kwargs: found)
+    result = runner.invoke(app, ["--kernel", str(write(tmp_path / "k.pkl", small_kernel())), "--beam", "2"])
+    assert result.exit_code == 0, result.output
+    line = "final time 2.0 us (searched; hand-coded 4.0 us, spread 0.3 us over interleaved repeats, beam 2 on CPU)"
+    assert line in result.stdout

@@ -165,7 +165,25 @@ def test_a_lucky_winner_is_timed_again_against_the_hand_coded_opts() -> None:
     ast = matmul_kernel(16)
     winner, hand_coded = (Opt(OptOps.UPCAST, 0, 2),), (Opt(OptOps.UPCAST, 1, 4),)
     timer = FakeTimer([0.001, 0.005, 0.009, 0.005, 0.008, 0.005])
-    opts, seconds = engine_beam.confirm(ast, "CPU", CodegenFlags(), timer, winner, [hand_coded], 0.001)  # type: ignore[arg-type]
-    assert opts == hand_coded and seconds == 0.005
+    confirmed = engine_beam.confirm(ast, "CPU", CodegenFlags(), timer, winner, [hand_coded], 0.001)  # type: ignore[arg-type]
+    assert confirmed.opts == hand_coded and confirmed.seconds == 0.005
     assert len(timer.bests) == 2 * engine_beam.CONFIRM_ROUNDS
-    assert engine_beam.confirm(ast, "CPU", CodegenFlags(), timer, winner, [winner], 0.001) == (winner, 0.001)  # type: ignore[arg-type]
+    alone = engine_beam.confirm(ast, "CPU", CodegenFlags(), timer, winner, [winner], 0.001)  # type: ignore[arg-type]
+    assert (alone.opts, alone.seconds) == (winner, 0.001)
+
+
+@pytest.mark.parametrize(
+    ("winner_times", "kept"),
+    [([0.0040, 0.0049, 0.0043], "hand_coded"),  # median 4.3 ms vs 5 ms: 0.7 ms faster, but the repeats spread 0.9
+     ([0.0030, 0.0031, 0.0032], "winner")],  # 2 ms faster than the hand-coded opts, spread 0.2 ms: replaced
+)  # fmt: skip
+def test_a_winner_replaces_the_hand_coded_opts_only_beyond_the_spread(winner_times: list[float], kept: str) -> None:
+    ast = matmul_kernel(16)
+    winner, hand_coded = (Opt(OptOps.UPCAST, 0, 2),), (Opt(OptOps.UPCAST, 1, 4),)
+    hand_times = [0.0050, 0.0052, 0.0051] if kept == "winner" else [0.0050, 0.0050, 0.0050]
+    timer = FakeTimer([t for pair in zip(winner_times, hand_times, strict=True) for t in pair])  # interleaved turns
+    confirmed = engine_beam.confirm(ast, "CPU", CodegenFlags(), timer, winner, [hand_coded], 0.001)  # type: ignore[arg-type]
+    assert confirmed.opts == (winner if kept == "winner" else hand_coded)
+    expected_spread = max(max(winner_times) - min(winner_times), max(hand_times) - min(hand_times))
+    assert confirmed.spread == pytest.approx(expected_spread)
+    assert confirmed.hand_coded_seconds == pytest.approx(sorted(hand_times)[1])

@@ -23,6 +23,7 @@ def test_action_asserts_unless_opted_in_and_can_be_skipped() -> None:
     script = yaml.safe_load(ACTION.read_text())["runs"]["steps"][0]["run"]
     assert '"[skip_process_replay]"' in script and '"[kernels-changed]"' in script
     assert 'assert="--assert"' in script and "tg-replay diff" in script and "git merge-base" in script
+    assert "--schedule" in script  # the scheduler is replayed too: fusion and kernel naming changes fail the check
 
 
 def test_ci_runs_the_action_on_pull_requests() -> None:

@@ -132,8 +132,13 @@ def test_database_without_the_table_names_the_schema(tmp_path: Path) -> None:
 def test_reset_empties_the_captures(tmp_path: Path) -> None:
     db = tmp_path / "captures.db"
     capture_programs(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE process_replay_v1 (id INTEGER)")  # an older schema's captures
     assert runner.invoke(app, ["reset", "--db", str(db)]).exit_code == 0
     assert runner.invoke(app, ["list", "--db", str(db)]).exit_code == 1  # the table is gone
+    with sqlite3.connect(db) as conn:
+        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert [t for (t,) in tables if not t.startswith("sqlite_")] == []  # all of them, schedules and provenance too
 
 
 def test_capture_command_runs_the_program_with_capture_on(tmp_path: Path) -> None:

@@ -18,9 +18,14 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from tg.codegen.serial import enum_by_name
+
 
 class AddrSpace(Enum):
     """Where a pointer points: device memory, workgroup-shared memory, or registers."""
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        return enum_by_name(self)  # by name, never by number: stored IR survives a new or reordered member
 
     GLOBAL = "global"
     LOCAL = "local"

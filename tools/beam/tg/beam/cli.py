@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import subprocess
 import sys
 from importlib.metadata import version
@@ -71,6 +70,7 @@ def search(
         typer.echo(ctx.get_help())
         raise typer.Exit(2)
     from tg.beam.kernels import BeamError, load_kernels
+    from tg.codegen.serial import write_file
 
     try:
         jobs = load_kernels(kernel)
@@ -85,7 +85,7 @@ def search(
         winners.append(winner)
         failed = failed or document.get("verified") is False
     if out is not None:
-        _write_atomically(out, pickle.dumps(winners[0] if len(winners) == 1 else winners))
+        write_file(out, winners[0] if len(winners) == 1 else winners, **_machine(device_name))
     if as_json:
         typer.echo(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
     if failed:
@@ -98,6 +98,8 @@ def _check_device(device: str) -> str:
 
     try:
         name = Device.canonicalize(device)
+        if name.split(":")[0] == "NULL":
+            raise BeamError(f"device {name} runs no kernels (it reports a fixed time): BEAM needs one that runs them")
         if Device[name].renderer is None:
             raise BeamError(f"device {name} cannot run kernels (it has no renderer)")
     except (KeyError, ValueError, RuntimeError) as error:
@@ -132,12 +134,16 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
     document: dict[str, Any] = {
         "name": job.name, "device": device, "beam": width, "cached": result.cached, "time_us": seconds * 1e6,
         "opts": [{"op": o.op.name, "axis": o.axis, "arg": repr(o.arg)} for o in result.opts],
-        "out_of_time": result.out_of_time,
+        "out_of_time": result.out_of_time, "spread_us": result.spread * 1e6,
+        "hand_coded_us": None if result.hand_coded_seconds is None else result.hand_coded_seconds * 1e6,
     }  # fmt: skip
     if not as_json:
         where = "cached" if result.cached else "searched"
         if result.out_of_time:
             where += f"; BEAM_TIME_BUDGET={int(BEAM_TIME_BUDGET)} s spent: the best so far"
+        if result.hand_coded_seconds is not None:
+            where += (f"; hand-coded {result.hand_coded_seconds * 1e6:.1f} us, spread {result.spread * 1e6:.1f} us "
+                      "over interleaved repeats")  # fmt: skip
         typer.echo(f"{job.name}: final time {seconds * 1e6:.1f} us ({where}, beam {width} on {device})")
         typer.echo(f"applied_opts: {list(result.opts)}")
     if show_src:
@@ -160,10 +166,13 @@ def progress_text(name: str, round_: Any) -> str:
             f"{round_.timed} timed, best {round_.best_seconds * 1e6:.1f} us{spent}")  # fmt: skip
 
 
-def _write_atomically(out: Path, data: bytes) -> None:
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
+def _machine(device_name: str) -> dict[str, str]:
+    """What a written k.pkl records besides the codegen version and commit: the device, its compiler, the flags."""
+    from tg.codegen.pipeline import CodegenFlags
+    from tg.hcq.device import Device
+
+    flags = repr(CodegenFlags.from_environment())
+    return {"device": device_name, "compiler": Device[device_name].compiler.identity(), "flags": flags}
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -200,10 +209,11 @@ def cache_import(path: Path, device: str = typer.Option("CPU", "--device")) -> N
     if not path.exists():
         _fail(f"{path} does not exist")
     try:
-        imported, refused = import_cache(str(path), device)
+        result = import_cache(str(path), device)
     except BeamCacheError as error:
         _fail(str(error))
-    typer.echo(f"imported {imported} results, refused {refused} made with another compiler or CPU model")
+    typer.echo(f"imported {result.imported} results, refused {result.other_machine} made with another compiler or "
+               f"CPU model and {result.other_codegen} made by another codegen version")  # fmt: skip
 
 
 def main() -> None:

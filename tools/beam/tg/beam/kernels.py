@@ -5,11 +5,14 @@ A k.pkl may hold any of:
     (ast, applied_opts)                    the opts are applied first and the search goes on from there
     a process-replay row                   (ast, renderer, flags, applied_opts), as tg-replay captures them
     a list of any of these                 processed in order
+
+It is read with tg.codegen.serial's restricted unpickler: a file that names anything but tg IR types (a crafted
+`__reduce__` calling os.system) is refused before anything is called, and ops are stored by name.
 """
 
 from __future__ import annotations
 
-import pickle
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ import numpy as np
 
 from tg.codegen.opt.opts import Opt
 from tg.codegen.pipeline import CodegenFlags, with_opts
+from tg.codegen.serial import IRLoadError, read_file
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq.buffer import Buffer
@@ -43,15 +47,24 @@ def _is_kernel(value: Any) -> bool:
     return isinstance(value, UOp) and value.op is Ops.SINK
 
 
+def _timeable(job: KernelJob, path: Path) -> KernelJob:
+    """`job`, or a BeamError when it cannot be timed: a kernel with variables has sizes no scratch buffer fixes."""
+    variables = sorted({u.arg.name for u in job.ast.toposort() if u.op is Ops.DEFINE_VAR})
+    if variables:
+        raise BeamError(f"{path}: kernel {job.name} has unbound variables ({', '.join(variables)}): tg-beam times "
+                        "kernels with fixed sizes only; dump the kernel from a run with those sizes fixed")  # fmt: skip
+    return job
+
+
 def _as_job(value: Any, path: Path) -> KernelJob:
     if _is_kernel(value):
         info = value.arg if isinstance(value.arg, KernelInfo) else KernelInfo()
-        return KernelJob(value, tuple(info.opts_to_apply or ()))
+        return _timeable(KernelJob(value, tuple(info.opts_to_apply or ())), path)
     if isinstance(value, tuple) and value and _is_kernel(value[0]):
         opts = value[1] if len(value) == 2 else value[3] if len(value) == 4 else ()
         if not all(isinstance(opt, Opt) for opt in opts):
             raise BeamError(f"{path}: the opts next to the kernel are not Opt values")
-        return KernelJob(value[0], tuple(opts))
+        return _timeable(KernelJob(value[0], tuple(opts)), path)
     raise BeamError(
         f"{path} holds {type(value).__name__}, not a kernel: expected a kernel AST (a SINK UOp), (ast, opts), "
         "a process-replay row or a list of them"
@@ -61,29 +74,66 @@ def _as_job(value: Any, path: Path) -> KernelJob:
 def load_kernels(path: Path) -> list[KernelJob]:
     """The kernels in a k.pkl, in order."""
     try:
-        data = path.read_bytes()
+        value, _ = read_file(path)
     except OSError as error:
         raise BeamError(f"cannot read {path}: {error.strerror}") from None
-    try:
-        value = pickle.loads(data)
-    except Exception as error:
-        raise BeamError(f"{path} is not a pickle tg can load ({type(error).__name__}: {error})") from None
+    except IRLoadError as error:
+        raise BeamError(f"{path}: {error}") from None
     items = value if isinstance(value, list) else [value]
     if not items:
         raise BeamError(f"{path} holds an empty list")
     return [_as_job(item, path) for item in items]
 
 
-def _random_contents(buffer: Buffer, rng: np.random.Generator) -> bytes:
+# Input families --verify runs both kernels on: a wrong kernel is often right on one family and wrong on another
+# (a max whose start value is 0 instead of -inf is right on every row holding a positive value)
+FAMILIES = ("normal", "all-negative", "large magnitude", "mixed-sign integers", "inf/nan")
+
+
+def _float_values(family: str, count: int, dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    normal = rng.standard_normal(count)
+    if family == "all-negative":
+        return (-np.abs(normal) - 0.125).astype(dtype)
+    if family == "large magnitude":
+        return (normal * (1e2 if dtype.itemsize <= 2 else 1e4)).astype(dtype)
+    if family == "mixed-sign integers":
+        return rng.integers(-8, 9, count).astype(dtype)
+    if family == "inf/nan":
+        special = rng.choice(np.array([np.inf, -np.inf, np.nan]), count)
+        return np.where(rng.random(count) < 0.125, special, normal).astype(dtype)
+    return normal.astype(dtype)
+
+
+def _int_values(family: str, count: int, dtype: np.dtype, rng: np.random.Generator) -> np.ndarray | None:
+    signed = dtype.kind == "i"
+    if family == "normal":
+        return rng.integers(0, 8, count).astype(dtype)
+    if family in ("all-negative", "mixed-sign integers") and signed:
+        return rng.integers(-8, 0 if family == "all-negative" else 9, count).astype(dtype)
+    if family == "large magnitude":  # large, yet a product of two stays in range (no overflow to tell apart)
+        bound = 2 ** max(0, 4 * dtype.itemsize - 2)
+        return rng.integers(-bound if signed else 0, bound, count).astype(dtype)
+    return None
+
+
+def family_contents(buffer: Buffer, family: str, rng: np.random.Generator) -> bytes | None:
+    """Contents for `buffer` from input `family` (None: the family has no values of its type, e.g. negative
+    unsigned integers or a NaN boolean)."""
     dtype = np.dtype(getattr(buffer.dtype, "fmt", None) or "B")
     count = buffer.nbytes // dtype.itemsize
-    if dtype.kind == "f":
-        values = rng.standard_normal(count).astype(dtype)
-    elif dtype.kind == "b":
-        values = rng.integers(0, 2, count).astype(dtype)
+    if dtype.kind == "b":
+        values = rng.integers(0, 2, count).astype(dtype) if family == "normal" else None
+    elif dtype.kind == "f":
+        values = _float_values(family, count, dtype, rng)
     else:
-        values = rng.integers(0, 8, count).astype(dtype)
-    return values.tobytes()
+        values = _int_values(family, count, dtype, rng)
+    return None if values is None else values.tobytes()
+
+
+def _order_sensitive_to_nan(ast: UOp) -> bool:
+    """A MAX reduction's NaN result depends on the order it meets the NaN in: the inf/nan family would fail opts
+    that only reorder it."""
+    return any(u.op is Ops.REDUCE and u.arg is Ops.MAX for u in ast.toposort())
 
 
 @dataclass(frozen=True)
@@ -92,18 +142,7 @@ class Verification:
     detail: str
 
 
-def verify(job: KernelJob, opts: tuple[Opt, ...], device: str, flags: CodegenFlags, seed: int = 0) -> Verification:
-    """Run the unoptimized kernel and the kernel with `opts` on the same random inputs and compare every buffer."""
-    reference = compile_program(device, with_opts(job.ast, ()), flags)
-    candidate = compile_program(device, with_opts(job.ast, opts), flags)
-    rng = np.random.default_rng(seed)
-    first, second = scratch_buffers(job.ast, device), scratch_buffers(job.ast, device)
-    for a, b in zip(first, second, strict=True):
-        contents = _random_contents(a, rng)
-        a.copyin(contents)
-        b.copyin(contents)
-    time_program(reference, first, repeats=1)
-    time_program(candidate, second, repeats=1)
+def _compare(first: list[Buffer], second: list[Buffer], family: str) -> Verification | None:
     for slot, (a, b) in enumerate(zip(first, second, strict=True)):
         want, got = a.numpy(), b.numpy()
         if want.dtype.kind == "f":
@@ -111,8 +150,43 @@ def verify(job: KernelJob, opts: tuple[Opt, ...], device: str, flags: CodegenFla
         else:
             same = np.array_equal(got, want)
         if not same:
-            worst = np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))
-            return Verification(
-                False, f"buffer {slot} differs from the unoptimized kernel (max difference {worst:.3g})"
-            )
-    return Verification(True, "matches the unoptimized kernel on random inputs")
+            with np.errstate(invalid="ignore", over="ignore"):
+                difference = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            finite = difference[np.isfinite(difference)]
+            worst = finite.max() if finite.size else math.nan
+            return Verification(False, f"{family} inputs: buffer {slot} differs from the unoptimized kernel "
+                                       f"(max difference {worst:.3g})")  # fmt: skip
+    return None
+
+
+def compare_kernels(reference: UOp, candidate: UOp, device: str, flags: CodegenFlags, seed: int = 0) -> Verification:
+    """Run `reference` and `candidate` (kernels with the same buffers) on the same inputs of every family in
+    FAMILIES that their buffer types allow, and compare every buffer; the first family that differs is named."""
+    reference_program = compile_program(device, reference, flags)
+    candidate_program = compile_program(device, candidate, flags)
+    rng = np.random.default_rng(seed)
+    checked = []
+    for family in FAMILIES:
+        if family == "inf/nan" and _order_sensitive_to_nan(reference):
+            continue
+        first, second = scratch_buffers(reference, device), scratch_buffers(reference, device)
+        contents = [family_contents(buffer, family, rng) for buffer in first]
+        if all(c is None for c in contents):
+            continue
+        for a, b, data in zip(first, second, contents, strict=True):
+            data = data if data is not None else family_contents(a, "normal", rng)
+            a.copyin(data)
+            b.copyin(data)
+        time_program(reference_program, first, repeats=1)
+        time_program(candidate_program, second, repeats=1)
+        failure = _compare(first, second, family)
+        if failure is not None:
+            return failure
+        checked.append(family)
+    return Verification(True, f"matches the unoptimized kernel on {', '.join(checked)} inputs")
+
+
+def verify(job: KernelJob, opts: tuple[Opt, ...], device: str, flags: CodegenFlags, seed: int = 0) -> Verification:
+    """Run the unoptimized kernel and the kernel with `opts` on the same inputs of several families (normal,
+    all-negative, large magnitude, mixed-sign integers, inf/nan) and compare every buffer."""
+    return compare_kernels(with_opts(job.ast, ()), with_opts(job.ast, opts), device, flags, seed)

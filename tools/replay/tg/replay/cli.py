@@ -17,14 +17,17 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from tg.replay.database import ReplayError, reset, resolve_path, summarize
+from tg.replay.database import ReplayError, provenance_warning, read_provenance, reset, resolve_path, summarize
 from tg.replay.diff import (
     ReplayReport,
     RowResult,
     ScheduleResult,
+    Terminated,
     Version,
+    distinct_changes,
     replay,
     replay_schedules,
+    schedule_diff,
     time_changed,
     unified_diff,
     version_from_git,
@@ -97,31 +100,61 @@ def list_command(db: str | None = DB_OPTION, as_json: bool = typer.Option(False,
         _fail(str(error))
     if as_json:
         document = {"db": summary.path, "rows": summary.rows, "devices": dict(summary.devices),
-                    "locations": dict(summary.locations)}  # fmt: skip
+                    "locations": dict(summary.locations), "provenance": summary.provenance}  # fmt: skip
         typer.echo(json.dumps(document, indent=2))
         return
     console = _console()
+    _warn_provenance(summary.provenance)
     console.print(f"{summary.rows} kernels in {summary.path}", markup=False)
+    if summary.provenance:
+        p = summary.provenance
+        console.print(f"captured by tg {p.get('commit')} (dirty tree: {p.get('dirty')}, codegen "
+                      f"{p.get('codegen_version')})", markup=False)  # fmt: skip
     console.print("devices: " + ", ".join(f"{d} {n}" for d, n in summary.devices.most_common()), markup=False)
     for location, count in summary.locations.most_common():
         console.print(f"{count:6d}  {location}", markup=False)
 
 
-def _print_difference(console: Console, result: RowResult, other_label: str) -> None:
+def _warn_provenance(provenance: dict[str, str]) -> None:
+    warning = provenance_warning(provenance)
+    if warning is not None:
+        typer.echo(f"warning: {warning}", err=True)
+
+
+def _print_error(console: Console, result: RowResult) -> None:
     row = result.row
     console.print(f"[bold]{row.name}[/bold] on {row.device} from {row.location}")
-    if result.error is not None:
-        console.print(f"  replay error: {result.error}", style="red", markup=False)
-        return
-    for line in unified_diff(result, other_label):
-        style = "red" if line.startswith("-") else "green" if line.startswith("+") else None
-        console.print(line, style=style, markup=False)
+    console.print(f"  replay error: {result.error}", style="red", markup=False)
 
 
-def _report_json(report: ReplayReport) -> dict[str, Any]:
+def _print_changes(console: Console, report: ReplayReport, other_label: str) -> None:
+    """Each distinct change once (rows with the same kernel and diff together), then one line per kernel."""
+    groups = distinct_changes(report.changed, other_label)
+    for first, lines, rows in groups:
+        row = first.row
+        more = f" and {len(rows) - 1} more rows with the same change" if len(rows) > 1 else ""
+        console.print(f"[bold]{row.name}[/bold] on {row.device} from {row.location}{more}")
+        for line in lines:
+            style = "red" if line.startswith("-") else "green" if line.startswith("+") else None
+            console.print(line, style=style, markup=False)
+        for result in rows:
+            if result.seconds_other and result.seconds_captured:
+                ratio = result.seconds_other / result.seconds_captured
+                console.print(f"  speed: {other_label} {result.seconds_other * 1e6:.1f} us, captured "
+                              f"{result.seconds_captured * 1e6:.1f} us ({ratio:.2f}x)", markup=False)  # fmt: skip
+    for first, lines, rows in groups:
+        changed_lines = sum(1 for line in lines if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+        opts = ", opts changed" if first.opts_changed else ""
+        console.print(f"changed: {first.row.name} on {first.row.device}: {changed_lines} lines{opts}, "
+                      f"{len(rows)} row{'' if len(rows) == 1 else 's'}", markup=False)  # fmt: skip
+
+
+def _report_json(report: ReplayReport, other_label: str) -> dict[str, Any]:
     def entry(r: RowResult) -> dict[str, Any]:
         return {"id": r.row.id, "name": r.row.name, "device": r.row.device, "location": r.row.location,
-                "error": r.error, "seconds_other": r.seconds_other, "seconds_captured": r.seconds_captured}  # fmt: skip
+                "error": r.error, "seconds_other": r.seconds_other, "seconds_captured": r.seconds_captured,
+                "opts_other": r.opts, "opts_captured": r.captured_opts,
+                "diff": unified_diff(r, other_label) if r.error is None else []}  # fmt: skip
 
     return {"kernels": report.kernels, "changed": [entry(r) for r in report.changed],
             "errors": [entry(r) for r in report.errors], "stopped_early": report.stopped_early}  # fmt: skip
@@ -132,7 +165,9 @@ def diff(
     db: str | None = DB_OPTION,
     against: str | None = typer.Option(None, "--against", help="Replay with the tg of this git ref (a worktree)."),
     python_path: str | None = typer.Option(None, "--python-path", help="Replay with the tg checkout in this folder."),
-    assert_same: bool = typer.Option(False, "--assert", help="Exit 1 at the first difference or replay error."),
+    assert_same: bool = typer.Option(
+        False, "--assert", help="Exit 1 at the first difference or replay error, or when nothing was captured."
+    ),
     max_diff_pct: float = typer.Option(100.0, "--max-diff-pct", help="Stop once this % of kernels changed/failed."),
     jobs: int = typer.Option(2, "-j", "--jobs", min=1, help="Worker processes."),
     speed: bool = typer.Option(False, "--speed", help="Also time each changed kernel on both versions."),
@@ -146,6 +181,7 @@ def diff(
         typer.echo("error: give --against or --python-path, not both", err=True)
         raise typer.Exit(2)
     try:
+        _warn_provenance(read_provenance(db))
         if against:
             with version_from_git(_repository_root(), against) as other:
                 report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json, not schedule)
@@ -156,9 +192,14 @@ def diff(
             schedules = replay_schedules(db, other, jobs) if schedule else []
     except ReplayError as error:
         _fail(str(error))
+    except Terminated:
+        typer.echo("error: terminated (SIGTERM); the temporary worktree was removed", err=True)
+        raise typer.Exit(143) from None
     schedules_differ = any(r.changed or r.error for r in schedules)
     if schedule:
         _report_schedules(schedules, other.label, report if as_json else None)
+    if assert_same and report.kernels == 0:
+        _fail(f"{resolve_path(db)} holds no captured kernels: --assert would check nothing (was capture on?)")
     if assert_same and (report.changed or report.errors or schedules_differ):
         raise typer.Exit(1)
 
@@ -168,18 +209,20 @@ def _report_schedules(results: list[ScheduleResult], other_label: str, json_repo
     changed = [r for r in results if r.changed]
     errors = [r for r in results if r.error]
     if json_report is not None:
-        document = _report_json(json_report)
+        document = _report_json(json_report, other_label)
         document["schedules"] = {"count": len(results), "changed": [
-            {"location": r.captured.location, "captured": r.captured.kernels, "other": r.kernels} for r in changed
+            {"location": r.captured.location, "captured": r.ours, "other": r.kernels,
+             "diff": schedule_diff(r, other_label)} for r in changed
         ], "errors": [{"location": r.captured.location, "error": r.error} for r in errors]}  # fmt: skip
         typer.echo(json.dumps(document, indent=2))
         return
     console = _console()
     for r in changed:
         console.print(f"schedule from {r.captured.location}: {len(r.kernels or [])} kernels with {other_label}, "
-                      f"{len(r.captured.kernels)} captured", markup=False)  # fmt: skip
-        console.print(f"  {other_label}: {' '.join(r.kernels or [])}", style="red", markup=False)
-        console.print(f"  captured: {' '.join(r.captured.kernels)}", style="green", markup=False)
+                      f"{len(r.ours or [])} with this version", markup=False)  # fmt: skip
+        for line in schedule_diff(r, other_label):
+            style = "red" if line.startswith("-") else "green" if line.startswith("+") else None
+            console.print(line, style=style, markup=False)
     for r in errors:
         console.print(f"schedule from {r.captured.location}: replay error: {r.error}", style="red", markup=False)
     console.print(f"{len(results)} schedules, {len(changed)} changed, {len(errors)} errors", markup=False)
@@ -208,14 +251,11 @@ def _run_diff(
         time_changed(db, other, report)
     if as_json:
         if print_json:
-            typer.echo(json.dumps(_report_json(report), indent=2))
+            typer.echo(json.dumps(_report_json(report, other.label), indent=2))
         return report
-    for result in [*report.changed, *report.errors]:
-        _print_difference(console, result, other.label)
-        if result.seconds_other and result.seconds_captured:
-            ratio = result.seconds_other / result.seconds_captured
-            console.print(f"  speed: {other.label} {result.seconds_other * 1e6:.1f} us, captured "
-                          f"{result.seconds_captured * 1e6:.1f} us ({ratio:.2f}x)", markup=False)  # fmt: skip
+    _print_changes(console, report, other.label)
+    for result in report.errors:
+        _print_error(console, result)
     if report.stopped_early:
         console.print(report.stopped_early, markup=False)
     console.print(report.summary_line(), markup=False)

@@ -11,7 +11,7 @@ import sqlite3
 from collections import Counter
 from dataclasses import dataclass
 
-from tg.codegen.capture import CAPTURE_SCHEMA, SCHEDULE_TABLE, TABLE, database_path
+from tg.codegen.capture import CAPTURE_SCHEMA, META_TABLE, SCHEDULE_TABLE, TABLE, database_path
 
 
 class ReplayError(Exception):
@@ -35,6 +35,27 @@ class CaptureSummary:
     rows: int
     locations: Counter[str]
     devices: Counter[str]
+    provenance: dict[str, str]  # codegen_version, commit, dirty of the tg that captured (empty: not recorded)
+
+
+def provenance_warning(provenance: dict[str, str]) -> str | None:
+    """A warning when the captures cannot be traced to one clean commit, else None."""
+    commit = provenance.get("commit", "unknown")
+    if provenance.get("dirty") == "yes":
+        return f"captured from a dirty tree (commit {commit} plus uncommitted changes): its replay may differ"
+    if commit == "unknown" or commit.startswith("mixed"):
+        return f"captures come from commit {commit}: a replay may not be reproducible"
+    return None
+
+
+def read_provenance(path: str | None) -> dict[str, str]:
+    conn = open_captures(path)
+    try:
+        return dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        conn.close()
 
 
 def resolve_path(path: str | None) -> str:
@@ -94,18 +115,22 @@ def summarize(path: str | None) -> CaptureSummary:
         conn.close()
     locations = Counter(location for location, _ in rows)
     devices = Counter(device for _, device in rows)
-    return CaptureSummary(resolve_path(path), len(rows), locations, devices)
+    return CaptureSummary(resolve_path(path), len(rows), locations, devices, read_provenance(path))
 
 
 def reset(path: str | None) -> str:
-    """Drop this schema's capture table (the file stays). Returns the path."""
+    """Drop every capture table of every schema: kernels, schedules and provenance (the file stays). Returns the
+    path."""
     path = resolve_path(path)
     if not os.path.exists(path):
         return path
     try:
         conn = sqlite3.connect(path, timeout=60)
         with conn:
-            conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+            tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            for table in tables:
+                if table.startswith(("process_replay_", "capture_meta_")):
+                    conn.execute(f'DROP TABLE IF EXISTS "{table}"')
         conn.close()
     except sqlite3.DatabaseError as error:
         raise ReplayError(f"{path} is not a capture database ({error})") from None

@@ -15,6 +15,8 @@ import contextlib
 import difflib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tg.codegen import serial
 from tg.codegen.capture import SCHEDULE_TABLE, TABLE
 from tg.replay.database import (
     CapturedRow,
@@ -33,6 +36,7 @@ from tg.replay.database import (
     resolve_path,
     row_ids,
 )
+from tg.replay.readable import readable_diff
 
 LIBRARY_FOLDERS = ("lib/codegen", "lib/hcq", "lib/drivers")  # what a replay (and timing) imports of tg
 
@@ -52,10 +56,16 @@ class RowResult:
     error: str | None = None
     seconds_other: float | None = None  # with --speed: the kernel's time on the other version
     seconds_captured: float | None = None  # and on this one
+    opts: list[str] | None = None  # the opts the other version applied (reprs)
+    captured_opts: list[str] | None = None  # and those the captured kernel had
 
     @property
     def changed(self) -> bool:
         return self.error is None and self.src != self.row.src
+
+    @property
+    def opts_changed(self) -> bool:
+        return self.opts is not None and self.captured_opts is not None and self.opts != self.captured_opts
 
 
 @dataclass
@@ -86,27 +96,63 @@ def version_from_path(folder: str) -> Version:
     raise ReplayError(f"{folder} holds neither lib/codegen/tg/codegen (a tg checkout) nor tg/codegen")
 
 
+class Terminated(Exception):
+    """SIGTERM arrived while a temporary worktree existed (raised so that the worktree is removed first)."""
+
+
+@dataclass
+class _SigtermState:
+    ignore: bool = False  # set while cleaning up: later SIGTERMs are ignored until the cleanup is done
+
+
+@contextlib.contextmanager
+def _terminate_as_exception() -> Iterator[_SigtermState]:
+    """While inside, SIGTERM raises Terminated in the main thread (so `finally` blocks run), instead of ending the
+    process at once; outside the main thread nothing changes (signal handlers can only be set there)."""
+    state = _SigtermState()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if not state.ignore:
+            state.ignore = True
+            raise Terminated("terminated (SIGTERM)")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @contextlib.contextmanager
 def version_from_git(repo: str, ref: str) -> Iterator[Version]:
-    """A temporary `git worktree` of `ref`, removed afterwards."""
+    """A temporary `git worktree` of `ref`, removed afterwards, also when the process gets SIGTERM meanwhile."""
     check = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", f"{ref}^{{commit}}"], capture_output=True)
     if check.returncode != 0:
         raise ReplayError(f"git ref {ref!r} is not a commit in {repo}")
-    with tempfile.TemporaryDirectory(prefix="tg-replay-") as scratch:
+    with _terminate_as_exception() as terminated, tempfile.TemporaryDirectory(prefix="tg-replay-") as scratch:
         tree = os.path.join(scratch, "tree")
-        made = subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", tree, ref], capture_output=True)
-        if made.returncode != 0:
-            raise ReplayError(f"cannot check out {ref}: {made.stderr.decode().strip()}")
-        try:
+        try:  # from before `worktree add`: a SIGTERM during it leaves a half-made worktree to remove
+            made = subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", tree, ref], capture_output=True)
+            if made.returncode != 0:
+                raise ReplayError(f"cannot check out {ref}: {made.stderr.decode().strip()}")
             version = version_from_path(tree)
             yield Version(ref, version.python_path)
         finally:
+            terminated.ignore = True  # a second SIGTERM must not interrupt the cleanup
+            # a killed `worktree add` leaves its worktree locked ("initializing"), half made: unlock, remove, prune
+            subprocess.run(["git", "-C", repo, "worktree", "unlock", tree], capture_output=True)
             subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], capture_output=True)
+            shutil.rmtree(tree, ignore_errors=True)
+            subprocess.run(["git", "-C", repo, "worktree", "prune"], capture_output=True)
 
 
 def _worker_environment(version: Version) -> dict[str, str]:
     env = dict(os.environ)
     env["CAPTURE_PROCESS_REPLAY"] = "0"
+    env["TG_REPLAY_SERIAL"] = serial.__file__  # rows are loaded by this version's restricted unpickler
     if version.python_path:
         env["PYTHONPATH"] = os.pathsep.join([*version.python_path, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
@@ -129,13 +175,19 @@ def _run_workers(
     lock = threading.Lock()
     stderr: list[str] = []
 
+    unsafe: list[str] = []
+
     def pump(process: subprocess.Popen) -> None:
         assert process.stdout is not None
         for line in process.stdout:
             if stop.is_set():
                 break
+            result = json.loads(line)
             with lock:
-                if not on_line(json.loads(line)):
+                if result.get("unsafe"):
+                    unsafe.append(f"row {result['id']}: {result['error']}")
+                    stop.set()
+                elif not on_line(result):
                     stop.set()
         if stop.is_set():
             process.kill()
@@ -146,8 +198,17 @@ def _run_workers(
     threads = [threading.Thread(target=pump, args=(p,), daemon=True) for p in processes]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:  # SIGTERM (Terminated) or Ctrl-C: no worker may outlive the diff (or its worktree)
+        stop.set()
+        for process in processes:
+            process.kill()
+            process.wait()
+        raise
+    if unsafe:
+        raise ReplayError(f"{db} {unsafe[0]} (the database was not written by tg; nothing in it was run)")
     failed = [p for p in processes if p.returncode not in (0, -9) and not stop.is_set()]
     if failed:
         detail = "".join(stderr).strip().splitlines()[-1:] or ["no output"]
@@ -171,7 +232,8 @@ def replay(
     limit = len(ids) * max_diff_pct / 100.0
 
     def take(line: dict) -> bool:
-        result = RowResult(rows[line["id"]], src=line.get("src"), error=line.get("error"))
+        result = RowResult(rows[line["id"]], src=line.get("src"), error=line.get("error"), opts=line.get("opts"),
+                           captured_opts=line.get("captured_opts"))  # fmt: skip
         report.results.append(result)
         if on_progress is not None:
             on_progress(result)
@@ -186,7 +248,8 @@ def replay(
 
     if ids:
         _run_workers(db, other, "source", ids, jobs, take)
-    report.results.sort(key=lambda r: r.row.id)
+    # rows from pytest -n N arrive in whatever order the workers wrote them: report in an order that does not
+    report.results.sort(key=lambda r: (r.row.location, r.row.device, r.row.name, r.row.src, r.row.id))
     return report
 
 
@@ -210,33 +273,78 @@ def time_changed(db: str | None, other: Version, report: ReplayReport, jobs: int
 
 
 def unified_diff(result: RowResult, other_label: str) -> list[str]:
-    """`-` lines: the other version's source; `+` lines: the captured source."""
-    theirs = (result.src or "").splitlines()
-    ours = result.row.src.splitlines()
-    return list(difflib.unified_diff(theirs, ours, f"{other_label}", "captured", lineterm=""))
+    """`-` lines: the other version's source; `+` lines: the captured source. The opts, when they differ, come
+    first; value renumbering alone is not shown as a change (tg.replay.readable)."""
+    lines = []
+    if result.opts_changed:
+        lines += [f"opts -{other_label}: {', '.join(result.opts or []) or 'none'}",
+                  f"opts +captured: {', '.join(result.captured_opts or []) or 'none'}"]  # fmt: skip
+    body = readable_diff(result.src or "", result.row.src, other_label, "captured")
+    if not body and result.changed:
+        body = ["(the sources differ only in how values are numbered)"]
+    return lines + body
+
+
+def distinct_changes(results: list[RowResult], other_label: str) -> list[tuple[RowResult, list[str], list[RowResult]]]:
+    """Changed rows grouped by kernel name, device and diff: (first row, its diff, every row with that diff)."""
+    groups: dict[tuple[str, str, str], tuple[RowResult, list[str], list[RowResult]]] = {}
+    for result in results:
+        lines = unified_diff(result, other_label)
+        key = (result.row.name, result.row.device, "\n".join(lines))
+        groups.setdefault(key, (result, lines, []))[2].append(result)
+    return list(groups.values())
 
 
 @dataclass
 class ScheduleResult:
+    """One captured schedule made again by both versions: kernel names and sources (`None`: that side failed)."""
+
     captured: CapturedSchedule
     kernels: list[str] | None = None  # what the other version's scheduler made
+    sources: list[str] | None = None  # and each kernel's source
+    ours: list[str] | None = None  # what this version's scheduler makes of the same graph
+    our_sources: list[str] | None = None
     error: str | None = None
 
     @property
     def changed(self) -> bool:
-        return self.error is None and self.kernels != self.captured.kernels
+        return self.error is None and (self.kernels != self.ours or self.sources != self.our_sources)
 
 
 def replay_schedules(db: str | None, other: Version, jobs: int = 2) -> list[ScheduleResult]:
-    """Schedule every captured tensor graph again with `other`'s scheduler; compare the kernels it makes."""
+    """Schedule every captured tensor graph again with `other`'s scheduler and with this one; a schedule changed
+    when the two make different kernels (count, names, or any kernel's source)."""
     db = resolve_path(db)
     captured = {s.id: s for s in read_schedules(db)}
-    results: list[ScheduleResult] = []
+    results = {i: ScheduleResult(s) for i, s in captured.items()}
 
-    def take(line: dict) -> bool:
-        results.append(ScheduleResult(captured[line["id"]], line.get("kernels"), line.get("error")))
+    def theirs(line: dict) -> bool:
+        result = results[line["id"]]
+        result.kernels, result.sources = line.get("kernels"), line.get("sources")
+        result.error = result.error or (f"{other.label}: {line['error']}" if "error" in line else None)
+        return True
+
+    def ours(line: dict) -> bool:
+        result = results[line["id"]]
+        result.ours, result.our_sources = line.get("kernels"), line.get("sources")
+        result.error = result.error or (f"this version: {line['error']}" if "error" in line else None)
         return True
 
     if captured:
-        _run_workers(db, other, "schedule", list(captured), jobs, take, table=SCHEDULE_TABLE)
-    return sorted(results, key=lambda r: r.captured.id)
+        _run_workers(db, other, "schedule", list(captured), jobs, theirs, table=SCHEDULE_TABLE)
+        _run_workers(db, Version("this version"), "schedule", list(captured), jobs, ours, table=SCHEDULE_TABLE)
+    return [results[i] for i in sorted(results)]
+
+
+def schedule_diff(result: ScheduleResult, other_label: str) -> list[str]:
+    """The kernel list, then each kernel's source, of the other version (`-`) and this one (`+`), diffed."""
+
+    def listing(names: list[str] | None, sources: list[str] | None) -> list[str]:
+        lines = [f"kernels: {' '.join(names or [])}"]
+        for name, source in zip(names or [], sources or [], strict=False):
+            lines += [f"== {name}", *source.splitlines()]
+        return lines
+
+    theirs = listing(result.kernels, result.sources)
+    ours = listing(result.ours, result.our_sources)
+    return list(difflib.unified_diff(theirs, ours, other_label, "this version", lineterm=""))

@@ -9,48 +9,93 @@ MODE is `source` (print {"id", "src"} or {"id", "error"}), `time` (also compile 
 device: {"id", "seconds"}) or `schedule` (TABLE holds captured schedules: {"id", "kernels"}, the kernel names this
 version's scheduler makes of the captured tensor graph). Rows captured under BEAM replay the opts they ended
 with instead of searching again.
+
+Rows are loaded with *this* version's tg.codegen.serial (the file named by TG_REPLAY_SERIAL, loaded by path): its
+restricted unpickler refuses anything but tg IR types and resolves op, dtype and opt names against the other
+version's classes. A refused row is reported with "unsafe": true, and the diff stops on it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-import pickle
 import sqlite3
 import sys
 import traceback
+from types import ModuleType
 from typing import Any
 
+SERIAL_MODULE = "tg_replay_serial"
 
-def _replay_input(blob: bytes, searched: bool) -> tuple[Any, Any, Any]:
+
+def serial() -> ModuleType:
+    """The IR loader: TG_REPLAY_SERIAL's file when set (the replaying tg's), else the running tg.codegen's."""
+    path = os.environ.get("TG_REPLAY_SERIAL")
+    if not path:
+        import tg.codegen.serial
+
+        return tg.codegen.serial
+    if SERIAL_MODULE not in sys.modules:
+        spec = importlib.util.spec_from_file_location(SERIAL_MODULE, path)
+        assert spec is not None and spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[SERIAL_MODULE] = module
+        spec.loader.exec_module(module)
+    return sys.modules[SERIAL_MODULE]
+
+
+def _replay_input(blob: bytes, searched: bool) -> tuple[Any, Any, Any, tuple[Any, ...]]:
     from tg.codegen.pipeline import with_opts
 
-    ast, renderer, flags, applied_opts = pickle.loads(blob)
+    ast, renderer, flags, applied_opts = serial().loads(blob)
     if searched:
         ast = with_opts(ast, applied_opts)
-    return ast, renderer, flags
+    return ast, renderer, flags, tuple(applied_opts)
 
 
-def replay_source(blob: bytes, searched: bool) -> str:
+def replay_source(blob: bytes, searched: bool) -> dict[str, Any]:
+    """{"src": the source this version makes, "opts": the opts it applied, "captured_opts": the row's}."""
     from tg.codegen.pipeline import kernel_to_program
 
-    ast, renderer, flags = _replay_input(blob, searched)
-    return kernel_to_program(ast, renderer, flags).src
+    ast, renderer, flags, captured_opts = _replay_input(blob, searched)
+    program = kernel_to_program(ast, renderer, flags)
+    return {"src": program.src, "opts": [repr(o) for o in program.applied_opts],
+            "captured_opts": [repr(o) for o in captured_opts]}  # fmt: skip
 
 
 def time_row(blob: bytes, searched: bool, device: str) -> float:
     from tg.hcq.engine import time_kernel
 
-    ast, _, flags = _replay_input(blob, searched)
+    ast, _, flags, _ = _replay_input(blob, searched)
     return time_kernel(ast, device, flags=flags, repeats=5).seconds
 
 
-def schedule_kernels(blob: bytes) -> list[str]:
-    """The kernel names this version's scheduler makes of the captured tensor-graph roots."""
+def schedule_kernels(blob: bytes) -> dict[str, list[str]]:
+    """What this version's scheduler makes of the captured tensor-graph roots: {"kernels": names in order,
+    "sources": each kernel's C source (rendered for the CPU, so every kernel is compared the same way)}."""
+    from tg.codegen.pipeline import CodegenFlags, kernel_to_program
+    from tg.codegen.render.c import CRenderer
     from tg.codegen.schedule.schedule import KernelCall, create_schedule
 
-    schedule = create_schedule(pickle.loads(blob))
-    return [getattr(i.ast.arg, "name", "kernel") if isinstance(i, KernelCall) else "copy" for i in schedule.items]
+    schedule = create_schedule(serial().loads(blob))
+    names, sources = [], []
+    for item in schedule.items:
+        if isinstance(item, KernelCall):
+            names.append(getattr(item.ast.arg, "name", "kernel"))
+            sources.append(kernel_to_program(item.ast, CRenderer(), CodegenFlags()).src)
+        else:
+            names.append("copy")
+            sources.append("")
+    return {"kernels": names, "sources": sources}
+
+
+def _failure(error: Exception) -> dict[str, Any]:
+    """A row's failure as JSON fields; a load error is one line (its message says what differs or was refused)."""
+    loader = serial()
+    if isinstance(error, loader.IRLoadError):
+        return {"error": str(error), "unsafe": isinstance(error, loader.UnsafeIRError)}
+    return {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=6)}
 
 
 def replay_schedules(conn: sqlite3.Connection, table: str, ids: list[str]) -> None:
@@ -60,9 +105,9 @@ def replay_schedules(conn: sqlite3.Connection, table: str, ids: list[str]) -> No
         try:
             if row is None:
                 raise LookupError(f"row {row_id} is not in {table}")
-            result["kernels"] = schedule_kernels(bytes(row[0]))
+            result.update(schedule_kernels(bytes(row[0])))
         except Exception as error:  # reported, like a kernel replay error
-            result["error"] = f"{type(error).__name__}: {error}"
+            result.update(_failure(error))
         print(json.dumps(result), flush=True)
 
 
@@ -84,10 +129,9 @@ def main(argv: list[str]) -> int:
             if mode == "time":
                 result["seconds"] = time_row(bytes(blob), bool(searched), device)
             else:
-                result["src"] = replay_source(bytes(blob), bool(searched))
+                result.update(replay_source(bytes(blob), bool(searched)))
         except Exception as error:  # a replay failure is a result to report, not a crash of the worker
-            result["error"] = f"{type(error).__name__}: {error}"
-            result["traceback"] = traceback.format_exc(limit=6)
+            result.update(_failure(error))
         print(json.dumps(result), flush=True)
     return 0
 

@@ -26,8 +26,13 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
+from tg.codegen.serial import enum_by_name
+
 
 class OptOps(Enum):
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        return enum_by_name(self)  # by name, never by number: stored IR survives a new or reordered member
+
     SPLIT = auto()
     PADTO = auto()
     SWAP = auto()

@@ -6,12 +6,17 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from tg.codegen.serial import enum_by_name
+
 if TYPE_CHECKING:
     from tg.codegen.uop.ops import Ops
 
 
 class AxisType(Enum):
     """What a RANGE loops over; the letter is how kernel names and debug output show it."""
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        return enum_by_name(self)  # by name, never by number: stored IR survives a new or reordered member
 
     DEVICE = "d"  # a multi-device shard
     GLOBAL = "g"  # a global work dimension

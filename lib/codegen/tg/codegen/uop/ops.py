@@ -21,12 +21,16 @@ from enum import IntEnum, auto
 from typing import Any
 
 from tg.codegen.dtype import AddrSpace, DType, PtrDType, dtypes, truncate
+from tg.codegen.serial import enum_by_name
 from tg.codegen.uop.args import AxisType, BufferArg, KernelInfo, ParamArg, RangeArg, ReduceArg, VarArg
 
 
 class Ops(IntEnum):
     """Every op of the IR, grouped by what they describe; `GroupOp` has the sets passes match on. An op is here
     because some stage produces it and another consumes it; `ARG_TYPES` says what each one's `arg` holds."""
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        return enum_by_name(self)  # by name, never by number: stored IR survives a new or reordered member
 
     # kernel parameters, memory and variables
     PARAM = auto()

@@ -8,14 +8,18 @@ driving its own compiler process, then run on scratch buffers made from the kern
 when it fails to compile, takes longer than BEAM_TIMEOUT_SEC to compile (not waited for), renders the same source
 as one already seen, or is slower than 3x the best so far; only one within 1.5x of the best is timed twice more,
 and one that runs past its deadline is killed with its child process (a spare takes over). The winner is then timed
-against the hand-coded opts in turns (`confirm`), and the faster median wins.
+against the hand-coded opts in turns (`confirm`): it replaces them only when its median is faster by more than the
+spread of those repeats (BeamResult.spread), else the hand-coded opts are kept.
 
 BEAM_TIME_BUDGET (seconds, default 60; 0: none) bounds one kernel's search: the rounds get SEARCH_SHARE of it, and
 when it is spent the search ends with the best so far (BeamResult.out_of_time; a DEBUG>=1 line says so).
 
 Winners are kept in an sqlite table in the cache directory, keyed by (kernel key, width, device, renderer,
-compiler identity: binary, version, flags, CPU model). A hit replays the opts with no timing;
-IGNORE_BEAM_CACHE=1 searches again. `export_cache`/`import_cache` move results between machines of the same kind.
+compiler identity: binary, version, flags, CPU model, codegen version: tg.codegen.serial.codegen_version). A hit
+replays the opts with no timing, after checking that they still apply to the kernel: an entry whose opts do not
+(a hand-edited or foreign entry) is dropped with a `warning:` line on stderr and the kernel is searched again.
+IGNORE_BEAM_CACHE=1 searches again. `export_cache`/`import_cache` move results between machines of the same kind;
+an import refuses entries whose opts are not well-formed (`opt_problem`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import math
 import os
 import sqlite3
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -36,6 +41,7 @@ from tg.codegen.opt import KernelOptError, KernelOptimizer, hand_coded_optimizat
 from tg.codegen.opt.opts import Opt, OptOps
 from tg.codegen.opt.search import Candidate, SearchRound, beam_search
 from tg.codegen.pipeline import CodegenFlags, ProgramSource, for_renderer, kernel_to_program, with_opts
+from tg.codegen.serial import codegen_version
 from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.codegen.uop.ops import UOp
 from tg.hcq.device import Device
@@ -45,7 +51,7 @@ from tg.hcq.flags import BEAM_TIME_BUDGET, BEAM_TIMEOUT_SEC, BEAM_WORKERS
 
 SEARCH_SHARE = 0.9  # of BEAM_TIME_BUDGET for the rounds: the rest for a chunk that runs long and confirm's turns
 CONFIRM_ROUNDS = 3  # the winner and the hand-coded opts are timed this many times in turns before one is chosen
-BEAM_SCHEMA = 1
+BEAM_SCHEMA = 2
 TABLE = f"beam_v{BEAM_SCHEMA}"
 
 
@@ -59,6 +65,8 @@ class BeamResult:
     seconds: float
     cached: bool
     out_of_time: bool = False  # the search ended at BEAM_TIME_BUDGET with the best found so far
+    spread: float = 0.0  # seconds between the fastest and slowest of a contender's interleaved repeats (confirm)
+    hand_coded_seconds: float | None = None  # the median of the hand-coded opts in those repeats
 
 
 # ---------------------------------------------------------------------------------------------------- the cache
@@ -69,15 +77,20 @@ def _database() -> sqlite3.Connection:
     conn = sqlite3.connect(os.path.join(cache_dir(), "beam.db"), timeout=60)
     conn.execute(
         f"CREATE TABLE IF NOT EXISTS {TABLE} (kernel TEXT, width INTEGER, device TEXT, renderer TEXT, compiler TEXT,"
-        " opts TEXT NOT NULL, seconds REAL, PRIMARY KEY (kernel, width, device, renderer, compiler))"
+        " codegen TEXT, opts TEXT NOT NULL, seconds REAL, PRIMARY KEY (kernel, width, device, renderer, compiler,"
+        " codegen))"
     )
     return conn
 
 
-def _identity(device_name: str) -> tuple[str, str, str]:
-    """(device, renderer, compiler identity) of a device: the part of the cache key that is the machine."""
+def _identity(device_name: str) -> tuple[str, str, str, str]:
+    """(device, renderer, compiler identity, codegen version): the part of the cache key that is the machine and
+    the code that makes kernels (opts found by another codegen may not apply, or not be the fastest, any more)."""
     device = Device[device_name]
-    return device.device, type(renderer_for(device)).__name__, device.compiler.identity()
+    return device.device, type(renderer_for(device)).__name__, device.compiler.identity(), codegen_version()
+
+
+KEY_WHERE = "kernel=? AND width=? AND device=? AND renderer=? AND compiler=? AND codegen=?"
 
 
 def _encode_opts(opts: tuple[Opt, ...]) -> str:
@@ -102,21 +115,82 @@ def _from_plain(value: Any) -> Any:
 
 
 def _decode_opts(text: str) -> tuple[Opt, ...]:
-    return tuple(Opt(OptOps[op], axis, _from_plain(arg)) for op, axis, arg in json.loads(text))
+    """The opts stored as `text`; BeamCacheError when it is not a list of well-formed opts."""
+    try:
+        opts = tuple(Opt(OptOps[op], axis, _from_plain(arg)) for op, axis, arg in json.loads(text))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise BeamCacheError(f"opts {text!r} cannot be read ({type(error).__name__}: {error})") from None
+    for opt in opts:
+        problem = opt_problem(opt)
+        if problem is not None:
+            raise BeamCacheError(f"{opt!r}: {problem}")
+    return opts
 
 
-def cached_opts(ast: UOp, device_name: str, width: int) -> BeamResult | None:
+AMOUNT_OPS = (OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.BLOCK,
+              OptOps.PADTO, OptOps.SWAP)  # fmt: skip
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def opt_problem(opt: Opt) -> str | None:
+    """Why `opt` is not a well-formed Opt (None when it is): the axis and arg types each op takes (see
+    tg.codegen.opt.opts). Whether it applies to a kernel is only known with the kernel."""
+    if opt.axis is not None and not _is_count(opt.axis):
+        return f"axis {opt.axis!r} is not an axis number"
+    if opt.op in AMOUNT_OPS:
+        if opt.axis is None or not _is_count(opt.arg):
+            return f"{opt.op.name} takes an axis and a whole number"
+    elif opt.op is OptOps.SPLIT:
+        arg = opt.arg
+        well_formed = isinstance(arg, tuple) and len(arg) in (2, 3) and _is_count(arg[0])
+        if not well_formed or not isinstance(arg[1], AxisType) or (len(arg) == 3 and not isinstance(arg[2], bool)):
+            return "SPLIT takes an axis and (amount, AxisType[, top])"
+    elif opt.op is OptOps.NOLOCALS and (opt.axis is not None or opt.arg is not None):
+        return "NOLOCALS takes no axis and no arg"
+    return None
+
+
+def _apply_problem(ast: UOp, opts: tuple[Opt, ...], flags: CodegenFlags) -> str | None:
+    """Why `opts` cannot be applied to kernel `ast` (None when they can)."""
+    optimizer = KernelOptimizer(ast, flags.has_local, flags.core_groups)
+    try:
+        for opt in opts:
+            optimizer.apply_opt(opt)
+    except Exception as error:  # KernelOptError, or a malformed opt's TypeError: either way the entry is unusable
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def cached_opts(ast: UOp, device_name: str, width: int, flags: CodegenFlags | None = None) -> BeamResult | None:
+    """The cached result for kernel `ast`, None when there is none or its opts no longer apply (then the entry is
+    deleted and a `warning:` line printed, so the caller searches again)."""
     if CACHELEVEL.value == 0:
         return None
+    key = (ast.key.hex(), width, *_identity(device_name))
     conn = _database()
     try:
-        row = conn.execute(
-            f"SELECT opts, seconds FROM {TABLE} WHERE kernel=? AND width=? AND device=? AND renderer=? AND compiler=?",
-            (ast.key.hex(), width, *_identity(device_name)),
-        ).fetchone()
+        row = conn.execute(f"SELECT opts, seconds FROM {TABLE} WHERE {KEY_WHERE}", key).fetchone()
+        if row is None:
+            return None
+        flags = for_renderer(flags or CodegenFlags.from_environment(), renderer_for(Device[device_name]))
+        try:
+            opts = _decode_opts(row[0])
+            problem = _apply_problem(ast, opts, flags)
+        except BeamCacheError as error:
+            problem = str(error)
+        if problem is None:
+            return BeamResult(opts, row[1], cached=True)
+        with conn:
+            conn.execute(f"DELETE FROM {TABLE} WHERE {KEY_WHERE}", key)
     finally:
         conn.close()
-    return None if row is None else BeamResult(_decode_opts(row[0]), row[1], cached=True)
+    name = ast.arg.name if isinstance(ast.arg, KernelInfo) else "kernel"
+    print(f"warning: the cached BEAM opts for {name} no longer apply ({problem}); dropped, searching again",
+          file=sys.stderr)  # fmt: skip
+    return None
 
 
 def store_opts(ast: UOp, device_name: str, width: int, result: BeamResult) -> None:
@@ -126,55 +200,89 @@ def store_opts(ast: UOp, device_name: str, width: int, result: BeamResult) -> No
     try:
         with conn:
             conn.execute(
-                f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (ast.key.hex(), width, *_identity(device_name), _encode_opts(result.opts), result.seconds),
             )
     finally:
         conn.close()
 
 
+EXPORT_KEYS = ("kernel", "width", "device", "renderer", "compiler", "codegen", "opts", "seconds")
+
+
 def export_cache(path: str) -> int:
     """Write every cached result to `path` (JSON lines, one header line). Returns how many."""
     conn = _database()
     try:
-        rows = conn.execute(f"SELECT kernel, width, device, renderer, compiler, opts, seconds FROM {TABLE}").fetchall()
+        rows = conn.execute(f"SELECT {', '.join(EXPORT_KEYS)} FROM {TABLE}").fetchall()
     finally:
         conn.close()
     with open(path + ".tmp", "w") as out:
         out.write(json.dumps({"format": "tg-beam-cache", "schema": BEAM_SCHEMA}) + "\n")
         for row in rows:
-            keys = ("kernel", "width", "device", "renderer", "compiler", "opts", "seconds")
-            out.write(json.dumps(dict(zip(keys, row, strict=True))) + "\n")
+            out.write(json.dumps(dict(zip(EXPORT_KEYS, row, strict=True))) + "\n")
     os.replace(path + ".tmp", path)
     return len(rows)
 
 
-def import_cache(path: str, device_name: str = "CPU") -> tuple[int, int]:
-    """Add the results in `path` made on a machine like this one. Returns (imported, refused); entries for another
-    compiler or CPU model are refused (their opts were timed on different hardware or code)."""
+def _entry_problem(entry: Any) -> str | None:
+    """Why an exported entry cannot be imported (None when it can)."""
+    if not isinstance(entry, dict) or set(entry) != set(EXPORT_KEYS):
+        return f"an entry needs exactly the fields {', '.join(EXPORT_KEYS)}"
+    if not _is_count(entry["width"]) or not isinstance(entry["seconds"], int | float):
+        return "width and seconds must be numbers"
+    if not all(isinstance(entry[k], str) for k in ("kernel", "device", "renderer", "compiler", "codegen", "opts")):
+        return "kernel, device, renderer, compiler, codegen and opts must be text"
+    try:
+        _decode_opts(entry["opts"])
+    except BeamCacheError as error:
+        return f"invalid opts: {error}"
+    return None
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    imported: int
+    other_machine: int  # entries made with another compiler or CPU model
+    other_codegen: int  # entries made by another codegen version
+
+
+def import_cache(path: str, device_name: str = "CPU") -> ImportResult:
+    """Add the results in `path` made on a machine like this one by this codegen version. Entries for another
+    compiler or CPU model, or another codegen, are refused (their opts were timed on different hardware or code).
+    A file with a malformed entry (opts that would fail every program that looked them up) imports nothing: a
+    BeamCacheError names its first such line."""
     with open(path) as source:
         try:
             header = json.loads(source.readline())
-            entries = [json.loads(line) for line in source if line.strip()]
+            entries = [(number, json.loads(line)) for number, line in enumerate(source, start=2) if line.strip()]
         except json.JSONDecodeError as error:
             raise BeamCacheError(f"{path} is not a tg-beam cache export ({error})") from None
     if not isinstance(header, dict) or header.get("format") != "tg-beam-cache":
         raise BeamCacheError(f"{path} is not a tg-beam cache export")
     if header.get("schema") != BEAM_SCHEMA:
         raise BeamCacheError(f"{path} has cache schema {header.get('schema')}, this tg reads schema {BEAM_SCHEMA}")
-    _, _, local_compiler = _identity(device_name)
-    accepted = [e for e in entries if e["compiler"] == local_compiler]
+    _, _, local_compiler, local_codegen = _identity(device_name)
+    invalid, accepted, other_machine, other_codegen = [], [], 0, 0
+    for number, entry in entries:
+        problem = _entry_problem(entry)
+        if problem is not None:
+            invalid.append(f"line {number}: {problem}")
+        elif entry["compiler"] != local_compiler:
+            other_machine += 1
+        elif entry["codegen"] != local_codegen:
+            other_codegen += 1
+        else:
+            accepted.append(tuple(entry[k] for k in EXPORT_KEYS))
+    if invalid:
+        raise BeamCacheError(f"{path} {invalid[0]} ({len(invalid)} malformed entries): nothing imported")
     conn = _database()
     try:
         with conn:
-            conn.executemany(
-                f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(e["kernel"], e["width"], e["device"], e["renderer"], e["compiler"], e["opts"], e["seconds"])
-                 for e in accepted],
-            )  # fmt: skip
+            conn.executemany(f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?)", accepted)
     finally:
         conn.close()
-    return len(accepted), len(entries) - len(accepted)
+    return ImportResult(len(accepted), other_machine, other_codegen)
 
 
 # ---------------------------------------------------------------------------------------------------- timing
@@ -298,6 +406,14 @@ def _heuristic_seeds(ast: UOp, flags: CodegenFlags) -> list[tuple[Opt, ...]]:
         return []
 
 
+@dataclass(frozen=True)
+class Confirmed:
+    opts: tuple[Opt, ...]
+    seconds: float  # its median over the repeats
+    spread: float = 0.0  # the widest range (slowest - fastest) of any contender's repeats: what timing noise is
+    hand_coded_seconds: float | None = None  # the best rival's median, when there was a rival
+
+
 def confirm(
     ast: UOp,
     device_name: str,
@@ -307,13 +423,14 @@ def confirm(
     rivals: list[tuple[Opt, ...]],
     seconds: float,
     until: float = math.inf,
-) -> tuple[tuple[Opt, ...], float]:
+) -> Confirmed:
     """The search's winner timed against `rivals` (the hand-coded opts) in turns, CONFIRM_ROUNDS times (fewer, at
-    least one, once time.monotonic() passes `until`): on a loaded machine one lucky timing must not make a slower
-    kernel the winner. Returns the opts with the lowest median."""
+    least one, once time.monotonic() passes `until`). The winner replaces the best rival only when its median is
+    faster by more than the spread of the repeats: on a loaded machine a lucky timing, or a gain smaller than the
+    noise, must not replace the built-in opts with a search result."""
     contenders = list(dict.fromkeys([found, *rivals]))
     if len(contenders) == 1:
-        return found, seconds
+        return Confirmed(found, seconds)
     compiled = _compile_all(device_name, [with_opts(ast, opts) for opts in contenders], flags)
     samples: dict[tuple[Opt, ...], list[float]] = {opts: [] for opts in contenders}
     for turn in range(CONFIRM_ROUNDS):
@@ -322,11 +439,17 @@ def confirm(
         for opts, program in zip(contenders, compiled, strict=True):
             if program is not None:
                 samples[opts].append(timer.time(program[0], program[1], math.inf))
-    medians = {opts: statistics.median(times) for opts, times in samples.items() if times}
+    medians = {opts: statistics.median(times) for opts, times in samples.items() if times and math.isfinite(min(times))}
     if not medians:
-        return found, seconds
-    best = min(medians, key=lambda opts: medians[opts])
-    return best, medians[best]
+        return Confirmed(found, seconds)
+    spread = max(max(samples[opts]) - min(samples[opts]) for opts in medians)
+    timed_rivals = [opts for opts in contenders[1:] if opts in medians]
+    if not timed_rivals:
+        return Confirmed(found, medians[found], spread)
+    rival = min(timed_rivals, key=lambda opts: medians[opts])
+    if found in medians and medians[rival] - medians[found] > spread:
+        return Confirmed(found, medians[found], spread, medians[rival])
+    return Confirmed(rival, medians[rival], spread, medians[rival])
 
 
 def search_opts(
@@ -341,7 +464,7 @@ def search_opts(
     device_name = Device.canonicalize(device_name)
     ignore = bool(IGNORE_BEAM_CACHE) if ignore_cache is None else ignore_cache
     if not ignore:
-        hit = cached_opts(ast, device_name, width)
+        hit = cached_opts(ast, device_name, width, flags)
         if hit is not None:
             return hit
     flags = for_renderer(CodegenFlags.from_environment() if flags is None else flags, renderer_for(Device[device_name]))
@@ -363,11 +486,12 @@ def search_opts(
             core_groups=flags.core_groups, seeds=seeds, chunk=max(4, 2 * int(BEAM_WORKERS)),
             time_budget=None if budget is None else SEARCH_SHARE * budget - (time.monotonic() - start),
         )  # fmt: skip
-        opts, seconds = confirm(ast, device_name, flags, timer, opts, seeds, seconds, until)
+        confirmed = confirm(ast, device_name, flags, timer, opts, seeds, seconds, until)
     finally:
         timer.close()
     out_of_time = bool(rounds) and rounds[-1].out_of_time
-    result = BeamResult(opts, seconds, cached=False, out_of_time=out_of_time)
+    result = BeamResult(confirmed.opts, confirmed.seconds, cached=False, out_of_time=out_of_time,
+                        spread=confirmed.spread, hand_coded_seconds=confirmed.hand_coded_seconds)  # fmt: skip
     if DEBUG >= 1:
         print(_summary(ast, width, result, rounds, time.monotonic() - start))
     store_opts(ast, device_name, width, result)

@@ -13,7 +13,6 @@ DEBUG=3 prints the opts of each kernel when it is compiled; DEBUG=4 also prints 
 from __future__ import annotations
 
 import os
-import pickle
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from tg.codegen.capture import capture_enabled, record_compile
 from tg.codegen.flags import BEAM, DEBUG
 from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program, with_opts
 from tg.codegen.render.base import Renderer
+from tg.codegen.serial import write_file
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq.device import Device
@@ -84,12 +84,14 @@ def _compile_and_capture(device_name: str, ast: UOp, flags: CodegenFlags) -> Com
     """compile_program, recorded for process replay when CAPTURE_PROCESS_REPLAY=1 (only cache misses land here)."""
     compiled = compile_program(device_name, ast, flags)
     if capture_enabled():
-        record_compile(device_name, ast, renderer_for(Device[device_name]), flags, compiled.source)
+        device = Device[device_name]
+        record_compile(device_name, ast, renderer_for(device), flags, compiled.source, device.compiler.identity())
     return compiled
 
 
-def _dump_kernel(ast: UOp) -> None:
-    """With TG_DUMP_KERNELS=DIR, pickle the kernel AST as DIR/<name>.pkl (a k.pkl for tg-beam)."""
+def _dump_kernel(device_name: str, ast: UOp, flags: CodegenFlags) -> None:
+    """With TG_DUMP_KERNELS=DIR, write the kernel AST as DIR/<name>.pkl (a k.pkl for tg-beam, in
+    tg.codegen.serial's format: ops by name, with the codegen version, commit, compiler and codegen flags)."""
     folder = TG_DUMP_KERNELS.value
     if not folder:
         return
@@ -99,9 +101,7 @@ def _dump_kernel(ast: UOp) -> None:
     while os.path.exists(path):
         number += 1
         path = os.path.join(folder, f"{name}_{number}.pkl")
-    with open(path + ".tmp", "wb") as out:
-        pickle.dump(ast, out)
-    os.replace(path + ".tmp", path)
+    write_file(path, ast, device=device_name, compiler=Device[device_name].compiler.identity(), flags=repr(flags))
 
 
 def beam_width() -> int:
@@ -138,7 +138,7 @@ def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -
         program_cache_stats.hits += 1
         return found
     program_cache_stats.misses += 1
-    _dump_kernel(ast)
+    _dump_kernel(device_name, ast, flags)
     found = _compile_and_capture(device_name, _with_beam_opts(device_name, ast, flags, width), flags)
     with _lock:
         _cache[key] = found

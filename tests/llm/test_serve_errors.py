@@ -220,6 +220,9 @@ def test_api_key_is_required_except_for_health_and_the_page(server: RunningServe
     check_error(post(server, "/v1/completions", COMPLETION, key=None), 401, "invalid_api_key")
     check_error(post(server, "/v1/completions", COMPLETION, key="wrong"), 401, "invalid_api_key")
     check_error(httpx.get(server.url + "/v1/models"), 401, "invalid_api_key")
+    check_error(post(server, "/tokenize", {"content": "hi"}, key=None), 401, "invalid_api_key")
+    check_error(post(server, "/detokenize", {"tokens": [1]}, key=None), 401, "invalid_api_key")
+    check_error(post(server, "/v1/chat/completions", CHAT, key=None), 401, "invalid_api_key")
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).models.list()
     assert openai.OpenAI(base_url=server.url + "/v1", api_key=KEY).models.list().data[0].id == MODEL

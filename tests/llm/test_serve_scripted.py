@@ -10,20 +10,18 @@ from __future__ import annotations
 import json
 import random
 
-import numpy as np
 import pytest
 
 pytest.importorskip("gguf")
 openai = pytest.importorskip("openai")
 
 from llm_fixtures import write_model  # noqa: E402
-from serve_helpers import RunningServer  # noqa: E402
+from serve_helpers import RunningServer, ScriptedRunner  # noqa: E402
 
 from tg.llm.serve.app import ServerState  # noqa: E402
 from tg.llm.serve.engine import Engine  # noqa: E402
 from tg.llm.serve.json_constraint import JsonPrefix  # noqa: E402
 from tg.llm.serve.router import StreamRouter  # noqa: E402
-from tg.llm.serve.runner import Slot  # noqa: E402
 from tg.llm.session import Session  # noqa: E402
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
@@ -35,34 +33,6 @@ XML = (
     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
     "</parameter>\n</function>\n</tool_call>"
 )
-
-
-class ScriptedRunner:
-    """Stands in for ModelRunner: every slot's answer is `script` (token ids), then the end token."""
-
-    def __init__(self, vocab: int, end: int, slots: int = 2, max_context: int = 512) -> None:
-        self.vocab, self.end, self.max_context = vocab, end, max_context
-        self.slots = [Slot(index, []) for index in range(slots)]
-        self.script: list[int] = []
-        self.starts: dict[int, int] = {}
-
-    def _logits(self, slot: Slot) -> np.ndarray:
-        index = len(slot.cached) - self.starts[slot.index]
-        logits = np.zeros(self.vocab, dtype=np.float32)
-        logits[self.script[index] if index < len(self.script) else self.end] = 30.0
-        return logits
-
-    def reusable_prefix(self, slot: Slot, tokens: list[int]) -> int:
-        return 0
-
-    def prefill(self, slot: Slot, tokens: list[int]) -> np.ndarray:
-        slot.cached, self.starts[slot.index] = list(tokens), len(tokens)
-        return self._logits(slot)
-
-    def decode(self, steps: list[tuple[Slot, int]]) -> list[np.ndarray]:
-        for slot, token in steps:
-            slot.cached.append(token)
-        return [self._logits(slot) for slot, _ in steps]
 
 
 @pytest.fixture(scope="module")

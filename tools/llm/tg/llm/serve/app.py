@@ -3,135 +3,41 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import json
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
 
-from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tg.llm.serve.engine import Engine, Event, Failure, Finish, Job, Piece
+from tg.llm.serve.engine import Event, Failure, Finish, Job, Piece
 from tg.llm.serve.errors import APIError
+from tg.llm.serve.intake import (
+    HostGuard,
+    ServerState,
+    check_api_key,
+    check_budget,
+    check_model,
+    completion_tokens,
+    off_loop,
+    read_json,
+    render_chat,
+)
 from tg.llm.serve.params import GenerationParams, parse_chat, parse_completion
 from tg.llm.serve.router import StreamRouter
-from tg.llm.template import TemplateError
-from tg.llm.tokenizer import Tokenizer
 
-
-@dataclass
-class ServerState:
-    engine: Engine
-    tokenizer: Tokenizer
-    template: Any
-    model_id: str
-    max_context: int
-    api_key: str | None = None
-    max_body_bytes: int = 1 << 20
-    aliases: set[str] = field(default_factory=set)  # other names the model answers to (the CLI's --model)
-    created: int = field(default_factory=lambda: int(time.time()))
-
-
-# ----------------------------------------------------------------------------------------------- request intake
-
-
-async def read_json(request: Request, state: ServerState) -> dict[str, Any]:
-    """The body as a JSON object: 413 past max_body_bytes (by header or while reading), 400 if it does not parse."""
-    limit = state.max_body_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"the request body is larger than {limit} bytes", "request_too_large")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise APIError(413, f"the request body is larger than {limit} bytes", "request_too_large")
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise APIError(400, f"the request body is not valid JSON: {error}", "invalid_json") from error
-    if not isinstance(value, dict):
-        raise APIError(400, "the request body must be a JSON object", "invalid_json")
-    return value
-
-
-def check_api_key(request: Request, state: ServerState) -> None:
-    if state.api_key is None:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if not header:
-        raise APIError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), state.api_key.encode()):
-        raise APIError(401, "incorrect API key provided", "invalid_api_key")
-
-
-def check_model(model: str, state: ServerState) -> None:
-    if model != state.model_id and model not in state.aliases:
-        raise APIError(
-            404, f"the model '{model}' does not exist (this server has '{state.model_id}')", "model_not_found", "model"
-        )
-
-
-def check_budget(prompt: list[int], params: GenerationParams, state: ServerState, param: str) -> None:
-    """400 when the prompt fills the context or prompt + max_tokens does not fit in it."""
-    if len(prompt) >= state.max_context:
-        raise APIError(
-            400,
-            f"this model's maximum context length is {state.max_context} tokens, but the prompt "
-            f"has {len(prompt)} tokens",
-            "context_length_exceeded",
-            param,
-        )
-    if params.max_tokens is not None and len(prompt) + params.max_tokens > state.max_context:
-        raise APIError(
-            400,
-            f"this model's maximum context length is {state.max_context} tokens; you requested "
-            f"{len(prompt) + params.max_tokens} ({len(prompt)} in the prompt, {params.max_tokens} for "
-            "the completion)",
-            "context_length_exceeded",
-            "max_tokens",
-        )
-
-
-def chat_prompt(state: ServerState, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-    extra = {"tools": tools} if tools else {}
-    try:
-        text = state.template.render(messages, add_generation_prompt=True, **extra)
-    except (TemplateError, KeyError, TypeError) as error:
-        raise APIError(
-            400, f"the chat template refused the messages: {error}", "invalid_messages", "messages"
-        ) from error
-    return state.tokenizer.encode(text)
-
-
-def completion_prompt(state: ServerState, prompt: str | list[int]) -> list[int]:
-    tokenizer = state.tokenizer
-    if isinstance(prompt, list):
-        bad = [token for token in prompt if not 0 <= token < len(tokenizer.tokens)]
-        if bad:
-            raise APIError(
-                400,
-                f"token id {bad[0]} is outside the vocabulary of {len(tokenizer.tokens)}",
-                "invalid_value",
-                "prompt",
-            )
-        return prompt
-    bos = [tokenizer.bos_id] if tokenizer.add_bos and tokenizer.bos_id is not None else []
-    tokens = bos + tokenizer.encode(prompt, allow_special=False)
-    if not tokens:
-        raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
-    return tokens
+__all__ = ["ServerState", "create_app"]
+PING_SECONDS = 15  # an SSE comment this often while nothing else is sent keeps proxies from closing the stream
 
 
 # ----------------------------------------------------------------------------------------------- running a job
@@ -197,8 +103,38 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(12)}"
 
 
-def sse(payload: dict[str, Any]) -> dict[str, str]:
-    return {"data": json.dumps(payload, ensure_ascii=False)}
+def sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+DONE = "data: [DONE]\n\n"
+
+
+def sse_response(events: AsyncIterator[str]) -> StreamingResponse:
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(with_pings(events), media_type="text/event-stream", headers=headers)
+
+
+async def with_pings(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """`events`, with a `: ping` comment whenever none came for PING_SECONDS (a long prefill, a full queue)."""
+    following = asyncio.ensure_future(anext(events))
+    try:
+        while True:
+            done, _ = await asyncio.wait({following}, timeout=PING_SECONDS)
+            if not done:
+                yield ": ping\n\n"
+                continue
+            try:
+                event = following.result()
+            except StopAsyncIteration:
+                return
+            yield event
+            following = asyncio.ensure_future(anext(events))
+    finally:  # the client went away (or the stream ended): end the events, which cancels the job
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+            await following
+        await events.aclose()  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------------------------------------- endpoints
@@ -209,7 +145,7 @@ async def chat_completions(request: Request) -> Response:
     check_api_key(request, state)
     chat = parse_chat(await read_json(request, state))
     check_model(chat.model, state)
-    prompt = chat_prompt(state, chat.messages, chat.tools)
+    prompt = await off_loop(render_chat, state, chat.messages, chat.tools)
     check_budget(prompt, chat.params, state, "messages")
     stream = JobStream(state, prompt, chat.params)
     head = {
@@ -219,7 +155,7 @@ async def chat_completions(request: Request) -> Response:
         "system_fingerprint": "tg-llm",
     }
     if chat.params.stream:
-        return EventSourceResponse(chat_chunks(stream, head, chat.params, chat.parse_tools), sep="\n", ping=15)
+        return sse_response(chat_chunks(stream, head, chat.params, chat.parse_tools))
     pieces, finish = await collect(request, stream)
     router = StreamRouter(chat.parse_tools)
     content, reasoning = "", ""
@@ -241,10 +177,10 @@ async def chat_completions(request: Request) -> Response:
 
 async def chat_chunks(
     stream: JobStream, head: dict[str, Any], params: GenerationParams, parse_tools: bool
-) -> AsyncIterator[dict[str, str]]:
+) -> AsyncIterator[str]:
     extra = {"usage": None} if params.include_usage else {}
 
-    def chunk(delta: dict[str, Any], reason: str | None = None, logprobs: list | None = None) -> dict[str, str]:
+    def chunk(delta: dict[str, Any], reason: str | None = None, logprobs: list | None = None) -> str:
         choice = {
             "index": 0,
             "delta": delta,
@@ -272,7 +208,7 @@ async def chat_chunks(
                 yield sse({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage(event)})
     except APIError as error:
         yield sse(error.body())
-    yield {"data": "[DONE]"}
+    yield DONE
 
 
 def delta_fields(delta: Any) -> dict[str, str]:
@@ -303,7 +239,7 @@ async def completions(request: Request) -> Response:
     check_api_key(request, state)
     completion = parse_completion(await read_json(request, state))
     check_model(completion.model, state)
-    prompt = completion_prompt(state, completion.prompt)
+    prompt = await off_loop(completion_tokens, state, completion.prompt)
     check_budget(prompt, completion.params, state, "prompt")
     echo = ""
     if completion.echo:
@@ -318,7 +254,7 @@ async def completions(request: Request) -> Response:
     }
     want_logprobs = completion.params.logprobs
     if completion.params.stream:
-        return EventSourceResponse(completion_chunks(stream, head, completion.params, echo), sep="\n", ping=15)
+        return sse_response(completion_chunks(stream, head, completion.params, echo))
     pieces, finish = await collect(request, stream)
     entries = [e for p in pieces for e in p.logprobs]
     text = echo + "".join(piece.text for piece in pieces)
@@ -333,11 +269,11 @@ async def completions(request: Request) -> Response:
 
 async def completion_chunks(
     stream: JobStream, head: dict[str, Any], params: GenerationParams, echo: str
-) -> AsyncIterator[dict[str, str]]:
+) -> AsyncIterator[str]:
     extra = {"usage": None} if params.include_usage else {}
     offset = len(echo)
 
-    def chunk(text: str, reason: str | None = None, entries: list | None = None) -> dict[str, str]:
+    def chunk(text: str, reason: str | None = None, entries: list | None = None) -> str:
         logprobs = legacy_logprobs(entries or [], offset) if params.logprobs else None
         choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": reason}
         return sse({**head, "choices": [choice], **extra})
@@ -355,7 +291,7 @@ async def completion_chunks(
                 yield sse({**head, "choices": [], "usage": usage(event)})
     except APIError as error:
         yield sse(error.body())
-    yield {"data": "[DONE]"}
+    yield DONE
 
 
 async def models(request: Request) -> Response:
@@ -388,7 +324,7 @@ async def tokenize(request: Request) -> Response:
         raise APIError(422, "'add_special' must be a boolean", "invalid_type", "add_special")
     tokenizer = state.tokenizer
     bos = [tokenizer.bos_id] if special and tokenizer.bos_id is not None else []
-    return JSONResponse({"tokens": bos + tokenizer.encode(content)})
+    return JSONResponse({"tokens": bos + await off_loop(tokenizer.encode, content)})
 
 
 async def detokenize(request: Request) -> Response:
@@ -434,7 +370,11 @@ async def server_error(request: Request, error: Exception) -> Response:
     return api_error_response(APIError(500, f"internal error: {type(error).__name__}: {error}", "internal_error"))
 
 
-def create_app(state: ServerState, cors_origins: list[str] | None = None) -> Starlette:
+def create_app(
+    state: ServerState, cors_origins: list[str] | None = None, allowed_hosts: set[str] | None = None
+) -> Starlette:
+    """The ASGI app. `allowed_hosts`: names the Host header may carry besides IP addresses and localhost (see
+    HostGuard); CORS answers only `cors_origins`."""
     routes = [
         Route("/", chat_page, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
@@ -444,7 +384,7 @@ def create_app(state: ServerState, cors_origins: list[str] | None = None) -> Sta
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
     ]
-    middleware = []
+    middleware = [Middleware(HostGuard, allowed=allowed_hosts or set())]
     if cors_origins:
         middleware.append(
             Middleware(

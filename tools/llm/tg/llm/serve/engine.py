@@ -151,10 +151,15 @@ class Engine:
                 "largest_batch": self.largest_batch,
             }
 
-    def stop(self) -> None:
+    def shutdown(self) -> None:
+        """Stop taking jobs and end the running and waiting ones with a 503 (their streams close properly) once the
+        step in progress is done; returns at once (it is called from the event loop, on SIGTERM)."""
         with self.condition:
             self.running = False
             self.condition.notify()
+
+    def stop(self) -> None:
+        self.shutdown()
         self.thread.join(timeout=10)
 
     # ------------------------------------------------------------------------------------------ the thread

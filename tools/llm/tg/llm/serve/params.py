@@ -195,6 +195,28 @@ def check_message(message: dict[str, Any], where: str) -> None:
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise value_error(f"{where}.content", "parts must be {'type': 'text', 'text': str} (text only)")
+    if message.get("tool_calls") is not None:
+        check_tool_calls(message["tool_calls"], f"{where}.tool_calls")
+    for name in ("name", "tool_call_id"):
+        if message.get(name) is not None and not isinstance(message[name], str):
+            raise type_error(f"{where}.{name}", "a string")
+
+
+def check_tool_calls(calls: Any, where: str) -> None:
+    """A list of {"function": {"name": str, "arguments": str or object}} (id and type optional)."""
+    if not isinstance(calls, list):
+        raise type_error(where, "a list of tool call objects")
+    for index, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise type_error(f"{where}[{index}]", "an object with a 'function' object")
+        if not isinstance(function.get("name"), str):
+            raise type_error(f"{where}[{index}].function.name", "a string")
+        if not isinstance(function.get("arguments", "{}"), str | dict):
+            raise type_error(f"{where}[{index}].function.arguments", "a JSON string or an object")
+        for name in ("id", "type"):
+            if call.get(name) is not None and not isinstance(call[name], str):
+                raise type_error(f"{where}[{index}].{name}", "a string")
 
 
 def normalized(message: dict[str, Any]) -> dict[str, Any]:

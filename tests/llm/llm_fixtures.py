@@ -18,6 +18,11 @@ CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+# ChatML that lists the tools in a system turn (the tiny models' own template has no place for them)
+CHATML_TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n# Tools\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    "<|im_end|>\n{% endif %}" + CHATML_TEMPLATE
+)
 # fp16 field offsets per quantized type (forced small and finite)
 HALF_OFFSETS = {
     "Q4_0": [0],

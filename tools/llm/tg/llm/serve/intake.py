@@ -222,14 +222,25 @@ def render_chat(state: ServerState, messages: list[dict[str, Any]], tools: list[
     marker = plain_marker([messages, tools])
     pattern = state.tokenizer.special_pattern
     messages, tools = protect(messages, pattern, marker), protect(tools, pattern, marker)
+    text = render(state, messages, tools)
+    if tools and text == render(state, messages, None):
+        raise APIError(
+            400,
+            "this model's chat template has no place for tools: the model would never see them",
+            "tools_unsupported",
+            "tools",
+        )
+    return encode_prompt(state, text, "messages", allow_special=True, marker=marker)
+
+
+def render(state: ServerState, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     extra = {"tools": tools} if tools else {}
     try:
-        text = state.template.render(messages, add_generation_prompt=True, **extra)
+        return str(state.template.render(messages, add_generation_prompt=True, **extra))
     except (TemplateError, KeyError, TypeError, AttributeError, ValueError) as error:
         raise APIError(
             400, f"the chat template refused the messages: {error}", "invalid_messages", "messages"
         ) from error
-    return encode_prompt(state, text, "messages", allow_special=True, marker=marker)
 
 
 def plain_marker(value: Any) -> str:

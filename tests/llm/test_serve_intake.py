@@ -297,3 +297,21 @@ def test_sigterm_ends_open_streams_with_a_last_chunk_and_done(session: Session) 
     text = "".join(json.loads(d)["choices"][0]["delta"].get("content", "") for d in data[:-2])
     assert len(text) < len("the " * 100)
     assert not server.thread.is_alive()
+
+
+def test_the_host_flag_and_allowed_hosts_name_the_server() -> None:
+    from tg.llm.serve.server import ServeOptions, allowed_hosts
+
+    assert allowed_hosts(ServeOptions(host="box.lan", allowed_hosts=("llm.lan",))) == {"box.lan", "llm.lan"}
+
+
+def test_a_host_guard_with_allowed_names_serves_them_and_no_other(session: Session) -> None:
+    from starlette.testclient import TestClient
+
+    from tg.llm.serve.app import create_app
+
+    state = ServerState(None, session.tokenizer, session.template, MODEL, CONTEXT)  # type: ignore[arg-type]
+    client = TestClient(create_app(state, allowed_hosts={"box.lan"}))
+    assert client.get("/", headers={"Host": "box.lan:8000"}).status_code == 200
+    assert client.get("/", headers={"Host": "BOX.LAN."}).status_code == 200
+    assert client.get("/", headers={"Host": "other.lan"}).status_code == 403

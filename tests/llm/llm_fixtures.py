@@ -20,6 +20,11 @@ CHATML_TEMPLATE = (
 )
 # types whose blocks hold 256 elements: the model's rows must be a multiple of that
 K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+# ChatML that lists the tools in a system turn (the tiny models' own template has no place for them)
+CHATML_TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n# Tools\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    "<|im_end|>\n{% endif %}" + CHATML_TEMPLATE
+)
 # fp16 field offsets per quantized type (forced small and finite)
 HALF_OFFSETS = {
     "Q4_0": [0],

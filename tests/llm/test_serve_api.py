@@ -314,3 +314,49 @@ def test_disconnect_while_waiting_for_a_whole_answer_stops_generation(
     assert wait_idle(server.state.engine, 20)
     assert server.state.engine.steps - steps_before < 60
     still_answers(server)
+
+
+# ----------------------------------------------------------------------------------------------- several choices
+
+
+def test_n_choices_are_single_requests_with_successive_seeds(client) -> None:
+    """Choice i of n is what one request seeded with seed + i answers (so the choices differ, reproducibly)."""
+    request = {"model": MODEL, "prompt": "abc", "max_tokens": 5, "temperature": 1.2}
+    singles = [client.completions.create(**request, seed=7 + i).choices[0].text for i in range(3)]
+    answer = client.completions.create(**request, seed=7, n=3)
+    assert [choice.index for choice in answer.choices] == [0, 1, 2]
+    assert [choice.text for choice in answer.choices] == singles
+    assert answer.usage.completion_tokens == 15
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 1.2}
+    alone = [client.chat.completions.create(**chat, seed=3 + i).choices[0].message.content for i in range(2)]
+    both = client.chat.completions.create(**chat, seed=3, n=2)
+    assert [choice.message.content for choice in both.choices] == alone
+    assert both.usage.prompt_tokens == client.chat.completions.create(**chat, seed=3).usage.prompt_tokens
+    streamed = ["", ""]
+    for chunk in client.chat.completions.create(**chat, seed=3, n=2, stream=True):
+        for choice in chunk.choices:
+            streamed[choice.index] += choice.delta.content or ""
+    assert streamed == alone
+
+
+def test_batched_prompts_get_one_choice_each(client) -> None:
+    prompts = ["the cat", "xyz", "a"]
+    alone = [
+        client.completions.create(model=MODEL, prompt=p, max_tokens=4, temperature=0).choices[0].text for p in prompts
+    ]
+    batch = client.completions.create(model=MODEL, prompt=prompts, max_tokens=4, temperature=0, echo=True)
+    assert [choice.text for choice in batch.choices] == [p + text for p, text in zip(prompts, alone, strict=True)]
+    twice = client.completions.create(model=MODEL, prompt=prompts[:2], max_tokens=4, temperature=0, n=2)
+    assert [choice.text for choice in twice.choices] == [alone[0], alone[0], alone[1], alone[1]]
+    streamed = ["", "", ""]
+    for chunk in client.completions.create(model=MODEL, prompt=prompts, max_tokens=4, temperature=0, stream=True):
+        for choice in chunk.choices:
+            streamed[choice.index] += choice.text
+    assert streamed == alone
+
+
+def test_one_model_by_id_and_alias(client, server: RunningServer, model_path: Path) -> None:
+    assert client.models.retrieve(MODEL).id == MODEL
+    assert httpx.get(server.url + f"/v1/models/{model_path.stem}").json()["id"] == MODEL
+    answer = httpx.get(server.url + "/v1/models/gpt-9")
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "model_not_found"

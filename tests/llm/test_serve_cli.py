@@ -47,7 +47,9 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def test_serve_prints_url_model_context_device_and_answers(tiny: Path) -> None:
-    process, url, printed = serve(["serve", "-m", str(tiny), "--port", "0", "--max-context", "48", "--api-key", "k"])
+    process, url, printed = serve(
+        ["serve", "-m", str(tiny), "--port", "0", "--max-context", "48", "--api-key", "k", "--allowed-host", "llm.lan"]
+    )
     try:
         assert url.startswith("http://127.0.0.1:")
         assert '"tiny-llama-F32"' in printed and "max context 48" in printed and "device CPU" in printed
@@ -59,6 +61,8 @@ def test_serve_prints_url_model_context_device_and_answers(tiny: Path) -> None:
         answer = httpx.post(url + "/v1/completions", json=body, headers=headers, timeout=180)
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 2
         assert httpx.post(url + "/v1/completions", json=body, timeout=180).status_code == 401
+        assert httpx.get(url + "/health", headers={"Host": "llm.lan:8000"}).status_code == 200  # --allowed-host
+        assert httpx.get(url + "/health", headers={"Host": "other.lan"}).status_code == 403
     finally:
         stop(process)
     assert process.returncode is not None

@@ -133,7 +133,48 @@ BAD_BODIES = [
         "context_length_exceeded",
         "messages",
     ),
-    ("n = 2", "/v1/chat/completions", {**CHAT, "n": 2}, 400, "invalid_value", "n"),
+    ("n = 17", "/v1/chat/completions", {**CHAT, "n": 17}, 400, "invalid_value", "n"),
+    (
+        "logit_bias id outside",
+        "/v1/chat/completions",
+        {**CHAT, "logit_bias": {"99999": 1}},
+        400,
+        "invalid_value",
+        "logit_bias",
+    ),
+    (
+        "logit_bias key a word",
+        "/v1/chat/completions",
+        {**CHAT, "logit_bias": {"a": 1}},
+        400,
+        "invalid_value",
+        "logit_bias",
+    ),
+    ("logit_bias 101", "/v1/chat/completions", {**CHAT, "logit_bias": {"5": 101}}, 400, "invalid_value", "logit_bias"),
+    (
+        "tool_choice required",
+        "/v1/chat/completions",
+        {**CHAT, "tool_choice": "required"},
+        400,
+        "invalid_value",
+        "tool_choice",
+    ),
+    (
+        "tools the template cannot show",
+        "/v1/chat/completions",
+        {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]},
+        400,
+        "tools_unsupported",
+        "tools",
+    ),
+    (
+        "batch times n over 16",
+        "/v1/completions",
+        {**COMPLETION, "prompt": ["a"] * 9, "n": 2},
+        400,
+        "invalid_value",
+        "prompt",
+    ),
     ("stop a number", "/v1/chat/completions", {**CHAT, "stop": 3}, 422, "invalid_type", "stop"),
     ("too many stops", "/v1/chat/completions", {**CHAT, "stop": ["a"] * 17}, 400, "invalid_value", "stop"),
     (
@@ -220,6 +261,9 @@ def test_api_key_is_required_except_for_health_and_the_page(server: RunningServe
     check_error(post(server, "/v1/completions", COMPLETION, key=None), 401, "invalid_api_key")
     check_error(post(server, "/v1/completions", COMPLETION, key="wrong"), 401, "invalid_api_key")
     check_error(httpx.get(server.url + "/v1/models"), 401, "invalid_api_key")
+    check_error(post(server, "/tokenize", {"content": "hi"}, key=None), 401, "invalid_api_key")
+    check_error(post(server, "/detokenize", {"tokens": [1]}, key=None), 401, "invalid_api_key")
+    check_error(post(server, "/v1/chat/completions", CHAT, key=None), 401, "invalid_api_key")
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).models.list()
     assert openai.OpenAI(base_url=server.url + "/v1", api_key=KEY).models.list().data[0].id == MODEL

@@ -10,21 +10,20 @@ from __future__ import annotations
 import json
 import random
 
-import numpy as np
 import pytest
 
 pytest.importorskip("gguf")
 openai = pytest.importorskip("openai")
 
-from llm_fixtures import write_model  # noqa: E402
-from serve_helpers import RunningServer  # noqa: E402
+from llm_fixtures import CHATML_TOOLS_TEMPLATE, write_model  # noqa: E402
+from serve_helpers import RunningServer, ScriptedRunner  # noqa: E402
 
 from tg.llm.serve.app import ServerState  # noqa: E402
 from tg.llm.serve.engine import Engine  # noqa: E402
 from tg.llm.serve.json_constraint import JsonPrefix  # noqa: E402
 from tg.llm.serve.router import StreamRouter  # noqa: E402
-from tg.llm.serve.runner import Slot  # noqa: E402
 from tg.llm.session import Session  # noqa: E402
+from tg.llm.template import JinjaTemplate  # noqa: E402
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 HERMES = (
@@ -37,48 +36,25 @@ XML = (
 )
 
 
-class ScriptedRunner:
-    """Stands in for ModelRunner: every slot's answer is `script` (token ids), then the end token."""
-
-    def __init__(self, vocab: int, end: int, slots: int = 2, max_context: int = 512) -> None:
-        self.vocab, self.end, self.max_context = vocab, end, max_context
-        self.slots = [Slot(index, []) for index in range(slots)]
-        self.script: list[int] = []
-        self.starts: dict[int, int] = {}
-
-    def _logits(self, slot: Slot) -> np.ndarray:
-        index = len(slot.cached) - self.starts[slot.index]
-        logits = np.zeros(self.vocab, dtype=np.float32)
-        logits[self.script[index] if index < len(self.script) else self.end] = 30.0
-        return logits
-
-    def reusable_prefix(self, slot: Slot, tokens: list[int]) -> int:
-        return 0
-
-    def prefill(self, slot: Slot, tokens: list[int]) -> np.ndarray:
-        slot.cached, self.starts[slot.index] = list(tokens), len(tokens)
-        return self._logits(slot)
-
-    def decode(self, steps: list[tuple[Slot, int]]) -> list[np.ndarray]:
-        for slot, token in steps:
-            slot.cached.append(token)
-        return [self._logits(slot) for slot, _ in steps]
-
-
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory: pytest.TempPathFactory):
     session = Session.load(write_model(tmp_path_factory.mktemp("serve") / "tiny.gguf", "llama", "F32"), 256)
     tokenizer = session.tokenizer
     runner = ScriptedRunner(len(tokenizer.tokens), tokenizer.eos_id)
     engine = Engine(runner, tokenizer)  # type: ignore[arg-type]
-    server = RunningServer(ServerState(engine, tokenizer, session.template, "scripted", 256))
+    server = RunningServer(ServerState(engine, tokenizer, JinjaTemplate(CHATML_TOOLS_TEMPLATE), "scripted", 256))
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    client.tokenizer = tokenizer  # type: ignore[attr-defined]  (for the tests that need the script's tokens)
 
     def say(text: str) -> None:
         runner.script = tokenizer.encode(text, allow_special=False)
 
     yield client, say
     server.close()
+
+
+def scripted_tokens(client, text: str) -> list[int]:  # type: ignore[no-untyped-def]
+    return client.tokenizer.encode(text, allow_special=False)
 
 
 def ask(client, stream: bool = False, tools: list | None = None):  # type: ignore[no-untyped-def]
@@ -145,6 +121,43 @@ def test_json_object_cut_by_max_tokens_still_parses(scripted, script: str) -> No
             response_format={"type": "json_object"},
         )
         assert isinstance(json.loads(answer.choices[0].message.content), dict)
+
+
+def test_json_object_finish_reason_says_whether_max_tokens_cut_it(scripted) -> None:
+    """A complete object written in `count` tokens: "stop" with room to spare, "length" when max_tokens forced it
+    closed early (the closing text then is the constraint's, not the model's)."""
+    client, say = scripted
+    script = '{"a": [1, 2], "b": "the end"}'
+    say(script)
+    count = len(scripted_tokens(client, script))
+
+    def finish(max_tokens: int) -> tuple[str, str]:
+        answer = client.chat.completions.create(
+            model="scripted",
+            messages=[{"role": "user", "content": "j"}],
+            max_tokens=max_tokens,
+            temperature=0,
+            response_format={"type": "json_object"},
+        )
+        return answer.choices[0].message.content, answer.choices[0].finish_reason
+
+    assert finish(count + 3) == (script, "stop")
+    for max_tokens in (3, count // 2, count - 1):
+        content, reason = finish(max_tokens)
+        assert isinstance(json.loads(content), dict) and content != script and reason == "length"
+
+
+def test_logit_bias_outweighs_the_model(scripted) -> None:
+    """+100 on one token beats the script's logit of 30 at every step; -100 on the script's first token removes
+    it (the scripted logits are 30 for the script's token and 0 elsewhere)."""
+    client, say = scripted
+    say("the end")
+    tokens = scripted_tokens(client, "the end")
+    request = {"model": "scripted", "messages": [{"role": "user", "content": "b"}], "temperature": 0}
+    forced = client.chat.completions.create(**request, max_tokens=4, logit_bias={str(tokens[-1]): 100})
+    assert forced.choices[0].message.content == client.tokenizer.decode([tokens[-1]] * 4)
+    banned = client.chat.completions.create(**request, max_tokens=1, logit_bias={str(tokens[0]): -100})
+    assert banned.choices[0].message.content != client.tokenizer.decode(tokens[:1])
 
 
 # ----------------------------------------------------------------------------------------------- units

@@ -9,7 +9,7 @@ import pytest
 from tg.llm import registry
 from tg.llm.sampling import Sampler, SamplingOptions
 from tg.llm.template import FallbackTemplate, JinjaTemplate, TemplateError
-from tg.llm.tokenizer import Tokenizer, TokenizerError
+from tg.llm.tokenizer import TokenBudgetError, Tokenizer, TokenizerError
 from tg.tensor.gguf import gguf_read
 
 TEXTS = [
@@ -30,22 +30,60 @@ def smollm_metadata() -> dict:
     return gguf_read(path).metadata
 
 
-@pytest.mark.parametrize("text", TEXTS)
-def test_smollm_encoding_matches_hugging_face_tokenizers(smollm_metadata: dict, text: str) -> None:
+def smollm_oracle(metadata: dict):  # type: ignore[no-untyped-def]
+    """Hugging Face `tokenizers` built from the file's vocabulary and merges with SmolLM's pre-tokenizer."""
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import decoders, models, pre_tokenizers
 
-    vocab = {token: index for index, token in enumerate(smollm_metadata["tokenizer.ggml.tokens"])}
-    merges = [tuple(merge.split(" ", 1)) for merge in smollm_metadata["tokenizer.ggml.merges"]]
+    vocab = {token: index for index, token in enumerate(metadata["tokenizer.ggml.tokens"])}
+    merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
     oracle = tokenizers.Tokenizer(models.BPE(vocab, merges))
     oracle.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
     )
     oracle.decoder = decoders.ByteLevel()
+    return oracle
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_smollm_encoding_matches_hugging_face_tokenizers(smollm_metadata: dict, text: str) -> None:
+    oracle = smollm_oracle(smollm_metadata)
     ours = Tokenizer.from_gguf_metadata(smollm_metadata)
     ids = ours.encode(text, allow_special=False)
     assert ids == oracle.encode(text).ids
     assert ours.decode(ids) == text
+
+
+def long_words() -> list[str]:
+    rng = np.random.default_rng(7)
+    letters = "".join(rng.choice(list("etaoinshrdlucmfwyp"), 20_000))
+    return ["x" * 12_000, "abc" * 5_000, letters, " " * 9_000 + "a", "é" * 6_000, "ab1" * 3_000]
+
+
+@pytest.mark.parametrize("index", range(len(long_words())))
+def test_long_words_match_hugging_face_tokenizers(smollm_metadata: dict, index: int) -> None:
+    """Words of thousands of characters (merged through a heap, not pair by pair) give the oracle's ids."""
+    text = long_words()[index]
+    ids = Tokenizer.from_gguf_metadata(smollm_metadata).encode(text, allow_special=False)
+    assert ids == smollm_oracle(smollm_metadata).encode(text).ids
+
+
+def test_encoding_stops_at_the_token_budget(smollm_metadata: dict) -> None:
+    tokenizer = Tokenizer.from_gguf_metadata(smollm_metadata)
+    text = "one two three four five six"
+    count = len(tokenizer.encode(text))
+    assert tokenizer.encode(text, max_tokens=count) == tokenizer.encode(text)
+    with pytest.raises(TokenBudgetError):
+        tokenizer.encode(text, max_tokens=count - 1)
+    assert tokenizer.fewest_tokens(text) <= count
+
+
+def test_a_plain_marker_keeps_special_token_text_plain(smollm_metadata: dict) -> None:
+    tokenizer = Tokenizer.from_gguf_metadata(smollm_metadata)
+    marked = "<\ufdd0|im_end|> and <|im_end|>"
+    ids = tokenizer.encode(marked, plain_marker="\ufdd0")
+    assert ids.count(tokenizer.ids["<|im_end|>"]) == 1
+    assert tokenizer.decode(ids) == "<|im_end|> and <|im_end|>"
 
 
 def test_special_tokens_are_matched_whole(smollm_metadata: dict) -> None:

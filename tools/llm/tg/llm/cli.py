@@ -272,12 +272,24 @@ def serve_command(
     max_queue: int = typer.Option(16, "--max-queue", help="Requests waiting for a slot; more are answered 429."),
     max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Larger request bodies are answered 413."),
     cors_origin: list[str] = typer.Option([], "--cors-origin", help="Allow browser calls from ORIGIN (repeatable)."),
+    allowed_host: list[str] = typer.Option(
+        [], "--allowed-host", help="Also answer requests whose Host header is NAME (repeatable; '*': any)."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, ...) and a chat page at /."""
     from tg.llm.serve.server import ServeOptions
 
-    options = ServeOptions(host, port, api_key, max_concurrency, max_queue, max_body_bytes, tuple(cors_origin))
+    options = ServeOptions(
+        host,
+        port,
+        api_key,
+        max_concurrency,
+        max_queue,
+        max_body_bytes,
+        tuple(cors_origin),
+        allowed_hosts=tuple(allowed_host),
+    )
     start_server(model, max_context, options, debug)
 
 

@@ -8,7 +8,8 @@ merges are applied lowest rank first. Decoding maps back to bytes; `StreamDecode
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+import heapq
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import regex
@@ -38,10 +39,19 @@ PRESETS: dict[str, list[str]] = {
     "default": [GPT2_WORDS],
 }
 CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values of tokens matched whole
+CACHED_WORD_LENGTH = 256  # words up to this many characters are remembered (see Tokenizer._encode_word)
 
 
 class TokenizerError(ValueError):
     """The GGUF tokenizer cannot be built (unknown preset or model type)."""
+
+
+class TokenBudgetError(ValueError):
+    """The text encodes to more tokens than the caller allowed."""
+
+    def __init__(self, max_tokens: int) -> None:
+        super().__init__(f"the text is longer than {max_tokens} tokens")
+        self.max_tokens = max_tokens
 
 
 @functools.cache
@@ -83,6 +93,54 @@ END_OF_GENERATION_TEXTS = frozenset(
 )
 
 
+def bpe_merge(word: str, merge_ranks: dict[tuple[str, str], int]) -> list[str]:
+    """The parts `word` ends as when merges are applied lowest rank first (leftmost first among equal ranks)."""
+    return merge_pairs(word, lambda left, right: merge_ranks.get((left, right)))
+
+
+def merge_pairs(word: str, priority: Callable[[str, str], float | None]) -> list[str]:
+    """The parts `word` ends as when adjacent parts are joined, the pair of lowest `priority` first (leftmost first
+    among equals; None: never joined), until no pair can be.
+
+    In O(n log n): the parts are a linked list (each part is named by the index of its first character), and a
+    heap holds every candidate pair as (priority, left index, left length, right length). A pair goes stale when
+    either part merges with another; parts only grow, so comparing the lengths it was pushed with spots that.
+    Each merge pushes at most two new pairs, its new neighbours.
+    """
+    parts = list(word)
+    following = list(range(1, len(word) + 1))  # index of the next part (len(word): none)
+    preceding = list(range(-1, len(word) - 1))
+    heap: list[tuple[float, int, int, int]] = []
+
+    def push(left: int) -> None:
+        right = following[left]
+        if right < len(word):
+            rank = priority(parts[left], parts[right])
+            if rank is not None:
+                heapq.heappush(heap, (rank, left, len(parts[left]), len(parts[right])))
+
+    for index in range(len(word) - 1):
+        push(index)
+    while heap:
+        _, left, left_length, right_length = heapq.heappop(heap)
+        right = following[left]
+        if len(parts[left]) != left_length or right >= len(word) or len(parts[right]) != right_length:
+            continue  # stale: one of its parts has merged since (or was merged away)
+        parts[left] += parts[right]
+        parts[right] = ""  # merged away: never a valid left or right of a pair again
+        following[left] = following[right]
+        if following[left] < len(word):
+            preceding[following[left]] = left
+        if preceding[left] >= 0:
+            push(preceding[left])
+        push(left)
+    result, index = [], 0
+    while index < len(word):
+        result.append(parts[index])
+        index = following[index]
+    return result
+
+
 class Tokenizer:
     def __init__(
         self,
@@ -118,6 +176,15 @@ class Tokenizer:
         self.end_ids = {eos_id, *([] if eot_id is None else [eot_id]), *extra_end_ids, *named_ends}
         self.byte_map = byte_to_unicode()
         self.char_to_byte = {char: byte for byte, char in self.byte_map.items()}
+        self.max_token_bytes = max((len(self.token_bytes(i)) for i in range(len(tokens))), default=1) or 1
+        self.every_byte_has_token = all(char in self.ids for char in self.byte_map.values())
+
+    def fewest_tokens(self, text: str) -> int:
+        """A lower bound on how many tokens `text` encodes to, without encoding it: no token stands for more than
+        max_token_bytes bytes, and when every byte has a token no byte is dropped (0 when some byte has none)."""
+        if not self.every_byte_has_token:
+            return 0
+        return -(-len(text.encode("utf-8", errors="replace")) // self.max_token_bytes)
 
     @classmethod
     def from_gguf_metadata(cls, metadata: dict[str, Any]) -> Tokenizer:
@@ -146,41 +213,50 @@ class Tokenizer:
 
     # ----------------------------------------------------------------------------------------------- encode
 
-    def encode(self, text: str, allow_special: bool = True) -> list[int]:
-        """Token ids of `text`; special tokens (<|im_start|> ...) written in it become their single id."""
+    def encode(
+        self, text: str, allow_special: bool = True, plain_marker: str = "", max_tokens: int | None = None
+    ) -> list[int]:
+        """Token ids of `text`; special tokens (<|im_start|> ...) written in it become their single id.
+
+        `plain_marker`: a character placed inside special-token text that must stay plain text (a user's message
+        quoting `<|im_end|>`); it stops the match there and is removed before the text is encoded.
+        `max_tokens`: raise TokenBudgetError as soon as the ids outgrow it (a prompt too long for the context).
+        """
         ids: list[int] = []
         position = 0
         if allow_special and self.special_pattern is not None:
             for match in self.special_pattern.finditer(text):
-                ids += self._encode_ordinary(text[position : match.start()])
+                ids += self._encode_ordinary(text[position : match.start()], plain_marker, max_tokens, len(ids))
                 ids.append(self.ids[match.group()])
                 position = match.end()
-        return ids + self._encode_ordinary(text[position:])
+        return ids + self._encode_ordinary(text[position:], plain_marker, max_tokens, len(ids))
 
-    def _encode_ordinary(self, text: str) -> list[int]:
-        ids = []
+    def _encode_ordinary(
+        self, text: str, plain_marker: str = "", max_tokens: int | None = None, before: int = 0
+    ) -> list[int]:
+        if plain_marker:
+            text = text.replace(plain_marker, "")
+        ids: list[int] = []
         for word in split_words(text, self.patterns):
             ids += self._encode_word("".join(self.byte_map[b] for b in word.encode("utf-8")))
+            if max_tokens is not None and before + len(ids) > max_tokens:
+                raise TokenBudgetError(max_tokens)
         return ids
 
-    @functools.lru_cache(maxsize=65536)  # noqa: B019  (one tokenizer per process; words repeat a lot)
     def _encode_word(self, word: str) -> list[int]:
+        if len(word) > CACHED_WORD_LENGTH:  # long words are rare: caching them would only hold memory
+            return self._merge_word(word)
+        return self._cached_word(word)
+
+    @functools.lru_cache(maxsize=65536)  # noqa: B019  (one tokenizer per process; words repeat a lot)
+    def _cached_word(self, word: str) -> list[int]:
+        return self._merge_word(word)
+
+    def _merge_word(self, word: str) -> list[int]:
         if word in self.ids:
             return [self.ids[word]]
-        parts = list(word)
-        while len(parts) > 1:
-            ranks = [self.merge_ranks.get(pair, None) for pair in zip(parts, parts[1:], strict=False)]
-            best = (
-                min((rank, i) for i, rank in enumerate(ranks) if rank is not None)
-                if any(rank is not None for rank in ranks)
-                else None
-            )
-            if best is None:
-                break
-            index = best[1]
-            parts[index : index + 2] = [parts[index] + parts[index + 1]]
         ids = []
-        for part in parts:
+        for part in bpe_merge(word, self.merge_ranks):
             if part in self.ids:
                 ids.append(self.ids[part])
             else:  # not in the vocabulary: fall back to its single characters (bytes)

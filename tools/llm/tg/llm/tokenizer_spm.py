@@ -5,27 +5,18 @@ put in front of the text (`tokenizer.ggml.add_space_prefix`); the text starts as
 adjacent pair whose joined piece has the highest score is merged, again and again (ties: the leftmost pair), until
 no joined pair is in the vocabulary. A piece left over that is not in the vocabulary falls back to its UTF-8
 bytes, the `<0xXX>` tokens. The merging keeps a heap of candidate pairs over a linked list of symbols, so a word
-of n characters costs O(n log n), not O(n^2).
+of n characters costs O(n log n), not O(n^2) (tg.llm.tokenizer.merge_pairs, shared with the byte-level BPE).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from tg.llm.tokenizer import CONTROL, Tokenizer
+from tg.llm.tokenizer import CONTROL, TokenBudgetError, Tokenizer, merge_pairs
 
 SPACE = "\u2581"
 UNKNOWN, BYTE = 2, 6  # tokenizer.ggml.token_type values
-
-
-@dataclass
-class _Symbol:
-    text: str
-    previous: int
-    following: int  # -1 at the ends
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -42,8 +33,8 @@ class SentencePieceTokenizer(Tokenizer):
         add_space_prefix: bool = True,
         extra_end_ids: tuple[int, ...] = (),
     ) -> None:
+        types = self.token_types = token_types or [1] * len(tokens)  # token_bytes reads them during __init__
         super().__init__(tokens, [], token_types, "default", bos_id, eos_id, eot_id, add_bos, extra_end_ids)
-        types = self.token_types = token_types or [1] * len(tokens)
         # pieces that merging may produce: not control tokens (those are only ever written whole) nor byte tokens
         self.piece_scores = {
             token: float(score)
@@ -73,55 +64,37 @@ class SentencePieceTokenizer(Tokenizer):
 
     # ----------------------------------------------------------------------------------------------- encode
 
-    def encode(self, text: str, allow_special: bool = True) -> list[int]:
-        """Token ids of `text`. The space prefix goes before the start of the text only (as SentencePiece does)."""
+    def encode(
+        self, text: str, allow_special: bool = True, plain_marker: str = "", max_tokens: int | None = None
+    ) -> list[int]:
+        """Token ids of `text` (the arguments as in Tokenizer.encode). The space prefix goes before the start of the
+        text only, as SentencePiece puts it."""
         if self.add_space_prefix and text:
             text = " " + text
-        return super().encode(text, allow_special)
+        return super().encode(text, allow_special, plain_marker, max_tokens)
 
-    def _encode_ordinary(self, text: str) -> list[int]:
+    def _encode_ordinary(
+        self, text: str, plain_marker: str = "", max_tokens: int | None = None, before: int = 0
+    ) -> list[int]:
+        if plain_marker:
+            text = text.replace(plain_marker, "")
         if not text:
             return []
         ids: list[int] = []
         for piece in self._merged_pieces(text.replace(" ", SPACE)):
             ids += self._piece_ids(piece)
+            if max_tokens is not None and before + len(ids) > max_tokens:
+                raise TokenBudgetError(max_tokens)
         return ids
 
     def _merged_pieces(self, text: str) -> list[str]:
-        symbols = [_Symbol(char, index - 1, index + 1) for index, char in enumerate(text)]
-        symbols[-1].following = -1
-        heap: list[tuple[float, int, str, str]] = []
+        """The highest-scoring joinable pair first (merge_pairs takes the lowest priority, so the score negated)."""
 
-        def propose(left: int) -> None:
-            right = symbols[left].following
-            if right == -1:
-                return
-            joined = symbols[left].text + symbols[right].text
-            score = self.piece_scores.get(joined)
-            if score is not None:  # (-score, left): the best score first, then the leftmost pair
-                heapq.heappush(heap, (-score, left, symbols[left].text, symbols[right].text))
+        def priority(left: str, right: str) -> float | None:
+            score = self.piece_scores.get(left + right)
+            return None if score is None else -score
 
-        for index in range(len(symbols) - 1):
-            propose(index)
-        while heap:
-            _, left, left_text, right_text = heapq.heappop(heap)
-            right = symbols[left].following
-            # a stale entry: one side was merged into something else since it was proposed
-            if right == -1 or symbols[left].text != left_text or symbols[right].text != right_text:
-                continue
-            symbols[left].text = left_text + right_text
-            symbols[right].text = ""
-            symbols[left].following = symbols[right].following
-            if symbols[right].following != -1:
-                symbols[symbols[right].following].previous = left
-            if symbols[left].previous != -1:
-                propose(symbols[left].previous)
-            propose(left)
-        pieces, index = [], 0
-        while index != -1:
-            pieces.append(symbols[index].text)
-            index = symbols[index].following
-        return pieces
+        return merge_pairs(text, priority)
 
     def _piece_ids(self, piece: str) -> list[int]:
         if piece in self.ids and piece in self.piece_scores:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import html
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
 
-from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -21,187 +17,42 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from tg.llm.serve.engine import Engine, Event, Failure, Finish, Job, Piece
+from tg.llm.serve.engine import Finish, Piece
 from tg.llm.serve.errors import APIError
-from tg.llm.serve.params import GenerationParams, parse_chat, parse_completion
+from tg.llm.serve.intake import (
+    HostGuard,
+    ServerState,
+    check_api_key,
+    check_budget,
+    check_model,
+    completion_tokens,
+    off_loop,
+    read_json,
+    render_chat,
+)
+from tg.llm.serve.jobs import DONE, JobGroup, collect, sse, sse_response, usage
+from tg.llm.serve.params import ChatRequest, CompletionRequest, GenerationParams, parse_chat, parse_completion
 from tg.llm.serve.router import StreamRouter
-from tg.llm.template import TemplateError
-from tg.llm.tokenizer import Tokenizer
 
-
-@dataclass
-class ServerState:
-    engine: Engine
-    tokenizer: Tokenizer
-    template: Any
-    model_id: str
-    max_context: int
-    api_key: str | None = None
-    max_body_bytes: int = 1 << 20
-    aliases: set[str] = field(default_factory=set)  # other names the model answers to (the CLI's --model)
-    created: int = field(default_factory=lambda: int(time.time()))
-
-
-# ----------------------------------------------------------------------------------------------- request intake
-
-
-async def read_json(request: Request, state: ServerState) -> dict[str, Any]:
-    """The body as a JSON object: 413 past max_body_bytes (by header or while reading), 400 if it does not parse."""
-    limit = state.max_body_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"the request body is larger than {limit} bytes", "request_too_large")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise APIError(413, f"the request body is larger than {limit} bytes", "request_too_large")
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise APIError(400, f"the request body is not valid JSON: {error}", "invalid_json") from error
-    if not isinstance(value, dict):
-        raise APIError(400, "the request body must be a JSON object", "invalid_json")
-    return value
-
-
-def check_api_key(request: Request, state: ServerState) -> None:
-    if state.api_key is None:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if not header:
-        raise APIError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), state.api_key.encode()):
-        raise APIError(401, "incorrect API key provided", "invalid_api_key")
-
-
-def check_model(model: str, state: ServerState) -> None:
-    if model != state.model_id and model not in state.aliases:
-        raise APIError(
-            404, f"the model '{model}' does not exist (this server has '{state.model_id}')", "model_not_found", "model"
-        )
-
-
-def check_budget(prompt: list[int], params: GenerationParams, state: ServerState, param: str) -> None:
-    """400 when the prompt fills the context or prompt + max_tokens does not fit in it."""
-    if len(prompt) >= state.max_context:
-        raise APIError(
-            400,
-            f"this model's maximum context length is {state.max_context} tokens, but the prompt "
-            f"has {len(prompt)} tokens",
-            "context_length_exceeded",
-            param,
-        )
-    if params.max_tokens is not None and len(prompt) + params.max_tokens > state.max_context:
-        raise APIError(
-            400,
-            f"this model's maximum context length is {state.max_context} tokens; you requested "
-            f"{len(prompt) + params.max_tokens} ({len(prompt)} in the prompt, {params.max_tokens} for "
-            "the completion)",
-            "context_length_exceeded",
-            "max_tokens",
-        )
-
-
-def chat_prompt(state: ServerState, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-    extra = {"tools": tools} if tools else {}
-    try:
-        text = state.template.render(messages, add_generation_prompt=True, **extra)
-    except (TemplateError, KeyError, TypeError) as error:
-        raise APIError(
-            400, f"the chat template refused the messages: {error}", "invalid_messages", "messages"
-        ) from error
-    return state.tokenizer.encode(text)
-
-
-def completion_prompt(state: ServerState, prompt: str | list[int]) -> list[int]:
-    tokenizer = state.tokenizer
-    if isinstance(prompt, list):
-        bad = [token for token in prompt if not 0 <= token < len(tokenizer.tokens)]
-        if bad:
-            raise APIError(
-                400,
-                f"token id {bad[0]} is outside the vocabulary of {len(tokenizer.tokens)}",
-                "invalid_value",
-                "prompt",
-            )
-        return prompt
-    bos = [tokenizer.bos_id] if tokenizer.add_bos and tokenizer.bos_id is not None else []
-    tokens = bos + tokenizer.encode(prompt, allow_special=False)
-    if not tokens:
-        raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
-    return tokens
-
-
-# ----------------------------------------------------------------------------------------------- running a job
-
-
-class JobStream:
-    """One submitted job, seen from asyncio: its events arrive through a queue the scheduler thread fills."""
-
-    def __init__(self, state: ServerState, prompt: list[int], params: GenerationParams) -> None:
-        loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
-        self.job = Job(prompt, params, lambda event: loop.call_soon_threadsafe(self.queue.put_nowait, event))
-        state.engine.submit(self.job)
-
-    async def events(self) -> AsyncIterator[Piece | Finish]:
-        try:
-            while True:
-                event = await self.queue.get()
-                if isinstance(event, Failure):
-                    raise event.error
-                yield event
-                if isinstance(event, Finish):
-                    return
-        finally:
-            self.job.cancel()  # a no-op after Finish; frees the slot when the client went away
-
-
-async def until_disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def collect(request: Request, stream: JobStream) -> tuple[list[Piece], Finish]:
-    """All of a non-streamed job's events; the job is cancelled if the client disconnects first."""
-    pieces: list[Piece] = []
-    finish: list[Finish] = []
-
-    async def gather() -> None:
-        async for event in stream.events():
-            (finish if isinstance(event, Finish) else pieces).append(event)
-
-    work, watch = asyncio.create_task(gather()), asyncio.create_task(until_disconnected(request))
-    done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-    if work not in done:
-        work.cancel()
-        stream.job.cancel()
-        raise APIError(499, "the client closed the request", "client_closed")  # nobody reads this answer
-    watch.cancel()
-    work.result()
-    return pieces, finish[0]
-
-
-def usage(finish: Finish) -> dict[str, Any]:
-    return {
-        "prompt_tokens": finish.prompt_tokens,
-        "completion_tokens": finish.completion_tokens,
-        "total_tokens": finish.prompt_tokens + finish.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": finish.cached_tokens},
-    }
+__all__ = ["ServerState", "create_app"]
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(12)}"
 
 
-def sse(payload: dict[str, Any]) -> dict[str, str]:
-    return {"data": json.dumps(payload, ensure_ascii=False)}
+def response_head(state: ServerState, prefix: str) -> dict[str, Any]:
+    return {"id": new_id(prefix), "created": int(time.time()), "model": state.model_id, "system_fingerprint": "tg-llm"}
 
 
-# ----------------------------------------------------------------------------------------------- endpoints
+def check_logit_bias(params: GenerationParams, state: ServerState) -> None:
+    vocab = len(state.tokenizer.tokens)
+    bad = [token for token in params.logit_bias if token >= vocab]
+    if bad:
+        raise APIError(400, f"token id {bad[0]} is outside the vocabulary of {vocab}", "invalid_value", "logit_bias")
+
+
+# ----------------------------------------------------------------------------------------------- chat
 
 
 async def chat_completions(request: Request) -> Response:
@@ -209,18 +60,21 @@ async def chat_completions(request: Request) -> Response:
     check_api_key(request, state)
     chat = parse_chat(await read_json(request, state))
     check_model(chat.model, state)
-    prompt = chat_prompt(state, chat.messages, chat.tools)
+    check_logit_bias(chat.params, state)
+    prompt = await off_loop(render_chat, state, chat.messages, chat.tools)
     check_budget(prompt, chat.params, state, "messages")
-    stream = JobStream(state, prompt, chat.params)
-    head = {
-        "id": new_id("chatcmpl"),
-        "created": int(time.time()),
-        "model": state.model_id,
-        "system_fingerprint": "tg-llm",
-    }
+    group = JobGroup(state, [(prompt, chat.params.for_choice(index)) for index in range(chat.params.choices)])
+    head = response_head(state, "chatcmpl")
     if chat.params.stream:
-        return EventSourceResponse(chat_chunks(stream, head, chat.params, chat.parse_tools), sep="\n", ping=15)
-    pieces, finish = await collect(request, stream)
+        return sse_response(chat_chunks(group, head, chat.params, chat.parse_tools))
+    pieces, finishes = await collect(request, group)
+    choices = [chat_choice(index, pieces[index], finish, chat) for index, finish in enumerate(finishes)]
+    return JSONResponse(
+        {**head, "object": "chat.completion", "choices": choices, "usage": usage(finishes, chat.params.choices)}
+    )
+
+
+def chat_choice(index: int, pieces: list[Piece], finish: Finish, chat: ChatRequest) -> dict[str, Any]:
     router = StreamRouter(chat.parse_tools)
     content, reasoning = "", ""
     for piece in pieces:
@@ -235,44 +89,54 @@ async def chat_completions(request: Request) -> Response:
         message["tool_calls"] = calls
     logprobs = {"content": [e for p in pieces for e in p.logprobs]} if chat.params.logprobs else None
     reason = "tool_calls" if calls else finish.reason
-    choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}
-    return JSONResponse({**head, "object": "chat.completion", "choices": [choice], "usage": usage(finish)})
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": reason}
 
 
 async def chat_chunks(
-    stream: JobStream, head: dict[str, Any], params: GenerationParams, parse_tools: bool
-) -> AsyncIterator[dict[str, str]]:
+    group: JobGroup, head: dict[str, Any], params: GenerationParams, parse_tools: bool
+) -> AsyncIterator[str]:
     extra = {"usage": None} if params.include_usage else {}
 
-    def chunk(delta: dict[str, Any], reason: str | None = None, logprobs: list | None = None) -> dict[str, str]:
+    def chunk(index: int, delta: dict[str, Any], reason: str | None = None, logprobs: list | None = None) -> str:
         choice = {
-            "index": 0,
+            "index": index,
             "delta": delta,
             "logprobs": {"content": logprobs} if logprobs else None,
             "finish_reason": reason,
         }
         return sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
 
-    router = StreamRouter(parse_tools)
-    yield chunk({"role": "assistant", "content": ""})
+    routers = [StreamRouter(parse_tools) for _ in group.jobs]
+    finishes: list[Finish] = []
+    for index in range(len(group.jobs)):
+        yield chunk(index, {"role": "assistant", "content": ""})
     try:
-        async for event in stream.events():
+        async for index, event in group.events():
+            router = routers[index]
             if isinstance(event, Piece):
                 delta = router.feed(event.text)
                 if delta or event.logprobs:
-                    yield chunk(delta_fields(delta), logprobs=event.logprobs or None)
+                    yield chunk(index, delta_fields(delta), logprobs=event.logprobs or None)
                 continue
             last, calls = router.finish()
             if last:
-                yield chunk(delta_fields(last))
+                yield chunk(index, delta_fields(last))
             if calls:
-                yield chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
-            yield chunk({}, "tool_calls" if calls else event.reason)
-            if params.include_usage:
-                yield sse({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage(event)})
+                yield chunk(index, {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
+            yield chunk(index, {}, "tool_calls" if calls else event.reason)
+            finishes.append(event)
+        if params.include_usage:
+            yield sse(
+                {
+                    **head,
+                    "object": "chat.completion.chunk",
+                    "choices": [],
+                    "usage": usage(finishes, params.choices),
+                }
+            )
     except APIError as error:
         yield sse(error.body())
-    yield {"data": "[DONE]"}
+    yield DONE
 
 
 def delta_fields(delta: Any) -> dict[str, str]:
@@ -282,6 +146,9 @@ def delta_fields(delta: Any) -> dict[str, str]:
     if delta.reasoning:
         fields["reasoning_content"] = delta.reasoning
     return fields
+
+
+# ----------------------------------------------------------------------------------------------- completions
 
 
 def legacy_logprobs(entries: list[dict[str, Any]], offset: int) -> dict[str, Any]:
@@ -299,76 +166,101 @@ def legacy_logprobs(entries: list[dict[str, Any]], offset: int) -> dict[str, Any
 
 
 async def completions(request: Request) -> Response:
+    """One choice per prompt of the batch and per n (choice index = prompt index * n + choice)."""
     state: ServerState = request.app.state.server
     check_api_key(request, state)
     completion = parse_completion(await read_json(request, state))
     check_model(completion.model, state)
-    prompt = completion_prompt(state, completion.prompt)
-    check_budget(prompt, completion.params, state, "prompt")
-    echo = ""
-    if completion.echo:
-        echo = completion.prompt if isinstance(completion.prompt, str) else state.tokenizer.decode(prompt)
-    stream = JobStream(state, prompt, completion.params)
-    head = {
-        "id": new_id("cmpl"),
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": state.model_id,
-        "system_fingerprint": "tg-llm",
-    }
-    want_logprobs = completion.params.logprobs
-    if completion.params.stream:
-        return EventSourceResponse(completion_chunks(stream, head, completion.params, echo), sep="\n", ping=15)
-    pieces, finish = await collect(request, stream)
-    entries = [e for p in pieces for e in p.logprobs]
-    text = echo + "".join(piece.text for piece in pieces)
-    choice = {
-        "index": 0,
-        "text": text,
-        "logprobs": legacy_logprobs(entries, len(echo)) if want_logprobs else None,
-        "finish_reason": finish.reason,
-    }
-    return JSONResponse({**head, "choices": [choice], "usage": usage(finish)})
+    params = completion.params
+    check_logit_bias(params, state)
+    prompts = [await off_loop(completion_tokens, state, prompt) for prompt in completion.prompts]
+    for prompt in prompts:
+        check_budget(prompt, params, state, "prompt")
+    echoes = [
+        echo_text(completion, raw, tokens, state) for raw, tokens in zip(completion.prompts, prompts, strict=True)
+    ]
+    n = params.choices
+    group = JobGroup(state, [(prompt, params.for_choice(index)) for prompt in prompts for index in range(n)])
+    echoes = [echo for echo in echoes for _ in range(n)]
+    head = {**response_head(state, "cmpl"), "object": "text_completion"}
+    if params.stream:
+        return sse_response(completion_chunks(group, head, params, echoes))
+    pieces, finishes = await collect(request, group)
+    choices = []
+    for index, finish in enumerate(finishes):
+        entries = [entry for piece in pieces[index] for entry in piece.logprobs]
+        choice = {
+            "index": index,
+            "text": echoes[index] + "".join(piece.text for piece in pieces[index]),
+            "logprobs": legacy_logprobs(entries, len(echoes[index])) if params.logprobs else None,
+            "finish_reason": finish.reason,
+        }
+        choices.append(choice)
+    return JSONResponse({**head, "choices": choices, "usage": usage(finishes, n)})
+
+
+def echo_text(completion: CompletionRequest, raw: str | list[int], tokens: list[int], state: ServerState) -> str:
+    if not completion.echo:
+        return ""
+    return raw if isinstance(raw, str) else state.tokenizer.decode(tokens)
 
 
 async def completion_chunks(
-    stream: JobStream, head: dict[str, Any], params: GenerationParams, echo: str
-) -> AsyncIterator[dict[str, str]]:
+    group: JobGroup, head: dict[str, Any], params: GenerationParams, echoes: list[str]
+) -> AsyncIterator[str]:
     extra = {"usage": None} if params.include_usage else {}
-    offset = len(echo)
+    offsets = [len(echo) for echo in echoes]
 
-    def chunk(text: str, reason: str | None = None, entries: list | None = None) -> dict[str, str]:
-        logprobs = legacy_logprobs(entries or [], offset) if params.logprobs else None
-        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": reason}
+    def chunk(index: int, text: str, reason: str | None = None, entries: list | None = None) -> str:
+        logprobs = legacy_logprobs(entries or [], offsets[index]) if params.logprobs else None
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
         return sse({**head, "choices": [choice], **extra})
 
-    if echo:
-        yield chunk(echo)
+    for index, echo in enumerate(echoes):
+        if echo:
+            yield chunk(index, echo)
+    finishes: list[Finish | None] = [None for _ in echoes]
     try:
-        async for event in stream.events():
+        async for index, event in group.events():
             if isinstance(event, Piece):
-                yield chunk(event.text, entries=event.logprobs)
-                offset += len(event.text)
+                yield chunk(index, event.text, entries=event.logprobs)
+                offsets[index] += len(event.text)
                 continue
-            yield chunk("", event.reason)
-            if params.include_usage:
-                yield sse({**head, "choices": [], "usage": usage(event)})
+            yield chunk(index, "", event.reason)
+            finishes[index] = event
+        if params.include_usage:
+            done = [finish for finish in finishes if finish is not None]
+            yield sse({**head, "choices": [], "usage": usage(done, params.choices)})
     except APIError as error:
         yield sse(error.body())
-    yield {"data": "[DONE]"}
+    yield DONE
 
 
-async def models(request: Request) -> Response:
-    state: ServerState = request.app.state.server
-    check_api_key(request, state)
-    model = {
+# ----------------------------------------------------------------------------------------------- the rest
+
+
+def model_card(state: ServerState) -> dict[str, Any]:
+    return {
         "id": state.model_id,
         "object": "model",
         "created": state.created,
         "owned_by": "tg-llm",
         "context_length": state.max_context,
     }
-    return JSONResponse({"object": "list", "data": [model]})
+
+
+async def models(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    check_api_key(request, state)
+    return JSONResponse({"object": "list", "data": [model_card(state)]})
+
+
+async def model(request: Request) -> Response:
+    """GET /v1/models/{id}: the model under its id or any alias it answers to."""
+    state: ServerState = request.app.state.server
+    check_api_key(request, state)
+    check_model(request.path_params["model_id"], state)
+    return JSONResponse(model_card(state))
 
 
 async def health(request: Request) -> Response:
@@ -388,7 +280,7 @@ async def tokenize(request: Request) -> Response:
         raise APIError(422, "'add_special' must be a boolean", "invalid_type", "add_special")
     tokenizer = state.tokenizer
     bos = [tokenizer.bos_id] if special and tokenizer.bos_id is not None else []
-    return JSONResponse({"tokens": bos + tokenizer.encode(content)})
+    return JSONResponse({"tokens": bos + await off_loop(tokenizer.encode, content)})
 
 
 async def detokenize(request: Request) -> Response:
@@ -434,17 +326,22 @@ async def server_error(request: Request, error: Exception) -> Response:
     return api_error_response(APIError(500, f"internal error: {type(error).__name__}: {error}", "internal_error"))
 
 
-def create_app(state: ServerState, cors_origins: list[str] | None = None) -> Starlette:
+def create_app(
+    state: ServerState, cors_origins: list[str] | None = None, allowed_hosts: set[str] | None = None
+) -> Starlette:
+    """The ASGI app. `allowed_hosts`: names the Host header may carry besides IP addresses and localhost (see
+    HostGuard); CORS answers only `cors_origins`."""
     routes = [
         Route("/", chat_page, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
     ]
-    middleware = []
+    middleware = [Middleware(HostGuard, allowed=allowed_hosts or set())]
     if cors_origins:
         middleware.append(
             Middleware(

@@ -69,6 +69,7 @@ class Job:
     generated: int = 0
     pending: int | None = None  # sampled right after prefill, fed at the next step
     cached_tokens: int = 0
+    json_cut: bool = False  # the token budget kept JSON mode from a token the model preferred: finish "length"
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -151,10 +152,15 @@ class Engine:
                 "largest_batch": self.largest_batch,
             }
 
-    def stop(self) -> None:
+    def shutdown(self) -> None:
+        """Stop taking jobs and end the running and waiting ones with a 503 (their streams close properly) once the
+        step in progress is done; returns at once (it is called from the event loop, on SIGTERM)."""
         with self.condition:
             self.running = False
             self.condition.notify()
+
+    def stop(self) -> None:
+        self.shutdown()
         self.thread.join(timeout=10)
 
     # ------------------------------------------------------------------------------------------ the thread
@@ -236,9 +242,13 @@ class Engine:
         """Pick the job's next token and emit its text; None when the job ended here."""
         assert job.logits is not None and job.sampler is not None and job.text is not None and job.slot is not None
         logits = job.logits[: self.vocab].astype(np.float64)
+        for biased, bias in job.params.logit_bias.items():
+            logits[biased] += bias
+        best_refused = -np.inf
         if job.json is not None:
-            logits = self._json_mask(job, logits)
+            logits, best_refused = self._json_mask(job, logits)
         token = job.sampler(logits)
+        job.json_cut = job.json_cut or best_refused > logits[token]
         job.generated += 1
         if self.tokenizer.is_end(token):
             self._finish(job, "stop", [])
@@ -248,7 +258,7 @@ class Engine:
         if job.json is not None:
             job.json.feed_all(self.tokenizer.token_bytes(token))
         if stopped or (job.json is not None and job.json.done):
-            self._finish(job, "stop", entries, text)
+            self._finish(job, "length" if job.json_cut and not stopped else "stop", entries, text)
             return None
         if self._budget(job) <= 0:
             self._finish(job, "length", entries, text)
@@ -282,19 +292,20 @@ class Engine:
         room = self.runner.max_context - 1 - len(job.slot.cached)
         return room if job.params.max_tokens is None else min(room, job.params.max_tokens - job.generated)
 
-    def _json_mask(self, job: Job, logits: np.ndarray) -> np.ndarray:
-        """-inf for every token that cannot continue the JSON object within the token budget.
+    def _json_mask(self, job: Job, logits: np.ndarray) -> tuple[np.ndarray, float]:
+        """(-inf for every token that cannot continue the JSON object within the token budget, the highest logit
+        of a token refused only for want of budget: -inf when none was).
 
         A token is allowed when its bytes extend the object and the bytes still needed to close it afterwards fit
         in the tokens left (as single-byte tokens, which byte-level vocabularies always have); so an answer cut by
         max_tokens still parses. The end token is allowed only once the object is closed.
         """
         assert job.json is not None
-        masked = np.full_like(logits, -np.inf)
+        masked, best_refused = np.full_like(logits, -np.inf), -np.inf
         if job.json.done:
             end = self.tokenizer.eot_id if self.tokenizer.eot_id is not None else self.tokenizer.eos_id
             masked[end] = 0.0
-            return masked
+            return masked, best_refused
         left_after = self._budget(job) - 1
         wanted = 1 if job.params.sampling.temperature <= 0 else JSON_CANDIDATES
         found = 0
@@ -303,14 +314,19 @@ class Engine:
             if token in self.tokenizer.special_ids or not np.isfinite(logits[token]):
                 continue
             data, trial = self.tokenizer.token_bytes(token), job.json.copy()
-            if data and trial.feed_all(data) and len(trial.closing()) <= left_after:
-                masked[token] = logits[token]
-                found += 1
-                if found >= wanted:
-                    break
-        if not found:  # no room for anything else: the next byte of the shortest closing
+            if not data or not trial.feed_all(data):
+                continue
+            if len(trial.closing()) > left_after:
+                best_refused = max(best_refused, float(logits[token]))
+                continue
+            masked[token] = logits[token]
+            found += 1
+            if found >= wanted:
+                break
+        if not found:  # no room for anything else: the next byte of the shortest closing (a cut, whatever it is)
             masked[self.byte_tokens[job.json.closing()[0]]] = 0.0
-        return masked
+            best_refused = np.inf
+        return masked, best_refused
 
     def _logprob_entry(self, job: Job, logits: np.ndarray, token: int) -> dict[str, Any]:
         """OpenAI's per-token logprobs entry, from the model's distribution (before sampling settings)."""

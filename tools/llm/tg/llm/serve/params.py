@@ -5,7 +5,7 @@ Unknown fields are ignored (clients send `user`, `metadata`, ...), as OpenAI doe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tg.llm.sampling import SamplingOptions
@@ -13,6 +13,8 @@ from tg.llm.serve.errors import APIError
 
 MAX_STOPS = 16
 MAX_TOP_LOGPROBS = 20
+MAX_CHOICES = 16  # n, and n times the prompts of a batched completion
+MAX_LOGIT_BIAS = 300  # entries, as OpenAI allows
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
@@ -28,6 +30,16 @@ class GenerationParams:
     json_object: bool = False
     stream: bool = False
     include_usage: bool = False
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
+    choices: int = 1  # n
+
+    def for_choice(self, index: int) -> GenerationParams:
+        """The parameters of choice `index` of n: a seeded request gives each choice its own seed (seed + index),
+        so the choices differ but each stays reproducible."""
+        if index == 0 or self.sampling.seed is None:
+            return self
+        sampling = replace(self.sampling, seed=(self.sampling.seed + index) % 2**64)
+        return replace(self, sampling=sampling)
 
 
 @dataclass
@@ -42,7 +54,7 @@ class ChatRequest:
 @dataclass
 class CompletionRequest:
     model: str
-    prompt: str | list[int]
+    prompts: list[str | list[int]]  # one or more (a batch: a choice per prompt and n)
     params: GenerationParams
     echo: bool = False
 
@@ -115,8 +127,7 @@ def require_model(body: dict[str, Any]) -> str:
 
 def common_params(body: dict[str, Any], logprobs: bool, top_logprobs: int) -> GenerationParams:
     """The sampling fields both endpoints share."""
-    if integer(body, "n", 1, 1) != 1:
-        raise value_error("n", "must be 1 (one choice per request)")
+    choices = integer(body, "n", 1, 1, MAX_CHOICES) or 1
     max_tokens = integer(body, "max_completion_tokens", None, 1)
     max_tokens = integer(body, "max_tokens", None, 1) if max_tokens is None else max_tokens
     seed = integer(body, "seed", None, -(2**63), 2**64 - 1)
@@ -138,8 +149,39 @@ def common_params(body: dict[str, Any], logprobs: bool, top_logprobs: int) -> Ge
         raise value_error("stream_options", "is only allowed when 'stream' is true")
     include_usage = boolean(options or {}, "include_usage")
     return GenerationParams(
-        max_tokens, sampling, stop_strings(body), logprobs, top_logprobs, response_format(body), stream, include_usage
+        max_tokens,
+        sampling,
+        stop_strings(body),
+        logprobs,
+        top_logprobs,
+        response_format(body),
+        stream,
+        include_usage,
+        logit_bias(body),
+        choices,
     )
+
+
+def logit_bias(body: dict[str, Any]) -> dict[int, float]:
+    """OpenAI's `{"token id": bias}`, bias between -100 (never) and 100 (always); ids are checked against the
+    vocabulary by the caller."""
+    value = body.get("logit_bias")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise type_error("logit_bias", "an object mapping token ids to numbers")
+    if len(value) > MAX_LOGIT_BIAS:
+        raise value_error("logit_bias", f"may hold at most {MAX_LOGIT_BIAS} entries")
+    biases = {}
+    for key, bias in value.items():
+        if not key.isascii() or not key.isdigit():
+            raise value_error("logit_bias", f"keys must be token ids, got {key!r}")
+        if not is_number(bias):
+            raise type_error("logit_bias", "an object mapping token ids to numbers")
+        if not -100 <= bias <= 100:
+            raise value_error("logit_bias", f"biases must be between -100 and 100, got {bias}")
+        biases[int(key)] = float(bias)
+    return biases
 
 
 def response_format(body: dict[str, Any]) -> bool:
@@ -176,6 +218,10 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
     tool_choice = body.get("tool_choice", "auto")
     if not isinstance(tool_choice, str | dict):
         raise type_error("tool_choice", "a string or an object")
+    if tool_choice not in ("auto", "none"):  # forcing a call would need constrained decoding, which is not done
+        raise value_error(
+            "tool_choice", "must be 'auto' or 'none': a tool call cannot be forced ('required' or a named function)"
+        )
     parse_tools = bool(tools) and tool_choice != "none"
     return ChatRequest(model, [normalized(message) for message in messages], params, tools or None, parse_tools)
 
@@ -195,6 +241,28 @@ def check_message(message: dict[str, Any], where: str) -> None:
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise value_error(f"{where}.content", "parts must be {'type': 'text', 'text': str} (text only)")
+    if message.get("tool_calls") is not None:
+        check_tool_calls(message["tool_calls"], f"{where}.tool_calls")
+    for name in ("name", "tool_call_id"):
+        if message.get(name) is not None and not isinstance(message[name], str):
+            raise type_error(f"{where}.{name}", "a string")
+
+
+def check_tool_calls(calls: Any, where: str) -> None:
+    """A list of {"function": {"name": str, "arguments": str or object}} (id and type optional)."""
+    if not isinstance(calls, list):
+        raise type_error(where, "a list of tool call objects")
+    for index, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise type_error(f"{where}[{index}]", "an object with a 'function' object")
+        if not isinstance(function.get("name"), str):
+            raise type_error(f"{where}[{index}].function.name", "a string")
+        if not isinstance(function.get("arguments", "{}"), str | dict):
+            raise type_error(f"{where}[{index}].function.arguments", "a JSON string or an object")
+        for name in ("id", "type"):
+            if call.get(name) is not None and not isinstance(call[name], str):
+                raise type_error(f"{where}[{index}].{name}", "a string")
 
 
 def normalized(message: dict[str, Any]) -> dict[str, Any]:
@@ -225,17 +293,31 @@ def parse_completion(body: dict[str, Any]) -> CompletionRequest:
     prompt = body.get("prompt")
     if prompt is None:
         raise APIError(400, "you must provide a prompt parameter", "missing_required_parameter", "prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    token_list = isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
-    if not isinstance(prompt, str) and not token_list:
-        raise type_error("prompt", "a string, a list of one string, or a list of token ids")
-    if isinstance(prompt, list) and not prompt:
-        raise value_error("prompt", "must hold at least one token")
+    prompts = completion_prompts(prompt)
     logprobs = integer(body, "logprobs", None, 0, MAX_TOP_LOGPROBS)
     if integer(body, "best_of", 1, 1) != 1:
         raise value_error("best_of", "must be 1")
     if body.get("suffix") is not None:
         raise value_error("suffix", "is not supported")
     params = common_params(body, logprobs is not None, logprobs or 0)
-    return CompletionRequest(model, prompt, params, boolean(body, "echo"))
+    if len(prompts) * params.choices > MAX_CHOICES:
+        raise value_error("prompt", f"times n must be at most {MAX_CHOICES} completions per request")
+    return CompletionRequest(model, prompts, params, boolean(body, "echo"))
+
+
+def is_token_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def completion_prompts(prompt: Any) -> list[str | list[int]]:
+    """A string, a list of token ids, or a batch: a list of strings or of token-id lists."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if is_token_list(prompt) and prompt:
+        return [prompt]
+    batch = isinstance(prompt, list) and all(isinstance(p, str) or (is_token_list(p) and p) for p in prompt)
+    if not batch:
+        raise type_error("prompt", "a string, a list of token ids, or a list of either")
+    if not prompt:
+        raise value_error("prompt", "must hold at least one prompt")
+    return prompt

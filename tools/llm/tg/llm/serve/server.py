@@ -8,6 +8,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+
+import uvicorn
 
 from tg.llm.serve.app import ServerState, create_app
 from tg.llm.serve.engine import Engine
@@ -26,6 +29,7 @@ class ServeOptions:
     max_body_bytes: int = 1 << 20
     cors_origins: tuple[str, ...] = ()
     batched: bool = True
+    allowed_hosts: tuple[str, ...] = ()  # Host header names accepted besides IP addresses and localhost
 
 
 def load_state(path: Path, max_context: int, options: ServeOptions, aliases: set[str] | None = None) -> ServerState:
@@ -66,8 +70,6 @@ def url_of(sock: socket.socket) -> str:
 
 def run(state: ServerState, options: ServeOptions) -> None:
     """Serve until interrupted; prints where, what and how to stderr first."""
-    import uvicorn
-
     from tg.tensor import Device
 
     device = Device.DEFAULT
@@ -85,24 +87,41 @@ def run(state: ServerState, options: ServeOptions) -> None:
         file=sys.stderr,
         flush=True,
     )
-    app = create_app(state, list(options.cors_origins))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    app = create_app(state, list(options.cors_origins), allowed_hosts(options))
+    server = DrainingServer(state, uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
     try:
         server.run(sockets=[sock])
     finally:
         state.engine.stop()
 
 
+def allowed_hosts(options: ServeOptions) -> set[str]:
+    """The Host names the server answers to: --allowed-host's, and --host when it is a name."""
+    return set(options.allowed_hosts) | {options.host}
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn whose exit (SIGTERM, SIGINT) first ends every job, so each open stream sends its last chunk and
+    `data: [DONE]` while uvicorn waits for the connections to finish."""
+
+    def __init__(self, state: ServerState, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.state = state
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.state.engine.shutdown()
+        super().handle_exit(sig, frame)
+
+
 class ThreadedServer:
     """uvicorn serving `state` on a free loopback port in a background thread (tests and bench/bench_serve.py)."""
 
     def __init__(self, state: ServerState, cors_origins: list[str] | None = None) -> None:
-        import uvicorn
-
         self.state = state
         sock = bind("127.0.0.1", 0)
         self.url = url_of(sock)
-        self.server = uvicorn.Server(uvicorn.Config(create_app(state, cors_origins), log_level="warning"))
+        config = uvicorn.Config(create_app(state, cors_origins), log_level="warning", timeout_graceful_shutdown=5)
+        self.server = DrainingServer(state, config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30

@@ -55,8 +55,8 @@ def test_kernel_to_program_depends_on_its_flags_argument_not_on_the_environment(
 
 def test_the_renderers_register_budget_reaches_the_heuristics() -> None:
     ast = matmul_kernel(64)
-    narrow = kernel_to_program(ast, CRenderer(max_lanes=128), CodegenFlags())
-    wide = kernel_to_program(ast, CRenderer(max_lanes=256), CodegenFlags())
+    narrow = kernel_to_program(ast, CRenderer.for_machine(max_lanes=128), CodegenFlags())
+    wide = kernel_to_program(ast, CRenderer.for_machine(max_lanes=256), CodegenFlags())
     upcasts = [sorted(o.arg for o in p.applied_opts if o.op.name == "UPCAST") for p in (narrow, wide)]
     assert upcasts == [[8, 16], [16, 16]]
 
@@ -105,8 +105,9 @@ def test_the_schedule_listing_starts_with_the_graph_rewrites_the_scheduler_runs(
 
 
 def test_one_call_makes_a_kernel_the_cores_would_split_one_call_with_the_same_results() -> None:
-    """ONE_CALL=1 (CodegenFlags.one_call): the CPU renderer makes a kernel one call on one core, for small kernels
-    replayed back to back (tg.llm's decode step); without it the same kernel is cut into calls across the cores."""
+    """CodegenFlags.one_call (a capture's one_call argument): the renderer's Target in one-call mode makes a kernel
+    one call on one core, for small kernels replayed back to back (tg.llm's decode step); without it the same kernel
+    is cut into calls across the cores. The renderer itself is left as it was."""
     import numpy as np
 
     from tg.hcq import Buffer, Device
@@ -115,12 +116,12 @@ def test_one_call_makes_a_kernel_the_cores_would_split_one_call_with_the_same_re
     out, a = UOp.param(0, dtypes.float32, n), UOp.param(1, dtypes.float32, n)
     i = UOp.range(n, 0)
     ast = UOp.sink(out.index(i).store(a.index(i).load() * 3.0), arg=KernelInfo("E_one_call"))
-    split = kernel_to_program(ast, CRenderer(cores=2), CodegenFlags())
-    one = kernel_to_program(ast, CRenderer(cores=2), CodegenFlags(one_call=True))
+    renderer = CRenderer.for_machine(cores=2)
+    split = kernel_to_program(ast, renderer, CodegenFlags())
+    one = kernel_to_program(ast, renderer, CodegenFlags(one_call=True))
     assert split.global_size[0] > 1 and one.global_size == (1, 1, 1)
-    with Context(ONE_CALL=1):
-        assert CodegenFlags.from_environment().one_call
-    assert not CodegenFlags.from_environment().one_call
+    assert renderer.target.cores == 2 and not renderer.target.one_call
+    assert kernel_to_program(ast, CRenderer.for_machine(cores=2, one_call=True), CodegenFlags()).src == one.src
     data = np.random.default_rng(3).random(n, np.float32)
     device = Device["CPU"]
     for source in (split, one):

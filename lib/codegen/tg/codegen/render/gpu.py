@@ -111,6 +111,7 @@ class GPULanguage(CStyleLanguage):
     bool_memory = "bool"  # how a bool buffer element is declared
 
     def __init__(self, arch: str = "") -> None:
+        super().__init__()
         self.arch = arch
 
     # ------------------------------------------------------------------------------------------ spellings

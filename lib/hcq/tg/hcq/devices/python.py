@@ -71,4 +71,4 @@ class PythonDevice(Compiled):
         allocator = PythonAllocator()
         super().__init__(spec, allocator, PythonCompiler(), PythonProgram)
         allocator.device = self
-        self.renderer = PythonRenderer()
+        self.renderer = PythonRenderer.for_machine(family="PYTHON")

@@ -310,8 +310,8 @@ def installed(compiler: str) -> str | None:
 
 
 def packed_matmul_ast(n: int, k: int, m: int) -> UOp:
-    """matmul_ast with the right operand packed into strips of 16 columns (tg.tensor.linalg.packed_right): column j
-    of row r at (j // 16) * 16k + 16r + j % 16."""
+    """matmul_ast with the right operand packed into strips of 16 columns (tg.codegen.schedule.layout.packed_product):
+    column j of row r at (j // 16) * 16k + 16r + j % 16."""
     out = UOp.param(0, dtypes.float32, n * m)
     a, b = UOp.param(1, dtypes.float32, n * k), UOp.param(2, dtypes.float32, k * m)
     i, strip, lane = UOp.range(n, 0), UOp.range(m // 16, 1), UOp.range(16, 3)

@@ -36,7 +36,7 @@ def test_the_printed_pipeline_lists_every_stage_in_order() -> None:
     kernel_part = names[names.index("simplify") :]
     assert kernel_part == ["simplify", "apply", "upcast", "software", "linearize", "render"]
     assert names[: names.index("simplify")] == [
-        "split_big_reductions", "contiguous_copies", "find", "build", "assign", "order",
+        "layout", "split_big_reductions", "contiguous_copies", "find", "build", "assign", "order",
     ]  # fmt: skip
     assert [stage.name for stage in KERNEL_STAGES] == [
         "simplify indices", "apply opts", "upcast strided reductions", "software transcendentals", "linearize",
@@ -98,10 +98,11 @@ def test_the_pipeline_needs_no_device_or_runtime() -> None:
     assert result.stdout.splitlines() == ["double", "[]"]
 
 
-def test_the_schedule_listing_starts_with_the_graph_rewrites_the_scheduler_runs() -> None:
+def test_the_schedule_listing_starts_with_the_layout_stage_then_the_graph_rewrites_the_scheduler_runs() -> None:
     from tg.codegen.schedule.schedule import GRAPH_STAGES, SCHEDULE_STAGES
 
-    assert [name for name, _ in SCHEDULE_STAGES[: len(GRAPH_STAGES)]] == [stage.name for stage in GRAPH_STAGES]
+    assert SCHEDULE_STAGES[0][0] == "layout policy"
+    assert [name for name, _ in SCHEDULE_STAGES[1 : 1 + len(GRAPH_STAGES)]] == [stage.name for stage in GRAPH_STAGES]
 
 
 def test_one_call_makes_a_kernel_the_cores_would_split_one_call_with_the_same_results() -> None:

@@ -44,6 +44,14 @@ def data_cache_bytes(level: int, folder: Path = CACHE_FOLDER) -> int | None:
     return None
 
 
+def cache_sizes() -> dict[str, int]:
+    """The Target fields of this host's data caches (for any device whose kernels run on the host's CPU)."""
+    return {
+        "l1_bytes": data_cache_bytes(1) or DEFAULT_L1_BYTES,
+        "l2_bytes": data_cache_bytes(2) or DEFAULT_L2_BYTES,
+    }
+
+
 def cpu_target(renderer_class: type[Renderer], cores: int) -> Target:
     """The Target of this host's CPU for kernels rendered by `renderer_class` on `cores` worker threads. The C
     renderer's kernels use AVX-512's 32 vector registers where the CPU has them (tg.codegen.compiler.c compiles them
@@ -56,6 +64,5 @@ def cpu_target(renderer_class: type[Renderer], cores: int) -> Target:
         family="CPU",
         cores=max(1, cores),
         max_lanes=WIDE_MAX_LANES if wide else MAX_LANES,
-        l1_bytes=data_cache_bytes(1) or DEFAULT_L1_BYTES,
-        l2_bytes=data_cache_bytes(2) or DEFAULT_L2_BYTES,
+        **cache_sizes(),
     )

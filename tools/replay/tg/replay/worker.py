@@ -48,8 +48,9 @@ def time_row(blob: bytes, searched: bool, device: str) -> float:
 def schedule_kernels(blob: bytes) -> list[str]:
     """The kernel names this version's scheduler makes of the captured tensor-graph roots."""
     from tg.codegen.schedule.schedule import KernelCall, create_schedule
+    from tg.hcq.engine.realize import device_target
 
-    schedule = create_schedule(pickle.loads(blob))
+    schedule = create_schedule(pickle.loads(blob), device_target)  # laid out for this machine's devices
     return [getattr(i.ast.arg, "name", "kernel") if isinstance(i, KernelCall) else "copy" for i in schedule.items]
 
 

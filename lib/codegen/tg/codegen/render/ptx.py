@@ -167,8 +167,8 @@ class PTXRenderer(Renderer):
     device = "CUDA"
     has_local = True
 
-    def __init__(self, arch: str = "sm_80") -> None:
-        super().__init__()
+    def __init__(self, arch: str = "sm_80", target: Target | None = None) -> None:
+        super().__init__(target)
         self.arch = arch
 
     def render(self, linear: UOp, target: Target | None = None) -> GPUKernel:

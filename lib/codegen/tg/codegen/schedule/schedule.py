@@ -24,6 +24,7 @@ from tg.codegen.schedule.graph import (
     KEPT_COPY,
     BufferArg,
     bind_graph,
+    device_of,
     is_symbolic_shape,
     max_numel,
     new_buffer,
@@ -32,6 +33,7 @@ from tg.codegen.schedule.graph import (
     unbind_graph,
 )
 from tg.codegen.schedule.kernel import AssignError, Kernel, build_kernel
+from tg.codegen.schedule.layout import TargetOf, default_target, lay_out_for_targets
 from tg.codegen.schedule.realize import contiguous_copies, find_realize_points, split_big_reductions, whole_buffer
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.ops import _cache_key as uop_cache_key
@@ -41,6 +43,10 @@ from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, verify_stage
 SCHEDULE_CACHE_SIZE = 512
 GRAPH_STAGES = [split_big_reductions, contiguous_copies]  # tensor-graph rewrites before finding realize points
 SCHEDULE_STAGES: tuple[tuple[str, str], ...] = (  # (name, one line), in the order schedule_graph runs them
+    (
+        "layout policy",
+        "tagged products and conv weight gradients laid out for their device's Target (packing, L2 chunks)",
+    ),
     (
         "split_big_reductions",
         "a full reduction of many elements becomes chunk partials and a small combine",
@@ -112,31 +118,34 @@ schedule_stats = ScheduleStats()
 _schedule_cache: OrderedDict[tuple, _Template] = OrderedDict()
 
 
-def device_of(node: UOp) -> str:
-    """The device a tensor-graph node lives on (a COPY's destination, else its first buffer's or constant's)."""
-    while True:
-        if node.op in (Ops.BUFFER, Ops.CONST):
-            return node.src[0].arg
-        if node.op is Ops.COPY:
-            return node.src[1].arg
-        node = node.src[0]
-
-
 # ---------------------------------------------------------------------------------------------------- caching
 
 
-def create_schedule(roots: tuple[UOp, ...]) -> Schedule:
-    """The schedule that realizes `roots`, from the cache when the same graph was scheduled before."""
+_device_targets: list[TargetOf] = [default_target]
+
+
+def use_device_targets(target_of: TargetOf) -> None:
+    """Make `target_of` what `create_schedule` uses when its caller passes no Targets: tg.hcq installs the opened
+    devices' Targets here when its engine is imported (codegen cannot import tg.hcq)."""
+    _device_targets[0] = target_of
+
+
+def create_schedule(roots: tuple[UOp, ...], target_of: TargetOf | None = None) -> Schedule:
+    """The schedule that realizes `roots` on the machines `target_of` describes (the Target of each device, by
+    name: the layout stage reads it; the devices' own when None), from the cache when the same graph was scheduled
+    for the same Targets of its devices before."""
+    target_of = _device_targets[0] if target_of is None else target_of
     order = UOp.sink(*roots).toposort()
     roots, var_vals = unbind_graph(roots, order)
     if var_vals:
         order = UOp.sink(*roots).toposort()
     inputs = [node for node in order if node.op is Ops.BUFFER]
-    key = graph_key(order)
+    devices = sorted({node.arg for node in order if node.op is Ops.DEVICE})
+    key = (tuple(target_of(device) for device in devices), graph_key(order))  # the layout stage reads the Targets
     template = _schedule_cache.get(key)
     if template is None:
         schedule_stats.misses += 1
-        template = _schedule_cache[key] = _make_template(order, inputs)
+        template = _schedule_cache[key] = _make_template(order, inputs, target_of)
         if len(_schedule_cache) > SCHEDULE_CACHE_SIZE:
             _schedule_cache.popitem(last=False)
     else:
@@ -172,12 +181,12 @@ def graph_key(order: list[UOp]) -> tuple:
     return tuple(entries)
 
 
-def _make_template(order: list[UOp], inputs: list[UOp]) -> _Template:
+def _make_template(order: list[UOp], inputs: list[UOp], target_of: TargetOf) -> _Template:
     """Schedule the graph with its inputs replaced by placeholder buffers (no cache)."""
     placeholders = {
         buf: UOp(Ops.BUFFER, buf.dtype, buf.src, BufferArg(-1 - i, buf.arg.size)) for i, buf in enumerate(inputs)
     }
-    schedule = schedule_graph(order[-1].substitute(placeholders).src)  # order[-1]: the roots' SINK
+    schedule = schedule_graph(order[-1].substitute(placeholders).src, target_of)  # order[-1]: the roots' SINK
     buffers = {node: None for result in schedule.results for node in result.toposort() if node.op is Ops.BUFFER}
     return _Template(schedule, tuple(placeholders.values()), tuple(buffers))
 
@@ -207,8 +216,10 @@ def _instantiate(template: _Template, inputs: dict[UOp, UOp], var_vals: dict[str
 # ---------------------------------------------------------------------------------------------------- scheduling
 
 
-def schedule_graph(roots: tuple[UOp, ...]) -> Schedule:
-    """Schedule `roots` (no cache)."""
+def schedule_graph(roots: tuple[UOp, ...], target_of: TargetOf = default_target) -> Schedule:
+    """Schedule `roots` for the machines `target_of` describes (no cache)."""
+    roots = lay_out_for_targets(roots, target_of)
+    verify_stage("layout policy", UOp.sink(*roots), TENSOR_SPEC)
     for stage in GRAPH_STAGES:
         roots = graph_rewrite(UOp.sink(*roots), stage, name=stage.name).src
         verify_stage(str(stage.name), UOp.sink(*roots), TENSOR_SPEC)

@@ -15,6 +15,7 @@ from tg.codegen.render.registry import check_renderer, make_renderer
 from tg.hcq.allocator import Allocator, BufferSpec
 from tg.hcq.device import Compiled, DeviceSpec
 from tg.hcq.flags import NULL_ALLOW_COPYOUT
+from tg.hcq.host import cache_sizes
 from tg.hcq.memory import HCQBuffer
 from tg.hcq.program import Program, ProgramCall
 
@@ -83,4 +84,5 @@ class NullDevice(Compiled):
         allocator = NullAllocator()
         super().__init__(spec, allocator, null_compiler(spec.renderer, spec.arch), NullProgram)
         allocator.device = self
-        self.renderer = make_renderer(spec.renderer or "C", spec.arch)
+        # compile-only: the layout stage lays kernels out as for the host's caches, as it does for the CPU device
+        self.renderer = make_renderer(spec.renderer or "C", spec.arch, machine=cache_sizes())

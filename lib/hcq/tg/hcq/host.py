@@ -11,14 +11,16 @@ generated, for a machine of typical sizes.
 from __future__ import annotations
 
 import functools
+import platform
 from pathlib import Path
 
-from tg.codegen.compiler.c import wide_vectors
+from tg.codegen.compiler.c import CCompiler
 from tg.codegen.opt.heuristics import MAX_LANES, WIDE_MAX_LANES
 from tg.codegen.render.base import Renderer
 from tg.codegen.target import DEFAULT_L1_BYTES, DEFAULT_L2_BYTES, Target
 
 CACHE_FOLDER = Path("/sys/devices/system/cpu/cpu0/cache")  # index0, index1, ...: one folder per cache of core 0
+CPUINFO = Path("/proc/cpuinfo")
 SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -42,6 +44,33 @@ def data_cache_bytes(level: int, folder: Path = CACHE_FOLDER) -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+@functools.cache
+def cpuinfo_field(name: str) -> str:
+    """The first value of field `name` in /proc/cpuinfo ("flags", "model name"), "" where there is none."""
+    try:
+        with CPUINFO.open() as f:
+            for line in f:
+                if line.split(":", 1)[0].strip() == name:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def wide_vectors() -> bool:
+    """Whether this CPU is x86 with AVX-512 (32 registers of 16 floats), which C kernels are then compiled to use."""
+    return platform.machine() in ("x86_64", "AMD64") and "avx512f" in cpuinfo_field("flags").split()
+
+
+def cpu_model() -> str:
+    return cpuinfo_field("model name") or platform.processor()
+
+
+def host_c_compiler(cc: str | None = None) -> CCompiler:
+    """The C compiler for kernels that run on this CPU: 512-bit vectors where it has AVX-512, its model in the key."""
+    return CCompiler(cc, wide_vectors=wide_vectors(), cpu_model=cpu_model())
 
 
 def cache_sizes() -> dict[str, int]:

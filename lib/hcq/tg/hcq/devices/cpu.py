@@ -44,7 +44,7 @@ from tg.hcq.device import DeviceSpec
 from tg.hcq.devices.cpu_calls import NativeCalls, load_native_calls
 from tg.hcq.devices.cpu_workers import CommandEngine, CorePool
 from tg.hcq.flags import CPU_COUNT
-from tg.hcq.host import cpu_target
+from tg.hcq.host import cpu_target, host_c_compiler
 from tg.hcq.memory import HCQBuffer, HostMemory
 from tg.hcq.program import HCQProgram
 from tg.hcq.queue import HWQueue
@@ -92,7 +92,7 @@ def load_call_library(compiler: CCompiler | None = None) -> NativeCalls | None:
     if not _CALL_LIBRARY:
         if compiler is None:
             try:
-                compiler = CCompiler()
+                compiler = host_c_compiler()
             except FileNotFoundError:
                 _CALL_LIBRARY.append(None)
                 return None
@@ -200,7 +200,7 @@ class CPUDevice(HCQCompiled):
             renderer = LLVMRenderer(cpu_target(LLVMRenderer, self.cores.count))
             compiler, program = LLVMCompiler(), LLVMProgram
         else:
-            compiler, program, renderer = CCompiler(), CPUProgram, None
+            compiler, program, renderer = host_c_compiler(), CPUProgram, None
             if spec.renderer in C_RENDERER_NAMES:
                 renderer = CRenderer(cpu_target(CRenderer, self.cores.count))
         # the call library is built on the first launch, with this device's compiler when it is the C one

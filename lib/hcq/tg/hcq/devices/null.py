@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg.codegen.compiler import CCompiler, Compiler
+from tg.codegen.compiler import Compiler
 from tg.codegen.render.c import C_RENDERER_NAMES
 from tg.codegen.render.registry import check_renderer, make_renderer
 from tg.hcq.allocator import Allocator, BufferSpec
 from tg.hcq.device import Compiled, DeviceSpec
 from tg.hcq.flags import NULL_ALLOW_COPYOUT
-from tg.hcq.host import cache_sizes
+from tg.hcq.host import cache_sizes, host_c_compiler
 from tg.hcq.memory import HCQBuffer
 from tg.hcq.program import Program, ProgramCall
 
@@ -64,7 +64,7 @@ def null_compiler(renderer_name: str, arch: str) -> Compiler:
     """The compiler NULL uses for a renderer: the real one where it runs on this machine (C, LLVM, and PTX where
     NVIDIA's ptxas is on PATH)."""
     if renderer_name in C_RENDERER_NAMES:
-        return CCompiler()
+        return host_c_compiler()
     if renderer_name == "LLVM":
         from tg.codegen.compiler.llvm import LLVMCompiler
 

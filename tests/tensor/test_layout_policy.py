@@ -102,3 +102,20 @@ def test_a_conv_weight_gradient_builds_one_graph_on_every_l2_and_is_chunked_only
     for l2 in (SMALL_L2, LARGE_L2):
         with cpu_with_l2(monkeypatch, l2):
             np.testing.assert_allclose(grad_small.numpy(), oracle, rtol=1e-4, atol=1e-3)
+
+
+def test_the_layout_stage_runs_alone_and_leaves_no_tags() -> None:
+    """The stage is a named object of the scheduler's list: run by itself it packs for one Target and not for
+    another, and the graph it gives has no tags left for the later stages."""
+    from tg.codegen.schedule.graph import KEPT_COPY
+    from tg.codegen.schedule.schedule import GRAPH_STAGES
+
+    (stage,) = [stage for stage in GRAPH_STAGES if stage.name == "layout policy"]
+    x_np, w_np = products(3)
+    graph = (Tensor(x_np).realize() @ Tensor(w_np, requires_grad=True).realize()).uop
+    assert graph.tag is not None
+    for l2, packed in ((SMALL_L2, True), (LARGE_L2, False)):
+        (laid_out,) = stage.run((graph,), lambda device, l2=l2: Target(family="CPU", l2_bytes=l2))
+        nodes = laid_out.toposort()
+        assert all(node.tag is None for node in nodes)
+        assert any(node.op is Ops.CONTIGUOUS and node.arg == KEPT_COPY for node in nodes) == packed

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,21 +39,45 @@ from tg.codegen.schedule.layout import TargetOf, default_target, lay_out_for_tar
 from tg.codegen.schedule.realize import contiguous_copies, find_realize_points, split_big_reductions, whole_buffer
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.ops import _cache_key as uop_cache_key
-from tg.codegen.uop.pattern import graph_rewrite
+from tg.codegen.uop.pattern import PatternMatcher, graph_rewrite
 from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, verify_stage
 
 SCHEDULE_CACHE_SIZE = 512
-GRAPH_STAGES = [split_big_reductions, contiguous_copies]  # tensor-graph rewrites before finding realize points
+
+
+@dataclass(frozen=True)
+class GraphStage:
+    """One named tensor-graph stage, run before the realize points are found: `run(roots, target_of)` gives the
+    rewritten roots (`target_of`: the Target of each device, for the stages that depend on the machine). A stage can
+    be printed, run and tested alone."""
+
+    name: str
+    summary: str
+    run: Callable[[tuple[UOp, ...], TargetOf], tuple[UOp, ...]]
+
+    def __repr__(self) -> str:
+        return f"GraphStage({self.name!r})"
+
+
+def rewrite_with(matcher: PatternMatcher) -> Callable[[tuple[UOp, ...], TargetOf], tuple[UOp, ...]]:
+    """A stage that is one `graph_rewrite` with `matcher` (the same on every machine)."""
+
+    def run(roots: tuple[UOp, ...], target_of: TargetOf) -> tuple[UOp, ...]:
+        return graph_rewrite(UOp.sink(*roots), matcher, name=matcher.name).src
+
+    return run
+
+
+GRAPH_STAGES: tuple[GraphStage, ...] = (
+    GraphStage("layout policy", "tagged products and conv weight gradients laid out for their device's Target "
+               "(packing, L2 chunks)", lay_out_for_targets),
+    GraphStage("split_big_reductions", "a full reduction of many elements becomes chunk partials and a small combine",
+               rewrite_with(split_big_reductions)),
+    GraphStage("contiguous_copies", "the source of a COPY to another device is made a whole, contiguous buffer",
+               rewrite_with(contiguous_copies)),
+)  # fmt: skip
 SCHEDULE_STAGES: tuple[tuple[str, str], ...] = (  # (name, one line), in the order schedule_graph runs them
-    (
-        "layout policy",
-        "tagged products and conv weight gradients laid out for their device's Target (packing, L2 chunks)",
-    ),
-    (
-        "split_big_reductions",
-        "a full reduction of many elements becomes chunk partials and a small combine",
-    ),
-    ("contiguous_copies", "the source of a COPY to another device is made a whole, contiguous buffer"),
+    *((stage.name, stage.summary) for stage in GRAPH_STAGES),
     (
         "find realize points",
         "what gets a buffer: roots, CONTIGUOUS/COPY/ASSIGN, reductions read by many, costly producers",
@@ -219,11 +244,9 @@ def _instantiate(template: _Template, inputs: dict[UOp, UOp], var_vals: dict[str
 
 def schedule_graph(roots: tuple[UOp, ...], target_of: TargetOf = default_target) -> Schedule:
     """Schedule `roots` for the machines `target_of` describes (no cache)."""
-    roots = lay_out_for_targets(roots, target_of)
-    verify_stage("layout policy", UOp.sink(*roots), TENSOR_SPEC)
     for stage in GRAPH_STAGES:
-        roots = graph_rewrite(UOp.sink(*roots), stage, name=stage.name).src
-        verify_stage(str(stage.name), UOp.sink(*roots), TENSOR_SPEC)
+        roots = stage.run(roots, target_of)
+        verify_stage(stage.name, UOp.sink(*roots), TENSOR_SPEC)
     forced: list[UOp] = []
     while True:
         points = find_realize_points(roots, tuple(forced))

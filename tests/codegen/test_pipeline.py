@@ -131,3 +131,18 @@ def test_one_call_makes_a_kernel_the_cores_would_split_one_call_with_the_same_re
         program = device.runtime(source.name, device.compiler.compile(source.src))
         program(*(b.raw for b in buffers), global_size=source.global_size, wait=True)
         np.testing.assert_array_equal(np.frombuffer(buffers[0].as_buffer(), np.float32), data * np.float32(3.0))
+
+
+def test_a_renderer_pickled_before_targets_existed_replays_with_its_cores_as_its_target() -> None:
+    """Process-replay rows hold pickled renderers; one from before the Target kept `cores` and `max_lanes` itself."""
+    import pickle
+
+    old = CRenderer.__new__(CRenderer)
+    old.__dict__.update({"cores": 2, "max_lanes": 256})  # the state such a renderer pickled
+    revived = pickle.loads(pickle.dumps(old))
+    assert (revived.target.cores, revived.target.max_lanes, revived.target.core_groups) == (2, 256, True)
+    assert not hasattr(revived, "cores")
+    ast = add_kernel(1 << 20)
+    assert kernel_to_program(ast, revived, CodegenFlags()) == kernel_to_program(
+        ast, CRenderer.for_machine(cores=2, max_lanes=256), CodegenFlags()
+    )

@@ -55,6 +55,14 @@ class Renderer:
     def __init__(self, target: Target | None = None) -> None:
         self.target = Target.of(type(self)) if target is None else target
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (process-replay captures): a renderer pickled before Targets existed kept its machine as the
+        attributes `cores` and `max_lanes`; they become its Target, so `tg-replay diff` replays older captures."""
+        if "target" not in state:
+            machine = {name: state.pop(name) for name in ("cores", "max_lanes") if name in state}
+            state["target"] = Target.of(type(self), **machine)
+        self.__dict__.update(state)
+
     @classmethod
     def for_machine(cls, **machine: Any) -> Renderer:
         """This renderer for a machine given by Target fields (`CRenderer.for_machine(cores=2)`), its declared

@@ -54,7 +54,7 @@ def runner(ast, opts: list, buffers: list) -> Callable[[], None]:  # noqa: ANN00
     from tg.hcq import Device
 
     device = Device["CPU"]
-    flags = CodegenFlags(max_lanes=device.renderer.max_lanes, core_groups=device.renderer.core_groups)
+    flags = CodegenFlags(max_lanes=device.target.max_lanes, core_groups=device.target.core_groups)
     source = kernel_to_program(with_opts(ast, tuple(opts)), device.renderer, flags)
     program = device.runtime(source.name, device.compiler.compile(source.src))
     return lambda: program(*(b.raw for b in buffers), global_size=source.global_size, wait=True)
@@ -67,7 +67,9 @@ def measure(n: int, k: int, m: int, blocks: list[int], repeats: int) -> str:
 
     ast = matmul_kernel(n, k, m)
     renderer = Device["CPU"].renderer
-    hand = hand_coded_optimizations(KernelOptimizer(ast, core_groups=renderer.core_groups), renderer.max_lanes)
+    hand = hand_coded_optimizations(
+        KernelOptimizer(ast, core_groups=renderer.target.core_groups), renderer.target.max_lanes
+    )
     rng = np.random.default_rng(0)
     buffers = []
     for _, size in sorted((u.arg.slot, u.dtype.size) for u in ast.toposort() if u.op.name == "PARAM"):

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tg.codegen.compiler.c import default_flags, find_c_compiler
+from tg.hcq.host import wide_vectors
 from tg.llm.lanes import RMSNorm
 from tg.llm.quants import HALF_FIELDS
 from tg.llm.weights import Weight, gated_linear, linear, quantized_weight
@@ -69,7 +70,9 @@ def time_kernel(source: str, inputs: list[np.ndarray], out_size: int, repeats: i
         c_path, so_path = os.path.join(tmp, "k.c"), os.path.join(tmp, "k.so")
         with open(c_path, "w") as f:
             f.write("#include <math.h>\n" + source)
-        subprocess.check_call([find_c_compiler(), *default_flags(), "-o", so_path, c_path])
+        subprocess.check_call(
+            [find_c_compiler(), *default_flags(wide_vectors(), find_c_compiler()), "-o", so_path, c_path]
+        )
         function = getattr(ctypes.CDLL(so_path), name)
     out = np.zeros(out_size, np.float32)
     args = [a.ctypes.data_as(ctypes.c_void_p) for a in (out, *inputs)]

@@ -73,8 +73,8 @@ def compile_latency(asts: list) -> None:
     from tg.codegen.render.llvmir import LLVMRenderer
 
     flags = CodegenFlags()
-    c_sources = [kernel_to_program(ast, CRenderer(cores=2), flags).src for ast in asts]
-    llvm_sources = [kernel_to_program(ast, LLVMRenderer(cores=2), flags).src for ast in asts]
+    c_sources = [kernel_to_program(ast, CRenderer.for_machine(cores=2), flags).src for ast in asts]
+    llvm_sources = [kernel_to_program(ast, LLVMRenderer.for_machine(cores=2), flags).src for ast in asts]
     compilers: list[tuple[str, Callable[[str], bytes], list[str]]] = []
     for name in ("gcc", "clang", "clang-15"):
         if shutil.which(name):

@@ -18,6 +18,7 @@ from tg.codegen.lower import lower
 from tg.codegen.opt import KernelOptError, KernelOptimizer, Opt, OptOps, apply_opts, hand_coded_optimizations
 from tg.codegen.opt.heuristics import MAX_LANES, MAX_UPCAST_BODY_OPS, WIDE_MAX_LANES, body_ops
 from tg.codegen.render.c import CRenderer
+from tg.hcq.host import wide_vectors
 
 L, R, U, UN = AxisType.LOOP, AxisType.REDUCE, AxisType.UPCAST, AxisType.UNROLL
 
@@ -310,8 +311,8 @@ def installed(compiler: str) -> str | None:
 
 
 def packed_matmul_ast(n: int, k: int, m: int) -> UOp:
-    """matmul_ast with the right operand packed into strips of 16 columns (tg.tensor.linalg.packed_right): column j
-    of row r at (j // 16) * 16k + 16r + j % 16."""
+    """matmul_ast with the right operand packed into strips of 16 columns (tg.codegen.schedule.layout.packed_product):
+    column j of row r at (j // 16) * 16k + 16r + j % 16."""
     out = UOp.param(0, dtypes.float32, n * m)
     a, b = UOp.param(1, dtypes.float32, n * k), UOp.param(2, dtypes.float32, k * m)
     i, strip, lane = UOp.range(n, 0), UOp.range(m // 16, 1), UOp.range(16, 3)
@@ -334,7 +335,7 @@ def test_the_c_compiler_maps_upcast_lanes_onto_vector_instructions(compiler: str
     lanes = 1 if layout == "plain" else 2  # the axis of 16 contiguous columns
     opts = (Opt(OptOps.UPCAST, lanes, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4))
     src = CRenderer().render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts)))).src
-    flags = [f for f in default_flags() if f not in ("-shared", "-fPIC")]  # as the CPU device compiles
+    flags = [f for f in default_flags(wide_vectors(), found) if f not in ("-shared", "-fPIC")]  # as the device compiles
     result = subprocess.run([found, *flags, "-S", "-x", "c", "-", "-o", "-"], input=src, capture_output=True, text=True)
     # 16x4 lanes, unrolled 4 times: 256 products per step of the reduction, all in vector registers, along the
     # contiguous lanes: no scalar multiply-add, no gather (clang 19 once vectorized across i with gathers: 10x slower)

@@ -36,7 +36,7 @@ def test_the_printed_pipeline_lists_every_stage_in_order() -> None:
     kernel_part = names[names.index("simplify") :]
     assert kernel_part == ["simplify", "apply", "upcast", "software", "linearize", "render"]
     assert names[: names.index("simplify")] == [
-        "split_big_reductions", "contiguous_copies", "find", "build", "assign", "order",
+        "layout", "split_big_reductions", "contiguous_copies", "find", "build", "assign", "order",
     ]  # fmt: skip
     assert [stage.name for stage in KERNEL_STAGES] == [
         "simplify indices", "apply opts", "upcast strided reductions", "software transcendentals", "linearize",
@@ -55,8 +55,8 @@ def test_kernel_to_program_depends_on_its_flags_argument_not_on_the_environment(
 
 def test_the_renderers_register_budget_reaches_the_heuristics() -> None:
     ast = matmul_kernel(64)
-    narrow = kernel_to_program(ast, CRenderer(max_lanes=128), CodegenFlags())
-    wide = kernel_to_program(ast, CRenderer(max_lanes=256), CodegenFlags())
+    narrow = kernel_to_program(ast, CRenderer.for_machine(max_lanes=128), CodegenFlags())
+    wide = kernel_to_program(ast, CRenderer.for_machine(max_lanes=256), CodegenFlags())
     upcasts = [sorted(o.arg for o in p.applied_opts if o.op.name == "UPCAST") for p in (narrow, wide)]
     assert upcasts == [[8, 16], [16, 16]]
 
@@ -98,15 +98,17 @@ def test_the_pipeline_needs_no_device_or_runtime() -> None:
     assert result.stdout.splitlines() == ["double", "[]"]
 
 
-def test_the_schedule_listing_starts_with_the_graph_rewrites_the_scheduler_runs() -> None:
+def test_the_schedule_listing_starts_with_the_graph_stages_the_scheduler_runs_layout_first() -> None:
     from tg.codegen.schedule.schedule import GRAPH_STAGES, SCHEDULE_STAGES
 
     assert [name for name, _ in SCHEDULE_STAGES[: len(GRAPH_STAGES)]] == [stage.name for stage in GRAPH_STAGES]
+    assert GRAPH_STAGES[0].name == "layout policy"
 
 
 def test_one_call_makes_a_kernel_the_cores_would_split_one_call_with_the_same_results() -> None:
-    """ONE_CALL=1 (CodegenFlags.one_call): the CPU renderer makes a kernel one call on one core, for small kernels
-    replayed back to back (tg.llm's decode step); without it the same kernel is cut into calls across the cores."""
+    """CodegenFlags.one_call (a capture's one_call argument): the renderer's Target in one-call mode makes a kernel
+    one call on one core, for small kernels replayed back to back (tg.llm's decode step); without it the same kernel
+    is cut into calls across the cores. The renderer itself is left as it was."""
     import numpy as np
 
     from tg.hcq import Buffer, Device
@@ -115,12 +117,12 @@ def test_one_call_makes_a_kernel_the_cores_would_split_one_call_with_the_same_re
     out, a = UOp.param(0, dtypes.float32, n), UOp.param(1, dtypes.float32, n)
     i = UOp.range(n, 0)
     ast = UOp.sink(out.index(i).store(a.index(i).load() * 3.0), arg=KernelInfo("E_one_call"))
-    split = kernel_to_program(ast, CRenderer(cores=2), CodegenFlags())
-    one = kernel_to_program(ast, CRenderer(cores=2), CodegenFlags(one_call=True))
+    renderer = CRenderer.for_machine(cores=2)
+    split = kernel_to_program(ast, renderer, CodegenFlags())
+    one = kernel_to_program(ast, renderer, CodegenFlags(one_call=True))
     assert split.global_size[0] > 1 and one.global_size == (1, 1, 1)
-    with Context(ONE_CALL=1):
-        assert CodegenFlags.from_environment().one_call
-    assert not CodegenFlags.from_environment().one_call
+    assert renderer.target.cores == 2 and not renderer.target.one_call
+    assert kernel_to_program(ast, CRenderer.for_machine(cores=2, one_call=True), CodegenFlags()).src == one.src
     data = np.random.default_rng(3).random(n, np.float32)
     device = Device["CPU"]
     for source in (split, one):
@@ -129,3 +131,18 @@ def test_one_call_makes_a_kernel_the_cores_would_split_one_call_with_the_same_re
         program = device.runtime(source.name, device.compiler.compile(source.src))
         program(*(b.raw for b in buffers), global_size=source.global_size, wait=True)
         np.testing.assert_array_equal(np.frombuffer(buffers[0].as_buffer(), np.float32), data * np.float32(3.0))
+
+
+def test_a_renderer_pickled_before_targets_existed_replays_with_its_cores_as_its_target() -> None:
+    """Process-replay rows hold pickled renderers; one from before the Target kept `cores` and `max_lanes` itself."""
+    import pickle
+
+    old = CRenderer.__new__(CRenderer)
+    old.__dict__.update({"cores": 2, "max_lanes": 256})  # the state such a renderer pickled
+    revived = pickle.loads(pickle.dumps(old))
+    assert (revived.target.cores, revived.target.max_lanes, revived.target.core_groups) == (2, 256, True)
+    assert not hasattr(revived, "cores")
+    ast = add_kernel(1 << 20)
+    assert kernel_to_program(ast, revived, CodegenFlags()) == kernel_to_program(
+        ast, CRenderer.for_machine(cores=2, max_lanes=256), CodegenFlags()
+    )

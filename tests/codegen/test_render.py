@@ -82,9 +82,13 @@ def test_big_kernels_are_split_across_cores_and_small_ones_are_not() -> None:
         i = UOp.range(n, 0)
         return UOp.sink(out.index(i).store(a.index(i).load() * 2.0), arg=KernelInfo(f"E_{n}"))
 
-    assert CRenderer(cores=4).render(lower(elementwise(1 << 20))).global_size == (4 * CALLS_PER_CORE, 1, 1)
-    assert CRenderer(cores=4).render(lower(elementwise(16))).global_size == (1, 1, 1)
-    assert CRenderer(cores=4).render(lower(elementwise(1 << 16))).global_size == (4, 1, 1)  # calls not too small
+    assert CRenderer.for_machine(cores=4).render(lower(elementwise(1 << 20))).global_size == (4 * CALLS_PER_CORE, 1, 1)
+    assert CRenderer.for_machine(cores=4).render(lower(elementwise(16))).global_size == (1, 1, 1)
+    assert CRenderer.for_machine(cores=4).render(lower(elementwise(1 << 16))).global_size == (
+        4,
+        1,
+        1,
+    )  # calls not too small
     a = rng.random(1 << 17, np.float32)
     np.testing.assert_array_equal(run(elementwise(1 << 17), "CPU", np.zeros_like(a), a), a * 2)
 
@@ -106,7 +110,7 @@ def test_loops_one_after_another_add_their_iterations_and_only_nested_loops_mult
     counted 64 * 16^3 = 262144 iterations and the kernel was cut into a call per core; it runs 3 * 64 * 16."""
     linear = lower(three_short_sums_kernel(64, 16))
     assert loop_iterations(linear) == 3 * 64 * 16
-    assert CRenderer(cores=4).render(linear).global_size == (1, 1, 1)
+    assert CRenderer.for_machine(cores=4).render(linear).global_size == (1, 1, 1)
     a, b, c = (rng.random(64 * 16, np.float32) for _ in range(3))
     expected = (a.reshape(64, 16).sum(1) + b.reshape(64, 16).sum(1)) + c.reshape(64, 16).sum(1)
     np.testing.assert_allclose(
@@ -131,7 +135,7 @@ def test_the_cores_split_the_output_loop_not_a_reduction_computed_before_it(devi
     from tg.codegen.render.llvmir import LLVMRenderer
 
     rows, columns = 1 << 17, 64  # big enough to be split across cores
-    renderer = CRenderer(cores=4) if device == "CPU" else LLVMRenderer(cores=4)
+    renderer = CRenderer.for_machine(cores=4) if device == "CPU" else LLVMRenderer.for_machine(cores=4)
     rendered = renderer.render(lower(scaled_rows_kernel(rows, columns)))
     assert rendered.global_size[0] > 1
     dev = Device[device]
@@ -213,7 +217,7 @@ def test_long_sums_add_partial_sums_in_a_fixed_order_on_any_core_count() -> None
     expected = np.cumsum(lanes, axis=1, dtype=np.float32)[:, -1]
     results = {}
     for cores in (1, 3, 4):
-        renderer = CRenderer(cores=cores)
+        renderer = CRenderer.for_machine(cores=cores)
         assert renderer.render(lower(row_sum_kernel(rows, length))).global_size[0] == expected_calls[cores]
         results[cores] = run_rendered(renderer, row_sum_kernel(rows, length), np.zeros(rows, np.float32), a)
     results["python"] = run(row_sum_kernel(rows, length), "PYTHON", np.zeros(rows, np.float32), a)
@@ -287,7 +291,7 @@ def symbolic_sum_kernel(rows: UOp, cols: int) -> UOp:
     return UOp.sink(out.index(i).store(total), arg=KernelInfo("sym_sum"))
 
 
-@pytest.mark.parametrize("renderer", [CRenderer(cores=4), PythonRenderer()], ids=["C", "PYTHON"])
+@pytest.mark.parametrize("renderer", [CRenderer.for_machine(cores=4), PythonRenderer()], ids=["C", "PYTHON"])
 def test_a_variable_is_an_int_argument_after_the_buffers(renderer) -> None:  # noqa: ANN001
     src = renderer.render(lower(symbolic_sum_kernel(UOp.variable("rows", 1, 64), 8))).src
     signature = next(line for line in src.splitlines() if line.startswith(("def ", "void ")))
@@ -304,10 +308,10 @@ def test_calls_are_cut_so_that_the_cores_finish_together() -> None:
     assert balanced_calls(64, cores=4, most=16) == 16  # even cuts keep the most calls
     assert balanced_calls(3, cores=2, most=8) == 3  # never more calls than iterations
     rows, length = 12, 1 << 15  # work enough for 8 calls, which the old cut made
-    rendered = CRenderer(cores=2).render(lower(row_sum_kernel(rows, length)))
+    rendered = CRenderer.for_machine(cores=2).render(lower(row_sum_kernel(rows, length)))
     assert rendered.global_size[0] == 6
     a = rng.random((rows, length), np.float32)
-    got = run_rendered(CRenderer(cores=2), row_sum_kernel(rows, length), np.zeros(rows, np.float32), a)
+    got = run_rendered(CRenderer.for_machine(cores=2), row_sum_kernel(rows, length), np.zeros(rows, np.float32), a)
     np.testing.assert_allclose(got, a.sum(axis=1, dtype=np.float64), rtol=1e-5)
 
 
@@ -318,7 +322,7 @@ def test_a_big_symbolic_loop_launches_calls_for_the_work_of_each_launch() -> Non
     from tg.codegen.render.c import CALLS_PER_CORE, MULTICORE_MIN_ITERATIONS
 
     rows = UOp.variable("rows", 1, 1 << 20)
-    size = CRenderer(cores=4).render(lower(symbolic_sum_kernel(rows, 1))).global_size[0]
+    size = CRenderer.for_machine(cores=4).render(lower(symbolic_sum_kernel(rows, 1))).global_size[0]
     assert isinstance(size, UOp)
     half = MULTICORE_MIN_ITERATIONS // 2
     counts = (1, 3, half - 1, half, 3 * half, 1 << 20)
@@ -332,7 +336,7 @@ def test_a_symbolic_kernel_split_across_calls_writes_every_row() -> None:
 
     rows = UOp.variable("rows", 1, 1 << 17)
     dev = Device["CPU"]
-    rendered = CRenderer(cores=4).render(lower(symbolic_sum_kernel(rows, 1)))
+    rendered = CRenderer.for_machine(cores=4).render(lower(symbolic_sum_kernel(rows, 1)))
     program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
     a = rng.random(1 << 17, np.float32)
     out = Buffer("CPU", 1 << 17, dtypes.float32).ensure_allocated()
@@ -352,7 +356,7 @@ def test_a_big_symbolic_loop_on_llvm_launches_min_cores_and_trip_count_calls() -
     from tg.codegen.render.llvmir import LLVMRenderer
 
     rows = UOp.variable("rows", 1, 1 << 20)
-    size = LLVMRenderer(cores=4).render(lower(symbolic_sum_kernel(rows, 1))).global_size[0]
+    size = LLVMRenderer.for_machine(cores=4).render(lower(symbolic_sum_kernel(rows, 1))).global_size[0]
     assert isinstance(size, UOp)  # not a fixed 4, whose extra calls would run empty chunks
     assert [sym_infer(size, {"rows": k}) for k in (1, 3, 4, 1000)] == [1, 3, 4, 4]
 

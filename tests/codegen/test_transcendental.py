@@ -19,6 +19,7 @@ from tg.codegen.lower.transcendental import decompose_transcendentals
 from tg.codegen.pipeline import CodegenFlags, kernel_to_program
 from tg.codegen.render.c import CRenderer
 from tg.codegen.render.gpu import CUDARenderer
+from tg.hcq.host import wide_vectors
 
 from .transcendental_ulps import REFERENCE, run_unary, ulps, unary_kernel
 
@@ -159,7 +160,7 @@ def test_the_c_compiler_vectorizes_the_kernel(op: Ops, compiler: str) -> None:
     with open("/proc/cpuinfo") as f:
         if "avx2" not in f.read():
             pytest.skip("needs an x86 CPU with AVX2 (the check reads x86 vector instructions)")
-    flags = [f for f in default_flags() if f not in ("-shared", "-fPIC")]
+    flags = [f for f in default_flags(wide_vectors(), found) if f not in ("-shared", "-fPIC")]
     assembly = subprocess.run(
         [found, *flags, "-S", "-x", "c", "-", "-o", "-"], input=c_source(op), capture_output=True, text=True, check=True
     ).stdout
@@ -204,7 +205,7 @@ def test_gcc_vectorizes_the_kernels_of_exp_log_and_softmax(op: str) -> None:
     x = Tensor(np.ones((64, 256), np.float32), device="CPU")
     out = getattr(x, op)()
     asts = [item.ast for item in create_schedule((out.uop,)).items if isinstance(item, KernelCall)]
-    flags = [f for f in default_flags() if f not in ("-shared", "-fPIC")]
+    flags = [f for f in default_flags(wide_vectors(), found) if f not in ("-shared", "-fPIC")]
     sources = [kernel_to_program(ast, CRenderer(), CodegenFlags()).src for ast in asts]
     transcendental = [src for src in sources if "0x1.8000000000000p+23f" in src]  # ROUNDING_SHIFT: exp2 or log2
     assert transcendental

@@ -226,13 +226,13 @@ def launch_reading(launches: list, tensor: Tensor) -> int:
 
 
 def test_every_kernel_of_the_captured_decode_step_is_one_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The decode step is compiled with ONE_CALL=1: each kernel runs in one call on one core (two cores decoded the
-    embedded model at 58-61 tok/s, one at 66-69: the hand-offs cost more than the second core gives). Prefill
-    chunks keep the split: their kernels are big."""
+    """The decode step is captured with TinyJit(one_call=True): each kernel is compiled for the CPU's Target in
+    one-call mode and runs in one call on one core (two cores decoded the embedded model at 58-61 tok/s, one at 66-69:
+    the hand-offs cost more than the second core gives). Prefill chunks keep the split: their kernels are big."""
     import tg.hcq.engine.programs as programs
     from tg.hcq.engine.capture import KernelLaunch
 
-    compiled_with: dict[int, bool] = {}  # id of each program compiled here -> whether it was compiled with ONE_CALL
+    compiled_with: dict[int, bool] = {}  # id of each program compiled here -> whether it was compiled for one call
     compile_program = programs.compile_program
 
     def recording(device_name, ast, flags):  # type: ignore[no-untyped-def]

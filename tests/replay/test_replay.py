@@ -177,10 +177,12 @@ def changed_scheduler(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "lib" / "codegen" / "tg", copy / "tg", ignore=shutil.ignore_patterns("__pycache__"))
     schedule = copy / "tg" / "codegen" / "schedule" / "schedule.py"
     text = schedule.read_text()
-    marker = "def create_schedule(roots: tuple[UOp, ...]) -> Schedule:\n"
+    signature = "(roots: tuple[UOp, ...], target_of: TargetOf | None = None) -> Schedule:\n"
+    marker = "def create_schedule" + signature
     assert marker in text, "the scheduler no longer has the function this test wraps"
-    schedule.write_text(text.replace(marker, "def _create_schedule_original(roots: tuple[UOp, ...]) -> Schedule:\n")
-                        + "\n\ndef create_schedule(roots):\n    s = _create_schedule_original(roots)\n"
+    schedule.write_text(text.replace(marker, "def _create_schedule_original" + signature)
+                        + "\n\ndef create_schedule(roots, target_of=None):\n"
+                        "    s = _create_schedule_original(roots, target_of)\n"
                         "    return Schedule(s.items + s.items[:1], s.results)\n")  # fmt: skip
     return copy
 

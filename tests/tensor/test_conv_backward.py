@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,12 +13,14 @@ import pytest
 from tg.codegen.opt import KernelOptimizer, OptOps, hand_coded_optimizations
 from tg.codegen.opt.heuristics import axis_reuse, stride_along
 from tg.codegen.opt.optimizer import range_size
+from tg.codegen.schedule.layout_conv import PixelChunks, choose_chunks, chunks_for
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops
+from tg.hcq import Device
 from tg.tensor import Tensor
 from tg.tensor.conv import WindowSpec
-from tg.tensor.conv_backward import PixelChunks, choose_chunks
+from tg.tensor.conv_backward import pixel_chunks_tag
 
 # -------------------------------------------------------------------------------- a numpy oracle
 
@@ -101,17 +104,19 @@ def test_gradients_match_the_numpy_oracle(x_shape, w_shape, stride, padding, dil
     "l2, images, rows", [(1 << 12, 1, 2), (1 << 15, 1, 12), (1 << 16, 2, 12)], ids=["rows", "image", "images"]
 )
 def test_weight_gradients_summed_from_partial_chunks_match_the_oracle(monkeypatch, l2, images, rows) -> None:
-    """A small L2 makes the weight gradient reduce chunks of rows, whole images, or several images to partial
-    results first (as the 8x64x56x56 benchmark conv does); the sum of the partials is the gradient."""
-    import tg.tensor.conv_backward as conv_backward
-
-    monkeypatch.setattr(conv_backward, "l2_bytes", lambda: l2)
+    """A small L2 in the CPU device's Target makes the layout stage reduce the weight gradient in chunks of rows,
+    whole images, or several images to partial results first (as the 8x64x56x56 benchmark conv does); the sum of the
+    partials is the gradient."""
+    device = Device["CPU"]
+    target = replace(device.target, l2_bytes=l2)
+    monkeypatch.setattr(device, "renderer", type(device.renderer)(target))
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 4, 12, 10)).astype(np.float32)
     w = rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
     tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
     padded = tx.pad(((0, 0), (0, 0), (1, 1), (1, 1)))
-    chosen = conv_backward.pixel_chunks(padded, Tensor.empty(4, 6, 12, 10), WindowSpec((3, 3), (1, 1), (1, 1)), w.size)
+    tag = pixel_chunks_tag(padded, Tensor.empty(4, 6, 12, 10), WindowSpec((3, 3), (1, 1), (1, 1)), w.size)
+    chosen = chunks_for(tag, target)
     assert (chosen.images, chosen.rows) == (images, rows) and chosen.partials > 1
     out = tx.conv2d(tw, groups=2, padding=1)
     up = rng.standard_normal(out.shape).astype(np.float32)

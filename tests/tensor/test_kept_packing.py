@@ -7,15 +7,16 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 import tg.hcq.engine.run as engine_run
-import tg.tensor.linalg as linalg
 from tg.codegen import Ops, UOp
 from tg.codegen.schedule.graph import KEPT_COPY, new_buffer
 from tg.codegen.schedule.schedule import KernelCall, create_schedule, schedule_graph
+from tg.hcq import Device
 from tg.hcq.engine import GlobalCounters, buffer_of
 from tg.hcq.engine.kept import kept_copy
 from tg.tensor import Tensor, TinyJit
@@ -26,7 +27,10 @@ ROWS, K, M = 64, 768, 1024  # rows 4 KiB apart: their strips alias in a 2 MiB L2
 
 @pytest.fixture(autouse=True)
 def l2_2mib(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(linalg, "l2_bytes", lambda: 2 << 20)
+    """The CPU device's Target with a 2 MiB L2 (its renderer swapped for one holding that Target): the layout stage
+    then packs as on a machine with that cache, whatever this one has."""
+    device = Device["CPU"]
+    monkeypatch.setattr(device, "renderer", type(device.renderer)(replace(device.target, l2_bytes=2 << 20)))
 
 
 def launches(run: Callable[[], object]) -> int:

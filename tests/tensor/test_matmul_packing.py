@@ -1,17 +1,21 @@
 """A right operand whose column strips alias in the CPU cache is packed strip by strip before the matmul (issue 23:
-a GPT-2 MLP's 768x3072 weight ran at a third of the 768x2304 one's speed). tg.tensor.linalg."""
+a GPT-2 MLP's 768x3072 weight ran at a third of the 768x2304 one's speed): the scheduler's layout stage,
+tg.codegen.schedule.layout."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-import tg.tensor.linalg as linalg
 from tg.codegen.opt import KernelOptimizer, Opt, OptOps, hand_coded_optimizations
 from tg.codegen.pipeline import CodegenFlags, lower_kernel
+from tg.codegen.schedule import layout
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
+from tg.hcq import Device
 from tg.tensor import Tensor
 from tg.tensor.linalg import constant_view
 
@@ -22,17 +26,20 @@ def kernel_count(tensor: Tensor) -> int:
 
 @pytest.fixture
 def l2_2mib(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(linalg, "l2_bytes", lambda: 2 << 20)
+    """The CPU device's Target with a 2 MiB L2 (its renderer swapped for one holding that Target): the layout stage
+    then packs as on a machine with that cache, whatever this one has."""
+    device = Device["CPU"]
+    monkeypatch.setattr(device, "renderer", type(device.renderer)(replace(device.target, l2_bytes=2 << 20)))
 
 
 def test_strips_alias_when_k_rows_a_power_of_two_apart_outnumber_the_sets_they_use(l2_2mib: None) -> None:
     # rows 12 KiB apart (768x3072 float32): period 4096, so 2 MiB / 4096 = 512 lines fit; 768 do not
-    assert linalg.strips_alias_in_cache(768, 3072 * 4)
+    assert layout.strips_alias_in_cache(768, 3072 * 4, 2 << 20)
     # 9 KiB apart (768x2304): period 1024, 2048 lines fit
-    assert not linalg.strips_alias_in_cache(768, 2304 * 4)
+    assert not layout.strips_alias_in_cache(768, 2304 * 4, 2 << 20)
     # 3 KiB apart but 3072 rows (the 3072x768 down projection): period 1024, 2048 < 3072
-    assert linalg.strips_alias_in_cache(3072, 768 * 4)
-    assert not linalg.strips_alias_in_cache(512, 512 * 4)
+    assert layout.strips_alias_in_cache(3072, 768 * 4, 2 << 20)
+    assert not layout.strips_alias_in_cache(512, 512 * 4, 2 << 20)
 
 
 def test_a_packed_matmul_is_a_copy_and_a_product_and_equals_numpy(l2_2mib: None) -> None:
@@ -55,7 +62,7 @@ def test_no_packing_for_few_rows_computed_operands_or_harmless_strides(l2_2mib: 
 def test_a_realized_weight_is_packed_even_when_its_strips_fit(l2_2mib: None) -> None:
     """Its packed copy is kept (tg.hcq.engine.kept), so the copy is paid once, and the packed product is faster."""
     w = Tensor.rand(768, 1152).realize()
-    assert not linalg.strips_alias_in_cache(768, 1152 * 4)
+    assert not layout.strips_alias_in_cache(768, 1152 * 4, 2 << 20)
     assert kernel_count(Tensor.rand(32, 768).realize() @ w) == 2
     w.requires_grad_()  # a trained weight changes at every step: a copy per product does not pay where strips fit
     assert kernel_count(Tensor.rand(32, 768).realize() @ w) == 1
@@ -64,7 +71,7 @@ def test_a_realized_weight_is_packed_even_when_its_strips_fit(l2_2mib: None) -> 
 def test_packed_matmul_gradients_match_numpy(l2_2mib: None) -> None:
     rng = np.random.default_rng(1)
     a_np, b_np = rng.standard_normal((32, 640)).astype(np.float32), rng.standard_normal((640, 2048)).astype(np.float32)
-    assert linalg.strips_alias_in_cache(640, 2048 * 4)
+    assert layout.strips_alias_in_cache(640, 2048 * 4, 2 << 20)
     a, b = Tensor(a_np, requires_grad=True), Tensor(b_np, requires_grad=True)
     (a @ b).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), np.ones((32, 2048), np.float32) @ b_np.T, rtol=1e-4, atol=1e-2)
@@ -232,8 +239,8 @@ def test_a_left_operand_with_scattered_rows_is_copied_first() -> None:
     )
     a, w = Tensor(a_np, requires_grad=True).realize(), Tensor(w_np).realize()
     left = a.transpose(1, 2).reshape(1, 128, 768)
-    assert linalg.scattered_rows(left.uop)
-    assert not linalg.scattered_rows(a.transpose(1, 2).uop)  # rows of 64, whole (the queries of q @ k^T)
+    assert layout.scattered_rows(left.uop)
+    assert not layout.scattered_rows(a.transpose(1, 2).uop)  # rows of 64, whole (the queries of q @ k^T)
     calls = [item for item in create_schedule(((left @ w).uop,)).items if isinstance(item, KernelCall)]
     copies = [call for call in calls if not call.kept and call is not calls[-1]]
     assert len(copies) == 1 and copies[0].buffers[0] in calls[-1].buffers  # the product reads the copy

@@ -121,9 +121,6 @@ NOOPT = flag("NOOPT", 0, "apply no kernel optimizations")
 TRANSCENDENTAL = flag(
     "TRANSCENDENTAL", 1, "float32 exp2/log2 from plain float ops: 0 never, 1 where the renderer asks (CPU), 2 always"
 )
-ONE_CALL = flag(
-    "ONE_CALL", 0, "CPU kernels compiled now run in one call on one core: for small kernels replayed back to back"
-)
 BEAM = flag("BEAM", 0, "beam width for kernel optimization search (0: hand-coded heuristics)")
 IGNORE_BEAM_CACHE = flag("IGNORE_BEAM_CACHE", 0, "search again even when a BEAM result is cached")
 CACHELEVEL = flag("CACHELEVEL", 2, "0 disables every on-disk cache")

@@ -14,20 +14,20 @@ Two lists make up the pipeline:
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from tg.codegen.dtype import PtrDType, dtypes
-from tg.codegen.flags import NOOPT, ONE_CALL, TRANSCENDENTAL
+from tg.codegen.flags import NOOPT, TRANSCENDENTAL
 from tg.codegen.lower.linearize import linearize
 from tg.codegen.lower.transcendental import decompose_transcendentals
 from tg.codegen.lower.upcast import upcast_strided_reductions
 from tg.codegen.opt import apply_opts
 from tg.codegen.opt.heuristics import MAX_LANES
 from tg.codegen.render.base import Renderer, kernel_variables
+from tg.codegen.target import Target
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
@@ -40,19 +40,20 @@ class CodegenFlags:
     """Every setting that changes the source a kernel AST becomes. Part of the program cache key."""
 
     noopt: bool = False  # apply no optimizations (NOOPT=1); opts the AST asks for (opts_to_apply) still apply
-    has_local: bool = False  # the renderer has work-groups (LOCAL and GROUP opts are legal); set from the renderer
-    max_lanes: int = MAX_LANES  # accumulators the heuristics may keep in vector registers; set from the renderer
-    core_groups: bool = False  # the renderer splits a GROUP across core calls (CPU); set from the renderer
-    transcendental: int = 1  # TRANSCENDENTAL: 0 never, 1 where the renderer asks, 2 always software exp2/log2
+    has_local: bool = False  # work-groups (LOCAL and GROUP opts are legal); set from the renderer's Target
+    max_lanes: int = MAX_LANES  # accumulators the heuristics may keep in vector registers; set from the Target
+    core_groups: bool = False  # a GROUP may be split across core calls (CPU); set from the Target
+    transcendental: int = 1  # TRANSCENDENTAL: 0 never, 1 where the Target asks, 2 always software exp2/log2
     software_transcendentals: bool = False  # float32 exp2/log2 become float ops (tg.codegen.lower.transcendental);
-    # set from the renderer and `transcendental`
-    one_call: bool = False  # ONE_CALL: a multi-core renderer makes the kernel one call on one core (single_core)
+    # set from the Target and `transcendental`
+    one_call: bool = False  # compile for the renderer's Target in one-call mode (Target.one_call): asked for by a
+    # capture (tg.hcq's capture_launches(one_call=True), TinyJit(one_call=True)), never by the environment
 
     @staticmethod
-    def from_environment() -> CodegenFlags:
+    def from_environment(one_call: bool = False) -> CodegenFlags:
         """The flags as the environment (and any active `Context`) sets them now (read at every kernel launch, so
-        the answer is one of a few prebuilt values)."""
-        return _FLAGS_BY_SETTING[(bool(NOOPT), min(2, max(0, int(TRANSCENDENTAL))), bool(ONE_CALL))]
+        the answer is one of a few prebuilt values); `one_call` comes from the caller."""
+        return _FLAGS_BY_SETTING[(bool(NOOPT), min(2, max(0, int(TRANSCENDENTAL))), one_call)]
 
 
 _FLAGS_BY_SETTING = {
@@ -141,12 +142,12 @@ def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
 
 
 def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> ProgramSource:
-    """The source of kernel `ast` for `renderer`, with the launch size and estimates (a pure function)."""
-    if flags.one_call:
-        renderer = single_core(renderer)
-    flags = for_renderer(flags, renderer)
+    """The source of kernel `ast` for `renderer` (and the Target it holds), with the launch size and estimates (a pure
+    function)."""
+    target = target_for(renderer, flags)
+    flags = for_target(flags, target)
     linear = lower_kernel(ast, flags)
-    rendered = renderer.render(linear)
+    rendered = renderer.render(linear, target)
     loop_sizes = tuple(_size_text(u.src[0]) for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))
     return ProgramSource(
         name=rendered.name,
@@ -164,29 +165,29 @@ def _size_text(end: UOp) -> int | str:
     return int(end.arg) if end.op is Ops.CONST else end.render()
 
 
-def single_core(renderer: Renderer) -> Renderer:
-    """`renderer` making every kernel one call (a copy with one core where it splits kernels across cores; GROUP
-    opts then split nothing either). A decode step's small kernels replayed back to back lose more to handing
-    calls to another core than the second core gives them (tg.llm: 58-61 tok/s on two cores, 66-69 on one)."""
-    if getattr(renderer, "cores", 1) == 1:
-        return renderer
-    one = copy.copy(renderer)
-    one.cores = 1  # type: ignore[attr-defined]
-    one.core_groups = False  # type: ignore[attr-defined]
-    return one
+def target_for(renderer: Renderer, flags: CodegenFlags) -> Target:
+    """The Target a kernel is generated for: the renderer's, in one-call mode when `flags` ask for it (every kernel
+    one call on one core, GROUP opts splitting nothing: a decode step's small kernels replayed back to back lose more
+    to handing calls to another core than the second core gives them, tg.llm 58-61 tok/s on two cores, 66-69 on one)."""
+    return replace(renderer.target, one_call=True) if flags.one_call else renderer.target
+
+
+def for_target(flags: CodegenFlags, target: Target) -> CodegenFlags:
+    """`flags` with what the Target allows filled in (which opts are legal, the register budget, whether float32
+    exp2/log2 are computed in software)."""
+    wants_software = target.software_transcendentals
+    return replace(
+        flags,
+        has_local=target.has_local,
+        max_lanes=target.max_lanes,
+        core_groups=target.splits_groups,
+        software_transcendentals=flags.transcendental >= 2 or (flags.transcendental == 1 and wants_software),
+    )
 
 
 def for_renderer(flags: CodegenFlags, renderer: Renderer) -> CodegenFlags:
-    """`flags` with what the renderer can do filled in (which opts are legal for it, its register budget, whether
-    it wants software exp2/log2)."""
-    wants_software = bool(getattr(renderer, "software_transcendentals", False))
-    return replace(
-        flags,
-        has_local=bool(getattr(renderer, "has_local", False)),
-        max_lanes=int(getattr(renderer, "max_lanes", MAX_LANES)),
-        core_groups=bool(getattr(renderer, "core_groups", False)),
-        software_transcendentals=flags.transcendental >= 2 or (flags.transcendental == 1 and wants_software),
-    )
+    """`flags` as `kernel_to_program` completes them for `renderer` (what BEAM search passes to the heuristics)."""
+    return for_target(flags, target_for(renderer, flags))
 
 
 def with_opts(ast: UOp, opts: tuple[Any, ...]) -> UOp:

@@ -20,6 +20,7 @@ from typing import Any
 
 from tg.codegen.flags import DEV
 from tg.codegen.render.registry import UnknownRendererError, check_renderer
+from tg.codegen.target import Target
 
 # name -> "module:Class"; imported on first use so `import tg.hcq` starts no compiler and no thread.
 DEVICE_CLASSES: dict[str, str] = {
@@ -124,6 +125,12 @@ class Compiled:
         self.renderer: Any = None
         self.renderer_name = spec.renderer
         self.arch = spec.arch
+
+    @property
+    def target(self) -> Target:
+        """What code generation for this device may assume (tg.codegen.target): its renderer's Target, built when the
+        device opened; a device without a renderer (DISK) generates no kernels and gets the default one."""
+        return self.renderer.target if self.renderer is not None else Target()
 
     def runtime(self, name: str, lib: bytes) -> Any:
         """Load compiled binary `lib` and return its function `name` as a callable program."""

@@ -9,9 +9,10 @@ this rule with autograd (`tg.tensor.autograd.custom_gradient`):
 - weight gradient: dW[co, ci, k] = sum over (n, pixel) of g[n, co, pixel] * x_padded[n, ci, pixel * s + k * d]. The
   output gradient is first transposed to channels-last (N, *out, C_out), so C_out becomes the contiguous axis of
   both the operand and the result, as in a matmul's right operand: the kernel heuristics give it 16 vector lanes
-  and broadcast one window value per lane row (an outer product per pixel). The pixels are reduced in chunks of
-  output rows (or whole images) whose operands fit the L2 cache, each chunk a partial result, then the partials
-  summed: one sweep over all of them would reread the whole input for every tile of the output.
+  and broadcast one window value per lane row (an outer product per pixel). The sum over pixels is tagged: the
+  scheduler's layout stage (tg.codegen.schedule.layout_conv) cuts it into chunks of output rows (or whole images)
+  whose operands fit the device's L2 cache, each chunk a partial result, then the partials summed: one sweep over
+  all of them would reread the whole input for every tile of the output.
 - input gradient: a conv of the output gradient (padded by dilation * (kernel - 1) minus the forward's padding) with
   the weights flipped and their channel axes swapped, so it runs on the forward conv's kernel shape. A strided
   conv's input gradient is one such conv per phase of the input (the positions with the same index mod stride),
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tg.codegen import UOp
+from tg.codegen.schedule.layout_conv import WeightGradientTag
 from tg.tensor.autograd import Gradients, custom_gradient
 from tg.tensor.conv import ConvGeometry, WindowSpec, conv2d, windows
 from tg.tensor.elementwise import broadcast
-from tg.tensor.linalg import l2_bytes
 from tg.tensor.reduce import sum_accumulator
 
 if TYPE_CHECKING:
@@ -38,90 +39,56 @@ if TYPE_CHECKING:
 Pads = tuple[tuple[int, int], ...]
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-@dataclass(frozen=True)
-class PixelChunks:
-    """How the weight gradient's pixels are split into chunks, each reduced to a partial result: `images` whole
-    images per chunk, or `rows` rows of the first output axis of one image (one of them is 1 or whole)."""
-
-    batch: int
-    out_rows: int
-    images: int
-    rows: int
-
-    @property
-    def batch_chunks(self) -> int:
-        return self.batch // self.images
-
-    @property
-    def row_chunks(self) -> int:
-        return self.out_rows // self.rows
-
-    @property
-    def partials(self) -> int:
-        return self.batch_chunks * self.row_chunks
-
-
-def choose_chunks(batch: int, out_rows: int, row_bytes: int, budget: int, weight_size: int, limit: int) -> PixelChunks:
-    """The largest chunk whose window rows and gradient rows take at most `budget` bytes (one row when even one does
-    not fit), grown further while its partial results (`weight_size` each) would hold more than `limit` elements.
-    The whole batch in one chunk is a single reduction, without partials."""
-    shapes = [(1, rows) for rows in divisors(out_rows)] + [(k, out_rows) for k in divisors(batch) if k > 1]
-    fitting = [shape for shape in shapes if shape[0] * shape[1] * row_bytes <= budget]
-    start = shapes.index(fitting[-1]) if fitting else 0
-    candidates = (PixelChunks(batch, out_rows, images, rows) for images, rows in shapes[start:])
-    return next(c for c in candidates if c.partials == 1 or c.partials * weight_size <= limit)
-
-
-def pixel_chunks(x_padded: Tensor, grad: Tensor, spec: WindowSpec, weight_size: int) -> PixelChunks:
-    """Chunks that sit in a quarter of L2, their partial results no larger than the operands."""
+def pixel_chunks_tag(x_padded: Tensor, grad: Tensor, spec: WindowSpec, weight_size: int) -> WeightGradientTag:
+    """What the scheduler's layout stage needs to choose the chunks for its device (tg.codegen.schedule.layout_conv):
+    the bytes of windows and gradient per output row of one image, and the most elements partials may hold."""
     out = grad.shape[2:]
     row_bytes = grad.dtype.itemsize * math.prod(out[1:]) * (grad.shape[1] + x_padded.shape[1] * spec.stride[0])
     limit = max(math.prod(x_padded.shape), math.prod(grad.shape))
-    return choose_chunks(grad.shape[0], out[0], row_bytes, l2_bytes() // 4, weight_size, limit)
+    return WeightGradientTag(grad.shape[0], out[0], row_bytes, limit, weight_size, len(spec.kernel))
 
 
-def window_rows(x_padded: Tensor, spec: WindowSpec, groups: int, chunks: PixelChunks) -> Tensor:
-    """The windows (N, C_in, *out, *kernel) as (batch chunks, row chunks, G, C_in / G, *kernel, images, rows,
-    *out[1:], 1): the left operand, one window value per output row of the weight gradient."""
+def window_rows(x_padded: Tensor, spec: WindowSpec, groups: int) -> Tensor:
+    """The windows (N, C_in, *out, *kernel) as (1, 1, G, C_in / G, *kernel, N, out[0], *out[1:], 1): the left
+    operand, one window value per output row of the weight gradient (the two leading axes are the chunks of images
+    and of rows that the layout stage may split the pixels into)."""
     channels_in = x_padded.shape[1]
     spatial = len(spec.kernel)
     patches = windows(x_padded, spec)
-    split = (chunks.batch_chunks, chunks.images, groups, channels_in // groups, chunks.row_chunks, chunks.rows)
+    batch, out_rows = patches.shape[0], patches.shape[2]
+    split = (1, batch, groups, channels_in // groups, 1, out_rows)
     patches = patches.reshape(split + patches.shape[3 : 2 + spatial] + spec.kernel)
     kernel_axes = tuple(range(5 + spatial, 5 + 2 * spatial))
     patches = patches.permute((0, 4, 2, 3) + kernel_axes + (1,) + tuple(range(5, 5 + spatial)))
     return patches.reshape(patches.shape + (1,))
 
 
-def gradient_columns(grad: Tensor, groups: int, chunks: PixelChunks) -> Tensor:
-    """The output gradient (N, C_out, *out) copied channels-last, then viewed as (batch chunks, row chunks, G, 1,
-    *(1,) * spatial, images, rows, *out[1:], C_out / G): the right operand, C_out / G contiguous."""
+def gradient_columns(grad: Tensor, groups: int) -> Tensor:
+    """The output gradient (N, C_out, *out) copied channels-last, then viewed as (1, 1, G, 1, *(1,) * spatial, N,
+    out[0], *out[1:], C_out / G): the right operand, C_out / G contiguous."""
     batch, channels_out, out = grad.shape[0], grad.shape[1], grad.shape[2:]
     spatial, per_group = len(out), channels_out // groups
     channels_last = (0, 1) + tuple(range(3, 3 + spatial)) + (2,)
     columns = grad.reshape((batch, groups, per_group) + out).permute(channels_last).contiguous()
-    split = (chunks.batch_chunks, chunks.images, groups, chunks.row_chunks, chunks.rows)
+    split = (1, batch, groups, 1, out[0])
     columns = columns.reshape(split + out[1:] + (per_group,))
     columns = columns.permute((0, 3, 2, 1) + tuple(range(4, 5 + spatial)))
-    inner = (chunks.images, chunks.rows) + out[1:]
-    return columns.reshape((chunks.batch_chunks, chunks.row_chunks, groups, 1) + (1,) * spatial + inner + (per_group,))
+    inner = (batch,) + out
+    return columns.reshape((1, 1, groups, 1) + (1,) * spatial + inner + (per_group,))
 
 
 def weight_gradient(x_padded: Tensor, grad: Tensor, spec: WindowSpec, groups: int, weight_shape: tuple) -> Tensor:
-    """dL/dW of conv2d from its padded input (N, C_in, *padded) and the output gradient (N, C_out, *out)."""
+    """dL/dW of conv2d from its padded input (N, C_in, *padded) and the output gradient (N, C_out, *out): one sum
+    over every pixel, tagged so that the layout stage may cut it into chunks that fit the device's cache."""
     spatial = len(spec.kernel)
-    chunks = pixel_chunks(x_padded, grad, spec, math.prod(weight_shape))
     accumulator = sum_accumulator(grad.dtype)
-    rows, columns = broadcast(window_rows(x_padded, spec, groups, chunks), gradient_columns(grad, groups, chunks))
+    rows, columns = broadcast(window_rows(x_padded, spec, groups), gradient_columns(grad, groups))
     product = rows.cast(accumulator) * columns.cast(accumulator)
     pixel_axes = tuple(range(4 + spatial, 5 + 2 * spatial))  # images, rows, *out[1:]
     # (G, C_in / G, *kernel, C_out / G), stored in that order so the sum's lanes stay contiguous, then viewed as
-    # torch's weight layout (C_out, C_in / G, *kernel); partial sums (chunks, G, C_in / G, *kernel, C_out / G) first
-    total = product.sum((0, 1) + pixel_axes) if chunks.partials == 1 else product.sum(pixel_axes).sum((0, 1))
+    # torch's weight layout (C_out, C_in / G, *kernel)
+    total = product.sum((0, 1) + pixel_axes)
+    total.uop = total.uop.replace(tag=pixel_chunks_tag(x_padded, grad, spec, math.prod(weight_shape)))
     total = total.contiguous()
     per_group = total.permute((0, 2 + spatial, 1) + tuple(range(2, 2 + spatial)))
     return per_group.reshape(weight_shape)

@@ -154,11 +154,14 @@ class TinyJit(Generic[R]):
 
     `plain_calls` is how many calls run plainly before the capture (default 1, so one-time work such as realizing
     lazily built weights stays out of the capture). 0 captures the first call, for a function known to do the same
-    work on every call: its first replay then comes one call earlier."""
+    work on every call: its first replay then comes one call earlier. `one_call=True` compiles the captured kernels
+    one call on one core each (tg.codegen.target.Target.one_call): for small kernels replayed back to back, which
+    lose more to handing calls to other cores than those cores give them."""
 
-    def __init__(self, fn: Callable[..., R], plain_calls: int = 1) -> None:
+    def __init__(self, fn: Callable[..., R], plain_calls: int = 1, one_call: bool = False) -> None:
         self.fn = fn
         self.plain_calls = plain_calls
+        self.one_call = one_call
         self.calls = 0
         self.signature: InputSignature | None = None
         self.graph: LaunchGraph | None = None
@@ -212,7 +215,7 @@ class TinyJit(Generic[R]):
                            "replays inputs like the ones it was made with (call .reset() first)")  # fmt: skip
 
     def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> R:
-        with capture_launches() as launches:
+        with capture_launches(one_call=self.one_call) as launches:
             result = self.fn(*args, **kwargs)
             outputs = _flatten_outputs(result)
             if outputs or inputs:

@@ -5,23 +5,21 @@ summed over `k`. The scheduler fuses the multiply into the reduction, so no `n*m
 kernel optimizer is what makes that loop fast. Sums accumulate as `Tensor.sum` does (16-bit floats in float32,
 small ints in int32) and the result is cast back to the operands' promoted dtype, as torch does.
 
-On the CPU a right operand whose column strips alias in the cache is first packed strip by strip (`packed_right`):
-a GPT-2 MLP's 768x3072 and 3072x768 weights ran at a third of the speed of the 768x2304 one (issue 23). The packed
-copy of a realized weight is kept by the engine (a CONTIGUOUS marked KEPT_COPY): later products with the same weight
-read it without packing again, until the weight is written (an assign, an optimizer step).
+The graph is the same on every machine. The product's result is tagged (`MatmulTag`), and the scheduler's layout
+stage (tg.codegen.schedule.layout) lays its operands out for the device's Target: on the CPU a right operand whose
+column strips alias in the cache is first packed strip by strip (a GPT-2 MLP's 768x3072 and 3072x768 weights ran at a
+third of the speed of the 768x2304 one, issue 23), the packed copy of a realized weight kept by the engine until the
+weight is written.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tg.codegen import DType
-from tg.codegen.schedule.graph import KEPT_COPY, ShapeError, shape_of
-from tg.codegen.schedule.realize import reads_memory
+from tg.codegen.schedule.graph import ShapeError
+from tg.codegen.schedule.layout import MatmulTag
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.tensor.autograd import Gradients, custom_gradient
 from tg.tensor.elementwise import broadcast
@@ -38,123 +36,6 @@ def _multiply_and_sum(a: Tensor, b: Tensor, axes: tuple[int, ...], dtype: DType 
     result_dtype = a.dtype if dtype is None else dtype
     accumulator = sum_accumulator(result_dtype)
     return (a.cast(accumulator) * b.cast(accumulator)).sum(axes).cast(result_dtype)
-
-
-STRIP = 16  # the kernel heuristics' contiguous upcast: one strip row is one 64-byte cache line of float32
-L2_SIZE_FILE = Path("/sys/devices/system/cpu/cpu0/cache/index2/size")
-DEFAULT_L2_BYTES = 1 << 20
-MIN_PACKED_ROWS = 32  # the kernel sweeps a strip once per 8 rows of the left operand: 4 sweeps pay for the copy
-MIN_PACKED_ELEMENTS = 1 << 16  # a smaller operand (256 KiB of float32) is cheap to read in any layout
-
-
-@functools.cache
-def l2_bytes() -> int:
-    """The CPU's per-core L2 cache size (Linux sysfs, e.g. "2048K"), 1 MiB where it cannot be read."""
-    try:
-        text = L2_SIZE_FILE.read_text().strip()
-    except OSError:
-        return DEFAULT_L2_BYTES
-    units = {"K": 1 << 10, "M": 1 << 20}
-    return int(text[:-1]) * units[text[-1]] if text[-1:] in units and text[:-1].isdigit() else DEFAULT_L2_BYTES
-
-
-def strips_alias_in_cache(k: int, row_bytes: int) -> bool:
-    """Whether a column strip of a row-major (k, m) operand misses the cache. The matmul kernel sweeps one strip
-    (k lines, `row_bytes` apart) once per block of rows of the left operand, counting on it staying in L2. A cache
-    picks a line's set from the low address bits, so lines a multiple of a power of two P apart use only
-    1/(P/64) of the sets: at most L2/P of them fit. 768 rows 12 KiB apart (a 768x3072 weight) need more."""
-    period = row_bytes & -row_bytes  # the largest power of two dividing the row size
-    return k > l2_bytes() // period
-
-
-def in_memory(node: UOp) -> bool:
-    """Whether `node` is a view of a buffer the matmul reads anyway: a realized one, or a reduction (the scheduler
-    gives a reduction that another reduction reads its own buffer, so attention's keys, slices of a qkv
-    projection, are in memory)."""
-    while node.op in GroupOp.Movement:
-        node = node.src[0]
-    return (
-        reads_memory(node) or node.op is Ops.REDUCE_AXIS or (node.op is Ops.CAST and node.src[0].op is Ops.REDUCE_AXIS)
-    )
-
-
-def transposed_view(node: UOp) -> bool:
-    """A view that swaps the last two axes of memory (`w.T`, `key.transpose(-1, -2)`): the matmul's contiguous
-    output axis then walks the operand with a large stride, so its vector lanes are gathers."""
-    if node.op is not Ops.PERMUTE or not in_memory(node):
-        return False
-    order = node.arg
-    return tuple(order[-2:]) == (len(order) - 1, len(order) - 2)
-
-
-def realized_matrix(node: UOp) -> bool:
-    """A whole realized buffer viewed as a matrix (a weight): the engine keeps its packed copy (KEPT_COPY)."""
-    return node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER
-
-
-def worth_packing(left: Tensor, right: Tensor) -> bool:
-    """Pack `right` when it is in CPU memory already (packing a computed one, say a dequantized weight, would store
-    what the matmul otherwise computes on the fly), read by enough rows of `left` that each strip is swept several
-    times, and either a realized weight that is not being trained (its packed copy is kept: only the first product
-    after a write copies), a transposed view or a row-major matrix whose strips alias in the cache. The packed product
-    is faster even where strips do not alias: GPT-2's 768x2304 and 768x768 weights (128 rows) 5.5 -> 3.7 ms and
-    0.95 -> 0.90 ms, best of 15 at load 6; but a weight that requires grad changes at every step, and a copy per
-    product made the first a wash and the second 1.7 ms."""
-    if not all(isinstance(size, int) for size in (*left.shape, *right.shape)):
-        return False  # a symbolic size: whether strips fit is not known when the kernel is built
-    k, m = right.shape[-2], right.shape[-1]
-    if m % STRIP or left.shape[-2] < MIN_PACKED_ROWS or math.prod(right.shape) < MIN_PACKED_ELEMENTS:
-        return False
-    if not in_memory(right.uop):
-        return False
-    if not (isinstance(right.device, str) and right.device.startswith("CPU")):
-        return False
-    if (realized_matrix(right.uop) and not right.requires_grad) or transposed_view(right.uop):
-        return True
-    return right.ndim == 2 and strips_alias_in_cache(k, m * right.dtype.itemsize)
-
-
-def scattered_rows(node: UOp) -> bool:
-    """A view of memory whose rows are pieces from several places: its last axis merges axes that a PERMUTE took out
-    of memory order (attention's output, (heads, tokens, 64) transposed to (tokens, heads, 64) and reshaped to
-    (tokens, 768): each row is 12 runs of 64, 32 KiB apart)."""
-    if node.op is not Ops.RESHAPE or node.src[0].op is not Ops.PERMUTE or not in_memory(node):
-        return False
-    order, source_shape = node.src[0].arg, shape_of(node.src[0])
-    merged, size = 0, 1
-    while merged < len(source_shape) and size < shape_of(node)[-1]:
-        merged += 1
-        size *= source_shape[-merged]
-    return tuple(order[-merged:]) != tuple(range(len(order) - merged, len(order)))
-
-
-def contiguous_rows(left: Tensor) -> Tensor:
-    """The left operand of a product, copied first when its rows are scattered (`scattered_rows`) and enough rows
-    read it: GPT-2's attention output @ its 768x768 projection 2.0 -> 0.93 ms with the copy (best of 9, load 4.3)."""
-    if left.shape[-2] < MIN_PACKED_ROWS or not all(isinstance(size, int) for size in left.shape):
-        return left
-    if not (isinstance(left.device, str) and left.device.startswith("CPU")) or not scattered_rows(left.uop):
-        return left
-    return left.contiguous()
-
-
-def packed_right(left: Tensor, right: Tensor, batch: tuple[int, ...], dtype: DType | None) -> Tensor | None:
-    """left @ right with `right` copied first into strips of STRIP columns, each strip's k rows contiguous
-    ((..., m / STRIP, k, STRIP)), when `worth_packing` (None otherwise). The copy costs one pass over `right`; the
-    product then reads each strip sequentially. Measured in CPU time, copy included: 128x768 @ 768x3072 22.8 ->
-    9.8 ms, 1024^3 72 -> 24 ms, 512^3 with a transposed right operand (nn.Linear's x @ w.T) 66 -> 5 ms."""
-    if not worth_packing(left, right):
-        return None
-    k, m, n = right.shape[-2], right.shape[-1], left.shape[-2]
-    strips, outer = m // STRIP, right.shape[:-2]
-    packed = right.reshape(outer + (k, strips, STRIP))
-    order = tuple(range(len(outer)))
-    packed = packed.permute(order + (len(outer) + 1, len(outer), len(outer) + 2))  # (..., strips, k, 16)
-    packed = packed._wrap(UOp(Ops.CONTIGUOUS, packed.dtype, (packed.uop,), KEPT_COPY))  # kept while right is unchanged
-    lead = lambda shape: (1,) * (len(batch) - len(shape)) + shape  # noqa: E731  (right-aligned batch axes)
-    rows = left.reshape(lead(left.shape[:-2]) + (n, 1, k, 1)).expand(batch + (n, strips, k, STRIP))
-    columns = packed.reshape(lead(outer) + (1, strips, k, STRIP)).expand(batch + (n, strips, k, STRIP))
-    return _multiply_and_sum(rows, columns, (len(batch) + 2,), dtype).reshape(batch + (n, m))
 
 
 def sum_to_shape(tensor: Tensor, shape: tuple) -> Tensor:
@@ -234,12 +115,10 @@ def matmul(a: Tensor, b: Tensor, dtype: DType | None = None) -> Tensor:
         raise ShapeError(f"matmul of shapes {a.shape} and {b.shape}: {inner}")
     batch = broadcast_shapes(left.shape[:-2], right.shape[:-2])
     n, k, m = left.shape[-2], left.shape[-1], right.shape[-1]
-    left = contiguous_rows(left)
-    result = packed_right(left, right, batch, dtype)
-    if result is None:
-        rows = left.reshape(left.shape[:-1] + (1, k)).expand(batch + (n, m, k))
-        columns = right.transpose(-1, -2).reshape(right.shape[:-2] + (1, m, k)).expand(batch + (n, m, k))
-        result = _multiply_and_sum(rows, columns, (len(batch) + 2,), dtype)
+    rows = left.reshape(left.shape[:-1] + (1, k)).expand(batch + (n, m, k))
+    columns = right.transpose(-1, -2).reshape(right.shape[:-2] + (1, m, k)).expand(batch + (n, m, k))
+    result = _multiply_and_sum(rows, columns, (len(batch) + 2,), dtype)
+    result.uop = result.uop.replace(tag=MatmulTag(right_trained=bool(right.requires_grad)))  # for the layout stage
     differentiate_as_matmul(result, left, right)
     if a.ndim == 1:
         result = result.reshape(result.shape[:-2] + (m,))

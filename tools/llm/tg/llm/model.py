@@ -18,7 +18,6 @@ import numpy as np
 
 from tg.codegen import UOp, dtypes
 from tg.codegen.dtype import to_numpy
-from tg.codegen.flags import Context
 from tg.codegen.schedule.realize import whole_buffer
 from tg.hcq import Device
 from tg.hcq.engine.buffers import buffer_of
@@ -391,12 +390,11 @@ class Transformer:
         if self.decode_step is None:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
-            self.decode_step = TinyJit(self._step, plain_calls=0)
+            # one call per kernel, on one core: the step's small kernels lose more to handing calls to the second
+            # core than it gives them (tg.codegen.target.Target.one_call)
+            self.decode_step = TinyJit(self._step, plain_calls=0, one_call=True)
         captured = self.decode_step.graph is not None
-        # one call per kernel, on one core: the step's small kernels lose more to handing calls to the second core
-        # than it gives them (tg.codegen.pipeline.single_core)
-        with Context(ONE_CALL=1):
-            logits = self.decode_step(self.position.bind(position), None, *self.embedding_table.inputs([token]))
+        logits = self.decode_step(self.position.bind(position), None, *self.embedding_table.inputs([token]))
         if not captured and self.decode_step.graph is not None:
             release_cached_memory(self.caches[0].device)  # what scheduling and compiling the capture freed
         return logits

@@ -77,8 +77,9 @@ def schedule_kernels(blob: bytes) -> dict[str, list[str]]:
     from tg.codegen.pipeline import CodegenFlags, kernel_to_program
     from tg.codegen.render.c import CRenderer
     from tg.codegen.schedule.schedule import KernelCall, create_schedule
+    from tg.hcq.engine.realize import device_target
 
-    schedule = create_schedule(serial().loads(blob))
+    schedule = create_schedule(serial().loads(blob), device_target)  # laid out for this machine's devices
     names, sources = [], []
     for item in schedule.items:
         if isinstance(item, KernelCall):

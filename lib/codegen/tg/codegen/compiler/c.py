@@ -11,8 +11,10 @@ agree bit for bit with numpy and with the PYTHON reference device. A renderer th
 it explicitly (fmaf / __builtin_fmaf), which this flag does not affect. No flag or pragma asks for vectorization:
 the C renderer writes loops both compilers vectorize by themselves (see tg.codegen.render.c). On an x86 CPU with
 AVX-512, `-mprefer-vector-width=512` lets them use its 512-bit registers (both prefer 256-bit ones there otherwise);
-the CPU device then gives the heuristics twice the register lanes (see wide_vectors). gcc on an x86 CPU without
-AVX-512 gets GCC_WITHOUT_AVX512_FLAGS, three passes off, so that loops with selects still vectorize.
+the CPU device then gives the heuristics twice the register lanes. Whether the CPU has AVX-512, and its model (part
+of the cache key: -march=native means "this CPU"), are facts the device in tg.hcq reads (tg.hcq.host) and passes in:
+this module reads nothing of the machine. gcc on an x86 CPU without AVX-512 gets GCC_WITHOUT_AVX512_FLAGS, three
+passes off, so that loops with selects still vectorize.
 """
 
 from __future__ import annotations
@@ -42,16 +44,10 @@ WIDE_VECTOR_FLAGS = ("-mprefer-vector-width=512",)
 GCC_WITHOUT_AVX512_FLAGS = ("-fno-tree-pre", "-fno-tree-sink", "-fno-tree-dominator-opts")
 
 
-@functools.cache
-def wide_vectors() -> bool:
-    """Whether this CPU is x86 with AVX-512 (32 registers of 16 floats), which kernels are compiled to use."""
-    return platform.machine() in ("x86_64", "AMD64") and "avx512f" in _cpu_flags()
-
-
-def default_flags(cc: str | None = None) -> tuple[str, ...]:
-    """DEFAULT_FLAGS, plus WIDE_VECTOR_FLAGS on a CPU with AVX-512, or GCC_WITHOUT_AVX512_FLAGS when the compiler
-    `cc` (default: find_c_compiler()) is gcc on an x86 CPU without it."""
-    if wide_vectors():
+def default_flags(wide_vectors: bool = False, cc: str | None = None) -> tuple[str, ...]:
+    """DEFAULT_FLAGS, plus WIDE_VECTOR_FLAGS for a CPU with AVX-512 (`wide_vectors`, tg.hcq.host tells), or
+    GCC_WITHOUT_AVX512_FLAGS when the compiler `cc` (default: find_c_compiler()) is gcc on an x86 CPU without it."""
+    if wide_vectors:
         return DEFAULT_FLAGS + WIDE_VECTOR_FLAGS
     x86 = platform.machine() in ("x86_64", "AMD64")
     return DEFAULT_FLAGS + (GCC_WITHOUT_AVX512_FLAGS if x86 and is_gcc(cc or find_c_compiler()) else ())
@@ -93,15 +89,21 @@ def compiler_version(path: str) -> str:
 class CCompiler(Compiler):
     """Compiles C source to a shared object and returns its bytes.
 
-    `cc` is a path or a name on PATH (default: `find_c_compiler()`), `flags` replaces `default_flags()`.
+    `cc` is a path or a name on PATH (default: `find_c_compiler()`), `flags` replaces `default_flags(wide_vectors)`.
+    `wide_vectors` (the CPU has AVX-512) and `cpu_model` describe the machine, which the CPU device reads
+    (tg.hcq.host.host_c_compiler); the model is part of the binary cache key.
     """
 
-    def __init__(self, cc: str | None = None, flags: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self, cc: str | None = None, flags: tuple[str, ...] | None = None, wide_vectors: bool = False,
+        cpu_model: str = "",
+    ) -> None:  # fmt: skip
         if cc is None:
             self.cc = find_c_compiler()
         else:
             self.cc = shutil.which(cc) or cc
-        self.flags = default_flags(self.cc) if flags is None else tuple(flags)
+        self.flags = default_flags(wide_vectors, self.cc) if flags is None else tuple(flags)
+        self.cpu_model = cpu_model or platform.processor()
         if DEBUG >= 1:
             print(f"CPU kernels compile with {self.describe()} (the CC flag chooses another)", file=sys.stderr)
 
@@ -111,7 +113,7 @@ class CCompiler(Compiler):
 
     def identity(self) -> str:
         # -march=native means "this CPU", so the CPU model belongs in the key as well.
-        return f"{self.cc}|{compiler_version(self.cc)}|{' '.join(self.flags)}|{platform.machine()}|{_cpu_model()}"
+        return f"{self.cc}|{compiler_version(self.cc)}|{' '.join(self.flags)}|{platform.machine()}|{self.cpu_model}"
 
     def compile_uncached(self, source: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="tg-cc-") as tmp:
@@ -125,28 +127,3 @@ class CCompiler(Compiler):
                 raise CompileError(result.stderr or result.stdout, source, " ".join(command))
             with open(output_path, "rb") as f:
                 return f.read()
-
-
-@functools.cache
-def _cpu_flags() -> frozenset[str]:
-    """The feature flags of /proc/cpuinfo (empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-@functools.cache
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tg.codegen.dtype import AddrSpace, DType
+from tg.codegen.target import Target
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
@@ -40,14 +41,36 @@ class RenderedKernel:
 
 
 class Renderer:
-    """Turns a LINEAR program into source. `device` names the device family it renders for."""
+    """Turns a LINEAR program into source for the machine `target` describes (tg.codegen.target; the device in
+    tg.hcq builds it). `device` names the device family it renders for; the class fields below declare what the
+    language can do, and `Target.of` copies them into a Target."""
 
     device: str = ""
+    has_local: bool = False  # work-groups and their ids: LOCAL and GROUP opts are legal (the GPU languages)
+    core_groups: bool = False  # a GROUP opt becomes calls on several cores that combine their partials (C)
     # float32 exp2/log2 reach the renderer as plain float ops (tg.codegen.lower.transcendental) rather than EXP2/LOG2:
     # the CPU renderers, whose libm calls would be scalar, and PYTHON, which must compute the same bits
     software_transcendentals: bool = False
 
-    def render(self, linear: UOp) -> RenderedKernel:
+    def __init__(self, target: Target | None = None) -> None:
+        self.target = Target.of(type(self)) if target is None else target
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (process-replay captures): a renderer pickled before Targets existed kept its machine as the
+        attributes `cores` and `max_lanes`; they become its Target, so `tg-replay diff` replays older captures."""
+        if "target" not in state:
+            machine = {name: state.pop(name) for name in ("cores", "max_lanes") if name in state}
+            state["target"] = Target.of(type(self), **machine)
+        self.__dict__.update(state)
+
+    @classmethod
+    def for_machine(cls, **machine: Any) -> Renderer:
+        """This renderer for a machine given by Target fields (`CRenderer.for_machine(cores=2)`), its declared
+        capabilities filled in."""
+        return cls(Target.of(cls, **machine))
+
+    def render(self, linear: UOp, target: Target | None = None) -> RenderedKernel:
+        """The source of `linear` for `target` (this renderer's own when None: a one-call variant of it, say)."""
         raise NotImplementedError
 
 
@@ -57,6 +80,7 @@ class KernelText:
 
     linear: UOp
     indent: str
+    target: Target  # the machine this render is for
     names: dict[UOp, str] = field(default_factory=dict)  # linear node -> the expression holding its value
     gates: dict[UOp, str] = field(default_factory=dict)  # gated INDEX -> its gate expression
     lines: list[str] = field(default_factory=list)
@@ -88,8 +112,8 @@ class LinearRenderer(Renderer):
     indent: str = "  "
     code_for_op: dict[Ops, Spelling] = {}
 
-    def render(self, linear: UOp) -> RenderedKernel:
-        k = KernelText(linear, self.indent)
+    def render(self, linear: UOp, target: Target | None = None) -> RenderedKernel:
+        k = KernelText(linear, self.indent, self.target if target is None else target)
         params = global_params(linear)
         for p in params:
             k.names[p] = self.buffer_name(p)

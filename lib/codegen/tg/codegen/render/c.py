@@ -50,6 +50,7 @@ from tg.codegen.render.base import (
     max_trip_count,
     variable_argument,
 )
+from tg.codegen.target import Target
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 
@@ -494,8 +495,9 @@ def balanced_calls(trips: int, cores: int, most: int) -> int:
 
 class CRenderer(CStyleLanguage):
     """C for the CPU device: the ABI passes `core_id`, and big kernels are split into a few chunks per core.
-    `max_lanes`: accumulators the CPU's vector registers hold, for the heuristics (128: 16 AVX2 registers; the CPU
-    device gives 256 where the compiler uses AVX-512, see tg.codegen.compiler.c.wide_vectors).
+    Its Target (tg.codegen.target) gives the cores a kernel is split across and, for the heuristics, the
+    accumulators the CPU's vector registers hold (128: 16 AVX2 registers; the CPU device gives 256 where the compiler
+    uses AVX-512).
 
     A GROUP_REDUCE range of G (a reduction split across cores, see tg.codegen.opt) makes G calls: call g reduces
     share g into its accumulators and writes them to a partial-results array in the shared object; the call that
@@ -522,30 +524,27 @@ class CRenderer(CStyleLanguage):
             return f"({operands[0]} + {base})[{loop}]"
         return self.index(operands[0], operands[1])
 
-    def __init__(self, cores: int = 1, max_lanes: int = 128) -> None:  # 128: tg.codegen.opt.heuristics.MAX_LANES
-        self.cores = max(1, cores)
-        self.max_lanes = max_lanes
-
     def prologue(self, k: KernelText, params: list[UOp]) -> None:
         k.abi["group"] = next((u for u in k.linear.src if u.op is Ops.RANGE and u.arg.axis_type is GROUP), None)
-        k.abi["chunks"] = self.chunks(k.linear) if k.abi["group"] is None else k.abi["group"].src[0].arg
+        k.abi["chunks"] = self.chunks(k.linear, k.target) if k.abi["group"] is None else k.abi["group"].src[0].arg
         k.abi["statics"] = []
 
-    def chunks(self, linear: UOp) -> int:
+    def chunks(self, linear: UOp, target: Target) -> int:
         """How many calls the kernel is cut into: one per core when its outermost output loop is a loop and the
         kernel is big enough to be worth waking the cores for, up to CALLS_PER_CORE per core when each call still
         has MULTICORE_MIN_ITERATIONS / 2 iterations (a call costs a few microseconds); of those, a count whose
         calls the cores finish together (`balanced_calls`)."""
         first = first_output_loop(linear)
-        if first is None or first.arg.axis_type is not AxisType.LOOP or self.cores == 1:
+        cores = target.call_cores
+        if first is None or first.arg.axis_type is not AxisType.LOOP or cores == 1:
             return 1
         iterations = loop_iterations(linear)
         if iterations < MULTICORE_MIN_ITERATIONS:
             return 1
-        calls = max(self.cores, min(self.cores * CALLS_PER_CORE, 2 * iterations // MULTICORE_MIN_ITERATIONS))
+        calls = max(cores, min(cores * CALLS_PER_CORE, 2 * iterations // MULTICORE_MIN_ITERATIONS))
         if first.src[0].op is not Ops.CONST:  # a symbolic trip count: the launch decides (see open_loop)
             return min(calls, max_trip_count(first))
-        return balanced_calls(first.src[0].arg, self.cores, calls)
+        return balanced_calls(first.src[0].arg, cores, calls)
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
         chunks = k.abi["chunks"]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from tg.codegen.dtype import AddrSpace, DType, dtypes
 from tg.codegen.render.base import KernelText, RenderedKernel, buffer_param, kernel_variables
 from tg.codegen.render.c import HELPERS, CStyleLanguage, c_type, memory_type, needed_helpers
+from tg.codegen.target import Target
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 
@@ -110,7 +111,8 @@ class GPULanguage(CStyleLanguage):
     function_names: dict[str, str] = {}
     bool_memory = "bool"  # how a bool buffer element is declared
 
-    def __init__(self, arch: str = "") -> None:
+    def __init__(self, arch: str = "", target: Target | None = None) -> None:
+        super().__init__(target)
         self.arch = arch
 
     # ------------------------------------------------------------------------------------------ spellings
@@ -296,8 +298,8 @@ class OpenCLRenderer(GPULanguage):
     }
     bool_memory = "uchar"  # OpenCL allows no bool in buffers
 
-    def __init__(self, arch: str = "", native_half: bool = True) -> None:
-        super().__init__(arch)
+    def __init__(self, arch: str = "", native_half: bool = True, target: Target | None = None) -> None:
+        super().__init__(arch, target)
         self.native_half = native_half
         if not native_half:
             self.type_names = {**self.type_names, "_Float16": "float"}

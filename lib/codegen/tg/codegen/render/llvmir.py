@@ -33,6 +33,7 @@ from tg.codegen.render.base import (
     max_trip_count,
     variable_argument,
 )
+from tg.codegen.target import Target
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
@@ -138,11 +139,8 @@ class LLVMRenderer(Renderer):
     device = "CPU"
     software_transcendentals = True
 
-    def __init__(self, cores: int = 1) -> None:
-        self.cores = max(1, cores)
-
-    def render(self, linear: UOp) -> RenderedKernel:
-        return _LLVMFunction(linear, self.cores).render()
+    def render(self, linear: UOp, target: Target | None = None) -> RenderedKernel:
+        return _LLVMFunction(linear, (self.target if target is None else target).call_cores).render()
 
 
 class _LLVMFunction:

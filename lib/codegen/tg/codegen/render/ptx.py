@@ -39,6 +39,7 @@ from tg.codegen.dtype import AddrSpace, DType, dtypes, encode
 from tg.codegen.render.base import Renderer, buffer_param, global_params, range_name
 from tg.codegen.render.gpu import GPUKernel, ThreadLayout, combining_op, thread_layout
 from tg.codegen.render.ptx_f64 import F64Math
+from tg.codegen.target import Target
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
@@ -166,10 +167,11 @@ class PTXRenderer(Renderer):
     device = "CUDA"
     has_local = True
 
-    def __init__(self, arch: str = "sm_80") -> None:
+    def __init__(self, arch: str = "sm_80", target: Target | None = None) -> None:
+        super().__init__(target)
         self.arch = arch
 
-    def render(self, linear: UOp) -> GPUKernel:
+    def render(self, linear: UOp, target: Target | None = None) -> GPUKernel:
         return _PTXFunction(linear, self.arch).render()
 
 

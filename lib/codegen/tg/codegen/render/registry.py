@@ -56,9 +56,15 @@ def check_renderer(name: str, arch: str, allowed: tuple[str, ...] | None = None)
     return arch
 
 
-def make_renderer(name: str, arch: str = "", **options: Any) -> Any:
-    """An instance of renderer `name` for `arch` (checked against the known archs)."""
+def make_renderer(name: str, arch: str = "", machine: dict[str, Any] | None = None, **options: Any) -> Any:
+    """An instance of renderer `name` for `arch` (checked against the known archs), its Target made of its declared
+    capabilities and the Target fields in `machine` (tg.codegen.target)."""
+    from tg.codegen.target import Target
+
     arch = check_renderer(name, arch)
     module_name, class_name = RENDERERS[name].target.split(":")
     renderer_class = getattr(importlib.import_module(module_name), class_name)
-    return renderer_class(arch=arch, **options) if RENDERERS[name].archs else renderer_class(**options)
+    target = Target.of(renderer_class, **(machine or {}))
+    if RENDERERS[name].archs:
+        return renderer_class(arch=arch, target=target, **options)
+    return renderer_class(target=target, **options)

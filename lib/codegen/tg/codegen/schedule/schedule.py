@@ -16,7 +16,9 @@ which are keyed by kernel AST). A value whose shape is symbolic gets a buffer of
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,7 @@ from tg.codegen.schedule.graph import (
     KEPT_COPY,
     BufferArg,
     bind_graph,
+    device_of,
     is_symbolic_shape,
     max_numel,
     new_buffer,
@@ -32,20 +35,49 @@ from tg.codegen.schedule.graph import (
     unbind_graph,
 )
 from tg.codegen.schedule.kernel import AssignError, Kernel, build_kernel
+from tg.codegen.schedule.layout import TargetOf, default_target, lay_out_for_targets
 from tg.codegen.schedule.realize import contiguous_copies, find_realize_points, split_big_reductions, whole_buffer
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.ops import _cache_key as uop_cache_key
-from tg.codegen.uop.pattern import graph_rewrite
+from tg.codegen.uop.pattern import PatternMatcher, graph_rewrite
 from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, verify_stage
 
 SCHEDULE_CACHE_SIZE = 512
-GRAPH_STAGES = [split_big_reductions, contiguous_copies]  # tensor-graph rewrites before finding realize points
+
+
+@dataclass(frozen=True)
+class GraphStage:
+    """One named tensor-graph stage, run before the realize points are found: `run(roots, target_of)` gives the
+    rewritten roots (`target_of`: the Target of each device, for the stages that depend on the machine). A stage can
+    be printed, run and tested alone."""
+
+    name: str
+    summary: str
+    run: Callable[[tuple[UOp, ...], TargetOf], tuple[UOp, ...]]
+
+    def __repr__(self) -> str:
+        return f"GraphStage({self.name!r})"
+
+
+def rewrite_with(matcher: PatternMatcher) -> Callable[[tuple[UOp, ...], TargetOf], tuple[UOp, ...]]:
+    """A stage that is one `graph_rewrite` with `matcher` (the same on every machine)."""
+
+    def run(roots: tuple[UOp, ...], target_of: TargetOf) -> tuple[UOp, ...]:
+        return graph_rewrite(UOp.sink(*roots), matcher, name=matcher.name).src
+
+    return run
+
+
+GRAPH_STAGES: tuple[GraphStage, ...] = (
+    GraphStage("layout policy", "tagged products and conv weight gradients laid out for their device's Target "
+               "(packing, L2 chunks)", lay_out_for_targets),
+    GraphStage("split_big_reductions", "a full reduction of many elements becomes chunk partials and a small combine",
+               rewrite_with(split_big_reductions)),
+    GraphStage("contiguous_copies", "the source of a COPY to another device is made a whole, contiguous buffer",
+               rewrite_with(contiguous_copies)),
+)  # fmt: skip
 SCHEDULE_STAGES: tuple[tuple[str, str], ...] = (  # (name, one line), in the order schedule_graph runs them
-    (
-        "split_big_reductions",
-        "a full reduction of many elements becomes chunk partials and a small combine",
-    ),
-    ("contiguous_copies", "the source of a COPY to another device is made a whole, contiguous buffer"),
+    *((stage.name, stage.summary) for stage in GRAPH_STAGES),
     (
         "find realize points",
         "what gets a buffer: roots, CONTIGUOUS/COPY/ASSIGN, reductions read by many, costly producers",
@@ -112,31 +144,34 @@ schedule_stats = ScheduleStats()
 _schedule_cache: OrderedDict[tuple, _Template] = OrderedDict()
 
 
-def device_of(node: UOp) -> str:
-    """The device a tensor-graph node lives on (a COPY's destination, else its first buffer's or constant's)."""
-    while True:
-        if node.op in (Ops.BUFFER, Ops.CONST):
-            return node.src[0].arg
-        if node.op is Ops.COPY:
-            return node.src[1].arg
-        node = node.src[0]
-
-
 # ---------------------------------------------------------------------------------------------------- caching
 
 
-def create_schedule(roots: tuple[UOp, ...]) -> Schedule:
-    """The schedule that realizes `roots`, from the cache when the same graph was scheduled before."""
+_device_targets: list[TargetOf] = [default_target]
+
+
+def use_device_targets(target_of: TargetOf) -> None:
+    """Make `target_of` what `create_schedule` uses when its caller passes no Targets: tg.hcq installs the opened
+    devices' Targets here when its engine is imported (codegen cannot import tg.hcq)."""
+    _device_targets[0] = target_of
+
+
+def create_schedule(roots: tuple[UOp, ...], target_of: TargetOf | None = None) -> Schedule:
+    """The schedule that realizes `roots` on the machines `target_of` describes (the Target of each device, by
+    name: the layout stage reads it; the devices' own when None), from the cache when the same graph was scheduled
+    for the same Targets of its devices before."""
+    target_of = _device_targets[0] if target_of is None else target_of
     order = UOp.sink(*roots).toposort()
     roots, var_vals = unbind_graph(roots, order)
     if var_vals:
         order = UOp.sink(*roots).toposort()
     inputs = [node for node in order if node.op is Ops.BUFFER]
-    key = graph_key(order)
+    devices = sorted({node.arg for node in order if node.op is Ops.DEVICE})
+    key = (tuple(target_of(device) for device in devices), graph_key(order))  # the layout stage reads the Targets
     template = _schedule_cache.get(key)
     if template is None:
         schedule_stats.misses += 1
-        template = _schedule_cache[key] = _make_template(order, inputs)
+        template = _schedule_cache[key] = _make_template(order, inputs, target_of)
         if len(_schedule_cache) > SCHEDULE_CACHE_SIZE:
             _schedule_cache.popitem(last=False)
     else:
@@ -172,12 +207,12 @@ def graph_key(order: list[UOp]) -> tuple:
     return tuple(entries)
 
 
-def _make_template(order: list[UOp], inputs: list[UOp]) -> _Template:
+def _make_template(order: list[UOp], inputs: list[UOp], target_of: TargetOf) -> _Template:
     """Schedule the graph with its inputs replaced by placeholder buffers (no cache)."""
     placeholders = {
         buf: UOp(Ops.BUFFER, buf.dtype, buf.src, BufferArg(-1 - i, buf.arg.size)) for i, buf in enumerate(inputs)
     }
-    schedule = schedule_graph(order[-1].substitute(placeholders).src)  # order[-1]: the roots' SINK
+    schedule = schedule_graph(order[-1].substitute(placeholders).src, target_of)  # order[-1]: the roots' SINK
     buffers = {node: None for result in schedule.results for node in result.toposort() if node.op is Ops.BUFFER}
     return _Template(schedule, tuple(placeholders.values()), tuple(buffers))
 
@@ -207,11 +242,11 @@ def _instantiate(template: _Template, inputs: dict[UOp, UOp], var_vals: dict[str
 # ---------------------------------------------------------------------------------------------------- scheduling
 
 
-def schedule_graph(roots: tuple[UOp, ...]) -> Schedule:
-    """Schedule `roots` (no cache)."""
+def schedule_graph(roots: tuple[UOp, ...], target_of: TargetOf = default_target) -> Schedule:
+    """Schedule `roots` for the machines `target_of` describes (no cache)."""
     for stage in GRAPH_STAGES:
-        roots = graph_rewrite(UOp.sink(*roots), stage, name=stage.name).src
-        verify_stage(str(stage.name), UOp.sink(*roots), TENSOR_SPEC)
+        roots = stage.run(roots, target_of)
+        verify_stage(stage.name, UOp.sink(*roots), TENSOR_SPEC)
     forced: list[UOp] = []
     while True:
         points = find_realize_points(roots, tuple(forced))
@@ -318,14 +353,29 @@ def _order(points: list[UOp], kernels: dict[UOp, Kernel], storage: dict[UOp, UOp
                 continue
             if written in kernels[reader].buffers[1:]:
                 before[writer].add(reader)
+    return first_ready_order(points, before)
+
+
+def first_ready_order(points: list[UOp], before: dict[UOp, set[UOp]]) -> list[UOp]:
+    """`points` ordered so that each comes after every point in `before[point]`, taking at each step the earliest
+    point in `points` whose predecessors have all run (so independent kernels keep the order they were found in).
+    Kahn's algorithm with a heap of positions: O((points + edges) log points)."""
+    position = {point: i for i, point in enumerate(points)}
+    waiting = {point: len(before[point]) for point in points}
+    followers: dict[UOp, list[UOp]] = {point: [] for point in points}
+    for point in points:
+        for predecessor in before[point]:
+            followers[predecessor].append(point)
+    ready = [position[point] for point in points if waiting[point] == 0]
+    heapq.heapify(ready)
     ordered: list[UOp] = []
-    done: set[UOp] = set()
-    remaining = list(points)
-    while remaining:
-        ready = next((p for p in remaining if before[p] <= done), None)
-        if ready is None:
-            raise RuntimeError("the schedule has a cycle: an ASSIGN's value depends on a kernel it must precede")
-        ordered.append(ready)
-        done.add(ready)
-        remaining.remove(ready)
+    while ready:
+        point = points[heapq.heappop(ready)]
+        ordered.append(point)
+        for follower in followers[point]:
+            waiting[follower] -= 1
+            if waiting[follower] == 0:
+                heapq.heappush(ready, position[follower])
+    if len(ordered) != len(points):
+        raise RuntimeError("the schedule has a cycle: an ASSIGN's value depends on a kernel it must precede")
     return ordered

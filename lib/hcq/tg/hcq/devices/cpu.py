@@ -35,8 +35,6 @@ from collections.abc import Callable
 from typing import Any
 
 from tg.codegen.compiler import CCompiler
-from tg.codegen.compiler.c import wide_vectors
-from tg.codegen.opt.heuristics import MAX_LANES, WIDE_MAX_LANES
 from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
 from tg.codegen.render.llvmir import LLVMRenderer
 from tg.hcq.allocator import BufferSpec, LRUAllocator
@@ -46,6 +44,7 @@ from tg.hcq.device import DeviceSpec
 from tg.hcq.devices.cpu_calls import NativeCalls, load_native_calls
 from tg.hcq.devices.cpu_workers import CommandEngine, CorePool
 from tg.hcq.flags import CPU_COUNT
+from tg.hcq.host import cpu_target, host_c_compiler
 from tg.hcq.memory import HCQBuffer, HostMemory
 from tg.hcq.program import HCQProgram
 from tg.hcq.queue import HWQueue
@@ -93,7 +92,7 @@ def load_call_library(compiler: CCompiler | None = None) -> NativeCalls | None:
     if not _CALL_LIBRARY:
         if compiler is None:
             try:
-                compiler = CCompiler()
+                compiler = host_c_compiler()
             except FileNotFoundError:
                 _CALL_LIBRARY.append(None)
                 return None
@@ -198,11 +197,12 @@ class CPUDevice(HCQCompiled):
         if spec.renderer == "LLVM":
             from tg.codegen.compiler.llvm import LLVMCompiler
 
-            compiler, program, renderer = LLVMCompiler(), LLVMProgram, LLVMRenderer(cores=self.cores.count)
+            renderer = LLVMRenderer(cpu_target(LLVMRenderer, self.cores.count))
+            compiler, program = LLVMCompiler(), LLVMProgram
         else:
-            compiler, program, renderer = CCompiler(), CPUProgram, None
+            compiler, program, renderer = host_c_compiler(), CPUProgram, None
             if spec.renderer in C_RENDERER_NAMES:
-                renderer = CRenderer(cores=self.cores.count, max_lanes=WIDE_MAX_LANES if wide_vectors() else MAX_LANES)
+                renderer = CRenderer(cpu_target(CRenderer, self.cores.count))
         # the call library is built on the first launch, with this device's compiler when it is the C one
         c_compiler = compiler if isinstance(compiler, CCompiler) else None
         self.compute_engine.load_native = functools.partial(load_call_library, c_compiler)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tg.codegen.compiler import CCompiler, Compiler
+from tg.codegen.compiler import Compiler
 from tg.codegen.render.c import C_RENDERER_NAMES
 from tg.codegen.render.registry import check_renderer, make_renderer
 from tg.hcq.allocator import Allocator, BufferSpec
 from tg.hcq.device import Compiled, DeviceSpec
 from tg.hcq.flags import NULL_ALLOW_COPYOUT
+from tg.hcq.host import cache_sizes, host_c_compiler
 from tg.hcq.memory import HCQBuffer
 from tg.hcq.program import Program, ProgramCall
 
@@ -63,7 +64,7 @@ def null_compiler(renderer_name: str, arch: str) -> Compiler:
     """The compiler NULL uses for a renderer: the real one where it runs on this machine (C, LLVM, and PTX where
     NVIDIA's ptxas is on PATH)."""
     if renderer_name in C_RENDERER_NAMES:
-        return CCompiler()
+        return host_c_compiler()
     if renderer_name == "LLVM":
         from tg.codegen.compiler.llvm import LLVMCompiler
 
@@ -83,4 +84,5 @@ class NullDevice(Compiled):
         allocator = NullAllocator()
         super().__init__(spec, allocator, null_compiler(spec.renderer, spec.arch), NullProgram)
         allocator.device = self
-        self.renderer = make_renderer(spec.renderer or "C", spec.arch)
+        # compile-only: the layout stage lays kernels out as for the host's caches, as it does for the CPU device
+        self.renderer = make_renderer(spec.renderer or "C", spec.arch, machine=cache_sizes())

@@ -13,6 +13,7 @@ from tg.codegen.render.emulate import load_function
 from tg.codegen.render.python import PythonRenderer
 from tg.hcq.allocator import BufferSpec, LRUAllocator
 from tg.hcq.device import Compiled, DeviceSpec
+from tg.hcq.host import cache_sizes
 from tg.hcq.program import Program, ProgramCall
 
 
@@ -71,4 +72,4 @@ class PythonDevice(Compiled):
         allocator = PythonAllocator()
         super().__init__(spec, allocator, PythonCompiler(), PythonProgram)
         allocator.device = self
-        self.renderer = PythonRenderer()
+        self.renderer = PythonRenderer.for_machine(family="PYTHON", **cache_sizes())  # it runs on the host's CPU

@@ -56,16 +56,18 @@ _active = threading.local()
 
 
 @contextmanager
-def capture_launches() -> Iterator[list[Launch]]:
-    """Record every launch the engine runs on this thread inside the block (they still run)."""
+def capture_launches(one_call: bool = False) -> Iterator[list[Launch]]:
+    """Record every launch the engine runs on this thread inside the block (they still run). `one_call`: kernels
+    compiled inside the block are one call on one core each (Target.one_call), for small kernels whose replays run
+    back to back (tg.llm's decode step)."""
     if getattr(_active, "launches", None) is not None:
         raise RuntimeError("capture_launches cannot be nested (a jitted function called inside another's capture)")
     launches: list[Launch] = []
-    _active.launches = launches
+    _active.launches, _active.one_call = launches, one_call
     try:
         yield launches
     finally:
-        _active.launches = None
+        _active.launches, _active.one_call = None, False
 
 
 def record(launch: Launch) -> None:
@@ -77,6 +79,11 @@ def record(launch: Launch) -> None:
 
 def is_capturing() -> bool:
     return getattr(_active, "launches", None) is not None
+
+
+def capturing_one_call() -> bool:
+    """Whether the capture active on this thread asked for one-call kernels (see capture_launches)."""
+    return bool(getattr(_active, "one_call", False))
 
 
 class LaunchGraph:

@@ -26,7 +26,7 @@ from tg.codegen.serial import write_file
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq.device import Device
-from tg.hcq.engine.capture import is_capturing
+from tg.hcq.engine.capture import capturing_one_call, is_capturing
 from tg.hcq.flags import JITBEAM, PROGRAM_CACHE_SIZE, TG_DUMP_KERNELS
 
 
@@ -125,8 +125,8 @@ def _with_beam_opts(device_name: str, ast: UOp, flags: CodegenFlags, width: int)
 
 def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -> CompiledProgram:
     """The program for kernel `ast` on `device_name` (a canonical name, as `Device.canonicalize` gives), compiled on
-    first use. `flags`: the environment's by default."""
-    flags = CodegenFlags.from_environment() if flags is None else flags
+    first use. `flags`: the environment's by default, one call per kernel inside a capture that asks for it."""
+    flags = CodegenFlags.from_environment(one_call=capturing_one_call()) if flags is None else flags
     width = beam_width()
     key = (device_name, ast, flags, width)
     found = _cache.get(key)  # the hit path runs at every launch: no lock (one OrderedDict call is atomic)

@@ -16,7 +16,8 @@ from tg.codegen.capture import capture_enabled, record_schedule
 from tg.codegen.dtype import DType
 from tg.codegen.schedule.graph import new_buffer, shape_of
 from tg.codegen.schedule.realize import buffer_holding
-from tg.codegen.schedule.schedule import KernelCall, Schedule, create_schedule
+from tg.codegen.schedule.schedule import KernelCall, Schedule, create_schedule, use_device_targets
+from tg.codegen.target import Target
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.hcq.buffer import Buffer
 from tg.hcq.device import Device
@@ -30,11 +31,19 @@ def _is_view_of_buffer(node: UOp) -> bool:
     return node.op is Ops.BUFFER
 
 
+def device_target(device: str) -> Target:
+    """The Target device `device` built when it opened (what the scheduler's layout stage reads)."""
+    return Device[device].target
+
+
+use_device_targets(device_target)  # direct callers of create_schedule (tests, tools) schedule for these devices too
+
+
 def realize(*nodes: UOp) -> tuple[UOp, ...]:
     """Schedule and run everything `nodes` need; for each node, an equivalent node over realized memory."""
     if all(_is_view_of_buffer(node) for node in nodes):
         return nodes
-    schedule = create_schedule(tuple(nodes))
+    schedule = create_schedule(tuple(nodes), device_target)
     if capture_enabled():
         record_schedule(tuple(nodes), kernel_names(schedule))
     run_schedule(schedule)

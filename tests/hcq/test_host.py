@@ -1,0 +1,50 @@
+"""The host facts the CPU device's Target is built from (tg.hcq.host), read from a fake sysfs cache folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tg.codegen.render.c import CRenderer
+from tg.codegen.target import DEFAULT_L2_BYTES, Target
+from tg.hcq import Device
+from tg.hcq.host import data_cache_bytes, parse_cache_size
+
+
+def write_cache(folder: Path, index: int, level: int, kind: str, size: str) -> None:
+    entry = folder / f"index{index}"
+    entry.mkdir(parents=True)
+    (entry / "level").write_text(f"{level}\n")
+    (entry / "type").write_text(f"{kind}\n")
+    (entry / "size").write_text(f"{size}\n")
+
+
+def test_sysfs_sizes_are_read_in_bytes() -> None:
+    assert parse_cache_size("2048K\n") == 2 << 20
+    assert parse_cache_size("32M") == 32 << 20
+    assert parse_cache_size("512") == 512
+    assert parse_cache_size("a lot") is None
+
+
+def test_the_data_cache_of_a_level_skips_the_instruction_cache(tmp_path: Path) -> None:
+    write_cache(tmp_path, 0, 1, "Instruction", "64K")
+    write_cache(tmp_path, 1, 1, "Data", "48K")
+    write_cache(tmp_path, 2, 2, "Unified", "2048K")
+    assert data_cache_bytes(1, tmp_path) == 48 << 10
+    assert data_cache_bytes(2, tmp_path) == 2 << 20
+    assert data_cache_bytes(3, tmp_path) is None
+    assert data_cache_bytes(2, tmp_path / "missing") is None
+
+
+def test_the_cpu_device_builds_its_target_once_with_the_renderers_capabilities() -> None:
+    target = Device["CPU"].target
+    assert target is Device["CPU"].renderer.target
+    assert target.family == "CPU" and target.cores == Device["CPU"].cores.count and not target.one_call
+    assert (target.core_groups, target.software_transcendentals, target.has_local) == (True, True, False)
+    assert target.l2_bytes == (data_cache_bytes(2) or DEFAULT_L2_BYTES)
+
+
+def test_a_target_in_one_call_mode_splits_nothing() -> None:
+    target = Target.of(CRenderer, family="CPU", cores=4)
+    assert (target.call_cores, target.splits_groups) == (4, True)
+    one = Target.of(CRenderer, family="CPU", cores=4, one_call=True)
+    assert (one.call_cores, one.splits_groups) == (1, False)

@@ -84,7 +84,6 @@ ILLEGAL = [
     (Opt(OptOps.UNROLL, 1, 4), "does not exist"),
     (Opt(OptOps.LOCAL, 0, 4), "needs local memory"),
     (Opt(OptOps.GROUP, 0, 4), "needs local memory"),
-    (Opt(OptOps.TC, 0, (-1, 0, 1)), "no tensor cores"),
     (Opt(OptOps.PADTO, 0, 64), "already a multiple"),
     (Opt(OptOps.SWAP, 0, 2), "exchanges two output"),
     (Opt(OptOps.SPLIT, 0, 4), "SPLIT takes"),

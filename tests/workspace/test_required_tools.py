@@ -47,5 +47,5 @@ def test_tg_require_turns_the_named_tools_skips_into_failures(
 
 def test_ci_legs_that_install_tools_require_them() -> None:
     ci_run = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
-    clang_leg = next(line for line in ci_run.splitlines() if "CC=clang-19" in line and "pytest" in line)
+    clang_leg = next(line.strip() for line in ci_run.splitlines() if "CC=clang-19" in line and "pytest" in line)
     assert clang_leg.startswith("TG_REQUIRE=clang,opencl,wgpu ")

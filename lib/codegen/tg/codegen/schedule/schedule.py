@@ -24,6 +24,7 @@ from tg.codegen.schedule.graph import (
     KEPT_COPY,
     BufferArg,
     bind_graph,
+    device_of,
     is_symbolic_shape,
     max_numel,
     new_buffer,
@@ -110,16 +111,6 @@ class _Template:
 
 schedule_stats = ScheduleStats()
 _schedule_cache: OrderedDict[tuple, _Template] = OrderedDict()
-
-
-def device_of(node: UOp) -> str:
-    """The device a tensor-graph node lives on (a COPY's destination, else its first buffer's or constant's)."""
-    while True:
-        if node.op in (Ops.BUFFER, Ops.CONST):
-            return node.src[0].arg
-        if node.op is Ops.COPY:
-            return node.src[1].arg
-        node = node.src[0]
 
 
 # ---------------------------------------------------------------------------------------------------- caching

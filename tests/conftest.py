@@ -1,4 +1,5 @@
-"""Suite-wide pytest settings: hardware tests run only when TG_HW=1; TG_REQUIRE turns a missing tool into a failure.
+"""Suite-wide pytest settings: hardware tests run only when TG_HW=1; TG_REQUIRE turns a missing tool into a failure;
+Hypothesis keeps no wall-clock deadline.
 
 A test that needs an optional tool (clang, an OpenCL driver, a wgpu adapter) skips on a machine without it, with a
 reason that starts `missing NAME:`. A CI leg that installed the tool sets TG_REQUIRE=NAME[,NAME...]: there such a
@@ -7,8 +8,14 @@ skip is a failure, so a broken install fails the leg instead of passing it with 
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["pytester"]
+
+# Hypothesis times every example against the wall clock (a 200 ms deadline, the too_slow health check), so a loaded
+# machine would fail property tests for its load alone; how fast an example runs is not what they check.
+settings.register_profile("tg", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tg")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

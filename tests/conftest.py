@@ -1,10 +1,21 @@
-"""Suite-wide pytest settings: hardware tests run only when TG_HW=1."""
+"""Suite-wide pytest settings: hardware tests run only when TG_HW=1; TG_REQUIRE turns a missing tool into a failure;
+Hypothesis keeps no wall-clock deadline.
+
+A test that needs an optional tool (clang, an OpenCL driver, a wgpu adapter) skips on a machine without it, with a
+reason that starts `missing NAME:`. A CI leg that installed the tool sets TG_REQUIRE=NAME[,NAME...]: there such a
+skip is a failure, so a broken install fails the leg instead of passing it with the tool's tests skipped."""
 
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["pytester"]
+
+# Hypothesis times every example against the wall clock (a 200 ms deadline, the too_slow health check), so a loaded
+# machine would fail property tests for its load alone; how fast an example runs is not what they check.
+settings.register_profile("tg", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tg")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -14,3 +25,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "hw" in item.keywords:
             item.add_marker(skip_hw)
+
+
+def required_tools() -> set[str]:
+    return {name.strip() for name in os.environ.get("TG_REQUIRE", "").split(",") if name.strip()}
+
+
+def missing_required_tool(reason: str) -> str | None:
+    """The tool a skip reason says is missing, when TG_REQUIRE names it."""
+    reason = reason.removeprefix("Skipped: ")
+    if not reason.startswith("missing "):
+        return None
+    name = reason.removeprefix("missing ").partition(":")[0]
+    return name if name in required_tools() else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and isinstance(report.longrepr, tuple):  # (path, line, reason) for a skip
+        reason = str(report.longrepr[2])
+        if (tool := missing_required_tool(reason)) is not None:
+            report.outcome = "failed"
+            report.longrepr = f"TG_REQUIRE names {tool}, which this machine should have: {reason}"
+    return None

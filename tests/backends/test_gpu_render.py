@@ -33,7 +33,7 @@ from .kernels import row_sums, scaled_grid
 
 RENDERERS = ["OPENCL", "CUDA", "HIP", "METAL", "WGSL"]
 CLANG = next((c for c in ("clang", *(f"clang-{v}" for v in range(20, 13, -1))) if shutil.which(c)), None)
-needs_clang = pytest.mark.skipif(CLANG is None, reason="clang is not installed: the syntax checks need clang")
+needs_clang = pytest.mark.skipif(CLANG is None, reason="missing clang: the syntax checks need clang")
 
 METAL_STUB = """#pragma once
 #define kernel
@@ -159,7 +159,7 @@ def test_rendered_source_compiles_with_clang(renderer: str, capsys, tmp_path) ->
 def test_a_syntax_error_is_caught_by_the_check(tmp_path) -> None:  # noqa: ANN001
     """The clang check is not vacuous: a broken kernel fails it."""
     if CLANG is None:
-        pytest.skip("clang is not installed: the syntax checks need clang")
+        pytest.skip("missing clang: the syntax checks need clang")
     with pytest.raises(AssertionError):
         clang_check(CHECKS["OPENCL"][0], "__kernel void k(__global float* a) { a[0] = nope; }", tmp_path, ".cl")
 

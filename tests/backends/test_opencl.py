@@ -18,8 +18,9 @@ from tg.tensor import Tensor
 
 from .kernels import row_sums, run_kernel, scaled_grid
 
-if not all_devices():
-    pytest.skip("no OpenCL device: install pocl-opencl-icd (PoCL) to run the CL tests", allow_module_level=True)
+pytestmark = pytest.mark.skipif(
+    not all_devices(), reason="missing opencl: no OpenCL device; install pocl-opencl-icd (PoCL) to run the CL tests"
+)
 
 rng = np.random.default_rng(7)
 

@@ -34,13 +34,13 @@ INSTALL = "uv sync --group wgsl-check, and a software adapter: apt-get install m
 def gpu() -> Any:
     """A wgpu device with f16 when the adapter has it; skips naming what to install."""
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # Mesa's window-system probe warns without one
-    wgpu = pytest.importorskip("wgpu", reason=f"the wgpu wheel is not installed: {INSTALL}")
+    wgpu = pytest.importorskip("wgpu", reason=f"missing wgpu: the wheel is not installed: {INSTALL}")
     try:
         adapter = wgpu.gpu.request_adapter_sync(power_preference="low-power")
     except RuntimeError as error:
-        pytest.skip(f"wgpu found no adapter ({error}): {INSTALL}")
+        pytest.skip(f"missing wgpu: it found no adapter ({error}): {INSTALL}")
     if adapter is None:
-        pytest.skip(f"wgpu found no adapter: {INSTALL}")
+        pytest.skip(f"missing wgpu: it found no adapter: {INSTALL}")
     features = [f for f in ("shader-f16",) if f in adapter.features]
     limits = {"max-storage-buffers-per-shader-stage": adapter.limits["max-storage-buffers-per-shader-stage"]}
     return adapter.request_device_sync(required_features=features, required_limits=limits)

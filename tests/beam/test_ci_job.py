@@ -1,5 +1,6 @@
-"""The CI job that runs tg-beam on a small model's kernels (ci.yml job `beam`, script .ci/beam): its commands are
-the ones run here on a one-kernel model, and the script fails when there is nothing to verify."""
+"""The CI job that runs tg-beam on a small model's kernels (leg `beam` of .ci/run, ci.yml job `beam`; script
+.ci/beam): its commands are the ones run here on a one-kernel model, and the script fails when there is nothing to
+verify."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ CI_MODEL = "examples/tiny_mlp.py"
 
 
 def beam_job_command() -> str:
+    """The command of the `beam` leg of .ci/run, the leg ci.yml's job `beam` runs."""
     job = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())["jobs"]["beam"]
-    runs = [step["run"] for step in job["steps"] if ".ci/beam" in step.get("run", "")]
+    assert [step["run"] for step in job["steps"] if "run" in step][0].endswith("bash .ci/run beam")
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    start = lines.index("leg_beam() {")
+    runs = [line for line in lines[start : lines.index("}", start)] if ".ci/beam" in line]
     assert len(runs) == 1
     return runs[0]
 
@@ -29,7 +34,7 @@ def run_ci_beam(model: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]
 
 
 def test_the_workflow_runs_the_script_on_the_small_model() -> None:
-    assert beam_job_command() == f"uv run --frozen .ci/beam {CI_MODEL}"
+    assert beam_job_command() == f"CC=gcc uv run --frozen .ci/beam {CI_MODEL}"
     assert (ROOT / CI_MODEL).is_file()
 
 

@@ -63,3 +63,14 @@ def test_context_finds_a_flag_of_a_package_not_imported_yet() -> None:
 
     code = "from tg.codegen.flags import Context\nwith Context(CPU_COUNT=3):\n    print('ok')\n"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "ok\n"
+
+
+def test_a_flag_set_to_the_empty_string_reads_as_its_default(monkeypatch) -> None:  # noqa: ANN001
+    """`DEBUG=` means unset (the tools used to read it that way themselves; now every reader goes through here)."""
+    monkeypatch.setenv("TG_TEST_EMPTY", "")
+    monkeypatch.setenv("TG_TEST_SET", "3")
+    empty, given = flag("TG_TEST_EMPTY", 2, "test"), flag("TG_TEST_SET", 2, "test")
+    try:
+        assert (empty.value, given.value) == (2, 3)
+    finally:
+        del FLAGS["TG_TEST_EMPTY"], FLAGS["TG_TEST_SET"]

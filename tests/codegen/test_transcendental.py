@@ -156,7 +156,7 @@ def test_the_c_compiler_vectorizes_the_kernel(op: Ops, compiler: str) -> None:
     """The reason for the decomposition (issue 23): libm's scalar call kept softmax's loops scalar."""
     found = shutil.which(compiler) or (shutil.which("clang-19") if compiler == "clang" else None)
     if found is None:
-        pytest.skip(f"needs {compiler}, which is not installed (the other compiler's test runs)")
+        pytest.skip(f"missing {compiler}: not installed (the other compiler's test runs)")
     with open("/proc/cpuinfo") as f:
         if "avx2" not in f.read():
             pytest.skip("needs an x86 CPU with AVX2 (the check reads x86 vector instructions)")
@@ -201,7 +201,7 @@ def test_gcc_vectorizes_the_kernels_of_exp_log_and_softmax(op: str) -> None:
 
     found = shutil.which("gcc")
     if found is None:
-        pytest.skip("needs gcc, which is not installed")
+        pytest.skip("missing gcc: not installed")
     x = Tensor(np.ones((64, 256), np.float32), device="CPU")
     out = getattr(x, op)()
     asts = [item.ast for item in create_schedule((out.uop,)).items if isinstance(item, KernelCall)]

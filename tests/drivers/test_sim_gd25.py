@@ -1,9 +1,10 @@
 """The GD25LQ16E chip model against the datasheet rules, driven with raw SPI byte streams."""
 
-import time
+import types
 
 import pytest
 
+from tg.drivers.sim import gd25
 from tg.drivers.sim.faults import Faults
 from tg.drivers.sim.gd25 import FLASH_SIZE, GD25Chip
 
@@ -12,12 +13,29 @@ def addr(a: int) -> bytes:
     return a.to_bytes(3, "big")
 
 
-def wait_ready(chip: GD25Chip) -> float:
-    """Poll SR1 until BUSY clears; the seconds it took."""
-    started = time.monotonic()
+def wait_ready(chip: GD25Chip) -> None:
+    """Poll SR1 until BUSY clears."""
     while chip.transact(b"\x05", 1)[0] & 1:
         pass
-    return time.monotonic() - started
+
+
+class SimulatedClock:
+    """The chip model's clock, moved by the test (and by `step` seconds at every look), so that a loaded machine
+    cannot stretch or shrink a busy time."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now, self.step = 1000.0, step
+
+    def time(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> SimulatedClock:
+    clock = SimulatedClock()
+    monkeypatch.setattr(gd25, "time", types.SimpleNamespace(time=clock.time))
+    return clock
 
 
 def test_program_only_clears_bits_and_needs_wel() -> None:
@@ -39,12 +57,15 @@ def test_program_wraps_inside_its_page() -> None:
     assert chip.data[0x200] == 0xFF
 
 
-def test_sector_erase_sets_ff_on_the_aligned_sector_only() -> None:
+def test_sector_erase_sets_ff_on_the_aligned_sector_only(clock: SimulatedClock) -> None:
     chip = GD25Chip(bytearray(FLASH_SIZE))
     chip.busy_scale = 0.2  # 10 ms of the datasheet's typical 50 ms sector erase
     chip.transact(b"\x06", 0)
     chip.transact(b"\x20" + addr(0x1234), 0)
-    assert 0.009 <= wait_ready(chip) < 1.0
+    clock.step = 0.001  # each status poll is 1 ms later
+    started = clock.now
+    wait_ready(chip)
+    assert 0.009 <= clock.now - started <= 0.012
     assert chip.data[0x1000:0x2000] == b"\xff" * 0x1000
     assert chip.data[0xFFF] == 0 and chip.data[0x2000] == 0
 
@@ -114,7 +135,7 @@ def test_fault_switches() -> None:
     assert all(chip.transact(b"\x05", 1)[0] & 1 for _ in range(100))
 
 
-def test_busy_is_time_based_not_counted_in_polls() -> None:
+def test_busy_is_time_based_not_counted_in_polls(clock: SimulatedClock) -> None:
     """Regression (issue 20): BUSY counted in polls and saved in the state file bricked the board after one
     Ctrl-C mid-erase. BUSY is now a deadline: without a single status poll the chip is idle once it passes."""
     chip = GD25Chip(bytearray(FLASH_SIZE))
@@ -122,5 +143,5 @@ def test_busy_is_time_based_not_counted_in_polls() -> None:
     chip.transact(b"\x06", 0)
     chip.transact(b"\x20" + addr(0), 0)
     assert chip.transact(b"\x9f", 3) == b"\xff" * 3, "a busy chip does not answer RDID"
-    time.sleep(0.02)
+    clock.now += 0.02
     assert chip.transact(b"\x9f", 3) == bytes([0xC8, 0x60, 0x15])

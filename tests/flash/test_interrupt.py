@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tg.drivers.sim.gd25 import GD25Chip
+
+PAUSED_FLASH = Path(__file__).with_name("flash_paused_mid_program.py")
 
 
 def test_keyboard_interrupt_inside_a_transaction_restores_registers(
@@ -40,26 +41,31 @@ def test_keyboard_interrupt_inside_a_transaction_restores_registers(
 
 
 def test_sigint_during_a_flash_subprocess(random_image, make_board, tmp_path: Path) -> None:
+    """A real SIGINT, sent once the subprocess says it is inside the first page program of sector 3 (it holds the
+    signal pending until it arrives, so a loaded machine cannot let the flash finish first)."""
     board = make_board(random_image(32))
     image = random_image(33)
     path = tmp_path / "image.bin"
     path.write_bytes(image)
-    command = [sys.executable, "-m", "tg.flash", "--transport", "sim", "--sim-state", str(board.path)]
-    process = subprocess.Popen(
-        [*command, "flash", str(path), "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    pages_per_sector = 0x1000 // 0x100
+    paused_flash = [sys.executable, str(PAUSED_FLASH), str(3 * pages_per_sector + 1)]
+    command = [*paused_flash, "--transport", "sim", "--sim-state", str(board.path), "flash", str(path), "--yes"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
-    sectors_done = 0
-    deadline = time.monotonic() + 60
-    while sectors_done < 3 and time.monotonic() < deadline:
-        line = process.stdout.readline()
-        sectors_done += line.startswith("OK sector")
+    sector_lines = []
+    for line in process.stdout:  # ends at the marker line, or at EOF if the subprocess never got there
+        if line.startswith("paused mid-program"):
+            break
+        sector_lines.append(line)
+    else:
+        raise AssertionError(f"the flash never reached the pause: {process.communicate(timeout=300)}")
     os.kill(process.pid, signal.SIGINT)
-    _, stderr = process.communicate(timeout=60)
+    _, stderr = process.communicate(timeout=300)
     assert process.returncode == 130, stderr
+    assert [line[:14] for line in sector_lines if "sector" in line] == [f"OK sector {s:03d}/" for s in range(3)]
     assert stderr.splitlines()[-1] == "error: interrupted; controller registers were restored"
     assert stderr.splitlines()[1].startswith("resume with: tg-flash --transport sim")
     board.assert_registers_restored()
     flash = board.flash()
-    written = sum(flash[s : s + 0x1000] == image[s : s + 0x1000] for s in range(0, 0x200000, 0x1000))
-    assert 3 <= written < 512
+    written = [s for s in range(512) if flash[s * 0x1000 : (s + 1) * 0x1000] == image[s * 0x1000 : (s + 1) * 0x1000]]
+    assert written == [0, 1, 2]  # the sector in flight when Ctrl-C came was not finished

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import ctypes
 import struct
-import threading
 import time
+import types
 
 import pytest
 
 from tg.codegen.flags import Context
 from tg.hcq import Device, HCQBuffer, HCQSignal, Variable, profile_events
+from tg.hcq import signal as hcq_signal
+
+# how long a wait may go without progress before it fails: generous, a loaded machine can leave the engine thread
+# unscheduled for seconds
+DEADLINE_MS = 120_000
 
 HCQ_DEVICES = ["CPU"]
 WORD = Variable("addr", 0, 2**64 - 1)
@@ -56,7 +61,7 @@ def submit_signal(dev, queue_t):
 def test_signal(dev) -> None:
     for queue_t in queue_kinds(dev):
         value = submit_signal(dev, queue_t)
-        dev.timeline_signal.wait(value, timeout=5000)
+        dev.timeline_signal.wait(value, timeout=DEADLINE_MS)
         assert dev.timeline_signal.value == value
 
 
@@ -69,7 +74,7 @@ def test_signal_update(dev) -> None:
         for _ in range(2):
             target = dev.next_timeline()
             queue.submit(dev, {"addr": dev.timeline_signal.value_addr, "value": target})
-            dev.timeline_signal.wait(target, timeout=5000)
+            dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
             assert dev.timeline_signal.value == target
 
 
@@ -78,7 +83,7 @@ def test_wait(dev) -> None:
         ready = dev.new_signal(value=1)
         target = dev.next_timeline()
         queue_t().wait(ready, 1).signal(dev.timeline_signal, target).submit(dev)
-        dev.timeline_signal.wait(target, timeout=5000)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
 
 
 def test_wait_late_set(dev) -> None:
@@ -90,7 +95,7 @@ def test_wait_late_set(dev) -> None:
         with pytest.raises(RuntimeError, match=r"Wait timeout: 300 ms! \(the signal is not set to"):
             dev.timeline_signal.wait(target, timeout=300)
         late.value = 1
-        dev.timeline_signal.wait(target, timeout=5000)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
 
 
 def test_wait_update(dev) -> None:
@@ -103,27 +108,36 @@ def test_wait_update(dev) -> None:
         with pytest.raises(RuntimeError, match="Wait timeout"):
             dev.timeline_signal.wait(target, timeout=200)
         gate.value = 3
-        dev.timeline_signal.wait(target, timeout=5000)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
 
 
 def test_wait_sleeps_instead_of_spinning(dev) -> None:
     never = dev.new_signal(value=0)
-    start_cpu = time.process_time()
+    start_cpu = time.thread_time()  # this thread's CPU time: what other processes and threads do does not count
     with pytest.raises(RuntimeError, match="Wait timeout"):
         never.wait(1, timeout=400)
-    assert time.process_time() - start_cpu < 0.2  # a spinning wait would burn ~0.4 s of CPU
+    assert time.thread_time() - start_cpu < 0.2  # a spinning wait would burn ~0.4 s of CPU
 
 
-def test_wait_timeout_resets_while_the_value_makes_progress(dev) -> None:
+def test_wait_timeout_resets_while_the_value_makes_progress(dev, monkeypatch: pytest.MonkeyPatch) -> None:
+    """500 ms in total, but never 250 ms without progress: no timeout. The wait's clock is simulated (each look at it
+    is 50 ms later, and every second look the value moves one step), so a loaded machine cannot stretch a step."""
     sig = dev.new_signal(value=0)
+    clock_reads = []
 
-    def count_up():
-        for v in range(1, 6):
-            time.sleep(0.1)
-            sig.value = v
+    def clock() -> float:
+        clock_reads.append(None)
+        if len(clock_reads) % 2 == 0 and sig.value < 5:
+            sig.value += 1
+        return 0.05 * len(clock_reads)
 
-    threading.Thread(target=count_up).start()
-    sig.wait(5, timeout=250)  # 500 ms in total, but never 250 ms without progress
+    monkeypatch.setattr(hcq_signal, "time", types.SimpleNamespace(monotonic=clock))
+    monkeypatch.setattr(sig, "_sleep", lambda target, seconds: None)
+    sig.wait(5, timeout=250)
+    assert 0.05 * len(clock_reads) >= 0.5
+    sig.value = 5  # and with no progress, the same wait times out after 250 ms of the simulated clock
+    with pytest.raises(RuntimeError, match="Wait timeout: 250 ms"):
+        sig.wait(6, timeout=250)
 
 
 def test_signal_slots_are_reused_after_the_signal_dies(dev) -> None:
@@ -140,7 +154,7 @@ def test_exec_one_kernel(dev, setup, kit) -> None:
     prg, a, b, b_from_a, _ = setup
     target = dev.next_timeline()
     dev.hw_compute_queue_t().exec(prg, b_from_a, (1, 1, 1), (1, 1, 1)).signal(dev.timeline_signal, target).submit(dev)
-    dev.timeline_signal.wait(target, timeout=5000)
+    dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
     assert kit.read_floats(b, 2) == [1.0, 0.0]
 
 
@@ -164,7 +178,7 @@ def test_exec_update(dev, setup, kit) -> None:
     target = dev.next_timeline()
     queue = dev.hw_compute_queue_t().exec(prg, b_from_a, (size, 1, 1), (size, 1, 1))
     queue.signal(dev.timeline_signal, target).submit(dev, {"n": 1})
-    dev.timeline_signal.wait(target, timeout=5000)
+    dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
     assert kit.read_floats(b, 2) == [1.0, 0.0]
 
 
@@ -180,7 +194,7 @@ def test_exec_update_fuzz(dev, kit) -> None:
                 target = dev.next_timeline()
                 queue.submit(dev, {"x": xv, "y": yv, "z": zv})
                 dev.hw_compute_queue_t().signal(dev.timeline_signal, target).submit(dev)
-                dev.timeline_signal.wait(target, timeout=5000)
+                dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
                 assert sum(kit.read_floats(out, 27)) == xv * yv * zv
 
 
@@ -194,7 +208,7 @@ def test_kernel_argument_values_are_patched_at_submit(dev, kit) -> None:
         target = dev.next_timeline()
         queue.submit(dev, {"scale": scale})
         dev.hw_compute_queue_t().signal(dev.timeline_signal, target).submit(dev)
-        dev.timeline_signal.wait(target, timeout=5000)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
         assert kit.read_floats(out, 4) == [v * scale + 1 for v in (1.0, 2.0, 3.0, 4.0)]
 
 
@@ -206,7 +220,7 @@ def test_copy(dev, setup, kit) -> None:
     kit.write_floats(a, [0.0, 1.0])
     target = dev.next_timeline()
     dev.hw_copy_queue_t().copy(b, a, 8).signal(dev.timeline_signal, target).submit(dev)
-    dev.timeline_signal.wait(target, timeout=5000)
+    dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
     assert kit.read_floats(b, 2) == [0.0, 1.0]
 
 
@@ -231,7 +245,7 @@ def test_copy_misaligned(dev, dest_offset: int, src_offset: int, size: int) -> N
     target = dev.next_timeline()
     queue = dev.hw_copy_queue_t().copy(dest.offset(dest_offset, size), src.offset(src_offset, size), size)
     queue.signal(dev.timeline_signal, target).submit(dev)
-    dev.timeline_signal.wait(target, timeout=5000)
+    dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
     view = dest.cpu_view()
     assert view[dest_offset : dest_offset + size] == src.cpu_view()[src_offset : src_offset + size]
     assert view[:dest_offset] == bytes(dest_offset)  # nothing written outside the range
@@ -246,7 +260,7 @@ def test_update_copy(dev, setup, kit) -> None:
     target = dev.next_timeline()
     queue = dev.hw_copy_queue_t().copy(virtual_dest, virtual_src, 8).signal(dev.timeline_signal, target)
     queue.submit(dev, {"dest": b.va_addr, "src": a.va_addr})
-    dev.timeline_signal.wait(target, timeout=5000)
+    dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
     assert kit.read_floats(b, 2) == [0.0, 1.0]
 
 
@@ -258,10 +272,10 @@ def test_copies_overlap_compute(dev) -> None:
     src.cpu_view()[:] = bytes(range(64))
     dev.hw_compute_queue_t().wait(gate, 1).signal(compute_done, 1).submit(dev)
     dev.hw_copy_queue_t().copy(dest, src, 64).signal(copy_done, 1).submit(dev)
-    copy_done.wait(1, timeout=5000)
+    copy_done.wait(1, timeout=DEADLINE_MS)
     assert dest.cpu_view() == src.cpu_view() and compute_done.value == 0
     gate.value = 1
-    compute_done.wait(1, timeout=5000)
+    compute_done.wait(1, timeout=DEADLINE_MS)
 
 
 # --- bind, multiple devices, timeline rollover, barriers, profiling ---
@@ -275,7 +289,7 @@ def test_bind(dev, setup, kit) -> None:
     for _ in range(3):
         target = dev.next_timeline()
         queue.submit(dev, {"step": target})
-        dev.timeline_signal.wait(target, timeout=5000)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
     assert kit.read_floats(b, 1) == [1.0]
     other = Device[f"{dev.device}:7"] if ":" not in dev.device else None
     if other is not None:
@@ -292,8 +306,8 @@ def test_multidevice_signal_wait(dev) -> None:
         second.timeline_signal.wait(second_target, timeout=200)
     first_target = first.next_timeline()
     first.hw_copy_queue_t().signal(shared, 0xFFF).signal(first.timeline_signal, first_target).submit(first)
-    first.timeline_signal.wait(first_target, timeout=5000)
-    second.timeline_signal.wait(second_target, timeout=5000)
+    first.timeline_signal.wait(first_target, timeout=DEADLINE_MS)
+    second.timeline_signal.wait(second_target, timeout=DEADLINE_MS)
 
 
 def test_timeline_signal_rollover(dev) -> None:
@@ -315,7 +329,7 @@ def test_memory_barrier(dev, setup, kit) -> None:
         target = dev.next_timeline()
         queue = dev.hw_compute_queue_t().wait(dev.timeline_signal, target - 1).memory_barrier()
         queue.exec(prg, b_from_a, (1, 1, 1), (1, 1, 1)).signal(dev.timeline_signal, target).submit(dev)
-        dev.timeline_signal.wait(target, timeout=5000)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
         assert kit.read_floats(b, 1) == [i + 1.0]
 
 
@@ -327,7 +341,7 @@ def test_profiling_timestamps_are_monotonic(dev, setup) -> None:
         queue.timestamp(stamp).exec(prg, b_from_a, (2, 1, 1), (1, 1, 1))
     target = dev.next_timeline()
     queue.signal(dev.timeline_signal, target).submit(dev)
-    dev.timeline_signal.wait(target, timeout=5000)
+    dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
     times = [s.timestamp for s in stamps]
     assert all(t > 0 for t in times) and times == sorted(times) and len(set(times)) == len(times)
 
@@ -392,7 +406,7 @@ def test_write(dev) -> None:
         target = dev.next_timeline()
         queue = queue_t().write(buf, 0x42).write(buf.offset(8, 8), 0x1122334455667788, b64=True)
         queue.signal(dev.timeline_signal, target).submit(dev)
-        dev.timeline_signal.wait(target, timeout=5000)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
         assert struct.unpack("<IIQ", buf.cpu_view()) == (0x42, 0, 0x1122334455667788)
 
 
@@ -408,7 +422,7 @@ def test_poll_bit(dev, bits_set: bool) -> None:
         dev.timeline_signal.wait(target, timeout=150)  # still polling
     # another queue flips the bit: the poll sees the device write
     dev.hw_copy_queue_t().write(flag, 0x13 if bits_set else 0x0F).submit(dev)
-    dev.timeline_signal.wait(target, timeout=5000)
+    dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
 
 
 def test_poll_bit_value_must_be_zero_or_the_mask(dev) -> None:

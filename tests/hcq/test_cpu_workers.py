@@ -21,7 +21,10 @@ from tg.hcq.devices import cpu_workers
 from tg.hcq.devices.cpu_calls import MAX_BUFS, MAX_VALS
 from tg.hcq.devices.cpu_workers import CorePool
 
-pytestmark = pytest.mark.timeout(60)
+# how long a wait may go without progress before it fails: generous, a loaded machine can leave the engine thread
+# unscheduled for seconds
+DEADLINE_MS = 120_000
+DEADLINE_S = DEADLINE_MS / 1000
 
 
 def test_a_core_thread_that_is_held_up_does_not_hold_back_the_other_calls() -> None:
@@ -37,7 +40,9 @@ def test_a_core_thread_that_is_held_up_does_not_hold_back_the_other_calls() -> N
     def run(start: int, end: int) -> None:
         for i in range(start, end):
             if i == 0:
-                assert all_others_ran.wait(timeout=10), f"only calls {sorted(others)} ran while call 0 was held up"
+                assert all_others_ran.wait(timeout=DEADLINE_S), (
+                    f"only calls {sorted(others)} ran while call 0 was held up"
+                )
                 continue
             with lock:
                 others.add(i)
@@ -104,7 +109,7 @@ def sleepy_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     original = engine._wake
     monkeypatch.setattr(engine, "_wake", held)
     original.put(None)  # the thread looks at _wake again and goes to sleep on the held queue
-    assert held.waited_on.wait(timeout=10)
+    assert held.waited_on.wait(timeout=DEADLINE_S)
     yield engine
     held.held = False
     engine._wake = original  # (before the token below: the woken thread reads _wake next)
@@ -150,7 +155,7 @@ def test_a_kernel_awaited_by_the_host_runs_on_the_host_thread_without_the_engine
     threads = _threads_running_calls(monkeypatch)
     prg(b.raw, a.raw, global_size=(1, 1, 1))
     prg(b.raw, b.raw, global_size=(1, 1, 1))  # a second list, in order after the first
-    dev.synchronize(timeout=5000)
+    dev.synchronize(timeout=DEADLINE_MS)
     assert b.numpy()[0] == 2.0
     assert threads == [threading.current_thread().name] * 2
 
@@ -163,7 +168,7 @@ def test_lists_submitted_while_the_engine_thread_sleeps_wake_it_once(sleepy_engi
     for signal_ in signals:
         dev.hw_compute_queue_t().signal(signal_, 1).submit(dev)
     assert sleepy_engine._wake.puts == 1
-    signals[-1].wait(1, timeout=5000)
+    signals[-1].wait(1, timeout=DEADLINE_MS)
     assert [s.value for s in signals] == [1, 1, 1]
 
 
@@ -176,9 +181,9 @@ def test_a_waiting_host_thread_does_not_block_inside_a_queued_wait(sleepy_engine
     dev.hw_compute_queue_t().wait(a, 1).signal(b, 1).submit(dev)
     setter = threading.Timer(0.05, lambda: setattr(x, "value", 1))
     setter.start()
-    x.wait(1, timeout=5000)
+    x.wait(1, timeout=DEADLINE_MS)
     a.value = 1
-    b.wait(1, timeout=5000)
+    b.wait(1, timeout=DEADLINE_MS)
     setter.join()
     assert dev.error_state is None  # (a test timeout that ends a stuck wait lands here)
 
@@ -211,12 +216,12 @@ def test_ctrl_c_while_the_host_runs_queued_work_stops_after_the_command_and_the_
     interrupts = 0
     for _ in range(50):  # the engine thread may win the race for the list: then no interrupt happens; try again
         try:
-            dev.synchronize(timeout=5000)
+            dev.synchronize(timeout=DEADLINE_MS)
         except KeyboardInterrupt:
             interrupts += 1
             break
         prg(out.raw, global_size=(8, 1, 1))
-    dev.synchronize(timeout=5000)  # the engine thread ran what was left: the timeline signal arrives
+    dev.synchronize(timeout=DEADLINE_MS)  # the engine thread ran what was left: the timeline signal arrives
     assert out.numpy().tolist() == [1.0] * 8
     assert dev.error_state is None
     assert interrupts == 1
@@ -285,7 +290,8 @@ void thread_id(long* restrict out, int core_id) { out[core_id] = syscall(SYS_get
 """
 
 # Ctrl-C pressed during each call the main thread makes (its thread id is the process id); a call on another thread
-# first waits (up to a second) for the main thread to have made one, so the main thread always takes part
+# first waits (up to a minute, however loaded the machine) for the main thread to have made one, so the main thread
+# always takes part
 PRESS_CTRL_C = """
 #include <signal.h>
 #include <unistd.h>
@@ -295,7 +301,7 @@ void press_ctrl_c(float* restrict out, int* restrict main_called, int core_id) {
     __atomic_store_n(main_called, 1, __ATOMIC_RELEASE);
     raise(SIGINT);
   } else {
-    for (int i = 0; i < 100000 && !__atomic_load_n(main_called, __ATOMIC_ACQUIRE); i++) usleep(10);
+    for (int i = 0; i < 600000 && !__atomic_load_n(main_called, __ATOMIC_ACQUIRE); i++) usleep(100);
   }
   out[core_id] = 1.0f;
 }
@@ -395,7 +401,7 @@ def test_a_kernel_awaited_by_the_host_is_called_from_c_on_the_host_thread(kit: A
     prg = kit.load_program(dev, "thread_id", THREAD_ID)
     out = Buffer("CPU", 2, dtypes.int64).allocate()
     prg(out.raw, global_size=(1, 1, 1))
-    dev.synchronize(timeout=5000)
+    dev.synchronize(timeout=DEADLINE_MS)
     assert out.numpy()[0] == threading.get_native_id()
 
 
@@ -413,9 +419,9 @@ def test_ctrl_c_during_a_c_call_by_the_host_is_held_until_the_launch_completed(
     main_called = Buffer("CPU", 1, kit.int32).allocate().copyin(memoryview(bytes(4)))
     prg(out.raw, main_called.raw, global_size=(8, 1, 1))
     with pytest.raises(KeyboardInterrupt):
-        dev.synchronize(timeout=5000)
+        dev.synchronize(timeout=DEADLINE_MS)
     assert kit.read_floats(out.raw, 8) == [1.0] * 8  # (read without waiting: the launch had completed)
-    dev.synchronize(timeout=5000)
+    dev.synchronize(timeout=DEADLINE_MS)
     assert dev.error_state is None
 
 
@@ -435,7 +441,7 @@ def test_a_core_thread_spins_for_the_next_launch_of_a_list_instead_of_sleeping(
     out = dev.allocator.alloc(4 * 8)
     prg(out, global_size=(8, 1, 1), wait=True)  # loads the call library, starts the core thread
     pool = dev.cores
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + DEADLINE_S
     while pool.wakeups + pool.spin_pickups < 1 and time.monotonic() < deadline:
         time.sleep(0.001)  # the core thread took that first launch (or it would count below)
     wakeups, pickups = pool.wakeups, pool.spin_pickups

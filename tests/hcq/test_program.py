@@ -130,9 +130,11 @@ def test_small_launches_run_whole_on_the_launching_thread_after_the_first(monkey
     import types
 
     from tg.hcq.devices import cpu_workers
-    from tg.hcq.devices.cpu_workers import SERIAL_RECHECK, CorePool
+    from tg.hcq.devices.cpu_workers import CorePool
 
-    monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.02)  # "fast" with room for a loaded test machine
+    # "fast": under half a second, with room for a loaded test machine; "slow": over a second
+    monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.5)
+    monkeypatch.setattr(cpu_workers, "SERIAL_RECHECK", 2)
     pool, program, delay = CorePool(2, "test-serial"), types.SimpleNamespace(), 0.0
     calls: list[tuple[str, int, int]] = []
 
@@ -145,7 +147,7 @@ def test_small_launches_run_whole_on_the_launching_thread_after_the_first(monkey
     assert sorted(c[1:] for c in calls) == [(0, 1), (1, 2)]
     assert program.run_serially
     calls.clear()
-    delay = 0.02 * SERIAL_RECHECK * 2
+    delay = 0.5 * 2  # per call: the two calls run serially take two seconds
     pool.run(run, 2, program)
     assert calls == [(threading.current_thread().name, 0, 2)]  # whole, here
     assert not program.run_serially  # it was slow: split next time

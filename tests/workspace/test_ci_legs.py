@@ -1,38 +1,63 @@
-"""Issue 12 item 5: CI proves the fresh machine. `.ci/run` and ci.yml run the full suite with gcc (installing no
-clang before it), then the codegen and tensor tests with clang, then the tensor tests under SPEC=1."""
+"""CI proves the fresh machine, from one definition: `.ci/run` holds the legs (issue 12 item 5: the full suite with
+gcc before clang is installed, then clang, then SPEC=1), and every job of ci.yml runs one of those legs (issue 29
+item 6), so the two cannot drift apart."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+CI_RUN = ROOT / ".ci" / "run"
+LEG_COMMAND = re.compile(r"""^sudo -E env "PATH=\$PATH" bash \.ci/run (\w+)$""")
+
+
+def ci_run_legs() -> list[str]:
+    """The legs .ci/run runs, in order: its LEGS list, each with a leg_NAME function."""
+    text = CI_RUN.read_text()
+    legs = re.search(r'^LEGS="([^"]+)"$', text, re.M)
+    assert legs is not None, "no LEGS list in .ci/run"
+    names = legs.group(1).split()
+    assert all(re.search(rf"^leg_{name}\(\) \{{$", text, re.M) for name in names)
+    return names
+
+
+def leg_body(name: str) -> list[str]:
+    lines = [line.strip() for line in CI_RUN.read_text().splitlines()]
+    start = lines.index(f"leg_{name}() {{")
+    return lines[start + 1 : lines.index("}", start)]
 
 
 def test_ci_run_tests_with_gcc_before_installing_clang() -> None:
-    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    full_gcc = lines.index("CC=gcc uv run --frozen pytest")
-    clang_install = next(i for i, line in enumerate(lines) if line.startswith("install_missing") and "clang" in line)
-    clang_command = "CC=clang-19 uv run --frozen pytest tests/codegen tests/tensor"
-    clang_leg = next(i for i, line in enumerate(lines) if line.startswith(clang_command))
-    spec_leg = lines.index("CC=gcc SPEC=1 uv run --frozen pytest tests/tensor")
-    assert full_gcc < clang_install < clang_leg < spec_leg
+    legs = ci_run_legs()
+    assert legs.index("gcc") < legs.index("clang") < legs.index("spec")
+    assert "CC=gcc uv run --frozen pytest" in leg_body("gcc")
+    assert not any("clang" in line for leg in legs[: legs.index("gcc") + 1] for line in leg_body(leg))
+    clang = leg_body("clang")
+    assert clang[0].startswith("install_missing clang-19")
+    assert clang[-1].endswith("CC=clang-19 uv run --frozen pytest tests/codegen tests/tensor tests/backends")
+    assert leg_body("spec") == ["CC=gcc SPEC=1 uv run --frozen pytest tests/tensor"]
 
 
-def test_ci_yml_has_the_gcc_and_the_clang_legs() -> None:
+def test_every_ci_yml_job_runs_a_leg_of_ci_run_and_every_leg_runs() -> None:
+    """ci.yml has no test commands of its own: each job's one command is `.ci/run LEG` (process-replay aside, which
+    needs the pull request's base commit), and together they run every leg once (the gcc leg once per Python)."""
     jobs = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())["jobs"]
-    gcc_steps, clang_steps = jobs["test-gcc"]["steps"], jobs["test-clang"]["steps"]
-    assert not any("clang" in step.get("run", "") for step in gcc_steps)
-    assert any(step.get("env", {}).get("CC") == "gcc" and step["run"].endswith("pytest") for step in gcc_steps)
-    assert any(
-        step.get("env", {}).get("CC") == "clang" and "tests/codegen tests/tensor" in step["run"] for step in clang_steps
-    )
-    assert any(step.get("env", {}).get("SPEC") == "1" and "tests/tensor" in step["run"] for step in clang_steps)
+    ran: list[str] = []
+    for name, job in jobs.items():
+        if name == "process-replay":
+            continue
+        commands = [step["run"] for step in job["steps"] if "run" in step]
+        assert len(commands) == 1, f"job {name} runs {commands}, not one leg of .ci/run"
+        match = LEG_COMMAND.match(commands[0])
+        assert match is not None, f"job {name} runs {commands[0]!r}, not a leg of .ci/run"
+        ran.append(match.group(1))
+    assert sorted(ran) == sorted(ci_run_legs())
 
 
 def test_ci_run_drives_the_chat_page_in_chromium_after_installing_it() -> None:
-    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    install = lines.index("install_missing chromium")
-    browser = next(i for i, line in enumerate(lines) if "tests/llm/test_serve_browser.py" in line)
-    assert install < browser and lines[browser].startswith("TG_REQUIRE_BROWSER=1 ")
+    browser = leg_body("browser")
+    assert browser[0] == "install_missing chromium"
+    assert browser[1].startswith("TG_REQUIRE_BROWSER=1 ") and "tests/llm/test_serve_browser.py" in browser[1]

@@ -24,6 +24,7 @@ from pickle import PicklingError
 from types import FrameType
 from typing import Any
 
+from tg.codegen.cache_db import open_db
 from tg.codegen.flags import BEAM, CAPTURE_PROCESS_REPLAY, TG_REPLAY_DB, cache_dir
 from tg.codegen.serial import dumps, provenance
 
@@ -56,14 +57,15 @@ def database_path() -> str:
 
 def connect(path: str | None = None) -> sqlite3.Connection:
     """A connection to the capture database, with its table created (WAL mode, so processes can share it)."""
-    path = path or database_path()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    conn = sqlite3.connect(path, timeout=60)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} ({COLUMNS})")
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEDULE_TABLE} ({SCHEDULE_COLUMNS})")
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    return conn
+    return open_db(
+        path or database_path(),
+        [
+            f"{TABLE} ({COLUMNS})",
+            f"{SCHEDULE_TABLE} ({SCHEDULE_COLUMNS})",
+            f"{META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        ],
+        wal=True,
+    )
 
 
 def _record_provenance(conn: sqlite3.Connection) -> None:

@@ -33,7 +33,7 @@ class Flag(Generic[T]):
     @cached_property
     def _from_environment(self) -> T:
         raw = os.environ.get(self.name)
-        if raw is None:
+        if raw is None or raw == "":  # `DEBUG=` (set but empty) means unset, as in a shell's `${DEBUG:-0}`
             return self.default
         if isinstance(self.default, int):
             try:

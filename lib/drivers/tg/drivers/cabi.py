@@ -58,12 +58,14 @@ def leaves(ctype: Any, base: int = 0) -> list[Leaf]:
                 found += leaves(member.ctype, base + member.offset)
         return found
     if isinstance(ctype, type) and issubclass(ctype, ctypes.Array):
-        step = ctypes.sizeof(ctype._type_)
-        return [leaf for i in range(ctype._length_) for leaf in leaves(ctype._type_, base + i * step)]
+        element: Any = ctype._type_
+        count: int = ctype._length_  # type: ignore[assignment]  # (typeshed types the class attribute as a property)
+        step = ctypes.sizeof(element)
+        return [leaf for i in range(count) for leaf in leaves(element, base + i * step)]
     if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure | ctypes.Union):
         return [
             leaf
-            for name, *_ in ctype._fields_
+            for name, *_ in getattr(ctype, "_fields_", ())
             for leaf in leaves(_field_type(ctype, name), base + getattr(ctype, name).offset)
         ]
     size = ctypes.sizeof(ctype)
@@ -71,7 +73,7 @@ def leaves(ctype: Any, base: int = 0) -> list[Leaf]:
     return [Leaf(base, size, kind, ctypes.alignment(ctype))]
 
 
-def _field_type(ctype: type, name: str) -> Any:
+def _field_type(ctype: Any, name: str) -> Any:
     return next(f[1] for f in ctype._fields_ if f[0] == name)
 
 
@@ -96,7 +98,7 @@ def classify(record: Any) -> list[str] | None:
     return [INTEGER if c == NONE else c for c in classes]
 
 
-def shadow_type(record: Any, alignment: int = 8) -> type:
+def shadow_type(record: Any, alignment: int = 8) -> Any:
     """A ctypes structure that libffi passes and returns exactly as the C ABI does RECORD."""
     cached = record.__dict__.get("_abi_shadow_")
     if cached is not None:
@@ -118,10 +120,11 @@ def shadow_type(record: Any, alignment: int = 8) -> type:
         words = max(3, (ctypes.sizeof(record) + 7) // 8)
         first = ctypes.c_longdouble if alignment >= 16 else ctypes.c_uint64
         fields = [("first", first), ("rest", ctypes.c_uint64 * (words - ctypes.sizeof(first) // 8))]
-    shadow = type(f"{record.__name__}_abi", (ctypes.Structure,), {"_fields_": fields})
-    shadow._small_memory_ = classes is None and ctypes.sizeof(record) <= 16
-    record._abi_shadow_ = shadow
-    return shadow
+    small_memory = classes is None and ctypes.sizeof(record) <= 16
+    record._abi_shadow_ = type(
+        f"{record.__name__}_abi", (ctypes.Structure,), {"_fields_": fields, "_small_memory_": small_memory}
+    )
+    return record._abi_shadow_
 
 
 def _registers(ctype: Any) -> tuple[int, int] | None:

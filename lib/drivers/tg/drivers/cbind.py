@@ -148,7 +148,8 @@ class _Record:
         if packed:
             _set_class_attribute(cls, "_pack_", 1)
         _set_class_attribute(cls, "_anonymous_", tuple(m.name for m in members if isinstance(m, Anonymous)))
-        cls._fields_ = fields  # through ctypes' metaclass, which computes the layout
+        record: Any = cls  # a ctypes Structure or Union subclass: _fields_ and sizeof are ctypes' (not _Record's)
+        record._fields_ = fields  # through ctypes' metaclass, which computes the layout
         names: list[str] = []
         for member in members:
             if isinstance(member, BitField):
@@ -163,11 +164,11 @@ class _Record:
                 names.append(member.name)
         _set_class_attribute(cls, "_members_", tuple(members))
         _set_class_attribute(cls, "_member_names_", tuple(names))
-        if ctypes.sizeof(cls) != size:
-            raise TypeError(f"{cls.__name__}: ctypes size {ctypes.sizeof(cls)} differs from the C size {size}")
+        if ctypes.sizeof(record) != size:
+            raise TypeError(f"{cls.__name__}: ctypes size {ctypes.sizeof(record)} differs from the C size {size}")
 
 
-_ctypes_field_type = type(type("_Probe", (ctypes.Structure,), {"_fields_": [("x", ctypes.c_int)]}).x)
+_ctypes_field_type = type(vars(type("_Probe", (ctypes.Structure,), {"_fields_": [("x", ctypes.c_int)]}))["x"])
 
 
 def _set_class_attribute(cls: type, name: str, value: Any) -> None:

@@ -261,8 +261,14 @@ def c_cast(ctype: Any, value: Any) -> Any:
     integer = int(value) if not isinstance(value, float) else int(value)  # C truncates floats toward zero
     if ctype is ctypes.c_bool:
         return CInt(1 if value else 0, C_TYPES["_Bool"])
-    if isinstance(ctype, type) and issubclass(ctype, ctypes._SimpleCData) and ctype._type_ in "bBhHiIlLqQc":
-        signed = ctype._type_ in "bhilqc"
+    code = getattr(ctype, "_type_", None)  # a simple ctypes type's format letter (typeshed does not declare it)
+    if (
+        isinstance(ctype, type)
+        and issubclass(ctype, ctypes._SimpleCData)
+        and isinstance(code, str)
+        and code in "bBhHiIlLqQc"
+    ):
+        signed = code in "bhilqc"
         bits = ctypes.sizeof(ctype) * 8
         return CInt(integer, _type_for(bits, signed))
     return CInt(integer, ULONG)  # pointers, function pointers, records used as addresses

@@ -37,7 +37,7 @@ class MMIOInterface(ABC):
     def __setitem__(self, key: int | slice, value: int | bytes) -> None:
         if isinstance(key, slice):
             start, stop = self._slice_bounds(key)
-            data = bytes(value)  # type: ignore[arg-type]
+            data = bytes(value)
             if len(data) != stop - start:
                 raise ValueError(f"slice of {stop - start} bytes cannot take {len(data)} bytes")
             self.write(start, data)

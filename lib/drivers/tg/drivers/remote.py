@@ -191,7 +191,7 @@ class _Handler(socketserver.BaseRequestHandler):
             cmd, dev_id, bar, arg0, arg1, arg2 = REQUEST.unpack(header)
             payload = self._payload(cmd, arg0, arg1)
             if not authenticated:
-                token = self.server.token.encode()
+                token = (self.server.token or "").encode()  # (set: a server without one authenticates everyone)
                 if cmd == RemoteCmd.PING and hmac.compare_digest(payload, token):
                     authenticated = True
                     self._answer(0, 0)
@@ -213,7 +213,8 @@ class _Handler(socketserver.BaseRequestHandler):
             self._answer(resp0, resp1, data)
 
     def _payload(self, cmd: int, arg0: int, arg1: int) -> bytes:
-        size = {RemoteCmd.MMIO_WRITE: arg1, RemoteCmd.PROBE: arg1, RemoteCmd.PING: arg0}.get(cmd, 0)
+        sizes: dict[int, int] = {RemoteCmd.MMIO_WRITE: arg1, RemoteCmd.PROBE: arg1, RemoteCmd.PING: arg0}
+        size = sizes.get(cmd, 0)
         return self._recvall(size) if size else b""
 
     def _recvall(self, size: int) -> bytes:

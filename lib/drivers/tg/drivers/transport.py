@@ -196,7 +196,7 @@ def _open_sim(request: BoardRequest) -> BoardConnection:
     from tg.drivers.sim.asm24 import SimASM24Device
     from tg.drivers.usb import USB3
 
-    session.bridge = SimASM24Device(session.board, session.state.faults)
+    session.bridge = bridge = SimASM24Device(session.board, session.state.faults)
     description = f"sim {request.sim_state} (usb, simulated ASM24)"
-    device = USBPCIDevice(USB3(session.bridge), request.vendor_id, request.device_ids, description)
+    device = USBPCIDevice(USB3(bridge), request.vendor_id, request.device_ids, description)
     return _map(device, request.bar, description, sim=session)

@@ -244,8 +244,5 @@ class _DeviceRegistry:
         for device in self.opened():
             device.synchronize()
 
-    def synchronize_all(self) -> None:
-        self.synchronize()
-
 
 Device = _DeviceRegistry()

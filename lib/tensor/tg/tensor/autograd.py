@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tg.codegen import Ops, UOp, dtypes
-from tg.codegen.schedule.graph import ReduceArg, device_node, shape_of
+from tg.codegen.schedule.graph import ReduceArg, device_node, device_of, shape_of
 from tg.codegen.uop.ops import GroupOp
 from tg.hcq.engine.capture import is_capturing
 from tg.tensor.creation import const_of_shape
@@ -36,16 +36,6 @@ Gradients = tuple[UOp | None, ...]
 
 
 # -------------------------------------------------------------------------------- small graph builders
-
-
-def device_of(node: UOp) -> str:
-    """The device a tensor-graph node lives on (a COPY moves it; everything else keeps its first source's)."""
-    while True:
-        if node.op in (Ops.BUFFER, Ops.CONST):
-            return node.src[0].arg
-        if node.op is Ops.COPY:
-            return node.src[1].arg
-        node = node.src[1] if node.op is Ops.WHERE else node.src[0]
 
 
 def _const(value: float | bool, like: UOp) -> UOp:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -122,7 +123,7 @@ def list_targets(json_output: bool = typer.Option(False, "--json", help="Print o
     from tg.autogen.targets import TARGETS
     from tg.drivers.cbind import find_library
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for target in TARGETS.values():
         rows.append(
             {

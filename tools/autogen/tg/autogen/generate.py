@@ -720,8 +720,8 @@ class ModuleWriter:
             wrong = {n: v for n, v in exact.items() if self.state.namespace.get(n) != v}
             if not wrong:
                 return
-            for name, value in wrong.items():
-                self.state.chunks[index_of[name]] = self.c_value_line(name, value)
+            for name, number in wrong.items():
+                self.state.chunks[index_of[name]] = self.c_value_line(name, number)
             exec(compile("\n".join(self.state.chunks[macro_start:]), "<macros>", "exec"), self.state.namespace)
 
     def macro_statement(self, macro: _Macro) -> tuple[str | None, str]:

@@ -85,6 +85,7 @@ def member_checks(root: type, record: type, c_type: str, prefix: str, base: int)
 
 def bitfield_check(root: type, c_type: str, prefix: str, member: cbind.BitField) -> Check:
     """Set the bitfield to all ones in a zeroed ROOT record and compare the bytes of the whole record."""
+    py_value: int
     if member.ctype is ctypes.c_bool:
         c_value, py_value = "1", True
     elif member.ctype(-1).value == -1:
@@ -140,7 +141,7 @@ def macro_checks(module: ModuleType) -> tuple[list[Check], list[str]]:
     """Checks that call every macro function with integer samples, and the macros Python could not evaluate."""
     checks, unevaluated = [], []
     for name, function in macro_functions(module).items():
-        count = function.__wrapped__.__code__.co_argcount
+        count = getattr(function, "__wrapped__").__code__.co_argcount  # noqa: B009 (the wrapper functools set)
         for sample in MACRO_SAMPLES:
             arguments = sample[:count] if count <= len(sample) else None
             if arguments is None:
@@ -235,7 +236,7 @@ def compile_dropping_errors(
         done = subprocess.run(["gcc", str(source), *strict, *gcc_args], capture_output=True, text=True)
         if done.returncode == 0:
             return items, dropped
-        bad = {}
+        bad: dict[int, str] = {}
         for match in _ERROR_LINE.finditer(done.stderr):
             index = int(match.group(1)) - first
             if 0 <= index < len(items):
@@ -291,7 +292,7 @@ def fill(record: type, seed: int) -> Any:
             data = bytes([index & 1])  # small values: _Bool leaves stay valid
         else:
             data = bytes((seed * 31 + index * 7 + j * 13 + 1) & 0xFF for j in range(leaf.size))
-        raw[leaf.offset : leaf.offset + leaf.size] = data
+        memoryview(raw).cast("B")[leaf.offset : leaf.offset + leaf.size] = data
     return value
 
 

@@ -56,6 +56,13 @@ def normalize_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def _debug_flag() -> bool:
+    """DEBUG >= 1, read through the flags registry (imported on the failure path: it loads tg.codegen)."""
+    from tg.codegen.flags import DEBUG
+
+    return DEBUG >= 1
+
+
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"tg-llm {version('tg-llm')}")
@@ -141,7 +148,7 @@ def chat(
     except typer.Exit:
         raise
     except Exception as error:  # expected failures are one line; --debug / DEBUG shows the traceback
-        if debug or os.environ.get("DEBUG", "0") not in ("", "0"):
+        if debug or _debug_flag():
             raise
         fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
@@ -306,7 +313,7 @@ def start_server(model: str, max_context: int, options: Any, debug: bool) -> Non
     except KeyboardInterrupt:
         return
     except Exception as error:
-        if debug or os.environ.get("DEBUG", "0") not in ("", "0"):
+        if debug or _debug_flag():
             raise
         fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 

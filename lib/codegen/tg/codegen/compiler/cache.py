@@ -12,6 +12,7 @@ import os
 import sqlite3
 import threading
 
+from tg.codegen.cache_db import open_db
 from tg.codegen.flags import CACHELEVEL, cache_dir
 
 TABLE = "compiled_v1"
@@ -36,10 +37,7 @@ def _connection() -> sqlite3.Connection:
     path = _database_path()
     conn = _connections.get(path)
     if conn is None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        conn = sqlite3.connect(path, timeout=30, check_same_thread=False)
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (key TEXT PRIMARY KEY, binary BLOB NOT NULL)")
-        conn.commit()
+        conn = open_db(path, [f"{TABLE} (key TEXT PRIMARY KEY, binary BLOB NOT NULL)"], shared_between_threads=True)
         _connections[path] = conn
     return conn
 

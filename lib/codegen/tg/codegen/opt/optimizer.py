@@ -152,8 +152,6 @@ class KernelOptimizer:
         op = opt.op
         if op is OptOps.NOLOCALS:
             self.has_local = False
-        elif op is OptOps.TC:
-            raise KernelOptError("this device has no tensor cores")
         elif op in CLASSIC_SPLITS:
             new_type, top = CLASSIC_SPLITS[op]
             if not isinstance(opt.arg, int):

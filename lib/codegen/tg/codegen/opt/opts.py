@@ -36,7 +36,6 @@ class OptOps(Enum):
     SPLIT = auto()
     PADTO = auto()
     SWAP = auto()
-    TC = auto()
     # classic spellings, translated to SPLIT against the kernel's axes when applied
     UPCAST = auto()
     UNROLL = auto()

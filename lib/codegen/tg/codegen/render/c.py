@@ -2,7 +2,7 @@
 
 The CPU kernel ABI (see tg.hcq.devices.cpu):
 
-    void NAME(T* restrict data0, ..., int core_id)
+    void NAME(T* restrict data0, ..., int var_NAME, ..., int core_id)   (a buffer per PARAM, an int per variable)
 
 The C is standard C11 with GNU extensions that gcc >= 12 and clang >= 14 both accept (`__builtin_*` math and
 constants, `_Float16`); no compiler-specific pragma, so what runs fast under one compiler runs fast under the other.

@@ -52,6 +52,17 @@ def device_node(device: str) -> UOp:
     return UOp(Ops.DEVICE, arg=device)
 
 
+def device_of(node: UOp) -> str:
+    """The device a tensor-graph node lives on: a COPY's destination, else that of the buffer or constant it comes
+    from (a WHERE's through its value, not its condition)."""
+    while True:
+        if node.op in (Ops.BUFFER, Ops.CONST):
+            return node.src[0].arg
+        if node.op is Ops.COPY:
+            return node.src[1].arg
+        node = node.src[1] if node.op is Ops.WHERE else node.src[0]
+
+
 def new_buffer(device: str, size: int, dtype: DType) -> UOp:
     """A fresh BUFFER node: distinct from every other buffer, even one of the same size and dtype."""
     return UOp(Ops.BUFFER, dtype, (device_node(device),), BufferArg(next(_next_buffer_uid), size))

@@ -296,7 +296,3 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[Any, ...]) -> Any:
     if dtype.kind == "bool" or op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
         return bool(result)
     return truncate(result, dtype if dtype.count == 1 else dtype.scalar())
-
-
-def is_int_like(dt: DType) -> bool:
-    return dtypes.is_int(dt)

@@ -262,5 +262,4 @@ _BOUNDS_RULES: dict[Ops, Any] = {
     Ops.CAST: _cast,
     Ops.AFTER: _same_as_first,
     Ops.VECTORIZE: lambda u, *srcs: (min(s[0] for s in srcs), max(s[1] for s in srcs)),
-    Ops.GEP: _same_as_first,
 }

@@ -49,7 +49,6 @@ class Ops(IntEnum):
     LOAD = auto()
     STORE = auto()
     AFTER = auto()
-    BARRIER = auto()  # a workgroup barrier: GPU renderers' local memory
     # graph structure
     SINK = auto()
     GROUP = auto()
@@ -58,7 +57,6 @@ class Ops(IntEnum):
     LINEAR = auto()
     # vectors
     VECTORIZE = auto()
-    GEP = auto()
     # type conversion
     CAST = auto()
     BITCAST = auto()
@@ -138,13 +136,12 @@ ARG_TYPES: dict[Ops, type | tuple[type, ...]] = {
     Ops.CONST: (bool, int, float),
     Ops.RANGE: RangeArg, Ops.END: NoArg,
     Ops.REDUCE: Ops,  # the combining op: ADD, MUL or MAX
-    Ops.INDEX: NoArg, Ops.LOAD: NoArg, Ops.STORE: NoArg, Ops.AFTER: NoArg, Ops.BARRIER: NoArg,
+    Ops.INDEX: NoArg, Ops.LOAD: NoArg, Ops.STORE: NoArg, Ops.AFTER: NoArg,
     Ops.SINK: (NoArg, KernelInfo),  # a kernel AST's SINK carries its KernelInfo
     Ops.GROUP: NoArg,
     Ops.NOOP: (NoArg, str),  # a marker may name why it is there
     Ops.LINEAR: (NoArg, KernelInfo),
     Ops.VECTORIZE: NoArg,
-    Ops.GEP: tuple,  # the lanes taken
     Ops.CAST: NoArg, Ops.BITCAST: NoArg,
     **{op: NoArg for op in GroupOp.ALU},
     Ops.RESHAPE: tuple, Ops.PERMUTE: tuple, Ops.EXPAND: tuple,  # the new shape / the axis order
@@ -460,14 +457,6 @@ class UOp:
         if not ranges:
             return self
         return UOp(Ops.REDUCE, self.dtype, (self, *ranges), arg)
-
-    def gep(self, i: int) -> UOp:
-        if self.dtype.count == 1:
-            return self
-        return UOp(Ops.GEP, self.dtype.scalar(), (self,), (i,))
-
-    def vectorize(self, *srcs: UOp) -> UOp:
-        return UOp(Ops.VECTORIZE, self.dtype.vec(1 + len(srcs)), (self, *srcs))
 
     # -------------------------------------------------------------------------------- ALU builders
 

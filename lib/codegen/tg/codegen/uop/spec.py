@@ -137,10 +137,8 @@ KERNEL_SPEC: Spec = {
     Ops.END: lambda u: u.dtype is dtypes.void and len(u.src) >= 2 and _ranges_after_first(u),
     Ops.AFTER: lambda u: u.dtype is u.src[0].dtype,
     Ops.GROUP: lambda u: u.dtype is dtypes.void,
-    Ops.BARRIER: lambda u: u.dtype is dtypes.void,
     Ops.NOOP: lambda u: True,
     Ops.VECTORIZE: lambda u: u.dtype is u.src[0].dtype.scalar().vec(len(u.src)) and len({s.dtype for s in u.src}) == 1,
-    Ops.GEP: lambda u: isinstance(u.arg, tuple) and u.dtype.scalar() is u.src[0].dtype.scalar(),
 }
 
 

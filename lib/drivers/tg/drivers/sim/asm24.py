@@ -171,7 +171,8 @@ class SimASM24Device(USBHandle):
             self.xdata[asm24.LTSSM_STATE] = LTSSM_DETECT if self.faults.usb_link_down else asm24.LINK_UP
             return b""
         if op == asm24.PCIE_TLP:
-            return self._tlp(*asm24.TLP_CDB.unpack(cdb[:16]), data_out)
+            op_code, mode, fmt_type, byte_enable, address, value = asm24.TLP_CDB.unpack(cdb[:16])
+            return self._tlp(op_code, mode, fmt_type, byte_enable, address, value, data_out)
         if op == asm24.SRAM_DMA:
             _, direction, offset, length = asm24.SRAM_CDB.unpack(cdb[:10])
             if offset + length > len(self.sram):

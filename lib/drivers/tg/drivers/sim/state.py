@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tg.drivers.sim.board import SimNavi31Board, format_trace
 from tg.drivers.sim.faults import Faults
@@ -18,6 +19,9 @@ from tg.drivers.sim.gd25 import DEFAULT_BUSY_SCALE, FLASH_SIZE, GD25Chip
 from tg.drivers.sim.ifwi import DEFAULT_TRANSFER_STATES, build_ifwi
 from tg.drivers.sim.psp import PSPScript
 from tg.drivers.sim.romsw import SimProtocolError
+
+if TYPE_CHECKING:
+    from tg.drivers.sim.asm24 import SimASM24Device
 
 FORMAT = "tg-sim-navi31/2"
 VIAS = ("usb", "pci")
@@ -161,7 +165,7 @@ class SimSession:
         self.state = load_state(self.path)
         self.state.sessions += 1
         self.board = self.state.board()
-        self.bridge = None  # the SimASM24Device in front of the board when the state says via usb
+        self.bridge: SimASM24Device | None = None  # the simulated bridge in front of the board when via usb
 
     def discard(self) -> None:
         """Leave the state file as it was (the session failed before it touched the board)."""

@@ -36,6 +36,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from tg.codegen.cache_db import open_db
 from tg.codegen.flags import CACHELEVEL, DEBUG, IGNORE_BEAM_CACHE, cache_dir
 from tg.codegen.opt import KernelOptError, KernelOptimizer, hand_coded_optimizations
 from tg.codegen.opt.opts import Opt, OptOps
@@ -73,14 +74,11 @@ class BeamResult:
 
 
 def _database() -> sqlite3.Connection:
-    os.makedirs(cache_dir(), exist_ok=True)
-    conn = sqlite3.connect(os.path.join(cache_dir(), "beam.db"), timeout=60)
-    conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {TABLE} (kernel TEXT, width INTEGER, device TEXT, renderer TEXT, compiler TEXT,"
-        " codegen TEXT, opts TEXT NOT NULL, seconds REAL, PRIMARY KEY (kernel, width, device, renderer, compiler,"
-        " codegen))"
+    columns = (
+        "kernel TEXT, width INTEGER, device TEXT, renderer TEXT, compiler TEXT, codegen TEXT, opts TEXT NOT NULL,"
+        " seconds REAL, PRIMARY KEY (kernel, width, device, renderer, compiler, codegen)"
     )
-    return conn
+    return open_db(os.path.join(cache_dir(), "beam.db"), [f"{TABLE} ({columns})"])
 
 
 def _identity(device_name: str) -> tuple[str, str, str, str]:

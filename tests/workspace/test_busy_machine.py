@@ -1,0 +1,28 @@
+"""Issue 29 item 7: the suite holds on a busy machine. Hypothesis' per-example wall-clock deadline (200 ms by
+default) is off suite-wide (tests/conftest.py), so a loaded machine cannot fail a property test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+
+SLOW_EXAMPLES = """
+import time
+from hypothesis import given, settings, strategies as st
+
+@settings(max_examples=2)
+@given(st.integers())
+def test_each_example_takes_longer_than_the_default_deadline(n):
+    time.sleep(0.3)  # what a descheduled worker on a loaded machine looks like to Hypothesis
+"""
+
+
+def test_a_property_test_whose_examples_are_slow_passes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_slow=SLOW_EXAMPLES)
+    without = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    without.assert_outcomes(failed=1)  # the premise: Hypothesis' default deadline fails it
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist").assert_outcomes(passed=1)

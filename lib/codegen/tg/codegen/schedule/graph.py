@@ -251,13 +251,3 @@ def bind_graph(roots: tuple[UOp, ...], values: dict[str, int]) -> tuple[UOp, ...
         if part.op is Ops.DEFINE_VAR
     }
     return substitute_in_args(roots, {v: v.bind(values[v.arg.name]) for v in variables})
-
-
-def device_of(node: UOp) -> str:
-    """The device a tensor-graph node lives on (a COPY's destination, else its first buffer's or constant's)."""
-    while True:
-        if node.op in (Ops.BUFFER, Ops.CONST):
-            return node.src[0].arg
-        if node.op is Ops.COPY:
-            return node.src[1].arg
-        node = node.src[0]

@@ -221,9 +221,11 @@ def schedule_graph(roots: tuple[UOp, ...]) -> Schedule:
             verify_stage("build kernels", kernel.ast, KERNEL_SPEC)
         hazard = next((p for p in points if p.op is Ops.ASSIGN and _reads_what_it_overwrites(kernels[p])), None)
         if hazard is None:
-            break
+            order = _order(points, kernels, storage)
+            if isinstance(order, list):
+                break
+            hazard = order  # ASSIGNs that read each other's old contents: this one computes its value first
         forced.append(hazard.src[1])  # compute the value into its own buffer first, then copy it over the target
-    order = _order(points, kernels, storage)
     views = _views(points, storage)
     results = tuple(root.substitute(views) for root in roots)
     exposed = {node for result in results for node in result.toposort() if node.op is Ops.BUFFER}
@@ -303,9 +305,14 @@ def _views(points: list[UOp], storage: dict[UOp, UOp]) -> dict[UOp, UOp]:
     return views
 
 
-def _order(points: list[UOp], kernels: dict[UOp, Kernel], storage: dict[UOp, UOp]) -> list[UOp]:
+def _order(points: list[UOp], kernels: dict[UOp, Kernel], storage: dict[UOp, UOp]) -> list[UOp] | UOp:
     """Realize points in an order where each runs after the points it reads and every ASSIGN runs after the
-    kernels that read the old contents of its buffer (unless they read it through the ASSIGN)."""
+    kernels that read the old contents of its buffer (unless they read it through the ASSIGN).
+
+    When no such order exists (two ASSIGN kernels each read the other's target: `a.assign(f(a, b))` with
+    `b.assign(g(a, b))` fused into the writes), returns an ASSIGN on the cycle whose value is computed in its own
+    kernel: the caller makes that value a realize point, which breaks the cycle (the value kernel reads the old
+    contents before either write; the ASSIGN becomes a copy that can wait)."""
     point_set = set(points)
     ancestors = {p: {n for n in p.toposort() if n in point_set and n is not p} for p in points}
     before: dict[UOp, set[UOp]] = {p: set(ancestors[p]) for p in points}
@@ -324,8 +331,18 @@ def _order(points: list[UOp], kernels: dict[UOp, Kernel], storage: dict[UOp, UOp
     while remaining:
         ready = next((p for p in remaining if before[p] <= done), None)
         if ready is None:
-            raise RuntimeError("the schedule has a cycle: an ASSIGN's value depends on a kernel it must precede")
+            return _cycle_breaker(remaining, before, done, point_set)
         ordered.append(ready)
         done.add(ready)
         remaining.remove(ready)
     return ordered
+
+
+def _cycle_breaker(remaining: list[UOp], before: dict[UOp, set[UOp]], done: set[UOp], point_set: set[UOp]) -> UOp:
+    """An ASSIGN that waits on a reader which itself cannot run yet and whose value is still fused into it."""
+    blocked = set(remaining)
+    for point in remaining:
+        waits_on_reader = any(p in blocked for p in before[point] - done)
+        if point.op is Ops.ASSIGN and point.src[1] not in point_set and waits_on_reader:
+            return point
+    raise RuntimeError("the schedule has a cycle: an ASSIGN's value depends on a kernel it must precede")

@@ -9,6 +9,7 @@ indexing, reduce.
 from __future__ import annotations
 
 import math
+import weakref
 from pathlib import PurePath
 from typing import Any
 
@@ -156,10 +157,12 @@ class Tensor(
         from tg.tensor.engine import realize
 
         tensors = (self, *others)
-        for tensor, realized in zip(tensors, realize(*(t.uop for t in tensors)), strict=True):
+        roots = tuple(t.uop for t in tensors)
+        for tensor, realized in zip(tensors, realize(*_without_ran_assigns(roots)), strict=True):
             if realized is not tensor.uop:
                 remember_former_uop(tensor, tensor.uop, realized)
             tensor.uop = realized
+        _note_ran_assigns(roots)  # (the graph as built: its ASSIGNs ran, some with earlier ones read as buffers)
         return self
 
     def data(self) -> memoryview:
@@ -307,6 +310,8 @@ class Tensor(
                 "storage of their own; write through t[indices] = value instead"
             )
         self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
+        _ran_assigns.pop(self.uop, None)  # (an equal node that ran before: this is a new write, it runs again)
+        _unrun_assigns.add(self.uop)
         return self
 
     def __iadd__(self, other: Any) -> Tensor:
@@ -344,6 +349,47 @@ class Tensor(
 
     def __irshift__(self, other: Any) -> Tensor:
         return self.assign(self >> other)
+
+
+# An ASSIGN runs once. Graphs built before it ran may still hold its node (`c.assign(c + 1)`, then `y = x * c`,
+# then `y.realize()` runs the assign; `c` and any other graph built on it still hold the ASSIGN node): a later
+# realize reads the written buffer in its place instead of writing it again. UOps are hash-consed, so assign()
+# building a node equal to one that ran (the same update of the same buffer) asks for it to run again.
+_unrun_assigns: weakref.WeakSet[UOp] = weakref.WeakSet()
+_ran_assigns: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()  # ASSIGN -> the view it wrote
+
+
+def _without_ran_assigns(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    if not _ran_assigns:
+        return roots
+    return UOp.sink(*roots).substitute(dict(_ran_assigns)).src
+
+
+def _note_ran_assigns(roots: tuple[UOp, ...]) -> None:
+    """Record which not-yet-run ASSIGNs the realize of `roots` ran (walking the graph only when one is not a root)."""
+    unrun = list(_unrun_assigns)
+    if not unrun:
+        return
+    direct = set(roots)
+    ran = direct if all(node in direct for node in unrun) else set(UOp.sink(*roots).toposort())
+    for node in unrun:
+        if node in ran:
+            _ran_assigns[node] = _written_view(node)
+            _unrun_assigns.discard(node)
+
+
+def pending_assigns() -> list[UOp]:
+    """The ASSIGN nodes built by `assign` that no realize has run yet."""
+    return list(_unrun_assigns)
+
+
+def _written_view(node: UOp) -> UOp:
+    """What an ASSIGN (or a view of one) reads once it has run: the same view of the buffer it wrote."""
+    if node.op is Ops.ASSIGN:
+        return _written_view(node.src[0])
+    if node.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
+        return node.replace(src=(_written_view(node.src[0]), *node.src[1:]))
+    return node
 
 
 def _unpickle_tensor(data: bytes, shape: Shape, dtype: DType, device: str | None) -> Tensor:

@@ -56,7 +56,7 @@ class Tensor(
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
-    __slots__ = ("uop", "device", "grad", "_requires_grad", "_former_uops")
+    __slots__ = ("uop", "device", "grad", "_requires_grad", "_former_uops", "_view_of")
     __array_ufunc__ = None  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy's elementwise loop
 
     def __init__(
@@ -68,6 +68,7 @@ class Tensor(
     ) -> None:
         dtype = dtype_argument(dtype)
         self.grad: Tensor | None = None
+        self._view_of: ViewOf | None = None
         self.requires_grad = requires_grad
         if isinstance(data, PurePath):  # a file: mapped on its DISK device, read only when used
             self.uop, self.device = node_from_path(data, dtype)
@@ -90,6 +91,7 @@ class Tensor(
         if Tensor.no_grad and not _reads_a_buffer(node):  # computed under no_grad: autograd stops here
             node = UOp(Ops.DETACH, node.dtype, (node,))
         result.uop, result.device, result.grad, result._requires_grad = node, self.device, None, None
+        result._view_of = _view_relation(self, node)
         return result
 
     # -------------------------------------------------------------------------------- properties
@@ -157,6 +159,8 @@ class Tensor(
         from tg.tensor.engine import realize
 
         tensors = (self, *others)
+        for tensor in tensors:
+            _follow_base(tensor)
         roots = tuple(t.uop for t in tensors)
         for tensor, realized in zip(tensors, realize(*_without_ran_assigns(roots)), strict=True):
             if realized is not tensor.uop:
@@ -299,6 +303,8 @@ class Tensor(
             except ShapeError:
                 message = f"cannot assign a value of shape {value.shape} to a tensor of shape {self.shape}"
                 raise ShapeError(message) from None
+        if self._view_of is not None:
+            return self._write_through_view(value)
         target = self.uop
         if not _reads_a_buffer(target):
             # no storage yet (a constant or a computed value): the value goes into fresh storage, lazily. Nothing
@@ -312,6 +318,33 @@ class Tensor(
         self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
         _ran_assigns.pop(self.uop, None)  # (an equal node that ran before: this is a new write, it runs again)
         _unrun_assigns.add(self.uop)
+        return self
+
+    def _write_through_view(self, value: Tensor) -> Tensor:
+        """Assign into a view (`t[1]`, `t.T`, `t[::-1]`, `t.detach()`, views of views): the write lands in the
+        tensor the view was taken from, as in torch, whether or not that tensor is realized yet."""
+        relation = self._view_of
+        assert relation is not None
+        base, chain = relation.base, relation.chain()
+        if chain is None:  # the base was replaced by something else since (replace(), to_()): this is a copy now
+            self._view_of = None
+            return self.assign(value)
+        _check_writable(chain, self.shape)
+        current = relation.current_view()
+        if _reads_a_buffer(base.uop) and not any(op.op is Ops.PAD for op in chain):
+            # a partial write into the storage (one kernel over the view's elements), and the base reads through it
+            self.uop = UOp(Ops.ASSIGN, self.dtype, (_without_detach(current), value.uop))
+            _ran_assigns.pop(self.uop, None)
+            _unrun_assigns.add(self.uop)
+            written = self._wrap(self.uop)
+            base_value = _placed(written, chain, base)
+            base.uop = UOp(Ops.ASSIGN, base.dtype, (base.uop, base_value.uop))
+            _implied_by[base.uop] = self.uop  # once the partial write ran, the base's ASSIGN has nothing to add
+            _unrun_assigns.add(base.uop)
+        else:
+            base.assign(_placed(value, chain, base))
+            self.uop = relation.current_view()
+        relation.rebase()
         return self
 
     def __iadd__(self, other: Any) -> Tensor:
@@ -365,6 +398,10 @@ def _without_ran_assigns(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
     return UOp.sink(*roots).substitute(dict(_ran_assigns)).src
 
 
+# A base's ASSIGN made by a write through a view, to the view's partial ASSIGN it only repeats at full shape.
+_implied_by: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
 def _note_ran_assigns(roots: tuple[UOp, ...]) -> None:
     """Record which not-yet-run ASSIGNs the realize of `roots` ran (walking the graph only when one is not a root)."""
     unrun = list(_unrun_assigns)
@@ -374,6 +411,11 @@ def _note_ran_assigns(roots: tuple[UOp, ...]) -> None:
     ran = direct if all(node in direct for node in unrun) else set(UOp.sink(*roots).toposort())
     for node in unrun:
         if node in ran:
+            _ran_assigns[node] = _written_view(node)
+            _unrun_assigns.discard(node)
+    for node in list(_unrun_assigns):  # a base whose view's write ran: it reads its storage again
+        partial = _implied_by.get(node)
+        if partial is not None and partial in _ran_assigns:
             _ran_assigns[node] = _written_view(node)
             _unrun_assigns.discard(node)
 
@@ -410,3 +452,139 @@ def _unwritable_view_op(node: UOp) -> str | None:
             return "expanded" if node.op is Ops.EXPAND else "padded"
         node = node.src[0]
     return None
+
+
+# ---------------------------------------------------------------------------------------------------- views
+
+_VIEW_OPS = (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.DETACH)
+
+
+class ViewOf:
+    """What a view Tensor was taken from: the base Tensor (never itself a view), the base's node then and the
+    view's node then (movement ops and DETACH over the base's node)."""
+
+    __slots__ = ("base", "base_node", "view_node")
+
+    def __init__(self, base: Tensor, base_node: UOp, view_node: UOp) -> None:
+        self.base, self.base_node, self.view_node = base, base_node, view_node
+
+    def chain(self) -> list[UOp] | None:
+        """The view's ops from the view down to the base (None when the base's node is no longer below it)."""
+        ops, node = [], self.view_node
+        while node is not self.base_node:
+            if node.op not in _VIEW_OPS:
+                return None
+            ops.append(node)
+            node = node.src[0]
+        return ops
+
+    def current_view(self) -> UOp:
+        """The view over the base's node now (after writes and realizes of the base)."""
+        if self.base.uop is self.base_node:
+            return self.view_node
+        return self.view_node.substitute({self.base_node: self.base.uop})
+
+    def rebase(self) -> None:
+        """The base has a new node: the view's ops are now taken over it."""
+        self.view_node = self.current_view()
+        self.base_node = self.base.uop
+
+
+def _view_relation(source: Tensor, node: UOp) -> ViewOf | None:
+    """How `node`, built by an op on `source`, is a view: movement ops and DETACH over source's node."""
+    if node.op not in _VIEW_OPS:
+        return None
+    below = node.src[0]
+    while below is not source.uop:
+        if below.op not in _VIEW_OPS:
+            return None
+        below = below.src[0]
+    relation = source._view_of
+    if relation is None:
+        return ViewOf(source, source.uop, node)
+    if relation.chain() is None:  # source's own base has moved on: source is a copy, not a view
+        return ViewOf(source, source.uop, node)
+    return ViewOf(relation.base, relation.base_node, node.substitute({source.uop: relation.view_node}))
+
+
+def _follow_base(view: Tensor) -> None:
+    """A view whose base was written since (through the base or another view) reads the base's new node."""
+    relation = view._view_of
+    if relation is None or relation.base.uop is relation.base_node:
+        return
+    if relation.chain() is None:
+        view._view_of = None
+        return
+    relation.rebase()
+    view.uop = relation.view_node
+
+
+def _check_writable(chain: list[UOp], view_shape: Shape) -> None:
+    """A clear error when some elements of the view are not elements of the base (broadcast or padding)."""
+    for op in chain:
+        if op.op is Ops.EXPAND:
+            raise ValueError(f"cannot assign into this expanded view (shape {view_shape}): several of its elements "
+                             "are one element of the tensor it views")  # fmt: skip
+    if any(op.op is Ops.PAD for op in chain) and not _padding_is_never_viewed(chain):
+        raise ValueError(f"cannot assign into this padded view (shape {view_shape}): some of its elements have no "
+                         "storage of their own; write through t[indices] = value instead")  # fmt: skip
+
+
+def _padding_is_never_viewed(chain: list[UOp]) -> bool:
+    """Whether no padding element of a PAD in the chain reaches the view (a strided slice pads, then drops the
+    padding): the chain run over a mask of real elements, in numpy."""
+    import numpy as np
+
+    bottom = shape_of(chain[-1].src[0])
+    if any(not isinstance(size, int) for op in chain for size in shape_of(op)) or not all(
+        isinstance(size, int) for size in bottom
+    ):
+        return False
+    real = np.ones(bottom, dtype=bool)
+    for op in reversed(chain):
+        if op.op is Ops.RESHAPE:
+            real = real.reshape(op.arg)
+        elif op.op is Ops.PERMUTE:
+            real = real.transpose(op.arg)
+        elif op.op is Ops.FLIP:
+            real = np.flip(real, [i for i, f in enumerate(op.arg) if f])
+        elif op.op is Ops.SHRINK:
+            real = real[tuple(slice(b, e) for b, e in op.arg)]
+        elif op.op is Ops.PAD:
+            real = np.pad(real, op.arg, constant_values=False)
+    return bool(real.all())
+
+
+def _without_detach(node: UOp) -> UOp:
+    """The view's movement ops over the base's storage, without the DETACH ops (a write target)."""
+    if node.op is Ops.DETACH:
+        return _without_detach(node.src[0])
+    if node.op in _VIEW_OPS:
+        below = _without_detach(node.src[0])
+        return node if below is node.src[0] else node.replace(src=(below, *node.src[1:]))
+    return node
+
+
+def _placed(value: Tensor, chain: list[UOp], base: Tensor) -> Tensor:
+    """The base's new value: `value` (view-shaped) at the base positions the view shows, the base elsewhere."""
+    written: Tensor | None = None  # where the view's elements are, when it does not cover the whole base
+    for op in chain:  # from the view down to the base: each op undone
+        below = shape_of(op.src[0])
+        if op.op is Ops.RESHAPE:
+            value, written = value.reshape(below), None if written is None else written.reshape(below)
+        elif op.op is Ops.PERMUTE:
+            inverse = tuple(sorted(range(len(op.arg)), key=lambda i: op.arg[i]))
+            value, written = value.permute(inverse), None if written is None else written.permute(inverse)
+        elif op.op is Ops.FLIP:
+            axes = [i for i, flipped in enumerate(op.arg) if flipped]
+            value, written = value.flip(axes), None if written is None else written.flip(axes)
+        elif op.op is Ops.SHRINK:
+            padding = tuple((b, size - e) for (b, e), size in zip(op.arg, below, strict=True))
+            if written is None:
+                written = value.ones_like(dtype=dtypes.bool)
+            value, written = value.pad(padding), written.pad(padding)
+        elif op.op is Ops.PAD:
+            bounds = tuple((b, b + size) for (b, _), size in zip(op.arg, below, strict=True))
+            value = value.shrink(bounds)
+            written = (value.ones_like(dtype=dtypes.bool) if written is None else written).shrink(bounds)
+    return value if written is None else written.where(value, base)

@@ -82,6 +82,11 @@ def random_words(tensor_type: type, shape: tuple[int, ...], device: str) -> tupl
 
     The seed and the first counter reach the kernel through a small uploaded buffer, not as constants in its
     source: the kernel is then the same for every draw of this shape and compiles once."""
+    if any(not isinstance(size, int) for size in shape):  # symbolic: draw for the largest sizes, view the bound ones
+        largest = tuple(size if isinstance(size, int) else int(size.vmax) for size in shape)
+        x0, x1 = random_words(tensor_type, largest, device)
+        bounds = tuple((0, size) for size in shape)
+        return x0.shrink(bounds), x1.shrink(bounds)
     count = math.prod(shape)
     params = tensor_type(draw_words(count), device=device)
     if _recorded_draws is not None:

@@ -77,8 +77,10 @@ class Tensor(
                 self.uop, self.device = moved.uop, moved.device
             return
         self.device = canonical_device(device)
-        if isinstance(data, UOp) and data.dtype is dtypes.index:  # a bound Variable (or an expression of them)
-            self.uop = const_of_shape(data, (), dtype or dtypes.default_int, self.device)
+        if isinstance(data, UOp) and (data.dtype is dtypes.index or data.op is Ops.BIND):  # a bound Variable (or
+            # an expression of them): a Variable made with a dtype is a value of that dtype
+            default = dtypes.default_int if data.dtype is dtypes.index else data.dtype
+            self.uop = const_of_shape(data, (), dtype or default, self.device)
             return
         if isinstance(data, UOp):
             self.uop: UOp = data if dtype is None or data.dtype is dtype else UOp(Ops.CAST, dtype, (data,))

@@ -177,6 +177,8 @@ class Tensor(
 
         if self.numel() == 0:
             return memoryview(b"")
+        if _computed_on_disk(self):  # a view or computation of a file's contents: read where kernels run
+            return self.to(None).data()
         self.realize()
         return read_bytes(self.uop, size_value(self.numel()) * self.dtype.itemsize)
 
@@ -238,6 +240,10 @@ class Tensor(
             return self
         from tg.codegen.schedule.graph import device_node
 
+        if _computed_on_disk(self):  # a DISK device runs no kernels: compute where kernels run, then copy
+            compute = canonical_device(None if device.startswith("DISK") else device)
+            computed = Tensor(_read_disk_buffers_on(self.uop, compute), device=compute)
+            return computed if compute == device else computed.to(device)
         return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, device_node(device))), device=device)
 
     # -------------------------------------------------------------------------------- casts
@@ -434,6 +440,23 @@ def _written_view(node: UOp) -> UOp:
     if node.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
         return node.replace(src=(_written_view(node.src[0]), *node.src[1:]))
     return node
+
+
+def _computed_on_disk(tensor: Tensor) -> bool:
+    """Whether `tensor` lives on a DISK device but is not a whole buffer there (a view of a file, or math on one)."""
+    from tg.codegen.schedule.realize import buffer_holding
+
+    return tensor.device.startswith("DISK") and buffer_holding(tensor.uop) is None
+
+
+def _read_disk_buffers_on(node: UOp, device: str) -> UOp:
+    """`node` with every DISK buffer it reads copied to `device` first (so its ops run there)."""
+    from tg.codegen.schedule.graph import device_node
+
+    target = device_node(device)
+    disk = {n: UOp(Ops.COPY, n.dtype, (n, target)) for n in node.toposort()
+            if n.op is Ops.BUFFER and n.src[0].arg.startswith("DISK")}  # fmt: skip
+    return node.substitute(disk)
 
 
 def _unpickle_tensor(data: bytes, shape: Shape, dtype: DType, device: str | None) -> Tensor:

@@ -65,6 +65,28 @@ def buffer_over(memory: Buffer) -> UOp:
     return node
 
 
+def buffer_at_address(address: int, size: int, dtype: DType, device: str) -> UOp:
+    """A realized BUFFER node whose memory is the `size` elements of `dtype` at host `address`, owned by the
+    caller (never freed or reused here): what `Tensor.from_blob` wraps. Kernels read and write that memory, so
+    both sides see each other's writes. Only devices whose buffers are host memory (the CPU devices) can."""
+    import ctypes
+
+    from tg.hcq.allocator import BufferSpec
+    from tg.hcq.devices.cpu import CPUAllocator
+    from tg.hcq.memory import HCQBuffer
+
+    device = Device.canonicalize(device)
+    if not isinstance(Device[device].allocator, CPUAllocator):
+        raise ValueError(f"from_blob needs a device whose memory is host memory (CPU), not {device}")
+    nbytes = size * dtype.itemsize
+    view = memoryview((ctypes.c_uint8 * max(nbytes, 1)).from_address(address)).cast("B")[:nbytes]
+    memory = Buffer(device, size, dtype, options=BufferSpec(nolru=True))  # (freeing must not recycle the memory)
+    memory.allocate(HCQBuffer(address, nbytes, view, owner=Device[device]))
+    node = new_buffer(device, size, dtype)
+    adopt(node, memory)
+    return node
+
+
 def read_bytes(node: UOp, nbytes: int | None = None) -> memoryview:
     """The contents of `node` as C-contiguous bytes in its shape (realizing it first if needed). A node of symbolic
     shape lives at the start of a buffer of its largest size: `nbytes` says how much of it the value is now."""

@@ -140,3 +140,14 @@ def test_a_write_to_a_clone_does_not_reach_the_original() -> None:
     c[0] = 0.0
     np.testing.assert_array_equal(t.numpy(), BASE)
     np.testing.assert_array_equal(c.numpy()[0], [0.0] * 4)
+
+
+def test_a_view_used_in_an_expression_sees_later_writes_to_its_base() -> None:
+    t = Tensor(BASE.copy()).contiguous().realize()
+    row, column = t[1], t[:, 2]
+    t[1, 2] = -1.0
+    t.T[0] = Tensor([10.0, 20.0, 30.0])  # through another view
+    expected = BASE.copy()
+    expected[1, 2], expected[:, 0] = -1.0, [10.0, 20.0, 30.0]
+    np.testing.assert_array_equal((row * 2).numpy(), expected[1] * 2)
+    np.testing.assert_array_equal((column + 0).numpy(), expected[:, 2])

@@ -56,7 +56,7 @@ class Tensor(
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
-    __slots__ = ("uop", "device", "grad", "_requires_grad", "_former_uops", "_view_of")
+    __slots__ = ("uop", "device", "grad", "_requires_grad", "_former_uops", "_view_of", "_views")
     __array_ufunc__ = None  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy's elementwise loop
 
     def __init__(
@@ -68,7 +68,8 @@ class Tensor(
     ) -> None:
         dtype = dtype_argument(dtype)
         self.grad: Tensor | None = None
-        self._view_of: ViewOf | None = None
+        self._view_of: ViewOf | None = None  # when this tensor is a view: what of
+        self._views: weakref.WeakSet[Tensor] | None = None  # the live views taken of this tensor
         self.requires_grad = requires_grad
         if isinstance(data, PurePath):  # a file: mapped on its DISK device, read only when used
             self.uop, self.device = node_from_path(data, dtype)
@@ -93,8 +94,15 @@ class Tensor(
         if Tensor.no_grad and not _reads_a_buffer(node):  # computed under no_grad: autograd stops here
             node = UOp(Ops.DETACH, node.dtype, (node,))
         result.uop, result.device, result.grad, result._requires_grad = node, self.device, None, None
-        result._view_of = _view_relation(self, node)
+        result._view_of, result._views = _view_relation(self, node), None
+        if result._view_of is not None:
+            result._view_of.base._add_view(result)
         return result
+
+    def _add_view(self, view: Tensor) -> None:
+        if self._views is None:
+            self._views = weakref.WeakSet()
+        self._views.add(view)
 
     # -------------------------------------------------------------------------------- properties
 
@@ -161,8 +169,6 @@ class Tensor(
         from tg.tensor.engine import realize
 
         tensors = (self, *others)
-        for tensor in tensors:
-            _follow_base(tensor)
         roots = tuple(t.uop for t in tensors)
         for tensor, realized in zip(tensors, realize(*_without_ran_assigns(roots)), strict=True):
             if realized is not tensor.uop:
@@ -326,6 +332,8 @@ class Tensor(
         self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
         _ran_assigns.pop(self.uop, None)  # (an equal node that ran before: this is a new write, it runs again)
         _unrun_assigns.add(self.uop)
+        if self._views:
+            _refresh_views(self)
         return self
 
     def _write_through_view(self, value: Tensor) -> Tensor:
@@ -349,6 +357,7 @@ class Tensor(
             base.uop = UOp(Ops.ASSIGN, base.dtype, (base.uop, base_value.uop))
             _implied_by[base.uop] = self.uop  # once the partial write ran, the base's ASSIGN has nothing to add
             _unrun_assigns.add(base.uop)
+            _refresh_views(base, writer=self)
         else:
             base.assign(_placed(value, chain, base))
             self.uop = relation.current_view()
@@ -532,16 +541,18 @@ def _view_relation(source: Tensor, node: UOp) -> ViewOf | None:
     return ViewOf(relation.base, relation.base_node, node.substitute({source.uop: relation.view_node}))
 
 
-def _follow_base(view: Tensor) -> None:
-    """A view whose base was written since (through the base or another view) reads the base's new node."""
-    relation = view._view_of
-    if relation is None or relation.base.uop is relation.base_node:
-        return
-    if relation.chain() is None:
-        view._view_of = None
-        return
-    relation.rebase()
-    view.uop = relation.view_node
+def _refresh_views(base: Tensor, writer: Tensor | None = None) -> None:
+    """After a write into `base`: every live view of it (but the one that wrote) reads base's new node, as views
+    of one storage do in torch."""
+    for view in list(base._views or ()):
+        relation = view._view_of
+        if view is writer or relation is None or relation.base is not base:
+            continue
+        if relation.chain() is None:  # (the view was replaced by something else since)
+            view._view_of = None
+            continue
+        relation.rebase()
+        view.uop = relation.view_node
 
 
 def _check_writable(chain: list[UOp], view_shape: Shape) -> None:

@@ -41,10 +41,21 @@ def test_dropping_a_blob_tensor_leaves_the_memory_to_its_owner() -> None:
     assert all(o.numpy().tolist() == [9.0] * 4 for o in others)
 
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_from_blob_shares_memory_on_every_host_memory_device(device: str) -> None:
+    array = np.arange(4, dtype=np.int32)
+    t = Tensor.from_blob(array.ctypes.data, 4, dtype="int32", device=device)
+    array[3] = 30
+    assert t.tolist() == [0, 1, 2, 30]
+    t.assign(t + 1).realize()
+    Device[t.device].synchronize()
+    np.testing.assert_array_equal(array, [1, 2, 3, 31])
+
+
 def test_from_blob_on_a_device_without_host_memory_is_an_error() -> None:
     array = np.zeros(2, dtype=np.float32)
     with pytest.raises(ValueError, match="host memory"):
-        Tensor.from_blob(array.ctypes.data, 2, dtype="float32", device="PYTHON")
+        Tensor.from_blob(array.ctypes.data, 2, dtype="float32", device="NULL")
 
 
 @pytest.mark.parametrize(

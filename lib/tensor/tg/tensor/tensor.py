@@ -96,7 +96,9 @@ class Tensor(
         result.uop, result.device, result.grad, result._requires_grad = node, self.device, None, None
         result._view_of, result._views = _view_relation(self, node), None
         if result._view_of is not None:
-            result._view_of.base._add_view(result)
+            base = result._view_of.base
+            assert base is not None, "a view's base is alive while the view is made"
+            base._add_view(result)
         return result
 
     def _add_view(self, view: Tensor) -> None:
@@ -174,6 +176,8 @@ class Tensor(
             if realized is not tensor.uop:
                 remember_former_uop(tensor, tensor.uop, realized)
             tensor.uop = realized
+            if tensor._view_of is not None and tensor._view_of.base is None:
+                tensor._view_of = None  # (its base is gone: let the graph it was built from go too)
         _note_ran_assigns(roots)  # (the graph as built: its ASSIGNs ran, some with earlier ones read as buffers)
         return self
 
@@ -342,8 +346,8 @@ class Tensor(
         relation = self._view_of
         assert relation is not None
         base, chain = relation.base, relation.chain()
-        if chain is None:  # the base was replaced by something else since (replace(), to_()): this is a copy now
-            self._view_of = None
+        if base is None or chain is None:  # the base is gone, or was replaced since (replace(), to_()): no one
+            self._view_of = None  # can see it, the write lands in this tensor's own storage
             return self.assign(value)
         _check_writable(chain, self.shape)
         current = relation.current_view()
@@ -497,10 +501,17 @@ class ViewOf:
     """What a view Tensor was taken from: the base Tensor (never itself a view), the base's node then and the
     view's node then (movement ops and DETACH over the base's node)."""
 
-    __slots__ = ("base", "base_node", "view_node")
+    __slots__ = ("_base", "base_node", "view_node")
 
     def __init__(self, base: Tensor, base_node: UOp, view_node: UOp) -> None:
-        self.base, self.base_node, self.view_node = base, base_node, view_node
+        # the base is held weakly: a view of an intermediate no one else holds (`x.sum(0)` reshapes a reduction)
+        # must not keep it, or its graph, alive once the view is realized
+        self._base, self.base_node, self.view_node = weakref.ref(base), base_node, view_node
+
+    @property
+    def base(self) -> Tensor | None:
+        """The base Tensor, or None once nothing else holds it (nothing can then see writes to it)."""
+        return self._base()
 
     def chain(self) -> list[UOp] | None:
         """The view's ops from the view down to the base (None when the base's node is no longer below it)."""
@@ -513,15 +524,19 @@ class ViewOf:
         return ops
 
     def current_view(self) -> UOp:
-        """The view over the base's node now (after writes and realizes of the base)."""
-        if self.base.uop is self.base_node:
+        """The view over the base's node now (after writes and realizes of the base, which must be alive)."""
+        base = self.base
+        assert base is not None
+        if base.uop is self.base_node:
             return self.view_node
-        return self.view_node.substitute({self.base_node: self.base.uop})
+        return self.view_node.substitute({self.base_node: base.uop})
 
     def rebase(self) -> None:
         """The base has a new node: the view's ops are now taken over it."""
+        base = self.base
+        assert base is not None
         self.view_node = self.current_view()
-        self.base_node = self.base.uop
+        self.base_node = base.uop
 
 
 def _view_relation(source: Tensor, node: UOp) -> ViewOf | None:
@@ -534,11 +549,10 @@ def _view_relation(source: Tensor, node: UOp) -> ViewOf | None:
             return None
         below = below.src[0]
     relation = source._view_of
-    if relation is None:
-        return ViewOf(source, source.uop, node)
-    if relation.chain() is None:  # source's own base has moved on: source is a copy, not a view
-        return ViewOf(source, source.uop, node)
-    return ViewOf(relation.base, relation.base_node, node.substitute({source.uop: relation.view_node}))
+    base = None if relation is None else relation.base
+    if relation is None or base is None or relation.chain() is None:  # (a chain of None: source's base has moved
+        return ViewOf(source, source.uop, node)  # on since, so source is a copy, not a view)
+    return ViewOf(base, relation.base_node, node.substitute({source.uop: relation.view_node}))
 
 
 def _refresh_views(base: Tensor, writer: Tensor | None = None) -> None:

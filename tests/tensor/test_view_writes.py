@@ -151,3 +151,18 @@ def test_a_view_used_in_an_expression_sees_later_writes_to_its_base() -> None:
     expected[1, 2], expected[:, 0] = -1.0, [10.0, 20.0, 30.0]
     np.testing.assert_array_equal((row * 2).numpy(), expected[1] * 2)
     np.testing.assert_array_equal((column + 0).numpy(), expected[:, 2])
+
+
+def test_a_write_through_a_bitcast_view_writes_the_bytes() -> None:
+    """torch's `view(dtype)` of one item size shares the bytes: a write through it changes the base's bytes."""
+    realized = Tensor(np.array([1.0, 2.0], np.float32)).contiguous().realize()
+    realized.bitcast("int32")[0] = int(np.float32(5.0).view(np.int32))
+    np.testing.assert_array_equal(realized.numpy(), [5.0, 2.0])
+    lazy = Tensor(np.zeros(2, np.float32)) + 0
+    lazy.bitcast("uint32").assign(Tensor(np.array([1.0, -2.0], np.float32).view(np.uint32)))
+    np.testing.assert_array_equal(lazy.numpy(), [1.0, -2.0])
+    raw = Tensor(np.zeros(8, np.uint8)).reshape(2, 4)
+    raw[1].bitcast("int8")[1] = -1
+    expected = np.zeros((2, 4), np.uint8)
+    expected[1, 1] = 255
+    np.testing.assert_array_equal(raw.numpy(), expected)

@@ -351,7 +351,7 @@ class Tensor(
             return self.assign(value)
         _check_writable(chain, self.shape)
         current = relation.current_view()
-        if _reads_a_buffer(base.uop) and not any(op.op is Ops.PAD for op in chain):
+        if _reads_a_buffer(base.uop) and not any(op.op in (Ops.PAD, Ops.BITCAST) for op in chain):
             # a partial write into the storage (one kernel over the view's elements), and the base reads through it
             self.uop = UOp(Ops.ASSIGN, self.dtype, (_without_detach(current), value.uop))
             _ran_assigns.pop(self.uop, None)
@@ -494,7 +494,8 @@ def _unwritable_view_op(node: UOp) -> str | None:
 
 # ---------------------------------------------------------------------------------------------------- views
 
-_VIEW_OPS = (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.DETACH)
+# (BITCAST of one item size: the same bytes read as another dtype, torch's `view(dtype)`)
+_VIEW_OPS = (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.DETACH, Ops.BITCAST)
 
 
 class ViewOf:
@@ -633,6 +634,8 @@ def _placed(value: Tensor, chain: list[UOp], base: Tensor) -> Tensor:
             if written is None:
                 written = value.ones_like(dtype=dtypes.bool)
             value, written = value.pad(padding), written.pad(padding)
+        elif op.op is Ops.BITCAST:
+            value = value.bitcast(op.src[0].dtype)
         elif op.op is Ops.PAD:
             bounds = tuple((b, b + size) for (b, _), size in zip(op.arg, below, strict=True))
             value = value.shrink(bounds)

@@ -172,6 +172,7 @@ class Tensor(
 
         tensors = (self, *others)
         roots = tuple(t.uop for t in tensors)
+        _run_writes_to_buffers_read(roots)
         for tensor, realized in zip(tensors, realize(*_without_ran_assigns(roots)), strict=True):
             if realized is not tensor.uop:
                 remember_former_uop(tensor, tensor.uop, realized)
@@ -352,16 +353,11 @@ class Tensor(
         _check_writable(chain, self.shape)
         current = relation.current_view()
         if _reads_a_buffer(base.uop) and not any(op.op in (Ops.PAD, Ops.BITCAST) for op in chain):
-            # a partial write into the storage (one kernel over the view's elements), and the base reads through it
+            # a partial write into the storage (one kernel over the view's elements, as a KV-cache update needs);
+            # a later realize of anything that reads this storage runs it first (see _run_writes_to_buffers_read)
             self.uop = UOp(Ops.ASSIGN, self.dtype, (_without_detach(current), value.uop))
             _ran_assigns.pop(self.uop, None)
-            _unrun_assigns.add(self.uop)
-            written = self._wrap(self.uop)
-            base_value = _placed(written, chain, base)
-            base.uop = UOp(Ops.ASSIGN, base.dtype, (base.uop, base_value.uop))
-            _implied_by[base.uop] = self.uop  # once the partial write ran, the base's ASSIGN has nothing to add
-            _unrun_assigns.add(base.uop)
-            _refresh_views(base, writer=self)
+            _unrun_view_writes.add(self.uop)  # (held: the view is often a temporary, `t[1][2] = 5`)
         else:
             base.assign(_placed(value, chain, base))
             self.uop = relation.current_view()
@@ -411,6 +407,7 @@ class Tensor(
 # building a node equal to one that ran (the same update of the same buffer) asks for it to run again.
 _unrun_assigns: weakref.WeakSet[UOp] = weakref.WeakSet()
 _ran_assigns: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()  # ASSIGN -> the view it wrote
+_unrun_view_writes: set[UOp] = set()  # partial writes through views, held until they run
 
 
 def _without_ran_assigns(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
@@ -419,13 +416,9 @@ def _without_ran_assigns(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
     return UOp.sink(*roots).substitute(dict(_ran_assigns)).src
 
 
-# A base's ASSIGN made by a write through a view, to the view's partial ASSIGN it only repeats at full shape.
-_implied_by: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-
-
 def _note_ran_assigns(roots: tuple[UOp, ...]) -> None:
     """Record which not-yet-run ASSIGNs the realize of `roots` ran (walking the graph only when one is not a root)."""
-    unrun = list(_unrun_assigns)
+    unrun = [*_unrun_assigns, *_unrun_view_writes]
     if not unrun:
         return
     direct = set(roots)
@@ -434,16 +427,34 @@ def _note_ran_assigns(roots: tuple[UOp, ...]) -> None:
         if node in ran:
             _ran_assigns[node] = _written_view(node)
             _unrun_assigns.discard(node)
-    for node in list(_unrun_assigns):  # a base whose view's write ran: it reads its storage again
-        partial = _implied_by.get(node)
-        if partial is not None and partial in _ran_assigns:
-            _ran_assigns[node] = _written_view(node)
-            _unrun_assigns.discard(node)
+            _unrun_view_writes.discard(node)
+
+
+def _run_writes_to_buffers_read(roots: tuple[UOp, ...]) -> None:
+    """Run first the not-yet-run ASSIGNs (writes through views: `t[:2].assign(v)`) into storage that `roots` read
+    without going through them, so that reading `t` afterwards sees the write, as in torch."""
+    unrun = [*_unrun_assigns, *_unrun_view_writes]
+    if not unrun:
+        return
+    graph = set(UOp.sink(*roots).toposort())
+    read = {node for node in graph if node.op is Ops.BUFFER}
+    writes = tuple(node for node in unrun if node not in graph and _written_buffer(node) in read)
+    if writes:
+        from tg.tensor.engine import realize
+
+        realize(*_without_ran_assigns(writes))
+        _note_ran_assigns(writes)
+
+
+def _written_buffer(node: UOp) -> UOp:
+    while node.op in (*_VIEW_OPS, Ops.ASSIGN):
+        node = node.src[0]
+    return node
 
 
 def pending_assigns() -> list[UOp]:
     """The ASSIGN nodes built by `assign` that no realize has run yet."""
-    return list(_unrun_assigns)
+    return [*_unrun_assigns, *_unrun_view_writes]
 
 
 def _written_view(node: UOp) -> UOp:

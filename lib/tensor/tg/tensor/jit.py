@@ -295,8 +295,10 @@ class TinyJit(Generic[R]):
             result = self.fn(*args, **kwargs)
             outputs = _flatten_outputs(result)
             assigned = _new_pending_assigns(pending)
-            if outputs or inputs or assigned:
-                Tensor.realize(*outputs, *inputs, *assigned)  # outputs, and any assign into an input or other state
+            if assigned:  # first, as a later read of their storage would run them first outside a capture
+                Tensor.realize(*assigned)
+            if outputs or inputs:
+                Tensor.realize(*outputs, *inputs)  # outputs, and any assign into an input
             outputs = [_as_buffer_tensor(t) for t in outputs]
         if not launches:
             raise JitError(f"{self.fn.__name__}: the function launched no kernels, so there is nothing to replay")

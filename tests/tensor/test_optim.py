@@ -215,3 +215,38 @@ def test_errors():
         SGD([w]).step()
     with pytest.raises(ValueError, match="matrices"):
         Muon([w])
+
+
+# ---------------------------------------------------------------------------------------------------- coupled params
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sgd_step_when_two_parameters_gradients_read_each_other(momentum: float) -> None:
+    """loss = sum(x * W): dL/dx reads W and dL/dW reads x, and both updates fuse into the writes. torch updates both
+    from the old values; the scheduler must order the step instead of reporting a cycle."""
+    x0 = np.array([[1.0, -2.0, 3.0, 4.0]])
+    w0 = np.eye(4)
+    x = Tensor(x0.tolist(), dtype=dtypes.float64)
+    w = Tensor.eye(4, dtype=dtypes.float64).contiguous().realize()
+    opt = SGD([x, w], lr=0.1, momentum=momentum)
+    ref = SGDRef(lr=0.1, momentum=momentum)
+    xs, ws = x0, w0
+    for _ in range(2):
+        opt.zero_grad()
+        (x * w).sum().backward()
+        opt.step()
+        grad_x = np.broadcast_to(ws.sum(axis=0, keepdims=True), xs.shape)  # d/dx sum(x*W) = column sums of W
+        grad_w = np.broadcast_to(xs, ws.shape)  # d/dW = x on every row
+        xs, ws = ref.step(0, xs, grad_x), ref.step(1, ws, grad_w)
+        np.testing.assert_allclose(x.numpy(), xs, rtol=1e-12)
+        np.testing.assert_allclose(w.numpy(), ws, rtol=1e-12)
+
+
+def test_sgd_coupled_step_first_values_by_hand() -> None:
+    x = Tensor([[1.0, -2, 3, 4]])
+    w = Tensor.eye(4).contiguous().realize()
+    opt = SGD([x, w], lr=0.1)
+    (x * w).sum().backward()
+    opt.step()
+    np.testing.assert_allclose(x.numpy(), [[0.9, -2.1, 2.9, 3.9]], rtol=1e-6)
+    np.testing.assert_allclose(w.numpy(), np.eye(4) - 0.1 * np.array([1.0, -2, 3, 4]), rtol=1e-6, atol=1e-7)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from tg.codegen import UOp
+from tg.codegen import UOp, dtypes
 from tg.codegen.schedule.graph import ShapeError
 from tg.hcq.engine import GlobalCounters, get_program, program_cache_stats
 from tg.tensor import Tensor, Variable
@@ -156,7 +156,7 @@ def test_variable_api_is_tinygrads() -> None:
         (lambda: Tensor(A).shrink(((0, Variable("n", 1, 20).bind(3)), None)), ShapeError, "for every value"),
         (lambda: Tensor(A) + Variable("n", 1, 10), ShapeError, "no value"),
         (lambda: Tensor(A)[Variable("n", 1, 10).bind(3)], IndexError, "not within axis 0"),
-        (lambda: Tensor(A)[: Variable("n", 1, 10).bind(3)][2], IndexError, "not within axis 0"),
+        (lambda: Tensor(A)[: Variable("n", 1, 10).bind(3)][3], IndexError, "not within axis 0"),
     ],
     ids=[
         "out of range",
@@ -244,3 +244,61 @@ def test_symbolic_graphs_pass_the_strict_spec_checks() -> None:
         for k in (2, 9):
             got = (Tensor(A)[: n.bind(k)] * n.bind(k)).mean(0) + Tensor.arange(n.bind(k)).sum()
             np.testing.assert_allclose(got.numpy(), (A[:k] * k).mean(0) + np.arange(k).sum(), rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------- issue 30 sweep
+
+
+def test_an_int_slice_of_a_symbolic_axis_within_its_bound_value_works() -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    vi = Variable("i", 1, 4).bind(2)
+    np.testing.assert_array_equal((Tensor(a)[:, :vi] + 1)[:, :2].numpy(), a[:, :2] + 1)
+    np.testing.assert_array_equal(Tensor(a)[:, :vi].shrink((None, (0, 2))).numpy(), a[:, :2])
+    np.testing.assert_array_equal(Tensor(a).shrink((None, (0, vi))).numpy(), a[:, :2])
+
+
+def test_cat_of_sizes_written_in_another_order_works() -> None:
+    i, j = Variable("i", 1, 2).bind(1), Variable("j", 1, 2).bind(2)
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    got = Tensor(x)[:, : i + j].cat(Tensor(x)[:, : j + i] * 2, dim=0)
+    np.testing.assert_array_equal(got.numpy(), np.concatenate([x[:, :3], x[:, :3] * 2], axis=0))
+
+
+def test_symbolic_rand_works_and_later_rand_is_unharmed() -> None:
+    vi = Variable("i", 1, 4).bind(2)
+    drawn = Tensor.rand(vi, 4).numpy()
+    assert drawn.shape == (2, 4) and ((drawn >= 0) & (drawn < 1)).all()
+    later = Tensor.rand(3).numpy()
+    assert later.shape == (3,) and ((later >= 0) & (later < 1)).all()
+
+
+def test_a_variable_with_a_dtype_is_a_value_of_that_dtype() -> None:
+    v = Variable("k", 0, 10, dtype="int64")
+    t = Tensor(v.bind(3))
+    assert t.dtype is dtypes.int64 and t.item() == 3
+    np.testing.assert_array_equal((Tensor([1, 2], dtype="int64") + t).numpy(), [4, 5])
+    with pytest.raises(TypeError, match="integer dtype"):
+        Variable("k", 0, 10, dtype="float32")
+    with pytest.raises(ValueError, match="does not fit"):
+        Variable("k", 0, 300, dtype="uint8")
+
+
+MOVEMENTS = [
+    ("reshape", lambda t, n: t.reshape(n, 2, 2), lambda a, n: a.reshape(n, 2, 2)),
+    ("expand", lambda t, n: t[:, :1].expand(n, 3), lambda a, n: np.broadcast_to(a[:, :1], (n, 3))),
+    ("permute", lambda t, n: t.permute(1, 0), lambda a, n: a.T),
+    ("pad", lambda t, n: t.pad(((1, 0), (0, 1))), lambda a, n: np.pad(a, ((1, 0), (0, 1)))),
+    ("shrink", lambda t, n: t.shrink(((0, n), (1, 3))), lambda a, n: a[:n, 1:3]),
+    ("flip", lambda t, n: t.flip(0), lambda a, n: a[::-1]),
+    ("cat", lambda t, n: t.cat(t * 2, dim=0), lambda a, n: np.concatenate([a, a * 2])),
+    ("stack", lambda t, n: Tensor.stack(t, t + 1), lambda a, n: np.stack([a, a + 1])),
+]
+
+
+@pytest.mark.parametrize(("name", "op", "reference"), MOVEMENTS, ids=[m[0] for m in MOVEMENTS])
+@pytest.mark.parametrize("value", [2, 3])
+def test_movement_ops_over_a_symbolic_axis(name: str, op, reference, value: int) -> None:
+    base = np.arange(40, dtype=np.float32).reshape(10, 4)
+    n = Variable("n", 1, 10).bind(value)
+    view = Tensor(base)[:n]
+    np.testing.assert_array_equal(op(view, n).numpy(), reference(base[:value], value), err_msg=name)

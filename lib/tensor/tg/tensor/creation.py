@@ -302,14 +302,17 @@ class CreationOps:
 
     @classmethod
     def from_blob(cls, ptr: int, shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        """The `shape` elements of `dtype` at host address `ptr` (a ctypes or numpy pointer), copied into a tensor
-        when created: later writes at `ptr` are not seen (tinygrad shares the memory instead)."""
-        import ctypes
+        """The `shape` elements of `dtype` at host address `ptr` (an int, e.g. `array.ctypes.data`), wrapped, not
+        copied: the tensor reads that memory when it is used, and writes into it (`assign`, `t[i] = v`) land there.
+        The caller keeps the memory alive while the tensor is in use. CPU devices only (their memory is host
+        memory)."""
+        from tg.tensor.engine import buffer_at_address
 
         dtype = dtype_argument(dtype) or dtypes.default_float
         shape = normalize_shape((shape,))
-        raw = ctypes.string_at(ptr, math.prod(shape) * dtype.itemsize)
-        return cls(raw, dtype=dtype, device=device).reshape(shape)  # type: ignore
+        device = canonical_device(device)
+        node = buffer_at_address(int(ptr), math.prod(shape), dtype, device)
+        return cls(node, device=device).reshape(shape)  # type: ignore
 
     @classmethod
     def from_url(cls, url: str, gunzip: bool = False, **kwargs: Any) -> Tensor:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tg.codegen import UOp, dtypes
 from tg.codegen.schedule.graph import canonical_size
 from tg.tensor.promotion import DTypeMismatchError, dtype_name, is_symbolic_int
-from tg.tensor.symbolic import check_size, known_le
+from tg.tensor.symbolic import check_size, fits_in, known_le
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -101,7 +101,7 @@ def _symbolic_int_selection(index: Any, size: Any, axis: int) -> AxisSelection:
     """An index that is a bound Variable (`freqs[pos]`), or an int into an axis of symbolic size: it must lie
     inside the axis for every value of the variables (no counting from the end)."""
     index = check_size(index, f"axis {axis} index")
-    if not (known_le(0, index) and known_le(index + 1, size)):
+    if not (known_le(0, index) and fits_in(index + 1, size)):
         raise IndexError(f"index {_text(index)} is not within axis {axis} of size {_text(size)} for every value of "
                          "its variables")  # fmt: skip
     return AxisSelection(index, 1, 1, keep_axis=False)
@@ -123,7 +123,7 @@ def _symbolic_selection(index: slice, size: Any, axis: int) -> AxisSelection:
             bound += size
         bounds.append(check_size(bound, f"axis {axis} slice"))
     start, stop = bounds
-    if not (known_le(0, start) and known_le(start, stop) and known_le(stop, size)):
+    if not (known_le(0, start) and known_le(start, stop) and fits_in(stop, size)):
         raise IndexError(
             f"axis {axis}: slice {_text(start)}:{_text(stop)} is not within 0..{_text(size)} for every "
             "value of its variables"

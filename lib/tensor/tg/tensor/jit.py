@@ -14,9 +14,17 @@ all kernels and copies) and returns Tensors over the captured output buffers. Wh
     first two calls; their values are baked into the capture;
   - it does not allocate outputs: each replay writes the same output buffers, so the Tensors returned by one call
     show the next call's results after that call. Copy them (`.numpy()`, `.clone().realize()`) to keep them.
-Inputs are the Tensor arguments (positional and keyword); they must keep their shapes, dtypes and devices from call
-to call, and the function must return Tensors (one, or a tuple/list/dict of them). Anything else is an error that
-names what changed. JIT=0 runs the function plainly on every call.
+Inputs are the Tensor arguments, positional and keyword, also inside lists, tuples and dicts (at any depth); they
+must keep their shapes, dtypes and devices from call to call. Every other argument is baked into the capture and
+must compare equal on later calls. The function returns Tensors (one, or a tuple/list/dict of them) or None (a
+function run for its assigns). Anything else is an error that names what changed. JIT=0 runs the function plainly
+on every call. What a replay does do like an eager call:
+  - random draws (`Tensor.rand`, dropout) take the next counters of the generator, so every call draws anew;
+  - an assign to a Tensor the function closes over (`state.assign(state + 1)`) runs once per call;
+  - an output of the previous call passed back as an input is read before the replay overwrites it;
+  - the replayed kernels count in GlobalCounters.
+`TinyJit(fn, prune=True)` drops from the replays the launches that depend on no input (weights prepared inside
+the function): they ran once, in the capture.
 
 Symbolic shapes: a bound Variable passed as an argument (`step(x, pos.bind(p))`), or a Tensor input whose shape
 has one (`x[:n.bind(k)]`), may take another value on every call: the capture's kernels take the variable as an
@@ -35,11 +43,13 @@ from typing import Any, Generic, TypeVar
 from tg.codegen import Ops, UOp
 from tg.codegen.schedule.graph import bind_graph, shape_of, unbind_graph
 from tg.codegen.schedule.realize import buffer_holding
+from tg.codegen.schedule.schedule import device_of
 from tg.hcq.buffer import Buffer
 from tg.hcq.engine.buffers import buffer_of
-from tg.hcq.engine.capture import LaunchGraph, capture_launches, is_capturing
+from tg.hcq.engine.capture import KernelLaunch, Launch, LaunchGraph, capture_launches, is_capturing
 from tg.tensor.flags import JIT
-from tg.tensor.tensor import Tensor
+from tg.tensor.random import Draw, draw_words, record_draws
+from tg.tensor.tensor import Tensor, pending_assigns
 
 R = TypeVar("R")
 
@@ -50,23 +60,57 @@ class JitError(RuntimeError):
 
 @dataclass(frozen=True)
 class InputSignature:
-    names: tuple[str, ...]  # "arg 0", "kwarg x", ...
+    names: tuple[str, ...]  # "arg 0", "kwarg x", "arg 1[0]", "kwarg d['w']", ...
     shapes: tuple[tuple[Any, ...], ...]  # symbolic sizes with their variables unbound (any value matches)
     dtypes: tuple[Any, ...]
     devices: tuple[str, ...]
     variables: tuple[tuple[str, str], ...] = ()  # per Variable argument: (where, "name in [min, max]")
+    constants: tuple[tuple[str, Any], ...] = ()  # every other argument (a capture bakes them in): (where, value)
 
 
-def _variable_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, UOp]]:
+def _leaves(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Every argument that is not a list, tuple or dict, named by where it sits ("arg 1[0]", "kwarg d['w']")."""
+    found: list[tuple[str, Any]] = []
+
+    def walk(name: str, value: Any) -> None:
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(f"{name}[{i}]", item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{name}[{key!r}]", item)
+        else:
+            found.append((name, value))
+
+    for i, arg in enumerate(args):
+        walk(f"arg {i}", arg)
+    for key in sorted(kwargs):
+        walk(f"kwarg {key}", kwargs[key])
+    return found
+
+
+def _variable_arguments(leaves: list[tuple[str, Any]]) -> list[tuple[str, UOp]]:
     """The bound Variables passed as arguments (a DEFINE_VAR without a value is an error)."""
-    named = [(f"arg {i}", a) for i, a in enumerate(args)] + [(f"kwarg {k}", v) for k, v in sorted(kwargs.items())]
     found = []
-    for name, value in named:
+    for name, value in leaves:
         if isinstance(value, UOp) and value.op is Ops.DEFINE_VAR:
             raise JitError(f"{name}: Variable {value.arg.name} is passed without a value; pass it bound (.bind(v))")
         if isinstance(value, UOp) and value.op is Ops.BIND:
             found.append((name, value))
     return found
+
+
+def _constants(leaves: list[tuple[str, Any]]) -> tuple[tuple[str, Any], ...]:
+    return tuple((name, v) for name, v in leaves if not isinstance(v, (Tensor, UOp)))
+
+
+def _same_constant(before: Any, now: Any) -> bool:
+    if before is now:
+        return True
+    try:
+        return bool(before == now) and type(before) is type(now)
+    except (TypeError, ValueError):  # (numpy arrays and the like: compared by identity only)
+        return False
 
 
 def _describe(variable: UOp) -> str:
@@ -94,9 +138,8 @@ def _call_variables(
     return var_vals, shapes, tuple(described)
 
 
-def _tensor_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[str], list[Tensor]]:
-    named = [(f"arg {i}", a) for i, a in enumerate(args)] + [(f"kwarg {k}", v) for k, v in sorted(kwargs.items())]
-    tensors = [(name, value) for name, value in named if isinstance(value, Tensor)]
+def _tensor_inputs(leaves: list[tuple[str, Any]]) -> tuple[list[str], list[Tensor]]:
+    tensors = [(name, value) for name, value in leaves if isinstance(value, Tensor)]
     return [name for name, _ in tensors], [value for _, value in tensors]
 
 
@@ -115,6 +158,8 @@ def _buffer(t: Tensor) -> Buffer:
 
 
 def _flatten_outputs(result: Any) -> list[Tensor]:
+    if result is None:  # a function run for its assigns
+        return []
     if isinstance(result, Tensor):
         return [result]
     values: list[Any] | None = None
@@ -123,7 +168,8 @@ def _flatten_outputs(result: Any) -> list[Tensor]:
     elif isinstance(result, (tuple, list)):
         values = list(result)
     if values is None or not all(isinstance(v, Tensor) for v in values):
-        raise JitError(f"a jitted function must return Tensors (one, or a tuple/list/dict of them), not {result!r}")
+        raise JitError(f"a jitted function must return Tensors (one, or a tuple/list/dict of them) or None, "
+                       f"not {result!r}")  # fmt: skip
     return values
 
 
@@ -139,6 +185,8 @@ def _rebuild_outputs(
     result: Any, sources: list[Tensor | int], inputs: list[Tensor], var_vals: dict[str, int] | None = None
 ) -> Any:
     """The function's result again: each output a new Tensor over its captured buffer, or the input it was."""
+    if result is None:
+        return None
     values = var_vals or {}
     fresh = iter([inputs[s] if isinstance(s, int) else Tensor(_rebound(s.uop, values), device=s.device)
                   for s in sources])  # fmt: skip
@@ -149,29 +197,38 @@ def _rebuild_outputs(
     return type(result)(next(fresh) for _ in result)
 
 
+def _new_pending_assigns(before: set[UOp]) -> list[Tensor]:
+    """The assigns made since `before` (the pending ones then) that are not realized yet, as Tensors to realize."""
+    return [Tensor(node, device=device_of(node)) for node in pending_assigns() if node not in before]
+
+
 class TinyJit(Generic[R]):
-    """Wraps `fn` (a function of Tensors returning Tensors): see the module docstring.
+    """Wraps `fn` (a function of Tensors returning Tensors or None): see the module docstring.
 
     `plain_calls` is how many calls run plainly before the capture (default 1, so one-time work such as realizing
     lazily built weights stays out of the capture). 0 captures the first call, for a function known to do the same
     work on every call: its first replay then comes one call earlier. `one_call=True` compiles the captured kernels
     one call on one core each (tg.codegen.target.Target.one_call): for small kernels replayed back to back, which
-    lose more to handing calls to other cores than those cores give them."""
+    lose more to handing calls to other cores than those cores give them.
 
-    def __init__(self, fn: Callable[..., R], plain_calls: int = 1, one_call: bool = False) -> None:
+    `prune=True` drops from the replays every captured launch that does not depend on an input (a Tensor or
+    Variable argument, or a random draw): such work ran once, in the capture, and its result stays in its buffer."""
+
+    def __init__(self, fn: Callable[..., R], plain_calls: int = 1, prune: bool = False, one_call: bool = False) -> None:
         self.fn = fn
         self.plain_calls = plain_calls
+        self.prune = prune
         self.one_call = one_call
-        self.calls = 0
-        self.signature: InputSignature | None = None
-        self.graph: LaunchGraph | None = None
-        self.captured_result: Any = None
-        self.output_sources: list[Tensor | int] = []  # per output: its captured buffer's Tensor, or an input index
+        self.reset()
         functools.update_wrapper(self, fn)
 
     def reset(self) -> None:
         """Forget the capture: the next call runs plainly again."""
-        self.calls, self.signature, self.graph, self.captured_result, self.output_sources = 0, None, None, None, []
+        self.calls, self.signature, self.graph, self.captured_result = 0, None, None, None
+        self.captured = False  # (a pruned capture may have no launches left: then graph stays None)
+        self.output_sources: list[Tensor | int] = []  # per output: its captured buffer's Tensor, or an input index
+        self.draws: list[Draw] = []  # the random draws of the capture: each replay uploads fresh counters
+        self.replay_draws: list[Tensor] = []
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return functools.partial(self.__call__, obj) if obj is not None else self  # jitted methods
@@ -179,25 +236,42 @@ class TinyJit(Generic[R]):
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         if not int(JIT) or is_capturing():
             return self.fn(*args, **kwargs)
-        names, inputs = _tensor_inputs(args, kwargs)
-        variable_args = _variable_arguments(args, kwargs)
-        buffered = [_as_buffer_tensor(t) for t in inputs]
+        leaves = _leaves(args, kwargs)
+        names, inputs = _tensor_inputs(leaves)
+        variable_args = _variable_arguments(leaves)
+        buffered = [self._unaliased(_as_buffer_tensor(t)) for t in inputs]
         var_vals, shapes, variables = _call_variables(variable_args, buffered)
         signature = InputSignature(tuple(names), tuple(shapes), tuple(t.dtype for t in buffered),
-                                   tuple(t.device for t in buffered), variables)  # fmt: skip
+                                   tuple(t.device for t in buffered), variables, _constants(leaves))  # fmt: skip
         self._check_signature(signature)
         args, kwargs = _substitute(args, kwargs, inputs, buffered)
         self.calls += 1
         if self.calls <= self.plain_calls:
-            result = self.fn(*args, **kwargs)
-            _flatten_outputs(result)
-            return result
-        if self.graph is None:
+            return self._plain_call(args, kwargs)
+        if not self.captured:
             return self._capture(args, kwargs, buffered)
-        assert self.graph is not None
-        used = {name: value for name, value in var_vals.items() if name in self.graph.variables}  # (others: views)
-        self.graph.replay([_buffer(t) for t in buffered], used)
+        if self.graph is not None:
+            used = {name: value for name, value in var_vals.items() if name in self.graph.variables}  # (others: views)
+            draws = [Tensor(draw_words(d.count), device=d.params.device) for d in self.draws]
+            self.graph.replay([_buffer(t) for t in buffered + draws], used)
+            self.replay_draws = draws  # (their memory must outlive this replay, which may still be running)
         return _rebuild_outputs(self.captured_result, self.output_sources, buffered, var_vals)
+
+    def _unaliased(self, t: Tensor) -> Tensor:
+        """`t`, or a copy of it when its buffer is one the replay writes (an output fed back as the next input:
+        the replay would overwrite what it still has to read)."""
+        if self.graph is not None and any(_buffer(t) is written for written in self.graph.written_buffers):
+            return t.clone().realize()
+        return t
+
+    def _plain_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        pending = set(pending_assigns())
+        result = self.fn(*args, **kwargs)
+        _flatten_outputs(result)
+        assigned = _new_pending_assigns(pending)  # realized now: the capture must not run this call's assigns again
+        if assigned:
+            Tensor.realize(*assigned)
+        return result
 
     def _check_signature(self, signature: InputSignature) -> None:
         if self.signature is None:
@@ -213,22 +287,49 @@ class TinyJit(Generic[R]):
         for name, before, now, what in _differences(old, signature):
             raise JitError(f"{self.fn.__name__}: {name} changed {what} from {before} to {now}; a capture only "
                            "replays inputs like the ones it was made with (call .reset() first)")  # fmt: skip
+        for (name, before), (_, now) in zip(old.constants, signature.constants, strict=True):
+            if not _same_constant(before, now):
+                raise JitError(f"{self.fn.__name__}: {name} changed from {before!r} to {now!r}; a capture bakes in "
+                               "the arguments that are not Tensors or Variables (call .reset() first)")  # fmt: skip
 
     def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> R:
-        with capture_launches(one_call=self.one_call) as launches:
+        pending = set(pending_assigns())
+        with capture_launches(one_call=self.one_call) as launches, record_draws() as draws:
             result = self.fn(*args, **kwargs)
             outputs = _flatten_outputs(result)
+            assigned = _new_pending_assigns(pending)
+            if assigned:  # first, as a later read of their storage would run them first outside a capture
+                Tensor.realize(*assigned)
             if outputs or inputs:
                 Tensor.realize(*outputs, *inputs)  # outputs, and any assign into an input
             outputs = [_as_buffer_tensor(t) for t in outputs]
         if not launches:
             raise JitError(f"{self.fn.__name__}: the function launched no kernels, so there is nothing to replay")
-        input_buffers = [_buffer(t) for t in inputs]
-        self.graph = LaunchGraph(launches, input_buffers)
-        by_buffer = {id(buf): i for i, buf in enumerate(input_buffers)}
+        self.draws = draws
+        input_buffers = [_buffer(t) for t in inputs] + [_buffer(d.params) for d in draws]
+        kept = _launches_reading(launches, input_buffers) if self.prune else launches
+        self.graph = LaunchGraph(kept, input_buffers) if kept else None
+        self.captured = True
+        by_buffer = {id(buf): i for i, buf in enumerate(input_buffers[: len(inputs)])}
         self.output_sources = [by_buffer.get(id(_buffer(t)), t) for t in outputs]
         self.captured_result = result
         return _rebuild_outputs(result, self.output_sources, inputs)
+
+
+def _launches_reading(launches: list[Launch], inputs: list[Buffer]) -> list[Launch]:
+    """The launches that depend on `inputs`: read one, read what such a launch wrote, or take a variable."""
+    dependent = {id(buf) for buf in inputs}
+    kept = []
+    for launch in launches:
+        if isinstance(launch, KernelLaunch):
+            written, read = launch.buffers[0], launch.buffers[1:]
+            takes_variable = bool(launch.program.source.variables)
+        else:
+            written, read, takes_variable = launch.dest, (launch.source,), False
+        if takes_variable or any(id(buf) in dependent for buf in read):
+            dependent.add(id(written))
+            kept.append(launch)
+    return kept
 
 
 def _variables_text(signature: InputSignature) -> str:
@@ -254,8 +355,22 @@ def _differences(old: InputSignature, new: InputSignature) -> list[tuple[str, An
 def _substitute(
     args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor], buffered: list[Tensor]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The call's arguments with each input replaced by its whole-buffer version (the same object when it was one)."""
+    """The call's arguments, containers rebuilt, with each input replaced by its whole-buffer version (the same
+    object when it was one)."""
     replacement = {id(old): new for old, new in zip(inputs, buffered, strict=True)}
-    new_args = tuple(replacement.get(id(a), a) for a in args)
-    new_kwargs = {k: replacement.get(id(v), v) for k, v in kwargs.items()}
-    return new_args, new_kwargs
+    if all(old is new for old, new in zip(inputs, buffered, strict=True)):
+        return args, kwargs
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, Tensor):
+            return replacement.get(id(value), value)
+        if isinstance(value, list):
+            return [swap(v) for v in value]
+        if isinstance(value, tuple):
+            items = [swap(v) for v in value]
+            return type(value)._make(items) if hasattr(value, "_make") else tuple(items)  # (namedtuples too)
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        return value
+
+    return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}

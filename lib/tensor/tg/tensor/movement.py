@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.schedule.graph import Shape, ShapeError, canonical_size, symbolic_numel
 from tg.tensor.errors import ArgumentError, UnsupportedModeError
-from tg.tensor.symbolic import check_size, is_symbolic, is_symbolic_shape, known_le, shape_text
+from tg.tensor.symbolic import check_size, fits_in, is_symbolic, is_symbolic_shape, known_le, shape_text
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -188,7 +188,7 @@ class MovementOps:
         full = tuple((0, size) if b is None else (check_size(b[0], "shrink"), check_size(b[1], "shrink"))
                      for b, size in zip(bounds, self.shape, strict=True))  # fmt: skip
         for (start, end), size in zip(full, self.shape, strict=True):
-            if not (known_le(0, start) and known_le(start, end) and known_le(end, size)):
+            if not (known_le(0, start) and known_le(start, end) and fits_in(end, size)):
                 where = f"({_text(start)}, {_text(end)}) is not within 0..{_text(size)} for every value"
                 raise ShapeError(f"shrink of shape {shape_text(self.shape)} to {_bounds_text(full)}: {where}")
         if all(start == 0 and end == size for (start, end), size in zip(full, self.shape, strict=True)):

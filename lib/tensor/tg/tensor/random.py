@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -44,18 +46,52 @@ class GeneratorState:
 STATE = GeneratorState(seed=int.from_bytes(os.urandom(8), "little"))
 
 
+@dataclass(frozen=True)
+class Draw:
+    """One draw of `count` counters: `params` is the uploaded (key, first counter) the draw's kernels read."""
+
+    params: Tensor
+    count: int
+
+
+# Set by a TinyJit capture: every draw inside it is recorded, so that each replay uploads fresh counters.
+_recorded_draws: list[Draw] | None = None
+
+
+@contextmanager
+def record_draws() -> Iterator[list[Draw]]:
+    """Record the random draws made inside the block."""
+    global _recorded_draws
+    outer, _recorded_draws = _recorded_draws, []
+    try:
+        yield _recorded_draws
+    finally:
+        _recorded_draws = outer
+
+
+def draw_words(count: int) -> Any:
+    """The four uint32 words of a draw of `count` counters (key low/high, first counter low/high), numpy."""
+    import numpy as np
+
+    first = STATE.take(count)
+    key = Key.from_seed(STATE.seed)
+    return np.array([key.low, key.high, first & MASK32, (first >> 32) & MASK32], dtype=np.uint32)
+
+
 def random_words(tensor_type: type, shape: tuple[int, ...], device: str) -> tuple[Tensor, Tensor]:
     """Two uint32 tensors of `shape` with fresh random bits (the next prod(shape) counters).
 
     The seed and the first counter reach the kernel through a small uploaded buffer, not as constants in its
     source: the kernel is then the same for every draw of this shape and compiles once."""
-    import numpy as np
-
+    if any(not isinstance(size, int) for size in shape):  # symbolic: draw for the largest sizes, view the bound ones
+        largest = tuple(size if isinstance(size, int) else int(size.vmax) for size in shape)
+        x0, x1 = random_words(tensor_type, largest, device)
+        bounds = tuple((0, size) for size in shape)
+        return x0.shrink(bounds), x1.shrink(bounds)
     count = math.prod(shape)
-    first = STATE.take(count)
-    key = Key.from_seed(STATE.seed)
-    words = np.array([key.low, key.high, first & MASK32, (first >> 32) & MASK32], dtype=np.uint32)
-    params = tensor_type(words, device=device)
+    params = tensor_type(draw_words(count), device=device)
+    if _recorded_draws is not None:
+        _recorded_draws.append(Draw(params, count))
     key_low, key_high, low_start, high_start = (params[i] for i in range(4))
     low = positions(params, count, dtypes.uint32) + low_start  # wraps modulo 2**32 ...
     carry = (low < low_start).cast(dtypes.uint32)  # ... and carries into the high word

@@ -9,6 +9,7 @@ indexing, reduce.
 from __future__ import annotations
 
 import math
+import weakref
 from pathlib import PurePath
 from typing import Any
 
@@ -56,7 +57,7 @@ class Tensor(
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
-    __slots__ = ("uop", "device", "grad", "_requires_grad", "_former_uops")
+    __slots__ = ("uop", "device", "grad", "_requires_grad", "_former_uops", "_view_of", "_views")
     __array_ufunc__ = None  # `numpy_array + tensor` calls Tensor.__radd__ instead of numpy's elementwise loop
 
     def __init__(
@@ -68,6 +69,8 @@ class Tensor(
     ) -> None:
         dtype = dtype_argument(dtype)
         self.grad: Tensor | None = None
+        self._view_of: ViewOf | None = None  # when this tensor is a view: what of
+        self._views: weakref.WeakSet[Tensor] | None = None  # the live views taken of this tensor
         self.requires_grad = requires_grad
         if isinstance(data, PurePath):  # a file: mapped on its DISK device, read only when used
             self.uop, self.device = node_from_path(data, dtype)
@@ -76,8 +79,10 @@ class Tensor(
                 self.uop, self.device = moved.uop, moved.device
             return
         self.device = canonical_device(device)
-        if isinstance(data, UOp) and data.dtype is dtypes.index:  # a bound Variable (or an expression of them)
-            self.uop = const_of_shape(data, (), dtype or dtypes.default_int, self.device)
+        if isinstance(data, UOp) and (data.dtype is dtypes.index or data.op is Ops.BIND):  # a bound Variable (or
+            # an expression of them): a Variable made with a dtype is a value of that dtype
+            default = dtypes.default_int if data.dtype is dtypes.index else data.dtype
+            self.uop = const_of_shape(data, (), dtype or default, self.device)
             return
         if isinstance(data, UOp):
             self.uop: UOp = data if dtype is None or data.dtype is dtype else UOp(Ops.CAST, dtype, (data,))
@@ -90,7 +95,17 @@ class Tensor(
         if Tensor.no_grad and not _reads_a_buffer(node):  # computed under no_grad: autograd stops here
             node = UOp(Ops.DETACH, node.dtype, (node,))
         result.uop, result.device, result.grad, result._requires_grad = node, self.device, None, None
+        result._view_of, result._views = _view_relation(self, node), None
+        if result._view_of is not None:
+            base = result._view_of.base
+            assert base is not None, "a view's base is alive while the view is made"
+            base._add_view(result)
         return result
+
+    def _add_view(self, view: Tensor) -> None:
+        if self._views is None:
+            self._views = weakref.WeakSet()
+        self._views.add(view)
 
     # -------------------------------------------------------------------------------- properties
 
@@ -157,10 +172,15 @@ class Tensor(
         from tg.tensor.engine import realize
 
         tensors = (self, *others)
-        for tensor, realized in zip(tensors, realize(*(t.uop for t in tensors)), strict=True):
+        roots = tuple(t.uop for t in tensors)
+        _run_writes_to_buffers_read(roots)
+        for tensor, realized in zip(tensors, realize(*_without_ran_assigns(roots)), strict=True):
             if realized is not tensor.uop:
                 remember_former_uop(tensor, tensor.uop, realized)
             tensor.uop = realized
+            if tensor._view_of is not None and tensor._view_of.base is None:
+                tensor._view_of = None  # (its base is gone: let the graph it was built from go too)
+        _note_ran_assigns(roots)  # (the graph as built: its ASSIGNs ran, some with earlier ones read as buffers)
         return self
 
     def data(self) -> memoryview:
@@ -169,6 +189,8 @@ class Tensor(
 
         if self.numel() == 0:
             return memoryview(b"")
+        if _computed_on_disk(self):  # a view or computation of a file's contents: read where kernels run
+            return self.to(None).data()
         self.realize()
         return read_bytes(self.uop, size_value(self.numel()) * self.dtype.itemsize)
 
@@ -230,6 +252,10 @@ class Tensor(
             return self
         from tg.codegen.schedule.graph import device_node
 
+        if _computed_on_disk(self):  # a DISK device runs no kernels: compute where kernels run, then copy
+            compute = canonical_device(None if device.startswith("DISK") else device)
+            computed = Tensor(_read_disk_buffers_on(self.uop, compute), device=compute)
+            return computed if compute == device else computed.to(device)
         return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, device_node(device))), device=device)
 
     # -------------------------------------------------------------------------------- casts
@@ -297,6 +323,8 @@ class Tensor(
             except ShapeError:
                 message = f"cannot assign a value of shape {value.shape} to a tensor of shape {self.shape}"
                 raise ShapeError(message) from None
+        if self._view_of is not None:
+            return self._write_through_view(value)
         target = self.uop
         if not _reads_a_buffer(target):
             # no storage yet (a constant or a computed value): the value goes into fresh storage, lazily. Nothing
@@ -308,6 +336,33 @@ class Tensor(
                 "storage of their own; write through t[indices] = value instead"
             )
         self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
+        _ran_assigns.pop(self.uop, None)  # (an equal node that ran before: this is a new write, it runs again)
+        _unrun_assigns.add(self.uop)
+        if self._views:
+            _refresh_views(self)
+        return self
+
+    def _write_through_view(self, value: Tensor) -> Tensor:
+        """Assign into a view (`t[1]`, `t.T`, `t[::-1]`, `t.detach()`, views of views): the write lands in the
+        tensor the view was taken from, as in torch, whether or not that tensor is realized yet."""
+        relation = self._view_of
+        assert relation is not None
+        base, chain = relation.base, relation.chain()
+        if base is None or chain is None:  # the base is gone, or was replaced since (replace(), to_()): no one
+            self._view_of = None  # can see it, the write lands in this tensor's own storage
+            return self.assign(value)
+        _check_writable(chain, self.shape)
+        current = relation.current_view()
+        if _reads_a_buffer(base.uop) and not any(op.op in (Ops.PAD, Ops.BITCAST) for op in chain):
+            # a partial write into the storage (one kernel over the view's elements, as a KV-cache update needs);
+            # a later realize of anything that reads this storage runs it first (see _run_writes_to_buffers_read)
+            self.uop = UOp(Ops.ASSIGN, self.dtype, (_without_detach(current), value.uop))
+            _ran_assigns.pop(self.uop, None)
+            _unrun_view_writes.add(self.uop)  # (held: the view is often a temporary, `t[1][2] = 5`)
+        else:
+            base.assign(_placed(value, chain, base))
+            self.uop = relation.current_view()
+        relation.rebase()
         return self
 
     def __iadd__(self, other: Any) -> Tensor:
@@ -347,6 +402,88 @@ class Tensor(
         return self.assign(self >> other)
 
 
+# An ASSIGN runs once. Graphs built before it ran may still hold its node (`c.assign(c + 1)`, then `y = x * c`,
+# then `y.realize()` runs the assign; `c` and any other graph built on it still hold the ASSIGN node): a later
+# realize reads the written buffer in its place instead of writing it again. UOps are hash-consed, so assign()
+# building a node equal to one that ran (the same update of the same buffer) asks for it to run again.
+_unrun_assigns: weakref.WeakSet[UOp] = weakref.WeakSet()
+_ran_assigns: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()  # ASSIGN -> the view it wrote
+_unrun_view_writes: set[UOp] = set()  # partial writes through views, held until they run
+
+
+def _without_ran_assigns(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    if not _ran_assigns:
+        return roots
+    return UOp.sink(*roots).substitute(dict(_ran_assigns)).src
+
+
+def _note_ran_assigns(roots: tuple[UOp, ...]) -> None:
+    """Record which not-yet-run ASSIGNs the realize of `roots` ran (walking the graph only when one is not a root)."""
+    unrun = [*_unrun_assigns, *_unrun_view_writes]
+    if not unrun:
+        return
+    direct = set(roots)
+    ran = direct if all(node in direct for node in unrun) else set(UOp.sink(*roots).toposort())
+    for node in unrun:
+        if node in ran:
+            _ran_assigns[node] = _written_view(node)
+            _unrun_assigns.discard(node)
+            _unrun_view_writes.discard(node)
+
+
+def _run_writes_to_buffers_read(roots: tuple[UOp, ...]) -> None:
+    """Run first the not-yet-run ASSIGNs (writes through views: `t[:2].assign(v)`) into storage that `roots` read
+    without going through them, so that reading `t` afterwards sees the write, as in torch."""
+    unrun = [*_unrun_assigns, *_unrun_view_writes]
+    if not unrun:
+        return
+    graph = set(UOp.sink(*roots).toposort())
+    read = {node for node in graph if node.op is Ops.BUFFER}
+    writes = tuple(node for node in unrun if node not in graph and _written_buffer(node) in read)
+    if writes:
+        from tg.tensor.engine import realize
+
+        realize(*_without_ran_assigns(writes))
+        _note_ran_assigns(writes)
+
+
+def _written_buffer(node: UOp) -> UOp:
+    while node.op in (*_VIEW_OPS, Ops.ASSIGN):
+        node = node.src[0]
+    return node
+
+
+def pending_assigns() -> list[UOp]:
+    """The ASSIGN nodes built by `assign` that no realize has run yet."""
+    return [*_unrun_assigns, *_unrun_view_writes]
+
+
+def _written_view(node: UOp) -> UOp:
+    """What an ASSIGN (or a view of one) reads once it has run: the same view of the buffer it wrote."""
+    if node.op is Ops.ASSIGN:
+        return _written_view(node.src[0])
+    if node.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
+        return node.replace(src=(_written_view(node.src[0]), *node.src[1:]))
+    return node
+
+
+def _computed_on_disk(tensor: Tensor) -> bool:
+    """Whether `tensor` lives on a DISK device but is not a whole buffer there (a view of a file, or math on one)."""
+    from tg.codegen.schedule.realize import buffer_holding
+
+    return tensor.device.startswith("DISK") and buffer_holding(tensor.uop) is None
+
+
+def _read_disk_buffers_on(node: UOp, device: str) -> UOp:
+    """`node` with every DISK buffer it reads copied to `device` first (so its ops run there)."""
+    from tg.codegen.schedule.graph import device_node
+
+    target = device_node(device)
+    disk = {n: UOp(Ops.COPY, n.dtype, (n, target)) for n in node.toposort()
+            if n.op is Ops.BUFFER and n.src[0].arg.startswith("DISK")}  # fmt: skip
+    return node.substitute(disk)
+
+
 def _unpickle_tensor(data: bytes, shape: Shape, dtype: DType, device: str | None) -> Tensor:
     return Tensor(data, device=device, dtype=dtype).reshape(shape)
 
@@ -365,3 +502,154 @@ def _unwritable_view_op(node: UOp) -> str | None:
             return "expanded" if node.op is Ops.EXPAND else "padded"
         node = node.src[0]
     return None
+
+
+# ---------------------------------------------------------------------------------------------------- views
+
+# (BITCAST of one item size: the same bytes read as another dtype, torch's `view(dtype)`)
+_VIEW_OPS = (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.DETACH, Ops.BITCAST)
+
+
+class ViewOf:
+    """What a view Tensor was taken from: the base Tensor (never itself a view), the base's node then and the
+    view's node then (movement ops and DETACH over the base's node)."""
+
+    __slots__ = ("_base", "base_node", "view_node")
+
+    def __init__(self, base: Tensor, base_node: UOp, view_node: UOp) -> None:
+        # the base is held weakly: a view of an intermediate no one else holds (`x.sum(0)` reshapes a reduction)
+        # must not keep it, or its graph, alive once the view is realized
+        self._base, self.base_node, self.view_node = weakref.ref(base), base_node, view_node
+
+    @property
+    def base(self) -> Tensor | None:
+        """The base Tensor, or None once nothing else holds it (nothing can then see writes to it)."""
+        return self._base()
+
+    def chain(self) -> list[UOp] | None:
+        """The view's ops from the view down to the base (None when the base's node is no longer below it)."""
+        ops, node = [], self.view_node
+        while node is not self.base_node:
+            if node.op not in _VIEW_OPS:
+                return None
+            ops.append(node)
+            node = node.src[0]
+        return ops
+
+    def current_view(self) -> UOp:
+        """The view over the base's node now (after writes and realizes of the base, which must be alive)."""
+        base = self.base
+        assert base is not None
+        if base.uop is self.base_node:
+            return self.view_node
+        return self.view_node.substitute({self.base_node: base.uop})
+
+    def rebase(self) -> None:
+        """The base has a new node: the view's ops are now taken over it."""
+        base = self.base
+        assert base is not None
+        self.view_node = self.current_view()
+        self.base_node = base.uop
+
+
+def _view_relation(source: Tensor, node: UOp) -> ViewOf | None:
+    """How `node`, built by an op on `source`, is a view: movement ops and DETACH over source's node."""
+    if node.op not in _VIEW_OPS:
+        return None
+    below = node.src[0]
+    while below is not source.uop:
+        if below.op not in _VIEW_OPS:
+            return None
+        below = below.src[0]
+    relation = source._view_of
+    base = None if relation is None else relation.base
+    if relation is None or base is None or relation.chain() is None:  # (a chain of None: source's base has moved
+        return ViewOf(source, source.uop, node)  # on since, so source is a copy, not a view)
+    return ViewOf(base, relation.base_node, node.substitute({source.uop: relation.view_node}))
+
+
+def _refresh_views(base: Tensor, writer: Tensor | None = None) -> None:
+    """After a write into `base`: every live view of it (but the one that wrote) reads base's new node, as views
+    of one storage do in torch."""
+    for view in list(base._views or ()):
+        relation = view._view_of
+        if view is writer or relation is None or relation.base is not base:
+            continue
+        if relation.chain() is None:  # (the view was replaced by something else since)
+            view._view_of = None
+            continue
+        relation.rebase()
+        view.uop = relation.view_node
+
+
+def _check_writable(chain: list[UOp], view_shape: Shape) -> None:
+    """A clear error when some elements of the view are not elements of the base (broadcast or padding)."""
+    for op in chain:
+        if op.op is Ops.EXPAND:
+            raise ValueError(f"cannot assign into this expanded view (shape {view_shape}): several of its elements "
+                             "are one element of the tensor it views")  # fmt: skip
+    if any(op.op is Ops.PAD for op in chain) and not _padding_is_never_viewed(chain):
+        raise ValueError(f"cannot assign into this padded view (shape {view_shape}): some of its elements have no "
+                         "storage of their own; write through t[indices] = value instead")  # fmt: skip
+
+
+def _padding_is_never_viewed(chain: list[UOp]) -> bool:
+    """Whether no padding element of a PAD in the chain reaches the view (a strided slice pads, then drops the
+    padding): the chain run over a mask of real elements, in numpy."""
+    import numpy as np
+
+    bottom = shape_of(chain[-1].src[0])
+    if any(not isinstance(size, int) for op in chain for size in shape_of(op)) or not all(
+        isinstance(size, int) for size in bottom
+    ):
+        return False
+    real = np.ones(bottom, dtype=bool)
+    for op in reversed(chain):
+        if op.op is Ops.RESHAPE:
+            real = real.reshape(op.arg)
+        elif op.op is Ops.PERMUTE:
+            real = real.transpose(op.arg)
+        elif op.op is Ops.FLIP:
+            real = np.flip(real, [i for i, f in enumerate(op.arg) if f])
+        elif op.op is Ops.SHRINK:
+            real = real[tuple(slice(b, e) for b, e in op.arg)]
+        elif op.op is Ops.PAD:
+            real = np.pad(real, op.arg, constant_values=False)
+    return bool(real.all())
+
+
+def _without_detach(node: UOp) -> UOp:
+    """The view's movement ops over the base's storage, without the DETACH ops (a write target)."""
+    if node.op is Ops.DETACH:
+        return _without_detach(node.src[0])
+    if node.op in _VIEW_OPS:
+        below = _without_detach(node.src[0])
+        return node if below is node.src[0] else node.replace(src=(below, *node.src[1:]))
+    return node
+
+
+def _placed(value: Tensor, chain: list[UOp], base: Tensor) -> Tensor:
+    """The base's new value: `value` (view-shaped) at the base positions the view shows, the base elsewhere."""
+    written: Tensor | None = None  # where the view's elements are, when it does not cover the whole base
+    for op in chain:  # from the view down to the base: each op undone
+        below = shape_of(op.src[0])
+        if op.op is Ops.RESHAPE:
+            value, written = value.reshape(below), None if written is None else written.reshape(below)
+        elif op.op is Ops.PERMUTE:
+            inverse = tuple(sorted(range(len(op.arg)), key=lambda i: op.arg[i]))
+            value, written = value.permute(inverse), None if written is None else written.permute(inverse)
+        elif op.op is Ops.FLIP:
+            axes = [i for i, flipped in enumerate(op.arg) if flipped]
+            value, written = value.flip(axes), None if written is None else written.flip(axes)
+        elif op.op is Ops.SHRINK:
+            padding = tuple((b, size - e) for (b, e), size in zip(op.arg, below, strict=True))
+            if written is None:
+                written = value.ones_like(dtype=dtypes.bool)
+            value, written = value.pad(padding), written.pad(padding)
+        elif op.op is Ops.BITCAST:
+            value = value.bitcast(op.src[0].dtype)
+        elif op.op is Ops.PAD:
+            bounds = tuple((b, b + size) for (b, _), size in zip(op.arg, below, strict=True))
+            value = value.shrink(bounds)
+            written = (value.ones_like(dtype=dtypes.bool) if written is None else written).shrink(bounds)
+    return value if written is None else written.where(value, base)

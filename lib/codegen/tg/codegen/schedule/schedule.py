@@ -256,9 +256,11 @@ def schedule_graph(roots: tuple[UOp, ...], target_of: TargetOf = default_target)
             verify_stage("build kernels", kernel.ast, KERNEL_SPEC)
         hazard = next((p for p in points if p.op is Ops.ASSIGN and _reads_what_it_overwrites(kernels[p])), None)
         if hazard is None:
-            break
+            order = _order(points, kernels, storage)
+            if isinstance(order, list):
+                break
+            hazard = order  # ASSIGNs that read each other's old contents: this one computes its value first
         forced.append(hazard.src[1])  # compute the value into its own buffer first, then copy it over the target
-    order = _order(points, kernels, storage)
     views = _views(points, storage)
     results = tuple(root.substitute(views) for root in roots)
     exposed = {node for result in results for node in result.toposort() if node.op is Ops.BUFFER}
@@ -338,9 +340,14 @@ def _views(points: list[UOp], storage: dict[UOp, UOp]) -> dict[UOp, UOp]:
     return views
 
 
-def _order(points: list[UOp], kernels: dict[UOp, Kernel], storage: dict[UOp, UOp]) -> list[UOp]:
+def _order(points: list[UOp], kernels: dict[UOp, Kernel], storage: dict[UOp, UOp]) -> list[UOp] | UOp:
     """Realize points in an order where each runs after the points it reads and every ASSIGN runs after the
-    kernels that read the old contents of its buffer (unless they read it through the ASSIGN)."""
+    kernels that read the old contents of its buffer (unless they read it through the ASSIGN).
+
+    When no such order exists (two ASSIGN kernels each read the other's target: `a.assign(f(a, b))` with
+    `b.assign(g(a, b))` fused into the writes), returns an ASSIGN on the cycle whose value is computed in its own
+    kernel: the caller makes that value a realize point, which breaks the cycle (the value kernel reads the old
+    contents before either write; the ASSIGN becomes a copy that can wait)."""
     point_set = set(points)
     ancestors = {p: {n for n in p.toposort() if n in point_set and n is not p} for p in points}
     before: dict[UOp, set[UOp]] = {p: set(ancestors[p]) for p in points}
@@ -353,13 +360,18 @@ def _order(points: list[UOp], kernels: dict[UOp, Kernel], storage: dict[UOp, UOp
                 continue
             if written in kernels[reader].buffers[1:]:
                 before[writer].add(reader)
-    return first_ready_order(points, before)
+    ordered = first_ready_order(points, before, raise_on_cycle=False)
+    if len(ordered) == len(points):
+        return ordered
+    done = set(ordered)
+    return _cycle_breaker([p for p in points if p not in done], before, done, point_set)
 
 
-def first_ready_order(points: list[UOp], before: dict[UOp, set[UOp]]) -> list[UOp]:
+def first_ready_order(points: list[UOp], before: dict[UOp, set[UOp]], raise_on_cycle: bool = True) -> list[UOp]:
     """`points` ordered so that each comes after every point in `before[point]`, taking at each step the earliest
     point in `points` whose predecessors have all run (so independent kernels keep the order they were found in).
-    Kahn's algorithm with a heap of positions: O((points + edges) log points)."""
+    Kahn's algorithm with a heap of positions: O((points + edges) log points). On a cycle: an error, or with
+    `raise_on_cycle=False` the points that could be ordered (those on or after the cycle are left out)."""
     position = {point: i for i, point in enumerate(points)}
     waiting = {point: len(before[point]) for point in points}
     followers: dict[UOp, list[UOp]] = {point: [] for point in points}
@@ -376,6 +388,16 @@ def first_ready_order(points: list[UOp], before: dict[UOp, set[UOp]]) -> list[UO
             waiting[follower] -= 1
             if waiting[follower] == 0:
                 heapq.heappush(ready, position[follower])
-    if len(ordered) != len(points):
+    if len(ordered) != len(points) and raise_on_cycle:
         raise RuntimeError("the schedule has a cycle: an ASSIGN's value depends on a kernel it must precede")
     return ordered
+
+
+def _cycle_breaker(remaining: list[UOp], before: dict[UOp, set[UOp]], done: set[UOp], point_set: set[UOp]) -> UOp:
+    """An ASSIGN that waits on a reader which itself cannot run yet and whose value is still fused into it."""
+    blocked = set(remaining)
+    for point in remaining:
+        waits_on_reader = any(p in blocked for p in before[point] - done)
+        if point.op is Ops.ASSIGN and point.src[1] not in point_set and waits_on_reader:
+            return point
+    raise RuntimeError("the schedule has a cycle: an ASSIGN's value depends on a kernel it must precede")

@@ -30,6 +30,7 @@ from tg.codegen import UOp, dtypes
 from tg.hcq.buffer import Buffer
 from tg.hcq.compiled import HCQCompiled
 from tg.hcq.device import Device
+from tg.hcq.engine.counters import GlobalCounters
 from tg.hcq.program import HCQProgram
 from tg.hcq.symbolic import resolve
 
@@ -217,8 +218,21 @@ class LaunchGraph:
             self._submit_once(inputs, values)
         else:
             self._launch_each(inputs, values)
+        self._count(inputs)
         self.current = list(inputs)
         self.current_var_vals = values
+
+    def _count(self, inputs: list[Buffer]) -> None:
+        """Add the replayed kernels to GlobalCounters as if they had been launched one by one."""
+        kernels = [launch for launch in self.launches if isinstance(launch, KernelLaunch)]
+
+        def size(buf: Buffer) -> int:
+            index = self.input_index.get(id(buf))
+            return (buf if index is None else inputs[index]).nbytes
+
+        GlobalCounters.kernel_count += len(kernels)
+        GlobalCounters.global_ops += sum(k.program.source.ops for k in kernels)
+        GlobalCounters.global_mem += sum(size(b) for k in kernels for b in k.buffers)
 
     def _variable_values(self, var_vals: dict[str, int]) -> dict[str, int]:
         unknown = sorted(set(var_vals) - set(self.variables))

@@ -11,6 +11,7 @@ Nothing runs before `realize` or `read_bytes`. Realized memory lives as long as 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from tg.codegen.capture import capture_enabled, record_schedule
 from tg.codegen.dtype import DType
@@ -71,6 +72,35 @@ def buffer_over(memory: Buffer) -> UOp:
     mapped by the DISK device without reading the rest. `memory` stays alive as long as the node."""
     node = new_buffer(memory.device, memory.size, memory.dtype)
     adopt(node, memory.ensure_allocated())
+    return node
+
+
+def buffer_at_address(address: int, size: int, dtype: DType, device: str) -> UOp:
+    """A realized BUFFER node whose memory is the `size` elements of `dtype` at host `address`, owned by the
+    caller (never freed or reused here): what `Tensor.from_blob` wraps. Kernels read and write that memory, so
+    both sides see each other's writes. Only devices whose buffers are host memory can (CPU devices, PYTHON)."""
+    import ctypes
+
+    from tg.hcq.allocator import BufferSpec
+    from tg.hcq.devices.cpu import CPUAllocator
+    from tg.hcq.devices.python import PythonAllocator, PythonMemory
+    from tg.hcq.memory import HCQBuffer
+
+    device = Device.canonicalize(device)
+    nbytes = size * dtype.itemsize
+    view = memoryview((ctypes.c_uint8 * max(nbytes, 1)).from_address(address)).cast("B")[:nbytes]
+    allocator = Device[device].allocator
+    raw: Any
+    if isinstance(allocator, CPUAllocator):
+        raw = HCQBuffer(address, nbytes, view, owner=Device[device])
+    elif isinstance(allocator, PythonAllocator):
+        raw = PythonMemory(view)
+    else:
+        raise ValueError(f"from_blob needs a device whose memory is host memory (CPU, PYTHON), not {device}")
+    memory = Buffer(device, size, dtype, options=BufferSpec(nolru=True))  # (freeing must not recycle the memory)
+    memory.allocate(raw)
+    node = new_buffer(device, size, dtype)
+    adopt(node, memory)
     return node
 
 

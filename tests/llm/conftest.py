@@ -1,6 +1,27 @@
-"""tests/llm helpers (the GGUF fixture writer and the numpy reference forward) are importable as plain modules."""
+"""tests/llm helpers (the GGUF fixture writer and the numpy reference forward) are importable as plain modules;
+the `interactive` fixture runs the chat loop as on a terminal."""
 
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture
+def interactive(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The chat loop as on a terminal, with every forward call recorded as (token count, start_pos)."""
+    import tg.llm.cli as cli
+    from tg.llm.generate import Generator
+
+    calls: list[tuple[int, int]] = []
+    original = Generator._forward
+
+    def recording(self, tokens, start_pos):  # noqa: ANN001, ANN202
+        calls.append((len(tokens), start_pos))
+        return original(self, tokens, start_pos)
+
+    monkeypatch.setattr(cli, "stdin_is_terminal", lambda: True)
+    monkeypatch.setattr(Generator, "_forward", recording)
+    return calls

@@ -34,21 +34,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model(tmp_path_factory.mktemp("m") / "tiny.gguf", "llama", "F32", seed=3)
 
 
-@pytest.fixture
-def interactive(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """The chat loop as on a terminal, with every forward call recorded as (token count, start_pos)."""
-    calls: list[tuple[int, int]] = []
-    original = Generator._forward
-
-    def recording(self, tokens, start_pos):
-        calls.append((len(tokens), start_pos))
-        return original(self, tokens, start_pos)
-
-    monkeypatch.setattr(cli, "stdin_is_terminal", lambda: True)
-    monkeypatch.setattr(Generator, "_forward", recording)
-    return calls
-
-
 def interrupt_at_decode_step(monkeypatch: pytest.MonkeyPatch, step: int, signals: int = 1) -> None:
     """Send SIGINT to this process `signals` times during the `step`-th one-token forward of the first answer."""
     original, seen = Generator._forward, [0]

@@ -99,19 +99,8 @@ def test_pull_unknown_name_fails(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "unknown model" in result.stderr
 
 
-def test_interactive_chat_is_multi_turn_and_exits_on_eof(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tg.llm.cli as cli
-    from tg.llm.generate import Generator
-
-    calls: list[tuple[int, int]] = []
-    original = Generator._forward
-
-    def recording(self, tokens, start_pos):
-        calls.append((len(tokens), start_pos))
-        return original(self, tokens, start_pos)
-
-    monkeypatch.setattr(cli, "stdin_is_terminal", lambda: True)
-    monkeypatch.setattr(Generator, "_forward", recording)
+def test_interactive_chat_is_multi_turn_and_exits_on_eof(tiny: Path, interactive: list) -> None:
+    calls = interactive
     result = run(["-m", str(tiny), "--max-tokens", "3"], "hello\nagain\n")
     assert result.exit_code == 0, result.output
     assert result.stdout.count(">>> ") == 3  # two turns, then the prompt that reads EOF

@@ -113,14 +113,19 @@ def test_json_object_cut_by_max_tokens_still_parses(scripted, script: str) -> No
     client, say = scripted
     say(script)
     for max_tokens in (2, 3, 4, 5, 6, 9, 30):
-        answer = client.chat.completions.create(
-            model="scripted",
-            messages=[{"role": "user", "content": "j"}],
-            max_tokens=max_tokens,
-            temperature=0,
-            response_format={"type": "json_object"},
-        )
+        answer = json_mode_answer(client, max_tokens)
         assert isinstance(json.loads(answer.choices[0].message.content), dict)
+
+
+def json_mode_answer(client, max_tokens: int):  # noqa: ANN001, ANN201
+    """The scripted model's greedy answer to one user turn in JSON mode."""
+    return client.chat.completions.create(
+        model="scripted",
+        messages=[{"role": "user", "content": "j"}],
+        max_tokens=max_tokens,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
 
 
 def test_json_object_finish_reason_says_whether_max_tokens_cut_it(scripted) -> None:
@@ -132,13 +137,7 @@ def test_json_object_finish_reason_says_whether_max_tokens_cut_it(scripted) -> N
     count = len(scripted_tokens(client, script))
 
     def finish(max_tokens: int) -> tuple[str, str]:
-        answer = client.chat.completions.create(
-            model="scripted",
-            messages=[{"role": "user", "content": "j"}],
-            max_tokens=max_tokens,
-            temperature=0,
-            response_format={"type": "json_object"},
-        )
+        answer = json_mode_answer(client, max_tokens)
         return answer.choices[0].message.content, answer.choices[0].finish_reason
 
     assert finish(count + 3) == (script, "stop")

@@ -141,6 +141,21 @@ def merge_pairs(word: str, priority: Callable[[str, str], float | None]) -> list
     return result
 
 
+def vocabulary_settings(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The GGUF tokenizer keys every tokenizer kind reads: tokens, their types and the special ids."""
+    return {
+        "tokens": metadata["tokenizer.ggml.tokens"],
+        "token_types": metadata.get("tokenizer.ggml.token_type"),
+        "bos_id": metadata.get("tokenizer.ggml.bos_token_id"),
+        "eos_id": metadata.get("tokenizer.ggml.eos_token_id", 0),
+        "eot_id": metadata.get("tokenizer.ggml.eot_token_id"),
+        "add_bos": bool(metadata.get("tokenizer.ggml.add_bos_token", True)),
+        "extra_end_ids": tuple(
+            int(metadata[key]) for key in ("tokenizer.ggml.eom_token_id",) if metadata.get(key) is not None
+        ),
+    }
+
+
 class Tokenizer:
     def __init__(
         self,
@@ -198,17 +213,9 @@ class Tokenizer:
                 f"tokenizer model {model!r} is not supported (byte-level BPE 'gpt2' and SentencePiece 'llama' are)"
             )
         return cls(
-            tokens=metadata["tokenizer.ggml.tokens"],
             merges=metadata.get("tokenizer.ggml.merges", []),
-            token_types=metadata.get("tokenizer.ggml.token_type"),
             preset=metadata.get("tokenizer.ggml.pre", "default"),
-            bos_id=metadata.get("tokenizer.ggml.bos_token_id"),
-            eos_id=metadata.get("tokenizer.ggml.eos_token_id", 0),
-            eot_id=metadata.get("tokenizer.ggml.eot_token_id"),
-            add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", True)),
-            extra_end_ids=tuple(
-                int(metadata[key]) for key in ("tokenizer.ggml.eom_token_id",) if metadata.get(key) is not None
-            ),
+            **vocabulary_settings(metadata),
         )
 
     # ----------------------------------------------------------------------------------------------- encode

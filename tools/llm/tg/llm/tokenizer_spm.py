@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tg.llm.tokenizer import CONTROL, TokenBudgetError, Tokenizer, merge_pairs
+from tg.llm.tokenizer import CONTROL, TokenBudgetError, Tokenizer, merge_pairs, vocabulary_settings
 
 SPACE = "\u2581"
 UNKNOWN, BYTE = 2, 6  # tokenizer.ggml.token_type values
@@ -46,20 +46,12 @@ class SentencePieceTokenizer(Tokenizer):
 
     @classmethod
     def from_gguf_metadata(cls, metadata: dict[str, Any]) -> SentencePieceTokenizer:
-        tokens = metadata["tokenizer.ggml.tokens"]
+        settings = vocabulary_settings(metadata)
         return cls(
-            tokens=tokens,
-            scores=metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens),
-            token_types=metadata.get("tokenizer.ggml.token_type"),
-            bos_id=metadata.get("tokenizer.ggml.bos_token_id"),
-            eos_id=metadata.get("tokenizer.ggml.eos_token_id", 0),
-            eot_id=metadata.get("tokenizer.ggml.eot_token_id"),
+            scores=metadata.get("tokenizer.ggml.scores") or [0.0] * len(settings["tokens"]),
             unknown_id=metadata.get("tokenizer.ggml.unknown_token_id"),
-            add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", True)),
             add_space_prefix=bool(metadata.get("tokenizer.ggml.add_space_prefix", True)),
-            extra_end_ids=tuple(
-                int(metadata[key]) for key in ("tokenizer.ggml.eom_token_id",) if metadata.get(key) is not None
-            ),
+            **settings,
         )
 
     # ----------------------------------------------------------------------------------------------- encode

@@ -20,7 +20,15 @@ def test_each_example_takes_longer_than_the_default_deadline(n):
 """
 
 
-def test_a_property_test_whose_examples_are_slow_passes(pytester: pytest.Pytester) -> None:
+# Hypothesis loads its "ci" profile (no deadline) when one of these is set, as .ci/run's CI=true is
+CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "TF_BUILD", "GITLAB_CI", "BUILDKITE", "CIRCLECI")
+
+
+def test_a_property_test_whose_examples_are_slow_passes(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in CI_VARIABLES:  # the premise needs Hypothesis' default profile, as on a developer's machine
+        monkeypatch.delenv(name, raising=False)
     pytester.makepyfile(test_slow=SLOW_EXAMPLES)
     without = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist")
     without.assert_outcomes(failed=1)  # the premise: Hypothesis' default deadline fails it

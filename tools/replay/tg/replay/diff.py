@@ -132,10 +132,11 @@ def version_from_git(repo: str, ref: str) -> Iterator[Version]:
     check = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", f"{ref}^{{commit}}"], capture_output=True)
     if check.returncode != 0:
         raise ReplayError(f"git ref {ref!r} is not a commit in {repo}")
-    with _terminate_as_exception() as terminated, tempfile.TemporaryDirectory(prefix="tg-replay-") as scratch:
+    scratch_dir = tempfile.TemporaryDirectory(prefix="tg-replay-", ignore_cleanup_errors=True)
+    with _terminate_as_exception() as terminated, scratch_dir as scratch:
         tree = os.path.join(scratch, "tree")
         try:  # from before `worktree add`: a SIGTERM during it leaves a half-made worktree to remove
-            made = subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", tree, ref], capture_output=True)
+            made = _add_worktree(repo, tree, ref)
             if made.returncode != 0:
                 raise ReplayError(f"cannot check out {ref}: {made.stderr.decode().strip()}")
             version = version_from_path(tree)
@@ -147,6 +148,20 @@ def version_from_git(repo: str, ref: str) -> Iterator[Version]:
             subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], capture_output=True)
             shutil.rmtree(tree, ignore_errors=True)
             subprocess.run(["git", "-C", repo, "worktree", "prune"], capture_output=True)
+
+
+def _add_worktree(repo: str, tree: str, ref: str) -> subprocess.CompletedProcess[bytes]:
+    """`git worktree add` in a process group of its own: when an exception (SIGTERM) interrupts it, the whole group
+    is killed and waited for. Killing git alone left its checkout child writing files into the tree being removed."""
+    command = ["git", "-C", repo, "worktree", "add", "--detach", tree, ref]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate()
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _worker_environment(version: Version) -> dict[str, str]:

@@ -91,7 +91,7 @@ def test_json_output_lists_changed_kernels(tmp_path: Path) -> None:
     capture_programs(db)
     other = changed_compiler(tmp_path)
     result = runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(other), "--json"])
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
     assert document["kernels"] >= 6 and document["changed"] and document["errors"] == []
 
 
@@ -165,7 +165,7 @@ def test_speed_times_each_changed_kernel_on_both_versions(tmp_path: Path) -> Non
     capture_programs(db)
     other = changed_compiler(tmp_path)
     result = runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(other), "--speed", "--json"])
-    changed = json.loads(result.output)["changed"]
+    changed = json.loads(result.stdout)["changed"]
     assert changed
     for entry in changed:
         assert entry["seconds_other"] > 0 and entry["seconds_captured"] > 0
@@ -197,7 +197,7 @@ def test_schedule_compares_the_kernels_of_each_captured_schedule(tmp_path: Path)
     assert "0 changed, 0 errors" in same.output.splitlines()[-1] and " schedules, " in same.output
     other = changed_scheduler(tmp_path)
     result = runner.invoke(app, ["diff", "--db", str(db), "--python-path", str(other), "--schedule", "--json"])
-    schedules = json.loads(result.output)["schedules"]
+    schedules = json.loads(result.stdout)["schedules"]
     assert schedules["count"] >= 4 and len(schedules["changed"]) == schedules["count"]
     first = schedules["changed"][0]
     assert len(first["other"]) == len(first["captured"]) + 1

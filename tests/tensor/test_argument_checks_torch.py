@@ -68,6 +68,11 @@ CASES: dict[str, tuple[Callable[[], object], type[BaseException], str]] = {
     "zeros_float_size": (lambda: Tensor.zeros(2.0), TypeError, "int sizes"),
     "full_float_size": (lambda: Tensor.full((2.5,), 1.0), TypeError, "int sizes"),
     "pad_unknown_mode": (lambda: x().pad((1, 1), mode="symmetric"), NotImplementedError, "pad mode"),
+    "softmax_int_dtype": (lambda: x().softmax(dtype=dtypes.int32), RuntimeError, "float dtype"),
+    "log_softmax_int_dtype": (lambda: x().log_softmax(dtype=dtypes.int32), RuntimeError, "float dtype"),
+    "softmin_bool_dtype": (lambda: x().softmin(dtype=dtypes.bool), RuntimeError, "float dtype"),
+    "gather_float_index": (lambda: x().gather(0, Tensor([[0.0]])), RuntimeError, "integer"),
+    "scatter_float_index": (lambda: x().scatter(0, Tensor([[0.0]]), 1.0), RuntimeError, "integer"),
     "interpolate_unknown_mode": (
         lambda: Tensor.ones(1, 1, 2, 2).interpolate((3, 3), mode="cubic"),
         NotImplementedError,
@@ -89,6 +94,23 @@ def test_accepted_edge_cases_still_work() -> None:
     assert Tensor.uniform(3, low=2.0, high=2.0).tolist() == [2.0, 2.0, 2.0]
     assert Tensor([0, 2]).one_hot(-1).tolist() == [[1, 0, 0], [0, 0, 1]]
     assert x().flip((0, 1)).shape == (2, 3) and x().sum((0, 1)).item() == 6.0
+    assert x().softmax(dtype=dtypes.float16).dtype is dtypes.float16
+
+
+def test_negative_conv_and_pool_padding_crops_as_tinygrad() -> None:
+    """torch refuses negative padding in conv and pooling; tinygrad crops, as every pad mode does (docs/ops.md)."""
+    image = Tensor([[[[float(4 * row + col) for col in range(4)] for row in range(4)]]])
+    assert image.conv2d(Tensor.ones(1, 1, 2, 2), padding=-1).tolist() == [[[[5.0 + 6 + 9 + 10]]]]
+    assert image.avg_pool2d(2, padding=-1).tolist() == [[[[7.5]]]]
+    assert image.max_pool2d(2, padding=-1).tolist() == [[[[10.0]]]]
+
+
+def test_stack_and_cat_of_nothing_are_type_errors_as_tinygrad() -> None:
+    """Both are methods of a first tensor (tinygrad's signature): without one, Python's own TypeError."""
+    with pytest.raises(TypeError):
+        Tensor.stack()
+    with pytest.raises(TypeError):
+        Tensor.cat()
 
 
 @pytest.mark.parametrize("p", [0, 1, 3, float("inf"), -float("inf")])

@@ -2,13 +2,15 @@
 numpy arrays), with numpy's rules for the result's shape.
 
 Reading works in two steps. First the plain indices (ints, slices, None) are applied as basic indexing, with
-every tensor index replaced by a full slice. Then every tensor-indexed axis is compared against the broadcast
-index tensors (a one-hot mask per axis, and-ed together) and the one matching element is kept (exactly, through
-its bit pattern, see tg.tensor.gather_scatter). numpy's placement rule decides where the index tensors' broadcast
-axes go: where the indexed axes were if they are adjacent, else first.
+every tensor index replaced by a full slice. Then one GATHER reads, for every element of the broadcast index
+tensors, the source element they point at: one load each, whatever the indexed axes' sizes. numpy's placement
+rule decides where the index tensors' broadcast axes go: where the indexed axes were if they are adjacent, else
+first.
 
-Writing runs the same masks the other way: the value at every indexed position is the value element whose indices
-point there; positions nobody points at keep their contents. The result goes back through basic setitem.
+Writing compares every indexed position with every index element (a one-hot mask per axis, and-ed together): the
+value at every indexed position is the value element whose indices point there (exactly, through its bit pattern,
+see tg.tensor.gather_scatter); positions nobody points at keep their contents. The result goes back through basic
+setitem.
 
 A boolean index stands for the positions of its true elements: it is realized to learn them (the result's shape
 depends on the data). Indices given as host data (lists, tuples, numpy arrays, ints) out of range raise IndexError,
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
 from tg.tensor.errors import IndexDtypeError
-from tg.tensor.gather_scatter import require_integer_index, select_where, wrap_negative
+from tg.tensor.gather_scatter import gather_at, require_integer_index, select_where, wrap_negative
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.positions import positions
 from tg.tensor.promotion import broadcast_shapes
@@ -180,12 +182,15 @@ def advanced_getitem(tensor: Tensor, indices: Any) -> Tensor:
     sizes = tuple(selected.shape[axis] for axis in plan.indexed_axes)
     rest_shape = tuple(selected.shape[axis] for axis in plan.rest_axes)
     moved = selected.permute(plan.rest_axes + plan.indexed_axes)
-    broadcast_shape = plan.broadcast_shape
-    source = moved.reshape(rest_shape + (1,) * len(broadcast_shape) + sizes)
-    source = source.expand(rest_shape + broadcast_shape + sizes)
-    mask = _match_mask(plan, sizes, len(rest_shape))
-    last_axes = tuple(range(len(rest_shape) + len(broadcast_shape), source.ndim))
-    picked = select_where(mask, source, last_axes)  # (*rest, *broadcast)
+    broadcast_shape, count = plan.broadcast_shape, len(sizes)
+    source = moved.reshape(rest_shape + (1,) * len(broadcast_shape) + sizes)  # (GATHER broadcasts the 1s)
+    out_shape = rest_shape + broadcast_shape + (1,) * count
+    pointers = tuple(
+        index.reshape((1,) * len(rest_shape) + broadcast_shape + (1,) * count).expand(out_shape)
+        for index in plan.index_tensors
+    )
+    gathered_axes = tuple(range(len(rest_shape) + len(broadcast_shape), len(out_shape)))
+    picked = gather_at(source, pointers, gathered_axes).reshape(rest_shape + broadcast_shape)
     return picked.permute(_result_order(plan, len(rest_shape)))
 
 

@@ -101,6 +101,12 @@ def _pow_gradients(grad: UOp, node: UOp) -> Gradients:
     return _mul(grad, d_base), _mul(grad, d_exponent)
 
 
+def _gather_source_gradient(grad: UOp, node: UOp) -> UOp:
+    from tg.tensor.gather_scatter import gather_source_gradient  # (a Tensor-level scatter: imports the Tensor)
+
+    return gather_source_gradient(grad, node)
+
+
 def _cos(x: UOp) -> UOp:
     """cos(x) = 1 - 2 sin(x/2)^2 (as Tensor.cos: no rounding error from pi/2 - x)."""
     half_sine = _alu(Ops.SIN, _mul(x, _const(0.5, x)))
@@ -178,6 +184,7 @@ GRADIENT_RULES: dict[Ops, Callable[[UOp, UOp], Gradients]] = {
     Ops.CONTIGUOUS: lambda g, n: (g,),
     Ops.ASSIGN: lambda g, n: (None, g),  # the result reads back the value written (clone is an assign)
     Ops.COPY: lambda g, n: (UOp(Ops.COPY, g.dtype, (g, device_node(device_of(n.src[0])))), None),
+    Ops.GATHER: lambda g, n: (_gather_source_gradient(g, n), *(None for _ in n.src[1:])),
 }
 # primitives whose result is piecewise constant, not a float, or cut off from autograd on purpose
 for _op in (

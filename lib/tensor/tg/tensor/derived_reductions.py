@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, UOp, dtypes
 from tg.tensor.elementwise import in_float32_when_half
+from tg.tensor.errors import ArgumentError
 from tg.tensor.promotion import dtype_argument
 from tg.tensor.reduce import Axis, check_extreme_has_elements, reduce_axes
 
@@ -46,13 +47,22 @@ def _count(shape: tuple, axis: Axis) -> int | UOp:
     return math.prod(shape[a] for a in reduce_axes(axis, len(shape)))
 
 
+def _float_dtype_argument(dtype: DType | str | None, operation: str) -> DType | None:
+    """A normalization's `dtype=`: a float dtype to compute in (an int one would truncate every probability to 0
+    or 1: torch refuses it, and so does tg)."""
+    dtype = dtype_argument(dtype)
+    if dtype is not None and not dtypes.is_float(dtype):
+        raise ArgumentError(f"{operation} computes in a float dtype, not {dtype!r}")
+    return dtype
+
+
 class DerivedReductionOps:
     """`softmax, softmin, log_softmax, logsumexp, var, std, var_mean, std_mean, argmax, argmin`."""
 
     def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
         """exp(x - max) / sum(exp(x - max)); `dtype` casts the input first (tinygrad's signature)."""
 
-        dtype = dtype_argument(dtype)
+        dtype = _float_dtype_argument(dtype, "softmax")
 
         def compute(x: Tensor) -> Tensor:
             if has_empty_axis(x, axis):  # nothing to normalize: the result is as empty as the input
@@ -64,14 +74,14 @@ class DerivedReductionOps:
 
     def softmin(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
         """softmax of -x: the smallest values get the largest weights (torch.nn.functional.softmin)."""
-        dtype = dtype_argument(dtype)
+        dtype = _float_dtype_argument(dtype, "softmin")
         return (-(self if dtype is None else self.cast(dtype))).softmax(axis)
 
     def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
         """(x - m) - log(sum(exp(x - m))) with m the finite max: x - m is exact near the max, where subtracting
         a whole logsumexp (m + a small log) would cancel to a few ulps of m."""
 
-        dtype = dtype_argument(dtype)
+        dtype = _float_dtype_argument(dtype, "log_softmax")
 
         def compute(x: Tensor) -> Tensor:
             if has_empty_axis(x, axis):

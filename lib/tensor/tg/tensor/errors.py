@@ -11,8 +11,9 @@ class ArgumentError(ValueError, RuntimeError):
     """An argument value the op cannot take (torch: RuntimeError)."""
 
 
-class IndexDtypeError(TypeError, IndexError):
-    """An index tensor or array that does not hold integers (torch and tinygrad: IndexError; tg raised TypeError)."""
+class IndexDtypeError(TypeError, IndexError, RuntimeError):
+    """An index tensor or array that does not hold integers (torch and tinygrad: IndexError when indexing; torch's
+    gather and scatter: RuntimeError; tg raised TypeError)."""
 
 
 class UnsupportedModeError(ValueError, NotImplementedError):

@@ -1,10 +1,12 @@
 """Selecting and placing elements by index tensors: gather, scatter, scatter_reduce, masked_fill, masked_select,
 one_hot, nonzero.
 
-Selection is a comparison with positions, not a memory gather: gathering along an axis of size n compares every
-index with 0..n-1 (a one-hot mask over a new axis) and keeps the matching element. The kept element's bit pattern
-is taken with a max over the masked bit patterns (all others are zero), so every value comes through exactly
-(NaN, infinities and -0.0 included), which a masked sum would not guarantee (inf * 0 is NaN).
+Reading by index (gather, and `t[i, j]` through tg.tensor.advanced_indexing) is a GATHER node: one load per
+element at the position the indices hold, so it costs the index's size, whatever the source's. Its gradient, and
+every write by index (scatter, scatter_reduce), is a comparison with positions instead: every index is compared
+with 0..n-1 (a one-hot mask over a new axis) and the matching elements are combined. A written value's bit
+pattern is taken with a max over the masked bit patterns (all others are zero), so every value comes through
+exactly (NaN, infinities and -0.0 included), which a masked sum would not guarantee (inf * 0 is NaN).
 
 masked_select and nonzero have output shapes that depend on the data: they realize their input to learn them.
 """
@@ -13,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg.codegen import dtypes
-from tg.codegen.schedule.graph import ShapeError
+from tg.codegen import Ops, UOp, dtypes
+from tg.codegen.schedule.graph import ShapeError, device_of, shape_of
 from tg.tensor.errors import ArgumentError, IndexDtypeError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
@@ -60,6 +62,13 @@ def one_hot_along(index: Tensor, size: int) -> Tensor:
     return index.unsqueeze(-1) == positions(index, size, index.dtype)
 
 
+def gather_at(source: Tensor, indices: tuple[Tensor, ...], axes: tuple[int, ...]) -> Tensor:
+    """Element o of the result is `source` at o with axis `axes[k]` replaced by `indices[k]` at o (indices of one
+    shape, of source's rank, equal to source's on the other axes or broadcasting a size-1 one; negative ones already
+    wrapped). An index outside its axis reads 0."""
+    return source._wrap(UOp(Ops.GATHER, source.dtype, (source.uop, *(index.uop for index in indices)), axes))
+
+
 def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     """torch's gather: out[i][j] = x[index[i][j]][j] for dim 0; `index` may be smaller than x on other axes."""
     require_integer_index(index, "gather")
@@ -67,12 +76,34 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     too_large = any(i > s for a, (i, s) in enumerate(zip(index.shape, x.shape)) if a != dim)  # noqa: B905
     if index.ndim != x.ndim or too_large:
         raise ShapeError(f"gather along {dim} of shape {x.shape}: index {index.shape} needs as many, no larger axes")
-    size = x.shape[dim]
-    kept = x.shrink(tuple((0, size) if a == dim else (0, i) for a, i in enumerate(index.shape)))
-    source = kept.unsqueeze(-1).transpose(dim, -1)  # (..., 1 at dim, ..., size at the end)
-    source = source.expand(index.shape + (size,))
-    mask = one_hot_along(wrap_negative(index, size), size)
-    return select_where(mask, source, (x.ndim,))
+    kept = x.shrink(tuple(None if a == dim else (0, i) for a, i in enumerate(index.shape)))
+    return gather_at(kept, (wrap_negative(index, x.shape[dim]),), (dim,))
+
+
+def gather_source_gradient(grad: UOp, node: UOp) -> UOp:
+    """d GATHER / d source, weighted by `grad`: each element of grad added to the source position it read. A
+    scatter-add, built as a comparison of every index with every position of its axis (a one-hot mask per gathered
+    axis), so it costs index size x gathered axes' sizes."""
+    from tg.tensor.tensor import Tensor
+
+    source_shape, axes = shape_of(node.src[0]), node.arg
+    out_shape = shape_of(node)
+    sizes = tuple(source_shape[axis] for axis in axes)
+    trailing = (1,) * len(axes)
+    mask = None
+    for k, index_node in enumerate(node.src[1:]):
+        index = Tensor(index_node, device=device_of(index_node))
+        view = [1] * (len(out_shape) + len(axes))
+        view[len(out_shape) + k] = sizes[k]
+        matches = index.reshape(out_shape + trailing) == positions(index, sizes[k], index.dtype).reshape(view)
+        mask = matches if mask is None else mask & matches
+    weighted = Tensor(grad, device=device_of(grad)).reshape(out_shape + trailing)
+    summed = mask.where(weighted, 0.0).sum(axes, dtype=grad.dtype)  # (*other axes, *sizes)
+    others = [axis for axis in range(len(source_shape)) if axis not in axes]
+    order = [others.index(a) if a in others else len(others) + axes.index(a) for a in range(len(source_shape))]
+    placed = summed.permute(order)
+    broadcast = tuple(a for a in others if source_shape[a] != out_shape[a])  # size-1 source axes read many times
+    return (placed.sum(broadcast, keepdim=True, dtype=grad.dtype) if broadcast else placed).uop
 
 
 def scatter_mask(target: Tensor, dim: int, index: Tensor) -> Tensor:

@@ -23,6 +23,12 @@ an element `dtype` and a shape, given by `shape_of`. The nodes are:
 | ASSIGN        | (target, value)             | None                              | target's shape; writes value   |
 |               |                             |                                   | into target's buffer           |
 | DETACH        | (x,)                        | None                              | x's shape (autograd stops)     |
+| GATHER        | (x, index, ...)             | the axes of x the indices replace | the indices' shape             |
+
+A GATHER reads x at positions held in data: element o is x at o, with axis `arg[k]` replaced by the k-th index
+tensor's value at o (all indices share one shape, of x's rank, equal to x's on the other axes, where a size-1 axis
+of x is broadcast). An index outside its axis reads 0. It costs one load per element, where a comparison with
+every position would cost the axis size.
 
 A BUFFER is flat storage; a Tensor on a buffer is a RESHAPE (and further movement ops) of it. A CONST is a
 scalar on a device; a constant Tensor is that CONST reshaped to all-ones and expanded. PAD fills with zero
@@ -117,11 +123,25 @@ def _infer_shape(node: UOp) -> Shape:
         return tuple(end - start for start, end in arg)
     if op is Ops.REDUCE_AXIS:
         return tuple(1 if axis in arg.axes else size for axis, size in enumerate(source))
+    if op is Ops.GATHER:
+        return _gather_shape(node, source)
     if op in GroupOp.ALU:
         shapes = {shape_of(s) for s in node.src}
         if len(shapes) != 1:
             raise ShapeError(f"{op.name} needs operands of one shape, got {' and '.join(sorted(map(str, shapes)))}")
     return source
+
+
+def _gather_shape(node: UOp, source: Shape) -> Shape:
+    index_shapes = {shape_of(index) for index in node.src[1:]}
+    if len(index_shapes) != 1:
+        raise ShapeError(f"GATHER needs index tensors of one shape, got {' and '.join(sorted(map(str, index_shapes)))}")
+    (shape,) = index_shapes
+    others = [(a, b) for axis, (a, b) in enumerate(zip(shape, source)) if axis not in node.arg]  # noqa: B905
+    others_match = all(a == b or b == 1 for a, b in others)
+    if len(shape) != len(source) or not others_match or not all(0 <= axis < len(source) for axis in node.arg):
+        raise ShapeError(f"GATHER along axes {node.arg} of {source}: index shape {shape} must match on the others")
+    return shape
 
 
 def numel(shape: Shape) -> int:

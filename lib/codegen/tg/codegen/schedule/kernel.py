@@ -2,8 +2,8 @@
 
 A kernel AST is a SINK (arg: KernelInfo) of one STORE into a PARAM at an index made of RANGEs. The stored value
 is the node's computation with every realized input read through a LOAD, movement ops turned into index
-arithmetic (see indexing.py), REDUCE_AXIS turned into a REDUCE over fresh REDUCE ranges, and PAD into a gated
-load plus a WHERE that yields 0 outside the source.
+arithmetic (see indexing.py), REDUCE_AXIS turned into a REDUCE over fresh REDUCE ranges, PAD into a gated
+load plus a WHERE that yields 0 outside the source, and GATHER into a load at an index computed from loaded values.
 """
 
 from __future__ import annotations
@@ -125,6 +125,8 @@ class KernelBuilder:
             return self._plan_reduce(node, idx, valid)
         if op in GroupOp.Movement:
             return self._plan_movement(node, idx, valid)
+        if op is Ops.GATHER:
+            return self._plan_gather(node, idx, valid)
         raise ValueError(f"{op!r} must be realized before a kernel can read it (the scheduler missed it)")
 
     def _plan_movement(self, node: UOp, idx: Index, valid: UOp | None) -> Plan:
@@ -150,6 +152,23 @@ class KernelBuilder:
         else:
             source_idx = indexing.flip_index(idx, arg, old_shape)
         return Plan(((source, source_idx, valid),), lambda values: values[0])
+
+    def _plan_gather(self, node: UOp, idx: Index, valid: UOp | None) -> Plan:
+        """Read the source where the index tensors point: their values (computed first, at this element) become the
+        source's index on the gathered axes. A position outside its axis reads 0, its load gated off (like PAD)."""
+        source = node.src[0]
+        source_shape = shape_of(source)
+        source_idx = list(indexing.expand_index(idx, source_shape))  # (a size-1 axis of the source is broadcast)
+        inside: UOp | None = None
+        for axis, index in zip(node.arg, node.src[1:], strict=True):
+            position = self.value(index, idx, valid).cast(dtypes.index)
+            in_axis = (position >= 0) & (position < source_shape[axis])
+            inside = in_axis if inside is None else inside & in_axis
+            source_idx[axis] = position
+        assert inside is not None  # (the spec requires at least one index)
+        gate = inside if valid is None else valid & inside
+        zero = UOp.const(0, node.dtype)
+        return Plan(((source, tuple(source_idx), gate),), lambda values: inside.where(values[0], zero))
 
     def _plan_reduce(self, node: UOp, idx: Index, valid: UOp | None) -> Plan:
         source = node.src[0]

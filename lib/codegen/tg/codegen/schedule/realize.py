@@ -12,7 +12,8 @@ A node gets a buffer when
 - it is a computed value under a padded copy (a realize point that reads it through a PAD) whose consumer is a
   reduction: a ResNet block's conv1+relu gets its own kernel instead of being computed over conv2's padded grid
   with a padding gate in its inner loop (`keep_out_of_padded_copy`). A gather made of movement ops is a growing
-  EXPAND; what it repeats is covered by the rules above (a reduction under a broadcast, a costly producer),
+  EXPAND; what it repeats is covered by the rules above (a reduction under a broadcast, a costly producer), and a
+  GATHER that reads more elements than its source has counts as one too,
 - it is a REDUCE_AXIS that two or more kernels would fuse, when computing it again in each costs more than a round
   trip through memory (`share_reduction`): the forward's relu and a training step's relu mask both read a conv
   result, which is then stored once instead of being computed again inside a backward kernel.
@@ -169,10 +170,18 @@ def _add_reductions_that_cannot_fuse(
         if node.op is Ops.EXPAND and grows(node):
             under_broadcast = True
         for source in node.src:
-            broadcast[source] = broadcast.get(source, False) or under_broadcast
+            gathered = source is node.src[0] and _gathers_more_than_it_reads(node)
+            broadcast[source] = broadcast.get(source, False) or under_broadcast or gathered
             reduced[source] = reduced.get(source, False) or under_reduce
             _read_in_row(rows, node, source, row)
     return unfused
+
+
+def _gathers_more_than_it_reads(node: UOp) -> bool:
+    """A GATHER that reads more elements than its source has: some are read several times, so a reduction there is
+    read as through a growing EXPAND (fused, it would be computed again per read). Reading fewer, computing just the
+    elements read costs less than computing them all into a buffer."""
+    return node.op is Ops.GATHER and max_numel(shape_of(node)) > max_numel(shape_of(node.src[0]))
 
 
 def _read_in_row(rows: dict[UOp, Row], node: UOp, source: UOp, row: Row) -> None:

@@ -101,6 +101,7 @@ class Ops(IntEnum):
     DETACH = auto()
     ASSIGN = auto()
     REDUCE_AXIS = auto()
+    GATHER = auto()  # read a source at positions held in index tensors (a data-dependent load)
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -149,6 +150,7 @@ ARG_TYPES: dict[Ops, type | tuple[type, ...]] = {
     Ops.FLIP: tuple,  # one bool per axis
     Ops.COPY: NoArg, Ops.CONTIGUOUS: NoArg, Ops.DETACH: NoArg, Ops.ASSIGN: NoArg,
     Ops.REDUCE_AXIS: ReduceArg,
+    Ops.GATHER: tuple,  # the source axes the index tensors replace, one per index
 }  # fmt: skip
 
 

@@ -100,6 +100,17 @@ def _reduce_axis_ok(u: UOp) -> bool:
     return _same_dtype_as_source(u) and getattr(u.arg, "op", None) in (Ops.ADD, Ops.MUL, Ops.MAX)
 
 
+def _gather_ok(u: UOp) -> bool:
+    """GATHER(source, *indices): one integer index tensor per axis named in the arg, the source's dtype."""
+    indices = u.src[1:]
+    return (
+        _same_dtype_as_source(u)
+        and isinstance(u.arg, tuple)
+        and len(u.arg) == len(indices) >= 1
+        and all(_is_index_like(index) for index in indices)
+    )
+
+
 def _ops(*names: str) -> list[Ops]:
     """The Ops of these names that exist (the IR drops ops nothing uses; a spec does not keep them alive)."""
     return [getattr(Ops, name) for name in names if hasattr(Ops, name)]
@@ -120,6 +131,7 @@ TENSOR_SPEC: Spec = {
     Ops.DEVICE: lambda u: not u.src and isinstance(u.arg, (str, tuple)),
     Ops.BUFFER: lambda u: [s.op for s in u.src] == [Ops.DEVICE] and isinstance(getattr(u.arg, "size", None), int),
     Ops.REDUCE_AXIS: _reduce_axis_ok,
+    Ops.GATHER: _gather_ok,
     **{op: _movement_ok for op in _ops("RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP")},
     **{op: _same_dtype_as_source for op in _ops("COPY", "CONTIGUOUS", "DETACH", "ASSIGN", "BUFFER_VIEW")},
 }

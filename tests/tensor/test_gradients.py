@@ -56,6 +56,11 @@ def _with_zeros(rng: np.random.Generator) -> list[np.ndarray]:
     return [values]
 
 
+def _index(like: Tensor, values: list) -> Tensor:
+    """A constant index tensor on `like`'s device."""
+    return Tensor(values, device=like.device)
+
+
 def _labels_fixed(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
     """Loss ops take integer class labels; they are fixed, only the logits vary."""
     return lambda x: fn(x, Tensor([1, 0, 3], device=x.device))
@@ -208,6 +213,10 @@ CASES = [
         ((2, 3), (2, 2)),
         inputs=_distinct((2, 3), (2, 2)),
     ),
+    # reading by index tensors (a GATHER node), repeated positions included
+    Case("getitem_two_index_tensors", lambda a: a[_index(a, [[0, 1], [1, 1]]), _index(a, [2, 0])], ((2, 3),)),
+    Case("getitem_index_and_slice", lambda a: a[:, _index(a, [3, 0, 3])], ((2, 4),)),
+    Case("max_unpool2d", lambda x: x.max_unpool2d(_index(x, [[[[0, 3], [9, 14]]]]), 2), ((1, 1, 2, 2),)),
     Case("meshgrid", lambda a, b: a.meshgrid(b)[0] * a.meshgrid(b)[1], ((3,), (2,))),
     Case("prod_through_zeros", lambda a: a.prod(axis=1), ((3, 4),), inputs=_with_zeros),
     Case("pad_reflect_negative", lambda a: a.pad(((0, 0), (-1, 2)), mode="reflect"), ((2, 4),)),
@@ -215,6 +224,10 @@ CASES = [
     Case("topk", lambda a: a.topk(2)[0], ((2, 4),), inputs=_distinct((2, 4))),
     # linear algebra, convolution, pooling
     Case("matmul", lambda a, b: a @ b, ((2, 3), (3, 4))),
+    # regression: eye is ones padded into a diagonal, which the matmul gradient took for a uniform constant
+    Case("eye_matmul", lambda a: a.eye(3, dtype=a.dtype, device=a.device) @ a, ((3, 3),)),
+    Case("qr", lambda a: a.qr()[0] * 2 + a.qr()[1].pad(((0, 0), (0, 0))), ((3, 3),), devices=("CPU",)),
+    Case("svd_singular_values", lambda a: a.svd()[1], ((3, 3),), inputs=_distinct((3, 3)), devices=("CPU",)),
     Case("matmul_batched", lambda a, b: a.matmul(b), ((2, 2, 3), (3, 2))),
     Case("dot", lambda a, b: a.dot(b), ((3,), (3, 2))),
     Case("linear", lambda a, w, b: a.linear(w, b), ((2, 3), (3, 4), (4,))),

@@ -55,8 +55,9 @@ def rows_of(tensor: Tensor) -> Tensor:
 
 
 def constant_view(node: UOp) -> bool:
-    """A constant broadcast to a shape (the gradient of a sum): all its rows and columns are the same."""
-    while node.op in GroupOp.Movement:
+    """A constant broadcast to a shape (the gradient of a sum): all its rows and columns are the same. Not a padded
+    one: PAD fills with zeros, so `eye` (ones padded into a diagonal) has rows that differ."""
+    while node.op in GroupOp.Movement and node.op is not Ops.PAD:
         node = node.src[0]
     return node.op is Ops.CONST
 

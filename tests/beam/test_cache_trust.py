@@ -93,13 +93,35 @@ def test_cache_import_refuses_results_of_another_codegen(tmp_path: Path) -> None
     )
 
 
-def test_a_kernel_with_unbound_variables_is_refused(tmp_path: Path) -> None:
+def symbolic_kernel() -> UOp:
     n = UOp.variable("n", 1, 10)
     t = (Tensor.empty(10)[: n.bind(4)] * 2).sum()
-    ast = [item for item in create_schedule((t.uop,)).items if isinstance(item, KernelCall)][-1].ast
-    result = runner.invoke(app, ["--kernel", str(kernel_file(tmp_path, ast)), "--beam", "1"])
+    return [item for item in create_schedule((t.uop,)).items if isinstance(item, KernelCall)][-1].ast
+
+
+def test_a_kernel_with_unbound_variables_is_refused_and_told_about_var(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["--kernel", str(kernel_file(tmp_path, symbolic_kernel())), "--beam", "1"])
     assert result.exit_code == 1
     assert result.output.startswith("error: ") and "has unbound variables (n)" in result.output
+    assert "--var n=10" in result.output
+
+
+@pytest.mark.parametrize(
+    ("option", "problem"), [("n=11", "n of kernel r_1_n lies in 1..10"), ("n", "expected NAME=INTEGER")]
+)
+def test_a_var_outside_its_bounds_or_malformed_is_one_error_line(tmp_path: Path, option: str, problem: str) -> None:
+    path = kernel_file(tmp_path, symbolic_kernel())
+    result = runner.invoke(app, ["--kernel", str(path), "--beam", "1", "--var", option])
+    assert result.exit_code == 1 and result.output.startswith("error: ") and problem in result.output
+
+
+def test_a_symbolic_kernel_is_searched_timed_and_verified_with_var_values(tmp_path: Path) -> None:
+    path = kernel_file(tmp_path, symbolic_kernel())
+    args = ["--kernel", str(path), "--beam", "2", "--var", "n=7", "--verify", "--timing", "--json", "--ignore-cache"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["verified"] is True and document["time_us"] > 0
 
 
 def test_the_null_device_is_refused(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ def serve(requests: list[tuple[float, float]], monkeypatch: pytest.MonkeyPatch) 
     current = iter([t for t, _ in requests])
     now = 0.0
 
-    def fake_time_program(program: object, buffers: object, repeats: int = 3) -> float:
+    def fake_time_program(program: object, buffers: object, repeats: int = 3, var_vals: object = None) -> float:
         nonlocal now
         if not launches or launches[-1] == -1:
             now = next(current)
@@ -73,9 +73,9 @@ def serve(requests: list[tuple[float, float]], monkeypatch: pytest.MonkeyPatch) 
     program = kernel_to_program(ast, device.renderer, CodegenFlags())
     source = (program, device.compiler.compile(program.src))
     inbox = io.BytesIO()
-    beam_timer._send(inbox, (ast, "CPU"))
+    beam_timer._send(inbox, (ast, "CPU", {}))
     for _, best in requests:
-        beam_timer._send(inbox, (source[0].name, source[1], source[0].global_size, best))
+        beam_timer._send(inbox, (source[0].name, source[1], source[0].global_size, (), best))
     inbox.seek(0)
     outbox = io.BytesIO()
     original_runtime = device.runtime

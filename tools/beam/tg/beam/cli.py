@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -59,6 +58,9 @@ def search(
     check: bool = typer.Option(False, "--verify", help="Compare the winner with the unoptimized kernel."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     timing: bool = typer.Option(False, "--timing", help="Re-time the winner with 10 launches."),
+    variables: list[str] = typer.Option(
+        [], "--var", metavar="NAME=VALUE", help="Time a kernel of symbolic size with this value (repeatable)."
+    ),
     show_version: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
     ),  # fmt: skip
@@ -69,11 +71,11 @@ def search(
     if kernel is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(2)
-    from tg.beam.kernels import BeamError, load_kernels
+    from tg.beam.kernels import BeamError, load_kernels, parse_var_values
     from tg.codegen.serial import write_file
 
     try:
-        jobs = load_kernels(kernel)
+        jobs = load_kernels(kernel, parse_var_values(variables))
         device_name = _check_device(device)
     except BeamError as error:
         _fail(str(error))
@@ -128,9 +130,9 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
         def show(round_: Any) -> None:
             progress.update(task, description=progress_text(job.name, round_))
 
-        result = search_opts(start, device, width, ignore_cache=ignore_cache, flags=flags, on_round=show)
+        result = search_opts(start, device, width, ignore_cache, flags, on_round=show, var_vals=job.var_vals)
     winner = with_opts(job.ast, result.opts)
-    seconds = time_kernel(winner, device, flags, repeats=10).seconds if timing else result.seconds
+    seconds = time_kernel(winner, device, flags, 10, var_vals=job.var_vals).seconds if timing else result.seconds
     document: dict[str, Any] = {
         "name": job.name, "device": device, "beam": width, "cached": result.cached, "time_us": seconds * 1e6,
         "opts": [{"op": o.op.name, "axis": o.axis, "arg": repr(o.arg)} for o in result.opts],
@@ -221,4 +223,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -13,7 +13,7 @@ It is read with tg.codegen.serial's restricted unpickler: a file that names anyt
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ class BeamError(Exception):
 class KernelJob:
     ast: UOp  # the kernel as scheduled (no opts applied)
     preapplied: tuple[Opt, ...]  # opts to start the search from
+    var_vals: dict[str, int] = field(default_factory=dict)  # the values its variables are timed with (--var)
 
     @property
     def name(self) -> str:
@@ -47,32 +48,48 @@ def _is_kernel(value: Any) -> bool:
     return isinstance(value, UOp) and value.op is Ops.SINK
 
 
-def _timeable(job: KernelJob, path: Path) -> KernelJob:
-    """`job`, or a BeamError when it cannot be timed: a kernel with variables has sizes no scratch buffer fixes."""
-    variables = sorted({u.arg.name for u in job.ast.toposort() if u.op is Ops.DEFINE_VAR})
-    if variables:
-        raise BeamError(f"{path}: kernel {job.name} has unbound variables ({', '.join(variables)}): tg-beam times "
-                        "kernels with fixed sizes only; dump the kernel from a run with those sizes fixed")  # fmt: skip
-    return job
+def parse_var_values(texts: list[str]) -> dict[str, int]:
+    """`--var n=16` options as {"n": 16} (a BeamError names the malformed one)."""
+    values: dict[str, int] = {}
+    for text in texts:
+        name, equals, value = text.partition("=")
+        if not equals or not name.strip() or not value.strip().lstrip("-").isdigit():
+            raise BeamError(f"--var {text!r}: expected NAME=INTEGER, e.g. --var n=16")
+        values[name.strip()] = int(value)
+    return values
 
 
-def _as_job(value: Any, path: Path) -> KernelJob:
+def _timeable(job: KernelJob, path: Path, var_vals: dict[str, int]) -> KernelJob:
+    """`job` with the values its variables are timed with, or a BeamError when it cannot be timed: a kernel with
+    variables has sizes only their values fix (--var NAME=VALUE, within the variable's bounds)."""
+    variables = {u.arg.name: u.arg for u in job.ast.toposort() if u.op is Ops.DEFINE_VAR}
+    missing = sorted(set(variables) - set(var_vals))
+    if missing:
+        raise BeamError(f"{path}: kernel {job.name} has unbound variables ({', '.join(missing)}): give each a value "
+                        f"to time it with, e.g. --var {missing[0]}={variables[missing[0]].vmax}")  # fmt: skip
+    for name, arg in sorted(variables.items()):
+        if not arg.vmin <= var_vals[name] <= arg.vmax:
+            raise BeamError(f"--var {name}={var_vals[name]}: {name} of kernel {job.name} lies in {arg.vmin}..{arg.vmax}")
+    return KernelJob(job.ast, job.preapplied, {name: var_vals[name] for name in variables})
+
+
+def _as_job(value: Any, path: Path, var_vals: dict[str, int]) -> KernelJob:
     if _is_kernel(value):
         info = value.arg if isinstance(value.arg, KernelInfo) else KernelInfo()
-        return _timeable(KernelJob(value, tuple(info.opts_to_apply or ())), path)
+        return _timeable(KernelJob(value, tuple(info.opts_to_apply or ())), path, var_vals)
     if isinstance(value, tuple) and value and _is_kernel(value[0]):
         opts = value[1] if len(value) == 2 else value[3] if len(value) == 4 else ()
         if not all(isinstance(opt, Opt) for opt in opts):
             raise BeamError(f"{path}: the opts next to the kernel are not Opt values")
-        return _timeable(KernelJob(value[0], tuple(opts)), path)
+        return _timeable(KernelJob(value[0], tuple(opts)), path, var_vals)
     raise BeamError(
         f"{path} holds {type(value).__name__}, not a kernel: expected a kernel AST (a SINK UOp), (ast, opts), "
         "a process-replay row or a list of them"
     )
 
 
-def load_kernels(path: Path) -> list[KernelJob]:
-    """The kernels in a k.pkl, in order."""
+def load_kernels(path: Path, var_vals: dict[str, int] | None = None) -> list[KernelJob]:
+    """The kernels in a k.pkl, in order; `var_vals` gives the variables of symbolic kernels their timing values."""
     try:
         value, _ = read_file(path)
     except OSError as error:
@@ -82,7 +99,7 @@ def load_kernels(path: Path) -> list[KernelJob]:
     items = value if isinstance(value, list) else [value]
     if not items:
         raise BeamError(f"{path} holds an empty list")
-    return [_as_job(item, path) for item in items]
+    return [_as_job(item, path, var_vals or {}) for item in items]
 
 
 # Input families --verify runs both kernels on: a wrong kernel is often right on one family and wrong on another
@@ -167,9 +184,17 @@ def _compare(first: list[Buffer], second: list[Buffer], family: str) -> Verifica
     return None
 
 
-def compare_kernels(reference: UOp, candidate: UOp, device: str, flags: CodegenFlags, seed: int = 0) -> Verification:
-    """Run `reference` and `candidate` (kernels with the same buffers) on the same inputs of every family in
-    FAMILIES that their buffer types allow, and compare every buffer; the first family that differs is named."""
+def compare_kernels(
+    reference: UOp,
+    candidate: UOp,
+    device: str,
+    flags: CodegenFlags,
+    seed: int = 0,
+    var_vals: dict[str, int] | None = None,
+) -> Verification:
+    """Run `reference` and `candidate` (kernels with the same buffers; variables set to `var_vals`) on the same
+    inputs of every family in FAMILIES that their buffer types allow, and compare every buffer; the first family
+    that differs is named."""
     reference_program = compile_program(device, reference, flags)
     candidate_program = compile_program(device, candidate, flags)
     rng = np.random.default_rng(seed)
@@ -183,10 +208,11 @@ def compare_kernels(reference: UOp, candidate: UOp, device: str, flags: CodegenF
             continue
         for a, b, data in zip(first, second, contents, strict=True):
             data = data if data is not None else family_contents(a, "normal", rng)
+            assert data is not None  # (every buffer type has normal values)
             a.copyin(data)
             b.copyin(data)
-        time_program(reference_program, first, repeats=1)
-        time_program(candidate_program, second, repeats=1)
+        time_program(reference_program, first, repeats=1, var_vals=var_vals)
+        time_program(candidate_program, second, repeats=1, var_vals=var_vals)
         failure = _compare(first, second, family)
         if failure is not None:
             return failure
@@ -197,4 +223,4 @@ def compare_kernels(reference: UOp, candidate: UOp, device: str, flags: CodegenF
 def verify(job: KernelJob, opts: tuple[Opt, ...], device: str, flags: CodegenFlags, seed: int = 0) -> Verification:
     """Run the unoptimized kernel and the kernel with `opts` on the same inputs of several families (normal,
     all-negative, large magnitude, mixed-sign integers, inf/nan) and compare every buffer."""
-    return compare_kernels(with_opts(job.ast, ()), with_opts(job.ast, opts), device, flags, seed)
+    return compare_kernels(with_opts(job.ast, ()), with_opts(job.ast, opts), device, flags, seed, job.var_vals)

@@ -26,7 +26,11 @@ def canonical_lines(lines: list[str]) -> list[str]:
         defined = DEFINITION.search(line)
         if defined is not None:
             own = defined.group(1)
-            body = NAME.sub(lambda m, own=own: "@" if m.group(1) == own else names.get(m.group(1), m.group(1)), line)
+
+            def renamed(match: re.Match[str], own: str = own) -> str:
+                return "@" if match.group(1) == own else names.get(match.group(1), match.group(1))
+
+            body = NAME.sub(renamed, line)
             names[own] = own.rstrip("0123456789") + "#" + hashlib.sha1(body.encode()).hexdigest()[:10]
         canonical.append(NAME.sub(lambda m: names.get(m.group(1), m.group(1)), line))
     return canonical

@@ -457,8 +457,11 @@ def search_opts(
     ignore_cache: bool | None = None,
     flags: CodegenFlags | None = None,
     on_round: Callable[[SearchRound], None] | None = None,
+    var_vals: dict[str, int] | None = None,
 ) -> BeamResult:
-    """The best opts for kernel `ast` on `device_name` with a beam of `width`, from the cache or by searching."""
+    """The best opts for kernel `ast` on `device_name` with a beam of `width`, from the cache or by searching. A
+    kernel of symbolic size is timed with its variables set to `var_vals`; its opts hold for every value (they are
+    applied to the symbolic kernel), so they are cached under it."""
     device_name = Device.canonicalize(device_name)
     ignore = bool(IGNORE_BEAM_CACHE) if ignore_cache is None else ignore_cache
     if not ignore:
@@ -476,7 +479,7 @@ def search_opts(
         if on_round is not None:
             on_round(round_)
 
-    timer = CandidateTimer(ast, device_name)
+    timer = CandidateTimer(ast, device_name, var_vals)
     seeds = _heuristic_seeds(ast, flags)
     try:
         opts, seconds = beam_search(

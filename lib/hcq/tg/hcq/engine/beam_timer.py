@@ -1,6 +1,6 @@
 """BEAM's timing process: candidates run in a child process, so one that runs too long is killed, not waited for.
 
-    timer = CandidateTimer(ast, "CPU")           # starts `python -m tg.hcq.engine.beam_timer` on first use
+    timer = CandidateTimer(ast, "CPU", {"n": 16})  # starts `python -m tg.hcq.engine.beam_timer` on first use
     seconds = timer.time(source, binary, best)   # inf: slower than EARLY_STOP_FACTOR x best, or killed
     timer.close()
 
@@ -11,8 +11,9 @@ candidate. The child makes its own scratch buffers from the kernel's PARAMs, so 
 program's real inputs. It is started as a module (not by multiprocessing), so a user's script is never re-run.
 
 Protocol on the child's stdin/stdout: pickled messages, each preceded by its length (8 bytes, little endian).
-The parent sends (ast, device) once and the child answers "ready" once its device and buffers exist; then the parent
-sends (name, binary, global_size, best) per candidate and the child answers with the candidate's seconds per launch:
+The parent sends (ast, device, var_vals) once and the child answers "ready" once its device and buffers exist; then
+the parent sends (name, binary, global_size, variables, best) per candidate (a kernel of symbolic size launches with
+its variables set to var_vals) and the child answers with the candidate's seconds per launch:
 inf when its first timed launch is slower than EARLY_STOP_FACTOR x best; that launch alone when it is slower than
 RETIME_FACTOR x best (clearly not the best: more launches would only cost time); else the fastest of TIMED_LAUNCHES.
 """
@@ -74,9 +75,10 @@ class CandidateTimer:
     A killed child is replaced by a spare that `prepare` started earlier (the caller starts it while the compiler
     runs, so its 0.3 s start-up is neither waited for nor timed with a candidate)."""
 
-    def __init__(self, ast: UOp, device_name: str) -> None:
+    def __init__(self, ast: UOp, device_name: str, var_vals: dict[str, int] | None = None) -> None:
         self.ast = ast
         self.device_name = device_name
+        self.var_vals = dict(var_vals or {})
         self.process: subprocess.Popen[bytes] | None = None
         self.spare: subprocess.Popen[bytes] | None = None
         self.killed = 0  # candidates that ran past their deadline
@@ -86,7 +88,7 @@ class CandidateTimer:
         command = [sys.executable, "-m", "tg.hcq.engine.beam_timer"]
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert process.stdin is not None
-        _send(process.stdin, (self.ast, self.device_name))
+        _send(process.stdin, (self.ast, self.device_name, self.var_vals))
         return process
 
     def prepare(self) -> None:
@@ -106,7 +108,7 @@ class CandidateTimer:
         child = self._child()
         assert child.stdin is not None and child.stdout is not None
         try:
-            _send(child.stdin, (source.name, binary, source.global_size, best))
+            _send(child.stdin, (source.name, binary, source.global_size, source.variables, best))
         except BrokenPipeError:
             self._end_child()
             return math.inf
@@ -140,21 +142,21 @@ def _serve(inbox: IO[bytes], outbox: IO[bytes]) -> None:
     from tg.hcq.engine.programs import CompiledProgram
     from tg.hcq.engine.timing import scratch_buffers, time_program
 
-    ast, device_name = _receive(inbox)
+    ast, device_name, var_vals = _receive(inbox)
     device = Device[device_name]
     buffers = scratch_buffers(ast, device_name)
     _send(outbox, "ready")
     while True:
         try:
-            name, binary, global_size, best = _receive(inbox)
+            name, binary, global_size, variables, best = _receive(inbox)
         except EOFError:
             return
         try:
-            source = ProgramSource(name, "", global_size, (), (), 0, 0)
+            source = ProgramSource(name, "", global_size, (), (), 0, 0, variables)
             program = CompiledProgram(device_name, source, device.runtime(name, binary))
-            seconds = time_program(program, buffers, repeats=1)
+            seconds = time_program(program, buffers, repeats=1, var_vals=var_vals)
             if seconds <= RETIME_FACTOR * best:
-                seconds = min(seconds, time_program(program, buffers, repeats=TIMED_LAUNCHES - 1))
+                seconds = min(seconds, time_program(program, buffers, TIMED_LAUNCHES - 1, var_vals))
             elif seconds > EARLY_STOP_FACTOR * best:
                 seconds = math.inf
         except Exception:

@@ -20,6 +20,7 @@ from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq.buffer import Buffer
 from tg.hcq.device import Device
 from tg.hcq.engine.programs import CompiledProgram, compile_program
+from tg.hcq.symbolic import resolve
 
 
 @dataclass(frozen=True)
@@ -40,26 +41,36 @@ def scratch_buffers(ast: UOp, device: str) -> list[Buffer]:
     return buffers
 
 
-def time_program(program: CompiledProgram, buffers: list[Buffer], repeats: int = 3) -> float:
-    """Seconds of the fastest of `repeats` launches of `program` on `buffers` (each launch waits for the device)."""
+def time_program(
+    program: CompiledProgram, buffers: list[Buffer], repeats: int = 3, var_vals: dict[str, int] | None = None
+) -> float:
+    """Seconds of the fastest of `repeats` launches of `program` on `buffers` (each launch waits for the device).
+    A kernel of symbolic size takes its variables' values from `var_vals` (by name)."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
     raw = [b.raw for b in buffers]
+    values = var_vals or {}
+    vals = tuple(resolve(variable, values) for variable in program.source.variables)
+    global_size = tuple(resolve(size, values) for size in program.source.global_size)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        reported = program.program(*raw, global_size=program.source.global_size, wait=True)
+        reported = program.program(*raw, global_size=global_size, vals=vals, wait=True)
         times.append(time.perf_counter() - start if reported is None else reported)
     return min(times)
 
 
 def time_kernel(
-    ast: UOp, device: str, flags: CodegenFlags | None = None, repeats: int = 3, buffers: list[Buffer] | None = None
+    ast: UOp,
+    device: str,
+    flags: CodegenFlags | None = None,
+    repeats: int = 3,
+    buffers: list[Buffer] | None = None,
+    var_vals: dict[str, int] | None = None,
 ) -> KernelTiming:
     """Compile kernel `ast` for `device` (flags: the environment's by default) and time it on `buffers`
-    (default: fresh scratch buffers)."""
+    (default: fresh scratch buffers), its variables set to `var_vals`."""
     name = Device.canonicalize(device)
     program = compile_program(name, ast, CodegenFlags.from_environment() if flags is None else flags)
-    return KernelTiming(
-        program, time_program(program, scratch_buffers(ast, name) if buffers is None else buffers, repeats)
-    )
+    scratch = scratch_buffers(ast, name) if buffers is None else buffers
+    return KernelTiming(program, time_program(program, scratch, repeats, var_vals))

@@ -68,8 +68,9 @@ def _timeable(job: KernelJob, path: Path, var_vals: dict[str, int]) -> KernelJob
         raise BeamError(f"{path}: kernel {job.name} has unbound variables ({', '.join(missing)}): give each a value "
                         f"to time it with, e.g. --var {missing[0]}={variables[missing[0]].vmax}")  # fmt: skip
     for name, arg in sorted(variables.items()):
-        if not arg.vmin <= var_vals[name] <= arg.vmax:
-            raise BeamError(f"--var {name}={var_vals[name]}: {name} of kernel {job.name} lies in {arg.vmin}..{arg.vmax}")
+        value = var_vals[name]
+        if not arg.vmin <= value <= arg.vmax:
+            raise BeamError(f"--var {name}={value}: {name} of kernel {job.name} lies in {arg.vmin}..{arg.vmax}")
     return KernelJob(job.ast, job.preapplied, {name: var_vals[name] for name in variables})
 
 

@@ -39,10 +39,10 @@ def board_options(path: str, state_path: Path):
         return
     connection = open_board(BoardOptions(transport=Transport.SIM, sim_state=state_path).request())
     device = ServedDevice("sim", regs.VENDOR_AMD, regs.NAVI31_DEVICE_IDS[0], {regs.BAR: connection.mmio})
-    server = RemoteServer([device], "127.0.0.1", 0)
+    server = RemoteServer([device], "127.0.0.1", 0, token="bench", quiet=True)
     server.serve_in_thread()
     try:
-        yield BoardOptions(transport=Transport.REMOTE, remote=f"127.0.0.1:{server.port}")
+        yield BoardOptions(transport=Transport.REMOTE, remote=f"127.0.0.1:{server.port}", token="bench")
     finally:
         server.shutdown()
         server.server_close()

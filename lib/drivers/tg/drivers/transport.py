@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,8 +47,9 @@ class BoardRequest:
     bar: int
     sim_state: Path | None = None
     sysfs_root: Path = SYSFS_PCI_DEVICES
-    remote: str | None = None  # HOST:PORT of a remote-PCI server
+    remote: str | None = None  # HOST:PORT or unix:PATH of a remote-PCI server
     token: str | None = None  # its auth token, if it asks for one
+    cancelled: Callable[[], bool] | None = None  # True once the user asked to stop (waits on a server end)
 
     @property
     def device_ids(self) -> tuple[int, ...]:
@@ -103,7 +105,7 @@ def check_request(request: BoardRequest) -> None:
     if request.transport is not Transport.SIM and request.sim_state is not None:
         raise ValueError("--sim-state is only used with --transport sim")
     if request.transport is Transport.REMOTE and not request.remote:
-        raise ValueError("--transport remote needs --remote HOST:PORT")
+        raise ValueError("--transport remote needs --remote HOST:PORT (or unix:PATH)")
     if request.transport is not Transport.REMOTE and request.remote:
         raise ValueError("--remote is only used with --transport remote")
 

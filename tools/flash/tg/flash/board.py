@@ -13,7 +13,7 @@ from tg.drivers.mmio import MMIOInterface
 from tg.drivers.pci import DeviceMatch
 from tg.drivers.transport import BoardRequest, Transport, check_request, open_board
 from tg.flash.gd25 import GD25LQ16E
-from tg.flash.interrupts import deferred_interrupt
+from tg.flash.interrupts import deferred_interrupt, interrupt_pending
 from tg.flash.spi import Navi31SPI
 
 NAVI31 = (DeviceMatch(0xFFFF, regs.NAVI31_DEVICE_IDS),)
@@ -38,6 +38,7 @@ class BoardOptions:
             self.sim_state,
             remote=self.remote,
             token=self.token,
+            cancelled=interrupt_pending,
         )
 
     def check(self) -> None:

@@ -99,8 +99,9 @@ def failures(reporter: Reporter, debug: bool) -> Iterator[None]:
         yield
     except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
         raise
-    except KeyboardInterrupt:
-        reporter.error("interrupted; controller registers were restored")
+    except KeyboardInterrupt as e:
+        # a bare Ctrl-C ran the restores; one with a message (a silent remote server) says what happened instead
+        reporter.error(str(e) or "interrupted; controller registers were restored")
         raise typer.Exit(130) from None
     except (RuntimeError, TimeoutError, ValueError, OSError) as e:
         if debug:

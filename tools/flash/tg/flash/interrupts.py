@@ -7,6 +7,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+_pending: list[int] = []  # signals received by an active deferral, for code that waits and can give up
+
+
+def interrupt_pending() -> bool:
+    """Whether Ctrl-C arrived while it is held back: a wait that may never end (a silent remote server) checks
+    this and gives up, so the deferral does not turn Ctrl-C into a hang."""
+    return bool(_pending)
+
 
 @contextmanager
 def deferred_interrupt() -> Iterator[None]:
@@ -16,10 +24,17 @@ def deferred_interrupt() -> Iterator[None]:
         yield
         return
     received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+
+    def hold(signum: int, _frame) -> None:
+        received.append(signum)
+        _pending.append(signum)
+
+    previous = signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        for _ in received:
+            _pending.pop()
     if received:
         raise KeyboardInterrupt

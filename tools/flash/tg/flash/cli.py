@@ -96,9 +96,9 @@ def info(ctx: typer.Context) -> None:
     with failures(cli.reporter, cli.debug):
         cli.options.check()
         with open_flash(cli.options) as chip:
-            jedec = chip.jedec  # the capture open_flash checked, as the seed prints it
             sr1, sr2, sr3 = chip.status_registers()
             sfdp = chip.sfdp(24)
+            jedec = chip.rdid()  # the seed prints a second RDID, read after the SFDP header
         cmp_state = "set" if sr2 & 0x40 else "clear"
         text = "\n".join(
             [
@@ -250,7 +250,7 @@ def flash(
 
 def _program_with_progress(cli: CliContext, chip_data: bytes, sectors: SectorRange, clear_cmp: bool, run, log):
     total = sectors.count * regs.SECTOR_SIZE
-    with open_flash(cli.options) as chip, progress(cli.reporter, "flashing", total) as bar:
+    with open_flash(cli.options, writes=True) as chip, progress(cli.reporter, "flashing", total) as bar:
 
         def report_sector(outcome: SectorOutcome) -> None:
             bar.advance(regs.SECTOR_SIZE)

@@ -55,7 +55,7 @@ def serve(
             if not value > 0:
                 raise ValueError(f"{name} must be > 0 seconds")
         cli.options.check()
-        connection = open_board(cli.options.request())
+        connection = open_board(cli.options.request(writes=True))  # clients may flash
         try:
             device = ServedDevice(connection.description, regs.VENDOR_AMD, regs.NAVI31_DEVICE_IDS[0])
             device.bars[regs.BAR] = connection.mmio

@@ -31,6 +31,7 @@ bridge timeout in their completion instead of running).
 
 from __future__ import annotations
 
+import functools
 import struct
 
 from tg.drivers import navi31_regs as r
@@ -118,6 +119,7 @@ class SimASM24Device(USBHandle):
         self.stalls = 0
         self.dropped_writes = 0
         self.requests: list[tuple[int, int]] = []  # (bmRequestType, bRequest) of every control transfer
+        self.last_stall = ""  # why the last request was stalled, for tests and debugging
         self._completion: bytes | None = None  # waiting for 0xF0 IN
         self._bulk_out: tuple[str, int, int] | None = None  # (what, address or SRAM offset, length) announced
         self._bulk_in: bytes | None = None
@@ -139,7 +141,7 @@ class SimASM24Device(USBHandle):
         expected_type = BM_VENDOR_DEVICE_TO_HOST if direction_in else BM_VENDOR_HOST_TO_DEVICE
         if request_type != expected_type:
             return self._stall(f"bmRequestType 0x{request_type:02x} for a {'IN' if direction_in else 'OUT'} stage")
-        handler = self._handlers().get((request, direction_in))
+        handler = self._handlers.get((request, direction_in))
         if handler is None:
             return self._stall(f"unknown request 0x{request:02x} ({'IN' if direction_in else 'OUT'})")
         return handler(value, index, length, b"" if isinstance(data, int) else bytes(data))
@@ -161,6 +163,7 @@ class SimASM24Device(USBHandle):
 
     # -- control requests ------------------------------------------------------------------------------------
 
+    @functools.cached_property
     def _handlers(self):
         return {
             (REQ_XDATA_READ, True): self._xdata_read,

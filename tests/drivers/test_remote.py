@@ -275,3 +275,23 @@ def test_ctrl_c_held_back_by_a_register_sequence_ends_a_wait_on_a_silent_server(
         assert not interrupt_pending()
     finally:
         silent.close()
+
+
+def test_a_stopping_server_restores_the_registers_of_a_connected_client() -> None:
+    bar = BufferMMIO(bytearray(0x1000))
+    bar.write32(0x10, 0x11111111)
+    device = ServedDevice("x", 0x1002, 0x744C, {5: bar}, restorable=frozenset({(5, 0x10)}))
+    server = RemoteServer([device], "127.0.0.1", 0, TOKEN, quiet=True)
+    server.serve_in_thread()
+    try:
+        connection = RemoteConnection(("127.0.0.1", server.port), TOKEN)
+        mmio = RemotePCIDevice(connection, 0, "x").map_bar(5)
+        mmio.write32(0x10, 0xAAAAAAAA)
+        assert mmio.read32(0x10) == 0xAAAAAAAA  # the client is connected, holding the board, register changed
+        assert server.disconnect_clients(wait=60)
+        assert bar.read32(0x10) == 0x11111111
+        with pytest.raises((RuntimeError, ConnectionError)):
+            mmio.read32(0x10)
+    finally:
+        server.shutdown()
+        server.server_close()

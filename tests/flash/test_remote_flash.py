@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tg.drivers import navi31_regs as r
-from tg.drivers.remote import RemoteServer, ServedDevice
+from tg.drivers.remote import RemoteConnection, RemotePCIDevice, RemoteServer, ServedDevice, parse_address
 from tg.drivers.sim.state import load_state
 from tg.drivers.transport import open_board
 from tg.flash.board import BoardOptions, Transport
@@ -146,3 +146,30 @@ def test_tg_flash_serve_subprocess_end_to_end(make_board, tmp_path: Path) -> Non
     assert dump.read_bytes() == board.flash()[:0x10000]
     assert load_state(board.path).sessions == 1
     assert not socket_path.exists(), "the socket file goes away with the server"
+
+
+def test_sigterm_to_serve_restores_a_connected_clients_registers(make_board, tmp_path: Path) -> None:
+    board = make_board(via="pci")
+    socket_path = tmp_path / "flash.sock"
+    command = [sys.executable, "-m", "tg.flash", "--transport", "sim", "--sim-state", str(board.path)]
+    server = subprocess.Popen(
+        [*command, "serve", "--listen", f"unix:{socket_path}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    try:
+        assert server.stdout.readline().strip().endswith(f" on unix:{socket_path}")
+        connection = RemoteConnection(parse_address(f"unix:{socket_path}"))
+        mmio = RemotePCIDevice(connection, 0, "sim").map_bar(r.BAR)
+        mmio.write32(r.ROM_CNTL, 0x1F000001)  # as a flash driver's open does, and the client never restores it
+        assert mmio.read32(r.ROM_CNTL) == 0x1F000001
+        server.send_signal(signal.SIGTERM)
+        stdout, stderr = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0, stderr
+    assert stdout.strip() == "stopped"
+    board.assert_registers_restored()

@@ -29,6 +29,7 @@ Hardening (tg's additions; the seed served only trusted networks):
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hmac
 import os
@@ -275,6 +276,8 @@ class _Handler(socketserver.BaseRequestHandler):
         if self.request.family != socket.AF_UNIX:
             self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.originals: dict[tuple[int, int, int], int] = {}  # (dev, bar, offset) -> value before this client
+        with self.server.clients_lock:
+            self.server.clients.add(self.request)
         try:
             self._authenticate()
             if not self.server.board_lock.acquire(timeout=self.server.busy_wait):
@@ -287,6 +290,9 @@ class _Handler(socketserver.BaseRequestHandler):
                 self.server.board_lock.release()
         except _Drop as e:
             self.server.log(f"remote: dropping a client: {e}")
+        finally:
+            with self.server.clients_lock:
+                self.server.clients.discard(self.request)
 
     def _authenticate(self) -> None:
         token = self.server.token
@@ -434,6 +440,21 @@ class _ServerMixin:
         self.idle_timeout, self.request_timeout, self.busy_wait = idle_timeout, request_timeout, busy_wait
         self.board_lock = threading.Lock()
         self.quiet = quiet
+        self.clients: set[socket.socket] = set()
+        self.clients_lock = threading.Lock()
+
+    def disconnect_clients(self, wait: float = 10.0) -> bool:
+        """End every client connection (a server that stops), and wait up to `wait` seconds for the one holding
+        the board to put its registers back; False when it did not finish in time."""
+        with self.clients_lock:
+            clients = list(self.clients)
+        for client in clients:
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)
+        if not self.board_lock.acquire(timeout=wait):
+            return False
+        self.board_lock.release()
+        return True
 
     def log(self, text: str) -> None:
         if not self.quiet:

@@ -65,7 +65,9 @@ def serve(
                 cli.reporter.line(f"serving {connection.description} on {server.address}")
                 try:
                     server.serve_forever(poll_interval=0.1)
-                except KeyboardInterrupt:
+                except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: a connected client's registers go back first
+                    if not server.disconnect_clients():
+                        cli.reporter.error("a client's registers could not be restored in time")
                     cli.reporter.line("stopped")
         finally:
             connection.close()

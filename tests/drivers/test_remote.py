@@ -1,10 +1,18 @@
 """The remote-PCI protocol (hcq.md 1.17) over loopback: framing, commands, errors, fire-and-forget writes,
-and the auth token."""
+and the server's hardening (issue 36 item 5): a token on every TCP address or a 0600 Unix socket, nothing read
+before authentication beyond the fixed header, idle and slow clients dropped without blocking others, registers
+restored on disconnect, and a client that gives up waiting on Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
+import stat
 import struct
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -16,20 +24,23 @@ from tg.drivers.remote import (
     RESPONSE,
     RemoteCmd,
     RemoteConnection,
+    RemoteInterrupted,
     RemotePCIDevice,
     RemoteServer,
+    RemoteUnixServer,
     ServedDevice,
     parse_address,
 )
 
 NAVI31 = (DeviceMatch(0xFFFF, (0x744C,)),)
+TOKEN = "s3cret"
 
 
 @pytest.fixture
 def served():
     bar = BufferMMIO(bytearray(0x1000))
     devices = [ServedDevice("0000:03:00.0", 0x1002, 0x744C, {5: bar}), ServedDevice("0000:04:00.0", 0x1002, 0x73BF)]
-    server = RemoteServer(devices, "127.0.0.1", 0)
+    server = RemoteServer(devices, "127.0.0.1", 0, TOKEN, quiet=True)
     server.serve_in_thread()
     yield server, bar
     server.shutdown()
@@ -46,7 +57,7 @@ def test_wire_formats_and_command_numbers() -> None:
 
 def test_probe_map_read_and_fire_and_forget_write(served) -> None:
     server, bar = served
-    connection = RemoteConnection("127.0.0.1", server.port)
+    connection = RemoteConnection(("127.0.0.1", server.port), TOKEN)
     assert connection.probe(0x1002, NAVI31) == ["0000:03:00.0"]
     assert connection.probe(0x1002, ()) == ["0000:03:00.0", "0000:04:00.0"]
     device = RemotePCIDevice(connection, 0, "0000:03:00.0")
@@ -65,33 +76,26 @@ def test_probe_map_read_and_fire_and_forget_write(served) -> None:
 
 def test_errors_carry_their_text_and_a_failed_write_drops_the_connection(served) -> None:
     server, _ = served
-    connection = RemoteConnection("127.0.0.1", server.port)
+    connection = RemoteConnection(("127.0.0.1", server.port), TOKEN)
     with pytest.raises(RuntimeError, match="RPC failed: BAR 2 of 0000:03:00.0 is not served"):
         connection.rpc(0, RemoteCmd.MAP_BAR, bar=2)
     with pytest.raises(RuntimeError, match="RPC failed: RESET is not supported"):
         connection.rpc(0, RemoteCmd.RESET)
-    connection.send(0, RemoteCmd.MMIO_WRITE, 0x2000, 4, bar=5, payload=b"\0" * 4)  # outside the BAR
+    connection.send(0, RemoteCmd.MMIO_WRITE, 0x2000, 4, bar=5, payload=b"\0" * 4)  # outside the BAR: dropped
     with pytest.raises(RuntimeError, match="Connection closed"):
         connection.rpc(0, RemoteCmd.PING)
 
 
-def test_a_token_is_required_when_the_server_has_one() -> None:
-    server = RemoteServer([ServedDevice("x", 0x1002, 0x744C)], "127.0.0.1", 0, token="s3cret")
-    server.serve_in_thread()
-    try:
-        with pytest.raises(RuntimeError, match="authentication required"):
-            RemoteConnection("127.0.0.1", server.port).probe(0x1002, NAVI31)
-        with pytest.raises(RuntimeError, match="authentication required"):
-            RemoteConnection("127.0.0.1", server.port, token="wrong")
-        assert RemoteConnection("127.0.0.1", server.port, token="s3cret").probe(0x1002, NAVI31) == ["x"]
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def test_listening_beyond_loopback_needs_a_token() -> None:
-    with pytest.raises(ValueError, match="beyond loopback"):
-        RemoteServer([], "0.0.0.0", 0)
+def test_a_token_is_required_on_every_tcp_address(served) -> None:
+    server, _ = served
+    with pytest.raises(RuntimeError, match="authentication required"):
+        RemoteConnection(("127.0.0.1", server.port)).probe(0x1002, NAVI31)
+    with pytest.raises(RuntimeError, match="authentication required"):
+        RemoteConnection(("127.0.0.1", server.port), token="wrong")
+    assert RemoteConnection(("127.0.0.1", server.port), token=TOKEN).probe(0x1002, NAVI31) == ["0000:03:00.0"]
+    for host in ("127.0.0.1", "0.0.0.0"):
+        with pytest.raises(ValueError, match="needs an auth token"):
+            RemoteServer([], host, 0)
 
 
 def test_a_server_that_is_not_there_is_a_clear_error() -> None:
@@ -99,15 +103,195 @@ def test_a_server_that_is_not_there_is_a_clear_error() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(ConnectionError, match=f"cannot reach the remote-PCI server at 127.0.0.1:{port}"):
-        RemoteConnection("127.0.0.1", port, timeout=1)
+        RemoteConnection(("127.0.0.1", port), timeout=1)
 
 
 def test_raw_framing_of_a_read(served) -> None:
     server, bar = served
     bar.write(r.ROM_CNTL % 0x1000, b"\x01\x02\x03\x04")
     with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(struct.pack("<BIIQQQ", 12, 0, 0, len(TOKEN), 0, 0) + TOKEN.encode())
         s.sendall(struct.pack("<BIIQQQ", 6, 0, 5, r.ROM_CNTL % 0x1000, 4, 0))
         answer = b""
-        while len(answer) < 21:  # 17-byte header, 4 bytes read out
+        while len(answer) < 17 + 21:  # the PING's answer; a 17-byte header and 4 bytes read out
             answer += s.recv(64)
-    assert answer == struct.pack("<BQQ", 0, 0, 0) + b"\x01\x02\x03\x04"
+    assert answer == struct.pack("<BQQ", 0, 0, 0) * 2 + b"\x01\x02\x03\x04"
+
+
+def recv_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        struct.pack("<BIIQQQ", 7, 0, 5, 0, 1 << 30, 0),  # an unauthenticated 1 GiB write
+        struct.pack("<BIIQQQ", 12, 0, 0, 1 << 20, 0, 0),  # a PING announcing a 1 MiB "token"
+        struct.pack("<BIIQQQ", 0, 0, 0, 0, 4000, 0x1002),  # a probe before the PING
+    ],
+)
+def test_nothing_but_the_header_is_read_before_authentication(served, header: bytes) -> None:
+    server, _ = served
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(header)  # and none of the payload it announces: the server must not wait for it
+        answer = recv_until_closed(s)
+    status, size, _ = struct.unpack("<BQQ", answer[:17])
+    assert status == 1 and answer[17:].decode() == "authentication required: connect with the server's token"
+    assert len(answer) == 17 + size, "the server answered and closed without reading the announced payload"
+
+
+def test_a_unix_socket_is_0600_and_needs_no_token(tmp_path: Path) -> None:
+    path = str(tmp_path / "flash.sock")
+    server = RemoteUnixServer([ServedDevice("x", 0x1002, 0x744C)], path, quiet=True)
+    server.serve_in_thread()
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert RemoteConnection(parse_address(f"unix:{path}")).probe(0x1002, NAVI31) == ["x"]
+        with pytest.raises(ValueError, match="already exists"):
+            RemoteUnixServer([], path)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not os.path.exists(path)
+
+
+def authenticated(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(struct.pack("<BIIQQQ", 12, 0, 0, len(TOKEN), 0, 0) + TOKEN.encode())
+    assert s.recv(17) == struct.pack("<BQQ", 0, 0, 0)
+    return s
+
+
+def test_idle_and_slow_clients_are_dropped_and_do_not_block_others() -> None:
+    bar = BufferMMIO(bytearray(0x1000))
+    server = RemoteServer([ServedDevice("x", 0x1002, 0x744C, {5: bar})], "127.0.0.1", 0, TOKEN,
+                          idle_timeout=0.5, request_timeout=0.5, busy_wait=30, quiet=True)  # fmt: skip
+    server.serve_in_thread()
+    try:
+        idle = authenticated(server.port)  # holds the board, then says nothing
+        silent = socket.create_connection(("127.0.0.1", server.port), timeout=30)  # never authenticates
+        slow = authenticated(server.port)  # starts a request and never finishes it (waits for the board first)
+        slow.sendall(struct.pack("<BIIQQQ", 6, 0, 5, 0, 4, 0)[:10])
+        # a well-behaved client gets the board once the idle one is dropped, however the others behave
+        assert RemoteConnection(("127.0.0.1", server.port), TOKEN).probe(0x1002, NAVI31) == ["x"]
+        for dropped in (idle, silent, slow):
+            assert recv_until_closed(dropped) == b"", "dropped without an answer"
+            dropped.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_busy_board_is_refused_after_the_wait() -> None:
+    server = RemoteServer([ServedDevice("x", 0x1002, 0x744C)], "127.0.0.1", 0, TOKEN, busy_wait=0.2, quiet=True)
+    server.serve_in_thread()
+    try:
+        holder = RemoteConnection(("127.0.0.1", server.port), TOKEN)
+        with pytest.raises(RuntimeError, match="board busy"):
+            RemoteConnection(("127.0.0.1", server.port), TOKEN).probe(0x1002, NAVI31)
+        holder.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_registers_a_client_left_changed_are_restored_when_it_disconnects() -> None:
+    bar = BufferMMIO(bytearray(0x1000))
+    bar.write32(0x10, 0x11111111)
+    bar.write32(0x14, 0x22222222)
+    device = ServedDevice("x", 0x1002, 0x744C, {5: bar}, restorable=frozenset({(5, 0x10), (5, 0x14)}))
+    server = RemoteServer([device], "127.0.0.1", 0, TOKEN, quiet=True)
+    server.serve_in_thread()
+    try:
+        connection = RemoteConnection(("127.0.0.1", server.port), TOKEN)
+        mmio = RemotePCIDevice(connection, 0, "x").map_bar(5)
+        mmio.write32(0x10, 0xAAAAAAAA)
+        mmio.write32(0x10, 0xBBBBBBBB)
+        mmio.write(0x14, b"\0" * 8)  # a restorable register and an ordinary one
+        assert mmio.read32(0x10) == 0xBBBBBBBB  # the writes have arrived
+        connection.sock.close()  # the client dies without restoring anything
+        for _ in range(300):  # hang guard only: the server restores as soon as it sees the close
+            if bar.read32(0x10) == 0x11111111 and bar.read32(0x14) == 0x22222222:
+                break
+            threading.Event().wait(0.05)
+        assert (bar.read32(0x10), bar.read32(0x14), bar.read32(0x18)) == (0x11111111, 0x22222222, 0)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class SilentServer:
+    """Accepts connections and reads, but never answers."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.connections.append(self.listener.accept()[0])
+
+    def close(self) -> None:
+        for c in self.connections:
+            c.close()
+        self.listener.close()
+
+
+def test_a_client_stops_waiting_on_a_silent_server_when_cancelled() -> None:
+    silent = SilentServer()
+    try:
+        flag = threading.Event()
+        connection = RemoteConnection(("127.0.0.1", silent.port), cancelled=flag.is_set)
+        threading.Timer(0.3, flag.set).start()
+        with pytest.raises(RemoteInterrupted, match="the server restores the registers this client changed"):
+            connection.rpc(0, RemoteCmd.PING)
+        with pytest.raises(ConnectionError, match="interrupted"):  # the connection stays failed
+            connection.rpc(0, RemoteCmd.PING)
+        quiet = RemoteConnection(("127.0.0.1", silent.port), answer_timeout=0.3)
+        with pytest.raises(ConnectionError, match="stopped answering"):
+            quiet.rpc(0, RemoteCmd.PING)
+    finally:
+        silent.close()
+
+
+def test_ctrl_c_held_back_by_a_register_sequence_ends_a_wait_on_a_silent_server() -> None:
+    """In tg-flash the register sequences hold SIGINT back; the remote client sees that through
+    interrupt_pending and gives up waiting instead of hanging with Ctrl-C deferred forever."""
+    from tg.flash.interrupts import deferred_interrupt, interrupt_pending
+
+    silent = SilentServer()
+    try:
+        connection = RemoteConnection(("127.0.0.1", silent.port), cancelled=interrupt_pending)
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt) as raised, deferred_interrupt():
+            connection.rpc(0, RemoteCmd.MMIO_READ, 0, 4, bar=5, readout_size=4)
+        assert isinstance(raised.value, RemoteInterrupted)
+        assert not interrupt_pending()
+    finally:
+        silent.close()
+
+
+def test_a_stopping_server_restores_the_registers_of_a_connected_client() -> None:
+    bar = BufferMMIO(bytearray(0x1000))
+    bar.write32(0x10, 0x11111111)
+    device = ServedDevice("x", 0x1002, 0x744C, {5: bar}, restorable=frozenset({(5, 0x10)}))
+    server = RemoteServer([device], "127.0.0.1", 0, TOKEN, quiet=True)
+    server.serve_in_thread()
+    try:
+        connection = RemoteConnection(("127.0.0.1", server.port), TOKEN)
+        mmio = RemotePCIDevice(connection, 0, "x").map_bar(5)
+        mmio.write32(0x10, 0xAAAAAAAA)
+        assert mmio.read32(0x10) == 0xAAAAAAAA  # the client is connected, holding the board, register changed
+        assert server.disconnect_clients(wait=60)
+        assert bar.read32(0x10) == 0x11111111
+        with pytest.raises((RuntimeError, ConnectionError)):
+            mmio.read32(0x10)
+    finally:
+        server.shutdown()
+        server.server_close()

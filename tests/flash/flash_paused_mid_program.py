@@ -8,6 +8,7 @@ tg-flash installed for the register sequence in flight, as a Ctrl-C pressed at t
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -19,15 +20,18 @@ PAUSE_DEADLINE_S = 300.0  # generous: the test sends SIGINT as soon as it reads 
 PAGE_PROGRAM = 0x02
 
 
+PAUSE_SIGNAL = signal.Signals[os.environ.get("PAUSE_SIGNAL", "SIGINT")]  # SIGTERM, SIGHUP: the same, for them
+
+
 def pause_until_sigint_is_pending() -> None:
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_BLOCK, {PAUSE_SIGNAL})
     print("paused mid-program", flush=True)
     deadline = time.monotonic() + PAUSE_DEADLINE_S
-    while signal.SIGINT not in signal.sigpending():
+    while PAUSE_SIGNAL not in signal.sigpending():
         if time.monotonic() > deadline:
-            sys.exit("error: no SIGINT arrived while paused")
+            sys.exit(f"error: no {PAUSE_SIGNAL.name} arrived while paused")
         time.sleep(0.01)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # delivered now, mid-transaction
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {PAUSE_SIGNAL})  # delivered now, mid-transaction
 
 
 def pause_at_program(number: int) -> None:

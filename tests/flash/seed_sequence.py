@@ -132,10 +132,11 @@ class SeedModel:
 def info_trace() -> list[str]:
     m = SeedModel()
     m.open()
-    m.rdid()  # open_flash's JEDEC check; info prints that capture
+    m.rdid()  # open_flash's JEDEC check
     for opcode in (0x05, 0x35, 0x15):
         m.read_register(opcode)
     m.sfdp(24)
+    m.rdid()  # info prints a second RDID capture, read after the SFDP header
     m.close()
     return m.lines
 

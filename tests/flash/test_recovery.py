@@ -3,6 +3,8 @@ flash, per-sector lines in a log file, protection explained on a verify mismatch
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import shlex
 from pathlib import Path
@@ -136,3 +138,39 @@ def test_wp_disable_reports_a_chip_that_ignores_it(make_board) -> None:
     board = make_board(sr1=0x04, faults=Faults(wel_never_sets=True))
     result = board.run("wp", "disable", "--yes")
     assert result.exit_code == 1 and "WREN failed" in result.stderr
+
+
+class FillingDisk(io.StringIO):
+    """A log file on a disk that fills up after `room` writes: every later write or flush fails with ENOSPC."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def write(self, text: str) -> int:
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= 1
+        return super().write(text)
+
+    def flush(self) -> None:
+        pass  # the write itself fails: nothing is left to flush
+
+
+def test_a_log_whose_disk_fills_mid_flash_does_not_lose_the_resume_hint(
+    make_board, random_image, tmp_path: Path, monkeypatch
+) -> None:
+    board = make_board(random_image(33))
+    path = tmp_path / "image.bin"
+    path.write_bytes(random_image(34))
+    log = tmp_path / "flash.log"
+    monkeypatch.setattr("tg.flash.recovery.open_log", lambda _path: FillingDisk(room=3))  # header + 2 sector lines
+    result = board.run("flash", str(path), "--start-sector", "20", "--sector-count", "5", "--yes", "--log", str(log))
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    # sector 22 was written and verified; its log line was the one that did not fit
+    assert lines[0] == "last good sector: 022 @0x16000"
+    assert lines[1].endswith("flash " + shlex.quote(str(path)) + " --start-sector 23 --sector-count 2 --yes")
+    assert lines[2] == f"warning: log {log}: No space left on device; the lines above are not in the log"
+    assert lines[-1] == f"error: [Errno 28] log {log}: No space left on device"
+    board.assert_registers_restored()

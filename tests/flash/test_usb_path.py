@@ -41,20 +41,20 @@ def test_a_down_pcie_link_is_one_clear_error(make_board) -> None:
     assert result.stderr.startswith("error: PCIe link not up (LTSSM state 0x01, expected 0x78)")
 
 
-def test_stalls_and_corrupted_cbws_are_recovered_transparently(make_board) -> None:
-    board = make_board(faults=Faults(usb_stall_at=[5, 40, 90], usb_corrupt_cbw_at=[60, 200]), via="usb")
+def test_stalls_and_bridge_timeouts_are_recovered_transparently(make_board) -> None:
+    board = make_board(faults=Faults(usb_stall_at=[5, 40, 90], usb_tlp_timeout_at=[3, 60, 200]), via="usb")
     result = board.run("info")
     assert result.exit_code == 0, result.stderr
     assert "CMP=clear" in result.stdout
 
 
-def test_an_endpoint_that_stays_stalled_is_one_clear_error(make_board) -> None:
-    # A CBW is resent once after reset recovery; when that is stalled too, the command fails with the stall.
+def test_a_request_the_bridge_keeps_refusing_is_one_clear_error(make_board) -> None:
+    # A stalled control request is sent once more; when that is stalled too, the command fails with the stall.
     board = make_board(faults=Faults(usb_stall_at=list(range(150, 400))), via="usb")
     result = board.run("info")
     assert result.exit_code == 1
     lines = result.stderr.splitlines()
-    assert lines[-1] == "error: USB endpoint 0x02 stalled"
+    assert lines[-1].startswith("error: the bridge refused control request 0xf0 (STALL, twice)")
     assert lines[0].startswith("warning: simulator: controller registers not restored"), "the link died mid-way"
 
 
@@ -63,7 +63,7 @@ def test_sim_init_usb_fault_options(cli, tmp_path: Path) -> None:
     assert cli("sim", "init", str(down), "--link-down").exit_code == 0
     result = cli("--transport", "sim", "--sim-state", str(down), "info")
     assert result.exit_code == 1 and "PCIe link not up" in result.stderr
-    assert cli("sim", "init", str(flaky), "--usb-stall", "7", "--usb-corrupt-cbw", "0x20").exit_code == 0
+    assert cli("sim", "init", str(flaky), "--usb-stall", "7", "--tlp-timeout", "0x20").exit_code == 0
     result = cli("--transport", "sim", "--sim-state", str(flaky), "info")
     assert result.exit_code == 0, result.stderr
 

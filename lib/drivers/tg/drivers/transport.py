@@ -3,7 +3,9 @@
 - `usb`: the ASM24 USB-PCIe bridge (tg.drivers.usb, tg.drivers.asm24), the path the seed validated.
 - `pci`: native PCI through sysfs. It refuses while a kernel driver (amdgpu) is bound, and is marked
   unvalidated on hardware: the seed never ran its ROM_SW path over native PCI.
-- `auto`: USB first, then PCI, as the seed's open_gpu does. It never picks the simulator.
+- `auto`: USB first, then PCI, as the seed's open_gpu does. It never picks the simulator, and for a command
+  that writes (the flash, the firmware, protection bits) it never falls back to native PCI: that needs an
+  explicit `--transport pci`.
 - `sim`: a simulated board whose state lives in a file; behind a simulated ASM24 (speaking the same USB
   requests as a real bridge) or directly on the simulated BAR, as the state file says (`via`).
 - `remote`: a board exposed by a tg remote-PCI server (tg.drivers.remote) on another machine.
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,8 +49,10 @@ class BoardRequest:
     bar: int
     sim_state: Path | None = None
     sysfs_root: Path = SYSFS_PCI_DEVICES
-    remote: str | None = None  # HOST:PORT of a remote-PCI server
+    remote: str | None = None  # HOST:PORT or unix:PATH of a remote-PCI server
     token: str | None = None  # its auth token, if it asks for one
+    cancelled: Callable[[], bool] | None = None  # True once the user asked to stop (waits on a server end)
+    writes: bool = False  # the command writes the flash or firmware: `auto` then never falls back to native PCI
 
     @property
     def device_ids(self) -> tuple[int, ...]:
@@ -103,7 +108,7 @@ def check_request(request: BoardRequest) -> None:
     if request.transport is not Transport.SIM and request.sim_state is not None:
         raise ValueError("--sim-state is only used with --transport sim")
     if request.transport is Transport.REMOTE and not request.remote:
-        raise ValueError("--transport remote needs --remote HOST:PORT")
+        raise ValueError("--transport remote needs --remote HOST:PORT (or unix:PATH)")
     if request.transport is not Transport.REMOTE and request.remote:
         raise ValueError("--remote is only used with --transport remote")
 
@@ -133,6 +138,11 @@ def _open_auto(request: BoardRequest) -> BoardConnection:
         bridges = []
     if bridges:
         return _open_usb(request)
+    if request.writes:
+        raise TransportError(
+            "no ASM24 USB bridge found, and --transport auto does not fall back to native PCI for a command that "
+            f"writes ({PCI_UNVALIDATED}); pass --transport pci to use it anyway"
+        )
     try:
         return _open_pci(request)
     except TransportError as e:

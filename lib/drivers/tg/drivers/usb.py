@@ -1,12 +1,14 @@
-"""USB transfers for the ASM24 USB-PCIe bridge: control and bulk transfers through libusb (the ctypes
-bindings tg-autogen generates in `tg.drivers.autogen.libusb`), and the mass-storage Bulk-Only Transport
-(BOT) the bridge's vendor commands ride on.
+"""USB transfers for the ASM24 USB-PCIe bridge running its custom firmware: vendor control transfers on
+endpoint 0 and bulk transfers on 0x02 (OUT) and 0x81 (IN), through libusb (the ctypes bindings tg-autogen
+generates in `tg.drivers.autogen.libusb`).
 
-A BOT command is three phases: a 31-byte Command Block Wrapper (CBW: signature 0x43425355, tag, data
-length, direction flag, LUN, CDB length, up to 16 CDB bytes) on the bulk OUT endpoint, an optional data
-phase, and a 13-byte Command Status Wrapper (CSW: signature 0x53425355, the same tag, residue, status) on
-the bulk IN endpoint. A device that gets an invalid CBW stalls its endpoints until the host runs reset
-recovery (the class request Bulk-Only Mass Storage Reset, then CLEAR_FEATURE(HALT) on both endpoints).
+The custom firmware takes its commands as vendor control requests (bmRequestType 0x40 host-to-device,
+0xC0 device-to-host); the bulk endpoints carry only the data phase of a streaming PCIe transfer or an SRAM
+DMA that a control request announced. Mass-storage framing (CBW/CSW) is not used on this path: the firmware
+keeps it only for updating its own flash, which tg does not do.
+
+A STALL on endpoint 0 is a protocol stall: the device refused that one request, and the next SETUP packet
+clears it. `USB3` sends a stalled control request once more before it reports the stall.
 
 `USBHandle` is the device boundary: libusb implements it for a real bridge, `tg.drivers.sim.asm24` for
 the simulated one, so everything above it (`USB3`, the ASM24 controller, the flash driver) is the same
@@ -16,21 +18,17 @@ code on both.
 from __future__ import annotations
 
 import ctypes
-import struct
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-CBW = struct.Struct("<IIIBBB16s")
-CSW = struct.Struct("<IIIB")
-CBW_SIGNATURE, CSW_SIGNATURE = 0x43425355, 0x53425355
-CBW_DATA_IN = 0x80
 EP_BULK_OUT, EP_BULK_IN = 0x02, 0x81
-# bmRequestType values: vendor request to the device (host to device / device to host), class to interface
-REQUEST_VENDOR_OUT, REQUEST_VENDOR_IN, REQUEST_CLASS_INTERFACE_OUT = 0x40, 0xC0, 0x21
-BOT_MASS_STORAGE_RESET = 0xFF
-CSW_PASSED, CSW_FAILED, CSW_PHASE_ERROR = 0, 1, 2
+# bmRequestType: vendor request to the device, host to device (OUT) and device to host (IN)
+REQUEST_VENDOR_OUT, REQUEST_VENDOR_IN = 0x40, 0xC0
+CONFIGURATION, INTERFACE, ALT_SETTING = 1, 0, 0
+CUSTOM_FIRMWARE_PRODUCT = "custom"  # the custom firmware's product string starts with this
 TIMEOUT_MS = 1000
+SLOW_TIMEOUT_MS = 10000  # PCIe power changes and long streaming transfers
 
 
 class USBError(RuntimeError):
@@ -49,11 +47,13 @@ class USBHandle(ABC):
     """One opened USB device: the transfers the bridge needs."""
 
     @abstractmethod
-    def control_transfer(self, request_type: int, request: int, value: int, index: int, data: bytes | int) -> bytes:
+    def control_transfer(
+        self, request_type: int, request: int, value: int, index: int, data: bytes | int, timeout_ms: int = TIMEOUT_MS
+    ) -> bytes:
         """A control transfer; `data` is what to send (OUT) or how many bytes to receive (IN)."""
 
     @abstractmethod
-    def bulk_transfer(self, endpoint: int, data: bytes | int) -> bytes:
+    def bulk_transfer(self, endpoint: int, data: bytes | int, timeout_ms: int = TIMEOUT_MS) -> bytes:
         """A bulk transfer on `endpoint`; raises USBStall when the endpoint is halted."""
 
     @abstractmethod
@@ -65,87 +65,56 @@ class USBHandle(ABC):
 
 
 class USB3:
-    """Control, bulk and BOT transfers on an opened bridge."""
+    """Vendor control requests and bulk data phases on an opened bridge."""
 
-    def __init__(self, handle: USBHandle, interface: int = 0) -> None:
+    def __init__(self, handle: USBHandle) -> None:
         self.handle = handle
-        self.interface = interface
-        self._tag = 0
-        self.recoveries = 0
+        self.stall_retries = 0
 
-    def control_write(self, request: int, value: int, index: int, data: bytes = b"") -> None:
-        self.handle.control_transfer(REQUEST_VENDOR_OUT, request, value, index, data)
+    def control_write(
+        self, request: int, value: int = 0, index: int = 0, data: bytes = b"", timeout_ms: int = TIMEOUT_MS
+    ) -> None:
+        self._control(REQUEST_VENDOR_OUT, request, value, index, bytes(data), timeout_ms)
 
-    def control_read(self, request: int, length: int, value: int = 0, index: int = 0) -> bytes:
-        return self.handle.control_transfer(REQUEST_VENDOR_IN, request, value, index, length)
-
-    def bulk_write(self, data: bytes) -> None:
-        self.handle.bulk_transfer(EP_BULK_OUT, data)
-
-    def bulk_read(self, length: int) -> bytes:
-        return self.handle.bulk_transfer(EP_BULK_IN, length)
-
-    def reset_recovery(self) -> None:
-        """BOT reset recovery: Bulk-Only Mass Storage Reset, then clear the halt on both bulk endpoints."""
-        self.recoveries += 1
-        self.handle.control_transfer(REQUEST_CLASS_INTERFACE_OUT, BOT_MASS_STORAGE_RESET, 0, self.interface, b"")
-        self.handle.clear_halt(EP_BULK_IN)
-        self.handle.clear_halt(EP_BULK_OUT)
-
-    def send_batch(
-        self, cdbs: Sequence[bytes], idata: Sequence[int] | None = None, odata: Sequence[bytes | None] | None = None
-    ) -> list[bytes | None]:
-        """Run BOT commands in order: CDB i receives idata[i] bytes or sends odata[i]; returns what each
-        received (None for commands without a data-in phase)."""
-        idata = idata or [0] * len(cdbs)
-        odata = odata or [None] * len(cdbs)
-        return [self.command(cdb, size, out) for cdb, size, out in zip(cdbs, idata, odata, strict=True)]
-
-    def command(self, cdb: bytes, data_in: int = 0, data_out: bytes | None = None) -> bytes | None:
-        if not 1 <= len(cdb) <= 16:
-            raise ValueError("a CDB is 1..16 bytes")
-        if data_in and data_out:
-            raise ValueError("a BOT command has one data phase, IN or OUT")
-        self._tag = (self._tag + 1) & 0xFFFFFFFF
-        length = data_in or len(data_out or b"")
-        cbw = CBW.pack(CBW_SIGNATURE, self._tag, length, CBW_DATA_IN if data_in else 0, 0, len(cdb), cdb)
-        try:
-            self.bulk_write(cbw)
-        except USBStall:
-            # The device did not take the CBW (a halted endpoint, or a CBW it judged invalid): nothing ran,
-            # so after reset recovery the same command is sent once more.
-            self.reset_recovery()
-            self.bulk_write(cbw)
-        received = None
-        try:
-            if data_out:
-                self.bulk_write(data_out)
-            elif data_in:
-                received = self.bulk_read(data_in)
-            status = self._read_csw(cdb[0])
-        except USBStall as e:
-            self.reset_recovery()
-            raise USBError(f"ASM24 command 0x{cdb[0]:02x} stalled in its data or status phase ({e})") from None
-        if status == CSW_PHASE_ERROR:
-            self.reset_recovery()
-            raise USBError(f"ASM24 command 0x{cdb[0]:02x}: phase error reported by the bridge")
-        if status != CSW_PASSED:
-            raise USBError(f"ASM24 command 0x{cdb[0]:02x} failed (CSW status {status})")
+    def control_read(
+        self, request: int, length: int, value: int = 0, index: int = 0, timeout_ms: int = TIMEOUT_MS
+    ) -> bytes:
+        received = self._control(REQUEST_VENDOR_IN, request, value, index, length, timeout_ms)
+        if len(received) != length:
+            raise USBError(f"control request 0x{request:02x}: {len(received)} bytes received, expected {length}")
         return received
 
-    def _read_csw(self, opcode: int) -> int:
-        raw = self.bulk_read(CSW.size)
-        if len(raw) != CSW.size:
-            self.reset_recovery()
-            raise USBError(f"ASM24 command 0x{opcode:02x}: malformed CSW of {len(raw)} bytes")
-        signature, tag, _residue, status = CSW.unpack(raw)
-        if signature != CSW_SIGNATURE or tag != self._tag:
-            self.reset_recovery()
-            raise USBError(
-                f"ASM24 command 0x{opcode:02x}: malformed CSW (signature 0x{signature:08x}, tag {tag} "
-                f"for CBW tag {self._tag})"
-            )
-        return status
+    def _control(
+        self, request_type: int, request: int, value: int, index: int, data: bytes | int, timeout_ms: int
+    ) -> bytes:
+        if not (0 <= value <= 0xFFFF and 0 <= index <= 0xFFFF):
+            raise ValueError(f"control request 0x{request:02x}: wValue/wIndex are 16-bit ({value:#x}, {index:#x})")
+        try:
+            return self.handle.control_transfer(request_type, request, value, index, data, timeout_ms)
+        except USBStall:
+            # A protocol stall ends with the next SETUP packet; the request did not run, so send it once more.
+            self.stall_retries += 1
+            try:
+                return self.handle.control_transfer(request_type, request, value, index, data, timeout_ms)
+            except USBStall:
+                raise USBError(f"the bridge refused control request 0x{request:02x} (STALL, twice)") from None
+
+    def bulk_write(self, data: bytes, timeout_ms: int = TIMEOUT_MS) -> None:
+        try:
+            self.handle.bulk_transfer(EP_BULK_OUT, bytes(data), timeout_ms)
+        except USBStall:
+            self.handle.clear_halt(EP_BULK_OUT)
+            raise USBError(f"the bridge stalled a {len(data)}-byte bulk OUT data phase") from None
+
+    def bulk_read(self, length: int, timeout_ms: int = TIMEOUT_MS) -> bytes:
+        try:
+            received = self.handle.bulk_transfer(EP_BULK_IN, length, timeout_ms)
+        except USBStall:
+            self.handle.clear_halt(EP_BULK_IN)
+            raise USBError(f"the bridge stalled a {length}-byte bulk IN data phase") from None
+        if len(received) != length:
+            raise USBError(f"bulk IN: {len(received)} bytes received, expected {length}")
+        return received
 
     def close(self) -> None:
         self.handle.close()
@@ -183,37 +152,76 @@ def _check(result: int, what: str) -> int:
 
 
 class LibusbHandle(USBHandle):
-    """A bridge opened through libusb; the kernel's mass-storage driver is detached while we hold it."""
+    """A bridge opened through libusb the way the custom firmware expects: the kernel's driver detached (and
+    the device reset after that, so it starts from a clean state), configuration 1, interface 0 claimed,
+    alternate setting 0 (the one with plain bulk endpoints, no streams)."""
 
-    def __init__(self, context, device, interface: int = 0) -> None:
+    def __init__(self, context, device) -> None:
         lib = _libusb()
-        self._lib, self._context, self.interface = lib, context, interface
+        self._lib, self._context, self.interface = lib, context, INTERFACE
         self._handle = ctypes.POINTER(lib.libusb_device_handle)()
         _check(lib.libusb_open(device, ctypes.byref(self._handle)), "libusb_open")
-        lib.libusb_set_auto_detach_kernel_driver(self._handle, 1)
-        _check(lib.libusb_claim_interface(self._handle, interface), "claiming the bridge's USB interface")
+        try:
+            self._open()
+        except BaseException:
+            lib.libusb_close(self._handle)
+            self._handle = None
+            raise
 
-    def control_transfer(self, request_type: int, request: int, value: int, index: int, data: bytes | int) -> bytes:
+    def _open(self) -> None:
+        lib, handle = self._lib, self._handle
+        product = self.product()
+        if not product.startswith(CUSTOM_FIRMWARE_PRODUCT):
+            raise USBError(
+                f"the bridge runs firmware {product!r}, not the ASM24 custom firmware (product string "
+                f"'{CUSTOM_FIRMWARE_PRODUCT}...'); flash the custom firmware onto the bridge first"
+            )
+        if _check(lib.libusb_kernel_driver_active(handle, INTERFACE), "asking for a kernel driver") == 1:
+            _check(lib.libusb_detach_kernel_driver(handle, INTERFACE), "detaching the kernel driver")
+            _check(lib.libusb_reset_device(handle), "resetting the bridge")
+        _check(lib.libusb_set_configuration(handle, CONFIGURATION), "selecting configuration 1")
+        _check(lib.libusb_claim_interface(handle, INTERFACE), "claiming the bridge's USB interface")
+        _check(lib.libusb_set_interface_alt_setting(handle, INTERFACE, ALT_SETTING), "selecting alternate setting 0")
+
+    def product(self) -> str:
+        lib = self._lib
+        descriptor = lib.struct_libusb_device_descriptor()
+        device = lib.libusb_get_device(self._handle)
+        _check(lib.libusb_get_device_descriptor(device, ctypes.byref(descriptor)), "reading the device descriptor")
+        buffer = (ctypes.c_ubyte * 256)()
+        size = _check(
+            lib.libusb_get_string_descriptor_ascii(self._handle, descriptor.iProduct, buffer, 256),
+            "reading the product string",
+        )
+        return bytes(buffer[:size]).decode("ascii", errors="replace")
+
+    def control_transfer(
+        self, request_type: int, request: int, value: int, index: int, data: bytes | int, timeout_ms: int = TIMEOUT_MS
+    ) -> bytes:
         size = data if isinstance(data, int) else len(data)
         buffer = (ctypes.c_ubyte * max(size, 1))(*([] if isinstance(data, int) else data))
         done = self._lib.libusb_control_transfer(
-            self._handle, request_type, request, value, index, buffer, size, TIMEOUT_MS
+            self._handle, request_type, request, value, index, buffer, size, timeout_ms
         )
         if done == self._lib.LIBUSB_ERROR_PIPE:
             raise USBStall(0)
         _check(done, f"control request 0x{request:02x}")
+        if not isinstance(data, int) and done != size:
+            raise USBError(f"control request 0x{request:02x}: {done} of {size} bytes sent")
         return bytes(buffer[:done]) if isinstance(data, int) else b""
 
-    def bulk_transfer(self, endpoint: int, data: bytes | int) -> bytes:
+    def bulk_transfer(self, endpoint: int, data: bytes | int, timeout_ms: int = TIMEOUT_MS) -> bytes:
         size = data if isinstance(data, int) else len(data)
         buffer = (ctypes.c_ubyte * max(size, 1))(*([] if isinstance(data, int) else data))
         transferred = ctypes.c_int(0)
         result = self._lib.libusb_bulk_transfer(
-            self._handle, endpoint, buffer, size, ctypes.byref(transferred), TIMEOUT_MS
+            self._handle, endpoint, buffer, size, ctypes.byref(transferred), timeout_ms
         )
         if result == self._lib.LIBUSB_ERROR_PIPE:
             raise USBStall(endpoint)
         _check(result, f"bulk transfer on endpoint 0x{endpoint:02x}")
+        if not isinstance(data, int) and transferred.value != size:
+            raise USBError(f"bulk OUT: {transferred.value} of {size} bytes sent")
         return bytes(buffer[: transferred.value]) if isinstance(data, int) else b""
 
     def clear_halt(self, endpoint: int) -> None:

@@ -13,7 +13,7 @@ from tg.drivers.mmio import MMIOInterface
 from tg.drivers.pci import DeviceMatch
 from tg.drivers.transport import BoardRequest, Transport, check_request, open_board
 from tg.flash.gd25 import GD25LQ16E
-from tg.flash.interrupts import deferred_interrupt
+from tg.flash.interrupts import deferred_interrupt, interrupt_pending
 from tg.flash.spi import Navi31SPI
 
 NAVI31 = (DeviceMatch(0xFFFF, regs.NAVI31_DEVICE_IDS),)
@@ -28,7 +28,8 @@ class BoardOptions:
     remote: str | None = None
     token: str | None = None
 
-    def request(self) -> BoardRequest:
+    def request(self, writes: bool = False) -> BoardRequest:
+        """What to open; `writes`: the command writes the flash or firmware (auto then never picks native PCI)."""
         return BoardRequest(
             self.transport,
             self.device,
@@ -38,6 +39,8 @@ class BoardOptions:
             self.sim_state,
             remote=self.remote,
             token=self.token,
+            cancelled=interrupt_pending,
+            writes=writes,
         )
 
     def check(self) -> None:
@@ -48,10 +51,10 @@ class BoardOptions:
 
 
 @contextmanager
-def open_mmio(options: BoardOptions) -> Iterator[MMIOInterface]:
+def open_mmio(options: BoardOptions, writes: bool = False) -> Iterator[MMIOInterface]:
     """The board's BAR. When the command already failed, a failure while closing (a simulated board that
     finds registers unrestored because the link died) is shown as a warning, not in place of the cause."""
-    connection = open_board(options.request())
+    connection = open_board(options.request(writes))
     for warning in connection.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     try:
@@ -68,9 +71,9 @@ def open_mmio(options: BoardOptions) -> Iterator[MMIOInterface]:
 
 
 @contextmanager
-def open_flash(options: BoardOptions) -> Iterator[GD25LQ16E]:
+def open_flash(options: BoardOptions, writes: bool = False) -> Iterator[GD25LQ16E]:
     """The board's flash chip, identified (an unknown JEDEC ID is refused) and ready for commands."""
-    with open_mmio(options) as mmio, Navi31SPI(mmio, options.prescale) as spi:
+    with open_mmio(options, writes) as mmio, Navi31SPI(mmio, options.prescale) as spi:
         chip = GD25LQ16E(spi)
         chip.identify()
         yield chip

@@ -15,6 +15,7 @@ from tg.flash.aperture import sha256
 from tg.flash.board import BoardOptions, open_flash
 from tg.flash.console import Reporter, failures, parse_int, progress, read_input
 from tg.flash.errors import FlashError
+from tg.flash.interrupts import termination_as_interrupt
 from tg.flash.outputs import check_output, write_output
 from tg.flash.program import SectorOutcome, SectorRange, check_image_size, program_image, verify_against
 from tg.flash.recovery import FlashLog, FlashProgress, default_log_path
@@ -73,6 +74,7 @@ def _options(
         raise typer.BadParameter("--transport remote needs --remote HOST:PORT")
     options = BoardOptions(device, prescale, chosen, sim_state, remote, token)
     ctx.obj = CliContext(options, Reporter(json_output), debug or os.environ.get("DEBUG") == "1")
+    ctx.with_resource(termination_as_interrupt())  # SIGTERM/SIGHUP run the restores and the resume hint too
 
 
 def _register_groups() -> None:
@@ -94,9 +96,9 @@ def info(ctx: typer.Context) -> None:
     with failures(cli.reporter, cli.debug):
         cli.options.check()
         with open_flash(cli.options) as chip:
-            jedec = chip.jedec  # the capture open_flash checked, as the seed prints it
             sr1, sr2, sr3 = chip.status_registers()
             sfdp = chip.sfdp(24)
+            jedec = chip.rdid()  # the seed prints a second RDID, read after the SFDP header
         cmp_state = "set" if sr2 & 0x40 else "clear"
         text = "\n".join(
             [
@@ -220,10 +222,10 @@ def flash(
                 cli, chip_data=data, sectors=sectors, clear_cmp=clear_cmp, run=run, log=flash_log
             )
         except BaseException as e:
-            flash_log.line(f"stopped: {e or type(e).__name__}")
-            for line in run.resume_lines():
-                flash_log.line(line)
+            hint = run.resume_lines()
+            for line in hint:  # stderr first: a log on a full disk must not swallow the hint
                 typer.echo(line, err=True)
+            flash_log.try_lines([f"stopped: {e or type(e).__name__}", *hint])
             raise
         finally:
             flash_log.close()
@@ -248,16 +250,16 @@ def flash(
 
 def _program_with_progress(cli: CliContext, chip_data: bytes, sectors: SectorRange, clear_cmp: bool, run, log):
     total = sectors.count * regs.SECTOR_SIZE
-    with open_flash(cli.options) as chip, progress(cli.reporter, "flashing", total) as bar:
+    with open_flash(cli.options, writes=True) as chip, progress(cli.reporter, "flashing", total) as bar:
 
         def report_sector(outcome: SectorOutcome) -> None:
             bar.advance(regs.SECTOR_SIZE)
             state = "SKIP" if outcome.action == "skipped" else "OK"
             address = outcome.sector * regs.SECTOR_SIZE
             line = f"{state} sector {outcome.sector:03d}/511 @0x{address:05x} elapsed={cli.reporter.elapsed():.1f}s"
+            run.sector_done(outcome.sector)  # before the log line: a full disk must not cost a verified sector
             bar.note(line)
             log.line(line)
-            run.sector_done(outcome.sector)
 
         def cleared() -> None:
             cli.reporter.line("cleared SR2.CMP")

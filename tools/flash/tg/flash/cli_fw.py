@@ -75,7 +75,7 @@ def ifwi_all(
         image = read_input(ifwi)
         check_ifwi_size(image)
         cli.options.check()
-        with open_mmio(cli.options) as mmio:
+        with open_mmio(cli.options, writes=True) as mmio:
             mailbox = PSPMailbox(mmio, log=cli.reporter.line)
             steps = stream_all_items(mailbox, image, cli.reporter.line)
         cli.reporter.result(f"IFWI stream finished after {len(steps)} items", {"items": steps})

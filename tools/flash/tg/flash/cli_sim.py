@@ -45,8 +45,10 @@ def init(
     trace: bool = typer.Option(False, "--trace", help="Append every session's register accesses to PATH.trace."),
     via: str = typer.Option("usb", "--via", help="usb: behind a simulated ASM24 bridge (default); pci: direct BAR."),
     link_down: bool = typer.Option(False, "--link-down", help="USB bridge: the PCIe link never comes up."),
-    usb_stall: list[int] = typer.Option([], "--usb-stall", parser=parse_int, help="Stall bulk OUT transfer N."),
-    usb_corrupt_cbw: list[int] = typer.Option([], "--usb-corrupt-cbw", parser=parse_int, help="Corrupt CBW N."),
+    usb_stall: list[int] = typer.Option([], "--usb-stall", parser=parse_int, help="Stall control transfer N once."),
+    tlp_timeout: list[int] = typer.Option(
+        [], "--tlp-timeout", parser=parse_int, help="Non-posted TLP N reports a bridge timeout (retried)."
+    ),
 ) -> None:
     """Create a simulated board (healthy unless fault options say otherwise)."""
     from tg.drivers.sim.faults import Faults
@@ -70,7 +72,7 @@ def init(
             aperture=aperture,
             usb_link_down=link_down,
             usb_stall_at=list(usb_stall),
-            usb_corrupt_cbw_at=list(usb_corrupt_cbw),
+            usb_tlp_timeout_at=list(tlp_timeout),
         )
         flash = read_input(image) if image is not None else None
         check_output(path, force)

@@ -39,7 +39,7 @@ def disable(ctx: typer.Context, yes: bool = typer.Option(False, "--yes", help="R
         if not yes:
             raise ValueError("refusing to write the status registers without --yes")
         cli.options.check()
-        with open_flash(cli.options) as chip:
+        with open_flash(cli.options, writes=True) as chip:
             before, after = disable_protection(chip)
         if before == after:
             text = f"nothing to clear: {before.describe_bits()}"

@@ -4,6 +4,7 @@ otherwise, errors as one `error: ...` line, and atomic output files."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -99,9 +100,10 @@ def failures(reporter: Reporter, debug: bool) -> Iterator[None]:
         yield
     except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
         raise
-    except KeyboardInterrupt:
-        reporter.error("interrupted; controller registers were restored")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as e:
+        # a bare Ctrl-C ran the restores; one with a message (SIGTERM/SIGHUP, a silent remote server) says so
+        reporter.error(str(e) or "interrupted; controller registers were restored")
+        raise typer.Exit(128 + getattr(e, "signum", signal.SIGINT)) from None
     except (RuntimeError, TimeoutError, ValueError, OSError) as e:
         if debug:
             import traceback

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +77,23 @@ class FlashLog:
         self._file = open_log(self.path)
 
     def line(self, text: str) -> None:
-        self._file.write(f"{time.strftime('%H:%M:%S', time.gmtime())} {text}\n")
-        self._file.flush()
+        try:
+            self._file.write(f"{time.strftime('%H:%M:%S', time.gmtime())} {text}\n")
+            self._file.flush()
+        except OSError as e:
+            raise OSError(e.errno, f"log {self.path}: {e.strerror or e}") from None
+
+    def try_lines(self, lines: list[str]) -> None:
+        """Log what a stopped run leaves behind, if the log can still take it (the disk may be full)."""
+        try:
+            for text in lines:
+                self.line(text)
+        except OSError as e:  # line() names the log in strerror
+            print(f"warning: {e.strerror or e}; the lines above are not in the log", file=sys.stderr)
 
     def close(self) -> None:
-        self._file.close()
+        """Close the log; a flush that fails (a full disk) is reported, never raised over the run's outcome."""
+        try:
+            self._file.close()
+        except OSError as e:
+            print(f"warning: log {self.path} could not be completed ({e.strerror or e})", file=sys.stderr)

@@ -17,8 +17,8 @@ class Faults:
     psp_not_ready: bool = False  # the PSP never hands the mailbox back: COMMAND bit 31 stays clear
     aperture: str = "raw"  # ROM aperture: raw | unavailable | mirrored
     usb_link_down: bool = False  # the simulated ASM24's PCIe link never reaches L0
-    usb_stall_at: list[int] = field(default_factory=list)  # bulk OUT transfers (from 1) answered with a STALL
-    usb_corrupt_cbw_at: list[int] = field(default_factory=list)  # CBWs (from 1) that arrive corrupted
+    usb_stall_at: list[int] = field(default_factory=list)  # control transfers (from 1) answered with a STALL
+    usb_tlp_timeout_at: list[int] = field(default_factory=list)  # non-posted TLPs (from 1) whose completion times out
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -31,4 +31,5 @@ class Faults:
         data = dict(data)
         data["stuck_bits"] = {int(k): v for k, v in data.get("stuck_bits", {}).items()}
         data["psp_errors"] = {int(k): v for k, v in data.get("psp_errors", {}).items()}
+        data.pop("usb_corrupt_cbw_at", None)  # a mass-storage fault of the bridge path before issue 36
         return cls(**data)

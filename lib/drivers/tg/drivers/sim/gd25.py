@@ -11,6 +11,7 @@ bits with CMP) are ignored silently, exactly as the real chip does, so only a re
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from tg.drivers.navi31_regs import FLASH_SIZE, PAGE_SIZE, SECTOR_SIZE
 from tg.drivers.sim.faults import Faults
@@ -54,6 +55,9 @@ class GD25Chip:
         self.busy_scale = DEFAULT_BUSY_SCALE
         self.jedec_rotation = 0  # rotates the RDID capture, as some bridges deliver it
         self.commands: list[int] = []  # every opcode received, for tests that count programs and erases
+        # called with (start, size) after the array changed, and with None after a status register write:
+        # a simulator session writes the change through to its state file, as the real part keeps it
+        self.on_change: Callable[[tuple[int, int] | None], None] | None = None
 
     # -- the SPI interface: one chip-select cycle ------------------------------------------------------------
 
@@ -108,6 +112,7 @@ class GD25Chip:
         if len(mosi) >= 3:
             locks = (self.sr2 | mosi[2]) & SR2_LOCK_BITS
             self.sr2 = (self.sr2 & ~(SR2_WRITABLE | SR2_LOCK_BITS)) | (mosi[2] & SR2_WRITABLE) | locks
+        self._changed(None)
         self._start_busy("status_write")
 
     def _read(self, mosi: bytes, rx_count: int, dummy: int = 0) -> bytes | None:
@@ -155,6 +160,7 @@ class GD25Chip:
             for i, byte in enumerate(payload):
                 at = page + (column + i) % PAGE_SIZE  # wraps to the start of the same page
                 self.data[at] = (self.data[at] & byte) | self.faults.stuck_bits.get(at, 0)
+            self._changed((page, PAGE_SIZE))
         self._start_busy("program")
 
     def _erase(self, mosi: bytes, size: int, kind: str) -> None:
@@ -171,7 +177,12 @@ class GD25Chip:
             for at, bits in self.faults.stuck_bits.items():
                 if start <= at < start + size:
                     self.data[at] |= bits
+            self._changed((start, size))
         self._start_busy(kind)
+
+    def _changed(self, span: tuple[int, int] | None) -> None:
+        if self.on_change is not None:
+            self.on_change(span)
 
     def _sector_erase(self, mosi: bytes, rx_count: int) -> None:
         self._erase(mosi, SECTOR_SIZE, "sector_erase")

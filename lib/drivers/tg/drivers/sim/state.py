@@ -1,8 +1,13 @@
 """Simulated board state in one file, so a CLI can use the same board across commands.
 
-The file is one line of JSON (status registers, controller registers, faults, PSP script) followed by
-the 2 MiB flash array and then the IFWI the simulated PSP expects. When tracing is on, each session
-appends its register accesses to `<state>.trace`, headed by `# session N`.
+The file is one line of JSON (status registers, controller registers, faults, PSP script), padded with
+spaces to a multiple of 4 KiB, followed by the 2 MiB flash array and then the IFWI the simulated PSP expects.
+When tracing is on, each session appends its register accesses to `<state>.trace`, headed by `# session N`.
+
+A session writes every program, erase and status-register write through to the file as it happens (the
+flash bytes in place, the status registers by rewriting the padded header in place), so a session that is
+killed leaves the chip as a real flash part would be: with everything that was written before the kill. The
+rest (controller registers, the session count, the PSP script) is saved when the session closes.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ if TYPE_CHECKING:
 
 FORMAT = "tg-sim-navi31/2"
 VIAS = ("usb", "pci")
+HEADER_BLOCK = 4096
 
 
 @dataclass
@@ -72,7 +78,26 @@ def new_state(
 
 
 def save_state(state: SimState, path: Path) -> None:
-    header = {
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as f:
+        f.write(_header_line(state))
+        f.write(state.flash)
+        f.write(state.ifwi)
+    os.replace(temporary, path)
+
+
+def _header_line(state: SimState, length: int | None = None) -> bytes:
+    """The JSON header and its newline, padded with spaces to `length` (default: a multiple of 4 KiB)."""
+    encoded = json.dumps(_header(state)).encode()
+    if length is None:
+        length = -(-(len(encoded) + 1) // HEADER_BLOCK) * HEADER_BLOCK
+    if len(encoded) + 1 > length:
+        raise ValueError(f"simulator state header grew beyond its {length} bytes")
+    return encoded.ljust(length - 1) + b"\n"
+
+
+def _header(state: SimState) -> dict:
+    return {
         "format": FORMAT,
         "sr1": state.sr1,
         "sr2": state.sr2,
@@ -91,12 +116,6 @@ def save_state(state: SimState, path: Path) -> None:
         "trace": state.trace,
         "sessions": state.sessions,
     }
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as f:
-        f.write(json.dumps(header).encode() + b"\n")
-        f.write(state.flash)
-        f.write(state.ifwi)
-    os.replace(temporary, path)
 
 
 def load_state(path: Path) -> SimState:
@@ -163,9 +182,32 @@ class SimSession:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.state = load_state(self.path)
+        self._on_disk = load_state(self.path)  # what the file says: the base for in-place status writes
+        with open(self.path, "rb") as f:
+            self._header_length = len(f.readline())
         self.state.sessions += 1
         self.board = self.state.board()
+        self.board.chip.on_change = self._write_through
         self.bridge: SimASM24Device | None = None  # the simulated bridge in front of the board when via usb
+
+    def _write_through(self, span: tuple[int, int] | None) -> None:
+        """Put a chip change into the state file now, as the real part holds it from this moment."""
+        chip = self.board.chip
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            if span is None:
+                on_disk = self._on_disk
+                on_disk.sr1, on_disk.sr2, on_disk.sr3 = chip.sr1, chip.sr2, chip.sr3
+                try:
+                    header = _header_line(on_disk, self._header_length)
+                except ValueError:
+                    return  # a file from before the padded header: the status is saved when the session closes
+                os.pwrite(fd, header, 0)
+            else:
+                start, size = span
+                os.pwrite(fd, bytes(chip.data[start : start + size]), self._header_length + start)
+        finally:
+            os.close(fd)
 
     def discard(self) -> None:
         """Leave the state file as it was (the session failed before it touched the board)."""

@@ -99,6 +99,7 @@ class _State:
     skipped: list[Skipped] = field(default_factory=list)
     namespace: dict[str, Any] = field(default_factory=dict)
     record_names: dict[str, str] = field(default_factory=dict)
+    taken_record_names: set[str] = field(default_factory=set)  # record_names' values, for a constant-time check
     record_cursors: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     declared_records: set[str] = field(default_factory=set)
@@ -377,7 +378,7 @@ class ModuleWriter:
         """Give the record KEY the class name WANTED, or WANTED_2, ... when another record has it already
         (`struct a_b` and the member `b` of `struct a`; `typedef struct {...} foo` and `struct foo`): two C types
         must never become one class. A renamed record is named in a note."""
-        taken = set(self.state.record_names.values())
+        taken = self.state.taken_record_names
         name, number = wanted, 1
         while name in taken:
             number += 1
@@ -387,6 +388,7 @@ class ModuleWriter:
             origin = f"{where.file.name}:{where.line}" if where.file else "?"
             self.state.notes.append(f"the record at {origin} is named {name}: {wanted} is another record")
         self.state.record_names[key] = name
+        taken.add(name)
         return name
 
     def record_class_name(self, decl: Any) -> str:
@@ -413,8 +415,12 @@ class ModuleWriter:
         body = "".join(f"    {m},\n" for m in members)
         # The C alignment matters to calls only beyond 8 (16-byte stack slots); it is written only then.
         align_argument = f", align={align}" if align > 8 else ""
+        # The pointer type is made before the layout: ctypes copies the pointee's buffer format string into every
+        # new pointer type, so a pointer made after the layout carries the whole nested format, and a chain of
+        # records each pointing to the previous one grew quadratically (20,000 records took 19.5 GB).
+        pointer = f"ctypes.POINTER({name})\n"
         try:
-            self.add(f"{name}.layout({size}, [\n{body}]{align_argument})", name)
+            self.add(f"{pointer}{name}.layout({size}, [\n{body}]{align_argument})", name)
         except Unsupported:
             self.state.defined_records.discard(key)
             raise

@@ -280,6 +280,7 @@ enum___pid_type = ctypes.c_uint
 class struct_f_owner_ex(cbind.Struct):
     """struct f_owner_ex"""
 
+ctypes.POINTER(struct_f_owner_ex)
 struct_f_owner_ex.layout(8, [
     cbind.Field("type", enum___pid_type, 0),
     cbind.Field("pid", ctypes.c_int, 4),
@@ -288,6 +289,7 @@ struct_f_owner_ex.layout(8, [
 class struct_file_handle(cbind.Struct):
     """struct file_handle"""
 
+ctypes.POINTER(struct_file_handle)
 struct_file_handle.layout(8, [
     cbind.Field("handle_bytes", ctypes.c_uint, 0),
     cbind.Field("handle_type", ctypes.c_int, 4),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import os
 import re
 import sys
@@ -124,7 +125,16 @@ def generate(options: Options) -> Generated:
     if errors and not options.allow_errors:
         # A header that does not compile gives records with missing fields: refuse rather than emit wrong layouts.
         raise AutogenError(f"libclang reported {len(errors)} error(s), first: {errors[0]}")
+    from tg.autogen.parse import builtin_include_dir
+    from tg.autogen.umbrella import expand
+
+    expansion = expand(unit, options.headers, builtin_include_dir())
+    if expansion.added:
+        options = dataclasses.replace(options, indirect=options.indirect + expansion.added)
     writer = ModuleWriter(options)
+    writer.state.notes.extend(expansion.notes)
+    for umbrella, others in expansion.elsewhere:
+        writer.state.notes.append(f"{umbrella} includes from other folders, not bound: {' '.join(others)}")
     if options.record_includes:
         writer.include_comments = include_comments(unit, options.headers + options.indirect)
     writer.walk(unit.cursor)
@@ -134,6 +144,12 @@ def generate(options: Options) -> Generated:
     writer.emit_macros()
     writer.use_c_values(macro_start)
     if not writer.state.chunks or writer.state.chunks == writer.initial_chunks:
+        if expansion.elsewhere:  # an umbrella whose headers are all elsewhere: an empty module would hide that
+            elsewhere = " ".join(path for _, paths in expansion.elsewhere for path in paths)
+            raise AutogenError(
+                f"nothing to bind in {', '.join(options.headers)}: it declares nothing itself and includes only "
+                f"headers from other folders; pass the ones to bind as headers: {elsewhere}"
+            )
         errors.append(f"nothing to bind in {', '.join(options.headers)}: the module is empty")
     return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors), tuple(writer.state.notes))
 

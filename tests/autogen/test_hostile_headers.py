@@ -8,6 +8,7 @@ scales four times apart, never by wall time.
 
 from __future__ import annotations
 
+import os
 import sys
 import tracemalloc
 from collections.abc import Callable
@@ -117,3 +118,103 @@ def test_the_chain_still_binds_correctly(tmp_path: Path) -> None:
     link = second(prev=ctypes.pointer(head), v=8)  # type: ignore[operator]
     assert link.prev.contents.v == 7
     assert ctypes.sizeof(module["struct_r49"]) == 16  # type: ignore[arg-type]  # pointer + int + padding on LP64
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# macros that expand to calls are evaluated on use, never at import (or while generating)
+
+CALLS_HEADER = """
+const char *lib_version(void);
+int lib_count(void);
+extern int lib_calls;
+#define LIB_VERSION lib_version()
+#define LIB_VERSION_AGAIN LIB_VERSION
+#define LIB_PLUS(x) (lib_count() + (x))
+#define LIB_CALLS lib_calls
+#define LIB_PLAIN 12
+"""
+CALLS_SOURCE = """
+int lib_calls = 0;
+const char *lib_version(void) { lib_calls++; return "v1"; }
+int lib_count(void) { lib_calls++; return 40; }
+"""
+
+
+def test_a_macro_that_calls_the_library_is_evaluated_on_use(bind) -> None:
+    bound = bind(CALLS_HEADER, CALLS_SOURCE)
+    module = bound.module
+    assert module.lib_calls.value == 0  # neither generating nor importing called into the library
+    assert module.LIB_PLAIN == 12
+    assert module.LIB_VERSION == b"v1" and module.lib_calls.value == 1  # each use calls, as each use does in C
+    assert module.LIB_VERSION_AGAIN == b"v1" and module.lib_calls.value == 2
+    assert module.LIB_PLUS(2) == 42 and module.lib_calls.value == 3
+    assert module.LIB_CALLS.value == 3  # the variable itself, as `LIB_CALLS` is in C
+
+
+def test_a_binding_with_call_macros_imports_without_its_library(tmp_path: Path, monkeypatch) -> None:
+    header = _write(tmp_path, CALLS_HEADER, 0)
+    monkeypatch.setenv("TGABSENT_PATH", str(tmp_path / "libtgabsent.so"))  # no such file: the library is missing
+    generated = generate(Options("calls", (str(header),), lib="tgabsent"))
+    module: dict[str, object] = {"__name__": "calls"}
+    exec(compile(generated.source, "<calls>", "exec"), module)  # importing needs no library
+    assert module["LIB_PLAIN"] == 12 and "LIB_VERSION" not in module
+    with pytest.raises(OSError):
+        module["__getattr__"]("LIB_VERSION")  # type: ignore[operator]  # the library is needed on use only
+
+
+@pytest.mark.skipif(not Path("/usr/include/zlib.h").is_file(), reason="zlib1g-dev not installed")
+def test_the_zlib_binding_imports_without_libz(tmp_path: Path) -> None:
+    import subprocess
+
+    out = tmp_path / "zlib_bound.py"
+    environment = {**os.environ, "Z_PATH": str(tmp_path / "missing-libz.so")}  # libz nowhere to be found
+    command = [sys.executable, "-m", "tg.autogen.cli", "gen", "/usr/include/zlib.h", "--lib", "z", "-o", str(out)]
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    probe = (
+        f"import importlib.util as u; s = u.spec_from_file_location('zlib_bound', {str(out)!r}); "
+        "m = u.module_from_spec(s); s.loader.exec_module(m); "
+        "print(m.Z_OK, m.Z_BEST_COMPRESSION, callable(m.deflateInit))\n"
+        "try:\n    m.zlib_version\nexcept OSError as e:\n    print('needs libz:', e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    imported, on_use = done.stdout.splitlines()
+    assert imported == "0 9 True"
+    assert on_use.startswith("needs libz:") and "missing-libz.so" in on_use
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# string macros whose bytes are not UTF-8 keep their bytes
+
+ENCODED_HEADER = (
+    b'#define LATIN1_NAME "caf\xe9"\n'  # Latin-1: one byte 0xE9, not UTF-8
+    b'#define UTF8_NAME "caf\xc3\xa9"\n'
+    b'#define MIXED "\xc3\xa9\\xff\xfe!"\n'  # UTF-8, a C escape and a raw byte
+    b"#define RAW_CHAR '\xe9'\n"  # a char constant of a raw byte: C's value (char is signed on x86-64)
+    b"struct keep { int k; };\n"
+)
+
+
+def test_string_macros_keep_the_headers_bytes(tmp_path: Path, c_program_output) -> None:
+    header = tmp_path / "encoded.h"
+    header.write_bytes(ENCODED_HEADER)
+    out = tmp_path / "encoded.py"
+    from typer.testing import CliRunner
+
+    from tg.autogen.cli import app
+
+    result = CliRunner().invoke(app, ["gen", str(header), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    module: dict[str, object] = {}
+    exec(compile(out.read_bytes(), str(out), "exec"), module)  # the written file is valid Python
+    # The oracle: the bytes gcc puts in the string literals, printed in hex.
+    program = f'#include "{header}"\n#include <stdio.h>\n'
+    program += "static void hex(const char *s) {\n"
+    program += '  for (; *s; s++) printf("%02x", (unsigned char)*s);\n  printf("\\n");\n}\n'
+    program += 'int main(void) { hex(LATIN1_NAME); hex(UTF8_NAME); hex(MIXED); printf("%d\\n", RAW_CHAR); }\n'
+    latin1, utf8, mixed, raw_char = c_program_output(program).split()
+    assert module["LATIN1_NAME"] == bytes.fromhex(latin1) == b"caf\xe9"
+    assert module["UTF8_NAME"] == bytes.fromhex(utf8) == "café".encode()
+    assert module["MIXED"] == bytes.fromhex(mixed)
+    assert module["RAW_CHAR"] == int(raw_char)

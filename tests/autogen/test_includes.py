@@ -3,6 +3,7 @@ headers, and extern variables."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,84 @@ def test_the_opencl_umbrella_binds_cl_h_and_its_extensions(tmp_path: Path) -> No
     assert module.CL_SUCCESS == 0 and module.CL_DEVICE_NOT_FOUND == -1  # cl.h
     assert module.CL_GL_CONTEXT_KHR == 0x2008  # cl_gl.h
     assert callable(module.clGetPlatformIDs)  # bound lazily: importing needs no libOpenCL
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# constants and enums of included headers that a target uses
+
+
+@pytest.fixture
+def uses_included(tmp_path: Path) -> Path:
+    """main.h declares its own names from an included header's enum and macros (a header with declarations is no
+    umbrella, so the included header itself is not bound)."""
+    write(
+        tmp_path / "dep/theirs.h",
+        "enum their_kind { THEIR_A = 3, THEIR_B = 9 };\nenum unused_kind { UNUSED_X = 1 };\n"
+        "#define THEIR_BASE 0x40\n#define THEIR_FLAG (THEIR_BASE | 1)\n#define THEIR_SHIFT 4\n#define THEIR_OTHER 77\n",
+    )
+    header = '#include "../dep/theirs.h"\nstruct holder { enum their_kind kind; int n; };\n'
+    header += "#define MY_FLAG (THEIR_FLAG | 4)\n#define MY_SCALE(x) ((x) << THEIR_SHIFT)\n"
+    header += "static const int my_kind = THEIR_B;\n"
+    return write(tmp_path / "inc/main.h", header)
+
+
+def test_macros_and_constants_naming_an_included_header_bind_what_they_use(tmp_path: Path, uses_included: Path) -> None:
+    module, stderr = gen_module(tmp_path, uses_included)
+    assert module.MY_FLAG == 0x45 and module.THEIR_FLAG == 0x41 and module.THEIR_BASE == 0x40  # the chain too
+    assert module.MY_SCALE(2) == 32  # a macro function whose body names an included macro
+    assert module.my_kind == 9
+    assert not hasattr(module, "THEIR_OTHER") and not hasattr(module, "UNUSED_X")  # only what is used
+    assert "bound from included headers, as the targets use them" in stderr
+
+
+def test_an_enum_type_of_an_included_header_brings_its_constants(tmp_path: Path, uses_included: Path) -> None:
+    module, _ = gen_module(tmp_path, uses_included)
+    holder = module.struct_holder(kind=module.THEIR_A, n=1)
+    assert (holder.kind, module.THEIR_B) == (3, 9)
+    assert module.enum_their_kind is not None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# extern variables
+
+VARIABLES_HEADER = """
+extern int counter;
+extern const char *greeting;
+extern int table[3];
+struct pair { int a, b; };
+extern struct pair origin;
+int read_counter(void);
+"""
+VARIABLES_SOURCE = """
+int counter = 3;
+const char *greeting = "hello";
+int table[3] = {4, 5, 6};
+struct pair origin = {7, 8};
+int read_counter(void) { return counter; }
+"""
+
+
+def test_extern_variables_are_bound_to_the_librarys_memory(bind) -> None:
+    module = bind(VARIABLES_HEADER, VARIABLES_SOURCE).module
+    assert module.counter.value == 3 and module.greeting.value == b"hello"
+    assert list(module.table) == [4, 5, 6] and (module.origin.a, module.origin.b) == (7, 8)
+    module.counter.value = 41  # writes the C variable: the library's own function sees it
+    assert module.read_counter() == 41
+
+
+def test_extern_variables_need_no_library_to_import(tmp_path: Path, bind, monkeypatch) -> None:
+    bound = bind(VARIABLES_HEADER, VARIABLES_SOURCE)
+    for name in [n for n in os.environ if n.startswith("TGTEST") and n.endswith("_PATH")]:
+        monkeypatch.delenv(name)
+    module = load_module(Path(bound.module.__file__))  # a fresh import, with the library nowhere to be found
+    with pytest.raises(OSError, match="cannot find library"):
+        module.counter  # noqa: B018  # the lookup happens on use
+    with pytest.raises(AttributeError):
+        module.no_such_variable  # noqa: B018
+
+
+def test_extern_variables_without_a_library_are_skipped_with_the_reason(bind) -> None:
+    bound = bind("extern int counter;\nstruct keep { int k; };\n")
+    assert "counter" in bound.skipped_names
+    reason = next(s.reason for s in bound.generated.skipped if s.name == "counter")
+    assert "needs a library (--lib)" in reason

@@ -210,6 +210,7 @@ class ModuleWriter:
         # them. An object-like macro among them (`#define zlib_version zlibVersion()`) is evaluated on use, never at
         # import (the module must import without the library), through the module's __getattr__.
         self.calls_library: set[str] = set()
+        self.by_value_noted = False
         self.on_use: set[str] = set()  # extern variables and macros evaluated on use: module attributes only
         self.deferred: dict[str, str] = {}  # macro -> Python expression, evaluated on each use
         self.c_values = MacroValues([], [], [])  # filled by evaluate_macros()
@@ -598,8 +599,13 @@ class ModuleWriter:
         t = cursor.type
         restype = self.ctype(t.get_result(), param=True)
         argtypes = "None"
+        arguments: list[str] = []
         if t.kind == self.ci.TypeKind.FUNCTIONPROTO:
-            argtypes = "[" + ", ".join(self.ctype(a, param=True) for a in t.argument_types()) + "]"
+            arguments = [self.ctype(a, param=True) for a in t.argument_types()]
+            argtypes = "[" + ", ".join(arguments) + "]"
+        if not self.by_value_noted and any(self.is_record_class(c) for c in [restype, *arguments]):
+            self.state.chunks.append(BY_VALUE_NOTE)  # once, before the first function that needs it
+            self.by_value_noted = True
         self.add(f'{name} = dll.function("{name}", {restype}, {argtypes})', name)
         self.calls_library.add(name)
 
@@ -918,6 +924,13 @@ def __getattr__(name):
     if name in _on_use_:
         return _on_use_[name]()
     raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")'''
+
+
+BY_VALUE_NOTE = """\
+# Records passed or returned by value: call the functions bound here (and C function pointers of cbind.CFUNCTYPE
+# types), which pass records as the x86-64 psABI does (tg.drivers.cabi). Setting these classes as argtypes or
+# restype of a plain ctypes function is not supported: ctypes misplaces records with padding or packing (this
+# module writes padding as byte arrays, which ctypes classifies differently from C)."""
 
 
 def _dict_literal(entries: dict[str, str]) -> str:

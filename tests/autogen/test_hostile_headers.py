@@ -96,6 +96,26 @@ def test_generation_work_is_linear_in_records(tmp_path: Path) -> None:
     assert _per_record_ratio(measure) < 1.3
 
 
+def reverse_macro_chain(count: int) -> str:
+    """COUNT macros, each naming the one defined after it: translated in source order, one link ran per pass."""
+    lines = [f"#define M{i} (M{i + 1} + 1)" for i in range(count)]
+    return "\n".join([*lines, f"#define M{count} 1", "struct keep { int k; };"]) + "\n"
+
+
+def test_a_chain_of_macros_naming_later_macros_is_linear_work(tmp_path: Path) -> None:
+    generate(Options("warm", (str(_write(tmp_path, reverse_macro_chain(3), 3)),)))
+    namespace: dict[str, object] = {}
+
+    def measure(count: int) -> int:
+        header = _write(tmp_path, reverse_macro_chain(count), count)
+        calls = calls_made(lambda: namespace.update(module=generate(Options("chain", (str(header),)))))
+        exec(compile(namespace["module"].source, "<chain>", "exec"), namespace)  # type: ignore[attr-defined]
+        assert namespace["M0"] == count + 1  # C's value, computed through the whole chain
+        return calls
+
+    assert _per_record_ratio(measure) < 1.3
+
+
 def test_generated_module_imports_in_linear_memory(tmp_path: Path) -> None:
     """The generated file makes each pointer type before its record's layout too, so importing it stays linear."""
 

@@ -706,7 +706,9 @@ class ModuleWriter:
         """
         pending = [entry for macro in self.state.macros if (entry := self.first_line(macro)) is not None]
         while pending:
-            failed = self.run_macros(pending)
+            # Each line after the lines it names: one pass runs a chain of macros that each name the next one,
+            # where passes in source order took one per link (quadratic in the chain's length).
+            failed = self.run_macros(_dependency_order(pending))
             if len(failed) == len(pending):
                 added = self.bind_outside(failed)
                 if not added:
@@ -931,6 +933,38 @@ BY_VALUE_NOTE = """\
 # types), which pass records as the x86-64 psABI does (tg.drivers.cabi). Setting these classes as argtypes or
 # restype of a plain ctypes function is not supported: ctypes misplaces records with padding or packing (this
 # module writes padding as byte arrays, which ctypes classifies differently from C)."""
+
+
+def _dependency_order(lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """LINES with each one after the lines defining the names it reads (source order otherwise; cycles as found).
+
+    Depth-first with an explicit stack: a chain of 200,000 macros must not meet the recursion limit."""
+    by_name: dict[str, list[int]] = {}
+    for index, (name, _) in enumerate(lines):
+        by_name.setdefault(name, []).append(index)
+    needs = [
+        [other for word in sorted(_free_names(line)) if word != name for other in by_name.get(word, ())]
+        for name, line in lines
+    ]
+    order: list[int] = []
+    seen = [False] * len(lines)
+    for start in range(len(lines)):
+        if seen[start]:
+            continue
+        seen[start] = True
+        stack = [(start, 0)]
+        while stack:
+            node, next_need = stack[-1]
+            if next_need < len(needs[node]):
+                stack[-1] = (node, next_need + 1)
+                other = needs[node][next_need]
+                if not seen[other]:
+                    seen[other] = True
+                    stack.append((other, 0))
+            else:
+                stack.pop()
+                order.append(node)
+    return [lines[index] for index in order]
 
 
 def _dict_literal(entries: dict[str, str]) -> str:

@@ -640,7 +640,11 @@ class ModuleWriter:
             return
         variables = _dict_literal({name: ctype for name, ctype in self.variables.items()})
         deferred = _dict_literal({name: f"lambda: {value}" for name, value in self.deferred.items()})
-        self.add(_ON_USE.format(variables=variables, deferred=deferred), "__getattr__")
+        try:
+            self.add(_ON_USE.format(variables=variables, deferred=deferred), "__getattr__")
+        except Unsupported as exc:  # never expected: each entry was built from types that ran; say so, do not crash
+            for name in [*self.variables, *self.deferred]:
+                self.skip(name, f"the module's __getattr__ does not run: {exc}")
 
     def text(self, path: str, start: int, end: int) -> str:
         if path not in self.texts:

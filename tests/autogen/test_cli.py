@@ -187,6 +187,38 @@ def test_regen_from_an_unpacked_debian_package(committed_copy, tmp_path, monkeyp
     assert not_a_package.exit_code == 1 and not_a_package.stderr.startswith("error: ")
 
 
+def test_regen_sysroot_headers_include_their_siblings_from_the_sysroot(committed_copy, tmp_path, monkeypatch):
+    """A package header includes siblings with angle brackets (found in the sysroot before the system, even where the
+    system has its own older copy: linux/pci_regs.h here) and with quotes (next to the including file)."""
+    root = tmp_path / "unpacked"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text("Package: libfake-dev\nVersion: 2.0-1\nArchitecture: amd64\n")
+    (root / "usr/include/linux").mkdir(parents=True)
+    (root / "usr/include/linux/pci_regs.h").write_text("#define PCI_VENDOR_ID 0x77\n#define PCI_NEW_REGISTER 0x99\n")
+    (root / "usr/include/fake").mkdir(parents=True)
+    (root / "usr/include/fake/fake_types.h").write_text("struct fake_pair { int a; long b; };\n")
+    (root / "usr/include/fake/fake_config.h").write_text("#define FAKE_CONFIGURED 5\n")
+    api = '#include <fake/fake_types.h>\n#include "fake_config.h"\n#include <linux/pci_regs.h>\n'
+    api += "struct fake_api { struct fake_pair pair; };\n"
+    api += "#define FAKE_VENDOR PCI_VENDOR_ID\n#define FAKE_NEW PCI_NEW_REGISTER\n"
+    api += "#define FAKE_LEVEL (FAKE_CONFIGURED + 1)\n"
+    (root / "usr/include/fake/fake.h").write_text(api)
+    target = Target("fake", "a package that is not installed", (Header("/usr/include/fake/fake.h"),))
+    monkeypatch.setitem(TARGETS, "fake", target)
+    monkeypatch.setenv("TG_AUTOGEN_SYSROOT", "")  # restored after the test, which the CLI sets
+    result = runner.invoke(app, ["regen", "fake", "--sysroot", str(root)])
+    assert result.exit_code == 0, result.output
+    text = (committed_copy / "fake.py").read_text()
+    namespace: dict = {}
+    exec(text, namespace)
+    assert (namespace["FAKE_VENDOR"], namespace["FAKE_NEW"], namespace["FAKE_LEVEL"]) == (0x77, 0x99, 6)
+    assert namespace["struct_fake_pair"](1, 2).b == 2
+    for sibling in ("fake/fake_types.h", "fake/fake_config.h", "linux/pci_regs.h"):
+        assert f"#   /usr/include/{sibling}  libfake-dev 2.0-1  sha256:" in text  # recorded as installed paths
+    assert str(root) not in text
+    assert runner.invoke(app, ["regen", "--check", "fake", "--sysroot", str(root)]).exit_code == 0
+
+
 def test_regen_unknown_target_is_an_error():
     result = runner.invoke(app, ["regen", "--check", "no_such_target"])
     assert result.exit_code == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import os
 import re
 import sys
@@ -99,6 +100,7 @@ class _State:
     skipped: list[Skipped] = field(default_factory=list)
     namespace: dict[str, Any] = field(default_factory=dict)
     record_names: dict[str, str] = field(default_factory=dict)
+    taken_record_names: set[str] = field(default_factory=set)  # record_names' values, for a constant-time check
     record_cursors: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     declared_records: set[str] = field(default_factory=set)
@@ -123,7 +125,16 @@ def generate(options: Options) -> Generated:
     if errors and not options.allow_errors:
         # A header that does not compile gives records with missing fields: refuse rather than emit wrong layouts.
         raise AutogenError(f"libclang reported {len(errors)} error(s), first: {errors[0]}")
+    from tg.autogen.parse import builtin_include_dir
+    from tg.autogen.umbrella import expand
+
+    expansion = expand(unit, options.headers, builtin_include_dir())
+    if expansion.added:
+        options = dataclasses.replace(options, indirect=options.indirect + expansion.added)
     writer = ModuleWriter(options)
+    writer.state.notes.extend(expansion.notes)
+    for umbrella, others in expansion.elsewhere:
+        writer.state.notes.append(f"{umbrella} includes from other folders, not bound: {' '.join(others)}")
     if options.record_includes:
         writer.include_comments = include_comments(unit, options.headers + options.indirect)
     writer.walk(unit.cursor)
@@ -132,7 +143,17 @@ def generate(options: Options) -> Generated:
     writer.evaluate_macros(args)
     writer.emit_macros()
     writer.use_c_values(macro_start)
+    writer.bind_on_use()
+    outside = [n for n in writer.bound_outside if n.startswith("enum ") or n in writer.state.namespace]
+    if outside:
+        writer.state.notes.append(f"bound from included headers, as the targets use them: {', '.join(outside)}")
     if not writer.state.chunks or writer.state.chunks == writer.initial_chunks:
+        if expansion.elsewhere:  # an umbrella whose headers are all elsewhere: an empty module would hide that
+            elsewhere = " ".join(path for _, paths in expansion.elsewhere for path in paths)
+            raise AutogenError(
+                f"nothing to bind in {', '.join(options.headers)}: it declares nothing itself and includes only "
+                f"headers from other folders; pass the ones to bind as headers: {elsewhere}"
+            )
         errors.append(f"nothing to bind in {', '.join(options.headers)}: the module is empty")
     return Generated(writer.source(), tuple(writer.state.skipped), tuple(errors), tuple(writer.state.notes))
 
@@ -178,7 +199,23 @@ class ModuleWriter:
             self.add(f'dll = cbind.DLL("{options.lib}", use_errno=True)', "dll")
         self.initial_chunks = list(self.state.chunks)
         self.include_comments: list[str] = []
+        # Macros and enums of the headers the targets include, by name: bound only when a target's macro, constant
+        # or declaration uses them (binding all of libc for one constant would bury the target's names).
+        self.outside_macros: dict[str, Any] = {}
+        self.outside_enums: list[Any] = []
+        self.outside_constants: dict[str, int] | None = None  # enumerator -> value, built on first need
+        self.bound_outside: list[str] = []
+        self.variables: dict[str, str] = {}  # extern variable -> ctypes type, bound by bind_variables()
+        # Names whose evaluation reaches into the library: C functions, extern variables, and the macros that use
+        # them. An object-like macro among them (`#define zlib_version zlibVersion()`) is evaluated on use, never at
+        # import (the module must import without the library), through the module's __getattr__.
+        self.calls_library: set[str] = set()
+        self.by_value_noted = False
+        self.on_use: set[str] = set()  # extern variables and macros evaluated on use: module attributes only
+        self.deferred: dict[str, str] = {}  # macro -> Python expression, evaluated on each use
         self.c_values = MacroValues([], [], [])  # filled by evaluate_macros()
+        self.c_values_more: list[MacroValues] = []
+        self.args: Sequence[str] = ()
 
     # ---------------------------------------------------------------------------------------------------- output
 
@@ -245,6 +282,10 @@ class ModuleWriter:
                 continue
             path = self.target_of(cursor)
             if path is None:
+                if kind == kinds.MACRO_DEFINITION:  # a target's macro may name it: bound then (see bind_outside)
+                    self.outside_macros[cursor.spelling] = cursor
+                elif kind == kinds.ENUM_DECL:
+                    self.outside_enums.append(cursor)
                 continue
             name = cursor.spelling
             if kind not in (kinds.ENUM_DECL, kinds.STRUCT_DECL, kinds.UNION_DECL) and not self.wanted(name, path):
@@ -282,6 +323,8 @@ class ModuleWriter:
         if kind == kinds.ENUM:
             decl = t.get_declaration()
             named = f"enum_{decl.spelling}"
+            if named not in self.state.namespace and self.target_of(decl) is None and not decl.is_anonymous():
+                self.bind_outside_enum(decl)  # an enum of an included header that a target uses: its constants too
             return named if named in self.state.namespace else self.ctype(decl.enum_type)
         if kind == kinds.POINTER:
             return self.pointer_type(t.get_pointee())
@@ -377,7 +420,7 @@ class ModuleWriter:
         """Give the record KEY the class name WANTED, or WANTED_2, ... when another record has it already
         (`struct a_b` and the member `b` of `struct a`; `typedef struct {...} foo` and `struct foo`): two C types
         must never become one class. A renamed record is named in a note."""
-        taken = set(self.state.record_names.values())
+        taken = self.state.taken_record_names
         name, number = wanted, 1
         while name in taken:
             number += 1
@@ -387,6 +430,7 @@ class ModuleWriter:
             origin = f"{where.file.name}:{where.line}" if where.file else "?"
             self.state.notes.append(f"the record at {origin} is named {name}: {wanted} is another record")
         self.state.record_names[key] = name
+        taken.add(name)
         return name
 
     def record_class_name(self, decl: Any) -> str:
@@ -413,8 +457,12 @@ class ModuleWriter:
         body = "".join(f"    {m},\n" for m in members)
         # The C alignment matters to calls only beyond 8 (16-byte stack slots); it is written only then.
         align_argument = f", align={align}" if align > 8 else ""
+        # The pointer type is made before the layout: ctypes copies the pointee's buffer format string into every
+        # new pointer type, so a pointer made after the layout carries the whole nested format, and a chain of
+        # records each pointing to the previous one grew quadratically (20,000 records took 19.5 GB).
+        pointer = f"ctypes.POINTER({name})\n"
         try:
-            self.add(f"{name}.layout({size}, [\n{body}]{align_argument})", name)
+            self.add(f"{pointer}{name}.layout({size}, [\n{body}]{align_argument})", name)
         except Unsupported:
             self.state.defined_records.discard(key)
             raise
@@ -515,6 +563,20 @@ class ModuleWriter:
         if lines:
             self.add("\n".join(lines), cursor.spelling)
 
+    def bind_outside_enum(self, cursor: Any) -> None:
+        """Emit enum CURSOR from a non-target header (its constants and `enum_NAME`), noting that it was."""
+        definition = cursor.get_definition()
+        if definition is None:
+            return
+        lines = [
+            f"{safe_name(c.spelling)} = {c.enum_value}"
+            for c in definition.get_children()
+            if c.kind == self.ci.CursorKind.ENUM_CONSTANT_DECL and c.spelling not in self.state.namespace
+        ]
+        lines.append(f"enum_{definition.spelling} = {self.ctype(definition.enum_type)}")
+        self.add("\n".join(lines), definition.spelling)
+        self.bound_outside.append(f"enum {definition.spelling}")
+
     def emit_typedef(self, cursor: Any, path: str) -> None:
         name = cursor.spelling
         underlying = cursor.underlying_typedef_type
@@ -537,14 +599,27 @@ class ModuleWriter:
         t = cursor.type
         restype = self.ctype(t.get_result(), param=True)
         argtypes = "None"
+        arguments: list[str] = []
         if t.kind == self.ci.TypeKind.FUNCTIONPROTO:
-            argtypes = "[" + ", ".join(self.ctype(a, param=True) for a in t.argument_types()) + "]"
+            arguments = [self.ctype(a, param=True) for a in t.argument_types()]
+            argtypes = "[" + ", ".join(arguments) + "]"
+        if not self.by_value_noted and any(self.is_record_class(c) for c in [restype, *arguments]):
+            self.state.chunks.append(BY_VALUE_NOTE)  # once, before the first function that needs it
+            self.by_value_noted = True
         self.add(f'{name} = dll.function("{name}", {restype}, {argtypes})', name)
+        self.calls_library.add(name)
 
     def emit_variable(self, cursor: Any, path: str) -> None:
-        """`static const` scalars and arrays become Python values; other variables are not bound."""
+        """`static const` scalars and arrays become Python values; extern variables are found in the library."""
+        if cursor.storage_class in (self.ci.StorageClass.EXTERN, self.ci.StorageClass.NONE):
+            if not self.options.lib:
+                raise Unsupported("an extern variable: binding it needs a library (--lib)")
+            self.variables[cursor.spelling] = self.ctype(cursor.type)
+            self.calls_library.add(cursor.spelling)
+            self.on_use.add(cursor.spelling)
+            return
         if cursor.storage_class != self.ci.StorageClass.STATIC:
-            raise Unsupported("extern variables are not bound")
+            raise Unsupported(f"{cursor.storage_class.name.lower()} variables are not bound")
         text = self.text(path, cursor.extent.start.offset, cursor.extent.end.offset)
         if "=" not in text:
             raise Unsupported("no initializer")
@@ -558,16 +633,32 @@ class ModuleWriter:
         # Initializers may name macros, which are emitted last, so the line joins them in source order.
         self.state.macros.append(_Macro(cursor.spelling, text, f"{cursor.spelling} = {value}"))
 
+    def bind_on_use(self) -> None:
+        """Extern variables and macros that call into the library, as module attributes made on each use (a module
+        __getattr__): importing the module never needs the library. A variable is a ctypes object over its memory."""
+        if not self.variables and not self.deferred:
+            return
+        variables = _dict_literal({name: ctype for name, ctype in self.variables.items()})
+        deferred = _dict_literal({name: f"lambda: {value}" for name, value in self.deferred.items()})
+        try:
+            self.add(_ON_USE.format(variables=variables, deferred=deferred), "__getattr__")
+        except Unsupported as exc:  # never expected: each entry was built from types that ran; say so, do not crash
+            for name in [*self.variables, *self.deferred]:
+                self.skip(name, f"the module's __getattr__ does not run: {exc}")
+
     def text(self, path: str, start: int, end: int) -> str:
         if path not in self.texts:
             self.texts[path] = Path(path).read_bytes()
-        return self.texts[path][start:end].decode("utf-8", "replace")
+        return self.texts[path][start:end].decode("utf-8", "surrogateescape")  # see macro_text
 
     # ---------------------------------------------------------------------------------------------------- macros
 
     def collect_macro(self, cursor: Any, path: str) -> None:
-        # The definition runs from the name to the end of the line, continuation lines included. Reading it
-        # from the file is much faster than asking libclang for the extent of each of thousands of macros.
+        self.state.macros.append(_Macro(cursor.spelling, self.macro_text(cursor, path)))
+
+    def macro_text(self, cursor: Any, path: str) -> str:
+        """The definition runs from the name to the end of the line, continuation lines included. Reading it
+        from the file is much faster than asking libclang for the extent of each of thousands of macros."""
         start = cursor.location.offset
         if path not in self.texts:
             self.texts[path] = Path(path).read_bytes()
@@ -581,8 +672,9 @@ class ModuleWriter:
             if source[end - 1 : end] != b"\\":
                 break
             end += 1
-        text = source[start:end].decode("utf-8", "replace")
-        self.state.macros.append(_Macro(cursor.spelling, _strip_comments(text)))
+        # Bytes that are not UTF-8 (a Latin-1 string literal) survive as surrogates, back to bytes in bytes_literal.
+        text = source[start:end].decode("utf-8", "surrogateescape")
+        return _strip_comments(text)
 
     def evaluate_macros(self, args: Sequence[str]) -> None:
         """Ask clang for the value of every object-like macro that could be an expression (see evaluate.py)."""
@@ -605,6 +697,7 @@ class ModuleWriter:
                     literal_types[macro.name] = literal_type(literal.group(1))
                 else:
                     names.append(macro.name)
+        self.args = args
         self.c_values = MacroValues(self.options.headers, args, names)
         self.translator.macro_types = literal_types | {
             name: value.type_name for name, value in self.c_values.values.items() if value.type_name in C_TYPES
@@ -617,9 +710,14 @@ class ModuleWriter:
         """
         pending = [entry for macro in self.state.macros if (entry := self.first_line(macro)) is not None]
         while pending:
-            failed = self.run_macros(pending)
+            # Each line after the lines it names: one pass runs a chain of macros that each name the next one,
+            # where passes in source order took one per link (quadratic in the chain's length).
+            failed = self.run_macros(_dependency_order(pending))
             if len(failed) == len(pending):
-                break
+                added = self.bind_outside(failed)
+                if not added:
+                    break
+                failed = added + failed
             pending = failed
         self.fall_back_to_c_values(pending)
 
@@ -639,6 +737,54 @@ class ModuleWriter:
             self.skip(macro.name, reason)
         return None
 
+    def bind_outside(self, failed: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Lines for the enumerators and macros of included headers that the FAILED lines name and the module
+        lacks (`#define MY_FLAG (THEIR_FLAG | 4)`); their own dependencies follow in the next rounds."""
+        known = self.state.namespace.keys() | vars(builtins).keys()
+        missing = sorted({name for _, line in failed for name in _free_names(line)} - known)
+        if self.outside_constants is None:
+            self.outside_constants = {
+                c.spelling: c.enum_value
+                for enum in self.outside_enums
+                for c in enum.get_children()
+                if c.kind == self.ci.CursorKind.ENUM_CONSTANT_DECL
+            }
+        lines: list[tuple[str, str]] = []
+        macros: list[_Macro] = []
+        for name in missing:
+            if name in self.outside_constants:
+                lines.append((name, f"{name} = {self.outside_constants[name]}"))
+            elif name in self.outside_macros:
+                cursor = self.outside_macros.pop(name)  # popped: a name is tried once
+                macros.append(_Macro(name, self.macro_text(cursor, os.path.realpath(cursor.location.file.name))))
+        if macros:
+            self.evaluate_more(macros)
+        for macro in macros:
+            entry = self.first_line(macro)
+            if entry is not None:
+                lines.append(entry)
+        self.bound_outside += [name for name, _ in lines]
+        return lines
+
+    def evaluate_more(self, macros: list[_Macro]) -> None:
+        """C values for MACROS too (macros of included headers bound on demand), as evaluate_macros() gives."""
+        from tg.autogen.evaluate import could_be_expression
+
+        names = []
+        for macro in macros:
+            try:
+                definition = split_macro(macro.text)
+            except Untranslatable:
+                continue
+            body = " ".join(definition.body.replace("\\\n", " ").split())
+            self.state.c_bodies[macro.name] = body
+            if definition.params is None and body != macro.name and could_be_expression(body):
+                names.append(macro.name)
+        if names:
+            more = MacroValues(self.options.headers, self.args, names)
+            self.c_values.values.update(more.values)
+            self.c_values_more.append(more)  # keeps its translation unit alive while its types are in use
+
     def fall_back_to_c_values(self, failed: list[tuple[str, str]]) -> None:
         """Macros whose translation did not run: C's value where clang has one, else a skip with the reason."""
         fallback = []
@@ -652,7 +798,8 @@ class ModuleWriter:
             self.skip(name, f"does not evaluate: {self.macro_error(line)}")
 
     def c_value_line(self, name: str, value: int) -> str:
-        return f"{name} = {value}{C_VALUE_COMMENT}{self.state.c_bodies.get(name, '?')}"
+        body = self.state.c_bodies.get(name, "?").encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return f"{name} = {value}{C_VALUE_COMMENT}{body}"
 
     def pointer_line(self, name: str, value: Any) -> str | None:
         """A pointer-valued macro (`((void *) -1)`, a function pointer cast) as a ctypes pointer of its type."""
@@ -669,18 +816,31 @@ class ModuleWriter:
 
         One compile for all lines is what keeps macro-heavy headers (elf.h has ~3000) fast.
         """
-        known = set(self.state.namespace) | set(vars(builtins))
+        known = set(self.state.namespace) | set(vars(builtins)) | self.on_use | {"__getattr__"}
+        lines = list(lines)
         runnable = []
         literal_ok: set[tuple[str, str]] = set()
-        for name, line in lines:
+        for index, (name, line) in enumerate(lines):
             literal = _INTEGER_ASSIGNMENT.fullmatch(line)
             if literal:  # most macros are plain numbers: no need to compile them
                 self.state.namespace[name] = int(literal.group(1), 0)
                 literal_ok.add((name, line))
                 known.add(name)
-            elif not _free_names(line) - known:
-                runnable.append((name, line))
-                known.add(name)
+                continue
+            names = _free_names(line)
+            if names - known:
+                continue
+            known.add(name)
+            if names & self.calls_library:
+                self.calls_library.add(name)
+                line = _through_module(line, self.on_use)
+                lines[index] = (name, line)
+                if not _is_macro_function(line):
+                    if _compiles(line):  # never run here: it would call into the library
+                        self.defer(name, line)
+                        literal_ok.add((name, line))
+                    continue
+            runnable.append((name, line))
         guarded = [
             f"try:\n    {line}\nexcept Exception:\n    _failed_.add({i})" for i, (_, line) in enumerate(runnable)
         ]
@@ -690,9 +850,13 @@ class ModuleWriter:
         exec(code, self.state.namespace)
         del self.state.namespace["_failed_"]
         kept = {(n, line) for i, (n, line) in enumerate(runnable) if i not in failed_indices} | literal_ok
-        self.state.chunks.extend(line for entry in lines if entry in kept for line in entry[1:])
-        kept_entries = kept
-        return [entry for entry in lines if entry not in kept_entries]
+        self.state.chunks.extend(line for n, line in lines if (n, line) in kept and n not in self.deferred)
+        return [entry for entry in lines if entry not in kept]
+
+    def defer(self, name: str, line: str) -> None:
+        """Keep macro NAME (its LINE) to be evaluated on use: it reaches into the library."""
+        self.deferred[name] = line.split(" = ", 1)[1]
+        self.on_use.add(name)
 
     def compile_lines(self, runnable: list[tuple[str, str]], guarded: list[str]) -> Any:
         """Compile the guarded batch; lines with syntax errors become recorded failures."""
@@ -740,14 +904,111 @@ class ModuleWriter:
             return None, f"cannot translate {definition.body!r}: {exc}"
 
     def macro_error(self, line: str) -> str:
-        missing = _free_names(line) - self.state.namespace.keys() - vars(builtins).keys()
+        missing = _free_names(line) - self.state.namespace.keys() - vars(builtins).keys() - self.on_use
         if missing:
             return f"undefined {', '.join(sorted(missing))}"
+        if not _compiles(line):
+            return "not a Python expression"
+        if _free_names(line) & self.calls_library or "__getattr__(" in line:
+            return "calls into the library: not run here"  # running it to find the error would call the library
         try:
             exec(compile(line, "<macro>", "exec"), dict(self.state.namespace))
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
         return "unknown"
+
+
+_ON_USE = '''_variables_ = {variables}
+_on_use_ = {deferred}
+
+
+def __getattr__(name):
+    """Extern variables (a ctypes object over the library's variable: `.value` reads and writes it) and macros that
+    call into the library (evaluated on each use, as C does), so that importing needs no library."""
+    if name in _variables_:
+        return _variables_[name].in_dll(dll.handle, name)
+    if name in _on_use_:
+        return _on_use_[name]()
+    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")'''
+
+
+BY_VALUE_NOTE = """\
+# Records passed or returned by value: call the functions bound here (and C function pointers of cbind.CFUNCTYPE
+# types), which pass records as the x86-64 psABI does (tg.drivers.cabi). Setting these classes as argtypes or
+# restype of a plain ctypes function is not supported: ctypes misplaces records with padding or packing (this
+# module writes padding as byte arrays, which ctypes classifies differently from C)."""
+
+
+def _dependency_order(lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """LINES with each one after the lines defining the names it reads (source order otherwise; cycles as found).
+
+    Depth-first with an explicit stack: a chain of 200,000 macros must not meet the recursion limit."""
+    by_name: dict[str, list[int]] = {}
+    for index, (name, _) in enumerate(lines):
+        by_name.setdefault(name, []).append(index)
+    needs = [
+        [other for word in sorted(_free_names(line)) if word != name for other in by_name.get(word, ())]
+        for name, line in lines
+    ]
+    order: list[int] = []
+    seen = [False] * len(lines)
+    for start in range(len(lines)):
+        if seen[start]:
+            continue
+        seen[start] = True
+        stack = [(start, 0)]
+        while stack:
+            node, next_need = stack[-1]
+            if next_need < len(needs[node]):
+                stack[-1] = (node, next_need + 1)
+                other = needs[node][next_need]
+                if not seen[other]:
+                    seen[other] = True
+                    stack.append((other, 0))
+            else:
+                stack.pop()
+                order.append(node)
+    return [lines[index] for index in order]
+
+
+def _dict_literal(entries: dict[str, str]) -> str:
+    """A dict display of string keys to the Python expressions ENTRIES gives, one entry a line."""
+    if not entries:
+        return "{}"
+    return "{\n" + "".join(f'    "{key}": {value},\n' for key, value in entries.items()) + "}"
+
+
+def _compiles(line: str) -> bool:
+    try:
+        compile(line, "<macro>", "exec")
+    except SyntaxError:
+        return False
+    return True
+
+
+def _is_macro_function(line: str) -> bool:
+    return line.split(" = ", 1)[1].startswith("cbind.c_macro(lambda")
+
+
+def _through_module(line: str, names: set[str]) -> str:
+    """LINE with each read of NAMES (module attributes that exist only through __getattr__) spelled as a call of it."""
+    target, value = line.split(" = ", 1)
+    params: set[str] = set()
+    if value.startswith("cbind.c_macro(lambda"):
+        params = {p.strip() for p in value.split("lambda", 1)[1].split(":", 1)[0].split(",")}
+
+    def replace(match: re.Match[str]) -> str:
+        word = match.group()
+        return f'__getattr__("{word}")' if word in names and word not in params else word
+
+    pieces = []
+    last = 0
+    for string in _STRING.finditer(value):  # names inside string literals stay
+        pieces.append(_IDENTIFIER.sub(replace, value[last : string.start()]))
+        pieces.append(string.group())
+        last = string.end()
+    pieces.append(_IDENTIFIER.sub(replace, value[last:]))
+    return f"{target} = {''.join(pieces)}"
 
 
 def literal_type(text: str) -> str:

@@ -96,10 +96,15 @@ def python_number(text: str) -> str:
 
 
 def bytes_literal(text: str) -> str:
-    """A C string literal as a Python bytes literal (C APIs take bytes, not str)."""
+    """A C string literal as a Python bytes literal (C APIs take bytes, not str).
+
+    The literal's bytes are the source file's bytes: UTF-8 text stays UTF-8, and bytes that are not UTF-8 (read as
+    surrogates, see generate.macro_text) are written back unchanged; escapes (`\\xff`) are C's, as in Python.
+    """
     if text.isascii():
         return "b" + text
-    return repr(ast.literal_eval(text).encode("utf-8"))
+    raw = text.encode("utf-8", "surrogateescape")
+    return "b" + "".join(chr(byte) if byte < 0x80 else f"\\x{byte:02x}" for byte in raw)
 
 
 def char_value(text: str) -> str:

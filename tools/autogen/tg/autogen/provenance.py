@@ -65,6 +65,17 @@ def real_path(path: str) -> str:
     return path
 
 
+def sysroot_include_dirs() -> tuple[str, ...]:
+    """The sysroot's include folders (multiarch first), searched before the system's: a header of the package that
+    includes a sibling with angle brackets (`#include <fake/types.h>`) must get the package's sibling, not an
+    installed (older) one or none. Quoted includes find siblings next to the including file by themselves."""
+    root = sysroot()
+    if root is None:
+        return ()
+    folders = (root / "usr" / "include" / f"{os.uname().machine}-linux-gnu", root / "usr" / "include")
+    return tuple(str(folder) for folder in folders if folder.is_dir())
+
+
 def _sysroot_package() -> tuple[str, str]:
     root = sysroot()
     control = (root / "DEBIAN" / "control") if root else None

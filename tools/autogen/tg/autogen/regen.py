@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tg.autogen.errors import AutogenError
 from tg.autogen.generate import Generated, Options, generate
-from tg.autogen.provenance import SOURCE_LINE, describe_sources, read_sources, real_path
+from tg.autogen.provenance import SOURCE_LINE, describe_sources, read_sources, real_path, sysroot_include_dirs
 from tg.autogen.targets import OUTPUT_DIR, TARGETS, Target
 
 
@@ -72,7 +72,7 @@ def target_options(target: Target) -> Options:
         headers=direct,
         indirect=indirect,
         lib=target.lib,
-        include_dirs=target.resolved_include_dirs(),
+        include_dirs=target.resolved_include_dirs() + sysroot_include_dirs(),  # not recorded: machine-specific
         defines=target.defines,
         header_patterns=tuple((real_path(h.path), h.pattern) for h in target.headers if h.pattern),
         comments=tuple(comments),

@@ -41,11 +41,13 @@ class struct_io_uring_sqe_anon0(cbind.Union):
 class struct_io_uring_sqe_anon0_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(struct_io_uring_sqe_anon0_anon0)
 struct_io_uring_sqe_anon0_anon0.layout(8, [
     cbind.Field("cmd_op", ctypes.c_uint32, 0),
     cbind.Field("__pad1", ctypes.c_uint32, 4),
 ])
 
+ctypes.POINTER(struct_io_uring_sqe_anon0)
 struct_io_uring_sqe_anon0.layout(8, [
     cbind.Field("off", ctypes.c_uint64, 0),
     cbind.Field("addr2", ctypes.c_uint64, 0),
@@ -55,6 +57,7 @@ struct_io_uring_sqe_anon0.layout(8, [
 class struct_io_uring_sqe_anon1(cbind.Union):
     pass
 
+ctypes.POINTER(struct_io_uring_sqe_anon1)
 struct_io_uring_sqe_anon1.layout(8, [
     cbind.Field("addr", ctypes.c_uint64, 0),
     cbind.Field("splice_off_in", ctypes.c_uint64, 0),
@@ -63,6 +66,7 @@ struct_io_uring_sqe_anon1.layout(8, [
 class struct_io_uring_sqe_anon2(cbind.Union):
     pass
 
+ctypes.POINTER(struct_io_uring_sqe_anon2)
 struct_io_uring_sqe_anon2.layout(4, [
     cbind.Field("rw_flags", ctypes.c_uint32, 0),
     cbind.Field("fsync_flags", ctypes.c_uint32, 0),
@@ -88,6 +92,7 @@ struct_io_uring_sqe_anon2.layout(4, [
 class struct_io_uring_sqe_anon3(cbind.Union):
     pass
 
+ctypes.POINTER(struct_io_uring_sqe_anon3)
 struct_io_uring_sqe_anon3.layout(2, [
     cbind.Field("buf_index", ctypes.c_uint16, 0),
     cbind.Field("buf_group", ctypes.c_uint16, 0),
@@ -99,11 +104,13 @@ class struct_io_uring_sqe_anon4(cbind.Union):
 class struct_io_uring_sqe_anon4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(struct_io_uring_sqe_anon4_anon0)
 struct_io_uring_sqe_anon4_anon0.layout(4, [
     cbind.Field("addr_len", ctypes.c_uint16, 0),
     cbind.Field("__pad3", (ctypes.c_uint16 * 1), 2),
 ])
 
+ctypes.POINTER(struct_io_uring_sqe_anon4)
 struct_io_uring_sqe_anon4.layout(4, [
     cbind.Field("splice_fd_in", ctypes.c_int32, 0),
     cbind.Field("file_index", ctypes.c_uint32, 0),
@@ -116,16 +123,19 @@ class struct_io_uring_sqe_anon5(cbind.Union):
 class struct_io_uring_sqe_anon5_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(struct_io_uring_sqe_anon5_anon0)
 struct_io_uring_sqe_anon5_anon0.layout(16, [
     cbind.Field("addr3", ctypes.c_uint64, 0),
     cbind.Field("__pad2", (ctypes.c_uint64 * 1), 8),
 ])
 
+ctypes.POINTER(struct_io_uring_sqe_anon5)
 struct_io_uring_sqe_anon5.layout(16, [
     cbind.Anonymous("_anon0", struct_io_uring_sqe_anon5_anon0, 0),
     cbind.Field("cmd", (ctypes.c_uint8 * 0), 0),
 ])
 
+ctypes.POINTER(struct_io_uring_sqe)
 struct_io_uring_sqe.layout(64, [
     cbind.Field("opcode", ctypes.c_uint8, 0),
     cbind.Field("flags", ctypes.c_uint8, 1),
@@ -208,6 +218,7 @@ IORING_MSG_SEND_FD = 1
 class struct_io_uring_cqe(cbind.Struct):
     """struct io_uring_cqe"""
 
+ctypes.POINTER(struct_io_uring_cqe)
 struct_io_uring_cqe.layout(16, [
     cbind.Field("user_data", ctypes.c_uint64, 0),
     cbind.Field("res", ctypes.c_int32, 8),
@@ -220,6 +231,7 @@ IORING_CQE_BUFFER_SHIFT = 16
 class struct_io_sqring_offsets(cbind.Struct):
     """struct io_sqring_offsets"""
 
+ctypes.POINTER(struct_io_sqring_offsets)
 struct_io_sqring_offsets.layout(40, [
     cbind.Field("head", ctypes.c_uint32, 0),
     cbind.Field("tail", ctypes.c_uint32, 4),
@@ -235,6 +247,7 @@ struct_io_sqring_offsets.layout(40, [
 class struct_io_cqring_offsets(cbind.Struct):
     """struct io_cqring_offsets"""
 
+ctypes.POINTER(struct_io_cqring_offsets)
 struct_io_cqring_offsets.layout(40, [
     cbind.Field("head", ctypes.c_uint32, 0),
     cbind.Field("tail", ctypes.c_uint32, 4),
@@ -250,6 +263,7 @@ struct_io_cqring_offsets.layout(40, [
 class struct_io_uring_params(cbind.Struct):
     """struct io_uring_params"""
 
+ctypes.POINTER(struct_io_uring_params)
 struct_io_uring_params.layout(120, [
     cbind.Field("sq_entries", ctypes.c_uint32, 0),
     cbind.Field("cq_entries", ctypes.c_uint32, 4),
@@ -297,6 +311,7 @@ IO_WQ_UNBOUND = 1
 class struct_io_uring_files_update(cbind.Struct):
     """struct io_uring_files_update"""
 
+ctypes.POINTER(struct_io_uring_files_update)
 struct_io_uring_files_update.layout(16, [
     cbind.Field("offset", ctypes.c_uint32, 0),
     cbind.Field("resv", ctypes.c_uint32, 4),
@@ -306,6 +321,7 @@ struct_io_uring_files_update.layout(16, [
 class struct_io_uring_rsrc_register(cbind.Struct):
     """struct io_uring_rsrc_register"""
 
+ctypes.POINTER(struct_io_uring_rsrc_register)
 struct_io_uring_rsrc_register.layout(32, [
     cbind.Field("nr", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -317,6 +333,7 @@ struct_io_uring_rsrc_register.layout(32, [
 class struct_io_uring_rsrc_update(cbind.Struct):
     """struct io_uring_rsrc_update"""
 
+ctypes.POINTER(struct_io_uring_rsrc_update)
 struct_io_uring_rsrc_update.layout(16, [
     cbind.Field("offset", ctypes.c_uint32, 0),
     cbind.Field("resv", ctypes.c_uint32, 4),
@@ -326,6 +343,7 @@ struct_io_uring_rsrc_update.layout(16, [
 class struct_io_uring_rsrc_update2(cbind.Struct):
     """struct io_uring_rsrc_update2"""
 
+ctypes.POINTER(struct_io_uring_rsrc_update2)
 struct_io_uring_rsrc_update2.layout(32, [
     cbind.Field("offset", ctypes.c_uint32, 0),
     cbind.Field("resv", ctypes.c_uint32, 4),
@@ -338,6 +356,7 @@ struct_io_uring_rsrc_update2.layout(32, [
 class struct_io_uring_notification_slot(cbind.Struct):
     """struct io_uring_notification_slot"""
 
+ctypes.POINTER(struct_io_uring_notification_slot)
 struct_io_uring_notification_slot.layout(32, [
     cbind.Field("tag", ctypes.c_uint64, 0),
     cbind.Field("resv", (ctypes.c_uint64 * 3), 8),
@@ -346,6 +365,7 @@ struct_io_uring_notification_slot.layout(32, [
 class struct_io_uring_notification_register(cbind.Struct):
     """struct io_uring_notification_register"""
 
+ctypes.POINTER(struct_io_uring_notification_register)
 struct_io_uring_notification_register.layout(32, [
     cbind.Field("nr_slots", ctypes.c_uint32, 0),
     cbind.Field("resv", ctypes.c_uint32, 4),
@@ -357,6 +377,7 @@ struct_io_uring_notification_register.layout(32, [
 class struct_io_uring_probe_op(cbind.Struct):
     """struct io_uring_probe_op"""
 
+ctypes.POINTER(struct_io_uring_probe_op)
 struct_io_uring_probe_op.layout(8, [
     cbind.Field("op", ctypes.c_uint8, 0),
     cbind.Field("resv", ctypes.c_uint8, 1),
@@ -367,6 +388,7 @@ struct_io_uring_probe_op.layout(8, [
 class struct_io_uring_probe(cbind.Struct):
     """struct io_uring_probe"""
 
+ctypes.POINTER(struct_io_uring_probe)
 struct_io_uring_probe.layout(16, [
     cbind.Field("last_op", ctypes.c_uint8, 0),
     cbind.Field("ops_len", ctypes.c_uint8, 1),
@@ -381,12 +403,14 @@ class struct_io_uring_restriction(cbind.Struct):
 class struct_io_uring_restriction_anon0(cbind.Union):
     pass
 
+ctypes.POINTER(struct_io_uring_restriction_anon0)
 struct_io_uring_restriction_anon0.layout(1, [
     cbind.Field("register_op", ctypes.c_uint8, 0),
     cbind.Field("sqe_op", ctypes.c_uint8, 0),
     cbind.Field("sqe_flags", ctypes.c_uint8, 0),
 ])
 
+ctypes.POINTER(struct_io_uring_restriction)
 struct_io_uring_restriction.layout(16, [
     cbind.Field("opcode", ctypes.c_uint16, 0),
     cbind.Anonymous("_anon0", struct_io_uring_restriction_anon0, 2),
@@ -397,6 +421,7 @@ struct_io_uring_restriction.layout(16, [
 class struct_io_uring_buf(cbind.Struct):
     """struct io_uring_buf"""
 
+ctypes.POINTER(struct_io_uring_buf)
 struct_io_uring_buf.layout(16, [
     cbind.Field("addr", ctypes.c_uint64, 0),
     cbind.Field("len", ctypes.c_uint32, 8),
@@ -413,6 +438,7 @@ class struct_io_uring_buf_ring_anon0(cbind.Union):
 class struct_io_uring_buf_ring_anon0_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(struct_io_uring_buf_ring_anon0_anon0)
 struct_io_uring_buf_ring_anon0_anon0.layout(16, [
     cbind.Field("resv1", ctypes.c_uint64, 0),
     cbind.Field("resv2", ctypes.c_uint32, 8),
@@ -426,19 +452,23 @@ class struct_io_uring_buf_ring_anon0_anon1(cbind.Struct):
 class struct_io_uring_buf_ring_anon0_anon1___empty_bufs(cbind.Struct):
     pass
 
+ctypes.POINTER(struct_io_uring_buf_ring_anon0_anon1___empty_bufs)
 struct_io_uring_buf_ring_anon0_anon1___empty_bufs.layout(0, [
 ])
 
+ctypes.POINTER(struct_io_uring_buf_ring_anon0_anon1)
 struct_io_uring_buf_ring_anon0_anon1.layout(0, [
     cbind.Field("__empty_bufs", struct_io_uring_buf_ring_anon0_anon1___empty_bufs, 0),
     cbind.Field("bufs", (struct_io_uring_buf * 0), 0),
 ])
 
+ctypes.POINTER(struct_io_uring_buf_ring_anon0)
 struct_io_uring_buf_ring_anon0.layout(16, [
     cbind.Anonymous("_anon0", struct_io_uring_buf_ring_anon0_anon0, 0),
     cbind.Anonymous("_anon1", struct_io_uring_buf_ring_anon0_anon1, 0),
 ])
 
+ctypes.POINTER(struct_io_uring_buf_ring)
 struct_io_uring_buf_ring.layout(16, [
     cbind.Anonymous("_anon0", struct_io_uring_buf_ring_anon0, 0),
 ])
@@ -446,6 +476,7 @@ struct_io_uring_buf_ring.layout(16, [
 class struct_io_uring_buf_reg(cbind.Struct):
     """struct io_uring_buf_reg"""
 
+ctypes.POINTER(struct_io_uring_buf_reg)
 struct_io_uring_buf_reg.layout(40, [
     cbind.Field("ring_addr", ctypes.c_uint64, 0),
     cbind.Field("ring_entries", ctypes.c_uint32, 8),
@@ -463,6 +494,7 @@ IORING_RESTRICTION_LAST = 4
 class struct_io_uring_getevents_arg(cbind.Struct):
     """struct io_uring_getevents_arg"""
 
+ctypes.POINTER(struct_io_uring_getevents_arg)
 struct_io_uring_getevents_arg.layout(24, [
     cbind.Field("sigmask", ctypes.c_uint64, 0),
     cbind.Field("sigmask_sz", ctypes.c_uint32, 8),
@@ -476,11 +508,13 @@ class struct_io_uring_sync_cancel_reg(cbind.Struct):
 class struct___kernel_timespec(cbind.Struct):
     """struct __kernel_timespec"""
 
+ctypes.POINTER(struct___kernel_timespec)
 struct___kernel_timespec.layout(16, [
     cbind.Field("tv_sec", ctypes.c_longlong, 0),
     cbind.Field("tv_nsec", ctypes.c_longlong, 8),
 ])
 
+ctypes.POINTER(struct_io_uring_sync_cancel_reg)
 struct_io_uring_sync_cancel_reg.layout(64, [
     cbind.Field("addr", ctypes.c_uint64, 0),
     cbind.Field("fd", ctypes.c_int32, 8),
@@ -492,6 +526,7 @@ struct_io_uring_sync_cancel_reg.layout(64, [
 class struct_io_uring_file_index_range(cbind.Struct):
     """struct io_uring_file_index_range"""
 
+ctypes.POINTER(struct_io_uring_file_index_range)
 struct_io_uring_file_index_range.layout(16, [
     cbind.Field("off", ctypes.c_uint32, 0),
     cbind.Field("len", ctypes.c_uint32, 4),
@@ -501,6 +536,7 @@ struct_io_uring_file_index_range.layout(16, [
 class struct_io_uring_recvmsg_out(cbind.Struct):
     """struct io_uring_recvmsg_out"""
 
+ctypes.POINTER(struct_io_uring_recvmsg_out)
 struct_io_uring_recvmsg_out.layout(16, [
     cbind.Field("namelen", ctypes.c_uint32, 0),
     cbind.Field("controllen", ctypes.c_uint32, 4),

@@ -31,6 +31,7 @@ from tg.drivers.cbind import _IO, _IOC, _IOR, _IOW, _IOWR
 class struct_kfd_ioctl_get_version_args(cbind.Struct):
     """struct kfd_ioctl_get_version_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_get_version_args)
 struct_kfd_ioctl_get_version_args.layout(8, [
     cbind.Field("major_version", ctypes.c_uint32, 0),
     cbind.Field("minor_version", ctypes.c_uint32, 4),
@@ -39,6 +40,7 @@ struct_kfd_ioctl_get_version_args.layout(8, [
 class struct_kfd_ioctl_create_queue_args(cbind.Struct):
     """struct kfd_ioctl_create_queue_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_create_queue_args)
 struct_kfd_ioctl_create_queue_args.layout(88, [
     cbind.Field("ring_base_address", ctypes.c_uint64, 0),
     cbind.Field("write_pointer_address", ctypes.c_uint64, 8),
@@ -60,6 +62,7 @@ struct_kfd_ioctl_create_queue_args.layout(88, [
 class struct_kfd_ioctl_destroy_queue_args(cbind.Struct):
     """struct kfd_ioctl_destroy_queue_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_destroy_queue_args)
 struct_kfd_ioctl_destroy_queue_args.layout(8, [
     cbind.Field("queue_id", ctypes.c_uint32, 0),
     cbind.Field("pad", ctypes.c_uint32, 4),
@@ -68,6 +71,7 @@ struct_kfd_ioctl_destroy_queue_args.layout(8, [
 class struct_kfd_ioctl_update_queue_args(cbind.Struct):
     """struct kfd_ioctl_update_queue_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_update_queue_args)
 struct_kfd_ioctl_update_queue_args.layout(24, [
     cbind.Field("ring_base_address", ctypes.c_uint64, 0),
     cbind.Field("queue_id", ctypes.c_uint32, 8),
@@ -79,6 +83,7 @@ struct_kfd_ioctl_update_queue_args.layout(24, [
 class struct_kfd_ioctl_set_cu_mask_args(cbind.Struct):
     """struct kfd_ioctl_set_cu_mask_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_set_cu_mask_args)
 struct_kfd_ioctl_set_cu_mask_args.layout(16, [
     cbind.Field("queue_id", ctypes.c_uint32, 0),
     cbind.Field("num_cu_mask", ctypes.c_uint32, 4),
@@ -88,6 +93,7 @@ struct_kfd_ioctl_set_cu_mask_args.layout(16, [
 class struct_kfd_ioctl_get_queue_wave_state_args(cbind.Struct):
     """struct kfd_ioctl_get_queue_wave_state_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_get_queue_wave_state_args)
 struct_kfd_ioctl_get_queue_wave_state_args.layout(24, [
     cbind.Field("ctl_stack_address", ctypes.c_uint64, 0),
     cbind.Field("ctl_stack_used_size", ctypes.c_uint32, 8),
@@ -99,6 +105,7 @@ struct_kfd_ioctl_get_queue_wave_state_args.layout(24, [
 class struct_kfd_ioctl_get_available_memory_args(cbind.Struct):
     """struct kfd_ioctl_get_available_memory_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_get_available_memory_args)
 struct_kfd_ioctl_get_available_memory_args.layout(16, [
     cbind.Field("available", ctypes.c_uint64, 0),
     cbind.Field("gpu_id", ctypes.c_uint32, 8),
@@ -108,6 +115,7 @@ struct_kfd_ioctl_get_available_memory_args.layout(16, [
 class struct_kfd_ioctl_set_memory_policy_args(cbind.Struct):
     """struct kfd_ioctl_set_memory_policy_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_set_memory_policy_args)
 struct_kfd_ioctl_set_memory_policy_args.layout(32, [
     cbind.Field("alternate_aperture_base", ctypes.c_uint64, 0),
     cbind.Field("alternate_aperture_size", ctypes.c_uint64, 8),
@@ -120,6 +128,7 @@ struct_kfd_ioctl_set_memory_policy_args.layout(32, [
 class struct_kfd_ioctl_get_clock_counters_args(cbind.Struct):
     """struct kfd_ioctl_get_clock_counters_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_get_clock_counters_args)
 struct_kfd_ioctl_get_clock_counters_args.layout(40, [
     cbind.Field("gpu_clock_counter", ctypes.c_uint64, 0),
     cbind.Field("cpu_clock_counter", ctypes.c_uint64, 8),
@@ -132,6 +141,7 @@ struct_kfd_ioctl_get_clock_counters_args.layout(40, [
 class struct_kfd_process_device_apertures(cbind.Struct):
     """struct kfd_process_device_apertures"""
 
+ctypes.POINTER(struct_kfd_process_device_apertures)
 struct_kfd_process_device_apertures.layout(56, [
     cbind.Field("lds_base", ctypes.c_uint64, 0),
     cbind.Field("lds_limit", ctypes.c_uint64, 8),
@@ -146,6 +156,7 @@ struct_kfd_process_device_apertures.layout(56, [
 class struct_kfd_ioctl_get_process_apertures_args(cbind.Struct):
     """struct kfd_ioctl_get_process_apertures_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_get_process_apertures_args)
 struct_kfd_ioctl_get_process_apertures_args.layout(400, [
     cbind.Field("process_apertures", (struct_kfd_process_device_apertures * 7), 0),
     cbind.Field("num_of_nodes", ctypes.c_uint32, 392),
@@ -155,6 +166,7 @@ struct_kfd_ioctl_get_process_apertures_args.layout(400, [
 class struct_kfd_ioctl_get_process_apertures_new_args(cbind.Struct):
     """struct kfd_ioctl_get_process_apertures_new_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_get_process_apertures_new_args)
 struct_kfd_ioctl_get_process_apertures_new_args.layout(16, [
     cbind.Field("kfd_process_device_apertures_ptr", ctypes.c_uint64, 0),
     cbind.Field("num_of_nodes", ctypes.c_uint32, 8),
@@ -164,6 +176,7 @@ struct_kfd_ioctl_get_process_apertures_new_args.layout(16, [
 class struct_kfd_ioctl_dbg_register_args(cbind.Struct):
     """struct kfd_ioctl_dbg_register_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_dbg_register_args)
 struct_kfd_ioctl_dbg_register_args.layout(8, [
     cbind.Field("gpu_id", ctypes.c_uint32, 0),
     cbind.Field("pad", ctypes.c_uint32, 4),
@@ -172,6 +185,7 @@ struct_kfd_ioctl_dbg_register_args.layout(8, [
 class struct_kfd_ioctl_dbg_unregister_args(cbind.Struct):
     """struct kfd_ioctl_dbg_unregister_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_dbg_unregister_args)
 struct_kfd_ioctl_dbg_unregister_args.layout(8, [
     cbind.Field("gpu_id", ctypes.c_uint32, 0),
     cbind.Field("pad", ctypes.c_uint32, 4),
@@ -180,6 +194,7 @@ struct_kfd_ioctl_dbg_unregister_args.layout(8, [
 class struct_kfd_ioctl_dbg_address_watch_args(cbind.Struct):
     """struct kfd_ioctl_dbg_address_watch_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_dbg_address_watch_args)
 struct_kfd_ioctl_dbg_address_watch_args.layout(16, [
     cbind.Field("content_ptr", ctypes.c_uint64, 0),
     cbind.Field("gpu_id", ctypes.c_uint32, 8),
@@ -189,6 +204,7 @@ struct_kfd_ioctl_dbg_address_watch_args.layout(16, [
 class struct_kfd_ioctl_dbg_wave_control_args(cbind.Struct):
     """struct kfd_ioctl_dbg_wave_control_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_dbg_wave_control_args)
 struct_kfd_ioctl_dbg_wave_control_args.layout(16, [
     cbind.Field("content_ptr", ctypes.c_uint64, 0),
     cbind.Field("gpu_id", ctypes.c_uint32, 8),
@@ -198,6 +214,7 @@ struct_kfd_ioctl_dbg_wave_control_args.layout(16, [
 class struct_kfd_ioctl_create_event_args(cbind.Struct):
     """struct kfd_ioctl_create_event_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_create_event_args)
 struct_kfd_ioctl_create_event_args.layout(32, [
     cbind.Field("event_page_offset", ctypes.c_uint64, 0),
     cbind.Field("event_trigger_data", ctypes.c_uint32, 8),
@@ -211,6 +228,7 @@ struct_kfd_ioctl_create_event_args.layout(32, [
 class struct_kfd_ioctl_destroy_event_args(cbind.Struct):
     """struct kfd_ioctl_destroy_event_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_destroy_event_args)
 struct_kfd_ioctl_destroy_event_args.layout(8, [
     cbind.Field("event_id", ctypes.c_uint32, 0),
     cbind.Field("pad", ctypes.c_uint32, 4),
@@ -219,6 +237,7 @@ struct_kfd_ioctl_destroy_event_args.layout(8, [
 class struct_kfd_ioctl_set_event_args(cbind.Struct):
     """struct kfd_ioctl_set_event_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_set_event_args)
 struct_kfd_ioctl_set_event_args.layout(8, [
     cbind.Field("event_id", ctypes.c_uint32, 0),
     cbind.Field("pad", ctypes.c_uint32, 4),
@@ -227,6 +246,7 @@ struct_kfd_ioctl_set_event_args.layout(8, [
 class struct_kfd_ioctl_reset_event_args(cbind.Struct):
     """struct kfd_ioctl_reset_event_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_reset_event_args)
 struct_kfd_ioctl_reset_event_args.layout(8, [
     cbind.Field("event_id", ctypes.c_uint32, 0),
     cbind.Field("pad", ctypes.c_uint32, 4),
@@ -235,6 +255,7 @@ struct_kfd_ioctl_reset_event_args.layout(8, [
 class struct_kfd_memory_exception_failure(cbind.Struct):
     """struct kfd_memory_exception_failure"""
 
+ctypes.POINTER(struct_kfd_memory_exception_failure)
 struct_kfd_memory_exception_failure.layout(16, [
     cbind.Field("NotPresent", ctypes.c_uint32, 0),
     cbind.Field("ReadOnly", ctypes.c_uint32, 4),
@@ -245,6 +266,7 @@ struct_kfd_memory_exception_failure.layout(16, [
 class struct_kfd_hsa_memory_exception_data(cbind.Struct):
     """struct kfd_hsa_memory_exception_data"""
 
+ctypes.POINTER(struct_kfd_hsa_memory_exception_data)
 struct_kfd_hsa_memory_exception_data.layout(32, [
     cbind.Field("failure", struct_kfd_memory_exception_failure, 0),
     cbind.Field("va", ctypes.c_uint64, 16),
@@ -255,6 +277,7 @@ struct_kfd_hsa_memory_exception_data.layout(32, [
 class struct_kfd_hsa_hw_exception_data(cbind.Struct):
     """struct kfd_hsa_hw_exception_data"""
 
+ctypes.POINTER(struct_kfd_hsa_hw_exception_data)
 struct_kfd_hsa_hw_exception_data.layout(16, [
     cbind.Field("reset_type", ctypes.c_uint32, 0),
     cbind.Field("reset_cause", ctypes.c_uint32, 4),
@@ -268,11 +291,13 @@ class struct_kfd_event_data(cbind.Struct):
 class struct_kfd_event_data_anon0(cbind.Union):
     pass
 
+ctypes.POINTER(struct_kfd_event_data_anon0)
 struct_kfd_event_data_anon0.layout(32, [
     cbind.Field("memory_exception_data", struct_kfd_hsa_memory_exception_data, 0),
     cbind.Field("hw_exception_data", struct_kfd_hsa_hw_exception_data, 0),
 ])
 
+ctypes.POINTER(struct_kfd_event_data)
 struct_kfd_event_data.layout(48, [
     cbind.Anonymous("_anon0", struct_kfd_event_data_anon0, 0),
     cbind.Field("kfd_event_data_ext", ctypes.c_uint64, 32),
@@ -283,6 +308,7 @@ struct_kfd_event_data.layout(48, [
 class struct_kfd_ioctl_wait_events_args(cbind.Struct):
     """struct kfd_ioctl_wait_events_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_wait_events_args)
 struct_kfd_ioctl_wait_events_args.layout(24, [
     cbind.Field("events_ptr", ctypes.c_uint64, 0),
     cbind.Field("num_events", ctypes.c_uint32, 8),
@@ -294,6 +320,7 @@ struct_kfd_ioctl_wait_events_args.layout(24, [
 class struct_kfd_ioctl_set_scratch_backing_va_args(cbind.Struct):
     """struct kfd_ioctl_set_scratch_backing_va_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_set_scratch_backing_va_args)
 struct_kfd_ioctl_set_scratch_backing_va_args.layout(16, [
     cbind.Field("va_addr", ctypes.c_uint64, 0),
     cbind.Field("gpu_id", ctypes.c_uint32, 8),
@@ -303,6 +330,7 @@ struct_kfd_ioctl_set_scratch_backing_va_args.layout(16, [
 class struct_kfd_ioctl_get_tile_config_args(cbind.Struct):
     """struct kfd_ioctl_get_tile_config_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_get_tile_config_args)
 struct_kfd_ioctl_get_tile_config_args.layout(40, [
     cbind.Field("tile_config_ptr", ctypes.c_uint64, 0),
     cbind.Field("macro_tile_config_ptr", ctypes.c_uint64, 8),
@@ -317,6 +345,7 @@ struct_kfd_ioctl_get_tile_config_args.layout(40, [
 class struct_kfd_ioctl_set_trap_handler_args(cbind.Struct):
     """struct kfd_ioctl_set_trap_handler_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_set_trap_handler_args)
 struct_kfd_ioctl_set_trap_handler_args.layout(24, [
     cbind.Field("tba_addr", ctypes.c_uint64, 0),
     cbind.Field("tma_addr", ctypes.c_uint64, 8),
@@ -327,6 +356,7 @@ struct_kfd_ioctl_set_trap_handler_args.layout(24, [
 class struct_kfd_ioctl_acquire_vm_args(cbind.Struct):
     """struct kfd_ioctl_acquire_vm_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_acquire_vm_args)
 struct_kfd_ioctl_acquire_vm_args.layout(8, [
     cbind.Field("drm_fd", ctypes.c_uint32, 0),
     cbind.Field("gpu_id", ctypes.c_uint32, 4),
@@ -335,6 +365,7 @@ struct_kfd_ioctl_acquire_vm_args.layout(8, [
 class struct_kfd_ioctl_alloc_memory_of_gpu_args(cbind.Struct):
     """struct kfd_ioctl_alloc_memory_of_gpu_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_alloc_memory_of_gpu_args)
 struct_kfd_ioctl_alloc_memory_of_gpu_args.layout(40, [
     cbind.Field("va_addr", ctypes.c_uint64, 0),
     cbind.Field("size", ctypes.c_uint64, 8),
@@ -347,6 +378,7 @@ struct_kfd_ioctl_alloc_memory_of_gpu_args.layout(40, [
 class struct_kfd_ioctl_free_memory_of_gpu_args(cbind.Struct):
     """struct kfd_ioctl_free_memory_of_gpu_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_free_memory_of_gpu_args)
 struct_kfd_ioctl_free_memory_of_gpu_args.layout(8, [
     cbind.Field("handle", ctypes.c_uint64, 0),
 ])
@@ -354,6 +386,7 @@ struct_kfd_ioctl_free_memory_of_gpu_args.layout(8, [
 class struct_kfd_ioctl_map_memory_to_gpu_args(cbind.Struct):
     """struct kfd_ioctl_map_memory_to_gpu_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_map_memory_to_gpu_args)
 struct_kfd_ioctl_map_memory_to_gpu_args.layout(24, [
     cbind.Field("handle", ctypes.c_uint64, 0),
     cbind.Field("device_ids_array_ptr", ctypes.c_uint64, 8),
@@ -364,6 +397,7 @@ struct_kfd_ioctl_map_memory_to_gpu_args.layout(24, [
 class struct_kfd_ioctl_unmap_memory_from_gpu_args(cbind.Struct):
     """struct kfd_ioctl_unmap_memory_from_gpu_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_unmap_memory_from_gpu_args)
 struct_kfd_ioctl_unmap_memory_from_gpu_args.layout(24, [
     cbind.Field("handle", ctypes.c_uint64, 0),
     cbind.Field("device_ids_array_ptr", ctypes.c_uint64, 8),
@@ -374,6 +408,7 @@ struct_kfd_ioctl_unmap_memory_from_gpu_args.layout(24, [
 class struct_kfd_ioctl_alloc_queue_gws_args(cbind.Struct):
     """struct kfd_ioctl_alloc_queue_gws_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_alloc_queue_gws_args)
 struct_kfd_ioctl_alloc_queue_gws_args.layout(16, [
     cbind.Field("queue_id", ctypes.c_uint32, 0),
     cbind.Field("num_gws", ctypes.c_uint32, 4),
@@ -384,6 +419,7 @@ struct_kfd_ioctl_alloc_queue_gws_args.layout(16, [
 class struct_kfd_ioctl_get_dmabuf_info_args(cbind.Struct):
     """struct kfd_ioctl_get_dmabuf_info_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_get_dmabuf_info_args)
 struct_kfd_ioctl_get_dmabuf_info_args.layout(32, [
     cbind.Field("size", ctypes.c_uint64, 0),
     cbind.Field("metadata_ptr", ctypes.c_uint64, 8),
@@ -396,6 +432,7 @@ struct_kfd_ioctl_get_dmabuf_info_args.layout(32, [
 class struct_kfd_ioctl_import_dmabuf_args(cbind.Struct):
     """struct kfd_ioctl_import_dmabuf_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_import_dmabuf_args)
 struct_kfd_ioctl_import_dmabuf_args.layout(24, [
     cbind.Field("va_addr", ctypes.c_uint64, 0),
     cbind.Field("handle", ctypes.c_uint64, 8),
@@ -440,6 +477,7 @@ enum_KFD_SVM_UNMAP_TRIGGERS = ctypes.c_uint
 class struct_kfd_ioctl_smi_events_args(cbind.Struct):
     """struct kfd_ioctl_smi_events_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_smi_events_args)
 struct_kfd_ioctl_smi_events_args.layout(8, [
     cbind.Field("gpuid", ctypes.c_uint32, 0),
     cbind.Field("anon_fd", ctypes.c_uint32, 4),
@@ -455,6 +493,7 @@ enum_kfd_criu_op = ctypes.c_uint
 class struct_kfd_ioctl_criu_args(cbind.Struct):
     """struct kfd_ioctl_criu_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_criu_args)
 struct_kfd_ioctl_criu_args.layout(56, [
     cbind.Field("devices", ctypes.c_uint64, 0),
     cbind.Field("bos", ctypes.c_uint64, 8),
@@ -470,6 +509,7 @@ struct_kfd_ioctl_criu_args.layout(56, [
 class struct_kfd_criu_device_bucket(cbind.Struct):
     """struct kfd_criu_device_bucket"""
 
+ctypes.POINTER(struct_kfd_criu_device_bucket)
 struct_kfd_criu_device_bucket.layout(16, [
     cbind.Field("user_gpu_id", ctypes.c_uint32, 0),
     cbind.Field("actual_gpu_id", ctypes.c_uint32, 4),
@@ -480,6 +520,7 @@ struct_kfd_criu_device_bucket.layout(16, [
 class struct_kfd_criu_bo_bucket(cbind.Struct):
     """struct kfd_criu_bo_bucket"""
 
+ctypes.POINTER(struct_kfd_criu_bo_bucket)
 struct_kfd_criu_bo_bucket.layout(48, [
     cbind.Field("addr", ctypes.c_uint64, 0),
     cbind.Field("size", ctypes.c_uint64, 8),
@@ -516,6 +557,7 @@ enum_kfd_ioctl_svm_attr_type = ctypes.c_uint
 class struct_kfd_ioctl_svm_attribute(cbind.Struct):
     """struct kfd_ioctl_svm_attribute"""
 
+ctypes.POINTER(struct_kfd_ioctl_svm_attribute)
 struct_kfd_ioctl_svm_attribute.layout(8, [
     cbind.Field("type", ctypes.c_uint32, 0),
     cbind.Field("value", ctypes.c_uint32, 4),
@@ -524,6 +566,7 @@ struct_kfd_ioctl_svm_attribute.layout(8, [
 class struct_kfd_ioctl_svm_args(cbind.Struct):
     """struct kfd_ioctl_svm_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_svm_args)
 struct_kfd_ioctl_svm_args.layout(24, [
     cbind.Field("start_addr", ctypes.c_uint64, 0),
     cbind.Field("size", ctypes.c_uint64, 8),
@@ -535,6 +578,7 @@ struct_kfd_ioctl_svm_args.layout(24, [
 class struct_kfd_ioctl_set_xnack_mode_args(cbind.Struct):
     """struct kfd_ioctl_set_xnack_mode_args"""
 
+ctypes.POINTER(struct_kfd_ioctl_set_xnack_mode_args)
 struct_kfd_ioctl_set_xnack_mode_args.layout(4, [
     cbind.Field("xnack_enabled", ctypes.c_int32, 0),
 ])

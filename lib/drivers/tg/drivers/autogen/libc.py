@@ -280,6 +280,7 @@ enum___pid_type = ctypes.c_uint
 class struct_f_owner_ex(cbind.Struct):
     """struct f_owner_ex"""
 
+ctypes.POINTER(struct_f_owner_ex)
 struct_f_owner_ex.layout(8, [
     cbind.Field("type", enum___pid_type, 0),
     cbind.Field("pid", ctypes.c_int, 4),
@@ -288,6 +289,7 @@ struct_f_owner_ex.layout(8, [
 class struct_file_handle(cbind.Struct):
     """struct file_handle"""
 
+ctypes.POINTER(struct_file_handle)
 struct_file_handle.layout(8, [
     cbind.Field("handle_bytes", ctypes.c_uint, 0),
     cbind.Field("handle_type", ctypes.c_int, 4),
@@ -377,8 +379,11 @@ SEEK_CUR = 1
 SEEK_END = 2
 SEEK_DATA = 3
 SEEK_HOLE = 4
+SEEK_SET = 0
 L_SET = SEEK_SET
+SEEK_CUR = 1
 L_INCR = SEEK_CUR
+SEEK_END = 2
 L_XTND = SEEK_END
 F_ULOCK = 0
 F_LOCK = 1
@@ -516,9 +521,6 @@ AT_STATX_DONT_SYNC = 0x4000
 AT_RECURSIVE = 0x8000
 AT_EACCESS = 0x200
 __OPEN_NEEDS_MODE = cbind.c_macro(lambda oflag: (cbind.c_truth(((oflag) & O_CREAT) != 0 or ((oflag) & __O_TMPFILE) == __O_TMPFILE)))
-SEEK_SET = 0
-SEEK_CUR = 1
-SEEK_END = 2
 _ERRNO_H = 1
 EPERM = 1
 ENOENT = 2
@@ -726,30 +728,66 @@ PKEY_DISABLE_ACCESS = 0x1
 PKEY_DISABLE_WRITE = 0x2
 MAP_FAILED = ctypes.c_void_p(0xffffffffffffffff)
 _SYS_IOCTL_H = 1
-F_GETLK = 5  # C value of F_GETLK64
-F_SETLK = 6  # C value of F_SETLK64
-F_SETLKW = 7  # C value of F_SETLKW64
-O_LARGEFILE = 0  # C value of __O_LARGEFILE
-S_IFMT = 61440  # C value of __S_IFMT
-S_IFDIR = 16384  # C value of __S_IFDIR
-S_IFCHR = 8192  # C value of __S_IFCHR
-S_IFBLK = 24576  # C value of __S_IFBLK
-S_IFREG = 32768  # C value of __S_IFREG
-S_IFIFO = 4096  # C value of __S_IFIFO
-S_IFLNK = 40960  # C value of __S_IFLNK
-S_IFSOCK = 49152  # C value of __S_IFSOCK
-S_ISUID = 2048  # C value of __S_ISUID
-S_ISGID = 1024  # C value of __S_ISGID
-S_ISVTX = 512  # C value of __S_ISVTX
-S_IRUSR = 256  # C value of __S_IREAD
-S_IWUSR = 128  # C value of __S_IWRITE
-S_IXUSR = 64  # C value of __S_IEXEC
-S_IRWXU = 448  # C value of (__S_IREAD|__S_IWRITE|__S_IEXEC)
-S_IRGRP = 32  # C value of (S_IRUSR >> 3)
-S_IWGRP = 16  # C value of (S_IWUSR >> 3)
-S_IXGRP = 8  # C value of (S_IXUSR >> 3)
-S_IRWXG = 56  # C value of (S_IRWXU >> 3)
-S_IROTH = 4  # C value of (S_IRGRP >> 3)
-S_IWOTH = 2  # C value of (S_IWGRP >> 3)
-S_IXOTH = 1  # C value of (S_IXGRP >> 3)
-S_IRWXO = 7  # C value of (S_IRWXG >> 3)
+F_GETLK64 = 5
+F_SETLK64 = 6
+F_SETLKW64 = 7
+__O_LARGEFILE = 0
+__S_IEXEC = 0o100
+__S_IFBLK = 0o060000
+__S_IFCHR = 0o020000
+__S_IFDIR = 0o040000
+__S_IFIFO = 0o010000
+__S_IFLNK = 0o120000
+__S_IFMT = 0o170000
+__S_IFREG = 0o100000
+__S_IFSOCK = 0o140000
+__S_IREAD = 0o400
+__S_ISGID = 0o2000
+__S_ISUID = 0o4000
+__S_ISVTX = 0o1000
+__S_IWRITE = 0o200
+F_GETLK = F_GETLK64
+F_SETLK = F_SETLK64
+F_SETLKW = F_SETLKW64
+O_LARGEFILE = __O_LARGEFILE
+S_IFMT = __S_IFMT
+S_IFDIR = __S_IFDIR
+S_IFCHR = __S_IFCHR
+S_IFBLK = __S_IFBLK
+S_IFREG = __S_IFREG
+S_IFIFO = __S_IFIFO
+S_IFLNK = __S_IFLNK
+S_IFSOCK = __S_IFSOCK
+S_ISUID = __S_ISUID
+S_ISGID = __S_ISGID
+S_ISVTX = __S_ISVTX
+S_IRUSR = __S_IREAD
+S_IWUSR = __S_IWRITE
+S_IXUSR = __S_IEXEC
+S_IRWXU = (__S_IREAD | __S_IWRITE | __S_IEXEC)
+S_IRGRP = (S_IRUSR >> 3)
+S_IWGRP = (S_IWUSR >> 3)
+S_IXGRP = (S_IXUSR >> 3)
+S_IRWXG = (S_IRWXU >> 3)
+S_IROTH = (S_IRGRP >> 3)
+S_IWOTH = (S_IWGRP >> 3)
+S_IXOTH = (S_IXGRP >> 3)
+S_IRWXO = (S_IRWXG >> 3)
+
+_variables_ = {
+    "__environ": ctypes.POINTER(ctypes.c_char_p),
+    "environ": ctypes.POINTER(ctypes.c_char_p),
+    "program_invocation_name": ctypes.c_char_p,
+    "program_invocation_short_name": ctypes.c_char_p,
+}
+_on_use_ = {}
+
+
+def __getattr__(name):
+    """Extern variables (a ctypes object over the library's variable: `.value` reads and writes it) and macros that
+    call into the library (evaluated on each use, as C does), so that importing needs no library."""
+    if name in _variables_:
+        return _variables_[name].in_dll(dll.handle, name)
+    if name in _on_use_:
+        return _on_use_[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

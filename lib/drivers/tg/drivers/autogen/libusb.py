@@ -71,6 +71,7 @@ dll = cbind.DLL("usb-1.0", use_errno=True)
 class struct_timeval(cbind.Struct):
     """struct timeval"""
 
+ctypes.POINTER(struct_timeval)
 struct_timeval.layout(16, [
     cbind.Field("tv_sec", ctypes.c_long, 0),
     cbind.Field("tv_usec", ctypes.c_long, 8),
@@ -182,6 +183,7 @@ enum_libusb_bos_type = ctypes.c_uint
 class struct_libusb_device_descriptor(cbind.Struct):
     """struct libusb_device_descriptor"""
 
+ctypes.POINTER(struct_libusb_device_descriptor)
 struct_libusb_device_descriptor.layout(18, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
     cbind.Field("bDescriptorType", ctypes.c_uint8, 1),
@@ -202,6 +204,7 @@ struct_libusb_device_descriptor.layout(18, [
 class struct_libusb_endpoint_descriptor(cbind.Struct):
     """struct libusb_endpoint_descriptor"""
 
+ctypes.POINTER(struct_libusb_endpoint_descriptor)
 struct_libusb_endpoint_descriptor.layout(32, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
     cbind.Field("bDescriptorType", ctypes.c_uint8, 1),
@@ -218,6 +221,7 @@ struct_libusb_endpoint_descriptor.layout(32, [
 class struct_libusb_interface_descriptor(cbind.Struct):
     """struct libusb_interface_descriptor"""
 
+ctypes.POINTER(struct_libusb_interface_descriptor)
 struct_libusb_interface_descriptor.layout(40, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
     cbind.Field("bDescriptorType", ctypes.c_uint8, 1),
@@ -236,6 +240,7 @@ struct_libusb_interface_descriptor.layout(40, [
 class struct_libusb_interface(cbind.Struct):
     """struct libusb_interface"""
 
+ctypes.POINTER(struct_libusb_interface)
 struct_libusb_interface.layout(16, [
     cbind.Field("altsetting", ctypes.POINTER(struct_libusb_interface_descriptor), 0),
     cbind.Field("num_altsetting", ctypes.c_int, 8),
@@ -244,6 +249,7 @@ struct_libusb_interface.layout(16, [
 class struct_libusb_config_descriptor(cbind.Struct):
     """struct libusb_config_descriptor"""
 
+ctypes.POINTER(struct_libusb_config_descriptor)
 struct_libusb_config_descriptor.layout(40, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
     cbind.Field("bDescriptorType", ctypes.c_uint8, 1),
@@ -261,6 +267,7 @@ struct_libusb_config_descriptor.layout(40, [
 class struct_libusb_ss_endpoint_companion_descriptor(cbind.Struct):
     """struct libusb_ss_endpoint_companion_descriptor"""
 
+ctypes.POINTER(struct_libusb_ss_endpoint_companion_descriptor)
 struct_libusb_ss_endpoint_companion_descriptor.layout(6, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
     cbind.Field("bDescriptorType", ctypes.c_uint8, 1),
@@ -272,6 +279,7 @@ struct_libusb_ss_endpoint_companion_descriptor.layout(6, [
 class struct_libusb_bos_dev_capability_descriptor(cbind.Struct):
     """struct libusb_bos_dev_capability_descriptor"""
 
+ctypes.POINTER(struct_libusb_bos_dev_capability_descriptor)
 struct_libusb_bos_dev_capability_descriptor.layout(3, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
     cbind.Field("bDescriptorType", ctypes.c_uint8, 1),
@@ -282,6 +290,7 @@ struct_libusb_bos_dev_capability_descriptor.layout(3, [
 class struct_libusb_bos_descriptor(cbind.Struct):
     """struct libusb_bos_descriptor"""
 
+ctypes.POINTER(struct_libusb_bos_descriptor)
 struct_libusb_bos_descriptor.layout(8, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
     cbind.Field("bDescriptorType", ctypes.c_uint8, 1),
@@ -293,6 +302,7 @@ struct_libusb_bos_descriptor.layout(8, [
 class struct_libusb_usb_2_0_extension_descriptor(cbind.Struct):
     """struct libusb_usb_2_0_extension_descriptor"""
 
+ctypes.POINTER(struct_libusb_usb_2_0_extension_descriptor)
 struct_libusb_usb_2_0_extension_descriptor.layout(8, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
     cbind.Field("bDescriptorType", ctypes.c_uint8, 1),
@@ -303,6 +313,7 @@ struct_libusb_usb_2_0_extension_descriptor.layout(8, [
 class struct_libusb_ss_usb_device_capability_descriptor(cbind.Struct):
     """struct libusb_ss_usb_device_capability_descriptor"""
 
+ctypes.POINTER(struct_libusb_ss_usb_device_capability_descriptor)
 struct_libusb_ss_usb_device_capability_descriptor.layout(10, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
     cbind.Field("bDescriptorType", ctypes.c_uint8, 1),
@@ -317,6 +328,7 @@ struct_libusb_ss_usb_device_capability_descriptor.layout(10, [
 class struct_libusb_container_id_descriptor(cbind.Struct):
     """struct libusb_container_id_descriptor"""
 
+ctypes.POINTER(struct_libusb_container_id_descriptor)
 struct_libusb_container_id_descriptor.layout(20, [
     cbind.Field("bLength", ctypes.c_uint8, 0),
     cbind.Field("bDescriptorType", ctypes.c_uint8, 1),
@@ -328,6 +340,7 @@ struct_libusb_container_id_descriptor.layout(20, [
 class struct_libusb_control_setup(cbind.Struct):
     """struct libusb_control_setup"""
 
+ctypes.POINTER(struct_libusb_control_setup)
 struct_libusb_control_setup.layout(8, [
     cbind.Field("bmRequestType", ctypes.c_uint8, 0),
     cbind.Field("bRequest", ctypes.c_uint8, 1),
@@ -339,6 +352,7 @@ struct_libusb_control_setup.layout(8, [
 class struct_libusb_version(cbind.Struct):
     """struct libusb_version"""
 
+ctypes.POINTER(struct_libusb_version)
 struct_libusb_version.layout(24, [
     cbind.Field("major", ctypes.c_uint16, 0),
     cbind.Field("minor", ctypes.c_uint16, 2),
@@ -412,6 +426,7 @@ enum_libusb_transfer_flags = ctypes.c_uint
 class struct_libusb_iso_packet_descriptor(cbind.Struct):
     """struct libusb_iso_packet_descriptor"""
 
+ctypes.POINTER(struct_libusb_iso_packet_descriptor)
 struct_libusb_iso_packet_descriptor.layout(12, [
     cbind.Field("length", ctypes.c_uint, 0),
     cbind.Field("actual_length", ctypes.c_uint, 4),
@@ -423,6 +438,7 @@ class struct_libusb_transfer(cbind.Struct):
 
 libusb_transfer_cb_fn = ctypes.CFUNCTYPE(None, ctypes.POINTER(struct_libusb_transfer))
 
+ctypes.POINTER(struct_libusb_transfer)
 struct_libusb_transfer.layout(64, [
     cbind.Field("dev_handle", ctypes.POINTER(libusb_device_handle), 0),
     cbind.Field("flags", ctypes.c_uint8, 8),
@@ -544,6 +560,7 @@ libusb_get_next_timeout = dll.function("libusb_get_next_timeout", ctypes.c_int, 
 class struct_libusb_pollfd(cbind.Struct):
     """struct libusb_pollfd"""
 
+ctypes.POINTER(struct_libusb_pollfd)
 struct_libusb_pollfd.layout(8, [
     cbind.Field("fd", ctypes.c_int, 0),
     cbind.Field("events", ctypes.c_short, 4),

@@ -84,6 +84,7 @@ class union_cl_char2(cbind.Union):
 class union_cl_char2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char2_anon0)
 union_cl_char2_anon0.layout(2, [
     cbind.Field("x", cl_char, 0),
     cbind.Field("y", cl_char, 1),
@@ -92,6 +93,7 @@ union_cl_char2_anon0.layout(2, [
 class union_cl_char2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char2_anon1)
 union_cl_char2_anon1.layout(2, [
     cbind.Field("s0", cl_char, 0),
     cbind.Field("s1", cl_char, 1),
@@ -100,11 +102,13 @@ union_cl_char2_anon1.layout(2, [
 class union_cl_char2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char2_anon2)
 union_cl_char2_anon2.layout(2, [
     cbind.Field("lo", cl_char, 0),
     cbind.Field("hi", cl_char, 1),
 ])
 
+ctypes.POINTER(union_cl_char2)
 union_cl_char2.layout(2, [
     cbind.Field("s", (cl_char * 2), 0),
     cbind.Anonymous("_anon0", union_cl_char2_anon0, 0),
@@ -120,6 +124,7 @@ class union_cl_char4(cbind.Union):
 class union_cl_char4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char4_anon0)
 union_cl_char4_anon0.layout(4, [
     cbind.Field("x", cl_char, 0),
     cbind.Field("y", cl_char, 1),
@@ -130,6 +135,7 @@ union_cl_char4_anon0.layout(4, [
 class union_cl_char4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char4_anon1)
 union_cl_char4_anon1.layout(4, [
     cbind.Field("s0", cl_char, 0),
     cbind.Field("s1", cl_char, 1),
@@ -140,11 +146,13 @@ union_cl_char4_anon1.layout(4, [
 class union_cl_char4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char4_anon2)
 union_cl_char4_anon2.layout(4, [
     cbind.Field("lo", cl_char2, 0),
     cbind.Field("hi", cl_char2, 2),
 ])
 
+ctypes.POINTER(union_cl_char4)
 union_cl_char4.layout(4, [
     cbind.Field("s", (cl_char * 4), 0),
     cbind.Anonymous("_anon0", union_cl_char4_anon0, 0),
@@ -161,6 +169,7 @@ class union_cl_char8(cbind.Union):
 class union_cl_char8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char8_anon0)
 union_cl_char8_anon0.layout(4, [
     cbind.Field("x", cl_char, 0),
     cbind.Field("y", cl_char, 1),
@@ -171,6 +180,7 @@ union_cl_char8_anon0.layout(4, [
 class union_cl_char8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char8_anon1)
 union_cl_char8_anon1.layout(8, [
     cbind.Field("s0", cl_char, 0),
     cbind.Field("s1", cl_char, 1),
@@ -185,11 +195,13 @@ union_cl_char8_anon1.layout(8, [
 class union_cl_char8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char8_anon2)
 union_cl_char8_anon2.layout(8, [
     cbind.Field("lo", cl_char4, 0),
     cbind.Field("hi", cl_char4, 4),
 ])
 
+ctypes.POINTER(union_cl_char8)
 union_cl_char8.layout(8, [
     cbind.Field("s", (cl_char * 8), 0),
     cbind.Anonymous("_anon0", union_cl_char8_anon0, 0),
@@ -206,6 +218,7 @@ class union_cl_char16(cbind.Union):
 class union_cl_char16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char16_anon0)
 union_cl_char16_anon0.layout(16, [
     cbind.Field("x", cl_char, 0),
     cbind.Field("y", cl_char, 1),
@@ -228,6 +241,7 @@ union_cl_char16_anon0.layout(16, [
 class union_cl_char16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char16_anon1)
 union_cl_char16_anon1.layout(16, [
     cbind.Field("s0", cl_char, 0),
     cbind.Field("s1", cl_char, 1),
@@ -250,11 +264,13 @@ union_cl_char16_anon1.layout(16, [
 class union_cl_char16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_char16_anon2)
 union_cl_char16_anon2.layout(16, [
     cbind.Field("lo", cl_char8, 0),
     cbind.Field("hi", cl_char8, 8),
 ])
 
+ctypes.POINTER(union_cl_char16)
 union_cl_char16.layout(16, [
     cbind.Field("s", (cl_char * 16), 0),
     cbind.Anonymous("_anon0", union_cl_char16_anon0, 0),
@@ -272,6 +288,7 @@ class union_cl_uchar2(cbind.Union):
 class union_cl_uchar2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar2_anon0)
 union_cl_uchar2_anon0.layout(2, [
     cbind.Field("x", cl_uchar, 0),
     cbind.Field("y", cl_uchar, 1),
@@ -280,6 +297,7 @@ union_cl_uchar2_anon0.layout(2, [
 class union_cl_uchar2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar2_anon1)
 union_cl_uchar2_anon1.layout(2, [
     cbind.Field("s0", cl_uchar, 0),
     cbind.Field("s1", cl_uchar, 1),
@@ -288,11 +306,13 @@ union_cl_uchar2_anon1.layout(2, [
 class union_cl_uchar2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar2_anon2)
 union_cl_uchar2_anon2.layout(2, [
     cbind.Field("lo", cl_uchar, 0),
     cbind.Field("hi", cl_uchar, 1),
 ])
 
+ctypes.POINTER(union_cl_uchar2)
 union_cl_uchar2.layout(2, [
     cbind.Field("s", (cl_uchar * 2), 0),
     cbind.Anonymous("_anon0", union_cl_uchar2_anon0, 0),
@@ -308,6 +328,7 @@ class union_cl_uchar4(cbind.Union):
 class union_cl_uchar4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar4_anon0)
 union_cl_uchar4_anon0.layout(4, [
     cbind.Field("x", cl_uchar, 0),
     cbind.Field("y", cl_uchar, 1),
@@ -318,6 +339,7 @@ union_cl_uchar4_anon0.layout(4, [
 class union_cl_uchar4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar4_anon1)
 union_cl_uchar4_anon1.layout(4, [
     cbind.Field("s0", cl_uchar, 0),
     cbind.Field("s1", cl_uchar, 1),
@@ -328,11 +350,13 @@ union_cl_uchar4_anon1.layout(4, [
 class union_cl_uchar4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar4_anon2)
 union_cl_uchar4_anon2.layout(4, [
     cbind.Field("lo", cl_uchar2, 0),
     cbind.Field("hi", cl_uchar2, 2),
 ])
 
+ctypes.POINTER(union_cl_uchar4)
 union_cl_uchar4.layout(4, [
     cbind.Field("s", (cl_uchar * 4), 0),
     cbind.Anonymous("_anon0", union_cl_uchar4_anon0, 0),
@@ -349,6 +373,7 @@ class union_cl_uchar8(cbind.Union):
 class union_cl_uchar8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar8_anon0)
 union_cl_uchar8_anon0.layout(4, [
     cbind.Field("x", cl_uchar, 0),
     cbind.Field("y", cl_uchar, 1),
@@ -359,6 +384,7 @@ union_cl_uchar8_anon0.layout(4, [
 class union_cl_uchar8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar8_anon1)
 union_cl_uchar8_anon1.layout(8, [
     cbind.Field("s0", cl_uchar, 0),
     cbind.Field("s1", cl_uchar, 1),
@@ -373,11 +399,13 @@ union_cl_uchar8_anon1.layout(8, [
 class union_cl_uchar8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar8_anon2)
 union_cl_uchar8_anon2.layout(8, [
     cbind.Field("lo", cl_uchar4, 0),
     cbind.Field("hi", cl_uchar4, 4),
 ])
 
+ctypes.POINTER(union_cl_uchar8)
 union_cl_uchar8.layout(8, [
     cbind.Field("s", (cl_uchar * 8), 0),
     cbind.Anonymous("_anon0", union_cl_uchar8_anon0, 0),
@@ -394,6 +422,7 @@ class union_cl_uchar16(cbind.Union):
 class union_cl_uchar16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar16_anon0)
 union_cl_uchar16_anon0.layout(16, [
     cbind.Field("x", cl_uchar, 0),
     cbind.Field("y", cl_uchar, 1),
@@ -416,6 +445,7 @@ union_cl_uchar16_anon0.layout(16, [
 class union_cl_uchar16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar16_anon1)
 union_cl_uchar16_anon1.layout(16, [
     cbind.Field("s0", cl_uchar, 0),
     cbind.Field("s1", cl_uchar, 1),
@@ -438,11 +468,13 @@ union_cl_uchar16_anon1.layout(16, [
 class union_cl_uchar16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uchar16_anon2)
 union_cl_uchar16_anon2.layout(16, [
     cbind.Field("lo", cl_uchar8, 0),
     cbind.Field("hi", cl_uchar8, 8),
 ])
 
+ctypes.POINTER(union_cl_uchar16)
 union_cl_uchar16.layout(16, [
     cbind.Field("s", (cl_uchar * 16), 0),
     cbind.Anonymous("_anon0", union_cl_uchar16_anon0, 0),
@@ -460,6 +492,7 @@ class union_cl_short2(cbind.Union):
 class union_cl_short2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short2_anon0)
 union_cl_short2_anon0.layout(4, [
     cbind.Field("x", cl_short, 0),
     cbind.Field("y", cl_short, 2),
@@ -468,6 +501,7 @@ union_cl_short2_anon0.layout(4, [
 class union_cl_short2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short2_anon1)
 union_cl_short2_anon1.layout(4, [
     cbind.Field("s0", cl_short, 0),
     cbind.Field("s1", cl_short, 2),
@@ -476,11 +510,13 @@ union_cl_short2_anon1.layout(4, [
 class union_cl_short2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short2_anon2)
 union_cl_short2_anon2.layout(4, [
     cbind.Field("lo", cl_short, 0),
     cbind.Field("hi", cl_short, 2),
 ])
 
+ctypes.POINTER(union_cl_short2)
 union_cl_short2.layout(4, [
     cbind.Field("s", (cl_short * 2), 0),
     cbind.Anonymous("_anon0", union_cl_short2_anon0, 0),
@@ -496,6 +532,7 @@ class union_cl_short4(cbind.Union):
 class union_cl_short4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short4_anon0)
 union_cl_short4_anon0.layout(8, [
     cbind.Field("x", cl_short, 0),
     cbind.Field("y", cl_short, 2),
@@ -506,6 +543,7 @@ union_cl_short4_anon0.layout(8, [
 class union_cl_short4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short4_anon1)
 union_cl_short4_anon1.layout(8, [
     cbind.Field("s0", cl_short, 0),
     cbind.Field("s1", cl_short, 2),
@@ -516,11 +554,13 @@ union_cl_short4_anon1.layout(8, [
 class union_cl_short4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short4_anon2)
 union_cl_short4_anon2.layout(8, [
     cbind.Field("lo", cl_short2, 0),
     cbind.Field("hi", cl_short2, 4),
 ])
 
+ctypes.POINTER(union_cl_short4)
 union_cl_short4.layout(8, [
     cbind.Field("s", (cl_short * 4), 0),
     cbind.Anonymous("_anon0", union_cl_short4_anon0, 0),
@@ -538,6 +578,7 @@ class union_cl_short8(cbind.Union):
 class union_cl_short8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short8_anon0)
 union_cl_short8_anon0.layout(8, [
     cbind.Field("x", cl_short, 0),
     cbind.Field("y", cl_short, 2),
@@ -548,6 +589,7 @@ union_cl_short8_anon0.layout(8, [
 class union_cl_short8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short8_anon1)
 union_cl_short8_anon1.layout(16, [
     cbind.Field("s0", cl_short, 0),
     cbind.Field("s1", cl_short, 2),
@@ -562,11 +604,13 @@ union_cl_short8_anon1.layout(16, [
 class union_cl_short8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short8_anon2)
 union_cl_short8_anon2.layout(16, [
     cbind.Field("lo", cl_short4, 0),
     cbind.Field("hi", cl_short4, 8),
 ])
 
+ctypes.POINTER(union_cl_short8)
 union_cl_short8.layout(16, [
     cbind.Field("s", (cl_short * 8), 0),
     cbind.Anonymous("_anon0", union_cl_short8_anon0, 0),
@@ -584,6 +628,7 @@ class union_cl_short16(cbind.Union):
 class union_cl_short16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short16_anon0)
 union_cl_short16_anon0.layout(32, [
     cbind.Field("x", cl_short, 0),
     cbind.Field("y", cl_short, 2),
@@ -606,6 +651,7 @@ union_cl_short16_anon0.layout(32, [
 class union_cl_short16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short16_anon1)
 union_cl_short16_anon1.layout(32, [
     cbind.Field("s0", cl_short, 0),
     cbind.Field("s1", cl_short, 2),
@@ -628,11 +674,13 @@ union_cl_short16_anon1.layout(32, [
 class union_cl_short16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_short16_anon2)
 union_cl_short16_anon2.layout(32, [
     cbind.Field("lo", cl_short8, 0),
     cbind.Field("hi", cl_short8, 16),
 ], align=16)
 
+ctypes.POINTER(union_cl_short16)
 union_cl_short16.layout(32, [
     cbind.Field("s", (cl_short * 16), 0),
     cbind.Anonymous("_anon0", union_cl_short16_anon0, 0),
@@ -650,6 +698,7 @@ class union_cl_ushort2(cbind.Union):
 class union_cl_ushort2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort2_anon0)
 union_cl_ushort2_anon0.layout(4, [
     cbind.Field("x", cl_ushort, 0),
     cbind.Field("y", cl_ushort, 2),
@@ -658,6 +707,7 @@ union_cl_ushort2_anon0.layout(4, [
 class union_cl_ushort2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort2_anon1)
 union_cl_ushort2_anon1.layout(4, [
     cbind.Field("s0", cl_ushort, 0),
     cbind.Field("s1", cl_ushort, 2),
@@ -666,11 +716,13 @@ union_cl_ushort2_anon1.layout(4, [
 class union_cl_ushort2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort2_anon2)
 union_cl_ushort2_anon2.layout(4, [
     cbind.Field("lo", cl_ushort, 0),
     cbind.Field("hi", cl_ushort, 2),
 ])
 
+ctypes.POINTER(union_cl_ushort2)
 union_cl_ushort2.layout(4, [
     cbind.Field("s", (cl_ushort * 2), 0),
     cbind.Anonymous("_anon0", union_cl_ushort2_anon0, 0),
@@ -686,6 +738,7 @@ class union_cl_ushort4(cbind.Union):
 class union_cl_ushort4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort4_anon0)
 union_cl_ushort4_anon0.layout(8, [
     cbind.Field("x", cl_ushort, 0),
     cbind.Field("y", cl_ushort, 2),
@@ -696,6 +749,7 @@ union_cl_ushort4_anon0.layout(8, [
 class union_cl_ushort4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort4_anon1)
 union_cl_ushort4_anon1.layout(8, [
     cbind.Field("s0", cl_ushort, 0),
     cbind.Field("s1", cl_ushort, 2),
@@ -706,11 +760,13 @@ union_cl_ushort4_anon1.layout(8, [
 class union_cl_ushort4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort4_anon2)
 union_cl_ushort4_anon2.layout(8, [
     cbind.Field("lo", cl_ushort2, 0),
     cbind.Field("hi", cl_ushort2, 4),
 ])
 
+ctypes.POINTER(union_cl_ushort4)
 union_cl_ushort4.layout(8, [
     cbind.Field("s", (cl_ushort * 4), 0),
     cbind.Anonymous("_anon0", union_cl_ushort4_anon0, 0),
@@ -728,6 +784,7 @@ class union_cl_ushort8(cbind.Union):
 class union_cl_ushort8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort8_anon0)
 union_cl_ushort8_anon0.layout(8, [
     cbind.Field("x", cl_ushort, 0),
     cbind.Field("y", cl_ushort, 2),
@@ -738,6 +795,7 @@ union_cl_ushort8_anon0.layout(8, [
 class union_cl_ushort8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort8_anon1)
 union_cl_ushort8_anon1.layout(16, [
     cbind.Field("s0", cl_ushort, 0),
     cbind.Field("s1", cl_ushort, 2),
@@ -752,11 +810,13 @@ union_cl_ushort8_anon1.layout(16, [
 class union_cl_ushort8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort8_anon2)
 union_cl_ushort8_anon2.layout(16, [
     cbind.Field("lo", cl_ushort4, 0),
     cbind.Field("hi", cl_ushort4, 8),
 ])
 
+ctypes.POINTER(union_cl_ushort8)
 union_cl_ushort8.layout(16, [
     cbind.Field("s", (cl_ushort * 8), 0),
     cbind.Anonymous("_anon0", union_cl_ushort8_anon0, 0),
@@ -774,6 +834,7 @@ class union_cl_ushort16(cbind.Union):
 class union_cl_ushort16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort16_anon0)
 union_cl_ushort16_anon0.layout(32, [
     cbind.Field("x", cl_ushort, 0),
     cbind.Field("y", cl_ushort, 2),
@@ -796,6 +857,7 @@ union_cl_ushort16_anon0.layout(32, [
 class union_cl_ushort16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort16_anon1)
 union_cl_ushort16_anon1.layout(32, [
     cbind.Field("s0", cl_ushort, 0),
     cbind.Field("s1", cl_ushort, 2),
@@ -818,11 +880,13 @@ union_cl_ushort16_anon1.layout(32, [
 class union_cl_ushort16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ushort16_anon2)
 union_cl_ushort16_anon2.layout(32, [
     cbind.Field("lo", cl_ushort8, 0),
     cbind.Field("hi", cl_ushort8, 16),
 ], align=16)
 
+ctypes.POINTER(union_cl_ushort16)
 union_cl_ushort16.layout(32, [
     cbind.Field("s", (cl_ushort * 16), 0),
     cbind.Anonymous("_anon0", union_cl_ushort16_anon0, 0),
@@ -840,6 +904,7 @@ class union_cl_half2(cbind.Union):
 class union_cl_half2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half2_anon0)
 union_cl_half2_anon0.layout(4, [
     cbind.Field("x", cl_half, 0),
     cbind.Field("y", cl_half, 2),
@@ -848,6 +913,7 @@ union_cl_half2_anon0.layout(4, [
 class union_cl_half2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half2_anon1)
 union_cl_half2_anon1.layout(4, [
     cbind.Field("s0", cl_half, 0),
     cbind.Field("s1", cl_half, 2),
@@ -856,11 +922,13 @@ union_cl_half2_anon1.layout(4, [
 class union_cl_half2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half2_anon2)
 union_cl_half2_anon2.layout(4, [
     cbind.Field("lo", cl_half, 0),
     cbind.Field("hi", cl_half, 2),
 ])
 
+ctypes.POINTER(union_cl_half2)
 union_cl_half2.layout(4, [
     cbind.Field("s", (cl_half * 2), 0),
     cbind.Anonymous("_anon0", union_cl_half2_anon0, 0),
@@ -876,6 +944,7 @@ class union_cl_half4(cbind.Union):
 class union_cl_half4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half4_anon0)
 union_cl_half4_anon0.layout(8, [
     cbind.Field("x", cl_half, 0),
     cbind.Field("y", cl_half, 2),
@@ -886,6 +955,7 @@ union_cl_half4_anon0.layout(8, [
 class union_cl_half4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half4_anon1)
 union_cl_half4_anon1.layout(8, [
     cbind.Field("s0", cl_half, 0),
     cbind.Field("s1", cl_half, 2),
@@ -896,11 +966,13 @@ union_cl_half4_anon1.layout(8, [
 class union_cl_half4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half4_anon2)
 union_cl_half4_anon2.layout(8, [
     cbind.Field("lo", cl_half2, 0),
     cbind.Field("hi", cl_half2, 4),
 ])
 
+ctypes.POINTER(union_cl_half4)
 union_cl_half4.layout(8, [
     cbind.Field("s", (cl_half * 4), 0),
     cbind.Anonymous("_anon0", union_cl_half4_anon0, 0),
@@ -917,6 +989,7 @@ class union_cl_half8(cbind.Union):
 class union_cl_half8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half8_anon0)
 union_cl_half8_anon0.layout(8, [
     cbind.Field("x", cl_half, 0),
     cbind.Field("y", cl_half, 2),
@@ -927,6 +1000,7 @@ union_cl_half8_anon0.layout(8, [
 class union_cl_half8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half8_anon1)
 union_cl_half8_anon1.layout(16, [
     cbind.Field("s0", cl_half, 0),
     cbind.Field("s1", cl_half, 2),
@@ -941,11 +1015,13 @@ union_cl_half8_anon1.layout(16, [
 class union_cl_half8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half8_anon2)
 union_cl_half8_anon2.layout(16, [
     cbind.Field("lo", cl_half4, 0),
     cbind.Field("hi", cl_half4, 8),
 ])
 
+ctypes.POINTER(union_cl_half8)
 union_cl_half8.layout(16, [
     cbind.Field("s", (cl_half * 8), 0),
     cbind.Anonymous("_anon0", union_cl_half8_anon0, 0),
@@ -961,6 +1037,7 @@ class union_cl_half16(cbind.Union):
 class union_cl_half16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half16_anon0)
 union_cl_half16_anon0.layout(32, [
     cbind.Field("x", cl_half, 0),
     cbind.Field("y", cl_half, 2),
@@ -983,6 +1060,7 @@ union_cl_half16_anon0.layout(32, [
 class union_cl_half16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half16_anon1)
 union_cl_half16_anon1.layout(32, [
     cbind.Field("s0", cl_half, 0),
     cbind.Field("s1", cl_half, 2),
@@ -1005,11 +1083,13 @@ union_cl_half16_anon1.layout(32, [
 class union_cl_half16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_half16_anon2)
 union_cl_half16_anon2.layout(32, [
     cbind.Field("lo", cl_half8, 0),
     cbind.Field("hi", cl_half8, 16),
 ], align=16)
 
+ctypes.POINTER(union_cl_half16)
 union_cl_half16.layout(32, [
     cbind.Field("s", (cl_half * 16), 0),
     cbind.Anonymous("_anon0", union_cl_half16_anon0, 0),
@@ -1025,6 +1105,7 @@ class union_cl_int2(cbind.Union):
 class union_cl_int2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int2_anon0)
 union_cl_int2_anon0.layout(8, [
     cbind.Field("x", cl_int, 0),
     cbind.Field("y", cl_int, 4),
@@ -1033,6 +1114,7 @@ union_cl_int2_anon0.layout(8, [
 class union_cl_int2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int2_anon1)
 union_cl_int2_anon1.layout(8, [
     cbind.Field("s0", cl_int, 0),
     cbind.Field("s1", cl_int, 4),
@@ -1041,11 +1123,13 @@ union_cl_int2_anon1.layout(8, [
 class union_cl_int2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int2_anon2)
 union_cl_int2_anon2.layout(8, [
     cbind.Field("lo", cl_int, 0),
     cbind.Field("hi", cl_int, 4),
 ])
 
+ctypes.POINTER(union_cl_int2)
 union_cl_int2.layout(8, [
     cbind.Field("s", (cl_int * 2), 0),
     cbind.Anonymous("_anon0", union_cl_int2_anon0, 0),
@@ -1062,6 +1146,7 @@ class union_cl_int4(cbind.Union):
 class union_cl_int4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int4_anon0)
 union_cl_int4_anon0.layout(16, [
     cbind.Field("x", cl_int, 0),
     cbind.Field("y", cl_int, 4),
@@ -1072,6 +1157,7 @@ union_cl_int4_anon0.layout(16, [
 class union_cl_int4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int4_anon1)
 union_cl_int4_anon1.layout(16, [
     cbind.Field("s0", cl_int, 0),
     cbind.Field("s1", cl_int, 4),
@@ -1082,11 +1168,13 @@ union_cl_int4_anon1.layout(16, [
 class union_cl_int4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int4_anon2)
 union_cl_int4_anon2.layout(16, [
     cbind.Field("lo", cl_int2, 0),
     cbind.Field("hi", cl_int2, 8),
 ])
 
+ctypes.POINTER(union_cl_int4)
 union_cl_int4.layout(16, [
     cbind.Field("s", (cl_int * 4), 0),
     cbind.Anonymous("_anon0", union_cl_int4_anon0, 0),
@@ -1105,6 +1193,7 @@ class union_cl_int8(cbind.Union):
 class union_cl_int8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int8_anon0)
 union_cl_int8_anon0.layout(16, [
     cbind.Field("x", cl_int, 0),
     cbind.Field("y", cl_int, 4),
@@ -1115,6 +1204,7 @@ union_cl_int8_anon0.layout(16, [
 class union_cl_int8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int8_anon1)
 union_cl_int8_anon1.layout(32, [
     cbind.Field("s0", cl_int, 0),
     cbind.Field("s1", cl_int, 4),
@@ -1129,11 +1219,13 @@ union_cl_int8_anon1.layout(32, [
 class union_cl_int8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int8_anon2)
 union_cl_int8_anon2.layout(32, [
     cbind.Field("lo", cl_int4, 0),
     cbind.Field("hi", cl_int4, 16),
 ], align=16)
 
+ctypes.POINTER(union_cl_int8)
 union_cl_int8.layout(32, [
     cbind.Field("s", (cl_int * 8), 0),
     cbind.Anonymous("_anon0", union_cl_int8_anon0, 0),
@@ -1151,6 +1243,7 @@ class union_cl_int16(cbind.Union):
 class union_cl_int16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int16_anon0)
 union_cl_int16_anon0.layout(64, [
     cbind.Field("x", cl_int, 0),
     cbind.Field("y", cl_int, 4),
@@ -1173,6 +1266,7 @@ union_cl_int16_anon0.layout(64, [
 class union_cl_int16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int16_anon1)
 union_cl_int16_anon1.layout(64, [
     cbind.Field("s0", cl_int, 0),
     cbind.Field("s1", cl_int, 4),
@@ -1195,11 +1289,13 @@ union_cl_int16_anon1.layout(64, [
 class union_cl_int16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_int16_anon2)
 union_cl_int16_anon2.layout(64, [
     cbind.Field("lo", cl_int8, 0),
     cbind.Field("hi", cl_int8, 32),
 ], align=32)
 
+ctypes.POINTER(union_cl_int16)
 union_cl_int16.layout(64, [
     cbind.Field("s", (cl_int * 16), 0),
     cbind.Anonymous("_anon0", union_cl_int16_anon0, 0),
@@ -1217,6 +1313,7 @@ class union_cl_uint2(cbind.Union):
 class union_cl_uint2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint2_anon0)
 union_cl_uint2_anon0.layout(8, [
     cbind.Field("x", cl_uint, 0),
     cbind.Field("y", cl_uint, 4),
@@ -1225,6 +1322,7 @@ union_cl_uint2_anon0.layout(8, [
 class union_cl_uint2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint2_anon1)
 union_cl_uint2_anon1.layout(8, [
     cbind.Field("s0", cl_uint, 0),
     cbind.Field("s1", cl_uint, 4),
@@ -1233,11 +1331,13 @@ union_cl_uint2_anon1.layout(8, [
 class union_cl_uint2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint2_anon2)
 union_cl_uint2_anon2.layout(8, [
     cbind.Field("lo", cl_uint, 0),
     cbind.Field("hi", cl_uint, 4),
 ])
 
+ctypes.POINTER(union_cl_uint2)
 union_cl_uint2.layout(8, [
     cbind.Field("s", (cl_uint * 2), 0),
     cbind.Anonymous("_anon0", union_cl_uint2_anon0, 0),
@@ -1254,6 +1354,7 @@ class union_cl_uint4(cbind.Union):
 class union_cl_uint4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint4_anon0)
 union_cl_uint4_anon0.layout(16, [
     cbind.Field("x", cl_uint, 0),
     cbind.Field("y", cl_uint, 4),
@@ -1264,6 +1365,7 @@ union_cl_uint4_anon0.layout(16, [
 class union_cl_uint4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint4_anon1)
 union_cl_uint4_anon1.layout(16, [
     cbind.Field("s0", cl_uint, 0),
     cbind.Field("s1", cl_uint, 4),
@@ -1274,11 +1376,13 @@ union_cl_uint4_anon1.layout(16, [
 class union_cl_uint4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint4_anon2)
 union_cl_uint4_anon2.layout(16, [
     cbind.Field("lo", cl_uint2, 0),
     cbind.Field("hi", cl_uint2, 8),
 ])
 
+ctypes.POINTER(union_cl_uint4)
 union_cl_uint4.layout(16, [
     cbind.Field("s", (cl_uint * 4), 0),
     cbind.Anonymous("_anon0", union_cl_uint4_anon0, 0),
@@ -1297,6 +1401,7 @@ class union_cl_uint8(cbind.Union):
 class union_cl_uint8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint8_anon0)
 union_cl_uint8_anon0.layout(16, [
     cbind.Field("x", cl_uint, 0),
     cbind.Field("y", cl_uint, 4),
@@ -1307,6 +1412,7 @@ union_cl_uint8_anon0.layout(16, [
 class union_cl_uint8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint8_anon1)
 union_cl_uint8_anon1.layout(32, [
     cbind.Field("s0", cl_uint, 0),
     cbind.Field("s1", cl_uint, 4),
@@ -1321,11 +1427,13 @@ union_cl_uint8_anon1.layout(32, [
 class union_cl_uint8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint8_anon2)
 union_cl_uint8_anon2.layout(32, [
     cbind.Field("lo", cl_uint4, 0),
     cbind.Field("hi", cl_uint4, 16),
 ], align=16)
 
+ctypes.POINTER(union_cl_uint8)
 union_cl_uint8.layout(32, [
     cbind.Field("s", (cl_uint * 8), 0),
     cbind.Anonymous("_anon0", union_cl_uint8_anon0, 0),
@@ -1343,6 +1451,7 @@ class union_cl_uint16(cbind.Union):
 class union_cl_uint16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint16_anon0)
 union_cl_uint16_anon0.layout(64, [
     cbind.Field("x", cl_uint, 0),
     cbind.Field("y", cl_uint, 4),
@@ -1365,6 +1474,7 @@ union_cl_uint16_anon0.layout(64, [
 class union_cl_uint16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint16_anon1)
 union_cl_uint16_anon1.layout(64, [
     cbind.Field("s0", cl_uint, 0),
     cbind.Field("s1", cl_uint, 4),
@@ -1387,11 +1497,13 @@ union_cl_uint16_anon1.layout(64, [
 class union_cl_uint16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_uint16_anon2)
 union_cl_uint16_anon2.layout(64, [
     cbind.Field("lo", cl_uint8, 0),
     cbind.Field("hi", cl_uint8, 32),
 ], align=32)
 
+ctypes.POINTER(union_cl_uint16)
 union_cl_uint16.layout(64, [
     cbind.Field("s", (cl_uint * 16), 0),
     cbind.Anonymous("_anon0", union_cl_uint16_anon0, 0),
@@ -1409,6 +1521,7 @@ class union_cl_long2(cbind.Union):
 class union_cl_long2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long2_anon0)
 union_cl_long2_anon0.layout(16, [
     cbind.Field("x", cl_long, 0),
     cbind.Field("y", cl_long, 8),
@@ -1417,6 +1530,7 @@ union_cl_long2_anon0.layout(16, [
 class union_cl_long2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long2_anon1)
 union_cl_long2_anon1.layout(16, [
     cbind.Field("s0", cl_long, 0),
     cbind.Field("s1", cl_long, 8),
@@ -1425,11 +1539,13 @@ union_cl_long2_anon1.layout(16, [
 class union_cl_long2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long2_anon2)
 union_cl_long2_anon2.layout(16, [
     cbind.Field("lo", cl_long, 0),
     cbind.Field("hi", cl_long, 8),
 ])
 
+ctypes.POINTER(union_cl_long2)
 union_cl_long2.layout(16, [
     cbind.Field("s", (cl_long * 2), 0),
     cbind.Anonymous("_anon0", union_cl_long2_anon0, 0),
@@ -1446,6 +1562,7 @@ class union_cl_long4(cbind.Union):
 class union_cl_long4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long4_anon0)
 union_cl_long4_anon0.layout(32, [
     cbind.Field("x", cl_long, 0),
     cbind.Field("y", cl_long, 8),
@@ -1456,6 +1573,7 @@ union_cl_long4_anon0.layout(32, [
 class union_cl_long4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long4_anon1)
 union_cl_long4_anon1.layout(32, [
     cbind.Field("s0", cl_long, 0),
     cbind.Field("s1", cl_long, 8),
@@ -1466,11 +1584,13 @@ union_cl_long4_anon1.layout(32, [
 class union_cl_long4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long4_anon2)
 union_cl_long4_anon2.layout(32, [
     cbind.Field("lo", cl_long2, 0),
     cbind.Field("hi", cl_long2, 16),
 ], align=16)
 
+ctypes.POINTER(union_cl_long4)
 union_cl_long4.layout(32, [
     cbind.Field("s", (cl_long * 4), 0),
     cbind.Anonymous("_anon0", union_cl_long4_anon0, 0),
@@ -1488,6 +1608,7 @@ class union_cl_long8(cbind.Union):
 class union_cl_long8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long8_anon0)
 union_cl_long8_anon0.layout(32, [
     cbind.Field("x", cl_long, 0),
     cbind.Field("y", cl_long, 8),
@@ -1498,6 +1619,7 @@ union_cl_long8_anon0.layout(32, [
 class union_cl_long8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long8_anon1)
 union_cl_long8_anon1.layout(64, [
     cbind.Field("s0", cl_long, 0),
     cbind.Field("s1", cl_long, 8),
@@ -1512,11 +1634,13 @@ union_cl_long8_anon1.layout(64, [
 class union_cl_long8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long8_anon2)
 union_cl_long8_anon2.layout(64, [
     cbind.Field("lo", cl_long4, 0),
     cbind.Field("hi", cl_long4, 32),
 ], align=32)
 
+ctypes.POINTER(union_cl_long8)
 union_cl_long8.layout(64, [
     cbind.Field("s", (cl_long * 8), 0),
     cbind.Anonymous("_anon0", union_cl_long8_anon0, 0),
@@ -1533,6 +1657,7 @@ class union_cl_long16(cbind.Union):
 class union_cl_long16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long16_anon0)
 union_cl_long16_anon0.layout(128, [
     cbind.Field("x", cl_long, 0),
     cbind.Field("y", cl_long, 8),
@@ -1555,6 +1680,7 @@ union_cl_long16_anon0.layout(128, [
 class union_cl_long16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long16_anon1)
 union_cl_long16_anon1.layout(128, [
     cbind.Field("s0", cl_long, 0),
     cbind.Field("s1", cl_long, 8),
@@ -1577,11 +1703,13 @@ union_cl_long16_anon1.layout(128, [
 class union_cl_long16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_long16_anon2)
 union_cl_long16_anon2.layout(128, [
     cbind.Field("lo", cl_long8, 0),
     cbind.Field("hi", cl_long8, 64),
 ], align=64)
 
+ctypes.POINTER(union_cl_long16)
 union_cl_long16.layout(128, [
     cbind.Field("s", (cl_long * 16), 0),
     cbind.Anonymous("_anon0", union_cl_long16_anon0, 0),
@@ -1598,6 +1726,7 @@ class union_cl_ulong2(cbind.Union):
 class union_cl_ulong2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong2_anon0)
 union_cl_ulong2_anon0.layout(16, [
     cbind.Field("x", cl_ulong, 0),
     cbind.Field("y", cl_ulong, 8),
@@ -1606,6 +1735,7 @@ union_cl_ulong2_anon0.layout(16, [
 class union_cl_ulong2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong2_anon1)
 union_cl_ulong2_anon1.layout(16, [
     cbind.Field("s0", cl_ulong, 0),
     cbind.Field("s1", cl_ulong, 8),
@@ -1614,11 +1744,13 @@ union_cl_ulong2_anon1.layout(16, [
 class union_cl_ulong2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong2_anon2)
 union_cl_ulong2_anon2.layout(16, [
     cbind.Field("lo", cl_ulong, 0),
     cbind.Field("hi", cl_ulong, 8),
 ])
 
+ctypes.POINTER(union_cl_ulong2)
 union_cl_ulong2.layout(16, [
     cbind.Field("s", (cl_ulong * 2), 0),
     cbind.Anonymous("_anon0", union_cl_ulong2_anon0, 0),
@@ -1635,6 +1767,7 @@ class union_cl_ulong4(cbind.Union):
 class union_cl_ulong4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong4_anon0)
 union_cl_ulong4_anon0.layout(32, [
     cbind.Field("x", cl_ulong, 0),
     cbind.Field("y", cl_ulong, 8),
@@ -1645,6 +1778,7 @@ union_cl_ulong4_anon0.layout(32, [
 class union_cl_ulong4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong4_anon1)
 union_cl_ulong4_anon1.layout(32, [
     cbind.Field("s0", cl_ulong, 0),
     cbind.Field("s1", cl_ulong, 8),
@@ -1655,11 +1789,13 @@ union_cl_ulong4_anon1.layout(32, [
 class union_cl_ulong4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong4_anon2)
 union_cl_ulong4_anon2.layout(32, [
     cbind.Field("lo", cl_ulong2, 0),
     cbind.Field("hi", cl_ulong2, 16),
 ], align=16)
 
+ctypes.POINTER(union_cl_ulong4)
 union_cl_ulong4.layout(32, [
     cbind.Field("s", (cl_ulong * 4), 0),
     cbind.Anonymous("_anon0", union_cl_ulong4_anon0, 0),
@@ -1677,6 +1813,7 @@ class union_cl_ulong8(cbind.Union):
 class union_cl_ulong8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong8_anon0)
 union_cl_ulong8_anon0.layout(32, [
     cbind.Field("x", cl_ulong, 0),
     cbind.Field("y", cl_ulong, 8),
@@ -1687,6 +1824,7 @@ union_cl_ulong8_anon0.layout(32, [
 class union_cl_ulong8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong8_anon1)
 union_cl_ulong8_anon1.layout(64, [
     cbind.Field("s0", cl_ulong, 0),
     cbind.Field("s1", cl_ulong, 8),
@@ -1701,11 +1839,13 @@ union_cl_ulong8_anon1.layout(64, [
 class union_cl_ulong8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong8_anon2)
 union_cl_ulong8_anon2.layout(64, [
     cbind.Field("lo", cl_ulong4, 0),
     cbind.Field("hi", cl_ulong4, 32),
 ], align=32)
 
+ctypes.POINTER(union_cl_ulong8)
 union_cl_ulong8.layout(64, [
     cbind.Field("s", (cl_ulong * 8), 0),
     cbind.Anonymous("_anon0", union_cl_ulong8_anon0, 0),
@@ -1722,6 +1862,7 @@ class union_cl_ulong16(cbind.Union):
 class union_cl_ulong16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong16_anon0)
 union_cl_ulong16_anon0.layout(128, [
     cbind.Field("x", cl_ulong, 0),
     cbind.Field("y", cl_ulong, 8),
@@ -1744,6 +1885,7 @@ union_cl_ulong16_anon0.layout(128, [
 class union_cl_ulong16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong16_anon1)
 union_cl_ulong16_anon1.layout(128, [
     cbind.Field("s0", cl_ulong, 0),
     cbind.Field("s1", cl_ulong, 8),
@@ -1766,11 +1908,13 @@ union_cl_ulong16_anon1.layout(128, [
 class union_cl_ulong16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_ulong16_anon2)
 union_cl_ulong16_anon2.layout(128, [
     cbind.Field("lo", cl_ulong8, 0),
     cbind.Field("hi", cl_ulong8, 64),
 ], align=64)
 
+ctypes.POINTER(union_cl_ulong16)
 union_cl_ulong16.layout(128, [
     cbind.Field("s", (cl_ulong * 16), 0),
     cbind.Anonymous("_anon0", union_cl_ulong16_anon0, 0),
@@ -1787,6 +1931,7 @@ class union_cl_float2(cbind.Union):
 class union_cl_float2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float2_anon0)
 union_cl_float2_anon0.layout(8, [
     cbind.Field("x", cl_float, 0),
     cbind.Field("y", cl_float, 4),
@@ -1795,6 +1940,7 @@ union_cl_float2_anon0.layout(8, [
 class union_cl_float2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float2_anon1)
 union_cl_float2_anon1.layout(8, [
     cbind.Field("s0", cl_float, 0),
     cbind.Field("s1", cl_float, 4),
@@ -1803,11 +1949,13 @@ union_cl_float2_anon1.layout(8, [
 class union_cl_float2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float2_anon2)
 union_cl_float2_anon2.layout(8, [
     cbind.Field("lo", cl_float, 0),
     cbind.Field("hi", cl_float, 4),
 ])
 
+ctypes.POINTER(union_cl_float2)
 union_cl_float2.layout(8, [
     cbind.Field("s", (cl_float * 2), 0),
     cbind.Anonymous("_anon0", union_cl_float2_anon0, 0),
@@ -1824,6 +1972,7 @@ class union_cl_float4(cbind.Union):
 class union_cl_float4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float4_anon0)
 union_cl_float4_anon0.layout(16, [
     cbind.Field("x", cl_float, 0),
     cbind.Field("y", cl_float, 4),
@@ -1834,6 +1983,7 @@ union_cl_float4_anon0.layout(16, [
 class union_cl_float4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float4_anon1)
 union_cl_float4_anon1.layout(16, [
     cbind.Field("s0", cl_float, 0),
     cbind.Field("s1", cl_float, 4),
@@ -1844,11 +1994,13 @@ union_cl_float4_anon1.layout(16, [
 class union_cl_float4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float4_anon2)
 union_cl_float4_anon2.layout(16, [
     cbind.Field("lo", cl_float2, 0),
     cbind.Field("hi", cl_float2, 8),
 ])
 
+ctypes.POINTER(union_cl_float4)
 union_cl_float4.layout(16, [
     cbind.Field("s", (cl_float * 4), 0),
     cbind.Anonymous("_anon0", union_cl_float4_anon0, 0),
@@ -1867,6 +2019,7 @@ class union_cl_float8(cbind.Union):
 class union_cl_float8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float8_anon0)
 union_cl_float8_anon0.layout(16, [
     cbind.Field("x", cl_float, 0),
     cbind.Field("y", cl_float, 4),
@@ -1877,6 +2030,7 @@ union_cl_float8_anon0.layout(16, [
 class union_cl_float8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float8_anon1)
 union_cl_float8_anon1.layout(32, [
     cbind.Field("s0", cl_float, 0),
     cbind.Field("s1", cl_float, 4),
@@ -1891,11 +2045,13 @@ union_cl_float8_anon1.layout(32, [
 class union_cl_float8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float8_anon2)
 union_cl_float8_anon2.layout(32, [
     cbind.Field("lo", cl_float4, 0),
     cbind.Field("hi", cl_float4, 16),
 ], align=16)
 
+ctypes.POINTER(union_cl_float8)
 union_cl_float8.layout(32, [
     cbind.Field("s", (cl_float * 8), 0),
     cbind.Anonymous("_anon0", union_cl_float8_anon0, 0),
@@ -1913,6 +2069,7 @@ class union_cl_float16(cbind.Union):
 class union_cl_float16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float16_anon0)
 union_cl_float16_anon0.layout(64, [
     cbind.Field("x", cl_float, 0),
     cbind.Field("y", cl_float, 4),
@@ -1935,6 +2092,7 @@ union_cl_float16_anon0.layout(64, [
 class union_cl_float16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float16_anon1)
 union_cl_float16_anon1.layout(64, [
     cbind.Field("s0", cl_float, 0),
     cbind.Field("s1", cl_float, 4),
@@ -1957,11 +2115,13 @@ union_cl_float16_anon1.layout(64, [
 class union_cl_float16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_float16_anon2)
 union_cl_float16_anon2.layout(64, [
     cbind.Field("lo", cl_float8, 0),
     cbind.Field("hi", cl_float8, 32),
 ], align=32)
 
+ctypes.POINTER(union_cl_float16)
 union_cl_float16.layout(64, [
     cbind.Field("s", (cl_float * 16), 0),
     cbind.Anonymous("_anon0", union_cl_float16_anon0, 0),
@@ -1979,6 +2139,7 @@ class union_cl_double2(cbind.Union):
 class union_cl_double2_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double2_anon0)
 union_cl_double2_anon0.layout(16, [
     cbind.Field("x", cl_double, 0),
     cbind.Field("y", cl_double, 8),
@@ -1987,6 +2148,7 @@ union_cl_double2_anon0.layout(16, [
 class union_cl_double2_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double2_anon1)
 union_cl_double2_anon1.layout(16, [
     cbind.Field("s0", cl_double, 0),
     cbind.Field("s1", cl_double, 8),
@@ -1995,11 +2157,13 @@ union_cl_double2_anon1.layout(16, [
 class union_cl_double2_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double2_anon2)
 union_cl_double2_anon2.layout(16, [
     cbind.Field("lo", cl_double, 0),
     cbind.Field("hi", cl_double, 8),
 ])
 
+ctypes.POINTER(union_cl_double2)
 union_cl_double2.layout(16, [
     cbind.Field("s", (cl_double * 2), 0),
     cbind.Anonymous("_anon0", union_cl_double2_anon0, 0),
@@ -2016,6 +2180,7 @@ class union_cl_double4(cbind.Union):
 class union_cl_double4_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double4_anon0)
 union_cl_double4_anon0.layout(32, [
     cbind.Field("x", cl_double, 0),
     cbind.Field("y", cl_double, 8),
@@ -2026,6 +2191,7 @@ union_cl_double4_anon0.layout(32, [
 class union_cl_double4_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double4_anon1)
 union_cl_double4_anon1.layout(32, [
     cbind.Field("s0", cl_double, 0),
     cbind.Field("s1", cl_double, 8),
@@ -2036,11 +2202,13 @@ union_cl_double4_anon1.layout(32, [
 class union_cl_double4_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double4_anon2)
 union_cl_double4_anon2.layout(32, [
     cbind.Field("lo", cl_double2, 0),
     cbind.Field("hi", cl_double2, 16),
 ], align=16)
 
+ctypes.POINTER(union_cl_double4)
 union_cl_double4.layout(32, [
     cbind.Field("s", (cl_double * 4), 0),
     cbind.Anonymous("_anon0", union_cl_double4_anon0, 0),
@@ -2058,6 +2226,7 @@ class union_cl_double8(cbind.Union):
 class union_cl_double8_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double8_anon0)
 union_cl_double8_anon0.layout(32, [
     cbind.Field("x", cl_double, 0),
     cbind.Field("y", cl_double, 8),
@@ -2068,6 +2237,7 @@ union_cl_double8_anon0.layout(32, [
 class union_cl_double8_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double8_anon1)
 union_cl_double8_anon1.layout(64, [
     cbind.Field("s0", cl_double, 0),
     cbind.Field("s1", cl_double, 8),
@@ -2082,11 +2252,13 @@ union_cl_double8_anon1.layout(64, [
 class union_cl_double8_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double8_anon2)
 union_cl_double8_anon2.layout(64, [
     cbind.Field("lo", cl_double4, 0),
     cbind.Field("hi", cl_double4, 32),
 ], align=32)
 
+ctypes.POINTER(union_cl_double8)
 union_cl_double8.layout(64, [
     cbind.Field("s", (cl_double * 8), 0),
     cbind.Anonymous("_anon0", union_cl_double8_anon0, 0),
@@ -2103,6 +2275,7 @@ class union_cl_double16(cbind.Union):
 class union_cl_double16_anon0(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double16_anon0)
 union_cl_double16_anon0.layout(128, [
     cbind.Field("x", cl_double, 0),
     cbind.Field("y", cl_double, 8),
@@ -2125,6 +2298,7 @@ union_cl_double16_anon0.layout(128, [
 class union_cl_double16_anon1(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double16_anon1)
 union_cl_double16_anon1.layout(128, [
     cbind.Field("s0", cl_double, 0),
     cbind.Field("s1", cl_double, 8),
@@ -2147,11 +2321,13 @@ union_cl_double16_anon1.layout(128, [
 class union_cl_double16_anon2(cbind.Struct):
     pass
 
+ctypes.POINTER(union_cl_double16_anon2)
 union_cl_double16_anon2.layout(128, [
     cbind.Field("lo", cl_double8, 0),
     cbind.Field("hi", cl_double8, 64),
 ], align=64)
 
+ctypes.POINTER(union_cl_double16)
 union_cl_double16.layout(128, [
     cbind.Field("s", (cl_double * 16), 0),
     cbind.Anonymous("_anon0", union_cl_double16_anon0, 0),
@@ -2264,6 +2440,7 @@ cl_version = cl_uint
 class struct__cl_image_format(cbind.Struct):
     """struct _cl_image_format"""
 
+ctypes.POINTER(struct__cl_image_format)
 struct__cl_image_format.layout(8, [
     cbind.Field("image_channel_order", cl_channel_order, 0),
     cbind.Field("image_channel_data_type", cl_channel_type, 4),
@@ -2277,11 +2454,13 @@ class struct__cl_image_desc(cbind.Struct):
 class struct__cl_image_desc_anon0(cbind.Union):
     pass
 
+ctypes.POINTER(struct__cl_image_desc_anon0)
 struct__cl_image_desc_anon0.layout(8, [
     cbind.Field("buffer", cl_mem, 0),
     cbind.Field("mem_object", cl_mem, 0),
 ])
 
+ctypes.POINTER(struct__cl_image_desc)
 struct__cl_image_desc.layout(72, [
     cbind.Field("image_type", cl_mem_object_type, 0),
     cbind.Field("image_width", ctypes.c_size_t, 8),
@@ -2300,6 +2479,7 @@ cl_image_desc = struct__cl_image_desc
 class struct__cl_buffer_region(cbind.Struct):
     """struct _cl_buffer_region"""
 
+ctypes.POINTER(struct__cl_buffer_region)
 struct__cl_buffer_region.layout(16, [
     cbind.Field("origin", ctypes.c_size_t, 0),
     cbind.Field("size", ctypes.c_size_t, 8),
@@ -2310,6 +2490,7 @@ cl_buffer_region = struct__cl_buffer_region
 class struct__cl_name_version(cbind.Struct):
     """struct _cl_name_version"""
 
+ctypes.POINTER(struct__cl_name_version)
 struct__cl_name_version.layout(68, [
     cbind.Field("version", cl_version, 0),
     cbind.Field("name", (ctypes.c_char * 64), 4),

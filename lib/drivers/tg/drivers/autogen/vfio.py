@@ -29,6 +29,7 @@ from tg.drivers.cbind import _IO, _IOC, _IOR, _IOW, _IOWR
 class struct_vfio_info_cap_header(cbind.Struct):
     """struct vfio_info_cap_header"""
 
+ctypes.POINTER(struct_vfio_info_cap_header)
 struct_vfio_info_cap_header.layout(8, [
     cbind.Field("id", ctypes.c_uint16, 0),
     cbind.Field("version", ctypes.c_uint16, 2),
@@ -38,6 +39,7 @@ struct_vfio_info_cap_header.layout(8, [
 class struct_vfio_group_status(cbind.Struct):
     """struct vfio_group_status"""
 
+ctypes.POINTER(struct_vfio_group_status)
 struct_vfio_group_status.layout(8, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -46,6 +48,7 @@ struct_vfio_group_status.layout(8, [
 class struct_vfio_device_info(cbind.Struct):
     """struct vfio_device_info"""
 
+ctypes.POINTER(struct_vfio_device_info)
 struct_vfio_device_info.layout(20, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -57,6 +60,7 @@ struct_vfio_device_info.layout(20, [
 class struct_vfio_region_info(cbind.Struct):
     """struct vfio_region_info"""
 
+ctypes.POINTER(struct_vfio_region_info)
 struct_vfio_region_info.layout(32, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -69,6 +73,7 @@ struct_vfio_region_info.layout(32, [
 class struct_vfio_region_sparse_mmap_area(cbind.Struct):
     """struct vfio_region_sparse_mmap_area"""
 
+ctypes.POINTER(struct_vfio_region_sparse_mmap_area)
 struct_vfio_region_sparse_mmap_area.layout(16, [
     cbind.Field("offset", ctypes.c_uint64, 0),
     cbind.Field("size", ctypes.c_uint64, 8),
@@ -77,6 +82,7 @@ struct_vfio_region_sparse_mmap_area.layout(16, [
 class struct_vfio_region_info_cap_sparse_mmap(cbind.Struct):
     """struct vfio_region_info_cap_sparse_mmap"""
 
+ctypes.POINTER(struct_vfio_region_info_cap_sparse_mmap)
 struct_vfio_region_info_cap_sparse_mmap.layout(16, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
     cbind.Field("nr_areas", ctypes.c_uint32, 8),
@@ -87,6 +93,7 @@ struct_vfio_region_info_cap_sparse_mmap.layout(16, [
 class struct_vfio_region_info_cap_type(cbind.Struct):
     """struct vfio_region_info_cap_type"""
 
+ctypes.POINTER(struct_vfio_region_info_cap_type)
 struct_vfio_region_info_cap_type.layout(16, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
     cbind.Field("type", ctypes.c_uint32, 8),
@@ -96,6 +103,7 @@ struct_vfio_region_info_cap_type.layout(16, [
 class struct_vfio_region_gfx_edid(cbind.Struct):
     """struct vfio_region_gfx_edid"""
 
+ctypes.POINTER(struct_vfio_region_gfx_edid)
 struct_vfio_region_gfx_edid.layout(24, [
     cbind.Field("edid_offset", ctypes.c_uint32, 0),
     cbind.Field("edid_max_size", ctypes.c_uint32, 4),
@@ -108,6 +116,7 @@ struct_vfio_region_gfx_edid.layout(24, [
 class struct_vfio_device_migration_info(cbind.Struct):
     """struct vfio_device_migration_info"""
 
+ctypes.POINTER(struct_vfio_device_migration_info)
 struct_vfio_device_migration_info.layout(32, [
     cbind.Field("device_state", ctypes.c_uint32, 0),
     cbind.Field("reserved", ctypes.c_uint32, 4),
@@ -119,6 +128,7 @@ struct_vfio_device_migration_info.layout(32, [
 class struct_vfio_region_info_cap_nvlink2_ssatgt(cbind.Struct):
     """struct vfio_region_info_cap_nvlink2_ssatgt"""
 
+ctypes.POINTER(struct_vfio_region_info_cap_nvlink2_ssatgt)
 struct_vfio_region_info_cap_nvlink2_ssatgt.layout(16, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
     cbind.Field("tgt", ctypes.c_uint64, 8),
@@ -127,6 +137,7 @@ struct_vfio_region_info_cap_nvlink2_ssatgt.layout(16, [
 class struct_vfio_region_info_cap_nvlink2_lnkspd(cbind.Struct):
     """struct vfio_region_info_cap_nvlink2_lnkspd"""
 
+ctypes.POINTER(struct_vfio_region_info_cap_nvlink2_lnkspd)
 struct_vfio_region_info_cap_nvlink2_lnkspd.layout(16, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
     cbind.Field("link_speed", ctypes.c_uint32, 8),
@@ -136,6 +147,7 @@ struct_vfio_region_info_cap_nvlink2_lnkspd.layout(16, [
 class struct_vfio_irq_info(cbind.Struct):
     """struct vfio_irq_info"""
 
+ctypes.POINTER(struct_vfio_irq_info)
 struct_vfio_irq_info.layout(16, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -146,6 +158,7 @@ struct_vfio_irq_info.layout(16, [
 class struct_vfio_irq_set(cbind.Struct):
     """struct vfio_irq_set"""
 
+ctypes.POINTER(struct_vfio_irq_set)
 struct_vfio_irq_set.layout(20, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -184,6 +197,7 @@ VFIO_CCW_NUM_IRQS = 3
 class struct_vfio_pci_dependent_device(cbind.Struct):
     """struct vfio_pci_dependent_device"""
 
+ctypes.POINTER(struct_vfio_pci_dependent_device)
 struct_vfio_pci_dependent_device.layout(8, [
     cbind.Field("group_id", ctypes.c_uint32, 0),
     cbind.Field("segment", ctypes.c_uint16, 4),
@@ -194,6 +208,7 @@ struct_vfio_pci_dependent_device.layout(8, [
 class struct_vfio_pci_hot_reset_info(cbind.Struct):
     """struct vfio_pci_hot_reset_info"""
 
+ctypes.POINTER(struct_vfio_pci_hot_reset_info)
 struct_vfio_pci_hot_reset_info.layout(12, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -204,6 +219,7 @@ struct_vfio_pci_hot_reset_info.layout(12, [
 class struct_vfio_pci_hot_reset(cbind.Struct):
     """struct vfio_pci_hot_reset"""
 
+ctypes.POINTER(struct_vfio_pci_hot_reset)
 struct_vfio_pci_hot_reset.layout(12, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -217,11 +233,13 @@ class struct_vfio_device_gfx_plane_info(cbind.Struct):
 class struct_vfio_device_gfx_plane_info_anon0(cbind.Union):
     pass
 
+ctypes.POINTER(struct_vfio_device_gfx_plane_info_anon0)
 struct_vfio_device_gfx_plane_info_anon0.layout(4, [
     cbind.Field("region_index", ctypes.c_uint32, 0),
     cbind.Field("dmabuf_id", ctypes.c_uint32, 0),
 ])
 
+ctypes.POINTER(struct_vfio_device_gfx_plane_info)
 struct_vfio_device_gfx_plane_info.layout(64, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -242,6 +260,7 @@ struct_vfio_device_gfx_plane_info.layout(64, [
 class struct_vfio_device_ioeventfd(cbind.Struct):
     """struct vfio_device_ioeventfd"""
 
+ctypes.POINTER(struct_vfio_device_ioeventfd)
 struct_vfio_device_ioeventfd.layout(32, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -253,6 +272,7 @@ struct_vfio_device_ioeventfd.layout(32, [
 class struct_vfio_device_feature(cbind.Struct):
     """struct vfio_device_feature"""
 
+ctypes.POINTER(struct_vfio_device_feature)
 struct_vfio_device_feature.layout(8, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -262,6 +282,7 @@ struct_vfio_device_feature.layout(8, [
 class struct_vfio_device_feature_migration(cbind.Struct):
     """struct vfio_device_feature_migration"""
 
+ctypes.POINTER(struct_vfio_device_feature_migration)
 struct_vfio_device_feature_migration.layout(8, [
     cbind.Field("flags", ctypes.c_uint64, 0),
 ])
@@ -269,6 +290,7 @@ struct_vfio_device_feature_migration.layout(8, [
 class struct_vfio_device_feature_mig_state(cbind.Struct):
     """struct vfio_device_feature_mig_state"""
 
+ctypes.POINTER(struct_vfio_device_feature_mig_state)
 struct_vfio_device_feature_mig_state.layout(8, [
     cbind.Field("device_state", ctypes.c_uint32, 0),
     cbind.Field("data_fd", ctypes.c_int32, 4),
@@ -285,6 +307,7 @@ enum_vfio_device_mig_state = ctypes.c_uint
 class struct_vfio_device_low_power_entry_with_wakeup(cbind.Struct):
     """struct vfio_device_low_power_entry_with_wakeup"""
 
+ctypes.POINTER(struct_vfio_device_low_power_entry_with_wakeup)
 struct_vfio_device_low_power_entry_with_wakeup.layout(8, [
     cbind.Field("wakeup_eventfd", ctypes.c_int32, 0),
     cbind.Field("reserved", ctypes.c_uint32, 4),
@@ -293,6 +316,7 @@ struct_vfio_device_low_power_entry_with_wakeup.layout(8, [
 class struct_vfio_device_feature_dma_logging_control(cbind.Struct):
     """struct vfio_device_feature_dma_logging_control"""
 
+ctypes.POINTER(struct_vfio_device_feature_dma_logging_control)
 struct_vfio_device_feature_dma_logging_control.layout(24, [
     cbind.Field("page_size", ctypes.c_uint64, 0),
     cbind.Field("num_ranges", ctypes.c_uint32, 8),
@@ -303,6 +327,7 @@ struct_vfio_device_feature_dma_logging_control.layout(24, [
 class struct_vfio_device_feature_dma_logging_range(cbind.Struct):
     """struct vfio_device_feature_dma_logging_range"""
 
+ctypes.POINTER(struct_vfio_device_feature_dma_logging_range)
 struct_vfio_device_feature_dma_logging_range.layout(16, [
     cbind.Field("iova", ctypes.c_uint64, 0),
     cbind.Field("length", ctypes.c_uint64, 8),
@@ -311,6 +336,7 @@ struct_vfio_device_feature_dma_logging_range.layout(16, [
 class struct_vfio_device_feature_dma_logging_report(cbind.Struct):
     """struct vfio_device_feature_dma_logging_report"""
 
+ctypes.POINTER(struct_vfio_device_feature_dma_logging_report)
 struct_vfio_device_feature_dma_logging_report.layout(32, [
     cbind.Field("iova", ctypes.c_uint64, 0),
     cbind.Field("length", ctypes.c_uint64, 8),
@@ -321,6 +347,7 @@ struct_vfio_device_feature_dma_logging_report.layout(32, [
 class struct_vfio_iommu_type1_info(cbind.Struct):
     """struct vfio_iommu_type1_info"""
 
+ctypes.POINTER(struct_vfio_iommu_type1_info)
 struct_vfio_iommu_type1_info.layout(24, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -331,6 +358,7 @@ struct_vfio_iommu_type1_info.layout(24, [
 class struct_vfio_iova_range(cbind.Struct):
     """struct vfio_iova_range"""
 
+ctypes.POINTER(struct_vfio_iova_range)
 struct_vfio_iova_range.layout(16, [
     cbind.Field("start", ctypes.c_uint64, 0),
     cbind.Field("end", ctypes.c_uint64, 8),
@@ -339,6 +367,7 @@ struct_vfio_iova_range.layout(16, [
 class struct_vfio_iommu_type1_info_cap_iova_range(cbind.Struct):
     """struct vfio_iommu_type1_info_cap_iova_range"""
 
+ctypes.POINTER(struct_vfio_iommu_type1_info_cap_iova_range)
 struct_vfio_iommu_type1_info_cap_iova_range.layout(16, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
     cbind.Field("nr_iovas", ctypes.c_uint32, 8),
@@ -349,6 +378,7 @@ struct_vfio_iommu_type1_info_cap_iova_range.layout(16, [
 class struct_vfio_iommu_type1_info_cap_migration(cbind.Struct):
     """struct vfio_iommu_type1_info_cap_migration"""
 
+ctypes.POINTER(struct_vfio_iommu_type1_info_cap_migration)
 struct_vfio_iommu_type1_info_cap_migration.layout(32, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
     cbind.Field("flags", ctypes.c_uint32, 8),
@@ -359,6 +389,7 @@ struct_vfio_iommu_type1_info_cap_migration.layout(32, [
 class struct_vfio_iommu_type1_info_dma_avail(cbind.Struct):
     """struct vfio_iommu_type1_info_dma_avail"""
 
+ctypes.POINTER(struct_vfio_iommu_type1_info_dma_avail)
 struct_vfio_iommu_type1_info_dma_avail.layout(12, [
     cbind.Field("header", struct_vfio_info_cap_header, 0),
     cbind.Field("avail", ctypes.c_uint32, 8),
@@ -367,6 +398,7 @@ struct_vfio_iommu_type1_info_dma_avail.layout(12, [
 class struct_vfio_iommu_type1_dma_map(cbind.Struct):
     """struct vfio_iommu_type1_dma_map"""
 
+ctypes.POINTER(struct_vfio_iommu_type1_dma_map)
 struct_vfio_iommu_type1_dma_map.layout(32, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -378,6 +410,7 @@ struct_vfio_iommu_type1_dma_map.layout(32, [
 class struct_vfio_bitmap(cbind.Struct):
     """struct vfio_bitmap"""
 
+ctypes.POINTER(struct_vfio_bitmap)
 struct_vfio_bitmap.layout(24, [
     cbind.Field("pgsize", ctypes.c_uint64, 0),
     cbind.Field("size", ctypes.c_uint64, 8),
@@ -387,6 +420,7 @@ struct_vfio_bitmap.layout(24, [
 class struct_vfio_iommu_type1_dma_unmap(cbind.Struct):
     """struct vfio_iommu_type1_dma_unmap"""
 
+ctypes.POINTER(struct_vfio_iommu_type1_dma_unmap)
 struct_vfio_iommu_type1_dma_unmap.layout(24, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -398,6 +432,7 @@ struct_vfio_iommu_type1_dma_unmap.layout(24, [
 class struct_vfio_iommu_type1_dirty_bitmap(cbind.Struct):
     """struct vfio_iommu_type1_dirty_bitmap"""
 
+ctypes.POINTER(struct_vfio_iommu_type1_dirty_bitmap)
 struct_vfio_iommu_type1_dirty_bitmap.layout(8, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -407,6 +442,7 @@ struct_vfio_iommu_type1_dirty_bitmap.layout(8, [
 class struct_vfio_iommu_type1_dirty_bitmap_get(cbind.Struct):
     """struct vfio_iommu_type1_dirty_bitmap_get"""
 
+ctypes.POINTER(struct_vfio_iommu_type1_dirty_bitmap_get)
 struct_vfio_iommu_type1_dirty_bitmap_get.layout(40, [
     cbind.Field("iova", ctypes.c_uint64, 0),
     cbind.Field("size", ctypes.c_uint64, 8),
@@ -416,6 +452,7 @@ struct_vfio_iommu_type1_dirty_bitmap_get.layout(40, [
 class struct_vfio_iommu_spapr_tce_ddw_info(cbind.Struct):
     """struct vfio_iommu_spapr_tce_ddw_info"""
 
+ctypes.POINTER(struct_vfio_iommu_spapr_tce_ddw_info)
 struct_vfio_iommu_spapr_tce_ddw_info.layout(16, [
     cbind.Field("pgsizes", ctypes.c_uint64, 0),
     cbind.Field("max_dynamic_windows_supported", ctypes.c_uint32, 8),
@@ -425,6 +462,7 @@ struct_vfio_iommu_spapr_tce_ddw_info.layout(16, [
 class struct_vfio_iommu_spapr_tce_info(cbind.Struct):
     """struct vfio_iommu_spapr_tce_info"""
 
+ctypes.POINTER(struct_vfio_iommu_spapr_tce_info)
 struct_vfio_iommu_spapr_tce_info.layout(32, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -436,6 +474,7 @@ struct_vfio_iommu_spapr_tce_info.layout(32, [
 class struct_vfio_eeh_pe_err(cbind.Struct):
     """struct vfio_eeh_pe_err"""
 
+ctypes.POINTER(struct_vfio_eeh_pe_err)
 struct_vfio_eeh_pe_err.layout(24, [
     cbind.Field("type", ctypes.c_uint32, 0),
     cbind.Field("func", ctypes.c_uint32, 4),
@@ -449,10 +488,12 @@ class struct_vfio_eeh_pe_op(cbind.Struct):
 class struct_vfio_eeh_pe_op_anon0(cbind.Union):
     pass
 
+ctypes.POINTER(struct_vfio_eeh_pe_op_anon0)
 struct_vfio_eeh_pe_op_anon0.layout(24, [
     cbind.Field("err", struct_vfio_eeh_pe_err, 0),
 ])
 
+ctypes.POINTER(struct_vfio_eeh_pe_op)
 struct_vfio_eeh_pe_op.layout(40, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -463,6 +504,7 @@ struct_vfio_eeh_pe_op.layout(40, [
 class struct_vfio_iommu_spapr_register_memory(cbind.Struct):
     """struct vfio_iommu_spapr_register_memory"""
 
+ctypes.POINTER(struct_vfio_iommu_spapr_register_memory)
 struct_vfio_iommu_spapr_register_memory.layout(24, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -473,6 +515,7 @@ struct_vfio_iommu_spapr_register_memory.layout(24, [
 class struct_vfio_iommu_spapr_tce_create(cbind.Struct):
     """struct vfio_iommu_spapr_tce_create"""
 
+ctypes.POINTER(struct_vfio_iommu_spapr_tce_create)
 struct_vfio_iommu_spapr_tce_create.layout(40, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),
@@ -487,6 +530,7 @@ struct_vfio_iommu_spapr_tce_create.layout(40, [
 class struct_vfio_iommu_spapr_tce_remove(cbind.Struct):
     """struct vfio_iommu_spapr_tce_remove"""
 
+ctypes.POINTER(struct_vfio_iommu_spapr_tce_remove)
 struct_vfio_iommu_spapr_tce_remove.layout(16, [
     cbind.Field("argsz", ctypes.c_uint32, 0),
     cbind.Field("flags", ctypes.c_uint32, 4),

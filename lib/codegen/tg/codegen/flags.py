@@ -114,7 +114,7 @@ def describe_flags() -> str:
     return "\n".join(f"{name:<{width}}  {f.value!s:<8} {f.description}" for name, f in sorted(FLAGS.items()))
 
 
-DEBUG = flag("DEBUG", 0, "verbosity: 1 tracebacks in tools, 2 one line per kernel, 4 kernel source")
+DEBUG = flag("DEBUG", 0, "verbosity: 1 tool tracebacks, 2 a line per kernel, 4 kernel source, 5 stages and rules fired")
 DEV = flag("DEV", "", "default device: [IFACE+]NAME[:RENDERER[:ARCH]], e.g. CPU, PYTHON, NULL:CUDA")
 SPEC = flag("SPEC", 0, "type-check UOp graphs at every stage (1) or strictly (2)")
 NOOPT = flag("NOOPT", 0, "apply no kernel optimizations")

@@ -27,6 +27,7 @@ from tg.codegen.lower.upcast import upcast_strided_reductions
 from tg.codegen.opt import apply_opts
 from tg.codegen.opt.heuristics import MAX_LANES
 from tg.codegen.render.base import Renderer, kernel_variables
+from tg.codegen.stage_trace import traced
 from tg.codegen.target import Target
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.index_algebra import simplify_indices
@@ -136,7 +137,8 @@ RENDER_SUMMARY = "the device's renderer turns the linear program into source tex
 def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
     """The LINEAR program of kernel `ast`: every KERNEL_STAGE in order."""
     for stage in KERNEL_STAGES:
-        ast = stage.run(ast, flags)
+        with traced("kernel", stage.name):
+            ast = stage.run(ast, flags)
         verify_stage(stage.name, ast, LINEAR_SPEC if ast.op is Ops.LINEAR else KERNEL_SPEC)
     return ast
 
@@ -147,7 +149,8 @@ def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> Prog
     target = target_for(renderer, flags)
     flags = for_target(flags, target)
     linear = lower_kernel(ast, flags)
-    rendered = renderer.render(linear, target)
+    with traced("kernel", f"render ({type(renderer).__name__})"):
+        rendered = renderer.render(linear, target)
     loop_sizes = tuple(_size_text(u.src[0]) for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))
     return ProgramSource(
         name=rendered.name,

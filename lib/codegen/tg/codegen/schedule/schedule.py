@@ -37,6 +37,7 @@ from tg.codegen.schedule.graph import (
 from tg.codegen.schedule.kernel import AssignError, Kernel, build_kernel
 from tg.codegen.schedule.layout import TargetOf, default_target, lay_out_for_targets
 from tg.codegen.schedule.realize import contiguous_copies, find_realize_points, split_big_reductions, whole_buffer
+from tg.codegen.stage_trace import traced
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.ops import _cache_key as uop_cache_key
 from tg.codegen.uop.pattern import PatternMatcher, graph_rewrite
@@ -245,18 +246,23 @@ def _instantiate(template: _Template, inputs: dict[UOp, UOp], var_vals: dict[str
 def schedule_graph(roots: tuple[UOp, ...], target_of: TargetOf = default_target) -> Schedule:
     """Schedule `roots` for the machines `target_of` describes (no cache)."""
     for stage in GRAPH_STAGES:
-        roots = stage.run(roots, target_of)
+        with traced("schedule", stage.name):
+            roots = stage.run(roots, target_of)
         verify_stage(stage.name, UOp.sink(*roots), TENSOR_SPEC)
     forced: list[UOp] = []
     while True:
-        points = find_realize_points(roots, tuple(forced))
+        with traced("schedule", "find realize points"):
+            points = find_realize_points(roots, tuple(forced))
         storage = _allocate_storage(points)
-        kernels = {p: build_kernel(p, storage[p], storage) for p in points if p.op is not Ops.COPY}
+        with traced("schedule", "build kernels"):
+            kernels = {p: build_kernel(p, storage[p], storage) for p in points if p.op is not Ops.COPY}
         for kernel in kernels.values():
             verify_stage("build kernels", kernel.ast, KERNEL_SPEC)
-        hazard = next((p for p in points if p.op is Ops.ASSIGN and _reads_what_it_overwrites(kernels[p])), None)
+        with traced("schedule", "assign hazards"):
+            hazard = next((p for p in points if p.op is Ops.ASSIGN and _reads_what_it_overwrites(kernels[p])), None)
         if hazard is None:
-            order = _order(points, kernels, storage)
+            with traced("schedule", "order"):
+                order = _order(points, kernels, storage)
             if isinstance(order, list):
                 break
             hazard = order  # ASSIGNs that read each other's old contents: this one computes its value first

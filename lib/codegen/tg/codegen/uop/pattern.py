@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from tg.codegen import stage_trace
 from tg.codegen.dtype import DType, dtypes
 from tg.codegen.flags import REWRITE_STACK_LIMIT, SPEC
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
@@ -249,6 +250,7 @@ class PatternMatcher:
             for bindings in rule.pattern.match(uop, {}):
                 result = rule.callback(ctx=ctx, **bindings) if rule.wants_ctx else rule.callback(**bindings)
                 if result is not None and result is not uop:
+                    stage_trace.rule_fired(self.name, rule.callback)
                     return result
         return None
 

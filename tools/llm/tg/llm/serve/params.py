@@ -321,3 +321,41 @@ def completion_prompts(prompt: Any) -> list[str | list[int]]:
     if not prompt:
         raise value_error("prompt", "must hold at least one prompt")
     return prompt
+
+
+MAX_EMBEDDING_INPUTS = 64  # inputs per embeddings request
+
+
+@dataclass
+class EmbeddingsRequest:
+    model: str
+    inputs: list[str | list[int]]
+    base64: bool = False  # encoding_format "base64": little-endian float32 bytes, base64-encoded
+
+
+def parse_embeddings(body: dict[str, Any], dim: int | None) -> EmbeddingsRequest:
+    """`input`: a string, a list of token ids, or a list of either; `encoding_format` float or base64;
+    `dimensions` only if it is the model's own width (the vector is not truncated)."""
+    model = require_model(body)
+    given = body.get("input")
+    if given is None:
+        raise APIError(400, "you must provide an input parameter", "missing_required_parameter", "input")
+    try:
+        inputs = completion_prompts(given)
+    except APIError as error:  # the same checks as a completion's prompt, named for this field
+        if error.status == 422:
+            raise type_error("input", "a string, a list of token ids, or a list of either") from error
+        raise value_error("input", "must hold at least one input") from error
+    if any(text == "" for text in inputs):
+        raise value_error("input", "must not hold an empty string")
+    if len(inputs) > MAX_EMBEDDING_INPUTS:
+        raise value_error("input", f"may hold at most {MAX_EMBEDDING_INPUTS} inputs")
+    encoding = body.get("encoding_format", "float")
+    if not isinstance(encoding, str):
+        raise type_error("encoding_format", "a string")
+    if encoding not in ("float", "base64"):
+        raise value_error("encoding_format", f"must be 'float' or 'base64', got {encoding!r}")
+    dimensions = integer(body, "dimensions", None, 1)
+    if dimensions is not None and dim is not None and dimensions != dim:
+        raise value_error("dimensions", f"this model's embeddings have {dim} dimensions, got {dimensions}")
+    return EmbeddingsRequest(model, inputs, encoding == "base64")

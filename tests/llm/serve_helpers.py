@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tg.llm.serve.runner import LAST, Slot
+from tg.llm.serve.runner import ALL, LAST, POOLED, Slot
 from tg.llm.serve.server import ServeOptions, ThreadedServer, bind, load_state
 
 RunningServer = ThreadedServer
 WARMUP_STEPS = 3
+SCRIPTED_DIM = 4  # the width of a scripted embedding
 __all__ = ["RunningServer", "ScriptedRunner", "bind", "start"]
 
 
@@ -48,16 +49,26 @@ class ScriptedRunner:
 
     def prefill_step(self, slot: Slot, tokens: list[int], limit: int, output: str = LAST) -> np.ndarray | None:
         """Up to `limit` more tokens into the slot (recorded in `calls` as ("prefill", slot index, count)); the
-        script's logits once all are in. ALL and POOLED outputs are not scripted."""
-        if output != LAST:
-            raise NotImplementedError(output)
+        script's logits once all are in. ALL: zero logits for every token fed but the last prompt token's (the
+        script's); POOLED: SCRIPTED_DIM copies of the number of tokens fed."""
         start = len(slot.cached) if self.filling.get(slot.index) is tokens else 0
         if start == 0:
             self.prompts.append(list(tokens))
             self.filling[slot.index] = tokens
         slot.cached = list(tokens[: start + limit])
-        self.calls.append(("prefill", slot.index, len(slot.cached) - start))
-        if len(slot.cached) < len(tokens):
+        fed = len(slot.cached) - start
+        self.calls.append(("prefill", slot.index, fed))
+        done = len(slot.cached) == len(tokens)
+        if done:
+            self.starts[slot.index] = len(tokens)
+        if output == POOLED:
+            return np.full(SCRIPTED_DIM, float(fed))
+        if output == ALL:
+            rows = np.zeros((fed, self.vocab), dtype=np.float32)
+            if done:
+                rows[-1] = self._logits(slot)
+            return rows
+        if not done:
             return None
         self.starts[slot.index] = len(tokens)
         return self._logits(slot)

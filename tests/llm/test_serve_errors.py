@@ -20,6 +20,7 @@ MODEL = "tiny-llama-F32"
 KEY = "sk-test-key"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 COMPLETION = {"model": MODEL, "prompt": "hi", "max_tokens": 2, "temperature": 0}  # greedy: the same answer every time
+EMBED = {"model": MODEL, "input": "hi"}
 CONTEXT = 64
 
 
@@ -226,7 +227,22 @@ BAD_BODIES = [
     ("detokenize strings", "/detokenize", {"tokens": ["a"]}, 422, "invalid_type", "tokens"),
     ("detokenize out of vocabulary", "/detokenize", {"tokens": [-1]}, 400, "invalid_value", "tokens"),
     ("oversized body", "/v1/chat/completions", {**CHAT, "pad": "x" * 5000}, 413, "request_too_large", None),
-]
+    ("embeddings without input", "/v1/embeddings", {"model": MODEL}, 400, "missing_required_parameter", "input"),
+    ("embeddings input a dict", "/v1/embeddings", {**EMBED, "input": {"a": 1}}, 422, "invalid_type", "input"),
+    ("embeddings input a number", "/v1/embeddings", {**EMBED, "input": 3}, 422, "invalid_type", "input"),
+    ("embeddings empty string", "/v1/embeddings", {**EMBED, "input": ["a", ""]}, 400, "invalid_value", "input"),
+    ("embeddings empty list", "/v1/embeddings", {**EMBED, "input": []}, 400, "invalid_value", "input"),
+    ("embeddings token out of vocabulary", "/v1/embeddings", {**EMBED, "input": [5, 99999]}, 400, "invalid_value",
+     "input"),
+    ("embeddings too long", "/v1/embeddings", {**EMBED, "input": "x y " * 200}, 400, "context_length_exceeded",
+     "input"),
+    ("embeddings encoding", "/v1/embeddings", {**EMBED, "encoding_format": "int8"}, 400, "invalid_value",
+     "encoding_format"),
+    ("embeddings encoding a number", "/v1/embeddings", {**EMBED, "encoding_format": 1}, 422, "invalid_type",
+     "encoding_format"),
+    ("embeddings dimensions", "/v1/embeddings", {**EMBED, "dimensions": 7}, 400, "invalid_value", "dimensions"),
+    ("embeddings unknown model", "/v1/embeddings", {**EMBED, "model": "gpt-9"}, 404, "model_not_found", "model"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -195,7 +195,10 @@ async def completions(request: Request) -> Response:
         echo_text(completion, raw, tokens, state) for raw, tokens in zip(completion.prompts, prompts, strict=True)
     ]
     # the prompt's logprobs: all its tokens but a BOS the server put in front of a text prompt (the echo has none)
-    skips = [int(isinstance(raw, str) and added_bos(state, tokens)) for raw, tokens in zip(completion.prompts, prompts)]
+    skips = [
+        int(isinstance(raw, str) and added_bos(state, tokens))
+        for raw, tokens in zip(completion.prompts, prompts, strict=True)
+    ]
     n = params.choices
     echo_logprobs = completion.echo and params.logprobs
     runs = [(prompt, params.for_choice(index)) for prompt in prompts for index in range(n)]

@@ -326,8 +326,10 @@ class Engine:
             assert rows is not None
             if first == 0:  # nothing precedes the first token: no logprob (OpenAI's null)
                 job.prompt_entries.append({**self._token_entry(job.prompt[0], None), "top_logprobs": None})
-            following = job.prompt[first + 1 : first + 1 + len(rows)]
-            job.prompt_entries += [self._logprob_entry(job, row, token) for row, token in zip(rows, following)]
+            following = job.prompt[first + 1 : first + 1 + len(rows)]  # the last row's token is not in the prompt
+            job.prompt_entries += [
+                self._logprob_entry(job, row, token) for row, token in zip(rows, following, strict=False)
+            ]
             if len(job.slot.cached) < len(job.prompt):
                 return False
             job.logits = rows[-1]

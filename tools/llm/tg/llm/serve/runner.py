@@ -206,7 +206,11 @@ def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit, output: 
         own_visible = np.tri(feed.rows, key_tiles(feed.rows) * KEY_TILE, dtype=bool)
         mask = np.concatenate([cached_visible, own_visible], axis=1)
         masks.append(Tensor(mask.reshape(feed.rows, -1, KEY_TILE)))
-        selected = np.arange(feed.rows) < len(feed.tokens) if output == POOLED else np.arange(feed.rows) == len(feed.tokens) - 1
+        selected = (
+            np.arange(feed.rows) < len(feed.tokens)
+            if output == POOLED
+            else np.arange(feed.rows) == len(feed.tokens) - 1
+        )
         lasts.append(Tensor(selected[:, None]))
     rope_rows = np.concatenate(positions)
     cos, sin = Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])
@@ -263,8 +267,10 @@ def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor,
         logits = linear(x, model.output, norm=output_norm)
         return [logits.reshape(feeds, layout.rows[0], -1).realize(), *new_kvs]
     if layout.output == POOLED:  # the sum of each feed's real rows, normalized one by one (padding rows: exact 0)
-        pooled = [last.where(output_norm(x[offset : offset + count]), 0.0).sum(0, keepdim=True)
-                  for count, last, offset in zip(layout.rows, lasts, row_offsets(layout.rows), strict=True)]
+        pooled = [
+            last.where(output_norm(x[offset : offset + count]), 0.0).sum(0, keepdim=True)
+            for count, last, offset in zip(layout.rows, lasts, row_offsets(layout.rows), strict=True)
+        ]
         return [concat(pooled, dim=0).realize(), *new_kvs]
     rows = []
     for count, last, offset in zip(layout.rows, lasts, row_offsets(layout.rows), strict=True):

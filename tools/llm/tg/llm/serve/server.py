@@ -42,8 +42,9 @@ def load_state(path: Path, max_context: int, options: ServeOptions, aliases: set
         raise ValueError("--max-concurrency and --max-body-bytes must be at least 1, --max-queue at least 0")
     session = Session.load(path, max_context)
     runner = ModelRunner(session.model, options.max_concurrency, options.batched)
-    engine = Engine(runner, session.tokenizer, options.max_queue, warmup=options.warmup,
-                    warmup_context=options.warmup_context)
+    engine = Engine(
+        runner, session.tokenizer, options.max_queue, warmup=options.warmup, warmup_context=options.warmup_context
+    )
     return ServerState(
         engine,
         session.tokenizer,

@@ -224,6 +224,31 @@ def test_json_object_output_parses(client, temperature: float) -> None:
     assert isinstance(json.loads(answer.choices[0].message.content), dict)
 
 
+def test_json_schema_output_validates(client) -> None:
+    """A random-weight model, sampled, answers documents that validate (jsonschema is the oracle)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "units": {"enum": ["C", "F"]},
+            "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
+        },
+        "required": ["city", "days", "units"],
+    }
+    for seed in range(3):
+        answer = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "weather"}],
+            max_tokens=60,
+            temperature=1.0,
+            seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "weather", "schema": schema}},
+        )
+        jsonschema.validate(json.loads(answer.choices[0].message.content), schema)
+
+
 def test_tokenize_and_detokenize(server: RunningServer, reference: Session) -> None:
     tokens = httpx.post(server.url + "/tokenize", json={"content": "the <|im_end|> end"}).json()["tokens"]
     assert tokens == reference.tokenizer.encode("the <|im_end|> end")

@@ -195,9 +195,35 @@ BAD_BODIES = [
         "top_logprobs",
     ),
     (
-        "json_schema format",
+        "json_schema without its schema",
         "/v1/chat/completions",
         {**CHAT, "response_format": {"type": "json_schema"}},
+        422,
+        "invalid_type",
+        "response_format",
+    ),
+    (
+        "json_schema keyword not enforced",
+        "/v1/chat/completions",
+        {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}}}}},
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    (
+        "json_schema top level not an object",
+        "/v1/chat/completions",
+        {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "array"}}}},
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    (
+        "json_schema type list",
+        "/v1/completions",
+        {**COMPLETION, "response_format": {"type": "json_schema", "json_schema": {"schema": {
+            "type": "object", "properties": {"a": {"type": ["string", "null"]}}}}}},
         400,
         "invalid_value",
         "response_format",

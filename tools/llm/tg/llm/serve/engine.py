@@ -25,13 +25,12 @@ import numpy as np
 from tg.llm.generate import cut_at_stop
 from tg.llm.sampling import Sampler
 from tg.llm.serve.errors import APIError
-from tg.llm.serve.json_constraint import JsonPrefix
+from tg.llm.serve.json_constraint import ANY_OBJECT, Matcher, TokenTrie, closing
 from tg.llm.serve.params import GenerationParams
 from tg.llm.serve.runner import ALL, POOLED, ModelRunner, Slot
 from tg.llm.tokenizer import Tokenizer, byte_to_unicode
 
 log = logging.getLogger("tg.llm.serve")
-JSON_CANDIDATES = 64  # sampled JSON tokens are drawn from at most this many allowed candidates
 PREFILL_CHUNK = 32  # prompt tokens fed between two decode steps of the running streams
 
 
@@ -87,7 +86,7 @@ class Job:
     slot: Slot | None = None
     sampler: Sampler | None = None
     text: TextStream | None = None
-    json: JsonPrefix | None = None
+    json: Matcher | None = None
     logits: np.ndarray | None = None
     generated: int = 0
     pending: int | None = None  # sampled right after prefill, fed at the next step
@@ -160,6 +159,7 @@ class Engine:
         self.vocab = len(tokenizer.tokens)
         byte_map = byte_to_unicode()
         self.byte_tokens = {byte: tokenizer.ids.get(byte_map[byte], 0) for byte in range(256)}  # for json closing
+        self._trie: TokenTrie | None = None  # built at the first JSON-constrained request
         self.steps = 0  # decode steps run, and the largest batch seen: for /health and tests
         self.largest_batch = 0
         self.prefill_chunks = 0
@@ -279,7 +279,8 @@ class Engine:
         assert job.slot is not None
         job.sampler = Sampler(job.params.sampling)
         job.text = TextStream(self.tokenizer, job.params.stops)
-        job.json = JsonPrefix() if job.params.json_object else None
+        node = job.params.json_schema or (ANY_OBJECT if job.params.json_object else None)
+        job.json = Matcher(node) if node is not None else None
         if job.embed or job.echo_logprobs:  # every prompt token's output is needed: none comes from the cache
             job.slot.cached = []
         job.cached_tokens = self.runner.reusable_prefix(job.slot, job.prompt)
@@ -422,13 +423,21 @@ class Engine:
         room = self.runner.max_context - 1 - len(job.slot.cached)
         return room if job.params.max_tokens is None else min(room, job.params.max_tokens - job.generated)
 
+    @property
+    def trie(self) -> TokenTrie:
+        if self._trie is None:
+            tokens = [self.tokenizer.token_bytes(token) for token in range(self.vocab)]
+            self._trie = TokenTrie(tokens, set(self.tokenizer.special_ids))
+        return self._trie
+
     def _json_mask(self, job: Job, logits: np.ndarray) -> tuple[np.ndarray, float]:
-        """(-inf for every token that cannot continue the JSON object within the token budget, the highest logit
+        """(-inf for every token that cannot continue the JSON document within the token budget, the highest logit
         of a token refused only for want of budget: -inf when none was).
 
-        A token is allowed when its bytes extend the object and the bytes still needed to close it afterwards fit
-        in the tokens left (as single-byte tokens, which byte-level vocabularies always have); so an answer cut by
-        max_tokens still parses. The end token is allowed only once the object is closed.
+        The allowed tokens come from the vocabulary trie (see json_constraint.TokenTrie), not a loop over the
+        vocabulary. A token is kept when the bytes still needed to close the document after it fit in the tokens
+        left (as single-byte tokens, which byte-level vocabularies always have); so an answer cut by max_tokens
+        still parses. The end token is allowed only once the document is complete.
         """
         assert job.json is not None
         masked, best_refused = np.full_like(logits, -np.inf), -np.inf
@@ -437,25 +446,22 @@ class Engine:
             masked[end] = 0.0
             return masked, best_refused
         left_after = self._budget(job) - 1
-        wanted = 1 if job.params.sampling.temperature <= 0 else JSON_CANDIDATES
-        found = 0
-        for token in np.argsort(-logits, kind="stable"):
-            token = int(token)
-            if token in self.tokenizer.special_ids or not np.isfinite(logits[token]):
+        plain, walked = self.trie.allowed(job.json.state)
+        allowed = plain & np.isfinite(logits)
+        if allowed.any() and len(job.json.closing()) > left_after:  # plain tokens keep the closing as it is
+            best_refused = float(logits[allowed].max())
+            allowed[:] = False
+        for token, state in walked:
+            if not np.isfinite(logits[token]):
                 continue
-            data, trial = self.tokenizer.token_bytes(token), job.json.copy()
-            if not data or not trial.feed_all(data):
-                continue
-            if len(trial.closing()) > left_after:
+            if len(closing(state)) > left_after:
                 best_refused = max(best_refused, float(logits[token]))
-                continue
-            masked[token] = logits[token]
-            found += 1
-            if found >= wanted:
-                break
-        if not found:  # no room for anything else: the next byte of the shortest closing (a cut, whatever it is)
+            else:
+                allowed[token] = True
+        if not allowed.any():  # no room for anything else: the next byte of the shortest closing (a cut, whatever)
             masked[self.byte_tokens[job.json.closing()[0]]] = 0.0
-            best_refused = np.inf
+            return masked, np.inf
+        masked[allowed] = logits[allowed]
         return masked, best_refused
 
     def _logprob_entry(self, job: Job, logits: np.ndarray, token: int) -> dict[str, Any]:

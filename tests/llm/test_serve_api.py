@@ -6,6 +6,7 @@ against a numpy reference forward; here they pin that the server adds nothing an
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -420,6 +421,11 @@ def test_embeddings_are_mean_pooled_final_hidden_states(client, server: RunningS
     np.testing.assert_allclose(plain["data"][0]["embedding"], answer.data[0].embedding, atol=1e-6)
     single = client.embeddings.create(model=MODEL, input="a", dimensions=len(answer.data[0].embedding))
     np.testing.assert_allclose(single.data[0].embedding, answer.data[2].embedding, atol=1e-6)
+    encoded = httpx.post(
+        server.url + "/v1/embeddings", json={"model": MODEL, "input": "a", "encoding_format": "base64"}, timeout=180
+    ).json()["data"][0]["embedding"]
+    vector = np.frombuffer(base64.b64decode(encoded), dtype="<f4")  # little-endian float32, as OpenAI sends
+    np.testing.assert_array_equal(vector, np.array(answer.data[2].embedding, dtype=np.float32))
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -266,6 +266,7 @@ BAD_BODIES = [
      "encoding_format"),
     ("embeddings encoding a number", "/v1/embeddings", {**EMBED, "encoding_format": 1}, 422, "invalid_type",
      "encoding_format"),
+    ("embeddings 65 inputs", "/v1/embeddings", {**EMBED, "input": ["a"] * 65}, 400, "invalid_value", "input"),
     ("embeddings dimensions", "/v1/embeddings", {**EMBED, "dimensions": 7}, 400, "invalid_value", "dimensions"),
     ("embeddings unknown model", "/v1/embeddings", {**EMBED, "model": "gpt-9"}, 404, "model_not_found", "model"),
 ]  # fmt: skip
@@ -306,6 +307,7 @@ def test_api_key_is_required_except_for_health_and_the_page(server: RunningServe
     check_error(post(server, "/tokenize", {"content": "hi"}, key=None), 401, "invalid_api_key")
     check_error(post(server, "/detokenize", {"tokens": [1]}, key=None), 401, "invalid_api_key")
     check_error(post(server, "/v1/chat/completions", CHAT, key=None), 401, "invalid_api_key")
+    check_error(post(server, "/v1/embeddings", EMBED, key=None), 401, "invalid_api_key")
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).models.list()
     assert openai.OpenAI(base_url=server.url + "/v1", api_key=KEY).models.list().data[0].id == MODEL

@@ -178,6 +178,28 @@ def test_a_long_prompt_is_prefilled_in_chunks_between_decode_steps(session: Sess
         assert ("emit", "A", "Piece") in between, between
 
 
+def test_prompts_being_prefilled_take_turns(session: Session) -> None:
+    """Two long prompts submitted together are fed chunk by chunk in turn (round robin), not one after the other."""
+    tokenizer = session.tokenizer
+    runner = ScriptedRunner(len(tokenizer.tokens), tokenizer.eos_id)
+    runner.script = [ord("a")]
+    engine = Engine(runner, tokenizer, prefill_chunk=4)  # type: ignore[arg-type]
+    finished = [threading.Event(), threading.Event()]
+    try:
+        with engine.condition:  # both wait in the queue before the scheduler admits either
+            for index in range(2):
+                prompt = [(5 * i + index) % 200 + 1 for i in range(16)]
+                job = Job(prompt, GenerationParams(max_tokens=2), lambda event, i=index: finished[i].set()
+                          if isinstance(event, Finish) else None)  # fmt: skip
+                engine.waiting.append(job)
+            engine.condition.notify()
+        assert finished[0].wait(30) and finished[1].wait(30)
+    finally:
+        engine.stop()
+    chunks = [call[1] for call in runner.calls if call[0] == "prefill"]
+    assert chunks == [0, 1, 0, 1, 0, 1, 0, 1]
+
+
 def test_chunked_prefill_beside_a_decoding_slot_matches_the_reference(tmp_path: Path) -> None:
     """The real runner: a 30-token prompt fed 8 at a time with decode steps of another slot between the chunks
     gives the reference's logits for both."""

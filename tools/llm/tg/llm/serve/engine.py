@@ -229,6 +229,7 @@ class Engine:
                 raise InterruptedError("shutting down")
 
         try:
+            self.trie  # noqa: B018  (built now, not at the first JSON-constrained request, in the middle of serving)
             self.runner.warm_up(report, self.warmup_context)
         except InterruptedError:
             return

@@ -87,6 +87,7 @@ def write_model(
     tied: bool = True,
     rope_freqs: np.ndarray | None = None,
     rope_scaling: tuple[str, float] | None = None,
+    context: int = 256,
 ) -> Path:
     """A 2-block model of `arch` with every matrix in `weight_type` (norms and the router stay F32).
 
@@ -101,7 +102,7 @@ def write_model(
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(f"tiny-{arch}-{weight_type}")
     writer.add_block_count(2)
-    writer.add_context_length(256)
+    writer.add_context_length(context)
     writer.add_embedding_length(dim)
     writer.add_feed_forward_length(hidden)
     writer.add_head_count(heads)

@@ -58,10 +58,15 @@ def rotate_half_rope(x: np.ndarray, theta: float, inv_freq: np.ndarray | None = 
 
 
 def forward(
-    metadata: dict, w: dict[str, np.ndarray], tokens: list[int], inv_freq: np.ndarray | None = None
+    metadata: dict,
+    w: dict[str, np.ndarray],
+    tokens: list[int],
+    inv_freq: np.ndarray | None = None,
+    hidden: bool = False,
 ) -> np.ndarray:
-    """Logits (T, vocab) for every position of `tokens`; `inv_freq` as in rotate_half_rope (the reference does not
-    read RoPE scaling from the file: a test that uses scaling computes the frequencies itself)."""
+    """Logits (T, vocab) for every position of `tokens` (`hidden`: the final normalized hidden states (T, dim)
+    instead); `inv_freq` as in rotate_half_rope (the reference does not read RoPE scaling from the file: a test that
+    uses scaling computes the frequencies itself)."""
     arch = metadata["general.architecture"]
     heads, kv_heads = metadata[f"{arch}.attention.head_count"], metadata[f"{arch}.attention.head_count_kv"]
     eps, theta = metadata[f"{arch}.attention.layer_norm_rms_epsilon"], metadata[f"{arch}.rope.freq_base"]
@@ -94,6 +99,8 @@ def forward(
         h = rms_norm(x, w[p + "ffn_norm.weight"], eps)
         x = x + (moe(metadata, w, p, h) if p + "ffn_gate_inp.weight" in w else dense_ffn(w, p, h))
     x = rms_norm(x, w["output_norm.weight"], eps)
+    if hidden:
+        return x
     return x @ w.get("output.weight", w["token_embd.weight"]).T
 
 

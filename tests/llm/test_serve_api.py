@@ -6,6 +6,7 @@ against a numpy reference forward; here they pin that the server adds nothing an
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -18,6 +19,7 @@ pytest.importorskip("gguf")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
+import llm_reference  # noqa: E402
 from llm_fixtures import write_model  # noqa: E402
 from serve_helpers import RunningServer, start  # noqa: E402
 
@@ -223,6 +225,31 @@ def test_json_object_output_parses(client, temperature: float) -> None:
     assert isinstance(json.loads(answer.choices[0].message.content), dict)
 
 
+def test_json_schema_output_validates(client) -> None:
+    """A random-weight model, sampled, answers documents that validate (jsonschema is the oracle)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "units": {"enum": ["C", "F"]},
+            "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
+        },
+        "required": ["city", "days", "units"],
+    }
+    for seed in range(3):
+        answer = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "weather"}],
+            max_tokens=60,
+            temperature=1.0,
+            seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "weather", "schema": schema}},
+        )
+        jsonschema.validate(json.loads(answer.choices[0].message.content), schema)
+
+
 def test_tokenize_and_detokenize(server: RunningServer, reference: Session) -> None:
     tokens = httpx.post(server.url + "/tokenize", json={"content": "the <|im_end|> end"}).json()["tokens"]
     assert tokens == reference.tokenizer.encode("the <|im_end|> end")
@@ -360,3 +387,77 @@ def test_one_model_by_id_and_alias(client, server: RunningServer, model_path: Pa
     assert httpx.get(server.url + f"/v1/models/{model_path.stem}").json()["id"] == MODEL
     answer = httpx.get(server.url + "/v1/models/gpt-9")
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "model_not_found"
+
+
+# ----------------------------------------------------------------------------------------------- embeddings, echo
+
+
+def prompt_ids(session: Session, text: str) -> list[int]:
+    tokenizer = session.tokenizer
+    bos = [tokenizer.bos_id] if tokenizer.add_bos and tokenizer.bos_id is not None else []
+    return bos + tokenizer.encode(text, allow_special=False)
+
+
+def test_embeddings_are_mean_pooled_final_hidden_states(client, server: RunningServer, model_path: Path) -> None:
+    """Each input's embedding is the mean over its tokens of the model's final normalized hidden states (the numpy
+    reference forward); the openai client (base64 by default) and a plain float request agree. A 40-token input
+    goes through the model in chunks."""
+    metadata, weights = llm_reference.load(model_path)
+    session = Session.load(model_path, CONTEXT)
+    texts = ["hello world", "the quick brown fox jumps over the lazy dog again", "a"]
+    answer = client.embeddings.create(model=MODEL, input=texts)
+    assert [item.index for item in answer.data] == [0, 1, 2]
+    for item, text in zip(answer.data, texts, strict=True):
+        want = llm_reference.forward(metadata, weights, prompt_ids(session, text), hidden=True).mean(0)
+        np.testing.assert_allclose(item.embedding, want, atol=2e-4 * np.abs(want).max())
+    tokens = sum(len(prompt_ids(session, text)) for text in texts)
+    assert answer.usage.prompt_tokens == tokens and answer.usage.total_tokens == tokens
+    plain = httpx.post(
+        server.url + "/v1/embeddings",
+        json={"model": MODEL, "input": prompt_ids(session, "hello world"), "encoding_format": "float"},
+        timeout=180,
+    ).json()
+    assert plain["object"] == "list" and plain["data"][0]["object"] == "embedding" and plain["model"] == MODEL
+    np.testing.assert_allclose(plain["data"][0]["embedding"], answer.data[0].embedding, atol=1e-6)
+    single = client.embeddings.create(model=MODEL, input="a", dimensions=len(answer.data[0].embedding))
+    np.testing.assert_allclose(single.data[0].embedding, answer.data[2].embedding, atol=1e-6)
+    encoded = httpx.post(
+        server.url + "/v1/embeddings", json={"model": MODEL, "input": "a", "encoding_format": "base64"}, timeout=180
+    ).json()["data"][0]["embedding"]
+    vector = np.frombuffer(base64.b64decode(encoded), dtype="<f4")  # little-endian float32, as OpenAI sends
+    np.testing.assert_array_equal(vector, np.array(answer.data[2].embedding, dtype=np.float32))
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits.astype(np.float64) - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def test_echo_with_logprobs_gives_the_prompt_tokens_logprobs(client, model_path: Path, reference: Session) -> None:
+    """With echo and logprobs the prompt's tokens come first: the first with no logprob (nothing precedes it), each
+    other with its log-probability after the ones before (the reference forward), then the generated tokens; the
+    stream says the same."""
+    metadata, weights = llm_reference.load(model_path)
+    prompt = "the cat sat"
+    ids = prompt_ids(reference, prompt)
+    request = {"model": MODEL, "prompt": prompt, "max_tokens": 3, "temperature": 0, "echo": True, "logprobs": 2}
+    answer = client.completions.create(**request)
+    plain = client.completions.create(**{**request, "echo": False})
+    choice = answer.choices[0]
+    assert choice.text == prompt + plain.choices[0].text
+    logprobs = choice.logprobs
+    assert len(logprobs.tokens) == len(ids) + 3
+    assert "".join(logprobs.tokens[: len(ids)]) == prompt
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    want = log_softmax(llm_reference.forward(metadata, weights, ids))
+    expected = [want[i - 1, ids[i]] for i in range(1, len(ids))]
+    assert logprobs.token_logprobs[1 : len(ids)] == pytest.approx(expected, abs=2e-4)
+    assert all(1 <= len(top) <= 2 for top in logprobs.top_logprobs[1:])  # two, or one text for both
+    assert logprobs.tokens[len(ids) :] == plain.choices[0].logprobs.tokens
+    assert logprobs.text_offset[: len(ids) + 1] == [len("".join(logprobs.tokens[:i])) for i in range(len(ids) + 1)]
+    chunks = [chunk for chunk in client.completions.create(**request, stream=True) if chunk.choices]
+    assert "".join(chunk.choices[0].text for chunk in chunks) == choice.text
+    streamed = [token for chunk in chunks if chunk.choices[0].logprobs for token in chunk.choices[0].logprobs.tokens]
+    assert streamed == logprobs.tokens
+    offsets = [o for chunk in chunks if chunk.choices[0].logprobs for o in chunk.choices[0].logprobs.text_offset]
+    assert offsets == logprobs.text_offset

@@ -65,14 +65,14 @@ def test_a_question_gets_a_streamed_answer(page, server: RunningServer) -> None:
 def test_stop_ends_the_stream_and_the_generation(page, server: RunningServer) -> None:
     """Stop is pressed while the model is held at a gate, so the answer is certainly still streaming."""
     engine = server.state.engine
-    gate, prefill, holding = threading.Event(), engine.runner.prefill, threading.Event()
+    gate, prefill, holding = threading.Event(), engine.runner.prefill_step, threading.Event()
 
-    def gated_prefill(slot, tokens):  # type: ignore[no-untyped-def]
+    def gated_prefill(*args):  # type: ignore[no-untyped-def]
         holding.set()
         assert gate.wait(60)
-        return prefill(slot, tokens)
+        return prefill(*args)
 
-    engine.runner.prefill = gated_prefill  # type: ignore[method-assign]
+    engine.runner.prefill_step = gated_prefill  # type: ignore[method-assign]
     try:
         page.fill("#max_tokens", "30")
         page.fill("#prompt", "Tell me a long story")
@@ -85,7 +85,7 @@ def test_stop_ends_the_stream_and_the_generation(page, server: RunningServer) ->
         assert "stopped" in page.inner_text(".msg.assistant .role")
     finally:
         gate.set()
-        engine.runner.prefill = prefill  # type: ignore[method-assign]
+        engine.runner.prefill_step = prefill  # type: ignore[method-assign]
     from tg.llm.serve.engine import wait_idle
 
     assert wait_idle(engine, 30)  # the server noticed the closed stream and freed the slot

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,21 @@ def serve(args: list[str], env: dict[str, str] | None = None) -> tuple[subproces
     raise AssertionError(f"the server exited before printing its URL: {printed}")
 
 
+def wait_ready(url: str, headers: dict[str, str] | None = None) -> dict:
+    """Poll /health through the warm-up (503 `loading` with progress) until it says ok; returns what it said
+    meanwhile, by status."""
+    seen: dict = {}
+    deadline = time.monotonic() + 600  # a hang guard only
+    while time.monotonic() < deadline:
+        health = httpx.get(url + "/health", headers=headers, timeout=30)
+        seen.setdefault(health.json()["status"], health)
+        if health.status_code == 200:
+            return seen
+        assert health.status_code == 503 and health.json()["status"] == "loading", health.text
+        time.sleep(0.05)
+    raise AssertionError("the server never became ready")
+
+
 def stop(process: subprocess.Popen) -> None:
     process.send_signal(signal.SIGINT)
     try:
@@ -53,8 +69,12 @@ def test_serve_prints_url_model_context_device_and_answers(tiny: Path) -> None:
     try:
         assert url.startswith("http://127.0.0.1:")
         assert '"tiny-llama-F32"' in printed and "max context 48" in printed and "device CPU" in printed
-        assert "warning" not in printed
+        assert "warning" not in printed and "warming up" in printed
         headers = {"Authorization": "Bearer k"}
+        seen = wait_ready(url)
+        if "loading" in seen:  # caught during the warm-up: its progress counts captures
+            progress = seen["loading"].json()["progress"]
+            assert 0 <= progress["done"] < progress["total"]
         models = httpx.get(url + "/v1/models", headers=headers).json()
         assert models["data"][0]["id"] == "tiny-llama-F32"
         body = {"model": str(tiny.stem), "prompt": "hi", "max_tokens": 2}  # the --model name is accepted too
@@ -73,15 +93,17 @@ def test_seed_spelling_serve_port_non_loopback_warning_and_key_from_the_environm
     process, url, _ = serve(["-m", str(tiny), "--max_context", "48", "--serve", str(port)])
     try:
         assert url == f"http://127.0.0.1:{port}"
-        assert httpx.get(url + "/health").json()["status"] == "ok"
+        assert "ok" in wait_ready(url)
     finally:
         stop(process)
     process, url, printed = serve(
-        ["serve", "-m", str(tiny), "--host", "127.0.0.2", "--port", "0"], env={"TG_LLM_API_KEY": "from-env"}
+        ["serve", "-m", str(tiny), "--host", "127.0.0.2", "--port", "0", "--no-warmup"],
+        env={"TG_LLM_API_KEY": "from-env"},
     )
     try:
         assert "warning: listening on 127.0.0.2" in printed and "API key required" in printed
-        assert httpx.get(url + "/health").status_code == 200
+        assert "warming up" not in printed
+        assert httpx.get(url + "/health").status_code == 200  # no warm-up: ready at once
         assert httpx.get(url + "/v1/models").status_code == 401
         assert httpx.get(url + "/v1/models", headers={"Authorization": "Bearer from-env"}).status_code == 200
     finally:

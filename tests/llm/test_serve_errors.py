@@ -20,6 +20,7 @@ MODEL = "tiny-llama-F32"
 KEY = "sk-test-key"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 COMPLETION = {"model": MODEL, "prompt": "hi", "max_tokens": 2, "temperature": 0}  # greedy: the same answer every time
+EMBED = {"model": MODEL, "input": "hi"}
 CONTEXT = 64
 
 
@@ -194,9 +195,35 @@ BAD_BODIES = [
         "top_logprobs",
     ),
     (
-        "json_schema format",
+        "json_schema without its schema",
         "/v1/chat/completions",
         {**CHAT, "response_format": {"type": "json_schema"}},
+        422,
+        "invalid_type",
+        "response_format",
+    ),
+    (
+        "json_schema keyword not enforced",
+        "/v1/chat/completions",
+        {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}}}}},
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    (
+        "json_schema top level not an object",
+        "/v1/chat/completions",
+        {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "array"}}}},
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    (
+        "json_schema type list",
+        "/v1/completions",
+        {**COMPLETION, "response_format": {"type": "json_schema", "json_schema": {"schema": {
+            "type": "object", "properties": {"a": {"type": ["string", "null"]}}}}}},
         400,
         "invalid_value",
         "response_format",
@@ -226,7 +253,23 @@ BAD_BODIES = [
     ("detokenize strings", "/detokenize", {"tokens": ["a"]}, 422, "invalid_type", "tokens"),
     ("detokenize out of vocabulary", "/detokenize", {"tokens": [-1]}, 400, "invalid_value", "tokens"),
     ("oversized body", "/v1/chat/completions", {**CHAT, "pad": "x" * 5000}, 413, "request_too_large", None),
-]
+    ("embeddings without input", "/v1/embeddings", {"model": MODEL}, 400, "missing_required_parameter", "input"),
+    ("embeddings input a dict", "/v1/embeddings", {**EMBED, "input": {"a": 1}}, 422, "invalid_type", "input"),
+    ("embeddings input a number", "/v1/embeddings", {**EMBED, "input": 3}, 422, "invalid_type", "input"),
+    ("embeddings empty string", "/v1/embeddings", {**EMBED, "input": ["a", ""]}, 400, "invalid_value", "input"),
+    ("embeddings empty list", "/v1/embeddings", {**EMBED, "input": []}, 400, "invalid_value", "input"),
+    ("embeddings token out of vocabulary", "/v1/embeddings", {**EMBED, "input": [5, 99999]}, 400, "invalid_value",
+     "input"),
+    ("embeddings too long", "/v1/embeddings", {**EMBED, "input": "x y " * 200}, 400, "context_length_exceeded",
+     "input"),
+    ("embeddings encoding", "/v1/embeddings", {**EMBED, "encoding_format": "int8"}, 400, "invalid_value",
+     "encoding_format"),
+    ("embeddings encoding a number", "/v1/embeddings", {**EMBED, "encoding_format": 1}, 422, "invalid_type",
+     "encoding_format"),
+    ("embeddings 65 inputs", "/v1/embeddings", {**EMBED, "input": ["a"] * 65}, 400, "invalid_value", "input"),
+    ("embeddings dimensions", "/v1/embeddings", {**EMBED, "dimensions": 7}, 400, "invalid_value", "dimensions"),
+    ("embeddings unknown model", "/v1/embeddings", {**EMBED, "model": "gpt-9"}, 404, "model_not_found", "model"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -264,6 +307,7 @@ def test_api_key_is_required_except_for_health_and_the_page(server: RunningServe
     check_error(post(server, "/tokenize", {"content": "hi"}, key=None), 401, "invalid_api_key")
     check_error(post(server, "/detokenize", {"tokens": [1]}, key=None), 401, "invalid_api_key")
     check_error(post(server, "/v1/chat/completions", CHAT, key=None), 401, "invalid_api_key")
+    check_error(post(server, "/v1/embeddings", EMBED, key=None), 401, "invalid_api_key")
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).models.list()
     assert openai.OpenAI(base_url=server.url + "/v1", api_key=KEY).models.list().data[0].id == MODEL

@@ -162,6 +162,8 @@ CHAT_FIELDS = [*CHAT, "temperature", "top_p", "top_k", "min_p", "seed", "stop", 
                "presence_penalty", "repetition_penalty", "max_completion_tokens", "logit_bias"]  # fmt: skip
 MESSAGE_FIELDS = ["role", "content", "name", "tool_calls", "tool_call_id"]
 COMPLETION_FIELDS = [*COMPLETION, "echo", "logprobs", "best_of", "suffix", "stream", "stop", "seed", "n"]
+EMBEDDING = {"model": "scripted", "input": "hi"}
+EMBEDDING_FIELDS = ["model", "input", "encoding_format", "dimensions", "user"]
 
 
 def check_answer(response: httpx.Response) -> None:
@@ -197,6 +199,19 @@ def test_fuzzed_message_fields_never_answer_500(scripted, field: str, value: obj
 @given(field=st.sampled_from(COMPLETION_FIELDS), value=JSON_VALUES)
 def test_fuzzed_completion_fields_never_answer_500(scripted, field: str, value: object) -> None:
     check_answer(post(scripted[0], "/v1/completions", json.dumps({**COMPLETION, field: value}).encode()))
+
+
+@FUZZ
+@given(field=st.sampled_from(COMPLETION_FIELDS), value=JSON_VALUES)
+def test_fuzzed_echo_logprobs_completion_fields_never_answer_500(scripted, field: str, value: object) -> None:
+    body = {**COMPLETION, "echo": True, "logprobs": 2, field: value}
+    check_answer(post(scripted[0], "/v1/completions", json.dumps(body).encode()))
+
+
+@FUZZ
+@given(field=st.sampled_from(EMBEDDING_FIELDS), value=JSON_VALUES)
+def test_fuzzed_embedding_fields_never_answer_500(scripted, field: str, value: object) -> None:
+    check_answer(post(scripted[0], "/v1/embeddings", json.dumps({**EMBEDDING, field: value}).encode()))
 
 
 @FUZZ

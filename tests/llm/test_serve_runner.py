@@ -122,5 +122,5 @@ def test_steps_replay_one_capture_per_row_counts_and_window(tmp_path: Path) -> N
     decode_and_check([(first, 25)])
     # (rows per feed, KV window), least recently used first: the three prefills (3, 2 and 2 tokens, each one padded
     # chunk from position 0) share one capture, the decodes one per slot count
-    assert list(runner.steps) == [((8,), 0), ((1, 1), 64), ((1,), 64)]
+    assert list(runner.steps) == [((8,), 0, "last"), ((1, 1), 64, "last"), ((1,), 64, "last")]
     assert [(step.graph is not None, step.calls) for step in runner.steps.values()] == [(True, 3), (True, 5), (True, 2)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 
 pytest.importorskip("gguf")
@@ -20,7 +21,7 @@ from serve_helpers import RunningServer, ScriptedRunner  # noqa: E402
 
 from tg.llm.serve.app import ServerState  # noqa: E402
 from tg.llm.serve.engine import Engine  # noqa: E402
-from tg.llm.serve.json_constraint import JsonPrefix  # noqa: E402
+from tg.llm.serve.json_constraint import Matcher  # noqa: E402
 from tg.llm.serve.router import StreamRouter  # noqa: E402
 from tg.llm.session import Session  # noqa: E402
 from tg.llm.template import JinjaTemplate  # noqa: E402
@@ -117,15 +118,64 @@ def test_json_object_cut_by_max_tokens_still_parses(scripted, script: str) -> No
         assert isinstance(json.loads(answer.choices[0].message.content), dict)
 
 
-def json_mode_answer(client, max_tokens: int):  # noqa: ANN001, ANN201
-    """The scripted model's greedy answer to one user turn in JSON mode."""
+def json_mode_answer(client, max_tokens: int, response_format: dict | None = None):  # noqa: ANN001, ANN201
+    """The scripted model's greedy answer to one user turn in JSON mode (or another response_format)."""
     return client.chat.completions.create(
         model="scripted",
         messages=[{"role": "user", "content": "j"}],
         max_tokens=max_tokens,
         temperature=0,
-        response_format={"type": "json_object"},
+        response_format=response_format or {"type": "json_object"},
     )
+
+
+def json_mode_answer_status(client, max_tokens: int, response_format: dict) -> int:  # noqa: ANN001
+    try:
+        json_mode_answer(client, max_tokens, response_format)
+    except openai.BadRequestError as error:
+        assert error.body["param"] == "max_tokens"  # type: ignore[index]
+        return 400
+    return 200
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "pets": {"type": "array", "items": {"enum": ["cat", "dog"]}, "minItems": 1},
+        "ok": {"type": "boolean"},
+    },
+    "required": ["name", "age", "pets"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        '{"name": "Ann", "age": 7, "pets": ["dog"], "ok": true}',  # conforms: the model's own answer
+        '{"name": 5, "age": 7.5, "pets": [], "colour": "red"}',  # every member breaks the schema
+        "Sure! Here it is.",
+    ],
+)
+def test_json_schema_answers_conform_also_when_cut(scripted, script: str) -> None:
+    """Whatever the model prefers, the answer validates against the schema (jsonschema is the oracle), also when
+    max_tokens cuts it (then finish_reason is "length"); a conforming answer comes back as the model wrote it."""
+    jsonschema = pytest.importorskip("jsonschema")
+    client, say = scripted
+    say(script)
+    response_format = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    shortest = len('{"name":"","age":0,"pets":["cat"]}')
+    assert json_mode_answer_status(client, shortest - 1, response_format) == 400  # no room for any document
+    for max_tokens in (shortest, shortest + 5, shortest + 20, 200):
+        answer = json_mode_answer(client, max_tokens, response_format)
+        content = answer.choices[0].message.content
+        jsonschema.validate(json.loads(content), PERSON)
+        if max_tokens == 200:
+            assert answer.choices[0].finish_reason == "stop"
+            if script.startswith('{"name": "Ann"'):
+                assert content == script
 
 
 def test_json_object_finish_reason_says_whether_max_tokens_cut_it(scripted) -> None:
@@ -186,7 +236,7 @@ DOCUMENTS = ['{"a": [1, -2.5e+3, true, null, {"b": "c\\u00e9\\n"}], "d": false}'
 @pytest.mark.parametrize("document", DOCUMENTS)
 def test_json_prefix_accepts_json_and_every_prefix_closes_into_json(document: str) -> None:
     data = document.encode()
-    checker = JsonPrefix()
+    checker = Matcher()
     for index, byte in enumerate(data):
         assert checker.feed(byte), document[: index + 1]
         closed = document[: index + 1].encode() + checker.closing()
@@ -198,10 +248,129 @@ def test_json_prefix_accepts_json_and_every_prefix_closes_into_json(document: st
 def test_json_prefix_refuses_invalid_json(text: str) -> None:
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)  # the oracle agrees it is not JSON
-    assert not JsonPrefix().feed_all(text.encode())
+    assert not Matcher().feed_all(text.encode())
 
 
 @pytest.mark.parametrize("text", ["[1]", '"s"', "3", " {}"])
 def test_json_prefix_wants_the_answer_to_start_with_an_object(text: str) -> None:
     json.loads(text)  # valid JSON, but json_object asks for an object, written from the first byte
-    assert not JsonPrefix().feed_all(text.encode())
+    assert not Matcher().feed_all(text.encode())
+
+
+# ----------------------------------------------------------------------------------------------- schemas, the trie
+
+SCHEMAS = [
+    PERSON,
+    {"type": "object"},
+    {
+        "type": "object",
+        "properties": {
+            "n": {"type": "number"},
+            "k": {"enum": [1, 12, "x", None, True]},
+            "list": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}},
+                                                   "required": ["a"]}, "maxItems": 2},
+            "c": {"const": {"deep": [1, "two"]}},
+            "free": {"type": "object", "additionalProperties": True},
+            "none": {"type": "null"},
+        },
+        "required": ["k", "list", "c"],
+    },
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("index", range(len(SCHEMAS)))
+def test_random_walks_through_a_schema_always_close_into_valid_documents(index: int) -> None:
+    """From every state on 100 random byte walks (each step a byte the automaton accepts, drawn from a mix of JSON
+    syntax, letters and parts of UTF-8 characters), the bytes so far plus `closing()` are a document that
+    json.loads parses and jsonschema validates, and a walk that ends is itself valid."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from tg.llm.serve.json_constraint import compile_schema
+
+    schema = SCHEMAS[index]
+    node = compile_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)  # built once: jsonschema.validate checks the schema each call
+    rng = random.Random(index)
+    alphabet = list(b'{}[],:"\\ \n0123456789-+.eEtruefalsnabckdxyzpiotwgh') + [
+        0xC3,
+        0xA9,
+        0xE2,
+        0x82,
+        0xAC,
+        0xED,
+        0xF0,
+        0x9F,
+        0x01,
+    ]
+    for _ in range(100):
+        matcher, written = Matcher(node), b""
+        for _ in range(rng.randrange(1, 80)):
+            choices = [byte for byte in alphabet if matcher.copy().feed(byte)]
+            if not choices:
+                break
+            byte = rng.choice(choices)
+            assert matcher.feed(byte)
+            written += bytes([byte])
+            closed = written + matcher.closing()
+            validator.validate(json.loads(closed))
+            assert Matcher(node).feed_all(closed) and closing_is_complete(node, closed)
+        if matcher.done:
+            validator.validate(json.loads(written))
+
+
+def closing_is_complete(node, data: bytes) -> bool:  # type: ignore[no-untyped-def]
+    matcher = Matcher(node)
+    return matcher.feed_all(data) and matcher.done
+
+
+@pytest.mark.parametrize(
+    ("schema", "document"),
+    [
+        (PERSON, '{"name": "a", "age": 1.5, "pets": ["cat"]}'),
+        (PERSON, '{"name": "a", "age": 1, "pets": []}'),
+        (PERSON, '{"name": "a", "age": 1, "pets": ["cow"]}'),
+        (PERSON, '{"name": "a", "age": 1, "pets": ["cat"], "x": 1}'),
+        (PERSON, '{"name": "a", "pets": ["cat"]}'),
+        (PERSON, '{"name": "a", "name": "b", "age": 1, "pets": ["cat"]}'),
+        ({"type": "object", "properties": {"k": {"enum": [1, 12]}}}, '{"k": 123}'),
+    ],
+)
+def test_documents_that_break_the_schema_are_refused(schema: dict, document: str) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from tg.llm.serve.json_constraint import compile_schema
+
+    duplicate = document.count('"name"') > 1
+    if not duplicate:  # the oracle agrees (json.loads keeps the last of duplicate keys, so it cannot judge those)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(json.loads(document), schema)
+    assert not closing_is_complete(compile_schema(schema), document.encode())
+
+
+def test_the_trie_allows_exactly_the_tokens_a_loop_over_the_vocabulary_would() -> None:
+    """TokenTrie.allowed against the plain oracle (every token's bytes fed to the automaton), at every state along
+    two documents, on a vocabulary rich in quotes, escapes, digits and whitespace."""
+    from tg.llm.serve.json_constraint import TokenTrie, advance, compile_schema
+
+    words = [b'"', b'",', b'":', b'"}', b'\\', b'\\n', b'\\"', b" ", b"  ", b"\n", b"\t", b"{", b'{"', b"}", b"[", b"]",
+             b"],", b",", b", ", b":", b": ", b'": "', b"1", b"12", b"0", b"-", b".5", b"e", b"E+", b"true", b"tr",
+             b"ue", b"null", b"false", b"name", b"age", b"pets", b"cat", b"dog", b"ca", b" the", b"\xc3\xa9", b"a\x01",
+             b"\xc3", b"\xa9", b"\xe2\x82", b"\xac ", b"\xed\xa0\x80",
+             b"", b"ok", b'"name', b'"age":', b'"pets": ["', b"x y"]  # fmt: skip
+    trie = TokenTrie(words, excluded={len(words) - 1})
+    for node, document in ((compile_schema(PERSON), '{"name": "a\\n\\"b\u20ac", "age": -12, "pets": ["cat", "dog"]}'),
+                           (Matcher().node, '{"x": [1.5e+3, true, {"y": null}], "z": "t"}')):  # fmt: skip
+        matcher = Matcher(node)
+        for byte in document.encode():
+            plain, walked = trie.allowed(matcher.state)
+            found = {token for token, _ in walked} | set(np.flatnonzero(plain).tolist())
+            oracle = set()
+            for token, data in enumerate(words[:-1]):
+                trial = matcher.copy()
+                if data and trial.feed_all(data):
+                    oracle.add(token)
+            assert found == oracle, (matcher.state, sorted(found ^ oracle))
+            for token, state in walked:
+                trial = matcher.copy()
+                trial.feed_all(words[token])
+                assert trial.state == state
+            assert advance(matcher.state, byte) is not None
+            matcher.feed(byte)

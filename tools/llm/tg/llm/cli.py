@@ -282,6 +282,12 @@ def serve_command(
     allowed_host: list[str] = typer.Option(
         [], "--allowed-host", help="Also answer requests whose Host header is NAME (repeatable; '*': any)."
     ),
+    warmup: bool = typer.Option(
+        True, "--warmup/--no-warmup", help="Capture the steps requests need before /health says ok."
+    ),
+    warmup_context: int = typer.Option(
+        512, "--warmup-context", help="Warm up the KV windows of this many positions (0: the whole context)."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, ...) and a chat page at /."""
@@ -296,6 +302,8 @@ def serve_command(
         max_body_bytes,
         tuple(cors_origin),
         allowed_hosts=tuple(allowed_host),
+        warmup=warmup,
+        warmup_context=warmup_context or None,
     )
     start_server(model, max_context, options, debug)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import html
 import secrets
 import time
@@ -9,6 +10,7 @@ from collections.abc import AsyncIterator
 from importlib.resources import files
 from typing import Any
 
+import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -17,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from tg.llm.serve.engine import Finish, Piece
+from tg.llm.serve.engine import Embedding, Finish, Piece, PromptLogprobs
 from tg.llm.serve.errors import APIError
 from tg.llm.serve.intake import (
     HostGuard,
@@ -26,12 +28,20 @@ from tg.llm.serve.intake import (
     check_budget,
     check_model,
     completion_tokens,
+    context_exceeded,
     off_loop,
     read_json,
     render_chat,
 )
 from tg.llm.serve.jobs import DONE, JobGroup, collect, sse, sse_response, usage
-from tg.llm.serve.params import ChatRequest, CompletionRequest, GenerationParams, parse_chat, parse_completion
+from tg.llm.serve.params import (
+    ChatRequest,
+    CompletionRequest,
+    GenerationParams,
+    parse_chat,
+    parse_completion,
+    parse_embeddings,
+)
 from tg.llm.serve.router import StreamRouter
 
 __all__ = ["ServerState", "create_app"]
@@ -67,7 +77,8 @@ async def chat_completions(request: Request) -> Response:
     head = response_head(state, "chatcmpl")
     if chat.params.stream:
         return sse_response(chat_chunks(group, head, chat.params, chat.parse_tools))
-    pieces, finishes = await collect(request, group)
+    found = await collect(request, group)
+    pieces, finishes = found.pieces, found.done()
     choices = [chat_choice(index, pieces[index], finish, chat) for index, finish in enumerate(finishes)]
     return JSONResponse(
         {**head, "object": "chat.completion", "choices": choices, "usage": usage(finishes, chat.params.choices)}
@@ -152,7 +163,8 @@ def delta_fields(delta: Any) -> dict[str, str]:
 
 
 def legacy_logprobs(entries: list[dict[str, Any]], offset: int) -> dict[str, Any]:
-    """The completions endpoint's logprobs shape: parallel lists, and top alternatives as {token: logprob}."""
+    """The completions endpoint's logprobs shape: parallel lists, and top alternatives as {token: logprob} (None
+    for the first token of an echoed prompt, which nothing precedes)."""
     offsets, position = [], offset
     for entry in entries:
         offsets.append(position)
@@ -160,7 +172,10 @@ def legacy_logprobs(entries: list[dict[str, Any]], offset: int) -> dict[str, Any
     return {
         "tokens": [entry["token"] for entry in entries],
         "token_logprobs": [entry["logprob"] for entry in entries],
-        "top_logprobs": [{top["token"]: top["logprob"] for top in entry["top_logprobs"]} for entry in entries],
+        "top_logprobs": [
+            None if entry["top_logprobs"] is None else {top["token"]: top["logprob"] for top in entry["top_logprobs"]}
+            for entry in entries
+        ],
         "text_offset": offsets,
     }
 
@@ -179,24 +194,42 @@ async def completions(request: Request) -> Response:
     echoes = [
         echo_text(completion, raw, tokens, state) for raw, tokens in zip(completion.prompts, prompts, strict=True)
     ]
+    # the prompt's logprobs: all its tokens but a BOS the server put in front of a text prompt (the echo has none)
+    skips = [
+        int(isinstance(raw, str) and added_bos(state, tokens))
+        for raw, tokens in zip(completion.prompts, prompts, strict=True)
+    ]
     n = params.choices
-    group = JobGroup(state, [(prompt, params.for_choice(index)) for prompt in prompts for index in range(n)])
+    echo_logprobs = completion.echo and params.logprobs
+    runs = [(prompt, params.for_choice(index)) for prompt in prompts for index in range(n)]
+    group = JobGroup(state, runs, echo_logprobs=echo_logprobs)
     echoes = [echo for echo in echoes for _ in range(n)]
+    skips = [skip for skip in skips for _ in range(n)]
     head = {**response_head(state, "cmpl"), "object": "text_completion"}
     if params.stream:
-        return sse_response(completion_chunks(group, head, params, echoes))
-    pieces, finishes = await collect(request, group)
+        return sse_response(completion_chunks(group, head, params, echoes, skips if echo_logprobs else None))
+    found = await collect(request, group)
     choices = []
-    for index, finish in enumerate(finishes):
-        entries = [entry for piece in pieces[index] for entry in piece.logprobs]
+    for index, finish in enumerate(found.done()):
+        entries = [entry for piece in found.pieces[index] for entry in piece.logprobs]
+        offset = len(echoes[index])
+        if echo_logprobs:
+            (prompt_logprobs,) = found.others[index]
+            assert isinstance(prompt_logprobs, PromptLogprobs)
+            entries, offset = prompt_logprobs.entries[skips[index] :] + entries, 0
         choice = {
             "index": index,
-            "text": echoes[index] + "".join(piece.text for piece in pieces[index]),
-            "logprobs": legacy_logprobs(entries, len(echoes[index])) if params.logprobs else None,
+            "text": echoes[index] + "".join(piece.text for piece in found.pieces[index]),
+            "logprobs": legacy_logprobs(entries, offset) if params.logprobs else None,
             "finish_reason": finish.reason,
         }
         choices.append(choice)
-    return JSONResponse({**head, "choices": choices, "usage": usage(finishes, n)})
+    return JSONResponse({**head, "choices": choices, "usage": usage(found.done(), n)})
+
+
+def added_bos(state: ServerState, tokens: list[int]) -> bool:
+    tokenizer = state.tokenizer
+    return bool(tokenizer.add_bos and tokenizer.bos_id is not None and tokens and tokens[0] == tokenizer.bos_id)
 
 
 def echo_text(completion: CompletionRequest, raw: str | list[int], tokens: list[int], state: ServerState) -> str:
@@ -206,34 +239,76 @@ def echo_text(completion: CompletionRequest, raw: str | list[int], tokens: list[
 
 
 async def completion_chunks(
-    group: JobGroup, head: dict[str, Any], params: GenerationParams, echoes: list[str]
+    group: JobGroup, head: dict[str, Any], params: GenerationParams, echoes: list[str], skips: list[int] | None
 ) -> AsyncIterator[str]:
+    """`skips`: with echo and logprobs, how many of each prompt's first tokens its echo leaves out (the echo chunk
+    then waits for the prompt's logprobs); None otherwise."""
     extra = {"usage": None} if params.include_usage else {}
-    offsets = [len(echo) for echo in echoes]
+    offsets = [0 for _ in echoes]
 
     def chunk(index: int, text: str, reason: str | None = None, entries: list | None = None) -> str:
         logprobs = legacy_logprobs(entries or [], offsets[index]) if params.logprobs else None
         choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
         return sse({**head, "choices": [choice], **extra})
 
-    for index, echo in enumerate(echoes):
-        if echo:
-            yield chunk(index, echo)
+    if skips is None:
+        for index, echo in enumerate(echoes):
+            if echo:
+                yield chunk(index, echo)
+                offsets[index] += len(echo)
     finishes: list[Finish | None] = [None for _ in echoes]
     try:
         async for index, event in group.events():
-            if isinstance(event, Piece):
+            if isinstance(event, PromptLogprobs):
+                assert skips is not None
+                yield chunk(index, echoes[index], entries=event.entries[skips[index] :])
+                offsets[index] += len(echoes[index])
+            elif isinstance(event, Piece):
                 yield chunk(index, event.text, entries=event.logprobs)
                 offsets[index] += len(event.text)
-                continue
-            yield chunk(index, "", event.reason)
-            finishes[index] = event
+            elif isinstance(event, Finish):
+                yield chunk(index, "", event.reason)
+                finishes[index] = event
         if params.include_usage:
             done = [finish for finish in finishes if finish is not None]
             yield sse({**head, "choices": [], "usage": usage(done, params.choices)})
     except APIError as error:
         yield sse(error.body())
     yield DONE
+
+
+# ----------------------------------------------------------------------------------------------- embeddings
+
+
+async def embeddings(request: Request) -> Response:
+    """POST /v1/embeddings: per input the mean of the model's final (normalized) hidden states over its tokens."""
+    state: ServerState = request.app.state.server
+    check_api_key(request, state)
+    body = await read_json(request, state)
+    asked = parse_embeddings(body, state.model_dim)
+    check_model(asked.model, state)
+    prompts = [await off_loop(completion_tokens, state, text, "input") for text in asked.inputs]
+    for prompt in prompts:
+        if len(prompt) > state.max_context:
+            raise context_exceeded(state, "input", len(prompt))
+    group = JobGroup(state, [(prompt, GenerationParams()) for prompt in prompts], embed=True)
+    found = await collect(request, group)
+    data = []
+    for index, events in enumerate(found.others):
+        (embedding,) = events
+        assert isinstance(embedding, Embedding)
+        vector = embedding.vector.astype(np.float32)
+        encoded: Any = base64.b64encode(vector.tobytes()).decode() if asked.base64 else vector.tolist()
+        data.append({"object": "embedding", "index": index, "embedding": encoded})
+    tokens = sum(len(prompt) for prompt in prompts)
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "model": state.model_id,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
 
 
 # ----------------------------------------------------------------------------------------------- the rest
@@ -264,8 +339,16 @@ async def model(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
+    """200 `ok` once the warm-up is done; until then 503 `loading` with its progress (`error` if it failed)."""
     state: ServerState = request.app.state.server
-    return JSONResponse({"status": "ok", "model": state.model_id, **state.engine.stats()})
+    engine = state.engine
+    if engine.ready.is_set():
+        return JSONResponse({"status": "ok", "model": state.model_id, **engine.stats()})
+    status = "error" if engine.warmup_error is not None else "loading"
+    body: dict[str, Any] = {"status": status, "model": state.model_id, "progress": dict(engine.warm)}
+    if engine.warmup_error is not None:
+        body["error"] = engine.warmup_error
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
 
 
 async def tokenize(request: Request) -> Response:
@@ -338,6 +421,7 @@ def create_app(
         Route("/v1/models/{model_id:path}", model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
     ]

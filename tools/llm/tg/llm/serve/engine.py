@@ -1,9 +1,13 @@
 """The scheduler: one thread owns the model and runs every request's generation, step by step.
 
-Requests wait in a bounded queue; up to `max_concurrency` of them are active at once, each in its own KV-cache slot.
-Each step the scheduler prefills newly admitted requests, then samples one token for every active request and
-feeds all of those tokens to the model in one batched forward. Results go back to the asyncio side through each
-job's `emit` callback; a cancelled job (its client went away) is dropped at the next step and frees its slot.
+Before it takes requests it warms up: it captures the steps requests will replay (see ModelRunner.warm_up), while
+`/health` reports the progress and requests are refused with a 503. Requests wait in a bounded queue; up to
+`max_concurrency` of them are active at once, each in its own KV-cache slot. Each step the scheduler feeds one
+chunk (at most `prefill_chunk` tokens) of one admitted prompt (round robin among the prompts being prefilled),
+then samples one token for every request past its prefill and feeds all of those tokens to the model in one
+batched forward: a long prompt holds the running streams for one chunk at a time, never for its whole prefill.
+Results go back to the asyncio side through each job's `emit` callback; a cancelled job (its client went away) is
+dropped at the next step and frees its slot.
 """
 
 from __future__ import annotations
@@ -21,13 +25,13 @@ import numpy as np
 from tg.llm.generate import cut_at_stop
 from tg.llm.sampling import Sampler
 from tg.llm.serve.errors import APIError
-from tg.llm.serve.json_constraint import JsonPrefix
+from tg.llm.serve.json_constraint import ANY_OBJECT, Matcher, TokenTrie, closing
 from tg.llm.serve.params import GenerationParams
-from tg.llm.serve.runner import ModelRunner, Slot
+from tg.llm.serve.runner import ALL, POOLED, ModelRunner, Slot
 from tg.llm.tokenizer import Tokenizer, byte_to_unicode
 
 log = logging.getLogger("tg.llm.serve")
-JSON_CANDIDATES = 64  # sampled JSON tokens are drawn from at most this many allowed candidates
+PREFILL_CHUNK = 32  # prompt tokens fed between two decode steps of the running streams
 
 
 @dataclass
@@ -51,7 +55,23 @@ class Failure:
     error: APIError
 
 
-Event = Piece | Finish | Failure
+@dataclass
+class PromptLogprobs:
+    """The log-probability of every prompt token after the ones before it (the first's logprob and top_logprobs
+    are None: nothing precedes it), sent before any Piece of a job with `echo_logprobs`."""
+
+    entries: list[dict[str, Any]]
+
+
+@dataclass
+class Embedding:
+    """The mean of the final hidden states over the prompt's tokens."""
+
+    vector: np.ndarray
+    prompt_tokens: int
+
+
+Event = Piece | Finish | Failure | PromptLogprobs | Embedding
 
 
 @dataclass
@@ -60,16 +80,21 @@ class Job:
     params: GenerationParams
     emit: Callable[[Event], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
+    embed: bool = False  # an embedding: prefill only, then one Embedding event
+    echo_logprobs: bool = False  # a PromptLogprobs event first (the prompt is prefilled from its first token)
     # set by the scheduler
     slot: Slot | None = None
     sampler: Sampler | None = None
     text: TextStream | None = None
-    json: JsonPrefix | None = None
+    json: Matcher | None = None
     logits: np.ndarray | None = None
     generated: int = 0
     pending: int | None = None  # sampled right after prefill, fed at the next step
     cached_tokens: int = 0
     json_cut: bool = False  # the token budget kept JSON mode from a token the model preferred: finish "length"
+    prefilled: bool = False
+    pooled: np.ndarray | None = None  # an embedding's sum of hidden states so far
+    prompt_entries: list[dict[str, Any]] = field(default_factory=list)  # echo_logprobs, so far
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -112,12 +137,21 @@ class QueueFull(APIError):
 
 class Engine:
     def __init__(
-        self, runner: ModelRunner, tokenizer: Tokenizer, max_queue: int = 16, idle_timeout: float = 0.5
+        self,
+        runner: ModelRunner,
+        tokenizer: Tokenizer,
+        max_queue: int = 16,
+        idle_timeout: float = 0.5,
+        warmup: bool = False,
+        warmup_context: int | None = None,
+        prefill_chunk: int = PREFILL_CHUNK,
     ) -> None:
         self.runner, self.tokenizer = runner, tokenizer
         self.max_concurrency, self.max_queue = len(runner.slots), max_queue
+        self.prefill_chunk = prefill_chunk
         self.waiting: collections.deque[Job] = collections.deque()
         self.active: list[Job] = []
+        self.prefilling: collections.deque[Job] = collections.deque()  # admitted, prompt not all fed (round robin)
         self.free_slots = list(runner.slots)
         self.condition = threading.Condition()
         self.running = True
@@ -125,22 +159,44 @@ class Engine:
         self.vocab = len(tokenizer.tokens)
         byte_map = byte_to_unicode()
         self.byte_tokens = {byte: tokenizer.ids.get(byte_map[byte], 0) for byte in range(256)}  # for json closing
+        self._trie: TokenTrie | None = None  # built at the first JSON-constrained request
         self.steps = 0  # decode steps run, and the largest batch seen: for /health and tests
         self.largest_batch = 0
+        self.prefill_chunks = 0
+        self.warmup, self.warmup_context = warmup, warmup_context
+        self.warm = {"done": 0, "total": 0}  # the warm-up's progress, in captures
+        self.ready = threading.Event()
+        self.warmup_error: str | None = None
+        if not warmup:
+            self.ready.set()
         self.thread = threading.Thread(target=self._loop, name="tg-llm-scheduler", daemon=True)
         self.thread.start()
 
     # ------------------------------------------------------------------------------------------ asyncio side
 
     def submit(self, job: Job) -> None:
-        """Queue a job, or raise QueueFull (429) when max_queue jobs already wait for a slot."""
+        """Queue a job, or raise QueueFull (429) when max_queue jobs already wait for a slot, or a 503 while the
+        server warms up or shuts down."""
         with self.condition:
             if not self.running:
                 raise APIError(503, "the server is shutting down", "unavailable", headers={"Retry-After": "5"})
+            if not self.ready.is_set():
+                raise self.loading_error()
             if len(self.active) + len(self.waiting) >= self.max_concurrency + self.max_queue:
                 raise QueueFull(self.max_queue)
             self.waiting.append(job)
             self.condition.notify()
+
+    def loading_error(self) -> APIError:
+        if self.warmup_error is not None:
+            return APIError(503, f"the model failed to warm up: {self.warmup_error}", "unavailable")
+        done, total = self.warm["done"], self.warm["total"]
+        return APIError(
+            503,
+            f"the model is warming up ({done} of {total} steps captured); retry when /health says ok",
+            "model_loading",
+            headers={"Retry-After": "5"},
+        )
 
     def stats(self) -> dict[str, int]:
         with self.condition:
@@ -149,6 +205,7 @@ class Engine:
                 "slots_idle": self.max_concurrency - len(self.active),
                 "queued": len(self.waiting),
                 "decode_steps": self.steps,
+                "prefill_chunks": self.prefill_chunks,
                 "largest_batch": self.largest_batch,
             }
 
@@ -165,7 +222,28 @@ class Engine:
 
     # ------------------------------------------------------------------------------------------ the thread
 
+    def _warm_up(self) -> None:
+        def report(done: int, total: int) -> None:
+            self.warm = {"done": done, "total": total}
+            if not self.running:
+                raise InterruptedError("shutting down")
+
+        try:
+            self.trie  # noqa: B018  (built now, not at the first JSON-constrained request, in the middle of serving)
+            self.runner.warm_up(report, self.warmup_context)
+        except InterruptedError:
+            return
+        except Exception as error:  # noqa: BLE001  (reported by /health and every request, not a dead thread)
+            log.exception("warm-up failed")
+            self.warmup_error = f"{type(error).__name__}: {error}"
+            return
+        self.ready.set()
+
     def _loop(self) -> None:
+        if self.warmup:
+            self._warm_up()
+            if not self.ready.is_set():
+                return
         while True:
             with self.condition:
                 while self.running and not self.waiting and not self.active:
@@ -176,6 +254,7 @@ class Engine:
             try:
                 for job in admitted:
                     self._start(job)
+                self._prefill_chunk()
                 self._step()
             except Exception as error:  # noqa: BLE001  (a bug here must fail these requests, not hang the server)
                 log.exception("scheduler step failed")
@@ -201,22 +280,73 @@ class Engine:
         assert job.slot is not None
         job.sampler = Sampler(job.params.sampling)
         job.text = TextStream(self.tokenizer, job.params.stops)
-        job.json = JsonPrefix() if job.params.json_object else None
+        node = job.params.json_schema or (ANY_OBJECT if job.params.json_object else None)
+        job.json = Matcher(node) if node is not None else None
+        if job.embed or job.echo_logprobs:  # every prompt token's output is needed: none comes from the cache
+            job.slot.cached = []
         job.cached_tokens = self.runner.reusable_prefix(job.slot, job.prompt)
-        try:
-            job.logits = self.runner.prefill(job.slot, job.prompt)
-        except Exception as error:  # noqa: BLE001  (any model failure is this request's 500, not the server's)
-            log.exception("prefill failed")
-            self._end(job, Failure(APIError(500, f"generation failed: {error}", "generation_failed")))
+        self.prefilling.append(job)
+
+    def _prefill_chunk(self) -> None:
+        """Feed the next chunk of the prompt first in line, which then goes to the back of the line (or, all fed,
+        on to decoding: its first token is sampled now, not after the other prompts' chunks)."""
+        while self.prefilling:
+            job = self.prefilling.popleft()
+            if job.cancelled.is_set():
+                self._end(job, None)
+                continue
+            assert job.slot is not None
+            try:
+                done = self._feed_prompt(job)
+            except Exception as error:  # noqa: BLE001  (any model failure is this request's 500, not the server's)
+                log.exception("prefill failed")
+                self._end(job, Failure(APIError(500, f"generation failed: {error}", "generation_failed")))
+                return
+            self.prefill_chunks += 1
+            if not done:
+                self.prefilling.append(job)
+            elif job.embed:
+                assert job.pooled is not None
+                self._end(job, Embedding(job.pooled / len(job.prompt), len(job.prompt)))
+            else:
+                job.prefilled = True
+                if job.echo_logprobs:
+                    job.emit(PromptLogprobs(job.prompt_entries))
+                job.pending = self._sample(job)
             return
-        job.pending = self._sample(job)  # the first token goes out now, not after the other new jobs' prefills
+
+    def _feed_prompt(self, job: Job) -> bool:
+        """One chunk of the job's prompt into its slot; True once the whole prompt is in."""
+        assert job.slot is not None
+        if job.embed:
+            pooled = self.runner.prefill_step(job.slot, job.prompt, self.prefill_chunk, POOLED)
+            job.pooled = pooled if job.pooled is None else job.pooled + pooled
+            return len(job.slot.cached) == len(job.prompt)
+        if job.echo_logprobs:
+            first = len(job.slot.cached)
+            rows = self.runner.prefill_step(job.slot, job.prompt, self.prefill_chunk, ALL)
+            assert rows is not None
+            if first == 0:  # nothing precedes the first token: no logprob (OpenAI's null)
+                job.prompt_entries.append({**self._token_entry(job.prompt[0], None), "top_logprobs": None})
+            following = job.prompt[first + 1 : first + 1 + len(rows)]  # the last row's token is not in the prompt
+            job.prompt_entries += [
+                self._logprob_entry(job, row, token) for row, token in zip(rows, following, strict=False)
+            ]
+            if len(job.slot.cached) < len(job.prompt):
+                return False
+            job.logits = rows[-1]
+            return True
+        job.logits = self.runner.prefill_step(job.slot, job.prompt, self.prefill_chunk)
+        return job.logits is not None
 
     def _step(self) -> None:
-        """Sample one token for every active job, then feed the survivors' tokens in one forward."""
+        """Sample one token for every job past its prefill, then feed the survivors' tokens in one forward."""
         steps: list[tuple[Job, int]] = []
         for job in list(self.active):
             if job.cancelled.is_set():
                 self._end(job, None)
+                continue
+            if not job.prefilled:
                 continue
             if job.pending is not None:
                 token, job.pending = job.pending, None
@@ -253,7 +383,7 @@ class Engine:
         if self.tokenizer.is_end(token):
             self._finish(job, "stop", [])
             return None
-        entries = [self._logprob_entry(job, logits, token)] if job.params.logprobs else []
+        entries = [self._logprob_entry(job, job.logits, token)] if job.params.logprobs else []
         text, stopped = job.text.add(token)
         if job.json is not None:
             job.json.feed_all(self.tokenizer.token_bytes(token))
@@ -276,6 +406,8 @@ class Engine:
         self._end(job, Finish(reason, len(job.prompt), completion, job.cached_tokens))
 
     def _end(self, job: Job, event: Event | None) -> None:
+        if job in self.prefilling:
+            self.prefilling.remove(job)
         with self.condition:
             if job in self.active:
                 self.active.remove(job)
@@ -292,13 +424,21 @@ class Engine:
         room = self.runner.max_context - 1 - len(job.slot.cached)
         return room if job.params.max_tokens is None else min(room, job.params.max_tokens - job.generated)
 
+    @property
+    def trie(self) -> TokenTrie:
+        if self._trie is None:
+            tokens = [self.tokenizer.token_bytes(token) for token in range(self.vocab)]
+            self._trie = TokenTrie(tokens, set(self.tokenizer.special_ids))
+        return self._trie
+
     def _json_mask(self, job: Job, logits: np.ndarray) -> tuple[np.ndarray, float]:
-        """(-inf for every token that cannot continue the JSON object within the token budget, the highest logit
+        """(-inf for every token that cannot continue the JSON document within the token budget, the highest logit
         of a token refused only for want of budget: -inf when none was).
 
-        A token is allowed when its bytes extend the object and the bytes still needed to close it afterwards fit
-        in the tokens left (as single-byte tokens, which byte-level vocabularies always have); so an answer cut by
-        max_tokens still parses. The end token is allowed only once the object is closed.
+        The allowed tokens come from the vocabulary trie (see json_constraint.TokenTrie), not a loop over the
+        vocabulary. A token is kept when the bytes still needed to close the document after it fit in the tokens
+        left (as single-byte tokens, which byte-level vocabularies always have); so an answer cut by max_tokens
+        still parses. The end token is allowed only once the document is complete.
         """
         assert job.json is not None
         masked, best_refused = np.full_like(logits, -np.inf), -np.inf
@@ -307,30 +447,27 @@ class Engine:
             masked[end] = 0.0
             return masked, best_refused
         left_after = self._budget(job) - 1
-        wanted = 1 if job.params.sampling.temperature <= 0 else JSON_CANDIDATES
-        found = 0
-        for token in np.argsort(-logits, kind="stable"):
-            token = int(token)
-            if token in self.tokenizer.special_ids or not np.isfinite(logits[token]):
+        plain, walked = self.trie.allowed(job.json.state)
+        allowed = plain & np.isfinite(logits)
+        if allowed.any() and len(job.json.closing()) > left_after:  # plain tokens keep the closing as it is
+            best_refused = float(logits[allowed].max())
+            allowed[:] = False
+        for token, state in walked:
+            if not np.isfinite(logits[token]):
                 continue
-            data, trial = self.tokenizer.token_bytes(token), job.json.copy()
-            if not data or not trial.feed_all(data):
-                continue
-            if len(trial.closing()) > left_after:
+            if len(closing(state)) > left_after:
                 best_refused = max(best_refused, float(logits[token]))
-                continue
-            masked[token] = logits[token]
-            found += 1
-            if found >= wanted:
-                break
-        if not found:  # no room for anything else: the next byte of the shortest closing (a cut, whatever it is)
+            else:
+                allowed[token] = True
+        if not allowed.any():  # no room for anything else: the next byte of the shortest closing (a cut, whatever)
             masked[self.byte_tokens[job.json.closing()[0]]] = 0.0
-            best_refused = np.inf
+            return masked, np.inf
+        masked[allowed] = logits[allowed]
         return masked, best_refused
 
     def _logprob_entry(self, job: Job, logits: np.ndarray, token: int) -> dict[str, Any]:
-        """OpenAI's per-token logprobs entry, from the model's distribution (before sampling settings)."""
-        raw = job.logits[: self.vocab].astype(np.float64)  # type: ignore[index]
+        """OpenAI's per-token logprobs entry, from the model's distribution `logits` (before sampling settings)."""
+        raw = logits[: self.vocab].astype(np.float64)
         logprobs = raw - raw.max()
         logprobs -= np.log(np.exp(logprobs).sum())
         entry = self._token_entry(token, float(logprobs[token]))
@@ -338,7 +475,7 @@ class Engine:
         entry["top_logprobs"] = [self._token_entry(int(t), float(logprobs[t])) for t in top]
         return entry
 
-    def _token_entry(self, token: int, logprob: float) -> dict[str, Any]:
+    def _token_entry(self, token: int, logprob: float | None) -> dict[str, Any]:
         data = self.tokenizer.token_bytes(token)
         return {"token": data.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(data)}
 

@@ -45,6 +45,7 @@ class ServerState:
     max_body_bytes: int = 1 << 20
     aliases: set[str] = field(default_factory=set)  # other names the model answers to (the CLI's --model)
     created: int = field(default_factory=lambda: int(time.time()))
+    model_dim: int | None = None  # the width of an embedding (None: not known, `dimensions` is not checked)
 
 
 # ----------------------------------------------------------------------------------------------- Host guard
@@ -265,7 +266,9 @@ def protect(value: Any, pattern: regex.Pattern | None, marker: str) -> Any:
     return value
 
 
-def completion_tokens(state: ServerState, prompt: str | list[int]) -> list[int]:
+def completion_tokens(state: ServerState, prompt: str | list[int], param: str = "prompt") -> list[int]:
+    """A completion prompt's (or an embedding input's, `param` "input") tokens: a token list as given, text with the
+    model's BOS in front."""
     tokenizer = state.tokenizer
     if isinstance(prompt, list):
         bad = [token for token in prompt if not 0 <= token < len(tokenizer.tokens)]
@@ -274,11 +277,11 @@ def completion_tokens(state: ServerState, prompt: str | list[int]) -> list[int]:
                 400,
                 f"token id {bad[0]} is outside the vocabulary of {len(tokenizer.tokens)}",
                 "invalid_value",
-                "prompt",
+                param,
             )
         return prompt
     bos = [tokenizer.bos_id] if tokenizer.add_bos and tokenizer.bos_id is not None else []
-    tokens = bos + encode_prompt(state, prompt, "prompt", allow_special=False)
+    tokens = bos + encode_prompt(state, prompt, param, allow_special=False)
     if not tokens:
-        raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
+        raise APIError(400, f"the {param} is empty", "invalid_value", param)
     return tokens

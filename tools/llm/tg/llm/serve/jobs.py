@@ -8,12 +8,13 @@ import contextlib
 import functools
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from tg.llm.serve.engine import Event, Failure, Finish, Job, Piece
+from tg.llm.serve.engine import Embedding, Event, Failure, Finish, Job, Piece, PromptLogprobs
 from tg.llm.serve.errors import APIError
 from tg.llm.serve.intake import ServerState
 from tg.llm.serve.params import GenerationParams
@@ -26,13 +27,20 @@ class JobGroup:
     """The jobs of one request; their events come through one queue the scheduler thread fills, each tagged with
     its choice index (the job's place in `runs`)."""
 
-    def __init__(self, state: ServerState, runs: list[tuple[list[int], GenerationParams]]) -> None:
+    def __init__(
+        self,
+        state: ServerState,
+        runs: list[tuple[list[int], GenerationParams]],
+        embed: bool = False,
+        echo_logprobs: bool = False,
+    ) -> None:
         loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
         self.jobs: list[Job] = []
         try:
             for index, (prompt, params) in enumerate(runs):
-                job = Job(prompt, params, functools.partial(self._emit, loop, index))
+                emit = functools.partial(self._emit, loop, index)
+                job = Job(prompt, params, emit, embed=embed, echo_logprobs=echo_logprobs)
                 state.engine.submit(job)
                 self.jobs.append(job)
         except APIError:  # the queue is full: none of this request's jobs runs
@@ -46,7 +54,8 @@ class JobGroup:
         for job in self.jobs:
             job.cancel()  # a no-op after its Finish; frees the slot when the client went away
 
-    async def events(self) -> AsyncIterator[tuple[int, Piece | Finish]]:
+    async def events(self) -> AsyncIterator[tuple[int, Piece | Finish | PromptLogprobs | Embedding]]:
+        """Every job's events until each has finished (a Finish, or its Embedding); a Failure raises its error."""
         running = len(self.jobs)
         try:
             while running:
@@ -54,7 +63,7 @@ class JobGroup:
                 if isinstance(event, Failure):
                     raise event.error
                 yield index, event
-                running -= isinstance(event, Finish)
+                running -= isinstance(event, Finish | Embedding)
         finally:
             self.cancel()
 
@@ -64,17 +73,31 @@ async def until_disconnected(request: Request) -> None:
         pass
 
 
-async def collect(request: Request, group: JobGroup) -> tuple[list[list[Piece]], list[Finish]]:
-    """Every choice's pieces and finish; the jobs are cancelled if the client disconnects first."""
-    pieces: list[list[Piece]] = [[] for _ in group.jobs]
-    finishes: list[Finish | None] = [None for _ in group.jobs]
+@dataclass
+class Collected:
+    """What a request's jobs sent: per choice its pieces, its finish (None for an embedding) and its other events
+    (the prompt's logprobs, an embedding)."""
+
+    pieces: list[list[Piece]]
+    finishes: list[Finish | None]
+    others: list[list[PromptLogprobs | Embedding]]
+
+    def done(self) -> list[Finish]:
+        return [finish for finish in self.finishes if finish is not None]
+
+
+async def collect(request: Request, group: JobGroup) -> Collected:
+    """Every choice's events; the jobs are cancelled if the client disconnects first."""
+    found = Collected([[] for _ in group.jobs], [None for _ in group.jobs], [[] for _ in group.jobs])
 
     async def gather() -> None:
         async for index, event in group.events():
             if isinstance(event, Finish):
-                finishes[index] = event
+                found.finishes[index] = event
+            elif isinstance(event, Piece):
+                found.pieces[index].append(event)
             else:
-                pieces[index].append(event)
+                found.others[index].append(event)
 
     work, watch = asyncio.create_task(gather()), asyncio.create_task(until_disconnected(request))
     done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -84,7 +107,7 @@ async def collect(request: Request, group: JobGroup) -> tuple[list[list[Piece]],
         raise APIError(499, "the client closed the request", "client_closed")  # nobody reads this answer
     watch.cancel()
     work.result()
-    return pieces, [finish for finish in finishes if finish is not None]
+    return found
 
 
 def usage(finishes: list[Finish], choices_per_prompt: int) -> dict[str, Any]:

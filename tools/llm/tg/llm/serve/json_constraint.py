@@ -1,189 +1,568 @@
-"""A byte-level JSON prefix checker, for `response_format: json_object`: each step only tokens that keep the output
-a prefix of one JSON object may be sampled, and the answer ends when the object closes.
+"""Constrained JSON decoding: `response_format` json_object (any object) and json_schema (a grammar from a schema).
 
-The checker is a small pushdown automaton over bytes. `copy()` is cheap (a state name and a short stack), so a
-candidate token is tried on a copy and kept only if every byte is accepted. Bytes >= 0x80 (UTF-8 continuations
-and leads) are accepted only inside strings.
+A schema compiles to nodes (`compile_schema`); a `Matcher` reads output bytes against a node as a pushdown automaton
+whose states are immutable tuples (a stack of frames, and the length of the current whitespace run), so a state is
+shared freely and costs nothing to keep. `TokenTrie` holds the vocabulary's token bytes as a trie, built once: the
+tokens a state allows are found by walking the trie from the state, each edge one automaton step, so a subtree whose
+first bytes are refused is never visited. Inside a free string (any text) nearly every token is allowed, so there
+the walk covers only the tokens holding a quote or a backslash, and the others come from a precomputed numpy mask.
+
+Supported schema keywords: `type` (object, array, string, number, integer, boolean, null), `properties`,
+`required`, `additionalProperties` (false, or absent with properties given: only the properties listed; an object
+without properties takes any keys), `items`, `minItems`, `maxItems`, `enum`, `const`; `title`, `description`,
+`$schema`, `default`, `examples` and `strict` are ignored. Anything else is refused (a 400 that names it) rather
+than silently not enforced.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
 WHITESPACE = b" \t\n\r"
 MAX_WHITESPACE_RUN = 24  # a run of indentation longer than this is refused (a random model could pad forever)
-LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
 HEX = b"0123456789abcdefABCDEF"
 ESCAPES = b'"\\/bfnrt'
+DIGITS = b"0123456789"
 NUMBER_END_STATES = ("zero", "int", "frac", "exp_digits")
+IGNORED_KEYWORDS = {"title", "description", "$schema", "default", "examples", "strict", "$id", "$comment"}
+MAX_SCHEMA_NODES = 2000
 
 
-class JsonPrefix:
-    """Accepts the bytes of one JSON object, in order; `feed` returns False at the first byte that cannot follow."""
+class SchemaError(ValueError):
+    """A schema this server cannot enforce, or not a schema at all."""
 
-    def __init__(self) -> None:
-        self.state = "start"  # start, value, key_or_close, key, colon, after_value, string, escape, unicode, ...
-        self.stack: list[int] = []  # open containers: ord('{') or ord('[')
-        self.in_key = False
-        self.pending = b""  # the rest of a literal (true/false/null) or of \uXXXX
-        self.number = ""  # the number's sub-state while state == "number"
-        self.whitespace = 0
 
-    def copy(self) -> JsonPrefix:
-        other = JsonPrefix.__new__(JsonPrefix)
-        other.state, other.stack, other.in_key = self.state, list(self.stack), self.in_key
-        other.pending, other.number, other.whitespace = self.pending, self.number, self.whitespace
-        return other
+# ----------------------------------------------------------------------------------------------- schema nodes
+
+
+@dataclass(frozen=True)
+class AnyValue:
+    pass
+
+
+@dataclass(frozen=True)
+class Obj:
+    properties: tuple[tuple[str, Node], ...]  # empty and `free`: any keys, any values
+    required: frozenset[str]
+    free: bool = False
+
+    def value_of(self, key: str | None) -> Node:
+        return dict(self.properties).get(key, ANY) if key is not None else ANY  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Arr:
+    items: Node
+    min_items: int = 0
+    max_items: int | None = None
+
+
+@dataclass(frozen=True)
+class Str:
+    pass
+
+
+@dataclass(frozen=True)
+class Num:
+    integer: bool = False
+
+
+@dataclass(frozen=True)
+class Lit:
+    """One of a few JSON texts, byte for byte (enum, const, boolean, null)."""
+
+    options: tuple[bytes, ...]
+
+
+Node = AnyValue | Obj | Arr | Str | Num | Lit
+ANY = AnyValue()
+ANY_OBJECT = Obj((), frozenset(), free=True)
+
+
+def compile_schema(schema: Any) -> Node:
+    """The node of a JSON schema (SchemaError if it uses what this module cannot enforce); the top level must be an
+    object, as OpenAI requires."""
+    counter = [0]
+    node = _compile(schema, counter)
+    if not isinstance(node, Obj):
+        raise SchemaError("the schema's top level must be {'type': 'object', ...}")
+    return node
+
+
+def _literal(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _compile(schema: Any, counter: list[int]) -> Node:
+    counter[0] += 1
+    if counter[0] > MAX_SCHEMA_NODES:
+        raise SchemaError(f"the schema has more than {MAX_SCHEMA_NODES} parts")
+    if schema is True or schema == {}:
+        return ANY
+    if not isinstance(schema, dict):
+        raise SchemaError(f"a schema must be an object, got {type(schema).__name__}")
+    known = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const"}
+    unknown = sorted(set(schema) - known - IGNORED_KEYWORDS)
+    if unknown:
+        raise SchemaError(f"the schema keyword {unknown[0]!r} is not supported")
+    if "const" in schema:
+        return Lit((_literal(schema["const"]),))
+    if "enum" in schema:
+        if not isinstance(schema["enum"], list) or not schema["enum"]:
+            raise SchemaError("'enum' must be a non-empty list")
+        return Lit(tuple(dict.fromkeys(_literal(value) for value in schema["enum"])))
+    kind = schema.get("type")
+    if kind is None:
+        kind = "object" if "properties" in schema else "array" if "items" in schema else None
+    if kind is None:
+        return ANY
+    if not isinstance(kind, str):
+        raise SchemaError("'type' must be one string (type lists are not supported)")
+    simple: dict[str, Node] = {
+        "string": Str(),
+        "number": Num(),
+        "integer": Num(integer=True),
+        "boolean": Lit((b"true", b"false")),
+        "null": Lit((b"null",)),
+    }
+    if kind in simple:
+        return simple[kind]
+    if kind == "object":
+        return _compile_object(schema, counter)
+    if kind == "array":
+        return _compile_array(schema, counter)
+    raise SchemaError(f"unknown type {kind!r}")
+
+
+def _compile_object(schema: dict[str, Any], counter: list[int]) -> Obj:
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        raise SchemaError("'properties' must be an object and 'required' a list")
+    if not all(isinstance(name, str) for name in required) or not set(required) <= set(properties):
+        raise SchemaError("'required' must name properties the schema lists")
+    extra = schema.get("additionalProperties", not properties)
+    if extra == {}:
+        extra = True
+    if not isinstance(extra, bool):
+        raise SchemaError("'additionalProperties' must be true or false (a schema there is not supported)")
+    if properties and extra:
+        raise SchemaError("'additionalProperties' must be false when 'properties' are given")
+    compiled = tuple((name, _compile(value, counter)) for name, value in properties.items())
+    return Obj(compiled, frozenset(required), free=extra)
+
+
+def _compile_array(schema: dict[str, Any], counter: list[int]) -> Arr:
+    least, most = schema.get("minItems", 0), schema.get("maxItems")
+    if not isinstance(least, int) or least < 0 or (most is not None and (not isinstance(most, int) or most < least)):
+        raise SchemaError("'minItems' and 'maxItems' must be integers, minItems <= maxItems")
+    return Arr(_compile(schema.get("items", {}), counter), least, most)
+
+
+def minimal(node: Node) -> bytes:
+    """The shortest JSON text `node` accepts."""
+    if isinstance(node, Obj):
+        members = [
+            b'"' + name.encode() + b'":' + minimal(value) for name, value in node.properties if name in node.required
+        ]
+        return b"{" + b",".join(members) + b"}"
+    if isinstance(node, Arr):
+        return b"[" + b",".join([minimal(node.items)] * node.min_items) + b"]"
+    if isinstance(node, Str):
+        return b'""'
+    if isinstance(node, Lit):
+        return min(node.options, key=len)
+    return b"0"  # AnyValue, Num
+
+
+def _key_text(name: str) -> bytes:
+    return json.dumps(name, ensure_ascii=False).encode()
+
+
+# ----------------------------------------------------------------------------------------------- the automaton
+# A state is (frames, whitespace run); frames is a tuple, the innermost last:
+#   ("val", node, top)                     a value of `node` comes next (top: the document itself, no whitespace)
+#   ("lit", options, position)             inside a literal: `options` are those that match so far
+#   ("str", phase)                         inside a free string: "body", "esc", or the hex digits still due (int)
+#   ("num", integer, phase)                inside a number (phase as in NUMBER_END_STATES and the others)
+#   ("key", options, position)             inside a key of a fixed object: (text, name) pairs that match so far
+#   ("obj", node, seen, phase, key)        phase: first ('{' read), key (',' read), colon, after (a value read)
+#   ("arr", node, count, phase)            phase: first ('[' read), next (',' read), after (a value read)
+# () with no frames: the document is complete.
+
+State = tuple[tuple[tuple, ...], int]
+DONE: tuple = ()
+
+
+def start_state(node: Node) -> State:
+    return ((("val", node, True),), 0)
+
+
+def advance(state: State, byte: int) -> State | None:
+    """The state after `byte`, or None when the byte cannot come next."""
+    frames, run = state
+    if not frames:
+        return None
+    frame = frames[-1]
+    kind = frame[0]
+    if kind == "str":
+        return _string(frames, frame, byte)
+    if kind == "lit" or kind == "key":
+        return _literal_byte(frames, frame, byte)
+    if kind == "num":
+        moved = _number(frame, byte)
+        if moved is not None:
+            return frames[:-1] + (moved,), 0
+        if frame[2] not in NUMBER_END_STATES:
+            return None
+        return advance((frames[:-1], run), byte) if frames[:-1] else None  # the number ended: judge the byte after
+    if byte in WHITESPACE:
+        if run >= MAX_WHITESPACE_RUN or (kind == "val" and frame[2]):
+            return None
+        return frames, run + 1
+    if kind == "val":
+        return _value(frames[:-1], frame[1], byte)
+    if kind == "obj":
+        return _object(frames, frame, byte)
+    return _array(frames, frame, byte)
+
+
+def _value(below: tuple, node: Node, byte: int) -> State | None:
+    """The first byte of a value of `node` (its frame already popped: `below` is the rest of the stack)."""
+    if isinstance(node, Lit):
+        options = tuple(option for option in node.options if option[0] == byte)
+        if not options:
+            return None
+        return _after_literal_byte(below, ("lit", options, 1))
+    if byte == ord("{") and isinstance(node, Obj | AnyValue):
+        obj = node if isinstance(node, Obj) else ANY_OBJECT
+        return below + (("obj", obj, frozenset(), "first", None),), 0
+    if byte == ord("[") and isinstance(node, Arr | AnyValue):
+        arr = node if isinstance(node, Arr) else Arr(ANY)
+        if arr.max_items == 0:
+            return below + (("arr", arr, 0, "after"),), 0  # only ']' may follow
+        return below + (("arr", arr, 0, "first"),), 0
+    if byte == ord('"') and isinstance(node, Str | AnyValue):
+        return below + (("str", "body"),), 0
+    if isinstance(node, Num | AnyValue) and (byte == ord("-") or byte in DIGITS):
+        phase = "sign" if byte == ord("-") else ("zero" if byte == ord("0") else "int")
+        return below + (("num", isinstance(node, Num) and node.integer, phase),), 0
+    if isinstance(node, AnyValue) and byte in b"tfn":
+        options = {ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}[byte]
+        return _after_literal_byte(below, ("lit", (options,), 1))
+    return None
+
+
+def _after_literal_byte(below: tuple, frame: tuple) -> State:
+    """A literal that is complete and cannot go on is popped at once (a string enum after its closing quote)."""
+    _, options, position = frame
+    if all(len(option) == position for option in options):
+        return _complete(below), 0
+    return below + (frame,), 0
+
+
+def _literal_byte(frames: tuple, frame: tuple, byte: int) -> State | None:
+    kind, options, position = frame
+    if kind == "key":
+        matching = tuple(option for option in options if option[0][position] == byte)
+        if not matching:
+            return None
+        if len(matching) == 1 and len(matching[0][0]) == position + 1:  # the key's closing quote
+            obj = frames[-2]
+            return frames[:-2] + (("obj", obj[1], obj[2] | {matching[0][1]}, "colon", matching[0][1]),), 0
+        return frames[:-1] + (("key", matching, position + 1),), 0
+    matching = tuple(option for option in options if len(option) > position and option[position] == byte)
+    if matching:
+        return _after_literal_byte(frames[:-1], ("lit", matching, position + 1))
+    if any(len(option) == position for option in options) and frames[:-1]:  # complete (a number enum): pop, retry
+        return advance((_complete(frames[:-1]), 0), byte)
+    return None
+
+
+def _complete(frames: tuple) -> tuple:
+    """The stack after the value on top of `frames` is complete (its frame already popped): the container below
+    was already moved past the value when it was pushed; no container left: the document is done."""
+    return frames if frames else DONE
+
+
+def _string(frames: tuple, frame: tuple, byte: int) -> State | None:
+    """Phases: "body"; "esc" after a backslash; an int, the hex digits of a \\u escape still due; ("utf", low,
+    high, more): inside a UTF-8 character, the next byte in low..high and `more` after it (only whole characters
+    are text, so every answer decodes)."""
+    phase = frame[1]
+    if phase == "esc":
+        if byte == ord("u"):
+            return frames[:-1] + (("str", 4),), 0
+        return (frames[:-1] + (("str", "body"),), 0) if byte in ESCAPES else None
+    if isinstance(phase, int):
+        if byte not in HEX:
+            return None
+        return frames[:-1] + (("str", phase - 1 if phase > 1 else "body"),), 0
+    if isinstance(phase, tuple):
+        _, low, high, more = phase
+        if not low <= byte <= high:
+            return None
+        return frames[:-1] + (("str", ("utf", 0x80, 0xBF, more - 1) if more else "body"),), 0
+    if byte == ord('"'):
+        below = frames[:-1]
+        if below and below[-1][0] == "obj" and below[-1][3] == "keystr":  # a free object's key ended
+            obj = below[-1]
+            return below[:-1] + (("obj", obj[1], obj[2], "colon", None),), 0
+        return _complete(below), 0
+    if byte == ord("\\"):
+        return frames[:-1] + (("str", "esc"),), 0
+    if byte >= 0x80:
+        lead = UTF8_LEADS.get(byte)
+        return (frames[:-1] + (("str", ("utf", *lead)),), 0) if lead else None
+    return (frames, 0) if byte >= 0x20 else None  # raw control characters are not allowed inside JSON strings
+
+
+def _utf8_leads() -> dict[int, tuple[int, int, int]]:
+    """UTF-8 lead byte -> (lowest, highest second byte, continuation bytes after the second): no overlong forms,
+    no surrogates, nothing past U+10FFFF."""
+    leads = {byte: (0x80, 0xBF, 0) for byte in range(0xC2, 0xE0)}
+    leads |= {byte: (0x80, 0xBF, 1) for byte in range(0xE1, 0xF0)}
+    leads |= {0xE0: (0xA0, 0xBF, 1), 0xED: (0x80, 0x9F, 1)}
+    leads |= {byte: (0x80, 0xBF, 2) for byte in range(0xF1, 0xF4)}
+    leads |= {0xF0: (0x90, 0xBF, 2), 0xF4: (0x80, 0x8F, 2)}
+    return leads
+
+
+UTF8_LEADS = _utf8_leads()
+
+
+def _number(frame: tuple, byte: int) -> tuple | None:
+    _, integer, phase = frame
+    char = chr(byte)
+    if byte in DIGITS:
+        key = "0" if char == "0" and phase == "sign" else "digit"  # no leading zero: "-0" is "zero", like "0"
+    else:
+        key = "e" if char in "eE" else "sign" if char in "+-" else char
+    moves = {
+        "sign": {"0": "zero", "digit": "int"},
+        "zero": {".": "dot", "e": "exp"},
+        "int": {"digit": "int", ".": "dot", "e": "exp"},
+        "dot": {"digit": "frac"},
+        "frac": {"digit": "frac", "e": "exp"},
+        "exp": {"sign": "exp_sign", "digit": "exp_digits"},
+        "exp_sign": {"digit": "exp_digits"},
+        "exp_digits": {"digit": "exp_digits"},
+    }[phase]
+    if key not in moves or (integer and key in (".", "e")):
+        return None
+    return ("num", integer, moves[key])
+
+
+def _object(frames: tuple, frame: tuple, byte: int) -> State | None:
+    _, obj, seen, phase, key = frame
+    below = frames[:-1]
+    if phase in ("first", "key"):
+        if byte == ord("}") and phase == "first" and obj.required <= seen:
+            return _complete(below), 0
+        if byte != ord('"'):
+            return None
+        if obj.free:
+            return below + (("obj", obj, seen, "keystr", None), ("str", "body")), 0
+        options = tuple((_key_text(name), name) for name, _ in obj.properties if name not in seen)
+        return (below + (frame, ("key", options, 1)), 0) if options else None
+    if phase == "colon":
+        if byte != ord(":"):
+            return None
+        return below + (("obj", obj, seen, "after", None), ("val", obj.value_of(key), False)), 0
+    # after a value
+    if byte == ord(",") and (obj.free or any(name not in seen for name, _ in obj.properties)):
+        return below + (("obj", obj, seen, "key", None),), 0
+    if byte == ord("}") and obj.required <= seen:
+        return _complete(below), 0
+    return None
+
+
+def _array(frames: tuple, frame: tuple, byte: int) -> State | None:
+    _, arr, count, phase = frame
+    below = frames[:-1]
+    closes = byte == ord("]") and count >= arr.min_items and phase != "next"
+    if closes:
+        return _complete(below), 0
+    if phase == "after":
+        if byte == ord(",") and (arr.max_items is None or count < arr.max_items):
+            return below + (("arr", arr, count, "next"),), 0
+        return None
+    pushed = below + (("arr", arr, count + 1, "after"),)
+    return _value(pushed, arr.items, byte)
+
+
+def closing(state: State) -> bytes:
+    """The shortest bytes that complete the document from `state` (fed one byte token at a time near the limit)."""
+    frames, _ = state
+    out, typing_key = b"", None
+    for depth in range(len(frames) - 1, -1, -1):
+        frame = frames[depth]
+        kind = frame[0]
+        if kind == "val":
+            out += minimal(frame[1])
+        elif kind == "lit":
+            out += min((option for option in frame[1]), key=len)[frame[2] :]
+        elif kind == "str":
+            phase = frame[1]
+            if isinstance(phase, tuple):  # the rest of a UTF-8 character
+                out += bytes([phase[1]]) + b"\x80" * phase[3]
+            elif phase == "esc" or isinstance(phase, int):
+                out += b"n" if phase == "esc" else b"0" * phase
+            out += b'"'
+        elif kind == "num":
+            out += b"" if frame[2] in NUMBER_END_STATES else b"0"
+        elif kind == "key":  # the shortest key that matches so far, a required one if any is
+            obj = frames[depth - 1]
+            missing = [option for option in frame[1] if option[1] in obj[1].required]
+            text, typing_key = min(missing or frame[1], key=lambda option: len(option[0]))
+            out += text[frame[2] :]
+        elif kind == "obj":
+            out += _close_object(frame, typing_key)
+            typing_key = None
+        else:
+            out += _close_array(frame)
+    return out
+
+
+def _close_object(frame: tuple, typing_key: str | None) -> bytes:
+    """The bytes that close an object: the value of the key being written (if any), then the required members it
+    lacks (or, right after a ',', one member), then '}'."""
+    _, obj, seen, phase, key = frame
+    current = typing_key if typing_key is not None else key
+    in_member = typing_key is not None or phase in ("colon", "keystr")
+    out = b":" + minimal(obj.value_of(current)) if in_member else b""
+    if current is not None:
+        seen = seen | {current}
+    missing = [name for name, _ in obj.properties if name in obj.required and name not in seen]
+    members = [_key_text(name) + b":" + minimal(obj.value_of(name)) for name in missing]
+    after_comma = phase == "key" and not in_member
+    if after_comma and not members:  # a member must follow the ','
+        if obj.free:
+            members = [b'"":0']
+        else:
+            name = min((name for name, _ in obj.properties if name not in seen), key=len)
+            members = [_key_text(name) + b":" + minimal(obj.value_of(name))]
+    if after_comma or (phase == "first" and not in_member):  # nothing written since the '{' or the ','
+        return out + b",".join(members) + b"}"
+    return out + b"".join(b"," + member for member in members) + b"}"
+
+
+def _close_array(frame: tuple) -> bytes:
+    _, arr, count, phase = frame
+    if phase == "next":
+        count += 1
+        items = [minimal(arr.items)]
+    else:
+        items = []
+    missing = max(0, arr.min_items - count)
+    items += [minimal(arr.items)] * missing
+    if phase == "first":
+        return b",".join(items) + b"]"
+    return b"".join((b"," if i or phase == "after" else b"") + item for i, item in enumerate(items)) + b"]"
+
+
+def in_free_string(state: State) -> bool:
+    frames, _ = state
+    return bool(frames) and frames[-1] == ("str", "body")
+
+
+class Matcher:
+    """Output bytes against a node, one at a time: `feed` is False (and changes nothing) for a byte that cannot
+    come next."""
+
+    def __init__(self, node: Node = ANY_OBJECT, state: State | None = None) -> None:
+        self.node = node
+        self.state = start_state(node) if state is None else state
+
+    def copy(self) -> Matcher:
+        return Matcher(self.node, self.state)
 
     @property
     def done(self) -> bool:
-        return self.state == "done"
+        return self.state[0] == DONE
+
+    def feed(self, byte: int) -> bool:
+        moved = advance(self.state, byte)
+        if moved is None:
+            return False
+        self.state = moved
+        return True
 
     def feed_all(self, data: bytes) -> bool:
         return all(self.feed(byte) for byte in data)
 
-    def feed(self, byte: int) -> bool:
-        if self.state in ("string", "escape", "unicode"):
-            return self._string(byte)
-        if self.state == "literal":
-            if not self.pending or byte != self.pending[0]:
-                return False
-            self.pending = self.pending[1:]
-            if not self.pending:
-                self._value_done()
-            return True
-        if self.state == "number":
-            if self._number(byte):
-                return True
-            if self.number not in NUMBER_END_STATES:
-                return False
-            self._value_done()  # the number ended; this byte is judged after it
-        if byte in WHITESPACE:  # between tokens, but not before the object (the answer starts with '{')
-            self.whitespace += 1
-            return self.state not in ("start", "done") and self.whitespace <= MAX_WHITESPACE_RUN
-        self.whitespace = 0
-        return self._structural(byte)
-
     def closing(self) -> bytes:
-        """The shortest bytes that complete the object from here (fed one byte token at a time near the limit)."""
-        closers = bytes(ord("}") if opener == ord("{") else ord("]") for opener in reversed(self.stack))
-        after_key = b'":null' + closers
-        endings = {
-            "start": b"{}",
-            "key_or_close": closers,
-            "value_or_close": closers,
-            "key": b'"":null' + closers,
-            "colon": b":null" + closers,
-            "value": b"null" + closers,
-            "after_value": closers,
-            "literal": self.pending + closers,
-            "string": (after_key if self.in_key else b'"' + closers),
-            "escape": b"n" + (after_key if self.in_key else b'"' + closers),
-            "unicode": b"0" * len(self.pending) + (after_key if self.in_key else b'"' + closers),
-            "done": b"",
-        }
-        if self.state == "number":
-            return (b"" if self.number in NUMBER_END_STATES else b"0") + closers
-        return endings[self.state]
+        return closing(self.state)
 
-    def _structural(self, byte: int) -> bool:
-        char, state = chr(byte), self.state
-        if state == "start":
-            return self._open(byte) if char == "{" else False
-        if state in ("key_or_close", "key"):
-            if char == "}" and state == "key_or_close":
-                return self._close(byte)
-            if char == '"':
-                self.state, self.in_key = "string", True
-                return True
-            return False
-        if state == "colon":
-            if char == ":":
-                self.state = "value"
-                return True
-            return False
-        if state in ("value", "value_or_close"):
-            if char == "]" and state == "value_or_close":
-                return self._close(byte)
-            return self._start_value(byte)
-        if state == "after_value":
-            if char == ",":
-                self.state = "key" if self.stack[-1] == ord("{") else "value"
-                return True
-            if char in "}]":
-                return self._close(byte)
+
+# ----------------------------------------------------------------------------------------------- the vocabulary
+
+
+def is_text(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
         return False
+    return True
 
-    def _start_value(self, byte: int) -> bool:
-        char = chr(byte)
-        if char in "{[":
-            return self._open(byte)
-        if char == '"':
-            self.state, self.in_key = "string", False
-            return True
-        if byte in LITERALS:
-            self.state, self.pending = "literal", LITERALS[byte]
-            return True
-        if char == "-" or char.isdigit():
-            self.state = "number"
-            self.number = "sign" if char == "-" else ("zero" if char == "0" else "int")
-            return True
-        return False
 
-    def _open(self, byte: int) -> bool:
-        self.stack.append(byte)
-        self.state = "key_or_close" if byte == ord("{") else "value_or_close"
-        return True
+class TokenTrie:
+    """The vocabulary's token bytes as a trie (special and empty tokens left out), and the numpy mask of the tokens
+    a free string takes whatever they hold (whole UTF-8 text without a quote, backslash or control character)."""
 
-    def _close(self, byte: int) -> bool:
-        if not self.stack or {ord("}"): ord("{"), ord("]"): ord("[")}[byte] != self.stack[-1]:
-            return False
-        self.stack.pop()
-        self._value_done()
-        return True
+    def __init__(self, token_bytes: list[bytes], excluded: set[int]) -> None:
+        self.vocab = len(token_bytes)
+        self.plain = np.zeros(self.vocab, dtype=bool)
+        self.children: list[dict[int, int]] = [{}]  # the full trie: node -> {byte: child}
+        self.ends: list[list[int]] = [[]]  # node -> tokens whose bytes end there
+        # the tokens a free string may take but not as they come: holding '"' or '\\', or a part of a character
+        self.quoted_children: list[dict[int, int]] = [{}]
+        self.quoted_ends: list[list[int]] = [[]]
+        for token, data in enumerate(token_bytes):
+            if token in excluded or not data:
+                continue
+            self._insert(self.children, self.ends, token, data)
+            if b'"' in data or b"\\" in data or not is_text(data):
+                self._insert(self.quoted_children, self.quoted_ends, token, data)
+            elif min(data) >= 0x20:
+                self.plain[token] = True
 
-    def _value_done(self) -> None:
-        self.state = "after_value" if self.stack else "done"
+    @staticmethod
+    def _insert(children: list[dict[int, int]], ends: list[list[int]], token: int, data: bytes) -> None:
+        node = 0
+        for byte in data:
+            following = children[node].get(byte)
+            if following is None:
+                following = len(children)
+                children[node][byte] = following
+                children.append({})
+                ends.append([])
+            node = following
+        ends[node].append(token)
 
-    def _string(self, byte: int) -> bool:
-        if self.state == "escape":
-            if byte == ord("u"):
-                self.state, self.pending = "unicode", b"xxxx"
-                return True
-            self.state = "string"
-            return byte in ESCAPES
-        if self.state == "unicode":
-            if byte not in HEX:
-                return False
-            self.pending = self.pending[1:]
-            if not self.pending:
-                self.state = "string"
-            return True
-        if byte == ord('"'):
-            self.state = "colon" if self.in_key else "after_value"
-            if not self.in_key and not self.stack:
-                self.state = "done"
-            return True
-        if byte == ord("\\"):
-            self.state = "escape"
-            return True
-        return byte >= 0x20  # raw control characters are not allowed inside JSON strings
+    def allowed(self, state: State) -> tuple[np.ndarray, list[tuple[int, State]]]:
+        """(a mask of tokens that leave `state` unchanged but for its whitespace run: the plain ones inside a free
+        string, else none; every other allowed token with the state after it)."""
+        if in_free_string(state):
+            plain_state = (state[0], 0)
+            return self.plain, self._walk(self.quoted_children, self.quoted_ends, plain_state)
+        return np.zeros(self.vocab, dtype=bool), self._walk(self.children, self.ends, state)
 
-    def _number(self, byte: int) -> bool:
-        char, state = chr(byte), self.number
-        digit = char.isdigit()
-        moves = {
-            "sign": {"0": "zero", "digit": "int"},
-            "zero": {".": "dot", "e": "exp"},
-            "int": {"digit": "int", ".": "dot", "e": "exp"},
-            "dot": {"digit": "frac"},
-            "frac": {"digit": "frac", "e": "exp"},
-            "exp": {"sign": "exp_sign", "digit": "exp_digits"},
-            "exp_sign": {"digit": "exp_digits"},
-            "exp_digits": {"digit": "exp_digits"},
-        }[state]
-        key = char.lower() if char in "eE" else ("sign" if char in "+-" else char)
-        if digit:
-            key = "0" if char == "0" and "0" in moves else "digit"
-        if key not in moves:
-            return False
-        self.number = moves[key]
-        return True
+    @staticmethod
+    def _walk(children: list[dict[int, int]], ends: list[list[int]], state: State) -> list[tuple[int, State]]:
+        found: list[tuple[int, State]] = []
+        pending = [(0, state)]
+        while pending:
+            node, at = pending.pop()
+            for byte, child in children[node].items():
+                moved = advance(at, byte)
+                if moved is None:
+                    continue
+                found.extend((token, moved) for token in ends[child])
+                if children[child]:
+                    pending.append((child, moved))
+        return found

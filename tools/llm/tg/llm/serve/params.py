@@ -10,6 +10,7 @@ from typing import Any
 
 from tg.llm.sampling import SamplingOptions
 from tg.llm.serve.errors import APIError
+from tg.llm.serve.json_constraint import SchemaError, compile_schema, minimal
 
 MAX_STOPS = 16
 MAX_TOP_LOGPROBS = 20
@@ -28,6 +29,7 @@ class GenerationParams:
     logprobs: bool = False
     top_logprobs: int = 0
     json_object: bool = False
+    json_schema: Any = None  # the compiled response_format json_schema (a json_constraint node), or None
     stream: bool = False
     include_usage: bool = False
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
@@ -148,13 +150,21 @@ def common_params(body: dict[str, Any], logprobs: bool, top_logprobs: int) -> Ge
     if options is not None and not stream:
         raise value_error("stream_options", "is only allowed when 'stream' is true")
     include_usage = boolean(options or {}, "include_usage")
+    json_object, json_schema = response_format(body)
+    if json_schema is not None and max_tokens is not None and max_tokens < len(minimal(json_schema)):
+        raise value_error(
+            "max_tokens",
+            f"is too small for the json_schema: its shortest document takes {len(minimal(json_schema))} bytes, and "
+            "an answer cut short must still be one",
+        )
     return GenerationParams(
         max_tokens,
         sampling,
         stop_strings(body),
         logprobs,
         top_logprobs,
-        response_format(body),
+        json_object,
+        json_schema,
         stream,
         include_usage,
         logit_bias(body),
@@ -184,16 +194,30 @@ def logit_bias(body: dict[str, Any]) -> dict[int, float]:
     return biases
 
 
-def response_format(body: dict[str, Any]) -> bool:
-    """True for `{"type": "json_object"}`; `text` is the default; json_schema is refused (not enforced here)."""
+def response_format(body: dict[str, Any]) -> tuple[bool, Any]:
+    """(json_object, the compiled json_schema or None): `{"type": "json_object"}`, `{"type": "json_schema",
+    "json_schema": {"name", "schema", "strict"}}`; `text` is the default."""
     value = body.get("response_format")
     if value is None:
-        return False
+        return False, None
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise type_error("response_format", "an object with a string 'type'")
-    if value["type"] not in ("text", "json_object"):
-        raise value_error("response_format", f"type {value['type']!r} is not supported (use 'text' or 'json_object')")
-    return value["type"] == "json_object"
+    kind = value["type"]
+    if kind not in ("text", "json_object", "json_schema"):
+        raise value_error("response_format", f"type {kind!r} is not supported (text, json_object or json_schema)")
+    if kind != "json_schema":
+        return kind == "json_object", None
+    described = value.get("json_schema")
+    if not isinstance(described, dict):
+        raise type_error("response_format", "an object with a 'json_schema' object for type json_schema")
+    if "name" in described and not isinstance(described["name"], str):
+        raise type_error("response_format", "an object whose json_schema 'name' is a string")
+    if not isinstance(described.get("schema"), dict):
+        raise type_error("response_format", "an object whose json_schema has a 'schema' object")
+    try:
+        return False, compile_schema(described["schema"])
+    except SchemaError as error:
+        raise value_error("response_format", f"holds a schema this server cannot enforce: {error}") from error
 
 
 def parse_chat(body: dict[str, Any]) -> ChatRequest:
@@ -321,3 +345,41 @@ def completion_prompts(prompt: Any) -> list[str | list[int]]:
     if not prompt:
         raise value_error("prompt", "must hold at least one prompt")
     return prompt
+
+
+MAX_EMBEDDING_INPUTS = 64  # inputs per embeddings request
+
+
+@dataclass
+class EmbeddingsRequest:
+    model: str
+    inputs: list[str | list[int]]
+    base64: bool = False  # encoding_format "base64": little-endian float32 bytes, base64-encoded
+
+
+def parse_embeddings(body: dict[str, Any], dim: int | None) -> EmbeddingsRequest:
+    """`input`: a string, a list of token ids, or a list of either; `encoding_format` float or base64;
+    `dimensions` only if it is the model's own width (the vector is not truncated)."""
+    model = require_model(body)
+    given = body.get("input")
+    if given is None:
+        raise APIError(400, "you must provide an input parameter", "missing_required_parameter", "input")
+    try:
+        inputs = completion_prompts(given)
+    except APIError as error:  # the same checks as a completion's prompt, named for this field
+        if error.status == 422:
+            raise type_error("input", "a string, a list of token ids, or a list of either") from error
+        raise value_error("input", "must hold at least one input") from error
+    if any(text == "" for text in inputs):
+        raise value_error("input", "must not hold an empty string")
+    if len(inputs) > MAX_EMBEDDING_INPUTS:
+        raise value_error("input", f"may hold at most {MAX_EMBEDDING_INPUTS} inputs")
+    encoding = body.get("encoding_format", "float")
+    if not isinstance(encoding, str):
+        raise type_error("encoding_format", "a string")
+    if encoding not in ("float", "base64"):
+        raise value_error("encoding_format", f"must be 'float' or 'base64', got {encoding!r}")
+    dimensions = integer(body, "dimensions", None, 1)
+    if dimensions is not None and dim is not None and dimensions != dim:
+        raise value_error("dimensions", f"this model's embeddings have {dim} dimensions, got {dimensions}")
+    return EmbeddingsRequest(model, inputs, encoding == "base64")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,8 +41,12 @@ from tg.tensor.jit import TinyJit
 # holds no float copy of them (on SmolLM2-135M, 8-row replays prefill ~1.7x faster per token than plain 32-row chunks)
 PREFILL_ROWS = 8
 assert PREFILL_ROWS < SCRATCH_MATMUL_ROWS
-# captures kept (least recently used dropped first): each holds its own intermediate buffers, small for a few rows
+# captures kept (least recently used dropped first): each holds its own intermediate buffers, small for a few rows;
+# a warm-up raises the limit to keep all it captured
 MAX_CAPTURES = 48
+# what a forward returns (see `forward_feeds`): the logits after each feed's last token, after every token (the
+# prompt's logprobs that `echo` shows), or the sum of the final hidden states (embeddings)
+LAST, ALL, POOLED = "last", "all", "pooled"
 
 
 @dataclass
@@ -68,8 +73,9 @@ class ModelRunner:
         self.model, self.batched = model, batched
         self.max_context = model.max_context
         shape = model.caches[0].shape
-        # (rows of each feed, KV window) -> the captured step (see `_step`)
-        self.steps: OrderedDict[tuple[tuple[int, ...], int], TinyJit] = OrderedDict()
+        # (rows of each feed, KV window, output) -> the captured step (see `_step`)
+        self.steps: OrderedDict[tuple[tuple[int, ...], int, str], TinyJit] = OrderedDict()
+        self.max_captures = MAX_CAPTURES
         self.slots = [Slot(0, model.caches)]
         for index in range(1, slots):
             caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
@@ -81,19 +87,68 @@ class ModelRunner:
     def prefill(self, slot: Slot, tokens: list[int]) -> np.ndarray:
         """The logits after `tokens`, fed into `slot` from the end of its reusable prefix (the last token is always
         recomputed: its logits are needed)."""
+        while True:
+            logits = self.prefill_step(slot, tokens, self.max_context)
+            if logits is not None:
+                return logits
+
+    def prefill_step(self, slot: Slot, tokens: list[int], limit: int, output: str = LAST) -> np.ndarray | None:
+        """Feed at most `limit` more of `tokens` into `slot` (from the end of its reusable prefix: after a step
+        `slot.cached` is what was fed, so the next call goes on from there). With `output` LAST: the logits after
+        the last token once it is in, else None. ALL: the logits after every token fed `(fed, vocab)`; POOLED: the
+        sum of the final (normalized) hidden states of the tokens fed `(dim,)` (both from the first token on: the
+        caller empties `slot.cached` first)."""
         if not tokens or len(tokens) > self.max_context:
             raise ContextOverflowError(f"context overflow: {len(tokens)} tokens, the maximum is {self.max_context}")
-        start = self.reusable_prefix(slot, tokens)
+        start = self.reusable_prefix(slot, tokens) if output == LAST else len(slot.cached)
         slot.cached = slot.cached[:start]  # if a chunk fails, the cache holds only what was written before it
-        logits = None
-        while start < len(tokens):
-            chunk = tokens[start : start + PREFILL_ROWS]
+        stop = min(len(tokens), start + max(limit, 1))
+        rows = []
+        while start < stop:
+            chunk = tokens[start : min(stop, start + PREFILL_ROWS)]
             feeds = [Feed(slot.caches, start, chunk, PREFILL_ROWS)]
-            (logits,) = forward_feeds(self.model, feeds, self._step(feeds))
+            (result,) = forward_feeds(self.model, feeds, self._step(feeds, output), output)
+            rows.append(result[: len(chunk)] if output == ALL else result)
             start += len(chunk)
             slot.cached = tokens[:start]
-        assert logits is not None
-        return logits
+        if output == ALL:
+            return np.concatenate(rows)
+        if output == POOLED:
+            return np.sum(rows, axis=0)
+        return rows[-1] if start == len(tokens) else None
+
+    def warm_up_plan(self, context: int | None = None) -> list[tuple[int, list[int]]]:
+        """What `warm_up` runs: per KV window of the first `context` positions (all: None), a prefill chunk then a
+        decode step of 1, 2, .. every slot (one slot each unbatched), as (start position, rows per feed)."""
+        limit = self.max_context if context is None else min(context, self.max_context)
+        windows: dict[int, list[int]] = {}
+        for position in range(limit):
+            windows.setdefault(kv_window(position, self.max_context), []).append(position)
+        plan = []
+        for positions in windows.values():
+            fits = [p for p in positions if p + PREFILL_ROWS <= self.max_context]
+            plan.append((max(fits) if fits else min(positions), [PREFILL_ROWS]))
+            if positions[-1] > 0:  # a decode step feeds a token after the prompt: never at position 0
+                counts = range(1, len(self.slots) + 1) if self.batched else [1]
+                plan += [(positions[-1], [1] * count) for count in counts]
+        return plan
+
+    def warm_up(self, report: Callable[[int, int], None], context: int | None = None) -> None:
+        """Capture every step `warm_up_plan` lists (each run once on the idle slots' caches, with token 0) so that
+        requests replay them instead of waiting for a capture; `report(done, total)` after each. Call it before
+        any request: the slots are left empty."""
+        plan = self.warm_up_plan(context)
+        self.max_captures = max(MAX_CAPTURES, len(plan) + 8)  # keep every warmed capture
+        report(0, len(plan))
+        for done, (start, rows) in enumerate(plan, 1):
+            feeds = [
+                Feed(slot.caches, start, [0] * min(count, self.max_context - start), count)
+                for slot, count in zip(self.slots, rows, strict=False)
+            ]
+            forward_feeds(self.model, feeds, self._step(feeds))
+            report(done, len(plan))
+        for slot in self.slots:
+            slot.cached = []
 
     def decode(self, steps: list[tuple[Slot, int]]) -> list[np.ndarray]:
         """Feed one token to each slot; the logits after it, per slot (one forward, or one per slot unbatched)."""
@@ -109,26 +164,28 @@ class ModelRunner:
             slot.cached.append(token)
         return logits
 
-    def _step(self, feeds: list[Feed]) -> TinyJit:
+    def _step(self, feeds: list[Feed], output: str = LAST) -> TinyJit:
         """The forward of feeds shaped like `feeds` through TinyJit: captured at its first call and replayed after
         that with no per-kernel Python. The caches are inputs like the masks, last-row selectors, RoPE rows and
         token rows (a replay swaps in the buffers of the slots it runs), and every position in a KV window runs the
         same kernels, so any slots share the capture of their row counts and window."""
-        layout = FeedLayout(tuple(feed.rows for feed in feeds), cache_window(self.model, feeds))
-        key = (layout.rows, layout.window)
+        layout = FeedLayout(tuple(feed.rows for feed in feeds), cache_window(self.model, feeds), output)
+        key = (layout.rows, layout.window, output)
         if key in self.steps:
             self.steps.move_to_end(key)
             return self.steps[key]
         # the step does the same work every call (weights and caches are realized), so the first call is captured
         step = TinyJit(functools.partial(feeds_step, self.model, layout), plain_calls=0)
         self.steps[key] = step
-        if len(self.steps) > MAX_CAPTURES:
+        if len(self.steps) > self.max_captures:
             self.steps.popitem(last=False)
         return step
 
 
-def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit) -> np.ndarray:
-    """Run every feed's tokens in one forward: logits `(len(feeds), vocab)` after each feed's last token.
+def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit, output: str = LAST) -> np.ndarray:
+    """Run every feed's tokens in one forward: logits `(len(feeds), vocab)` after each feed's last token (`output`
+    ALL: `(len(feeds), rows, vocab)` after every row; POOLED: `(len(feeds), dim)`, the sum of each feed's real
+    rows' final normalized hidden states).
 
     The inputs (per feed a mask, a last-row selector and its caches; then the RoPE and token rows) are built here
     as Tensors and the forward itself is `feeds_step`, a function of those Tensors only, so `step` (see
@@ -149,7 +206,12 @@ def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit) -> np.nd
         own_visible = np.tri(feed.rows, key_tiles(feed.rows) * KEY_TILE, dtype=bool)
         mask = np.concatenate([cached_visible, own_visible], axis=1)
         masks.append(Tensor(mask.reshape(feed.rows, -1, KEY_TILE)))
-        lasts.append(Tensor((np.arange(feed.rows) == len(feed.tokens) - 1)[:, None]))
+        selected = (
+            np.arange(feed.rows) < len(feed.tokens)
+            if output == POOLED
+            else np.arange(feed.rows) == len(feed.tokens) - 1
+        )
+        lasts.append(Tensor(selected[:, None]))
     rope_rows = np.concatenate(positions)
     cos, sin = Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])
     caches = [cache for feed in feeds for cache in feed.caches]
@@ -167,11 +229,12 @@ def cache_window(model: Transformer, feeds: list[Feed]) -> int:
 
 @dataclass(frozen=True)
 class FeedLayout:
-    """What `feeds_step` bakes in (a TinyJit capture is made for one layout): each feed's padded row count and
-    the cached positions attention reads."""
+    """What `feeds_step` bakes in (a TinyJit capture is made for one layout): each feed's padded row count, the
+    cached positions attention reads, and what comes out (LAST, ALL or POOLED, see `forward_feeds`)."""
 
     rows: tuple[int, ...]
     window: int
+    output: str = LAST
 
 
 def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor, *inputs: Tensor) -> list[Tensor]:
@@ -199,12 +262,26 @@ def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor,
         x = x.contiguous()  # one realize per block, as in Transformer._step: small graphs, one shared schedule
         Tensor.realize(x, new_kv)
         new_kvs.append(new_kv)
-    rows, offset = [], 0
-    for count, last in zip(layout.rows, lasts, strict=True):  # each feed's last real row (where: padding is exact 0)
-        rows.append(last.where(x[offset : offset + count], 0.0).sum(0, keepdim=True))
-        offset += count
-    logits = linear(concat(rows, dim=0), model.output, norm=RMSNorm(model.output_norm, config.norm_eps))
+    output_norm = RMSNorm(model.output_norm, config.norm_eps)
+    if layout.output == ALL:
+        logits = linear(x, model.output, norm=output_norm)
+        return [logits.reshape(feeds, layout.rows[0], -1).realize(), *new_kvs]
+    if layout.output == POOLED:  # the sum of each feed's real rows, normalized one by one (padding rows: exact 0)
+        pooled = [
+            last.where(output_norm(x[offset : offset + count]), 0.0).sum(0, keepdim=True)
+            for count, last, offset in zip(layout.rows, lasts, row_offsets(layout.rows), strict=True)
+        ]
+        return [concat(pooled, dim=0).realize(), *new_kvs]
+    rows = []
+    for count, last, offset in zip(layout.rows, lasts, row_offsets(layout.rows), strict=True):
+        rows.append(last.where(x[offset : offset + count], 0.0).sum(0, keepdim=True))  # each feed's last real row
+    logits = linear(concat(rows, dim=0), model.output, norm=output_norm)
     return [logits.reshape(feeds, -1).realize(), *new_kvs]
+
+
+def row_offsets(rows: tuple[int, ...]) -> list[int]:
+    """Where each feed's rows start among all rows."""
+    return [sum(rows[:index]) for index in range(len(rows))]
 
 
 def attention(

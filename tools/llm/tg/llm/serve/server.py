@@ -30,6 +30,8 @@ class ServeOptions:
     cors_origins: tuple[str, ...] = ()
     batched: bool = True
     allowed_hosts: tuple[str, ...] = ()  # Host header names accepted besides IP addresses and localhost
+    warmup: bool = True  # capture the steps requests will need before /health says ok
+    warmup_context: int | None = 512  # ... for the KV windows of this many positions (None: the whole context)
 
 
 def load_state(path: Path, max_context: int, options: ServeOptions, aliases: set[str] | None = None) -> ServerState:
@@ -40,7 +42,9 @@ def load_state(path: Path, max_context: int, options: ServeOptions, aliases: set
         raise ValueError("--max-concurrency and --max-body-bytes must be at least 1, --max-queue at least 0")
     session = Session.load(path, max_context)
     runner = ModelRunner(session.model, options.max_concurrency, options.batched)
-    engine = Engine(runner, session.tokenizer, options.max_queue)
+    engine = Engine(
+        runner, session.tokenizer, options.max_queue, warmup=options.warmup, warmup_context=options.warmup_context
+    )
     return ServerState(
         engine,
         session.tokenizer,
@@ -50,6 +54,7 @@ def load_state(path: Path, max_context: int, options: ServeOptions, aliases: set
         options.api_key,
         options.max_body_bytes,
         set(aliases or ()) | {path.stem},
+        model_dim=session.model.config.dim,
     )
 
 
@@ -83,7 +88,8 @@ def run(state: ServerState, options: ServeOptions) -> None:
     auth = "API key required" if options.api_key else "no API key"
     print(
         f'serving "{state.model_id}" at {url_of(sock)} (OpenAI API under /v1, chat page at /), max context '
-        f"{state.max_context}, device {device}, {options.max_concurrency} slots, queue {options.max_queue}, {auth}",
+        f"{state.max_context}, device {device}, {options.max_concurrency} slots, queue {options.max_queue}, {auth}"
+        + (", warming up (/health says loading until then)" if options.warmup else ""),
         file=sys.stderr,
         flush=True,
     )

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import IndexDtypeError
 from tg.tensor.gather_scatter import gather_at, require_integer_index, select_where, wrap_negative
 from tg.tensor.indexing import IndexingOps
@@ -232,16 +233,16 @@ def advanced_setitem(tensor: Tensor, indices: Any, value: Any) -> None:
     IndexingOps.__setitem__(tensor, plan.basic, updated)
 
 
-class AdvancedIndexingOps:
+class AdvancedIndexingOps(TensorBase):
     """`t[int_or_bool_tensor_indices]` and `t[...] = value`; plain indices fall through to basic indexing."""
 
     def __getitem__(self, indices: Any) -> Tensor:
         if has_advanced_index(indices):
-            return advanced_getitem(self, indices)
+            return advanced_getitem(as_tensor(self), indices)
         return super().__getitem__(indices)
 
     def __setitem__(self, indices: Any, value: Any) -> None:
         if has_advanced_index(indices):
-            advanced_setitem(self, indices, value)
+            advanced_setitem(as_tensor(self), indices, value)
             return
         super().__setitem__(indices, value)

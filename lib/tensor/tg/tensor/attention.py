@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tg.codegen import dtypes
+from tg.tensor.base import TensorBase, as_tensor
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -45,7 +46,7 @@ def repeat_heads(t: Tensor, groups: int) -> Tensor:
     return repeated.reshape(*batch, heads * groups, length, width)
 
 
-class AttentionOps:
+class AttentionOps(TensorBase):
     """`scaled_dot_product_attention`."""
 
     def scaled_dot_product_attention(
@@ -72,7 +73,7 @@ class AttentionOps:
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
         scores = self.matmul(key.transpose(-1, -2)) * scale
         if is_causal:
-            attn_mask = causal_mask(self.shape[-2], key.shape[-2], self)
+            attn_mask = causal_mask(self.shape[-2], key.shape[-2], as_tensor(self))
         if attn_mask is not None:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
         return scores.softmax(-1).dropout(dropout_p).matmul(value)  # dropout acts only while Tensor.training

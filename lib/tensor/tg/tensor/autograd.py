@@ -27,6 +27,7 @@ from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.schedule.graph import ReduceArg, device_node, device_of, shape_of
 from tg.codegen.uop.ops import GroupOp
 from tg.hcq.engine.capture import is_capturing
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.creation import const_of_shape
 
 if TYPE_CHECKING:
@@ -325,7 +326,7 @@ class _ClassFlag(ContextDecorator):
         setattr(self.owner, self.name, self.saved.pop())
 
 
-class AutogradOps:
+class AutogradOps(TensorBase):
     """`requires_grad`, `grad`, `backward`, `gradient`, and the `train`/`test`/`no_grad` modes.
 
     `backward()` fills `.grad` of every live tensor with `requires_grad=True` that the loss depends on (optimizers
@@ -349,7 +350,7 @@ class AutogradOps:
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
-        return self
+        return as_tensor(self)
 
     @classmethod
     def train(cls, mode: bool = True) -> _ClassFlag:
@@ -393,10 +394,10 @@ class AutogradOps:
         graph = set(graph_root.toposort(lambda node: node.op is not Ops.DETACH))
         targets = [t for t in candidates if dtypes.is_float(t.dtype) and _node_in(t, graph) is not None]
         if not targets:
-            return self
+            return as_tensor(self)
         for target, grad in zip(targets, self.gradient(*targets, gradient=gradient), strict=True):
             target.grad = grad if target.grad is None else target.grad + grad
-        return self
+        return as_tensor(self)
 
 
 def no_grad() -> _ClassFlag:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, UOp, dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.reduce import sum_accumulator
 from tg.tensor.shape_ops import on_axis, sliding_window
@@ -275,7 +276,7 @@ def avg_pool2d(
     return result.cast(x.dtype) if dtypes.is_float(x.dtype) else result
 
 
-class ConvOps:
+class ConvOps(TensorBase):
     """`conv2d, conv_transpose2d, max_pool2d, max_unpool2d, avg_pool2d, interpolate`."""
 
     def conv2d(
@@ -288,7 +289,7 @@ class ConvOps:
         padding: IntOrTuple = 0,
         dtype: DType | None = None,
     ) -> Tensor:
-        return conv2d(self, weight, bias, groups, stride, dilation, padding, dtype)
+        return conv2d(as_tensor(self), weight, bias, groups, stride, dilation, padding, dtype)
 
     def conv_transpose2d(
         self,
@@ -300,7 +301,7 @@ class ConvOps:
         padding: IntOrTuple = 0,
         output_padding: IntOrTuple = 0,
     ) -> Tensor:
-        return conv_transpose2d(self, weight, bias, groups, stride, dilation, padding, output_padding)
+        return conv_transpose2d(as_tensor(self), weight, bias, groups, stride, dilation, padding, output_padding)
 
     def max_pool2d(
         self,
@@ -316,8 +317,8 @@ class ConvOps:
         if return_indices:
             from tg.tensor.pool_indices import max_pool_with_indices
 
-            return max_pool_with_indices(self, kernel_size, stride, dilation, padding, ceil_mode)
-        return max_pool2d(self, kernel_size, stride, dilation, padding, ceil_mode)
+            return max_pool_with_indices(as_tensor(self), kernel_size, stride, dilation, padding, ceil_mode)
+        return max_pool2d(as_tensor(self), kernel_size, stride, dilation, padding, ceil_mode)
 
     def max_unpool2d(
         self,
@@ -331,7 +332,7 @@ class ConvOps:
         """The inverse of `max_pool2d(return_indices=True)`: values back at their positions, zeros elsewhere."""
         from tg.tensor.pool_indices import max_unpool2d
 
-        return max_unpool2d(self, indices, kernel_size, stride, dilation, padding, output_size)
+        return max_unpool2d(as_tensor(self), indices, kernel_size, stride, dilation, padding, output_size)
 
     def avg_pool2d(
         self,
@@ -343,9 +344,9 @@ class ConvOps:
         count_include_pad: bool = True,
     ) -> Tensor:
         """Arguments in tinygrad's order (dilation before padding); pass them by name to be safe."""
-        return avg_pool2d(self, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad)
+        return avg_pool2d(as_tensor(self), kernel_size, stride, dilation, padding, ceil_mode, count_include_pad)
 
     def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
         from tg.tensor.interpolate import interpolate
 
-        return interpolate(self, tuple(size), mode, align_corners)
+        return interpolate(as_tensor(self), tuple(size), mode, align_corners)

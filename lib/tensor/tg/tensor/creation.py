@@ -25,6 +25,7 @@ from tg.codegen.schedule.graph import (
     symbolic_numel,
 )
 from tg.hcq import Device
+from tg.tensor.base import TensorBase
 from tg.tensor.errors import ArgumentError
 from tg.tensor.promotion import (
     PythonScalar,
@@ -223,7 +224,7 @@ def takes_requires_grad(constructor: Constructor) -> Constructor:
     return with_requires_grad  # type: ignore[return-value]
 
 
-class CreationOps:
+class CreationOps(TensorBase):
     """Constructors: `Tensor.zeros(2, 3)`, `Tensor.arange(10)`, `Tensor.eye(4)`, `t.ones_like()`, ..."""
 
     @classmethod

@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tg.codegen import DType, UOp, dtypes
+from tg.tensor.base import TensorBase
 from tg.tensor.elementwise import in_float32_when_half
 from tg.tensor.errors import ArgumentError
 from tg.tensor.promotion import dtype_argument
@@ -56,7 +57,7 @@ def _float_dtype_argument(dtype: DType | str | None, operation: str) -> DType | 
     return dtype
 
 
-class DerivedReductionOps:
+class DerivedReductionOps(TensorBase):
     """`softmax, softmin, log_softmax, logsumexp, var, std, var_mean, std_mean, argmax, argmin`."""
 
     def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:

@@ -12,6 +12,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.base import TensorBase, as_tensor
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -49,12 +50,12 @@ def qr(x: Tensor) -> tuple[Tensor, Tensor]:
     return q, r
 
 
-class FunctionalOps:
+class FunctionalOps(TensorBase):
     """`sequential, batchnorm, rearrange, qr, svd`."""
 
     def sequential(self, layers: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
         """Apply each callable in turn: `x.sequential([f, g])` is `g(f(x))`."""
-        return reduce(lambda value, layer: layer(value), layers, self)  # type: ignore[arg-type]
+        return reduce(lambda value, layer: layer(value), layers, as_tensor(self))
 
     def batchnorm(
         self,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.schedule.graph import ShapeError, device_of, shape_of
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError, IndexDtypeError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
@@ -230,24 +231,24 @@ def nonzero(x: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
     return type(x)(found.reshape(len(found), x.ndim), device=x.device)
 
 
-class GatherScatterOps:
+class GatherScatterOps(TensorBase):
     """`gather, scatter, scatter_reduce, masked_fill, masked_select, one_hot, nonzero`."""
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
-        return gather(self, dim, index)
+        return gather(as_tensor(self), dim, index)
 
     def scatter(self, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
         """`reduce` None replaces; 'add' and 'multiply' combine with the existing values (torch's scatter)."""
         if reduce is None:
-            return scatter(self, dim, index, src)
+            return scatter(as_tensor(self), dim, index, src)
         if reduce not in ("add", "multiply"):
             raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
         if not hasattr(src, "uop"):
             src = index.full_like(src, dtype=self.dtype)
-        return scatter_reduce(self, dim, index, src, "sum" if reduce == "add" else "prod", include_self=True)
+        return scatter_reduce(as_tensor(self), dim, index, src, "sum" if reduce == "add" else "prod", include_self=True)
 
     def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
-        return scatter_reduce(self, dim, index, src, reduce, include_self)
+        return scatter_reduce(as_tensor(self), dim, index, src, reduce, include_self)
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         if mask.dtype is not dtypes.bool:
@@ -261,7 +262,7 @@ class GatherScatterOps:
     def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
         if mask.dtype is not dtypes.bool:
             raise ArgumentError(f"masked_select needs a bool mask, got {mask.dtype!r} (as torch)")
-        return masked_select(self, mask, size, fill_value)
+        return masked_select(as_tensor(self), mask, size, fill_value)
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
         """(...) -> (..., num_classes) of this tensor's int dtype; -1 realizes the input to use max + 1 (and checks
@@ -277,7 +278,7 @@ class GatherScatterOps:
             if self.numel() and int(self.min().item()) < 0:
                 raise ArgumentError("one_hot: class values must be non-negative")
             num_classes = int(self.max().item()) + 1 if self.numel() else 0
-        return one_hot_along(self, num_classes).cast(self.dtype)
+        return one_hot_along(as_tensor(self), num_classes).cast(self.dtype)
 
     def nonzero(self, size: int | None = None, fill_value: Any = 0) -> Tensor:
-        return nonzero(self, size, fill_value)
+        return nonzero(as_tensor(self), size, fill_value)

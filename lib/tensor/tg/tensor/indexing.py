@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import UOp, dtypes
 from tg.codegen.schedule.graph import canonical_size
+from tg.tensor.base import TensorBase
 from tg.tensor.promotion import DTypeMismatchError, dtype_name, is_symbolic_int
 from tg.tensor.symbolic import check_size, fits_in, known_le
 
@@ -204,7 +205,7 @@ def place_axis(tensor: Tensor, axis: int, selection: AxisSelection, size: int) -
     return tensor.flip(axis) if flip else tensor
 
 
-class IndexingOps:
+class IndexingOps(TensorBase):
     """`t[indices]` and `t[indices] = value` with ints, slices (negative steps included), None and Ellipsis."""
 
     def __getitem__(self, indices: Any) -> Tensor:

@@ -22,6 +22,7 @@ from tg.codegen.schedule.graph import ShapeError
 from tg.codegen.schedule.layout import MatmulTag
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.tensor.autograd import Gradients, custom_gradient
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.elementwise import broadcast
 from tg.tensor.promotion import broadcast_shapes, dtype_argument
 from tg.tensor.reduce import sum_accumulator
@@ -211,14 +212,14 @@ def einsum(formula: str, *operands: Tensor, dtype: DType | None = None) -> Tenso
     return product.sum(contracted, dtype=sum_accumulator(result_dtype)).cast(result_dtype)
 
 
-class LinalgOps:
+class LinalgOps(TensorBase):
     """`matmul, @, dot, linear, einsum`."""
 
     def matmul(self, other: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         if not hasattr(other, "uop"):
             other = type(self)(other, device=self.device)
-        return matmul(other, self, dtype) if reverse else matmul(self, other, dtype)
+        return matmul(other, self, dtype) if reverse else matmul(as_tensor(self), other, dtype)
 
     def dot(self, other: Tensor, dtype: DType | str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import dtypes
 from tg.tensor.activations import stable_softplus
+from tg.tensor.base import TensorBase
 from tg.tensor.errors import ArgumentError
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def _is_index_tensor(t: Tensor) -> bool:
     return dtypes.is_int(t.dtype)
 
 
-class LossOps:
+class LossOps(TensorBase):
     """`cross_entropy, sparse_categorical_crossentropy, binary_crossentropy, binary_crossentropy_logits, nll_loss`;
     `self` holds the predictions (logits, probabilities or log-probabilities, as each name says)."""
 

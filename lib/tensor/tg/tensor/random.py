@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tg.codegen import DType, dtypes
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.creation import canonical_device, normalize_shape, takes_requires_grad
 from tg.tensor.errors import ArgumentError
 from tg.tensor.positions import positions
@@ -120,7 +121,7 @@ def _float_dtype(dtype: DType | str | None) -> DType:
     return dtype
 
 
-class RandomOps:
+class RandomOps(TensorBase):
     """`manual_seed, rand, randn, randint, uniform, normal, randperm, multinomial, dropout` (+ `_like` forms)."""
 
     training: ClassVar[bool] = False  # dropout is the identity unless this is set
@@ -232,12 +233,12 @@ class RandomOps:
     @takes_requires_grad
     def rand_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
-        return type(self).rand(self.shape, dtype=dtype or _like_float(self), device=device or self.device)
+        return type(self).rand(self.shape, dtype=dtype or _like_float(as_tensor(self)), device=device or self.device)
 
     @takes_requires_grad
     def randn_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
-        return type(self).randn(self.shape, dtype=dtype or _like_float(self), device=device or self.device)
+        return type(self).randn(self.shape, dtype=dtype or _like_float(as_tensor(self)), device=device or self.device)
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Category indices drawn with the weights in the last axis of this 1-d or 2-d tensor (int32)."""
@@ -259,7 +260,7 @@ class RandomOps:
         if not 0 <= p <= 1:
             raise ValueError(f"dropout probability must be between 0 and 1, got {p}")
         if not type(self).training or p == 0:
-            return self
+            return as_tensor(self)
         if p == 1:
             return self.zeros_like()
         keep = self.rand_like(dtype=dtypes.float32) >= p

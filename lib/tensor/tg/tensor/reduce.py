@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
 from tg.codegen.schedule.graph import ReduceArg
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
@@ -61,13 +62,13 @@ def reduce_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
     return tuple(axes)
 
 
-class ReduceOps:
+class ReduceOps(TensorBase):
     """`sum, prod, max, min, mean, any, all`."""
 
     def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
         axes = reduce_axes(axis, self.ndim)
         if not axes:
-            return self
+            return as_tensor(self)
         reduced = self._wrap(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), ReduceArg(op, axes)))
         if keepdim:
             return reduced

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions_along
@@ -265,7 +266,7 @@ def _tensor_list(first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -
     return [first, *others]
 
 
-class ShapeOps:
+class ShapeOps(TensorBase):
     """`cat, stack, repeat, repeat_interleave, split, chunk, unfold, roll, tril, triu, diag, diagonal, unflatten,
     meshgrid`."""
 
@@ -280,34 +281,34 @@ class ShapeOps:
     def repeat(self, *repeats: int) -> Tensor:
         if len(repeats) == 1 and isinstance(repeats[0], (list, tuple)):
             repeats = tuple(repeats[0])
-        return repeat(self, repeats)
+        return repeat(as_tensor(self), repeats)
 
     def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
-        return repeat_interleave(self, repeats, dim)
+        return repeat_interleave(as_tensor(self), repeats, dim)
 
     def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
-        return split(self, sizes, dim)
+        return split(as_tensor(self), sizes, dim)
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
-        return chunk(self, chunks, dim)
+        return chunk(as_tensor(self), chunks, dim)
 
     def unfold(self, dim: int, size: int, step: int) -> Tensor:
-        return unfold(self, dim, size, step)
+        return unfold(as_tensor(self), dim, size, step)
 
     def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
-        return roll(self, shifts, dims)
+        return roll(as_tensor(self), shifts, dims)
 
     def tril(self, diagonal: int = 0) -> Tensor:
-        return tril(self, diagonal)
+        return tril(as_tensor(self), diagonal)
 
     def triu(self, diagonal: int = 0) -> Tensor:
-        return triu(self, diagonal)
+        return triu(as_tensor(self), diagonal)
 
     def diag(self, diagonal: int = 0) -> Tensor:
-        return diag(self, diagonal)
+        return diag(as_tensor(self), diagonal)
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
-        return diagonal(self, offset, dim1, dim2)
+        return diagonal(as_tensor(self), offset, dim1, dim2)
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
         """Split axis `dim` into axes of `sizes` (one may be -1)."""

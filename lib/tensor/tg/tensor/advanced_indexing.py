@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
+from tg.codegen.schedule.graph import Shape
 from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import IndexDtypeError
 from tg.tensor.gather_scatter import gather_at, require_integer_index, select_where, wrap_negative
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.positions import positions
 from tg.tensor.promotion import broadcast_shapes
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -58,7 +60,7 @@ class AdvancedPlan:
     rest_axes: tuple[int, ...]  # the other axes of the basic result
 
     @property
-    def broadcast_shape(self) -> tuple[int, ...]:
+    def broadcast_shape(self) -> Shape:
         return self.index_tensors[0].shape
 
     @property
@@ -154,16 +156,18 @@ def plan_advanced(tensor: Tensor, indices: Any) -> AdvancedPlan:
     return AdvancedPlan(tuple(basic), tuple(indexed_axes), wrapped, rest)
 
 
-def _match_mask(plan: AdvancedPlan, sizes: tuple[int, ...], leading: int) -> Tensor:
+def _match_mask(plan: AdvancedPlan, sizes: Shape, leading: int) -> Tensor:
     """bool (1 * leading, *broadcast, *sizes): whether index element b points at position (n_0, n_1, ...)."""
     broadcast_rank, count = len(plan.broadcast_shape), len(sizes)
-    mask = None
-    for k, (index, size) in enumerate(zip(plan.index_tensors, sizes, strict=True)):
+    mask: Tensor | None = None
+    for k, (index, axis_size) in enumerate(zip(plan.index_tensors, sizes, strict=True)):
+        size = concrete_size(axis_size, "advanced indexing")
         pointer = index.reshape((1,) * leading + plan.broadcast_shape + (1,) * count)
         view = [1] * (leading + broadcast_rank + count)
         view[leading + broadcast_rank + k] = size
         matches = pointer == positions(index, size, index.dtype).reshape(view)
         mask = matches if mask is None else mask & matches
+    assert mask is not None  # (an advanced index has at least one index tensor)
     return mask
 
 

@@ -21,10 +21,10 @@ import weakref
 from collections.abc import Callable, Iterable
 from contextlib import ContextDecorator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tg.codegen import Ops, UOp, dtypes
-from tg.codegen.schedule.graph import ReduceArg, device_node, device_of, shape_of
+from tg.codegen.schedule.graph import ReduceArg, Shape, device_node, device_of, shape_of
 from tg.codegen.uop.ops import GroupOp
 from tg.hcq.engine.capture import is_capturing
 from tg.tensor.base import TensorBase, as_tensor
@@ -61,7 +61,7 @@ def _zeros_like(node: UOp) -> UOp:
     return _const(0.0, node)
 
 
-def _sum_to_shape(grad: UOp, shape: tuple[int, ...]) -> UOp:
+def _sum_to_shape(grad: UOp, shape: Shape) -> UOp:
     """`grad` summed over the axes where `shape` has size 1 and grad does not (undoes an EXPAND)."""
     axes = tuple(i for i, (have, want) in enumerate(zip(shape_of(grad), shape, strict=True)) if have != want)
     if not axes:
@@ -69,7 +69,7 @@ def _sum_to_shape(grad: UOp, shape: tuple[int, ...]) -> UOp:
     return UOp(Ops.REDUCE_AXIS, grad.dtype, (grad,), ReduceArg(Ops.ADD, axes))
 
 
-def _expand_to(node: UOp, shape: tuple[int, ...]) -> UOp:
+def _expand_to(node: UOp, shape: Shape) -> UOp:
     return node if shape_of(node) == shape else UOp(Ops.EXPAND, node.dtype, (node,), shape)
 
 
@@ -334,7 +334,8 @@ class AutogradOps(TensorBase):
     `Tensor.no_grad = True` (or `with tg.tensor.no_grad():`), computed results are cut off from autograd.
     """
 
-    no_grad: bool = False  # (`training`, the flag BatchNorm and dropout read, lives with dropout in tg.tensor.random)
+    # (`training`, the flag BatchNorm and dropout read, lives with dropout in tg.tensor.random)
+    no_grad: ClassVar[bool] = False
 
     @property
     def requires_grad(self) -> bool | None:
@@ -344,7 +345,7 @@ class AutogradOps(TensorBase):
     def requires_grad(self, value: bool | None) -> None:
         self._requires_grad = value
         if value:
-            _tensors_requiring_grad[id(self)] = self
+            _tensors_requiring_grad[id(self)] = as_tensor(self)
         else:
             _tensors_requiring_grad.pop(id(self), None)
 

@@ -60,7 +60,7 @@ def normalize_shape(shape: tuple[Any, ...]) -> Shape:
     return tuple(canonical_size(size) for size in shape)
 
 
-def const_of_shape(value: PythonScalar, shape: Shape, dtype: DType, device: str) -> UOp:
+def const_of_shape(value: PythonScalar | UOp, shape: Shape, dtype: DType, device: str) -> UOp:
     """A lazy constant tensor: CONST reshaped to all-ones and expanded to `shape`."""
     # a symbolic int (bound variables) stays an expression: the kernel computes it from its variable arguments
     if isinstance(value, UOp):
@@ -95,7 +95,7 @@ def _list_dtype(data: list | tuple) -> DType:
     """bools -> bool, ints -> the default int (int64 when it cannot hold them), any float -> the default float."""
     import numpy as np
 
-    values = np.array(data, dtype=object).ravel() if data else []
+    values: Any = np.array(data, dtype=object).ravel() if data else []
     if len(values) and all(isinstance(value, bool) for value in values):
         return dtypes.bool
     if len(values) and all(isinstance(value, int) for value in values):
@@ -122,7 +122,7 @@ def node_from_numpy(array: Any, device: str, dtype: DType | None) -> UOp:
         source_dtype = dtype
     shape = array.shape  # before ascontiguousarray, which makes 0-d arrays 1-d
     flat = np.ascontiguousarray(array).reshape(-1)
-    raw_bytes = memoryview(flat.view(np.uint8))  # no intermediate copy: the engine copies once
+    raw_bytes = flat.view(np.uint8).data  # (a memoryview) no intermediate copy: the engine copies once
     return upload(raw_bytes, shape, source_dtype, device)
 
 
@@ -276,9 +276,11 @@ class CreationOps(TensorBase):
         all_ints = all(isinstance(v, int) for v in (start, stop, step))
         count = max(0, math.ceil((stop - start) / step))
         last = start + (count - 1) * step if count else start
-        default = int_data_dtype(min(start, last), max(start, last)) if all_ints else dtypes.default_float
+        # (int() only tells the checker what all_ints found)
+        default = int_data_dtype(int(min(start, last)), int(max(start, last))) if all_ints else dtypes.default_float
         dtype = dtype_argument(kwargs.pop("dtype", None)) or default
-        values = start + np.arange(count, dtype=np.float64 if not all_ints else np.int64) * step
+        positions: Any = np.arange(count, dtype=np.float64 if not all_ints else np.int64)
+        values = start + positions * step
         return cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs)  # type: ignore
 
     @classmethod
@@ -365,14 +367,14 @@ class CreationOps(TensorBase):
     @takes_requires_grad
     def empty_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
-        return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)  # type: ignore
+        return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)
 
     @takes_requires_grad
     def full_like(
         self, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
         dtype = dtype_argument(dtype)
-        return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)  # type: ignore
+        return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)
 
     def const_like(self, value: PythonScalar) -> Tensor:
         """A constant `value` of this tensor's shape, dtype and device (tinygrad's; a lazy constant, no storage)."""

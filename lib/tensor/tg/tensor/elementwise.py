@@ -232,14 +232,26 @@ class ElementwiseOps(TensorBase):
             return _int_pow(base, power)
         return in_float32_when_half(base, lambda x: alu(Ops.POW, x, power.cast(x.dtype)))
 
-    __add__ = add
-    __sub__ = sub
-    __mul__ = mul
-    __truediv__ = div
-    __floordiv__ = floordiv
-    __mod__ = mod
-    __pow__ = pow
-    __neg__ = neg
+    if TYPE_CHECKING:  # (the operators are the methods above; typed here as binary, as `x += y` needs them)
+
+        def __add__(self, other: Operand) -> Tensor: ...
+        def __sub__(self, other: Operand) -> Tensor: ...
+        def __mul__(self, other: Operand) -> Tensor: ...
+        def __truediv__(self, other: Operand) -> Tensor: ...
+        def __floordiv__(self, other: Operand) -> Tensor: ...
+        def __mod__(self, other: Operand) -> Tensor: ...
+        def __pow__(self, other: Operand) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+
+    else:
+        __add__ = add
+        __sub__ = sub
+        __mul__ = mul
+        __truediv__ = div
+        __floordiv__ = floordiv
+        __mod__ = mod
+        __pow__ = pow
+        __neg__ = neg
 
     def __radd__(self, other: Operand) -> Tensor:
         return self.add(other, reverse=True)
@@ -329,7 +341,7 @@ class ElementwiseOps(TensorBase):
         clamp; relu6 and hardtanh, whose gradient is 0 there, are written separately)."""
         if min_ is None and max_ is None:
             raise ArgumentError("clip needs min_ or max_ (or both), as torch.clamp")
-        result = self if min_ is None else (self < min_).where(min_, self)
+        result = as_tensor(self) if min_ is None else (self < min_).where(min_, self)
         return result if max_ is None else (result > max_).where(max_, result)
 
     clamp = clip
@@ -372,12 +384,22 @@ class ElementwiseOps(TensorBase):
     def logical_not(self) -> Tensor:
         return alu(Ops.CMPEQ, *broadcast(self, False if self.dtype is dtypes.bool else 0))
 
-    __and__ = bitwise_and
-    __or__ = bitwise_or
-    __xor__ = bitwise_xor
-    __lshift__ = lshift
-    __rshift__ = rshift
-    __invert__ = bitwise_not
+    if TYPE_CHECKING:  # (as the arithmetic operators above)
+
+        def __and__(self, other: Operand) -> Tensor: ...
+        def __or__(self, other: Operand) -> Tensor: ...
+        def __xor__(self, other: Operand) -> Tensor: ...
+        def __lshift__(self, other: Operand) -> Tensor: ...
+        def __rshift__(self, other: Operand) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
+
+    else:
+        __and__ = bitwise_and
+        __or__ = bitwise_or
+        __xor__ = bitwise_xor
+        __lshift__ = lshift
+        __rshift__ = rshift
+        __invert__ = bitwise_not
 
     def __rand__(self, other: Operand) -> Tensor:
         return self.bitwise_and(other, reverse=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen.schedule.graph import ShapeError
 from tg.tensor.base import TensorBase, as_tensor
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -41,7 +42,7 @@ def qr(x: Tensor) -> tuple[Tensor, Tensor]:
         raise ShapeError(f"qr needs a matrix (2 or more dimensions), got shape {x.shape}")
     if not x.is_floating_point():
         x = x.float()
-    m, n = x.shape[-2:]
+    m, n = (concrete_size(size, "qr") for size in x.shape[-2:])
     q = x.eye(m, dtype=x.dtype, device=x.device).expand(*x.shape[:-2], m, m)
     r = x
     for k in range(min(m - 1, n)):

@@ -23,6 +23,7 @@ from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions, positions_along
 from tg.tensor.shape_ops import as_bits, from_bits
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -50,7 +51,7 @@ def require_integer_index(index: Tensor, operation: str) -> None:
         )
 
 
-def wrap_negative(index: Tensor, size: int) -> Tensor:
+def wrap_negative(index: Tensor, size: int | UOp) -> Tensor:
     """Negative indices count from the end, as in Python."""
     if dtypes.is_unsigned(index.dtype) or index.dtype is dtypes.bool:
         return index.cast(dtypes.int32)
@@ -91,13 +92,15 @@ def gather_source_gradient(grad: UOp, node: UOp) -> UOp:
     out_shape = shape_of(node)
     sizes = tuple(source_shape[axis] for axis in axes)
     trailing = (1,) * len(axes)
-    mask = None
+    mask: Tensor | None = None
     for k, index_node in enumerate(node.src[1:]):
         index = Tensor(index_node, device=device_of(index_node))
+        count = concrete_size(sizes[k], "a gather's gradient")
         view = [1] * (len(out_shape) + len(axes))
-        view[len(out_shape) + k] = sizes[k]
-        matches = index.reshape(out_shape + trailing) == positions(index, sizes[k], index.dtype).reshape(view)
+        view[len(out_shape) + k] = count
+        matches = index.reshape(out_shape + trailing) == positions(index, count, index.dtype).reshape(view)
         mask = matches if mask is None else mask & matches
+    assert mask is not None  # (a GATHER reads through at least one index)
     weighted = Tensor(grad, device=device_of(grad)).reshape(out_shape + trailing)
     summed = mask.where(weighted, 0.0).sum(axes, dtype=grad.dtype)  # (*other axes, *sizes)
     others = [axis for axis in range(len(source_shape)) if axis not in axes]
@@ -110,7 +113,8 @@ def gather_source_gradient(grad: UOp, node: UOp) -> UOp:
 def scatter_mask(target: Tensor, dim: int, index: Tensor) -> Tensor:
     """bool (*index.shape, target.shape[dim]): whether source element [..i..] goes to target position p."""
     require_integer_index(index, "scatter")
-    return one_hot_along(wrap_negative(index, target.shape[dim]), target.shape[dim])
+    size = target.shape[dim]
+    return one_hot_along(wrap_negative(index, size), concrete_size(size, "scatter"))
 
 
 def _to_target_layout(reduced: Tensor, target: Tensor, dim: int, fill: Any) -> Tensor:

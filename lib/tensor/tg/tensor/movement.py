@@ -26,7 +26,7 @@ def normalize_axis(axis: int, ndim: int) -> int:
     return axis % max(ndim, 1)
 
 
-def _shape_argument(shape: tuple[Any, ...]) -> tuple[int, ...]:
+def _shape_argument(shape: tuple[Any, ...]) -> tuple[Any, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])
     return tuple(shape)
@@ -59,7 +59,7 @@ def _infer_reshape(old_shape: Shape, new_shape: tuple[int, ...]) -> Shape:
         raise ShapeError(f"reshape of {old_shape} to {new_shape}: only one size may be -1")
     if min(new_shape, default=0) < -1:
         raise ShapeError(f"reshape of {old_shape} to {new_shape}: sizes must be non-negative or -1")
-    count = math.prod(old_shape)
+    count = math.prod(_int_sizes(old_shape))  # (not symbolic here)
     if -1 in new_shape:
         known = math.prod(size for size in new_shape if size != -1)
         if known == 0 or count % known:
@@ -182,7 +182,7 @@ class MovementOps(TensorBase):
             raise ShapeError(f"shrink_to {target} needs {self.ndim} sizes for shape {self.shape}")
         return self.shrink(tuple(None if t is None else (0, t) for t in target))
 
-    def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
+    def shrink(self, bounds: Sequence[tuple[int | UOp, int | UOp] | None]) -> Tensor:
         """Keep [start, end) of each axis (None keeps the whole axis)."""
         if len(bounds) != self.ndim:
             raise ShapeError(f"shrink of a tensor of shape {self.shape} needs {self.ndim} (start, end) pairs")
@@ -202,12 +202,12 @@ class MovementOps(TensorBase):
             axes = (*axes, *(axis if isinstance(axis, (tuple, list)) else (axis,)))
         axes_argument = axes
         listed = [normalize_axis(axis, self.ndim) for axis in _shape_argument(axes)]
-        axes = set(listed)
-        if len(axes) != len(listed):
+        flipped = set(listed)
+        if len(flipped) != len(listed):
             raise ArgumentError(f"flip: an axis appears more than once in {_shape_argument(axes_argument)}")
-        if not axes:
+        if not flipped:
             return as_tensor(self)
-        return self._movement(Ops.FLIP, tuple(axis in axes for axis in range(self.ndim)))
+        return self._movement(Ops.FLIP, tuple(axis in flipped for axis in range(self.ndim)))
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
         order = list(range(self.ndim))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tg.codegen import DType, dtypes
+from tg.codegen.schedule.graph import Shape
 from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.creation import canonical_device, normalize_shape, takes_requires_grad
 from tg.tensor.errors import ArgumentError
@@ -79,7 +80,7 @@ def draw_words(count: int) -> Any:
     return np.array([key.low, key.high, first & MASK32, (first >> 32) & MASK32], dtype=np.uint32)
 
 
-def random_words(tensor_type: type, shape: tuple[int, ...], device: str) -> tuple[Tensor, Tensor]:
+def random_words(tensor_type: type, shape: Shape, device: str) -> tuple[Tensor, Tensor]:
     """Two uint32 tensors of `shape` with fresh random bits (the next prod(shape) counters).
 
     The seed and the first counter reach the kernel through a small uploaded buffer, not as constants in its

@@ -199,12 +199,13 @@ def advanced_getitem(tensor: Tensor, indices: Any) -> Tensor:
     return picked.permute(_result_order(plan, len(rest_shape)))
 
 
-def _last_writer(mask: Tensor, broadcast_shape: tuple[int, ...], leading: int, count: int) -> Tensor:
+def _last_writer(mask: Tensor, broadcast_shape: Shape, leading: int, count: int) -> Tensor:
     """Keep, for every written position, only the last index element (in row-major order) that points there:
     numpy's answer when an index repeats a position."""
     if not broadcast_shape:
         return mask
-    order = positions(mask, math.prod(broadcast_shape)).reshape((1,) * leading + broadcast_shape + (1,) * count)
+    index_count = math.prod(concrete_size(size, "advanced indexing") for size in broadcast_shape)
+    order = positions(mask, index_count).reshape((1,) * leading + broadcast_shape + (1,) * count)
     broadcast_axes = tuple(range(leading, leading + len(broadcast_shape)))
     last = mask.where(order, -1).max(broadcast_axes, keepdim=True)
     return mask & (order == last)

@@ -6,7 +6,9 @@ inherits TensorBase, which declares those attributes and cross-family methods fo
 declarations exist only under TYPE_CHECKING: at run time TensorBase is empty, and Tensor's own definitions are
 the ones used). A family's definition of a declared method must match the declaration, which mypy checks.
 
-Helpers that an op method hands `self` to take a TensorBase where they need only what is declared here.
+An op method that hands `self` to a function of Tensors passes `as_tensor(self)`: the families are bases of Tensor
+alone, so `self` is a Tensor, which mypy cannot infer (a method may not annotate `self` with a subclass). Helpers
+that need only what is declared here take a TensorBase instead (`alu`, `in_float32_when_half`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ class TensorBase:
         _views: weakref.WeakSet[Tensor] | None
         no_grad: ClassVar[bool]  # (class flags, set on Tensor: AutogradOps, RandomOps)
         training: ClassVar[bool]
+
+        def __init__(
+            self,
+            data: Any = None,
+            device: str | None = None,
+            dtype: DType | str | None = None,
+            requires_grad: bool | None = None,
+        ) -> None: ...
 
         @property
         def shape(self) -> Shape: ...

@@ -21,6 +21,7 @@ from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.reduce import sum_accumulator
 from tg.tensor.shape_ops import on_axis, sliding_window
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -136,7 +137,8 @@ def conv2d(
         # check, so the loads along the contiguous axis stay unit-stride and the C compiler vectorizes them
         # (measured 65 ms -> 40 ms for the 8x64x56x56 3x3 benchmark conv).
         x = x.pad(((0, 0), (0, 0)) + pads).contiguous()
-    spec = WindowSpec(weight.shape[2:], per_axis(stride, spatial, "stride"), per_axis(dilation, spatial, "dilation"))
+    kernel_sizes = tuple(concrete_size(size, "a conv kernel") for size in weight.shape[2:])
+    spec = WindowSpec(kernel_sizes, per_axis(stride, spatial, "stride"), per_axis(dilation, spatial, "dilation"))
     patches = windows(x, spec)  # (N, C_in, *out, *kernel)
     out_spatial = patches.shape[2 : 2 + spatial]
     per_group = channels_out // groups
@@ -218,12 +220,13 @@ def pool_spec(
     pads = padding_pairs(padding, spatial)
     extra = []
     for i in range(spatial):
-        size = x.shape[2 + i] + pads[i][0] + pads[i][1]
+        length = concrete_size(x.shape[2 + i], "pooling")
+        size = length + pads[i][0] + pads[i][1]
         span = dilations[i] * (kernel[i] - 1) + 1
         count = (size - span) // strides[i] + 1
         if ceil_mode:
             count = math.ceil((size - span) / strides[i]) + 1
-            if (count - 1) * strides[i] >= x.shape[2 + i] + pads[i][0]:  # torch: the last window must start inside
+            if (count - 1) * strides[i] >= length + pads[i][0]:  # torch: the last window must start inside
                 count -= 1
         extra.append(max(0, (count - 1) * strides[i] + span - size))
     return PoolSpec(WindowSpec(kernel, strides, dilations), pads, tuple(extra))

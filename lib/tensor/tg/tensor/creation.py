@@ -25,7 +25,7 @@ from tg.codegen.schedule.graph import (
     symbolic_numel,
 )
 from tg.hcq import Device
-from tg.tensor.base import TensorBase
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.promotion import (
     PythonScalar,
@@ -235,7 +235,7 @@ class CreationOps(TensorBase):
         shape = normalize_shape(shape)
         dtype = dtypes.default_float if dtype is None else dtype
         device = canonical_device(device)
-        return cls(buffer_view(new_buffer(device, max_numel(shape), dtype), shape), device=device)  # type: ignore
+        return as_tensor(cls(buffer_view(new_buffer(device, max_numel(shape), dtype), shape), device=device))
 
     @classmethod
     @takes_requires_grad
@@ -244,7 +244,7 @@ class CreationOps(TensorBase):
         shape = normalize_shape((shape,) if isinstance(shape, int) else tuple(shape))
         dtype = python_scalar_dtype(fill_value) if dtype is None else dtype
         device = canonical_device(device)
-        return cls(const_of_shape(fill_value, shape, dtype, device), device=device)  # type: ignore
+        return as_tensor(cls(const_of_shape(fill_value, shape, dtype, device), device=device))
 
     @classmethod
     @takes_requires_grad
@@ -260,7 +260,9 @@ class CreationOps(TensorBase):
 
     @classmethod
     @takes_requires_grad
-    def arange(cls, start: PythonScalar, stop: PythonScalar | None = None, step: PythonScalar = 1, **kwargs) -> Tensor:
+    def arange(
+        cls, start: PythonScalar | UOp, stop: PythonScalar | UOp | None = None, step: PythonScalar = 1, **kwargs: Any
+    ) -> Tensor:
         """`start, start+step, ...` below `stop`; ints give the default int, any float the default float.
 
         The values are computed on the host and uploaded (the tensor graph has no index node), like `Tensor(list)`.
@@ -281,7 +283,7 @@ class CreationOps(TensorBase):
         dtype = dtype_argument(kwargs.pop("dtype", None)) or default
         positions: Any = np.arange(count, dtype=np.float64 if not all_ints else np.int64)
         values = start + positions * step
-        return cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs)  # type: ignore
+        return as_tensor(cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs))
 
     @classmethod
     def _symbolic_arange(cls, start: Any, stop: Any, step: Any, **kwargs: Any) -> Tensor:
@@ -315,7 +317,7 @@ class CreationOps(TensorBase):
         shape = normalize_shape((shape,))
         device = canonical_device(device)
         node = buffer_at_address(int(ptr), math.prod(shape), dtype, device)
-        return cls(node, device=device).reshape(shape)  # type: ignore
+        return as_tensor(cls(node, device=device)).reshape(shape)
 
     @classmethod
     def from_url(cls, url: str, gunzip: bool = False, **kwargs: Any) -> Tensor:
@@ -325,7 +327,7 @@ class CreationOps(TensorBase):
 
         with urllib.request.urlopen(url) as response:
             data = response.read()
-        return cls(gzip.decompress(data) if gunzip else data, **kwargs)  # type: ignore
+        return as_tensor(cls(gzip.decompress(data) if gunzip else data, **kwargs))
 
     @classmethod
     @takes_requires_grad
@@ -350,7 +352,7 @@ class CreationOps(TensorBase):
         values = np.linspace(float(start), float(stop), steps, dtype=np.float64)
         if not dtypes.is_float(dtype):
             values = np.trunc(values)
-        return cls(values.astype(to_numpy(dtype)), dtype=dtype, device=device)  # type: ignore
+        return as_tensor(cls(values.astype(to_numpy(dtype)), dtype=dtype, device=device))
 
     @classmethod
     @takes_requires_grad

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
-from tg.tensor.base import TensorBase, as_tensor
+from tg.tensor.base import Operand, TensorBase, as_tensor
 from tg.tensor.creation import const_of_shape
 from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import is_fp8
@@ -22,8 +22,6 @@ from tg.tensor.symbolic import is_symbolic_shape
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
-
-Operand = Any  # a Tensor or a Python scalar
 
 
 def alu(op: Ops, *operands: TensorBase) -> Tensor:

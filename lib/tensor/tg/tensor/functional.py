@@ -80,13 +80,13 @@ class FunctionalOps(TensorBase):
         """einops-style: `x.rearrange("b (h w) c -> b c h w", h=4)`."""
         from tg.tensor.rearrange import rearrange
 
-        return rearrange(self, formula, **sizes)  # type: ignore[arg-type]
+        return rearrange(as_tensor(self), formula, **sizes)
 
     def qr(self) -> tuple[Tensor, Tensor]:
-        return qr(self)  # type: ignore[arg-type]
+        return qr(as_tensor(self))
 
     def svd(self, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """(U, S, Vh) with self = U diag(S) Vh, S descending (see tg.tensor.svd)."""
         from tg.tensor.svd import svd
 
-        return svd(self, full_matrices)  # type: ignore[arg-type]
+        return svd(as_tensor(self), full_matrices)

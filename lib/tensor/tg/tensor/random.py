@@ -25,6 +25,7 @@ from tg.tensor.creation import canonical_device, normalize_shape, takes_requires
 from tg.tensor.errors import ArgumentError
 from tg.tensor.positions import positions
 from tg.tensor.promotion import dtype_argument
+from tg.tensor.symbolic import concrete_size
 from tg.tensor.threefry import MASK32, Key, threefry2x32
 
 if TYPE_CHECKING:
@@ -85,12 +86,13 @@ def random_words(tensor_type: type, shape: Shape, device: str) -> tuple[Tensor, 
 
     The seed and the first counter reach the kernel through a small uploaded buffer, not as constants in its
     source: the kernel is then the same for every draw of this shape and compiles once."""
-    if any(not isinstance(size, int) for size in shape):  # symbolic: draw for the largest sizes, view the bound ones
+    sizes = tuple(size for size in shape if isinstance(size, int))
+    if len(sizes) != len(shape):  # symbolic: draw for the largest sizes, view the bound ones
         largest = tuple(size if isinstance(size, int) else int(size.vmax) for size in shape)
         x0, x1 = random_words(tensor_type, largest, device)
         bounds = tuple((0, size) for size in shape)
         return x0.shrink(bounds), x1.shrink(bounds)
-    count = math.prod(shape)
+    count = math.prod(sizes)
     params = tensor_type(draw_words(count), device=device)
     if _recorded_draws is not None:
         _recorded_draws.append(Draw(params, count))
@@ -120,6 +122,11 @@ def _float_dtype(dtype: DType | str | None) -> DType:
     if not dtypes.is_float(dtype):
         raise TypeError(f"random floats need a float dtype, got {dtype}")
     return dtype
+
+
+def _element_count(shape: Shape) -> int:
+    """The number of elements of a concrete shape (the scaled initializers need one)."""
+    return math.prod(concrete_size(size, "a scaled initializer") for size in shape)
 
 
 class RandomOps(TensorBase):
@@ -205,14 +212,15 @@ class RandomOps(TensorBase):
     def scaled_uniform(cls, *shape: Any, **kwargs) -> Tensor:
         """Uniform in [-1, 1) scaled by 1 / sqrt(number of elements)."""
         shape = normalize_shape(shape)
-        return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (math.prod(shape) ** -0.5)
+        return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (_element_count(shape) ** -0.5)
 
     @classmethod
     @takes_requires_grad
     def glorot_uniform(cls, *shape: Any, **kwargs) -> Tensor:
         """Uniform in +-sqrt(6 / (fan_out + fan_in)), fan_out = shape[0], fan_in = the rest (Glorot & Bengio)."""
         shape = normalize_shape(shape)
-        bound = math.sqrt(6 / (shape[0] + math.prod(shape[1:])))
+        fan_out = concrete_size(shape[0], "a scaled initializer")
+        bound = math.sqrt(6 / (fan_out + _element_count(shape[1:])))
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
@@ -220,7 +228,7 @@ class RandomOps(TensorBase):
     def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs) -> Tensor:
         """Uniform in +-sqrt(3) * gain / sqrt(fan_in), gain = sqrt(2 / (1 + a**2)) (He et al.)."""
         shape = normalize_shape(shape)
-        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(math.prod(shape[1:]))
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(_element_count(shape[1:]))
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
@@ -228,7 +236,7 @@ class RandomOps(TensorBase):
     def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs) -> Tensor:
         """Normal with std gain / sqrt(fan_in), gain = sqrt(2 / (1 + a**2)) (He et al.)."""
         shape = normalize_shape(shape)
-        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(math.prod(shape[1:]))
+        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(_element_count(shape[1:]))
         return cls.normal(*shape, mean=0.0, std=std, **kwargs)
 
     @takes_requires_grad

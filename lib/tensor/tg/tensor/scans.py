@@ -15,12 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tg.codegen import DType, dtypes
+from tg.codegen import DType, UOp, dtypes
 from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.derived_reductions import finite_or_zero
 from tg.tensor.elementwise import in_float32_when_half
 from tg.tensor.movement import normalize_axis
 from tg.tensor.promotion import dtype_argument
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -58,6 +59,7 @@ def scan_last_axis(x: Tensor, monoid: Monoid) -> Tensor:
     size = x.shape[-1]
     if size <= SQUARE_LIMIT:
         return monoid.square_scan(x)
+    size = concrete_size(size, "a scan longer than SQUARE_LIMIT")
     block = math.isqrt(size - 1) + 1  # ceil(sqrt(size))
     blocks = -(-size // block)
     leading = x.shape[:-1]
@@ -134,7 +136,7 @@ def _positions_of_running_extreme(x: Tensor, running: Tensor, axis: int) -> Tens
     if x.ndim == 0:
         return x.zeros_like(dtype=dtypes.int32)
     axis = normalize_axis(axis, x.ndim)
-    view = [1] * x.ndim
+    view: list[int | UOp] = [1] * x.ndim
     view[axis] = x.shape[axis]
     places = x.arange(x.shape[axis], dtype=dtypes.int32, device=x.device).reshape(view).expand(x.shape)
     return scan(reached.where(places, -1), axis, _max_monoid(dtypes.int32))

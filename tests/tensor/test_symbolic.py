@@ -302,3 +302,25 @@ def test_movement_ops_over_a_symbolic_axis(name: str, op, reference, value: int)
     n = Variable("n", 1, 10).bind(value)
     view = Tensor(base)[:n]
     np.testing.assert_array_equal(op(view, n).numpy(), reference(base[:value], value), err_msg=name)
+
+
+NEEDS_CONCRETE_SIZES = [
+    ("len", lambda t: len(t)),
+    ("split", lambda t: t.split(2)),
+    ("chunk", lambda t: t.chunk(2)),
+    ("roll", lambda t: t.roll(1, 0)),
+    ("tril", lambda t: t.tril()),
+    ("qr", lambda t: t.qr()),
+]
+
+
+@pytest.mark.parametrize(("name", "op"), NEEDS_CONCRETE_SIZES, ids=[case[0] for case in NEEDS_CONCRETE_SIZES])
+def test_ops_that_need_concrete_sizes_refuse_a_symbolic_one(name: str, op) -> None:
+    """A symbolic size where an op needs an int is a SymbolicSizeError, naming the op: a ShapeError as tg's shape
+    errors are, and a TypeError as Python's own is where a symbolic size reaches range() or len()."""
+    from tg.tensor.symbolic import SymbolicSizeError
+
+    symbolic_rows = Tensor(np.ones((10, 4), dtype=np.float32))[: Variable("n", 1, 10).bind(3)]
+    with pytest.raises(SymbolicSizeError, match="symbolic") as raised:
+        op(symbolic_rows)
+    assert isinstance(raised.value, ShapeError) and isinstance(raised.value, TypeError), name

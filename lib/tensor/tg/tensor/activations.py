@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from tg.tensor.base import TensorBase
 from tg.tensor.elementwise import in_float32_when_half
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def negative_part_expm1(x: Tensor, scale: float = 1.0) -> Tensor:
     return (x.minimum(0) / scale).expm1()
 
 
-class ActivationOps:
+class ActivationOps(TensorBase):
     """`relu6, leaky_relu, elu, celu, selu, sigmoid, logsigmoid, hardsigmoid, hardswish, hardtanh, tanh, gelu,
     quick_gelu, silu, swish, mish, softplus, softsign`."""
 

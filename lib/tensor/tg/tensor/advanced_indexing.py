@@ -25,11 +25,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
+from tg.codegen.schedule.graph import Shape
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import IndexDtypeError
 from tg.tensor.gather_scatter import gather_at, require_integer_index, select_where, wrap_negative
 from tg.tensor.indexing import IndexingOps
 from tg.tensor.positions import positions
 from tg.tensor.promotion import broadcast_shapes
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -57,7 +60,7 @@ class AdvancedPlan:
     rest_axes: tuple[int, ...]  # the other axes of the basic result
 
     @property
-    def broadcast_shape(self) -> tuple[int, ...]:
+    def broadcast_shape(self) -> Shape:
         return self.index_tensors[0].shape
 
     @property
@@ -153,16 +156,18 @@ def plan_advanced(tensor: Tensor, indices: Any) -> AdvancedPlan:
     return AdvancedPlan(tuple(basic), tuple(indexed_axes), wrapped, rest)
 
 
-def _match_mask(plan: AdvancedPlan, sizes: tuple[int, ...], leading: int) -> Tensor:
+def _match_mask(plan: AdvancedPlan, sizes: Shape, leading: int) -> Tensor:
     """bool (1 * leading, *broadcast, *sizes): whether index element b points at position (n_0, n_1, ...)."""
     broadcast_rank, count = len(plan.broadcast_shape), len(sizes)
-    mask = None
-    for k, (index, size) in enumerate(zip(plan.index_tensors, sizes, strict=True)):
+    mask: Tensor | None = None
+    for k, (index, axis_size) in enumerate(zip(plan.index_tensors, sizes, strict=True)):
+        size = concrete_size(axis_size, "advanced indexing")
         pointer = index.reshape((1,) * leading + plan.broadcast_shape + (1,) * count)
         view = [1] * (leading + broadcast_rank + count)
         view[leading + broadcast_rank + k] = size
         matches = pointer == positions(index, size, index.dtype).reshape(view)
         mask = matches if mask is None else mask & matches
+    assert mask is not None  # (an advanced index has at least one index tensor)
     return mask
 
 
@@ -194,12 +199,13 @@ def advanced_getitem(tensor: Tensor, indices: Any) -> Tensor:
     return picked.permute(_result_order(plan, len(rest_shape)))
 
 
-def _last_writer(mask: Tensor, broadcast_shape: tuple[int, ...], leading: int, count: int) -> Tensor:
+def _last_writer(mask: Tensor, broadcast_shape: Shape, leading: int, count: int) -> Tensor:
     """Keep, for every written position, only the last index element (in row-major order) that points there:
     numpy's answer when an index repeats a position."""
     if not broadcast_shape:
         return mask
-    order = positions(mask, math.prod(broadcast_shape)).reshape((1,) * leading + broadcast_shape + (1,) * count)
+    index_count = math.prod(concrete_size(size, "advanced indexing") for size in broadcast_shape)
+    order = positions(mask, index_count).reshape((1,) * leading + broadcast_shape + (1,) * count)
     broadcast_axes = tuple(range(leading, leading + len(broadcast_shape)))
     last = mask.where(order, -1).max(broadcast_axes, keepdim=True)
     return mask & (order == last)
@@ -232,16 +238,16 @@ def advanced_setitem(tensor: Tensor, indices: Any, value: Any) -> None:
     IndexingOps.__setitem__(tensor, plan.basic, updated)
 
 
-class AdvancedIndexingOps:
+class AdvancedIndexingOps(TensorBase):
     """`t[int_or_bool_tensor_indices]` and `t[...] = value`; plain indices fall through to basic indexing."""
 
     def __getitem__(self, indices: Any) -> Tensor:
         if has_advanced_index(indices):
-            return advanced_getitem(self, indices)
+            return advanced_getitem(as_tensor(self), indices)
         return super().__getitem__(indices)
 
     def __setitem__(self, indices: Any, value: Any) -> None:
         if has_advanced_index(indices):
-            advanced_setitem(self, indices, value)
+            advanced_setitem(as_tensor(self), indices, value)
             return
         super().__setitem__(indices, value)

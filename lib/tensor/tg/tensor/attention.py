@@ -9,26 +9,29 @@ import functools
 import math
 from typing import TYPE_CHECKING
 
-from tg.codegen import dtypes
+from tg.codegen import UOp, dtypes
+from tg.tensor.base import TensorBase, as_tensor
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
 
 
-def causal_mask(queries: int, keys: int, like: Tensor) -> Tensor:
+def causal_mask(queries: int | UOp, keys: int | UOp, like: Tensor) -> Tensor:
     """True where key j may be seen from query i: j <= i, aligned at the top-left as torch's is_causal."""
     rows = _positions(type(like), queries, like.device).reshape(queries, 1)
     columns = _positions(type(like), keys, like.device).reshape(1, keys)
     return columns < rows + 1  # (integers: one comparison per score, where <= is a < and an == joined by an or)
 
 
-def _positions(tensor_type: type[Tensor], count: int, device: str) -> Tensor:
+def _positions(tensor_type: type[Tensor], count: int | UOp, device: str) -> Tensor:
     """0, 1, ..., count-1 as int32 on `device`. A plain count's positions are uploaded once and kept (they are never
     written): a model calling attention again on the same length reuses the buffer, so its graph and kernels are
     the same nodes as the last call's, with no upload and no new buffer."""
-    if type(count) is not int:  # a symbolic length: its bound value is part of the graph, so build it each time
+    if isinstance(count, UOp):  # a symbolic length: its bound value is part of the graph, so build it each time
         return tensor_type.arange(count, dtype=dtypes.int32, device=device)
-    return _kept_positions(tensor_type, count, device)
+    # (a class is hashable; mypy checks Tensor's own __hash__, an instance method, against Hashable instead)
+    return _kept_positions(tensor_type, count, device)  # type: ignore[arg-type]
 
 
 @functools.lru_cache(maxsize=32)
@@ -36,7 +39,7 @@ def _kept_positions(tensor_type: type[Tensor], count: int, device: str) -> Tenso
     return tensor_type.arange(count, dtype=dtypes.int32, device=device).realize()
 
 
-def repeat_heads(t: Tensor, groups: int) -> Tensor:
+def repeat_heads(t: Tensor, groups: int | UOp) -> Tensor:
     """(..., H, S, E) -> (..., H * groups, S, E), each head repeated `groups` times in place (GQA)."""
     if groups == 1:
         return t
@@ -45,7 +48,7 @@ def repeat_heads(t: Tensor, groups: int) -> Tensor:
     return repeated.reshape(*batch, heads * groups, length, width)
 
 
-class AttentionOps:
+class AttentionOps(TensorBase):
     """`scaled_dot_product_attention`."""
 
     def scaled_dot_product_attention(
@@ -69,10 +72,10 @@ class AttentionOps:
         if enable_gqa and self.ndim >= 3:
             groups = self.shape[-3] // key.shape[-3]
             key, value = repeat_heads(key, groups), repeat_heads(value, groups)
-        scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
+        scale = 1 / math.sqrt(concrete_size(self.shape[-1], "attention's scale")) if scale is None else scale
         scores = self.matmul(key.transpose(-1, -2)) * scale
         if is_causal:
-            attn_mask = causal_mask(self.shape[-2], key.shape[-2], self)
+            attn_mask = causal_mask(self.shape[-2], key.shape[-2], as_tensor(self))
         if attn_mask is not None:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
         return scores.softmax(-1).dropout(dropout_p).matmul(value)  # dropout acts only while Tensor.training

@@ -21,12 +21,13 @@ import weakref
 from collections.abc import Callable, Iterable
 from contextlib import ContextDecorator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tg.codegen import Ops, UOp, dtypes
-from tg.codegen.schedule.graph import ReduceArg, device_node, device_of, shape_of
+from tg.codegen.schedule.graph import ReduceArg, Shape, device_node, device_of, shape_of
 from tg.codegen.uop.ops import GroupOp
 from tg.hcq.engine.capture import is_capturing
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.creation import const_of_shape
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def _zeros_like(node: UOp) -> UOp:
     return _const(0.0, node)
 
 
-def _sum_to_shape(grad: UOp, shape: tuple[int, ...]) -> UOp:
+def _sum_to_shape(grad: UOp, shape: Shape) -> UOp:
     """`grad` summed over the axes where `shape` has size 1 and grad does not (undoes an EXPAND)."""
     axes = tuple(i for i, (have, want) in enumerate(zip(shape_of(grad), shape, strict=True)) if have != want)
     if not axes:
@@ -68,7 +69,7 @@ def _sum_to_shape(grad: UOp, shape: tuple[int, ...]) -> UOp:
     return UOp(Ops.REDUCE_AXIS, grad.dtype, (grad,), ReduceArg(Ops.ADD, axes))
 
 
-def _expand_to(node: UOp, shape: tuple[int, ...]) -> UOp:
+def _expand_to(node: UOp, shape: Shape) -> UOp:
     return node if shape_of(node) == shape else UOp(Ops.EXPAND, node.dtype, (node,), shape)
 
 
@@ -325,7 +326,7 @@ class _ClassFlag(ContextDecorator):
         setattr(self.owner, self.name, self.saved.pop())
 
 
-class AutogradOps:
+class AutogradOps(TensorBase):
     """`requires_grad`, `grad`, `backward`, `gradient`, and the `train`/`test`/`no_grad` modes.
 
     `backward()` fills `.grad` of every live tensor with `requires_grad=True` that the loss depends on (optimizers
@@ -333,7 +334,8 @@ class AutogradOps:
     `Tensor.no_grad = True` (or `with tg.tensor.no_grad():`), computed results are cut off from autograd.
     """
 
-    no_grad: bool = False  # (`training`, the flag BatchNorm and dropout read, lives with dropout in tg.tensor.random)
+    # (`training`, the flag BatchNorm and dropout read, lives with dropout in tg.tensor.random)
+    no_grad: ClassVar[bool] = False
 
     @property
     def requires_grad(self) -> bool | None:
@@ -343,13 +345,13 @@ class AutogradOps:
     def requires_grad(self, value: bool | None) -> None:
         self._requires_grad = value
         if value:
-            _tensors_requiring_grad[id(self)] = self
+            _tensors_requiring_grad[id(self)] = as_tensor(self)
         else:
             _tensors_requiring_grad.pop(id(self), None)
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
-        return self
+        return as_tensor(self)
 
     @classmethod
     def train(cls, mode: bool = True) -> _ClassFlag:
@@ -393,10 +395,10 @@ class AutogradOps:
         graph = set(graph_root.toposort(lambda node: node.op is not Ops.DETACH))
         targets = [t for t in candidates if dtypes.is_float(t.dtype) and _node_in(t, graph) is not None]
         if not targets:
-            return self
+            return as_tensor(self)
         for target, grad in zip(targets, self.gradient(*targets, gradient=gradient), strict=True):
             target.grad = grad if target.grad is None else target.grad + grad
-        return self
+        return as_tensor(self)
 
 
 def no_grad() -> _ClassFlag:

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import DType, UOp, dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.reduce import sum_accumulator
 from tg.tensor.shape_ops import on_axis, sliding_window
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -135,7 +137,8 @@ def conv2d(
         # check, so the loads along the contiguous axis stay unit-stride and the C compiler vectorizes them
         # (measured 65 ms -> 40 ms for the 8x64x56x56 3x3 benchmark conv).
         x = x.pad(((0, 0), (0, 0)) + pads).contiguous()
-    spec = WindowSpec(weight.shape[2:], per_axis(stride, spatial, "stride"), per_axis(dilation, spatial, "dilation"))
+    kernel_sizes = tuple(concrete_size(size, "a conv kernel") for size in weight.shape[2:])
+    spec = WindowSpec(kernel_sizes, per_axis(stride, spatial, "stride"), per_axis(dilation, spatial, "dilation"))
     patches = windows(x, spec)  # (N, C_in, *out, *kernel)
     out_spatial = patches.shape[2 : 2 + spatial]
     per_group = channels_out // groups
@@ -217,12 +220,13 @@ def pool_spec(
     pads = padding_pairs(padding, spatial)
     extra = []
     for i in range(spatial):
-        size = x.shape[2 + i] + pads[i][0] + pads[i][1]
+        length = concrete_size(x.shape[2 + i], "pooling")
+        size = length + pads[i][0] + pads[i][1]
         span = dilations[i] * (kernel[i] - 1) + 1
         count = (size - span) // strides[i] + 1
         if ceil_mode:
             count = math.ceil((size - span) / strides[i]) + 1
-            if (count - 1) * strides[i] >= x.shape[2 + i] + pads[i][0]:  # torch: the last window must start inside
+            if (count - 1) * strides[i] >= length + pads[i][0]:  # torch: the last window must start inside
                 count -= 1
         extra.append(max(0, (count - 1) * strides[i] + span - size))
     return PoolSpec(WindowSpec(kernel, strides, dilations), pads, tuple(extra))
@@ -275,7 +279,7 @@ def avg_pool2d(
     return result.cast(x.dtype) if dtypes.is_float(x.dtype) else result
 
 
-class ConvOps:
+class ConvOps(TensorBase):
     """`conv2d, conv_transpose2d, max_pool2d, max_unpool2d, avg_pool2d, interpolate`."""
 
     def conv2d(
@@ -288,7 +292,7 @@ class ConvOps:
         padding: IntOrTuple = 0,
         dtype: DType | None = None,
     ) -> Tensor:
-        return conv2d(self, weight, bias, groups, stride, dilation, padding, dtype)
+        return conv2d(as_tensor(self), weight, bias, groups, stride, dilation, padding, dtype)
 
     def conv_transpose2d(
         self,
@@ -300,7 +304,7 @@ class ConvOps:
         padding: IntOrTuple = 0,
         output_padding: IntOrTuple = 0,
     ) -> Tensor:
-        return conv_transpose2d(self, weight, bias, groups, stride, dilation, padding, output_padding)
+        return conv_transpose2d(as_tensor(self), weight, bias, groups, stride, dilation, padding, output_padding)
 
     def max_pool2d(
         self,
@@ -316,8 +320,8 @@ class ConvOps:
         if return_indices:
             from tg.tensor.pool_indices import max_pool_with_indices
 
-            return max_pool_with_indices(self, kernel_size, stride, dilation, padding, ceil_mode)
-        return max_pool2d(self, kernel_size, stride, dilation, padding, ceil_mode)
+            return max_pool_with_indices(as_tensor(self), kernel_size, stride, dilation, padding, ceil_mode)
+        return max_pool2d(as_tensor(self), kernel_size, stride, dilation, padding, ceil_mode)
 
     def max_unpool2d(
         self,
@@ -331,7 +335,7 @@ class ConvOps:
         """The inverse of `max_pool2d(return_indices=True)`: values back at their positions, zeros elsewhere."""
         from tg.tensor.pool_indices import max_unpool2d
 
-        return max_unpool2d(self, indices, kernel_size, stride, dilation, padding, output_size)
+        return max_unpool2d(as_tensor(self), indices, kernel_size, stride, dilation, padding, output_size)
 
     def avg_pool2d(
         self,
@@ -343,9 +347,9 @@ class ConvOps:
         count_include_pad: bool = True,
     ) -> Tensor:
         """Arguments in tinygrad's order (dilation before padding); pass them by name to be safe."""
-        return avg_pool2d(self, kernel_size, stride, dilation, padding, ceil_mode, count_include_pad)
+        return avg_pool2d(as_tensor(self), kernel_size, stride, dilation, padding, ceil_mode, count_include_pad)
 
     def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
         from tg.tensor.interpolate import interpolate
 
-        return interpolate(self, tuple(size), mode, align_corners)
+        return interpolate(as_tensor(self), tuple(size), mode, align_corners)

@@ -32,6 +32,7 @@ from tg.tensor.autograd import Gradients, custom_gradient
 from tg.tensor.conv import ConvGeometry, WindowSpec, conv2d, windows
 from tg.tensor.elementwise import broadcast
 from tg.tensor.reduce import sum_accumulator
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -42,10 +43,13 @@ Pads = tuple[tuple[int, int], ...]
 def pixel_chunks_tag(x_padded: Tensor, grad: Tensor, spec: WindowSpec, weight_size: int) -> WeightGradientTag:
     """What the scheduler's layout stage needs to choose the chunks for its device (tg.codegen.schedule.layout_conv):
     the bytes of windows and gradient per output row of one image, and the most elements partials may hold."""
-    out = grad.shape[2:]
-    row_bytes = grad.dtype.itemsize * math.prod(out[1:]) * (grad.shape[1] + x_padded.shape[1] * spec.stride[0])
-    limit = max(math.prod(x_padded.shape), math.prod(grad.shape))
-    return WeightGradientTag(grad.shape[0], out[0], row_bytes, limit, weight_size, len(spec.kernel))
+    grad_shape, padded_shape = (
+        tuple(concrete_size(size, "a conv's weight gradient") for size in t.shape) for t in (grad, x_padded)
+    )
+    out = grad_shape[2:]
+    row_bytes = grad.dtype.itemsize * math.prod(out[1:]) * (grad_shape[1] + padded_shape[1] * spec.stride[0])
+    limit = max(math.prod(padded_shape), math.prod(grad_shape))
+    return WeightGradientTag(grad_shape[0], out[0], row_bytes, limit, weight_size, len(spec.kernel))
 
 
 def window_rows(x_padded: Tensor, spec: WindowSpec, groups: int) -> Tensor:
@@ -171,11 +175,12 @@ def strided_input_gradient(
     rows = tuple(-(-(pads[i][0] + in_shape[2 + i]) // strides[i]) for i in range(spatial))
     phases = []
     for phase in itertools.product(*(range(s) for s in strides)):
-        taps = [phase_taps(spec.kernel[i], strides[i], spec.dilation[i], phase[i]) for i in range(spatial)]
-        if any(t is None for t in taps):  # no tap reaches these positions (a strided 1x1 conv skips inputs)
+        found = [phase_taps(spec.kernel[i], strides[i], spec.dilation[i], phase[i]) for i in range(spatial)]
+        taps = tuple(t for t in found if t is not None)
+        if len(taps) != len(found):  # no tap reaches these positions (a strided 1x1 conv skips inputs)
             phases.append(type(grad).zeros(*in_shape[:2], *rows, dtype=grad.dtype, device=grad.device))
             continue
-        phases.append(phase_gradient(grad, weight, groups, tuple(taps), rows))
+        phases.append(phase_gradient(grad, weight, groups, taps, rows))
     stacked = phases[0].stack(*phases[1:]) if len(phases) > 1 else phases[0].unsqueeze(0)
     interleaved = stacked.reshape(strides + (in_shape[0], in_shape[1]) + rows)
     order = (spatial, spatial + 1) + tuple(axis for i in range(spatial) for axis in (spatial + 2 + i, i))

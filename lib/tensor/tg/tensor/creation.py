@@ -25,6 +25,7 @@ from tg.codegen.schedule.graph import (
     symbolic_numel,
 )
 from tg.hcq import Device
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.promotion import (
     PythonScalar,
@@ -59,7 +60,7 @@ def normalize_shape(shape: tuple[Any, ...]) -> Shape:
     return tuple(canonical_size(size) for size in shape)
 
 
-def const_of_shape(value: PythonScalar, shape: Shape, dtype: DType, device: str) -> UOp:
+def const_of_shape(value: PythonScalar | UOp, shape: Shape, dtype: DType, device: str) -> UOp:
     """A lazy constant tensor: CONST reshaped to all-ones and expanded to `shape`."""
     # a symbolic int (bound variables) stays an expression: the kernel computes it from its variable arguments
     if isinstance(value, UOp):
@@ -94,7 +95,7 @@ def _list_dtype(data: list | tuple) -> DType:
     """bools -> bool, ints -> the default int (int64 when it cannot hold them), any float -> the default float."""
     import numpy as np
 
-    values = np.array(data, dtype=object).ravel() if data else []
+    values: Any = np.array(data, dtype=object).ravel() if data else []
     if len(values) and all(isinstance(value, bool) for value in values):
         return dtypes.bool
     if len(values) and all(isinstance(value, int) for value in values):
@@ -121,7 +122,7 @@ def node_from_numpy(array: Any, device: str, dtype: DType | None) -> UOp:
         source_dtype = dtype
     shape = array.shape  # before ascontiguousarray, which makes 0-d arrays 1-d
     flat = np.ascontiguousarray(array).reshape(-1)
-    raw_bytes = memoryview(flat.view(np.uint8))  # no intermediate copy: the engine copies once
+    raw_bytes = flat.view(np.uint8).data  # (a memoryview) no intermediate copy: the engine copies once
     return upload(raw_bytes, shape, source_dtype, device)
 
 
@@ -223,7 +224,7 @@ def takes_requires_grad(constructor: Constructor) -> Constructor:
     return with_requires_grad  # type: ignore[return-value]
 
 
-class CreationOps:
+class CreationOps(TensorBase):
     """Constructors: `Tensor.zeros(2, 3)`, `Tensor.arange(10)`, `Tensor.eye(4)`, `t.ones_like()`, ..."""
 
     @classmethod
@@ -234,7 +235,7 @@ class CreationOps:
         shape = normalize_shape(shape)
         dtype = dtypes.default_float if dtype is None else dtype
         device = canonical_device(device)
-        return cls(buffer_view(new_buffer(device, max_numel(shape), dtype), shape), device=device)  # type: ignore
+        return as_tensor(cls(buffer_view(new_buffer(device, max_numel(shape), dtype), shape), device=device))
 
     @classmethod
     @takes_requires_grad
@@ -243,7 +244,7 @@ class CreationOps:
         shape = normalize_shape((shape,) if isinstance(shape, int) else tuple(shape))
         dtype = python_scalar_dtype(fill_value) if dtype is None else dtype
         device = canonical_device(device)
-        return cls(const_of_shape(fill_value, shape, dtype, device), device=device)  # type: ignore
+        return as_tensor(cls(const_of_shape(fill_value, shape, dtype, device), device=device))
 
     @classmethod
     @takes_requires_grad
@@ -259,7 +260,9 @@ class CreationOps:
 
     @classmethod
     @takes_requires_grad
-    def arange(cls, start: PythonScalar, stop: PythonScalar | None = None, step: PythonScalar = 1, **kwargs) -> Tensor:
+    def arange(
+        cls, start: PythonScalar | UOp, stop: PythonScalar | UOp | None = None, step: PythonScalar = 1, **kwargs: Any
+    ) -> Tensor:
         """`start, start+step, ...` below `stop`; ints give the default int, any float the default float.
 
         The values are computed on the host and uploaded (the tensor graph has no index node), like `Tensor(list)`.
@@ -275,10 +278,12 @@ class CreationOps:
         all_ints = all(isinstance(v, int) for v in (start, stop, step))
         count = max(0, math.ceil((stop - start) / step))
         last = start + (count - 1) * step if count else start
-        default = int_data_dtype(min(start, last), max(start, last)) if all_ints else dtypes.default_float
+        # (int() only tells the checker what all_ints found)
+        default = int_data_dtype(int(min(start, last)), int(max(start, last))) if all_ints else dtypes.default_float
         dtype = dtype_argument(kwargs.pop("dtype", None)) or default
-        values = start + np.arange(count, dtype=np.float64 if not all_ints else np.int64) * step
-        return cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs)  # type: ignore
+        positions: Any = np.arange(count, dtype=np.float64 if not all_ints else np.int64)
+        values = start + positions * step
+        return as_tensor(cls(values.astype(to_numpy(dtype)), dtype=dtype, **kwargs))
 
     @classmethod
     def _symbolic_arange(cls, start: Any, stop: Any, step: Any, **kwargs: Any) -> Tensor:
@@ -312,7 +317,7 @@ class CreationOps:
         shape = normalize_shape((shape,))
         device = canonical_device(device)
         node = buffer_at_address(int(ptr), math.prod(shape), dtype, device)
-        return cls(node, device=device).reshape(shape)  # type: ignore
+        return as_tensor(cls(node, device=device)).reshape(shape)
 
     @classmethod
     def from_url(cls, url: str, gunzip: bool = False, **kwargs: Any) -> Tensor:
@@ -322,7 +327,7 @@ class CreationOps:
 
         with urllib.request.urlopen(url) as response:
             data = response.read()
-        return cls(gzip.decompress(data) if gunzip else data, **kwargs)  # type: ignore
+        return as_tensor(cls(gzip.decompress(data) if gunzip else data, **kwargs))
 
     @classmethod
     @takes_requires_grad
@@ -347,7 +352,7 @@ class CreationOps:
         values = np.linspace(float(start), float(stop), steps, dtype=np.float64)
         if not dtypes.is_float(dtype):
             values = np.trunc(values)
-        return cls(values.astype(to_numpy(dtype)), dtype=dtype, device=device)  # type: ignore
+        return as_tensor(cls(values.astype(to_numpy(dtype)), dtype=dtype, device=device))
 
     @classmethod
     @takes_requires_grad
@@ -364,14 +369,14 @@ class CreationOps:
     @takes_requires_grad
     def empty_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
-        return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)  # type: ignore
+        return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)
 
     @takes_requires_grad
     def full_like(
         self, fill_value: PythonScalar, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
         dtype = dtype_argument(dtype)
-        return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)  # type: ignore
+        return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)
 
     def const_like(self, value: PythonScalar) -> Tensor:
         """A constant `value` of this tensor's shape, dtype and device (tinygrad's; a lazy constant, no storage)."""

@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tg.codegen import DType, UOp, dtypes
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.elementwise import in_float32_when_half
 from tg.tensor.errors import ArgumentError
 from tg.tensor.promotion import dtype_argument
@@ -56,7 +57,7 @@ def _float_dtype_argument(dtype: DType | str | None, operation: str) -> DType | 
     return dtype
 
 
-class DerivedReductionOps:
+class DerivedReductionOps(TensorBase):
     """`softmax, softmin, log_softmax, logsumexp, var, std, var_mean, std_mean, argmax, argmin`."""
 
     def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
@@ -128,7 +129,7 @@ class DerivedReductionOps:
         if axis is None:
             flat = self.flatten().argmax(0)
             return flat.reshape((1,) * self.ndim) if keepdim else flat
-        x = self.cast(dtypes.int32) if self.dtype is dtypes.bool else self
+        x = self.cast(dtypes.int32) if self.dtype is dtypes.bool else as_tensor(self)
         if x.ndim == 0:  # torch: axis 0 or -1 of a 0-d tensor, whose only element is at index 0
             reduce_axes(axis, 0)
             return x.zeros_like(dtype=dtypes.int32)
@@ -141,7 +142,7 @@ class DerivedReductionOps:
         # count down from `size` so that the max picks the first position that holds the largest value
         countdown = x.arange(size, 0, -1, dtype=dtypes.int32, device=x.device)
         countdown = countdown.reshape(tuple(size if i == axis else 1 for i in range(x.ndim)))
-        return size - is_largest.where(countdown, 0).max(axis, keepdim)
+        return is_largest.where(countdown, 0).max(axis, keepdim).sub(size, reverse=True)  # size - max
 
     def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index of the first smallest value (a NaN counts as the smallest)."""

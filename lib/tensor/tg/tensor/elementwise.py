@@ -10,9 +10,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
+from tg.tensor.base import Operand, TensorBase, as_tensor
 from tg.tensor.creation import const_of_shape
 from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import is_fp8
@@ -22,10 +23,8 @@ from tg.tensor.symbolic import is_symbolic_shape
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
 
-Operand = Any  # a Tensor or a Python scalar
 
-
-def alu(op: Ops, *operands: Tensor) -> Tensor:
+def alu(op: Ops, *operands: TensorBase) -> Tensor:
     """One ALU node over operands that already share a shape (and a dtype, except WHERE's condition)."""
     for operand in operands:  # (a loop, not any(): alu runs for every op of every graph)
         if is_fp8(operand.dtype):
@@ -40,7 +39,7 @@ def alu(op: Ops, *operands: Tensor) -> Tensor:
     return first._wrap(UOp(op, dtype, tuple([operand.uop for operand in operands])))
 
 
-def _fp8_alu(op: Ops, *operands: Tensor) -> Tensor:
+def _fp8_alu(op: Ops, *operands: TensorBase) -> Tensor:
     """fp8 arithmetic in float32 (exact for every fp8 input), rounded back once: renderers have no fp8 ALU."""
     fp8_dtype = next(operand.dtype for operand in operands if is_fp8(operand.dtype))
     result = alu(op, *(operand.float() if is_fp8(operand.dtype) else operand for operand in operands))
@@ -135,7 +134,7 @@ _BITWISE_NAMES = {
 }
 
 
-def _operands(tensor: Tensor, other: Operand, reverse: bool) -> list[Tensor]:
+def _operands(tensor: TensorBase, other: Operand, reverse: bool) -> list[Tensor]:
     """`tensor op other` (or `other op tensor` for the reflected operators) as two broadcast tensors."""
     return broadcast(other, tensor) if reverse else broadcast(tensor, other)
 
@@ -146,16 +145,15 @@ def _require(condition: bool, what: str, *dtypes_seen: DType) -> None:
         raise TypeError(f"{what} is not supported for {names}")
 
 
-def in_float32_when_half(tensor: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
+def in_float32_when_half(x: TensorBase, compute: Callable[[Tensor], Tensor]) -> Tensor:
     """Apply `compute` to a float tensor; 16-bit floats go through float32 and round once at the end."""
-    if not dtypes.is_float(tensor.dtype):
-        tensor = tensor.cast(dtypes.default_float)
+    tensor = as_tensor(x) if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
     if tensor.dtype in (dtypes.float16, dtypes.bfloat16):
         return compute(tensor.cast(dtypes.float32)).cast(tensor.dtype)
     return compute(tensor)
 
 
-class ElementwiseOps:
+class ElementwiseOps(TensorBase):
     """Arithmetic (`+ - * / // % **`), comparisons, `where`, `maximum`/`minimum`, bitwise and logical ops."""
 
     # -------------------------------------------------------------------------------- arithmetic
@@ -181,7 +179,7 @@ class ElementwiseOps:
         """True division; integer operands divide as the default float. `rounding_mode` (torch's): "trunc" rounds
         the quotient toward zero, "floor" toward -inf (integers stay integers then, as in torch)."""
         if rounding_mode is not None:
-            return _rounded_div(self, other, reverse, rounding_mode)
+            return _rounded_div(as_tensor(self), other, reverse, rounding_mode)
         a, b = _operands(self, other, reverse)
         if not dtypes.is_float(a.dtype):
             a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
@@ -232,14 +230,26 @@ class ElementwiseOps:
             return _int_pow(base, power)
         return in_float32_when_half(base, lambda x: alu(Ops.POW, x, power.cast(x.dtype)))
 
-    __add__ = add
-    __sub__ = sub
-    __mul__ = mul
-    __truediv__ = div
-    __floordiv__ = floordiv
-    __mod__ = mod
-    __pow__ = pow
-    __neg__ = neg
+    if TYPE_CHECKING:  # (the operators are the methods above; typed here as binary, as `x += y` needs them)
+
+        def __add__(self, other: Operand) -> Tensor: ...
+        def __sub__(self, other: Operand) -> Tensor: ...
+        def __mul__(self, other: Operand) -> Tensor: ...
+        def __truediv__(self, other: Operand) -> Tensor: ...
+        def __floordiv__(self, other: Operand) -> Tensor: ...
+        def __mod__(self, other: Operand) -> Tensor: ...
+        def __pow__(self, other: Operand) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+
+    else:
+        __add__ = add
+        __sub__ = sub
+        __mul__ = mul
+        __truediv__ = div
+        __floordiv__ = floordiv
+        __mod__ = mod
+        __pow__ = pow
+        __neg__ = neg
 
     def __radd__(self, other: Operand) -> Tensor:
         return self.add(other, reverse=True)
@@ -301,7 +311,7 @@ class ElementwiseOps:
 
     def where(self, x: Operand, y: Operand) -> Tensor:
         """`x` where this (as bool) is true, else `y`; x and y promote together, all three broadcast."""
-        x, y = broadcast(x, y, like=self)
+        x, y = broadcast(x, y, like=as_tensor(self))
         condition = self.cast(dtypes.bool)
         if condition.shape != x.shape:  # (the common case, a condition of the branches' shape, needs no expand)
             shape = broadcast_shapes(condition.shape, x.shape)
@@ -329,7 +339,7 @@ class ElementwiseOps:
         clamp; relu6 and hardtanh, whose gradient is 0 there, are written separately)."""
         if min_ is None and max_ is None:
             raise ArgumentError("clip needs min_ or max_ (or both), as torch.clamp")
-        result = self if min_ is None else (self < min_).where(min_, self)
+        result = as_tensor(self) if min_ is None else (self < min_).where(min_, self)
         return result if max_ is None else (result > max_).where(max_, result)
 
     clamp = clip
@@ -372,12 +382,22 @@ class ElementwiseOps:
     def logical_not(self) -> Tensor:
         return alu(Ops.CMPEQ, *broadcast(self, False if self.dtype is dtypes.bool else 0))
 
-    __and__ = bitwise_and
-    __or__ = bitwise_or
-    __xor__ = bitwise_xor
-    __lshift__ = lshift
-    __rshift__ = rshift
-    __invert__ = bitwise_not
+    if TYPE_CHECKING:  # (as the arithmetic operators above)
+
+        def __and__(self, other: Operand) -> Tensor: ...
+        def __or__(self, other: Operand) -> Tensor: ...
+        def __xor__(self, other: Operand) -> Tensor: ...
+        def __lshift__(self, other: Operand) -> Tensor: ...
+        def __rshift__(self, other: Operand) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
+
+    else:
+        __and__ = bitwise_and
+        __or__ = bitwise_or
+        __xor__ = bitwise_xor
+        __lshift__ = lshift
+        __rshift__ = rshift
+        __invert__ = bitwise_not
 
     def __rand__(self, other: Operand) -> Tensor:
         return self.bitwise_and(other, reverse=True)

@@ -51,8 +51,15 @@ def _largest_exponent(fmt: FloatFormat) -> int:
     return fmt.max_exponent_field - fmt.bias
 
 
-def float_to_fp8(x: Tensor, dtype: DType) -> Tensor:
+def _format_of(dtype: DType) -> FloatFormat:
     fmt = dtype.float_format
+    if fmt is None:
+        raise TypeError(f"{dtype!r} is not an fp8 dtype")
+    return fmt
+
+
+def float_to_fp8(x: Tensor, dtype: DType) -> Tensor:
+    fmt = _format_of(dtype)
     work = x.cast(dtypes.float64 if x.dtype is dtypes.float64 else dtypes.float32)
     largest = decode_float(fmt.max_finite_bits, fmt)
     emin, mantissa_bits = _smallest_normal_exponent(fmt), fmt.mantissa_bits
@@ -75,7 +82,7 @@ def float_to_fp8(x: Tensor, dtype: DType) -> Tensor:
 
 def fp8_to_float32(x: Tensor) -> Tensor:
     """Exact: every fp8 value is a float32 (and a float16) value."""
-    fmt = x.dtype.float_format
+    fmt = _format_of(x.dtype)
     bits = x.bitcast(dtypes.uint8).cast(dtypes.int32)
     mantissa_bits = fmt.mantissa_bits
     all_ones_exponent = (1 << fmt.exponent_bits) - 1

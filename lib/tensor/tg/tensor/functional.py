@@ -12,6 +12,8 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.base import TensorBase, as_tensor
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -40,7 +42,7 @@ def qr(x: Tensor) -> tuple[Tensor, Tensor]:
         raise ShapeError(f"qr needs a matrix (2 or more dimensions), got shape {x.shape}")
     if not x.is_floating_point():
         x = x.float()
-    m, n = x.shape[-2:]
+    m, n = (concrete_size(size, "qr") for size in x.shape[-2:])
     q = x.eye(m, dtype=x.dtype, device=x.device).expand(*x.shape[:-2], m, m)
     r = x
     for k in range(min(m - 1, n)):
@@ -49,12 +51,12 @@ def qr(x: Tensor) -> tuple[Tensor, Tensor]:
     return q, r
 
 
-class FunctionalOps:
+class FunctionalOps(TensorBase):
     """`sequential, batchnorm, rearrange, qr, svd`."""
 
     def sequential(self, layers: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
         """Apply each callable in turn: `x.sequential([f, g])` is `g(f(x))`."""
-        return reduce(lambda value, layer: layer(value), layers, self)  # type: ignore[arg-type]
+        return reduce(lambda value, layer: layer(value), layers, as_tensor(self))
 
     def batchnorm(
         self,
@@ -78,13 +80,13 @@ class FunctionalOps:
         """einops-style: `x.rearrange("b (h w) c -> b c h w", h=4)`."""
         from tg.tensor.rearrange import rearrange
 
-        return rearrange(self, formula, **sizes)  # type: ignore[arg-type]
+        return rearrange(as_tensor(self), formula, **sizes)
 
     def qr(self) -> tuple[Tensor, Tensor]:
-        return qr(self)  # type: ignore[arg-type]
+        return qr(as_tensor(self))
 
     def svd(self, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """(U, S, Vh) with self = U diag(S) Vh, S descending (see tg.tensor.svd)."""
         from tg.tensor.svd import svd
 
-        return svd(self, full_matrices)  # type: ignore[arg-type]
+        return svd(as_tensor(self), full_matrices)

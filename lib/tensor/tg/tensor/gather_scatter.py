@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.schedule.graph import ShapeError, device_of, shape_of
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError, IndexDtypeError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions, positions_along
 from tg.tensor.shape_ops import as_bits, from_bits
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -49,7 +51,7 @@ def require_integer_index(index: Tensor, operation: str) -> None:
         )
 
 
-def wrap_negative(index: Tensor, size: int) -> Tensor:
+def wrap_negative(index: Tensor, size: int | UOp) -> Tensor:
     """Negative indices count from the end, as in Python."""
     if dtypes.is_unsigned(index.dtype) or index.dtype is dtypes.bool:
         return index.cast(dtypes.int32)
@@ -90,13 +92,15 @@ def gather_source_gradient(grad: UOp, node: UOp) -> UOp:
     out_shape = shape_of(node)
     sizes = tuple(source_shape[axis] for axis in axes)
     trailing = (1,) * len(axes)
-    mask = None
+    mask: Tensor | None = None
     for k, index_node in enumerate(node.src[1:]):
         index = Tensor(index_node, device=device_of(index_node))
+        count = concrete_size(sizes[k], "a gather's gradient")
         view = [1] * (len(out_shape) + len(axes))
-        view[len(out_shape) + k] = sizes[k]
-        matches = index.reshape(out_shape + trailing) == positions(index, sizes[k], index.dtype).reshape(view)
+        view[len(out_shape) + k] = count
+        matches = index.reshape(out_shape + trailing) == positions(index, count, index.dtype).reshape(view)
         mask = matches if mask is None else mask & matches
+    assert mask is not None  # (a GATHER reads through at least one index)
     weighted = Tensor(grad, device=device_of(grad)).reshape(out_shape + trailing)
     summed = mask.where(weighted, 0.0).sum(axes, dtype=grad.dtype)  # (*other axes, *sizes)
     others = [axis for axis in range(len(source_shape)) if axis not in axes]
@@ -109,7 +113,8 @@ def gather_source_gradient(grad: UOp, node: UOp) -> UOp:
 def scatter_mask(target: Tensor, dim: int, index: Tensor) -> Tensor:
     """bool (*index.shape, target.shape[dim]): whether source element [..i..] goes to target position p."""
     require_integer_index(index, "scatter")
-    return one_hot_along(wrap_negative(index, target.shape[dim]), target.shape[dim])
+    size = target.shape[dim]
+    return one_hot_along(wrap_negative(index, size), concrete_size(size, "scatter"))
 
 
 def _to_target_layout(reduced: Tensor, target: Tensor, dim: int, fill: Any) -> Tensor:
@@ -230,24 +235,24 @@ def nonzero(x: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
     return type(x)(found.reshape(len(found), x.ndim), device=x.device)
 
 
-class GatherScatterOps:
+class GatherScatterOps(TensorBase):
     """`gather, scatter, scatter_reduce, masked_fill, masked_select, one_hot, nonzero`."""
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
-        return gather(self, dim, index)
+        return gather(as_tensor(self), dim, index)
 
     def scatter(self, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
         """`reduce` None replaces; 'add' and 'multiply' combine with the existing values (torch's scatter)."""
         if reduce is None:
-            return scatter(self, dim, index, src)
+            return scatter(as_tensor(self), dim, index, src)
         if reduce not in ("add", "multiply"):
             raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
         if not hasattr(src, "uop"):
             src = index.full_like(src, dtype=self.dtype)
-        return scatter_reduce(self, dim, index, src, "sum" if reduce == "add" else "prod", include_self=True)
+        return scatter_reduce(as_tensor(self), dim, index, src, "sum" if reduce == "add" else "prod", include_self=True)
 
     def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
-        return scatter_reduce(self, dim, index, src, reduce, include_self)
+        return scatter_reduce(as_tensor(self), dim, index, src, reduce, include_self)
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         if mask.dtype is not dtypes.bool:
@@ -261,7 +266,7 @@ class GatherScatterOps:
     def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
         if mask.dtype is not dtypes.bool:
             raise ArgumentError(f"masked_select needs a bool mask, got {mask.dtype!r} (as torch)")
-        return masked_select(self, mask, size, fill_value)
+        return masked_select(as_tensor(self), mask, size, fill_value)
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
         """(...) -> (..., num_classes) of this tensor's int dtype; -1 realizes the input to use max + 1 (and checks
@@ -277,7 +282,7 @@ class GatherScatterOps:
             if self.numel() and int(self.min().item()) < 0:
                 raise ArgumentError("one_hot: class values must be non-negative")
             num_classes = int(self.max().item()) + 1 if self.numel() else 0
-        return one_hot_along(self, num_classes).cast(self.dtype)
+        return one_hot_along(as_tensor(self), num_classes).cast(self.dtype)
 
     def nonzero(self, size: int | None = None, fill_value: Any = 0) -> Tensor:
-        return nonzero(self, size, fill_value)
+        return nonzero(as_tensor(self), size, fill_value)

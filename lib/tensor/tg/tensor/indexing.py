@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import UOp, dtypes
-from tg.codegen.schedule.graph import canonical_size
+from tg.codegen.schedule.graph import Shape, canonical_size
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.promotion import DTypeMismatchError, dtype_name, is_symbolic_int
-from tg.tensor.symbolic import check_size, fits_in, known_le
+from tg.tensor.symbolic import check_size, concrete_size, fits_in, known_le
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -26,9 +27,9 @@ if TYPE_CHECKING:
 class AxisSelection:
     """What one index does to one source axis: keep `count` elements from `start` by `step` (step may be < 0)."""
 
-    start: int
+    start: int | UOp  # (symbolic only with step 1)
     step: int
-    count: int
+    count: int | UOp
     keep_axis: bool  # False for an int index: the axis disappears from the result
 
 
@@ -37,7 +38,7 @@ class IndexPlan:
     """The selection of every source axis, and the result's shape (None adds size-1 axes, ints remove axes)."""
 
     selections: tuple[AxisSelection, ...]
-    output_shape: tuple[int, ...]
+    output_shape: Shape
 
 
 def _plain_index(index: Any) -> Any:
@@ -63,13 +64,13 @@ def _expand_ellipsis(indices: tuple[Any, ...], ndim: int) -> tuple[Any, ...]:
     return indices[:at] + (slice(None),) * (ndim - consumed) + indices[at + 1 :]
 
 
-def plan_index(shape: tuple[int, ...], indices: Any) -> IndexPlan:
+def plan_index(shape: Shape, indices: Any) -> IndexPlan:
     """Check `indices` against `shape` and say what each axis keeps."""
     if not isinstance(indices, tuple):
         indices = (indices,)
     indices = _expand_ellipsis(tuple(_plain_index(index) for index in indices), len(shape))
     selections: list[AxisSelection] = []
-    output_shape: list[int] = []
+    output_shape: list[int | UOp] = []
     for index in indices:
         if index is None:
             output_shape.append(1)
@@ -150,14 +151,16 @@ def _window(start: int, step: int, count: int, size: int) -> StridedWindow:
     return StridedWindow(start, 0, span - (size - start))
 
 
-def _on_axis(tensor: Tensor, axis: int, bounds: tuple[int, int] | None = None, padding=None) -> Tensor:
+def _on_axis(
+    tensor: Tensor, axis: int, bounds: tuple[int | UOp, int | UOp] | None = None, padding: Any = None
+) -> Tensor:
     """Shrink or pad only `axis`."""
     if bounds is not None:
         return tensor.shrink(tuple(bounds if i == axis else None for i in range(tensor.ndim)))
     return tensor.pad(tuple(padding if i == axis else None for i in range(tensor.ndim)))
 
 
-def _forward(selection: AxisSelection, size: int) -> tuple[bool, int, int]:
+def _forward(selection: AxisSelection, size: int | UOp) -> tuple[bool, int | UOp, int]:
     """(flip first, start, step) of the selection read on a forward axis."""
     if selection.step < 0:  # element i of the flipped axis is element size-1-i of the source
         return True, size - 1 - selection.start, -selection.step
@@ -174,6 +177,8 @@ def select_axis(tensor: Tensor, axis: int, selection: AxisSelection) -> Tensor:
         tensor = tensor.flip(axis)
     if step == 1:
         return _on_axis(tensor, axis, bounds=(start, start + count))
+    # (a step other than 1 comes from a slice of an axis of concrete size: no symbolic size below)
+    start, count, size = (concrete_size(n, "a strided slice") for n in (start, count, size))
     window = _window(start, step, count, size)
     tensor = _on_axis(tensor, axis, bounds=(window.window_start, min(size, window.window_start + count * step)))
     if window.pad_after:
@@ -183,7 +188,7 @@ def select_axis(tensor: Tensor, axis: int, selection: AxisSelection) -> Tensor:
     return tensor.reshape(rows[: axis + 1] + rows[axis + 2 :])
 
 
-def place_axis(tensor: Tensor, axis: int, selection: AxisSelection, size: int) -> Tensor:
+def place_axis(tensor: Tensor, axis: int, selection: AxisSelection, size: int | UOp) -> Tensor:
     """The inverse of `select_axis`: put the `count` elements of `axis` back at their places in an axis of
     `size`, with zeros everywhere else."""
     count = selection.count
@@ -192,7 +197,8 @@ def place_axis(tensor: Tensor, axis: int, selection: AxisSelection, size: int) -
     flip, start, step = _forward(selection, size)
     if step == 1:
         tensor = _on_axis(tensor, axis, padding=(start, size - start - count))
-    else:
+    else:  # (a step other than 1: concrete sizes, as in select_axis)
+        start, count, size = (concrete_size(n, "a strided slice") for n in (start, count, size))
         window = _window(start, step, count, size)
         rows = tensor.shape[:axis] + (count, 1) + tensor.shape[axis + 1 :]
         tensor = _on_axis(tensor.reshape(rows), axis + 1, padding=(window.column, step - 1 - window.column))
@@ -204,12 +210,12 @@ def place_axis(tensor: Tensor, axis: int, selection: AxisSelection, size: int) -
     return tensor.flip(axis) if flip else tensor
 
 
-class IndexingOps:
+class IndexingOps(TensorBase):
     """`t[indices]` and `t[indices] = value` with ints, slices (negative steps included), None and Ellipsis."""
 
     def __getitem__(self, indices: Any) -> Tensor:
         plan = plan_index(self.shape, indices)
-        result: Tensor = self  # type: ignore[assignment]
+        result = as_tensor(self)
         for axis, selection in enumerate(plan.selections):
             result = select_axis(result, axis, selection)
         return result.reshape(plan.output_shape)
@@ -219,7 +225,7 @@ class IndexingOps:
         tensor, selecting the new values with a mask of the written positions."""
         plan = plan_index(self.shape, indices)
         if not hasattr(value, "uop"):
-            value = type(self)(value, device=self.device, dtype=self.dtype)
+            value = type(as_tensor(self))(value, device=self.device, dtype=self.dtype)
         if value.dtype is not self.dtype:
             names = f"tensor is {dtype_name(self.dtype)}, value is {dtype_name(value.dtype)}"
             raise DTypeMismatchError(f"setitem dtype mismatch: {names}")

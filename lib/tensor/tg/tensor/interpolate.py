@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from tg.codegen import dtypes
 from tg.codegen.schedule.graph import ShapeError
 from tg.tensor.errors import ArgumentError, UnsupportedModeError
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -43,7 +44,9 @@ def _nearest_sources(size_in: int, size_out: int, exact: bool) -> list[int]:
 
 def _linear_sources(size_in: int, size_out: int, align_corners: bool) -> tuple[list[int], list[int], list[float]]:
     """(lower neighbour, upper neighbour, weight of the upper) for every output position."""
-    lower, upper, weights = [], [], []
+    lower: list[int] = []
+    upper: list[int] = []
+    weights: list[float] = []
     for o in range(size_out):
         if align_corners:
             source = 0.0 if size_out == 1 else o * (size_in - 1) / (size_out - 1)
@@ -59,7 +62,7 @@ def _linear_sources(size_in: int, size_out: int, align_corners: bool) -> tuple[l
 def _linear_along(x: Tensor, axis: int, size_out: int, align_corners: bool) -> Tensor:
     import numpy as np
 
-    lower, upper, weights = _linear_sources(x.shape[axis], size_out, align_corners)
+    lower, upper, weights = _linear_sources(concrete_size(x.shape[axis], "interpolate"), size_out, align_corners)
     weight_shape = [1] * x.ndim
     weight_shape[axis] = size_out
     weight = type(x)(np.array(weights, dtype=np.float32).reshape(weight_shape), device=x.device)
@@ -82,7 +85,8 @@ def interpolate(x: Tensor, size: tuple[int, ...], mode: str = "linear", align_co
     for i, size_out in enumerate(size):
         axis = 2 + i
         if nearest:
-            x = _take(x, axis, _nearest_sources(x.shape[axis], size_out, exact=mode == "nearest-exact"))
+            size_in = concrete_size(x.shape[axis], "interpolate")
+            x = _take(x, axis, _nearest_sources(size_in, size_out, exact=mode == "nearest-exact"))
         else:
             x = _linear_along(x, axis, size_out, align_corners)
     return x

@@ -224,7 +224,10 @@ class TinyJit(Generic[R]):
 
     def reset(self) -> None:
         """Forget the capture: the next call runs plainly again."""
-        self.calls, self.signature, self.graph, self.captured_result = 0, None, None, None
+        self.calls = 0
+        self.signature: InputSignature | None = None
+        self.graph: LaunchGraph | None = None
+        self.captured_result: R | None = None
         self.captured = False  # (a pruned capture may have no launches left: then graph stays None)
         self.output_sources: list[Tensor | int] = []  # per output: its captured buffer's Tensor, or an input index
         self.draws: list[Draw] = []  # the random draws of the capture: each replay uploads fresh counters
@@ -343,8 +346,12 @@ def _shape_text(shape: tuple[Any, ...]) -> str:
 def _differences(old: InputSignature, new: InputSignature) -> list[tuple[str, Any, Any, str]]:
     found = []
     for i, name in enumerate(old.names):
-        for what, before, now in (("shape", old.shapes[i], new.shapes[i]), ("dtype", old.dtypes[i], new.dtypes[i]),
-                                  ("device", old.devices[i], new.devices[i])):  # fmt: skip
+        compared: tuple[tuple[str, Any, Any], ...] = (
+            ("shape", old.shapes[i], new.shapes[i]),
+            ("dtype", old.dtypes[i], new.dtypes[i]),
+            ("device", old.devices[i], new.devices[i]),
+        )
+        for what, before, now in compared:
             if before != now:  # (symbolic sizes compare as unbound expressions: a variable's range counts)
                 if what == "shape":
                     before, now = _shape_text(before), _shape_text(now)

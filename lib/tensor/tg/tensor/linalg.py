@@ -22,9 +22,11 @@ from tg.codegen.schedule.graph import ShapeError
 from tg.codegen.schedule.layout import MatmulTag
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.tensor.autograd import Gradients, custom_gradient
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.elementwise import broadcast
 from tg.tensor.promotion import broadcast_shapes, dtype_argument
 from tg.tensor.reduce import sum_accumulator
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -89,7 +91,8 @@ def differentiate_as_matmul(result: Tensor, left: Tensor, right: Tensor) -> None
 
     def rule(grad: UOp, wanted: tuple[bool, ...]) -> Gradients:
         g = tensor_type(grad, device=device)
-        d_left = d_right = None
+        d_left: UOp | None = None
+        d_right: UOp | None = None
         if wanted[0]:
             right_t = tensor_type(right_node, device=device).transpose(-1, -2)
             d_left = sum_to_shape(gradient_product(g, right_t), left_shape).cast(left_node.dtype).uop
@@ -97,8 +100,7 @@ def differentiate_as_matmul(result: Tensor, left: Tensor, right: Tensor) -> None
             left = tensor_type(left_node, device=device)
             if len(right_shape) == 2:  # a weight shared by every matrix of the batch: one product over all rows
                 left, g = rows_of(left), rows_of(g)
-            d_right = sum_to_shape(gradient_product(left.transpose(-1, -2), g), right_shape)
-            d_right = d_right.cast(right_node.dtype).uop
+            d_right = sum_to_shape(gradient_product(left.transpose(-1, -2), g), right_shape).cast(right_node.dtype).uop
         return (d_left, d_right)
 
     custom_gradient(result.uop, (left_node, right_node), rule)
@@ -173,7 +175,7 @@ def _diagonal_of_repeated_letters(tensor: Tensor, term: str) -> tuple[Tensor, st
     while len(set(term)) != len(term):
         letter = next(c for c in term if term.count(c) > 1)
         first, second = term.index(letter), term.index(letter, term.index(letter) + 1)
-        size = tensor.shape[first]
+        size = concrete_size(tensor.shape[first], "einsum's repeated letter")
         eye = type(tensor).eye(size, dtype=tensor.dtype, device=tensor.device)
         eye_shape = [1] * tensor.ndim
         eye_shape[first], eye_shape[second] = size, size
@@ -190,7 +192,7 @@ def einsum(formula: str, *operands: Tensor, dtype: DType | None = None) -> Tenso
     spec = parse_einsum(formula, tuple(operand.ndim for operand in operands))
     prepared = [_diagonal_of_repeated_letters(t, term) for t, term in zip(operands, spec.inputs, strict=True)]
     letters = spec.output + "".join(sorted({c for _, term in prepared for c in term} - set(spec.output)))
-    sizes: dict[str, int] = {}
+    sizes: dict[str, int | UOp] = {}
     aligned = []
     for tensor, term in prepared:
         for letter, size in zip(term, tensor.shape, strict=True):
@@ -212,14 +214,14 @@ def einsum(formula: str, *operands: Tensor, dtype: DType | None = None) -> Tenso
     return product.sum(contracted, dtype=sum_accumulator(result_dtype)).cast(result_dtype)
 
 
-class LinalgOps:
+class LinalgOps(TensorBase):
     """`matmul, @, dot, linear, einsum`."""
 
     def matmul(self, other: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
         if not hasattr(other, "uop"):
-            other = type(self)(other, device=self.device)
-        return matmul(other, self, dtype) if reverse else matmul(self, other, dtype)
+            other = type(as_tensor(self))(other, device=self.device)
+        return matmul(other, as_tensor(self), dtype) if reverse else matmul(as_tensor(self), other, dtype)
 
     def dot(self, other: Tensor, dtype: DType | str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tg.codegen import dtypes
+from tg.codegen import UOp, dtypes
 from tg.tensor.activations import stable_softplus
+from tg.tensor.base import TensorBase
 from tg.tensor.errors import ArgumentError
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def reduce_loss(loss: Tensor, reduction: str) -> Tensor:
     return loss.sum() if reduction == "sum" else loss
 
 
-def class_mask(indices: Tensor, classes: int, axis: int) -> Tensor:
+def class_mask(indices: Tensor, classes: int | UOp, axis: int) -> Tensor:
     """A bool one-hot mask: a new axis of size `classes` inserted at `axis` of the index tensor's shape."""
     position = axis if axis >= 0 else indices.ndim + 1 + axis
     labels = indices.unsqueeze(position)
@@ -40,7 +41,7 @@ def _is_index_tensor(t: Tensor) -> bool:
     return dtypes.is_int(t.dtype)
 
 
-class LossOps:
+class LossOps(TensorBase):
     """`cross_entropy, sparse_categorical_crossentropy, binary_crossentropy, binary_crossentropy_logits, nll_loss`;
     `self` holds the predictions (logits, probabilities or log-probabilities, as each name says)."""
 

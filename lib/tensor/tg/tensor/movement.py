@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.schedule.graph import Shape, ShapeError, canonical_size, symbolic_numel
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError, UnsupportedModeError
 from tg.tensor.symbolic import check_size, fits_in, is_symbolic, is_symbolic_shape, known_le, shape_text
 
@@ -25,7 +26,7 @@ def normalize_axis(axis: int, ndim: int) -> int:
     return axis % max(ndim, 1)
 
 
-def _shape_argument(shape: tuple[Any, ...]) -> tuple[int, ...]:
+def _shape_argument(shape: tuple[Any, ...]) -> tuple[Any, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])
     return tuple(shape)
@@ -58,7 +59,7 @@ def _infer_reshape(old_shape: Shape, new_shape: tuple[int, ...]) -> Shape:
         raise ShapeError(f"reshape of {old_shape} to {new_shape}: only one size may be -1")
     if min(new_shape, default=0) < -1:
         raise ShapeError(f"reshape of {old_shape} to {new_shape}: sizes must be non-negative or -1")
-    count = math.prod(old_shape)
+    count = math.prod(_int_sizes(old_shape))  # (not symbolic here)
     if -1 in new_shape:
         known = math.prod(size for size in new_shape if size != -1)
         if known == 0 or count % known:
@@ -93,7 +94,7 @@ def _grows_only_ones(old_shape: Shape, new_shape: tuple[Any, ...]) -> bool:
     )
 
 
-class MovementOps:
+class MovementOps(TensorBase):
     """`reshape, permute, expand, pad, shrink, flip, transpose, T, squeeze, unsqueeze, flatten`."""
 
     def _movement(self, op: Ops, arg: Any) -> Tensor:
@@ -102,7 +103,7 @@ class MovementOps:
     def reshape(self, *shape: Any) -> Tensor:
         new_shape = _infer_reshape(self.shape, _keep_none_sizes(self.shape, _shape_argument(shape)))
         if new_shape == self.shape:
-            return self
+            return as_tensor(self)
         return self._movement(Ops.RESHAPE, new_shape)
 
     def view(self, *shape: Any) -> Tensor:
@@ -113,7 +114,7 @@ class MovementOps:
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"permute of a tensor of shape {self.shape} needs an order of its axes, got {order}")
         if order == tuple(range(self.ndim)):
-            return self
+            return as_tensor(self)
         return self._movement(Ops.PERMUTE, order)
 
     def expand(self, *shape: Any) -> Tensor:
@@ -121,7 +122,7 @@ class MovementOps:
         new_shape = _shape_argument(shape)
         old_shape = self.shape
         if _grows_only_ones(old_shape, new_shape):  # the common case, without the general checks below
-            return self if new_shape == old_shape else self._movement(Ops.EXPAND, new_shape)
+            return as_tensor(self) if new_shape == old_shape else self._movement(Ops.EXPAND, new_shape)
         if len(new_shape) < self.ndim:
             raise ShapeError(f"cannot expand shape {self.shape} to {new_shape}: fewer dimensions")
         padded = (1,) * (len(new_shape) - self.ndim) + self.shape
@@ -148,7 +149,7 @@ class MovementOps:
             )
         per_axis = _padding_per_axis(padding, self.ndim, self.shape)
         if mode != "constant":
-            return pad_from_values(self, per_axis, mode)
+            return pad_from_values(as_tensor(self), per_axis, mode)
         if any(is_symbolic(amount) for pair in per_axis for amount in pair):  # symbolic padding: never negative
             padded = self._movement(Ops.PAD, per_axis)
             if value == 0:
@@ -159,7 +160,7 @@ class MovementOps:
             keep = tuple((max(0, -b), size - max(0, -a)) for (b, a), size in zip(per_axis, self.shape, strict=True))
             return self.shrink(keep).pad(tuple((max(0, b), max(0, a)) for b, a in per_axis), value=value)
         if all(before == 0 and after == 0 for before, after in per_axis):
-            return self
+            return as_tensor(self)
         padded = self._movement(Ops.PAD, per_axis)
         if value == 0:
             return padded
@@ -181,7 +182,7 @@ class MovementOps:
             raise ShapeError(f"shrink_to {target} needs {self.ndim} sizes for shape {self.shape}")
         return self.shrink(tuple(None if t is None else (0, t) for t in target))
 
-    def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
+    def shrink(self, bounds: Sequence[tuple[int | UOp, int | UOp] | None]) -> Tensor:
         """Keep [start, end) of each axis (None keeps the whole axis)."""
         if len(bounds) != self.ndim:
             raise ShapeError(f"shrink of a tensor of shape {self.shape} needs {self.ndim} (start, end) pairs")
@@ -192,7 +193,7 @@ class MovementOps:
                 where = f"({_text(start)}, {_text(end)}) is not within 0..{_text(size)} for every value"
                 raise ShapeError(f"shrink of shape {shape_text(self.shape)} to {_bounds_text(full)}: {where}")
         if all(start == 0 and end == size for (start, end), size in zip(full, self.shape, strict=True)):
-            return self
+            return as_tensor(self)
         return self._movement(Ops.SHRINK, full)
 
     def flip(self, *axes: Any, axis: Any = None) -> Tensor:
@@ -201,12 +202,12 @@ class MovementOps:
             axes = (*axes, *(axis if isinstance(axis, (tuple, list)) else (axis,)))
         axes_argument = axes
         listed = [normalize_axis(axis, self.ndim) for axis in _shape_argument(axes)]
-        axes = set(listed)
-        if len(axes) != len(listed):
+        flipped = set(listed)
+        if len(flipped) != len(listed):
             raise ArgumentError(f"flip: an axis appears more than once in {_shape_argument(axes_argument)}")
-        if not axes:
-            return self
-        return self._movement(Ops.FLIP, tuple(axis in axes for axis in range(self.ndim)))
+        if not flipped:
+            return as_tensor(self)
+        return self._movement(Ops.FLIP, tuple(axis in flipped for axis in range(self.ndim)))
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
         order = list(range(self.ndim))
@@ -224,7 +225,7 @@ class MovementOps:
             return self.reshape(tuple(size for size in self.shape if size != 1))
         dim = normalize_axis(dim, self.ndim)
         if not self.shape or self.shape[dim] != 1:
-            return self
+            return as_tensor(self)
         return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
 
     def unsqueeze(self, dim: int) -> Tensor:

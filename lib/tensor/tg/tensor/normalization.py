@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tg.codegen import dtypes
+from tg.tensor.base import TensorBase
 from tg.tensor.elementwise import in_float32_when_half
 from tg.tensor.reduce import Axis
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 FLOAT_EPSILON = {dtypes.float16: 2.0**-10, dtypes.bfloat16: 2.0**-7, dtypes.float32: 2.0**-23, dtypes.float64: 2.0**-52}
 
 
-class NormalizationOps:
+class NormalizationOps(TensorBase):
     """`layernorm, rms_norm, normalize` (without affine weights: multiply and add those outside, as nn layers do)."""
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:

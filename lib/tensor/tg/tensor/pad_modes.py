@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tg.codegen.schedule.graph import ShapeError
+from tg.codegen import UOp
+from tg.codegen.schedule.graph import Shape, ShapeError
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
-def _along(x: Tensor, axis: int, start: int, end: int) -> Tensor:
+def _along(x: Tensor, axis: int, start: int | UOp, end: int | UOp) -> Tensor:
     """x restricted to [start, end) on `axis`."""
     return x.shrink(tuple((start, end) if i == axis else None for i in range(x.ndim)))
 
@@ -37,7 +38,7 @@ def _edge_pieces(x: Tensor, axis: int, before: int, after: int, mode: str) -> tu
     return _along(x, axis, size - before, size), _along(x, axis, 0, after)  # circular
 
 
-def _check(mode: str, size: int, axis: int, before: int, after: int, shape: tuple[int, ...]) -> None:
+def _check(mode: str, size: int | UOp, axis: int, before: int, after: int, shape: Shape) -> None:
     """`before` and `after` here are the amounts to grow by (non-negative)."""
     if mode == "reflect" and max(before, after) >= size:
         raise ShapeError(f"reflect padding ({before}, {after}) on axis {axis} of shape {shape} must be below {size}")

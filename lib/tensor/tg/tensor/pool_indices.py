@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from tg.codegen import dtypes
 from tg.tensor.conv import IntOrTuple, per_axis, pool_spec, pool_windows
 from tg.tensor.positions import positions
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -32,7 +33,7 @@ def max_pool_with_indices(
     is_max = patches == largest
     if dtypes.is_float(x.dtype):
         is_max = is_max | (patches.isnan() & largest.isnan())
-    count = math.prod(x.shape[2:])
+    count = math.prod(concrete_size(size, "max pool indices") for size in x.shape[2:])
     flat_positions = positions(x, count).reshape((1, 1) + x.shape[2:])
     position_patches = pool_windows(flat_positions, spec, count)  # padding: past every real position
     indices = is_max.where(position_patches, count).min(kernel_axes)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tg.codegen import DType, dtypes
+from tg.codegen.schedule.graph import Shape
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -32,11 +34,13 @@ def positions(like: Tensor, count: int, dtype: DType = dtypes.int32) -> Tensor:
         shape[axis] = 2
         digit = digit.reshape(shape).expand(block)
         total = digit if total is None else total + digit
+    assert total is not None  # (count > 1: at least one digit)
     return total.reshape(1 << bits).shrink(((0, count),))
 
 
-def positions_along(like: Tensor, shape: tuple[int, ...], axis: int, dtype: DType = dtypes.int32) -> Tensor:
-    """A tensor of `shape` whose every element holds its index along `axis`."""
+def positions_along(like: Tensor, shape: Shape, axis: int, dtype: DType = dtypes.int32) -> Tensor:
+    """A tensor of `shape` whose every element holds its index along `axis` (whose size must be concrete)."""
+    count = concrete_size(shape[axis], "positions along an axis")
     view = [1] * len(shape)
-    view[axis] = shape[axis]
-    return positions(like, shape[axis], dtype).reshape(view).expand(shape)
+    view[axis] = count
+    return positions(like, count, dtype).reshape(view).expand(shape)

@@ -7,7 +7,7 @@ becomes the default float, `bool_tensor + 1` the default int).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 from tg.codegen import DType, UOp, dtypes, least_upper_dtype, to_dtype
 from tg.codegen.schedule.graph import Shape, ShapeError
@@ -31,6 +31,12 @@ class DTypeMismatchError(TypeError, RuntimeError):
     and a RuntimeError as tinygrad and torch raise."""
 
 
+@overload
+def dtype_argument(dtype: DType | str) -> DType: ...
+@overload
+def dtype_argument(dtype: None) -> None: ...
+@overload
+def dtype_argument(dtype: DType | str | None) -> DType | None: ...
 def dtype_argument(dtype: DType | str | None) -> DType | None:
     """A public API's `dtype=` argument as a DType: names such as "int32" or "half" are accepted as in tinygrad."""
     return None if dtype is None else to_dtype(dtype)

@@ -19,10 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tg.codegen import DType, dtypes
+from tg.codegen.schedule.graph import Shape
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.creation import canonical_device, normalize_shape, takes_requires_grad
 from tg.tensor.errors import ArgumentError
 from tg.tensor.positions import positions
 from tg.tensor.promotion import dtype_argument
+from tg.tensor.symbolic import concrete_size
 from tg.tensor.threefry import MASK32, Key, threefry2x32
 
 if TYPE_CHECKING:
@@ -78,17 +81,18 @@ def draw_words(count: int) -> Any:
     return np.array([key.low, key.high, first & MASK32, (first >> 32) & MASK32], dtype=np.uint32)
 
 
-def random_words(tensor_type: type, shape: tuple[int, ...], device: str) -> tuple[Tensor, Tensor]:
+def random_words(tensor_type: type, shape: Shape, device: str) -> tuple[Tensor, Tensor]:
     """Two uint32 tensors of `shape` with fresh random bits (the next prod(shape) counters).
 
     The seed and the first counter reach the kernel through a small uploaded buffer, not as constants in its
     source: the kernel is then the same for every draw of this shape and compiles once."""
-    if any(not isinstance(size, int) for size in shape):  # symbolic: draw for the largest sizes, view the bound ones
+    sizes = tuple(size for size in shape if isinstance(size, int))
+    if len(sizes) != len(shape):  # symbolic: draw for the largest sizes, view the bound ones
         largest = tuple(size if isinstance(size, int) else int(size.vmax) for size in shape)
         x0, x1 = random_words(tensor_type, largest, device)
         bounds = tuple((0, size) for size in shape)
         return x0.shrink(bounds), x1.shrink(bounds)
-    count = math.prod(shape)
+    count = math.prod(sizes)
     params = tensor_type(draw_words(count), device=device)
     if _recorded_draws is not None:
         _recorded_draws.append(Draw(params, count))
@@ -120,7 +124,12 @@ def _float_dtype(dtype: DType | str | None) -> DType:
     return dtype
 
 
-class RandomOps:
+def _element_count(shape: Shape) -> int:
+    """The number of elements of a concrete shape (the scaled initializers need one)."""
+    return math.prod(concrete_size(size, "a scaled initializer") for size in shape)
+
+
+class RandomOps(TensorBase):
     """`manual_seed, rand, randn, randint, uniform, normal, randperm, multinomial, dropout` (+ `_like` forms)."""
 
     training: ClassVar[bool] = False  # dropout is the identity unless this is set
@@ -203,14 +212,15 @@ class RandomOps:
     def scaled_uniform(cls, *shape: Any, **kwargs) -> Tensor:
         """Uniform in [-1, 1) scaled by 1 / sqrt(number of elements)."""
         shape = normalize_shape(shape)
-        return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (math.prod(shape) ** -0.5)
+        return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (_element_count(shape) ** -0.5)
 
     @classmethod
     @takes_requires_grad
     def glorot_uniform(cls, *shape: Any, **kwargs) -> Tensor:
         """Uniform in +-sqrt(6 / (fan_out + fan_in)), fan_out = shape[0], fan_in = the rest (Glorot & Bengio)."""
         shape = normalize_shape(shape)
-        bound = math.sqrt(6 / (shape[0] + math.prod(shape[1:])))
+        fan_out = concrete_size(shape[0], "a scaled initializer")
+        bound = math.sqrt(6 / (fan_out + _element_count(shape[1:])))
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
@@ -218,7 +228,7 @@ class RandomOps:
     def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs) -> Tensor:
         """Uniform in +-sqrt(3) * gain / sqrt(fan_in), gain = sqrt(2 / (1 + a**2)) (He et al.)."""
         shape = normalize_shape(shape)
-        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(math.prod(shape[1:]))
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(_element_count(shape[1:]))
         return cls.uniform(*shape, low=-bound, high=bound, **kwargs)
 
     @classmethod
@@ -226,18 +236,18 @@ class RandomOps:
     def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs) -> Tensor:
         """Normal with std gain / sqrt(fan_in), gain = sqrt(2 / (1 + a**2)) (He et al.)."""
         shape = normalize_shape(shape)
-        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(math.prod(shape[1:]))
+        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(_element_count(shape[1:]))
         return cls.normal(*shape, mean=0.0, std=std, **kwargs)
 
     @takes_requires_grad
     def rand_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
-        return type(self).rand(self.shape, dtype=dtype or _like_float(self), device=device or self.device)
+        return type(self).rand(self.shape, dtype=dtype or _like_float(as_tensor(self)), device=device or self.device)
 
     @takes_requires_grad
     def randn_like(self, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
-        return type(self).randn(self.shape, dtype=dtype or _like_float(self), device=device or self.device)
+        return type(self).randn(self.shape, dtype=dtype or _like_float(as_tensor(self)), device=device or self.device)
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Category indices drawn with the weights in the last axis of this 1-d or 2-d tensor (int32)."""
@@ -259,7 +269,7 @@ class RandomOps:
         if not 0 <= p <= 1:
             raise ValueError(f"dropout probability must be between 0 and 1, got {p}")
         if not type(self).training or p == 0:
-            return self
+            return as_tensor(self)
         if p == 1:
             return self.zeros_like()
         keep = self.rand_like(dtype=dtypes.float32) >= p

@@ -12,7 +12,8 @@ import math
 import re
 from typing import TYPE_CHECKING
 
-from tg.codegen.schedule.graph import ShapeError
+from tg.codegen import UOp
+from tg.codegen.schedule.graph import Shape, ShapeError
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -54,9 +55,9 @@ def _names(groups: list[list[str]]) -> list[str]:
     return [name for group in groups for name in group]
 
 
-def _axis_sizes(groups: list[list[str]], shape: tuple[int, ...], sizes: dict[str, int]) -> dict[str, tuple[int, ...]]:
+def _axis_sizes(groups: list[list[str]], shape: Shape, sizes: dict[str, int]) -> dict[str, Shape]:
     """The axes each left-side name stands for after splitting: one size per name, several for `...`."""
-    known = {name: (size,) for name, size in sizes.items()}
+    known: dict[str, Shape] = {name: (size,) for name, size in sizes.items()}
     has_ellipsis = [ELLIPSIS] in groups
     ellipsis_rank = len(shape) - (len(groups) - has_ellipsis)
     if ellipsis_rank < 0 or (not has_ellipsis and ellipsis_rank != 0):
@@ -90,13 +91,13 @@ def rearrange(tensor: Tensor, formula: str, **sizes: int) -> Tensor:
         raise ValueError(f"rearrange: both sides need the same names, each once: {formula!r}")
     known = _axis_sizes(left, tensor.shape, sizes)
     axes_of: dict[str, list[int]] = {}  # name -> its axes in the split tensor
-    split_shape: list[int] = []
+    split_shape: list[int | UOp] = []
     for name in left_names:
         axes_of[name] = list(range(len(split_shape), len(split_shape) + len(known[name])))
         split_shape += known[name]
     order = [axis for name in right_names for axis in axes_of[name]]
     moved = tensor.reshape(split_shape).permute(order)
-    final: list[int] = []
+    final: list[int | UOp] = []
     for group in right:
         if group == [ELLIPSIS]:
             final += known[ELLIPSIS]

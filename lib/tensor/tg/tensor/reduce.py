@@ -8,11 +8,11 @@ accumulation and result dtype explicitly. `min` is built as `max` of an order-re
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tg.codegen import DType, Ops, UOp, dtypes, least_upper_dtype
 from tg.codegen.schedule.graph import ReduceArg
+from tg.tensor.base import Axis, TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import is_fp8
 from tg.tensor.movement import normalize_axis
@@ -20,8 +20,6 @@ from tg.tensor.promotion import dtype_argument
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
-
-Axis = int | Sequence[int] | None
 
 
 def sum_accumulator(dtype: DType) -> DType:
@@ -61,13 +59,13 @@ def reduce_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
     return tuple(axes)
 
 
-class ReduceOps:
+class ReduceOps(TensorBase):
     """`sum, prod, max, min, mean, any, all`."""
 
     def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
         axes = reduce_axes(axis, self.ndim)
         if not axes:
-            return self
+            return as_tensor(self)
         reduced = self._wrap(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), ReduceArg(op, axes)))
         if keepdim:
             return reduced

@@ -15,11 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tg.codegen import DType, dtypes
+from tg.codegen import DType, UOp, dtypes
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.derived_reductions import finite_or_zero
 from tg.tensor.elementwise import in_float32_when_half
 from tg.tensor.movement import normalize_axis
 from tg.tensor.promotion import dtype_argument
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -57,6 +59,7 @@ def scan_last_axis(x: Tensor, monoid: Monoid) -> Tensor:
     size = x.shape[-1]
     if size <= SQUARE_LIMIT:
         return monoid.square_scan(x)
+    size = concrete_size(size, "a scan longer than SQUARE_LIMIT")
     block = math.isqrt(size - 1) + 1  # ceil(sqrt(size))
     blocks = -(-size // block)
     leading = x.shape[:-1]
@@ -133,29 +136,29 @@ def _positions_of_running_extreme(x: Tensor, running: Tensor, axis: int) -> Tens
     if x.ndim == 0:
         return x.zeros_like(dtype=dtypes.int32)
     axis = normalize_axis(axis, x.ndim)
-    view = [1] * x.ndim
+    view: list[int | UOp] = [1] * x.ndim
     view[axis] = x.shape[axis]
     places = x.arange(x.shape[axis], dtype=dtypes.int32, device=x.device).reshape(view).expand(x.shape)
     return scan(reached.where(places, -1), axis, _max_monoid(dtypes.int32))
 
 
-class ScanOps:
+class ScanOps(TensorBase):
     """`cumsum, cumprod, cummax, cummin, logcumsumexp` (one axis; cummax and cummin also give indices, as torch)."""
 
     def cumsum(self, axis: int = 0, dtype: DType | str | None = None) -> Tensor:
         """Running sums; dtypes accumulate as in `sum` (bools and small ints in int32)."""
         dtype = dtype_argument(dtype)
-        return scan(self, axis, _sum_monoid(dtype))
+        return scan(as_tensor(self), axis, _sum_monoid(dtype))
 
     def cumprod(self, axis: int = 0, dtype: DType | str | None = None) -> Tensor:
         dtype = dtype_argument(dtype)
-        return scan(self, axis, _prod_monoid(dtype))
+        return scan(as_tensor(self), axis, _prod_monoid(dtype))
 
     def cummax(self, axis: int = 0) -> ValuesIndices:
         """Running maxima and where each was found (torch's cummax): a tie or a NaN moves the index to the latest
         position, and a NaN stays the value from its position on."""
-        values = scan(self, axis, _max_monoid(self.dtype))
-        return ValuesIndices(values, _positions_of_running_extreme(self, values, axis))
+        values = scan(as_tensor(self), axis, _max_monoid(self.dtype))
+        return ValuesIndices(values, _positions_of_running_extreme(as_tensor(self), values, axis))
 
     def cummin(self, axis: int = 0) -> ValuesIndices:
         """Running minima and where each was found, as `cummax` (ties and NaNs take the latest position)."""
@@ -165,7 +168,7 @@ class ScanOps:
             values = scan(self.logical_not(), axis, _max_monoid(self.dtype)).logical_not()
         else:
             values = ~scan(~self, axis, _max_monoid(self.dtype))
-        return ValuesIndices(values, _positions_of_running_extreme(self, values, axis))
+        return ValuesIndices(values, _positions_of_running_extreme(as_tensor(self), values, axis))
 
     def logcumsumexp(self, axis: int = 0) -> Tensor:
         """log of the running sums of exp(x), shifted by the running maximum where that is finite."""

@@ -13,12 +13,14 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tg.codegen import DType, dtypes
+from tg.codegen import DType, UOp, dtypes
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.movement import normalize_axis
 from tg.tensor.positions import positions_along
 from tg.tensor.promotion import result_dtype
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -43,7 +45,7 @@ def from_bits(bits: Tensor, dtype: DType) -> Tensor:
     return bits.bitcast(dtype)
 
 
-def on_axis(tensor: Tensor, axis: int, pair: tuple[int, int], shrink: bool = False) -> Tensor:
+def on_axis(tensor: Tensor, axis: int, pair: tuple[int | UOp, int | UOp], shrink: bool = False) -> Tensor:
     """Pad (or shrink to) `pair` on `axis` only."""
     if shrink:
         return tensor.shrink(tuple(pair if i == axis else None for i in range(tensor.ndim)))
@@ -58,7 +60,8 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         raise ShapeError(f"cat along axis {dim} needs equal other sizes, got {[t.shape for t in tensors]}")
     dtype = result_dtype(*tensors)
     total = sum(tensor.shape[dim] for tensor in tensors)
-    merged, start = None, 0
+    merged: Tensor | None = None
+    start: int | UOp = 0
     for tensor in tensors:
         size = tensor.shape[dim]
         pair = (start, total - start - size)
@@ -69,6 +72,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
             inside = on_axis(tensor.ones_like(dtype=dtypes.bool), dim, pair)  # padding a bool fills False
             merged = inside.where(placed, merged)
         start += size
+    assert merged is not None  # (tensors[0] exists)
     return merged
 
 
@@ -106,7 +110,7 @@ def repeat_interleave(tensor: Tensor, repeats: int, dim: int | None = None) -> T
 def split(tensor: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     """Pieces of `sizes` elements along `dim` (an int: pieces of that size, the last one may be smaller)."""
     dim = normalize_axis(dim, tensor.ndim)
-    length = tensor.shape[dim]
+    length = concrete_size(tensor.shape[dim], "split")
     if isinstance(sizes, int):
         if sizes <= 0:
             raise ArgumentError(f"split size must be positive, got {sizes}")
@@ -124,7 +128,7 @@ def chunk(tensor: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     """At most `chunks` pieces of ceil(size / chunks) elements, as torch."""
     if operator.index(chunks) <= 0:
         raise ArgumentError(f"chunk needs a positive count, got {chunks}")
-    length = tensor.shape[normalize_axis(dim, tensor.ndim)]
+    length = concrete_size(tensor.shape[normalize_axis(dim, tensor.ndim)], "chunk")
     return split(tensor, max(1, math.ceil(length / chunks)), dim)
 
 
@@ -136,7 +140,7 @@ def sliding_window(tensor: Tensor, axis: int, size: int, stride: int = 1, dilati
     elements (row j then starts at element j * dilation of the axis), keep every stride-th column, and move the
     row axis to the end."""
     axis = normalize_axis(axis, tensor.ndim)
-    length = tensor.shape[axis]
+    length = concrete_size(tensor.shape[axis], "sliding windows")
     span = dilation * (size - 1) + 1
     if span > length:
         raise ShapeError(f"a window of {span} elements does not fit in axis {axis} of shape {tensor.shape}")
@@ -178,7 +182,7 @@ def roll(tensor: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] 
         raise ArgumentError(f"roll needs one shift per dim, got shifts {shifts} and dims {dims}")
     for shift, dim in zip(shifts, dims, strict=True):
         dim = normalize_axis(dim, tensor.ndim)
-        length = tensor.shape[dim]
+        length = concrete_size(tensor.shape[dim], "roll")
         if length == 0 or shift % length == 0:
             continue
         cut = length - shift % length
@@ -259,55 +263,55 @@ def meshgrid(tensors: Sequence[Tensor], indexing: str = "ij") -> tuple[Tensor, .
     return tuple(grids)
 
 
-def _tensor_list(first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -> list[Tensor]:
+def _tensor_list(first: Tensor | list[Tensor] | tuple[Tensor, ...], others: tuple[Tensor, ...]) -> list[Tensor]:
     if isinstance(first, (list, tuple)):
         return [*first, *others]
     return [first, *others]
 
 
-class ShapeOps:
+class ShapeOps(TensorBase):
     """`cat, stack, repeat, repeat_interleave, split, chunk, unfold, roll, tril, triu, diag, diagonal, unflatten,
     meshgrid`."""
 
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
         """`a.cat(b, c, dim=)`, `Tensor.cat(a, b)` or `Tensor.cat([a, b])`."""
-        return cat(_tensor_list(self, others), dim)
+        return cat(_tensor_list(as_tensor(self), others), dim)
 
     def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
         """`a.stack(b, dim=)`, `Tensor.stack(a, b)` or `Tensor.stack([a, b])`."""
-        return stack(_tensor_list(self, others), dim)
+        return stack(_tensor_list(as_tensor(self), others), dim)
 
     def repeat(self, *repeats: int) -> Tensor:
         if len(repeats) == 1 and isinstance(repeats[0], (list, tuple)):
             repeats = tuple(repeats[0])
-        return repeat(self, repeats)
+        return repeat(as_tensor(self), repeats)
 
     def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
-        return repeat_interleave(self, repeats, dim)
+        return repeat_interleave(as_tensor(self), repeats, dim)
 
     def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
-        return split(self, sizes, dim)
+        return split(as_tensor(self), sizes, dim)
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
-        return chunk(self, chunks, dim)
+        return chunk(as_tensor(self), chunks, dim)
 
     def unfold(self, dim: int, size: int, step: int) -> Tensor:
-        return unfold(self, dim, size, step)
+        return unfold(as_tensor(self), dim, size, step)
 
     def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
-        return roll(self, shifts, dims)
+        return roll(as_tensor(self), shifts, dims)
 
     def tril(self, diagonal: int = 0) -> Tensor:
-        return tril(self, diagonal)
+        return tril(as_tensor(self), diagonal)
 
     def triu(self, diagonal: int = 0) -> Tensor:
-        return triu(self, diagonal)
+        return triu(as_tensor(self), diagonal)
 
     def diag(self, diagonal: int = 0) -> Tensor:
-        return diag(self, diagonal)
+        return diag(as_tensor(self), diagonal)
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
-        return diagonal(self, offset, dim1, dim2)
+        return diagonal(as_tensor(self), offset, dim1, dim2)
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
         """Split axis `dim` into axes of `sizes` (one may be -1)."""
@@ -316,4 +320,4 @@ class ShapeOps:
 
     def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """`a.meshgrid(b)`, `Tensor.meshgrid(a, b)` or `Tensor.meshgrid([a, b])`."""
-        return meshgrid(_tensor_list(self, others), indexing)
+        return meshgrid(_tensor_list(as_tensor(self), others), indexing)

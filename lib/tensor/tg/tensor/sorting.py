@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from tg.codegen import dtypes
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.gather_scatter import select_where
 from tg.tensor.movement import normalize_axis
@@ -81,16 +82,16 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool =
     return Sorted(result.values.shrink(bounds), result.indices.shrink(bounds))
 
 
-class SortingOps:
+class SortingOps(TensorBase):
     """`sort, argsort, topk`."""
 
     def sort(self, dim: int = -1, descending: bool = False) -> Sorted:
         """(values, indices) sorted along `dim`; stable (equal values keep their order); int32 indices."""
-        return sort(self, dim, descending)
+        return sort(as_tensor(self), dim, descending)
 
     def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
-        return sort(self, dim, descending).indices
+        return sort(as_tensor(self), dim, descending).indices
 
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> Sorted:
         """The k largest (smallest) along `dim`, always in sorted order (`sorted_=False` is accepted)."""
-        return topk(self, k, dim, largest, sorted_)
+        return topk(as_tensor(self), k, dim, largest, sorted_)

@@ -13,6 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import dtypes
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.elementwise import broadcast, in_float32_when_half
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def sign_bit_set(x: Tensor) -> Tensor:
     return x.bitcast(_SAME_SIZE_INT[x.dtype.itemsize]) < 0
 
 
-class SpecialFunctionOps:
+class SpecialFunctionOps(TensorBase):
     """`log1p, expm1, erf, sinh, cosh, asinh, acosh, atanh, asin, acos, atan, logaddexp, lerp, copysign, isclose,
     allclose`."""
 
@@ -215,7 +216,7 @@ class SpecialFunctionOps:
             finite_case = larger + (-(a - b).abs()).exp().log1p()
             return larger.isfinite().where(finite_case, larger)
 
-        return _in_float32(*_float_pair(self, other), compute)
+        return _in_float32(*_float_pair(as_tensor(self), other), compute)
 
     def lerp(self, end: Any, weight: Any) -> Tensor:
         """self + weight * (end - self), from the nearer end as torch does (exact at weight 0 and 1)."""
@@ -227,7 +228,7 @@ class SpecialFunctionOps:
 
     def copysign(self, other: Any) -> Tensor:
         """|self| with the sign bit of `other` (so -0.0 and negative NaNs count as negative); a float result."""
-        magnitude, sign_source = _float_pair(self, other)
+        magnitude, sign_source = _float_pair(as_tensor(self), other)
         magnitude = sign_bit_set(magnitude).where(-magnitude, magnitude)
         return sign_bit_set(sign_source).where(-magnitude, magnitude)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tg.codegen.schedule.graph import ShapeError
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -43,7 +44,7 @@ def _selectors(like: Tensor, n: int, pairs: list[tuple[int, int]]) -> tuple[Tens
 
 
 def _rotate(r: Tensor, v: Tensor, pairs: list[tuple[int, int]]) -> tuple[Tensor, Tensor]:
-    n = r.shape[-1]
+    n = concrete_size(r.shape[-1], "svd")
     pick_p, pick_q = _selectors(r, n, pairs)
     col_p, col_q = r @ pick_p, r @ pick_q  # (..., n, h)
     a, b, g = (col_p * col_p).sum(-2), (col_q * col_q).sum(-2), (col_p * col_q).sum(-2)  # (..., h)
@@ -68,7 +69,7 @@ def svd(x: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         raise ShapeError(f"svd needs a matrix (2 or more dimensions), got shape {x.shape}")
     if not x.is_floating_point():
         x = x.float()
-    m, n = x.shape[-2:]
+    m, n = (concrete_size(size, "svd") for size in x.shape[-2:])
     if m < n:
         u, s, vh = svd(x.transpose(-2, -1), full_matrices)
         return vh.transpose(-2, -1), s, u.transpose(-2, -1)

@@ -19,7 +19,17 @@ from typing import Any
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.schedule.graph import ShapeError, canonical_size, is_symbolic_shape
 
-__all__ = ["Variable", "fits_in", "is_symbolic", "is_symbolic_shape", "known_le", "shape_text", "size_value"]
+__all__ = [
+    "SymbolicSizeError",
+    "Variable",
+    "concrete_size",
+    "fits_in",
+    "is_symbolic",
+    "is_symbolic_shape",
+    "known_le",
+    "shape_text",
+    "size_value",
+]
 
 
 def Variable(name: str, min_val: int, max_val: int, dtype: Any = None) -> UOp:  # noqa: N802 - tinygrad's spelling
@@ -116,6 +126,18 @@ def size_value(size: int | UOp) -> int:
     from tg.codegen import sym_infer
 
     return int(sym_infer(size, {}))
+
+
+class SymbolicSizeError(ShapeError, TypeError):
+    """A symbolic size where an operation needs a concrete int (a TypeError too: what Python raises where a
+    symbolic size reaches `range` or `len`)."""
+
+
+def concrete_size(size: int | UOp, what: str) -> int:
+    """`size` for an operation (`what`) that works only with concrete sizes; a symbolic one is refused."""
+    if isinstance(size, UOp):
+        raise SymbolicSizeError(f"{what} needs a concrete size, not the symbolic {size.render()}")
+    return size
 
 
 def shape_text(shape: tuple) -> str:

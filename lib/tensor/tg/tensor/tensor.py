@@ -33,7 +33,7 @@ from tg.tensor.random import RandomOps
 from tg.tensor.reduce import ReduceOps
 from tg.tensor.shape_ops import ShapeOps
 from tg.tensor.sorting import SortingOps
-from tg.tensor.symbolic import shape_text, size_value
+from tg.tensor.symbolic import concrete_size, shape_text, size_value
 from tg.tensor.unary import UnaryMathOps
 
 
@@ -121,7 +121,7 @@ class Tensor(
     def ndim(self) -> int:
         return len(self.shape)
 
-    def size(self, dim: int | None = None) -> Shape | int:
+    def size(self, dim: int | None = None) -> Shape | int | UOp:
         """The shape, or the size of axis `dim` (negative counts from the back), as torch's `size`."""
         if dim is None:
             return self.shape
@@ -145,7 +145,7 @@ class Tensor(
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
+        return concrete_size(self.shape[0], "len()")
 
     def __repr__(self) -> str:
         return (
@@ -598,19 +598,19 @@ def _padding_is_never_viewed(chain: list[UOp]) -> bool:
     padding): the chain run over a mask of real elements, in numpy."""
     import numpy as np
 
-    bottom = shape_of(chain[-1].src[0])
-    if any(not isinstance(size, int) for op in chain for size in shape_of(op)) or not all(
-        isinstance(size, int) for size in bottom
+    bottom = tuple(size for size in shape_of(chain[-1].src[0]) if isinstance(size, int))
+    if any(not isinstance(size, int) for op in chain for size in shape_of(op)) or len(bottom) != len(
+        shape_of(chain[-1].src[0])
     ):
         return False
-    real = np.ones(bottom, dtype=bool)
+    real = np.ones(bottom, dtype=np.bool_)
     for op in reversed(chain):
         if op.op is Ops.RESHAPE:
             real = real.reshape(op.arg)
         elif op.op is Ops.PERMUTE:
             real = real.transpose(op.arg)
         elif op.op is Ops.FLIP:
-            real = np.flip(real, [i for i, f in enumerate(op.arg) if f])
+            real = np.flip(real, tuple(i for i, f in enumerate(op.arg) if f))
         elif op.op is Ops.SHRINK:
             real = real[tuple(slice(b, e) for b, e in op.arg)]
         elif op.op is Ops.PAD:

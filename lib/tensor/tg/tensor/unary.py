@@ -12,13 +12,14 @@ import math
 from typing import TYPE_CHECKING
 
 from tg.codegen import Ops, dtypes
+from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.elementwise import alu, in_float32_when_half
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
 
 
-class UnaryMathOps:
+class UnaryMathOps(TensorBase):
     """`exp, exp2, log, log2, log10, sqrt, rsqrt, reciprocal, sin, cos, tan, square, abs, sign, trunc, floor, ceil,
     round`."""
 
@@ -69,14 +70,14 @@ class UnaryMathOps:
 
     def abs(self) -> Tensor:
         if self.dtype is dtypes.bool or dtypes.is_unsigned(self.dtype):
-            return self
+            return as_tensor(self)
         # zero (and -0.0) becomes x - x: +0.0 in the forward, gradient 0 there (torch's abs'(0) = 0); NaN stays NaN
         return (self < 0).where(-self, (self > 0).where(self, self - self))
 
     def sign(self) -> Tensor:
         """-1, 0 or 1 (NaN stays NaN, bools are their own sign)."""
         if self.dtype is dtypes.bool:
-            return self
+            return as_tensor(self)
         if dtypes.is_unsigned(self.dtype):
             return (self != 0).cast(self.dtype)
         return (self > 0).where(1, (self < 0).where(-1, self * 0))  # x * 0 keeps NaN (and -0.0), gradient 0
@@ -84,24 +85,24 @@ class UnaryMathOps:
     # -------------------------------------------------------------------------------- rounding
 
     def trunc(self) -> Tensor:
-        return alu(Ops.TRUNC, self) if dtypes.is_float(self.dtype) else self
+        return alu(Ops.TRUNC, self) if dtypes.is_float(self.dtype) else as_tensor(self)
 
     def floor(self) -> Tensor:
         if not dtypes.is_float(self.dtype):
-            return self
+            return as_tensor(self)
         truncated = self.trunc()
         return (self < truncated).where(truncated - 1, truncated)
 
     def ceil(self) -> Tensor:
         if not dtypes.is_float(self.dtype):
-            return self
+            return as_tensor(self)
         truncated = self.trunc()
         return (self > truncated).where(truncated + 1, truncated)
 
     def round(self) -> Tensor:
         """Round half to even, as numpy."""
         if not dtypes.is_float(self.dtype):
-            return self
+            return as_tensor(self)
         truncated = self.trunc()
         fraction = (self - truncated).abs()  # exact: x and trunc(x) share sign and exponent range
         truncated_is_odd = (truncated - (truncated * 0.5).trunc() * 2) != 0

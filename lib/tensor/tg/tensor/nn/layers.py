@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from tg.codegen.schedule.graph import Shape
 from tg.tensor.tensor import Tensor
 
 IntOrPair = int | tuple[int, ...]
@@ -137,7 +138,7 @@ def _statistic(initial: Tensor) -> Tensor:
     return initial.contiguous().realize().requires_grad_(False)
 
 
-def _channel_shape(x: Tensor) -> tuple[int, ...]:
+def _channel_shape(x: Tensor) -> Shape:
     """Per-channel parameters (C,) seen against x (N, C, *rest)."""
     return (1, x.shape[1]) + (1,) * (x.ndim - 2)
 
@@ -239,7 +240,7 @@ class GroupNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         grouped = x.reshape(x.shape[0], self.num_groups, -1).layernorm(-1, self.eps).reshape(x.shape)
-        if self.weight is None:
+        if self.weight is None or self.bias is None:  # (both are None, or neither: affine)
             return grouped
         return grouped * self.weight.reshape(_channel_shape(x)) + self.bias.reshape(_channel_shape(x))
 

@@ -63,6 +63,12 @@ class Optimizer:
         raise NotImplementedError
 
 
+def _grad_of(param: Tensor) -> Tensor:
+    """The parameter's gradient (schedule_step has checked that every parameter has one)."""
+    assert param.grad is not None
+    return param.grad
+
+
 class OptimizerGroup(Optimizer):
     """Several optimizers stepped together (one schedule), e.g. Muon for matrices and AdamW for the rest."""
 
@@ -102,7 +108,7 @@ class SGD(Optimizer):
 
     def _update(self) -> list[Tensor]:
         for i, param in enumerate(self.params):
-            grad = param.grad.detach() + self.weight_decay * param.detach()
+            grad = _grad_of(param).detach() + self.weight_decay * param.detach()
             if self.momentum:
                 velocity = self.velocity[i].assign(self.momentum * self.velocity[i] + grad)
                 grad = grad + self.momentum * velocity if self.nesterov else velocity
@@ -139,7 +145,7 @@ class LAMB(Optimizer):
         self.b1_power.assign(self.b1_power * self.b1)
         self.b2_power.assign(self.b2_power * self.b2)
         for i, param in enumerate(self.params):
-            grad = self._direction(param, param.grad.detach())
+            grad = self._direction(param, _grad_of(param).detach())
             m = self.m[i].assign(self.b1 * self.m[i] + (1.0 - self.b1) * grad)
             v = self.v[i].assign(self.b2 * self.v[i] + (1.0 - self.b2) * (grad * grad))
             m_hat = m / (1.0 - self.b1_power)
@@ -208,7 +214,8 @@ class LARS(Optimizer):
 
     def _update(self) -> list[Tensor]:
         for i, param in enumerate(self.params):
-            grad, weights = param.grad.detach(), param.detach()
+            grad, weights = _grad_of(param).detach(), param.detach()
+            ratio: Tensor | float
             if self.tcoef:
                 weight_norm, grad_norm = weights.square().sum().sqrt(), grad.square().sum().sqrt()
                 ratio = self.tcoef * weight_norm / (grad_norm + self.weight_decay * weight_norm)
@@ -260,7 +267,7 @@ class Muon(Optimizer):
 
     def _update(self) -> list[Tensor]:
         for i, param in enumerate(self.params):
-            grad = param.grad.detach()
+            grad = _grad_of(param).detach()
             velocity = self.velocity[i].assign(self.momentum * self.velocity[i] + grad)
             grad = grad + self.momentum * velocity if self.nesterov else velocity
             rows = param.shape[0]

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from tg.tensor.tensor import Tensor
@@ -22,6 +23,7 @@ def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
     """Every Tensor reachable from obj, keyed by its dotted path, in attribute (and list) order."""
     if isinstance(obj, Tensor):
         return {prefix.rstrip("."): obj}
+    items: Iterable[tuple[Any, Any]]
     if isinstance(obj, dict):
         items = obj.items()
     elif isinstance(obj, (list, tuple)):

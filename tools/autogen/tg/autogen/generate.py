@@ -13,7 +13,7 @@ import dataclasses
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -676,15 +676,13 @@ class ModuleWriter:
         text = source[start:end].decode("utf-8", "surrogateescape")
         return _strip_comments(text)
 
-    def evaluate_macros(self, args: Sequence[str]) -> None:
-        """Ask clang for the value of every object-like macro that could be an expression (see evaluate.py)."""
+    def expression_macros(self, macros: Iterable[_Macro]) -> dict[str, str]:
+        """{name: body} of the object-like macros among MACROS that could be C expressions (see evaluate.py); every
+        macro's body is kept in state.c_bodies on the way."""
         from tg.autogen.evaluate import could_be_expression
 
-        names = []
-        literal_types: dict[str, str] = {}
-        for macro in self.state.macros:
-            if macro.line is not None:
-                continue
+        found = {}
+        for macro in macros:
             try:
                 definition = split_macro(macro.text)
             except Untranslatable:
@@ -692,11 +690,20 @@ class ModuleWriter:
             body = " ".join(definition.body.replace("\\\n", " ").split())
             self.state.c_bodies[macro.name] = body
             if definition.params is None and body != macro.name and could_be_expression(body):
-                literal = PLAIN_INTEGER.fullmatch(body)
-                if literal:  # a literal's value and C type need no compiler
-                    literal_types[macro.name] = literal_type(literal.group(1))
-                else:
-                    names.append(macro.name)
+                found[macro.name] = body
+        return found
+
+    def evaluate_macros(self, args: Sequence[str]) -> None:
+        """Ask clang for the value of every object-like macro that could be an expression (see evaluate.py)."""
+        names = []
+        literal_types: dict[str, str] = {}
+        own = (macro for macro in self.state.macros if macro.line is None)
+        for name, body in self.expression_macros(own).items():
+            literal = PLAIN_INTEGER.fullmatch(body)
+            if literal:  # a literal's value and C type need no compiler
+                literal_types[name] = literal_type(literal.group(1))
+            else:
+                names.append(name)
         self.args = args
         self.c_values = MacroValues(self.options.headers, args, names)
         self.translator.macro_types = literal_types | {
@@ -768,18 +775,7 @@ class ModuleWriter:
 
     def evaluate_more(self, macros: list[_Macro]) -> None:
         """C values for MACROS too (macros of included headers bound on demand), as evaluate_macros() gives."""
-        from tg.autogen.evaluate import could_be_expression
-
-        names = []
-        for macro in macros:
-            try:
-                definition = split_macro(macro.text)
-            except Untranslatable:
-                continue
-            body = " ".join(definition.body.replace("\\\n", " ").split())
-            self.state.c_bodies[macro.name] = body
-            if definition.params is None and body != macro.name and could_be_expression(body):
-                names.append(macro.name)
+        names = list(self.expression_macros(macros))
         if names:
             more = MacroValues(self.options.headers, self.args, names)
             self.c_values.values.update(more.values)

@@ -33,7 +33,7 @@ from tg.beam.batch import (  # noqa: E402
     merge_export,
     search_into_export,
 )
-from tg.codegen.flags import FLAGS, load_all_flags  # noqa: E402
+from tg.codegen.flags import flags_from_environment  # noqa: E402
 from tg.hcq.engine.beam import search_opts  # noqa: E402
 
 GPU_FAMILIES = ("AMD", "NV", "CUDA")  # devices whose kernels run on a GPU: their tasks ask Ray for one
@@ -41,18 +41,14 @@ GPU_FAMILIES = ("AMD", "NV", "CUDA")  # devices whose kernels run on a GPU: thei
 LOCAL_FLAGS = ("TG_CACHE_DIR", "TG_DUMP_KERNELS", "TG_REPLAY_DB", "CAPTURE_PROCESS_REPLAY")
 
 
-def flag_environment() -> dict[str, str]:
-    """The tg flags set in this process's environment (BEAM_TIME_BUDGET, NOOPT, ...), for the workers: a search
-    there must run under the same settings as one here."""
-    load_all_flags()
-    return {name: os.environ[name] for name in FLAGS if name in os.environ and name not in LOCAL_FLAGS}
-
-
 def connect(address: str | None) -> None:
     """Join the cluster at `address` (None: RAY_ADDRESS, else a new local one), unless already joined."""
     if ray.is_initialized():
         return
-    options: dict[str, Any] = {"runtime_env": {"env_vars": flag_environment()}, "log_to_driver": False}
+    options: dict[str, Any] = {
+        "runtime_env": {"env_vars": flags_from_environment(exclude=LOCAL_FLAGS)},
+        "log_to_driver": False,
+    }
     if address is None and not os.environ.get("RAY_ADDRESS"):
         options["include_dashboard"] = False  # a local cluster for this one run: no web dashboard to start
     ray.init(address=address, **options)

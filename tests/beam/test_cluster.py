@@ -183,3 +183,20 @@ def test_ray_without_the_extra_is_one_error_line(tmp_path: Path, monkeypatch: py
 def test_search_of_a_folder_without_kernels_is_one_error_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["search", str(tmp_path)])
     assert result.exit_code == 1 and result.stderr.startswith("error: ") and "holds no kernel files" in result.stderr
+
+
+def test_a_local_folder_search_caches_every_kernel_then_answers_from_the_cache(tmp_path: Path) -> None:
+    plan = plan_folder(dump_folder(tmp_path / "kernels"), None)
+    assert [k.label for k in plan] == ["k0.pkl", "k1.pkl", "k2.pkl"] and {k.device for k in plan} == {"CPU"}
+    first = search_here(plan, settings(), search=deterministic_search)
+    assert not any(o.result.cached for o in first.outcomes) and len(exported_entries(tmp_path / "a.jsonl")) == 3
+    again = search_here(plan, settings(ignore_cache=False), search=deterministic_search)
+    assert [o.result.opts for o in again.outcomes] == [o.result.opts for o in first.outcomes]
+    assert all(o.result.cached for o in again.outcomes)
+
+
+@pytest.mark.cluster
+def test_tasks_ask_for_the_resources_their_device_needs(cluster: ModuleType) -> None:
+    assert cluster.task_options("CPU", 3, None) == {"num_cpus": 1, "max_retries": 3}
+    assert cluster.task_options("AMD", 1, None) == {"num_cpus": 1, "max_retries": 1, "num_gpus": 1}
+    assert cluster.task_options("CPU:LLVM", 0, "zen4")["resources"] == {"zen4": 1}

@@ -98,10 +98,11 @@ def serve_replicas(path: Path, max_context: int, options: ServeOptions, aliases:
         except KeyboardInterrupt:
             pass
         finally:
-            serve.delete(APP_NAME)
+            stop()
     return url
 
 
 def stop() -> None:
-    """Take the application down (the replicas finish and exit)."""
-    serve.delete(APP_NAME)
+    """Take the replicas and Serve's proxy down: a later serve_replicas on this cluster then listens where it is
+    told (a running proxy would keep its first host and port)."""
+    serve.shutdown()

@@ -6,6 +6,8 @@ reason that starts `missing NAME:`. A CI leg that installed the tool sets TG_REQ
 skip is a failure, so a broken install fails the leg instead of passing it with the tool's tests skipped."""
 
 import os
+from collections.abc import Iterator
+from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -50,3 +52,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
             report.outcome = "failed"
             report.longrepr = f"TG_REQUIRE names {tool}, which this machine should have: {reason}"
     return None
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[ModuleType]:
+    """A local Ray cluster of 2 CPUs for the tests marked `cluster` (yields the ray module). Without Ray (the
+    `cluster` extra) they skip with `missing ray:`, which TG_REQUIRE=ray (the CI leg that installs it) makes a
+    failure."""
+    # under `uv run`, Ray would start workers with `uv run` in a copy of the folder (no extra): see tg.beam.cluster
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    try:
+        import ray
+    except ModuleNotFoundError:
+        pytest.skip("missing ray: install the cluster extra (uv sync --extra cluster)")
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    except Exception:  # on a loaded machine the raylet can give up on its slow-starting agents: one more try
+        ray.shutdown()
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

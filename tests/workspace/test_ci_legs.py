@@ -61,3 +61,12 @@ def test_ci_run_drives_the_chat_page_in_chromium_after_installing_it() -> None:
     browser = leg_body("browser")
     assert browser[0] == "install_missing chromium"
     assert browser[1].startswith("TG_REQUIRE_BROWSER=1 ") and "tests/llm/test_serve_browser.py" in browser[1]
+
+
+def test_the_cluster_leg_installs_the_extra_and_requires_ray() -> None:
+    """The cluster tests skip without Ray; in the leg that installs the extra, TG_REQUIRE=ray makes a skip a failure."""
+    legs = ci_run_legs()
+    assert legs[-1] == "cluster"  # after every leg that must run without Ray
+    body = leg_body("cluster")
+    assert body[0] == "uv sync --frozen --extra cluster"
+    assert body[-1].startswith("TG_REQUIRE=ray ") and "--extra cluster pytest -m cluster" in body[-1]

@@ -107,6 +107,13 @@ def Context(**overrides: int | str) -> Iterator[None]:  # noqa: N802 - reads lik
             registered._override.reset(token)
 
 
+def flags_from_environment(exclude: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every registered flag set in this process's environment, as NAME -> text, less `exclude`: what a process
+    on another machine (a cluster worker) needs to run under the same settings."""
+    load_all_flags()
+    return {name: os.environ[name] for name in FLAGS if name in os.environ and name not in exclude}
+
+
 def describe_flags() -> str:
     """A listing of every flag of every installed tg package, its current value and what it does."""
     load_all_flags()

@@ -2,6 +2,7 @@
 
     tg-beam --kernel k.pkl [--beam N] [--device DEV] [--ignore-cache] [--out opt.pkl] [--src] [--verify] [--json]
     tg-beam dump DIR -- CMD...        run CMD, writing one k.pkl per kernel it compiles into DIR
+    tg-beam search DIR [--ray]        search every kernel in DIR into the cache, here or on a Ray cluster
     tg-beam cache export FILE | import FILE
 
 Exit codes: 0 success, 1 a failure (bad input, nothing compiles, --verify mismatch), 2 a usage error.
@@ -71,12 +72,12 @@ def search(
     if kernel is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(2)
-    from tg.beam.kernels import BeamError, load_kernels, parse_var_values
+    from tg.beam.kernels import BeamError, check_device, load_kernels, parse_var_values
     from tg.codegen.serial import write_file
 
     try:
         jobs = load_kernels(kernel, parse_var_values(variables))
-        device_name = _check_device(device)
+        device_name = check_device(device)
     except BeamError as error:
         _fail(str(error))
     width = beam or _default_width()
@@ -94,21 +95,6 @@ def search(
         raise typer.Exit(1)
 
 
-def _check_device(device: str) -> str:
-    from tg.beam.kernels import BeamError
-    from tg.hcq.device import Device
-
-    try:
-        name = Device.canonicalize(device)
-        if name.split(":")[0] == "NULL":
-            raise BeamError(f"device {name} runs no kernels (it reports a fixed time): BEAM needs one that runs them")
-        if Device[name].renderer is None:
-            raise BeamError(f"device {name} cannot run kernels (it has no renderer)")
-    except (KeyError, ValueError, RuntimeError) as error:
-        raise BeamError(str(error).strip("'\"")) from None
-    return name
-
-
 def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src: bool, check: bool, timing: bool,
                 as_json: bool) -> tuple[dict[str, Any], Any]:  # fmt: skip
     """Search one kernel and report it; returns the JSON document and the kernel set to its winning opts."""
@@ -118,7 +104,6 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
     from tg.hcq.engine import time_kernel
     from tg.hcq.engine.beam import search_opts
     from tg.hcq.engine.programs import renderer_for
-    from tg.hcq.flags import BEAM_TIME_BUDGET
 
     console = Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
     flags = CodegenFlags.from_environment()
@@ -133,21 +118,9 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
         result = search_opts(start, device, width, ignore_cache, flags, on_round=show, var_vals=job.var_vals)
     winner = with_opts(job.ast, result.opts)
     seconds = time_kernel(winner, device, flags, 10, var_vals=job.var_vals).seconds if timing else result.seconds
-    document: dict[str, Any] = {
-        "name": job.name, "device": device, "beam": width, "cached": result.cached, "time_us": seconds * 1e6,
-        "opts": [{"op": o.op.name, "axis": o.axis, "arg": repr(o.arg)} for o in result.opts],
-        "out_of_time": result.out_of_time, "spread_us": result.spread * 1e6,
-        "hand_coded_us": None if result.hand_coded_seconds is None else result.hand_coded_seconds * 1e6,
-    }  # fmt: skip
+    document = _result_document(job.name, device, width, result, seconds)
     if not as_json:
-        where = "cached" if result.cached else "searched"
-        if result.out_of_time:
-            where += f"; BEAM_TIME_BUDGET={int(BEAM_TIME_BUDGET)} s spent: the best so far"
-        if result.hand_coded_seconds is not None:
-            where += (f"; hand-coded {result.hand_coded_seconds * 1e6:.1f} us, spread {result.spread * 1e6:.1f} us "
-                      "over interleaved repeats")  # fmt: skip
-        typer.echo(f"{job.name}: final time {seconds * 1e6:.1f} us ({where}, beam {width} on {device})")
-        typer.echo(f"applied_opts: {list(result.opts)}")
+        _echo_result(job.name, device, width, result, seconds)
     if show_src:
         source = kernel_to_program(winner, renderer_for(Device[device]), flags).src
         document["src"] = source
@@ -159,6 +132,30 @@ def _search_one(job: Any, device: str, width: int, ignore_cache: bool, show_src:
         if not as_json:
             typer.echo(f"verify: {'ok' if outcome.matches else 'MISMATCH'}: {outcome.detail}")
     return document, winner
+
+
+def _result_document(name: str, device: str, width: int, result: Any, seconds: float) -> dict[str, Any]:
+    """One kernel's result (a BeamResult) as --json prints it."""
+    return {
+        "name": name, "device": device, "beam": width, "cached": result.cached, "time_us": seconds * 1e6,
+        "opts": [{"op": o.op.name, "axis": o.axis, "arg": repr(o.arg)} for o in result.opts],
+        "out_of_time": result.out_of_time, "spread_us": result.spread * 1e6,
+        "hand_coded_us": None if result.hand_coded_seconds is None else result.hand_coded_seconds * 1e6,
+    }  # fmt: skip
+
+
+def _echo_result(name: str, device: str, width: int, result: Any, seconds: float) -> None:
+    """One kernel's result as two lines: the time and where it came from, then the opts."""
+    from tg.hcq.flags import BEAM_TIME_BUDGET
+
+    where = "cached" if result.cached else "searched"
+    if result.out_of_time:
+        where += f"; BEAM_TIME_BUDGET={int(BEAM_TIME_BUDGET)} s spent: the best so far"
+    if result.hand_coded_seconds is not None:
+        where += (f"; hand-coded {result.hand_coded_seconds * 1e6:.1f} us, spread {result.spread * 1e6:.1f} us "
+                  "over interleaved repeats")  # fmt: skip
+    typer.echo(f"{name}: final time {seconds * 1e6:.1f} us ({where}, beam {width} on {device})")
+    typer.echo(f"applied_opts: {list(result.opts)}")
 
 
 def progress_text(name: str, round_: Any) -> str:
@@ -193,6 +190,68 @@ def dump(ctx: typer.Context, folder: Path = typer.Argument(..., help="Where to w
     count = len(list(folder.glob("*.pkl")))
     typer.echo(f"{count} kernels in {folder}", err=True)
     raise typer.Exit(finished.returncode)
+
+
+RAY_MISSING = "--ray needs Ray, which is not installed: uv sync --extra cluster (or pip install 'tg-beam[cluster]')"
+
+
+@app.command("search")
+def search_folder(
+    folder: Path = typer.Argument(..., help="A folder of k.pkl files (tg-beam dump DIR -- CMD)."),
+    beam: int | None = typer.Option(None, "--beam", min=1, help="Beam width (default: BEAM, else 8)."),
+    device: str | None = typer.Option(None, "--device", help="Time every kernel on DEV (default: its dump's)."),
+    ignore_cache: bool = typer.Option(False, "--ignore-cache", help="Search even when a result is cached."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document (a list, one entry per kernel)."),
+    on_ray: bool = typer.Option(False, "--ray", help="One Ray task per kernel (RAY_ADDRESS's cluster, else local)."),
+    address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster to use (implies --ray)."),
+    retries: int = typer.Option(3, "--retries", min=0, help="With --ray: how often a dead worker's task reruns."),
+    resource: str | None = typer.Option(None, "--ray-resource", help="With --ray: a custom resource each task needs."),
+) -> None:
+    """Search every kernel in FOLDER into the shared BEAM cache, here one by one or on a Ray cluster (--ray)."""
+    from tg.beam.batch import Outcome, SearchSettings, plan_folder, search_here
+    from tg.beam.kernels import BeamError
+    from tg.codegen.pipeline import CodegenFlags
+
+    try:
+        plan = plan_folder(folder, device)
+    except BeamError as error:
+        _fail(str(error))
+    width = beam or _default_width()
+    settings = SearchSettings(width, CodegenFlags.from_environment(), ignore_cache)
+    documents: list[dict[str, Any]] = []
+
+    def show(outcome: Outcome) -> None:
+        result, name = outcome.result, outcome.kernel.label
+        documents.append(_result_document(name, outcome.kernel.device, width, result, result.seconds))
+        if not as_json:
+            _echo_result(name, outcome.kernel.device, width, result, result.seconds)
+
+    if on_ray or address is not None:
+        report = _cluster().search_on_ray(plan, settings, address=address, retries=retries, resource=resource,
+                                          on_done=show)  # fmt: skip
+    else:
+        report = search_here(plan, settings, on_done=show)
+    if as_json:
+        typer.echo(json.dumps(sorted(documents, key=lambda d: d["name"]), indent=2))
+    if report.merged is not None:
+        m = report.merged
+        typer.echo(f"merged {m.imported} results into the cache, refused {m.other_machine} made with another compiler "
+                   f"or CPU model and {m.other_codegen} made by another codegen version", err=True)  # fmt: skip
+    for kernel, why in report.failures:
+        typer.echo(f"error: {kernel.label}: {why}", err=True)
+    if report.failures:
+        raise typer.Exit(1)
+
+
+def _cluster() -> Any:
+    """tg.beam.cluster, or one `error:` line saying how to install Ray."""
+    try:
+        import tg.beam.cluster as cluster
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] != "ray":
+            raise
+        _fail(RAY_MISSING)
+    return cluster
 
 
 @cache_app.command("export")

@@ -25,6 +25,7 @@ from tg.codegen.serial import IRLoadError, read_file
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq.buffer import Buffer
+from tg.hcq.device import Device
 from tg.hcq.engine import compile_program, scratch_buffers
 from tg.hcq.engine.timing import time_program
 
@@ -42,6 +43,19 @@ class KernelJob:
     @property
     def name(self) -> str:
         return self.ast.arg.name if isinstance(self.ast.arg, KernelInfo) else "kernel"
+
+
+def check_device(device: str) -> str:
+    """The canonical name of `device`, or a BeamError when it cannot time kernels."""
+    try:
+        name = Device.canonicalize(device)
+        if name.split(":")[0] == "NULL":
+            raise BeamError(f"device {name} runs no kernels (it reports a fixed time): BEAM needs one that runs them")
+        if Device[name].renderer is None:
+            raise BeamError(f"device {name} cannot run kernels (it has no renderer)")
+    except (KeyError, ValueError, RuntimeError) as error:
+        raise BeamError(str(error).strip("'\"")) from None
+    return name
 
 
 def _is_kernel(value: Any) -> bool:
@@ -91,8 +105,15 @@ def _as_job(value: Any, path: Path, var_vals: dict[str, int]) -> KernelJob:
 
 def load_kernels(path: Path, var_vals: dict[str, int] | None = None) -> list[KernelJob]:
     """The kernels in a k.pkl, in order; `var_vals` gives the variables of symbolic kernels their timing values."""
+    return load_kernel_file(path, var_vals)[0]
+
+
+def load_kernel_file(
+    path: Path, var_vals: dict[str, int] | None = None
+) -> tuple[list[KernelJob], dict[str, str]]:
+    """The kernels in a k.pkl, in order, and the file's provenance (`tg-beam dump` records the device)."""
     try:
-        value, _ = read_file(path)
+        value, provenance = read_file(path)
     except OSError as error:
         raise BeamError(f"cannot read {path}: {error.strerror}") from None
     except IRLoadError as error:
@@ -100,7 +121,7 @@ def load_kernels(path: Path, var_vals: dict[str, int] | None = None) -> list[Ker
     items = value if isinstance(value, list) else [value]
     if not items:
         raise BeamError(f"{path} holds an empty list")
-    return [_as_job(item, path, var_vals or {}) for item in items]
+    return [_as_job(item, path, var_vals or {}) for item in items], provenance
 
 
 # Input families --verify runs both kernels on: a wrong kernel is often right on one family and wrong on another

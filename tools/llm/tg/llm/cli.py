@@ -289,6 +289,10 @@ def serve_command(
         512, "--warmup-context", help="Warm up the KV windows of this many positions (0: the whole context)."
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+    replicas: int | None = typer.Option(
+        None, "--replicas", min=1, help="Serve N replicas under Ray Serve (the cluster extra) behind --host/--port."
+    ),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="With --replicas: the Ray cluster to use."),
 ) -> None:
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, ...) and a chat page at /."""
     from tg.llm.serve.server import ServeOptions
@@ -305,7 +309,34 @@ def serve_command(
         warmup=warmup,
         warmup_context=warmup_context or None,
     )
-    start_server(model, max_context, options, debug)
+    if replicas is not None:
+        start_replicas(model, max_context, options, debug, replicas, ray_address)
+    else:
+        start_server(model, max_context, options, debug)
+
+
+RAY_MISSING = (
+    "--replicas needs Ray Serve, which is not installed: uv sync --extra cluster (or pip install 'tg-llm[cluster]')"
+)
+
+
+def start_replicas(model: str, max_context: int, options: Any, debug: bool, replicas: int, address: str | None) -> None:
+    try:
+        from tg.llm.serve_cluster import serve_replicas
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] != "ray":
+            raise
+        fail(RAY_MISSING)
+    try:
+        path = registry.resolve(model)
+        registry.verify(model, path)
+        serve_replicas(path, max_context, options, {model}, replicas, address)
+    except typer.Exit:
+        raise
+    except Exception as error:
+        if debug or _debug_flag():
+            raise
+        fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
 
 def start_server(model: str, max_context: int, options: Any, debug: bool) -> None:

@@ -20,9 +20,11 @@ from tg.replay.database import ReplayError, provenance_warning, read_provenance,
 from tg.replay.diff import (
     ReplayReport,
     RowResult,
+    Runner,
     ScheduleResult,
     Terminated,
     Version,
+    _run_workers,
     distinct_changes,
     replay,
     replay_schedules,
@@ -172,23 +174,27 @@ def diff(
     speed: bool = typer.Option(False, "--speed", help="Also time each changed kernel on both versions."),
     schedule: bool = typer.Option(False, "--schedule", help="Also compare the kernels each captured schedule makes."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of diffs."),
+    on_ray: bool = typer.Option(False, "--ray", help="Replay in shards on Ray (RAY_ADDRESS's cluster, else local)."),
+    address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster to use (implies --ray)."),
 ) -> None:
     """Replay every captured kernel with another version's compiler and show what changed.
 
-    With neither --against nor --python-path the replay uses this checkout (a self-check)."""
+    With neither --against nor --python-path the replay uses this checkout (a self-check). With --ray the kernels
+    are replayed in shards as Ray tasks (--speed still times here, on one machine); the report is the same."""
     if against and python_path:
         typer.echo("error: give --against or --python-path, not both", err=True)
         raise typer.Exit(2)
+    runner = _ray_runner(address) if on_ray or address is not None else _run_workers
     try:
         _warn_provenance(read_provenance(db))
         if against:
             with version_from_git(_repository_root(), against) as other:
-                report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json, not schedule)
-                schedules = replay_schedules(db, other, jobs) if schedule else []
+                report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json, not schedule, runner)
+                schedules = replay_schedules(db, other, jobs, runner) if schedule else []
         else:
             other = version_from_path(python_path) if python_path else Version("this version")
-            report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json, not schedule)
-            schedules = replay_schedules(db, other, jobs) if schedule else []
+            report = _run_diff(db, other, jobs, assert_same, max_diff_pct, speed, as_json, not schedule, runner)
+            schedules = replay_schedules(db, other, jobs, runner) if schedule else []
     except ReplayError as error:
         _fail(str(error))
     except Terminated:
@@ -201,6 +207,20 @@ def diff(
         _fail(f"{resolve_path(db)} holds no captured kernels: --assert would check nothing (was capture on?)")
     if assert_same and (report.changed or report.errors or schedules_differ):
         raise typer.Exit(1)
+
+
+RAY_MISSING = "--ray needs Ray, which is not installed: uv sync --extra cluster (or pip install 'tg-replay[cluster]')"
+
+
+def _ray_runner(address: str | None) -> Runner:
+    """tg.replay.cluster's runner, or one `error:` line saying how to install Ray."""
+    try:
+        from tg.replay.cluster import ray_runner
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] != "ray":
+            raise
+        _fail(RAY_MISSING)
+    return ray_runner(address)
 
 
 def _report_schedules(results: list[ScheduleResult], other_label: str, json_report: ReplayReport | None) -> None:
@@ -236,7 +256,7 @@ def _repository_root() -> str:
 
 def _run_diff(
     db: str | None, other: Version, jobs: int, assert_same: bool, max_diff_pct: float, speed: bool, as_json: bool,
-    print_json: bool = True,
+    print_json: bool = True, runner: Runner = _run_workers,
 ) -> ReplayReport:  # fmt: skip
     console = _console()
     show_bar = console.is_terminal and not as_json
@@ -245,7 +265,7 @@ def _run_diff(
     with progress:
         task = progress.add_task("replay", total=None)
         report = replay(db, other, jobs=jobs, stop_on_first=assert_same, max_diff_pct=max_diff_pct,
-                        on_progress=lambda _: progress.advance(task))  # fmt: skip
+                        on_progress=lambda _: progress.advance(task), runner=runner)  # fmt: skip
     if speed:
         time_changed(db, other, report)
     if as_json:

@@ -164,7 +164,7 @@ def _add_worktree(repo: str, tree: str, ref: str) -> subprocess.CompletedProcess
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
-def _worker_environment(version: Version) -> dict[str, str]:
+def worker_environment(version: Version) -> dict[str, str]:
     env = dict(os.environ)
     env["CAPTURE_PROCESS_REPLAY"] = "0"
     env["TG_REPLAY_SERIAL"] = serial.__file__  # rows are loaded by this version's restricted unpickler
@@ -173,38 +173,65 @@ def _worker_environment(version: Version) -> dict[str, str]:
     return env
 
 
+Runner = Callable[..., None]  # _run_workers's signature: (db, version, mode, ids, jobs, on_line, table=TABLE)
+
+
+def split_shards(ids: list[int], count: int) -> list[list[int]]:
+    """`ids` dealt round-robin into at most `count` non-empty shards."""
+    shards = [ids[i::count] for i in range(max(1, count))]
+    return [shard for shard in shards if shard]
+
+
+def worker_command(db: str, table: str, mode: str, ids: list[int]) -> list[str]:
+    return [sys.executable, "-m", "tg.replay.worker", db, table, mode, *map(str, ids)]
+
+
+class ResultSink:
+    """Where the result lines of every worker go (from any thread): `on_line` gets each and returns False to stop
+    all; a row the database's loader refused as unsafe stops all too, and `check_safe` then raises."""
+
+    def __init__(self, on_line: Callable[[dict], bool]) -> None:
+        self.on_line = on_line
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.unsafe: list[str] = []
+
+    def take(self, result: dict) -> bool:
+        """Hand on one result; False once everything should stop."""
+        with self.lock:
+            if self.stop.is_set():
+                return False
+            if result.get("unsafe"):
+                self.unsafe.append(f"row {result['id']}: {result['error']}")
+                self.stop.set()
+            elif not self.on_line(result):
+                self.stop.set()
+            return not self.stop.is_set()
+
+    def check_safe(self, db: str) -> None:
+        if self.unsafe:
+            raise ReplayError(f"{db} {self.unsafe[0]} (the database was not written by tg; nothing in it was run)")
+
+
 def _run_workers(
     db: str, version: Version, mode: str, ids: list[int], jobs: int, on_line: Callable[[dict], bool],
     table: str = TABLE,
 ) -> None:  # fmt: skip
     """Split `ids` across `jobs` worker processes; `on_line` gets each result and returns False to stop all."""
-    shards = [ids[i::jobs] for i in range(max(1, jobs))]
-    shards = [shard for shard in shards if shard]
-    command = [sys.executable, "-m", "tg.replay.worker", db, table, mode]
     processes = [
-        subprocess.Popen([*command, *map(str, shard)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=_worker_environment(version))
-        for shard in shards
+        subprocess.Popen(worker_command(db, table, mode, shard), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=worker_environment(version))
+        for shard in split_shards(ids, jobs)
     ]  # fmt: skip
-    stop = threading.Event()
-    lock = threading.Lock()
+    sink = ResultSink(on_line)
     stderr: list[str] = []
-
-    unsafe: list[str] = []
 
     def pump(process: subprocess.Popen) -> None:
         assert process.stdout is not None
         for line in process.stdout:
-            if stop.is_set():
+            if sink.stop.is_set() or not sink.take(json.loads(line)):
                 break
-            result = json.loads(line)
-            with lock:
-                if result.get("unsafe"):
-                    unsafe.append(f"row {result['id']}: {result['error']}")
-                    stop.set()
-                elif not on_line(result):
-                    stop.set()
-        if stop.is_set():
+        if sink.stop.is_set():
             process.kill()
         assert process.stderr is not None
         stderr.append(process.stderr.read())
@@ -217,14 +244,13 @@ def _run_workers(
         for thread in threads:
             thread.join()
     except BaseException:  # SIGTERM (Terminated) or Ctrl-C: no worker may outlive the diff (or its worktree)
-        stop.set()
+        sink.stop.set()
         for process in processes:
             process.kill()
             process.wait()
         raise
-    if unsafe:
-        raise ReplayError(f"{db} {unsafe[0]} (the database was not written by tg; nothing in it was run)")
-    failed = [p for p in processes if p.returncode not in (0, -9) and not stop.is_set()]
+    sink.check_safe(db)
+    failed = [p for p in processes if p.returncode not in (0, -9) and not sink.stop.is_set()]
     if failed:
         detail = "".join(stderr).strip().splitlines()[-1:] or ["no output"]
         raise ReplayError(f"a replay worker for {version.label} failed: {detail[0]}")
@@ -237,9 +263,11 @@ def replay(
     stop_on_first: bool = False,
     max_diff_pct: float = 100.0,
     on_progress: Callable[[RowResult], None] | None = None,
+    runner: Runner = _run_workers,
 ) -> ReplayReport:
     """Replay every captured row through `other`'s pipeline. `stop_on_first`: stop at the first change or error;
-    `max_diff_pct`: stop once more than this percentage of all rows changed or failed."""
+    `max_diff_pct`: stop once more than this percentage of all rows changed or failed. `runner` runs the workers:
+    processes here, or Ray tasks (tg.replay.cluster)."""
     db = resolve_path(db)
     ids = row_ids(db)
     rows = {row.id: row for row in read_rows(db, ids)} if ids else {}
@@ -262,7 +290,7 @@ def replay(
         return True
 
     if ids:
-        _run_workers(db, other, "source", ids, jobs, take)
+        runner(db, other, "source", ids, jobs, take)
     # rows from pytest -n N arrive in whatever order the workers wrote them: report in an order that does not
     report.results.sort(key=lambda r: (r.row.location, r.row.device, r.row.name, r.row.src, r.row.id))
     return report
@@ -326,7 +354,8 @@ class ScheduleResult:
         return self.error is None and (self.kernels != self.ours or self.sources != self.our_sources)
 
 
-def replay_schedules(db: str | None, other: Version, jobs: int = 2) -> list[ScheduleResult]:
+def replay_schedules(db: str | None, other: Version, jobs: int = 2, runner: Runner = _run_workers) -> list[
+        ScheduleResult]:  # fmt: skip
     """Schedule every captured tensor graph again with `other`'s scheduler and with this one; a schedule changed
     when the two make different kernels (count, names, or any kernel's source)."""
     db = resolve_path(db)
@@ -346,8 +375,8 @@ def replay_schedules(db: str | None, other: Version, jobs: int = 2) -> list[Sche
         return True
 
     if captured:
-        _run_workers(db, other, "schedule", list(captured), jobs, theirs, table=SCHEDULE_TABLE)
-        _run_workers(db, Version("this version"), "schedule", list(captured), jobs, ours, table=SCHEDULE_TABLE)
+        runner(db, other, "schedule", list(captured), jobs, theirs, table=SCHEDULE_TABLE)
+        runner(db, Version("this version"), "schedule", list(captured), jobs, ours, table=SCHEDULE_TABLE)
     return [results[i] for i in sorted(results)]
 
 

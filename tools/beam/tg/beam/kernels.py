@@ -108,9 +108,7 @@ def load_kernels(path: Path, var_vals: dict[str, int] | None = None) -> list[Ker
     return load_kernel_file(path, var_vals)[0]
 
 
-def load_kernel_file(
-    path: Path, var_vals: dict[str, int] | None = None
-) -> tuple[list[KernelJob], dict[str, str]]:
+def load_kernel_file(path: Path, var_vals: dict[str, int] | None = None) -> tuple[list[KernelJob], dict[str, str]]:
     """The kernels in a k.pkl, in order, and the file's provenance (`tg-beam dump` records the device)."""
     try:
         value, provenance = read_file(path)

@@ -88,15 +88,17 @@ def write_model(
     rope_freqs: np.ndarray | None = None,
     rope_scaling: tuple[str, float] | None = None,
     context: int = 256,
+    experts: int = 4,
 ) -> Path:
-    """A 2-block model of `arch` with every matrix in `weight_type` (norms and the router stay F32).
+    """A 2-block model of `arch` with every matrix in `weight_type` (norms and the router stay F32); a mixture of
+    experts (qwen3moe, olmoe) has `experts` experts, 2 used per token.
 
     `rope_freqs` is written as the `rope_freqs.weight` tensor (Llama 3.x's per-pair frequency divisors) and
     `rope_scaling` as the `<arch>.rope.scaling.type` and `.factor` keys."""
     rng = np.random.default_rng(seed)
     if weight_type in K_QUANTS:
         dim = max(dim, 256)
-    heads, kv_heads, hidden, experts = 4, 2, 2 * dim if weight_type not in K_QUANTS else 256, 4
+    heads, kv_heads, hidden = 4, 2, 2 * dim if weight_type not in K_QUANTS else 256
     head_dim = dim // heads
     tokens, merges, types = byte_vocab()
     writer = gguf.GGUFWriter(str(path), arch)

@@ -298,3 +298,29 @@ def test_a_decode_block_runs_its_norms_matvecs_and_mlp_in_four_kernels(tmp_path:
         next_starts.append(down + 1)
     assert next_starts == [*starts[1:], reader(model.output)]
     assert all(end - start <= 13 for start, end in zip(starts, next_starts, strict=True))
+
+
+def decode_step_ops(path: Path) -> int:
+    """Estimated ALU operations of one plain (not replayed) decode step."""
+    from tg.tensor import GlobalCounters
+
+    model, _ = load_model(path, max_context=16)
+    model.forward([1, 2, 3], 0)
+    GlobalCounters.reset()
+    with Context(JIT=0):
+        model.forward([4], 3)
+    return GlobalCounters.global_ops
+
+
+def test_a_decode_step_runs_only_the_chosen_experts(tmp_path: Path) -> None:
+    """Two of 4 or two of 16 experts per token: the decode step's work barely changes (the router grows by a few
+    rows), where running every expert would make the expert part four times larger."""
+    few = decode_step_ops(write_model(tmp_path / "e4.gguf", "olmoe", "F32", seed=3, experts=4))
+    many = decode_step_ops(write_model(tmp_path / "e16.gguf", "olmoe", "F32", seed=3, experts=16))
+    assert many < 1.1 * few
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "Q8_0"])
+def test_many_experts_match_the_reference_in_prefill_and_decode(tmp_path: Path, weight_type: str) -> None:
+    """Prefill chunks run every expert (T * k >= E), decode steps gather the chosen experts' (quantized) weights."""
+    check_against_reference(write_model(tmp_path / "m.gguf", "qwen3moe", weight_type, seed=4, experts=8))

@@ -103,15 +103,19 @@ def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
     return out.permute(2, 0, 1, 3).reshape(count, heads * head_dim)
 
 
-def top_k_mask(scores: Tensor, k: int) -> Tensor:
-    """True for the k largest of each row `(T, E)`; ties go to the lower index (rank by pairwise comparison)."""
+def expert_ranks(scores: Tensor) -> Tensor:
+    """Each element's rank in its row `(T, E)`, 0 for the largest; ties go to the lower index (pairwise comparison)."""
     experts = scores.shape[-1]
     mine, theirs = scores.unsqueeze(-1), scores.unsqueeze(-2)  # (T, E, 1) vs (T, 1, E)
     index = Tensor.arange(experts, dtype=dtypes.int32)
     lower = index.reshape(1, experts) < index.reshape(experts, 1)  # [i, j]: j < i
     beats_me = (theirs > mine) | ((theirs == mine) & lower)
-    rank = beats_me.cast(dtypes.int32).sum(-1)
-    return rank < k
+    return beats_me.cast(dtypes.int32).sum(-1)
+
+
+def top_k_mask(scores: Tensor, k: int) -> Tensor:
+    """True for the k largest of each row `(T, E)`; ties go to the lower index."""
+    return expert_ranks(scores) < k
 
 
 @dataclass
@@ -585,11 +589,15 @@ class Transformer:
         if norm is not None:
             x = norm(x)
         probabilities = linear(x, block_tensor(block.router, "ffn_gate_inp.weight")).softmax(-1)  # (T, experts)
-        chosen = top_k_mask(probabilities, config.num_experts_per_tok)
+        k = config.num_experts_per_tok
+        if x.shape[0] * k < config.num_experts:
+            return self._chosen_experts_only(block, x, probabilities)
+        chosen = top_k_mask(probabilities, k)
         weights = chosen.where(probabilities, 0.0)
         if config.normalize_top_k:
             weights = weights / weights.sum(-1, keepdim=True)
-        # every expert runs on every token and unchosen ones get weight 0 (exact, but E/k times the work)
+        # many tokens: every expert runs on every token and unchosen ones get weight 0 (E/k times the work, but each
+        # expert's weights are read once for all the tokens)
         inputs = x.unsqueeze(0)  # (1, T, dim)
         gate_experts = block_tensor(block.gate_experts, "ffn_gate_exps.weight").float()
         up_experts = block_tensor(block.up_experts, "ffn_up_exps.weight").float()
@@ -598,6 +606,28 @@ class Transformer:
         up = inputs.matmul(up_experts.transpose(-1, -2))
         expert_out = (gate.silu() * up).matmul(down_experts.transpose(-1, -2))  # (E, T, dim)
         return (expert_out * weights.transpose(0, 1).unsqueeze(-1)).sum(0)
+
+    def _chosen_experts_only(self, block: Block, x: Tensor, probabilities: Tensor) -> Tensor:
+        """The mixture of experts for a few tokens (fewer token-expert pairs than experts, as in a decode step): the
+        weights of each token's k chosen experts are read by index (a gather), so the work is k experts per token,
+        not all of them. The choice and its weights are top_k_mask's: the k most probable, ties to the lower index."""
+        config, (tokens, dim), k = self.config, x.shape, self.config.num_experts_per_tok
+        ranks = expert_ranks(probabilities)  # (T, E): 0 for the most probable
+        slot_is = ranks.unsqueeze(1) == Tensor.arange(k, dtype=dtypes.int32).reshape(1, k, 1)  # (T, k, E)
+        experts = Tensor.arange(config.num_experts, dtype=dtypes.int32).reshape(1, 1, -1)
+        chosen = slot_is.where(experts, 0).sum(-1).reshape(tokens * k)  # the expert in each (token, slot)
+        weights = slot_is.where(probabilities.unsqueeze(1), 0.0).sum(-1)  # (T, k)
+        if config.normalize_top_k:
+            weights = weights / weights.sum(-1, keepdim=True)
+        inputs = x.unsqueeze(1).expand(tokens, k, dim).reshape(tokens * k, dim, 1)
+        gate_experts = block_tensor(block.gate_experts, "ffn_gate_exps.weight").float()
+        up_experts = block_tensor(block.up_experts, "ffn_up_exps.weight").float()
+        down_experts = block_tensor(block.down_experts, "ffn_down_exps.weight").float()
+        gate = (gate_experts[chosen] @ inputs).squeeze(-1)  # (T*k, hidden)
+        up = (up_experts[chosen] @ inputs).squeeze(-1)
+        hidden = (gate.silu() * up).unsqueeze(-1)
+        out = (down_experts[chosen] @ hidden).reshape(tokens, k, dim)
+        return (out * weights.unsqueeze(-1)).sum(1)
 
 
 # ----------------------------------------------------------------------------------------------- loading

@@ -116,3 +116,12 @@ def test_hf_names_and_split_files_resolve(tmp_path: Path) -> None:
     )
     result = run(["-m", "hf:owner/repo/file.gguf"], env={"TG_MODELS": str(tmp_path)})
     assert result.exit_code == 1 and str(tmp_path / "file.gguf") in result.stderr
+
+
+def test_known_url_is_the_source_of_a_registry_or_hf_name_and_refuses_others() -> None:
+    from tg.llm import registry
+
+    assert registry.known_url("hf:owner/repo/file.gguf") == "https://huggingface.co/owner/repo/resolve/main/file.gguf"
+    assert registry.known_url("qwen3:0.6b") == registry.REGISTRY["qwen3:0.6b"].url
+    with pytest.raises(ValueError, match="unknown model 'nonexistent:1b'"):
+        registry.known_url("nonexistent:1b")

@@ -14,9 +14,17 @@ import llm_reference as reference  # noqa: E402
 from llm_fixtures import write_model  # noqa: E402
 
 from tg.hcq.engine import program_cache_stats  # noqa: E402
+from tg.llm.config import UnsupportedModelError  # noqa: E402
 from tg.llm.generate import Generator  # noqa: E402
 from tg.llm.lanes import LaneBlocks  # noqa: E402
-from tg.llm.model import ContextOverflowError, kv_window, load_model, top_k_mask, write_cache_rows  # noqa: E402
+from tg.llm.model import (  # noqa: E402
+    ContextOverflowError,
+    block_tensor,
+    kv_window,
+    load_model,
+    top_k_mask,
+    write_cache_rows,
+)
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, Weight  # noqa: E402
 from tg.tensor import Context, Tensor  # noqa: E402
 
@@ -82,6 +90,20 @@ def test_context_overflow_is_an_error(tmp_path: Path) -> None:
     model, _ = load_model(write_model(tmp_path / "m.gguf"), max_context=8)
     with pytest.raises(ContextOverflowError, match="context"):
         Generator(model).prefill(list(range(9)))
+
+
+def test_a_block_tensor_the_computation_needs_is_refused_by_name_when_missing(tmp_path: Path) -> None:
+    """A block that lacks a tensor its path needs (here the MLP's down projection) names it instead of failing
+    later on None; a present one is passed through."""
+    model, _ = load_model(write_model(tmp_path / "m.gguf"), max_context=8)
+    block = model.blocks[0]
+    assert block.down is not None and block_tensor(block.down, "ffn_down.weight") is block.down
+    block.down = None
+    x = Tensor(np.ones((1, model.config.dim), np.float32))
+    with pytest.raises(UnsupportedModelError, match=r"blk\.\*\.ffn_down\.weight"):
+        model.feed_forward(block, x)
+    with pytest.raises(UnsupportedModelError, match=r"blk\.3\.attn_norm\.weight"):
+        block_tensor(None, "attn_norm.weight", 3)
 
 
 def test_top_k_ties_go_to_the_lower_index() -> None:

@@ -9,7 +9,7 @@ import pytest
 from tg.llm import registry
 from tg.llm.sampling import Sampler, SamplingOptions
 from tg.llm.template import FallbackTemplate, JinjaTemplate, TemplateError
-from tg.llm.tokenizer import TokenBudgetError, Tokenizer, TokenizerError
+from tg.llm.tokenizer import TokenBudgetError, Tokenizer, TokenizerError, bpe_merge, merge_ranks_of
 from tg.tensor.gguf import gguf_read
 
 TEXTS = [
@@ -101,6 +101,12 @@ def test_stream_decoder_holds_back_split_characters(smollm_metadata: dict) -> No
     pieces = [decoder.add(i) for i in tokenizer.encode(text)] + [decoder.flush()]
     assert "".join(pieces) == text
     assert all("\ufffd" not in piece for piece in pieces)
+
+
+def test_merge_ranks_are_pairs_by_line_and_a_line_without_a_space_is_left_out() -> None:
+    """A merge line splits at its first space; its rank is its line's index, counting a malformed line too."""
+    assert merge_ranks_of(["a b", "nospace", "ab c d", "x y"]) == {("a", "b"): 0, ("ab", "c d"): 2, ("x", "y"): 3}
+    assert bpe_merge("abc", merge_ranks_of(["a b", "nospace", "ab c"])) == ["abc"]
 
 
 def test_unknown_preset_is_an_error() -> None:

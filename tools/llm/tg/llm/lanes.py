@@ -31,6 +31,7 @@ from tg.llm.quants import Blocks, e2m1_doubled, mxfp4_scale, type_name
 from tg.tensor import Tensor
 from tg.tensor.elementwise import alu, broadcast
 from tg.tensor.gguf import GGML_TYPES
+from tg.tensor.symbolic import concrete_size
 
 LANES = 16
 # per type: (byte offset where padding goes, padding bytes) so that the block is a whole number of uint32 words
@@ -345,7 +346,7 @@ def _element_inputs(x: Tensor, lanes: LaneBlocks) -> list[Tensor]:
     a kernel of its own when it would be recomputed for each of the many outputs (here groups * 16 of them), where
     in the matvec's loop a value the same in all 16 lanes costs one vector operation per group and element."""
     groups, n_blocks, _, _ = lanes.words.shape
-    block_elements = lanes.shape[1] // n_blocks
+    block_elements = lanes.shape[1] // concrete_size(n_blocks, "lane blocks")
     xs = x.reshape(1, 1, n_blocks, block_elements, 1)
     return [xs[..., e, :].expand(1, groups, n_blocks, LANES) for e in range(block_elements)]
 

@@ -13,6 +13,7 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, overload
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from tg.codegen import UOp, dtypes
 from tg.codegen.dtype import to_numpy
 from tg.codegen.schedule.realize import whole_buffer
 from tg.hcq import Device
-from tg.hcq.engine.buffers import buffer_of
+from tg.hcq.engine.buffers import Buffer, buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
 from tg.llm.lanes import LaneBlocks, RMSNorm
 from tg.llm.ops import concat, stack
@@ -29,6 +30,7 @@ from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, gated_li
 from tg.tensor import Tensor, Variable
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
+from tg.tensor.symbolic import concrete_size
 
 
 class ContextOverflowError(ValueError):
@@ -90,7 +92,7 @@ def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
     kv_heads, tiles = keys.shape[:2]
     group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, 1, head_dim, 1)
-    scores = (q * keys.unsqueeze(1)).sum(3) * (1.0 / math.sqrt(head_dim))
+    scores = (q * keys.unsqueeze(1)).sum(3) * (1.0 / math.sqrt(concrete_size(head_dim, "attention's head_dim")))
     scores = mask.reshape(1, 1, *mask.shape).where(scores.reshape(kv_heads, group, count, tiles, KEY_TILE), -math.inf)
     exp = (scores - scores.max((-2, -1), keepdim=True)).exp()
     weights = exp.reshape(kv_heads, group * count, tiles * KEY_TILE)[..., : values.shape[1]]
@@ -141,6 +143,18 @@ class Block:
     gate_up: Weight | None = None
 
 
+BlockTensor = TypeVar("BlockTensor", Weight, Tensor)
+
+
+def block_tensor(tensor: BlockTensor | None, name: str, index: int | None = None) -> BlockTensor:
+    """A block's tensor `blk.N.name` (N = index, or any block) that the computation at hand needs; a model whose file
+    lacks it is refused by name (the tensors a block may lack are None in Block)."""
+    if tensor is None:
+        block = "*" if index is None else index
+        raise UnsupportedModelError(f"the model lacks the tensor blk.{block}.{name}, which its blocks need")
+    return tensor
+
+
 # A block's KV cache is one Tensor `(2, kv_heads, rows, head_dim)`. [1] holds the values row-major. [0] holds the
 # keys in tiles of KEY_TILE rows stored feature-major, `(kv_heads, rows / KEY_TILE, head_dim, KEY_TILE)` in memory:
 # a decode step's scores then put their vector lanes along KEY_TILE cached rows, each feature one multiply-add of a
@@ -162,6 +176,12 @@ def key_rows(cache: Tensor) -> Tensor:
     return cache_keys(cache).permute(0, 1, 3, 2).reshape(kv_heads, rows, head_dim)
 
 
+@overload
+def key_tiles(rows: int) -> int: ...
+@overload
+def key_tiles(rows: UOp) -> UOp: ...
+@overload
+def key_tiles(rows: int | UOp) -> int | UOp: ...
 def key_tiles(rows: int | UOp) -> int | UOp:
     """How many key tiles hold the first `rows` rows."""
     return (rows + KEY_TILE - 1) // KEY_TILE
@@ -245,13 +265,14 @@ def write_cache_rows(cache: Tensor, rows: memoryview, start_pos: int) -> None:
     """Copy `rows`, the bytes of whole rows `(count, 2, kv_heads, head_dim)` (keys then values), into the realized KV
     cache `cache` (see KEY_TILE) from position start_pos on. Host-visible memory is written in place; otherwise the
     key tiles and value rows the rows fall in are copied out per KV head, updated and copied back."""
-    _, kv_heads, cache_rows, head_dim = cache.shape
+    shape = tuple(concrete_size(size, "a KV cache row write") for size in cache.shape)
+    _, kv_heads, cache_rows, head_dim = shape
     dtype = np.dtype(to_numpy(cache.dtype))
     new = np.frombuffer(rows, dtype=dtype).reshape(-1, 2, kv_heads, head_dim)
-    memory = buffer_of(whole_buffer(cache.uop))
+    memory = cache_memory(cache)
     live = memory.host_view()
     if live is not None:
-        store_rows(np.frombuffer(live, dtype).reshape(cache.shape), new, start_pos)
+        store_rows(np.frombuffer(live, dtype).reshape(shape), new, start_pos)
         return
     first = start_pos // KEY_TILE * KEY_TILE  # the rows of whole key tiles, copied out and back per part and head
     count = key_tiles(start_pos + new.shape[0]) * KEY_TILE - first
@@ -264,6 +285,14 @@ def write_cache_rows(cache: Tensor, rows: memoryview, start_pos: int) -> None:
     store_rows(region, new, start_pos - first)
     for part, head, view in parts:
         view.copyin(memoryview(region[part, head]).cast("B"))
+
+
+def cache_memory(cache: Tensor) -> Buffer:
+    """The memory of the realized KV cache `cache`, which rows are written into directly."""
+    node = whole_buffer(cache.uop)
+    if node is None:
+        raise ValueError("a KV cache must be realized into a whole buffer of its own before rows are written into it")
+    return buffer_of(node)
 
 
 def store_rows(cache: np.ndarray, new: np.ndarray, start_pos: int) -> None:
@@ -331,18 +360,21 @@ class Transformer:
             weight = get(name)
             return None if weight is None else weight.float().realize()
 
+        def present(name: str) -> Weight:  # called after the check for missing tensors below
+            return block_tensor(get(name), name, index)
+
         projections = [] if get("attn_qkv.weight") else ["attn_q.weight", "attn_k.weight", "attn_v.weight"]
         required = ["attn_norm.weight", *projections, "attn_output.weight", "ffn_norm.weight"]
         missing = [name for name in required if get(name) is None]
         if missing:
             raise UnsupportedModelError(f"block {index} lacks tensors {', '.join(missing)}")
         block = Block(
-            attn_norm=floats("attn_norm.weight"),
+            attn_norm=present("attn_norm.weight").float().realize(),
             q=get("attn_q.weight"),
             k=get("attn_k.weight"),
             v=get("attn_v.weight"),
-            output=get("attn_output.weight"),
-            ffn_norm=floats("ffn_norm.weight"),
+            output=present("attn_output.weight"),
+            ffn_norm=present("ffn_norm.weight").float().realize(),
             q_bias=floats("attn_q.bias"),
             k_bias=floats("attn_k.bias"),
             v_bias=floats("attn_v.bias"),
@@ -350,9 +382,9 @@ class Transformer:
             k_norm=floats("attn_k_norm.weight"),
             qkv=get("attn_qkv.weight"),
         )
-        biases = [block.q_bias, block.k_bias, block.v_bias]
-        if block.qkv is not None and all(bias is not None for bias in biases):
-            block.qkv_bias = concat(biases, dim=0).realize()  # type: ignore[arg-type]
+        biases = [bias for bias in (block.q_bias, block.k_bias, block.v_bias) if bias is not None]
+        if block.qkv is not None and len(biases) == 3:
+            block.qkv_bias = concat(biases, dim=0).realize()
         if self.config.num_experts:
             block.router, block.gate_experts = get("ffn_gate_inp.weight"), get("ffn_gate_exps.weight")
             block.up_experts, block.down_experts = get("ffn_up_exps.weight"), get("ffn_down_exps.weight")
@@ -409,7 +441,8 @@ class Transformer:
         The position is a Variable here too (the cache assign and RoPE rows), but attention reads a concrete
         window under a mask: its kernels over a symbolic length ran many times slower for many rows."""
         rows, config = len(tokens), self.config
-        window = min(-(-(start_pos + rows) // CHUNK_WINDOW) * CHUNK_WINDOW, self.caches[0].shape[2])
+        cache_rows = concrete_size(self.caches[0].shape[2], "a prefill chunk's window")
+        window = min(-(-(start_pos + rows) // CHUNK_WINDOW) * CHUNK_WINDOW, cache_rows)
         x = self.embedding_table.decode(self.embedding_table.inputs(tokens)).contiguous().realize()
         causal = np.arange(window)[None, :] <= start_pos + np.arange(rows)[:, None]  # (rows, window)
         mask = Tensor(causal.reshape(rows, window // KEY_TILE, KEY_TILE))
@@ -513,12 +546,14 @@ class Transformer:
         config, count = self.config, x.shape[0]
         q, k, v = self._qkv(block, x, norm)
         if block.q_norm is not None and block.q_norm.shape[-1] != config.head_dim:  # olmoe: over the projection
-            q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
+            k_norm = block_tensor(block.k_norm, "attn_k_norm.weight")
+            q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, k_norm, config.norm_eps)
         q = q.reshape(count, config.n_heads, config.head_dim)
         k = k.reshape(count, config.n_kv_heads, config.head_dim)
         v = v.reshape(count, config.n_kv_heads, config.head_dim)
         if block.q_norm is not None and block.q_norm.shape[-1] == config.head_dim:  # qwen3: per head
-            q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, block.k_norm, config.norm_eps)
+            k_norm = block_tensor(block.k_norm, "attn_k_norm.weight")
+            q, k = rms_norm(q, block.q_norm, config.norm_eps), rms_norm(k, k_norm, config.norm_eps)
         q = apply_rope(q, cos, sin, config.rope_dim, config.rope_interleaved)
         k = apply_rope(k, cos, sin, config.rope_dim, config.rope_interleaved)
         return q, k, v
@@ -544,13 +579,16 @@ class Transformer:
         norm, gate and up projections and silu(gate) * up in one (weights.gated_linear), the down projection and
         whatever adds its result in the other."""
         if block.gate_up is not None:
-            return linear(gated_linear(x, block.gate_up, norm), block.down)
+            return linear(gated_linear(x, block.gate_up, norm), block_tensor(block.down, "ffn_down.weight"))
         if not self.config.num_experts:
-            return linear(linear(x, block.gate, norm=norm).silu() * linear(x, block.up, norm=norm), block.down)
+            gate_weight = block_tensor(block.gate, "ffn_gate.weight")
+            up_weight = block_tensor(block.up, "ffn_up.weight")
+            down_weight = block_tensor(block.down, "ffn_down.weight")
+            return linear(linear(x, gate_weight, norm=norm).silu() * linear(x, up_weight, norm=norm), down_weight)
         config = self.config
         if norm is not None:
             x = norm(x)
-        probabilities = linear(x, block.router).softmax(-1)  # (T, experts)
+        probabilities = linear(x, block_tensor(block.router, "ffn_gate_inp.weight")).softmax(-1)  # (T, experts)
         k = config.num_experts_per_tok
         if x.shape[0] * k < config.num_experts:
             return self._chosen_experts_only(block, x, probabilities)
@@ -561,9 +599,12 @@ class Transformer:
         # many tokens: every expert runs on every token and unchosen ones get weight 0 (E/k times the work, but each
         # expert's weights are read once for all the tokens)
         inputs = x.unsqueeze(0)  # (1, T, dim)
-        gate = inputs.matmul(block.gate_experts.float().transpose(-1, -2))  # (E, T, hidden)
-        up = inputs.matmul(block.up_experts.float().transpose(-1, -2))
-        expert_out = (gate.silu() * up).matmul(block.down_experts.float().transpose(-1, -2))  # (E, T, dim)
+        gate_experts = block_tensor(block.gate_experts, "ffn_gate_exps.weight").float()
+        up_experts = block_tensor(block.up_experts, "ffn_up_exps.weight").float()
+        down_experts = block_tensor(block.down_experts, "ffn_down_exps.weight").float()
+        gate = inputs.matmul(gate_experts.transpose(-1, -2))  # (E, T, hidden)
+        up = inputs.matmul(up_experts.transpose(-1, -2))
+        expert_out = (gate.silu() * up).matmul(down_experts.transpose(-1, -2))  # (E, T, dim)
         return (expert_out * weights.transpose(0, 1).unsqueeze(-1)).sum(0)
 
     def _chosen_experts_only(self, block: Block, x: Tensor, probabilities: Tensor) -> Tensor:
@@ -579,10 +620,13 @@ class Transformer:
         if config.normalize_top_k:
             weights = weights / weights.sum(-1, keepdim=True)
         inputs = x.unsqueeze(1).expand(tokens, k, dim).reshape(tokens * k, dim, 1)
-        gate = (block.gate_experts.float()[chosen] @ inputs).squeeze(-1)  # (T*k, hidden)
-        up = (block.up_experts.float()[chosen] @ inputs).squeeze(-1)
+        gate_experts = block_tensor(block.gate_experts, "ffn_gate_exps.weight").float()
+        up_experts = block_tensor(block.up_experts, "ffn_up_exps.weight").float()
+        down_experts = block_tensor(block.down_experts, "ffn_down_exps.weight").float()
+        gate = (gate_experts[chosen] @ inputs).squeeze(-1)  # (T*k, hidden)
+        up = (up_experts[chosen] @ inputs).squeeze(-1)
         hidden = (gate.silu() * up).unsqueeze(-1)
-        out = (block.down_experts.float()[chosen] @ hidden).reshape(tokens, k, dim)
+        out = (down_experts[chosen] @ hidden).reshape(tokens, k, dim)
         return (out * weights.unsqueeze(-1)).sum(1)
 
 
@@ -640,7 +684,7 @@ def _file_bytes(info: GGUFTensorInfo, view: memoryview) -> np.ndarray:
 
 def _load_weight(info: GGUFTensorInfo, raw: np.ndarray) -> Weight:
     if info.type_name in FLOAT_TYPES or info.type_name == "BF16":
-        return Weight(load_tensor(dataclasses.replace(info, offset=0), memoryview(raw)).realize(), info.ggml_type,
+        return Weight(load_tensor(dataclasses.replace(info, offset=0), raw.data).realize(), info.ggml_type,
                       info.shape)  # fmt: skip
     _, block_elements, block_bytes = GGML_TYPES[info.ggml_type]
     raw = raw.reshape(*info.shape[:-1], info.shape[-1] // block_elements, block_bytes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tg.codegen import UOp
 from tg.tensor import Tensor
 
 
@@ -14,13 +15,17 @@ def concat(tensors: list[Tensor], dim: int) -> Tensor:
     if len(tensors) == 1:
         return tensors[0]
     dim = dim % tensors[0].ndim
-    total, start, result = sum(t.shape[dim] for t in tensors), 0, None
+    total: int | UOp = sum(t.shape[dim] for t in tensors)  # a size may be symbolic: padding takes expressions
+    start: int | UOp = 0
+    placed: list[Tensor] = []
     for tensor in tensors:
-        padding = [(0, 0)] * tensor.ndim
+        padding: list[tuple[int | UOp, int | UOp]] = [(0, 0)] * tensor.ndim
         padding[dim] = (start, total - start - tensor.shape[dim])
-        placed = tensor.pad(padding)
-        result = placed if result is None else result + placed
+        placed.append(tensor.pad(padding))
         start += tensor.shape[dim]
+    result = placed[0]
+    for part in placed[1:]:
+        result = result + part
     return result
 
 

@@ -99,11 +99,16 @@ def source_url(name: str) -> str | None:
     return entry.url if entry else None
 
 
-def cache_path(name: str) -> Path:
+def known_url(name: str) -> str:
+    """`source_url` for a name that must have one (a registry or hf: model); an unknown name is refused."""
     url = source_url(name)
     if url is None:
         raise ValueError(f"unknown model {name!r} (not a file, not in the registry: {', '.join(REGISTRY)})")
-    return models_dir() / url.rsplit("/", 1)[-1]
+    return url
+
+
+def cache_path(name: str) -> Path:
+    return models_dir() / known_url(name).rsplit("/", 1)[-1]
 
 
 def resolve(name: str) -> Path:
@@ -138,7 +143,7 @@ def pull(name: str, progress=None) -> Path:
     """Download a registry or hf: model into the models directory, resuming a partial download."""
     import urllib.request
 
-    url, target = source_url(name), cache_path(name)
+    url, target = known_url(name), cache_path(name)
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

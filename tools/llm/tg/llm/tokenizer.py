@@ -93,6 +93,13 @@ END_OF_GENERATION_TEXTS = frozenset(
 )
 
 
+def merge_ranks_of(merges: list[str]) -> dict[tuple[str, str], int]:
+    """Each "left right" merge's pair and its rank (its index). A line without a space names no pair, so no pair of
+    parts can ever match it: it is left out."""
+    pairs = (merge.partition(" ") for merge in merges)
+    return {(left, right): rank for rank, (left, space, right) in enumerate(pairs) if space}
+
+
 def bpe_merge(word: str, merge_ranks: dict[tuple[str, str], int]) -> list[str]:
     """The parts `word` ends as when merges are applied lowest rank first (leftmost first among equal ranks)."""
     return merge_pairs(word, lambda left, right: merge_ranks.get((left, right)))
@@ -173,7 +180,7 @@ class Tokenizer:
             raise TokenizerError(f"invalid tokenizer preset {preset!r} (known: {', '.join(sorted(PRESETS))})")
         self.tokens, self.preset = tokens, preset
         self.ids = {token: index for index, token in enumerate(tokens)}
-        self.merge_ranks = {tuple(merge.split(" ", 1)): rank for rank, merge in enumerate(merges)}
+        self.merge_ranks = merge_ranks_of(merges)
         self.patterns = [regex.compile(pattern) for pattern in PRESETS[preset]]
         types = token_types or [1] * len(tokens)
         self.special_ids = {index for index, kind in enumerate(types) if kind in (CONTROL, USER_DEFINED)}

@@ -23,6 +23,7 @@ from tg.llm.ops import concat
 from tg.llm.quants import HALF_FIELDS, Blocks, dequantize, pack, type_name
 from tg.tensor import Tensor
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFTensorInfo, bf16_to_float
+from tg.tensor.symbolic import concrete_size
 
 FLOAT_TYPES_AND_BF16 = (*FLOAT_TYPES, "BF16")
 
@@ -130,7 +131,7 @@ def _rowwise(x: Tensor, matvec: Callable[[Tensor], Tensor], outputs: int) -> Ten
     flat = x.reshape(-1, features)
     if flat.shape[0] == 1:
         return matvec(flat).reshape(*lead, outputs)
-    rows = [matvec(flat[row : row + 1]).contiguous() for row in range(flat.shape[0])]
+    rows = [matvec(flat[row : row + 1]).contiguous() for row in range(concrete_size(flat.shape[0], "row-wise matvec"))]
     return concat(rows, dim=0).reshape(*lead, outputs)
 
 

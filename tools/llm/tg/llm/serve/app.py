@@ -129,6 +129,8 @@ async def chat_chunks(
                 if delta or event.logprobs:
                     yield chunk(index, delta_fields(delta), logprobs=event.logprobs or None)
                 continue
+            if not isinstance(event, Finish):  # a chat job asks for no prompt logprobs and no embedding
+                continue
             last, calls = router.finish()
             if last:
                 yield chunk(index, delta_fields(last))

@@ -341,31 +341,33 @@ class Engine:
 
     def _step(self) -> None:
         """Sample one token for every job past its prefill, then feed the survivors' tokens in one forward."""
-        steps: list[tuple[Job, int]] = []
+        steps: list[tuple[Job, Slot, int]] = []
         for job in list(self.active):
             if job.cancelled.is_set():
                 self._end(job, None)
                 continue
             if not job.prefilled:
                 continue
+            token: int | None
             if job.pending is not None:
                 token, job.pending = job.pending, None
             else:
                 token = self._sample(job)
             if token is not None:
-                steps.append((job, token))
+                assert job.slot is not None  # a job past its prefill holds a slot until it ends
+                steps.append((job, job.slot, token))
         if not steps:
             return
         try:
-            logits = self.runner.decode([(job.slot, token) for job, token in steps])
+            logits = self.runner.decode([(slot, token) for _, slot, token in steps])
         except Exception as error:  # noqa: BLE001
             log.exception("decode failed")
-            for job, _ in steps:
+            for job, _, _ in steps:
                 self._end(job, Failure(APIError(500, f"generation failed: {error}", "generation_failed")))
             return
         self.steps += 1
         self.largest_batch = max(self.largest_batch, len(steps))
-        for (job, _), row in zip(steps, logits, strict=True):
+        for (job, _, _), row in zip(steps, logits, strict=True):
             job.logits = row
 
     def _sample(self, job: Job) -> int | None:

@@ -51,7 +51,7 @@ class Obj:
     free: bool = False
 
     def value_of(self, key: str | None) -> Node:
-        return dict(self.properties).get(key, ANY) if key is not None else ANY  # type: ignore[arg-type]
+        return dict(self.properties).get(key, ANY) if key is not None else ANY
 
 
 @dataclass(frozen=True)
@@ -252,8 +252,8 @@ def _value(below: tuple, node: Node, byte: int) -> State | None:
         phase = "sign" if byte == ord("-") else ("zero" if byte == ord("0") else "int")
         return below + (("num", isinstance(node, Num) and node.integer, phase),), 0
     if isinstance(node, AnyValue) and byte in b"tfn":
-        options = {ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}[byte]
-        return _after_literal_byte(below, ("lit", (options,), 1))
+        literal = {ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}[byte]
+        return _after_literal_byte(below, ("lit", (literal,), 1))
     return None
 
 

@@ -36,6 +36,7 @@ from tg.llm.ops import concat, stack
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, linear
 from tg.tensor import Tensor
 from tg.tensor.jit import TinyJit
+from tg.tensor.symbolic import concrete_size
 
 # a prefill chunk is padded to this many rows: below SCRATCH_MATMUL_ROWS, so the weights stay encoded and a capture
 # holds no float copy of them (on SmolLM2-135M, 8-row replays prefill ~1.7x faster per token than plain 32-row chunks)
@@ -320,7 +321,7 @@ def store(feeds: list[Feed], new_kvs: list[Tensor]) -> None:
     padding rows are dropped)."""
     for index, new_kv in enumerate(new_kvs):
         data = new_kv.data().cast("B")
-        row_bytes = data.nbytes // new_kv.shape[0]
+        row_bytes = data.nbytes // concrete_size(new_kv.shape[0], "storing new keys and values")
         first = 0
         for feed in feeds:
             rows = data[first * row_bytes : (first + len(feed.tokens)) * row_bytes]

@@ -152,12 +152,16 @@ def test_a_long_prompt_is_prefilled_in_chunks_between_decode_steps(session: Sess
     runner = ScriptedRunner(len(tokenizer.tokens), tokenizer.eos_id)
     runner.script = [ord("a")] * 200
     engine = Engine(runner, tokenizer, prefill_chunk=4)  # type: ignore[arg-type]
-    a_started, finished = threading.Event(), {"A": threading.Event(), "B": threading.Event()}
+    a_started, b_submitted = threading.Event(), threading.Event()
+    finished = {"A": threading.Event(), "B": threading.Event()}
 
     def emit(name: str, event: Event) -> None:
         runner.calls.append(("emit", name, type(event).__name__))  # on the scheduler thread: in order with calls
-        if isinstance(event, Piece):
+        if isinstance(event, Piece) and not a_started.is_set():
             a_started.set()
+            # A's first token holds the scheduler (outside its lock) until B is queued: however slowly this test's
+            # thread runs on a busy machine, A cannot finish its 150 tokens before B's prompt arrives
+            b_submitted.wait(30)
         if isinstance(event, Finish):
             finished[name].set()
 
@@ -166,6 +170,7 @@ def test_a_long_prompt_is_prefilled_in_chunks_between_decode_steps(session: Sess
         assert a_started.wait(30)
         long_prompt = [(7 * i) % 200 + 1 for i in range(40)]
         engine.submit(Job(long_prompt, GenerationParams(max_tokens=3), lambda event: emit("B", event)))
+        b_submitted.set()
         assert finished["B"].wait(30) and finished["A"].wait(30)
     finally:
         engine.stop()

@@ -137,3 +137,20 @@ def test_a_gather_whose_index_shape_disagrees_on_another_axis_is_a_shape_error()
     source, index = Tensor(_random((3, 4))), Tensor(np.zeros((2, 5), dtype=np.int32))
     with pytest.raises(ShapeError, match="GATHER along axes"):
         _ = source._wrap(UOp(Ops.GATHER, source.dtype, (source.uop, index.uop), (0,))).shape
+
+
+@pytest.mark.parametrize("count", [3, 16, 37])
+def test_an_index_made_from_a_comparison_reads_the_right_elements(count: int) -> None:
+    """Regression: gcc 12 at -O3 -march=native vectorized the loop computing such an index and read lane 0 (and
+    others) at -1 instead of 1 (tests/tensor's Appendix B case, [0, 1, 2] for [2, 1, 2] on the CI's gcc leg)."""
+    values = np.where(np.arange(count) % 3 == 1, 0.0, 0.5).astype(np.float32)
+    index = Tensor(values).cast(dtypes.bool).cast(dtypes.int32)
+    expected = np.array([1, 2, 3], dtype=np.int32)[(values != 0).astype(np.int32)]
+    np.testing.assert_array_equal(Tensor([1, 2, 3])[index].numpy(), expected)
+
+
+def test_the_c_source_keeps_a_loaded_index_out_of_the_vectorizer() -> None:
+    source = Tensor([1.0, 2.0, 3.0]).realize()
+    (ast,) = _kernels(source[Tensor([0.5, 0.0, 2.0]).cast(dtypes.bool).cast(dtypes.int32)])
+    program = kernel_to_program(ast, CRenderer(), CodegenFlags())
+    assert '__asm__("" : "+r"(' in program.src

@@ -510,6 +510,14 @@ class CRenderer(CStyleLanguage):
     core_groups = True
     software_transcendentals = True
 
+    def declare(self, k: KernelText, node: UOp, expression: str) -> None:
+        super().declare(k, node, expression)
+        if node.op is Ops.CAST and node.dtype is dtypes.index and node.src[0].dtype is not dtypes.index:
+            # a value read from memory becomes an address (a GATHER): the empty asm keeps gcc 12 from vectorizing
+            # the loop that computes it, where it turned an index made from a comparison (`x.cast(bool)`, then
+            # int) into -1 instead of 1 in some lanes and read outside the buffer (-O3 -march=native, AVX2 and SSE)
+            k.line(f'__asm__("" : "+r"({k.names[node]}));')
+
     def index_of(self, k: KernelText, node: UOp, operands: list[str]) -> str:
         """`(data1 + base)[r3]` for an ungated buffer position `base + loop variable`, else `data1[position]`.
 

@@ -350,7 +350,9 @@ def run_on_cpu(ast: UOp, opts: tuple[Opt, ...], out_shape: tuple[int, ...], *inp
     from tg.hcq import Buffer, Device
 
     dev = Device["CPU"]
-    rendered = dev.renderer.render(lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts))))
+    rendered = dev.renderer.render(
+        lower(ast.replace(arg=dataclasses.replace(ast.arg, opts_to_apply=opts)), dev.renderer.target)
+    )
     program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
     buffers = []
     for array in (np.full(out_shape, np.nan, np.float32), *inputs):

@@ -10,26 +10,24 @@ from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
-from tg.codegen.render.base import KernelText, RenderedKernel, loop_iterations
-from tg.codegen.render.c import (
-    CALLS_PER_CORE,
-    CRenderer,
-    CStyleLanguage,
-    balanced_calls,
-    finish_time,
-    literal,
-    with_helpers,
-)
+from tg.codegen.lower.multicore import CALLS_PER_CORE, balanced_calls, finish_time, loop_iterations
+from tg.codegen.render.base import KernelText, RenderedKernel
+from tg.codegen.render.c import CRenderer, CStyleLanguage, literal, with_helpers
 from tg.codegen.render.python import PythonRenderer
 from tg.hcq import Buffer, Device
 
 rng = np.random.default_rng(3)
 
 
+def rendered_for(renderer, ast: UOp) -> RenderedKernel:  # noqa: ANN001
+    """`ast` through the kernel stages for the renderer's Target (its cores cut big kernels), then rendered."""
+    return renderer.render(lower(ast, renderer.target))
+
+
 def run(ast: UOp, device: str, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
     """Lower and render `ast` with the device's renderer, compile it, run it on copies of the arrays."""
     dev = Device[device]
-    rendered = dev.renderer.render(lower(ast))
+    rendered = rendered_for(dev.renderer, ast)
     program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
     buffers = []
     for array in (out, *inputs):
@@ -82,9 +80,9 @@ def test_big_kernels_are_split_across_cores_and_small_ones_are_not() -> None:
         i = UOp.range(n, 0)
         return UOp.sink(out.index(i).store(a.index(i).load() * 2.0), arg=KernelInfo(f"E_{n}"))
 
-    assert CRenderer.for_machine(cores=4).render(lower(elementwise(1 << 20))).global_size == (4 * CALLS_PER_CORE, 1, 1)
-    assert CRenderer.for_machine(cores=4).render(lower(elementwise(16))).global_size == (1, 1, 1)
-    assert CRenderer.for_machine(cores=4).render(lower(elementwise(1 << 16))).global_size == (
+    assert rendered_for(CRenderer.for_machine(cores=4), elementwise(1 << 20)).global_size == (4 * CALLS_PER_CORE, 1, 1)
+    assert rendered_for(CRenderer.for_machine(cores=4), elementwise(16)).global_size == (1, 1, 1)
+    assert rendered_for(CRenderer.for_machine(cores=4), elementwise(1 << 16)).global_size == (
         4,
         1,
         1,
@@ -136,7 +134,7 @@ def test_the_cores_split_the_output_loop_not_a_reduction_computed_before_it(devi
 
     rows, columns = 1 << 17, 64  # big enough to be split across cores
     renderer = CRenderer.for_machine(cores=4) if device == "CPU" else LLVMRenderer.for_machine(cores=4)
-    rendered = renderer.render(lower(scaled_rows_kernel(rows, columns)))
+    rendered = rendered_for(renderer, scaled_rows_kernel(rows, columns))
     assert rendered.global_size[0] > 1
     dev = Device[device]
     program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
@@ -194,7 +192,7 @@ def row_sum_kernel(rows: int, length: int) -> UOp:
 
 def run_rendered(renderer: CRenderer, ast: UOp, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
     dev = Device["CPU"]
-    rendered = renderer.render(lower(ast))
+    rendered = rendered_for(renderer, ast)
     program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
     buffers = []
     for array in (out, *inputs):
@@ -218,7 +216,7 @@ def test_long_sums_add_partial_sums_in_a_fixed_order_on_any_core_count() -> None
     results = {}
     for cores in (1, 3, 4):
         renderer = CRenderer.for_machine(cores=cores)
-        assert renderer.render(lower(row_sum_kernel(rows, length))).global_size[0] == expected_calls[cores]
+        assert rendered_for(renderer, row_sum_kernel(rows, length)).global_size[0] == expected_calls[cores]
         results[cores] = run_rendered(renderer, row_sum_kernel(rows, length), np.zeros(rows, np.float32), a)
     results["python"] = run(row_sum_kernel(rows, length), "PYTHON", np.zeros(rows, np.float32), a)
     for got in results.values():
@@ -275,7 +273,7 @@ class ThreadPerOutputC(CStyleLanguage):
 
 
 def test_a_c_style_gpu_language_is_a_small_subclass() -> None:
-    rendered = ThreadPerOutputC().render(lower(row_sum_kernel(8, 256)))
+    rendered = rendered_for(ThreadPerOutputC(), row_sum_kernel(8, 256))
     assert rendered.global_size == (8, 1, 1)
     assert rendered.src.startswith("__kernel void row_sum(__global float* restrict data0, __global float* restrict")
     assert "long r0 = get_global_id(0);" in rendered.src and "for (long r0" not in rendered.src
@@ -293,7 +291,7 @@ def symbolic_sum_kernel(rows: UOp, cols: int) -> UOp:
 
 @pytest.mark.parametrize("renderer", [CRenderer.for_machine(cores=4), PythonRenderer()], ids=["C", "PYTHON"])
 def test_a_variable_is_an_int_argument_after_the_buffers(renderer) -> None:  # noqa: ANN001
-    src = renderer.render(lower(symbolic_sum_kernel(UOp.variable("rows", 1, 64), 8))).src
+    src = rendered_for(renderer, symbolic_sum_kernel(UOp.variable("rows", 1, 64), 8)).src
     signature = next(line for line in src.splitlines() if line.startswith(("def ", "void ")))
     buffer_1 = "raw1" if renderer.device == "PYTHON" else "data1"
     assert signature.index(buffer_1) < signature.index("var_rows") < signature.index("core_id")
@@ -308,7 +306,7 @@ def test_calls_are_cut_so_that_the_cores_finish_together() -> None:
     assert balanced_calls(64, cores=4, most=16) == 16  # even cuts keep the most calls
     assert balanced_calls(3, cores=2, most=8) == 3  # never more calls than iterations
     rows, length = 12, 1 << 15  # work enough for 8 calls, which the old cut made
-    rendered = CRenderer.for_machine(cores=2).render(lower(row_sum_kernel(rows, length)))
+    rendered = rendered_for(CRenderer.for_machine(cores=2), row_sum_kernel(rows, length))
     assert rendered.global_size[0] == 6
     a = rng.random((rows, length), np.float32)
     got = run_rendered(CRenderer.for_machine(cores=2), row_sum_kernel(rows, length), np.zeros(rows, np.float32), a)
@@ -319,10 +317,10 @@ def test_a_big_symbolic_loop_launches_calls_for_the_work_of_each_launch() -> Non
     """One call per MULTICORE_MIN_ITERATIONS / 2 iterations of this launch (a short one: one call, not a call per
     few rows), up to CALLS_PER_CORE per core."""
     from tg.codegen import sym_infer
-    from tg.codegen.render.c import CALLS_PER_CORE, MULTICORE_MIN_ITERATIONS
+    from tg.codegen.lower.multicore import CALLS_PER_CORE, MULTICORE_MIN_ITERATIONS
 
     rows = UOp.variable("rows", 1, 1 << 20)
-    size = CRenderer.for_machine(cores=4).render(lower(symbolic_sum_kernel(rows, 1))).global_size[0]
+    size = rendered_for(CRenderer.for_machine(cores=4), symbolic_sum_kernel(rows, 1)).global_size[0]
     assert isinstance(size, UOp)
     half = MULTICORE_MIN_ITERATIONS // 2
     counts = (1, 3, half - 1, half, 3 * half, 1 << 20)
@@ -336,7 +334,7 @@ def test_a_symbolic_kernel_split_across_calls_writes_every_row() -> None:
 
     rows = UOp.variable("rows", 1, 1 << 17)
     dev = Device["CPU"]
-    rendered = CRenderer.for_machine(cores=4).render(lower(symbolic_sum_kernel(rows, 1)))
+    rendered = rendered_for(CRenderer.for_machine(cores=4), symbolic_sum_kernel(rows, 1))
     program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
     a = rng.random(1 << 17, np.float32)
     out = Buffer("CPU", 1 << 17, dtypes.float32).ensure_allocated()
@@ -351,14 +349,37 @@ def test_a_symbolic_kernel_split_across_calls_writes_every_row() -> None:
         assert (got[k:] == 0).all()
 
 
-def test_a_big_symbolic_loop_on_llvm_launches_min_cores_and_trip_count_calls() -> None:
+def test_c_and_llvm_render_one_multicore_split() -> None:
+    """Issue 29 item 3: the split across cores is IR (tg.codegen.lower.multicore), so C and LLVM launch the same calls
+    for fixed and symbolic trip counts, and their sources read the call's index from `core_id`."""
     from tg.codegen import sym_infer
     from tg.codegen.render.llvmir import LLVMRenderer
 
     rows = UOp.variable("rows", 1, 1 << 20)
-    size = LLVMRenderer.for_machine(cores=4).render(lower(symbolic_sum_kernel(rows, 1))).global_size[0]
-    assert isinstance(size, UOp)  # not a fixed 4, whose extra calls would run empty chunks
-    assert [sym_infer(size, {"rows": k}) for k in (1, 3, 4, 1000)] == [1, 3, 4, 4]
+    c_size = rendered_for(CRenderer.for_machine(cores=4), symbolic_sum_kernel(rows, 1)).global_size[0]
+    llvm_size = rendered_for(LLVMRenderer.for_machine(cores=4), symbolic_sum_kernel(rows, 1)).global_size[0]
+    assert isinstance(llvm_size, UOp)  # not a fixed 4, whose extra calls would run empty chunks
+    counts = (1, 3, 4, 1000, 1 << 15, 1 << 20)
+    assert [sym_infer(llvm_size, {"rows": k}) for k in counts] == [sym_infer(c_size, {"rows": k}) for k in counts]
+    for cores, calls in ((2, 6), (4, 4 * CALLS_PER_CORE)):
+        for renderer in (CRenderer.for_machine(cores=cores), LLVMRenderer.for_machine(cores=cores)):
+            rendered = rendered_for(renderer, row_sum_kernel(12 if cores == 2 else 64, 1 << 15))
+            assert rendered.global_size[0] == calls
+            assert "core_id" in rendered.src
+
+
+def test_the_split_is_a_stage_of_the_linear_program() -> None:
+    """The stage cuts the first output loop: a SPECIAL core_id over the calls, the loop over its chunk, and the old
+    loop variable read as chunk + start; one core leaves the program as it was."""
+    from tg.codegen.lower.multicore import launch_calls, split_across_cores
+
+    linear = lower(row_sum_kernel(64, 8192))
+    assert split_across_cores(linear, 1) is linear
+    split = split_across_cores(linear, 4)
+    specials = [u for u in split.src if u.op is Ops.SPECIAL]
+    assert [u.arg for u in specials] == ["core_id"] and launch_calls(split) == 4 * CALLS_PER_CORE
+    loop = next(u for u in split.src if u.op is Ops.RANGE)
+    assert specials[0] in loop.src[0].toposort()  # the chunk's length depends on the call
 
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
@@ -366,7 +387,7 @@ def test_symbolic_kernel_matches_numpy_for_every_value(device: str) -> None:
     rows = UOp.variable("rows", 1, 6)
     ast = symbolic_sum_kernel(rows, 8)
     dev = Device[device]
-    rendered = dev.renderer.render(lower(ast))
+    rendered = rendered_for(dev.renderer, ast)
     program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
     a = rng.random((6, 8), np.float32)
     out = Buffer(device, 6, dtypes.float32).ensure_allocated()
@@ -386,4 +407,4 @@ def test_gpu_languages_refuse_kernels_with_variables() -> None:
     ast = symbolic_sum_kernel(UOp.variable("rows", 1, 64), 8)
     for renderer in (OpenCLRenderer(), CUDARenderer()):
         with pytest.raises(NotImplementedError, match="cannot render a kernel with variables"):
-            renderer.render(lower(ast))
+            rendered_for(renderer, ast)

@@ -214,3 +214,27 @@ def test_a_reshape_indexes_each_group_of_axes_alone() -> None:
                 values = {"t": tiles, "h": head, "r": row}
                 new_flat = sym_infer(flat_index((h, r), (3, t * 16)), values)
                 assert sym_infer(flat_index(source, (3, t, 16)), values) == new_flat
+
+
+def test_the_kernel_stages_run_alone_one_after_another() -> None:
+    """Issue 29 item 4: the schedule's kernel stages are objects that run alone on a KernelPlan, each filling in its
+    part; an ASSIGN that reads what it overwrites stops the plan with a hazard (no order), and plan_kernels then runs
+    them again with the value forced into its own buffer."""
+    from tg.codegen.schedule.schedule import PLAN_STAGES, KernelPlan, plan_kernels
+
+    target = buffer(8)
+    shifted = movement(Ops.SHRINK, movement(Ops.PAD, target, ((1, 0),)), ((0, 8),))  # reads target[i - 1]
+    assign = UOp(Ops.ASSIGN, dtypes.float32, (target, op(Ops.ADD, shifted, target)))
+    plan = KernelPlan((assign,))
+    find, build, hazards, order = PLAN_STAGES
+    assert [stage.name for stage in PLAN_STAGES] == ["find realize points", "build kernels", "assign hazards", "order"]
+    find.run(plan)
+    assert assign in plan.points and plan.storage[assign] is target.src[0] and not plan.kernels
+    build.run(plan)
+    assert set(plan.kernels) == set(plan.points)
+    hazards.run(plan)
+    assert plan.hazard is assign
+    order.run(plan)
+    assert plan.order is None  # a hazard leaves nothing to order
+    planned = plan_kernels((assign,))
+    assert planned.hazard is None and planned.forced == (assign.src[1],) and len(planned.order) == 2

@@ -232,7 +232,7 @@ def test_a_launch_size_that_depends_on_a_variable_is_resolved_per_replay() -> No
     assert step.graph is not None
     sizes = {k: [c.global_size for c in step.graph.exec_queue.resolve({"n": k})] for k in (1, rows)}
     assert len(sizes[1]) == 1 and sizes[1][0][0] == 1  # one element: one call whatever the core count
-    from tg.codegen.render.c import CALLS_PER_CORE
+    from tg.codegen.lower.multicore import CALLS_PER_CORE
 
     cores = Device["CPU"].cores.count
     assert cores <= sizes[rows][0][0] <= CALLS_PER_CORE * cores  # all of them: one to a few calls per core

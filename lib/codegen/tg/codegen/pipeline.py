@@ -22,6 +22,7 @@ from typing import Any
 from tg.codegen.dtype import PtrDType, dtypes
 from tg.codegen.flags import NOOPT, TRANSCENDENTAL
 from tg.codegen.lower.linearize import linearize
+from tg.codegen.lower.multicore import split_across_cores, split_trip_count
 from tg.codegen.lower.transcendental import decompose_transcendentals
 from tg.codegen.lower.upcast import upcast_strided_reductions
 from tg.codegen.opt import apply_opts
@@ -49,6 +50,7 @@ class CodegenFlags:
     # set from the Target and `transcendental`
     one_call: bool = False  # compile for the renderer's Target in one-call mode (Target.one_call): asked for by a
     # capture (tg.hcq's capture_launches(one_call=True), TinyJit(one_call=True)), never by the environment
+    cores: int = 1  # calls of one kernel that run at once (Target.call_cores): big kernels are cut across them
 
     @staticmethod
     def from_environment(one_call: bool = False) -> CodegenFlags:
@@ -121,6 +123,10 @@ def _linearize(ast: UOp, flags: CodegenFlags) -> UOp:
     return linearize(ast)
 
 
+def _split_across_cores(linear: UOp, flags: CodegenFlags) -> UOp:
+    return split_across_cores(linear, flags.cores)
+
+
 KERNEL_STAGES: tuple[Stage, ...] = (
     Stage("simplify indices", "movement-op index arithmetic folds back into strides", _simplify_indices),
     Stage("apply opts", "Opts from KernelInfo.opts_to_apply, else the heuristics: split/pad/swap ranges", _apply_opts),
@@ -130,6 +136,8 @@ KERNEL_STAGES: tuple[Stage, ...] = (
           _software_transcendentals),
     Stage("linearize", "ranges become loops, REDUCE becomes accumulators, each value is placed in its loop",
           _linearize),
+    Stage("split across cores", "a big kernel's first output loop is cut into chunks, one per call (core_id)",
+          _split_across_cores),
 )  # fmt: skip
 RENDER_SUMMARY = "the device's renderer turns the linear program into source text (C, Python, ...)"
 
@@ -151,7 +159,9 @@ def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> Prog
     linear = lower_kernel(ast, flags)
     with traced("kernel", f"render ({type(renderer).__name__})"):
         rendered = renderer.render(linear, target)
-    loop_sizes = tuple(_size_text(u.src[0]) for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE))
+    loop_sizes = tuple(
+        _size_text(split_trip_count(u)) for u in dict.fromkeys(u for u in linear.src if u.op is Ops.RANGE)
+    )
     return ProgramSource(
         name=rendered.name,
         src=rendered.src,
@@ -184,6 +194,7 @@ def for_target(flags: CodegenFlags, target: Target) -> CodegenFlags:
         has_local=target.has_local,
         max_lanes=target.max_lanes,
         core_groups=target.splits_groups,
+        cores=target.call_cores,
         software_transcendentals=flags.transcendental >= 2 or (flags.transcendental == 1 and wants_software),
     )
 

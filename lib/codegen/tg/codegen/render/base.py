@@ -26,7 +26,6 @@ from typing import Any
 
 from tg.codegen.dtype import AddrSpace, DType
 from tg.codegen.target import Target
-from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
 
@@ -134,6 +133,8 @@ class LinearRenderer(Renderer):
             k.names[node] = self.literal(node.arg, node.dtype)
         elif op is Ops.DEFINE_VAR:  # a runtime int argument of the kernel (see kernel_variables)
             k.names[node] = variable_argument(node)
+        elif op is Ops.SPECIAL:  # a hardware index: the CPU's core_id (tg.codegen.lower.multicore)
+            self.declare(k, node, self.hardware_index(node))
         elif op is Ops.AFTER:
             k.names[node] = operands[0]
         elif op is Ops.INDEX:
@@ -168,6 +169,10 @@ class LinearRenderer(Renderer):
         return spelling(dtype, operands_dtype, operands)
 
     # ---------------------------------------------------------------------------------- the language hooks
+    def hardware_index(self, node: UOp) -> str:
+        """The expression of a SPECIAL (a hardware index such as the CPU's core_id)."""
+        raise NotImplementedError(f"the {type(self).__name__} has no hardware index {node.arg!r}")
+
     def buffer_name(self, param: UOp) -> str:
         return f"data{param.arg.slot}"
 
@@ -231,38 +236,6 @@ def buffer_param(address: UOp) -> UOp:
     return address
 
 
-def loop_iterations(linear: UOp) -> int:
-    """The iterations of the innermost work if every loop ran to its end (an estimate of kernel size; a symbolic
-    trip count counts at its maximum): each innermost loop counts its trip count times those of the loops around
-    it. Loops that follow one another add up; only nested loops multiply (three 16-lane loops in a row inside a
-    loop of 64 are 64 * 48 iterations, not 64 * 16^3)."""
-    total = 0
-    # the loops open at this point of the program: each range, its trip count times the enclosing ones', and
-    # whether a loop has opened inside it (only innermost loops count their iterations)
-    ranges: list[UOp] = []
-    trips: list[int] = []
-    has_inner: list[bool] = []
-    for u in linear.src:
-        if u.op is Ops.RANGE:
-            if has_inner:
-                has_inner[-1] = True
-            ranges.append(u)
-            trips.append((trips[-1] if trips else 1) * max_trip_count(u))
-            has_inner.append(False)
-        elif u.op is Ops.END and any(rng is u.src[0] for rng in ranges):
-            position = next(i for i, rng in enumerate(ranges) if rng is u.src[0])
-            total += sum(
-                count for count, inner in zip(trips[position:], has_inner[position:], strict=True) if not inner
-            )
-            del ranges[position:], trips[position:], has_inner[position:]
-    return total + sum(count for count, inner in zip(trips, has_inner, strict=True) if not inner)
-
-
-def max_trip_count(rng: UOp) -> int:
-    """A range's trip count, or its upper bound when it depends on variables."""
-    return int(rng.src[0].arg) if rng.src[0].op is Ops.CONST else int(rng.src[0].vmax)
-
-
 def loop_end(k: KernelText, rng: UOp) -> str:
     """The text of a range's trip count: a literal, or the local computed before the loop from the variables."""
     return str(rng.src[0].arg) if rng.src[0].op is Ops.CONST else k.names[rng.src[0]]
@@ -278,14 +251,6 @@ def kernel_variables(linear: UOp) -> list[UOp]:
     (`ProgramSource.variables` lists them for the launcher)."""
     found = {u.arg.name: u for u in linear.src if u.op is Ops.DEFINE_VAR}
     return [found[name] for name in sorted(found)]
-
-
-def first_output_loop(linear: UOp) -> UOp | None:
-    """The loop a multi-core CPU renderer splits: the first output loop, inside the BLOCK_REDUCE loops around the
-    kernel (each core then runs every block of its own outputs, which no other core touches) and after any
-    reduction computed before it (see Linearizer.hoist_reductions; each call computes those)."""
-    output_types = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
-    return next((u for u in linear.src if u.op is Ops.RANGE and u.arg.axis_type in output_types), None)
 
 
 def global_params(linear: UOp) -> list[UOp]:

@@ -14,9 +14,9 @@ Bit casts go through a union (C11 allows reading another member). Signed int32/i
 unsigned types so that overflow wraps as numpy's does instead of being undefined; integer division by 0 gives 0
 and INT_MIN / -1 wraps rather than trapping (tg.codegen.uop.alu.EDGE_CASES lists every such rule).
 
-Large kernels use every core: the outermost loop is cut into CALLS_PER_CORE chunks per core (at most one per
-iteration) and the kernel is launched with global size (chunks, 1, 1); call `core_id` runs chunk `core_id`.
-Only output loops are cut, never a reduction, so a sum's order (and bits) do not depend on the core count.
+Large kernels use every core: the pipeline's "split across cores" stage (tg.codegen.lower.multicore) cuts the
+first output loop into chunks in the IR, reading the call's index from a SPECIAL this renderer spells `core_id`;
+the kernel is launched with global size (calls, 1, 1).
 
 Vector lanes are explicit in the program: an UPCAST axis (see tg.codegen.opt) or a long reduction's partial sums
 (see tg.codegen.lower.linearize) is an array of independent accumulators. The register loops of a kernel (UPCAST
@@ -33,31 +33,23 @@ multiply-add (MULACC -> fmaf), computed identically by the PYTHON emulator.
 
 from __future__ import annotations
 
-import heapq
 import math
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes, encode
+from tg.codegen.lower.multicore import CORE_ID, launch_calls
 from tg.codegen.render.base import (
     KernelText,
     LinearRenderer,
     RenderedKernel,
     Spelling,
     buffer_param,
-    first_output_loop,
     kernel_variables,
     loop_end,
-    loop_iterations,
-    max_trip_count,
     variable_argument,
 )
-from tg.codegen.target import Target
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 
-MULTICORE_MIN_ITERATIONS = 1 << 16
-# calls per core of a big kernel: the threads take calls as they come free (tg.hcq.devices.cpu_workers), so when
-# another process holds a core for a while the other cores make its calls
-CALLS_PER_CORE = 4
 C_RENDERER_NAMES = ("", "C", "CLANG")  # device-string renderer names that mean this renderer (DEV=CPU, CPU:C)
 
 # Helpers a kernel defines when it uses them (by name), so that no kernel needs a header or a runtime library.
@@ -466,33 +458,6 @@ def _in_memory_as_bits(address: UOp, dtype: DType) -> bool:
     return dtype.scalar() is dtypes.bfloat16 and buffer_param(address).addrspace is not AddrSpace.REG
 
 
-def symbolic_calls(end: UOp, work: int, chunks: int) -> UOp:
-    """The calls of a launch whose split loop runs `end` (symbolic) times, `work` / 2 innermost iterations each: as
-    for a fixed size (CRenderer.chunks), one per MULTICORE_MIN_ITERATIONS / 2 of this launch's work, at least one,
-    at most `end` and `chunks`. A decode step's attention at position 64 otherwise woke 8 calls of 8 rows each,
-    whose waits on a loaded machine cost more than the rows (the C line computing `_chunks` must match this)."""
-    return (end * work // MULTICORE_MIN_ITERATIONS).maximum(1).minimum(end).minimum(chunks)
-
-
-def finish_time(trips: int, calls: int, cores: int) -> int:
-    """When the last of `cores` threads finishes, in loop iterations, when `trips` iterations are cut into `calls`
-    chunks (call i runs [trips * i // calls, trips * (i + 1) // calls)) that the threads take in order as they come
-    free (tg.hcq.devices.cpu_workers)."""
-    free_at = [0] * cores
-    for i in range(calls):
-        heapq.heapreplace(free_at, free_at[0] + trips * (i + 1) // calls - trips * i // calls)
-    return max(free_at)
-
-
-def balanced_calls(trips: int, cores: int, most: int) -> int:
-    """How many calls to cut a loop of `trips` iterations into: of 1..`most` (at most `trips`), the most calls among
-    those whose last thread finishes first. Twelve attention heads in 8 calls on 2 cores finish after 7 heads' time
-    (calls of 1 and 2 heads), in 6 calls after 6; more calls, when they finish as early, let the other threads take
-    over the calls of a core that another process holds."""
-    candidates = range(1, min(most, trips) + 1)
-    return min(candidates, key=lambda calls: (finish_time(trips, calls, cores), -calls))
-
-
 class CRenderer(CStyleLanguage):
     """C for the CPU device: the ABI passes `core_id`, and big kernels are split into a few chunks per core.
     Its Target (tg.codegen.target) gives the cores a kernel is split across and, for the heuristics, the
@@ -534,47 +499,16 @@ class CRenderer(CStyleLanguage):
 
     def prologue(self, k: KernelText, params: list[UOp]) -> None:
         k.abi["group"] = next((u for u in k.linear.src if u.op is Ops.RANGE and u.arg.axis_type is GROUP), None)
-        k.abi["chunks"] = self.chunks(k.linear, k.target) if k.abi["group"] is None else k.abi["group"].src[0].arg
         k.abi["statics"] = []
 
-    def chunks(self, linear: UOp, target: Target) -> int:
-        """How many calls the kernel is cut into: one per core when its outermost output loop is a loop and the
-        kernel is big enough to be worth waking the cores for, up to CALLS_PER_CORE per core when each call still
-        has MULTICORE_MIN_ITERATIONS / 2 iterations (a call costs a few microseconds); of those, a count whose
-        calls the cores finish together (`balanced_calls`)."""
-        first = first_output_loop(linear)
-        cores = target.call_cores
-        if first is None or first.arg.axis_type is not AxisType.LOOP or cores == 1:
-            return 1
-        iterations = loop_iterations(linear)
-        if iterations < MULTICORE_MIN_ITERATIONS:
-            return 1
-        calls = max(cores, min(cores * CALLS_PER_CORE, 2 * iterations // MULTICORE_MIN_ITERATIONS))
-        if first.src[0].op is not Ops.CONST:  # a symbolic trip count: the launch decides (see open_loop)
-            return min(calls, max_trip_count(first))
-        return balanced_calls(first.src[0].arg, cores, calls)
+    def hardware_index(self, node: UOp) -> str:
+        if node.arg != CORE_ID:
+            return super().hardware_index(node)
+        return "(long)core_id"
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
-        chunks = k.abi["chunks"]
         if rng is k.abi["group"]:
-            k.line(f"{{ const long {name} = core_id; /* GROUP_REDUCE {chunks} */")
-            return
-        if chunks > 1 and k.abi["group"] is None and rng is first_output_loop(k.linear):
-            # this call's chunk of the first output loop
-            end = f"{rng.src[0].arg}ll"
-            if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: calls as many as this launch's work needs
-                end = f"(long long){loop_end(k, rng)}"
-                work = 2 * max(1, loop_iterations(k.linear) // max_trip_count(rng))  # per iteration, doubled
-                k.abi["global_size"] = symbolic_calls(rng.src[0], work, chunks)
-                k.line(f"long {name}_chunks = {end} * {work}ll / {MULTICORE_MIN_ITERATIONS}ll;")
-                k.line(f"{name}_chunks = {name}_chunks < 1 ? 1 : {name}_chunks;")
-                k.line(f"{name}_chunks = {name}_chunks < {end} ? {name}_chunks : {end};")
-                k.line(f"{name}_chunks = {name}_chunks < {chunks} ? {name}_chunks : {chunks};")
-                chunks = f"{name}_chunks"
-            k.line(f"long {name}_start = {end} * core_id / {chunks};")
-            k.line(f"long {name}_end = {end} * (core_id + 1) / {chunks};")
-            k.line(f"for (long {name} = {name}_start; {name} < {name}_end; {name}++) {{")
-            k.abi.setdefault("open loops", []).append(rng)
+            k.line(f"{{ const long {name} = core_id; /* GROUP_REDUCE {rng.src[0].arg} */")
             return
         super().open_loop(k, rng, name)
 
@@ -605,10 +539,10 @@ class CRenderer(CStyleLanguage):
     def finish(self, k: KernelText, params: list[UOp]) -> RenderedKernel:
         variables = [f"int {variable_argument(v)}" for v in kernel_variables(k.linear)]
         signature = ", ".join([*self.buffer_arguments(params), *variables, "int core_id"])
-        chunks = k.abi["chunks"]
-        unused = "" if chunks > 1 else "  (void)core_id;\n"
+        calls = launch_calls(k.linear)
+        unused = "" if isinstance(calls, UOp) or calls > 1 else "  (void)core_id;\n"
         body = "\n".join(k.lines)
         statics = "".join(line + "\n" for line in k.abi["statics"])
         src = with_helpers(f"{statics}void {k.name}({signature}) {{\n{unused}{body}\n}}\n")
         # a launch size that depends on the variables is resolved at each launch (and patched in a replayed graph)
-        return RenderedKernel(k.name, src, (k.abi.get("global_size", chunks), 1, 1))
+        return RenderedKernel(k.name, src, (calls, 1, 1))

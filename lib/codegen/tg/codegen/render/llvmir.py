@@ -11,9 +11,10 @@ divided and shifted in i32, as C's integer promotion does.
 
 Control flow is explicit basic blocks: a RANGE opens a loop (header with a phi counter, body), its END closes it,
 a gated load or store becomes a small diamond. Accumulators (REG params) are allocas in the entry block; the O3
-pipeline turns them into registers. The same multi-core split as C: the outermost LOOP range is cut into one chunk
-per `core_id`. No fast-math flags, as the C path: float results are bit for bit the PYTHON emulator's. UPCAST/UNROLL
-loops carry `llvm.loop.unroll.full` metadata (C unrolls them in the source), so their accumulators become registers
+pipeline turns them into registers. A big kernel arrives cut across cores in the IR, as for C (the pipeline's "split
+across cores" stage, tg.codegen.lower.multicore): its SPECIAL core index is the `core_id` argument. No fast-math
+flags, as the C path: float results are bit for bit the PYTHON emulator's. UPCAST/UNROLL loops carry
+`llvm.loop.unroll.full` metadata (C unrolls them in the source), so their accumulators become registers
 that the SLP vectorizer packs into SIMD vectors.
 """
 
@@ -23,21 +24,18 @@ import math
 import struct
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
+from tg.codegen.lower.multicore import CORE_ID, launch_calls, max_trip_count
 from tg.codegen.render.base import (
     RenderedKernel,
     Renderer,
-    first_output_loop,
     global_params,
     kernel_variables,
-    loop_iterations,
-    max_trip_count,
     variable_argument,
 )
 from tg.codegen.target import Target
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
-MULTICORE_MIN_ITERATIONS = 1 << 16  # the C renderer's threshold: smaller kernels run on one core
 MAX_FULL_UNROLL = 32
 
 LLVM_TYPES: dict[DType, str] = {
@@ -140,13 +138,13 @@ class LLVMRenderer(Renderer):
     software_transcendentals = True
 
     def render(self, linear: UOp, target: Target | None = None) -> RenderedKernel:
-        return _LLVMFunction(linear, (self.target if target is None else target).call_cores).render()
+        return _LLVMFunction(linear).render()
 
 
 class _LLVMFunction:
     """Renders one linear program. `names` maps each node to the LLVM value (or constant) that holds it."""
 
-    def __init__(self, linear: UOp, cores: int) -> None:
+    def __init__(self, linear: UOp) -> None:
         self.linear = linear
         self.name = linear.arg.function_name
         self.names: dict[UOp, str] = {}
@@ -158,16 +156,6 @@ class _LLVMFunction:
         self.loops: list[tuple[UOp, str, str, str]] = []  # (range, counter, header label, preheader label)
         self.declarations: set[str] = set()
         self.metadata: list[str] = []
-        self.chunks = self._chunks(cores)
-        self.global_size: int | UOp = self.chunks
-
-    def _chunks(self, cores: int) -> int:
-        first = first_output_loop(self.linear)
-        if first is None or first.arg.axis_type is not AxisType.LOOP or cores == 1:
-            return 1
-        if loop_iterations(self.linear) < MULTICORE_MIN_ITERATIONS:
-            return 1
-        return min(cores, max_trip_count(first))  # a symbolic trip count may launch fewer (see open_loop)
 
     # --- emitting -------------------------------------------------------------------------------------------
     def fresh(self, prefix: str = "v") -> str:
@@ -202,10 +190,9 @@ class _LLVMFunction:
             self.names[v] = f"%{variable_argument(v)}_i64"
             self.entry.append(f"  {self.names[v]} = sext i32 %{variable_argument(v)} to i64")
         signature += [f"i32 %{variable_argument(v)}" for v in variables]
-        split = first_output_loop(self.linear) if self.chunks > 1 else None
         for node in self.linear.src:
             if node.op is Ops.RANGE:
-                self.open_loop(node, split=node is split)
+                self.open_loop(node)
             else:
                 self.render_node(node)
         self.statement("ret void")
@@ -215,29 +202,18 @@ class _LLVMFunction:
         if "bfloat" in body:
             parts.append(BFLOAT16_HELPER)
         # a launch size that depends on the variables is resolved at each launch (and patched in a replayed graph)
-        return RenderedKernel(self.name, "\n".join(parts) + "\n", (self.global_size, 1, 1))
+        return RenderedKernel(self.name, "\n".join(parts) + "\n", (launch_calls(self.linear), 1, 1))
 
-    def open_loop(self, rng: UOp, split: bool) -> None:
+    def open_loop(self, rng: UOp) -> None:
         tag = f"r{rng.arg.axis_id}" if rng.arg.axis_id >= 0 else f"rn{-rng.arg.axis_id}"
         tag = f"{tag}_{self.counter}"
         end = str(rng.src[0].arg) if rng.src[0].op is Ops.CONST else self.names[rng.src[0]]
-        start = "0"
-        if split:
-            chunks = str(self.chunks)
-            if rng.src[0].op is not Ops.CONST:  # a symbolic trip count: `chunks` calls, fewer for a short loop
-                self.global_size = rng.src[0].minimum(self.chunks)
-                short = self.emit(f"icmp slt i64 {end}, {chunks}")
-                chunks = self.emit(f"select i1 {short}, i64 {end}, i64 {chunks}")
-            core = self.emit("sext i32 %core_id to i64")
-            start = self.emit(f"sdiv i64 {self.emit(f'mul i64 {end}, {core}')}, {chunks}")
-            core_next = self.emit(f"add i64 {core}, 1")
-            end = self.emit(f"sdiv i64 {self.emit(f'mul i64 {end}, {core_next}')}, {chunks}")
         preheader = self.block
         self.statement(f"br label %{tag}_head")
         self.label(f"{tag}_head")
         counter = f"%{tag}"
         # the phi's back edge comes from the block that ends the body; END patches it in
-        self.lines.append(f"  {counter} = phi i64 [{start}, %{preheader}], [%{tag}_next, %@LATCH_{tag}@]")
+        self.lines.append(f"  {counter} = phi i64 [0, %{preheader}], [%{tag}_next, %@LATCH_{tag}@]")
         more = self.emit(f"icmp slt i64 {counter}, {end}")
         self.statement(f"br i1 {more}, label %{tag}_body, label %{tag}_exit")
         self.label(f"{tag}_body")
@@ -274,6 +250,8 @@ class _LLVMFunction:
             self.names[node] = literal(node.arg, node.dtype)
         elif op is Ops.DEFINE_VAR:  # named in the entry block (see render)
             pass
+        elif op is Ops.SPECIAL and node.arg == CORE_ID:  # the call's index: the ABI's last argument
+            self.names[node] = self.emit("sext i32 %core_id to i64")
         elif op is Ops.AFTER:
             self.names[node] = n[0]
         elif op is Ops.INDEX:

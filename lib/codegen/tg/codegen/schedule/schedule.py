@@ -77,16 +77,6 @@ GRAPH_STAGES: tuple[GraphStage, ...] = (
     GraphStage("contiguous_copies", "the source of a COPY to another device is made a whole, contiguous buffer",
                rewrite_with(contiguous_copies)),
 )  # fmt: skip
-SCHEDULE_STAGES: tuple[tuple[str, str], ...] = (  # (name, one line), in the order schedule_graph runs them
-    *((stage.name, stage.summary) for stage in GRAPH_STAGES),
-    (
-        "find realize points",
-        "what gets a buffer: roots, CONTIGUOUS/COPY/ASSIGN, reductions read by many, costly producers",
-    ),
-    ("build kernels", "one kernel AST per realize point: movement ops become index arithmetic, PAD gated loads"),
-    ("assign hazards", "an ASSIGN that reads what it overwrites computes into its own buffer first"),
-    ("order", "kernels and copies ordered so every buffer is written before it is read"),
-)
 
 
 @dataclass(frozen=True)
@@ -243,30 +233,99 @@ def _instantiate(template: _Template, inputs: dict[UOp, UOp], var_vals: dict[str
 # ---------------------------------------------------------------------------------------------------- scheduling
 
 
+@dataclass
+class KernelPlan:
+    """What the kernel stages hand each other: the rewritten roots in, then the realize points, their buffers, one
+    kernel per point, and either an order or an ASSIGN hazard (a value to compute into its own buffer first, after
+    which the stages run again with that value `forced` to be a realize point)."""
+
+    roots: tuple[UOp, ...]
+    forced: tuple[UOp, ...] = ()
+    points: list[UOp] = field(default_factory=list)
+    storage: dict[UOp, UOp] = field(default_factory=dict)
+    kernels: dict[UOp, Kernel] = field(default_factory=dict)
+    hazard: UOp | None = None
+    order: list[UOp] | None = None
+
+
+@dataclass(frozen=True)
+class PlanStage:
+    """One named kernel stage: `run(plan)` fills in its part of the plan. A stage can be printed, run and tested
+    alone (each reads only what the stages before it filled in)."""
+
+    name: str
+    summary: str
+    run: Callable[[KernelPlan], None]
+
+    def __repr__(self) -> str:
+        return f"PlanStage({self.name!r})"
+
+
+def _find_points(plan: KernelPlan) -> None:
+    plan.points = find_realize_points(plan.roots, plan.forced)
+    plan.storage = _allocate_storage(plan.points)
+
+
+def _build_kernels(plan: KernelPlan) -> None:
+    plan.kernels = {p: build_kernel(p, plan.storage[p], plan.storage) for p in plan.points if p.op is not Ops.COPY}
+    for kernel in plan.kernels.values():
+        verify_stage("build kernels", kernel.ast, KERNEL_SPEC)
+
+
+def _find_assign_hazard(plan: KernelPlan) -> None:
+    kernels = plan.kernels
+    plan.hazard = next((p for p in plan.points if p.op is Ops.ASSIGN and _reads_what_it_overwrites(kernels[p])), None)
+
+
+def _order_kernels(plan: KernelPlan) -> None:
+    if plan.hazard is not None:
+        return
+    order = _order(plan.points, plan.kernels, plan.storage)
+    if isinstance(order, list):
+        plan.order = order
+    else:
+        plan.hazard = order  # ASSIGNs that read each other's old contents: this one computes its value first
+
+
+PLAN_STAGES: tuple[PlanStage, ...] = (
+    PlanStage("find realize points", "what gets a buffer: roots, CONTIGUOUS/COPY/ASSIGN, reductions read by many, "
+              "costly producers", _find_points),
+    PlanStage("build kernels", "one kernel AST per realize point: movement ops become index arithmetic, PAD gated "
+              "loads", _build_kernels),
+    PlanStage("assign hazards", "an ASSIGN that reads what it overwrites computes into its own buffer first",
+              _find_assign_hazard),
+    PlanStage("order", "kernels and copies ordered so every buffer is written before it is read (Kahn's algorithm)",
+              _order_kernels),
+)  # fmt: skip
+SCHEDULE_STAGES: tuple[tuple[str, str], ...] = tuple(  # (name, one line), in the order schedule_graph runs them
+    (stage.name, stage.summary) for stage in (*GRAPH_STAGES, *PLAN_STAGES)
+)
+
+
+def plan_kernels(roots: tuple[UOp, ...]) -> KernelPlan:
+    """Run PLAN_STAGES until they give an order: each ASSIGN hazard found forces its value into its own buffer and
+    the stages run again."""
+    forced: tuple[UOp, ...] = ()
+    while True:
+        plan = KernelPlan(roots, forced)
+        for stage in PLAN_STAGES:
+            with traced("schedule", stage.name):
+                stage.run(plan)
+        if plan.order is not None:
+            return plan
+        assert plan.hazard is not None
+        forced = (*forced, plan.hazard.src[1])  # compute the value into its own buffer, then copy it over the target
+
+
 def schedule_graph(roots: tuple[UOp, ...], target_of: TargetOf = default_target) -> Schedule:
     """Schedule `roots` for the machines `target_of` describes (no cache)."""
     for stage in GRAPH_STAGES:
         with traced("schedule", stage.name):
             roots = stage.run(roots, target_of)
         verify_stage(stage.name, UOp.sink(*roots), TENSOR_SPEC)
-    forced: list[UOp] = []
-    while True:
-        with traced("schedule", "find realize points"):
-            points = find_realize_points(roots, tuple(forced))
-        storage = _allocate_storage(points)
-        with traced("schedule", "build kernels"):
-            kernels = {p: build_kernel(p, storage[p], storage) for p in points if p.op is not Ops.COPY}
-        for kernel in kernels.values():
-            verify_stage("build kernels", kernel.ast, KERNEL_SPEC)
-        with traced("schedule", "assign hazards"):
-            hazard = next((p for p in points if p.op is Ops.ASSIGN and _reads_what_it_overwrites(kernels[p])), None)
-        if hazard is None:
-            with traced("schedule", "order"):
-                order = _order(points, kernels, storage)
-            if isinstance(order, list):
-                break
-            hazard = order  # ASSIGNs that read each other's old contents: this one computes its value first
-        forced.append(hazard.src[1])  # compute the value into its own buffer first, then copy it over the target
+    plan = plan_kernels(roots)
+    points, storage, kernels, order = plan.points, plan.storage, plan.kernels, plan.order
+    assert order is not None
     views = _views(points, storage)
     results = tuple(root.substitute(views) for root in roots)
     exposed = {node for result in results for node in result.toposort() if node.op is Ops.BUFFER}

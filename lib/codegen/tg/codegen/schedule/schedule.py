@@ -297,8 +297,9 @@ PLAN_STAGES: tuple[PlanStage, ...] = (
     PlanStage("order", "kernels and copies ordered so every buffer is written before it is read (Kahn's algorithm)",
               _order_kernels),
 )  # fmt: skip
-SCHEDULE_STAGES: tuple[tuple[str, str], ...] = tuple(  # (name, one line), in the order schedule_graph runs them
-    (stage.name, stage.summary) for stage in (*GRAPH_STAGES, *PLAN_STAGES)
+SCHEDULE_STAGES: tuple[tuple[str, str], ...] = (  # (name, one line), in the order schedule_graph runs them
+    *((stage.name, stage.summary) for stage in GRAPH_STAGES),
+    *((stage.name, stage.summary) for stage in PLAN_STAGES),
 )
 
 

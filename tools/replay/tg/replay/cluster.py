@@ -18,7 +18,6 @@ import io
 import json
 import math
 import os
-import sqlite3
 import subprocess
 import tarfile
 import tempfile
@@ -32,6 +31,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import ray  # noqa: E402
 
+from tg.codegen.cache_db import open_db
 from tg.codegen.capture import TABLE  # noqa: E402
 from tg.codegen.flags import flags_from_environment  # noqa: E402
 from tg.replay.database import ReplayError  # noqa: E402
@@ -60,7 +60,7 @@ def shard_database(db: str, table: str, ids: list[int]) -> bytes:
     """The rows `ids` of `table` in `db`, as the bytes of an sqlite file holding only them (same columns)."""
     with tempfile.TemporaryDirectory(prefix="tg-replay-shard-") as folder:
         path = os.path.join(folder, "shard.db")
-        conn = sqlite3.connect(path)
+        conn = open_db(path)
         try:
             conn.execute("ATTACH DATABASE ? AS source", (db,))
             marks = ", ".join("?" * len(ids))

@@ -11,6 +11,7 @@ import sqlite3
 from collections import Counter
 from dataclasses import dataclass
 
+from tg.codegen.cache_db import open_db
 from tg.codegen.capture import CAPTURE_SCHEMA, META_TABLE, SCHEDULE_TABLE, TABLE, database_path
 
 
@@ -68,7 +69,7 @@ def open_captures(path: str | None) -> sqlite3.Connection:
     if not os.path.exists(path):
         raise ReplayError(f"no capture database at {path}: run `tg-replay capture -- CMD` first")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+        conn = open_db(path, read_only=True)
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as error:
         raise ReplayError(f"{path} is not a readable capture database ({error})") from None
@@ -125,7 +126,7 @@ def reset(path: str | None) -> str:
     if not os.path.exists(path):
         return path
     try:
-        conn = sqlite3.connect(path, timeout=60)
+        conn = open_db(path)
         with conn:
             tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
             for table in tables:

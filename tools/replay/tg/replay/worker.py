@@ -115,6 +115,7 @@ def replay_schedules(conn: sqlite3.Connection, table: str, ids: list[str]) -> No
 def main(argv: list[str]) -> int:
     db, table, mode, *ids = argv
     os.environ["CAPTURE_PROCESS_REPLAY"] = "0"  # replaying must never capture into the database it reads
+    # plain sqlite3, not tg.codegen.cache_db: this worker runs on the tg of another version, whose helper may differ
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)
     if mode == "schedule":
         replay_schedules(conn, table, ids)

@@ -14,6 +14,8 @@ from typing import Any
 import typer
 
 from tg.autogen.errors import AutogenError
+from tg.env.flags import DEBUG
+from tg.env.version import print_version
 
 app = typer.Typer(
     help="Turn C headers into Python ctypes bindings through libclang.", no_args_is_help=True, add_completion=False
@@ -21,11 +23,7 @@ app = typer.Typer(
 
 
 def _print_version(value: bool) -> None:
-    if value:
-        from tg.autogen import __version__
-
-        typer.echo(f"tg-autogen {__version__}")
-        raise typer.Exit()
+    print_version("tg-autogen", value)
 
 
 @app.callback()
@@ -37,7 +35,7 @@ def _options(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of expected failures."),
 ) -> None:
     """Turn C headers into Python ctypes bindings through libclang."""
-    ctx.obj = {"debug": debug or os.environ.get("DEBUG", "0") not in ("", "0")}
+    ctx.obj = {"debug": debug or DEBUG >= 1}
 
 
 def _fail(ctx: typer.Context, exc: Exception) -> None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
+
+from tg.env.version import print_version
 
 app = typer.Typer(
     help="BEAM search for the fastest way to run one kernel, and a cache of what was found.",
@@ -36,9 +37,7 @@ def _fail(message: str) -> None:
 
 
 def _print_version(value: bool) -> None:
-    if value:
-        typer.echo(f"tg-beam {version('tg-beam')}")
-        raise typer.Exit()
+    print_version("tg-beam", value)
 
 
 def _default_width() -> int:

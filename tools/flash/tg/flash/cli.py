@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 
 import typer
 
 from tg.drivers import navi31_regs as regs
 from tg.drivers.transport import Transport, parse_transport
+from tg.env.flags import DEBUG
+from tg.env.version import print_version
 from tg.flash.aperture import sha256
 from tg.flash.board import BoardOptions, open_flash
 from tg.flash.console import Reporter, failures, parse_int, progress, read_input
@@ -35,9 +35,7 @@ class CliContext:
 
 
 def _print_version(value: bool) -> None:
-    if value:
-        typer.echo(f"tg-flash {version('tg-flash')}")
-        raise typer.Exit()
+    print_version("tg-flash", value)
 
 
 @app.callback()
@@ -73,7 +71,7 @@ def _options(
     if chosen is Transport.REMOTE and remote is None:
         raise typer.BadParameter("--transport remote needs --remote HOST:PORT")
     options = BoardOptions(device, prescale, chosen, sim_state, remote, token)
-    ctx.obj = CliContext(options, Reporter(json_output), debug or os.environ.get("DEBUG") == "1")
+    ctx.obj = CliContext(options, Reporter(json_output), debug or DEBUG >= 1)
     ctx.with_resource(termination_as_interrupt())  # SIGTERM/SIGHUP run the restores and the resume hint too
 
 

@@ -12,12 +12,12 @@ import os
 import signal
 import sys
 import time
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from tg.env.version import print_version
 from tg.llm import registry
 
 app = typer.Typer(
@@ -64,9 +64,7 @@ def _debug_flag() -> bool:
 
 
 def _print_version(value: bool) -> None:
-    if value:
-        typer.echo(f"tg-llm {version('tg-llm')}")
-        raise typer.Exit()
+    print_version("tg-llm", value)
 
 
 @app.callback()

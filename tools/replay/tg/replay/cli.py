@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from importlib.metadata import version
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from tg.env.version import print_version
 from tg.replay.database import ReplayError, provenance_warning, read_provenance, reset, resolve_path, summarize
 from tg.replay.diff import (
     ReplayReport,
@@ -53,9 +53,7 @@ def _fail(message: str) -> None:
 
 
 def _print_version(value: bool) -> None:
-    if value:
-        typer.echo(f"tg-replay {version('tg-replay')}")
-        raise typer.Exit()
+    print_version("tg-replay", value)
 
 
 @app.callback()

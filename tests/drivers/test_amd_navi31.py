@@ -452,3 +452,24 @@ def test_create_queue_rejects_unmapped_pointers(sim: SimKFDInterface) -> None:
     bogus = type(pointer)(0xDEAD000, 8)
     with pytest.raises(ValueError, match="not mapped"):
         sim.create_queue(QueueKind.COMPUTE, ring, bogus, pointer)
+
+
+def test_injected_fault_address_is_reported_while_set(sim: SimKFDInterface, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOCKGPU_EMU_FAULTADDR", "0xDEADBEE1")
+    with pytest.raises(RuntimeError, match="MMU fault: 0xDEADBEE1"):
+        sim.sleep(0)
+    monkeypatch.delenv("MOCKGPU_EMU_FAULTADDR")
+    recovered(sim, DriverQueue(sim, QueueKind.COMPUTE))
+
+
+def test_device_clock_runs_at_100_ticks_per_microsecond(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.drivers.amd import navi31_engine
+
+    now = [5_000_000]
+    monkeypatch.setattr(navi31_engine.time, "perf_counter_ns", lambda: now[0])
+    clock = navi31_engine.DeviceClock()
+    now[0] += 2_000  # 2 µs
+    assert clock.ticks() == 200
+    assert clock.ticks() == 201  # the host clock did not move: still strictly increasing
+    now[0] += 1_000_000  # 1 ms
+    assert clock.ticks() == 100_200

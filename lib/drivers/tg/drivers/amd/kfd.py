@@ -30,6 +30,8 @@ DOORBELL_PAGE_SIZE = 0x2000
 QUEUE_PRIORITY = 7  # AMD_KFD_QUEUE_PRIORITY's default
 EOP_BUFFER_SIZE = 0x1000
 EVENT_PAGE_SIZE = 0x8000
+# The simulated KFD's fault injection (spec hcq §1.26): while set, `sleep` reports an MMU fault at this address.
+FAULT_INJECTION_VARIABLE = "MOCKGPU_EMU_FAULTADDR"
 
 
 def gfx_version_of(target_version: int) -> tuple[int, int, int]:
@@ -342,6 +344,9 @@ class SimKFDInterface:
         return HardwareQueue(kind, ring, read_ptr, write_ptr, engine.doorbell, len(self.device.queues) - 1)
 
     def sleep(self, timeout_ms: int) -> None:
+        injected = os.environ.get(FAULT_INJECTION_VARIABLE)
+        if injected:  # as if the memory-exception event had fired for that address; the queues are left alone
+            raise RuntimeError(f"MMU fault: 0x{int(injected, 0):X} | injected by {FAULT_INJECTION_VARIABLE}")
         self.device.sleep(timeout_ms)
 
     def recover(self) -> None:

@@ -115,7 +115,7 @@ def test_release_mem_writes_the_signal_and_interrupts(sim: SimKFDInterface) -> N
     assert [u32(signal, 16), u32(signal, 20), u32(signal, 24)] == [7, 8, 9]
     assert u32(signal) == 0xCAFEF00D
     assert u64(signal, 8) == 0x1_2345_6789
-    assert sim.device.interrupts.context_ids == [5]  # only the packet with int_sel 2 interrupted
+    assert list(sim.device.interrupts.context_ids) == [5]  # only the packet with int_sel 2 interrupted
     sim.sleep(0)  # the pending interrupt is consumed without an error
 
 
@@ -305,7 +305,7 @@ def test_sdma_copy_fence_write_and_trap(sim: SimKFDInterface) -> None:
     sdma.drain()
     assert ctypes.string_at(back.cpu_address, len(payload)) == payload
     assert (u32(back, 0x2900), u32(back, 0x2904), u32(back, 0x2FF0)) == (0xA, 0xB, 77)
-    assert sim.device.interrupts.context_ids == [9]
+    assert list(sim.device.interrupts.context_ids) == [9]
 
 
 def test_sdma_poll_regmem_blocks_until_the_cp_writes(sim: SimKFDInterface) -> None:
@@ -473,3 +473,18 @@ def test_device_clock_runs_at_100_ticks_per_microsecond(monkeypatch: pytest.Monk
     assert clock.ticks() == 201  # the host clock did not move: still strictly increasing
     now[0] += 1_000_000  # 1 ms
     assert clock.ticks() == 100_200
+
+
+def test_chaos_mode_shuffles_timing_but_not_results(engines: RecordingEngines) -> None:
+    sim = SimKFDInterface(shader_engines=engines, vram_size=VRAM, chaos_seed=7)
+    try:
+        compute, sdma = DriverQueue(sim, QueueKind.COMPUTE), DriverQueue(sim, QueueKind.SDMA)
+        assert all(queue.chaos is not None for queue in sim.device.queues)
+        signal, marker = sim.alloc(0x1000, host=True), sim.alloc(0x1000, host=True)
+        for round_ in range(1, 21):  # the CP waits for each SDMA fence, then copies it on
+            compute.submit(wait_reg_mem(signal.va_addr, round_, function=3) + write_data(marker.va_addr, round_))
+            sdma.submit(sdma_fence(signal.va_addr, round_))
+            compute.drain()
+            assert u32(marker) == round_
+    finally:
+        sim.close()

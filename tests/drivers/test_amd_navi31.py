@@ -488,3 +488,15 @@ def test_chaos_mode_shuffles_timing_but_not_results(engines: RecordingEngines) -
             assert u32(marker) == round_
     finally:
         sim.close()
+
+
+def test_default_vram_is_a_navi31s_24_gib_even_on_a_smaller_machine(engines: RecordingEngines) -> None:
+    # Regression: without MAP_NORESERVE the kernel refused an arena larger than RAM (Python 3.11 lacks the name).
+    sim = SimKFDInterface(shader_engines=engines)
+    try:
+        assert sim.device.memory.vram.size == 24 << 30
+        far = sim.alloc(20 << 30)  # only the pages touched are ever backed
+        sim.device.memory.write(far.va_addr + (20 << 30) - 4, b"\1\2\3\4")
+        assert sim.device.memory.read(far.va_addr + (20 << 30) - 4, 4) == b"\1\2\3\4"
+    finally:
+        sim.close()

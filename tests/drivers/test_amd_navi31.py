@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tg.drivers.amd.iface import GPUFault, QueueKind, WaveLaunch
+from tg.drivers.amd.iface import GPUAllocation, GPUFault, QueueKind, WaveLaunch
 from tg.drivers.amd.kfd import SimKFDInterface
 from tg.drivers.amd.navi31_engine import compare
 
@@ -500,3 +500,44 @@ def test_default_vram_is_a_navi31s_24_gib_even_on_a_smaller_machine(engines: Rec
         assert sim.device.memory.read(far.va_addr + (20 << 30) - 4, 4) == b"\1\2\3\4"
     finally:
         sim.close()
+
+
+def test_sdma_poll_regmem_register_hdp_flush(sim: SimKFDInterface) -> None:
+    sdma = DriverQueue(sim, QueueKind.SDMA)
+    marker = sim.alloc(0x1000, host=True)
+    # POLL_REGMEM in register space with HDP_FLUSH (bit 26), EQ: write REQ (byte address 0x106 << 2), poll DONE
+    hdp_flush = [8 | 1 << 26 | 3 << 28, 0x107 << 2, 0x106 << 2, 1 << 28, 1 << 28, 10 | 0xFFF << 16]
+    sdma.submit(hdp_flush + sdma_fence(marker.va_addr, 1))
+    sdma.drain()
+    assert u32(marker) == 1
+
+
+def test_a_fault_inside_an_indirect_buffer_names_it(sim: SimKFDInterface) -> None:
+    compute = DriverQueue(sim, QueueKind.COMPUTE)
+    ib = sim.alloc(0x1000, host=True)
+    packets = write_data(0xBADBAD000, 1)
+    ctypes.memmove(ib.cpu_address, (ctypes.c_uint32 * len(packets))(*packets), 4 * len(packets))
+    compute.submit(indirect_buffer(ib.va_addr, len(packets)))
+    text = fault_text(sim)
+    assert text.startswith("MMU fault: 0xBADBAD000") and f"IB 0x{ib.va_addr:X} dword 0" in text
+    recovered(sim, compute)
+
+
+def test_indirect_buffers_nest_one_level_only(sim: SimKFDInterface) -> None:
+    compute = DriverQueue(sim, QueueKind.COMPUTE)
+    target = sim.alloc(0x1000, host=True)
+    inner, middle, outer = (sim.alloc(0x1000, host=True) for _ in range(3))
+
+    def fill(mem: GPUAllocation, packets: list[int]) -> int:
+        ctypes.memmove(mem.cpu_address, (ctypes.c_uint32 * len(packets))(*packets), 4 * len(packets))
+        return len(packets)
+
+    inner_size = fill(inner, write_data(target.va_addr, 5))
+    middle_size = fill(middle, indirect_buffer(inner.va_addr, inner_size))
+    compute.submit(indirect_buffer(middle.va_addr, middle_size))  # ring -> IB -> IB: allowed
+    compute.drain()
+    assert u32(target) == 5
+    outer_size = fill(outer, indirect_buffer(middle.va_addr, middle_size))
+    compute.submit(indirect_buffer(outer.va_addr, outer_size))  # ring -> IB -> IB -> IB: too deep
+    assert "nested deeper" in fault_text(sim)
+    recovered(sim, compute)

@@ -81,7 +81,10 @@ class VRAMArena:
         self._free = merged
 
     def close(self) -> None:
-        self.buffer.close()
+        try:
+            self.buffer.close()
+        except BufferError:  # a view is still alive (an engine thread that did not stop): leave it to the GC
+            pass
 
 
 class SimMemory:
@@ -144,9 +147,12 @@ class SimMemory:
             ranges = self._table[1]
             self._table = ([], [])
             for mapped in ranges:
-                mapped.view.release()
-                if mapped.backing is not None:
-                    mapped.backing.close()
+                try:
+                    mapped.view.release()
+                    if mapped.backing is not None:
+                        mapped.backing.close()
+                except BufferError:  # still in use by a thread that did not stop: leave it to the GC
+                    pass
         self.vram.close()
 
     # -- translation -------------------------------------------------------------------------------------------

@@ -213,6 +213,21 @@ class SimMemory:
             done += length
         self._announce_write()
 
+    def copy(self, destination: int, source: int, size: int) -> None:
+        """Copy `size` bytes view to view (no intermediate bytes object); faults like a read then a write."""
+        done = 0
+        while done < size:
+            piece = min(size - done, 1 << 22)
+            src = self._within(source + done, piece)
+            dst = self._within(destination + done, piece)
+            if src is None or dst is None:  # crossing mappings (or unmapped: the slow path raises the fault)
+                self.write(destination + done, self.read(source + done, piece))
+            else:
+                s_off, d_off = source + done - src.start, destination + done - dst.start
+                dst.view[d_off : d_off + piece] = src.view[s_off : s_off + piece]
+            done += piece
+        self._announce_write()
+
     def read_u32(self, address: int) -> int:
         return int.from_bytes(self.read(address, 4), "little")
 

@@ -303,14 +303,11 @@ def fault_report(memory: object, hardware: object) -> str:
     return " ; ".join(parts)
 
 
-def default_shader_engines() -> ShaderEngines | None:
-    """The RDNA3 emulator when it is installed (tg.drivers.amd.rdna3), else None (dispatches then fault)."""
-    try:
-        from tg.drivers.amd import rdna3  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    factory = getattr(rdna3, "ShaderEngines", None) or getattr(rdna3, "Emulator", None)
-    return factory() if factory is not None else None
+def default_shader_engines() -> ShaderEngines:
+    """The RDNA3 emulator (tg.drivers.amd.rdna3), imported only when a simulated device is built (it needs numpy)."""
+    from tg.drivers.amd.rdna3 import RDNA3Emulator
+
+    return RDNA3Emulator()
 
 
 class SimKFDInterface:

@@ -203,13 +203,13 @@ class QueueEngine(threading.Thread):
         except QueueReset:
             return
         except GPUFault as fault:
-            self._halt(epoch, DeviceFault(self.queue_name, self.current_packet, str(fault), fault.address))
+            self._halt(epoch, DeviceFault(self.queue_name, self.describe_packet(), str(fault), fault.address))
             return
         except PacketError as error:
-            self._halt(epoch, DeviceFault(self.queue_name, self.current_packet, str(error)))
+            self._halt(epoch, DeviceFault(self.queue_name, self.describe_packet(), str(error)))
             return
         except Exception as error:  # an emulator error (illegal instruction, ...) is a device error, not a crash
-            self._halt(epoch, DeviceFault(self.queue_name, self.current_packet, f"{type(error).__name__}: {error}"))
+            self._halt(epoch, DeviceFault(self.queue_name, self.describe_packet(), f"{type(error).__name__}: {error}"))
             return
         with self._cond:
             if self._epoch != epoch:  # reset while this packet ran: its progress belongs to the old queue
@@ -228,7 +228,9 @@ class QueueEngine(threading.Thread):
             self.hung = True
         self.device.interrupts.latch(fault)
 
-    current_packet = "?"
+    def describe_packet(self) -> str:
+        """The packet being executed, for a fault report."""
+        return "?"
 
     def execute_next(self, position: int, epoch: int) -> int:
         """Execute the packet at `position` (ring units); return the position after it."""

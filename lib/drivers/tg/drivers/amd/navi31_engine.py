@@ -148,6 +148,7 @@ class QueueEngine(threading.Thread):
         self._epoch = 0  # bumped by reset: waits and in-flight packets of an older epoch are abandoned
         self._closing = False
         self.packets_executed = 0
+        self.waiting = False  # blocked in a WAIT_REG_MEM / POLL_REGMEM whose condition did not hold
         seed = device.chaos_seed
         self.chaos = None if seed is None else random.Random(f"{seed}:{name}")
 
@@ -245,14 +246,18 @@ class QueueEngine(threading.Thread):
         """Block until `condition()` holds: woken by engine writes to memory, polling for CPU writes; abandoned
         (QueueReset) when the queue is reset or closed. A wait that never ends is the driver's timeout to report."""
         delay = POLL_MIN_S
-        while True:
-            generation = self.memory.generation
-            if condition():
-                return
-            if self._epoch != epoch or self._closing:
-                raise QueueReset
-            self.memory.wait_for_change(generation, delay)
-            delay = min(delay * 2, POLL_MAX_S)
+        try:
+            while True:
+                generation = self.memory.generation
+                if condition():
+                    return
+                if self._epoch != epoch or self._closing:
+                    raise QueueReset
+                self.waiting = True
+                self.memory.wait_for_change(generation, delay)
+                delay = min(delay * 2, POLL_MAX_S)
+        finally:
+            self.waiting = False
 
 
 def compare(function: int, value: int, reference: int) -> bool:

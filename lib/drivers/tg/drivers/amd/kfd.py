@@ -250,6 +250,15 @@ class KFDInterface:
     def recover(self) -> None:
         raise RuntimeError("the KFD cannot reset this process's queues; restart the process after a GPU fault")
 
+    def close(self) -> None:
+        """Destroy the queues and give the file descriptors back (the KFD frees the rest with the process)."""
+        kfd = self._kfd
+        for queue_id in self._queues:
+            kfd.AMDKFD_IOC_DESTROY_QUEUE(self.fd, queue_id=queue_id)
+        self._queues.clear()
+        for fd in (self.drm_fd, self.fd):
+            os.close(fd)
+
 
 def create_queue_args(
     gpu_id: int, kind: QueueKind, ring: GPUAllocation, read_ptr: GPUAllocation, write_ptr: GPUAllocation, **extra: int

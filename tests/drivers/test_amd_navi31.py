@@ -554,3 +554,20 @@ def test_freeing_a_live_queues_read_pointer_is_a_fault_not_a_crash(sim: SimKFDIn
     assert text.startswith(f"MMU fault: 0x{compute.read_ptr.va_addr:X}") and "read pointer" in text
     assert u32(target) == 1  # the packet itself ran
     sim.recover()  # does not trip over the missing pointer
+
+
+def test_recovery_abandons_the_rest_of_a_long_indirect_buffer(sim: SimKFDInterface, engines: RecordingEngines) -> None:
+    release = threading.Event()
+    engines.action = lambda memory, launch: release.wait(60)
+    compute = DriverQueue(sim, QueueKind.COMPUTE)
+    code, target, ib = (sim.alloc(0x1000, host=True) for _ in range(3))
+    dispatch = set_sh_reg(0x2E0C, *program_registers(code.va_addr)) + set_sh_reg(0x2E07, 1, 1, 1)
+    packets = dispatch + dispatch_direct(1, 1, 1) + write_data(target.va_addr, 1)
+    ctypes.memmove(ib.cpu_address, (ctypes.c_uint32 * len(packets))(*packets), 4 * len(packets))
+    compute.submit(indirect_buffer(ib.va_addr, len(packets)))
+    wait_for(lambda: len(engines.launches) == 1, "the dispatch to start")
+    sim.recover()  # while the dispatch inside the IB runs
+    release.set()
+    engines.action = None
+    recovered(sim, compute)
+    assert u32(target) == 0  # the packet after the dispatch never ran

@@ -3,7 +3,7 @@
 The ring's pointers count dwords and wrap at the ring's end; a packet may straddle the end (the CP reads on from
 dword 0). Packets: NOP, INDIRECT_BUFFER (one level of chaining), SET_SH_REG / SET_UCONFIG_REG (the register file),
 DISPATCH_DIRECT (the COMPUTE_* registers become a WaveLaunch run to completion by the shader engines),
-ACQUIRE_MEM (no caches are modelled: accepted after its fields are checked), RELEASE_MEM (32/64-bit value or the
+ACQUIRE_MEM (no caches are modelled: accepted after its length is checked), RELEASE_MEM (32/64-bit value or the
 GPU clock, optional interrupt), WAIT_REG_MEM (memory or register, any compare, masked; blocks), EVENT_WRITE,
 WRITE_DATA. Anything else stops the queue with a fault naming the packet.
 """
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from tg.drivers.amd import packets as pk
 from tg.drivers.amd.iface import GPUAllocation, GPUFault, QueueKind, WaveLaunch
-from tg.drivers.amd.navi31_engine import PacketError, QueueEngine, compare
+from tg.drivers.amd.navi31_engine import PacketError, QueueEngine, QueueReset, compare
 
 if TYPE_CHECKING:
     from tg.drivers.amd.navi31 import Navi31
@@ -134,6 +134,8 @@ class ComputeEngine(QueueEngine):
         caller = self._packet
         position = 0
         while position < size:
+            if self.reset_since(epoch):  # recovery abandons the rest of a long IB, not only a wait in it
+                raise QueueReset
             position = self._execute_packet(ib, position, epoch)
         self._packet = caller
 

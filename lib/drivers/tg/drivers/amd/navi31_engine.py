@@ -242,6 +242,10 @@ class QueueEngine(threading.Thread):
         return self._announced
 
     # -- helpers for packets -----------------------------------------------------------------------------------
+    def reset_since(self, epoch: int) -> bool:
+        """Whether the queue was reset (or closed) after work of `epoch` began."""
+        return self._epoch != epoch or self._closing
+
     def wait_until(self, condition: Callable[[], bool], epoch: int) -> None:
         """Block until `condition()` holds: woken by engine writes to memory, polling for CPU writes; abandoned
         (QueueReset) when the queue is reset or closed. A wait that never ends is the driver's timeout to report."""
@@ -251,7 +255,7 @@ class QueueEngine(threading.Thread):
                 generation = self.memory.generation
                 if condition():
                     return
-                if self._epoch != epoch or self._closing:
+                if self.reset_since(epoch):
                     raise QueueReset
                 self.waiting = True
                 self.memory.wait_for_change(generation, delay)

@@ -132,7 +132,9 @@ def _sopp(inst: Instruction) -> str:
     if name in NO_OPERAND_SOPP:
         return name
     if name in BRANCHES:
-        return f"{name} {_signed16(imm)}"
+        return f"{name} {imm}"  # LLVM prints the 16-bit offset unsigned
+    if name == "s_waitcnt_depctr":
+        return f"{name} {depctr_text(imm)}"
     if name == "s_waitcnt":
         return f"{name} {waitcnt_text(imm)}"
     if name == "s_delay_alu":
@@ -142,6 +144,27 @@ def _sopp(inst: Instruction) -> str:
     if name in ("s_nop", "s_sleep", "s_setprio", "s_trap"):
         return f"{name} {imm}"
     return f"{name} 0x{imm:x}"
+
+
+# s_waitcnt_depctr fields: (name, low bit, width); a field at its maximum is not waited on and not printed
+DEPCTR_FIELDS = (
+    ("depctr_va_vdst", 12, 4),
+    ("depctr_va_sdst", 9, 3),
+    ("depctr_va_ssrc", 8, 1),
+    ("depctr_hold_cnt", 7, 1),
+    ("depctr_vm_vsrc", 2, 3),
+    ("depctr_va_vcc", 1, 1),
+    ("depctr_sa_sdst", 0, 1),
+)
+
+
+def depctr_text(imm: int) -> str:
+    parts = []
+    for name, lo, width in DEPCTR_FIELDS:
+        value = (imm >> lo) & ((1 << width) - 1)
+        if value != (1 << width) - 1:
+            parts.append(f"{name}({value})")
+    return " ".join(parts) if parts else f"0x{imm:x}"
 
 
 def waitcnt_text(imm: int) -> str:
@@ -326,8 +349,6 @@ def _vopd_half(name: str, dst: int, src0: int, vsrc1: int, literal: int | None) 
         return f"{dual} {d}, {s0}, 0x{literal or 0:x}, {s1}"
     if name in ("v_fmaak_f32",):
         return f"{dual} {d}, {s0}, {s1}, 0x{literal or 0:x}"
-    if name == "v_cndmask_b32":
-        return f"{dual} {d}, {s0}, {s1}, vcc_lo"
     return f"{dual} {d}, {s0}, {s1}"
 
 
@@ -416,6 +437,7 @@ _FORMATTERS = {
     "FLAT": _flat,
     "GLOBAL": _flat,
     "SCRATCH": _flat,
+    "MUBUF": lambda inst: inst.name,
 }
 
 

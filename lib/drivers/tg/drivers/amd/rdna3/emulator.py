@@ -601,9 +601,8 @@ class Compiler:
         if name in ("v_div_scale_f32", "v_div_scale_f64"):
             # without the extreme-exponent scaling: D = S0, VCC = 0 (see the module's report of gaps)
             width = 2 if name.endswith("64") else 1
-            src = _modifier(
-                vector_getter(f["src0"], width, inst.literal), 0, f["neg"], 0, 63 if width == 2 else 31, width
-            )
+            bits = 64 if width == 2 else 32
+            src = _modifier(vector_getter(f["src0"], width, inst.literal, bits), 0, f["neg"], 0, bits - 1, width)
 
             def div_scale(w: Wave) -> None:
                 if width == 2:
@@ -660,6 +659,11 @@ class Compiler:
 
     def _scratch(self, inst: Instruction) -> Exec:
         return _scratch_access(inst)
+
+    def _mubuf(self, inst: Instruction) -> Exec:
+        if inst.name in ("buffer_gl0_inv", "buffer_gl1_inv"):
+            return lambda w: None  # no caches: memory is coherent
+        raise _illegal(inst)
 
     def _ds(self, inst: Instruction) -> Exec:
         return _ds_access(inst)
@@ -1081,10 +1085,7 @@ class RDNA3Emulator:
             except GPUFault:
                 if size == 4:
                     raise
-        inst = decode(code, 0)
-        inst = Instruction(
-            pc, inst.encoding, inst.opcode, inst.name, inst.words, inst.fields, inst.literal, inst.name_y
-        )
+        inst = decode(code, 0, address=pc)
         entry = (self.compiler.compile(inst), inst.size)
         program[pc] = entry
         return entry

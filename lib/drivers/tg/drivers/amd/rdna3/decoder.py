@@ -82,21 +82,23 @@ def _name(table: dict[int, str], encoding: str, opcode: int, offset: int, words:
     return table[opcode]
 
 
-def decode(code: bytes | memoryview, offset: int) -> Instruction:
-    """Decode the instruction at byte `offset` of `code`."""
+def decode(code: bytes | memoryview, offset: int, address: int | None = None) -> Instruction:
+    """Decode the instruction at byte `offset` of `code`; `address` (default: `offset`) is where it lives, for the
+    instruction's `offset` and error messages."""
+    where = offset if address is None else address
     if offset + 4 > len(code):
-        raise IllegalInstruction("instruction runs past the end of the code", offset, ())
+        raise IllegalInstruction("instruction runs past the end of the code", where, ())
     w0 = struct.unpack_from("<I", code, offset)[0]
     w1 = struct.unpack_from("<I", code, offset + 4)[0] if offset + 8 <= len(code) else 0
     encoding, opcode, fields, nwords, table = _fields(w0, w1)
     words: tuple[int, ...] = (w0, w1)[:nwords]
-    name = _name(table, encoding, opcode, offset, words)
+    name = _name(table, encoding, opcode, where, words)
     name_y = ""
     if encoding == "VOP3" and name in VOP3SD_NAMES:
         encoding = "VOP3SD"
         fields = _vop3sd_fields(w0, w1)
     if encoding == "VOPD":
-        name_y = _name(opcodes.VOPDY, "VOPD_Y", fields["opy"], offset, words)
+        name_y = _name(opcodes.VOPDY, "VOPD_Y", fields["opy"], where, words)
     if encoding == "SMEM":
         fields["offset"] = _sext(fields["offset"], 21)
     if encoding in ("FLAT", "GLOBAL", "SCRATCH"):
@@ -110,10 +112,10 @@ def decode(code: bytes | memoryview, offset: int) -> Instruction:
         or (encoding == "VOPD" and name in ALWAYS_LITERAL)
     ):
         if offset + 4 * nwords + 4 > len(code):
-            raise IllegalInstruction(f"{name}: literal runs past the end of the code", offset, words)
+            raise IllegalInstruction(f"{name}: literal runs past the end of the code", where, words)
         literal = struct.unpack_from("<I", code, offset + 4 * nwords)[0]
         words = (*words, literal)
-    return Instruction(offset, encoding, opcode, name, words, fields, literal, name_y)
+    return Instruction(where, encoding, opcode, name, words, fields, literal, name_y)
 
 
 def _fields(w0: int, w1: int) -> tuple[str, int, dict[str, int], int, dict[int, str]]:
@@ -195,7 +197,9 @@ def _fields(w0: int, w1: int) -> tuple[str, int, dict[str, int], int, dict[int, 
             "vdst": _bits(w1, 24, 8),
         }
         return encoding, _bits(w0, 18, 7), fields, 2, table
-    names = {0x38: "MUBUF", 0x3A: "MTBUF", 0x3C: "MIMG", 0x3E: "EXP", 0x33: "VINTERP/LDSDIR"}
+    if top6 == 0x38:
+        return "MUBUF", _bits(w0, 18, 8), {}, 2, opcodes.MUBUF
+    names = {0x3A: "MTBUF", 0x3C: "MIMG", 0x3E: "EXP", 0x33: "VINTERP/LDSDIR"}
     return names.get(top6, f"unknown encoding prefix 0x{top6:X}"), 0, {}, 1, {}
 
 

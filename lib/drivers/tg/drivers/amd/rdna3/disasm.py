@@ -6,6 +6,8 @@ constants in decimal, inline float constants as `1.0`, `0.15915494`."""
 
 from __future__ import annotations
 
+import re
+
 from .decoder import LITERAL, VOP3SD_NAMES, Instruction, decode_program
 from .opcodes import OPERAND_WIDTHS
 
@@ -67,6 +69,28 @@ def operand(code: int, width: int = 1, literal: int | None = None) -> str:
     if code == LITERAL:
         return f"0x{literal or 0:x}"
     return SPECIAL_OPERANDS.get(code, f"<operand {code}>")
+
+
+_TYPE = re.compile(r"^[fiub](16|32|64)$")
+
+
+def operand_bits(name: str) -> tuple[int, int]:
+    """(destination bits, source bits) of a VALU operation from its name (v_cvt_<dst>_<src>, else one type)."""
+    types = [int(t[1:]) for t in name.split("_")[1:] if _TYPE.match(t)]
+    if not types or "_pk_" in name:
+        return 32, 32
+    if name.startswith("v_cvt_") and len(types) >= 2:
+        return types[0], types[1]
+    return types[0], types[0]
+
+
+def true16(code: int, literal: int | None = None) -> str:
+    """A 16-bit VOP1/VOP2/VOPC operand (gfx11 true16): v[256..383] low halves `vN.l`, v[384..] high halves `vN.h`."""
+    if code >= 384:
+        return f"v{code - 384}.h"
+    if code >= 256:
+        return f"v{code - 256}.l"
+    return operand(code, 1, literal)
 
 
 def _widths(name: str, count: int) -> tuple[int, ...]:
@@ -132,7 +156,9 @@ def _sopp(inst: Instruction) -> str:
     if name in NO_OPERAND_SOPP:
         return name
     if name in BRANCHES:
-        return f"{name} {_signed16(imm)}"
+        return f"{name} {imm}"  # LLVM prints the 16-bit offset unsigned
+    if name == "s_waitcnt_depctr":
+        return f"{name} {depctr_text(imm)}"
     if name == "s_waitcnt":
         return f"{name} {waitcnt_text(imm)}"
     if name == "s_delay_alu":
@@ -142,6 +168,27 @@ def _sopp(inst: Instruction) -> str:
     if name in ("s_nop", "s_sleep", "s_setprio", "s_trap"):
         return f"{name} {imm}"
     return f"{name} 0x{imm:x}"
+
+
+# s_waitcnt_depctr fields: (name, low bit, width); a field at its maximum is not waited on and not printed
+DEPCTR_FIELDS = (
+    ("depctr_va_vdst", 12, 4),
+    ("depctr_va_sdst", 9, 3),
+    ("depctr_va_ssrc", 8, 1),
+    ("depctr_hold_cnt", 7, 1),
+    ("depctr_vm_vsrc", 2, 3),
+    ("depctr_va_vcc", 1, 1),
+    ("depctr_sa_sdst", 0, 1),
+)
+
+
+def depctr_text(imm: int) -> str:
+    parts = []
+    for name, lo, width in DEPCTR_FIELDS:
+        value = (imm >> lo) & ((1 << width) - 1)
+        if value != (1 << width) - 1:
+            parts.append(f"{name}({value})")
+    return " ".join(parts) if parts else f"0x{imm:x}"
 
 
 def waitcnt_text(imm: int) -> str:
@@ -195,13 +242,19 @@ def _vop1(inst: Instruction) -> str:
     w = _widths(name, 2)
     dst = operand(f["vdst"], w[0]) if name == "v_readfirstlane_b32" else operand(256 + f["vdst"], w[0])
     suffix = "" if name in NO_E32_SUFFIX else "_e32"
-    return f"{name}{suffix} {dst}, {operand(f['src0'], w[1], inst.literal)}"
+    dst_bits, src_bits = operand_bits(name)
+    if dst_bits == 16:
+        dst = true16(256 + f["vdst"])
+    src = true16(f["src0"], inst.literal) if src_bits == 16 else operand(f["src0"], w[1], inst.literal)
+    return f"{name}{suffix} {dst}, {src}"
 
 
 def _vop2(inst: Instruction) -> str:
     f, name, lit = inst.fields, inst.name, inst.literal
     w = _widths(name, 3)
     dst, src0, src1 = operand(256 + f["vdst"], w[0]), operand(f["src0"], w[1], lit), operand(256 + f["vsrc1"], w[2])
+    if operand_bits(name) == (16, 16):
+        dst, src0, src1 = true16(256 + f["vdst"]), true16(f["src0"], lit), true16(256 + f["vsrc1"])
     suffix = "" if name in NO_E32_SUFFIX else "_e32"
     if name in ("v_fmamk_f32", "v_fmamk_f16"):
         return f"{name} {dst}, {src0}, 0x{lit or 0:x}, {src1}"
@@ -222,6 +275,8 @@ def _vopc(inst: Instruction) -> str:
     f, name = inst.fields, inst.name
     w = _widths(name, 3)
     src0, src1 = operand(f["src0"], w[-2], inst.literal), operand(256 + f["vsrc1"], w[-1])
+    if operand_bits(name)[1] == 16:
+        src0, src1 = true16(f["src0"], inst.literal), true16(256 + f["vsrc1"])
     if name.startswith("v_cmpx"):
         return f"{name}_e32 {src0}, {src1}"
     return f"{name}_e32 vcc_lo, {src0}, {src1}"
@@ -326,8 +381,6 @@ def _vopd_half(name: str, dst: int, src0: int, vsrc1: int, literal: int | None) 
         return f"{dual} {d}, {s0}, 0x{literal or 0:x}, {s1}"
     if name in ("v_fmaak_f32",):
         return f"{dual} {d}, {s0}, {s1}, 0x{literal or 0:x}"
-    if name == "v_cndmask_b32":
-        return f"{dual} {d}, {s0}, {s1}, vcc_lo"
     return f"{dual} {d}, {s0}, {s1}"
 
 
@@ -416,6 +469,7 @@ _FORMATTERS = {
     "FLAT": _flat,
     "GLOBAL": _flat,
     "SCRATCH": _flat,
+    "MUBUF": lambda inst: inst.name,
 }
 
 

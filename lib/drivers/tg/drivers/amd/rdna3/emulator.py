@@ -13,6 +13,7 @@ until each reaches s_barrier or s_endpgm, then the barrier releases them.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -411,8 +412,13 @@ class Compiler:
             width = widths[i]
             code = f[key] if not key.startswith("v") else 256 + f[key]
             sign = float_source_bits(name, width)
+            if inst.encoding in ("VOP1", "VOP2") and _operand_bits(name)[1] == 16:
+                getters.append(_t16_source(code, inst.literal))
+                continue
             getter = vector_getter(code, width, inst.literal, 64 if width == 2 else (16 if sign == 15 else 32))
             if inst.encoding == "VOP3":
+                if f["opsel"] >> i & 1:
+                    getter = _high_half(getter)
                 getter = _modifier(getter, i, f["neg"], f["abs"], sign, width)
             elif inst.encoding == "VOP3SD":
                 getter = _modifier(getter, i, f["neg"], 0, sign, width)
@@ -444,17 +450,17 @@ class Compiler:
         if name in _CARRY_OPS:
             a, b = vector_getter(f["src0"], 1, inst.literal), vector_getter(256 + f["vsrc1"], 1, None)
             return _carry_op(name, a, b, lambda w: w.s[VCC_LO], dst, VCC_LO)
+        half = _is_16bit_op(name)
+        a = _t16_source(f["src0"], inst.literal) if half else vector_getter(f["src0"], 1, inst.literal)
+        b = _t16_source(256 + f["vsrc1"], None) if half else vector_getter(256 + f["vsrc1"], 1, None)
         if name in ("v_fmamk_f32", "v_fmamk_f16"):
             lit = np.full(WAVE, inst.literal or 0, dtype=U32)
-            a, b = vector_getter(f["src0"], 1, inst.literal), vector_getter(256 + f["vsrc1"], 1, None)
             return self._vop_getters(inst, name, [a, lambda w: lit, b], dst)
         if name in ("v_fmaak_f32", "v_fmaak_f16"):
             lit = np.full(WAVE, inst.literal or 0, dtype=U32)
-            a, b = vector_getter(f["src0"], 1, inst.literal), vector_getter(256 + f["vsrc1"], 1, None)
             return self._vop_getters(inst, name, [a, b, lambda w: lit], dst)
         if name in ("v_fmac_f32", "v_fmac_f16"):
-            a, b = vector_getter(f["src0"], 1, inst.literal), vector_getter(256 + f["vsrc1"], 1, None)
-            d = vector_getter(256 + dst, 1, None)
+            d = _t16_source(256 + dst, None) if half else vector_getter(256 + dst, 1, None)
             return self._vop_getters(inst, name, [a, b, d], dst)
         return self._vop(inst, name, ("src0", "vsrc1"), dst)
 
@@ -471,6 +477,12 @@ class Compiler:
             raise _illegal(inst)
         op, _, dst_width = VOP_OPS[name]
         post = _output_modifier(inst, name)
+        if inst.encoding in ("VOP1", "VOP2") and _operand_bits(name)[0] == 16:
+            write = _write16(dst & 0x7F, dst >= 0x80)  # true16: v128+ names the high half
+            return lambda w: write(w, post(op(*[g(w) for g in getters])))
+        if inst.encoding == "VOP3" and _is_16bit_result(name):
+            write = _write16(dst, bool(inst.fields["opsel"] & 8))
+            return lambda w: write(w, post(op(*[g(w) for g in getters])))
         if dst_width == 2:
 
             def run64(w: Wave) -> None:
@@ -500,6 +512,13 @@ class Compiler:
         cmp, (w0, w1) = found
         a = vector_getter(src0, w0, inst.literal, 64 if w0 == 2 else 32)
         b = vector_getter(src1, w1, inst.literal, 64 if w1 == 2 else 32)
+        if inst.encoding == "VOPC" and _operand_bits(inst.name)[1] == 16:
+            a, b = _t16_source(src0, inst.literal), _t16_source(src1, None)
+        if inst.encoding == "VOP3" and inst.fields["opsel"]:
+            if not _is_16bit_op(inst.name):
+                raise _illegal(inst, "with op_sel on a 32-bit comparison is not implemented")
+            a = _high_half(a) if inst.fields["opsel"] & 1 else a
+            b = _high_half(b) if inst.fields["opsel"] & 2 else b
         if inst.encoding == "VOP3":
             f = inst.fields
             a = _modifier(a, 0, f["neg"], f["abs"], 63 if w0 == 2 else 31, w0)
@@ -519,9 +538,15 @@ class Compiler:
         f, name = inst.fields, inst.name
         if inst.opcode < 256:  # VOPC promoted: the destination is an SGPR
             return self._compare(inst, vector_getter, f["src0"], f["src1"], f["vdst"])
-        if f["opsel"] and name not in ("v_cvt_f32_f16",):
-            raise _illegal(inst, "with op_sel is not implemented")
+        if f["opsel"] and not _is_16bit_op(name):
+            raise _illegal(inst, "with op_sel on a 32-bit operation is not implemented")
         dst = f["vdst"]
+        if name == "v_cndmask_b16":
+            a = _modifier(_opsel_source(inst, 0), 0, f["neg"], f["abs"], 15, 1)
+            b = _modifier(_opsel_source(inst, 1), 1, f["neg"], f["abs"], 15, 1)
+            cond = scalar_getter(f["src2"], 1, inst.literal)
+            write = _write16(dst, bool(f["opsel"] & 8))
+            return lambda w: write(w, np.where(lane_bits(cond(w)), b(w), a(w)))
         if name == "v_cndmask_b32":
             a = _modifier(vector_getter(f["src0"], 1, inst.literal), 0, f["neg"], f["abs"], 31, 1)
             b = _modifier(vector_getter(f["src1"], 1, inst.literal), 1, f["neg"], f["abs"], 31, 1)
@@ -601,9 +626,8 @@ class Compiler:
         if name in ("v_div_scale_f32", "v_div_scale_f64"):
             # without the extreme-exponent scaling: D = S0, VCC = 0 (see the module's report of gaps)
             width = 2 if name.endswith("64") else 1
-            src = _modifier(
-                vector_getter(f["src0"], width, inst.literal), 0, f["neg"], 0, 63 if width == 2 else 31, width
-            )
+            bits = 64 if width == 2 else 32
+            src = _modifier(vector_getter(f["src0"], width, inst.literal, bits), 0, f["neg"], 0, bits - 1, width)
 
             def div_scale(w: Wave) -> None:
                 if width == 2:
@@ -648,6 +672,11 @@ class Compiler:
         return lambda w: op(a(w), b(w))
 
     def _vop3p(self, inst: Instruction) -> Exec:
+        name = inst.name
+        if name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
+            return _fma_mix(inst)
+        if name in PACKED_16:
+            return _packed16(inst, PACKED_16[name])
         raise _illegal(inst)
 
     # memory
@@ -660,6 +689,11 @@ class Compiler:
 
     def _scratch(self, inst: Instruction) -> Exec:
         return _scratch_access(inst)
+
+    def _mubuf(self, inst: Instruction) -> Exec:
+        if inst.name in ("buffer_gl0_inv", "buffer_gl1_inv"):
+            return lambda w: None  # no caches: memory is coherent
+        raise _illegal(inst)
 
     def _ds(self, inst: Instruction) -> Exec:
         return _ds_access(inst)
@@ -740,6 +774,178 @@ def _output_modifier(inst: Instruction, name: str) -> Callable[[np.ndarray], np.
         return x.astype(np.float32).view(U32)
 
     return apply
+
+
+_TYPE_TOKEN = re.compile(r"^[fiub](16|32|64)$")
+
+
+def _is_16bit_op(name: str) -> bool:
+    return "16" in name and "_pk_" not in name
+
+
+def _is_16bit_result(name: str) -> bool:
+    """The destination type (the first type in the name) is 16-bit: the result goes to one half of the VGPR."""
+    types = [t for t in name.split("_")[1:] if _TYPE_TOKEN.match(t)]
+    return bool(types) and types[0].endswith("16") and "_pk_" not in name
+
+
+def _operand_bits(name: str) -> tuple[int, int]:
+    """(destination bits, source bits) from the operation's name: v_cvt_<dst>_<src>, else one type for all."""
+    types = [int(t[1:]) for t in name.split("_")[1:] if _TYPE_TOKEN.match(t)]
+    if not types or "_pk_" in name:
+        return 32, 32
+    if name.startswith("v_cvt_") and len(types) >= 2:
+        return types[0], types[1]
+    return types[0], types[0]
+
+
+def _t16_source(code: int, literal: int | None) -> Getter:
+    """A 16-bit operand of a VOP1/VOP2/VOPC instruction (gfx11 true16): VGPR codes 384+ name the high half of
+    v(code - 384), 256..383 the low half; SGPRs and constants give their low 16 bits."""
+    if code >= 384:
+        return _high_half(vector_getter(code - 128, 1, None))
+    return vector_getter(code, 1, literal, 16)
+
+
+def _high_half(getter: Getter) -> Getter:
+    return lambda w: getter(w) >> U32(16)
+
+
+def _opsel_source(inst: Instruction, index: int) -> Getter:
+    getter = vector_getter(inst.fields[f"src{index}"], 1, inst.literal, 16)
+    return _high_half(getter) if inst.fields["opsel"] >> index & 1 else getter
+
+
+def _write16(dst: int, high: bool) -> Callable[[Wave, np.ndarray], None]:
+    """Write 16-bit results into the low (or, op_sel[3], the high) half of a VGPR, keeping the other half."""
+
+    def write(w: Wave, value: np.ndarray) -> None:
+        half = np.asarray(value).astype(U32) & U32(0xFFFF)
+        old = w.v[dst]
+        w.vset(dst, (old & U32(0xFFFF)) | (half << U32(16)) if high else (old & U32(0xFFFF0000)) | half)
+
+    return write
+
+
+def _half_source(code: int, literal: int | None, as_f16: bool) -> Getter:
+    """A VOP3P source's 32 raw bits per lane; an inline float constant is encoded as f16 (in both halves) when the
+    operation reads it as f16, else as f32."""
+    if code < 256 and code != LITERAL and inline_constant(code) is not None:
+        if as_f16:
+            c16 = inline_constant(code, 16)
+            assert c16 is not None
+            c16 &= 0xFFFF
+            array = np.full(WAVE, c16 | c16 << 16, dtype=U32)
+            return lambda w: array
+    return vector_getter(code, 1, literal)
+
+
+def _fma_mix(inst: Instruction) -> Exec:
+    """V_FMA_MIX*: each source is f32, or f16 from the half opsel picks (opsel_hi bit set); neg / abs (neg_hi)
+    modifiers; the FMA in f32, the result stored as f32, or as f16 into the low or high half."""
+    f, name = inst.fields, inst.name
+    sources = []
+    for i in range(3):
+        is_f16 = bool(f["opsel_hi"] >> i & 1)
+        getter = _half_source(f[f"src{i}"], inst.literal, is_f16)
+        sources.append((getter, is_f16, bool(f["opsel"] >> i & 1), bool(f["neg"] >> i & 1), bool(f["neg_hi"] >> i & 1)))
+    dst = f["vdst"]
+
+    def value(w: Wave, src: tuple[Getter, bool, bool, bool, bool]) -> np.ndarray:
+        getter, is_f16, hi, neg, abs_ = src
+        raw = getter(w)
+        if is_f16:
+            x = ((raw >> U32(16)) if hi else raw & U32(0xFFFF)).astype(np.uint16).view(np.float16).astype(np.float64)
+        else:
+            x = raw.view(np.float32).astype(np.float64)
+        if abs_:
+            x = np.abs(x)
+        return -x if neg else x
+
+    def run(w: Wave) -> None:
+        a, b, c = (value(w, s) for s in sources)
+        with np.errstate(all="ignore"):
+            result = (a * b + c).astype(np.float32)  # exact product in f64, one rounding to f32
+            if f["clamp"]:
+                result = np.clip(result, 0, 1).astype(np.float32)
+            if name == "v_fma_mix_f32":
+                w.vset(dst, result.view(U32))
+                return
+            half = result.astype(np.float16).view(np.uint16).astype(U32)
+        old = w.v[dst]
+        merged = (
+            (old & U32(0xFFFF0000)) | half if name == "v_fma_mixlo_f16" else (old & U32(0xFFFF)) | (half << U32(16))
+        )
+        w.vset(dst, merged)
+
+    return run
+
+
+def _f16_op(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def op(*xs: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            halves = [x.astype(np.uint16).view(np.float16) for x in xs]
+            return np.asarray(fn(*halves), dtype=np.float16).view(np.uint16).astype(U32)
+
+    return op
+
+
+def _u16_op(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    return lambda *xs: np.asarray(fn(*[x.astype(np.int64) for x in xs]), dtype=np.int64).astype(U32) & U32(0xFFFF)
+
+
+def _i16_op(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def op(*xs: np.ndarray) -> np.ndarray:
+        signed = [x.astype(np.uint16).view(np.int16).astype(np.int64) for x in xs]
+        return np.asarray(fn(*signed), dtype=np.int64).astype(U32) & U32(0xFFFF)
+
+    return op
+
+
+# packed 16-bit operations: name -> (per-half operation on 16-bit lanes (as uint32 holding the half), float?)
+PACKED_16: dict[str, tuple[Callable[..., np.ndarray], bool]] = {
+    "v_pk_fma_f16": (_f16_op(lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float16)), True),
+    "v_pk_add_f16": (_f16_op(lambda a, b: a + b), True),
+    "v_pk_mul_f16": (_f16_op(lambda a, b: a * b), True),
+    "v_pk_min_f16": (_f16_op(np.fmin), True),
+    "v_pk_max_f16": (_f16_op(np.fmax), True),
+    "v_pk_add_u16": (_u16_op(lambda a, b: a + b), False),
+    "v_pk_sub_u16": (_u16_op(lambda a, b: a - b), False),
+    "v_pk_add_i16": (_i16_op(lambda a, b: a + b), False),
+    "v_pk_sub_i16": (_i16_op(lambda a, b: a - b), False),
+    "v_pk_mul_lo_u16": (_u16_op(lambda a, b: a * b), False),
+    "v_pk_mad_u16": (_u16_op(lambda a, b, c: a * b + c), False),
+    "v_pk_mad_i16": (_i16_op(lambda a, b, c: a * b + c), False),
+    "v_pk_max_u16": (_u16_op(np.maximum), False),
+    "v_pk_min_u16": (_u16_op(np.minimum), False),
+    "v_pk_max_i16": (_i16_op(np.maximum), False),
+    "v_pk_min_i16": (_i16_op(np.minimum), False),
+    "v_pk_lshlrev_b16": (_u16_op(lambda a, b: b << (a & 15)), False),
+    "v_pk_lshrrev_b16": (_u16_op(lambda a, b: b >> (a & 15)), False),
+    "v_pk_ashrrev_i16": (_i16_op(lambda a, b: b >> (a & 15)), False),
+}
+
+
+def _packed16(inst: Instruction, spec: tuple[Callable[..., np.ndarray], bool]) -> Exec:
+    """Packed math: each half of the result from the halves op_sel (low) and op_sel_hi (high) pick; neg (low) and
+    neg_hi (high) flip float signs."""
+    op, is_float = spec
+    f = inst.fields
+    count = 3 if inst.name in ("v_pk_fma_f16", "v_pk_mad_u16", "v_pk_mad_i16") else 2
+    getters = [_half_source(f[f"src{i}"], inst.literal, is_float) for i in range(count)]
+    dst = f["vdst"]
+
+    def half(raw: np.ndarray, high: bool, negate: bool) -> np.ndarray:
+        h = (raw >> U32(16)) if high else (raw & U32(0xFFFF))
+        return h ^ U32(0x8000) if negate and is_float else h
+
+    def run(w: Wave) -> None:
+        raws = [g(w) for g in getters]
+        lo = op(*[half(r, bool(f["opsel"] >> i & 1), bool(f["neg"] >> i & 1)) for i, r in enumerate(raws)])
+        hi = op(*[half(r, bool(f["opsel_hi"] >> i & 1), bool(f["neg_hi"] >> i & 1)) for i, r in enumerate(raws)])
+        w.vset(dst, (lo & U32(0xFFFF)) | (hi << U32(16)))
+
+    return run
 
 
 def _identity(x: np.ndarray) -> np.ndarray:
@@ -1081,10 +1287,7 @@ class RDNA3Emulator:
             except GPUFault:
                 if size == 4:
                     raise
-        inst = decode(code, 0)
-        inst = Instruction(
-            pc, inst.encoding, inst.opcode, inst.name, inst.words, inst.fields, inst.literal, inst.name_y
-        )
+        inst = decode(code, 0, address=pc)
         entry = (self.compiler.compile(inst), inst.size)
         program[pc] = entry
         return entry

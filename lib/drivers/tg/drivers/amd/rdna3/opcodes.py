@@ -2036,3 +2036,9 @@ OPERAND_WIDTHS: dict[str, tuple[int, ...]] = {
     "v_xor_b16": (1, 1, 1),
     "v_xor_b32": (1, 1, 1),
 }
+
+# MUBUF: only the cache invalidations LLVM emits around workgroup fences (buffer loads/stores are not decoded)
+MUBUF: dict[int, str] = {
+    43: "buffer_gl0_inv",
+    44: "buffer_gl1_inv",
+}

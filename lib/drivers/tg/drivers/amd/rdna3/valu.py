@@ -267,8 +267,9 @@ def _f32_to_f16_rtz(x: Lanes) -> Lanes:
     return h.view(np.uint16).astype(U32)
 
 
-def _readfirstlane_placeholder(a: Lanes) -> Lanes:
-    return a
+def _f32_unary_to_f16(a: Lanes) -> Lanes:
+    with np.errstate(all="ignore"):  # out of range becomes inf, as the hardware's conversion does
+        return b32(f32(a).astype(F16))
 
 
 # name -> (operation, number of sources, result is 64-bit, source widths in registers)
@@ -350,6 +351,8 @@ _op("v_fmaak_f32", lambda a, b, k: _fma32(a, b, k), (1, 1, 1))
 _op("v_fma_dx9_zero_f32", _fma32, (1, 1, 1))
 _op("v_fma_f64", _fma64, (2, 2, 2), 2)
 _op("v_fma_f16", _typed3(f16, b32, lambda a, b, c: (a.astype(F64) * b + c).astype(F16)), (1, 1, 1))
+_op("v_fmamk_f16", _typed3(f16, b32, lambda a, k, b: (a.astype(F64) * k + b).astype(F16)), (1, 1, 1))
+_op("v_fmaak_f16", _typed3(f16, b32, lambda a, b, k: (a.astype(F64) * b + k).astype(F16)), (1, 1, 1))
 _op("v_fmac_f16", _typed3(f16, b32, lambda a, b, c: (a.astype(F64) * b + c).astype(F16)), (1, 1, 1))
 _op("v_bfe_u32", lambda a, b, c: _bfe(a, b, c, False), (1, 1, 1))
 _op("v_bfe_i32", lambda a, b, c: _bfe(a, b, c, True), (1, 1, 1))
@@ -425,7 +428,7 @@ _op("v_cvt_f64_i32", lambda a: b64(i32(a).astype(F64)), (1,), 2)
 _op("v_cvt_f64_u32", lambda a: b64(a.astype(F64)), (1,), 2)
 _op("v_cvt_f32_f64", lambda a: to_f32(f64(a)), (2,))
 _op("v_cvt_f64_f32", lambda a: b64(f32(a).astype(F64)), (1,), 2)
-_op("v_cvt_f16_f32", lambda a: b32(f32(a).astype(F16)), (1,))
+_op("v_cvt_f16_f32", _f32_unary_to_f16, (1,))
 _op("v_cvt_f32_f16", lambda a: b32(f16(a).astype(F32)), (1,))
 _op("v_cvt_i32_i16", lambda a: (a & U32(0xFFFF)).astype(np.uint16).view(np.int16).astype(I32).view(U32), (1,))
 _op("v_cvt_u32_u16", lambda a: a & U32(0xFFFF), (1,))

@@ -739,17 +739,19 @@ def _cndmask(a: Getter, b: Getter, cond: Callable[[Wave], int], dst: int) -> Exe
 
 
 def _carry_op(name: str, a: Getter, b: Getter, carry_in: Callable[[Wave], int], dst: int, sdst: int) -> Exec:
-    subtract = "_sub" in name
-    reverse = "subrev" in name
+    """V_ADD/SUB(REV)_CO(_CI)_U32: 32-bit add/subtract with a carry (borrow) out per lane into an SGPR mask."""
+    subtract, reverse, with_carry = "_sub" in name, "subrev" in name, "_ci_" in name
+    lane_shift = LANE_IDS.astype(U64)
 
     def run(w: Wave) -> None:
-        x, y = a(w).astype(np.int64), b(w).astype(np.int64)
+        x, y = a(w).astype(U64), b(w).astype(U64)
         if reverse:
             x, y = y, x
-        cin = lane_bits(carry_in(w)).astype(np.int64) if "_ci_" in name else 0
-        full = x - y - cin if subtract else x + y + cin
-        carry = (full < 0) if subtract else (full > 0xFFFFFFFF)
-        w.vset(dst, (full & 0xFFFFFFFF).astype(U32))
+        if with_carry:  # x + (y + c) or x - (y + c): the carry in joins y
+            y = y + ((np.uint64(carry_in(w)) >> lane_shift) & U64(1))
+        full = x - y if subtract else x + y
+        carry = (x < y) if subtract else (full > U64(0xFFFFFFFF))
+        w.vset(dst, full.astype(U32))
         w.sset(sdst, bits_of(carry) & w.exec_mask)
 
     return run

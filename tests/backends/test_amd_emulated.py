@@ -70,6 +70,18 @@ EXACT_PROGRAMS = {
     "argmax": (lambda a: a.argmax(axis=1), [F32]),
     "cumsum": (lambda a: a.cumsum(axis=1), [F32]),
     "bitcast": (lambda a: (a.bitcast(dtypes.int32) >> 3).bitcast(dtypes.float32), [F32]),
+    "pad-gated-loads": (lambda a: a.pad(((1, 1), (2, 0))) * 2, [F32]),
+    "gather": (lambda a, i: a[i.abs() % 8], [F32, np.array([3, 1, 7, 0], np.int32)]),
+    "broadcast-sum": (lambda a: (a.reshape(1, -1).expand(64, -1) * 3).sum(axis=0), [F32]),
+    "layernorm": (lambda a: a.layernorm(), [F32]),
+    "mean-var": (lambda a: a.var(axis=1) + a.mean(), [F32]),
+    "gelu-tanh-sigmoid": (lambda a: a.gelu() + a.tanh() + a.sigmoid(), [F32]),
+    "transpose-matmul": (lambda a: (a.T @ a) + 1, [F32]),
+    "int-reduce": (lambda i: i.sum() + i.max(), [I32]),
+    "conv2d-padded": (
+        lambda x, w: x.conv2d(w, padding=1).relu(),
+        [RNG.standard_normal((1, 2, 6, 6)).astype(np.float32), RNG.standard_normal((3, 2, 3, 3)).astype(np.float32)],
+    ),  # fmt: skip
     "conv2d": (
         lambda x, w: x.conv2d(w),
         [RNG.standard_normal((1, 2, 6, 6)).astype(np.float32), RNG.standard_normal((3, 2, 3, 3)).astype(np.float32)],

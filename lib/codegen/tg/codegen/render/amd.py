@@ -52,7 +52,6 @@ NO_USER_SGPRS = (
     "amdgpu-no-hostcall-ptr", "amdgpu-no-heap-ptr", "amdgpu-no-multigrid-sync-arg", "amdgpu-no-default-queue",
     "amdgpu-no-completion-action", "amdgpu-no-lds-kernel-id",
 )  # fmt: skip
-NATIVE_F32 = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
 LDS_BYTES = 65536  # local memory per workgroup on RDNA3
 
 

@@ -265,3 +265,21 @@ def test_group_reductions_of_every_kind_match_the_python_renderer(dtype, reduce:
     kernel = create_schedule((root,)).items[-1].ast
     source = kernel_to_program(with_opts(kernel, opts), AMDRenderer(), CodegenFlags())
     assert source.local_size == (4, 1, 16) and "@llvm.amdgcn.s.barrier" in source.src  # 64 threads: two waves
+
+
+def test_hardware_exp2_and_log2_when_transcendental_0() -> None:
+    """TRANSCENDENTAL=0: float32 exp2/log2 are llvm.exp2/llvm.log2 (v_exp_f32, v_log_f32), within a few ulps."""
+    from tg.codegen.flags import Context
+
+    from tg.codegen.pipeline import CodegenFlags, kernel_to_program
+    from tg.codegen.render.amd import AMDRenderer
+    from tg.codegen.schedule.schedule import create_schedule
+
+    tensor, _ = tensor_input(F32)
+    kernel = create_schedule(((tensor.exp2() + tensor.abs().log2()).uop,)).items[-1].ast
+    with Context(TRANSCENDENTAL=0):
+        emulated, _ = run_both(lambda a: a.exp2() + a.abs().log2(), F32)
+        source = kernel_to_program(kernel, AMDRenderer(), CodegenFlags.from_environment()).src
+    assert "@llvm.exp2.f32" in source and "@llvm.log2.f32" in source
+    want = np.exp2(F32.astype(np.float64)) + np.log2(np.abs(F32).astype(np.float64))
+    np.testing.assert_allclose(np.frombuffer(emulated[-1][1], np.float32), want.reshape(-1), rtol=1e-6, atol=1e-6)

@@ -270,7 +270,6 @@ def test_group_reductions_of_every_kind_match_the_python_renderer(dtype, reduce:
 def test_hardware_exp2_and_log2_when_transcendental_0() -> None:
     """TRANSCENDENTAL=0: float32 exp2/log2 are llvm.exp2/llvm.log2 (v_exp_f32, v_log_f32), within a few ulps."""
     from tg.codegen.flags import Context
-
     from tg.codegen.pipeline import CodegenFlags, kernel_to_program
     from tg.codegen.render.amd import AMDRenderer
     from tg.codegen.schedule.schedule import create_schedule

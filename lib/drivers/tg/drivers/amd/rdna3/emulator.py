@@ -1049,12 +1049,58 @@ def _global_access(inst: Instruction) -> Exec:
             _scatter(w.memory, addr, raw, size)
 
         return store
+    if "d16" in name:
+        return _d16_access(inst, addresses)
     if "_atomic_" in name:
         return _global_atomic(inst, addresses)
     raise _illegal(inst)
 
 
+def _d16_access(inst: Instruction, addresses: Callable[[Wave], np.ndarray]) -> Exec:
+    """D16 loads fill one half of the VGPR (low, or high for _hi), keeping the other; u8/i8 extend to 16 bits.
+    D16_HI stores write the high half's low bytes."""
+    f, name = inst.fields, inst.name
+    kind = _data_kind(name)
+    size = 1 if kind in ("u8", "i8", "b8") else 2
+    high = "_hi_" in name
+    if "_load_" in name:
+        dst = f["vdst"]
+
+        def load(w: Wave) -> None:
+            active = np.flatnonzero(w.lanes)
+            raw = _gather(w.memory, addresses(w)[active], size)
+            if size == 2:
+                values = np.frombuffer(raw, "<u2").astype(U32)
+            elif kind == "i8":
+                values = np.frombuffer(raw, np.int8).astype(np.int64).astype(U32) & U32(0xFFFF)
+            else:
+                values = np.frombuffer(raw, np.uint8).astype(U32)
+            old = w.v[dst][active]
+            w.v[dst][active] = (old & U32(0xFFFF)) | (values << U32(16)) if high else (old & U32(0xFFFF0000)) | values
+
+        return load
+    data = f["data"]
+
+    def store(w: Wave) -> None:
+        active = np.flatnonzero(w.lanes)
+        values = w.v[data][active] >> U32(16) if high else w.v[data][active]
+        raw = values.astype("<u2" if size == 2 else np.uint8).tobytes()
+        _scatter(w.memory, addresses(w)[active], raw, size)
+
+    return store
+
+
+def _f32_binary_int(fn: Callable[[float, float], float]) -> Callable[[int, int], int]:
+    def op(old: int, value: int) -> int:
+        a, b = np.array([old, value], dtype=U32).view(np.float32)
+        return int(np.array([fn(a, b)], dtype=np.float32).view(U32)[0])
+
+    return op
+
+
 _ATOMICS_32: dict[str, Callable[[int, int], int]] = {
+    "min_f32": _f32_binary_int(lambda a, b: np.fmin(a, b)),
+    "max_f32": _f32_binary_int(lambda a, b: np.fmax(a, b)),
     "add_u32": lambda old, v: old + v,
     "sub_u32": lambda old, v: old - v,
     "swap_b32": lambda old, v: v,

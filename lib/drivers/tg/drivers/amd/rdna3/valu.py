@@ -1,6 +1,6 @@
-"""Vector ALU semantics (callers silence numpy's floating-point warnings: overflow to inf and NaN results are the
-hardware's answers, not errors; the emulator runs each dispatch under np.errstate(all="ignore")): each operation maps its source lanes (numpy arrays of raw bits, uint32 or uint64 for 64-bit
-operands) to its result lanes. Floats are reinterpreted with .view, computed in numpy's IEEE types (round to
+"""Vector ALU semantics: each operation maps its source lanes (numpy arrays of raw bits, uint32 or uint64 for
+64-bit operands) to its result lanes. Callers silence numpy's floating-point warnings (inf and NaN results are the
+hardware's answers, not errors): the emulator runs each dispatch under np.errstate(all="ignore"). Floats are reinterpreted with .view, computed in numpy's IEEE types (round to
 nearest even, denormals kept), and reinterpreted back, so f32 arithmetic rounds as the hardware's does.
 
 FMA is computed in float64 (the product of two f32 is exact there) and rounded once more to f32; this double

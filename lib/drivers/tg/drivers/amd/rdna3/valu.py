@@ -1,10 +1,12 @@
 """Vector ALU semantics: each operation maps its source lanes (numpy arrays of raw bits, uint32 or uint64 for
 64-bit operands) to its result lanes. Callers silence numpy's floating-point warnings (inf and NaN results are the
-hardware's answers, not errors): the emulator runs each dispatch under np.errstate(all="ignore"). Floats are reinterpreted with .view, computed in numpy's IEEE types (round to
-nearest even, denormals kept), and reinterpreted back, so f32 arithmetic rounds as the hardware's does.
+hardware's answers, not errors): the emulator runs each dispatch under np.errstate(all="ignore").
+
+Floats are reinterpreted with .view, computed in numpy's IEEE types (round to nearest even, denormals kept), and
+reinterpreted back, so f32 arithmetic rounds as the hardware's does.
 
 FMA is computed in float64 (the product of two f32 is exact there) and rounded once more to f32; this double
-rounding can differ from a fused f32 FMA in the last bit for rare inputs (see the report). Transcendentals
+rounding can differ from a fused f32 FMA in the last bit for rare inputs (docs/amd_emulator.md). Transcendentals
 (v_exp_f32, v_log_f32, v_sin_f32, v_rcp_f32, ...) are computed in float64 and rounded to f32: within the hardware's
 documented 1 ulp."""
 

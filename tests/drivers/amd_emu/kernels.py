@@ -290,6 +290,53 @@ HALVES = kernel(
   ret void""",
 )
 
+
+def workitem_ids(lx: int, ly: int, lz: int) -> str:
+    """out[group * lx*ly*lz + flat id] = group << 16 | z << 8 | y << 4 | x, on a 2x2 grid (groups gx + 2 gy)."""
+    return (
+        PRELUDE
+        + f"""
+declare i32 @llvm.amdgcn.workitem.id.y()
+declare i32 @llvm.amdgcn.workitem.id.z()
+declare i32 @llvm.amdgcn.workgroup.id.y()
+define amdgpu_kernel void @ids(ptr addrspace(1) %out) #0 {{
+  %x = call i32 @llvm.amdgcn.workitem.id.x()
+  %y = call i32 @llvm.amdgcn.workitem.id.y()
+  %z = call i32 @llvm.amdgcn.workitem.id.z()
+  %gx = call i32 @llvm.amdgcn.workgroup.id.x()
+  %gy = call i32 @llvm.amdgcn.workgroup.id.y()
+  %lx = mul i32 %z, {ly}
+  %ly = add i32 %lx, %y
+  %lz = mul i32 %ly, {lx}
+  %flat = add i32 %lz, %x
+  %g = mul i32 %gy, 2
+  %g2 = add i32 %g, %gx
+  %gbase = mul i32 %g2, {lx * ly * lz}
+  %slot = add i32 %gbase, %flat
+  %v1 = shl i32 %g2, 16
+  %v2 = shl i32 %z, 8
+  %v3 = shl i32 %y, 4
+  %v = or i32 %v1, %v2
+  %vv = or i32 %v, %v3
+  %val = or i32 %vv, %x
+  %p = getelementptr i32, ptr addrspace(1) %out, i32 %slot
+  store i32 %val, ptr addrspace(1) %p
+  ret void
+}}
+"""
+    )
+
+
+STORE_ONE = kernel(
+    "store_one",
+    "ptr addrspace(1) %out",
+    """
+  %p = getelementptr i32, ptr addrspace(1) %out, i32 %i
+  store i32 1, ptr addrspace(1) %p
+  ret void""",
+    local=32,
+)
+
 ALL = {
     "float_elementwise": FLOAT_ELEMENTWISE,
     "int_elementwise": INT_ELEMENTWISE,
@@ -300,4 +347,7 @@ ALL = {
     "transcendental": TRANSCENDENTAL,
     "private_array": PRIVATE_ARRAY,
     "halves": HALVES,
+    "workitem_ids_8x4x2": workitem_ids(8, 4, 2),
+    "workitem_ids_5x3x1": workitem_ids(5, 3, 1),
+    "store_one": STORE_ONE,
 }

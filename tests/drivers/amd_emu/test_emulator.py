@@ -154,48 +154,10 @@ def test_decoded_instructions_are_cached_across_waves_and_dispatches() -> None:
 
 @pytest.mark.parametrize("local", [(8, 4, 2), (5, 3, 1)])
 def test_workitem_ids_are_packed_in_v0(local: tuple[int, int, int]) -> None:
-    ir = (
-        kernels.PRELUDE
-        + """
-declare i32 @llvm.amdgcn.workitem.id.y()
-declare i32 @llvm.amdgcn.workitem.id.z()
-declare i32 @llvm.amdgcn.workgroup.id.y()
-define amdgpu_kernel void @ids(ptr addrspace(1) %out) #0 {
-  %x = call i32 @llvm.amdgcn.workitem.id.x()
-  %y = call i32 @llvm.amdgcn.workitem.id.y()
-  %z = call i32 @llvm.amdgcn.workitem.id.z()
-  %gx = call i32 @llvm.amdgcn.workgroup.id.x()
-  %gy = call i32 @llvm.amdgcn.workgroup.id.y()
-  %lx = mul i32 %z, LY
-  %ly = add i32 %lx, %y
-  %lz = mul i32 %ly, LX
-  %flat = add i32 %lz, %x
-  %g = mul i32 %gy, 2
-  %g2 = add i32 %g, %gx
-  %gbase = mul i32 %g2, N
-  %slot = add i32 %gbase, %flat
-  %v1 = shl i32 %g2, 16
-  %v2 = shl i32 %z, 8
-  %v3 = shl i32 %y, 4
-  %v = or i32 %v1, %v2
-  %vv = or i32 %v, %v3
-  %val = or i32 %vv, %x
-  %p = getelementptr i32, ptr addrspace(1) %out, i32 %slot
-  store i32 %val, ptr addrspace(1) %p
-  ret void
-}
-"""
-    )
     lx, ly, lz = local
     n = lx * ly * lz
-    ir = (
-        ir.replace("LY", str(ly))
-        .replace("LX", str(lx))
-        .replace("N", str(n))
-        .replace("%gbase = mul i32 %g2, " + str(n), f"%gbase = mul i32 %g2, {n}")
-    )
     out = np.full(n * 4, -1, dtype=np.int32)
-    run = run_kernel(ir, [out], grid=(2, 2, 1), local=local, name="ids")
+    run = run_kernel(kernels.workitem_ids(*local), [out], grid=(2, 2, 1), local=local, name="ids")
     expected = [
         g << 16 | z << 8 | y << 4 | x for g in range(4) for z in range(lz) for y in range(ly) for x in range(lx)
     ]

@@ -41,27 +41,21 @@ def test_an_undefined_opcode_names_its_encoding_and_dwords() -> None:
         run_words([V_MOV_B32_V1_1, 0xBE80FF00, S_ENDPGM])
 
 
+def test_running_past_s_endpgm_into_the_padding_is_an_error() -> None:
+    with pytest.raises(IllegalInstruction, match=r"s_code_end .*executed: the wave ran past the end of its program"):
+        run_words([V_MOV_B32_V1_1, 0xBF9F0000])  # s_code_end: what LLVM pads the code with
+
+
 def test_runaway_loop_is_stopped() -> None:
     with pytest.raises(RuntimeError, match=r"exceeded 1000 instructions in one wave, likely an infinite loop"):
         run_words([S_BRANCH_SELF], RDNA3Emulator(max_instructions_per_wave=1000))
 
 
-STORE_ONE = kernels.kernel(
-    "store_one",
-    "ptr addrspace(1) %out",
-    """
-  %p = getelementptr i32, ptr addrspace(1) %out, i32 %i
-  store i32 1, ptr addrspace(1) %p
-  ret void""",
-    local=32,
-)
-
-
 def test_store_to_unmapped_memory_is_a_gpu_fault() -> None:
     out = np.zeros(32, dtype=np.int32)
-    run_kernel(STORE_ONE, [out], local=(32, 1, 1))  # mapped: fine
+    run_kernel(kernels.STORE_ONE, [out], local=(32, 1, 1))  # mapped: fine
     with pytest.raises(GPUFault, match=r"write at 0x1000") as fault:
-        run_kernel(STORE_ONE, [np.zeros(8, dtype=np.int32)], local=(32, 1, 1))  # 32 lanes, 8 ints mapped
+        run_kernel(kernels.STORE_ONE, [np.zeros(8, dtype=np.int32)], local=(32, 1, 1))  # 32 lanes, 8 ints mapped
     assert fault.value.access == "write"
 
 

@@ -371,6 +371,10 @@ class Compiler:
             return lambda w: BARRIER
         if name in _SOPP_NOPS:
             return lambda w: None
+        if name == "s_code_end":
+            raise _illegal(inst, "executed: the wave ran past the end of its program (the padding after s_endpgm)")
+        if name in ("s_trap", "s_sethalt"):
+            raise _illegal(inst, "(a trap or halt; the emulator has no trap handler)")
         if name in _BRANCH_CONDITIONS:
             cond = _BRANCH_CONDITIONS[name]
             delta = simm * 4

@@ -246,6 +246,97 @@ TRANSCENDENTAL = kernel(
   ret void""",
 )
 
+PRIVATE_ARRAY = kernel(
+    "private_array",
+    "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %a",
+    """
+  %arr = alloca [16 x i32], align 4, addrspace(5)
+  br label %fill
+fill:
+  %k = phi i32 [ 0, %entry ], [ %k1, %fill ]
+  %p = getelementptr [16 x i32], ptr addrspace(5) %arr, i32 0, i32 %k
+  %v = mul i32 %k, %i
+  store volatile i32 %v, ptr addrspace(5) %p
+  %k1 = add i32 %k, 1
+  %more = icmp ult i32 %k1, 16
+  br i1 %more, label %fill, label %read
+read:
+  %pa = getelementptr i32, ptr addrspace(1) %a, i32 %i
+  %idx = load i32, ptr addrspace(1) %pa
+  %pi = getelementptr [16 x i32], ptr addrspace(5) %arr, i32 0, i32 %idx
+  %r = load volatile i32, ptr addrspace(5) %pi
+  %po = getelementptr i32, ptr addrspace(1) %out, i32 %i
+  store i32 %r, ptr addrspace(1) %po
+  ret void""",
+).replace("#0 {\n", "#0 {\nentry:\n", 1)
+
+HALVES = kernel(
+    "halves",
+    "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %a, ptr addrspace(1) noalias %b",
+    """
+  %pa = getelementptr half, ptr addrspace(1) %a, i32 %i
+  %x = load half, ptr addrspace(1) %pa
+  %i2 = add i32 %i, 1
+  %pa2 = getelementptr half, ptr addrspace(1) %a, i32 %i2
+  %x2 = load half, ptr addrspace(1) %pa2
+  %pb = getelementptr i8, ptr addrspace(1) %b, i32 %i
+  %c = load i8, ptr addrspace(1) %pb
+  %cf = sitofp i8 %c to half
+  %m = fmul half %x, %x2
+  %s = fadd half %m, %cf
+  %h = fmul half %s, 0xH3800
+  %po = getelementptr half, ptr addrspace(1) %out, i32 %i
+  store half %h, ptr addrspace(1) %po
+  ret void""",
+)
+
+
+def workitem_ids(lx: int, ly: int, lz: int) -> str:
+    """out[group * lx*ly*lz + flat id] = group << 16 | z << 8 | y << 4 | x, on a 2x2 grid (groups gx + 2 gy)."""
+    return (
+        PRELUDE
+        + f"""
+declare i32 @llvm.amdgcn.workitem.id.y()
+declare i32 @llvm.amdgcn.workitem.id.z()
+declare i32 @llvm.amdgcn.workgroup.id.y()
+define amdgpu_kernel void @ids(ptr addrspace(1) %out) #0 {{
+  %x = call i32 @llvm.amdgcn.workitem.id.x()
+  %y = call i32 @llvm.amdgcn.workitem.id.y()
+  %z = call i32 @llvm.amdgcn.workitem.id.z()
+  %gx = call i32 @llvm.amdgcn.workgroup.id.x()
+  %gy = call i32 @llvm.amdgcn.workgroup.id.y()
+  %lx = mul i32 %z, {ly}
+  %ly = add i32 %lx, %y
+  %lz = mul i32 %ly, {lx}
+  %flat = add i32 %lz, %x
+  %g = mul i32 %gy, 2
+  %g2 = add i32 %g, %gx
+  %gbase = mul i32 %g2, {lx * ly * lz}
+  %slot = add i32 %gbase, %flat
+  %v1 = shl i32 %g2, 16
+  %v2 = shl i32 %z, 8
+  %v3 = shl i32 %y, 4
+  %v = or i32 %v1, %v2
+  %vv = or i32 %v, %v3
+  %val = or i32 %vv, %x
+  %p = getelementptr i32, ptr addrspace(1) %out, i32 %slot
+  store i32 %val, ptr addrspace(1) %p
+  ret void
+}}
+"""
+    )
+
+
+STORE_ONE = kernel(
+    "store_one",
+    "ptr addrspace(1) %out",
+    """
+  %p = getelementptr i32, ptr addrspace(1) %out, i32 %i
+  store i32 1, ptr addrspace(1) %p
+  ret void""",
+    local=32,
+)
+
 ALL = {
     "float_elementwise": FLOAT_ELEMENTWISE,
     "int_elementwise": INT_ELEMENTWISE,
@@ -254,4 +345,9 @@ ALL = {
     "int64_math": INT64_MATH,
     "select_convert": SELECT_CONVERT,
     "transcendental": TRANSCENDENTAL,
+    "private_array": PRIVATE_ARRAY,
+    "halves": HALVES,
+    "workitem_ids_8x4x2": workitem_ids(8, 4, 2),
+    "workitem_ids_5x3x1": workitem_ids(5, 3, 1),
+    "store_one": STORE_ONE,
 }

@@ -121,6 +121,24 @@ def test_transcendentals_and_division() -> None:
     np.testing.assert_allclose(run.read(0, out), expected, rtol=2e-6, atol=1e-5)
 
 
+def test_half_precision_true16_and_d16_loads() -> None:
+    # LLVM's gfx11 true16 code: v_mul_f16 v0.h, v1.l, v1.h (both halves of one VGPR), global_load_d16_i8
+    a = RNG.standard_normal(65).astype(np.float16)
+    b = RNG.integers(-100, 100, 64).astype(np.int8)
+    out = np.zeros(64, dtype=np.float16)
+    run = run_kernel(kernels.HALVES, [out, a, b], local=(64, 1, 1), name="halves")
+    expected = (a[:64] * a[1:] + b.astype(np.float16)) * np.float16(0.5)
+    np.testing.assert_array_equal(run.read(0, out), expected)
+
+
+def test_private_array_in_scratch() -> None:
+    # a dynamically indexed private array: LLVM puts it in scratch (scratch_store/scratch_load), per lane
+    a = RNG.integers(0, 16, 64).astype(np.int32)
+    out = np.zeros(64, dtype=np.int32)
+    run = run_kernel(kernels.PRIVATE_ARRAY, [out, a], local=(64, 1, 1), name="private_array")
+    np.testing.assert_array_equal(run.read(0, out), a * np.arange(64, dtype=np.int32))
+
+
 def test_decoded_instructions_are_cached_across_waves_and_dispatches() -> None:
     emulator = RDNA3Emulator()
     a = np.ones(128, dtype=np.float32)
@@ -136,48 +154,10 @@ def test_decoded_instructions_are_cached_across_waves_and_dispatches() -> None:
 
 @pytest.mark.parametrize("local", [(8, 4, 2), (5, 3, 1)])
 def test_workitem_ids_are_packed_in_v0(local: tuple[int, int, int]) -> None:
-    ir = (
-        kernels.PRELUDE
-        + """
-declare i32 @llvm.amdgcn.workitem.id.y()
-declare i32 @llvm.amdgcn.workitem.id.z()
-declare i32 @llvm.amdgcn.workgroup.id.y()
-define amdgpu_kernel void @ids(ptr addrspace(1) %out) #0 {
-  %x = call i32 @llvm.amdgcn.workitem.id.x()
-  %y = call i32 @llvm.amdgcn.workitem.id.y()
-  %z = call i32 @llvm.amdgcn.workitem.id.z()
-  %gx = call i32 @llvm.amdgcn.workgroup.id.x()
-  %gy = call i32 @llvm.amdgcn.workgroup.id.y()
-  %lx = mul i32 %z, LY
-  %ly = add i32 %lx, %y
-  %lz = mul i32 %ly, LX
-  %flat = add i32 %lz, %x
-  %g = mul i32 %gy, 2
-  %g2 = add i32 %g, %gx
-  %gbase = mul i32 %g2, N
-  %slot = add i32 %gbase, %flat
-  %v1 = shl i32 %g2, 16
-  %v2 = shl i32 %z, 8
-  %v3 = shl i32 %y, 4
-  %v = or i32 %v1, %v2
-  %vv = or i32 %v, %v3
-  %val = or i32 %vv, %x
-  %p = getelementptr i32, ptr addrspace(1) %out, i32 %slot
-  store i32 %val, ptr addrspace(1) %p
-  ret void
-}
-"""
-    )
     lx, ly, lz = local
     n = lx * ly * lz
-    ir = (
-        ir.replace("LY", str(ly))
-        .replace("LX", str(lx))
-        .replace("N", str(n))
-        .replace("%gbase = mul i32 %g2, " + str(n), f"%gbase = mul i32 %g2, {n}")
-    )
     out = np.full(n * 4, -1, dtype=np.int32)
-    run = run_kernel(ir, [out], grid=(2, 2, 1), local=local, name="ids")
+    run = run_kernel(kernels.workitem_ids(*local), [out], grid=(2, 2, 1), local=local, name="ids")
     expected = [
         g << 16 | z << 8 | y << 4 | x for g in range(4) for z in range(lz) for y in range(ly) for x in range(lx)
     ]

@@ -35,7 +35,7 @@ would need a device library (it aborts the process for them): they are written o
 from __future__ import annotations
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
-from tg.codegen.render.base import Renderer, buffer_param, global_params, kernel_variables, variable_argument
+from tg.codegen.render.base import Renderer, buffer_param
 from tg.codegen.render.llvm_f64 import F64Math
 from tg.codegen.render.llvmir import _LLVMFunction, float_literal, llvm_type, memory_type
 from tg.codegen.render.threads import GPUKernel, GroupCombine, group_combine, thread_layout
@@ -52,7 +52,6 @@ NO_USER_SGPRS = (
     "amdgpu-no-hostcall-ptr", "amdgpu-no-heap-ptr", "amdgpu-no-multigrid-sync-arg", "amdgpu-no-default-queue",
     "amdgpu-no-completion-action", "amdgpu-no-lds-kernel-id",
 )  # fmt: skip
-NATIVE_F32 = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
 LDS_BYTES = 65536  # local memory per workgroup on RDNA3
 
 
@@ -62,6 +61,7 @@ class AMDRenderer(Renderer):
     device = "AMD"
     has_local = True
     shared_max = LDS_BYTES
+    local_threads = 32  # one full wave32 per workgroup where the kernel's shape allows it
     software_transcendentals = True
 
     def __init__(self, arch: str = "gfx1100", target: Target | None = None) -> None:
@@ -78,28 +78,14 @@ class _AMDFunction(_LLVMFunction):
     """Renders one linear program as an amdgpu_kernel (see the module docstring)."""
 
     def __init__(self, linear: UOp) -> None:
-        super().__init__(linear, cores=1)
+        super().__init__(linear)
         self.layout = thread_layout(linear)
         self.globals: list[str] = []  # local (LDS) arrays, at module scope
 
     # --- the kernel -----------------------------------------------------------------------------------------
     def render(self) -> GPUKernel:
-        params = global_params(self.linear)
-        signature = [f"ptr addrspace(1) noalias %data{p.arg.slot}" for p in params]
-        for p in params:
-            self.names[p] = f"%data{p.arg.slot}"
-        variables = kernel_variables(self.linear)
-        for v in variables:
-            self.names[v] = f"%{variable_argument(v)}_i64"
-            self.entry.append(f"  {self.names[v]} = sext i32 %{variable_argument(v)} to i64")
-        signature += [f"i32 %{variable_argument(v)}" for v in variables]
-        for node in self.linear.src:
-            if node.op is Ops.RANGE:
-                self.open_loop(node, split=False)
-            else:
-                self.render_node(node)
-        self.statement("ret void")
-        body = "\n".join(["entry:", *self.entry, *self.lines])
+        signature = self.arguments("ptr addrspace(1)")
+        body = self.body()
         header = f"define amdgpu_kernel void @{self.name}({', '.join(signature)}) #0 {{"
         parts = [
             f'target triple = "{AMD_TRIPLE}"',
@@ -138,10 +124,10 @@ class _AMDFunction(_LLVMFunction):
         super().render_node(node)
 
     # --- ids instead of loops -------------------------------------------------------------------------------
-    def open_loop(self, rng: UOp, split: bool) -> None:
+    def open_loop(self, rng: UOp) -> None:
         dim = self.layout.grid.get(rng, self.layout.group.get(rng))
         if dim is None:
-            super().open_loop(rng, split)
+            super().open_loop(rng)
             return
         kind = "workgroup" if self.layout.is_workgroup(rng) else "workitem"
         narrow = self.intrinsic(f"llvm.amdgcn.{kind}.id.{'xyz'[dim]}", "i32")

@@ -353,9 +353,9 @@ def _vop3sd(inst: Instruction) -> str:
 
 def _vop3p(inst: Instruction) -> str:
     f, name, lit = inst.fields, inst.name, inst.literal
-    widths = OPERAND_WIDTHS.get(name, (1, 1, 1))
-    nsrc = len(widths) - 1
-    srcs = [operand(f[f"src{i}"], widths[i + 1] or 1, lit) for i in range(nsrc)]
+    nsrc = 3 if any(k in name for k in ("fma", "mad", "dot", "wmma")) else 2
+    widths = OPERAND_WIDTHS.get(name, (1, 1, 1, 1))
+    srcs = [operand(f[f"src{i}"], (widths[i + 1] if i + 1 < len(widths) else 1) or 1, lit) for i in range(nsrc)]
     text = f"{name} {operand(256 + f['vdst'], widths[0])}, {', '.join(srcs)}"
     opsel = [(f["opsel"] >> i) & 1 for i in range(nsrc)]
     opsel_hi = [(f["opsel_hi"] >> i) & 1 for i in range(nsrc)]

@@ -371,6 +371,10 @@ class Compiler:
             return lambda w: BARRIER
         if name in _SOPP_NOPS:
             return lambda w: None
+        if name == "s_code_end":
+            raise _illegal(inst, "executed: the wave ran past the end of its program (the padding after s_endpgm)")
+        if name in ("s_trap", "s_sethalt"):
+            raise _illegal(inst, "(a trap or halt; the emulator has no trap handler)")
         if name in _BRANCH_CONDITIONS:
             cond = _BRANCH_CONDITIONS[name]
             delta = simm * 4
@@ -739,17 +743,19 @@ def _cndmask(a: Getter, b: Getter, cond: Callable[[Wave], int], dst: int) -> Exe
 
 
 def _carry_op(name: str, a: Getter, b: Getter, carry_in: Callable[[Wave], int], dst: int, sdst: int) -> Exec:
-    subtract = "_sub" in name
-    reverse = "subrev" in name
+    """V_ADD/SUB(REV)_CO(_CI)_U32: 32-bit add/subtract with a carry (borrow) out per lane into an SGPR mask."""
+    subtract, reverse, with_carry = "_sub" in name, "subrev" in name, "_ci_" in name
+    lane_shift = LANE_IDS.astype(U64)
 
     def run(w: Wave) -> None:
-        x, y = a(w).astype(np.int64), b(w).astype(np.int64)
+        x, y = a(w).astype(U64), b(w).astype(U64)
         if reverse:
             x, y = y, x
-        cin = lane_bits(carry_in(w)).astype(np.int64) if "_ci_" in name else 0
-        full = x - y - cin if subtract else x + y + cin
-        carry = (full < 0) if subtract else (full > 0xFFFFFFFF)
-        w.vset(dst, (full & 0xFFFFFFFF).astype(U32))
+        if with_carry:  # x + (y + c) or x - (y + c): the carry in joins y
+            y = y + ((np.uint64(carry_in(w)) >> lane_shift) & U64(1))
+        full = x - y if subtract else x + y
+        carry = (x < y) if subtract else (full > U64(0xFFFFFFFF))
+        w.vset(dst, full.astype(U32))
         w.sset(sdst, bits_of(carry) & w.exec_mask)
 
     return run
@@ -1047,12 +1053,58 @@ def _global_access(inst: Instruction) -> Exec:
             _scatter(w.memory, addr, raw, size)
 
         return store
+    if "d16" in name:
+        return _d16_access(inst, addresses)
     if "_atomic_" in name:
         return _global_atomic(inst, addresses)
     raise _illegal(inst)
 
 
+def _d16_access(inst: Instruction, addresses: Callable[[Wave], np.ndarray]) -> Exec:
+    """D16 loads fill one half of the VGPR (low, or high for _hi), keeping the other; u8/i8 extend to 16 bits.
+    D16_HI stores write the high half's low bytes."""
+    f, name = inst.fields, inst.name
+    kind = _data_kind(name)
+    size = 1 if kind in ("u8", "i8", "b8") else 2
+    high = "_hi_" in name
+    if "_load_" in name:
+        dst = f["vdst"]
+
+        def load(w: Wave) -> None:
+            active = np.flatnonzero(w.lanes)
+            raw = _gather(w.memory, addresses(w)[active], size)
+            if size == 2:
+                values = np.frombuffer(raw, "<u2").astype(U32)
+            elif kind == "i8":
+                values = np.frombuffer(raw, np.int8).astype(np.int64).astype(U32) & U32(0xFFFF)
+            else:
+                values = np.frombuffer(raw, np.uint8).astype(U32)
+            old = w.v[dst][active]
+            w.v[dst][active] = (old & U32(0xFFFF)) | (values << U32(16)) if high else (old & U32(0xFFFF0000)) | values
+
+        return load
+    data = f["data"]
+
+    def store(w: Wave) -> None:
+        active = np.flatnonzero(w.lanes)
+        values = w.v[data][active] >> U32(16) if high else w.v[data][active]
+        raw = values.astype("<u2" if size == 2 else np.uint8).tobytes()
+        _scatter(w.memory, addresses(w)[active], raw, size)
+
+    return store
+
+
+def _f32_binary_int(fn: Callable[[float, float], float]) -> Callable[[int, int], int]:
+    def op(old: int, value: int) -> int:
+        a, b = np.array([old, value], dtype=U32).view(np.float32)
+        return int(np.array([fn(a, b)], dtype=np.float32).view(U32)[0])
+
+    return op
+
+
 _ATOMICS_32: dict[str, Callable[[int, int], int]] = {
+    "min_f32": _f32_binary_int(lambda a, b: np.fmin(a, b)),
+    "max_f32": _f32_binary_int(lambda a, b: np.fmax(a, b)),
     "add_u32": lambda old, v: old + v,
     "sub_u32": lambda old, v: old - v,
     "swap_b32": lambda old, v: v,
@@ -1273,10 +1325,11 @@ class RDNA3Emulator:
             raise RuntimeError(f"dispatch asks for {lds_size} bytes of LDS; the device has {self.lds_bytes}")
         program: dict[int, tuple[Exec, int]] = {}
         gx, gy, gz = launch.grid
-        for z in range(gz):
-            for y in range(gy):
-                for x in range(gx):
-                    self._run_workgroup(memory, launch, (x, y, z), lds_size, program)
+        with np.errstate(all="ignore"):  # inf and NaN results are the hardware's answers
+            for z in range(gz):
+                for y in range(gy):
+                    for x in range(gx):
+                        self._run_workgroup(memory, launch, (x, y, z), lds_size, program)
 
     def _fetch(self, memory: GPUMemory, pc: int, program: dict[int, tuple[Exec, int]]) -> tuple[Exec, int]:
         code = b""

@@ -1,9 +1,12 @@
-"""Vector ALU semantics: each operation maps its source lanes (numpy arrays of raw bits, uint32 or uint64 for 64-bit
-operands) to its result lanes. Floats are reinterpreted with .view, computed in numpy's IEEE types (round to
-nearest even, denormals kept), and reinterpreted back, so f32 arithmetic rounds as the hardware's does.
+"""Vector ALU semantics: each operation maps its source lanes (numpy arrays of raw bits, uint32 or uint64 for
+64-bit operands) to its result lanes. Callers silence numpy's floating-point warnings (inf and NaN results are the
+hardware's answers, not errors): the emulator runs each dispatch under np.errstate(all="ignore").
+
+Floats are reinterpreted with .view, computed in numpy's IEEE types (round to nearest even, denormals kept), and
+reinterpreted back, so f32 arithmetic rounds as the hardware's does.
 
 FMA is computed in float64 (the product of two f32 is exact there) and rounded once more to f32; this double
-rounding can differ from a fused f32 FMA in the last bit for rare inputs (see the report). Transcendentals
+rounding can differ from a fused f32 FMA in the last bit for rare inputs (docs/amd_emulator.md). Transcendentals
 (v_exp_f32, v_log_f32, v_sin_f32, v_rcp_f32, ...) are computed in float64 and rounded to f32: within the hardware's
 documented 1 ulp."""
 
@@ -50,13 +53,11 @@ def i32(x: Lanes) -> Lanes:
 
 
 def to_f32(x: Lanes) -> Lanes:
-    with np.errstate(all="ignore"):
-        return b32(np.asarray(x, dtype=F64).astype(F32))
+    return b32(np.asarray(x, dtype=F64).astype(F32))
 
 
 def _fma32(a: Lanes, b: Lanes, c: Lanes) -> Lanes:
-    with np.errstate(all="ignore"):
-        return to_f32(f32(a).astype(F64) * f32(b).astype(F64) + f32(c).astype(F64))
+    return to_f32(f32(a).astype(F64) * f32(b).astype(F64) + f32(c).astype(F64))
 
 
 def _fma64(a: Lanes, b: Lanes, c: Lanes) -> Lanes:
@@ -74,9 +75,9 @@ def _max_num(x: Lanes, y: Lanes) -> Lanes:
 
 
 def _f32_binary(fn: Callable[[Lanes, Lanes], Lanes]) -> Op:
+    # no errstate here: the emulator runs a dispatch under np.errstate(all="ignore") (hot path)
     def op(a: Lanes, b: Lanes) -> Lanes:
-        with np.errstate(all="ignore"):
-            return b32(fn(f32(a), f32(b)).astype(F32))
+        return b32(fn(f32(a), f32(b)).astype(F32))
 
     return op
 
@@ -163,6 +164,13 @@ def _clz(a: Lanes) -> Lanes:
     return out
 
 
+def _cls(a: Lanes) -> Lanes:
+    """Leading bits equal to the sign bit (sign included); -1 for 0 and -1."""
+    flipped = np.where(a >> U32(31) == 1, ~a, a)
+    out = _clz(flipped)
+    return np.where((a == 0) | (a == U32(0xFFFFFFFF)), U32(0xFFFFFFFF), out).astype(U32)
+
+
 def _ctz(a: Lanes) -> Lanes:
     out = np.full(a.shape, 0xFFFFFFFF, dtype=U32)
     nz = a != 0
@@ -240,6 +248,14 @@ def _div_fixup32(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
         special = np.isnan(df) | np.isnan(nf) | (df == 0) | np.isinf(df) | np.isinf(nf)
         exact = nf / df
     return to_f32(np.where(special, exact, qf))
+
+
+def _div_fixup16(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
+    qf, df, nf = f16(q).astype(F64), f16(d).astype(F64), f16(n).astype(F64)
+    with np.errstate(all="ignore"):
+        special = np.isnan(df) | np.isnan(nf) | (df == 0) | np.isinf(df) | np.isinf(nf)
+        exact = nf / df
+    return b32(np.where(special, exact, qf).astype(F16))
 
 
 def _div_fixup64(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
@@ -391,6 +407,7 @@ _op("v_mad_i32_i24", lambda a, b, c: (_sext24(a) * _sext24(b) + i32(c)).astype(U
 _op("v_mad_u32_u16", lambda a, b, c: (a & U32(0xFFFF)) * (b & U32(0xFFFF)) + c, (1, 1, 1))
 _op("v_div_fixup_f32", _div_fixup32, (1, 1, 1))
 _op("v_div_fixup_f64", _div_fixup64, (2, 2, 2), 2)
+_op("v_div_fixup_f16", lambda q, d, n: _div_fixup16(q, d, n), (1, 1, 1))
 _op("v_div_fmas_f32", _fma32, (1, 1, 1))  # VCC (the scale flag) is never set by our V_DIV_SCALE
 _op("v_div_fmas_f64", _fma64, (2, 2, 2), 2)
 
@@ -412,8 +429,38 @@ def _perm(a: Lanes, b: Lanes, sel: Lanes) -> Lanes:
 
 _op("v_perm_b32", _perm, (1, 1, 1))
 
+
+def _i16(x: Lanes) -> Lanes:
+    return (x & U32(0xFFFF)).astype(np.uint16).view(np.int16).astype(I64)
+
+
+def _u16(x: Lanes) -> Lanes:
+    return (x & U32(0xFFFF)).astype(I64)
+
+
+def _to16(x: Lanes) -> Lanes:
+    return x.astype(I64).astype(U32) & U32(0xFFFF)
+
+
+for _kind, _view in (("i16", _i16), ("u16", _u16)):
+    _op(f"v_min3_{_kind}", _typed3(_view, _to16, lambda a, b, c: np.minimum(np.minimum(a, b), c)), (1, 1, 1))
+    _op(f"v_max3_{_kind}", _typed3(_view, _to16, lambda a, b, c: np.maximum(np.maximum(a, b), c)), (1, 1, 1))
+    _op(f"v_med3_{_kind}", _typed3(_view, _to16, _med3), (1, 1, 1))
+    _op(f"v_min_{_kind}", lambda a, b, v=_view: _to16(np.minimum(v(a), v(b))), (1, 1))
+    _op(f"v_max_{_kind}", lambda a, b, v=_view: _to16(np.maximum(v(a), v(b))), (1, 1))
+    _op(f"v_mad_{_kind}", _typed3(_view, _to16, lambda a, b, c: a * b + c), (1, 1, 1))
+_op("v_min3_f16", _typed3(f16, b32, lambda a, b, c: np.fmin(np.fmin(a, b), c)), (1, 1, 1))
+_op("v_max3_f16", _typed3(f16, b32, lambda a, b, c: np.fmax(np.fmax(a, b), c)), (1, 1, 1))
+_op("v_med3_f16", _typed3(f16, b32, _med3), (1, 1, 1))
+_op("v_add_nc_i16", lambda a, b: _to16(_i16(a) + _i16(b)), (1, 1))
+_op("v_sub_nc_i16", lambda a, b: _to16(_i16(a) - _i16(b)), (1, 1))
+_op("v_ashrrev_i16", lambda a, b: _to16(_i16(b) >> (a & U32(15)).astype(I64)), (1, 1))
+
 # -- VOP1 --
 _op("v_mov_b32", lambda a: a, (1,))
+_op("v_mov_b16", lambda a: a & U32(0xFFFF), (1,))
+_op("v_not_b16", lambda a: ~a & U32(0xFFFF), (1,))
+_op("v_cls_i32", _cls, (1,))
 _op("v_not_b32", lambda a: ~a, (1,))
 _op("v_bfrev_b32", _bfrev, (1,))
 _op("v_clz_i32_u32", _clz, (1,))

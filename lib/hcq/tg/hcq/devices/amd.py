@@ -1,0 +1,285 @@
+"""The AMD device: RDNA3 kernels run through PM4/SDMA hardware queues over an AMD driver interface.
+
+    DEV=AMD            the kernel driver, /dev/kfd (tg.drivers.amd.kfd.KFDInterface), on a machine with an AMD GPU
+    DEV=MOCKKFD+AMD    the same code path on the simulated Navi31 (tg.drivers.amd.kfd.SimKFDInterface), whose
+                       shader engines are the RDNA3 emulator: what the tests run
+    DEV=PCI+AMD, DEV=MOCKPCI+AMD   the userspace PCI driver: not implemented yet (a clear error)
+
+The device drives any `AMDInterface` (tg.drivers.amd.iface) the same way: memory from `alloc`, one PM4 compute queue
+and one SDMA copy queue from `create_queue`, signals in GPU memory the host reads through the CPU mapping, waits that
+sleep in the driver (`sleep`) until an interrupt or a fault. Kernels are HSA code objects (tg.codegen's AMD renderer
+and compiler: LLVM IR for amdgcn-amd-amdhsa gfx1100, wave32), loaded by tg.drivers.amd.code_object; a launch programs
+the COMPUTE_* registers from the kernel descriptor and passes the kernel-argument pointer in user SGPRs.
+
+Kernel ABI: the kernarg segment holds the buffer arguments as 8-byte global pointers, then the int arguments as int32
+(CLikeArgsState); `global_size` is in workgroups, `local_size` in threads (the kernel's own workgroup size when the
+caller passes (1, 1, 1)). Timestamps count the GPU clock, 100 ticks per microsecond.
+
+After a fault (an access to an unmapped address, an illegal instruction) or a hang (a wait that made no progress for
+HCQDEV_WAIT_TIMEOUT_MS), `synchronize` raises the driver's report once, resets the queues (`AMDInterface.recover`)
+and the device can be used again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from tg.drivers.amd.code_object import build_program
+from tg.hcq.allocator import BufferSpec
+from tg.hcq.commands import ExecCommand
+from tg.hcq.compiled import HCQCompiled
+from tg.hcq.device import DeviceSpec
+from tg.hcq.devices import amd_pm4 as pm4
+from tg.hcq.devices.amd_memory import (
+    TIMESTAMP_TICKS_PER_US,
+    AMDAllocator,
+    AMDDeviceError,
+    AMDSignalPool,
+    gpu_buffer,
+)
+from tg.hcq.devices.amd_queues import AMDComputeQueue, AMDCopyQueue, EncodeCache, PM4Ring, SDMARing
+from tg.hcq.memory import HCQBuffer
+from tg.hcq.program import HCQProgram
+from tg.hcq.signal import HCQSignal
+
+KFD_PATH = "/dev/kfd"
+SHARED_MEMORY_BYTES = 64 << 10  # LDS per workgroup on gfx11
+PCI_NOT_IMPLEMENTED = (
+    "the userspace PCI driver for AMD GPUs (DEV=PCI+AMD, DEV=MOCKPCI+AMD) is not implemented yet; "
+    "use DEV=AMD (the kernel driver, /dev/kfd) or DEV=MOCKKFD+AMD (the simulated Navi31)"
+)
+SCRATCH_DESCRIPTOR_WORD3 = 0x20C14000  # the buffer resource word the driver gives the private segment
+USER_SGPRS_MAX = 16
+KERNARGS_ALIGNMENT = 16
+HSA_DISPATCH_PACKET_SIZE = 64
+
+
+# ------------------------------------------------------------------------------------------------------ interfaces
+
+
+def open_interface(spec: DeviceSpec) -> Any:
+    """The driver interface a device string asks for (`KFD` when it names none)."""
+    iface = spec.iface or "KFD"
+    if iface in ("PCI", "MOCKPCI"):
+        raise NotImplementedError(PCI_NOT_IMPLEMENTED)
+    kfd = importlib.import_module("tg.drivers.amd.kfd")
+    if iface == "MOCKKFD":
+        return kfd.SimKFDInterface(spec.index)
+    if not os.path.exists(KFD_PATH):
+        raise RuntimeError(
+            f"AMD: {KFD_PATH} does not exist: this machine has no AMD GPU kernel driver (amdgpu with KFD); "
+            "DEV=MOCKKFD+AMD runs the same driver on the simulated Navi31"
+        )
+    return kfd.KFDInterface(spec.index)
+
+
+# ------------------------------------------------------------------------------------------------------ programs
+
+
+class AMDProgram(HCQProgram):
+    """A kernel of an HSA code object, its image copied into GPU memory (relocated for its address)."""
+
+    def __init__(self, dev: AMDDevice, name: str, lib: bytes) -> None:
+        data = build_program(lib, name, gfx_version=dev.gfx_version, lds_size_in_kb=dev.lds_size_in_kb)
+        super().__init__(dev, name, kernargs_alloc_size=_round_up(data.kernargs_alloc_size, KERNARGS_ALIGNMENT))
+        self.lib = lib
+        self.data = data
+        self.image_memory: HCQBuffer = dev.allocator.alloc(max(len(data.image), 1), BufferSpec(nolru=True))
+        image = data.code_object.image_at(self.image_memory.va_addr)
+        self.image_memory.cpu_view()[: len(image)] = image
+        self.program_address = self.image_memory.va_addr + data.entry_point_offset
+        self.local_size: tuple[int, int, int] = dev.workgroup_size_of(lib, name)
+
+    def dispatch(self, command: ExecCommand) -> pm4.Dispatch:
+        """The register values of one launch (ExecCommand with every value resolved)."""
+        global_size = tuple(int(s) for s in command.global_size)
+        local_size = tuple(int(s) for s in command.local_size)
+        if local_size == (1, 1, 1):
+            local_size = self.local_size
+        args_addr = int(command.args_addr)  # type: ignore[call-overload]
+        scratch_base, tmpring = self.dev.scratch_for(self.data.private_segment_size)
+        user_data = self._user_sgprs(args_addr, scratch_base, global_size, local_size)  # type: ignore[arg-type]
+        return pm4.Dispatch(
+            program_address=self.program_address,
+            rsrc1=self.data.rsrc1,
+            rsrc2=self.data.rsrc2,
+            rsrc3=self.data.rsrc3,
+            user_data=user_data,
+            global_size=global_size,  # type: ignore[arg-type]
+            local_size=local_size,  # type: ignore[arg-type]
+            wave32=self.data.wave32,
+            tmpring_size=tmpring,
+            scratch_base=scratch_base,
+        )
+
+    def _user_sgprs(
+        self, args_addr: int, scratch_base: int, global_size: tuple[int, ...], local_size: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        """The user SGPRs the kernel descriptor enables, in the HSA order: private segment buffer descriptor,
+        dispatch packet pointer, queue pointer, kernarg segment pointer, dispatch id, flat scratch init, private
+        segment size."""
+        desc = self.data.descriptor
+        sgprs: list[int] = []
+        if desc.enable_sgpr_private_segment_buffer:
+            sgprs += [pm4.lo32(scratch_base), pm4.hi32(scratch_base) | (1 << 31), pm4.U32, SCRATCH_DESCRIPTOR_WORD3]
+        if desc.enable_sgpr_dispatch_ptr:
+            packet = args_addr + _round_up(self.data.kernargs_segment_size, KERNARGS_ALIGNMENT)
+            self._write_dispatch_packet(packet, args_addr, global_size, local_size)
+            sgprs += [pm4.lo32(packet), pm4.hi32(packet)]
+        if desc.enable_sgpr_queue_ptr:
+            queue = self.dev.zero_page.va_addr
+            sgprs += [pm4.lo32(queue), pm4.hi32(queue)]
+        if desc.enable_sgpr_kernarg_segment_ptr:
+            sgprs += [pm4.lo32(args_addr), pm4.hi32(args_addr)]
+        if desc.enable_sgpr_dispatch_id:
+            sgprs += [0, 0]
+        if desc.enable_sgpr_flat_scratch_init:
+            sgprs += [pm4.lo32(scratch_base), pm4.hi32(scratch_base)]
+        if desc.enable_sgpr_private_segment_size:
+            sgprs += [self.data.private_segment_size]
+        if len(sgprs) != self.data.user_sgpr_count:
+            raise RuntimeError(
+                f"{self.name}: the kernel descriptor enables {len(sgprs)} user SGPRs but RSRC2.USER_SGPR_COUNT is "
+                f"{self.data.user_sgpr_count} (kernarg preloading is not supported)"
+            )
+        return tuple(sgprs)
+
+    def _write_dispatch_packet(
+        self, packet: int, args_addr: int, global_size: tuple[int, ...], local_size: tuple[int, ...]
+    ) -> None:
+        """An hsa_kernel_dispatch_packet_t after the kernel arguments, for kernels that read it (dispatch_ptr)."""
+        import struct
+
+        kernargs = self.dev.kernargs_buf
+        offset = packet - kernargs.va_addr
+        if not 0 <= offset <= kernargs.size - HSA_DISPATCH_PACKET_SIZE:
+            return  # arguments outside the device's ring (a graph's own memory): that memory has room too
+        grid = [g * s for g, s in zip(global_size, local_size, strict=True)]
+        dims = sum(1 for g in grid if g > 1) or 1
+        struct.pack_into(
+            "<HHHHHHIIIIIIQQQ", kernargs.cpu_view(), offset, 0, dims, *local_size, 0, *grid,
+            self.data.private_segment_size, self.data.group_segment_size, self.program_address, args_addr, 0,
+        )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------------ the device
+
+
+class AMDDevice(HCQCompiled):
+    """`Device["AMD"]` (KFD), `Device["MOCKKFD+AMD"]` (the simulated Navi31); `:N` picks the N-th GPU."""
+
+    timestamp_divider = TIMESTAMP_TICKS_PER_US
+
+    def __init__(self, spec: DeviceSpec) -> None:
+        self.iface = open_interface(spec)
+        self.gfx_version: tuple[int, int, int] = tuple(self.iface.gfx_version)  # type: ignore[assignment]
+        props = self.iface.properties
+        self.lds_size_in_kb = int(props.get("lds_size_in_kb", SHARED_MEMORY_BYTES >> 10))
+        self.max_copy_size = 0x40000000 if self.gfx_version[0] >= 10 else 0x400000  # SDMA IP >= 5 on gfx10+
+        self.encode_cache = EncodeCache()
+        self._scratch: tuple[HCQBuffer, int] | None = None
+        allocator = AMDAllocator()
+        allocator.device = self
+        self.compute_ring = PM4Ring(self)
+        self.sdma_ring = SDMARing(self)
+        compiler, renderer = _amd_codegen(spec.arch or "gfx1100")
+        super().__init__(spec, allocator, compiler, AMDProgram, AMDComputeQueue, AMDCopyQueue)
+        self.renderer = renderer
+        self.zero_page = allocator.alloc(0x1000, BufferSpec(nolru=True))
+
+    # --- signals ---
+
+    def new_signal(self, value: int = 0, **kwargs: Any) -> HCQSignal:
+        """A signal in GPU memory from this peer group's pool."""
+        pool = self.signal_pools.get(self.peer_group)
+        if not isinstance(pool, AMDSignalPool):
+            pool = self.signal_pools[self.peer_group] = AMDSignalPool(self)
+        return pool.new_signal(value, owner=self, **kwargs)
+
+    # --- programs ---
+
+    def workgroup_size_of(self, lib: bytes, name: str) -> tuple[int, int, int]:
+        """The workgroup size a compiled kernel was made for (tg.codegen's AMD compiler records it), else 1x1x1."""
+        read = getattr(self.compiler, "workgroup_size", None)
+        size = read(lib, name) if read is not None else None
+        return tuple(size) if size else (1, 1, 1)  # type: ignore[return-value]
+
+    def scratch_for(self, private_segment_size: int) -> tuple[int, int]:
+        """(scratch base address, COMPUTE_TMPRING_SIZE) for a kernel with `private_segment_size` bytes per lane;
+        (0, 0) without one. The scratch buffer only grows."""
+        if not private_segment_size:
+            return 0, 0
+        per_wave = _round_up(private_segment_size * 64, 256)  # sized for wave64 lanes, as the hardware driver does
+        props = self.iface.properties
+        waves = min(0xFFF, int(props.get("simd_count", 96)) * int(props.get("max_waves_per_simd", 16)))
+        if self._scratch is None or self._scratch[1] < per_wave:
+            self._scratch = (self.allocator.alloc(waves * per_wave, BufferSpec(nolru=True)), per_wave)
+        tmpring = waves | ((per_wave // 256) << 12)
+        return self._scratch[0].va_addr, tmpring
+
+    # --- timeline, errors, recovery ---
+
+    def synchronize(self, timeout: int | None = None) -> None:
+        """Wait for every submission; a fault or a hang is raised once (with the driver's report), after which the
+        queues are reset and the device works again."""
+        try:
+            super().synchronize(timeout)
+        except AMDDeviceError:
+            self.error_state = None  # (reported and recovered where the wait saw it)
+            raise
+        except RuntimeError as error:
+            if self.error_state is not error:
+                raise
+            self.recover()
+            raise AMDDeviceError(f"{self.device}: hang detected ({error}); the queues were reset") from error
+
+    def fault_seen(self, error: RuntimeError) -> AMDDeviceError:
+        """The driver reported a fault while a host thread waited: reset the queues, and the error to raise."""
+        self.recover()
+        return AMDDeviceError(f"{self.device}: {error}; the queues were reset")
+
+    def recover(self) -> None:
+        """Reset the queues after a fault or a hang: the driver drops what they held, the rings restart empty, and
+        the timeline is marked done so new work does not wait for the dropped submissions."""
+        self.iface.recover()
+        self.compute_ring.reset_state()
+        self.sdma_ring.reset_state()
+        self.timeline_signal.value = self.timeline_value - 1
+        self.error_state = None
+
+    def _wrap_timeline_signal(self) -> None:
+        super()._wrap_timeline_signal()
+        marks = self.allocator._staging_marks
+        for i in range(len(marks)):
+            marks[i] = 0
+
+    def on_device_hang(self) -> None:
+        """Ask the driver for what went wrong (raises RuntimeError naming the fault, e.g. "MMU fault: 0x...")."""
+        self.iface.sleep(0)
+        raise RuntimeError(f"{self.device}: device hang detected")
+
+    def device_props(self) -> dict[str, Any]:
+        return {"gfx_version": self.gfx_version, **self.iface.properties}
+
+
+def _round_up(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def _amd_codegen(arch: str) -> tuple[Any, Any]:
+    """The AMD compiler and renderer from tg.codegen (None, None where this checkout does not have them yet: the
+    device still runs code objects built elsewhere)."""
+    try:
+        from tg.codegen.render.registry import RENDERERS, make_renderer
+    except ImportError:  # pragma: no cover
+        return None, None
+    if "AMD" not in RENDERERS:
+        return None, None
+    renderer = make_renderer("AMD", arch, machine={"family": "AMD", "has_local": True, "shared_max": SHARED_MEMORY_BYTES})
+    compiler_module = importlib.import_module("tg.codegen.compiler.amd")
+    return compiler_module.AMDCompiler(arch), renderer
+
+
+__all__ = ["AMDDevice", "AMDProgram", "gpu_buffer", "open_interface"]

@@ -91,6 +91,7 @@ class ProgramSource:
     ops: int  # estimated ALU operations on values per launch
     mem: int  # bytes of the global buffers the kernel reads and writes (each counted once)
     variables: tuple[UOp, ...] = ()  # the DEFINE_VARs it takes as int arguments after the buffers, in this order
+    local_size: tuple[int, int, int] = (1, 1, 1)  # threads per workgroup (a GPU renderer's GPUKernel; 1 elsewhere)
 
 
 # ---------------------------------------------------------------------------------------------------- kernel stages
@@ -161,6 +162,7 @@ def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> Prog
         ops=estimate_ops(ast),
         mem=estimate_mem(linear),
         variables=tuple(kernel_variables(linear)),
+        local_size=getattr(rendered, "local_size", (1, 1, 1)),
     )
 
 

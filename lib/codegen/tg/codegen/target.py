@@ -9,7 +9,7 @@ the Target (operand packing, chunking by cache size, splitting a kernel across c
     renderer = CRenderer(target)
     dataclasses.replace(target, one_call=True)                               # the same machine, one call per kernel
 
-A renderer declares what its language can do as class fields (`has_local`, `core_groups`,
+A renderer declares what its language can do as class fields (`has_local`, `shared_max`, `core_groups`,
 `software_transcendentals`, see tg.codegen.render.base.Renderer); `Target.of` copies them, the device adds what it
 measured.
 """
@@ -31,6 +31,7 @@ class Capabilities(Protocol):
     has_local: bool
     core_groups: bool
     software_transcendentals: bool
+    shared_max: int
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,11 @@ class Target:
     @staticmethod
     def of(renderer_class: type[Capabilities] | Capabilities, **machine: Any) -> Target:
         """The Target of a machine (`machine`: family, cores, max_lanes, cache sizes, ...) rendered for by
-        `renderer_class`, whose declared capabilities fill in has_local, core_groups and software_transcendentals."""
+        `renderer_class`, whose declared capabilities fill in has_local, shared_max, core_groups and
+        software_transcendentals."""
         declared = {
             "has_local": renderer_class.has_local,
+            "shared_max": renderer_class.shared_max,
             "core_groups": renderer_class.core_groups,
             "software_transcendentals": renderer_class.software_transcendentals,
         }

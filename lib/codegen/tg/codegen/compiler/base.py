@@ -30,6 +30,11 @@ class Compiler:
     def compile_uncached(self, source: str) -> bytes:
         raise NotImplementedError
 
+    def assembly(self, source: str) -> str | None:
+        """The machine code of `source` as readable text (what DEBUG=4 prints after the source), or None where the
+        compiler gives none."""
+        return None
+
     def compile(self, source: str) -> bytes:
         key = cache_key(source, self.identity())
         cached = load_compiled(key)

@@ -20,87 +20,23 @@ in local memory behind a barrier and are combined in thread order).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
-from tg.codegen.render.base import KernelText, RenderedKernel, buffer_param, kernel_variables
+from tg.codegen.render.base import KernelText, buffer_param, kernel_variables
 from tg.codegen.render.c import HELPERS, CStyleLanguage, c_type, memory_type, needed_helpers
+from tg.codegen.render.threads import (  # noqa: F401 (GPUKernel, grid_ranges, combining_op: re-exported)
+    GPUKernel,
+    ThreadLayout,
+    combining_op,
+    grid_ranges,
+    group_combine,
+    thread_layout,
+)
 from tg.codegen.target import Target
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 
-GRID_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
-GROUP_REDUCE = AxisType.GROUP_REDUCE
 FLOAT_MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.POW: "pow"}
-MAX_GRID_DIMS = 3
-
-
-@dataclass(frozen=True)
-class GPUKernel(RenderedKernel):
-    """A kernel launched as `global_size` workgroups of `local_size` threads."""
-
-    local_size: tuple[int, int, int] = (1, 1, 1)
-
-
-def grid_ranges(linear: UOp) -> list[UOp]:
-    """The nested outer output ranges that can become grid dimensions, outermost first (see the module docstring).
-
-    A range qualifies when its parent qualifies, it is an output range, no STORE comes between the parent's start and
-    its own, and its END is followed directly by the parent's END (or ends the program): all the parent does is it."""
-    program = list(linear.src)
-    grid: list[UOp] = []
-    start = 0
-    while len(grid) < MAX_GRID_DIMS:
-        position = next((i for i in range(start, len(program)) if program[i].op in (Ops.RANGE, Ops.STORE)), None)
-        if position is None or program[position].op is not Ops.RANGE:
-            break
-        rng = program[position]
-        if rng.arg.axis_type not in GRID_TYPES:
-            break
-        end = next(i for i in range(position + 1, len(program)) if closes(program[i], rng))
-        after = program[end + 1] if end + 1 < len(program) else None
-        if not (after is None if not grid else after is not None and closes(after, grid[-1])):
-            break
-        grid.append(rng)
-        start = position + 1
-    return grid
-
-
-def closes(node: UOp, rng: UOp) -> bool:
-    return node.op is Ops.END and node.src[0] is rng
-
-
-def combining_op(update_op: Ops) -> Ops:
-    """The op that combines two partial results of a reduction whose accumulator update is `update_op`: partial
-    sums of products (MULACC updates) add."""
-    return Ops.ADD if update_op is Ops.MULACC else update_op
-
-
-@dataclass(frozen=True)
-class ThreadLayout:
-    """How a kernel's ranges map to the launch (see the module docstring): `grid` maps the ranges that become
-    workgroup or thread ids to their dimension, `group` the GROUP_REDUCE ranges that take the free dimensions."""
-
-    grid: dict[UOp, int]
-    group: dict[UOp, int]
-    global_size: tuple[int, int, int]
-    local_size: tuple[int, int, int]
-
-
-def thread_layout(linear: UOp) -> ThreadLayout:
-    """The launch of `linear` on a GPU: which ranges are ids in which dimension, and the sizes."""
-    grid_list = grid_ranges(linear)
-    grid = {rng: len(grid_list) - 1 - i for i, rng in enumerate(grid_list)}  # innermost is dimension 0
-    global_size, local_size = [1, 1, 1], [1, 1, 1]
-    for rng, dim in grid.items():
-        (local_size if rng.arg.axis_type is AxisType.LOCAL else global_size)[dim] = rng.src[0].arg
-    # GROUP_REDUCE ranges take the free dimensions: threads that each reduce a share, then combine
-    groups = [u for u in dict.fromkeys(linear.src) if u.op is Ops.RANGE and u.arg.axis_type is GROUP_REDUCE]
-    group = {rng: len(grid_list) + i for i, rng in enumerate(groups[: MAX_GRID_DIMS - len(grid_list)])}
-    for rng, dim in group.items():
-        local_size[dim] = rng.src[0].arg
-    return ThreadLayout(grid, group, (global_size[0], global_size[1], global_size[2]),
-                        (local_size[0], local_size[1], local_size[2]))  # fmt: skip
 
 
 class GPULanguage(CStyleLanguage):
@@ -175,11 +111,8 @@ class GPULanguage(CStyleLanguage):
         if dim is None:
             super().open_loop(k, rng, name)
             return
-        thread_id = (
-            self.group_id(dim)
-            if rng in k.abi["grid"] and rng.arg.axis_type is not AxisType.LOCAL
-            else (self.local_id(dim))
-        )
+        workgroup = rng in k.abi["grid"] and rng.arg.axis_type is not AxisType.LOCAL
+        thread_id = self.group_id(dim) if workgroup else self.local_id(dim)
         k.line(f"{{ const long {name} = {thread_id}; /* {rng.arg.axis_type.name} {rng.src[0].arg} */")
 
     def close_loop(self, k: KernelText, rng: UOp, name: str, body_start: int) -> None:
@@ -194,24 +127,16 @@ class GPULanguage(CStyleLanguage):
         """End the share of thread `name` of a GROUP_REDUCE: every thread writes its partial accumulators to local
         memory, waits at a barrier, then combines all threads' partials in thread order (so every thread holds the
         same total, in a fixed order), and waits again before the local memory can be reused."""
-        end = next(u for u in k.linear.src if u.op is Ops.END and u.src[0] is rng)
-        update = end.src[1] if len(end.src) > 1 else None
-        while update is not None and update.op is Ops.END:
-            update = update.src[1] if len(update.src) > 1 else None
-        if update is None or update.op is not Ops.STORE:
-            raise NotImplementedError(f"{type(self).__name__}: a GROUP_REDUCE that does not update an accumulator")
-        accumulator = buffer_param(update.src[0])
-        acc, lanes, threads = k.names[accumulator], accumulator.ptrdtype.size, rng.src[0].arg
-        dtype = accumulator.ptrdtype.base
-        # threads of LOCAL ranges in the same work-group reduce other outputs: each has its own slice of the memory
-        others = [r for r in k.abi["grid"] if r.arg.axis_type is AxisType.LOCAL]
-        slice_size, offset = threads * lanes, []
-        for other in others:
-            offset.append(f"{k.names[other]} * {slice_size}")
-            slice_size *= other.src[0].arg
+        layout = ThreadLayout(k.abi["grid"], k.abi["group"], k.abi["global_size"], k.abi["local_size"])
+        try:
+            combine = group_combine(k.linear, layout, rng)
+        except NotImplementedError as error:
+            raise NotImplementedError(f"{type(self).__name__}: {error}") from None
+        acc, lanes, threads, dtype = k.names[combine.accumulator], combine.lanes, combine.threads, combine.dtype
+        offset = [f"{k.names[other]} * {stride}" for other, stride in combine.strides]
         base = f"({' + '.join(offset)}) + " if offset else ""
         shared = f"tg_group{len(k.abi['locals'])}"
-        k.abi["locals"].append(self.local_declaration(self.type_name(dtype), shared, slice_size))
+        k.abi["locals"].append(self.local_declaration(self.type_name(dtype), shared, combine.size))
         for lane in range(lanes):
             k.line(f"  {shared}[{base}{name} * {lanes} + {lane}] = {acc}[{lane}];")
         k.line("}")
@@ -220,7 +145,7 @@ class GPULanguage(CStyleLanguage):
             k.line(f"{acc}[{lane}] = {shared}[{base}{lane}];")
             k.line(self.thread_loop("tg_thread", 1, threads))
             partial = f"{shared}[{base}tg_thread * {lanes} + {lane}]"
-            combined = self.alu(combining_op(update.src[1].op), dtype, dtype, [f"{acc}[{lane}]", partial])
+            combined = self.alu(combine.op, dtype, dtype, [f"{acc}[{lane}]", partial])
             k.line(f"  {acc}[{lane}] = {combined};")
             k.line("}")
         k.line(self.barrier())

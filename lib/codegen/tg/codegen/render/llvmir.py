@@ -266,7 +266,7 @@ class _LLVMFunction:
         if op is Ops.PARAM:
             if node.addrspace is AddrSpace.REG:
                 name = f"%acc{node.arg.slot}"
-                self.entry.append(f"  {name} = alloca [{node.ptrdtype.size} x {memory_type(node.ptrdtype.base)}]")
+                self.entry.append(f"  {name} = {self.allocation(node.ptrdtype.size, memory_type(node.ptrdtype.base))}")
                 self.names[node] = name
             elif node.addrspace is not AddrSpace.GLOBAL:
                 raise NotImplementedError(f"the LLVM renderer cannot render a {node.addrspace} buffer")
@@ -278,7 +278,7 @@ class _LLVMFunction:
             self.names[node] = n[0]
         elif op is Ops.INDEX:
             element = memory_type(node.src[0].ptrdtype.base)
-            self.names[node] = self.emit(f"getelementptr {element}, ptr {n[0]}, i64 {n[1]}")
+            self.names[node] = self.emit(f"getelementptr {element}, {self.pointer_type(node)} {n[0]}, i64 {n[1]}")
             if len(node.src) > 2:
                 self.gates[node] = n[2]
         elif op is Ops.LOAD:
@@ -305,45 +305,60 @@ class _LLVMFunction:
         st, tt = llvm_type(source), llvm_type(target)
         return x if st == tt else self.emit(f"bitcast {st} {x} to {tt}")
 
-    def load(self, dtype: DType, pointer: str) -> str:
-        value = self.emit(f"load {memory_type(dtype)}, ptr {pointer}")
+    def pointer_type(self, address: UOp) -> str:
+        """The LLVM type of a pointer into the buffer `address` (an INDEX or a PARAM) points into: one flat address
+        space on the CPU (a GPU renderer names the buffer's address space)."""
+        return "ptr"
+
+    def allocation(self, size: int, element: str) -> str:
+        """The instruction that allocates an accumulator (a REG param) of `size` elements in the entry block."""
+        return f"alloca [{size} x {element}]"
+
+    def load(self, dtype: DType, pointer: str, pointer_type: str = "ptr") -> str:
+        value = self.emit(f"load {memory_type(dtype)}, {pointer_type} {pointer}")
         return self.emit(f"trunc i8 {value} to i1") if dtype is dtypes.bool else value
 
+    def store(self, dtype: DType, value: str, pointer: str, pointer_type: str = "ptr") -> None:
+        """Store a value of `dtype` (a bool as its byte)."""
+        if dtype is dtypes.bool:
+            value = self.emit(f"zext i1 {value} to i8")
+        self.statement(f"store {memory_type(dtype)} {value}, {pointer_type} {pointer}")
+
     def render_load(self, node: UOp, n: list[str]) -> None:
-        gate = self.gates.get(node.src[0])
+        gate, pointer_type = self.gates.get(node.src[0]), self.pointer_type(node.src[0])
         if gate is None:
-            self.names[node] = self.load(node.dtype, n[0])
+            self.names[node] = self.load(node.dtype, n[0], pointer_type)
             return
         tag = self.fresh("gl")[1:]
         before = self.block
         self.statement(f"br i1 {gate}, label %{tag}_load, label %{tag}_join")
         self.label(f"{tag}_load")
-        loaded = self.load(node.dtype, n[0])
+        loaded = self.load(node.dtype, n[0], pointer_type)
         loaded_in = self.block
         self.statement(f"br label %{tag}_join")
         self.label(f"{tag}_join")
         self.names[node] = self.emit(f"phi {llvm_type(node.dtype)} [{loaded}, %{loaded_in}], [{n[1]}, %{before}]")
 
     def render_store(self, node: UOp, n: list[str]) -> None:
-        dtype = node.src[1].dtype
-        value = n[1]
-        if dtype is dtypes.bool:
-            value = self.emit(f"zext i1 {value} to i8")
+        dtype, pointer_type = node.src[1].dtype, self.pointer_type(node.src[0])
         gate = self.gates.get(node.src[0])
         if gate is None:
-            self.statement(f"store {memory_type(dtype)} {value}, ptr {n[0]}")
+            self.store(dtype, n[1], n[0], pointer_type)
             return
         tag = self.fresh("gs")[1:]
         self.statement(f"br i1 {gate}, label %{tag}_store, label %{tag}_join")
         self.label(f"{tag}_store")
-        self.statement(f"store {memory_type(dtype)} {value}, ptr {n[0]}")
+        self.store(dtype, n[1], n[0], pointer_type)
         self.statement(f"br label %{tag}_join")
         self.label(f"{tag}_join")
 
     # --- arithmetic -----------------------------------------------------------------------------------------
     def alu(self, node: UOp, x: list[str]) -> str:
-        op, dtype = node.op, node.dtype
-        operand = node.src[-1].dtype if op is Ops.WHERE else node.src[0].dtype
+        operand = node.src[-1].dtype if node.op is Ops.WHERE else node.src[0].dtype
+        return self.alu_op(node.op, node.dtype, operand, x)
+
+    def alu_op(self, op: Ops, dtype: DType, operand: DType, x: list[str]) -> str:
+        """Op `op` computing `dtype` from operands of dtype `operand` (the values `x`)."""
         t, ot = llvm_type(dtype), llvm_type(operand)
         if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
             if is_fp(operand):

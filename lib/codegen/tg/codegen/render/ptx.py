@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes, encode
 from tg.codegen.render.base import Renderer, buffer_param, global_params, range_name
-from tg.codegen.render.gpu import GPUKernel, ThreadLayout, combining_op, thread_layout
 from tg.codegen.render.ptx_f64 import F64Math
+from tg.codegen.render.threads import GPUKernel, ThreadLayout, group_combine, thread_layout
 from tg.codegen.target import Target
 from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
@@ -431,25 +431,20 @@ class _PTXFunction:
         accumulators to shared memory, a barrier, then every thread combines all partials in thread order (the
         same total everywhere, in a fixed order), and a barrier before the memory can be reused."""
         k = self.k
-        end = next(u for u in k.linear.src if u.op is Ops.END and u.src[0] is rng)
-        update = end.src[1] if len(end.src) > 1 else None
-        while update is not None and update.op is Ops.END:
-            update = update.src[1] if len(update.src) > 1 else None
-        if update is None or update.op is not Ops.STORE:
-            raise NotImplementedError("the PTX renderer: a GROUP_REDUCE that does not update an accumulator")
-        accumulator = buffer_param(update.src[0])
-        combine = combining_op(update.src[1].op)
-        dtype, lanes, threads = accumulator.ptrdtype.base.scalar(), accumulator.ptrdtype.size, rng.src[0].arg
+        try:
+            plan = group_combine(k.linear, k.layout, rng)
+        except NotImplementedError as error:
+            raise NotImplementedError(f"the PTX renderer: {error}") from None
+        combine, dtype, lanes, threads = plan.op, plan.dtype, plan.lanes, plan.threads
         size = element_size(dtype, "shared")
         # threads of LOCAL ranges in the same workgroup reduce other outputs: each has its own slice
-        slice_index, slice_size = self.reg("b64"), threads * lanes
+        slice_index, slice_size = self.reg("b64"), plan.size
         self.emit(f"mov.u64 {slice_index}, 0")
-        for other in (r for r in k.layout.grid if r.arg.axis_type is AxisType.LOCAL):
-            self.emit(f"mad.lo.s64 {slice_index}, {k.names[other]}, {slice_size}, {slice_index}")
-            slice_size *= other.src[0].arg
+        for other, stride in plan.strides:
+            self.emit(f"mad.lo.s64 {slice_index}, {k.names[other]}, {stride}, {slice_index}")
         shared = self.array("shared", f"tg_group{len(k.declarations)}", dtype, slice_size)
         shared = self.offset(shared, slice_index, size)
-        mine, partials = self.offset(shared, k.names[rng], lanes * size), k.names[accumulator]
+        mine, partials = self.offset(shared, k.names[rng], lanes * size), k.names[plan.accumulator]
         for lane in range(lanes):
             value = self.load_value(dtype, "local", f"{partials}+{lane * size}")
             self.store_value(dtype, "shared", f"{mine}+{lane * size}", value)

@@ -19,6 +19,7 @@ class RendererEntry:
 
 
 CUDA_ARCHS = ("sm_80", "sm_70", "sm_75", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
+AMD_ARCHS = ("gfx1100",)  # what tg.codegen.render.amd renders for (RDNA3, wave32)
 HIP_ARCHS = ("gfx1100", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1101", "gfx1102", "gfx1200", "gfx1201")
 
 RENDERERS: dict[str, RendererEntry] = {
@@ -29,6 +30,7 @@ RENDERERS: dict[str, RendererEntry] = {
     "CUDA": RendererEntry("tg.codegen.render.gpu:CUDARenderer", CUDA_ARCHS, "CUDA C"),
     "PTX": RendererEntry("tg.codegen.render.ptx:PTXRenderer", CUDA_ARCHS, "PTX assembly for NVIDIA GPUs"),
     "HIP": RendererEntry("tg.codegen.render.gpu:HIPRenderer", HIP_ARCHS, "HIP C++"),
+    "AMD": RendererEntry("tg.codegen.render.amd:AMDRenderer", AMD_ARCHS, "LLVM IR for AMD RDNA3 (amdgcn), by llvmlite"),
     "METAL": RendererEntry("tg.codegen.render.gpu:MetalRenderer", description="Metal Shading Language"),
     "WGSL": RendererEntry("tg.codegen.render.wgsl:WGSLRenderer", description="WebGPU Shading Language"),
     "PYTHON": RendererEntry("tg.codegen.render.python:PythonRenderer", description="the exact Python emulator"),

@@ -61,7 +61,7 @@ class SourceOnlyCompiler(Compiler):
 
 
 def null_compiler(renderer_name: str, arch: str) -> Compiler:
-    """The compiler NULL uses for a renderer: the real one where it runs on this machine (C, LLVM, and PTX where
+    """The compiler NULL uses for a renderer: the real one where it runs on this machine (C, LLVM, AMD, and PTX where
     NVIDIA's ptxas is on PATH)."""
     if renderer_name in C_RENDERER_NAMES:
         return host_c_compiler()
@@ -69,6 +69,10 @@ def null_compiler(renderer_name: str, arch: str) -> Compiler:
         from tg.codegen.compiler.llvm import LLVMCompiler
 
         return LLVMCompiler()
+    if renderer_name == "AMD":  # llvmlite's AMDGPU target: a real code object
+        from tg.codegen.compiler.amd import AMDCompiler
+
+        return AMDCompiler(check_renderer("AMD", arch))
     if renderer_name == "PTX":
         from tg.codegen.compiler.ptx import PTXCompiler, find_ptxas
 

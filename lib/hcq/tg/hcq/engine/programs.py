@@ -7,7 +7,8 @@ least recently used one is dropped first, and with it the last reference to its 
 weakly), so a process that keeps making new kernels (changing shapes in a server or a training loop) stays flat.
 Binaries are also cached on disk by source (tg.codegen.compiler.cache), so an evicted kernel recompiles cheaply.
 
-DEBUG=3 prints the opts of each kernel when it is compiled; DEBUG=4 also prints its source.
+DEBUG=3 prints the opts of each kernel when it is compiled; DEBUG=4 also prints its source, and its machine code
+where the compiler gives it as text (the AMD compiler's assembly).
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def compile_program(device_name: str, ast: UOp, flags: CodegenFlags) -> Compiled
         print(f"{source.name}: opts {list(source.applied_opts)}")
     if DEBUG >= 4:
         print(source.src)
+        listing = device.compiler.assembly(source.src)
+        if listing:
+            print(listing)
     program = device.runtime(source.name, device.compiler.compile(source.src))
     return CompiledProgram(device.device, source, program)
 

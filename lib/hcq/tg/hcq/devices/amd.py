@@ -12,8 +12,7 @@ and compiler: LLVM IR for amdgcn-amd-amdhsa gfx1100, wave32), loaded by tg.drive
 the COMPUTE_* registers from the kernel descriptor and passes the kernel-argument pointer in user SGPRs.
 
 Kernel ABI: the kernarg segment holds the buffer arguments as 8-byte global pointers, then the int arguments as int32
-(CLikeArgsState); `global_size` is in workgroups, `local_size` in threads (the kernel's own workgroup size when the
-caller passes (1, 1, 1)). Timestamps count the GPU clock, 100 ticks per microsecond.
+(CLikeArgsState); `global_size` is in workgroups, `local_size` in threads (the renderer's ProgramSource.local_size). Timestamps count the GPU clock, 100 ticks per microsecond.
 
 After a fault (an access to an unmapped address, an illegal instruction) or a hang (a wait that made no progress for
 HCQDEV_WAIT_TIMEOUT_MS), `synchronize` raises the driver's report once, resets the queues (`AMDInterface.recover`)
@@ -90,14 +89,11 @@ class AMDProgram(HCQProgram):
         image = data.code_object.image_at(self.image_memory.va_addr)
         self.image_memory.cpu_view()[: len(image)] = image
         self.program_address = self.image_memory.va_addr + data.entry_point_offset
-        self.local_size: tuple[int, int, int] = dev.workgroup_size_of(lib, name)
 
     def dispatch(self, command: ExecCommand) -> pm4.Dispatch:
         """The register values of one launch (ExecCommand with every value resolved)."""
         global_size = tuple(int(s) for s in command.global_size)
         local_size = tuple(int(s) for s in command.local_size)
-        if local_size == (1, 1, 1):
-            local_size = self.local_size
         args_addr = int(command.args_addr)  # type: ignore[call-overload]
         scratch_base, tmpring = self.dev.scratch_for(self.data.private_segment_size)
         user_data = self._user_sgprs(args_addr, scratch_base, global_size, local_size)  # type: ignore[arg-type]
@@ -139,12 +135,14 @@ class AMDProgram(HCQProgram):
             sgprs += [pm4.lo32(scratch_base), pm4.hi32(scratch_base)]
         if desc.enable_sgpr_private_segment_size:
             sgprs += [self.data.private_segment_size]
-        if len(sgprs) != self.data.user_sgpr_count:
+        count = self.data.user_sgpr_count
+        if len(sgprs) > count:
             raise RuntimeError(
-                f"{self.name}: the kernel descriptor enables {len(sgprs)} user SGPRs but RSRC2.USER_SGPR_COUNT is "
-                f"{self.data.user_sgpr_count} (kernarg preloading is not supported)"
+                f"{self.name}: the kernel descriptor enables {len(sgprs)} user SGPRs but RSRC2.USER_SGPR_COUNT is {count}"
             )
-        return tuple(sgprs)
+        # LLVM pads the count on gfx11 wave32 (user + system SGPRs must be 16, its UserSGPRInit16Bug workaround): the
+        # padding SGPRs are unused, and the workgroup ids follow them
+        return tuple(sgprs) + (0,) * (count - len(sgprs))
 
     def _write_dispatch_packet(
         self, packet: int, args_addr: int, global_size: tuple[int, ...], local_size: tuple[int, ...]
@@ -199,12 +197,6 @@ class AMDDevice(HCQCompiled):
         return pool.new_signal(value, owner=self, **kwargs)
 
     # --- programs ---
-
-    def workgroup_size_of(self, lib: bytes, name: str) -> tuple[int, int, int]:
-        """The workgroup size a compiled kernel was made for (tg.codegen's AMD compiler records it), else 1x1x1."""
-        read = getattr(self.compiler, "workgroup_size", None)
-        size = read(lib, name) if read is not None else None
-        return tuple(size) if size else (1, 1, 1)  # type: ignore[return-value]
 
     def scratch_for(self, private_segment_size: int) -> tuple[int, int]:
         """(scratch base address, COMPUTE_TMPRING_SIZE) for a kernel with `private_segment_size` bytes per lane;

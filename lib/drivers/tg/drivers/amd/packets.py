@@ -92,7 +92,7 @@ WAIT_REG_MEM_ENGINE_SHIFT = 8
 WAIT_REG_MEM_SPACE_REGISTER = 0
 WAIT_REG_MEM_SPACE_MEMORY = 1
 WAIT_REG_MEM_OPERATION_WAIT = 0
-WAIT_REG_MEM_OPERATION_WRITE_WAIT = 1  # write address-hi register with the reference first, then wait
+WAIT_REG_MEM_OPERATION_WRITE_WAIT = 1  # register space: write the reference to the dw2 register, then poll dw3's
 WAIT_REG_MEM_POLL_INTERVAL_MASK = 0xFFFF
 
 

@@ -1,0 +1,216 @@
+"""GPU virtual memory of the simulated Navi31: VRAM, host-visible system memory and the page table over both.
+
+Addresses are shared virtual addresses, as under KFD: every allocation is placed at a GPU virtual address that is
+also the CPU address of its bytes in this process (VRAM is one anonymous mmap, each system-memory allocation its
+own), so the driver side sees the same bytes at `cpu_address == va_addr` that the engines see through the page
+table. The page table maps 4 KiB pages; an engine's access to a page it does not map raises GPUFault naming the
+first unmapped byte. Freed ranges are unmapped at once, so a use after free faults as it would on hardware.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import mmap
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tg.drivers.amd.iface import GPUFault
+
+PAGE_SIZE = 0x1000
+DEFAULT_VRAM_SIZE = 4 << 30  # sparse: pages are only backed once touched
+
+
+def round_up(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def _address_of(buffer: mmap.mmap) -> int:
+    holder = ctypes.c_char.from_buffer(buffer)
+    try:
+        return ctypes.addressof(holder)
+    finally:
+        del holder  # release the buffer export so the mmap can be closed later
+
+
+@dataclass
+class MappedRange:
+    """One contiguous mapping of the page table: [start, start + size) backed by `view`."""
+
+    start: int
+    size: int
+    view: memoryview
+    host: bool
+    backing: mmap.mmap | None = None  # system memory owns its mmap; VRAM ranges borrow the arena's
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+
+class VRAMArena:
+    """First-fit allocator over the VRAM mmap, in pages; freed blocks coalesce with their neighbours."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.buffer = mmap.mmap(
+            -1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+        )
+        self.base = _address_of(self.buffer)
+        self._free: list[tuple[int, int]] = [(0, size)]  # (offset, size), sorted by offset
+
+    def allocate(self, size: int) -> int:
+        for index, (offset, free) in enumerate(self._free):
+            if free >= size:
+                self._free[index : index + 1] = [(offset + size, free - size)] if free > size else []
+                return offset
+        raise MemoryError(f"out of VRAM: no free block of {size:#x} bytes (VRAM is {self.size:#x})")
+
+    def release(self, offset: int, size: int) -> None:
+        index = bisect.bisect(self._free, (offset, size))
+        self._free.insert(index, (offset, size))
+        merged: list[tuple[int, int]] = []
+        for start, length in self._free:
+            if merged and merged[-1][0] + merged[-1][1] == start:
+                merged[-1] = (merged[-1][0], merged[-1][1] + length)
+            else:
+                merged.append((start, length))
+        self._free = merged
+
+    def close(self) -> None:
+        self.buffer.close()
+
+
+class SimMemory:
+    """The GPUMemory of the simulated device (tg.drivers.amd.iface.GPUMemory), plus allocation and unmapping.
+
+    Writes by the engines bump `generation` and wake threads blocked in `wait_for_change` (a WAIT_REG_MEM or
+    POLL_REGMEM); writes by the CPU through `cpu_address` are invisible to Python, so waiters also poll."""
+
+    def __init__(self, vram_size: int = DEFAULT_VRAM_SIZE) -> None:
+        self.vram = VRAMArena(vram_size)
+        self._starts: list[int] = []
+        self._ranges: list[MappedRange] = []
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(threading.Lock())
+        self._waiters = 0
+        self.generation = 0
+
+    # -- allocation --------------------------------------------------------------------------------------------
+    def map_vram(self, size: int) -> MappedRange:
+        size = round_up(max(size, 1), PAGE_SIZE)
+        with self._lock:
+            offset = self.vram.allocate(size)
+            view = memoryview(self.vram.buffer)[offset : offset + size]
+            mapped = MappedRange(self.vram.base + offset, size, view, host=False)
+            self._insert(mapped)
+        return mapped
+
+    def map_host(self, size: int) -> MappedRange:
+        size = round_up(max(size, 1), PAGE_SIZE)
+        backing = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        mapped = MappedRange(_address_of(backing), size, memoryview(backing), host=True, backing=backing)
+        with self._lock:
+            self._insert(mapped)
+        return mapped
+
+    def unmap(self, address: int) -> None:
+        with self._lock:
+            index = bisect.bisect_left(self._starts, address)
+            if index == len(self._starts) or self._starts[index] != address:
+                raise ValueError(f"no allocation starts at 0x{address:X}")
+            mapped = self._ranges.pop(index)
+            self._starts.pop(index)
+            mapped.view.release()
+            if mapped.backing is not None:
+                mapped.backing.close()
+            else:
+                self.vram.release(mapped.start - self.vram.base, mapped.size)
+
+    def _insert(self, mapped: MappedRange) -> None:
+        index = bisect.bisect_left(self._starts, mapped.start)
+        self._starts.insert(index, mapped.start)
+        self._ranges.insert(index, mapped)
+
+    def close(self) -> None:
+        with self._lock:
+            for mapped in self._ranges:
+                mapped.view.release()
+                if mapped.backing is not None:
+                    mapped.backing.close()
+            self._ranges.clear()
+            self._starts.clear()
+        self.vram.close()
+
+    # -- translation -------------------------------------------------------------------------------------------
+    def is_mapped(self, address: int, size: int = 1) -> bool:
+        try:
+            for _ in self._pieces(address, size, "read"):
+                pass
+        except GPUFault:
+            return False
+        return True
+
+    def _pieces(self, address: int, size: int, access: str) -> Iterator[tuple[memoryview, int, int]]:
+        """(view, offset, length) pieces covering [address, address + size); GPUFault at the first unmapped byte."""
+        if address < 0 or address + size > 1 << 64:
+            raise GPUFault(address & ((1 << 64) - 1), access)
+        starts, ranges = self._starts, self._ranges
+        while size > 0:
+            index = bisect.bisect_right(starts, address) - 1
+            if index < 0 or index >= len(ranges) or ranges[index].end <= address:
+                raise GPUFault(address, access)
+            mapped = ranges[index]
+            offset = address - mapped.start
+            length = min(size, mapped.size - offset)
+            yield mapped.view, offset, length
+            address += length
+            size -= length
+
+    # -- GPUMemory ---------------------------------------------------------------------------------------------
+    def read(self, address: int, size: int) -> bytes:
+        pieces = [bytes(view[offset : offset + length]) for view, offset, length in self._pieces(address, size, "read")]
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def write(self, address: int, data: bytes) -> None:
+        source = memoryview(data).cast("B")
+        done = 0
+        for view, offset, length in list(self._pieces(address, len(source), "write")):
+            view[offset : offset + length] = source[done : done + length]
+            done += length
+        self._announce_write()
+
+    def read_u32(self, address: int) -> int:
+        return int.from_bytes(self.read(address, 4), "little")
+
+    def read_u64(self, address: int) -> int:
+        return int.from_bytes(self.read(address, 8), "little")
+
+    def write_u32(self, address: int, value: int) -> None:
+        self.write(address, (value & 0xFFFFFFFF).to_bytes(4, "little"))
+
+    def write_u64(self, address: int, value: int) -> None:
+        self.write(address, (value & ((1 << 64) - 1)).to_bytes(8, "little"))
+
+    # -- change notification -----------------------------------------------------------------------------------
+    def _announce_write(self) -> None:
+        self.generation += 1
+        if self._waiters:  # only pay for the lock when an engine is blocked on memory
+            with self._changed:
+                self._changed.notify_all()
+
+    def wait_for_change(self, generation: int, timeout: float) -> None:
+        """Block until an engine writes memory after `generation` was read, or `timeout` seconds pass (CPU writes
+        are not seen here, so callers re-check on the timeout too)."""
+        with self._changed:
+            self._waiters += 1
+            try:
+                if self.generation == generation:
+                    self._changed.wait(timeout)
+            finally:
+                self._waiters -= 1
+
+    def wake_waiters(self) -> None:
+        with self._changed:
+            self._changed.notify_all()

@@ -21,7 +21,7 @@ from tg.hcq import signal as hcq_signal
 # unscheduled for seconds
 DEADLINE_MS = 120_000
 
-HCQ_DEVICES = ["CPU"]
+HCQ_DEVICES = ["CPU", "MOCKKFD+AMD"]
 WORD = Variable("addr", 0, 2**64 - 1)
 
 # A device bug shows up as a hang: fail that test quickly instead of stalling the suite.
@@ -44,6 +44,24 @@ def setup(dev, kit):
     kit.write_floats(a, [0.0, 0.0])
     kit.write_floats(b, [0.0, 0.0])
     return prg, a, b, prg.fill_kernargs((b, a)), prg.fill_kernargs((a, b))
+
+
+def sibling(dev, index: int):
+    """Device `index` of the same kind and interface as `dev` (CPU:1, MOCKKFD+AMD:1)."""
+    prefix = f"{dev.spec.iface}+{dev.spec.name}" if dev.spec.iface else dev.spec.name
+    return Device[f"{prefix}:{index}"]
+
+
+# Two simulated Navi31s share no memory: what one device allocates (a signal, a buffer) is not in the other's page
+# table, and the AMD driver interface has no call to map it there (spec hcq 3.4 item 15, the multi-device fabric).
+NO_PEER_MEMORY = "MOCKKFD+AMD: no peer mapping between simulated GPUs (AMDInterface has no map; no sim fabric)"
+
+
+def expect_peer_memory(dev, request) -> None:
+    """Mark a test that needs peer memory as an expected failure on AMD; the faults it causes are cleared after it."""
+    if dev.spec.name == "AMD":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=NO_PEER_MEMORY))
+        request.addfinalizer(lambda: [sibling(dev, i).recover() for i in (0, 1)])
 
 
 def queue_kinds(dev):
@@ -242,6 +260,7 @@ def test_copy_long(dev) -> None:
 def test_copy_misaligned(dev, dest_offset: int, src_offset: int, size: int) -> None:
     src, dest = dev.allocator.alloc(8192), dev.allocator.alloc(8192)
     src.cpu_view()[:] = bytes((i * 7 + 3) % 256 for i in range(8192))
+    dest.cpu_view()[:] = bytes(8192)  # the allocator may hand back used memory
     target = dev.next_timeline()
     queue = dev.hw_copy_queue_t().copy(dest.offset(dest_offset, size), src.offset(src_offset, size), size)
     queue.signal(dev.timeline_signal, target).submit(dev)
@@ -297,8 +316,9 @@ def test_bind(dev, setup, kit) -> None:
             queue.submit(other, {"step": 1})
 
 
-def test_multidevice_signal_wait(dev) -> None:
-    first, second = Device[f"{dev.spec.name}:0"], Device[f"{dev.spec.name}:1"]
+def test_multidevice_signal_wait(dev, request) -> None:
+    expect_peer_memory(dev, request)
+    first, second = sibling(dev, 0), sibling(dev, 1)
     shared = first.new_signal(value=0)
     second_target = second.next_timeline()
     second.hw_copy_queue_t().wait(shared, 0xFFF).signal(second.timeline_signal, second_target).submit(second)
@@ -370,7 +390,7 @@ def test_program_wait_returns_the_kernel_time(dev, kit) -> None:
     prg = kit.load_program(dev, "spin", spin)
     out = dev.allocator.alloc(4)
     host_start = time.perf_counter()
-    elapsed = prg(out, vals=(3_000_000,), wait=True)
+    elapsed = prg(out, vals=(kit.spin_iterations(dev),), wait=True)
     host_elapsed = time.perf_counter() - host_start
     assert 0 < elapsed <= host_elapsed
 
@@ -384,8 +404,9 @@ def test_kernarg_ring_wraps(dev, setup, kit) -> None:
     assert dev.kernargs_buf.va_addr <= first < dev.kernargs_buf.va_addr + ring.size
 
 
-def test_device_to_device_transfer(dev) -> None:
-    first, second = Device[f"{dev.spec.name}:0"], Device[f"{dev.spec.name}:1"]
+def test_device_to_device_transfer(dev, request) -> None:
+    expect_peer_memory(dev, request)
+    first, second = sibling(dev, 0), sibling(dev, 1)
     src, dest = first.allocator.alloc(4096), second.allocator.alloc(4096)
     src.cpu_view()[:] = bytes(i % 256 for i in range(4096))
     first.allocator._transfer(dest, src, 4096, first, second)

@@ -42,6 +42,7 @@ from tg.hcq.devices.amd_queues import AMDComputeQueue, AMDCopyQueue, EncodeCache
 from tg.hcq.memory import HCQBuffer
 from tg.hcq.program import HCQProgram
 from tg.hcq.signal import HCQSignal
+from tg.hcq.symbolic import concrete
 
 KFD_PATH = "/dev/kfd"
 SHARED_MEMORY_BYTES = 64 << 10  # LDS per workgroup on gfx11
@@ -65,7 +66,7 @@ def open_interface(spec: DeviceSpec) -> Any:
         raise NotImplementedError(PCI_NOT_IMPLEMENTED)
     kfd = importlib.import_module("tg.drivers.amd.kfd")
     if iface == "MOCKKFD":
-        return kfd.SimKFDInterface(spec.index)
+        return kfd.SimKFDInterface()  # (every index is a simulated GPU of its own)
     if not os.path.exists(KFD_PATH):
         raise RuntimeError(
             f"AMD: {KFD_PATH} does not exist: this machine has no AMD GPU kernel driver (amdgpu with KFD); "
@@ -92,19 +93,20 @@ class AMDProgram(HCQProgram):
 
     def dispatch(self, command: ExecCommand) -> pm4.Dispatch:
         """The register values of one launch (ExecCommand with every value resolved)."""
-        global_size = tuple(int(s) for s in command.global_size)
-        local_size = tuple(int(s) for s in command.local_size)
-        args_addr = int(command.args_addr)  # type: ignore[call-overload]
+        gx, gy, gz = (concrete(s) for s in command.global_size)
+        lx, ly, lz = (concrete(s) for s in command.local_size)
+        global_size, local_size = (gx, gy, gz), (lx, ly, lz)
+        args_addr = concrete(command.args_addr)
         scratch_base, tmpring = self.dev.scratch_for(self.data.private_segment_size)
-        user_data = self._user_sgprs(args_addr, scratch_base, global_size, local_size)  # type: ignore[arg-type]
+        user_data = self._user_sgprs(args_addr, scratch_base, global_size, local_size)
         return pm4.Dispatch(
             program_address=self.program_address,
             rsrc1=self.data.rsrc1,
             rsrc2=self.data.rsrc2,
             rsrc3=self.data.rsrc3,
             user_data=user_data,
-            global_size=global_size,  # type: ignore[arg-type]
-            local_size=local_size,  # type: ignore[arg-type]
+            global_size=global_size,
+            local_size=local_size,
             wave32=self.data.wave32,
             tmpring_size=tmpring,
             scratch_base=scratch_base,
@@ -172,7 +174,8 @@ class AMDDevice(HCQCompiled):
 
     def __init__(self, spec: DeviceSpec) -> None:
         self.iface = open_interface(spec)
-        self.gfx_version: tuple[int, int, int] = tuple(self.iface.gfx_version)  # type: ignore[assignment]
+        major, minor, stepping = self.iface.gfx_version
+        self.gfx_version = (major, minor, stepping)
         props = self.iface.properties
         self.lds_size_in_kb = int(props.get("lds_size_in_kb", SHARED_MEMORY_BYTES >> 10))
         self.max_copy_size = 0x40000000 if self.gfx_version[0] >= 10 else 0x400000  # SDMA IP >= 5 on gfx10+
@@ -209,7 +212,7 @@ class AMDDevice(HCQCompiled):
         if self._scratch is None or self._scratch[1] < per_wave:
             self._scratch = (self.allocator.alloc(waves * per_wave, BufferSpec(nolru=True)), per_wave)
         tmpring = waves | ((per_wave // 256) << 12)
-        return self._scratch[0].va_addr, tmpring
+        return concrete(self._scratch[0].va_addr), tmpring
 
     # --- timeline, errors, recovery ---
 
@@ -269,7 +272,9 @@ def _amd_codegen(arch: str) -> tuple[Any, Any]:
         return None, None
     if "AMD" not in RENDERERS:
         return None, None
-    renderer = make_renderer("AMD", arch, machine={"family": "AMD", "has_local": True, "shared_max": SHARED_MEMORY_BYTES})
+    renderer = make_renderer(
+        "AMD", arch, machine={"family": "AMD", "has_local": True, "shared_max": SHARED_MEMORY_BYTES}
+    )
     compiler_module = importlib.import_module("tg.codegen.compiler.amd")
     return compiler_module.AMDCompiler(arch), renderer
 

@@ -32,8 +32,11 @@ def cpu_view(allocation: GPUAllocation) -> memoryview | None:
     return memoryview((ctypes.c_uint8 * allocation.size).from_address(allocation.cpu_address)).cast("B")
 
 
-def gpu_buffer(allocation: GPUAllocation, owner: Any) -> HCQBuffer:
-    return HCQBuffer(allocation.va_addr, allocation.size, cpu_view(allocation), owner, meta=allocation)
+def gpu_buffer(allocation: GPUAllocation, owner: Any, size: int | None = None) -> HCQBuffer:
+    """The raw buffer of an allocation (its first `size` bytes: the driver rounds allocations up to pages)."""
+    size = allocation.size if size is None else size
+    view = cpu_view(allocation)
+    return HCQBuffer(allocation.va_addr, size, None if view is None else view[:size], owner, meta=allocation)
 
 
 class AMDDeviceError(RuntimeError):
@@ -75,7 +78,8 @@ class AMDSignal(HCQSignal):
         except AMDDeviceError:
             raise
         except RuntimeError as fault:  # the driver reported a fault: the queues stopped
-            raise self.owner.fault_seen(fault) from fault
+            owner: Any = self.owner
+            raise owner.fault_seen(fault) from fault
 
 
 class AMDSignalPool(SignalPool):
@@ -108,7 +112,7 @@ class AMDAllocator(LRUAllocator):
 
     def _alloc(self, size: int, options: BufferSpec) -> HCQBuffer:
         allocation = self.device.iface.alloc(size, host=options.host, uncached=options.uncached, cpu_access=True)
-        return gpu_buffer(allocation, self.device)
+        return gpu_buffer(allocation, self.device, size)
 
     def _free(self, raw: HCQBuffer, options: BufferSpec) -> None:
         self.device.synchronize()  # queued work may still use the memory

@@ -58,8 +58,8 @@ def wreg(reg: int, *values: int) -> list[int]:
     if p.UCONFIG_REG_START <= reg and reg + len(values) <= p.UCONFIG_REG_END:
         return pkt3(p.PM4.SET_UCONFIG_REG, reg - p.UCONFIG_REG_START, *values)
     raise RuntimeError(
-        f"Cannot set {register_name(reg)} via pm4 packet: only SH registers ({p.SH_REG_START:#x}-{p.SH_REG_END - 1:#x}) "
-        f"and UCONFIG registers ({p.UCONFIG_REG_START:#x}-{p.UCONFIG_REG_END - 1:#x}) can be written"
+        f"Cannot set {register_name(reg)} via pm4 packet: only SH registers "
+        f"({p.SH_REG_START:#x}-{p.SH_REG_END - 1:#x}) and UCONFIG registers ({p.UCONFIG_REG_START:#x}-{p.UCONFIG_REG_END - 1:#x}) can be written"
     )
 
 
@@ -77,7 +77,9 @@ def wait_reg_mem(
     if (mem is None) == (reg is None):
         raise ValueError("wait_reg_mem needs exactly one of mem (an address) or reg (a register)")
     if mem is not None:
-        control = (op << p.WAIT_REG_MEM_FUNCTION_SHIFT) | (p.WAIT_REG_MEM_SPACE_MEMORY << p.WAIT_REG_MEM_MEM_SPACE_SHIFT)
+        control = (op << p.WAIT_REG_MEM_FUNCTION_SHIFT) | (
+            p.WAIT_REG_MEM_SPACE_MEMORY << p.WAIT_REG_MEM_MEM_SPACE_SHIFT
+        )
         control |= p.WAIT_REG_MEM_OPERATION_WAIT << p.WAIT_REG_MEM_OPERATION_SHIFT
         return pkt3(p.PM4.WAIT_REG_MEM, control, lo32(mem), hi32(mem), value, mask, POLL_INTERVAL)
     operation = p.WAIT_REG_MEM_OPERATION_WRITE_WAIT if reg_done else p.WAIT_REG_MEM_OPERATION_WAIT

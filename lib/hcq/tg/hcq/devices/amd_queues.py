@@ -100,9 +100,7 @@ def encode_sdma(command: Command, device: Any) -> list[int]:
     if isinstance(command, WriteCommand):
         return sdma.write(concrete(command.addr), *_split_words(concrete(command.value), command.b64))
     if isinstance(command, PollBitCommand):
-        return sdma.poll_regmem(
-            concrete(command.addr), concrete(command.value), command.mask, p.CompareFunction.EQ
-        )
+        return sdma.poll_regmem(concrete(command.addr), concrete(command.value), command.mask, p.CompareFunction.EQ)
     raise NotImplementedError(f"the AMD copy queue cannot run {type(command).__name__}")
 
 

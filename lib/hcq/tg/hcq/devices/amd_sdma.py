@@ -32,9 +32,7 @@ def copy(dest: int, src: int, size: int, max_copy_size: int = p.SDMA_MAX_COPY_SI
     return words
 
 
-def poll_regmem(
-    address: int, value: int, mask: int = U32, func: p.CompareFunction = p.CompareFunction.GE
-) -> list[int]:
+def poll_regmem(address: int, value: int, mask: int = U32, func: p.CompareFunction = p.CompareFunction.GE) -> list[int]:
     """Halt until `(u32 at address & mask) func value` (memory poll), re-checking every 4 clocks, 0xfff retries."""
     header = p.sdma_header(p.SDMA.POLL_REGMEM) | p.SDMA_POLL_REGMEM_MEM_POLL
     header |= (func & p.SDMA_POLL_REGMEM_FUNC_MASK) << p.SDMA_POLL_REGMEM_FUNC_SHIFT

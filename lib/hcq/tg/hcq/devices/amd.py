@@ -174,6 +174,7 @@ class AMDDevice(HCQCompiled):
 
     def __init__(self, spec: DeviceSpec) -> None:
         self.iface = open_interface(spec)
+        self._signal_pool: AMDSignalPool | None = None
         major, minor, stepping = self.iface.gfx_version
         self.gfx_version = (major, minor, stepping)
         props = self.iface.properties
@@ -193,10 +194,11 @@ class AMDDevice(HCQCompiled):
     # --- signals ---
 
     def new_signal(self, value: int = 0, **kwargs: Any) -> HCQSignal:
-        """A signal in GPU memory from this peer group's pool."""
-        pool = self.signal_pools.get(self.peer_group)
-        if not isinstance(pool, AMDSignalPool):
-            pool = self.signal_pools[self.peer_group] = AMDSignalPool(self)
+        """A signal in this device's GPU memory. One pool per device, not per peer group: the interface cannot map
+        one GPU's memory into another's page table (no peer mapping), so another GPU could not reach the slot."""
+        pool = self._signal_pool
+        if pool is None:
+            pool = self._signal_pool = AMDSignalPool(self)
         return pool.new_signal(value, owner=self, **kwargs)
 
     # --- programs ---

@@ -13,6 +13,7 @@ Submit order (as hardware needs it): packets into memory, then the write pointer
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import time
 from array import array
 from collections import OrderedDict, deque
@@ -142,7 +143,10 @@ class DriverQueue:
     def __init__(self, device: Any, ring_size: int) -> None:
         self.device = device
         iface = device.iface
-        self.ring = iface.alloc(ring_size, host=True, uncached=True, cpu_access=True)
+        # the ring is exactly ring_size bytes (the engine wraps at the size it is given; the driver rounds to pages)
+        self.ring = dataclasses.replace(
+            iface.alloc(ring_size, host=True, uncached=True, cpu_access=True), size=ring_size
+        )
         self.read_ptr = iface.alloc(0x1000, host=True, uncached=True, cpu_access=True)
         self.write_ptr = iface.alloc(0x1000, host=True, uncached=True, cpu_access=True)
         self.retired_memory = iface.alloc(0x1000, host=True, uncached=True, cpu_access=True)

@@ -1,0 +1,216 @@
+"""The AMD device (tg.hcq.devices.amd) on the simulated Navi31 (DEV=MOCKKFD+AMD): device strings, signals in GPU
+memory, the rings (wrap, IB reuse, back-pressure), copies both ways, faults and hangs and the recovery after them.
+Kernels on the emulator are in test_amd_kernels.py; the HCQ conformance suite runs on MOCKKFD+AMD too."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from decimal import Decimal
+
+import pytest
+
+from tg.codegen.dtype import dtypes
+from tg.codegen.flags import Context
+from tg.drivers.amd.iface import GPUAllocation
+from tg.hcq import Buffer, BufferSpec, Device, UnknownDeviceError
+from tg.hcq.device import DeviceSpec
+from tg.hcq.devices import amd, amd_queues
+from tg.hcq.devices.amd_memory import AMDDeviceError
+
+MOCK = "MOCKKFD+AMD"
+DEADLINE_MS = 120_000
+UNMAPPED = 0xDEAD_0000_0000  # no allocation of the simulator lies there
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def dev():
+    device = Device[MOCK]
+    device.synchronize()
+    return device
+
+
+def run_and_wait(dev, queue) -> None:
+    target = dev.next_timeline()
+    queue.signal(dev.timeline_signal, target).submit(dev)
+    dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
+
+
+def device_works(dev) -> bool:
+    """A copy and a compute-queue signal both complete with the right data."""
+    src, dest = dev.allocator.alloc(64), dev.allocator.alloc(64)
+    src.cpu_view()[:] = bytes(range(64))
+    dest.cpu_view()[:] = bytes(64)
+    run_and_wait(dev, dev.hw_copy_queue_t().copy(dest, src, 64))
+    run_and_wait(dev, dev.hw_compute_queue_t())
+    return bytes(dest.cpu_view()) == bytes(range(64))
+
+
+# --- device strings ---
+
+
+def test_kfd_without_dev_kfd_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setattr(amd, "KFD_PATH", str(tmp_path / "kfd"))
+    with pytest.raises(RuntimeError, match=r"kfd does not exist: this machine has no AMD GPU kernel driver.*MOCKKFD"):
+        amd.open_interface(DeviceSpec("AMD"))
+
+
+@pytest.mark.parametrize("name", ["PCI+AMD", "MOCKPCI+AMD", "MOCKPCI+AMD:1"])
+def test_pci_interfaces_say_they_are_not_implemented(name: str) -> None:
+    with pytest.raises(NotImplementedError, match=r"userspace PCI driver .* is not implemented yet"):
+        Device[name]
+
+
+def test_an_unknown_interface_lists_the_known_ones() -> None:
+    with pytest.raises(UnknownDeviceError, match=r"no interface FOO\+.*KFD\+, MOCKKFD\+, PCI\+, MOCKPCI\+"):
+        Device["FOO+AMD"]
+
+
+def test_the_target_is_an_amd_gpu(dev) -> None:
+    target = dev.target
+    assert (target.family, target.has_local, target.shared_max) == ("AMD", True, 64 << 10)
+    assert type(dev.renderer).__name__ == "AMDRenderer"
+    assert dev.device == MOCK and Device.canonicalize("mockkfd+amd:0") == MOCK
+
+
+# --- memory and signals ---
+
+
+def test_signals_live_in_gpu_memory_the_gpu_writes(dev) -> None:
+    sig = dev.new_signal(value=5)
+    allocation = sig.base_buf.meta
+    assert isinstance(allocation, GPUAllocation) and allocation.host
+    assert dev.iface.device.memory.is_mapped(sig.value_addr, 16)  # in the simulated GPU's page table
+    run_and_wait(dev, dev.hw_compute_queue_t().signal(sig, 0x1234))
+    assert sig.value == 0x1234 == struct.unpack("<Q", ctypes.string_at(sig.base_buf.va_addr, 8))[0]
+    run_and_wait(dev, dev.hw_copy_queue_t().signal(sig, 0x4321))
+    assert sig.value == 0x4321
+
+
+def test_timestamps_count_100_gpu_ticks_per_microsecond(dev) -> None:
+    sig = dev.new_signal()
+    ctypes.c_uint64.from_address(sig.base_buf.va_addr + 8).value = 123_456
+    assert sig.timestamp == Decimal("1234.56")
+    first, second = dev.new_signal(), dev.new_signal()
+    run_and_wait(dev, dev.hw_compute_queue_t().timestamp(first))
+    run_and_wait(dev, dev.hw_copy_queue_t().timestamp(second))
+    assert 0 < first.timestamp < second.timestamp  # one GPU clock for both engines
+
+
+def test_host_memory_and_vram_allocations(dev) -> None:
+    vram = dev.allocator.alloc(100)
+    host = dev.allocator.alloc(100, BufferSpec(host=True))
+    assert not vram.meta.host and host.meta.host
+    assert vram.size == 100 and len(vram.cpu_view()) == 100  # the driver's page rounding is not visible
+
+
+def test_buffer_copyin_copyout_through_the_mapping_and_through_sdma(dev) -> None:
+    """Idle: the host copies through the CPU mapping. Busy (the compute queue waits on a gate): copyin snapshots into
+    a staging buffer that the SDMA queue copies after the queued work, and copyout waits for everything."""
+    data = struct.pack("<64f", *range(64))
+    buf = Buffer(MOCK, 64, dtypes.float32).allocate()
+    buf.copyin(data)
+    assert bytes(buf.copyout(bytearray(256))) == data
+    gate = dev.new_signal(value=0)
+    dev.hw_compute_queue_t().wait(gate, 1).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    later = struct.pack("<64f", *range(100, 164))
+    buf.copyin(later)  # the device is busy: goes through staging + SDMA, ordered after the gate
+    assert bytes(buf.raw.cpu_view()) == data  # not yet copied: the SDMA queue waits for the timeline
+    gate.value = 1
+    assert bytes(buf.copyout(bytearray(256))) == later
+
+
+# --- rings ---
+
+
+@pytest.fixture
+def small_rings(monkeypatch: pytest.MonkeyPatch):
+    """A fresh MOCKKFD+AMD device (its own simulated GPU) with tiny rings and IB area, so a test wraps them often."""
+    monkeypatch.setattr(amd_queues, "SDMA_RING_SIZE", 0x400)
+    monkeypatch.setattr(amd_queues, "PM4_RING_SIZE", 0x100)  # 16 INDIRECT_BUFFER packets
+    monkeypatch.setattr(amd_queues, "IB_AREA_SIZE", 0x1000)
+    device = amd.AMDDevice(DeviceSpec("AMD", index=31, iface="MOCKKFD"))
+    yield device
+    device.synchronize()
+    device.iface.close()
+
+
+def test_sdma_ring_wraps_with_zeroed_tails(small_rings) -> None:
+    dev = small_rings
+    src, dest = dev.allocator.alloc(4 * 100), dev.allocator.alloc(4 * 100)
+    src.cpu_view()[:] = struct.pack("<100I", *range(1000, 1100))
+    dest.cpu_view()[:] = bytes(400)
+    submission = 4 * (7 + 6 + 4)  # a copy, a signal (fence + trap), the driver's retired fence: 68 bytes
+    for i in range(100):
+        queue = dev.hw_copy_queue_t().copy(dest.offset(4 * i, 4), src.offset(4 * i, 4), 4)
+        queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    assert struct.unpack("<100I", dest.cpu_view()) == tuple(range(1000, 1100))
+    # 68 does not divide the 1024-byte ring: submissions that did not fit before its end started over at 0
+    assert dev.sdma_ring.put > 100 * submission
+
+
+def test_pm4_ring_and_ib_area_are_reused_after_the_engine_retires_them(small_rings) -> None:
+    dev = small_rings
+    for _ in range(300):  # ~19 trips around a 16-packet ring, ~20 around the IB area
+        dev.hw_compute_queue_t().signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    assert dev.timeline_signal.value == dev.timeline_value - 1 and dev.compute_ring.put == 300 * 4
+
+
+def test_a_full_ring_behind_a_blocked_queue_times_out_clearly(small_rings) -> None:
+    dev = small_rings
+    gate = dev.new_signal(value=0)
+    dev.hw_compute_queue_t().wait(gate, 1).submit(dev)
+    with Context(HCQDEV_WAIT_TIMEOUT_MS=300), pytest.raises(RuntimeError, match="compute queue has no room"):
+        for _ in range(40):
+            dev.hw_compute_queue_t().signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    gate.value = 1
+    dev.recover()  # drop what the failed submit left half-done
+    assert device_works(dev)
+
+
+def test_a_submission_longer_than_an_indirect_buffer_is_split(dev, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 40-dword IBs: 30 signals (8 dwords each) need several IBs on the ring
+    monkeypatch.setattr(amd_queues.p, "INDIRECT_BUFFER_MAX_DWORDS", 40 + 16)
+    sigs = [dev.new_signal() for _ in range(30)]
+    queue = dev.hw_compute_queue_t()
+    for i, sig in enumerate(sigs):
+        queue.signal(sig, i + 1)
+    before = dev.compute_ring.put
+    run_and_wait(dev, queue)
+    assert [s.value for s in sigs] == list(range(1, 31))
+    assert dev.compute_ring.put - before > 4 * 5
+
+
+# --- hangs, faults, recovery ---
+
+
+def test_a_hung_wait_fails_with_a_clear_timeout_and_the_device_recovers(dev) -> None:
+    never = dev.new_signal(value=0)
+    dev.hw_compute_queue_t().wait(never, 1).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    with pytest.raises(AMDDeviceError, match=r"hang detected \(Wait timeout: 300 ms!.*\); the queues were reset"):
+        dev.synchronize(timeout=300)
+    assert dev.error_state is None and device_works(dev)
+
+
+def test_an_sdma_fault_names_the_address_and_the_device_recovers(dev) -> None:
+    dest = dev.allocator.alloc(64)
+    dev.hw_copy_queue_t().copy(dest.va_addr, UNMAPPED, 64).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    with pytest.raises(AMDDeviceError, match=r"MMU fault: 0xDEAD00000000 \| queue sdma\d+, packet SDMA COPY"):
+        dev.synchronize()
+    assert device_works(dev)
+
+
+def test_a_pm4_fault_seen_by_a_signal_wait_recovers_the_device(dev) -> None:
+    # a WRITE_DATA to an unmapped address, waited for directly on the signal rather than by synchronize
+    queue = dev.hw_compute_queue_t().write(dev.allocator.alloc(8), 1)
+    queue._add(amd_queues.WriteCommand(UNMAPPED, 7))
+    target = dev.next_timeline()
+    queue.signal(dev.timeline_signal, target).submit(dev)
+    with pytest.raises(AMDDeviceError, match=r"MMU fault: 0xDEAD00000000 \| queue compute\d+, packet WRITE_DATA"):
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
+    dev.synchronize()  # already recovered: nothing left to report
+    assert device_works(dev)

@@ -12,7 +12,8 @@ and compiler: LLVM IR for amdgcn-amd-amdhsa gfx1100, wave32), loaded by tg.drive
 the COMPUTE_* registers from the kernel descriptor and passes the kernel-argument pointer in user SGPRs.
 
 Kernel ABI: the kernarg segment holds the buffer arguments as 8-byte global pointers, then the int arguments as int32
-(CLikeArgsState); `global_size` is in workgroups, `local_size` in threads (the renderer's ProgramSource.local_size). Timestamps count the GPU clock, 100 ticks per microsecond.
+(CLikeArgsState); `global_size` is in workgroups, `local_size` in threads (the renderer's ProgramSource.local_size).
+Timestamps count the GPU clock, 100 ticks per microsecond.
 
 After a fault (an access to an unmapped address, an illegal instruction) or a hang (a wait that made no progress for
 HCQDEV_WAIT_TIMEOUT_MS), `synchronize` raises the driver's report once, resets the queues (`AMDInterface.recover`)
@@ -140,7 +141,8 @@ class AMDProgram(HCQProgram):
         count = self.data.user_sgpr_count
         if len(sgprs) > count:
             raise RuntimeError(
-                f"{self.name}: the kernel descriptor enables {len(sgprs)} user SGPRs but RSRC2.USER_SGPR_COUNT is {count}"
+                f"{self.name}: the kernel descriptor enables {len(sgprs)} user SGPRs, "
+                f"but RSRC2.USER_SGPR_COUNT is {count}"
             )
         # LLVM pads the count on gfx11 wave32 (user + system SGPRs must be 16, its UserSGPRInit16Bug workaround): the
         # padding SGPRs are unused, and the workgroup ids follow them

@@ -23,6 +23,8 @@ U32 = 0xFFFFFFFF
 POLL_INTERVAL = 4  # WAIT_REG_MEM re-check interval (clocks x 16 on hardware)
 ACQUIRE_MEM_POLL_INTERVAL = 0x0A
 ALL_MEMORY = (1 << 64) - 1  # ACQUIRE_MEM range that covers everything
+SH_RANGE = f"{p.SH_REG_START:#x}-{p.SH_REG_END - 1:#x}"
+UCONFIG_RANGE = f"{p.UCONFIG_REG_START:#x}-{p.UCONFIG_REG_END - 1:#x}"
 
 
 def lo32(value: int) -> int:
@@ -58,8 +60,8 @@ def wreg(reg: int, *values: int) -> list[int]:
     if p.UCONFIG_REG_START <= reg and reg + len(values) <= p.UCONFIG_REG_END:
         return pkt3(p.PM4.SET_UCONFIG_REG, reg - p.UCONFIG_REG_START, *values)
     raise RuntimeError(
-        f"Cannot set {register_name(reg)} via pm4 packet: only SH registers "
-        f"({p.SH_REG_START:#x}-{p.SH_REG_END - 1:#x}) and UCONFIG registers ({p.UCONFIG_REG_START:#x}-{p.UCONFIG_REG_END - 1:#x}) can be written"
+        f"Cannot set {register_name(reg)} via pm4 packet: only SH registers {SH_RANGE} and UCONFIG registers "
+        f"{UCONFIG_RANGE} can be written"
     )
 
 

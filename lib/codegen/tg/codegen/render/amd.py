@@ -81,7 +81,7 @@ class _AMDFunction(_LLVMFunction):
         self.globals: list[str] = []  # local (LDS) arrays, at module scope
 
     # --- the kernel -----------------------------------------------------------------------------------------
-    def render(self) -> GPUKernel:  # type: ignore[override]
+    def render(self) -> GPUKernel:
         params = global_params(self.linear)
         signature = [f"ptr addrspace(1) noalias %data{p.arg.slot}" for p in params]
         for p in params:

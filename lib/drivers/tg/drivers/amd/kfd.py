@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tg.drivers.amd.iface import GPUAllocation, HardwareQueue, QueueKind, ShaderEngines
 from tg.drivers.amd.navi31 import GFX_VERSION, NAVI31_PROPERTIES, Navi31
@@ -28,6 +30,8 @@ DOORBELL_PAGE_SIZE = 0x2000
 QUEUE_PRIORITY = 7  # AMD_KFD_QUEUE_PRIORITY's default
 EOP_BUFFER_SIZE = 0x1000
 EVENT_PAGE_SIZE = 0x8000
+# The simulated KFD's fault injection (spec hcq §1.26): while set, `sleep` reports an MMU fault at this address.
+FAULT_INJECTION_VARIABLE = "MOCKGPU_EMU_FAULTADDR"
 
 
 def gfx_version_of(target_version: int) -> tuple[int, int, int]:
@@ -133,7 +137,7 @@ class KFDInterface:
         from tg.drivers.autogen import libc
 
         kfd = self._kfd
-        size = round_up(size, PAGE_SIZE)
+        requested, size = size, round_up(size, PAGE_SIZE)
         flags = self.alloc_flags(host, uncached, cpu_access)
         userptr = bool(flags & kfd.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR)
         protection = libc.PROT_READ | libc.PROT_WRITE if userptr else libc.PROT_NONE
@@ -178,7 +182,7 @@ class KFDInterface:
         if mapped.n_success != 1:
             raise RuntimeError(f"mapping 0x{address:X} to the GPU failed")
         self._handles[address] = memory.handle
-        return GPUAllocation(address, size, address if visible else 0, host)
+        return GPUAllocation(address, requested, address if visible else 0, host)
 
     def free(self, mem: GPUAllocation) -> None:
         from tg.drivers.autogen import libc
@@ -190,7 +194,7 @@ class KFDInterface:
             self.fd, handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1
         )
         kfd.AMDKFD_IOC_FREE_MEMORY_OF_GPU(self.fd, handle=handle)
-        libc.munmap(mem.va_addr, mem.size)
+        libc.munmap(mem.va_addr, round_up(mem.size, PAGE_SIZE))
 
     # -- queues ------------------------------------------------------------------------------------------------
     def create_queue(
@@ -209,18 +213,8 @@ class KFDInterface:
                 "ctx_save_restore_size": save_size,
                 "ctl_stack_size": ctl_stack_size,
             }
-        queue = kfd.AMDKFD_IOC_CREATE_QUEUE(
-            self.fd,
-            ring_base_address=ring.va_addr,
-            ring_size=ring.size,
-            gpu_id=self.gpu_id,
-            queue_type=kfd.KFD_IOC_QUEUE_TYPE_COMPUTE if kind == QueueKind.COMPUTE else kfd.KFD_IOC_QUEUE_TYPE_SDMA,
-            queue_percentage=kfd.KFD_MAX_QUEUE_PERCENTAGE,
-            queue_priority=QUEUE_PRIORITY,
-            write_pointer_address=write_ptr.va_addr,
-            read_pointer_address=read_ptr.va_addr,
-            **extra,
-        )
+        queue = create_queue_args(self.gpu_id, kind, ring, read_ptr, write_ptr, **extra)
+        fcntl.ioctl(self.fd, int(kfd.AMDKFD_IOC_CREATE_QUEUE), queue, True)
         if not self._doorbell_page:
             from tg.drivers.autogen import libc
 
@@ -253,6 +247,26 @@ class KFDInterface:
 
     def recover(self) -> None:
         raise RuntimeError("the KFD cannot reset this process's queues; restart the process after a GPU fault")
+
+
+def create_queue_args(
+    gpu_id: int, kind: QueueKind, ring: GPUAllocation, read_ptr: GPUAllocation, write_ptr: GPUAllocation, **extra: int
+) -> Any:
+    """The AMDKFD_IOC_CREATE_QUEUE argument for a queue of `kind` on `ring` (`extra`: the EOP and CWSR fields of a
+    compute queue)."""
+    from tg.drivers.autogen import kfd_ioctl as kfd
+
+    return kfd.struct_kfd_ioctl_create_queue_args(
+        ring_base_address=ring.va_addr,
+        ring_size=ring.size,
+        gpu_id=gpu_id,
+        queue_type=kfd.KFD_IOC_QUEUE_TYPE_COMPUTE if kind == QueueKind.COMPUTE else kfd.KFD_IOC_QUEUE_TYPE_SDMA,
+        queue_percentage=kfd.KFD_MAX_QUEUE_PERCENTAGE,
+        queue_priority=QUEUE_PRIORITY,
+        write_pointer_address=write_ptr.va_addr,
+        read_pointer_address=read_ptr.va_addr,
+        **extra,
+    )
 
 
 def alloc_flags(kfd: object, host: bool, uncached: bool, cpu_access: bool) -> int:
@@ -315,8 +329,9 @@ class SimKFDInterface:
         self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = False
     ) -> GPUAllocation:
         with self._lock:
-            address, mapped = self.device.allocate(size, host=host or uncached)
-        return GPUAllocation(address, mapped, address if (host or uncached or cpu_access) else 0, host or uncached)
+            address, _ = self.device.allocate(size, host=host or uncached)
+        # The size asked for (the mapping is whole pages): a ring of 256 bytes wraps at 256 bytes.
+        return GPUAllocation(address, size, address if (host or uncached or cpu_access) else 0, host or uncached)
 
     def free(self, mem: GPUAllocation) -> None:
         with self._lock:
@@ -329,6 +344,9 @@ class SimKFDInterface:
         return HardwareQueue(kind, ring, read_ptr, write_ptr, engine.doorbell, len(self.device.queues) - 1)
 
     def sleep(self, timeout_ms: int) -> None:
+        injected = os.environ.get(FAULT_INJECTION_VARIABLE)
+        if injected:  # as if the memory-exception event had fired for that address; the queues are left alone
+            raise RuntimeError(f"MMU fault: 0x{int(injected, 0):X} | injected by {FAULT_INJECTION_VARIABLE}")
         self.device.sleep(timeout_ms)
 
     def recover(self) -> None:

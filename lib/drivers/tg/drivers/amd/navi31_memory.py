@@ -90,8 +90,8 @@ class SimMemory:
 
     def __init__(self, vram_size: int = DEFAULT_VRAM_SIZE) -> None:
         self.vram = VRAMArena(vram_size)
-        self._starts: list[int] = []
-        self._ranges: list[MappedRange] = []
+        # The page table, replaced whole on every change (copy on write) so the engines read it without a lock.
+        self._table: tuple[list[int], list[MappedRange]] = ([], [])
         self._lock = threading.Lock()
         self._changed = threading.Condition(threading.Lock())
         self._waiters = 0
@@ -117,11 +117,13 @@ class SimMemory:
 
     def unmap(self, address: int) -> None:
         with self._lock:
-            index = bisect.bisect_left(self._starts, address)
-            if index == len(self._starts) or self._starts[index] != address:
+            starts, ranges = list(self._table[0]), list(self._table[1])
+            index = bisect.bisect_left(starts, address)
+            if index == len(starts) or starts[index] != address:
                 raise ValueError(f"no allocation starts at 0x{address:X}")
-            mapped = self._ranges.pop(index)
-            self._starts.pop(index)
+            mapped = ranges.pop(index)
+            starts.pop(index)
+            self._table = (starts, ranges)
             mapped.view.release()
             if mapped.backing is not None:
                 mapped.backing.close()
@@ -129,18 +131,20 @@ class SimMemory:
                 self.vram.release(mapped.start - self.vram.base, mapped.size)
 
     def _insert(self, mapped: MappedRange) -> None:
-        index = bisect.bisect_left(self._starts, mapped.start)
-        self._starts.insert(index, mapped.start)
-        self._ranges.insert(index, mapped)
+        starts, ranges = list(self._table[0]), list(self._table[1])
+        index = bisect.bisect_left(starts, mapped.start)
+        starts.insert(index, mapped.start)
+        ranges.insert(index, mapped)
+        self._table = (starts, ranges)
 
     def close(self) -> None:
         with self._lock:
-            for mapped in self._ranges:
+            ranges = self._table[1]
+            self._table = ([], [])
+            for mapped in ranges:
                 mapped.view.release()
                 if mapped.backing is not None:
                     mapped.backing.close()
-            self._ranges.clear()
-            self._starts.clear()
         self.vram.close()
 
     # -- translation -------------------------------------------------------------------------------------------
@@ -156,7 +160,7 @@ class SimMemory:
         """(view, offset, length) pieces covering [address, address + size); GPUFault at the first unmapped byte."""
         if address < 0 or address + size > 1 << 64:
             raise GPUFault(address & ((1 << 64) - 1), access)
-        starts, ranges = self._starts, self._ranges
+        starts, ranges = self._table
         while size > 0:
             index = bisect.bisect_right(starts, address) - 1
             if index < 0 or index >= len(ranges) or ranges[index].end <= address:
@@ -169,11 +173,31 @@ class SimMemory:
             size -= length
 
     # -- GPUMemory ---------------------------------------------------------------------------------------------
+    def _within(self, address: int, size: int) -> MappedRange | None:
+        """The one mapping holding all of [address, address + size), if there is one (the common, fast case)."""
+        starts, ranges = self._table
+        index = bisect.bisect_right(starts, address) - 1
+        if index >= 0:
+            mapped = ranges[index]
+            if address + size <= mapped.start + mapped.size:
+                return mapped
+        return None
+
     def read(self, address: int, size: int) -> bytes:
+        mapped = self._within(address, size)
+        if mapped is not None:
+            offset = address - mapped.start
+            return bytes(mapped.view[offset : offset + size])
         pieces = [bytes(view[offset : offset + length]) for view, offset, length in self._pieces(address, size, "read")]
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def write(self, address: int, data: bytes) -> None:
+        mapped = self._within(address, len(data))
+        if mapped is not None and isinstance(data, bytes):
+            offset = address - mapped.start
+            mapped.view[offset : offset + len(data)] = data
+            self._announce_write()
+            return
         source = memoryview(data).cast("B")
         done = 0
         for view, offset, length in list(self._pieces(address, len(source), "write")):

@@ -136,10 +136,15 @@ def is_amd(device: Any) -> bool:
     return getattr(getattr(device, "spec", None), "name", "") == "AMD"
 
 
+def amd_source(body: str) -> str:
+    """A module for tg.codegen's AMD compiler around kernel IR `body` (attribute group #0, workgroup-id intrinsics)."""
+    return _AMD_IDS + body + _AMD_ATTRIBUTES
+
+
 def load_program(device: Any, name: str, source: str) -> Any:
     """Compile and load test kernel `name`: `source` (C) on the CPU, its LLVM IR twin on AMD."""
     if is_amd(device):
-        source = _AMD_IDS + AMD_KERNELS[name] + _AMD_ATTRIBUTES
+        source = amd_source(AMD_KERNELS[name])
     return device.runtime(name, device.compiler.compile(source))
 
 
@@ -174,6 +179,8 @@ def kit() -> SimpleNamespace:
         int32=int32,
         load_program=load_program,
         spin_iterations=spin_iterations,
+        amd_source=amd_source,
+        AMD_KERNELS=AMD_KERNELS,
         is_amd=is_amd,
         float_buffer=float_buffer,
         read_floats=read_floats,

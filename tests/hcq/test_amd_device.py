@@ -214,3 +214,45 @@ def test_a_pm4_fault_seen_by_a_signal_wait_recovers_the_device(dev) -> None:
         dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
     dev.synchronize()  # already recovered: nothing left to report
     assert device_works(dev)
+
+
+# --- program loading ---
+
+# A kernel that reads its dispatch packet (grid_size_x, at byte 12): the descriptor enables the dispatch pointer SGPRs
+# before the kernarg pointer, and the device must write an hsa_kernel_dispatch_packet_t for it.
+GRID_SIZE_X = """
+declare ptr addrspace(4) @llvm.amdgcn.dispatch.ptr()
+define amdgpu_kernel void @grid_x(ptr addrspace(1) noalias %out) #1 {
+  %packet = call ptr addrspace(4) @llvm.amdgcn.dispatch.ptr()
+  %field = getelementptr i8, ptr addrspace(4) %packet, i64 12
+  %v = load i32, ptr addrspace(4) %field, align 4
+  store i32 %v, ptr addrspace(1) %out, align 4
+  ret void
+}
+attributes #1 = { nounwind "amdgpu-flat-work-group-size"="1,64" "amdgpu-no-queue-ptr" "amdgpu-no-dispatch-id"
+  "amdgpu-no-implicitarg-ptr" "amdgpu-no-hostcall-ptr" "amdgpu-no-heap-ptr" "amdgpu-no-multigrid-sync-arg"
+  "amdgpu-no-default-queue" "amdgpu-no-completion-action" "amdgpu-no-lds-kernel-id" }
+"""
+
+
+def test_a_kernel_reading_its_dispatch_packet_gets_one_after_its_arguments(dev) -> None:
+    prg = dev.runtime("grid_x", dev.compiler.compile(GRID_SIZE_X))
+    assert prg.data.enable_dispatch_ptr and prg.kernargs_alloc_size == 16 + 64  # 8-byte argument, aligned, + packet
+    out = dev.allocator.alloc(4)
+    args = prg.fill_kernargs((out,))
+    command = amd_queues.ExecCommand(prg, args.buf.va_addr, args, (5, 2, 1), (4, 1, 1))
+    user = prg.dispatch(command).user_data
+    packet = args.buf.va_addr + 16
+    assert user[:4] == (packet & 0xFFFFFFFF, packet >> 32, args.buf.va_addr & 0xFFFFFFFF, args.buf.va_addr >> 32)
+    assert all(word == 0 for word in user[4:])  # the gfx11 wave32 padding
+    setup, wg_x, wg_y, wg_z, _, grid_x, grid_y, grid_z = struct.unpack("<2x5H3I", ctypes.string_at(packet, 24))
+    assert (setup, wg_x, wg_y, wg_z, grid_x, grid_y, grid_z) == (2, 4, 1, 1, 20, 2, 1)
+    assert struct.unpack("<Q", ctypes.string_at(packet + 40, 8))[0] == args.buf.va_addr  # kernarg_address
+
+
+def test_program_image_is_relocated_and_aligned_in_gpu_memory(dev, kit) -> None:
+    prg = kit.load_program(dev, "add_one", kit.ADD_ONE)
+    assert prg.program_address % 256 == 0
+    image = prg.data.code_object.image_at(prg.image_memory.va_addr)
+    assert ctypes.string_at(prg.image_memory.va_addr, len(image)) == image
+    assert dev.iface.device.memory.is_mapped(prg.program_address, 4)

@@ -22,8 +22,11 @@ and the device can be used again.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
+import struct
+import weakref
 from typing import Any
 
 from tg.drivers.amd.code_object import build_program
@@ -55,6 +58,7 @@ SCRATCH_DESCRIPTOR_WORD3 = 0x20C14000  # the buffer resource word the driver giv
 USER_SGPRS_MAX = 16
 KERNARGS_ALIGNMENT = 16
 HSA_DISPATCH_PACKET_SIZE = 64
+NO_LRU = BufferSpec(nolru=True)
 
 
 # ------------------------------------------------------------------------------------------------------ interfaces
@@ -87,10 +91,13 @@ class AMDProgram(HCQProgram):
         super().__init__(dev, name, kernargs_alloc_size=_round_up(data.kernargs_alloc_size, KERNARGS_ALIGNMENT))
         self.lib = lib
         self.data = data
-        self.image_memory: HCQBuffer = dev.allocator.alloc(max(len(data.image), 1), BufferSpec(nolru=True))
+        self.image_memory: HCQBuffer = dev.allocator.alloc(max(len(data.image), 1), NO_LRU)
         image = data.code_object.image_at(self.image_memory.va_addr)
         self.image_memory.cpu_view()[: len(image)] = image
         self.program_address = self.image_memory.va_addr + data.entry_point_offset
+        # the image goes back to the allocator with the program (after the device finished what may still run it)
+        release = weakref.finalize(self, dev.allocator.free, self.image_memory, self.image_memory.size, NO_LRU)
+        release.atexit = False
 
     def dispatch(self, command: ExecCommand) -> pm4.Dispatch:
         """The register values of one launch (ExecCommand with every value resolved)."""
@@ -151,19 +158,17 @@ class AMDProgram(HCQProgram):
     def _write_dispatch_packet(
         self, packet: int, args_addr: int, global_size: tuple[int, ...], local_size: tuple[int, ...]
     ) -> None:
-        """An hsa_kernel_dispatch_packet_t after the kernel arguments, for kernels that read it (dispatch_ptr)."""
-        import struct
-
-        kernargs = self.dev.kernargs_buf
-        offset = packet - kernargs.va_addr
-        if not 0 <= offset <= kernargs.size - HSA_DISPATCH_PACKET_SIZE:
-            return  # arguments outside the device's ring (a graph's own memory): that memory has room too
+        """An hsa_kernel_dispatch_packet_t after the kernel arguments, for kernels that read it (dispatch_ptr): written
+        through the CPU mapping, which KFD (and the simulator) place at the GPU address. The kernel-argument slice has
+        room for it (kernargs_alloc_size counts it)."""
         grid = [g * s for g, s in zip(global_size, local_size, strict=True)]
-        dims = sum(1 for g in grid if g > 1) or 1
-        struct.pack_into(
-            "<HHHHHHIIIIIIQQQ", kernargs.cpu_view(), offset, 0, dims, *local_size, 0, *grid,
-            self.data.private_segment_size, self.data.group_segment_size, self.program_address, args_addr, 0,
+        dims = 3 if grid[2] > 1 else 2 if grid[1] > 1 else 1
+        kernel_object = self.image_memory.va_addr + self.data.code_object.kernel(self.data.name).descriptor_offset
+        fields = struct.pack(
+            "<6H5I4Q", 0, dims, *local_size, 0, *grid, self.data.private_segment_size, self.data.group_segment_size,
+            kernel_object, args_addr, 0, 0,
         )  # fmt: skip
+        ctypes.memmove(packet, fields, HSA_DISPATCH_PACKET_SIZE)
 
 
 # ------------------------------------------------------------------------------------------------------ the device

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tg.drivers.amd.iface import GPUFault, QueueKind, WaveLaunch
+from tg.drivers.amd.iface import GPUAllocation, GPUFault, QueueKind, WaveLaunch
 from tg.drivers.amd.kfd import SimKFDInterface
 from tg.drivers.amd.navi31_engine import compare
 
@@ -115,7 +115,7 @@ def test_release_mem_writes_the_signal_and_interrupts(sim: SimKFDInterface) -> N
     assert [u32(signal, 16), u32(signal, 20), u32(signal, 24)] == [7, 8, 9]
     assert u32(signal) == 0xCAFEF00D
     assert u64(signal, 8) == 0x1_2345_6789
-    assert sim.device.interrupts.context_ids == [5]  # only the packet with int_sel 2 interrupted
+    assert list(sim.device.interrupts.context_ids) == [5]  # only the packet with int_sel 2 interrupted
     sim.sleep(0)  # the pending interrupt is consumed without an error
 
 
@@ -305,7 +305,7 @@ def test_sdma_copy_fence_write_and_trap(sim: SimKFDInterface) -> None:
     sdma.drain()
     assert ctypes.string_at(back.cpu_address, len(payload)) == payload
     assert (u32(back, 0x2900), u32(back, 0x2904), u32(back, 0x2FF0)) == (0xA, 0xB, 77)
-    assert sim.device.interrupts.context_ids == [9]
+    assert list(sim.device.interrupts.context_ids) == [9]
 
 
 def test_sdma_poll_regmem_blocks_until_the_cp_writes(sim: SimKFDInterface) -> None:
@@ -473,3 +473,71 @@ def test_device_clock_runs_at_100_ticks_per_microsecond(monkeypatch: pytest.Monk
     assert clock.ticks() == 201  # the host clock did not move: still strictly increasing
     now[0] += 1_000_000  # 1 ms
     assert clock.ticks() == 100_200
+
+
+def test_chaos_mode_shuffles_timing_but_not_results(engines: RecordingEngines) -> None:
+    sim = SimKFDInterface(shader_engines=engines, vram_size=VRAM, chaos_seed=7)
+    try:
+        compute, sdma = DriverQueue(sim, QueueKind.COMPUTE), DriverQueue(sim, QueueKind.SDMA)
+        assert all(queue.chaos is not None for queue in sim.device.queues)
+        signal, marker = sim.alloc(0x1000, host=True), sim.alloc(0x1000, host=True)
+        for round_ in range(1, 21):  # the CP waits for each SDMA fence, then copies it on
+            compute.submit(wait_reg_mem(signal.va_addr, round_, function=3) + write_data(marker.va_addr, round_))
+            sdma.submit(sdma_fence(signal.va_addr, round_))
+            compute.drain()
+            assert u32(marker) == round_
+    finally:
+        sim.close()
+
+
+def test_default_vram_is_a_navi31s_24_gib_even_on_a_smaller_machine(engines: RecordingEngines) -> None:
+    # Regression: without MAP_NORESERVE the kernel refused an arena larger than RAM (Python 3.11 lacks the name).
+    sim = SimKFDInterface(shader_engines=engines)
+    try:
+        assert sim.device.memory.vram.size == 24 << 30
+        far = sim.alloc(20 << 30)  # only the pages touched are ever backed
+        sim.device.memory.write(far.va_addr + (20 << 30) - 4, b"\1\2\3\4")
+        assert sim.device.memory.read(far.va_addr + (20 << 30) - 4, 4) == b"\1\2\3\4"
+    finally:
+        sim.close()
+
+
+def test_sdma_poll_regmem_register_hdp_flush(sim: SimKFDInterface) -> None:
+    sdma = DriverQueue(sim, QueueKind.SDMA)
+    marker = sim.alloc(0x1000, host=True)
+    # POLL_REGMEM in register space with HDP_FLUSH (bit 26), EQ: write REQ (byte address 0x106 << 2), poll DONE
+    hdp_flush = [8 | 1 << 26 | 3 << 28, 0x107 << 2, 0x106 << 2, 1 << 28, 1 << 28, 10 | 0xFFF << 16]
+    sdma.submit(hdp_flush + sdma_fence(marker.va_addr, 1))
+    sdma.drain()
+    assert u32(marker) == 1
+
+
+def test_a_fault_inside_an_indirect_buffer_names_it(sim: SimKFDInterface) -> None:
+    compute = DriverQueue(sim, QueueKind.COMPUTE)
+    ib = sim.alloc(0x1000, host=True)
+    packets = write_data(0xBADBAD000, 1)
+    ctypes.memmove(ib.cpu_address, (ctypes.c_uint32 * len(packets))(*packets), 4 * len(packets))
+    compute.submit(indirect_buffer(ib.va_addr, len(packets)))
+    text = fault_text(sim)
+    assert text.startswith("MMU fault: 0xBADBAD000") and f"IB 0x{ib.va_addr:X} dword 0" in text
+    recovered(sim, compute)
+
+
+def test_indirect_buffers_nest_one_level_only(sim: SimKFDInterface) -> None:
+    compute = DriverQueue(sim, QueueKind.COMPUTE)
+    target = sim.alloc(0x1000, host=True)
+    inner, middle, outer = (sim.alloc(0x1000, host=True) for _ in range(3))
+
+    def fill(mem: GPUAllocation, packets: list[int]) -> int:
+        ctypes.memmove(mem.cpu_address, (ctypes.c_uint32 * len(packets))(*packets), 4 * len(packets))
+        return len(packets)
+
+    inner_size = fill(inner, write_data(target.va_addr, 5))
+    middle_size = fill(middle, indirect_buffer(inner.va_addr, inner_size))
+    compute.submit(indirect_buffer(middle.va_addr, middle_size))  # ring -> IB -> IB: allowed
+    compute.drain()
+    assert u32(target) == 5
+    outer_size = fill(outer, indirect_buffer(middle.va_addr, middle_size))
+    compute.submit(indirect_buffer(outer.va_addr, outer_size))  # ring -> IB -> IB -> IB: too deep
+    assert "nested deeper" in fault_text(sim)
+    recovered(sim, compute)

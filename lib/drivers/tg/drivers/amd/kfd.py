@@ -32,6 +32,8 @@ EOP_BUFFER_SIZE = 0x1000
 EVENT_PAGE_SIZE = 0x8000
 # The simulated KFD's fault injection (spec hcq §1.26): while set, `sleep` reports an MMU fault at this address.
 FAULT_INJECTION_VARIABLE = "MOCKGPU_EMU_FAULTADDR"
+# A seed here makes the simulated engines stall at random points (seeded), to shake out ordering bugs in drivers.
+CHAOS_VARIABLE = "MOCKGPU_CHAOS_SEED"
 
 
 def gfx_version_of(target_version: int) -> tuple[int, int, int]:
@@ -320,9 +322,17 @@ class SimKFDInterface:
     name = "gfx1100"
     gfx_version = GFX_VERSION
 
-    def __init__(self, shader_engines: ShaderEngines | None = None, vram_size: int = DEFAULT_VRAM_SIZE) -> None:
+    def __init__(
+        self,
+        shader_engines: ShaderEngines | None = None,
+        vram_size: int = DEFAULT_VRAM_SIZE,
+        chaos_seed: int | None = None,
+    ) -> None:
         self.properties = dict(NAVI31_PROPERTIES)
-        self.device = Navi31(shader_engines if shader_engines is not None else default_shader_engines(), vram_size)
+        if chaos_seed is None and os.environ.get(CHAOS_VARIABLE):
+            chaos_seed = int(os.environ[CHAOS_VARIABLE])
+        engines = shader_engines if shader_engines is not None else default_shader_engines()
+        self.device = Navi31(engines, vram_size, chaos_seed)
         self._lock = threading.Lock()
 
     def alloc(

@@ -56,8 +56,14 @@ NAVI31_PROPERTIES: dict[str, int] = {
 class Navi31:
     """The simulated device. Thread-safe: the driver side allocates and rings doorbells while the engines run."""
 
-    def __init__(self, shader_engines: ShaderEngines | None = None, vram_size: int = DEFAULT_VRAM_SIZE) -> None:
+    def __init__(
+        self,
+        shader_engines: ShaderEngines | None = None,
+        vram_size: int = DEFAULT_VRAM_SIZE,
+        chaos_seed: int | None = None,
+    ) -> None:
         self.shader_engines = shader_engines
+        self.chaos_seed = chaos_seed  # not None: engines stall at random (seeded) points, to shake out ordering bugs
         self.memory = SimMemory(vram_size)
         self.clock = DeviceClock()
         self.interrupts = Interrupts()

@@ -9,8 +9,10 @@ stays until `recover`.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
 
 POLL_MIN_S = 0.0002  # a blocked wait re-reads memory at least this often at first (CPU writes are not announced)
 POLL_MAX_S = 0.005
+# Chaos mode (Navi31(chaos_seed=...)): before a packet an engine sometimes stalls, so queues interleave differently.
+CHAOS_DELAY_CHANCE = 0.25
+CHAOS_DELAY_MAX_S = 0.002
 
 
 class PacketError(Exception):
@@ -73,7 +78,7 @@ class Interrupts:
         self._pending = 0
         self.fault: DeviceFault | None = None
         self.delivered = 0  # every interrupt ever posted (tests count them)
-        self.context_ids: list[int] = []
+        self.context_ids: deque[int] = deque(maxlen=4096)  # the latest interrupts' context ids
 
     def post(self, context_id: int = 0) -> None:
         with self._cond:
@@ -143,6 +148,8 @@ class QueueEngine(threading.Thread):
         self._epoch = 0  # bumped by reset: waits and in-flight packets of an older epoch are abandoned
         self._closing = False
         self.packets_executed = 0
+        seed = device.chaos_seed
+        self.chaos = None if seed is None else random.Random(f"{seed}:{name}")
 
     # -- driver side -------------------------------------------------------------------------------------------
     def ring_doorbell(self, value: int) -> None:
@@ -188,6 +195,8 @@ class QueueEngine(threading.Thread):
             self._step(epoch, start)
 
     def _step(self, epoch: int, start: int) -> None:
+        if self.chaos is not None and self.chaos.random() < CHAOS_DELAY_CHANCE:
+            time.sleep(self.chaos.uniform(0, CHAOS_DELAY_MAX_S))  # shuffle how the engines interleave
         try:
             end = self.execute_next(start, epoch)
         except QueueReset:

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from tg.drivers.amd.iface import GPUFault
 
 PAGE_SIZE = 0x1000
-DEFAULT_VRAM_SIZE = 4 << 30  # sparse: pages are only backed once touched
+DEFAULT_VRAM_SIZE = 24 << 30  # a Radeon RX 7900 XTX's; sparse: pages are only backed once touched
+# Linux's MAP_NORESERVE (Python's mmap module names it only from 3.13): without it the kernel's overcommit heuristic
+# refuses a VRAM arena larger than RAM.
+MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
 
 
 def round_up(value: int, alignment: int) -> int:
@@ -54,9 +57,7 @@ class VRAMArena:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.buffer = mmap.mmap(
-            -1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
-        )
+        self.buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE)
         self.base = _address_of(self.buffer)
         self._free: list[tuple[int, int]] = [(0, size)]  # (offset, size), sorted by offset
 
@@ -68,6 +69,7 @@ class VRAMArena:
         raise MemoryError(f"out of VRAM: no free block of {size:#x} bytes (VRAM is {self.size:#x})")
 
     def release(self, offset: int, size: int) -> None:
+        self.buffer.madvise(mmap.MADV_DONTNEED, offset, size)  # give the pages back to the host (they read as 0)
         index = bisect.bisect(self._free, (offset, size))
         self._free.insert(index, (offset, size))
         merged: list[tuple[int, int]] = []

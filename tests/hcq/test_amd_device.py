@@ -256,3 +256,38 @@ def test_program_image_is_relocated_and_aligned_in_gpu_memory(dev, kit) -> None:
     image = prg.data.code_object.image_at(prg.image_memory.va_addr)
     assert ctypes.string_at(prg.image_memory.va_addr, len(image)) == image
     assert dev.iface.device.memory.is_mapped(prg.program_address, 4)
+
+
+class RecordingEngines:
+    """Shader engines that only record each dispatch's WaveLaunch and the kernel arguments it points at."""
+
+    def __init__(self) -> None:
+        self.launches: list = []
+        self.kernargs: list[bytes] = []
+
+    def run_dispatch(self, memory, launch) -> None:
+        self.launches.append(launch)
+        pointer = launch.user_data[0] | launch.user_data[1] << 32
+        self.kernargs.append(memory.read(pointer, 16))
+
+
+def test_a_launch_programs_the_registers_the_shader_engines_see(monkeypatch: pytest.MonkeyPatch, kit) -> None:
+    from tg.drivers.amd.kfd import SimKFDInterface
+
+    engines = RecordingEngines()
+    monkeypatch.setattr(amd, "open_interface", lambda spec: SimKFDInterface(engines))
+    dev = amd.AMDDevice(DeviceSpec("AMD", index=32, iface="MOCKKFD"))
+    try:
+        prg = kit.load_program(dev, "add_one", kit.ADD_ONE)
+        a, b = dev.allocator.alloc(8), dev.allocator.alloc(8)
+        prg(b, a, global_size=(3, 2, 1), local_size=(8, 1, 1), wait=True)
+        (launch,) = engines.launches
+        assert launch.program_address == prg.program_address
+        assert (launch.rsrc1, launch.rsrc2, launch.rsrc3) == (prg.data.rsrc1, prg.data.rsrc2, prg.data.rsrc3)
+        assert launch.rsrc1 & (1 << 20)  # gfx11: PRIV set for the firmware's wave save/restore
+        assert len(launch.user_data) == prg.data.user_sgpr_count
+        assert (launch.grid, launch.workgroup, launch.wave32) == ((3, 2, 1), (8, 1, 1), True)
+        assert struct.unpack("<QQ", engines.kernargs[0]) == (b.va_addr, a.va_addr)  # buffers in parameter order
+    finally:
+        dev.synchronize()
+        dev.iface.close()

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import struct
@@ -143,11 +144,81 @@ def test_transcendentals_compile(dtype) -> None:  # noqa: ANN001
     assert all("@llvm.exp2" not in src or "@llvm.log2" in src for src in sources)
 
 
-def test_float64_transcendentals_are_a_clear_error() -> None:
-    a = Tensor(np.ones(4), device=DEVICE).cast(dtypes.float64)
-    clear_program_cache()
-    with pytest.raises(NotImplementedError, match="no float64 exp2"):
-        a.exp2().realize()
+def test_float64_transcendentals_compile() -> None:
+    a = Tensor(np.linspace(0.5, 3, 8), device=DEVICE).cast(dtypes.float64)
+    sources = realize_all([lambda: a.exp2(), lambda: a.log2(), lambda: a.sin(), lambda: a**a, lambda: a.softmax()])
+    text = "\n".join(sources)
+    assert "@llvm.frexp.f64.i32" in text and "@llvm.ldexp.f64.i32" in text
+    assert not re.search(r"@llvm\.(exp2|log2|sin|pow)\.f64", text)  # those would be library calls LLVM cannot make
+
+
+def host_f64(name: str, arguments: int):  # noqa: ANN201
+    """tg.codegen.render.llvm_f64's function `name` compiled for this CPU (the same IR text the GPU gets)."""
+    import ctypes
+
+    from tg.codegen.compiler.llvm import LLVMCompiler, load_object
+    from tg.codegen.render.llvm_f64 import F64Math
+
+    lines: list[str] = []
+    declarations: set[str] = set()
+
+    def emit(text: str) -> str:
+        lines.append(f"  %t{len(lines)} = {text}")
+        return f"%t{len(lines) - 1}"
+
+    def intrinsic(function: str, result: str, *args: str) -> str:
+        declarations.add(f"declare {result} @{function}({', '.join(a.split(' ')[0] for a in args)})")
+        return emit(f"call {result} @{function}({', '.join(args)})")
+
+    names = [f"%x{i}" for i in range(arguments)]
+    value = getattr(F64Math(emit, intrinsic), name)(*names)
+    signature = ", ".join(f"double {n}" for n in names)
+    src = "\n".join([f"define double @{name}({signature}) {{", "entry:", *lines, f"  ret double {value}", "}"])
+    src += "\n" + "\n".join(sorted(declarations)) + "\n"
+    address = load_object(LLVMCompiler().compile_uncached(src), name)
+    return ctypes.CFUNCTYPE(ctypes.c_double, *([ctypes.c_double] * arguments))(address)
+
+
+def ulp_error(got: float, want: float) -> float:
+    if math.isnan(want) or math.isinf(want) or want == 0:
+        return 0.0 if got == want or (math.isnan(got) and math.isnan(want)) else math.inf
+    return abs(got - want) / float(np.spacing(abs(np.float64(want))))
+
+
+@pytest.mark.parametrize(
+    "name, reference, inputs, ulps",
+    [
+        ("exp2", np.exp2, lambda r: np.r_[r.uniform(-1100, 1100, 3000), r.uniform(-2, 2, 3000)], 1.5),
+        ("log2", np.log2, lambda r: np.r_[np.exp(r.uniform(-700, 700, 3000)), r.uniform(0.5, 2, 3000), 5e-324], 4),
+        ("sin", np.sin, lambda r: np.r_[r.uniform(-10, 10, 3000), r.uniform(-1e6, 1e6, 3000)], 3),
+    ],
+)
+def test_float64_functions_are_within_a_few_ulps(name, reference, inputs, ulps) -> None:  # noqa: ANN001
+    function = host_f64(name, 1)
+    values = inputs(np.random.default_rng(3))
+    with np.errstate(all="ignore"):
+        worst = max(ulp_error(function(float(x)), float(reference(x))) for x in values)
+    assert worst <= ulps
+    specials = {"exp2": [(math.inf, math.inf), (-math.inf, 0.0), (math.nan, math.nan), (0.0, 1.0), (-1075.0, 0.0)],
+                "log2": [(0.0, -math.inf), (-1.0, math.nan), (math.inf, math.inf), (math.nan, math.nan), (1.0, 0.0)],
+                "sin": [(math.inf, math.nan), (math.nan, math.nan), (0.0, 0.0)]}[name]  # fmt: skip
+    for x, want in specials:
+        assert ulp_error(function(x), want) == 0, (x, function(x), want)
+
+
+def test_float64_pow_follows_c_and_grows_its_error_with_the_exponent() -> None:
+    from tg.codegen.uop.alu import _pow
+
+    function = host_f64("pow", 2)
+    rng = np.random.default_rng(4)
+    bases, exponents = rng.uniform(0, 10, 4000), rng.uniform(-50, 50, 4000)
+    worst = max(ulp_error(function(float(b), float(e)), _pow(b, e)) for b, e in zip(bases, exponents, strict=True))
+    assert worst <= 64  # |y log2 x| up to ~170: log2's few ulps times y
+    for base, exponent in [(-0.0, 3.0), (-0.0, -3.0), (-math.inf, 3.0), (-math.inf, -3.0), (-2.0, 0.5),
+                           (-math.inf, 0.5), (0.0, -1.0), (math.nan, 0.0), (1.0, math.nan), (-8.0, 3.0),
+                           (-2.0, 1024.0), (2.0, -1100.0), (0.5, 0.0)]:  # fmt: skip
+        got, want = function(base, exponent), _pow(base, exponent)
+        assert ulp_error(got, want) <= 1 and math.copysign(1, got) == math.copysign(1, want), (base, exponent, got)
 
 
 def test_matmul_conv_and_movement_compile_with_the_heuristics() -> None:

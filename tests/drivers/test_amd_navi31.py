@@ -541,3 +541,14 @@ def test_indirect_buffers_nest_one_level_only(sim: SimKFDInterface) -> None:
     compute.submit(indirect_buffer(outer.va_addr, outer_size))  # ring -> IB -> IB -> IB: too deep
     assert "nested deeper" in fault_text(sim)
     recovered(sim, compute)
+
+
+def test_freeing_a_live_queues_read_pointer_is_a_fault_not_a_crash(sim: SimKFDInterface) -> None:
+    compute = DriverQueue(sim, QueueKind.COMPUTE)
+    target = sim.alloc(0x1000, host=True)
+    sim.free(compute.read_ptr)
+    compute.submit(write_data(target.va_addr, 1))
+    text = fault_text(sim)
+    assert text.startswith(f"MMU fault: 0x{compute.read_ptr.va_addr:X}") and "read pointer" in text
+    assert u32(target) == 1  # the packet itself ran
+    sim.recover()  # does not trip over the missing pointer

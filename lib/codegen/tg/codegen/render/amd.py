@@ -28,13 +28,15 @@ needs no v_exp_f32/v_log_f32 for them. sqrt, division and reciprocal are LLVM's 
 (v_sqrt_f32, v_rcp_f32, v_div_scale/fmas/fixup with refinement), so they are exact too. sin is the hardware's
 v_sin_f32 (llvm.sin.f32) and pow is built from llvm.exp2/llvm.log2 (v_exp_f32/v_log_f32) with C's rules for signs:
 those two are approximate (a few ulp), not bit-exact. float64 exp2/log2/sin/pow have no AMDGPU instruction and LLVM
-would need a device library (it aborts the process for them), so the renderer refuses them with a clear error.
+would need a device library (it aborts the process for them): they are written out in double operations
+(tg.codegen.render.llvm_f64, within a few ulps; pow's error grows with the size of its result's exponent).
 """
 
 from __future__ import annotations
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
 from tg.codegen.render.base import Renderer, buffer_param, global_params, kernel_variables, variable_argument
+from tg.codegen.render.llvm_f64 import F64Math
 from tg.codegen.render.llvmir import _LLVMFunction, float_literal, llvm_type, memory_type
 from tg.codegen.render.threads import GPUKernel, GroupCombine, group_combine, thread_layout
 from tg.codegen.target import Target
@@ -219,12 +221,12 @@ class _AMDFunction(_LLVMFunction):
     def in_float(self, dtype: DType, function: str, x: list[str]) -> str:
         """sqrt and trunc as the CPU renderer computes them (correctly rounded in float, native on AMDGPU); exp2,
         log2 and sin of float32 and narrower in float32 by the hardware (see the module docstring), pow built from
-        them; float64 ones have no AMDGPU instruction."""
+        them; the float64 ones in double operations."""
         t = llvm_type(dtype)
         if function in ("sqrt", "trunc"):
             return super().in_float(dtype, function, x)
-        if t == "double":
-            raise NotImplementedError(f"the AMD renderer has no float64 {function} (no AMDGPU instruction for it)")
+        if t == "double":  # no AMDGPU instructions: double operations (tg.codegen.render.llvm_f64)
+            return getattr(F64Math(self.emit, self.intrinsic), function)(*x)
         widened = x if t == "float" else [self.emit(f"fpext {t} {v} to float") for v in x]
         if function == "pow":
             result = self.power(widened[0], widened[1])

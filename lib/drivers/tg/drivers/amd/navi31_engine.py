@@ -168,7 +168,8 @@ class QueueEngine(threading.Thread):
             self.doorbell.value = 0
             self._cond.notify_all()
         for address in (self.read_ptr_address, self.write_ptr_address):
-            self.memory.write_u64(address, 0)
+            if self.memory.is_mapped(address, 8):  # (a queue whose memory is gone has nothing to clear)
+                self.memory.write_u64(address, 0)
         self.memory.wake_waiters()
 
     def close(self) -> None:
@@ -215,7 +216,10 @@ class QueueEngine(threading.Thread):
                 return
             self.read_ptr = end
             self.packets_executed += 1
-        self.memory.write_u64(self.read_ptr_address, end)
+        try:
+            self.memory.write_u64(self.read_ptr_address, end)
+        except GPUFault as fault:  # the driver unmapped the queue's read pointer under a live queue
+            self._halt(epoch, DeviceFault(self.queue_name, "read pointer write-back", str(fault), fault.address))
 
     def _halt(self, epoch: int, fault: DeviceFault) -> None:
         with self._cond:

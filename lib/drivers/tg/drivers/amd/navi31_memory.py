@@ -81,7 +81,10 @@ class VRAMArena:
         self._free = merged
 
     def close(self) -> None:
-        self.buffer.close()
+        try:
+            self.buffer.close()
+        except BufferError:  # a view is still alive (an engine thread that did not stop): leave it to the GC
+            pass
 
 
 class SimMemory:
@@ -144,9 +147,12 @@ class SimMemory:
             ranges = self._table[1]
             self._table = ([], [])
             for mapped in ranges:
-                mapped.view.release()
-                if mapped.backing is not None:
-                    mapped.backing.close()
+                try:
+                    mapped.view.release()
+                    if mapped.backing is not None:
+                        mapped.backing.close()
+                except BufferError:  # still in use by a thread that did not stop: leave it to the GC
+                    pass
         self.vram.close()
 
     # -- translation -------------------------------------------------------------------------------------------
@@ -205,6 +211,21 @@ class SimMemory:
         for view, offset, length in list(self._pieces(address, len(source), "write")):
             view[offset : offset + length] = source[done : done + length]
             done += length
+        self._announce_write()
+
+    def copy(self, destination: int, source: int, size: int) -> None:
+        """Copy `size` bytes view to view (no intermediate bytes object); faults like a read then a write."""
+        done = 0
+        while done < size:
+            piece = min(size - done, 1 << 22)
+            src = self._within(source + done, piece)
+            dst = self._within(destination + done, piece)
+            if src is None or dst is None:  # crossing mappings (or unmapped: the slow path raises the fault)
+                self.write(destination + done, self.read(source + done, piece))
+            else:
+                s_off, d_off = source + done - src.start, destination + done - dst.start
+                dst.view[d_off : d_off + piece] = src.view[s_off : s_off + piece]
+            done += piece
         self._announce_write()
 
     def read_u32(self, address: int) -> int:

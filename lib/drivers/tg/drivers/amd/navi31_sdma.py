@@ -14,8 +14,6 @@ from tg.drivers.amd import packets as pk
 from tg.drivers.amd.iface import QueueKind
 from tg.drivers.amd.navi31_engine import PacketError, QueueEngine, compare
 
-COPY_CHUNK = 1 << 22  # a large copy moves through host memory in pieces of this size
-
 
 def _address64(lo: int, hi: int) -> int:
     return (hi & 0xFFFFFFFF) << 32 | (lo & 0xFFFFFFFF)
@@ -100,9 +98,7 @@ class SDMAEngine(QueueEngine):
     def _copy(self, body: list[int]) -> None:
         size = (body[0] & pk.SDMA_COPY_COUNT_MASK) + 1
         source, destination = _address64(body[2], body[3]), _address64(body[4], body[5])
-        for done in range(0, size, COPY_CHUNK):
-            piece = min(COPY_CHUNK, size - done)
-            self.memory.write(destination + done, self.memory.read(source + done, piece))
+        self.memory.copy(destination, source, size)
 
     def _poll_regmem(self, header: int, body: list[int], epoch: int) -> None:
         function = (header >> pk.SDMA_POLL_REGMEM_FUNC_SHIFT) & pk.SDMA_POLL_REGMEM_FUNC_MASK

@@ -64,14 +64,24 @@ NO_LRU = BufferSpec(nolru=True)
 # ------------------------------------------------------------------------------------------------------ interfaces
 
 
+def rdna3_emulator() -> Any:
+    """The RDNA3 emulator (tg.drivers.amd.rdna3) as the simulated GPU's shader engines; None where this checkout has
+    none (the simulator then picks its default)."""
+    try:
+        from tg.drivers.amd.rdna3 import RDNA3Emulator  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    return RDNA3Emulator()
+
+
 def open_interface(spec: DeviceSpec) -> Any:
     """The driver interface a device string asks for (`KFD` when it names none)."""
     iface = spec.iface or "KFD"
     if iface in ("PCI", "MOCKPCI"):
         raise NotImplementedError(PCI_NOT_IMPLEMENTED)
     kfd = importlib.import_module("tg.drivers.amd.kfd")
-    if iface == "MOCKKFD":
-        return kfd.SimKFDInterface()  # (every index is a simulated GPU of its own)
+    if iface == "MOCKKFD":  # every index is a simulated GPU of its own, its shader engines the RDNA3 emulator
+        return kfd.SimKFDInterface(rdna3_emulator())
     if not os.path.exists(KFD_PATH):
         raise RuntimeError(
             f"AMD: {KFD_PATH} does not exist: this machine has no AMD GPU kernel driver (amdgpu with KFD); "

@@ -6,6 +6,8 @@ The step is a chain of N elementwise kernels on 16 floats (each `.contiguous()` 
 all overhead: on the AMD device a replay is one submit (one indirect buffer of N dispatches on the PM4 ring), each
 dispatch run by the RDNA3 emulator. Rows, in microseconds per kernel (medians of the repeats):
   - replay, host side: until the replay's submit returns (encode the queue, write the IB, ring the doorbell);
+  - replay, launch cost: end to end with shader engines that run nothing, so what is left is the driver and the
+    simulated command processor (fetching the IB, the register writes, DISPATCH_DIRECT, the signal and interrupt);
   - replay, end to end: until the device finished every dispatch (the emulator's time included);
   - plain realize: the same chain launched kernel by kernel, each its own submit;
   - the CPU device's replay of the same step, measured in the same run (the peer the simulator is compared with).
@@ -59,6 +61,13 @@ def chain_step(device: str, kernels: int) -> tuple[Callable[[], object], Callabl
     return plain, replay, replay_submit
 
 
+class NoShaderEngines:
+    """Shader engines that run nothing: what a dispatch costs without the emulator."""
+
+    def run_dispatch(self, memory: object, launch: object) -> None:
+        pass
+
+
 def median_us(run: Callable[[], object], kernels: int, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -76,9 +85,17 @@ def main() -> None:
     n, repeats = args.kernels, args.repeats
     print(f"load average {os.getloadavg()[0]:.2f}; a step of {n} kernels on 16 floats; median of {repeats}")
 
+    from tg.hcq import Device
+
     plain, replay, replay_submit = chain_step(AMD, n)
-    replay(), replay()  # plain call, then the capture
+    replay(), replay(), replay()  # plain call, the capture, a first replay (which encodes the launches)
     submit_us = statistics.median(replay_submit() for _ in range(repeats)) / n * 1e6
+    simulated_gpu = Device[AMD].iface.device
+    emulator, simulated_gpu.shader_engines = simulated_gpu.shader_engines, NoShaderEngines()
+    try:
+        launch_us = median_us(replay, n, repeats)
+    finally:
+        simulated_gpu.shader_engines = emulator
     replay_us = median_us(replay, n, repeats)
     plain_us = median_us(plain, n, repeats)
     cpu_plain, cpu_replay, _ = chain_step("CPU", n)
@@ -86,11 +103,12 @@ def main() -> None:
     cpu_replay_us = median_us(cpu_replay, n, repeats)
 
     print(f"{AMD} replay, host side (one submit)   {submit_us:9.1f} us/kernel")
+    print(f"{AMD} replay, launch cost (no emulator) {launch_us:9.1f} us/kernel")
     print(f"{AMD} replay, end to end (emulated)     {replay_us:9.1f} us/kernel")
     print(f"{AMD} plain realize, end to end         {plain_us:9.1f} us/kernel")
     print(f"CPU replay, end to end                  {cpu_replay_us:9.1f} us/kernel")
-    print(f"ratios: AMD replay / CPU replay {replay_us / cpu_replay_us:.1f}x; AMD plain / AMD replay "
-          f"{plain_us / replay_us:.1f}x")  # fmt: skip
+    print(f"ratios: AMD launch cost / CPU replay {launch_us / cpu_replay_us:.1f}x; AMD replay / CPU replay "
+          f"{replay_us / cpu_replay_us:.1f}x; AMD plain / AMD replay {plain_us / replay_us:.1f}x")  # fmt: skip
     print(f"load average {os.getloadavg()[0]:.2f}")
 
 

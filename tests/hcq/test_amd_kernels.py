@@ -150,3 +150,42 @@ def test_on_device_hang_reports_the_injected_fault_address(dev, monkeypatch: pyt
     monkeypatch.setenv("MOCKGPU_EMU_FAULTADDR", "0xDEADBEE1")
     with pytest.raises(RuntimeError, match="0xDEADBEE1"):
         dev.on_device_hang()
+
+
+# A private (scratch) array indexed at run time: the kernel gets a private segment, the launch programs
+# COMPUTE_TMPRING_SIZE and the scratch base, and each lane's array lives in the scratch buffer.
+PRIVATE_ARRAY = """
+declare i32 @llvm.amdgcn.workitem.id.x()
+define amdgpu_kernel void @private_array(ptr addrspace(1) noalias %out, i32 %shift) #2 {
+entry:
+  %table = alloca [32 x i32], align 4, addrspace(5)
+  %lane = call i32 @llvm.amdgcn.workitem.id.x()
+  br label %fill
+fill:
+  %i = phi i32 [ 0, %entry ], [ %next, %fill ]
+  %slot = getelementptr inbounds [32 x i32], ptr addrspace(5) %table, i32 0, i32 %i
+  %value = mul i32 %i, %lane
+  store volatile i32 %value, ptr addrspace(5) %slot, align 4
+  %next = add i32 %i, 1
+  %more = icmp slt i32 %next, 32
+  br i1 %more, label %fill, label %read
+read:
+  %index = and i32 %shift, 31
+  %at = getelementptr inbounds [32 x i32], ptr addrspace(5) %table, i32 0, i32 %index
+  %got = load volatile i32, ptr addrspace(5) %at, align 4
+  %where = getelementptr inbounds i32, ptr addrspace(1) %out, i32 %lane
+  store i32 %got, ptr addrspace(1) %where, align 4
+  ret void
+}
+attributes #2 = { nounwind "amdgpu-flat-work-group-size"="1,32" "amdgpu-no-dispatch-ptr" "amdgpu-no-queue-ptr"
+  "amdgpu-no-dispatch-id" "amdgpu-no-implicitarg-ptr" "amdgpu-no-hostcall-ptr" "amdgpu-no-heap-ptr"
+  "amdgpu-no-multigrid-sync-arg" "amdgpu-no-default-queue" "amdgpu-no-completion-action" "amdgpu-no-lds-kernel-id" }
+"""
+
+
+def test_a_kernel_with_private_memory_gets_scratch(dev) -> None:
+    prg = dev.runtime("private_array", dev.compiler.compile(PRIVATE_ARRAY))
+    assert prg.data.private_segment_size >= 128
+    out = dev.allocator.alloc(4 * 32)
+    prg(out, local_size=(32, 1, 1), vals=(5,), wait=True)
+    assert list(np.frombuffer(bytes(out.cpu_view()), np.int32)) == [5 * lane for lane in range(32)]

@@ -36,11 +36,9 @@ from tg.hcq.compiled import HCQCompiled
 from tg.hcq.device import DeviceSpec
 from tg.hcq.devices import amd_pm4 as pm4
 from tg.hcq.devices.amd_memory import (
-    TIMESTAMP_TICKS_PER_US,
     AMDAllocator,
     AMDDeviceError,
     AMDSignalPool,
-    gpu_buffer,
 )
 from tg.hcq.devices.amd_queues import AMDComputeQueue, AMDCopyQueue, EncodeCache, PM4Ring, SDMARing
 from tg.hcq.memory import HCQBuffer
@@ -55,7 +53,6 @@ PCI_NOT_IMPLEMENTED = (
     "use DEV=AMD (the kernel driver, /dev/kfd) or DEV=MOCKKFD+AMD (the simulated Navi31)"
 )
 SCRATCH_DESCRIPTOR_WORD3 = 0x20C14000  # the buffer resource word the driver gives the private segment
-USER_SGPRS_MAX = 16
 KERNARGS_ALIGNMENT = 16
 HSA_DISPATCH_PACKET_SIZE = 64
 NO_LRU = BufferSpec(nolru=True)
@@ -187,8 +184,6 @@ class AMDProgram(HCQProgram):
 class AMDDevice(HCQCompiled):
     """`Device["AMD"]` (KFD), `Device["MOCKKFD+AMD"]` (the simulated Navi31); `:N` picks the N-th GPU."""
 
-    timestamp_divider = TIMESTAMP_TICKS_PER_US
-
     def __init__(self, spec: DeviceSpec) -> None:
         self.iface = open_interface(spec)
         self._signal_pool: AMDSignalPool | None = None
@@ -298,4 +293,4 @@ def _amd_codegen(arch: str) -> tuple[Any, Any]:
     return compiler_module.AMDCompiler(arch), renderer
 
 
-__all__ = ["AMDDevice", "AMDProgram", "gpu_buffer", "open_interface"]
+__all__ = ["AMDDevice", "AMDProgram", "open_interface", "rdna3_emulator"]

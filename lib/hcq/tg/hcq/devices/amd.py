@@ -65,7 +65,7 @@ def rdna3_emulator() -> Any:
     """The RDNA3 emulator (tg.drivers.amd.rdna3) as the simulated GPU's shader engines; None where this checkout has
     none (the simulator then picks its default)."""
     try:
-        from tg.drivers.amd.rdna3 import RDNA3Emulator  # type: ignore[import-not-found,unused-ignore]
+        from tg.drivers.amd.rdna3 import RDNA3Emulator
     except ImportError:
         return None
     return RDNA3Emulator()

@@ -14,7 +14,7 @@ import types
 import pytest
 
 from tg.codegen.flags import Context
-from tg.hcq import Device, HCQBuffer, HCQSignal, Variable, profile_events
+from tg.hcq import BufferSpec, Device, HCQBuffer, HCQSignal, Variable, profile_events
 from tg.hcq import signal as hcq_signal
 
 # how long a wait may go without progress before it fails: generous, a loaded machine can leave the engine thread
@@ -351,6 +351,32 @@ def test_memory_barrier(dev, setup, kit) -> None:
         queue.exec(prg, b_from_a, (1, 1, 1), (1, 1, 1)).signal(dev.timeline_signal, target).submit(dev)
         dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
         assert kit.read_floats(b, 1) == [i + 1.0]
+
+
+def test_memory_barrier_before_copy(dev) -> None:
+    """A host write, a compute-queue barrier, then a copy-queue copy of what the host wrote: the copy sees it."""
+    src, dest = dev.allocator.alloc(4), dev.allocator.alloc(4)
+    for i in range(256):
+        src.cpu_view()[:] = struct.pack("<I", i)
+        barrier = dev.next_timeline()
+        queue = dev.hw_compute_queue_t().wait(dev.timeline_signal, barrier - 1).memory_barrier()
+        queue.signal(dev.timeline_signal, barrier).submit(dev)
+        target = dev.next_timeline()
+        copy = dev.hw_copy_queue_t().wait(dev.timeline_signal, target - 1).copy(dest, src, 4)
+        copy.signal(dev.timeline_signal, target).submit(dev)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
+        assert struct.unpack("<I", dest.cpu_view())[0] == i
+
+
+def test_small_copies_from_a_host_buffer(dev) -> None:
+    host, dest = dev.allocator.alloc(1, BufferSpec(host=True)), dev.allocator.alloc(1)
+    for i in range(256):
+        host.cpu_view()[0] = i
+        target = dev.next_timeline()
+        queue = dev.hw_copy_queue_t().wait(dev.timeline_signal, target - 1).copy(dest, host, 1)
+        queue.signal(dev.timeline_signal, target).submit(dev)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
+        assert dest.cpu_view()[0] == i
 
 
 def test_profiling_timestamps_are_monotonic(dev, setup) -> None:

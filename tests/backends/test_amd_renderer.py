@@ -230,7 +230,19 @@ def test_matmul_conv_and_movement_compile_with_the_heuristics() -> None:
     sources = realize_all([lambda: x @ y, lambda: image.conv2d(weight), lambda: x.pad(((1, 1), (2, 0))),
                            lambda: x.argmax(axis=1), lambda: x.cumsum(axis=1), lambda: x.T.contiguous()])  # fmt: skip
     assert len(sources) >= 6
-    assert all("llvm.amdgcn.workgroup.id.x" in src for src in sources)  # outer loops are workgroups
+    # the heuristics give every kernel with an output axis a wave of threads (Target.local_threads)
+    assert all("llvm.amdgcn.workitem.id.x" in src for src in sources)
+    assert all('"amdgpu-flat-work-group-size"="1,1"' not in src for src in sources)
+
+
+def test_heuristics_spread_outputs_over_a_wave_of_threads() -> None:
+    """LOCAL on the innermost output axis by its largest power-of-two divisor up to 32 (a wave32)."""
+    wide = kernel_to_program(scaled_grid(4, 64), AMDRenderer(), CodegenFlags())
+    assert wide.local_size == (32, 1, 1) and wide.global_size == (1, 2, 4)  # the local id is dimension 0
+    narrow = kernel_to_program(scaled_grid(4, 24), AMDRenderer(), CodegenFlags())
+    assert narrow.local_size == (8, 1, 1) and narrow.global_size == (1, 3, 4)
+    cpu = kernel_to_program(scaled_grid(4, 24), make_renderer("PTX", "sm_80"), CodegenFlags())
+    assert not any(o.op is OptOps.LOCAL for o in cpu.applied_opts)  # other GPU renderers ask for none
 
 
 def matmul(m: int, n: int, k: int):  # noqa: ANN201

@@ -123,6 +123,7 @@ class DriverQueue:
         self.read_ptr = iface.alloc(8, host=True)
         self.write_ptr = iface.alloc(8, host=True)
         self.hw = iface.create_queue(kind, self.ring, self.read_ptr, self.write_ptr)
+        self.engine = iface.device.queues[-1]  # the simulator's side of this queue (for white-box checks)
         self.put = 0  # dwords for PM4, bytes for SDMA
         self.ring_size = ring_size
 

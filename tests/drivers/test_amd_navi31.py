@@ -223,7 +223,7 @@ def test_wait_reg_mem_blocks_until_another_queue_writes(sim: SimKFDInterface) ->
     compute.submit(wait + write_data(marker.va_addr, 1))
     sdma.submit(sdma_fence(signal.va_addr, 9))  # not enough
     sdma.drain()
-    wait_for(lambda: compute.executed == 0, "the CP to sit on the WAIT_REG_MEM")
+    wait_for(lambda: compute.engine.waiting, "the CP to block in the WAIT_REG_MEM")
     assert compute.executed == 0 and u32(marker) == 0
     sdma.submit(sdma_fence(signal.va_addr, 10))
     compute.drain()
@@ -251,8 +251,8 @@ def test_wait_reg_mem_functions_and_mask(
         compute.drain()
         assert u32(flag, 4) == 1
     else:
-        sim.sleep(50)  # no interrupt comes and no fault either
-        assert compute.executed == 0 and u32(flag, 4) == 0
+        wait_for(lambda: compute.engine.waiting, "the CP to block")
+        assert compute.executed == 0 and u32(flag, 4) == 0 and sim.device.fault is None
         sim.recover()
 
 
@@ -313,7 +313,8 @@ def test_sdma_poll_regmem_blocks_until_the_cp_writes(sim: SimKFDInterface) -> No
     sdma = DriverQueue(sim, QueueKind.SDMA)
     signal = sim.alloc(0x1000, host=True)
     sdma.submit(sdma_poll(signal.va_addr, 3) + sdma_fence(signal.va_addr + 4, 1))
-    wait_for(lambda: sdma.executed == 0, "the SDMA engine to sit on POLL_REGMEM")
+    wait_for(lambda: sdma.engine.waiting, "the SDMA engine to block in POLL_REGMEM")
+    assert sdma.executed == 0
     assert u32(signal, 4) == 0
     compute.submit(release_mem(signal.va_addr, 3, int_sel=0))
     sdma.drain()
@@ -439,6 +440,7 @@ def test_hung_wait_is_left_to_the_driver_and_recovery_abandons_it(sim: SimKFDInt
     never = sim.alloc(0x1000, host=True)
     compute.submit(wait_reg_mem(never.va_addr, 1, function=3))
     sdma.submit(sdma_poll(never.va_addr, 1, function=3))
+    wait_for(lambda: all(queue.waiting for queue in sim.device.queues), "both engines to block")
     sim.sleep(20)  # the sim reports nothing: a hang is the driver's timeout
     assert sim.device.fault is None and compute.executed == 0 and sdma.executed == 0
     recovered(sim, compute, sdma)
@@ -552,3 +554,20 @@ def test_freeing_a_live_queues_read_pointer_is_a_fault_not_a_crash(sim: SimKFDIn
     assert text.startswith(f"MMU fault: 0x{compute.read_ptr.va_addr:X}") and "read pointer" in text
     assert u32(target) == 1  # the packet itself ran
     sim.recover()  # does not trip over the missing pointer
+
+
+def test_recovery_abandons_the_rest_of_a_long_indirect_buffer(sim: SimKFDInterface, engines: RecordingEngines) -> None:
+    release = threading.Event()
+    engines.action = lambda memory, launch: release.wait(60)
+    compute = DriverQueue(sim, QueueKind.COMPUTE)
+    code, target, ib = (sim.alloc(0x1000, host=True) for _ in range(3))
+    dispatch = set_sh_reg(0x2E0C, *program_registers(code.va_addr)) + set_sh_reg(0x2E07, 1, 1, 1)
+    packets = dispatch + dispatch_direct(1, 1, 1) + write_data(target.va_addr, 1)
+    ctypes.memmove(ib.cpu_address, (ctypes.c_uint32 * len(packets))(*packets), 4 * len(packets))
+    compute.submit(indirect_buffer(ib.va_addr, len(packets)))
+    wait_for(lambda: len(engines.launches) == 1, "the dispatch to start")
+    sim.recover()  # while the dispatch inside the IB runs
+    release.set()
+    engines.action = None
+    recovered(sim, compute)
+    assert u32(target) == 0  # the packet after the dispatch never ran

@@ -113,3 +113,42 @@ def test_the_cp_programs_the_launch_from_the_kernel_descriptor(program: AMDProgr
         assert 0xBFB00000 in struct.unpack(f"<{len(code) // 4}I", code)
     finally:
         sim.close()
+
+
+@pytest.mark.slow
+def test_kernel_runs_through_the_cp_and_the_emulator(sim: SimKFDInterface, program: AMDProgramData) -> None:
+    entry = load(sim, program)
+    n = 80  # three workgroups of 32; the last one is partly outside
+    a = sim.alloc(4 * 96, cpu_access=True)
+    b = sim.alloc(4 * 96, cpu_access=True)
+    inputs = [i * 0.5 - 7.0 for i in range(96)]
+    ctypes.memmove(a.cpu_address, struct.pack("<96f", *inputs), 4 * 96)
+    ctypes.memmove(b.cpu_address, struct.pack("<96f", *[-1.0] * 96), 4 * 96)
+    queue = DriverQueue(sim, QueueKind.COMPUTE)
+    signal = sim.alloc(0x1000, host=True)
+    run(sim, queue, launch_packets(program, entry, kernargs_for(sim, b.va_addr, a.va_addr, n).va_addr, 3), signal, 1)
+    out = struct.unpack("<96f", ctypes.string_at(b.cpu_address, 4 * 96))
+    assert list(out[:n]) == [x + 1.0 for x in inputs[:n]]
+    assert list(out[n:]) == [-1.0] * (96 - n)  # the guarded lanes stored nothing
+
+
+@pytest.mark.slow
+def test_kernel_storing_to_an_unmapped_address_faults_and_the_device_recovers(
+    sim: SimKFDInterface, program: AMDProgramData
+) -> None:
+    entry = load(sim, program)
+    a = sim.alloc(4 * 32, cpu_access=True)
+    queue = DriverQueue(sim, QueueKind.COMPUTE)
+    signal = sim.alloc(0x1000, host=True)
+    bad = 0xDEAD00000000
+    queue.submit(launch_packets(program, entry, kernargs_for(sim, bad, a.va_addr, 32).va_addr, 1))
+    wait_for(lambda: sim.device.fault is not None, "the page fault")
+    with pytest.raises(RuntimeError) as raised:
+        sim.sleep(0)
+    assert "MMU fault: 0xDEAD0000" in str(raised.value) and "DISPATCH_DIRECT" in str(raised.value)
+    sim.recover()
+    queue.reset_after_recover()
+    b = sim.alloc(4 * 32, cpu_access=True)
+    ctypes.memmove(a.cpu_address, struct.pack("<32f", *range(32)), 4 * 32)
+    run(sim, queue, launch_packets(program, entry, kernargs_for(sim, b.va_addr, a.va_addr, 32).va_addr, 1), signal, 2)
+    assert struct.unpack("<32f", ctypes.string_at(b.cpu_address, 4 * 32)) == tuple(float(i + 1) for i in range(32))

@@ -43,6 +43,7 @@ class CodegenFlags:
     noopt: bool = False  # apply no optimizations (NOOPT=1); opts the AST asks for (opts_to_apply) still apply
     has_local: bool = False  # work-groups (LOCAL and GROUP opts are legal); set from the renderer's Target
     max_lanes: int = MAX_LANES  # accumulators the heuristics may keep in vector registers; set from the Target
+    local_threads: int = 0  # threads per workgroup the heuristics give a GPU kernel (0: none); set from the Target
     core_groups: bool = False  # a GROUP may be split across core calls (CPU); set from the Target
     transcendental: int = 1  # TRANSCENDENTAL: 0 never, 1 where the Target asks, 2 always software exp2/log2
     software_transcendentals: bool = False  # float32 exp2/log2 become float ops (tg.codegen.lower.transcendental);
@@ -103,7 +104,12 @@ def _simplify_indices(ast: UOp, flags: CodegenFlags) -> UOp:
 
 def _apply_opts(ast: UOp, flags: CodegenFlags) -> UOp:
     return apply_opts(
-        ast, has_local=flags.has_local, noopt=flags.noopt, max_lanes=flags.max_lanes, core_groups=flags.core_groups
+        ast,
+        has_local=flags.has_local,
+        noopt=flags.noopt,
+        max_lanes=flags.max_lanes,
+        core_groups=flags.core_groups,
+        local_threads=flags.local_threads,
     )
 
 
@@ -185,6 +191,7 @@ def for_target(flags: CodegenFlags, target: Target) -> CodegenFlags:
         flags,
         has_local=target.has_local,
         max_lanes=target.max_lanes,
+        local_threads=target.local_threads if target.has_local else 0,
         core_groups=target.splits_groups,
         software_transcendentals=flags.transcendental >= 2 or (flags.transcendental == 1 and wants_software),
     )

@@ -32,6 +32,7 @@ class Capabilities(Protocol):
     core_groups: bool
     software_transcendentals: bool
     shared_max: int
+    local_threads: int
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Target:
     l2_bytes: int = DEFAULT_L2_BYTES
     has_local: bool = False  # work-groups: LOCAL and GROUP opts are legal
     shared_max: int = 0  # bytes of memory a work-group shares (0: none)
+    local_threads: int = 0  # threads per work-group the heuristics give a kernel (a LOCAL opt; 0: none)
     core_groups: bool = False  # a GROUP opt splits a reduction across core calls (the C renderer's GROUP_REDUCE)
     software_transcendentals: bool = False  # float32 exp2/log2 become float ops (tg.codegen.lower.transcendental)
     one_call: bool = False  # every kernel is one call on one core: small kernels replayed back to back (tg.llm's
@@ -58,11 +60,12 @@ class Target:
     @staticmethod
     def of(renderer_class: type[Capabilities] | Capabilities, **machine: Any) -> Target:
         """The Target of a machine (`machine`: family, cores, max_lanes, cache sizes, ...) rendered for by
-        `renderer_class`, whose declared capabilities fill in has_local, shared_max, core_groups and
+        `renderer_class`, whose declared capabilities fill in has_local, shared_max, local_threads, core_groups and
         software_transcendentals."""
         declared = {
             "has_local": renderer_class.has_local,
             "shared_max": renderer_class.shared_max,
+            "local_threads": renderer_class.local_threads,
             "core_groups": renderer_class.core_groups,
             "software_transcendentals": renderer_class.software_transcendentals,
         }

@@ -15,11 +15,16 @@ from tg.codegen.uop.ops import UOp
 
 
 def apply_opts(
-    ast: UOp, has_local: bool = False, noopt: bool | None = None, max_lanes: int = MAX_LANES, core_groups: bool = False
+    ast: UOp,
+    has_local: bool = False,
+    noopt: bool | None = None,
+    max_lanes: int = MAX_LANES,
+    core_groups: bool = False,
+    local_threads: int = 0,
 ) -> UOp:
     """The kernel with its optimizations applied (an AST that already records applied opts is returned as is).
-    `noopt` (default: the NOOPT flag) skips the heuristics; opts the AST asks for still apply. `max_lanes`: the
-    heuristics' register budget (see hand_coded_optimizations)."""
+    `noopt` (default: the NOOPT flag) skips the heuristics; opts the AST asks for still apply. `max_lanes` and
+    `local_threads`: the heuristics' register budget and workgroup size (see hand_coded_optimizations)."""
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     if info.applied_opts and info.opts_to_apply is None:
         return ast
@@ -29,7 +34,7 @@ def apply_opts(
     elif bool(NOOPT) if noopt is None else noopt:
         return ast
     else:
-        opts = hand_coded_optimizations(k, max_lanes)
+        opts = hand_coded_optimizations(k, max_lanes, local_threads)
     for opt in opts:
         k.apply_opt(opt)
     return k.get_optimized_ast()

@@ -291,21 +291,43 @@ def upcast_row_runs(k: KernelOptimizer) -> None:
         try_opt(k, Opt(OptOps.UPCAST, outer, amount))
 
 
-def hand_coded_optimizations(s: KernelOptimizer, max_lanes: int = MAX_LANES) -> list[Opt]:
+def hand_coded_optimizations(s: KernelOptimizer, max_lanes: int = MAX_LANES, local_threads: int = 0) -> list[Opt]:
     """The opts the heuristics choose for kernel `s` (applied to a copy; `s` is unchanged). `max_lanes`: how many
-    accumulators the device's vector registers hold (MAX_LANES, or WIDE_MAX_LANES with AVX-512)."""
+    accumulators the device's vector registers hold (MAX_LANES, or WIDE_MAX_LANES with AVX-512). `local_threads`:
+    the threads per workgroup a GPU wants (Target.local_threads; 0 for none), see spread_over_threads."""
     k = s.copy()
+    choose_opts(k, max_lanes)
+    if local_threads:
+        spread_over_threads(k, local_threads)
+    return k.applied_opts[len(s.applied_opts) :]
+
+
+def choose_opts(k: KernelOptimizer, max_lanes: int) -> None:
+    """Apply the heuristics' opts to `k`."""
     if not k.reduceops:
         upcast_row_runs(k)
-        return k.applied_opts[len(s.applied_opts) :]
+        return
     if k.has_nested_reductions() or k.has_row_reductions():
-        return []  # (a row reduction is computed once per row: a SWAP or an upcast would compute it per lane)
+        return  # (a row reduction is computed once per row: a SWAP or an upcast would compute it per lane)
     if grows_along_symbolic_outputs(k):
         symbolic_axis_outermost(k)
-        return k.applied_opts[len(s.applied_opts) :]
+        return
     loop_over_strips(k)
     upcast_reused_axes(k, max_lanes)
     if k.axes_of(AxisType.UPCAST):
         unroll_reduction(k)
     symbolic_axis_outermost(k)
-    return k.applied_opts[len(s.applied_opts) :]
+
+
+def spread_over_threads(k: KernelOptimizer, threads: int) -> None:
+    """On a GPU whose Target asks for it, give each workgroup up to `threads` threads: a LOCAL opt on the innermost
+    output axis with a power-of-two divisor (the largest), so that neighbouring threads touch neighbouring
+    elements. Without it every heuristic kernel is one thread per workgroup: one active lane of 32."""
+    for axis in reversed(k.axes_of(AxisType.LOOP, AxisType.GLOBAL)):
+        size = k.full_shape[axis]
+        if not isinstance(size, int):
+            continue
+        choices = tuple(1 << p for p in range(threads.bit_length() - 1, 0, -1))
+        amount = first_divisor(size, choices)
+        if amount is not None and try_opt(k, Opt(OptOps.LOCAL, axis, amount)):
+            return

@@ -62,6 +62,7 @@ class AMDRenderer(Renderer):
     device = "AMD"
     has_local = True
     shared_max = LDS_BYTES
+    local_threads = 32  # one full wave32 per workgroup where the kernel's shape allows it
     software_transcendentals = True
 
     def __init__(self, arch: str = "gfx1100", target: Target | None = None) -> None:

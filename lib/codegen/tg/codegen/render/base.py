@@ -49,6 +49,7 @@ class Renderer:
     has_local: bool = False  # work-groups and their ids: LOCAL and GROUP opts are legal (the GPU languages)
     core_groups: bool = False  # a GROUP opt becomes calls on several cores that combine their partials (C)
     shared_max: int = 0  # bytes of local (shared) memory a work-group may use (0: none)
+    local_threads: int = 0  # threads per work-group the heuristics give a kernel (a GPU's LOCAL opt; 0: none)
     # float32 exp2/log2 reach the renderer as plain float ops (tg.codegen.lower.transcendental) rather than EXP2/LOG2:
     # the CPU renderers, whose libm calls would be scalar, and PYTHON, which must compute the same bits
     software_transcendentals: bool = False

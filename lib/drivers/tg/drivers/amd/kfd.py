@@ -250,6 +250,15 @@ class KFDInterface:
     def recover(self) -> None:
         raise RuntimeError("the KFD cannot reset this process's queues; restart the process after a GPU fault")
 
+    def close(self) -> None:
+        """Destroy the queues and give the file descriptors back (the KFD frees the rest with the process)."""
+        kfd = self._kfd
+        for queue_id in self._queues:
+            kfd.AMDKFD_IOC_DESTROY_QUEUE(self.fd, queue_id=queue_id)
+        self._queues.clear()
+        for fd in (self.drm_fd, self.fd):
+            os.close(fd)
+
 
 def create_queue_args(
     gpu_id: int, kind: QueueKind, ring: GPUAllocation, read_ptr: GPUAllocation, write_ptr: GPUAllocation, **extra: int
@@ -303,14 +312,11 @@ def fault_report(memory: object, hardware: object) -> str:
     return " ; ".join(parts)
 
 
-def default_shader_engines() -> ShaderEngines | None:
-    """The RDNA3 emulator when it is installed (tg.drivers.amd.rdna3), else None (dispatches then fault)."""
-    try:
-        from tg.drivers.amd import rdna3  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    factory = getattr(rdna3, "ShaderEngines", None) or getattr(rdna3, "Emulator", None)
-    return factory() if factory is not None else None
+def default_shader_engines() -> ShaderEngines:
+    """The RDNA3 emulator (tg.drivers.amd.rdna3), imported only when a simulated device is built (it needs numpy)."""
+    from tg.drivers.amd.rdna3 import RDNA3Emulator
+
+    return RDNA3Emulator()
 
 
 class SimKFDInterface:

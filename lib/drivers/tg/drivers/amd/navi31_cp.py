@@ -3,7 +3,7 @@
 The ring's pointers count dwords and wrap at the ring's end; a packet may straddle the end (the CP reads on from
 dword 0). Packets: NOP, INDIRECT_BUFFER (one level of chaining), SET_SH_REG / SET_UCONFIG_REG (the register file),
 DISPATCH_DIRECT (the COMPUTE_* registers become a WaveLaunch run to completion by the shader engines),
-ACQUIRE_MEM (no caches are modelled: accepted after its fields are checked), RELEASE_MEM (32/64-bit value or the
+ACQUIRE_MEM (no caches are modelled: accepted after its length is checked), RELEASE_MEM (32/64-bit value or the
 GPU clock, optional interrupt), WAIT_REG_MEM (memory or register, any compare, masked; blocks), EVENT_WRITE,
 WRITE_DATA. Anything else stops the queue with a fault naming the packet.
 """
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from tg.drivers.amd import packets as pk
 from tg.drivers.amd.iface import GPUAllocation, GPUFault, QueueKind, WaveLaunch
-from tg.drivers.amd.navi31_engine import PacketError, QueueEngine, compare
+from tg.drivers.amd.navi31_engine import PacketError, QueueEngine, QueueReset, compare
 
 if TYPE_CHECKING:
     from tg.drivers.amd.navi31 import Navi31
@@ -50,6 +50,7 @@ class ComputeEngine(QueueEngine):
     def __init__(self, device: Navi31, name: str, ring: GPUAllocation, read_ptr: int, write_ptr: int) -> None:
         super().__init__(device, name, ring, read_ptr, write_ptr)
         self.registers: dict[int, int] = {}  # the SH / UCONFIG register file, by dword address
+        self._packet: tuple[int, Stream, int] = (0, Stream("ring", self._ring_dwords, 0), 0)
         self.dispatches = 0
         self._handlers: dict[int, Callable[[list[int], Stream, int], None]] = {
             pk.PM4.NOP: lambda body, stream, epoch: None,
@@ -79,19 +80,24 @@ class ComputeEngine(QueueEngine):
         return out
 
     def execute_next(self, position: int, epoch: int) -> int:
-        stream = Stream(f"ring dword {position}", self._ring_dwords, self.target)
-        return self._execute_packet(stream, position, epoch)
+        return self._execute_packet(Stream("ring", self._ring_dwords, self.target), position, epoch)
+
+    def describe_packet(self) -> str:
+        header, stream, position = self._packet
+        where = f"{stream.name} dword {position}"
+        if pk.packet_type(header) == 2:
+            return f"TYPE2 filler at {where}"
+        opcode = pk.packet3_opcode(header)
+        name = pk.PM4(opcode).name if opcode in pk.PM4._value2member_map_ else f"opcode 0x{opcode:02X}"
+        return f"{name} (header 0x{header:08X}) at {where}"
 
     def _execute_packet(self, stream: Stream, position: int, epoch: int) -> int:
         header = stream.read(position, 1)[0]
-        where = f"{stream.name}" if stream.depth == 0 else f"{stream.name} dword {position}"
+        self._packet = (header, stream, position)  # described only if it faults (formatting every packet is slow)
         kind = pk.packet_type(header)
         if kind == 2:  # type-2 filler: one dword
-            self.current_packet = f"TYPE2 filler at {where}"
             return position + 1
         opcode = pk.packet3_opcode(header)
-        name = pk.PM4(opcode).name if opcode in pk.PM4._value2member_map_ else f"opcode 0x{opcode:02X}"
-        self.current_packet = f"{name} (header 0x{header:08X}) at {where}"
         if kind != pk.PACKET_TYPE3:
             raise PacketError(f"type-{kind} packet: the compute queue takes only type-3 packets")
         length = pk.packet3_count(header) + 2
@@ -125,11 +131,13 @@ class ComputeEngine(QueueEngine):
             return _dwords(self.memory.read(address + pos * 4, count * 4))
 
         ib = Stream(f"IB 0x{address:X}", read, size, stream.depth + 1)
-        caller = self.current_packet
+        caller = self._packet
         position = 0
         while position < size:
+            if self.reset_since(epoch):  # recovery abandons the rest of a long IB, not only a wait in it
+                raise QueueReset
             position = self._execute_packet(ib, position, epoch)
-        self.current_packet = caller
+        self._packet = caller
 
     def _set_registers(self, body: list[int], start: int, end: int) -> None:
         if len(body) < 2:

@@ -148,6 +148,7 @@ class QueueEngine(threading.Thread):
         self._epoch = 0  # bumped by reset: waits and in-flight packets of an older epoch are abandoned
         self._closing = False
         self.packets_executed = 0
+        self.waiting = False  # blocked in a WAIT_REG_MEM / POLL_REGMEM whose condition did not hold
         seed = device.chaos_seed
         self.chaos = None if seed is None else random.Random(f"{seed}:{name}")
 
@@ -203,13 +204,13 @@ class QueueEngine(threading.Thread):
         except QueueReset:
             return
         except GPUFault as fault:
-            self._halt(epoch, DeviceFault(self.queue_name, self.current_packet, str(fault), fault.address))
+            self._halt(epoch, DeviceFault(self.queue_name, self.describe_packet(), str(fault), fault.address))
             return
         except PacketError as error:
-            self._halt(epoch, DeviceFault(self.queue_name, self.current_packet, str(error)))
+            self._halt(epoch, DeviceFault(self.queue_name, self.describe_packet(), str(error)))
             return
         except Exception as error:  # an emulator error (illegal instruction, ...) is a device error, not a crash
-            self._halt(epoch, DeviceFault(self.queue_name, self.current_packet, f"{type(error).__name__}: {error}"))
+            self._halt(epoch, DeviceFault(self.queue_name, self.describe_packet(), f"{type(error).__name__}: {error}"))
             return
         with self._cond:
             if self._epoch != epoch:  # reset while this packet ran: its progress belongs to the old queue
@@ -228,7 +229,9 @@ class QueueEngine(threading.Thread):
             self.hung = True
         self.device.interrupts.latch(fault)
 
-    current_packet = "?"
+    def describe_packet(self) -> str:
+        """The packet being executed, for a fault report."""
+        return "?"
 
     def execute_next(self, position: int, epoch: int) -> int:
         """Execute the packet at `position` (ring units); return the position after it."""
@@ -239,18 +242,26 @@ class QueueEngine(threading.Thread):
         return self._announced
 
     # -- helpers for packets -----------------------------------------------------------------------------------
+    def reset_since(self, epoch: int) -> bool:
+        """Whether the queue was reset (or closed) after work of `epoch` began."""
+        return self._epoch != epoch or self._closing
+
     def wait_until(self, condition: Callable[[], bool], epoch: int) -> None:
         """Block until `condition()` holds: woken by engine writes to memory, polling for CPU writes; abandoned
         (QueueReset) when the queue is reset or closed. A wait that never ends is the driver's timeout to report."""
         delay = POLL_MIN_S
-        while True:
-            generation = self.memory.generation
-            if condition():
-                return
-            if self._epoch != epoch or self._closing:
-                raise QueueReset
-            self.memory.wait_for_change(generation, delay)
-            delay = min(delay * 2, POLL_MAX_S)
+        try:
+            while True:
+                generation = self.memory.generation
+                if condition():
+                    return
+                if self.reset_since(epoch):
+                    raise QueueReset
+                self.waiting = True
+                self.memory.wait_for_change(generation, delay)
+                delay = min(delay * 2, POLL_MAX_S)
+        finally:
+            self.waiting = False
 
 
 def compare(function: int, value: int, reference: int) -> bool:

@@ -26,14 +26,21 @@ class SDMAEngine(QueueEngine):
     def _read(self, offset: int, count: int) -> list[int]:
         return list(struct.unpack(f"<{count}I", self.memory.read(self.ring.va_addr + offset, count * 4)))
 
+    _packet = (0, 0)
+
+    def describe_packet(self) -> str:
+        header, offset = self._packet
+        op = header & pk.SDMA_HEADER_OP_MASK
+        name = pk.SDMA(op).name if op in pk.SDMA._value2member_map_ else f"op {op}"
+        return f"SDMA {name} (header 0x{header:08X}) at ring byte {offset}"
+
     def execute_next(self, position: int, epoch: int) -> int:
         offset = position % self.ring.size
         if offset % 4:
             raise PacketError(f"the read pointer {position} is not dword aligned")
         header = self._read(offset, 1)[0]
         op, sub_op = header & pk.SDMA_HEADER_OP_MASK, (header >> pk.SDMA_HEADER_SUB_OP_SHIFT) & 0xFF
-        name = pk.SDMA(op).name if op in pk.SDMA._value2member_map_ else f"op {op}"
-        self.current_packet = f"SDMA {name} (header 0x{header:08X}) at ring byte {offset}"
+        self._packet = (header, offset)  # described only if it faults
         length = self._length(op, sub_op, header, offset)
         if offset + length * 4 > self.ring.size:
             raise PacketError(

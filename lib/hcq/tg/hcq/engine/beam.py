@@ -399,7 +399,7 @@ def _heuristic_seeds(ast: UOp, flags: CodegenFlags) -> list[tuple[Opt, ...]]:
         return []
     try:
         optimizer = KernelOptimizer(ast, flags.has_local, flags.core_groups)
-        return [tuple(hand_coded_optimizations(optimizer, flags.max_lanes))]
+        return [tuple(hand_coded_optimizations(optimizer, flags.max_lanes, flags.local_threads))]
     except KernelOptError:
         return []
 

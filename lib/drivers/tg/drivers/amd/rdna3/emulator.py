@@ -647,6 +647,11 @@ class Compiler:
         return lambda w: op(a(w), b(w))
 
     def _vop3p(self, inst: Instruction) -> Exec:
+        f, name = inst.fields, inst.name
+        if name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
+            return _fma_mix(inst)
+        if name in PACKED_16:
+            return _packed16(inst, PACKED_16[name])
         raise _illegal(inst)
 
     # memory
@@ -744,6 +749,127 @@ def _output_modifier(inst: Instruction, name: str) -> Callable[[np.ndarray], np.
         return x.astype(np.float32).view(U32)
 
     return apply
+
+
+def _half_source(code: int, literal: int | None, as_f16: bool) -> Getter:
+    """A VOP3P source's 32 raw bits per lane; an inline float constant is encoded as f16 (in both halves) when the
+    operation reads it as f16, else as f32."""
+    if code < 256 and code != LITERAL and inline_constant(code) is not None:
+        if as_f16:
+            c16 = inline_constant(code, 16)
+            assert c16 is not None
+            c16 &= 0xFFFF
+            array = np.full(WAVE, c16 | c16 << 16, dtype=U32)
+            return lambda w: array
+    return vector_getter(code, 1, literal)
+
+
+def _fma_mix(inst: Instruction) -> Exec:
+    """V_FMA_MIX*: each source is f32, or f16 from the half opsel picks (opsel_hi bit set); neg / abs (neg_hi)
+    modifiers; the FMA in f32, the result stored as f32, or as f16 into the low or high half."""
+    f, name = inst.fields, inst.name
+    sources = []
+    for i in range(3):
+        is_f16 = bool(f["opsel_hi"] >> i & 1)
+        getter = _half_source(f[f"src{i}"], inst.literal, is_f16)
+        sources.append((getter, is_f16, bool(f["opsel"] >> i & 1), bool(f["neg"] >> i & 1), bool(f["neg_hi"] >> i & 1)))
+    dst = f["vdst"]
+
+    def value(w: Wave, src: tuple[Getter, bool, bool, bool, bool]) -> np.ndarray:
+        getter, is_f16, hi, neg, abs_ = src
+        raw = getter(w)
+        if is_f16:
+            x = ((raw >> U32(16)) if hi else raw & U32(0xFFFF)).astype(np.uint16).view(np.float16).astype(np.float64)
+        else:
+            x = raw.view(np.float32).astype(np.float64)
+        if abs_:
+            x = np.abs(x)
+        return -x if neg else x
+
+    def run(w: Wave) -> None:
+        a, b, c = (value(w, s) for s in sources)
+        with np.errstate(all="ignore"):
+            result = (a * b + c).astype(np.float32)  # exact product in f64, one rounding to f32
+            if f["clamp"]:
+                result = np.clip(result, 0, 1).astype(np.float32)
+            if name == "v_fma_mix_f32":
+                w.vset(dst, result.view(U32))
+                return
+            half = result.astype(np.float16).view(np.uint16).astype(U32)
+        old = w.v[dst]
+        merged = (
+            (old & U32(0xFFFF0000)) | half if name == "v_fma_mixlo_f16" else (old & U32(0xFFFF)) | (half << U32(16))
+        )
+        w.vset(dst, merged)
+
+    return run
+
+
+def _f16_op(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def op(*xs: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            halves = [x.astype(np.uint16).view(np.float16) for x in xs]
+            return np.asarray(fn(*halves), dtype=np.float16).view(np.uint16).astype(U32)
+
+    return op
+
+
+def _u16_op(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    return lambda *xs: np.asarray(fn(*[x.astype(np.int64) for x in xs]), dtype=np.int64).astype(U32) & U32(0xFFFF)
+
+
+def _i16_op(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def op(*xs: np.ndarray) -> np.ndarray:
+        signed = [x.astype(np.uint16).view(np.int16).astype(np.int64) for x in xs]
+        return np.asarray(fn(*signed), dtype=np.int64).astype(U32) & U32(0xFFFF)
+
+    return op
+
+
+# packed 16-bit operations: name -> (per-half operation on 16-bit lanes (as uint32 holding the half), float?)
+PACKED_16: dict[str, tuple[Callable[..., np.ndarray], bool]] = {
+    "v_pk_fma_f16": (_f16_op(lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float16)), True),
+    "v_pk_add_f16": (_f16_op(lambda a, b: a + b), True),
+    "v_pk_mul_f16": (_f16_op(lambda a, b: a * b), True),
+    "v_pk_min_f16": (_f16_op(np.fmin), True),
+    "v_pk_max_f16": (_f16_op(np.fmax), True),
+    "v_pk_add_u16": (_u16_op(lambda a, b: a + b), False),
+    "v_pk_sub_u16": (_u16_op(lambda a, b: a - b), False),
+    "v_pk_add_i16": (_i16_op(lambda a, b: a + b), False),
+    "v_pk_sub_i16": (_i16_op(lambda a, b: a - b), False),
+    "v_pk_mul_lo_u16": (_u16_op(lambda a, b: a * b), False),
+    "v_pk_mad_u16": (_u16_op(lambda a, b, c: a * b + c), False),
+    "v_pk_mad_i16": (_i16_op(lambda a, b, c: a * b + c), False),
+    "v_pk_max_u16": (_u16_op(np.maximum), False),
+    "v_pk_min_u16": (_u16_op(np.minimum), False),
+    "v_pk_max_i16": (_i16_op(np.maximum), False),
+    "v_pk_min_i16": (_i16_op(np.minimum), False),
+    "v_pk_lshlrev_b16": (_u16_op(lambda a, b: b << (a & 15)), False),
+    "v_pk_lshrrev_b16": (_u16_op(lambda a, b: b >> (a & 15)), False),
+    "v_pk_ashrrev_i16": (_i16_op(lambda a, b: b >> (a & 15)), False),
+}
+
+
+def _packed16(inst: Instruction, spec: tuple[Callable[..., np.ndarray], bool]) -> Exec:
+    """Packed math: each half of the result from the halves op_sel (low) and op_sel_hi (high) pick; neg (low) and
+    neg_hi (high) flip float signs."""
+    op, is_float = spec
+    f = inst.fields
+    count = 3 if inst.name in ("v_pk_fma_f16", "v_pk_mad_u16", "v_pk_mad_i16") else 2
+    getters = [_half_source(f[f"src{i}"], inst.literal, is_float) for i in range(count)]
+    dst = f["vdst"]
+
+    def half(raw: np.ndarray, high: bool, negate: bool) -> np.ndarray:
+        h = (raw >> U32(16)) if high else (raw & U32(0xFFFF))
+        return h ^ U32(0x8000) if negate and is_float else h
+
+    def run(w: Wave) -> None:
+        raws = [g(w) for g in getters]
+        lo = op(*[half(r, bool(f["opsel"] >> i & 1), bool(f["neg"] >> i & 1)) for i, r in enumerate(raws)])
+        hi = op(*[half(r, bool(f["opsel_hi"] >> i & 1), bool(f["neg_hi"] >> i & 1)) for i, r in enumerate(raws)])
+        w.vset(dst, (lo & U32(0xFFFF)) | (hi << U32(16)))
+
+    return run
 
 
 def _identity(x: np.ndarray) -> np.ndarray:

@@ -291,3 +291,23 @@ def test_a_launch_programs_the_registers_the_shader_engines_see(monkeypatch: pyt
     finally:
         dev.synchronize()
         dev.iface.close()
+
+
+def test_copies_of_memory_the_cpu_cannot_see_go_through_sdma_staging(dev, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VRAM without a CPU mapping (a small BAR): copyin and copyout move the bytes with the SDMA queue through host
+    staging buffers, in chunks of the staging size."""
+    from tg.hcq.devices import amd_memory
+    from tg.hcq.memory import HCQBuffer
+
+    monkeypatch.setattr(amd_memory, "STAGING_SIZE", 4096)  # a fresh allocator below makes staging buffers this size
+    allocator = amd_memory.AMDAllocator(dev)
+    visible = dev.allocator.alloc(10_000)
+    hidden = HCQBuffer(visible.va_addr, visible.size, None, dev, visible.meta)  # the same memory, no CPU view
+    data = bytes((i * 13 + 7) % 256 for i in range(10_000))
+    allocator._copyin(hidden, memoryview(data))
+    dev.synchronize()
+    assert bytes(visible.cpu_view()) == data
+    back = bytearray(10_000)
+    visible.cpu_view()[:] = data[::-1]
+    allocator._copyout(memoryview(back), hidden)
+    assert bytes(back) == data[::-1]

@@ -189,3 +189,19 @@ def test_a_kernel_with_private_memory_gets_scratch(dev) -> None:
     out = dev.allocator.alloc(4 * 32)
     prg(out, local_size=(32, 1, 1), vals=(5,), wait=True)
     assert list(np.frombuffer(bytes(out.cpu_view()), np.int32)) == [5 * lane for lane in range(32)]
+
+
+def test_a_long_dispatch_is_not_taken_for_a_hang(dev, kit) -> None:
+    """A kernel that runs ~3x longer on the emulator than the wait's timeout: the signal makes no progress meanwhile,
+    but the engine is executing (not blocked in a wait), so the wait goes on (a blocked wait does time out:
+    test_amd_device.py's hung-wait test)."""
+    prg = kit.load_program(dev, "spin", "")
+    out = dev.allocator.alloc(4)
+    assert not dev.is_busy()
+    iterations = 10_000
+    prg(out, vals=(iterations,))
+    dev.synchronize(timeout=300)
+    expected = np.float32(0)
+    for i in range(iterations):  # the kernel's float32 sum, in its order
+        expected = np.float32(expected + np.float32(np.float32(i) * np.float32(1e-9)))
+    assert np.frombuffer(bytes(out.cpu_view()), np.float32)[0] == expected

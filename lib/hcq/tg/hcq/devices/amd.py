@@ -230,6 +230,17 @@ class AMDDevice(HCQCompiled):
 
     # --- timeline, errors, recovery ---
 
+    def is_busy(self) -> bool:
+        """Whether an engine is executing a packet (a long dispatch on the emulator) rather than blocked in a wait:
+        while it is, a signal wait that sees no progress is not a hang (HCQSignal.wait asks the owner). The driver
+        interface says when it can (`busy()`); the simulated Navi31 is asked through its queue engines, which tell
+        whether they are blocked in a wait; the real KFD cannot tell, so there every stall counts."""
+        busy = getattr(self.iface, "busy", None)
+        if busy is not None:
+            return bool(busy())
+        engines = getattr(getattr(self.iface, "device", None), "queues", ())
+        return any(not engine.idle and not getattr(engine, "waiting", True) for engine in engines)
+
     def synchronize(self, timeout: int | None = None) -> None:
         """Wait for every submission; a fault or a hang is raised once (with the driver's report), after which the
         queues are reset and the device works again."""

@@ -121,7 +121,38 @@ define amdgpu_kernel void @null_load(ptr addrspace(1) noalias %out) #0 {
 """
 
 
-@pytest.mark.parametrize("name, body, address", [("oob", OOB_STORE, UNMAPPED), ("null_load", NULL_LOAD, 0)])
+ATOMIC_ADD = """
+define amdgpu_kernel void @atomic_add(ptr addrspace(1) noalias %out) #0 {
+  %old = atomicrmw add ptr addrspace(1) inttoptr (i64 244837814042624 to ptr addrspace(1)), i32 1 monotonic, align 4
+  store i32 %old, ptr addrspace(1) %out, align 4
+  ret void
+}
+"""  # global_atomic_add_u32 at 0xDEADBEEF0000 (spec hcq 1.21's case)
+SCALAR_LOAD = """
+define amdgpu_kernel void @scalar_load(ptr addrspace(1) noalias %out) #0 {
+  %v = load i32, ptr addrspace(4) inttoptr (i64 244837814042624 to ptr addrspace(4)), align 4
+  store i32 %v, ptr addrspace(1) %out, align 4
+  ret void
+}
+"""  # s_load_b32 from an unmapped base, 0xDEADBEEF0000
+FLAT_STORE = """
+define amdgpu_kernel void @flat_store(ptr addrspace(1) noalias %out) #0 {
+  store volatile i32 1, ptr null, align 4
+  ret void
+}
+"""  # a generic (flat) address: flat_store at NULL
+
+
+@pytest.mark.parametrize(
+    "name, body, address",
+    [
+        ("oob", OOB_STORE, UNMAPPED),
+        ("null_load", NULL_LOAD, 0),
+        ("atomic_add", ATOMIC_ADD, 0xDEAD_BEEF_0000),
+        ("scalar_load", SCALAR_LOAD, 0xDEAD_BEEF_0000),
+        ("flat_store", FLAT_STORE, 0),
+    ],
+)
 def test_an_out_of_bounds_kernel_is_reported_with_its_address_and_the_device_recovers(
     dev, kit, name: str, body: str, address: int
 ) -> None:

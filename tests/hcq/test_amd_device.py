@@ -311,3 +311,26 @@ def test_copies_of_memory_the_cpu_cannot_see_go_through_sdma_staging(dev, monkey
     visible.cpu_view()[:] = data[::-1]
     allocator._copyout(memoryview(back), hidden)
     assert bytes(back) == data[::-1]
+
+
+def test_a_freed_block_is_handed_out_again_only_after_its_last_user_finished(dev) -> None:
+    """A copy into a block is queued behind a gate; the block is freed (into the allocator's cache) and asked for
+    again: the allocator waits for the copy, so the host's writes to the new owner are not overwritten by it later
+    (what corrupted a TinyJit graph's kernel arguments: they reused the previous test's still-written output)."""
+    import threading
+
+    size = 4096 + 8  # a size no other test caches
+    src, block = dev.allocator.alloc(size), dev.allocator.alloc(size)
+    src.cpu_view()[:] = bytes([0xAA]) * size
+    gate = dev.new_signal(value=0)
+    queue = dev.hw_copy_queue_t().wait(gate, 1).copy(block, src, size)
+    queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.allocator.free(block, size)
+    opener = threading.Timer(0.3, lambda: setattr(gate, "value", 1))
+    opener.start()
+    again = dev.allocator.alloc(size)
+    assert again is block and dev.is_idle()  # the cached block, after the copy ran
+    again.cpu_view()[:] = bytes(size)  # the new owner's data stays
+    dev.synchronize()
+    assert bytes(again.cpu_view()) == bytes(size)
+    opener.join()

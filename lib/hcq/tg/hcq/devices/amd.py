@@ -274,6 +274,7 @@ class AMDDevice(HCQCompiled):
         marks = self.allocator._staging_marks
         for i in range(len(marks)):
             marks[i] = 0
+        self.allocator.reuse_after.clear()  # (marks of the old timeline; the device is idle here)
 
     def on_device_hang(self) -> None:
         """Ask the driver for what went wrong (raises RuntimeError naming the fault, e.g. "MMU fault: 0x...")."""

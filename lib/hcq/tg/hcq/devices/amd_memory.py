@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from tg.drivers.amd.iface import GPUAllocation
-from tg.hcq.allocator import BufferSpec, LRUAllocator
+from tg.hcq.allocator import DEFAULT_SPEC, BufferSpec, LRUAllocator
 from tg.hcq.memory import HCQBuffer
 from tg.hcq.signal import SIGNAL_SIZE, HCQSignal, SignalPool, sleep_until
 
@@ -109,6 +109,28 @@ class AMDAllocator(LRUAllocator):
         self._staging: list[HCQBuffer] = []
         self._staging_marks: deque[int] = deque()  # timeline value after which each staging buffer is free again
         self._next_staging = 0
+        self.reuse_after: dict[int, int] = {}  # id of a cached block -> the timeline value its last user signals
+
+    # --- the free-block cache: a block comes back only once the work queued before its free has finished ---
+
+    def free(self, raw: HCQBuffer, size: int, options: BufferSpec = DEFAULT_SPEC) -> None:
+        """Cache the block (or free it, with nolru) noting the device's last submission: a kernel queued before the
+        free may still write the block, so whoever gets it from the cache waits for that submission first (the host
+        fills kernel arguments and copies through the mapping, which no queue orders after the old kernel)."""
+        if not options.nolru:
+            self.reuse_after[id(raw)] = self.device.timeline_value - 1
+        super().free(raw, size, options)
+
+    def alloc(self, size: int, options: BufferSpec = DEFAULT_SPEC) -> HCQBuffer:
+        raw = super().alloc(size, options)
+        last_use = self.reuse_after.pop(id(raw), 0)
+        if self.device.timeline_signal.value < last_use:
+            self.device.timeline_signal.wait(last_use)
+        return raw
+
+    def free_cache(self) -> None:
+        super().free_cache()
+        self.reuse_after.clear()
 
     def _alloc(self, size: int, options: BufferSpec) -> HCQBuffer:
         allocation = self.device.iface.alloc(size, host=options.host, uncached=options.uncached, cpu_access=True)

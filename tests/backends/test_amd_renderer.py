@@ -362,6 +362,13 @@ def test_null_amd_uses_the_amd_renderer_and_compiler() -> None:
     assert target.has_local and target.shared_max == 65536 and target.software_transcendentals
 
 
+def test_the_registry_lists_the_archs_the_renderer_and_compiler_accept() -> None:
+    from tg.codegen.render import amd
+    from tg.codegen.render.registry import RENDERERS
+
+    assert RENDERERS["AMD"].archs == amd.AMD_ARCHS and RENDERERS["AMD"].archs[0] == "gfx1100"
+
+
 def test_an_unknown_arch_is_a_clear_error() -> None:
     with pytest.raises(UnknownRendererError, match="unknown arch 'gfx90a' for AMD; known archs: gfx1100"):
         make_renderer("AMD", "gfx90a")

@@ -571,3 +571,42 @@ def test_recovery_abandons_the_rest_of_a_long_indirect_buffer(sim: SimKFDInterfa
     engines.action = None
     recovered(sim, compute)
     assert u32(target) == 0  # the packet after the dispatch never ran
+
+
+def test_a_peer_gpus_memory_is_reachable_once_mapped(sim: SimKFDInterface, engines: RecordingEngines) -> None:
+    other = SimKFDInterface(shader_engines=engines, vram_size=VRAM)
+    try:
+        signal = sim.alloc(0x1000)  # VRAM of the first GPU, not CPU-visible
+        waiter = DriverQueue(other, QueueKind.SDMA)
+        marker = other.alloc(0x1000, host=True)
+        waiter.submit(sdma_poll(signal.va_addr, 5) + sdma_fence(marker.va_addr, 1))
+        assert "MMU fault" in fault_text(other)  # not mapped to the second GPU yet
+        other.recover()
+        waiter.reset_after_recover()
+        other.map(signal)
+        waiter.submit(sdma_poll(signal.va_addr, 5) + sdma_fence(marker.va_addr, 1))
+        wait_for(lambda: waiter.engine.waiting, "the second GPU to wait on the first one's memory")
+        DriverQueue(sim, QueueKind.SDMA).submit(sdma_fence(signal.va_addr, 5))  # the first GPU signals
+        waiter.drain()
+        assert u32(marker) == 1
+        other.free(signal)  # drops the mapping only
+        sim.device.memory.write_u32(signal.va_addr, 6)
+        assert sim.device.memory.read_u32(signal.va_addr) == 6
+    finally:
+        other.close()
+
+
+def test_cpu_memory_is_reachable_once_mapped(sim: SimKFDInterface) -> None:
+    source = (ctypes.c_uint32 * 1024)(*range(1024))  # memory the process owns, not any GPU
+    address = ctypes.addressof(source)
+    cpu = GPUAllocation(address, ctypes.sizeof(source), address, host=True)
+    sim.map(cpu)
+    sdma = DriverQueue(sim, QueueKind.SDMA)
+    destination = sim.alloc(0x1000, host=True)
+    sdma.submit(sdma_copy(destination.va_addr, address, 4096) + sdma_fence(address + 8, 99))
+    sdma.drain()
+    assert [u32(destination, 4 * i) for i in (0, 1, 1023)] == [0, 1, 1023]
+    assert source[2] == 99  # the GPU wrote the CPU's memory
+    sim.free(cpu)
+    with pytest.raises(GPUFault):
+        sim.device.memory.read(address, 4)

@@ -115,7 +115,6 @@ def test_the_cp_programs_the_launch_from_the_kernel_descriptor(program: AMDProgr
         sim.close()
 
 
-@pytest.mark.slow
 def test_kernel_runs_through_the_cp_and_the_emulator(sim: SimKFDInterface, program: AMDProgramData) -> None:
     entry = load(sim, program)
     n = 80  # three workgroups of 32; the last one is partly outside
@@ -132,7 +131,6 @@ def test_kernel_runs_through_the_cp_and_the_emulator(sim: SimKFDInterface, progr
     assert list(out[n:]) == [-1.0] * (96 - n)  # the guarded lanes stored nothing
 
 
-@pytest.mark.slow
 def test_kernel_storing_to_an_unmapped_address_faults_and_the_device_recovers(
     sim: SimKFDInterface, program: AMDProgramData
 ) -> None:

@@ -246,6 +246,50 @@ TRANSCENDENTAL = kernel(
   ret void""",
 )
 
+PRIVATE_ARRAY = kernel(
+    "private_array",
+    "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %a",
+    """
+  %arr = alloca [16 x i32], align 4, addrspace(5)
+  br label %fill
+fill:
+  %k = phi i32 [ 0, %entry ], [ %k1, %fill ]
+  %p = getelementptr [16 x i32], ptr addrspace(5) %arr, i32 0, i32 %k
+  %v = mul i32 %k, %i
+  store volatile i32 %v, ptr addrspace(5) %p
+  %k1 = add i32 %k, 1
+  %more = icmp ult i32 %k1, 16
+  br i1 %more, label %fill, label %read
+read:
+  %pa = getelementptr i32, ptr addrspace(1) %a, i32 %i
+  %idx = load i32, ptr addrspace(1) %pa
+  %pi = getelementptr [16 x i32], ptr addrspace(5) %arr, i32 0, i32 %idx
+  %r = load volatile i32, ptr addrspace(5) %pi
+  %po = getelementptr i32, ptr addrspace(1) %out, i32 %i
+  store i32 %r, ptr addrspace(1) %po
+  ret void""",
+).replace("#0 {\n", "#0 {\nentry:\n", 1)
+
+HALVES = kernel(
+    "halves",
+    "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %a, ptr addrspace(1) noalias %b",
+    """
+  %pa = getelementptr half, ptr addrspace(1) %a, i32 %i
+  %x = load half, ptr addrspace(1) %pa
+  %i2 = add i32 %i, 1
+  %pa2 = getelementptr half, ptr addrspace(1) %a, i32 %i2
+  %x2 = load half, ptr addrspace(1) %pa2
+  %pb = getelementptr i8, ptr addrspace(1) %b, i32 %i
+  %c = load i8, ptr addrspace(1) %pb
+  %cf = sitofp i8 %c to half
+  %m = fmul half %x, %x2
+  %s = fadd half %m, %cf
+  %h = fmul half %s, 0xH3800
+  %po = getelementptr half, ptr addrspace(1) %out, i32 %i
+  store half %h, ptr addrspace(1) %po
+  ret void""",
+)
+
 ALL = {
     "float_elementwise": FLOAT_ELEMENTWISE,
     "int_elementwise": INT_ELEMENTWISE,
@@ -254,4 +298,6 @@ ALL = {
     "int64_math": INT64_MATH,
     "select_convert": SELECT_CONVERT,
     "transcendental": TRANSCENDENTAL,
+    "private_array": PRIVATE_ARRAY,
+    "halves": HALVES,
 }

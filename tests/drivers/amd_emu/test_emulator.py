@@ -121,6 +121,24 @@ def test_transcendentals_and_division() -> None:
     np.testing.assert_allclose(run.read(0, out), expected, rtol=2e-6, atol=1e-5)
 
 
+def test_half_precision_true16_and_d16_loads() -> None:
+    # LLVM's gfx11 true16 code: v_mul_f16 v0.h, v1.l, v1.h (both halves of one VGPR), global_load_d16_i8
+    a = RNG.standard_normal(65).astype(np.float16)
+    b = RNG.integers(-100, 100, 64).astype(np.int8)
+    out = np.zeros(64, dtype=np.float16)
+    run = run_kernel(kernels.HALVES, [out, a, b], local=(64, 1, 1), name="halves")
+    expected = (a[:64] * a[1:] + b.astype(np.float16)) * np.float16(0.5)
+    np.testing.assert_array_equal(run.read(0, out), expected)
+
+
+def test_private_array_in_scratch() -> None:
+    # a dynamically indexed private array: LLVM puts it in scratch (scratch_store/scratch_load), per lane
+    a = RNG.integers(0, 16, 64).astype(np.int32)
+    out = np.zeros(64, dtype=np.int32)
+    run = run_kernel(kernels.PRIVATE_ARRAY, [out, a], local=(64, 1, 1), name="private_array")
+    np.testing.assert_array_equal(run.read(0, out), a * np.arange(64, dtype=np.int32))
+
+
 def test_decoded_instructions_are_cached_across_waves_and_dispatches() -> None:
     emulator = RDNA3Emulator()
     a = np.ones(128, dtype=np.float32)

@@ -35,7 +35,7 @@ would need a device library (it aborts the process for them): they are written o
 from __future__ import annotations
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
-from tg.codegen.render.base import Renderer, buffer_param, global_params, kernel_variables, variable_argument
+from tg.codegen.render.base import Renderer, buffer_param
 from tg.codegen.render.llvm_f64 import F64Math
 from tg.codegen.render.llvmir import _LLVMFunction, float_literal, llvm_type, memory_type
 from tg.codegen.render.threads import GPUKernel, GroupCombine, group_combine, thread_layout
@@ -52,7 +52,6 @@ NO_USER_SGPRS = (
     "amdgpu-no-hostcall-ptr", "amdgpu-no-heap-ptr", "amdgpu-no-multigrid-sync-arg", "amdgpu-no-default-queue",
     "amdgpu-no-completion-action", "amdgpu-no-lds-kernel-id",
 )  # fmt: skip
-NATIVE_F32 = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
 LDS_BYTES = 65536  # local memory per workgroup on RDNA3
 
 
@@ -85,22 +84,8 @@ class _AMDFunction(_LLVMFunction):
 
     # --- the kernel -----------------------------------------------------------------------------------------
     def render(self) -> GPUKernel:
-        params = global_params(self.linear)
-        signature = [f"ptr addrspace(1) noalias %data{p.arg.slot}" for p in params]
-        for p in params:
-            self.names[p] = f"%data{p.arg.slot}"
-        variables = kernel_variables(self.linear)
-        for v in variables:
-            self.names[v] = f"%{variable_argument(v)}_i64"
-            self.entry.append(f"  {self.names[v]} = sext i32 %{variable_argument(v)} to i64")
-        signature += [f"i32 %{variable_argument(v)}" for v in variables]
-        for node in self.linear.src:
-            if node.op is Ops.RANGE:
-                self.open_loop(node, split=False)
-            else:
-                self.render_node(node)
-        self.statement("ret void")
-        body = "\n".join(["entry:", *self.entry, *self.lines])
+        signature = self.arguments("ptr addrspace(1)")
+        body = self.body(split=None)
         header = f"define amdgpu_kernel void @{self.name}({', '.join(signature)}) #0 {{"
         parts = [
             f'target triple = "{AMD_TRIPLE}"',

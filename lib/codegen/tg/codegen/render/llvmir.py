@@ -193,29 +193,38 @@ class _LLVMFunction:
 
     # --- the function ---------------------------------------------------------------------------------------
     def render(self) -> RenderedKernel:
-        params = global_params(self.linear)
-        signature = [f"ptr noalias %data{p.arg.slot}" for p in params]
-        for p in params:
-            self.names[p] = f"%data{p.arg.slot}"
-        variables = kernel_variables(self.linear)
-        for v in variables:  # int arguments, widened once in the entry block (which dominates every use)
-            self.names[v] = f"%{variable_argument(v)}_i64"
-            self.entry.append(f"  {self.names[v]} = sext i32 %{variable_argument(v)} to i64")
-        signature += [f"i32 %{variable_argument(v)}" for v in variables]
-        split = first_output_loop(self.linear) if self.chunks > 1 else None
-        for node in self.linear.src:
-            if node.op is Ops.RANGE:
-                self.open_loop(node, split=node is split)
-            else:
-                self.render_node(node)
-        self.statement("ret void")
-        body = "\n".join(["entry:", *self.entry, *self.lines])
+        signature = self.arguments("ptr")
+        body = self.body(first_output_loop(self.linear) if self.chunks > 1 else None)
         header = f"define void @{self.name}({', '.join([*signature, 'i32 %core_id'])}) nounwind {{"
         parts = [header, body, "}", *sorted(self.declarations), *self.metadata]
         if "bfloat" in body:
             parts.append(BFLOAT16_HELPER)
         # a launch size that depends on the variables is resolved at each launch (and patched in a replayed graph)
         return RenderedKernel(self.name, "\n".join(parts) + "\n", (self.global_size, 1, 1))
+
+    def arguments(self, pointer: str) -> list[str]:
+        """The kernel's parameters: its buffers (pointers of type `pointer`) in slot order, then its int variables,
+        each bound to the name that holds it."""
+        params = global_params(self.linear)
+        for p in params:
+            self.names[p] = f"%data{p.arg.slot}"
+        variables = kernel_variables(self.linear)
+        for v in variables:  # int arguments, widened once in the entry block (which dominates every use)
+            self.names[v] = f"%{variable_argument(v)}_i64"
+            self.entry.append(f"  {self.names[v]} = sext i32 %{variable_argument(v)} to i64")
+        return [f"{pointer} noalias %data{p.arg.slot}" for p in params] + [
+            f"i32 %{variable_argument(v)}" for v in variables
+        ]
+
+    def body(self, split: UOp | None) -> str:
+        """The function body: every node of the program in order (`split`: the loop cut into per-core chunks)."""
+        for node in self.linear.src:
+            if node.op is Ops.RANGE:
+                self.open_loop(node, split=node is split)
+            else:
+                self.render_node(node)
+        self.statement("ret void")
+        return "\n".join(["entry:", *self.entry, *self.lines])
 
     def open_loop(self, rng: UOp, split: bool) -> None:
         tag = f"r{rng.arg.axis_id}" if rng.arg.axis_id >= 0 else f"rn{-rng.arg.axis_id}"

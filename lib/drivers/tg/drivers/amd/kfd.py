@@ -16,6 +16,7 @@ import errno
 import fcntl
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,8 @@ class KFDInterface:
         self.drm_fd = os.open(f"/dev/dri/renderD{self.properties['drm_render_minor']}", os.O_RDWR | os.O_CLOEXEC)
         kfd.AMDKFD_IOC_ACQUIRE_VM(self.fd, drm_fd=self.drm_fd, gpu_id=self.gpu_id)
         self._handles: dict[int, int] = {}
+        self._mapped: dict[int, int] = {}  # memory of other devices or of the CPU mapped to this GPU
+        _KFD_INTERFACES.add(self)
         self._doorbell_page = 0
         self._queues: list[int] = []
         self.event_page = self.alloc(EVENT_PAGE_SIZE, host=False, uncached=True, cpu_access=True)
@@ -250,6 +253,28 @@ class KFDInterface:
     def recover(self) -> None:
         raise RuntimeError("the KFD cannot reset this process's queues; restart the process after a GPU fault")
 
+    def map(self, mem: GPUAllocation) -> None:
+        """Make `mem` visible to this GPU at its address: another GPU's allocation of this process (mapped to this
+        GPU too) or CPU memory (registered as user pages at its own address)."""
+        kfd = self._kfd
+        if mem.va_addr in self._handles:
+            return
+        owner = next((other for other in list(_KFD_INTERFACES) if mem.va_addr in other._handles), None)
+        if owner is not None:
+            handle = owner._handles[mem.va_addr]
+        else:
+            flags = alloc_flags(kfd, host=True, uncached=False, cpu_access=True)
+            address = mem.cpu_address or mem.va_addr
+            handle = kfd.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU(
+                self.fd, va_addr=address, size=round_up(mem.size, PAGE_SIZE), gpu_id=self.gpu_id, flags=flags,
+                mmap_offset=address,
+            ).handle  # fmt: skip
+        ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+        kfd.AMDKFD_IOC_MAP_MEMORY_TO_GPU(
+            self.fd, handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1
+        )
+        self._mapped[mem.va_addr] = handle
+
     def close(self) -> None:
         """Destroy the queues and give the file descriptors back (the KFD frees the rest with the process)."""
         kfd = self._kfd
@@ -258,6 +283,10 @@ class KFDInterface:
         self._queues.clear()
         for fd in (self.drm_fd, self.fd):
             os.close(fd)
+
+
+_KFD_INTERFACES: weakref.WeakSet[KFDInterface] = weakref.WeakSet()
+_SIMULATED_GPUS: weakref.WeakSet[SimKFDInterface] = weakref.WeakSet()
 
 
 def create_queue_args(
@@ -339,6 +368,7 @@ class SimKFDInterface:
             chaos_seed = int(os.environ[CHAOS_VARIABLE])
         engines = shader_engines if shader_engines is not None else default_shader_engines()
         self.device = Navi31(engines, vram_size, chaos_seed)
+        _SIMULATED_GPUS.add(self)
         self._lock = threading.Lock()
 
     def alloc(
@@ -352,6 +382,22 @@ class SimKFDInterface:
     def free(self, mem: GPUAllocation) -> None:
         with self._lock:
             self.device.free(mem.va_addr)
+
+    def map(self, mem: GPUAllocation) -> None:
+        """Make `mem` visible to this GPU at its address (the KFD's MAP_MEMORY_TO_GPU): an allocation of another
+        simulated GPU of this process (its bytes, shared: the simulated fabric) or CPU memory whose CPU address is
+        `cpu_address` (or `va_addr`), mapped like the KFD's user pages. The mapping must not outlive the memory;
+        `free` on this device removes only the mapping."""
+        memory = self.device.memory
+        if memory.find(mem.va_addr) is not None:
+            return
+        for other in list(_SIMULATED_GPUS):
+            owned = None if other is self or other.device.closed else other.device.memory.find(mem.va_addr)
+            if owned is not None:
+                memory.map_foreign(mem.va_addr, owned.view[:])
+                return
+        address = mem.cpu_address or mem.va_addr
+        memory.map_foreign(mem.va_addr, memoryview((ctypes.c_char * mem.size).from_address(address)).cast("B"))
 
     def create_queue(
         self, kind: QueueKind, ring: GPUAllocation, read_ptr: GPUAllocation, write_ptr: GPUAllocation

@@ -82,6 +82,10 @@ class Navi31:
     def free(self, address: int) -> None:
         self.memory.unmap(address)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     # -- registers (what register-space waits and WRITE_DATA to a register touch) ------------------------------
     def write_register(self, register: int, value: int) -> None:
         with self._register_lock:

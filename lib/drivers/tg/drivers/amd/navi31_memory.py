@@ -46,6 +46,7 @@ class MappedRange:
     view: memoryview
     host: bool
     backing: mmap.mmap | None = None  # system memory owns its mmap; VRAM ranges borrow the arena's
+    foreign: bool = False  # memory this device only maps (another GPU's, or the CPU's): unmapping frees nothing
 
     @property
     def end(self) -> int:
@@ -130,10 +131,37 @@ class SimMemory:
             starts.pop(index)
             self._table = (starts, ranges)
             mapped.view.release()
+            if mapped.foreign:
+                return
             if mapped.backing is not None:
-                mapped.backing.close()
+                try:
+                    mapped.backing.close()
+                except BufferError:  # another device still maps it: the mmap goes when its last view does
+                    pass
             else:
                 self.vram.release(mapped.start - self.vram.base, mapped.size)
+
+    def find(self, address: int) -> MappedRange | None:
+        """The mapping that starts at `address` (an allocation of this device), if any."""
+        starts, ranges = self._table
+        index = bisect.bisect_left(starts, address)
+        return ranges[index] if index < len(starts) and starts[index] == address else None
+
+    def map_foreign(self, start: int, view: memoryview) -> MappedRange:
+        """Map memory this device does not own at `start` (the same address its owner uses): another simulated
+        GPU's allocation (its view) or CPU memory (a view of the process's own pages). The mapping must not outlive
+        the memory, as with the KFD's user pointers."""
+        mapped = MappedRange(start, len(view), view, host=True, foreign=True)
+        with self._lock:
+            starts, ranges = self._table
+            index = bisect.bisect_right(starts, start) - 1
+            overlaps = (index >= 0 and ranges[index].end > start) or (
+                index + 1 < len(starts) and starts[index + 1] < start + len(view)
+            )
+            if overlaps:
+                raise ValueError(f"0x{start:X}+0x{len(view):X} overlaps a mapping of this device")
+            self._insert(mapped)
+        return mapped
 
     def _insert(self, mapped: MappedRange) -> None:
         starts, ranges = list(self._table[0]), list(self._table[1])

@@ -6,6 +6,8 @@ constants in decimal, inline float constants as `1.0`, `0.15915494`."""
 
 from __future__ import annotations
 
+import re
+
 from .decoder import LITERAL, VOP3SD_NAMES, Instruction, decode_program
 from .opcodes import OPERAND_WIDTHS
 
@@ -67,6 +69,28 @@ def operand(code: int, width: int = 1, literal: int | None = None) -> str:
     if code == LITERAL:
         return f"0x{literal or 0:x}"
     return SPECIAL_OPERANDS.get(code, f"<operand {code}>")
+
+
+_TYPE = re.compile(r"^[fiub](16|32|64)$")
+
+
+def operand_bits(name: str) -> tuple[int, int]:
+    """(destination bits, source bits) of a VALU operation from its name (v_cvt_<dst>_<src>, else one type)."""
+    types = [int(t[1:]) for t in name.split("_")[1:] if _TYPE.match(t)]
+    if not types or "_pk_" in name:
+        return 32, 32
+    if name.startswith("v_cvt_") and len(types) >= 2:
+        return types[0], types[1]
+    return types[0], types[0]
+
+
+def true16(code: int, literal: int | None = None) -> str:
+    """A 16-bit VOP1/VOP2/VOPC operand (gfx11 true16): v[256..383] low halves `vN.l`, v[384..] high halves `vN.h`."""
+    if code >= 384:
+        return f"v{code - 384}.h"
+    if code >= 256:
+        return f"v{code - 256}.l"
+    return operand(code, 1, literal)
 
 
 def _widths(name: str, count: int) -> tuple[int, ...]:
@@ -218,13 +242,19 @@ def _vop1(inst: Instruction) -> str:
     w = _widths(name, 2)
     dst = operand(f["vdst"], w[0]) if name == "v_readfirstlane_b32" else operand(256 + f["vdst"], w[0])
     suffix = "" if name in NO_E32_SUFFIX else "_e32"
-    return f"{name}{suffix} {dst}, {operand(f['src0'], w[1], inst.literal)}"
+    dst_bits, src_bits = operand_bits(name)
+    if dst_bits == 16:
+        dst = true16(256 + f["vdst"])
+    src = true16(f["src0"], inst.literal) if src_bits == 16 else operand(f["src0"], w[1], inst.literal)
+    return f"{name}{suffix} {dst}, {src}"
 
 
 def _vop2(inst: Instruction) -> str:
     f, name, lit = inst.fields, inst.name, inst.literal
     w = _widths(name, 3)
     dst, src0, src1 = operand(256 + f["vdst"], w[0]), operand(f["src0"], w[1], lit), operand(256 + f["vsrc1"], w[2])
+    if operand_bits(name) == (16, 16):
+        dst, src0, src1 = true16(256 + f["vdst"]), true16(f["src0"], lit), true16(256 + f["vsrc1"])
     suffix = "" if name in NO_E32_SUFFIX else "_e32"
     if name in ("v_fmamk_f32", "v_fmamk_f16"):
         return f"{name} {dst}, {src0}, 0x{lit or 0:x}, {src1}"
@@ -245,6 +275,8 @@ def _vopc(inst: Instruction) -> str:
     f, name = inst.fields, inst.name
     w = _widths(name, 3)
     src0, src1 = operand(f["src0"], w[-2], inst.literal), operand(256 + f["vsrc1"], w[-1])
+    if operand_bits(name)[1] == 16:
+        src0, src1 = true16(f["src0"], inst.literal), true16(256 + f["vsrc1"])
     if name.startswith("v_cmpx"):
         return f"{name}_e32 {src0}, {src1}"
     return f"{name}_e32 vcc_lo, {src0}, {src1}"
@@ -321,9 +353,9 @@ def _vop3sd(inst: Instruction) -> str:
 
 def _vop3p(inst: Instruction) -> str:
     f, name, lit = inst.fields, inst.name, inst.literal
-    widths = OPERAND_WIDTHS.get(name, (1, 1, 1))
-    nsrc = len(widths) - 1
-    srcs = [operand(f[f"src{i}"], widths[i + 1] or 1, lit) for i in range(nsrc)]
+    nsrc = 3 if any(k in name for k in ("fma", "mad", "dot", "wmma")) else 2
+    widths = OPERAND_WIDTHS.get(name, (1, 1, 1, 1))
+    srcs = [operand(f[f"src{i}"], (widths[i + 1] if i + 1 < len(widths) else 1) or 1, lit) for i in range(nsrc)]
     text = f"{name} {operand(256 + f['vdst'], widths[0])}, {', '.join(srcs)}"
     opsel = [(f["opsel"] >> i) & 1 for i in range(nsrc)]
     opsel_hi = [(f["opsel_hi"] >> i) & 1 for i in range(nsrc)]

@@ -13,6 +13,7 @@ until each reaches s_barrier or s_endpgm, then the barrier releases them.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -411,8 +412,13 @@ class Compiler:
             width = widths[i]
             code = f[key] if not key.startswith("v") else 256 + f[key]
             sign = float_source_bits(name, width)
+            if inst.encoding in ("VOP1", "VOP2") and _operand_bits(name)[1] == 16:
+                getters.append(_t16_source(code, inst.literal))
+                continue
             getter = vector_getter(code, width, inst.literal, 64 if width == 2 else (16 if sign == 15 else 32))
             if inst.encoding == "VOP3":
+                if f["opsel"] >> i & 1:
+                    getter = _high_half(getter)
                 getter = _modifier(getter, i, f["neg"], f["abs"], sign, width)
             elif inst.encoding == "VOP3SD":
                 getter = _modifier(getter, i, f["neg"], 0, sign, width)
@@ -444,17 +450,17 @@ class Compiler:
         if name in _CARRY_OPS:
             a, b = vector_getter(f["src0"], 1, inst.literal), vector_getter(256 + f["vsrc1"], 1, None)
             return _carry_op(name, a, b, lambda w: w.s[VCC_LO], dst, VCC_LO)
+        half = _is_16bit_op(name)
+        a = _t16_source(f["src0"], inst.literal) if half else vector_getter(f["src0"], 1, inst.literal)
+        b = _t16_source(256 + f["vsrc1"], None) if half else vector_getter(256 + f["vsrc1"], 1, None)
         if name in ("v_fmamk_f32", "v_fmamk_f16"):
             lit = np.full(WAVE, inst.literal or 0, dtype=U32)
-            a, b = vector_getter(f["src0"], 1, inst.literal), vector_getter(256 + f["vsrc1"], 1, None)
             return self._vop_getters(inst, name, [a, lambda w: lit, b], dst)
         if name in ("v_fmaak_f32", "v_fmaak_f16"):
             lit = np.full(WAVE, inst.literal or 0, dtype=U32)
-            a, b = vector_getter(f["src0"], 1, inst.literal), vector_getter(256 + f["vsrc1"], 1, None)
             return self._vop_getters(inst, name, [a, b, lambda w: lit], dst)
         if name in ("v_fmac_f32", "v_fmac_f16"):
-            a, b = vector_getter(f["src0"], 1, inst.literal), vector_getter(256 + f["vsrc1"], 1, None)
-            d = vector_getter(256 + dst, 1, None)
+            d = _t16_source(256 + dst, None) if half else vector_getter(256 + dst, 1, None)
             return self._vop_getters(inst, name, [a, b, d], dst)
         return self._vop(inst, name, ("src0", "vsrc1"), dst)
 
@@ -471,6 +477,12 @@ class Compiler:
             raise _illegal(inst)
         op, _, dst_width = VOP_OPS[name]
         post = _output_modifier(inst, name)
+        if inst.encoding in ("VOP1", "VOP2") and _operand_bits(name)[0] == 16:
+            write = _write16(dst & 0x7F, dst >= 0x80)  # true16: v128+ names the high half
+            return lambda w: write(w, post(op(*[g(w) for g in getters])))
+        if inst.encoding == "VOP3" and _is_16bit_result(name):
+            write = _write16(dst, bool(inst.fields["opsel"] & 8))
+            return lambda w: write(w, post(op(*[g(w) for g in getters])))
         if dst_width == 2:
 
             def run64(w: Wave) -> None:
@@ -500,6 +512,13 @@ class Compiler:
         cmp, (w0, w1) = found
         a = vector_getter(src0, w0, inst.literal, 64 if w0 == 2 else 32)
         b = vector_getter(src1, w1, inst.literal, 64 if w1 == 2 else 32)
+        if inst.encoding == "VOPC" and _operand_bits(inst.name)[1] == 16:
+            a, b = _t16_source(src0, inst.literal), _t16_source(src1, None)
+        if inst.encoding == "VOP3" and inst.fields["opsel"]:
+            if not _is_16bit_op(inst.name):
+                raise _illegal(inst, "with op_sel on a 32-bit comparison is not implemented")
+            a = _high_half(a) if inst.fields["opsel"] & 1 else a
+            b = _high_half(b) if inst.fields["opsel"] & 2 else b
         if inst.encoding == "VOP3":
             f = inst.fields
             a = _modifier(a, 0, f["neg"], f["abs"], 63 if w0 == 2 else 31, w0)
@@ -519,9 +538,15 @@ class Compiler:
         f, name = inst.fields, inst.name
         if inst.opcode < 256:  # VOPC promoted: the destination is an SGPR
             return self._compare(inst, vector_getter, f["src0"], f["src1"], f["vdst"])
-        if f["opsel"] and name not in ("v_cvt_f32_f16",):
-            raise _illegal(inst, "with op_sel is not implemented")
+        if f["opsel"] and not _is_16bit_op(name):
+            raise _illegal(inst, "with op_sel on a 32-bit operation is not implemented")
         dst = f["vdst"]
+        if name == "v_cndmask_b16":
+            a = _modifier(_opsel_source(inst, 0), 0, f["neg"], f["abs"], 15, 1)
+            b = _modifier(_opsel_source(inst, 1), 1, f["neg"], f["abs"], 15, 1)
+            cond = scalar_getter(f["src2"], 1, inst.literal)
+            write = _write16(dst, bool(f["opsel"] & 8))
+            return lambda w: write(w, np.where(lane_bits(cond(w)), b(w), a(w)))
         if name == "v_cndmask_b32":
             a = _modifier(vector_getter(f["src0"], 1, inst.literal), 0, f["neg"], f["abs"], 31, 1)
             b = _modifier(vector_getter(f["src1"], 1, inst.literal), 1, f["neg"], f["abs"], 31, 1)
@@ -647,7 +672,7 @@ class Compiler:
         return lambda w: op(a(w), b(w))
 
     def _vop3p(self, inst: Instruction) -> Exec:
-        f, name = inst.fields, inst.name
+        name = inst.name
         if name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
             return _fma_mix(inst)
         if name in PACKED_16:
@@ -714,17 +739,19 @@ def _cndmask(a: Getter, b: Getter, cond: Callable[[Wave], int], dst: int) -> Exe
 
 
 def _carry_op(name: str, a: Getter, b: Getter, carry_in: Callable[[Wave], int], dst: int, sdst: int) -> Exec:
-    subtract = "_sub" in name
-    reverse = "subrev" in name
+    """V_ADD/SUB(REV)_CO(_CI)_U32: 32-bit add/subtract with a carry (borrow) out per lane into an SGPR mask."""
+    subtract, reverse, with_carry = "_sub" in name, "subrev" in name, "_ci_" in name
+    lane_shift = LANE_IDS.astype(U64)
 
     def run(w: Wave) -> None:
-        x, y = a(w).astype(np.int64), b(w).astype(np.int64)
+        x, y = a(w).astype(U64), b(w).astype(U64)
         if reverse:
             x, y = y, x
-        cin = lane_bits(carry_in(w)).astype(np.int64) if "_ci_" in name else 0
-        full = x - y - cin if subtract else x + y + cin
-        carry = (full < 0) if subtract else (full > 0xFFFFFFFF)
-        w.vset(dst, (full & 0xFFFFFFFF).astype(U32))
+        if with_carry:  # x + (y + c) or x - (y + c): the carry in joins y
+            y = y + ((np.uint64(carry_in(w)) >> lane_shift) & U64(1))
+        full = x - y if subtract else x + y
+        carry = (x < y) if subtract else (full > U64(0xFFFFFFFF))
+        w.vset(dst, full.astype(U32))
         w.sset(sdst, bits_of(carry) & w.exec_mask)
 
     return run
@@ -749,6 +776,57 @@ def _output_modifier(inst: Instruction, name: str) -> Callable[[np.ndarray], np.
         return x.astype(np.float32).view(U32)
 
     return apply
+
+
+_TYPE_TOKEN = re.compile(r"^[fiub](16|32|64)$")
+
+
+def _is_16bit_op(name: str) -> bool:
+    return "16" in name and "_pk_" not in name
+
+
+def _is_16bit_result(name: str) -> bool:
+    """The destination type (the first type in the name) is 16-bit: the result goes to one half of the VGPR."""
+    types = [t for t in name.split("_")[1:] if _TYPE_TOKEN.match(t)]
+    return bool(types) and types[0].endswith("16") and "_pk_" not in name
+
+
+def _operand_bits(name: str) -> tuple[int, int]:
+    """(destination bits, source bits) from the operation's name: v_cvt_<dst>_<src>, else one type for all."""
+    types = [int(t[1:]) for t in name.split("_")[1:] if _TYPE_TOKEN.match(t)]
+    if not types or "_pk_" in name:
+        return 32, 32
+    if name.startswith("v_cvt_") and len(types) >= 2:
+        return types[0], types[1]
+    return types[0], types[0]
+
+
+def _t16_source(code: int, literal: int | None) -> Getter:
+    """A 16-bit operand of a VOP1/VOP2/VOPC instruction (gfx11 true16): VGPR codes 384+ name the high half of
+    v(code - 384), 256..383 the low half; SGPRs and constants give their low 16 bits."""
+    if code >= 384:
+        return _high_half(vector_getter(code - 128, 1, None))
+    return vector_getter(code, 1, literal, 16)
+
+
+def _high_half(getter: Getter) -> Getter:
+    return lambda w: getter(w) >> U32(16)
+
+
+def _opsel_source(inst: Instruction, index: int) -> Getter:
+    getter = vector_getter(inst.fields[f"src{index}"], 1, inst.literal, 16)
+    return _high_half(getter) if inst.fields["opsel"] >> index & 1 else getter
+
+
+def _write16(dst: int, high: bool) -> Callable[[Wave, np.ndarray], None]:
+    """Write 16-bit results into the low (or, op_sel[3], the high) half of a VGPR, keeping the other half."""
+
+    def write(w: Wave, value: np.ndarray) -> None:
+        half = np.asarray(value).astype(U32) & U32(0xFFFF)
+        old = w.v[dst]
+        w.vset(dst, (old & U32(0xFFFF)) | (half << U32(16)) if high else (old & U32(0xFFFF0000)) | half)
+
+    return write
 
 
 def _half_source(code: int, literal: int | None, as_f16: bool) -> Getter:
@@ -971,12 +1049,58 @@ def _global_access(inst: Instruction) -> Exec:
             _scatter(w.memory, addr, raw, size)
 
         return store
+    if "d16" in name:
+        return _d16_access(inst, addresses)
     if "_atomic_" in name:
         return _global_atomic(inst, addresses)
     raise _illegal(inst)
 
 
+def _d16_access(inst: Instruction, addresses: Callable[[Wave], np.ndarray]) -> Exec:
+    """D16 loads fill one half of the VGPR (low, or high for _hi), keeping the other; u8/i8 extend to 16 bits.
+    D16_HI stores write the high half's low bytes."""
+    f, name = inst.fields, inst.name
+    kind = _data_kind(name)
+    size = 1 if kind in ("u8", "i8", "b8") else 2
+    high = "_hi_" in name
+    if "_load_" in name:
+        dst = f["vdst"]
+
+        def load(w: Wave) -> None:
+            active = np.flatnonzero(w.lanes)
+            raw = _gather(w.memory, addresses(w)[active], size)
+            if size == 2:
+                values = np.frombuffer(raw, "<u2").astype(U32)
+            elif kind == "i8":
+                values = np.frombuffer(raw, np.int8).astype(np.int64).astype(U32) & U32(0xFFFF)
+            else:
+                values = np.frombuffer(raw, np.uint8).astype(U32)
+            old = w.v[dst][active]
+            w.v[dst][active] = (old & U32(0xFFFF)) | (values << U32(16)) if high else (old & U32(0xFFFF0000)) | values
+
+        return load
+    data = f["data"]
+
+    def store(w: Wave) -> None:
+        active = np.flatnonzero(w.lanes)
+        values = w.v[data][active] >> U32(16) if high else w.v[data][active]
+        raw = values.astype("<u2" if size == 2 else np.uint8).tobytes()
+        _scatter(w.memory, addresses(w)[active], raw, size)
+
+    return store
+
+
+def _f32_binary_int(fn: Callable[[float, float], float]) -> Callable[[int, int], int]:
+    def op(old: int, value: int) -> int:
+        a, b = np.array([old, value], dtype=U32).view(np.float32)
+        return int(np.array([fn(a, b)], dtype=np.float32).view(U32)[0])
+
+    return op
+
+
 _ATOMICS_32: dict[str, Callable[[int, int], int]] = {
+    "min_f32": _f32_binary_int(lambda a, b: np.fmin(a, b)),
+    "max_f32": _f32_binary_int(lambda a, b: np.fmax(a, b)),
     "add_u32": lambda old, v: old + v,
     "sub_u32": lambda old, v: old - v,
     "swap_b32": lambda old, v: v,

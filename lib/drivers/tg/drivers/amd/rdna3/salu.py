@@ -63,6 +63,17 @@ def _clz(x: int, bits: int) -> int:
     return bits - x.bit_length() if x else M32
 
 
+def _cls(x: int, bits: int) -> int:
+    """Leading bits equal to the sign bit, the sign bit included; -1 when every bit is (0 or -1)."""
+    mask = (1 << bits) - 1
+    x &= mask
+    if x in (0, mask):
+        return M32
+    if x >> (bits - 1):
+        x = ~x & mask
+    return bits - x.bit_length()
+
+
 # name -> (operation on (src0, src1[, scc]), operand widths (dst, src0, src1))
 SOP2: dict[str, tuple[Callable[..., Result], tuple[int, int, int]]] = {
     "s_add_u32": (lambda a, b: ((a + b) & M32, int(a + b > M32)), (1, 1, 1)),
@@ -131,6 +142,8 @@ SOP1: dict[str, tuple[Callable[[int], Result], tuple[int, int]]] = {
     "s_ctz_i32_b64": (lambda a: (_ctz(a, 64), None), (1, 2)),
     "s_clz_i32_u32": (lambda a: (_clz(a, 32), None), (1, 1)),
     "s_clz_i32_u64": (lambda a: (_clz(a, 64), None), (1, 2)),
+    "s_cls_i32": (lambda a: (_cls(a, 32), None), (1, 1)),
+    "s_cls_i32_i64": (lambda a: (_cls(a, 64), None), (1, 2)),
     "s_sext_i32_i8": (lambda a: ((a & 0xFF) - ((a & 0x80) << 1) & M32, None), (1, 1)),
     "s_sext_i32_i16": (lambda a: ((a & 0xFFFF) - ((a & 0x8000) << 1) & M32, None), (1, 1)),
     "s_abs_i32": (lambda a: _nz(abs(s32(a)) & M32), (1, 1)),

@@ -163,6 +163,13 @@ def _clz(a: Lanes) -> Lanes:
     return out
 
 
+def _cls(a: Lanes) -> Lanes:
+    """Leading bits equal to the sign bit (sign included); -1 for 0 and -1."""
+    flipped = np.where(a >> U32(31) == 1, ~a, a)
+    out = _clz(flipped)
+    return np.where((a == 0) | (a == U32(0xFFFFFFFF)), U32(0xFFFFFFFF), out).astype(U32)
+
+
 def _ctz(a: Lanes) -> Lanes:
     out = np.full(a.shape, 0xFFFFFFFF, dtype=U32)
     nz = a != 0
@@ -240,6 +247,14 @@ def _div_fixup32(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
         special = np.isnan(df) | np.isnan(nf) | (df == 0) | np.isinf(df) | np.isinf(nf)
         exact = nf / df
     return to_f32(np.where(special, exact, qf))
+
+
+def _div_fixup16(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
+    qf, df, nf = f16(q).astype(F64), f16(d).astype(F64), f16(n).astype(F64)
+    with np.errstate(all="ignore"):
+        special = np.isnan(df) | np.isnan(nf) | (df == 0) | np.isinf(df) | np.isinf(nf)
+        exact = nf / df
+    return b32(np.where(special, exact, qf).astype(F16))
 
 
 def _div_fixup64(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
@@ -351,6 +366,8 @@ _op("v_fmaak_f32", lambda a, b, k: _fma32(a, b, k), (1, 1, 1))
 _op("v_fma_dx9_zero_f32", _fma32, (1, 1, 1))
 _op("v_fma_f64", _fma64, (2, 2, 2), 2)
 _op("v_fma_f16", _typed3(f16, b32, lambda a, b, c: (a.astype(F64) * b + c).astype(F16)), (1, 1, 1))
+_op("v_fmamk_f16", _typed3(f16, b32, lambda a, k, b: (a.astype(F64) * k + b).astype(F16)), (1, 1, 1))
+_op("v_fmaak_f16", _typed3(f16, b32, lambda a, b, k: (a.astype(F64) * b + k).astype(F16)), (1, 1, 1))
 _op("v_fmac_f16", _typed3(f16, b32, lambda a, b, c: (a.astype(F64) * b + c).astype(F16)), (1, 1, 1))
 _op("v_bfe_u32", lambda a, b, c: _bfe(a, b, c, False), (1, 1, 1))
 _op("v_bfe_i32", lambda a, b, c: _bfe(a, b, c, True), (1, 1, 1))
@@ -389,6 +406,7 @@ _op("v_mad_i32_i24", lambda a, b, c: (_sext24(a) * _sext24(b) + i32(c)).astype(U
 _op("v_mad_u32_u16", lambda a, b, c: (a & U32(0xFFFF)) * (b & U32(0xFFFF)) + c, (1, 1, 1))
 _op("v_div_fixup_f32", _div_fixup32, (1, 1, 1))
 _op("v_div_fixup_f64", _div_fixup64, (2, 2, 2), 2)
+_op("v_div_fixup_f16", lambda q, d, n: _div_fixup16(q, d, n), (1, 1, 1))
 _op("v_div_fmas_f32", _fma32, (1, 1, 1))  # VCC (the scale flag) is never set by our V_DIV_SCALE
 _op("v_div_fmas_f64", _fma64, (2, 2, 2), 2)
 
@@ -410,8 +428,38 @@ def _perm(a: Lanes, b: Lanes, sel: Lanes) -> Lanes:
 
 _op("v_perm_b32", _perm, (1, 1, 1))
 
+
+def _i16(x: Lanes) -> Lanes:
+    return (x & U32(0xFFFF)).astype(np.uint16).view(np.int16).astype(I64)
+
+
+def _u16(x: Lanes) -> Lanes:
+    return (x & U32(0xFFFF)).astype(I64)
+
+
+def _to16(x: Lanes) -> Lanes:
+    return x.astype(I64).astype(U32) & U32(0xFFFF)
+
+
+for _kind, _view in (("i16", _i16), ("u16", _u16)):
+    _op(f"v_min3_{_kind}", _typed3(_view, _to16, lambda a, b, c: np.minimum(np.minimum(a, b), c)), (1, 1, 1))
+    _op(f"v_max3_{_kind}", _typed3(_view, _to16, lambda a, b, c: np.maximum(np.maximum(a, b), c)), (1, 1, 1))
+    _op(f"v_med3_{_kind}", _typed3(_view, _to16, _med3), (1, 1, 1))
+    _op(f"v_min_{_kind}", lambda a, b, v=_view: _to16(np.minimum(v(a), v(b))), (1, 1))
+    _op(f"v_max_{_kind}", lambda a, b, v=_view: _to16(np.maximum(v(a), v(b))), (1, 1))
+    _op(f"v_mad_{_kind}", _typed3(_view, _to16, lambda a, b, c: a * b + c), (1, 1, 1))
+_op("v_min3_f16", _typed3(f16, b32, lambda a, b, c: np.fmin(np.fmin(a, b), c)), (1, 1, 1))
+_op("v_max3_f16", _typed3(f16, b32, lambda a, b, c: np.fmax(np.fmax(a, b), c)), (1, 1, 1))
+_op("v_med3_f16", _typed3(f16, b32, _med3), (1, 1, 1))
+_op("v_add_nc_i16", lambda a, b: _to16(_i16(a) + _i16(b)), (1, 1))
+_op("v_sub_nc_i16", lambda a, b: _to16(_i16(a) - _i16(b)), (1, 1))
+_op("v_ashrrev_i16", lambda a, b: _to16(_i16(b) >> (a & U32(15)).astype(I64)), (1, 1))
+
 # -- VOP1 --
 _op("v_mov_b32", lambda a: a, (1,))
+_op("v_mov_b16", lambda a: a & U32(0xFFFF), (1,))
+_op("v_not_b16", lambda a: ~a & U32(0xFFFF), (1,))
+_op("v_cls_i32", _cls, (1,))
 _op("v_not_b32", lambda a: ~a, (1,))
 _op("v_bfrev_b32", _bfrev, (1,))
 _op("v_clz_i32_u32", _clz, (1,))

@@ -52,18 +52,6 @@ def sibling(dev, index: int):
     return Device[f"{prefix}:{index}"]
 
 
-# Two simulated Navi31s share no memory: what one device allocates (a signal, a buffer) is not in the other's page
-# table, and the AMD driver interface has no call to map it there (spec hcq 3.4 item 15, the multi-device fabric).
-NO_PEER_MEMORY = "MOCKKFD+AMD: no peer mapping between simulated GPUs (AMDInterface has no map; no sim fabric)"
-
-
-def expect_peer_memory(dev, request) -> None:
-    """Mark a test that needs peer memory as an expected failure on AMD; the faults it causes are cleared after it."""
-    if dev.spec.name == "AMD":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=NO_PEER_MEMORY))
-        request.addfinalizer(lambda: [sibling(dev, i).recover() for i in (0, 1)])
-
-
 def queue_kinds(dev):
     return [dev.hw_compute_queue_t, dev.hw_copy_queue_t]
 
@@ -316,8 +304,7 @@ def test_bind(dev, setup, kit) -> None:
             queue.submit(other, {"step": 1})
 
 
-def test_multidevice_signal_wait(dev, request) -> None:
-    expect_peer_memory(dev, request)
+def test_multidevice_signal_wait(dev) -> None:
     first, second = sibling(dev, 0), sibling(dev, 1)
     shared = first.new_signal(value=0)
     second_target = second.next_timeline()
@@ -430,8 +417,7 @@ def test_kernarg_ring_wraps(dev, setup, kit) -> None:
     assert dev.kernargs_buf.va_addr <= first < dev.kernargs_buf.va_addr + ring.size
 
 
-def test_device_to_device_transfer(dev, request) -> None:
-    expect_peer_memory(dev, request)
+def test_device_to_device_transfer(dev) -> None:
     first, second = sibling(dev, 0), sibling(dev, 1)
     src, dest = first.allocator.alloc(4096), second.allocator.alloc(4096)
     src.cpu_view()[:] = bytes(i % 256 for i in range(4096))

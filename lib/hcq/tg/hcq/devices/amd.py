@@ -30,6 +30,7 @@ import weakref
 from typing import Any
 
 from tg.drivers.amd.code_object import build_program
+from tg.drivers.amd.iface import GPUAllocation
 from tg.hcq.allocator import BufferSpec
 from tg.hcq.commands import ExecCommand
 from tg.hcq.compiled import HCQCompiled
@@ -187,6 +188,7 @@ class AMDDevice(HCQCompiled):
     def __init__(self, spec: DeviceSpec) -> None:
         self.iface = open_interface(spec)
         self._signal_pool: AMDSignalPool | None = None
+        self._peer_mapped: dict[int, GPUAllocation] = {}  # other devices' allocations mapped into this GPU
         major, minor, stepping = self.iface.gfx_version
         self.gfx_version = (major, minor, stepping)
         props = self.iface.properties
@@ -206,12 +208,26 @@ class AMDDevice(HCQCompiled):
     # --- signals ---
 
     def new_signal(self, value: int = 0, **kwargs: Any) -> HCQSignal:
-        """A signal in this device's GPU memory. One pool per device, not per peer group: the interface cannot map
-        one GPU's memory into another's page table (no peer mapping), so another GPU could not reach the slot."""
+        """A signal in this device's GPU memory (one pool per device: another GPU whose queue names the signal maps
+        its page when it first does, see map_peer)."""
         pool = self._signal_pool
         if pool is None:
             pool = self._signal_pool = AMDSignalPool(self)
         return pool.new_signal(value, owner=self, **kwargs)
+
+    # --- memory of other GPUs ---
+
+    def map_peer(self, buf: HCQBuffer) -> None:
+        """Make another device's allocation (a signal page, a copy's destination) visible to this GPU at its address,
+        once: the driver interface's optional `map` (KFD: MAP_MEMORY_TO_GPU; the simulator: a shared mapping, its
+        multi-GPU fabric). Without it the access faults, which the device then reports."""
+        allocation = buf.meta
+        if not isinstance(allocation, GPUAllocation) or allocation.va_addr in self._peer_mapped:
+            return
+        map_into = getattr(self.iface, "map", None)
+        if map_into is not None:
+            map_into(allocation)
+            self._peer_mapped[allocation.va_addr] = allocation
 
     # --- programs ---
 

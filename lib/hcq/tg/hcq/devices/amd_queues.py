@@ -291,12 +291,30 @@ class SDMARing(DriverQueue):
 # ------------------------------------------------------------------------------------------------------ HWQueues
 
 
+def memory_named(command: Command) -> tuple[Any, ...]:
+    """The raw buffers (HCQBuffer) whose memory a command names: a signal's slot, a written or polled buffer, a
+    copy's ends. (A launch's buffers are the kernel's arguments; kernels use the device's own memory.)"""
+    owners = command.keep_alive if isinstance(command.keep_alive, tuple) else (command.keep_alive,)  # type: ignore[union-attr]
+    return tuple(getattr(owner, "base_buf", owner) for owner in owners if owner is not None)
+
+
+def map_peer_memory(device: Any, commands: tuple[Command, ...]) -> None:
+    """Map into `device` the memory of another GPU that `commands` name (another device's signal, a copy to a buffer
+    of another device), once, where the interface can (see AMDDevice.map_peer)."""
+    for command in commands:
+        if type(command) is not ExecCommand and type(command) is not MemoryBarrierCommand:
+            for buf in memory_named(command):
+                if getattr(buf, "owner", device) is not device:
+                    device.map_peer(buf)
+
+
 class AMDComputeQueue(HWQueue):
     """PM4 on the compute queue: kernels, signals, waits, timestamps, barriers, writes and polls."""
 
     supports_copy = False
 
     def _submit(self, device: Any, commands: tuple[Command, ...]) -> None:
+        map_peer_memory(device, commands)
         cache = device.encode_cache
         chunks = [
             cache.words(c, lambda c=c: encode_pm4(c, device)) if type(c) is ExecCommand else encode_pm4(c, device)
@@ -311,4 +329,5 @@ class AMDCopyQueue(HWQueue):
     supports_exec = False
 
     def _submit(self, device: Any, commands: tuple[Command, ...]) -> None:
+        map_peer_memory(device, commands)
         device.sdma_ring.submit([encode_sdma(c, device) for c in commands])

@@ -125,27 +125,10 @@ def dtype_programs(dtype) -> dict:  # noqa: ANN001
     return programs
 
 
-def emulator_gap(dtype, name: str) -> bool:  # noqa: ANN001
-    """Kernels whose code has an instruction the emulator does not implement yet: a bfloat16 result that LLVM
-    stores from the high half of a register (global_store_d16_hi_b16). Strict: once it runs, the mark must go."""
-    return name == f"to-{dtypes.bfloat16}" or (
-        dtype is dtypes.bfloat16 and name in ("add-mul", "max-min", "sum", "sub-div")
-    )
+DTYPE_CASES = [(dtype, name) for dtype in ALL_DTYPES for name in dtype_programs(dtype)]
 
 
-def dtype_case(dtype, name: str):  # noqa: ANN001, ANN201
-    from tg.drivers.amd.rdna3 import IllegalInstruction
-
-    gap = pytest.mark.xfail(
-        strict=True, raises=IllegalInstruction, reason="emulator: global_store_d16_hi_b16 not implemented (amdemu)"
-    )
-    return pytest.param(dtype, name, id=f"{dtype}-{name}", marks=[gap] if emulator_gap(dtype, name) else [])
-
-
-DTYPE_CASES = [dtype_case(dtype, name) for dtype in ALL_DTYPES for name in dtype_programs(dtype)]
-
-
-@pytest.mark.parametrize("dtype, name", DTYPE_CASES)
+@pytest.mark.parametrize("dtype, name", DTYPE_CASES, ids=[f"{d}-{n}" for d, n in DTYPE_CASES])
 def test_every_dtype_equals_the_python_renderer_bit_for_bit(dtype, name: str) -> None:  # noqa: ANN001
     emulated, reference = run_both(dtype_programs(dtype)[name], X, Y)
     assert emulated

@@ -1321,10 +1321,11 @@ class RDNA3Emulator:
             raise RuntimeError(f"dispatch asks for {lds_size} bytes of LDS; the device has {self.lds_bytes}")
         program: dict[int, tuple[Exec, int]] = {}
         gx, gy, gz = launch.grid
-        for z in range(gz):
-            for y in range(gy):
-                for x in range(gx):
-                    self._run_workgroup(memory, launch, (x, y, z), lds_size, program)
+        with np.errstate(all="ignore"):  # inf and NaN results are the hardware's answers
+            for z in range(gz):
+                for y in range(gy):
+                    for x in range(gx):
+                        self._run_workgroup(memory, launch, (x, y, z), lds_size, program)
 
     def _fetch(self, memory: GPUMemory, pc: int, program: dict[int, tuple[Exec, int]]) -> tuple[Exec, int]:
         code = b""

@@ -1,5 +1,6 @@
-"""Vector ALU semantics: each operation maps its source lanes (numpy arrays of raw bits, uint32 or uint64 for 64-bit
-operands) to its result lanes. Floats are reinterpreted with .view, computed in numpy's IEEE types (round to
+"""Vector ALU semantics: each operation maps its source lanes (numpy arrays of raw bits, uint32 or uint64 for
+64-bit operands) to its result lanes. Callers silence numpy's floating-point warnings (inf and NaN results are the
+hardware's answers, not errors): the emulator runs each dispatch under np.errstate(all="ignore"). Floats are reinterpreted with .view, computed in numpy's IEEE types (round to
 nearest even, denormals kept), and reinterpreted back, so f32 arithmetic rounds as the hardware's does.
 
 FMA is computed in float64 (the product of two f32 is exact there) and rounded once more to f32; this double
@@ -50,13 +51,11 @@ def i32(x: Lanes) -> Lanes:
 
 
 def to_f32(x: Lanes) -> Lanes:
-    with np.errstate(all="ignore"):
-        return b32(np.asarray(x, dtype=F64).astype(F32))
+    return b32(np.asarray(x, dtype=F64).astype(F32))
 
 
 def _fma32(a: Lanes, b: Lanes, c: Lanes) -> Lanes:
-    with np.errstate(all="ignore"):
-        return to_f32(f32(a).astype(F64) * f32(b).astype(F64) + f32(c).astype(F64))
+    return to_f32(f32(a).astype(F64) * f32(b).astype(F64) + f32(c).astype(F64))
 
 
 def _fma64(a: Lanes, b: Lanes, c: Lanes) -> Lanes:
@@ -74,9 +73,9 @@ def _max_num(x: Lanes, y: Lanes) -> Lanes:
 
 
 def _f32_binary(fn: Callable[[Lanes, Lanes], Lanes]) -> Op:
+    # no errstate here: the emulator runs a dispatch under np.errstate(all="ignore") (hot path)
     def op(a: Lanes, b: Lanes) -> Lanes:
-        with np.errstate(all="ignore"):
-            return b32(fn(f32(a), f32(b)).astype(F32))
+        return b32(fn(f32(a), f32(b)).astype(F32))
 
     return op
 

@@ -14,14 +14,14 @@ import types
 import pytest
 
 from tg.codegen.flags import Context
-from tg.hcq import Device, HCQBuffer, HCQSignal, Variable, profile_events
+from tg.hcq import BufferSpec, Device, HCQBuffer, HCQSignal, Variable, profile_events
 from tg.hcq import signal as hcq_signal
 
 # how long a wait may go without progress before it fails: generous, a loaded machine can leave the engine thread
 # unscheduled for seconds
 DEADLINE_MS = 120_000
 
-HCQ_DEVICES = ["CPU"]
+HCQ_DEVICES = ["CPU", "MOCKKFD+AMD"]
 WORD = Variable("addr", 0, 2**64 - 1)
 
 # A device bug shows up as a hang: fail that test quickly instead of stalling the suite.
@@ -44,6 +44,12 @@ def setup(dev, kit):
     kit.write_floats(a, [0.0, 0.0])
     kit.write_floats(b, [0.0, 0.0])
     return prg, a, b, prg.fill_kernargs((b, a)), prg.fill_kernargs((a, b))
+
+
+def sibling(dev, index: int):
+    """Device `index` of the same kind and interface as `dev` (CPU:1, MOCKKFD+AMD:1)."""
+    prefix = f"{dev.spec.iface}+{dev.spec.name}" if dev.spec.iface else dev.spec.name
+    return Device[f"{prefix}:{index}"]
 
 
 def queue_kinds(dev):
@@ -242,6 +248,7 @@ def test_copy_long(dev) -> None:
 def test_copy_misaligned(dev, dest_offset: int, src_offset: int, size: int) -> None:
     src, dest = dev.allocator.alloc(8192), dev.allocator.alloc(8192)
     src.cpu_view()[:] = bytes((i * 7 + 3) % 256 for i in range(8192))
+    dest.cpu_view()[:] = bytes(8192)  # the allocator may hand back used memory
     target = dev.next_timeline()
     queue = dev.hw_copy_queue_t().copy(dest.offset(dest_offset, size), src.offset(src_offset, size), size)
     queue.signal(dev.timeline_signal, target).submit(dev)
@@ -298,7 +305,7 @@ def test_bind(dev, setup, kit) -> None:
 
 
 def test_multidevice_signal_wait(dev) -> None:
-    first, second = Device[f"{dev.spec.name}:0"], Device[f"{dev.spec.name}:1"]
+    first, second = sibling(dev, 0), sibling(dev, 1)
     shared = first.new_signal(value=0)
     second_target = second.next_timeline()
     second.hw_copy_queue_t().wait(shared, 0xFFF).signal(second.timeline_signal, second_target).submit(second)
@@ -331,6 +338,32 @@ def test_memory_barrier(dev, setup, kit) -> None:
         queue.exec(prg, b_from_a, (1, 1, 1), (1, 1, 1)).signal(dev.timeline_signal, target).submit(dev)
         dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
         assert kit.read_floats(b, 1) == [i + 1.0]
+
+
+def test_memory_barrier_before_copy(dev) -> None:
+    """A host write, a compute-queue barrier, then a copy-queue copy of what the host wrote: the copy sees it."""
+    src, dest = dev.allocator.alloc(4), dev.allocator.alloc(4)
+    for i in range(256):
+        src.cpu_view()[:] = struct.pack("<I", i)
+        barrier = dev.next_timeline()
+        queue = dev.hw_compute_queue_t().wait(dev.timeline_signal, barrier - 1).memory_barrier()
+        queue.signal(dev.timeline_signal, barrier).submit(dev)
+        target = dev.next_timeline()
+        copy = dev.hw_copy_queue_t().wait(dev.timeline_signal, target - 1).copy(dest, src, 4)
+        copy.signal(dev.timeline_signal, target).submit(dev)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
+        assert struct.unpack("<I", dest.cpu_view())[0] == i
+
+
+def test_small_copies_from_a_host_buffer(dev) -> None:
+    host, dest = dev.allocator.alloc(1, BufferSpec(host=True)), dev.allocator.alloc(1)
+    for i in range(256):
+        host.cpu_view()[0] = i
+        target = dev.next_timeline()
+        queue = dev.hw_copy_queue_t().wait(dev.timeline_signal, target - 1).copy(dest, host, 1)
+        queue.signal(dev.timeline_signal, target).submit(dev)
+        dev.timeline_signal.wait(target, timeout=DEADLINE_MS)
+        assert dest.cpu_view()[0] == i
 
 
 def test_profiling_timestamps_are_monotonic(dev, setup) -> None:
@@ -370,7 +403,7 @@ def test_program_wait_returns_the_kernel_time(dev, kit) -> None:
     prg = kit.load_program(dev, "spin", spin)
     out = dev.allocator.alloc(4)
     host_start = time.perf_counter()
-    elapsed = prg(out, vals=(3_000_000,), wait=True)
+    elapsed = prg(out, vals=(kit.spin_iterations(dev),), wait=True)
     host_elapsed = time.perf_counter() - host_start
     assert 0 < elapsed <= host_elapsed
 
@@ -385,7 +418,7 @@ def test_kernarg_ring_wraps(dev, setup, kit) -> None:
 
 
 def test_device_to_device_transfer(dev) -> None:
-    first, second = Device[f"{dev.spec.name}:0"], Device[f"{dev.spec.name}:1"]
+    first, second = sibling(dev, 0), sibling(dev, 1)
     src, dest = first.allocator.alloc(4096), second.allocator.alloc(4096)
     src.cpu_view()[:] = bytes(i % 256 for i in range(4096))
     first.allocator._transfer(dest, src, 4096, first, second)

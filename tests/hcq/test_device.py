@@ -41,7 +41,7 @@ def test_same_device_string_gives_the_same_device() -> None:
 
 
 def test_unknown_device_lists_the_available_ones() -> None:
-    with pytest.raises(UnknownDeviceError, match=r"unknown device .TPU.*available devices: CL, CPU, DISK, NULL"):
+    with pytest.raises(UnknownDeviceError, match=r"unknown device .TPU.*available devices: AMD, CL, CPU, DISK, NULL"):
         Device["TPU"]
 
 
@@ -110,7 +110,7 @@ def test_device_exposes_allocator_compiler_runtime_and_renderer() -> None:
         ("NULL:HIP:gfx1", r"unknown arch 'gfx1' for HIP; known archs: gfx1100, .*gfx950"),
         (
             "NULL:BAR",
-            r"unknown renderer 'BAR'; known renderers: C, CLANG, LLVM, OPENCL, CUDA, PTX, HIP, METAL, WGSL, "
+            r"unknown renderer 'BAR'; known renderers: C, CLANG, LLVM, OPENCL, CUDA, PTX, HIP, AMD, METAL, WGSL, "
             r"PY",
         ),
         ("NULL:PTX:sm_1", r"unknown arch 'sm_1' for PTX; known archs: sm_80, .*sm_90"),

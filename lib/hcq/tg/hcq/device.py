@@ -29,6 +29,7 @@ DEVICE_CLASSES: dict[str, str] = {
     "PYTHON": "tg.hcq.devices.python:PythonDevice",
     "DISK": "tg.hcq.devices.disk:DiskDevice",
     "CL": "tg.hcq.devices.cl:CLDevice",
+    "AMD": "tg.hcq.devices.amd:AMDDevice",
 }
 
 
@@ -39,10 +40,13 @@ DEVICE_RENDERERS: dict[str, tuple[str, ...] | None] = {
     "PYTHON": ("PYTHON",),
     "DISK": (),
     "CL": ("OPENCL",),
+    "AMD": ("AMD",),
 }
-# The interfaces (`IFACE+` in a device string) each device can be reached through; none yet, every device here is
-# local. A device string naming another interface is an error, never silently ignored.
+# The interfaces (`IFACE+` in a device string) each device can be reached through; a device string naming another
+# interface is an error, never silently ignored. AMD: the kernel driver (KFD, the default), the userspace PCI driver,
+# and the same two on the simulated Navi31 (MOCKKFD, MOCKPCI).
 DEVICE_INTERFACES: dict[str, tuple[str, ...]] = {name: () for name in DEVICE_CLASSES}
+DEVICE_INTERFACES["AMD"] = ("KFD", "MOCKKFD", "PCI", "MOCKPCI")
 
 
 class UnknownDeviceError(ValueError):

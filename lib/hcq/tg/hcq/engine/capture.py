@@ -142,7 +142,8 @@ class LaunchGraph:
                 self.variable_slots.setdefault(variable.arg.name, []).append((offset + 8 * len(raws) + 4 * i) // 4)
             memory = self.args_memory.raw.offset(offset, size)
             args = launch.program.program.fill_kernargs(raws, (0,) * len(variables), kernargs=memory)
-            queue.exec(launch.program.program, args, launch.program.source.global_size, (1, 1, 1))
+            source = launch.program.source
+            queue.exec(launch.program.program, args, source.global_size, source.local_size)
             for slot, buf in enumerate(launch.buffers):
                 if id(buf) in self.input_index:
                     self.patches[self.input_index[id(buf)]].append((view, offset + 8 * slot))
@@ -198,7 +199,10 @@ class LaunchGraph:
                 source = launch.program.source
                 vals = tuple(resolve(v, var_vals) for v in source.variables)
                 global_size = tuple(resolve(size, var_vals) for size in source.global_size)
-                launch.program.program(*(swap(b).raw for b in launch.buffers), global_size=global_size, vals=vals)
+                launch.program.program(
+                    *(swap(b).raw for b in launch.buffers), global_size=global_size, local_size=source.local_size,
+                    vals=vals,
+                )  # fmt: skip
             else:
                 source, dest = swap(launch.source), swap(launch.dest)
                 if source.nbytes:

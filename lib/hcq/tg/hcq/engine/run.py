@@ -58,9 +58,15 @@ def run_kernel(call: KernelCall, var_vals: dict[str, int] | None = None) -> None
     start = time.perf_counter()
     if kernel.source.variables:
         vals, global_size = launch_values(kernel, var_vals or {})
-        seconds = kernel.program(*(b.raw for b in buffers), global_size=global_size, vals=vals, wait=timed)
+        seconds = kernel.program(
+            *(b.raw for b in buffers), global_size=global_size, local_size=kernel.source.local_size, vals=vals,
+            wait=timed,
+        )  # fmt: skip
     else:
-        seconds = kernel.program(*(b.raw for b in buffers), global_size=kernel.source.global_size, wait=timed)
+        seconds = kernel.program(
+            *(b.raw for b in buffers), global_size=kernel.source.global_size, local_size=kernel.source.local_size,
+            wait=timed,
+        )  # fmt: skip
     if is_capturing():
         record(KernelLaunch(kernel, tuple(buffers), call.buffers, var_vals or _NO_VALUES))  # (never mutated)
     memory = sum(b.nbytes for b in buffers)

@@ -55,7 +55,9 @@ def time_program(
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        reported = program.program(*raw, global_size=global_size, vals=vals, wait=True)
+        reported = program.program(
+            *raw, global_size=global_size, local_size=program.source.local_size, vals=vals, wait=True
+        )
         times.append(time.perf_counter() - start if reported is None else reported)
     return min(times)
 

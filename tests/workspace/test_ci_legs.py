@@ -70,3 +70,11 @@ def test_the_cluster_leg_installs_the_extra_and_requires_ray() -> None:
     body = leg_body("cluster")
     assert body[0] == "uv sync --frozen --extra cluster"
     assert body[-1].startswith("TG_REQUIRE=ray ") and "--extra cluster pytest -m cluster" in body[-1]
+
+
+def test_the_amd_leg_installs_llvm_and_requires_its_disassembler() -> None:
+    """The emulator's decoder and the renderer's code objects are checked against llvm-objdump, which a fresh machine
+    lacks: those tests skip there; the amd leg installs llvm-19 and TG_REQUIRE=llvm-objdump makes a skip a failure."""
+    body = [line for line in leg_body("amd") if not line.startswith("#")]
+    assert body[0] == "install_missing llvm-19"
+    assert body[1].startswith("TG_REQUIRE=llvm-objdump ") and "tests/drivers" in body[1] and "tests/hcq" in body[1]

@@ -67,3 +67,19 @@ def test_without_debug_5_no_rule_is_counted(capsys: pytest.CaptureFixture[str]) 
         with traced("kernel", "quiet"):
             graph_rewrite(UOp.sink(UOp.const(1, dtypes.int32)), matcher)
     assert capsys.readouterr().out == ""
+
+
+def test_linearize_shows_its_named_steps_at_debug_5(capsys) -> None:  # noqa: ANN001
+    """Issue 29 item 4: linearize is four named steps, each printed with its time at DEBUG=5."""
+    from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
+    from tg.codegen.flags import Context
+    from tg.codegen.lower.linearize import LINEARIZE_STEPS, linearize
+
+    out, a = UOp.param(0, dtypes.float32, 4), UOp.param(1, dtypes.float32, 32)
+    i, j = UOp.range(4, 0), UOp.range(8, 1, AxisType.REDUCE)
+    ast = UOp.sink(out.index(i).store(a.index(i * 8 + j).load().reduce(j, arg=Ops.ADD)), arg=KernelInfo("r_4_8"))
+    with Context(DEBUG=5):
+        linear = linearize(ast)
+    printed = [line.split(":")[1].strip() for line in capsys.readouterr().out.splitlines() if "linearize: " in line]
+    assert printed == [name for name, _ in LINEARIZE_STEPS] == ["plan loops", "open loops", "emit stores", "close loops"]
+    assert linear.op is Ops.LINEAR and [u.op for u in linear.src].count(Ops.RANGE) == 2

@@ -21,7 +21,7 @@ from typing import Any
 
 from tg.codegen.dtype import PtrDType, dtypes
 from tg.codegen.flags import NOOPT, TRANSCENDENTAL
-from tg.codegen.lower.linearize import linearize
+from tg.codegen.lower.linearize import LINEARIZE_STEPS, linearize
 from tg.codegen.lower.multicore import split_across_cores, split_trip_count
 from tg.codegen.lower.transcendental import decompose_transcendentals
 from tg.codegen.lower.upcast import upcast_strided_reductions
@@ -141,8 +141,8 @@ KERNEL_STAGES: tuple[Stage, ...] = (
           _upcast_strided_reductions),
     Stage("software transcendentals", "float32 exp2/log2 become float ops that vectorize and agree across backends",
           _software_transcendentals),
-    Stage("linearize", "ranges become loops, REDUCE becomes accumulators, each value is placed in its loop",
-          _linearize),
+    Stage("linearize", "ranges become loops, REDUCE becomes accumulators, each value is placed in its loop; steps: "
+          + ", ".join(name for name, _ in LINEARIZE_STEPS), _linearize),
     Stage("split across cores", "a big kernel's first output loop is cut into chunks, one per call (core_id)",
           _split_across_cores),
 )  # fmt: skip

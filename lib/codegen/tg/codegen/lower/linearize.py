@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
+from tg.codegen.stage_trace import traced
 from tg.codegen.uop.args import AxisType, ParamArg
 from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
@@ -395,32 +397,47 @@ def output_ranges(ast: UOp) -> list[UOp]:
     return sorted(found, key=lambda r: (r.arg.axis_type is AxisType.LOCAL, r.arg.axis_id))
 
 
-def linearize(ast: UOp) -> UOp:
-    """The linear program of kernel `ast` (a SINK of STOREs) as a LINEAR UOp; its arg is the SINK's KernelInfo.
+@dataclass(frozen=True)
+class LoopPlan:
+    """The loops of a kernel, as `plan_loops` orders them: BLOCK_REDUCE blocks outermost, then the output loops, and
+    the UPCAST lanes (register lanes), opened innermost around each store."""
 
-    UPCAST ranges (register lanes) are opened innermost: reductions whose body runs along them get one
-    accumulator per lane first, reductions that do not are computed once outside the lanes, then the stores run
-    in loops over the lanes."""
-    linearizer = Linearizer(ast)
-    loops = output_ranges(ast)
+    loops: tuple[UOp, ...]
+    lanes: tuple[UOp, ...]
+
+
+def plan_loops(linearizer: Linearizer, ast: UOp) -> LoopPlan:
+    """Step 1: which loops open around the whole kernel and in what order; the lanes, last axis first."""
     blocks = sorted((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.BLOCK_REDUCE),
                     key=lambda r: r.arg.axis_id)  # fmt: skip
     if blocks:
         linearizer.carried = {s.src[1]: s.src[0] for s in ast.src if s.op is Ops.STORE and s.src[1].op is Ops.REDUCE}
-    loops = [*blocks, *loops]
     lanes = sorted(
         (u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.UPCAST),
         key=lambda r: -r.arg.axis_id,
     )
+    return LoopPlan((*blocks, *output_ranges(ast)), tuple(lanes))
+
+
+def open_loops(linearizer: Linearizer, ast: UOp, plan: LoopPlan) -> None:
+    """Step 2: open the planned loops, outermost first; before each, the reductions that do not depend on it (a
+    softmax's max and sum run once per row), and inside each, the values no inner loop changes."""
+    loops = plan.loops
     for depth, rng in enumerate(loops):
         linearizer.next_loop = rng
         linearizer.hoist_reductions(ast)
         linearizer.open_loop(rng)
         linearizer.next_loop = loops[depth + 1] if depth + 1 < len(loops) else None
-        if not lanes and depth + 1 < len(loops):  # the innermost loop has nothing inside to hoist out of
+        if not plan.lanes and depth + 1 < len(loops):  # the innermost loop has nothing inside to hoist out of
             linearizer.hoist_out_of_inner_loops(ast)
     linearizer.next_loop = None
     linearizer.hoist_reductions(ast)
+
+
+def emit_stores(linearizer: Linearizer, ast: UOp, plan: LoopPlan) -> None:
+    """Step 3: each store, inside its lane loops: reductions whose body runs along the lanes first get one
+    accumulator per lane, reductions that do not are computed once outside the lanes."""
+    lanes = list(plan.lanes)
     for store in ast.src:
         if not lanes:
             linearizer.emit(store)
@@ -438,6 +455,34 @@ def linearize(ast: UOp) -> UOp:
         linearizer.emit(store)
         for _ in lanes:
             linearizer.close_loop()
-    for _ in loops:
+
+
+def close_loops(linearizer: Linearizer, ast: UOp, plan: LoopPlan) -> None:
+    """Step 4: close the planned loops, innermost first."""
+    for _ in plan.loops:
         linearizer.close_loop()
+
+
+LINEARIZE_STEPS: tuple[tuple[str, str], ...] = (
+    ("plan loops", "block loops, then output loops; the register lanes last axis first"),
+    ("open loops", "each loop opened after the reductions that do not depend on it; invariants hoisted"),
+    ("emit stores", "each store in its lane loops, with per-lane accumulators for reductions along the lanes"),
+    ("close loops", "the loops closed, innermost first"),
+)
+
+
+def linearize(ast: UOp) -> UOp:
+    """The linear program of kernel `ast` (a SINK of STOREs) as a LINEAR UOp; its arg is the SINK's KernelInfo.
+
+    Four named steps (LINEARIZE_STEPS, each traced at DEBUG=5): plan the loops, open them, emit the stores in their
+    lane loops, close the loops."""
+    linearizer = Linearizer(ast)
+    with traced("kernel", "linearize: plan loops"):
+        plan = plan_loops(linearizer, ast)
+    with traced("kernel", "linearize: open loops"):
+        open_loops(linearizer, ast, plan)
+    with traced("kernel", "linearize: emit stores"):
+        emit_stores(linearizer, ast, plan)
+    with traced("kernel", "linearize: close loops"):
+        close_loops(linearizer, ast, plan)
     return UOp(Ops.LINEAR, dtypes.void, tuple(linearizer.program), ast.arg)

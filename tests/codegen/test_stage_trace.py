@@ -81,5 +81,7 @@ def test_linearize_shows_its_named_steps_at_debug_5(capsys) -> None:  # noqa: AN
     with Context(DEBUG=5):
         linear = linearize(ast)
     printed = [line.split(":")[1].strip() for line in capsys.readouterr().out.splitlines() if "linearize: " in line]
-    assert printed == [name for name, _ in LINEARIZE_STEPS] == ["plan loops", "open loops", "emit stores", "close loops"]
+    assert (
+        printed == [name for name, _ in LINEARIZE_STEPS] == ["plan loops", "open loops", "emit stores", "close loops"]
+    )
     assert linear.op is Ops.LINEAR and [u.op for u in linear.src].count(Ops.RANGE) == 2

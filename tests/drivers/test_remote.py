@@ -268,8 +268,10 @@ def test_ctrl_c_held_back_by_a_register_sequence_ends_a_wait_on_a_silent_server(
     silent = SilentServer()
     try:
         connection = RemoteConnection(("127.0.0.1", silent.port), cancelled=interrupt_pending)
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
         with pytest.raises(KeyboardInterrupt) as raised, deferred_interrupt():
+            # sent from inside the block: a timer started before it could fire first on a loaded machine, and the
+            # SIGINT then hit whatever test this process ran next
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
             connection.rpc(0, RemoteCmd.MMIO_READ, 0, 4, bar=5, readout_size=4)
         assert isinstance(raised.value, RemoteInterrupted)
         assert not interrupt_pending()

@@ -243,13 +243,15 @@ def test_deferred_interrupt_skips_the_signal_module_wrappers(monkeypatch: pytest
     def wrapper_called(*args: object) -> None:
         raise AssertionError("signal.signal/getsignal called")
 
-    monkeypatch.setattr(signal, "signal", wrapper_called)
-    monkeypatch.setattr(signal, "getsignal", wrapper_called)
-    with pytest.raises(KeyboardInterrupt):
-        with cpu_workers.deferred_interrupt() as interrupted:
-            signal.raise_signal(signal.SIGINT)
-            assert interrupted()
-    monkeypatch.undo()
+    # patched only around the block: pytest's own hooks (pytest-timeout's timer) call signal.signal after a test,
+    # and a failure here must not leave them the patched one (that crashed an xdist worker on a loaded machine)
+    with monkeypatch.context() as patched:
+        patched.setattr(signal, "signal", wrapper_called)
+        patched.setattr(signal, "getsignal", wrapper_called)
+        with pytest.raises(KeyboardInterrupt):
+            with cpu_workers.deferred_interrupt() as interrupted:
+                signal.raise_signal(signal.SIGINT)
+                assert interrupted()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 

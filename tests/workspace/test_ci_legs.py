@@ -77,5 +77,6 @@ def test_the_amd_leg_installs_llvm_and_requires_its_disassembler() -> None:
     lacks: those tests skip there; the amd leg installs llvm-19 and TG_REQUIRE=llvm-objdump makes a skip a failure."""
     body = [line for line in leg_body("amd") if not line.startswith("#")]
     assert body[0] == "install_missing llvm-19"
-    command = " ".join(body[1:])  # the pytest line goes on after a backslash
-    assert command.startswith("TG_REQUIRE=llvm-objdump ") and "tests/drivers" in command and "tests/hcq" in command
+    commands = " ".join(body[1:]).split("DEV=MOCKKFD+AMD ")  # the pytest lines go on after backslashes
+    assert commands[0].startswith("TG_REQUIRE=llvm-objdump ") and "tests/drivers" in commands[0]
+    assert "tests/hcq" in commands[0] and "tests/tensor/test_elementwise.py" in commands[1]  # tensor ops on the GPU

@@ -6,6 +6,8 @@ reason that starts `missing NAME:`. A CI leg that installed the tool sets TG_REQ
 skip is a failure, so a broken install fails the leg instead of passing it with the tool's tests skipped."""
 
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -52,6 +54,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
             report.outcome = "failed"
             report.longrepr = f"TG_REQUIRE names {tool}, which this machine should have: {reason}"
     return None
+
+
+@pytest.fixture(autouse=True)
+def sigint_handler_is_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test must leave Ctrl-C as it found it: a handler left installed (a hold-back that never restored, a late
+    signal that landed outside its block) makes Ctrl-C do nothing in every later test of that worker process, as
+    four Ctrl-C tests found on a loaded machine. The leaking test fails here, and the handler is put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT)
+    blocked_before = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(f"{request.node.nodeid} left the SIGINT handler {after!r} installed (it found {before!r})")
+    if signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []) and not blocked_before:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+        pytest.fail(f"{request.node.nodeid} left SIGINT blocked in the main thread")
 
 
 @pytest.fixture(scope="session")

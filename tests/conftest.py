@@ -22,6 +22,15 @@ settings.register_profile("tg", deadline=None, suppress_health_check=[HealthChec
 settings.load_profile("tg")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C raises KeyboardInterrupt in every test process, however the suite was started. A shell without job
+    control starts a background job (`pytest &`, a script's `cmd &`) with SIGINT ignored; Python then keeps it
+    ignored and so do the xdist workers and every subprocess a test starts, and the tests of Ctrl-C fail for how
+    the suite was launched, not for the code (four Ctrl-C tests and the tg-flash serve test did, beside a busy loop)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("TG_HW") == "1":
         return
@@ -59,8 +68,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
 @pytest.fixture(autouse=True)
 def sigint_handler_is_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test must leave Ctrl-C as it found it: a handler left installed (a hold-back that never restored, a late
-    signal that landed outside its block) makes Ctrl-C do nothing in every later test of that worker process, as
-    four Ctrl-C tests found on a loaded machine. The leaking test fails here, and the handler is put back."""
+    signal that landed outside its block) makes Ctrl-C do nothing in every later test of that worker process, and
+    the failure would show far from its cause. The leaking test fails here, and the handler is put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,11 +1,14 @@
 """ALU semantics of the emulator checked lane by lane against Python integers and numpy (the oracles of spec hcq
 §3.8 item 5): carries, bit counts, field extracts, IEEE rounding of f32 arithmetic."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 from tg.drivers.amd.rdna3 import salu
-from tg.drivers.amd.rdna3.emulator import Wave, Workgroup, _carry_op
+from tg.drivers.amd.rdna3.decoder import decode
+from tg.drivers.amd.rdna3.emulator import Wave, Workgroup, _carry_op, _fma_mix
 from tg.drivers.amd.rdna3.valu import VOP_OPS
 
 RNG = np.random.default_rng(3)
@@ -79,3 +82,64 @@ def test_f32_arithmetic_rounds_to_nearest_even_with_denormals(name: str, fn) -> 
     np.testing.assert_array_equal(got, fn(a, b))
     fma = VOP_OPS["v_fma_f32"][0](a.view(np.uint32), b.view(np.uint32), b.view(np.uint32)).view(np.float32)
     np.testing.assert_array_equal(fma, (a.astype(np.float64) * b + b).astype(np.float32))
+
+
+def rounded_exactly(value: Fraction, precision: int, min_exponent: int) -> float:
+    """The oracle: an exact rational rounded to nearest even with `precision` significant bits, subnormals below
+    2**min_exponent (f32: 24, -126; f16: 11, -14), by integer arithmetic."""
+    if value == 0:
+        return 0.0
+    magnitude = abs(value)
+    exponent = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
+    if Fraction(2) ** exponent > magnitude:
+        exponent -= 1
+    ulp = Fraction(2) ** (max(exponent, min_exponent) - precision + 1)
+    steps, rest = divmod(magnitude, ulp)
+    if 2 * rest > ulp or (2 * rest == ulp and steps % 2 == 1):
+        steps += 1
+    return float(steps * ulp) * (1 if value > 0 else -1)
+
+
+def fma_cases(dtype: type[np.floating], count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Products just off the result type's rounding midpoints, cancellation, and operands far apart in size."""
+    a = (1 + RNG.integers(0, 2**8, count) / 2**12).astype(dtype)
+    b = (1 + RNG.integers(0, 2**8, count) / 2**12).astype(dtype)
+    c = (RNG.choice([-1, 1], count) * 2.0 ** RNG.integers(-40 if dtype == np.float32 else -20, 2, count)).astype(dtype)
+    c[: count // 4] = -(a[: count // 4].astype(np.float64) * b[: count // 4]).astype(dtype)  # cancellation
+    return a, b, c
+
+
+def test_an_f32_fma_is_rounded_once_like_the_fused_hardware_operation() -> None:
+    one = np.float32(1 + 2**-12)
+    tiny = np.float32(2**-80)  # (1 + 2**-12)**2 + 2**-80 lies just above an f32 midpoint
+    a, b, c = (np.full(32, x, dtype=np.float32) for x in (one, one, tiny))
+    exact = Fraction(float(one)) ** 2 + Fraction(float(tiny))
+    twice_rounded = (a.astype(np.float64) * b + c).astype(np.float32)
+    assert twice_rounded[0] != np.float32(rounded_exactly(exact, 24, -126))  # the premise: rounding twice is wrong
+    got = VOP_OPS["v_fma_f32"][0](a.view(np.uint32), b.view(np.uint32), c.view(np.uint32)).view(np.float32)
+    assert got[0] == np.float32(rounded_exactly(exact, 24, -126))
+    for _ in range(40):
+        a, b, c = fma_cases(np.float32, 32)
+        got = VOP_OPS["v_fma_f32"][0](a.view(np.uint32), b.view(np.uint32), c.view(np.uint32)).view(np.float32)
+        for lane in range(32):
+            exact = Fraction(float(a[lane])) * Fraction(float(b[lane])) + Fraction(float(c[lane]))
+            assert got[lane] == np.float32(rounded_exactly(exact, 24, -126)), (a[lane], b[lane], c[lane])
+
+
+def test_v_fma_mixlo_f16_rounds_its_f32_sources_fma_once_to_f16() -> None:
+    """(1 + 2**-11) * 1 + 2**-40 lies just above an f16 midpoint: rounded through f32 first it lands on the midpoint
+    and rounds to even (1.0); the hardware's single rounding gives 1 + 2**-10."""
+    word = bytes([0x03, 0x00, 0x21, 0xCC, 0x00, 0x03, 0x0A, 0x04])  # v_fma_mixlo_f16 v3, v0, v1, v2 (llvm-mc-19)
+    inst = decode(word, 0)
+    assert inst.name == "v_fma_mixlo_f16"
+    wave = Wave(None, Workgroup(np.zeros(4, np.uint8)))  # type: ignore[arg-type]
+    wave.set_exec(0xFFFFFFFF)
+    for reg, value in enumerate((1 + 2**-11, 1.0, 2**-40)):
+        wave.v[reg] = np.full(32, value, dtype=np.float32).view(np.uint32)
+    wave.v[3] = 0xABCD0000
+    _fma_mix(inst)(wave)
+    exact = Fraction(1 + 2**-11) + Fraction(2**-40)
+    assert np.float16(float(np.float32(1 + 2**-11 + 2**-40))) == np.float16(1.0)  # the premise: through f32, 1.0
+    assert all(wave.v[3] >> 16 == 0xABCD)  # the high half is kept
+    halves = (wave.v[3] & 0xFFFF).astype(np.uint16).view(np.float16)
+    np.testing.assert_array_equal(halves, np.float16(rounded_exactly(exact, 11, -14)))

@@ -24,7 +24,7 @@ from ..code_object import rsrc2_lds_bytes, rsrc2_user_sgpr_count, rsrc2_workgrou
 from ..iface import GPUFault, GPUMemory, WaveLaunch
 from . import salu
 from .decoder import EXEC_LO, LITERAL, NULL, SCC, VCC_LO, IllegalInstruction, Instruction, decode
-from .valu import VOP_OPS, compare, float_source_bits
+from .valu import VOP_OPS, compare, float_source_bits, rounded_once
 
 U32, U64 = np.uint32, np.uint64
 WAVE = 32
@@ -871,13 +871,14 @@ def _fma_mix(inst: Instruction) -> Exec:
     def run(w: Wave) -> None:
         a, b, c = (value(w, s) for s in sources)
         with np.errstate(all="ignore"):
-            result = (a * b + c).astype(np.float32)  # exact product in f64, one rounding to f32
+            # one rounding, straight to the destination's type (not through f32 for an f16 result)
+            result = rounded_once(a * b, c, np.float32 if name == "v_fma_mix_f32" else np.float16)
             if f["clamp"]:
-                result = np.clip(result, 0, 1).astype(np.float32)
+                result = np.clip(result, 0, 1).astype(result.dtype)
             if name == "v_fma_mix_f32":
                 w.vset(dst, result.view(U32))
                 return
-            half = result.astype(np.float16).view(np.uint16).astype(U32)
+            half = result.view(np.uint16).astype(U32)
         old = w.v[dst]
         merged = (
             (old & U32(0xFFFF0000)) | half if name == "v_fma_mixlo_f16" else (old & U32(0xFFFF)) | (half << U32(16))
@@ -910,7 +911,10 @@ def _i16_op(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 
 # packed 16-bit operations: name -> (per-half operation on 16-bit lanes (as uint32 holding the half), float?)
 PACKED_16: dict[str, tuple[Callable[..., np.ndarray], bool]] = {
-    "v_pk_fma_f16": (_f16_op(lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float16)), True),
+    "v_pk_fma_f16": (
+        _f16_op(lambda a, b, c: rounded_once(a.astype(np.float64) * b, c.astype(np.float64), np.float16)),
+        True,
+    ),
     "v_pk_add_f16": (_f16_op(lambda a, b: a + b), True),
     "v_pk_mul_f16": (_f16_op(lambda a, b: a * b), True),
     "v_pk_min_f16": (_f16_op(np.fmin), True),

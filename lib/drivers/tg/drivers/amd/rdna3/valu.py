@@ -5,8 +5,8 @@ hardware's answers, not errors): the emulator runs each dispatch under np.errsta
 Floats are reinterpreted with .view, computed in numpy's IEEE types (round to nearest even, denormals kept), and
 reinterpreted back, so f32 arithmetic rounds as the hardware's does.
 
-FMA is computed in float64 (the product of two f32 is exact there) and rounded once more to f32; this double
-rounding can differ from a fused f32 FMA in the last bit for rare inputs (docs/amd_emulator.md). Transcendentals
+An f32 or f16 FMA is rounded once, as the hardware's fused operation is: the product is exact in float64, the sum
+is rounded to odd there, and that rounds to f32/f16 as the exact value would (see rounded_once). Transcendentals
 (v_exp_f32, v_log_f32, v_sin_f32, v_rcp_f32, ...) are computed in float64 and rounded to f32: within the hardware's
 documented 1 ulp."""
 
@@ -56,8 +56,30 @@ def to_f32(x: Lanes) -> Lanes:
     return b32(np.asarray(x, dtype=F64).astype(F32))
 
 
+def rounded_once(product: Lanes, addend: Lanes, dtype: type[np.floating]) -> Lanes:
+    """`product + addend` (float64 lanes, each exact) rounded once to `dtype` (float32 or float16).
+
+    Rounding the float64 sum to nearest and then to f32 would round twice: a sum just above an f32 midpoint can
+    land on the midpoint in float64 and then round to even, the wrong way. So the float64 sum is rounded to odd
+    instead (an inexact sum keeps an odd last bit, which records that something was lost); a value rounded to odd
+    with at least 2p+2 bits rounds to p bits exactly as the exact value does (53 >= 2*24+2)."""
+    total = product + addend
+    # TwoSum: the exact rounding error of `total` (valid whenever it is finite)
+    addend_part = total - product
+    product_part = total - addend_part
+    error = (product - product_part) + (addend - addend_part)
+    even = (total.view(U64) & U64(1)) == 0
+    to_odd = (error != 0) & even & np.isfinite(total)
+    total = np.where(to_odd, np.nextafter(total, np.where(error > 0, np.inf, -np.inf)), total)
+    return total.astype(dtype)
+
+
 def _fma32(a: Lanes, b: Lanes, c: Lanes) -> Lanes:
-    return to_f32(f32(a).astype(F64) * f32(b).astype(F64) + f32(c).astype(F64))
+    return b32(rounded_once(f32(a).astype(F64) * f32(b).astype(F64), f32(c).astype(F64), F32))
+
+
+def _fma16(a: Lanes, b: Lanes, c: Lanes) -> Lanes:
+    return rounded_once(a.astype(F64) * b.astype(F64), c.astype(F64), F16)
 
 
 def _fma64(a: Lanes, b: Lanes, c: Lanes) -> Lanes:
@@ -366,10 +388,10 @@ _op("v_fmamk_f32", lambda a, k, b: _fma32(a, k, b), (1, 1, 1))
 _op("v_fmaak_f32", lambda a, b, k: _fma32(a, b, k), (1, 1, 1))
 _op("v_fma_dx9_zero_f32", _fma32, (1, 1, 1))
 _op("v_fma_f64", _fma64, (2, 2, 2), 2)
-_op("v_fma_f16", _typed3(f16, b32, lambda a, b, c: (a.astype(F64) * b + c).astype(F16)), (1, 1, 1))
-_op("v_fmamk_f16", _typed3(f16, b32, lambda a, k, b: (a.astype(F64) * k + b).astype(F16)), (1, 1, 1))
-_op("v_fmaak_f16", _typed3(f16, b32, lambda a, b, k: (a.astype(F64) * b + k).astype(F16)), (1, 1, 1))
-_op("v_fmac_f16", _typed3(f16, b32, lambda a, b, c: (a.astype(F64) * b + c).astype(F16)), (1, 1, 1))
+_op("v_fma_f16", _typed3(f16, b32, _fma16), (1, 1, 1))
+_op("v_fmamk_f16", _typed3(f16, b32, _fma16), (1, 1, 1))
+_op("v_fmaak_f16", _typed3(f16, b32, _fma16), (1, 1, 1))
+_op("v_fmac_f16", _typed3(f16, b32, _fma16), (1, 1, 1))
 _op("v_bfe_u32", lambda a, b, c: _bfe(a, b, c, False), (1, 1, 1))
 _op("v_bfe_i32", lambda a, b, c: _bfe(a, b, c, True), (1, 1, 1))
 _op("v_bfi_b32", lambda a, b, c: (a & b) | (~a & c), (1, 1, 1))

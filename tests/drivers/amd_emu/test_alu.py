@@ -143,3 +143,18 @@ def test_v_fma_mixlo_f16_rounds_its_f32_sources_fma_once_to_f16() -> None:
     assert all(wave.v[3] >> 16 == 0xABCD)  # the high half is kept
     halves = (wave.v[3] & 0xFFFF).astype(np.uint16).view(np.float16)
     np.testing.assert_array_equal(halves, np.float16(rounded_exactly(exact, 11, -14)))
+
+
+def test_an_f64_fma_is_rounded_once() -> None:
+    """Cancellation (c = -round(a*b) leaves the product's low half, which only a fused FMA keeps), operands far apart,
+    signed zeros and overflow, against exact rationals."""
+    a = RNG.standard_normal(32) * 2.0 ** RNG.integers(-30, 30, 32)
+    b = RNG.standard_normal(32)
+    c = -(a * b)
+    c[16:] = RNG.standard_normal(16) * 2.0 ** RNG.integers(-120, 60, 16)
+    a[28:], b[28:], c[28:] = [-0.0, 0.0, 1e300, 3.0], [0.0, 5.0, 1e10, 2**-1074], [-0.0, -0.0, 1.0, 0.0]
+    got = VOP_OPS["v_fma_f64"][0](a.view(np.uint64), b.view(np.uint64), c.view(np.uint64)).view(np.float64)
+    for lane in range(28):
+        assert got[lane] == float(Fraction(a[lane]) * Fraction(b[lane]) + Fraction(c[lane])), lane
+    assert got[:16].any()  # the premise: the low halves are not all zero
+    assert str(got[28]) == "-0.0" and str(got[29]) == "0.0" and got[30] == np.inf and got[31] == 3 * 2**-1074

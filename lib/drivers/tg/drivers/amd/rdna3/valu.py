@@ -5,13 +5,14 @@ hardware's answers, not errors): the emulator runs each dispatch under np.errsta
 Floats are reinterpreted with .view, computed in numpy's IEEE types (round to nearest even, denormals kept), and
 reinterpreted back, so f32 arithmetic rounds as the hardware's does.
 
-An f32 or f16 FMA is rounded once, as the hardware's fused operation is: the product is exact in float64, the sum
-is rounded to odd there, and that rounds to f32/f16 as the exact value would (see rounded_once). Transcendentals
-(v_exp_f32, v_log_f32, v_sin_f32, v_rcp_f32, ...) are computed in float64 and rounded to f32: within the hardware's
-documented 1 ulp."""
+An FMA is rounded once, as the hardware's fused operation is. f32/f16: the product is exact in float64, the sum is
+rounded to odd there, and that rounds to f32/f16 as the exact value would (see rounded_once). f64: exact in Python
+integers (exact_fma64). Transcendentals (v_exp_f32, v_log_f32, v_sin_f32, v_rcp_f32, ...) are computed in float64
+and rounded to f32: within the hardware's documented 1 ulp."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
@@ -83,9 +84,32 @@ def _fma16(a: Lanes, b: Lanes, c: Lanes) -> Lanes:
 
 
 def _fma64(a: Lanes, b: Lanes, c: Lanes) -> Lanes:
-    # float64 FMA without a fused instruction: exact product via longdouble where it has more precision
+    """A float64 FMA rounded once: numpy has no fused operation and no wider type holds the 106-bit product, so each
+    finite lane is computed exactly in Python integers (see exact_fma64); inf and NaN lanes follow IEEE arithmetic."""
+    x, y, z = f64(a), f64(b), f64(c)
     with np.errstate(all="ignore"):
-        return b64((f64(a).astype(np.longdouble) * f64(b) + f64(c)).astype(F64))
+        result = x * y + z  # right wherever an operand is inf or NaN
+    finite = np.isfinite(x) & np.isfinite(y) & np.isfinite(z)
+    for lane in np.flatnonzero(finite):
+        result[lane] = exact_fma64(float(x[lane]), float(y[lane]), float(z[lane]))
+    return b64(result)
+
+
+def exact_fma64(x: float, y: float, z: float) -> float:
+    """x * y + z for finite doubles, rounded once to nearest even: each operand is an integer times a power of two,
+    so the sum is exact as one integer times 2**low, and Python rounds int / int (and int to float) correctly."""
+    (xn, xd), (yn, yd), (zn, zd) = x.as_integer_ratio(), y.as_integer_ratio(), z.as_integer_ratio()
+    # the denominators are powers of two: n / 2**k
+    product_shift, z_shift = (xd * yd).bit_length() - 1, zd.bit_length() - 1
+    shift = max(product_shift, z_shift)
+    numerator = (xn * yn << (shift - product_shift)) + (zn << (shift - z_shift))
+    if numerator == 0:  # an exact zero is +0, unless both the product and z are -0 (IEEE 754 6.3)
+        product_negative = math.copysign(1.0, x) * math.copysign(1.0, y) < 0
+        return -0.0 if product_negative and math.copysign(1.0, z) < 0 else 0.0
+    try:
+        return numerator / (1 << shift)
+    except OverflowError:
+        return math.inf if numerator > 0 else -math.inf
 
 
 def _min_num(x: Lanes, y: Lanes) -> Lanes:

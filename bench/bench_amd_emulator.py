@@ -2,47 +2,40 @@
 
 Run: uv run python bench/bench_amd_emulator.py [--repeats N]
 
-Three kernels written as LLVM IR here, compiled by llvmlite for gfx1100 (wave32) and run by
-tg.drivers.amd.rdna3.RDNA3Emulator on a flat test memory:
-- elementwise: out[i] = a[i] * b[i] + 1 over 65536 floats (2048 waves of straight-line code, memory heavy);
+Three kernels in LLVM IR, compiled by llvmlite for gfx1100 (wave32) and launched by the emulator tests' harness
+(tests/drivers/amd_emu: flat memory, kernargs, the launch a command processor would make):
+- elementwise: out[i] = a[i] * b[i] + 1 over 65536 floats (1024 workgroups of straight-line code, memory heavy);
 - dot loop: each of 4096 threads sums a[i] * b[k] over a 256-trip loop (ALU and branch heavy, few waves);
-- lds reduce: a 256-thread workgroup tree-sums through LDS with a barrier per step (8 waves), 64 workgroups.
+- lds reduce: the tests' 128-thread workgroup tree sum through LDS with a barrier per step, 128 workgroups.
 The first run of each kernel also decodes it; the figure is the median over the repeats after one warm-up.
-Reported: instructions, seconds (wall and process CPU), instructions per second.
+Reported: instructions, seconds (wall and process CPU), instructions per second. Each run includes the harness's
+memory setup, which is small next to the emulation.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import struct
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
 
-import llvmlite.binding as llvm
 import numpy as np
 
-from tg.drivers.amd.code_object import build_program
-from tg.drivers.amd.iface import GPUFault, WaveLaunch
-from tg.drivers.amd.rdna3 import RDNA3Emulator
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the tests' harness and kernels
 
-HEADER = """
-declare i32 @llvm.amdgcn.workitem.id.x()
-declare i32 @llvm.amdgcn.workgroup.id.x()
-declare void @llvm.amdgcn.s.barrier()
-"""
-ATTRS = (
-    'attributes #0 = { "amdgpu-flat-work-group-size"="1,256" "amdgpu-no-dispatch-ptr" "amdgpu-no-queue-ptr" '
-    '"amdgpu-no-dispatch-id" "amdgpu-no-implicitarg-ptr" }'
-)
-GID = """
-  %lid = call i32 @llvm.amdgcn.workitem.id.x()
-  %wg = call i32 @llvm.amdgcn.workgroup.id.x()
-  %base = mul i32 %wg, 256
-  %i = add i32 %base, %lid
-"""
-ELEMENTWISE = f"""{HEADER}
-define amdgpu_kernel void @elementwise(ptr addrspace(1) %out, ptr addrspace(1) %a, ptr addrspace(1) %b) #0 {{
-{GID}
+from tests.drivers.amd_emu import kernels  # noqa: E402
+from tests.drivers.amd_emu.harness import run_kernel  # noqa: E402
+from tests.drivers.amd_emu.llvm_kernels import compile_ir  # noqa: E402
+from tg.drivers.amd.rdna3 import RDNA3Emulator  # noqa: E402
+
+OPERANDS = "ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %a, ptr addrspace(1) noalias %b"
+ELEMENTWISE = kernels.kernel(
+    "elementwise",
+    OPERANDS,
+    """
   %pa = getelementptr float, ptr addrspace(1) %a, i32 %i
   %pb = getelementptr float, ptr addrspace(1) %b, i32 %i
   %x = load float, ptr addrspace(1) %pa
@@ -51,13 +44,13 @@ define amdgpu_kernel void @elementwise(ptr addrspace(1) %out, ptr addrspace(1) %
   %s = fadd float %m, 1.0
   %po = getelementptr float, ptr addrspace(1) %out, i32 %i
   store float %s, ptr addrspace(1) %po
-  ret void
-}}
-{ATTRS}"""
-DOT_LOOP = f"""{HEADER}
-define amdgpu_kernel void @dot_loop(ptr addrspace(1) %out, ptr addrspace(1) %a, ptr addrspace(1) %b) #0 {{
-entry:
-{GID}
+  ret void""",
+)
+DOT_LOOP = (
+    kernels.kernel(
+        "dot_loop",
+        OPERANDS,
+        """
   %pa = getelementptr float, ptr addrspace(1) %a, i32 %i
   %x = load float, ptr addrspace(1) %pa
   br label %loop
@@ -74,122 +67,62 @@ loop:
 exit:
   %po = getelementptr float, ptr addrspace(1) %out, i32 %i
   store float %acc1, ptr addrspace(1) %po
-  ret void
-}}
-!0 = distinct !{{!0, !1}}
-!1 = !{{!"llvm.loop.unroll.disable"}}
-{ATTRS}"""
-LDS_REDUCE = f"""@shared = internal addrspace(3) global [256 x float] undef, align 4
-{HEADER}
-define amdgpu_kernel void @lds_reduce(ptr addrspace(1) %out, ptr addrspace(1) %a, ptr addrspace(1) %b) #0 {{
-entry:
-{GID}
-  %pa = getelementptr float, ptr addrspace(1) %a, i32 %i
-  %x = load float, ptr addrspace(1) %pa
-  %slot = getelementptr [256 x float], ptr addrspace(3) @shared, i32 0, i32 %lid
-  store float %x, ptr addrspace(3) %slot
-  br label %step
-step:
-  %stride = phi i32 [ 128, %entry ], [ %half, %next ]
-  fence syncscope("workgroup") release
-  call void @llvm.amdgcn.s.barrier()
-  fence syncscope("workgroup") acquire
-  %active = icmp ult i32 %lid, %stride
-  br i1 %active, label %add, label %next
-add:
-  %other = add i32 %lid, %stride
-  %po = getelementptr [256 x float], ptr addrspace(3) @shared, i32 0, i32 %other
-  %v0 = load float, ptr addrspace(3) %slot
-  %v1 = load float, ptr addrspace(3) %po
-  %sum = fadd float %v0, %v1
-  store float %sum, ptr addrspace(3) %slot
-  br label %next
-next:
-  %half = lshr i32 %stride, 1
-  %more = icmp ne i32 %half, 0
-  br i1 %more, label %step, label %write
-write:
-  %first = icmp eq i32 %lid, 0
-  br i1 %first, label %store, label %end
-store:
-  %total = load float, ptr addrspace(3) @shared
-  %pout = getelementptr float, ptr addrspace(1) %out, i32 %wg
-  store float %total, ptr addrspace(1) %pout
-  br label %end
-end:
-  ret void
-}}
-{ATTRS}"""
+  ret void""",
+    ).replace("#0 {\n", "#0 {\nentry:\n", 1)
+    + '!0 = distinct !{!0, !1}\n!1 = !{!"llvm.loop.unroll.disable"}\n'
+)
 
-# name -> (IR, threads, verify(out, a, b) -> bool)
+
+def tree_sum(a: np.ndarray, groups: int) -> np.ndarray:
+    """The LDS kernel's order of additions: halves folded onto each other, 64 then 32 ... then 1 apart."""
+    tree = a.reshape(groups, 128).copy()
+    stride = 64
+    while stride:
+        tree[:, :stride] = tree[:, :stride] + tree[:, stride : 2 * stride]
+        stride //= 2
+    return tree[:, 0]
+
+
+class Workload(NamedTuple):
+    ir: str
+    name: str
+    threads: int
+    local: int  # threads per workgroup
+    outputs: int
+    verify: Callable[[np.ndarray, np.ndarray, np.ndarray], bool]  # (out, a, b)
+
+
+def product_plus_one(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
+    return np.array_equal(out, a * b + 1)
+
+
+def dot_with_b(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
+    return np.allclose(out, a * b[:256].sum(), rtol=1e-4, atol=1e-3)
+
+
+def workgroup_tree_sums(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
+    return np.array_equal(out, tree_sum(a, len(out)))
+
+
 KERNELS = {
-    "elementwise": (ELEMENTWISE, 65536, lambda out, a, b: np.array_equal(out, a * b + np.float32(1))),
-    "dot loop": (DOT_LOOP, 4096, lambda out, a, b: np.allclose(out, a * b[:256].sum(), rtol=1e-4, atol=1e-3)),
-    "lds reduce": (LDS_REDUCE, 16384, lambda out, a, b: np.allclose(out[:64], a.reshape(64, 256).sum(1), atol=1e-3)),
+    "elementwise": Workload(ELEMENTWISE, "elementwise", 65536, 64, 65536, product_plus_one),
+    "dot loop": Workload(DOT_LOOP, "dot_loop", 4096, 64, 4096, dot_with_b),
+    "lds reduce": Workload(kernels.LDS_REDUCE, "lds_reduce", 16384, 128, 128, workgroup_tree_sums),
 }
 
 
-class FlatMemory:
-    def __init__(self) -> None:
-        self.regions: list[tuple[int, bytearray]] = []
-        self.next = 0x1_0000_0000
-
-    def alloc(self, data: bytes) -> int:
-        address = self.next
-        self.regions.append((address, bytearray(data)))
-        self.next += (len(data) + 0xFFFF) // 0x10000 * 0x10000 + 0x10000
-        return address
-
-    def _find(self, address: int, size: int, access: str) -> tuple[bytearray, int]:
-        for base, region in self.regions:
-            if base <= address and address + size <= base + len(region):
-                return region, address - base
-        raise GPUFault(address, access, "bench memory")
-
-    def read(self, address: int, size: int) -> bytes:
-        region, offset = self._find(address, size, "read")
-        return bytes(region[offset : offset + size])
-
-    def write(self, address: int, data: bytes) -> None:
-        region, offset = self._find(address, len(data), "write")
-        region[offset : offset + len(data)] = data
-
-
-def compile_ir(ir: str) -> bytes:
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
-    target = llvm.Target.from_triple("amdgcn-amd-amdhsa")
-    machine = target.create_target_machine(cpu="gfx1100", features="+wavefrontsize32", opt=2, reloc="pic")
-    module = llvm.parse_assembly('target triple = "amdgcn-amd-amdhsa"\n' + ir)
-    return bytes(machine.emit_object(module))
-
-
-def run_once(emulator: RDNA3Emulator, code: bytes, threads: int) -> tuple[int, float, float, np.ndarray, list]:
-    program = build_program(code)
-    memory = FlatMemory()
+def run_once(emulator: RDNA3Emulator, code: bytes, work: Workload) -> tuple[int, float, float]:
     rng = np.random.default_rng(0)
-    a = rng.standard_normal(threads).astype(np.float32)
-    b = rng.standard_normal(threads).astype(np.float32)
-    image = memory.alloc(program.code_object.image_at(0x1_0000_0000))
-    out_address = memory.alloc(bytes(4 * threads))
-    addresses = [out_address, memory.alloc(a.tobytes()), memory.alloc(b.tobytes())]
-    kernargs = memory.alloc(b"".join(struct.pack("<Q", x) for x in addresses).ljust(program.kernargs_alloc_size))
-    user = [kernargs & 0xFFFFFFFF, kernargs >> 32] + [0] * (program.user_sgpr_count - 2)
-    launch = WaveLaunch(
-        image + program.entry_point_offset,
-        program.rsrc1,
-        program.rsrc2,
-        program.rsrc3,
-        tuple(user),
-        (threads // 256, 1, 1),
-        (256, 1, 1),
-    )
+    a, b = rng.standard_normal(work.threads).astype(np.float32), rng.standard_normal(work.threads).astype(np.float32)
+    out = np.zeros(work.outputs, dtype=np.float32)
+    grid, local = (work.threads // work.local, 1, 1), (work.local, 1, 1)
     before = emulator.instructions_executed
     wall, cpu = time.perf_counter(), time.process_time()
-    emulator.run_dispatch(memory, launch)
+    run = run_kernel("", [out, a, b], grid=grid, local=local, name=work.name, emulator=emulator, code=code)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    out = np.frombuffer(memory.read(out_address, 4 * threads), np.float32)
-    return emulator.instructions_executed - before, wall, cpu, out, [a, b]
+    if not work.verify(run.read(0, out), a, b):
+        raise SystemExit(f"{work.name}: wrong result")
+    return emulator.instructions_executed - before, wall, cpu
 
 
 def main() -> None:
@@ -197,17 +130,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     print(f"{'kernel':<12} {'instructions':>12} {'wall s':>8} {'cpu s':>8} {'inst/s (wall)':>14} {'inst/s (cpu)':>13}")
-    for name, (ir, threads, verify) in KERNELS.items():
-        code = compile_ir(ir)
+    for label, work in KERNELS.items():
+        code = compile_ir(work.ir)
         emulator = RDNA3Emulator()
-        count, *_ = run_once(emulator, code, threads)  # warm-up: decodes and compiles each instruction once
-        runs = [run_once(emulator, code, threads) for _ in range(args.repeats)]
-        count, _, _, out, (a, b) = runs[-1]
-        if not verify(out, a, b):
-            raise SystemExit(f"{name}: wrong result")
+        run_once(emulator, code, work)  # warm-up: decodes and compiles each instruction once
+        runs = [run_once(emulator, code, work) for _ in range(args.repeats)]
+        count = runs[-1][0]
         wall = statistics.median(r[1] for r in runs)
         cpu = statistics.median(r[2] for r in runs)
-        print(f"{name:<12} {count:>12} {wall:>8.3f} {cpu:>8.3f} {count / wall:>14,.0f} {count / cpu:>13,.0f}")
+        print(f"{label:<12} {count:>12} {wall:>8.3f} {cpu:>8.3f} {count / wall:>14,.0f} {count / cpu:>13,.0f}")
 
 
 if __name__ == "__main__":

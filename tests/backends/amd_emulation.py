@@ -23,40 +23,7 @@ from tg.codegen.render.emulate import load_function
 from tg.codegen.render.python import PythonRenderer
 from tg.codegen.uop.ops import Ops, UOp
 
-CODE_BASE = 0x1_0000_0000
-PAGE = 4096
-
-
-class FlatMemory:
-    """GPU memory for tests: allocations at increasing page-aligned addresses; anything else faults."""
-
-    def __init__(self) -> None:
-        self.regions: list[tuple[int, bytearray]] = []
-        self.next = CODE_BASE
-
-    def alloc(self, size: int, data: bytes = b"") -> int:
-        address = self.next
-        region = bytearray(max(size, 1))
-        region[: len(data)] = data
-        self.regions.append((address, region))
-        self.next += (max(size, 1) + PAGE - 1) // PAGE * PAGE + PAGE  # a guard page between allocations
-        return address
-
-    def _find(self, address: int, size: int, access: str) -> tuple[bytearray, int]:
-        from tg.drivers.amd.iface import GPUFault
-
-        for base, region in self.regions:
-            if base <= address and address + size <= base + len(region):
-                return region, address - base
-        raise GPUFault(address, access, "test memory")
-
-    def read(self, address: int, size: int) -> bytes:
-        region, offset = self._find(address, size, "read")
-        return bytes(region[offset : offset + size])
-
-    def write(self, address: int, data: bytes) -> None:
-        region, offset = self._find(address, len(data), "write")
-        region[offset : offset + len(data)] = data
+from ..drivers.amd_emu.harness import FlatMemory  # GPU memory for tests: mapped ranges, anything else faults
 
 
 def run_on_emulator(

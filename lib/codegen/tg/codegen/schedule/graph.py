@@ -95,7 +95,7 @@ def shape_of(node: UOp) -> Shape:
     if all(hasattr(s, "_shape") or s.op is Ops.DEVICE for s in node.src):  # the common case: sources are known
         _store_shape(node)
     else:  # sources first, in graph order, so that a deep graph needs no deep recursion
-        for inner in node.toposort(lambda u: not hasattr(u, "_shape") and u.op is not Ops.DEVICE):
+        for inner in node.toposort(lambda u: not hasattr(u, "_shape") and u.op not in (Ops.DEVICE, Ops.CALL)):
             if not hasattr(inner, "_shape") and inner.op is not Ops.DEVICE:
                 _store_shape(inner)
     return node._shape
@@ -110,6 +110,10 @@ def _infer_shape(node: UOp) -> Shape:
     op, arg = node.op, node.arg
     if op is Ops.BUFFER:
         return (arg.size,)
+    if op is Ops.CALL:  # a custom kernel: no value of its own (its kernel AST below has no tensor shapes)
+        return ()
+    if op is Ops.PARAM:  # a call's placeholder (Tensor.as_param): flat storage, shaped by a RESHAPE above it
+        return (node.dtype.size,)
     if op is Ops.CONST:
         return ()
     if op in (Ops.RESHAPE, Ops.EXPAND):

@@ -134,6 +134,10 @@ TENSOR_SPEC: Spec = {
     Ops.GATHER: _gather_ok,
     **{op: _movement_ok for op in _ops("RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP")},
     **{op: _same_dtype_as_source for op in _ops("COPY", "CONTIGUOUS", "DETACH", "ASSIGN", "BUFFER_VIEW")},
+    # custom kernels (tg.tensor.custom_kernel): CALL(kernel AST, *tensors), each output AFTER(tensor, CALL); the
+    # kernel AST under a CALL is checked against KERNEL_SPEC when the call is made
+    Ops.CALL: lambda u: u.dtype is dtypes.void and len(u.src) >= 2 and u.src[0].op is Ops.SINK,
+    Ops.AFTER: lambda u: len(u.src) == 2 and u.src[1].op is Ops.CALL and u.dtype is u.src[0].dtype,
 }
 
 KERNEL_SPEC: Spec = {

@@ -1,0 +1,200 @@
+"""Custom kernels: a kernel written in tg's IR, used on Tensors like any op.
+
+    outs = Tensor.custom_kernel(out, x, fxn=kernel, grad_fxn=None)   # -> list[Tensor], one per input
+    out = Tensor.empty(16).custom_kernel(x, fxn=kernel)[0]            # the method form
+
+`fxn` gets one placeholder per tensor, in order: `UOp.param(slot, dtype, numel)`, a pointer to the tensor's
+elements in C-contiguous order (index it with row-major arithmetic: `A.index(i * cols + j)`). It returns a kernel
+AST: a SINK of STOREs at indices built from `UOp.range`, the form tg's codegen lowers (`.end(ranges)` is accepted
+and dropped: tg's linearizer closes loops itself). The result is every input "after" the kernel, so callers pick
+the outputs by position.
+
+In the tensor graph a custom kernel is `CALL(ast, *inputs)` and output k is `AFTER(input_k, CALL)`. Nothing runs
+until a realize: then `run_calls` realizes each call's inputs into whole buffers (a lazy input gets a fresh one; a
+realized tensor is written in place, as the kernel's writes are the point), launches the kernel on them, and the
+graph reads those buffers from then on.
+
+`grad_fxn(gradient, call)` gives the gradients: `gradient` is the UOp of the gradient of the output being
+differentiated, `call` the CALL UOp (`call.src[1:]` are the inputs' UOps); it returns one UOp (or Tensor, or
+None) per input.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tg.codegen import Ops, UOp, dtypes
+from tg.codegen.flags import SPEC
+from tg.codegen.schedule.graph import ShapeError, shape_of
+from tg.codegen.uop.args import KernelInfo
+from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, type_verify
+from tg.tensor.autograd import Gradients, custom_gradient
+from tg.tensor.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+GradFxn = Callable[[UOp, UOp], Sequence[Any]]
+
+
+class CustomKernelError(ArgumentError):
+    """A custom kernel or call that cannot be built: wrong arity, a bad AST, a shape or dtype mismatch."""
+
+
+def placeholders(tensors: Sequence[Tensor]) -> list[UOp]:
+    """One PARAM per tensor: slot k points at tensor k's elements, C-contiguous."""
+    return [UOp.param(k, t.dtype, _element_count(t), name=f"data{k}") for k, t in enumerate(tensors)]
+
+
+def _element_count(t: Tensor) -> int:
+    count = t.numel()
+    if not isinstance(count, int):
+        raise CustomKernelError(f"custom kernels need concrete shapes, got {t.shape}")
+    return count
+
+
+def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn | None = None) -> list[Tensor]:
+    """Run the kernel `fxn(*placeholders)` on `tensors`; returns each tensor after the kernel (see module doc)."""
+    from tg.tensor.tensor import Tensor
+
+    if not tensors:
+        raise CustomKernelError("custom_kernel needs at least one tensor")
+    if not all(isinstance(t, Tensor) for t in tensors):
+        raise CustomKernelError(f"custom_kernel takes Tensors, got {[type(t).__name__ for t in tensors]}")
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise CustomKernelError(f"custom_kernel's tensors must be on one device, got {sorted(devices)}")
+    params = placeholders(tensors)
+    ast = kernel_ast(fxn(*params), params)
+    call = UOp(Ops.CALL, dtypes.void, (ast, *(t.uop for t in tensors)))
+    _live_calls.add(call)
+    outputs = []
+    for t in tensors:
+        output = Tensor(UOp(Ops.AFTER, t.dtype, (t.uop, call)), device=t.device)
+        custom_gradient(output.uop, call.src[1:], _gradient_rule(call, grad_fxn))
+        outputs.append(output)
+    return outputs
+
+
+def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
+    """`body` as a kernel AST tg's codegen lowers, after checking it reads only `params` (clear errors)."""
+    if not isinstance(body, UOp) or body.op is not Ops.SINK:
+        got = body.op if isinstance(body, UOp) else type(body).__name__
+        raise CustomKernelError(f"fxn must return a kernel AST (a SINK of stores, `x.store(v).sink()`), got {got}")
+    ends = {node: node.src[0] for node in body.toposort() if node.op is Ops.END}
+    ast = body.substitute(ends) if ends else body  # tg closes loops in the linearizer: END is implied by the RANGEs
+    while any(node.op is Ops.END for node in ast.toposort()):  # (nested .end(i).end(j))
+        ast = ast.substitute({n: n.src[0] for n in ast.toposort() if n.op is Ops.END})
+    if not isinstance(ast.arg, KernelInfo):
+        ast = ast.replace(arg=KernelInfo(name="custom"))
+    by_slot = {p.arg.slot: p for p in params}
+    for node in ast.toposort():
+        if node.op is Ops.PARAM and by_slot.get(node.arg.slot) is not node:
+            if node.arg.slot not in by_slot:
+                raise CustomKernelError(f"the kernel reads parameter slot {node.arg.slot}, but got {len(params)} tensors")
+            raise CustomKernelError(f"parameter slot {node.arg.slot} is {node.dtype!r}, the tensor is {by_slot[node.arg.slot].dtype!r}")
+        if node.op is Ops.BUFFER:
+            raise CustomKernelError("a kernel AST cannot read a tensor's BUFFER: pass the tensor to custom_kernel")
+    if not any(node.op is Ops.STORE for node in ast.toposort()):
+        raise CustomKernelError("the kernel stores nothing: its SINK must hold STOREs into the placeholders")
+    type_verify(ast, strict=False, spec=KERNEL_SPEC)
+    return ast
+
+
+def _gradient_rule(call: UOp, grad_fxn: GradFxn | None) -> Callable[[UOp, tuple[bool, ...]], Gradients]:
+    def rule(grad: UOp, wanted: tuple[bool, ...]) -> Gradients:
+        if grad_fxn is None:
+            raise CustomKernelError("no gradient through a custom kernel without grad_fxn: pass grad_fxn=")
+        return normalized_gradients(grad_fxn(grad, call), call.src[1:])
+
+    return rule
+
+
+def normalized_gradients(grads: Any, sources: Sequence[UOp]) -> Gradients:
+    """grad_fxn's answer as one UOp or None per source, checked against the sources' shapes."""
+    from tg.tensor.tensor import Tensor
+
+    if isinstance(grads, (UOp, Tensor)):
+        grads = (grads,)
+    grads = tuple(grads)
+    if len(grads) != len(sources):
+        raise CustomKernelError(f"grad_fxn returned {len(grads)} gradients for {len(sources)} inputs")
+    result: list[UOp | None] = []
+    for k, (grad, source) in enumerate(zip(grads, sources, strict=True)):
+        node = grad.uop if isinstance(grad, Tensor) else grad
+        if node is not None and shape_of(node) != shape_of(source):
+            raise ShapeError(f"grad_fxn's gradient {k} has shape {shape_of(node)}, its input {shape_of(source)}")
+        if node is not None and node.dtype is not source.dtype:
+            node = UOp(Ops.CAST, source.dtype, (node,))
+        result.append(node)
+    return tuple(result)
+
+
+# -------------------------------------------------------------------------------- running calls at realize
+
+
+# every CALL node alive: while there are none (most programs), a realize does not walk its graph looking for them
+_live_calls: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
+def has_calls(roots: Sequence[UOp]) -> bool:
+    if not _live_calls:
+        return False
+    return any(node.op is Ops.CALL for node in UOp.sink(*roots).toposort(_outside_kernels))
+
+
+def _outside_kernels(node: UOp) -> bool:
+    return node.op is not Ops.SINK or node.arg is None  # (a kernel AST's SINK carries a KernelInfo)
+
+
+def run_calls(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """Run every custom kernel `roots` depend on (inputs first); the roots with each output read from its buffer."""
+    from tg.codegen.schedule.realize import buffer_holding
+    from tg.codegen.schedule.schedule import KernelCall
+    from tg.hcq.engine.buffers import buffer_of
+    from tg.hcq.engine.run import run_kernel
+    from tg.tensor.engine import realize
+
+    order = UOp.sink(*roots).toposort(_outside_kernels)
+    if SPEC:
+        verify_tensor_graph(order[-1])
+    done: dict[UOp, UOp] = {}
+    for node in order:
+        if node.op is not Ops.CALL:
+            continue
+        buffers = []
+        for source in node.src[1:]:
+            source = source.substitute(done) if done else source
+            (realized,) = realize(source)
+            buf = buffer_holding(realized)
+            if buf is None:  # a strided view or a computation: the kernel gets a contiguous copy
+                (realized,) = realize(UOp(Ops.CONTIGUOUS, source.dtype, (realized,)))
+                buf = buffer_holding(realized)
+            assert buf is not None and buf.arg.size == shape_size(source), "a realized input is a whole buffer"
+            buffers.append(buf)
+        for buf in buffers[1:]:
+            buffer_of(buf).note_write()  # (slot 0 is noted by run_kernel; the kernel may write any of them)
+        run_kernel(KernelCall(node.src[0], tuple(buffers)))
+        for source, buf in zip(node.src[1:], buffers, strict=True):
+            shape = shape_of(source)
+            done[UOp(Ops.AFTER, source.dtype, (source, node))] = (
+                buf if shape == (buf.arg.size,) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
+            )
+    return UOp.sink(*roots).substitute(done).src if done else roots
+
+
+def shape_size(node: UOp) -> int:
+    size = 1
+    for s in shape_of(node):
+        size *= s
+    return size
+
+
+def verify_tensor_graph(root: UOp) -> None:
+    """SPEC: the tensor graph with TENSOR_SPEC, and each custom kernel's AST with KERNEL_SPEC."""
+    type_verify(root, spec=TENSOR_SPEC, strict=False)
+    for node in root.toposort(_outside_kernels):
+        if node.op is Ops.CALL:
+            type_verify(node.src[0], spec=KERNEL_SPEC, strict=False)

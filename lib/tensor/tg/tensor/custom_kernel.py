@@ -78,6 +78,14 @@ def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn |
     return outputs
 
 
+def outputs_of(call: UOp) -> list[UOp]:
+    """The output nodes of a custom kernel's CALL (input k after the kernel): what a grad_fxn reads the forward's
+    results from."""
+    if call.op is not Ops.CALL:
+        raise CustomKernelError(f"outputs_of takes a CALL, got {call.op!r}")
+    return [UOp(Ops.AFTER, source.dtype, (source, call)) for source in call.src[1:]]
+
+
 def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
     """`body` as a kernel AST tg's codegen lowers, after checking it reads only `params` (clear errors)."""
     if not isinstance(body, UOp) or body.op is not Ops.SINK:

@@ -106,13 +106,14 @@ class CallOps(TensorBase):
 
     __slots__ = ()
 
-    def custom_kernel(self, *tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn | None = None) -> list[Tensor]:
-        """Run the kernel AST `fxn(*placeholders)` on (self, *tensors); see tg.tensor.custom_kernel."""
-        return custom_kernel(as_tensor(self), *tensors, fxn=fxn, grad_fxn=grad_fxn)
+    # (no `self`: `t.custom_kernel(x, fxn=...)` passes t first, `Tensor.custom_kernel()` with none gets a clear error)
+    def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn | None = None) -> list[Tensor]:
+        """Run the kernel AST `fxn(*placeholders)` on the tensors; see tg.tensor.custom_kernel."""
+        return custom_kernel(*tensors, fxn=fxn, grad_fxn=grad_fxn)
 
-    def call(self, *tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None) -> Tensor:
-        """The body `fxn` over placeholders applied to (self, *tensors); see tg.tensor.call."""
-        return call(as_tensor(self), *tensors, fxn=fxn, grad_fxn=grad_fxn)
+    def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None) -> Tensor:
+        """The body `fxn` over placeholders applied to the tensors; see tg.tensor.call."""
+        return call(*tensors, fxn=fxn, grad_fxn=grad_fxn)
 
     def as_param(self, slot: int) -> Tensor:
         """A placeholder for argument `slot` of a call, with this tensor's shape, dtype and device."""

@@ -37,8 +37,8 @@ def as_param(t: Tensor, slot: int) -> Tensor:
     if not isinstance(count, int):
         raise CustomKernelError(f"as_param needs a concrete shape, got {t.shape}")
     param = UOp.param(slot, t.dtype, count, name=f"param{slot}")
-    node = param if t.shape == (count,) else UOp(Ops.RESHAPE, t.dtype, (param,), t.shape)
-    return Tensor(node, device=t.device)
+    # (always a RESHAPE, even to the same shape: the Tensor's dtype is the value's, the PARAM's is a pointer)
+    return Tensor(UOp(Ops.RESHAPE, t.dtype, (param,), t.shape), device=t.device)
 
 
 def params_of(body: UOp) -> dict[int, UOp]:

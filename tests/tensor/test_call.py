@@ -42,10 +42,10 @@ def test_call_of_a_tensor_body_equals_the_expression_and_fuses_into_one_kernel()
 def test_call_of_a_uop_body_over_params():
     a, b = Tensor(A.astype(np.float32).reshape(12)), Tensor(B.astype(np.float32).reshape(12))
     plus = UOp.param(0, dtypes.float, 12) + UOp.param(1, dtypes.float, 12)
-    np.testing.assert_allclose(Tensor.call(a, b, fxn=plus).numpy(), (A + B).astype(np.float32).reshape(12), rtol=1e-6)
+    expected = (A + B).astype(np.float32).reshape(12)
+    np.testing.assert_allclose(Tensor.call(a, b, fxn=plus).numpy(), expected, rtol=1e-6)
     # a 2-d tensor passed to a flat parameter of the same element count is read in row-major order
-    np.testing.assert_allclose(Tensor.call(a.reshape(3, 4), b, fxn=plus).numpy(), (A + B).astype(np.float32).reshape(12),
-                               rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(Tensor.call(a.reshape(3, 4), b, fxn=plus).numpy(), expected, rtol=1e-6)
 
 
 def test_gradients_flow_through_the_body_like_autograd_of_the_expression():
@@ -59,6 +59,7 @@ def test_gradients_flow_through_the_body_like_autograd_of_the_expression():
     expression(*direct).sum().backward()
     for c, d in zip(called, direct, strict=True):
         np.testing.assert_allclose(c.grad.numpy(), d.grad.numpy(), rtol=1e-12)
+
     # and both are the derivative: central finite differences in float64
     def value(a: np.ndarray) -> float:
         return float(np.sum(np.maximum(a * np.exp(B), 0) - (a / (B * B + 1)).sum(1, keepdims=True)))

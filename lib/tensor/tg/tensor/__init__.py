@@ -7,8 +7,8 @@ function`.
 from typing import Any
 
 from tg.codegen import UOp, dtypes
-from tg.codegen.uop.args import KernelInfo
 from tg.codegen.flags import Context
+from tg.codegen.uop.args import KernelInfo
 from tg.hcq import Device
 from tg.tensor.flags import apply_default_float
 from tg.tensor.function import function

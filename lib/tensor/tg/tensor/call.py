@@ -21,7 +21,7 @@ from tg.codegen.dtype import PtrDType
 from tg.codegen.schedule.graph import ShapeError, shape_of
 from tg.tensor.autograd import custom_gradient
 from tg.tensor.base import TensorBase, as_tensor
-from tg.tensor.custom_kernel import CustomKernelError, GradFxn, _gradient_rule, custom_kernel
+from tg.tensor.custom_kernel import CustomKernelError, GradFxn, _gradient_rule, custom_kernel, shape_size
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,18 +55,18 @@ def inline(body: UOp, arguments: Sequence[UOp]) -> UOp:
     """`body` with PARAM k replaced by `arguments[k]` (checked: arity, dtype, element count)."""
     params = params_of(body)
     if sorted(params) != list(range(len(arguments))):
-        raise CustomKernelError(f"the body's placeholders are slots {sorted(params)}, but it got {len(arguments)} tensors")
+        got = len(arguments)
+        raise CustomKernelError(f"the body's placeholders are slots {sorted(params)}, but it got {got} tensors")
     mapping: dict[UOp, UOp] = {}
     for slot, param in params.items():
-        argument = arguments[slot]
-        count = 1
-        for size in shape_of(argument):
-            count *= size
-        if param.dtype.base is not argument.dtype:
-            raise CustomKernelError(f"placeholder {slot} is {param.dtype.base!r}, the tensor is {argument.dtype!r}")
-        if param.dtype.size != count:
-            raise ShapeError(f"placeholder {slot} holds {param.dtype.size} elements, the tensor {shape_of(argument)}")
-        mapping[param] = argument if shape_of(argument) == (count,) else UOp(Ops.RESHAPE, argument.dtype, (argument,), (count,))
+        argument, pointer = arguments[slot], param.ptrdtype
+        count = shape_size(argument)
+        if pointer.base is not argument.dtype:
+            raise CustomKernelError(f"placeholder {slot} is {pointer.base!r}, the tensor is {argument.dtype!r}")
+        if pointer.size != count:
+            raise ShapeError(f"placeholder {slot} holds {pointer.size} elements, the tensor {shape_of(argument)}")
+        flat = argument if shape_of(argument) == (count,) else UOp(Ops.RESHAPE, argument.dtype, (argument,), (count,))
+        mapping[param] = flat
     return _substitute_values(body, mapping)
 
 

@@ -100,9 +100,10 @@ def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
     by_slot = {p.arg.slot: p for p in params}
     for node in ast.toposort():
         if node.op is Ops.PARAM and by_slot.get(node.arg.slot) is not node:
-            if node.arg.slot not in by_slot:
-                raise CustomKernelError(f"the kernel reads parameter slot {node.arg.slot}, but got {len(params)} tensors")
-            raise CustomKernelError(f"parameter slot {node.arg.slot} is {node.dtype!r}, the tensor is {by_slot[node.arg.slot].dtype!r}")
+            slot = node.arg.slot
+            if slot not in by_slot:
+                raise CustomKernelError(f"the kernel reads parameter slot {slot}, but got {len(params)} tensors")
+            raise CustomKernelError(f"parameter slot {slot} is {node.dtype!r}, the tensor is {by_slot[slot].dtype!r}")
         if node.op is Ops.BUFFER:
             raise CustomKernelError("a kernel AST cannot read a tensor's BUFFER: pass the tensor to custom_kernel")
     if not any(node.op is Ops.STORE for node in ast.toposort()):
@@ -196,6 +197,8 @@ def run_calls(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
 def shape_size(node: UOp) -> int:
     size = 1
     for s in shape_of(node):
+        if not isinstance(s, int):
+            raise CustomKernelError(f"custom kernels and calls need concrete shapes, got {shape_of(node)}")
         size *= s
     return size
 

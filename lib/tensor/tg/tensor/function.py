@@ -91,6 +91,7 @@ class Function:
     ) -> None:
         self.fxn, self.precompile, self.precompile_backward = fxn, precompile, precompile_backward
         self.allow_implicit, self.grad_fxn = allow_implicit, grad_fxn
+        self.__name__: str = getattr(fxn, "__name__", type(fxn).__name__)
         functools.update_wrapper(self, fxn)
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
@@ -106,7 +107,7 @@ class Function:
         outputs = tuple(returned) if is_tuple else (returned,)
         if not outputs or not all(isinstance(o, Tensor) for o in outputs):
             kinds = [type(o).__name__ for o in outputs]
-            raise CustomKernelError(f"@function {self.__name__} must return a Tensor or a tuple of Tensors, got {kinds}")
+            raise CustomKernelError(f"@function {self.__name__} must return a Tensor or tuple of Tensors, got {kinds}")
         if not inputs:
             raise CustomKernelError(f"@function {self.__name__} got no Tensor arguments")
         results = tuple(self._call(output, inputs) for output in outputs)
@@ -183,4 +184,3 @@ def function(
         return Function(f, precompile, precompile_backward, allow_implicit, grad_fxn)
 
     return wrap if fxn is None else wrap(fxn)
-

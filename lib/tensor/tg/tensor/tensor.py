@@ -19,8 +19,8 @@ from tg.tensor.advanced_indexing import AdvancedIndexingOps
 from tg.tensor.autograd import AutogradOps, remember_former_uop
 from tg.tensor.call import CallOps
 from tg.tensor.conv import ConvOps
-from tg.tensor.custom_kernel import has_calls, run_calls
 from tg.tensor.creation import CreationOps, canonical_device, const_of_shape, node_from_data, node_from_path
+from tg.tensor.custom_kernel import has_calls, run_calls
 from tg.tensor.elementwise import ElementwiseOps
 from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import fp8_cast, is_fp8

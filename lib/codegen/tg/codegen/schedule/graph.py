@@ -113,7 +113,7 @@ def _infer_shape(node: UOp) -> Shape:
     if op is Ops.CALL:  # a custom kernel: no value of its own (its kernel AST below has no tensor shapes)
         return ()
     if op is Ops.PARAM:  # a call's placeholder (Tensor.as_param): flat storage, shaped by a RESHAPE above it
-        return (node.dtype.size,)
+        return (node.ptrdtype.size,)
     if op is Ops.CONST:
         return ()
     if op in (Ops.RESHAPE, Ops.EXPAND):

@@ -29,8 +29,9 @@ def test_as_param_has_the_tensors_shape_dtype_and_device():
     assert param.arg.slot == 1 and param.dtype.size == 12
 
 
-def test_call_of_a_tensor_body_equals_the_expression_and_fuses_into_one_kernel():
-    a, b = Tensor(A.astype(np.float32)), Tensor(B.astype(np.float32))
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_call_of_a_tensor_body_equals_the_expression_and_fuses_into_one_kernel(device):
+    a, b = Tensor(A.astype(np.float32), device=device), Tensor(B.astype(np.float32), device=device)
     body = (a.as_param(0) * 2 + b.as_param(1)).exp()
     before = GlobalCounters.kernel_count
     c = Tensor.call(a, b, fxn=body).realize()
@@ -48,12 +49,13 @@ def test_call_of_a_uop_body_over_params():
     np.testing.assert_allclose(Tensor.call(a.reshape(3, 4), b, fxn=plus).numpy(), expected, rtol=1e-6)
 
 
-def test_gradients_flow_through_the_body_like_autograd_of_the_expression():
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_gradients_flow_through_the_body_like_autograd_of_the_expression(device):
     def expression(x: Tensor, y: Tensor) -> Tensor:
         return (x * y.exp()).relu() - (x / (y * y + 1)).sum(axis=1, keepdim=True)
 
-    called = [Tensor(v, dtype=dtypes.float64, requires_grad=True) for v in (A, B)]
-    direct = [Tensor(v, dtype=dtypes.float64, requires_grad=True) for v in (A, B)]
+    called = [Tensor(v, dtype=dtypes.float64, device=device, requires_grad=True) for v in (A, B)]
+    direct = [Tensor(v, dtype=dtypes.float64, device=device, requires_grad=True) for v in (A, B)]
     body = expression(called[0].as_param(0), called[1].as_param(1))
     Tensor.call(*called, fxn=body).sum().backward()
     expression(*direct).sum().backward()

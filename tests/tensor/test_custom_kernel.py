@@ -36,10 +36,12 @@ def row_sums(rows: int, cols: int):
     return fxn
 
 
-def test_elementwise_kernel_matches_numpy_in_both_forms():
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_elementwise_kernel_matches_numpy_in_both_forms(device):
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    static = Tensor.custom_kernel(Tensor.empty(3, 4), Tensor(x), fxn=affine(12))
-    method = Tensor.empty(3, 4).custom_kernel(Tensor(x), fxn=affine(12, 3.0, -1.0))
+    static = Tensor.custom_kernel(Tensor.empty(3, 4, device=device), Tensor(x, device=device), fxn=affine(12))
+    method = Tensor.empty(3, 4, device=device).custom_kernel(Tensor(x, device=device), fxn=affine(12, 3.0, -1.0))
+    assert static[0].device == method[0].device == device
     assert len(static) == 2 and static[0].shape == (3, 4)
     np.testing.assert_array_equal(static[0].numpy(), x * 2 + 1)
     np.testing.assert_array_equal(method[0].numpy(), x * 3 - 1)
@@ -84,7 +86,8 @@ def test_a_kernel_with_several_stores_writes_several_outputs():
     np.testing.assert_array_equal(doubled.numpy(), x * 2)
 
 
-def test_grad_fxn_gives_the_gradient_checked_by_finite_differences():
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_grad_fxn_gives_the_gradient_checked_by_finite_differences(device):
     def square(out: UOp, x: UOp) -> UOp:
         i = UOp.range(3, 0)
         value = x.index(i).load()
@@ -95,10 +98,11 @@ def test_grad_fxn_gives_the_gradient_checked_by_finite_differences():
         return (None, (Tensor(grad) * x * 2).uop)
 
     data = np.array([0.5, -1.25, 2.0])
-    x = Tensor(data, dtype=dtypes.float64, requires_grad=True)
-    (y, _) = Tensor.custom_kernel(Tensor.empty(3, dtype=dtypes.float64), x, fxn=square, grad_fxn=grad_fxn)
+    x = Tensor(data, dtype=dtypes.float64, device=device, requires_grad=True)
+    out = Tensor.empty(3, dtype=dtypes.float64, device=device)
+    (y, _) = Tensor.custom_kernel(out, x, fxn=square, grad_fxn=grad_fxn)
     weights = np.array([1.0, 2.0, -3.0])
-    (y * Tensor(weights, dtype=dtypes.float64)).sum().backward()
+    (y * Tensor(weights, dtype=dtypes.float64, device=device)).sum().backward()
     eps = 1e-6
     numeric = [((data + eps * e) ** 2 @ weights - (data - eps * e) ** 2 @ weights) / (2 * eps) for e in np.eye(3)]
     np.testing.assert_allclose(x.grad.numpy(), numeric, rtol=1e-7)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -141,3 +143,16 @@ def test_the_package_exports_the_specifications_names():
     for name in ("Tensor", "TinyJit", "function", "UOp", "Variable", "dtypes", "GlobalCounters", "Context", "Device",
                  "KernelInfo"):  # fmt: skip
         assert hasattr(tg.tensor, name), name
+
+
+def test_the_readme_example_runs_and_gives_its_values():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Custom kernels, calls and `@function`")[1]
+    code = section.split("```python")[1].split("```")[0]
+    names: dict = {}
+    exec(code, names)  # noqa: S102 - the README's own example
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_array_equal(names["out"].numpy(), x + 1)
+    assert names["y"].tolist() == [5.0, 8.0]
+    np.testing.assert_array_equal(names["hidden"].numpy(), x)
+    assert names["total"].item() == x.sum()

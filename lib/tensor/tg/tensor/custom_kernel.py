@@ -29,7 +29,7 @@ from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.flags import SPEC
 from tg.codegen.schedule.graph import ShapeError, shape_of
 from tg.codegen.uop.args import KernelInfo
-from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, type_verify
+from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, SpecError, type_verify
 from tg.tensor.autograd import Gradients, custom_gradient
 from tg.tensor.errors import ArgumentError
 
@@ -204,8 +204,16 @@ def shape_size(node: UOp) -> int:
 
 
 def verify_tensor_graph(root: UOp) -> None:
-    """SPEC: the tensor graph with TENSOR_SPEC, and each custom kernel's AST with KERNEL_SPEC."""
-    type_verify(root, spec=TENSOR_SPEC, strict=False)
-    for node in root.toposort(_outside_kernels):
-        if node.op is Ops.CALL:
-            type_verify(node.src[0], spec=KERNEL_SPEC, strict=False)
+    """SPEC: the tensor graph against TENSOR_SPEC and each custom kernel's AST against KERNEL_SPEC (the tensor spec
+    plus the kernel spec, each where it applies); SPEC=2 also rejects an op without a rule in its part."""
+    strict = SPEC >= 2
+    tensor_part = root.toposort(_outside_kernels)
+    for node in tensor_part:
+        if node.op is Ops.SINK and isinstance(node.arg, KernelInfo):
+            type_verify(node, strict=strict, spec=KERNEL_SPEC)
+        elif node is not root:
+            rule = TENSOR_SPEC.get(node.op)
+            if rule is None and strict:
+                raise SpecError(f"no spec rule for {node.op!r} in a tensor graph (SPEC=2 is strict):\n{node!r}")
+            if rule is not None and not rule(node):
+                raise SpecError(f"{node.op!r} breaks its spec in a tensor graph:\n{node!r}")

@@ -40,6 +40,29 @@ def test_call_of_a_tensor_body_equals_the_expression_and_fuses_into_one_kernel(d
     np.testing.assert_allclose(a.call(b, fxn=body).numpy(), c.numpy())  # the method form
 
 
+def test_a_call_is_a_node_until_the_scheduler_inlines_it():
+    from tg.codegen.schedule.calls import inline_value_calls
+
+    a, b = Tensor(A.astype(np.float32)), Tensor(B.astype(np.float32))
+    c = Tensor.call(a, b, fxn=a.as_param(0) - b.as_param(1))
+    assert c.uop.op is Ops.CALL and c.uop.src[1:] == (a.uop, b.uop) and c.shape == (3, 4)
+    inlined = inline_value_calls(c.uop)
+    assert not any(n.op in (Ops.CALL, Ops.PARAM) for n in inlined.toposort())
+    # the arguments stand where the placeholders stood (each through a reshape to the PARAM's flat size and back)
+    assert {n for n in inlined.toposort() if n.op is Ops.BUFFER} == {a.uop.src[0], b.uop.src[0]}
+    np.testing.assert_array_equal(Tensor(inlined).numpy(), (a - b).numpy())
+
+
+def test_nested_calls_and_an_argument_passed_twice():
+    x = Tensor([1.0, 2.0, 3.0], dtype=dtypes.float64, requires_grad=True)
+    p0, p1 = x.as_param(0), x.as_param(1)
+    inner = Tensor.call(p0, p1, fxn=p0 * p1)  # a call inside a call's body
+    outer = Tensor.call(x, x, fxn=inner + p0)
+    assert outer.tolist() == [2.0, 6.0, 12.0]
+    outer.sum().backward()
+    assert x.grad.tolist() == [3.0, 5.0, 7.0]  # d(x*x + x)/dx = 2x + 1, counted once for the twice-passed x
+
+
 def test_call_of_a_uop_body_over_params():
     a, b = Tensor(A.astype(np.float32).reshape(12)), Tensor(B.astype(np.float32).reshape(12))
     plus = UOp.param(0, dtypes.float, 12) + UOp.param(1, dtypes.float, 12)

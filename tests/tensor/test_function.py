@@ -34,8 +34,10 @@ def test_the_output_reads_placeholders_substituted_by_the_arguments():
 
     x = Tensor([1.0, 2.0])
     out = f(x)
-    assert seen == [x] or seen[0] is x  # the function ran once, lazily, on the argument
-    assert not any(n.op is Ops.PARAM for n in out.uop.toposort())  # inlined: no placeholder left
+    assert len(seen) == 1 and seen[0] is x  # the function ran once, lazily, on the argument
+    assert out.uop.op is Ops.CALL and out.uop.src[1] is x.uop  # a call of the body on x
+    assert any(n.op is Ops.PARAM for n in out.uop.src[0].toposort())  # the body reads a placeholder, not x
+    assert out.tolist() == [2.0, 3.0]
 
 
 def test_tuple_returns_and_kwargs_and_nested_arguments():

@@ -147,6 +147,16 @@ def _inverse_permutation(order: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(range(len(order)), key=lambda i: order[i]))
 
 
+def _call_gradients(grad: UOp, node: UOp) -> Gradients:
+    """A value CALL (Tensor.call): autograd of its body with the arguments in place of the placeholders."""
+    from tg.codegen.schedule.calls import inline_value_calls
+
+    arguments = node.src[1:]
+    grads = compute_gradient(inline_value_calls(node), grad, set(arguments))
+    first = {argument: k for k, argument in reversed(list(enumerate(arguments)))}  # (an argument passed twice: once)
+    return (None, *(grads.get(a) if first[a] == k else None for k, a in enumerate(arguments)))
+
+
 def _no_gradient(grad: UOp, node: UOp) -> Gradients:
     return (None,) * len(node.src)
 
@@ -186,6 +196,7 @@ GRADIENT_RULES: dict[Ops, Callable[[UOp, UOp], Gradients]] = {
     Ops.ASSIGN: lambda g, n: (None, g),  # the result reads back the value written (clone is an assign)
     Ops.COPY: lambda g, n: (UOp(Ops.COPY, g.dtype, (g, device_node(device_of(n.src[0])))), None),
     Ops.GATHER: lambda g, n: (_gather_source_gradient(g, n), *(None for _ in n.src[1:])),
+    Ops.CALL: _call_gradients,
 }
 # primitives whose result is piecewise constant, not a float, or cut off from autograd on purpose
 for _op in (

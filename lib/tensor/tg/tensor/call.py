@@ -5,10 +5,11 @@
     c = Tensor.call(a, b, fxn=body, grad_fxn=bwd)     # gradients from bwd(gradient, call) instead of the body
 
 A placeholder is `UOp.param(slot, dtype, size)`: flat storage of `size` elements; `t.as_param(slot)` is one with t's
-dtype and element count, reshaped to t's shape. A call is inlined: each PARAM k becomes argument k (reshaped to
-the flat size the PARAM has), so the scheduler fuses the body with what surrounds it like any other graph, and
-gradients flow through the body by the ordinary rules. With `grad_fxn` the call's result is differentiated by
-`grad_fxn(gradient, call)` instead, where `call` is `CALL(body, *arguments)` (the protocol of custom kernels).
+dtype and element count, reshaped to t's shape. The call is a node `CALL(body, *arguments)` of the body's dtype and
+shape. It is inlined at schedule time (tg.codegen.schedule.calls, the scheduler's first stage): each PARAM k
+becomes argument k (reshaped to the flat size the PARAM has), so the body fuses with what surrounds it like the
+expression written out. Gradients flow through the body: autograd's rule for CALL differentiates the inlined body.
+With `grad_fxn` the call is differentiated by `grad_fxn(gradient, call)` instead (the protocol of custom kernels).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tg.codegen import Ops, UOp, dtypes
+from tg.codegen import Ops, UOp
 from tg.codegen.dtype import PtrDType
 from tg.codegen.schedule.graph import ShapeError, shape_of
 from tg.tensor.autograd import custom_gradient
@@ -51,37 +52,36 @@ def params_of(body: UOp) -> dict[int, UOp]:
     return found
 
 
-def inline(body: UOp, arguments: Sequence[UOp]) -> UOp:
-    """`body` with PARAM k replaced by `arguments[k]` (checked: arity, dtype, element count)."""
+def check_arguments(body: UOp, arguments: Sequence[UOp]) -> None:
+    """Arity, dtype and element count of each argument against the body's placeholders (clear errors)."""
     params = params_of(body)
     if sorted(params) != list(range(len(arguments))):
         got = len(arguments)
         raise CustomKernelError(f"the body's placeholders are slots {sorted(params)}, but it got {got} tensors")
-    mapping: dict[UOp, UOp] = {}
     for slot, param in params.items():
         argument, pointer = arguments[slot], param.ptrdtype
-        count = shape_size(argument)
         if pointer.base is not argument.dtype:
             raise CustomKernelError(f"placeholder {slot} is {pointer.base!r}, the tensor is {argument.dtype!r}")
-        if pointer.size != count:
+        if pointer.size != shape_size(argument):
             raise ShapeError(f"placeholder {slot} holds {pointer.size} elements, the tensor {shape_of(argument)}")
-        flat = argument if shape_of(argument) == (count,) else UOp(Ops.RESHAPE, argument.dtype, (argument,), (count,))
-        mapping[param] = flat
-    return _substitute_values(body, mapping)
 
 
-def _substitute_values(body: UOp, mapping: dict[UOp, UOp]) -> UOp:
-    """body.substitute(mapping), where a node built on pointers (`param0 + param1` of UOp arithmetic) takes the
-    value dtype once its PARAMs are values."""
+def value_body(body: UOp) -> UOp:
+    """`body` as a tensor graph: each PARAM under a RESHAPE of its value dtype (`as_param` builds that already; UOp
+    arithmetic on bare PARAMs gets it here), pointer-typed nodes given their value dtype."""
+    params = [n for n in body.toposort() if n.op is Ops.PARAM]
+    bare = {n: UOp(Ops.RESHAPE, n.ptrdtype.base, (n,), (n.ptrdtype.size,)) for n in params}
     new: dict[UOp, UOp] = {}
-    for node in body.toposort(lambda u: u not in mapping):
-        if node in mapping:
-            new[node] = mapping[node]
+    for node in body.toposort():
+        if node.op is Ops.PARAM:
+            new[node] = node
             continue
-        src = tuple(new[s] for s in node.src)
+        pointer_arithmetic = isinstance(node.dtype, PtrDType)  # (`param0 + param1`: its PARAMs are read as values)
+        src = tuple(bare[s] if s in bare and pointer_arithmetic else new[s] for s in node.src)
         dtype = node.dtype.base if isinstance(node.dtype, PtrDType) else node.dtype
         new[node] = node if dtype is node.dtype and src == node.src else node.replace(src=src, dtype=dtype)
-    return new[body]
+    result = new[body]
+    return bare[result] if result.op is Ops.PARAM else result
 
 
 def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None) -> Tensor:
@@ -94,10 +94,12 @@ def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None) -> Tensor:
     if not isinstance(body, UOp):
         raise CustomKernelError(f"fxn must be a Tensor or UOp over placeholders, got {type(fxn).__name__}")
     arguments = tuple(t.uop for t in tensors)
-    result = Tensor(inline(body, arguments), device=tensors[0].device)
+    check_arguments(body, arguments)
+    body = value_body(body)
+    node = UOp(Ops.CALL, body.dtype, (body, *arguments))
+    result = Tensor(node, device=tensors[0].device)
     if grad_fxn is not None:
-        call_node = UOp(Ops.CALL, dtypes.void, (UOp.sink(body), *arguments))
-        custom_gradient(result.uop, arguments, _gradient_rule(call_node, grad_fxn))
+        custom_gradient(node, arguments, _gradient_rule(node, grad_fxn))
     return result
 
 

@@ -81,8 +81,8 @@ def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn |
 def outputs_of(call: UOp) -> list[UOp]:
     """The output nodes of a custom kernel's CALL (input k after the kernel): what a grad_fxn reads the forward's
     results from."""
-    if call.op is not Ops.CALL:
-        raise CustomKernelError(f"outputs_of takes a CALL, got {call.op!r}")
+    if not is_kernel_call(call):
+        raise CustomKernelError(f"outputs_of takes a custom kernel's CALL, got {call.op!r}")
     return [UOp(Ops.AFTER, source.dtype, (source, call)) for source in call.src[1:]]
 
 
@@ -151,7 +151,12 @@ _live_calls: weakref.WeakSet[UOp] = weakref.WeakSet()
 def has_calls(roots: Sequence[UOp]) -> bool:
     if not _live_calls:
         return False
-    return any(node.op is Ops.CALL for node in UOp.sink(*roots).toposort(_outside_kernels))
+    return any(is_kernel_call(node) for node in UOp.sink(*roots).toposort(_outside_kernels))
+
+
+def is_kernel_call(node: UOp) -> bool:
+    """A custom kernel's CALL (void, its body a kernel AST), not a value call (Tensor.call, inlined when scheduled)."""
+    return node.op is Ops.CALL and node.dtype is dtypes.void
 
 
 def _outside_kernels(node: UOp) -> bool:
@@ -171,7 +176,7 @@ def run_calls(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
         verify_tensor_graph(order[-1])
     done: dict[UOp, UOp] = {}
     for node in order:
-        if node.op is not Ops.CALL:
+        if not is_kernel_call(node):
             continue
         buffers = []
         for source in node.src[1:]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tg.codegen import Ops
-from tg.tensor import Tensor, UOp, dtypes, function
+from tg.tensor import Tensor, TinyJit, UOp, dtypes, function
 from tg.tensor.custom_kernel import CustomKernelError
 from tg.tensor.function import Function, ImplicitBufferError
 
@@ -130,6 +130,19 @@ def test_grad_fxn_gives_the_gradient():
     x = Tensor([1.0, 2.0], requires_grad=True)
     identity_ish(x).sum().backward()
     assert x.grad.tolist() == [2.0, 2.0]
+
+
+def test_tinyjit_captures_and_replays_a_function():
+    @function
+    def f(x: Tensor, y: Tensor) -> Tensor:
+        return (x * 2 + y).relu()
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        return f(x, y).sum().realize()
+
+    for n in range(4):
+        assert step(Tensor([float(n), -1.0]), Tensor([1.0, 1.0])).item() == 2 * n + 1
 
 
 def test_misuse_is_a_clear_error():

@@ -150,6 +150,16 @@ def test_a_bad_kernel_is_a_clear_error(fxn, message):
         Tensor.custom_kernel(Tensor.empty(4), Tensor([1.0, 2.0, 3.0, 4.0]), fxn=fxn)
 
 
+def test_a_param_made_by_hand_in_the_right_slot_and_type_is_the_placeholder():
+    def fxn(out: UOp, x: UOp) -> UOp:
+        mine = UOp.param(1, dtypes.float, 4)  # not the placeholder object (no name), the same slot and pointer type
+        i = UOp.range(4, 0)
+        return out.index(i).store(mine.index(i).load() * 3).sink(arg=KernelInfo(name="by_hand"))
+
+    (out, _) = Tensor.custom_kernel(Tensor.empty(4), Tensor([1.0, 2.0, 3.0, 4.0]), fxn=fxn)
+    assert out.tolist() == [3.0, 6.0, 9.0, 12.0]
+
+
 def test_misuse_of_the_arguments_is_a_clear_error():
     with pytest.raises(CustomKernelError, match="at least one tensor"):
         Tensor.custom_kernel(fxn=affine(4))

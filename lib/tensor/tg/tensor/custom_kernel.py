@@ -99,11 +99,12 @@ def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
         ast = ast.replace(arg=KernelInfo(name="custom"))
     by_slot = {p.arg.slot: p for p in params}
     for node in ast.toposort():
-        if node.op is Ops.PARAM and by_slot.get(node.arg.slot) is not node:
+        if node.op is Ops.PARAM and by_slot.get(node.arg.slot) is not node:  # (one made by hand: slot and type count)
             slot = node.arg.slot
             if slot not in by_slot:
                 raise CustomKernelError(f"the kernel reads parameter slot {slot}, but got {len(params)} tensors")
-            raise CustomKernelError(f"parameter slot {slot} is {node.dtype!r}, the tensor is {by_slot[slot].dtype!r}")
+            if node.dtype is not by_slot[slot].dtype:
+                raise CustomKernelError(f"parameter slot {slot} is {node.dtype!r}, the tensor is {by_slot[slot].dtype!r}")
         if node.op is Ops.BUFFER:
             raise CustomKernelError("a kernel AST cannot read a tensor's BUFFER: pass the tensor to custom_kernel")
     if not any(node.op is Ops.STORE for node in ast.toposort()):

@@ -103,8 +103,9 @@ def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
             slot = node.arg.slot
             if slot not in by_slot:
                 raise CustomKernelError(f"the kernel reads parameter slot {slot}, but got {len(params)} tensors")
-            if node.dtype is not by_slot[slot].dtype:
-                raise CustomKernelError(f"parameter slot {slot} is {node.dtype!r}, the tensor is {by_slot[slot].dtype!r}")
+            expected = by_slot[slot].dtype
+            if node.dtype is not expected:
+                raise CustomKernelError(f"parameter slot {slot} is {node.dtype!r}, the tensor is {expected!r}")
         if node.op is Ops.BUFFER:
             raise CustomKernelError("a kernel AST cannot read a tensor's BUFFER: pass the tensor to custom_kernel")
     if not any(node.op is Ops.STORE for node in ast.toposort()):

@@ -109,6 +109,16 @@ def test_grad_fxn_replaces_autograd_of_the_body():
     assert x.grad.tolist() == [1.0, 2.0, 3.0]
 
 
+def test_an_equal_call_without_grad_fxn_differentiates_the_body_again():
+    x = Tensor([0.2, 1.7, -2.6], requires_grad=True)
+    body = x.as_param(0) * 3
+    Tensor.call(x, fxn=body, grad_fxn=lambda grad, call: (grad,)).sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0, 1.0]
+    x.grad = None
+    Tensor.call(x, fxn=body).sum().backward()  # the same CALL node (hash-consed), now without a grad_fxn
+    assert x.grad.tolist() == [3.0, 3.0, 3.0]
+
+
 def test_wrong_arity_is_a_clear_error():
     a, b = Tensor(A.astype(np.float32)), Tensor(B.astype(np.float32))
     body = a.as_param(0) + b.as_param(1)

@@ -240,6 +240,11 @@ def custom_gradient(node: UOp, sources: tuple[UOp, ...], rule: Callable[[UOp, tu
     _custom_gradients[node] = CustomGradient(sources, rule)
 
 
+def forget_custom_gradient(node: UOp) -> None:
+    """Differentiate `node` through its primitives again."""
+    _custom_gradients.pop(node, None)
+
+
 def _source_gradients(node: UOp, grad: UOp, on_path: set[UOp]) -> Iterable[tuple[UOp, UOp | None]]:
     """(source, its gradient) pairs of one node: its own rule if it has one, else its primitive's rule."""
     custom = _custom_gradients.get(node)

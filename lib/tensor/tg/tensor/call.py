@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tg.codegen import Ops, UOp
 from tg.codegen.dtype import PtrDType
 from tg.codegen.schedule.graph import ShapeError, shape_of
-from tg.tensor.autograd import custom_gradient
+from tg.tensor.autograd import custom_gradient, forget_custom_gradient
 from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.custom_kernel import CustomKernelError, GradFxn, _gradient_rule, custom_kernel, shape_size
 
@@ -100,6 +100,8 @@ def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None) -> Tensor:
     result = Tensor(node, device=tensors[0].device)
     if grad_fxn is not None:
         custom_gradient(node, arguments, _gradient_rule(node, grad_fxn))
+    else:  # (an equal call made before with a grad_fxn is this node, hash-consed: this one differentiates the body)
+        forget_custom_gradient(node)
     return result
 
 

@@ -132,6 +132,25 @@ def test_grad_fxn_gives_the_gradient():
     assert x.grad.tolist() == [2.0, 2.0]
 
 
+def test_a_function_calling_a_function():
+    @function
+    def inner(v: Tensor) -> Tensor:
+        return v.exp()
+
+    @function
+    def outer(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        return inner(y) * 2, inner(x.reshape(2, 3)).sum(axis=0)  # the first output reads only y
+
+    x = Tensor(np.arange(6.0).reshape(3, 2), dtype=dtypes.float64, requires_grad=True)
+    y = Tensor([0.5, -1.0], dtype=dtypes.float64, requires_grad=True)
+    first, second = outer(x, y)
+    np.testing.assert_allclose(first.numpy(), 2 * np.exp([0.5, -1.0]), rtol=1e-12)
+    np.testing.assert_allclose(second.numpy(), np.exp(np.arange(6.0).reshape(2, 3)).sum(0), rtol=1e-12)
+    (first.sum() + second.sum()).backward()
+    np.testing.assert_allclose(y.grad.numpy(), 2 * np.exp([0.5, -1.0]), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), np.exp(np.arange(6.0).reshape(3, 2)), rtol=1e-12)
+
+
 def test_tinyjit_captures_and_replays_a_function():
     @function
     def f(x: Tensor, y: Tensor) -> Tensor:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp
 from tg.codegen.dtype import PtrDType
+from tg.codegen.schedule.calls import outer_nodes
 from tg.codegen.schedule.graph import ShapeError, shape_of
 from tg.tensor.autograd import custom_gradient, forget_custom_gradient
 from tg.tensor.base import TensorBase, as_tensor
@@ -45,7 +46,7 @@ def as_param(t: Tensor, slot: int) -> Tensor:
 def params_of(body: UOp) -> dict[int, UOp]:
     """The PARAM placeholders of a call body, by slot (two different ones in one slot are an error)."""
     found: dict[int, UOp] = {}
-    for node in body.toposort():
+    for node in outer_nodes(body):  # (a call inside the body has placeholders of its own)
         if node.op is Ops.PARAM:
             if found.setdefault(node.arg.slot, node) is not node:
                 raise CustomKernelError(f"the body has two different placeholders in slot {node.arg.slot}")

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, overload
 
 from tg.codegen import Ops, UOp
+from tg.codegen.schedule.calls import outer_nodes
 from tg.tensor import autograd
 from tg.tensor.autograd import Gradients, compute_gradient, custom_gradient
 from tg.tensor.call import call
@@ -117,7 +118,7 @@ class Function:
         arguments, body = inputs, output.uop
         for _ in range(2):  # (again when an input is read only inside another input's graph: it gets no slot)
             body = output.uop.substitute({t.uop: t.as_param(k).uop for k, t in enumerate(arguments)})
-            used = {node.arg.slot for node in body.toposort() if node.op is Ops.PARAM}
+            used = {node.arg.slot for node in outer_nodes(body) if node.op is Ops.PARAM}
             if len(used) == len(arguments):
                 break
             arguments = [t for k, t in enumerate(arguments) if k in used]

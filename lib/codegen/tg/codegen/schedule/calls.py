@@ -23,6 +23,20 @@ def outside_kernels(node: UOp) -> bool:
     return not (node.op is Ops.SINK and isinstance(node.arg, KernelInfo))
 
 
+def outer_nodes(root: UOp) -> list[UOp]:
+    """The nodes of `root`'s graph outside the bodies of the calls in it (a call's body has placeholders of its
+    own: PARAM k there is that call's argument k), in no particular order."""
+    seen: set[UOp] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend(node.src[1:] if node.op is Ops.CALL else node.src)
+    return list(seen)
+
+
 def flat(argument: UOp) -> UOp:
     """`argument` as the flat storage a PARAM stands for (row-major order)."""
     shape = shape_of(argument)

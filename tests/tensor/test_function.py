@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tg.codegen import Ops
-from tg.tensor import Tensor, TinyJit, UOp, dtypes, function
+from tg.tensor import KernelInfo, Tensor, TinyJit, UOp, dtypes, function
 from tg.tensor.custom_kernel import CustomKernelError
 from tg.tensor.function import Function, ImplicitBufferError
 
@@ -149,6 +149,18 @@ def test_a_function_calling_a_function():
     (first.sum() + second.sum()).backward()
     np.testing.assert_allclose(y.grad.numpy(), 2 * np.exp([0.5, -1.0]), rtol=1e-12)
     np.testing.assert_allclose(x.grad.numpy(), np.exp(np.arange(6.0).reshape(3, 2)), rtol=1e-12)
+
+
+def test_a_custom_kernel_inside_a_function():
+    def twice(out: UOp, x: UOp) -> UOp:
+        i = UOp.range(3, 0)
+        return out.index(i).store(x.index(i).load() * 2).sink(arg=KernelInfo(name="twice"))
+
+    @function
+    def f(x: Tensor) -> Tensor:  # Tensor.empty has no memory yet: an output, not an implicit buffer
+        return Tensor.empty(3).custom_kernel(x + 1, fxn=twice)[0] - 1
+
+    assert f(Tensor([1.0, 2.0, 3.0])).tolist() == [3.0, 5.0, 7.0]
 
 
 def test_tinyjit_captures_and_replays_a_function():

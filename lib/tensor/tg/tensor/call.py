@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp
 from tg.codegen.dtype import PtrDType
-from tg.codegen.schedule.calls import outer_nodes
+from tg.codegen.schedule.calls import outer_nodes, outside_kernels
 from tg.codegen.schedule.graph import ShapeError, shape_of
 from tg.tensor.autograd import custom_gradient, forget_custom_gradient
 from tg.tensor.base import TensorBase, as_tensor
@@ -70,15 +70,15 @@ def check_arguments(body: UOp, arguments: Sequence[UOp]) -> None:
 def value_body(body: UOp) -> UOp:
     """`body` as a tensor graph: each PARAM under a RESHAPE of its value dtype (`as_param` builds that already; UOp
     arithmetic on bare PARAMs gets it here), pointer-typed nodes given their value dtype."""
-    params = [n for n in body.toposort() if n.op is Ops.PARAM]
+    params = [n for n in outer_nodes(body) if n.op is Ops.PARAM]
     bare = {n: UOp(Ops.RESHAPE, n.ptrdtype.base, (n,), (n.ptrdtype.size,)) for n in params}
     new: dict[UOp, UOp] = {}
-    for node in body.toposort():
+    for node in body.toposort(outside_kernels):  # (a custom kernel's AST in the body stays as it is)
         if node.op is Ops.PARAM:
             new[node] = node
             continue
         pointer_arithmetic = isinstance(node.dtype, PtrDType)  # (`param0 + param1`: its PARAMs are read as values)
-        src = tuple(bare[s] if s in bare and pointer_arithmetic else new[s] for s in node.src)
+        src = tuple(bare[s] if s in bare and pointer_arithmetic else new.get(s, s) for s in node.src)
         dtype = node.dtype.base if isinstance(node.dtype, PtrDType) else node.dtype
         new[node] = node if dtype is node.dtype and src == node.src else node.replace(src=src, dtype=dtype)
     result = new[body]

@@ -69,7 +69,7 @@ def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn |
     params = placeholders(tensors)
     ast = kernel_ast(fxn(*params), params)
     call = UOp(Ops.CALL, dtypes.void, (ast, *(t.uop for t in tensors)))
-    _live_calls.add(call)
+    _live_kernels.add(ast)
     outputs = []
     for t in tensors:
         output = Tensor(UOp(Ops.AFTER, t.dtype, (t.uop, call)), device=t.device)
@@ -146,12 +146,14 @@ def normalized_gradients(grads: Any, sources: Sequence[UOp]) -> Gradients:
 # -------------------------------------------------------------------------------- running calls at realize
 
 
-# every CALL node alive: while there are none (most programs), a realize does not walk its graph looking for them
-_live_calls: weakref.WeakSet[UOp] = weakref.WeakSet()
+# every custom kernel's AST alive: while there are none (most programs), a realize does not walk its graph looking for
+# calls. (The ASTs, not the CALL nodes: a graph rewrite such as @function's rebuilds a CALL over new inputs, but
+# keeps its AST, which has no tensor nodes in it.)
+_live_kernels: weakref.WeakSet[UOp] = weakref.WeakSet()
 
 
 def has_calls(roots: Sequence[UOp]) -> bool:
-    if not _live_calls:
+    if not _live_kernels:
         return False
     return any(is_kernel_call(node) for node in UOp.sink(*roots).toposort(_outside_kernels))
 
@@ -167,12 +169,14 @@ def _outside_kernels(node: UOp) -> bool:
 
 def run_calls(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
     """Run every custom kernel `roots` depend on (inputs first); the roots with each output read from its buffer."""
+    from tg.codegen.schedule.calls import inline_calls
     from tg.codegen.schedule.realize import buffer_holding
     from tg.codegen.schedule.schedule import KernelCall
     from tg.hcq.engine.buffers import buffer_of
     from tg.hcq.engine.run import run_kernel
     from tg.tensor.engine import realize
 
+    roots = inline_calls(roots)  # (a custom kernel in a value call's body runs on that call's arguments)
     order = UOp.sink(*roots).toposort(_outside_kernels)
     if SPEC:
         verify_tensor_graph(order[-1])

@@ -12,7 +12,7 @@ dicts, and in the attributes of objects passed in (so `self.weight` of a decorat
 (`Tensor.as_param`); (4) applies each returned body to the inputs as a call (tg.tensor.call), which inlines it.
 
 A returned value that reads a realized buffer which is none of the inputs (a tensor captured from the enclosing
-scope, or made from Python data inside the function) is an implicit buffer: an `ImplicitBufferError` unless
+scope, or made from Python data inside the function; not `Tensor.empty`, which has no memory yet) is an implicit buffer: an `ImplicitBufferError` unless
 `allow_implicit=True` (then that buffer stays in the body as a constant input of the call).
 
 Options:
@@ -134,8 +134,10 @@ class Function:
     def _check_implicit(self, body: UOp) -> None:
         if self.allow_implicit:
             return
+        from tg.hcq.engine.buffers import has_memory
+
         for node in body.toposort():
-            if node.op is Ops.BUFFER:
+            if node.op is Ops.BUFFER and has_memory(node):  # (an unrealized one, `Tensor.empty`, is an output)
                 raise ImplicitBufferError(
                     f"@function {self.__name__} reads a buffer that is not one of its arguments ({node.arg.size} "
                     f"elements of {node.dtype!r}: a tensor captured from the enclosing scope or made from data inside "

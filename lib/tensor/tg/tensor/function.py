@@ -12,8 +12,9 @@ dicts, and in the attributes of objects passed in (so `self.weight` of a decorat
 (`Tensor.as_param`); (4) applies each returned body to the inputs as a call (tg.tensor.call), which inlines it.
 
 A returned value that reads a realized buffer which is none of the inputs (a tensor captured from the enclosing
-scope, or made from Python data inside the function; not `Tensor.empty`, which has no memory yet) is an implicit buffer: an `ImplicitBufferError` unless
-`allow_implicit=True` (then that buffer stays in the body as a constant input of the call).
+scope, or made from Python data inside the function; not `Tensor.empty`, which has no memory yet) is an implicit
+buffer: an `ImplicitBufferError` unless `allow_implicit=True` (then that buffer stays in the body as a constant input
+of the call).
 
 Options:
 * `precompile=True`: the outputs are materialized in buffers of their own (`.contiguous()`), so the body runs as

@@ -163,6 +163,25 @@ def test_a_custom_kernel_inside_a_function():
     assert f(Tensor([1.0, 2.0, 3.0])).tolist() == [3.0, 5.0, 7.0]
 
 
+def test_gradient_of_a_custom_kernel_inside_a_function_uses_its_grad_fxn():
+    def square(out: UOp, x: UOp) -> UOp:
+        i = UOp.range(3, 0)
+        return out.index(i).store(x.index(i).load() * x.index(i).load()).sink(arg=KernelInfo(name="square"))
+
+    def grad_fxn(grad: UOp, call: UOp):
+        return (None, (Tensor(grad) * Tensor(call.src[2]) * 2).uop)
+
+    @function
+    def f(x: Tensor) -> Tensor:  # the call's graph is rebuilt over placeholders: the kernel keeps its grad_fxn
+        return Tensor.empty(3, dtype=dtypes.float64).custom_kernel(x * 3, fxn=square, grad_fxn=grad_fxn)[0]
+
+    x = Tensor([1.0, -2.0, 0.5], dtype=dtypes.float64, requires_grad=True)
+    out = f(x)
+    assert out.tolist() == [9.0, 36.0, 2.25]
+    out.sum().backward()
+    assert x.grad.tolist() == [18.0, -36.0, 9.0]  # d(9 x^2)/dx
+
+
 def test_tinyjit_captures_and_replays_a_function():
     @function
     def f(x: Tensor, y: Tensor) -> Tensor:

@@ -21,9 +21,8 @@ from tg.codegen import Ops, UOp
 from tg.codegen.dtype import PtrDType
 from tg.codegen.schedule.calls import outer_nodes, outside_kernels
 from tg.codegen.schedule.graph import ShapeError, shape_of
-from tg.tensor.autograd import custom_gradient, forget_custom_gradient
 from tg.tensor.base import TensorBase, as_tensor
-from tg.tensor.custom_kernel import CustomKernelError, GradFxn, _gradient_rule, custom_kernel, shape_size
+from tg.tensor.custom_kernel import CustomKernelError, GradFxn, custom_kernel, shape_size
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -97,13 +96,7 @@ def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None) -> Tensor:
     arguments = tuple(t.uop for t in tensors)
     check_arguments(body, arguments)
     body = value_body(body)
-    node = UOp(Ops.CALL, body.dtype, (body, *arguments))
-    result = Tensor(node, device=tensors[0].device)
-    if grad_fxn is not None:
-        custom_gradient(node, arguments, _gradient_rule(node, grad_fxn))
-    else:  # (an equal call made before with a grad_fxn is this node, hash-consed: this one differentiates the body)
-        forget_custom_gradient(node)
-    return result
+    return Tensor(UOp(Ops.CALL, body.dtype, (body, *arguments), grad_fxn), device=tensors[0].device)
 
 
 class CallOps(TensorBase):

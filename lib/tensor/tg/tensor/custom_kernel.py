@@ -27,20 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.flags import SPEC
-from tg.codegen.schedule.graph import ShapeError, shape_of
+from tg.codegen.schedule.graph import shape_of
 from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, SpecError, type_verify
-from tg.tensor.autograd import Gradients, custom_gradient
-from tg.tensor.errors import ArgumentError
+from tg.tensor.errors import CustomKernelError
+
+__all__ = ["CustomKernelError", "custom_kernel", "outputs_of"]
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
 
 GradFxn = Callable[[UOp, UOp], Sequence[Any]]
-
-
-class CustomKernelError(ArgumentError):
-    """A custom kernel or call that cannot be built: wrong arity, a bad AST, a shape or dtype mismatch."""
 
 
 def placeholders(tensors: Sequence[Tensor]) -> list[UOp]:
@@ -68,14 +65,9 @@ def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn |
         raise CustomKernelError(f"custom_kernel's tensors must be on one device, got {sorted(devices)}")
     params = placeholders(tensors)
     ast = kernel_ast(fxn(*params), params)
-    call = UOp(Ops.CALL, dtypes.void, (ast, *(t.uop for t in tensors)))
+    call = UOp(Ops.CALL, dtypes.void, (ast, *(t.uop for t in tensors)), grad_fxn)  # (autograd reads it there)
     _live_kernels.add(ast)
-    outputs = []
-    for t in tensors:
-        output = Tensor(UOp(Ops.AFTER, t.dtype, (t.uop, call)), device=t.device)
-        custom_gradient(output.uop, call.src[1:], _gradient_rule(call, grad_fxn))
-        outputs.append(output)
-    return outputs
+    return [Tensor(UOp(Ops.AFTER, t.dtype, (t.uop, call)), device=t.device) for t in tensors]
 
 
 def outputs_of(call: UOp) -> list[UOp]:
@@ -112,35 +104,6 @@ def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
         raise CustomKernelError("the kernel stores nothing: its SINK must hold STOREs into the placeholders")
     type_verify(ast, strict=False, spec=KERNEL_SPEC)
     return ast
-
-
-def _gradient_rule(call: UOp, grad_fxn: GradFxn | None) -> Callable[[UOp, tuple[bool, ...]], Gradients]:
-    def rule(grad: UOp, wanted: tuple[bool, ...]) -> Gradients:
-        if grad_fxn is None:
-            raise CustomKernelError("no gradient through a custom kernel without grad_fxn: pass grad_fxn=")
-        return normalized_gradients(grad_fxn(grad, call), call.src[1:])
-
-    return rule
-
-
-def normalized_gradients(grads: Any, sources: Sequence[UOp]) -> Gradients:
-    """grad_fxn's answer as one UOp or None per source, checked against the sources' shapes."""
-    from tg.tensor.tensor import Tensor
-
-    if isinstance(grads, (UOp, Tensor)):
-        grads = (grads,)
-    grads = tuple(grads)
-    if len(grads) != len(sources):
-        raise CustomKernelError(f"grad_fxn returned {len(grads)} gradients for {len(sources)} inputs")
-    result: list[UOp | None] = []
-    for k, (grad, source) in enumerate(zip(grads, sources, strict=True)):
-        node = grad.uop if isinstance(grad, Tensor) else grad
-        if node is not None and shape_of(node) != shape_of(source):
-            raise ShapeError(f"grad_fxn's gradient {k} has shape {shape_of(node)}, its input {shape_of(source)}")
-        if node is not None and node.dtype is not source.dtype:
-            node = UOp(Ops.CAST, source.dtype, (node,))
-        result.append(node)
-    return tuple(result)
 
 
 # -------------------------------------------------------------------------------- running calls at realize

@@ -152,7 +152,7 @@ ARG_TYPES: dict[Ops, type | tuple[type, ...]] = {
     Ops.COPY: NoArg, Ops.CONTIGUOUS: NoArg, Ops.DETACH: NoArg, Ops.ASSIGN: NoArg,
     Ops.REDUCE_AXIS: ReduceArg,
     Ops.GATHER: tuple,  # the source axes the index tensors replace, one per index
-    Ops.CALL: NoArg,
+    Ops.CALL: object,  # the call's grad_fxn(gradient, call), or None
 }  # fmt: skip
 
 

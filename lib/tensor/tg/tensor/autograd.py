@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from tg.codegen import Ops, UOp, dtypes
-from tg.codegen.schedule.graph import ReduceArg, Shape, device_node, device_of, shape_of
+from tg.codegen.schedule.graph import ReduceArg, Shape, ShapeError, device_node, device_of, shape_of
 from tg.codegen.uop.ops import GroupOp
 from tg.hcq.engine.capture import is_capturing
 from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.creation import const_of_shape
+from tg.tensor.errors import CustomKernelError
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
@@ -147,6 +148,19 @@ def _inverse_permutation(order: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(range(len(order)), key=lambda i: order[i]))
 
 
+def _call_gradients(grad: UOp, node: UOp) -> Gradients:
+    """A value CALL (Tensor.call): its grad_fxn's answer, else autograd of its body with the arguments in place of
+    the placeholders."""
+    from tg.codegen.schedule.calls import inline_value_calls
+
+    if node.arg is not None:
+        return (None, *grad_fxn_gradients(grad, node))
+    arguments = node.src[1:]
+    grads = compute_gradient(inline_value_calls(node), grad, set(arguments))
+    first = {argument: k for k, argument in reversed(list(enumerate(arguments)))}  # (an argument passed twice: once)
+    return (None, *(grads.get(a) if first[a] == k else None for k, a in enumerate(arguments)))
+
+
 def _no_gradient(grad: UOp, node: UOp) -> Gradients:
     return (None,) * len(node.src)
 
@@ -186,6 +200,7 @@ GRADIENT_RULES: dict[Ops, Callable[[UOp, UOp], Gradients]] = {
     Ops.ASSIGN: lambda g, n: (None, g),  # the result reads back the value written (clone is an assign)
     Ops.COPY: lambda g, n: (UOp(Ops.COPY, g.dtype, (g, device_node(device_of(n.src[0])))), None),
     Ops.GATHER: lambda g, n: (_gather_source_gradient(g, n), *(None for _ in n.src[1:])),
+    Ops.CALL: _call_gradients,
 }
 # primitives whose result is piecewise constant, not a float, or cut off from autograd on purpose
 for _op in (
@@ -229,12 +244,38 @@ def custom_gradient(node: UOp, sources: tuple[UOp, ...], rule: Callable[[UOp, tu
     _custom_gradients[node] = CustomGradient(sources, rule)
 
 
+def grad_fxn_gradients(grad: UOp, call: UOp) -> Gradients:
+    """`call.arg(grad, call)`, the call's grad_fxn, as one UOp (or None) per argument `call.src[1:]`, checked."""
+    from tg.tensor.tensor import Tensor
+
+    sources = call.src[1:]
+    if call.arg is None:
+        raise CustomKernelError("no gradient through a custom kernel without grad_fxn: pass grad_fxn=")
+    grads = call.arg(grad, call)
+    grads = (grads,) if isinstance(grads, (UOp, Tensor)) else tuple(grads)
+    if len(grads) != len(sources):
+        raise CustomKernelError(f"grad_fxn returned {len(grads)} gradients for {len(sources)} inputs")
+    result: list[UOp | None] = []
+    for k, (answer, source) in enumerate(zip(grads, sources, strict=True)):
+        node = answer.uop if isinstance(answer, Tensor) else answer
+        if node is not None and shape_of(node) != shape_of(source):
+            raise ShapeError(f"grad_fxn's gradient {k} has shape {shape_of(node)}, its input {shape_of(source)}")
+        if node is not None and node.dtype is not source.dtype:
+            node = UOp(Ops.CAST, source.dtype, (node,))
+        result.append(node)
+    return tuple(result)
+
+
 def _source_gradients(node: UOp, grad: UOp, on_path: set[UOp]) -> Iterable[tuple[UOp, UOp | None]]:
-    """(source, its gradient) pairs of one node: its own rule if it has one, else its primitive's rule."""
+    """(source, its gradient) pairs of one node: its own rule if it has one, else its primitive's rule. An output of
+    a custom kernel, `AFTER(input, CALL)`, passes the gradient to every input of the kernel by its grad_fxn."""
     custom = _custom_gradients.get(node)
     if custom is not None:
         wanted = tuple(source in on_path and dtypes.is_float(source.dtype) for source in custom.sources)
         return zip(custom.sources, custom.rule(grad, wanted), strict=True)
+    if node.op is Ops.AFTER and node.src[1].op is Ops.CALL:
+        call = node.src[1]
+        return zip(call.src[1:], grad_fxn_gradients(grad, call), strict=True)
     rule = GRADIENT_RULES.get(node.op)
     if rule is None:
         if node.op in (Ops.BUFFER, Ops.CONST):
@@ -290,13 +331,15 @@ def remember_former_uop(tensor: Tensor, node: UOp, realized: UOp) -> None:
         _computed_from[realized] = node
 
 
-def _with_graphs_restored(root: UOp, keep: set[UOp]) -> UOp:
-    """root with every realized node (except those in keep) replaced by the graph that computed it."""
+def _with_graphs_restored(root: UOp, keep: set[UOp], inside: frozenset[UOp] = frozenset()) -> UOp:
+    """root with every realized node (except those in keep) replaced by the graph that computed it. A node is not
+    restored inside its own graph: a custom kernel's output is the buffer it wrote, which its graph reads as the
+    buffer's contents before the kernel."""
     mapping = {}
     for node in root.toposort():
         former = _computed_from.get(node)
-        if former is not None and node not in keep:
-            mapping[node] = _with_graphs_restored(former, keep)
+        if former is not None and node not in keep and node not in inside:
+            mapping[node] = _with_graphs_restored(former, keep, inside | {node})
     return root.substitute(mapping) if mapping else root
 
 

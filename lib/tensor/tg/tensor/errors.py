@@ -18,3 +18,8 @@ class IndexDtypeError(TypeError, IndexError, RuntimeError):
 
 class UnsupportedModeError(ValueError, NotImplementedError):
     """A mode string the op does not implement (torch: NotImplementedError)."""
+
+
+class CustomKernelError(ArgumentError):
+    """A custom kernel or call that cannot be built or differentiated: wrong arity, a bad kernel AST, a shape or dtype
+    mismatch, a gradient asked for without grad_fxn (tg.tensor.custom_kernel, tg.tensor.call)."""

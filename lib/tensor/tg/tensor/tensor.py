@@ -17,8 +17,10 @@ from tg.codegen import DType, Ops, UOp, dtypes, to_numpy
 from tg.codegen.schedule.graph import Shape, ShapeError, shape_of, symbolic_numel
 from tg.tensor.advanced_indexing import AdvancedIndexingOps
 from tg.tensor.autograd import AutogradOps, remember_former_uop
+from tg.tensor.call import CallOps
 from tg.tensor.conv import ConvOps
 from tg.tensor.creation import CreationOps, canonical_device, const_of_shape, node_from_data, node_from_path
+from tg.tensor.custom_kernel import has_calls, run_calls
 from tg.tensor.elementwise import ElementwiseOps
 from tg.tensor.errors import ArgumentError
 from tg.tensor.fp8 import fp8_cast, is_fp8
@@ -54,6 +56,7 @@ class Tensor(
     MathOps,
     FunctionalOps,
     AutogradOps,
+    CallOps,
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
@@ -173,6 +176,8 @@ class Tensor(
 
         tensors = (self, *others)
         roots = tuple(t.uop for t in tensors)
+        if has_calls(roots):  # custom kernels run first, on their inputs' buffers (tg.tensor.custom_kernel)
+            roots = run_calls(roots)
         _run_writes_to_buffers_read(roots)
         for tensor, realized in zip(tensors, realize(*_without_ran_assigns(roots)), strict=True):
             if realized is not tensor.uop:

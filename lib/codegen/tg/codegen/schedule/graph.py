@@ -43,7 +43,7 @@ import itertools
 import math
 from typing import Any
 
-from tg.codegen.dtype import DType
+from tg.codegen.dtype import DType, dtypes
 from tg.codegen.uop.args import BufferArg, ReduceArg  # noqa: F401 - graph builders import both from here
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 
@@ -66,7 +66,7 @@ def device_of(node: UOp) -> str:
             return node.src[0].arg
         if node.op is Ops.COPY:
             return node.src[1].arg
-        node = node.src[1] if node.op is Ops.WHERE else node.src[0]
+        node = node.src[1] if node.op in (Ops.WHERE, Ops.CALL) else node.src[0]  # (a call: its first argument)
 
 
 def new_buffer(device: str, size: int, dtype: DType) -> UOp:
@@ -95,7 +95,7 @@ def shape_of(node: UOp) -> Shape:
     if all(hasattr(s, "_shape") or s.op is Ops.DEVICE for s in node.src):  # the common case: sources are known
         _store_shape(node)
     else:  # sources first, in graph order, so that a deep graph needs no deep recursion
-        for inner in node.toposort(lambda u: not hasattr(u, "_shape") and u.op is not Ops.DEVICE):
+        for inner in node.toposort(lambda u: not hasattr(u, "_shape") and u.op not in (Ops.DEVICE, Ops.CALL)):
             if not hasattr(inner, "_shape") and inner.op is not Ops.DEVICE:
                 _store_shape(inner)
     return node._shape
@@ -110,6 +110,10 @@ def _infer_shape(node: UOp) -> Shape:
     op, arg = node.op, node.arg
     if op is Ops.BUFFER:
         return (arg.size,)
+    if op is Ops.CALL:  # a value call has its body's shape; a custom kernel (void) has no value of its own
+        return () if node.dtype is dtypes.void else shape_of(node.src[0])
+    if op is Ops.PARAM:  # a call's placeholder (Tensor.as_param): flat storage, shaped by a RESHAPE above it
+        return (node.ptrdtype.size,)
     if op is Ops.CONST:
         return ()
     if op in (Ops.RESHAPE, Ops.EXPAND):

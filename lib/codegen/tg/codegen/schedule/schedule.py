@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tg.codegen.schedule.calls import inline_calls
 from tg.codegen.schedule.graph import (
     KEPT_COPY,
     BufferArg,
@@ -70,6 +71,8 @@ def rewrite_with(matcher: PatternMatcher) -> Callable[[tuple[UOp, ...], TargetOf
 
 
 GRAPH_STAGES: tuple[GraphStage, ...] = (
+    GraphStage("inline calls", "each value CALL (Tensor.call, @function) becomes its body with the arguments in place "
+               "of its PARAMs", inline_calls),
     GraphStage("layout policy", "tagged products and conv weight gradients laid out for their device's Target "
                "(packing, L2 chunks)", lay_out_for_targets),
     GraphStage("split_big_reductions", "a full reduction of many elements becomes chunk partials and a small combine",

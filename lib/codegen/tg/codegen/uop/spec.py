@@ -111,6 +111,13 @@ def _gather_ok(u: UOp) -> bool:
     )
 
 
+def _call_ok(u: UOp) -> bool:
+    """A custom kernel's CALL is void over a kernel AST; a value call has its body's dtype."""
+    if len(u.src) < 2:
+        return False
+    return u.src[0].op is Ops.SINK if u.dtype is dtypes.void else u.dtype is u.src[0].dtype
+
+
 def _ops(*names: str) -> list[Ops]:
     """The Ops of these names that exist (the IR drops ops nothing uses; a spec does not keep them alive)."""
     return [getattr(Ops, name) for name in names if hasattr(Ops, name)]
@@ -134,6 +141,12 @@ TENSOR_SPEC: Spec = {
     Ops.GATHER: _gather_ok,
     **{op: _movement_ok for op in _ops("RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP")},
     **{op: _same_dtype_as_source for op in _ops("COPY", "CONTIGUOUS", "DETACH", "ASSIGN", "BUFFER_VIEW")},
+    # custom kernels (tg.tensor.custom_kernel): CALL(kernel AST, *tensors), each output AFTER(tensor, CALL); the
+    # kernel AST under a CALL is checked against KERNEL_SPEC when the call is made. A value call (Tensor.call) is
+    # CALL(body over PARAMs, *tensors) with its body's dtype, inlined by the scheduler's first stage
+    Ops.CALL: _call_ok,
+    Ops.PARAM: lambda u: not u.src and isinstance(u.arg, ParamArg) and isinstance(u.dtype, PtrDType),
+    Ops.AFTER: lambda u: len(u.src) == 2 and u.src[1].op is Ops.CALL and u.dtype is u.src[0].dtype,
 }
 
 KERNEL_SPEC: Spec = {

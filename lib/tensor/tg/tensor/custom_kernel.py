@@ -1,0 +1,193 @@
+"""Custom kernels: a kernel written in tg's IR, used on Tensors like any op.
+
+    outs = Tensor.custom_kernel(out, x, fxn=kernel, grad_fxn=None)   # -> list[Tensor], one per input
+    out = Tensor.empty(16).custom_kernel(x, fxn=kernel)[0]            # the method form
+
+`fxn` gets one placeholder per tensor, in order: `UOp.param(slot, dtype, numel)`, a pointer to the tensor's
+elements in C-contiguous order (index it with row-major arithmetic: `A.index(i * cols + j)`). It returns a kernel
+AST: a SINK of STOREs at indices built from `UOp.range`, the form tg's codegen lowers (`.end(ranges)` is accepted
+and dropped: tg's linearizer closes loops itself). The result is every input "after" the kernel, so callers pick
+the outputs by position.
+
+In the tensor graph a custom kernel is `CALL(ast, *inputs)` and output k is `AFTER(input_k, CALL)`. Nothing runs
+until a realize: then `run_calls` realizes each call's inputs into whole buffers (a lazy input gets a fresh one; a
+realized tensor is written in place, as the kernel's writes are the point), launches the kernel on them, and the
+graph reads those buffers from then on.
+
+`grad_fxn(gradient, call)` gives the gradients: `gradient` is the UOp of the gradient of the output being
+differentiated, `call` the CALL UOp (`call.src[1:]` are the inputs' UOps); it returns one UOp (or Tensor, or
+None) per input.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tg.codegen import Ops, UOp, dtypes
+from tg.codegen.flags import SPEC
+from tg.codegen.schedule.graph import shape_of
+from tg.codegen.uop.args import KernelInfo
+from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, SpecError, type_verify
+from tg.tensor.errors import CustomKernelError
+
+__all__ = ["CustomKernelError", "custom_kernel", "outputs_of"]
+
+if TYPE_CHECKING:
+    from tg.tensor.tensor import Tensor
+
+GradFxn = Callable[[UOp, UOp], Sequence[Any]]
+
+
+def placeholders(tensors: Sequence[Tensor]) -> list[UOp]:
+    """One PARAM per tensor: slot k points at tensor k's elements, C-contiguous."""
+    return [UOp.param(k, t.dtype, _element_count(t), name=f"data{k}") for k, t in enumerate(tensors)]
+
+
+def _element_count(t: Tensor) -> int:
+    count = t.numel()
+    if not isinstance(count, int):
+        raise CustomKernelError(f"custom kernels need concrete shapes, got {t.shape}")
+    return count
+
+
+def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn | None = None) -> list[Tensor]:
+    """Run the kernel `fxn(*placeholders)` on `tensors`; returns each tensor after the kernel (see module doc)."""
+    from tg.tensor.tensor import Tensor
+
+    if not tensors:
+        raise CustomKernelError("custom_kernel needs at least one tensor")
+    if not all(isinstance(t, Tensor) for t in tensors):
+        raise CustomKernelError(f"custom_kernel takes Tensors, got {[type(t).__name__ for t in tensors]}")
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise CustomKernelError(f"custom_kernel's tensors must be on one device, got {sorted(devices)}")
+    params = placeholders(tensors)
+    ast = kernel_ast(fxn(*params), params)
+    call = UOp(Ops.CALL, dtypes.void, (ast, *(t.uop for t in tensors)), grad_fxn)  # (autograd reads it there)
+    _live_kernels.add(ast)
+    return [Tensor(UOp(Ops.AFTER, t.dtype, (t.uop, call)), device=t.device) for t in tensors]
+
+
+def outputs_of(call: UOp) -> list[UOp]:
+    """The output nodes of a custom kernel's CALL (input k after the kernel): what a grad_fxn reads the forward's
+    results from."""
+    if not is_kernel_call(call):
+        raise CustomKernelError(f"outputs_of takes a custom kernel's CALL, got {call.op!r}")
+    return [UOp(Ops.AFTER, source.dtype, (source, call)) for source in call.src[1:]]
+
+
+def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
+    """`body` as a kernel AST tg's codegen lowers, after checking it reads only `params` (clear errors)."""
+    if not isinstance(body, UOp) or body.op is not Ops.SINK:
+        got = body.op if isinstance(body, UOp) else type(body).__name__
+        raise CustomKernelError(f"fxn must return a kernel AST (a SINK of stores, `x.store(v).sink()`), got {got}")
+    ends = {node: node.src[0] for node in body.toposort() if node.op is Ops.END}
+    ast = body.substitute(ends) if ends else body  # tg closes loops in the linearizer: END is implied by the RANGEs
+    while any(node.op is Ops.END for node in ast.toposort()):  # (nested .end(i).end(j))
+        ast = ast.substitute({n: n.src[0] for n in ast.toposort() if n.op is Ops.END})
+    if not isinstance(ast.arg, KernelInfo):
+        ast = ast.replace(arg=KernelInfo(name="custom"))
+    by_slot = {p.arg.slot: p for p in params}
+    for node in ast.toposort():
+        if node.op is Ops.PARAM and by_slot.get(node.arg.slot) is not node:  # (one made by hand: slot and type count)
+            slot = node.arg.slot
+            if slot not in by_slot:
+                raise CustomKernelError(f"the kernel reads parameter slot {slot}, but got {len(params)} tensors")
+            expected = by_slot[slot].dtype
+            if node.dtype is not expected:
+                raise CustomKernelError(f"parameter slot {slot} is {node.dtype!r}, the tensor is {expected!r}")
+        if node.op is Ops.BUFFER:
+            raise CustomKernelError("a kernel AST cannot read a tensor's BUFFER: pass the tensor to custom_kernel")
+    if not any(node.op is Ops.STORE for node in ast.toposort()):
+        raise CustomKernelError("the kernel stores nothing: its SINK must hold STOREs into the placeholders")
+    type_verify(ast, strict=False, spec=KERNEL_SPEC)
+    return ast
+
+
+# -------------------------------------------------------------------------------- running calls at realize
+
+
+# every custom kernel's AST alive: while there are none (most programs), a realize does not walk its graph looking for
+# calls. (The ASTs, not the CALL nodes: a graph rewrite such as @function's rebuilds a CALL over new inputs, but
+# keeps its AST, which has no tensor nodes in it.)
+_live_kernels: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
+def has_calls(roots: Sequence[UOp]) -> bool:
+    if not _live_kernels:
+        return False
+    return any(is_kernel_call(node) for node in UOp.sink(*roots).toposort(_outside_kernels))
+
+
+def is_kernel_call(node: UOp) -> bool:
+    """A custom kernel's CALL (void, its body a kernel AST), not a value call (Tensor.call, inlined when scheduled)."""
+    return node.op is Ops.CALL and node.dtype is dtypes.void
+
+
+def _outside_kernels(node: UOp) -> bool:
+    return node.op is not Ops.SINK or node.arg is None  # (a kernel AST's SINK carries a KernelInfo)
+
+
+def run_calls(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """Run every custom kernel `roots` depend on (inputs first); the roots with each output read from its buffer."""
+    from tg.codegen.schedule.calls import inline_calls
+    from tg.codegen.schedule.realize import buffer_holding
+    from tg.codegen.schedule.schedule import KernelCall
+    from tg.hcq.engine.buffers import buffer_of
+    from tg.hcq.engine.run import run_kernel
+    from tg.tensor.engine import realize
+
+    roots = inline_calls(roots)  # (a custom kernel in a value call's body runs on that call's arguments)
+    order = UOp.sink(*roots).toposort(_outside_kernels)
+    if SPEC:
+        verify_tensor_graph(order[-1])
+    done: dict[UOp, UOp] = {}
+    for node in order:
+        if not is_kernel_call(node):
+            continue
+        buffers = []
+        for source in node.src[1:]:
+            source = source.substitute(done) if done else source
+            (realized,) = realize(source)
+            buf = buffer_holding(realized)
+            if buf is None:  # a strided view or a computation: the kernel gets a contiguous copy
+                (realized,) = realize(UOp(Ops.CONTIGUOUS, source.dtype, (realized,)))
+                buf = buffer_holding(realized)
+            assert buf is not None and buf.arg.size == shape_size(source), "a realized input is a whole buffer"
+            buffers.append(buf)
+        for buf in buffers[1:]:
+            buffer_of(buf).note_write()  # (slot 0 is noted by run_kernel; the kernel may write any of them)
+        run_kernel(KernelCall(node.src[0], tuple(buffers)))
+        for source, buf in zip(node.src[1:], buffers, strict=True):
+            shape = shape_of(source)
+            done[UOp(Ops.AFTER, source.dtype, (source, node))] = (
+                buf if shape == (buf.arg.size,) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
+            )
+    return UOp.sink(*roots).substitute(done).src if done else roots
+
+
+def shape_size(node: UOp) -> int:
+    size = 1
+    for s in shape_of(node):
+        if not isinstance(s, int):
+            raise CustomKernelError(f"custom kernels and calls need concrete shapes, got {shape_of(node)}")
+        size *= s
+    return size
+
+
+def verify_tensor_graph(root: UOp) -> None:
+    """SPEC: the tensor graph against TENSOR_SPEC and each custom kernel's AST against KERNEL_SPEC (the tensor spec
+    plus the kernel spec, each where it applies); SPEC=2 also rejects an op without a rule in its part."""
+    strict = SPEC >= 2
+    tensor_part = root.toposort(_outside_kernels)
+    for node in tensor_part:
+        if node.op is Ops.SINK and isinstance(node.arg, KernelInfo):
+            type_verify(node, strict=strict, spec=KERNEL_SPEC)
+        elif node is not root:
+            rule = TENSOR_SPEC.get(node.op)
+            if rule is None and strict:
+                raise SpecError(f"no spec rule for {node.op!r} in a tensor graph (SPEC=2 is strict):\n{node!r}")
+            if rule is not None and not rule(node):
+                raise SpecError(f"{node.op!r} breaks its spec in a tensor graph:\n{node!r}")

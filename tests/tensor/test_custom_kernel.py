@@ -1,0 +1,237 @@
+"""Tensor.custom_kernel: kernels written in tg's IR, run on tensors (issue 32 item 1; spec tensor.md §1.10)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tg.codegen import Ops
+from tg.codegen.schedule.graph import ShapeError
+from tg.codegen.uop.args import AxisType
+from tg.codegen.uop.spec import SpecError
+from tg.tensor import Context, GlobalCounters, KernelInfo, Tensor, TinyJit, UOp, dtypes
+from tg.tensor.custom_kernel import CustomKernelError, outputs_of
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_attention.py"
+
+
+def affine(size: int, scale: float = 2.0, shift: float = 1.0):
+    """out[i] = x[i] * scale + shift, with `.end(i)` as the specification's examples write it."""
+
+    def fxn(out: UOp, x: UOp) -> UOp:
+        i = UOp.range(size, 0)
+        return out.index(i).store(x.index(i).load() * scale + shift).end(i).sink(arg=KernelInfo(name="affine"))
+
+    return fxn
+
+
+def row_sums(rows: int, cols: int):
+    def fxn(out: UOp, x: UOp) -> UOp:
+        i, j = UOp.range(rows, 0), UOp.range(cols, 1, AxisType.REDUCE)
+        return out.index(i).store(x.index(i * cols + j).load().reduce(j)).sink(arg=KernelInfo(name="row_sums"))
+
+    return fxn
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_elementwise_kernel_matches_numpy_in_both_forms(device):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    static = Tensor.custom_kernel(Tensor.empty(3, 4, device=device), Tensor(x, device=device), fxn=affine(12))
+    method = Tensor.empty(3, 4, device=device).custom_kernel(Tensor(x, device=device), fxn=affine(12, 3.0, -1.0))
+    assert static[0].device == method[0].device == device
+    assert len(static) == 2 and static[0].shape == (3, 4)
+    np.testing.assert_array_equal(static[0].numpy(), x * 2 + 1)
+    np.testing.assert_array_equal(method[0].numpy(), x * 3 - 1)
+    np.testing.assert_array_equal(static[1].numpy(), x)  # the input after a kernel that only reads it
+
+
+def test_reduction_kernel_and_lazy_inputs():
+    x = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32)
+    lazy = Tensor(x) * 2 + 1  # realized into a buffer of its own before the kernel reads it
+    (out, _) = Tensor.custom_kernel(Tensor.empty(5), lazy, fxn=row_sums(5, 7))
+    np.testing.assert_allclose(out.numpy(), (x * 2 + 1).sum(1), rtol=1e-5, atol=1e-5)
+    # the output is an ordinary tensor to further ops, which fuse after the kernel ran
+    np.testing.assert_allclose((out.reshape(5, 1) + lazy).numpy(), (x * 2 + 1).sum(1, keepdims=True) + x * 2 + 1,
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_nothing_runs_until_realize_and_a_realized_input_is_written_in_place():
+    target = Tensor.zeros(4).contiguous().realize()
+    before = GlobalCounters.kernel_count
+    (out, _) = target.custom_kernel(Tensor([1.0, 2.0, 3.0, 4.0]), fxn=affine(4, 1.0, 0.0))
+    assert GlobalCounters.kernel_count == before  # lazy: building the call launches nothing
+    assert out.uop.op is Ops.AFTER and out.uop.src[1].op is Ops.CALL
+    assert out.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert GlobalCounters.kernel_count > before
+    assert target.tolist() == [1.0, 2.0, 3.0, 4.0]  # "the inputs after the kernel": its storage was written
+
+
+def test_a_kernel_with_several_stores_writes_several_outputs():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    def fxn(total: UOp, doubled: UOp, src: UOp) -> UOp:
+        i, j = UOp.range(2, 0), UOp.range(3, 1, AxisType.REDUCE)
+        k = UOp.range(6, 2)
+        return UOp.sink(
+            total.index(i).store(src.index(i * 3 + j).load().reduce(j)),
+            doubled.index(k).store(src.index(k).load() * 2),
+            arg=KernelInfo(name="two_stores"),
+        )
+
+    total, doubled, _ = Tensor.custom_kernel(Tensor.empty(2), Tensor.empty(2, 3), Tensor(x), fxn=fxn)
+    np.testing.assert_array_equal(total.numpy(), x.sum(1))
+    np.testing.assert_array_equal(doubled.numpy(), x * 2)
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_grad_fxn_gives_the_gradient_checked_by_finite_differences(device):
+    def square(out: UOp, x: UOp) -> UOp:
+        i = UOp.range(3, 0)
+        value = x.index(i).load()
+        return out.index(i).store(value * value).sink(arg=KernelInfo(name="square"))
+
+    def grad_fxn(grad: UOp, call: UOp):
+        x = Tensor(call.src[2])
+        return (None, (Tensor(grad) * x * 2).uop)
+
+    data = np.array([0.5, -1.25, 2.0])
+    x = Tensor(data, dtype=dtypes.float64, device=device, requires_grad=True)
+    out = Tensor.empty(3, dtype=dtypes.float64, device=device)
+    (y, _) = Tensor.custom_kernel(out, x, fxn=square, grad_fxn=grad_fxn)
+    weights = np.array([1.0, 2.0, -3.0])
+    (y * Tensor(weights, dtype=dtypes.float64, device=device)).sum().backward()
+    eps = 1e-6
+    numeric = [((data + eps * e) ** 2 @ weights - (data - eps * e) ** 2 @ weights) / (2 * eps) for e in np.eye(3)]
+    np.testing.assert_allclose(x.grad.numpy(), numeric, rtol=1e-7)
+
+
+def test_backward_after_the_kernel_ran():
+    """The output was realized first: its buffer is the one the kernel wrote, which the kernel's own graph reads
+    (as its contents before the kernel); autograd finds the graph again without going round in a circle."""
+
+    def grad_fxn(grad: UOp, call: UOp):
+        return (None, (Tensor(grad) * 2).uop)
+
+    x = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    (y, _) = Tensor.custom_kernel(Tensor.empty(4), x, fxn=affine(4), grad_fxn=grad_fxn)
+    assert y.tolist() == [3.0, 5.0, 7.0, 9.0]
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0, 2.0]
+
+
+def test_without_grad_fxn_backward_raises_a_clear_error():
+    x = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    (y, _) = Tensor.custom_kernel(Tensor.empty(4), x, fxn=affine(4))
+    with pytest.raises(CustomKernelError, match="grad_fxn"):
+        y.sum().backward()
+
+
+def test_grad_fxn_answers_are_checked():
+    x = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    (y, _) = Tensor.custom_kernel(Tensor.empty(4), x, fxn=affine(4), grad_fxn=lambda g, call: (g,))
+    with pytest.raises(CustomKernelError, match="1 gradients for 2 inputs"):
+        y.sum().backward()
+    x = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    (y, _) = Tensor.custom_kernel(Tensor.empty(4), x, fxn=affine(4), grad_fxn=lambda g, c: (None, Tensor.ones(2).uop))
+    with pytest.raises(ShapeError, match="shape"):
+        y.sum().backward()
+
+
+def test_outputs_of_a_call_are_the_kernels_outputs():
+    (out, x) = Tensor.custom_kernel(Tensor.empty(4), Tensor([1.0, 2.0, 3.0, 4.0]), fxn=affine(4))
+    assert outputs_of(out.uop.src[1]) == [out.uop, x.uop]
+    with pytest.raises(CustomKernelError, match="CALL"):
+        outputs_of(out.uop)
+
+
+@pytest.mark.parametrize(
+    ("fxn", "message"),
+    [
+        (lambda out, x: out, "must return a kernel AST"),
+        (lambda out, x: 3, "must return a kernel AST"),
+        (lambda out, x: out.index(UOp.const(0)).store(UOp.param(2, dtypes.float, 4).index(UOp.const(0)).load()).sink(),
+         "slot 2, but got 2 tensors"),
+        (lambda out, x: out.index(UOp.const(0)).store(UOp.param(1, dtypes.int32, 4).index(UOp.const(0)).load().cast(
+            dtypes.float)).sink(), "slot 1 is"),
+        (lambda out, x: UOp.sink(x.index(UOp.const(0)).load()), "stores nothing"),
+    ],
+)  # fmt: skip
+def test_a_bad_kernel_is_a_clear_error(fxn, message):
+    with pytest.raises(CustomKernelError, match=message):
+        Tensor.custom_kernel(Tensor.empty(4), Tensor([1.0, 2.0, 3.0, 4.0]), fxn=fxn)
+
+
+def test_a_param_made_by_hand_in_the_right_slot_and_type_is_the_placeholder():
+    def fxn(out: UOp, x: UOp) -> UOp:
+        mine = UOp.param(1, dtypes.float, 4)  # not the placeholder object (no name), the same slot and pointer type
+        i = UOp.range(4, 0)
+        return out.index(i).store(mine.index(i).load() * 3).sink(arg=KernelInfo(name="by_hand"))
+
+    (out, _) = Tensor.custom_kernel(Tensor.empty(4), Tensor([1.0, 2.0, 3.0, 4.0]), fxn=fxn)
+    assert out.tolist() == [3.0, 6.0, 9.0, 12.0]
+
+
+def test_misuse_of_the_arguments_is_a_clear_error():
+    with pytest.raises(CustomKernelError, match="at least one tensor"):
+        Tensor.custom_kernel(fxn=affine(4))
+    with pytest.raises(CustomKernelError, match="takes Tensors"):
+        Tensor.custom_kernel(Tensor.empty(4), [1.0, 2.0], fxn=affine(4))
+    with pytest.raises(CustomKernelError, match="one device"):
+        Tensor.custom_kernel(Tensor.empty(4), Tensor([1.0, 2.0, 3.0, 4.0], device="CPU:1"), fxn=affine(4))
+
+
+def test_the_kernel_spec_checks_the_ast():
+    def cast_store(out: UOp, x: UOp) -> UOp:  # a float buffer stored an int: KERNEL_SPEC rejects the STORE
+        i = UOp.range(4, 0)
+        return out.index(i).store(x.index(i).load().cast(dtypes.int32)).sink()
+
+    with pytest.raises(SpecError, match="STORE"):
+        Tensor.custom_kernel(Tensor.empty(4), Tensor([1.0, 2.0, 3.0, 4.0]), fxn=cast_store)
+
+
+def test_strict_spec_accepts_a_tensor_graph_with_custom_kernels():
+    with Context(SPEC=2):
+        (out, _) = Tensor.custom_kernel(Tensor.empty(4), Tensor([1.0, 2.0, 3.0, 4.0]), fxn=affine(4))
+        assert (out + 1).tolist() == [4.0, 6.0, 8.0, 10.0]
+
+
+def test_spec_checks_the_tensor_graph_and_the_kernel_under_a_call():
+    from tg.tensor.custom_kernel import _live_kernels
+
+    x = Tensor([1.0, 2.0, 3.0, 4.0])
+    i = UOp.range(4, 0)
+    out_param, x_param = UOp.param(0, dtypes.float, 4), UOp.param(1, dtypes.float, 4)
+    # built by hand, past custom_kernel's own checks: a STORE of an int into a float buffer
+    bad = out_param.index(i).store(x_param.index(i).load().cast(dtypes.int32)).sink(arg=KernelInfo(name="bad"))
+    call = UOp(Ops.CALL, dtypes.void, (bad, Tensor.empty(4).uop, x.uop))
+    _live_kernels.add(bad)
+    after = Tensor(UOp(Ops.AFTER, dtypes.float, (call.src[1], call)))
+    with Context(SPEC=1), pytest.raises(SpecError, match="STORE"):
+        after.realize()
+
+
+def test_tinyjit_replays_a_custom_kernel_on_new_inputs():
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        return (Tensor.empty(4).custom_kernel(x, fxn=affine(4))[0] + 1).realize()
+
+    for n in range(4):
+        assert step(Tensor([float(n)] * 4)).tolist() == [2.0 * n + 2] * 4
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("custom_attention", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention_example_matches_sdpa_and_its_gradient(causal):
+    out_error, grad_error = _example().compare(causal)
+    assert out_error < 1e-5
+    assert grad_error < 1e-5

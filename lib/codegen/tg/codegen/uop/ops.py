@@ -102,6 +102,7 @@ class Ops(IntEnum):
     ASSIGN = auto()
     REDUCE_AXIS = auto()
     GATHER = auto()  # read a source at positions held in index tensors (a data-dependent load)
+    MULTI = auto()  # a tensor split across devices: one source per device, arg the split axis (None: copies)
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -151,6 +152,7 @@ ARG_TYPES: dict[Ops, type | tuple[type, ...]] = {
     Ops.COPY: NoArg, Ops.CONTIGUOUS: NoArg, Ops.DETACH: NoArg, Ops.ASSIGN: NoArg,
     Ops.REDUCE_AXIS: ReduceArg,
     Ops.GATHER: tuple,  # the source axes the index tensors replace, one per index
+    Ops.MULTI: (NoArg, int),  # the axis the shards split (None: every device holds the whole tensor)
 }  # fmt: skip
 
 

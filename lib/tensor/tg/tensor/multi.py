@@ -133,6 +133,8 @@ def lower(nodes: Sequence[UOp]) -> list[UOp]:
 
 def _lower_one(node: UOp, sources: tuple[UOp, ...]) -> UOp:
     op = node.op
+    devices = devices_of(next(s for s in sources if s.op is Ops.MULTI))
+    sources = tuple(_constant_on(s, devices) for s in sources)
     if op in _ELEMENTWISE:
         return _elementwise(node, sources)
     if op is Ops.REDUCE_AXIS:
@@ -144,6 +146,18 @@ def _lower_one(node: UOp, sources: tuple[UOp, ...]) -> UOp:
     if op is Ops.ASSIGN:
         return _assign(node, sources)
     return _on_each_device(node, [_replicated(s) if s.op is Ops.MULTI else s for s in sources])
+
+
+def _constant_on(node: UOp, devices: tuple[str, ...]) -> UOp:
+    """A constant made on one device (autograd's zeros and ones are made where a node's first shard is) as a whole
+    copy on each of `devices`; any other node unchanged."""
+    if node.op in (Ops.MULTI, Ops.DEVICE) or not node.src:
+        return node
+    graph = node.toposort()
+    if any(n.op not in (Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.CAST) for n in graph):
+        return node
+    made_on = [n for n in graph if n.op is Ops.DEVICE]
+    return multi_node([node.substitute({d: device_node(device) for d in made_on}) for device in devices], None)
 
 
 def _on_each_device(node: UOp, sources: Sequence[UOp], axis: int | None = None) -> UOp:
@@ -165,7 +179,8 @@ def _on_each_device(node: UOp, sources: Sequence[UOp], axis: int | None = None) 
                 mine.append(s)
             else:
                 raise ArgumentError(f"{node.op!r} mixes a sharded tensor with one on {device_of(s)}: shard it too")
-        per_device.append(node.replace(src=tuple(mine)))
+        # (a scheduling hint tag describes the whole tensor, e.g. conv's weight-gradient chunks: not one shard)
+        per_device.append(node.replace(src=tuple(mine), tag=None))
     return multi_node(per_device, axis)
 
 
@@ -269,13 +284,13 @@ def _assign(node: UOp, sources: tuple[UOp, ...]) -> UOp:
         raise MultiAxisError(f"multi axis mismatch: the target is split along axis {target.arg}, the value along "
                              f"axis {value.arg}")  # fmt: skip
     for shard in target.src:
-        if not _writes_storage(shard):
+        if not writes_storage(shard):
             raise ArgumentError("cannot assign into this view of a sharded tensor: it cuts across the shards "
                                 "(a slice, pad or flip of the shard axis); assign to the whole tensor instead")
     return _on_each_device(node, [target, _with_axis(value, target.arg)], target.arg)
 
 
-def _writes_storage(node: UOp) -> bool:
+def writes_storage(node: UOp) -> bool:
     while node.op in GroupOp.Movement:
         node = node.src[0]
     return node.op in (Ops.BUFFER, Ops.ASSIGN)
@@ -392,3 +407,36 @@ class MultiOps(TensorBase):
         if not isinstance(self.device, tuple):
             return self.shape
         return shape_of(lower([self.uop])[0].src[0])
+
+
+# ---------------------------------------------------------------------------------------------------- gradients
+
+
+def _multi_gradient(grad: UOp, node: UOp) -> tuple[UOp | None, ...]:
+    """A MULTI's sources get their part of the (logical, sharded) gradient, each on its own device. The copies of
+    a whole-copy MULTI are one value: the first takes the gradient, so what they were copied from gets it once."""
+    devices = devices_of(node)
+    if node.arg is None:
+        return (UOp(Ops.COPY, grad.dtype, (grad, device_node(devices[0]))), *(None for _ in devices[1:]))
+    size = shape_of(node)[node.arg]
+    return tuple(UOp(Ops.COPY, grad.dtype, (_shrink_axis(grad, node.arg, shard_bounds(size, len(devices), i)),
+                                            device_node(d))) for i, d in enumerate(devices))  # fmt: skip
+
+
+def _copy_gradient(grad: UOp, node: UOp) -> tuple[UOp | None, ...]:
+    """A COPY's source gets the gradient back where it was: sharded as it was, when it was sharded."""
+    source = node.src[0]
+    if not needs_lowering([source]):
+        return (UOp(Ops.COPY, grad.dtype, (grad, device_node(device_of(source)))), None)
+    lowered = lower([source])[0]
+    return (shard_node(grad, devices_of(lowered), lowered.arg), None)
+
+
+def _register_gradients() -> None:
+    from tg.tensor.autograd import GRADIENT_RULES
+
+    GRADIENT_RULES[Ops.MULTI] = _multi_gradient
+    GRADIENT_RULES[Ops.COPY] = _copy_gradient
+
+
+_register_gradients()

@@ -80,7 +80,7 @@ class Tensor(
                 moved = self.to(device)
                 self.uop, self.device = moved.uop, moved.device
             return
-        if isinstance(device, (tuple, list)) and not (isinstance(data, UOp) and data.op is Ops.MULTI):
+        if isinstance(device, (tuple, list)) and not (isinstance(data, UOp) and data.dtype is not dtypes.index):
             # host data or a constant for several devices: made on the default device, a whole copy on each
             copied = Tensor(data, dtype=dtype).shard(device)
             self.uop, self.device = copied.uop, copied.device
@@ -371,7 +371,8 @@ class Tensor(
             return self.assign(value)
         _check_writable(chain, self.shape)
         current = relation.current_view()
-        if _reads_a_buffer(base.uop) and not any(op.op in (Ops.PAD, Ops.BITCAST) for op in chain):
+        if (_reads_a_buffer(base.uop) and not any(op.op in (Ops.PAD, Ops.BITCAST) for op in chain)
+                and _view_within_shards(current)):  # fmt: skip
             # a partial write into the storage (one kernel over the view's elements, as a KV-cache update needs);
             # a later realize of anything that reads this storage runs it first (see _run_writes_to_buffers_read)
             self.uop = UOp(Ops.ASSIGN, self.dtype, (_without_detach(current), value.uop))
@@ -463,6 +464,17 @@ def _run_writes_to_buffers_read(roots: tuple[UOp, ...]) -> None:
 
         realize(*_without_ran_assigns(writes))
         _note_ran_assigns(writes)
+
+
+def _view_within_shards(view: UOp) -> bool:
+    """Whether a view of a sharded tensor is a view of each shard's storage (a slice of the shard axis is not: a
+    write through it rewrites the whole tensor instead). True for a tensor on one device."""
+    from tg.tensor.multi import lower, needs_lowering, writes_storage
+
+    if not needs_lowering([view]):
+        return True
+    lowered = lower([view])[0]
+    return lowered.op is Ops.MULTI and all(writes_storage(shard) for shard in lowered.src)
 
 
 def _written_buffer(node: UOp) -> UOp:

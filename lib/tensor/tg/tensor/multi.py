@@ -22,6 +22,7 @@ distinct. `shard_shape` is one shard's shape; `shard_axis` the split axis.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,13 +50,18 @@ class MultiAxisError(ValueError):
 # ---------------------------------------------------------------------------------------------------- MULTI nodes
 
 _made_any = False  # (until the first MULTI exists, no graph needs lowering: realize skips the search for one)
+_devices: weakref.WeakKeyDictionary[UOp, tuple[str, ...]] = weakref.WeakKeyDictionary()  # MULTI -> its devices
 
 
-def multi_node(shards: Sequence[UOp], axis: int | None) -> UOp:
-    """The MULTI of `shards` (one per device, in device order), split along `axis` (None: each is a whole copy)."""
+def multi_node(shards: Sequence[UOp], axis: int | None, devices: tuple[str, ...] | None = None) -> UOp:
+    """The MULTI of `shards` (one per device, in device order), split along `axis` (None: each is a whole copy).
+    `devices`, when the caller knows them, saves finding them again."""
     global _made_any
     _made_any = True
-    return UOp(Ops.MULTI, shards[0].dtype, tuple(shards), axis)
+    node = UOp(Ops.MULTI, shards[0].dtype, tuple(shards), axis)
+    if devices is not None:
+        _devices[node] = devices
+    return node
 
 
 def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
@@ -107,7 +113,11 @@ def empty_sharded(shape: Shape, dtype: Any, devices: tuple[str, ...], axis: int 
 
 
 def devices_of(multi: UOp) -> tuple[str, ...]:
-    return tuple(device_of(shard) for shard in multi.src)
+    """The devices of a MULTI's shards, in order (remembered: finding a device walks down the shard's graph)."""
+    found = _devices.get(multi)
+    if found is None:
+        found = _devices[multi] = tuple(device_of(shard) for shard in multi.src)
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------- lowering
@@ -153,11 +163,18 @@ def _constant_on(node: UOp, devices: tuple[str, ...]) -> UOp:
     copy on each of `devices`; any other node unchanged."""
     if node.op in (Ops.MULTI, Ops.DEVICE) or not node.src:
         return node
-    graph = node.toposort()
-    if any(n.op not in (Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.CAST) for n in graph):
+    chain = [node]
+    while chain[-1].op in (Ops.RESHAPE, Ops.EXPAND, Ops.CAST):  # (a constant is a CONST under these, nothing else)
+        chain.append(chain[-1].src[0])
+    if chain[-1].op is not Ops.CONST or not chain[-1].src:
         return node
-    made_on = [n for n in graph if n.op is Ops.DEVICE]
-    return multi_node([node.substitute({d: device_node(device) for d in made_on}) for device in devices], None)
+    copies = []
+    for device in devices:
+        rebuilt = chain[-1].replace(src=(device_node(device),))
+        for above in reversed(chain[:-1]):
+            rebuilt = above.replace(src=(rebuilt, *above.src[1:]))
+        copies.append(rebuilt)
+    return multi_node(copies, None, devices)
 
 
 def _on_each_device(node: UOp, sources: Sequence[UOp], axis: int | None = None) -> UOp:
@@ -181,7 +198,7 @@ def _on_each_device(node: UOp, sources: Sequence[UOp], axis: int | None = None) 
                 raise ArgumentError(f"{node.op!r} mixes a sharded tensor with one on {device_of(s)}: shard it too")
         # (a scheduling hint tag describes the whole tensor, e.g. conv's weight-gradient chunks: not one shard)
         per_device.append(node.replace(src=tuple(mine), tag=None))
-    return multi_node(per_device, axis)
+    return multi_node(per_device, axis, devices)
 
 
 def _elementwise(node: UOp, sources: tuple[UOp, ...]) -> UOp:

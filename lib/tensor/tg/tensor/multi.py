@@ -270,7 +270,7 @@ def _movement(node: UOp, source: UOp) -> UOp:
         return _on_each_device(node.replace(arg=_with_size(arg, axis, shard)), [source], axis)
     if op is Ops.SHRINK and arg[axis] == (0, shard * count):
         return _on_each_device(node.replace(arg=_with_size(arg, axis, (0, shard))), [source], axis)
-    if op in (Ops.PAD, Ops.FLIP) and not any(arg[axis]):
+    if (op is Ops.PAD and not any(arg[axis])) or (op is Ops.FLIP and not arg[axis]):
         return _on_each_device(node, [source], axis)
     if op is Ops.RESHAPE and (new_axis := _reshaped_axis(shape_of(node.src[0]), arg, axis, count)) is not None:
         return _on_each_device(node.replace(arg=_with_size(arg, new_axis, arg[new_axis] // count)), [source], new_axis)
@@ -318,12 +318,21 @@ def writes_storage(node: UOp) -> bool:
 
 def all_reduce(op: Ops, partials: list[UOp]) -> UOp:
     """Combine (ADD, MUL or MAX) the per-device partial results so that every device holds the whole result."""
-    count, numel = len(partials), math.prod(shape_of(partials[0]))
-    if int(ALL2ALL) >= 2 or (count > 2 and numel > RING_THRESHOLD and int(ALL2ALL) >= 1):
-        return _chunked_all_reduce(op, partials, ring=False)
-    if int(RING) >= 2 or (count > 2 and numel > RING_THRESHOLD and int(RING) >= 1):
-        return _chunked_all_reduce(op, partials, ring=True)
-    return _naive_all_reduce(op, partials)
+    algorithm = all_reduce_algorithm(len(partials), math.prod(shape_of(partials[0])))
+    if algorithm == "naive":
+        return _naive_all_reduce(op, partials)
+    return _chunked_all_reduce(op, partials, ring=algorithm == "ring")
+
+
+def all_reduce_algorithm(count: int, numel: int) -> str:
+    """"all2all", "ring" or "naive" for an all-reduce of `numel` elements over `count` devices: ALL2ALL=2 or RING=2
+    force theirs; at 1, theirs is used above RING_THRESHOLD elements on three or more devices (ALL2ALL first)."""
+    big = count > 2 and numel > RING_THRESHOLD
+    if int(ALL2ALL) >= 2 or (big and int(ALL2ALL) >= 1):
+        return "all2all"
+    if int(RING) >= 2 or (big and int(RING) >= 1):
+        return "ring"
+    return "naive"
 
 
 def _combine(op: Ops, a: UOp, b: UOp) -> UOp:

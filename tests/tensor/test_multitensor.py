@@ -90,7 +90,9 @@ def test_every_reduce_over_every_shard_axis(devices, op):
             want = getattr(np, op)(a, axis=reduce_axis)
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-6, err_msg=f"{shard_axis=} {reduce_axis=}")
             crossed = reduce_axis is None or reduce_axis == shard_axis
-            assert got.shard_axis == (None if crossed else shard_axis - (reduce_axis is not None and reduce_axis < shard_axis))
+            assert got.shard_axis == (
+                None if crossed else shard_axis - (reduce_axis is not None and reduce_axis < shard_axis)
+            )
 
 
 @pytest.mark.parametrize("setting", [{"RING": 0}, {"RING": 2}, {"ALL2ALL": 2}], ids=["naive", "ring", "all2all"])

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 def canonical_device(device: str | None) -> str:
     """The canonical name of `device` (None: the default device from DEV; a tuple: each of a sharded tensor's)."""
     if isinstance(device, (tuple, list)):
-        return tuple(Device.canonicalize(d) for d in device)  # type: ignore[return-value]
+        return tuple(Device.canonicalize(d) for d in device)
     return Device.DEFAULT if device is None else Device.canonicalize(device)
 
 

@@ -239,6 +239,7 @@ class TinyJit(Generic[R]):
         self.output_sources: list[Tensor | int] = []  # per output: its captured buffer's Tensor, or an input index
         self.draws: list[Draw] = []  # the random draws of the capture: each replay uploads fresh counters
         self.replay_draws: list[Tensor] = []
+        self.kept_nodes: list[UOp] = []  # a capture loaded from a pickle: its BUFFER nodes (their memory lives as long)
 
     def __reduce__(self) -> tuple:
         """Pickle the capture (kernels, baked-in buffers, outputs), or, before there is one, the function and options

@@ -159,9 +159,11 @@ def restore(jit: TinyJit, state: CapturedState) -> None:
             used = tuple(buffers[i] for i in item.buffers)
             launches.append(KernelLaunch(program, used, tuple(nodes[i] for i in item.buffers), item.var_vals))
         else:
-            launches.append(CopyLaunch(buffers[item.source], buffers[item.dest], (nodes[item.source], nodes[item.dest])))
+            launches.append(
+                CopyLaunch(buffers[item.source], buffers[item.dest], (nodes[item.source], nodes[item.dest]))
+            )
     jit.graph = LaunchGraph(launches, [buffers[i] for i in state.inputs])
-    jit.keep_alive = nodes  # (the buffers' memory lives as long as their nodes)
+    jit.kept_nodes = nodes  # (the buffers' memory lives as long as their nodes)
     sources: list[Any] = []
     for output in state.outputs:
         if output.input_index is not None:
@@ -170,6 +172,7 @@ def restore(jit: TinyJit, state: CapturedState) -> None:
         shards = []
         for buffer_index, view in output.shards:
             placeholder = buffer_holding(view)
+            assert placeholder is not None, "an output view is over one BUFFER"
             shards.append(view.substitute({placeholder: nodes[buffer_index]}))
         node = multi_node(shards, output.axis) if isinstance(output.device, tuple) else shards[0]
         sources.append(Tensor(node, device=output.device))

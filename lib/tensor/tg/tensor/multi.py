@@ -75,6 +75,13 @@ def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
+def concrete(size: int | UOp, what: str = "a sharded tensor's size") -> int:
+    """`size` as an int: the shard bounds of a symbolic size are not known until it is bound."""
+    if not isinstance(size, int):
+        raise ArgumentError(f"{what} must be a concrete int to split across devices, not {size.render()}")
+    return size
+
+
 def shard_bounds(size: int, count: int, index: int) -> tuple[int, int]:
     step = size // count
     return index * step, (index + 1) * step
@@ -94,7 +101,7 @@ def shard_node(node: UOp, devices: tuple[str, ...], axis: int | None) -> UOp:
     """`node` (on one device) split along `axis` across `devices` (copied whole to each when axis is None)."""
     if axis is None:
         return multi_node([_copy_to(node, d) for d in devices], None)
-    size = shape_of(node)[axis]
+    size = concrete(shape_of(node)[axis])
     return multi_node([_copy_to(_shrink_axis(node, axis, shard_bounds(size, len(devices), i)), d)
                        for i, d in enumerate(devices)], axis)  # fmt: skip
 
@@ -214,7 +221,7 @@ def _with_axis(multi: UOp, axis: int | None) -> UOp:
     whole = multi if multi.arg is None else _replicated(multi)
     if axis is None:
         return whole
-    size, count = shape_of(whole)[axis], len(whole.src)
+    size, count = concrete(shape_of(whole)[axis]), len(whole.src)
     if size % count:
         raise MultiAxisError(f"cannot split axis {axis} (size {size}) across {count} devices to match an operand")
     return multi_node([_shrink_axis(s, axis, shard_bounds(size, count, i)) for i, s in enumerate(whole.src)], axis)
@@ -222,10 +229,10 @@ def _with_axis(multi: UOp, axis: int | None) -> UOp:
 
 def _concat(parts: Sequence[UOp], axis: int) -> UOp:
     """The parts (on one device, equal but for `axis`) side by side along `axis`: each padded into place, added."""
-    total = sum(shape_of(p)[axis] for p in parts)
+    total = sum(concrete(shape_of(p)[axis]) for p in parts)
     placed, offset = [], 0
     for part in parts:
-        size = shape_of(part)[axis]
+        size = concrete(shape_of(part)[axis])
         pad = tuple((offset, total - offset - size) if i == axis else (0, 0) for i in range(len(shape_of(part))))
         placed.append(UOp(Ops.PAD, part.dtype, (part,), pad) if total != size else part)
         offset += size
@@ -302,8 +309,10 @@ def _assign(node: UOp, sources: tuple[UOp, ...]) -> UOp:
                              f"axis {value.arg}")  # fmt: skip
     for shard in target.src:
         if not writes_storage(shard):
-            raise ArgumentError("cannot assign into this view of a sharded tensor: it cuts across the shards "
-                                "(a slice, pad or flip of the shard axis); assign to the whole tensor instead")
+            raise ArgumentError(
+                "cannot assign into this view of a sharded tensor: it cuts across the shards "
+                "(a slice, pad or flip of the shard axis); assign to the whole tensor instead"
+            )
     return _on_each_device(node, [target, _with_axis(value, target.arg)], target.arg)
 
 
@@ -318,14 +327,14 @@ def writes_storage(node: UOp) -> bool:
 
 def all_reduce(op: Ops, partials: list[UOp]) -> UOp:
     """Combine (ADD, MUL or MAX) the per-device partial results so that every device holds the whole result."""
-    algorithm = all_reduce_algorithm(len(partials), math.prod(shape_of(partials[0])))
+    algorithm = all_reduce_algorithm(len(partials), math.prod(concrete(s) for s in shape_of(partials[0])))
     if algorithm == "naive":
         return _naive_all_reduce(op, partials)
     return _chunked_all_reduce(op, partials, ring=algorithm == "ring")
 
 
 def all_reduce_algorithm(count: int, numel: int) -> str:
-    """"all2all", "ring" or "naive" for an all-reduce of `numel` elements over `count` devices: ALL2ALL=2 or RING=2
+    """ "all2all", "ring" or "naive" for an all-reduce of `numel` elements over `count` devices: ALL2ALL=2 or RING=2
     force theirs; at 1, theirs is used above RING_THRESHOLD elements on three or more devices (ALL2ALL first)."""
     big = count > 2 and numel > RING_THRESHOLD
     if int(ALL2ALL) >= 2 or (big and int(ALL2ALL) >= 1):
@@ -344,10 +353,9 @@ def _naive_all_reduce(op: Ops, partials: list[UOp]) -> UOp:
     devices = [device_of(p) for p in partials]
     results = []
     for device in devices:
-        total = None
-        for partial in partials:
-            here = _copy_to(partial, device)
-            total = here if total is None else _combine(op, total, here)
+        total = _copy_to(partials[0], device)
+        for partial in partials[1:]:
+            total = _combine(op, total, _copy_to(partial, device))
         results.append(total)
     return multi_node(results, None)
 
@@ -356,7 +364,7 @@ def _chunked_all_reduce(op: Ops, partials: list[UOp], ring: bool) -> UOp:
     """Reduce-scatter then all-gather over the flattened partials cut in one chunk per device. Ring: chunk c is
     carried from device c around the others, each adding its part, then copied from the last one to all. All-to-all:
     each device reduces one chunk from copies of every device's part, then every device copies every chunk."""
-    count, shape = len(partials), shape_of(partials[0])
+    count, shape = len(partials), tuple(concrete(s) for s in shape_of(partials[0]))
     numel = math.prod(shape)
     devices = [device_of(p) for p in partials]
     flat = [UOp(Ops.RESHAPE, p.dtype, (p,), (numel,)) for p in partials]
@@ -444,7 +452,7 @@ def _multi_gradient(grad: UOp, node: UOp) -> tuple[UOp | None, ...]:
     devices = devices_of(node)
     if node.arg is None:
         return (UOp(Ops.COPY, grad.dtype, (grad, device_node(devices[0]))), *(None for _ in devices[1:]))
-    size = shape_of(node)[node.arg]
+    size = concrete(shape_of(node)[node.arg])
     return tuple(UOp(Ops.COPY, grad.dtype, (_shrink_axis(grad, node.arg, shard_bounds(size, len(devices), i)),
                                             device_node(d))) for i, d in enumerate(devices))  # fmt: skip
 

@@ -59,6 +59,17 @@ def test_a_negative_axis_counts_from_the_back():
     assert t.shard_axis == 1 and t.shard_shape == (2, 2)
 
 
+def test_shard_in_place_and_shard_like():
+    a = _data(4, 2, seed=40)
+    w = Tensor(a)
+    assert w.shard_(TWO, 0) is w and w.device == ("CPU", "CPU:1") and w.shard_axis == 0
+    np.testing.assert_array_equal(w.numpy(), a)
+    x = Tensor(_data(6, 2, seed=41)).shard_like(w)
+    assert x.device == w.device and x.shard_axis == 0 and x.shard_shape == (3, 2)
+    assert Tensor([1.0]).shard_like(Tensor([2.0], device="CPU:1")).device == "CPU:1"  # not sharded: moved there
+    assert Tensor([1.0]).shard_axis is None and Tensor([1.0]).shard_shape == (1,)
+
+
 @pytest.mark.parametrize("axis", [0, 1, None])
 def test_elementwise_ops_against_numpy(axis):
     a, b = _data(4, 6, seed=1), _data(4, 6, seed=2)

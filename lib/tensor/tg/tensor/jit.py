@@ -47,6 +47,7 @@ from tg.codegen.schedule.schedule import device_of
 from tg.hcq.buffer import Buffer
 from tg.hcq.engine.buffers import buffer_of
 from tg.hcq.engine.capture import KernelLaunch, Launch, LaunchGraph, capture_launches, is_capturing
+from tg.tensor.autograd import forget_computed_from
 from tg.tensor.flags import JIT
 from tg.tensor.random import Draw, draw_words, record_draws
 from tg.tensor.tensor import Tensor, pending_assigns
@@ -260,6 +261,8 @@ class TinyJit(Generic[R]):
         names, inputs = _tensor_inputs(leaves)
         variable_args = _variable_arguments(leaves)
         buffered = [self._unaliased(_as_buffer_tensor(t)) for t in inputs]
+        for t in buffered:  # (inputs are leaves: a replay swaps their buffers, not what they were computed from)
+            forget_computed_from(t.uop)
         var_vals, shapes, variables = _call_variables(variable_args, buffered)
         signature = InputSignature(tuple(names), tuple(shapes), tuple(t.dtype for t in buffered),
                                    tuple(t.device for t in buffered), variables, _constants(leaves))  # fmt: skip

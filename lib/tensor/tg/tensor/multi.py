@@ -64,6 +64,11 @@ def multi_node(shards: Sequence[UOp], axis: int | None, devices: tuple[str, ...]
     return node
 
 
+def made_any() -> bool:
+    """Whether any MULTI node was made in this process (until then no graph can hold one)."""
+    return _made_any
+
+
 def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
     from tg.tensor.creation import canonical_device
 

@@ -184,7 +184,7 @@ class Tensor(
         roots = tuple(t.uop for t in tensors)
         _run_writes_to_buffers_read(roots)
         for tensor, realized in zip(tensors, realize(*_without_ran_assigns(roots)), strict=True):
-            if realized is not tensor.uop:
+            if realized is not tensor.uop and not _already_in(realized, tensor.uop):
                 remember_former_uop(tensor, tensor.uop, realized)
             tensor.uop = realized
             if tensor._view_of is not None and tensor._view_of.base is None:
@@ -464,6 +464,15 @@ def _run_writes_to_buffers_read(roots: tuple[UOp, ...]) -> None:
 
         realize(*_without_ran_assigns(writes))
         _note_ran_assigns(writes)
+
+
+def _already_in(realized: UOp, graph: UOp) -> bool:
+    """Whether `realized` is a node of `graph`: `t.to(device)` of a sharded tensor with a whole copy on that device
+    realizes to that copy's node, which must not be recorded as computed from a graph that reads it (autograd
+    would restore that graph inside itself forever). Only graphs over sharded tensors realize that way."""
+    from tg.tensor import multi
+
+    return multi.made_any() and realized in graph.toposort()
 
 
 def _view_within_shards(view: UOp) -> bool:

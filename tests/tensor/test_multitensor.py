@@ -205,6 +205,30 @@ def test_assign_into_a_sharded_tensor_realized_or_not():
     assert replicated_value.tolist() == [5, 6, 7, 8]
 
 
+def test_clone_of_a_sharded_tensor_is_split_alike_in_its_own_storage():
+    a = _data(4, 6, seed=42)
+    for axis in (0, 1, None):
+        source = Tensor(a).shard(TWO, axis).contiguous().realize()
+        copy = source.clone()
+        assert copy.shard_axis == axis
+        copy.assign(copy + 1).realize()
+        np.testing.assert_array_equal(source.numpy(), a)
+        np.testing.assert_array_equal(copy.numpy(), a + 1)
+
+
+def test_ops_built_from_primitives_work_on_shards():
+    a = _data(4, 6, seed=43)
+    t = Tensor(a).shard(TWO, 0)
+    np.testing.assert_array_equal(Tensor.stack(t, t).numpy(), np.stack([a, a]))
+    np.testing.assert_array_equal(t.cat(t, dim=1).numpy(), np.concatenate([a, a], 1))
+    np.testing.assert_array_equal(t.cat(t, dim=0).numpy(), np.concatenate([a, a], 0))
+    np.testing.assert_allclose(t.softmax(1).numpy(), np.exp(a) / np.exp(a).sum(1, keepdims=True), rtol=1e-6)
+    np.testing.assert_array_equal(t.argmax(0).numpy(), a.argmax(0))
+    np.testing.assert_allclose(t.cumsum(0).numpy(), a.cumsum(0), rtol=1e-6)
+    np.testing.assert_array_equal(t.sort(1)[0].numpy(), np.sort(a, 1))
+    np.testing.assert_array_equal(t[Tensor([0, 3, 1]).shard(TWO)].numpy(), a[[0, 3, 1]])
+
+
 def test_assign_into_a_column_of_a_sharded_tensor():
     out = Tensor.zeros(4, 4).shard(TWO, 0).contiguous().realize()
     buffers = [n for s in _shards(out) for n in s.toposort() if n.op is Ops.BUFFER]

@@ -237,6 +237,11 @@ class Tensor(
         """A copy in fresh storage (on `device`, default this tensor's): writes to the clone never reach this
         tensor, and the reverse."""
         source = self if device is None else self.to(device)
+        if isinstance(source.device, tuple):  # sharded: fresh storage split as the source is
+            from tg.tensor.multi import empty_sharded
+
+            storage = empty_sharded(self.shape, self.dtype, source.device, source.shard_axis)
+            return Tensor(storage, device=source.device).assign(source)
         return Tensor.empty(self.shape, dtype=self.dtype, device=source.device).assign(source)
 
     def detach(self) -> Tensor:

@@ -150,6 +150,20 @@ def test_ring_and_all2all_copy_chunks_where_naive_copies_whole_partials():
     assert copied({"ALL2ALL": 2}) == (12, 4 * 40)  # each chunk's owner gets it from two, then sends it to two
 
 
+@pytest.mark.parametrize("setting", [{"RING": 0}, {"RING": 2}, {"ALL2ALL": 2}], ids=["naive", "ring", "all2all"])
+def test_fuzz_all_reduce_random_shapes_on_two_to_four_devices(setting):
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        count = int(rng.integers(2, 5))
+        devices = tuple(f"CPU:{i}" for i in range(count))
+        shape = (count * int(rng.integers(1, 4)), int(rng.integers(1, 9)), int(rng.integers(1, 5)))
+        a = rng.uniform(-1, 1, shape).astype(np.float32)
+        with Context(**setting):
+            total = Tensor(a).shard(devices, 0).sum(0).realize()
+        assert total.shard_axis is None and len(_shards(total)) == count
+        np.testing.assert_allclose(total.numpy(), a.sum(0), rtol=1e-5, atol=1e-6, err_msg=f"{devices} {shape}")
+
+
 def test_matmul_with_sharded_batch_and_with_sharded_contraction():
     a, w = _data(8, 6, seed=8), _data(6, 4, seed=9)
     batch = Tensor(a).shard(TWO, 0) @ Tensor(w).shard(TWO)
@@ -257,6 +271,14 @@ def test_gradients_flow_through_shard_and_all_reduce():
     np.testing.assert_allclose(weight.grad.numpy(), a.T @ upstream, rtol=1e-10)
     np.testing.assert_allclose(x.grad.numpy(), upstream @ w.T, rtol=1e-10)
     assert x.grad.device == "CPU" and weight.grad.device == "CPU"
+
+
+def test_gradient_through_a_gather_goes_back_to_the_shards():
+    a = _data(4, 3, seed=44).astype(np.float64)
+    x = Tensor(a, requires_grad=True)
+    sharded = x.shard(TWO, 0)
+    ((sharded.to("CPU:1") * Tensor(a, device="CPU:1")).sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), a, rtol=1e-12)
 
 
 def test_tinyjit_over_a_sharded_step_captures_and_replays():
@@ -373,3 +395,12 @@ def test_a_jitted_data_parallel_step_trains_as_the_plain_one_device_step():
     np.testing.assert_allclose(jitted, plain, rtol=1e-5)
     for single, parallel in zip(weights, [p.numpy() for p in example.nn.get_parameters(sharded_model)], strict=True):
         np.testing.assert_allclose(parallel, single, rtol=1e-4, atol=1e-6)
+
+
+def test_the_example_takes_its_devices_from_the_command_line(monkeypatch):
+    example = _example()
+    seen = {}
+    monkeypatch.setattr(example, "train", lambda *args: seen.setdefault("args", args) and example.Result(1.0, 0.0, []))
+    monkeypatch.setattr(sys, "argv", ["train_digits.py", "--epochs", "1", "--devices", "CPU:0,CPU:1"])
+    example.main()
+    assert seen["args"][0] == 1 and seen["args"][-1] == ("CPU:0", "CPU:1")

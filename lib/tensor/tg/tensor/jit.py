@@ -23,6 +23,9 @@ on every call. What a replay does do like an eager call:
   - an assign to a Tensor the function closes over (`state.assign(state + 1)`) runs once per call;
   - an output of the previous call passed back as an input is read before the replay overwrites it;
   - the replayed kernels count in GlobalCounters.
+Sharded inputs and outputs (tg.tensor.multi) are one buffer per device; a replay swaps each. Inputs are leaves
+for autograd inside the function: a gradient does not flow back into the graph an input was computed from (a
+replay could not recompute it). A TinyJit pickles (tg.tensor.jit_pickle): a captured one carries its capture.
 `TinyJit(fn, prune=True)` drops from the replays the launches that depend on no input (weights prepared inside
 the function): they ran once, in the capture.
 

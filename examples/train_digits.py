@@ -4,6 +4,10 @@ Run with `uv run python examples/train_digits.py` (options: --epochs, --batch-si
 per epoch (a progress bar while it runs, on a terminal) and the test accuracy at the end. Each training step is one
 schedule: forward, backward and the Adam update of every parameter are realized together, and from the second
 step on the schedule and its compiled kernels come from the cache.
+
+Data parallel: `--devices CPU:0,CPU:1` keeps a copy of the weights on each device and splits every batch between
+them (`Tensor.shard`); the loss's mean over the batch all-reduces, so every device computes the same gradient and
+the weights stay equal to those one device trains (to float rounding).
 """
 
 from __future__ import annotations
@@ -53,17 +57,26 @@ def load_digits_split(seed: int = 0, test_fraction: float = 0.2) -> Digits:
     return Digits(images[train], labels[train], images[test], labels[test])
 
 
-def train_step(model: DigitsCNN, optimizer: nn.optim.Optimizer, images: np.ndarray, labels: np.ndarray) -> Tensor:
+Devices = tuple[str, ...] | None  # several devices: data parallel (weights copied, batches split)
+
+
+def train_step(
+    model: DigitsCNN, optimizer: nn.optim.Optimizer, images: np.ndarray, labels: np.ndarray, devices: Devices = None
+) -> Tensor:
     optimizer.zero_grad()
-    loss = model(Tensor(images)).sparse_categorical_crossentropy(Tensor(labels))
+    x, y = Tensor(images), Tensor(labels)
+    if devices:
+        x, y = x.shard(devices, axis=0), y.shard(devices, axis=0)
+    loss = model(x).sparse_categorical_crossentropy(y)
     loss.backward()
     Tensor.realize(loss, *optimizer.schedule_step())  # the loss, every parameter and Adam's state: one schedule
     return loss
 
 
-def accuracy(model: DigitsCNN, images: np.ndarray, labels: np.ndarray) -> float:
+def accuracy(model: DigitsCNN, images: np.ndarray, labels: np.ndarray, devices: Devices = None) -> float:
+    x = Tensor(images) if not devices else Tensor(images).shard(devices)
     with Tensor.train(False):
-        predictions = model(Tensor(images)).argmax(axis=1).numpy()
+        predictions = model(x).argmax(axis=1).numpy()
     return float((predictions == labels).mean())
 
 
@@ -74,14 +87,30 @@ class Result:
     losses: list[float]
 
 
-def train(epochs: int = 8, batch_size: int = 32, lr: float = 3e-3, seed: int = 0, show_progress: bool = False):
+def make_model(seed: int, lr: float, devices: Devices = None) -> tuple[DigitsCNN, nn.optim.Optimizer]:
+    """The model from a seeded initialization (its weights copied to each of `devices`) and its Adam optimizer."""
+    Tensor.manual_seed(seed)
+    model = DigitsCNN()
+    parameters = nn.get_parameters(model)
+    if devices:
+        for parameter in parameters:
+            parameter.shard_(devices)
+    return model, nn.optim.Adam(parameters, lr=lr)
+
+
+def train(
+    epochs: int = 8,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+    show_progress: bool = False,
+    devices: Devices = None,
+):
     """Train from a seeded initialization; returns the test accuracy, the wall time and each epoch's mean loss."""
     from rich.progress import Progress
 
-    Tensor.manual_seed(seed)
     data = load_digits_split(seed)
-    model = DigitsCNN()
-    optimizer = nn.optim.Adam(nn.get_parameters(model), lr=lr)
+    model, optimizer = make_model(seed, lr, devices)
     rng = np.random.default_rng(seed)
     steps = len(data.train_labels) // batch_size  # whole batches only: every step has one shape, one schedule
     losses = []
@@ -93,13 +122,13 @@ def train(epochs: int = 8, batch_size: int = 32, lr: float = 3e-3, seed: int = 0
             epoch_losses = []
             for step in range(steps):
                 batch = order[step * batch_size : (step + 1) * batch_size]
-                loss = train_step(model, optimizer, data.train_images[batch], data.train_labels[batch])
+                loss = train_step(model, optimizer, data.train_images[batch], data.train_labels[batch], devices)
                 epoch_losses.append(loss)
                 progress.advance(task)
             losses.append(float(np.mean([loss.item() for loss in epoch_losses])))
             progress.remove_task(task)
             progress.console.print(f"epoch {epoch + 1}/{epochs}: mean loss {losses[-1]:.4f}")
-    test_accuracy = accuracy(model, data.test_images, data.test_labels)
+    test_accuracy = accuracy(model, data.test_images, data.test_labels, devices)
     return Result(test_accuracy, time.perf_counter() - start, losses)
 
 
@@ -109,8 +138,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--devices", default="", help="data parallel over these devices, e.g. CPU:0,CPU:1")
     args = parser.parse_args()
-    result = train(args.epochs, args.batch_size, args.lr, args.seed, show_progress=sys.stdout.isatty())
+    devices = tuple(args.devices.split(",")) if args.devices else None
+    result = train(args.epochs, args.batch_size, args.lr, args.seed, sys.stdout.isatty(), devices)
     print(f"test accuracy {result.test_accuracy:.2%} after {args.epochs} epochs in {result.seconds:.1f} s")
 
 

@@ -376,3 +376,16 @@ def test_a_capture_does_not_keep_the_lazy_graph_it_was_built_from() -> None:
     x = np.full((4, 4), 5.0, dtype=np.float32)
     want = (np.exp(x * 2.0) + x.sum()) * 3.0 + 1.0
     np.testing.assert_allclose(jitted(Tensor(x)).numpy(), want.sum(0), rtol=1e-5)
+
+
+def test_gradients_in_a_capture_read_the_new_inputs_not_the_graph_they_came_from():
+    # regression: the JIT realizes a lazy input, autograd then walked back into the graph that computed it, and the
+    # capture baked that graph (the second call's input) into every replay
+    w = Tensor([1.0, 2.0, 3.0], requires_grad=True).realize()
+
+    @TinyJit
+    def grad_of(x: Tensor) -> Tensor:
+        return (x * w).sum().gradient(w)[0]
+
+    for value in (1.0, 2.0, 3.0, 4.0):
+        assert grad_of(Tensor.full((3,), value) + 0).tolist() == [value] * 3

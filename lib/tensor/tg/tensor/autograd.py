@@ -331,6 +331,12 @@ def remember_former_uop(tensor: Tensor, node: UOp, realized: UOp) -> None:
         _computed_from[realized] = node
 
 
+def forget_computed_from(node: UOp) -> None:
+    """Make the realized `node` a leaf for autograd: gradients no longer flow back through the graph that computed
+    it (TinyJit's inputs: a replay swaps their buffers, so reading that graph would bake the first inputs in)."""
+    _computed_from.pop(node, None)
+
+
 def _with_graphs_restored(root: UOp, keep: set[UOp], inside: frozenset[UOp] = frozenset()) -> UOp:
     """root with every realized node (except those in keep) replaced by the graph that computed it. A node is not
     restored inside its own graph: a custom kernel's output is the buffer it wrote, which its graph reads as the

@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 
 
 def canonical_device(device: str | None) -> str:
-    """The canonical name of `device` (None: the default device from DEV)."""
+    """The canonical name of `device` (None: the default device from DEV; a tuple: each of a sharded tensor's)."""
+    if isinstance(device, (tuple, list)):
+        return tuple(Device.canonicalize(d) for d in device)
     return Device.DEFAULT if device is None else Device.canonicalize(device)
 
 
@@ -62,6 +64,10 @@ def normalize_shape(shape: tuple[Any, ...]) -> Shape:
 
 def const_of_shape(value: PythonScalar | UOp, shape: Shape, dtype: DType, device: str) -> UOp:
     """A lazy constant tensor: CONST reshaped to all-ones and expanded to `shape`."""
+    if isinstance(device, tuple):  # for a sharded tensor: the constant whole on each device
+        from tg.tensor.multi import replicate
+
+        return replicate(lambda d: const_of_shape(value, shape, dtype, d), device)
     # a symbolic int (bound variables) stays an expression: the kernel computes it from its variable arguments
     if isinstance(value, UOp):
         node = const_node(check_size(value, "a Tensor value"), dtype, device)
@@ -235,6 +241,10 @@ class CreationOps(TensorBase):
         shape = normalize_shape(shape)
         dtype = dtypes.default_float if dtype is None else dtype
         device = canonical_device(device)
+        if isinstance(device, tuple):  # storage on each of several devices (a whole copy each)
+            from tg.tensor.multi import empty_sharded
+
+            return as_tensor(cls(empty_sharded(shape, dtype, device, None), device=device))
         return as_tensor(cls(buffer_view(new_buffer(device, max_numel(shape), dtype), shape), device=device))
 
     @classmethod

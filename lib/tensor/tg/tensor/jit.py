@@ -23,6 +23,9 @@ on every call. What a replay does do like an eager call:
   - an assign to a Tensor the function closes over (`state.assign(state + 1)`) runs once per call;
   - an output of the previous call passed back as an input is read before the replay overwrites it;
   - the replayed kernels count in GlobalCounters.
+Sharded inputs and outputs (tg.tensor.multi) are one buffer per device; a replay swaps each. Inputs are leaves
+for autograd inside the function: a gradient does not flow back into the graph an input was computed from (a
+replay could not recompute it). A TinyJit pickles (tg.tensor.jit_pickle): a captured one carries its capture.
 `TinyJit(fn, prune=True)` drops from the replays the launches that depend on no input (weights prepared inside
 the function): they ran once, in the capture.
 
@@ -47,6 +50,7 @@ from tg.codegen.schedule.schedule import device_of
 from tg.hcq.buffer import Buffer
 from tg.hcq.engine.buffers import buffer_of
 from tg.hcq.engine.capture import KernelLaunch, Launch, LaunchGraph, capture_launches, is_capturing
+from tg.tensor.autograd import forget_computed_from
 from tg.tensor.flags import JIT
 from tg.tensor.random import Draw, draw_words, record_draws
 from tg.tensor.tensor import Tensor, pending_assigns
@@ -143,18 +147,25 @@ def _tensor_inputs(leaves: list[tuple[str, Any]]) -> tuple[list[str], list[Tenso
     return [name for name, _ in tensors], [value for _, value in tensors]
 
 
+def _shards(node: UOp) -> tuple[UOp, ...]:
+    """A sharded tensor's per-device nodes (tg.tensor.multi); a tensor on one device is its one shard."""
+    return node.src if node.op is Ops.MULTI else (node,)
+
+
 def _as_buffer_tensor(t: Tensor) -> Tensor:
-    """`t` realized into a whole buffer of its own (a view or computed value is copied into one)."""
+    """`t` realized into a whole buffer of its own (a view or computed value is copied into one; sharded: one per
+    device)."""
     t.realize()
-    if buffer_holding(t.uop) is None:
+    if any(buffer_holding(shard) is None for shard in _shards(t.uop)):
         t = t.contiguous().realize()
     return t
 
 
-def _buffer(t: Tensor) -> Buffer:
-    node = buffer_holding(t.uop)
-    assert node is not None, "inputs and outputs are realized whole buffers"
-    return buffer_of(node)
+def _buffers(t: Tensor) -> list[Buffer]:
+    """The Buffers of a realized whole-buffer tensor: one, or one per device of a sharded tensor."""
+    nodes = [buffer_holding(shard) for shard in _shards(t.uop)]
+    assert all(node is not None for node in nodes), "inputs and outputs are realized whole buffers"
+    return [buffer_of(node) for node in nodes if node is not None]
 
 
 def _flatten_outputs(result: Any) -> list[Tensor]:
@@ -232,6 +243,16 @@ class TinyJit(Generic[R]):
         self.output_sources: list[Tensor | int] = []  # per output: its captured buffer's Tensor, or an input index
         self.draws: list[Draw] = []  # the random draws of the capture: each replay uploads fresh counters
         self.replay_draws: list[Tensor] = []
+        self.kept_nodes: list[UOp] = []  # a capture loaded from a pickle: its BUFFER nodes (their memory lives as long)
+
+    def __reduce__(self) -> tuple:
+        """Pickle the capture (kernels, baked-in buffers, outputs), or, before there is one, the function and options
+        (see tg.tensor.jit_pickle)."""
+        if not self.captured:
+            return (TinyJit, (self.fn, self.plain_calls, self.prune, self.one_call))
+        from tg.tensor.jit_pickle import captured_state
+
+        return (_unpickle_captured, (captured_state(self), self.plain_calls, self.prune, self.one_call))
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return functools.partial(self.__call__, obj) if obj is not None else self  # jitted methods
@@ -243,6 +264,8 @@ class TinyJit(Generic[R]):
         names, inputs = _tensor_inputs(leaves)
         variable_args = _variable_arguments(leaves)
         buffered = [self._unaliased(_as_buffer_tensor(t)) for t in inputs]
+        for t in buffered:  # (inputs are leaves: a replay swaps their buffers, not what they were computed from)
+            forget_computed_from(t.uop)
         var_vals, shapes, variables = _call_variables(variable_args, buffered)
         signature = InputSignature(tuple(names), tuple(shapes), tuple(t.dtype for t in buffered),
                                    tuple(t.device for t in buffered), variables, _constants(leaves))  # fmt: skip
@@ -256,14 +279,15 @@ class TinyJit(Generic[R]):
         if self.graph is not None:
             used = {name: value for name, value in var_vals.items() if name in self.graph.variables}  # (others: views)
             draws = [Tensor(draw_words(d.count), device=d.params.device) for d in self.draws]
-            self.graph.replay([_buffer(t) for t in buffered + draws], used)
+            self.graph.replay([buf for t in buffered + draws for buf in _buffers(t)], used)
             self.replay_draws = draws  # (their memory must outlive this replay, which may still be running)
         return _rebuild_outputs(self.captured_result, self.output_sources, buffered, var_vals)
 
     def _unaliased(self, t: Tensor) -> Tensor:
         """`t`, or a copy of it when its buffer is one the replay writes (an output fed back as the next input:
         the replay would overwrite what it still has to read)."""
-        if self.graph is not None and any(_buffer(t) is written for written in self.graph.written_buffers):
+        mine = _buffers(t)
+        if self.graph is not None and any(b is written for written in self.graph.written_buffers for b in mine):
             return t.clone().realize()
         return t
 
@@ -309,14 +333,27 @@ class TinyJit(Generic[R]):
         if not launches:
             raise JitError(f"{self.fn.__name__}: the function launched no kernels, so there is nothing to replay")
         self.draws = draws
-        input_buffers = [_buffer(t) for t in inputs] + [_buffer(d.params) for d in draws]
+        input_buffers = [buf for t in inputs for buf in _buffers(t)] + [_buffers(d.params)[0] for d in draws]
         kept = _launches_reading(launches, input_buffers) if self.prune else launches
         self.graph = LaunchGraph(kept, input_buffers) if kept else None
         self.captured = True
-        by_buffer = {id(buf): i for i, buf in enumerate(input_buffers[: len(inputs)])}
-        self.output_sources = [by_buffer.get(id(_buffer(t)), t) for t in outputs]
+        by_buffer = {id(_buffers(t)[0]): i for i, t in enumerate(inputs)}
+        self.output_sources = [by_buffer.get(id(_buffers(t)[0]), t) for t in outputs]
         self.captured_result = result
         return _rebuild_outputs(result, self.output_sources, inputs)
+
+
+def _unpickle_captured(state: Any, plain_calls: int, prune: bool, one_call: bool) -> TinyJit:
+    from tg.tensor.jit_pickle import restore
+
+    def replay_only(*args: Any, **kwargs: Any) -> Any:
+        raise JitError(f"{state.name}: this TinyJit was loaded from a pickle and has no Python function; it only "
+                       "replays its capture, which reset() dropped")  # fmt: skip
+
+    replay_only.__name__ = replay_only.__qualname__ = state.name
+    jit: TinyJit = TinyJit(replay_only, plain_calls, prune, one_call)
+    restore(jit, state)
+    return jit
 
 
 def _launches_reading(launches: list[Launch], inputs: list[Buffer]) -> list[Launch]:

@@ -30,6 +30,7 @@ from tg.tensor.indexing import IndexingOps
 from tg.tensor.linalg import LinalgOps
 from tg.tensor.math_ops import MathOps
 from tg.tensor.movement import MovementOps
+from tg.tensor.multi import MultiOps
 from tg.tensor.promotion import DTypeMismatchError, dtype_argument, dtype_name
 from tg.tensor.random import RandomOps
 from tg.tensor.reduce import ReduceOps
@@ -57,6 +58,7 @@ class Tensor(
     FunctionalOps,
     AutogradOps,
     CallOps,
+    MultiOps,
 ):
     """A lazy tensor. `Tensor(data, device=, dtype=)` accepts Python scalars, nested lists, numpy arrays, bytes."""
 
@@ -80,6 +82,11 @@ class Tensor(
             if device is not None:
                 moved = self.to(device)
                 self.uop, self.device = moved.uop, moved.device
+            return
+        if isinstance(device, (tuple, list)) and not (isinstance(data, UOp) and data.dtype is not dtypes.index):
+            # host data or a constant for several devices: made on the default device, a whole copy on each
+            copied = Tensor(data, dtype=dtype).shard(device)
+            self.uop, self.device = copied.uop, copied.device
             return
         self.device = canonical_device(device)
         if isinstance(data, UOp) and (data.dtype is dtypes.index or data.op is Ops.BIND):  # a bound Variable (or
@@ -162,6 +169,8 @@ class Tensor(
         """A pickle carries the values (realized), not the graph: every unpickled tensor owns fresh storage, so
         loads never share memory with each other or with the original (a DISK tensor comes back on the default
         device rather than writing its file)."""
+        if isinstance(self.device, tuple):  # a sharded tensor comes back sharded alike, over fresh storage
+            return (_unpickle_sharded, (bytes(self.data()), self.shape, self.dtype, self.device, self.shard_axis))
         device = None if self.device.startswith("DISK") else self.device
         return (_unpickle_tensor, (bytes(self.data()), self.shape, self.dtype, device))
 
@@ -180,7 +189,7 @@ class Tensor(
             roots = run_calls(roots)
         _run_writes_to_buffers_read(roots)
         for tensor, realized in zip(tensors, realize(*_without_ran_assigns(roots)), strict=True):
-            if realized is not tensor.uop:
+            if realized is not tensor.uop and not _already_in(realized, tensor.uop):
                 remember_former_uop(tensor, tensor.uop, realized)
             tensor.uop = realized
             if tensor._view_of is not None and tensor._view_of.base is None:
@@ -194,6 +203,8 @@ class Tensor(
 
         if self.numel() == 0:
             return memoryview(b"")
+        if isinstance(self.device, tuple):  # sharded: the shards gathered on the first device
+            return self.to(self.device[0]).data()
         if _computed_on_disk(self):  # a view or computation of a file's contents: read where kernels run
             return self.to(None).data()
         self.realize()
@@ -231,6 +242,11 @@ class Tensor(
         """A copy in fresh storage (on `device`, default this tensor's): writes to the clone never reach this
         tensor, and the reverse."""
         source = self if device is None else self.to(device)
+        if isinstance(source.device, tuple):  # sharded: fresh storage split as the source is
+            from tg.tensor.multi import empty_sharded
+
+            storage = empty_sharded(self.shape, self.dtype, source.device, source.shard_axis)
+            return Tensor(storage, device=source.device).assign(source)
         return Tensor.empty(self.shape, dtype=self.dtype, device=source.device).assign(source)
 
     def detach(self) -> Tensor:
@@ -252,6 +268,8 @@ class Tensor(
 
     def to(self, device: str | None) -> Tensor:
         """This tensor on `device` (None: the default device); the same tensor when it is already there."""
+        if isinstance(device, (tuple, list)):  # several devices: a whole copy on each (see shard)
+            return self if self.device == canonical_device(device) else self.shard(device)
         device = canonical_device(device)
         if device == self.device:
             return self
@@ -334,7 +352,12 @@ class Tensor(
         if not _reads_a_buffer(target):
             # no storage yet (a constant or a computed value): the value goes into fresh storage, lazily. Nothing
             # else can see the old value's storage, because it has none.
-            target = Tensor.empty(self.shape, dtype=self.dtype, device=self.device).uop
+            if isinstance(self.device, tuple):  # storage split as this tensor is
+                from tg.tensor.multi import empty_sharded
+
+                target = empty_sharded(self.shape, self.dtype, self.device, self.shard_axis)
+            else:
+                target = Tensor.empty(self.shape, dtype=self.dtype, device=self.device).uop
         elif (unwritable := _unwritable_view_op(target)) is not None:
             raise ValueError(
                 f"cannot assign into this {unwritable} view (shape {self.shape}): some of its elements have no "
@@ -358,7 +381,8 @@ class Tensor(
             return self.assign(value)
         _check_writable(chain, self.shape)
         current = relation.current_view()
-        if _reads_a_buffer(base.uop) and not any(op.op in (Ops.PAD, Ops.BITCAST) for op in chain):
+        if (_reads_a_buffer(base.uop) and not any(op.op in (Ops.PAD, Ops.BITCAST) for op in chain)
+                and _view_within_shards(current)):  # fmt: skip
             # a partial write into the storage (one kernel over the view's elements, as a KV-cache update needs);
             # a later realize of anything that reads this storage runs it first (see _run_writes_to_buffers_read)
             self.uop = UOp(Ops.ASSIGN, self.dtype, (_without_detach(current), value.uop))
@@ -452,6 +476,26 @@ def _run_writes_to_buffers_read(roots: tuple[UOp, ...]) -> None:
         _note_ran_assigns(writes)
 
 
+def _already_in(realized: UOp, graph: UOp) -> bool:
+    """Whether `realized` is a node of `graph`: `t.to(device)` of a sharded tensor with a whole copy on that device
+    realizes to that copy's node, which must not be recorded as computed from a graph that reads it (autograd
+    would restore that graph inside itself forever). Only graphs over sharded tensors realize that way."""
+    from tg.tensor import multi
+
+    return multi.made_any() and realized in graph.toposort()
+
+
+def _view_within_shards(view: UOp) -> bool:
+    """Whether a view of a sharded tensor is a view of each shard's storage (a slice of the shard axis is not: a
+    write through it rewrites the whole tensor instead). True for a tensor on one device."""
+    from tg.tensor.multi import lower, needs_lowering, writes_storage
+
+    if not needs_lowering([view]):
+        return True
+    lowered = lower([view])[0]
+    return lowered.op is Ops.MULTI and all(writes_storage(shard) for shard in lowered.src)
+
+
 def _written_buffer(node: UOp) -> UOp:
     while node.op in (*_VIEW_OPS, Ops.ASSIGN):
         node = node.src[0]
@@ -476,7 +520,8 @@ def _computed_on_disk(tensor: Tensor) -> bool:
     """Whether `tensor` lives on a DISK device but is not a whole buffer there (a view of a file, or math on one)."""
     from tg.codegen.schedule.realize import buffer_holding
 
-    return tensor.device.startswith("DISK") and buffer_holding(tensor.uop) is None
+    on_disk = isinstance(tensor.device, str) and tensor.device.startswith("DISK")
+    return on_disk and buffer_holding(tensor.uop) is None
 
 
 def _read_disk_buffers_on(node: UOp, device: str) -> UOp:
@@ -489,14 +534,20 @@ def _read_disk_buffers_on(node: UOp, device: str) -> UOp:
     return node.substitute(disk)
 
 
+def _unpickle_sharded(data: bytes, shape: Shape, dtype: DType, devices: tuple[str, ...], axis: int | None) -> Tensor:
+    return Tensor(data, dtype=dtype).reshape(shape).shard(devices, axis).contiguous().realize()
+
+
 def _unpickle_tensor(data: bytes, shape: Shape, dtype: DType, device: str | None) -> Tensor:
     return Tensor(data, device=device, dtype=dtype).reshape(shape)
 
 
 def _reads_a_buffer(node: UOp) -> bool:
-    """Whether `node` is a BUFFER under movement ops (storage an ASSIGN can write into)."""
+    """Whether `node` is a BUFFER under movement ops (storage an ASSIGN can write into; sharded: every shard)."""
     while node.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
         node = node.src[0]
+    if node.op is Ops.MULTI:
+        return all(_reads_a_buffer(shard) for shard in node.src)
     return node.op in (Ops.BUFFER, Ops.ASSIGN)
 
 

@@ -24,6 +24,10 @@ an element `dtype` and a shape, given by `shape_of`. The nodes are:
 |               |                             |                                   | into target's buffer           |
 | DETACH        | (x,)                        | None                              | x's shape (autograd stops)     |
 | GATHER        | (x, index, ...)             | the axes of x the indices replace | the indices' shape             |
+| MULTI         | (shard per device, ...)     | the split axis, or None (copies)  | the shards side by side        |
+
+A MULTI (a Tensor split across devices, tg.tensor.multi) never reaches the scheduler: tg.tensor lowers every graph
+over one into a graph per device first.
 
 A GATHER reads x at positions held in data: element o is x at o, with axis `arg[k]` replaced by the k-th index
 tensor's value at o (all indices share one shape, of x's rank, equal to x's on the other axes, where a size-1 axis
@@ -129,6 +133,8 @@ def _infer_shape(node: UOp) -> Shape:
         return tuple(1 if axis in arg.axes else size for axis, size in enumerate(source))
     if op is Ops.GATHER:
         return _gather_shape(node, source)
+    if op is Ops.MULTI:  # (lowered per device by tg.tensor.multi before scheduling: the shards side by side)
+        return tuple(size * len(node.src) if axis == arg else size for axis, size in enumerate(source))
     if op in GroupOp.ALU:
         shapes = {shape_of(s) for s in node.src}
         if len(shapes) != 1:

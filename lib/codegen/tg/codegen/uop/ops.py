@@ -103,6 +103,7 @@ class Ops(IntEnum):
     REDUCE_AXIS = auto()
     GATHER = auto()  # read a source at positions held in index tensors (a data-dependent load)
     CALL = auto()  # a kernel AST (src[0]) run on the tensors src[1:] (custom kernels; tg.tensor.custom_kernel)
+    MULTI = auto()  # a tensor split across devices: one source per device, arg the split axis (None: copies)
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -153,6 +154,7 @@ ARG_TYPES: dict[Ops, type | tuple[type, ...]] = {
     Ops.REDUCE_AXIS: ReduceArg,
     Ops.GATHER: tuple,  # the source axes the index tensors replace, one per index
     Ops.CALL: object,  # the call's grad_fxn(gradient, call), or None
+    Ops.MULTI: (NoArg, int),  # the axis the shards split (None: every device holds the whole tensor)
 }  # fmt: skip
 
 

@@ -1,0 +1,111 @@
+"""Pickling tensors (each load owns fresh storage, views carry their own values) and TinyJit functions (a captured
+one replays in another process; an uncaptured one carries its function)."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from tg.tensor import Tensor
+from tg.tensor.jit import JitError, TinyJit
+from tg.tensor.jit_pickle import JitPickleError
+
+
+def test_each_load_of_a_realized_tensor_has_its_own_storage():
+    t = Tensor([1, 2, 3, 4]).realize()
+    blob = pickle.dumps(t)
+    first, second = pickle.loads(blob), pickle.loads(blob)
+    assert first.uop is not second.uop
+    first[0] = 9
+    first.realize()
+    assert (first.tolist(), second.tolist(), t.tolist()) == ([9, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4])
+
+
+def test_a_pickled_view_carries_its_own_values():
+    t = Tensor([1, 2, 3, 4]).realize()
+    view = t[1:3]
+    loaded = pickle.loads(pickle.dumps(view))
+    assert loaded.tolist() == [2, 3]
+    t[1] = 7
+    t.realize()
+    loaded_again = pickle.loads(pickle.dumps(view))
+    loaded_again[0] = 5
+    loaded_again.realize()
+    assert (loaded.tolist(), loaded_again.tolist(), view.tolist()) == ([2, 3], [5, 3], [7, 3])
+
+
+def _captured_add() -> TinyJit:
+    weights = Tensor(np.arange(16, dtype=np.float32).reshape(4, 4)).realize()
+
+    @TinyJit
+    def add(a: Tensor, b: Tensor) -> Tensor:  # a local function: pickle could not name it
+        return (a.sum() + b + 1) @ weights
+
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        add(Tensor(rng.random((4, 4), dtype=np.float32)), Tensor(rng.random((4, 4), dtype=np.float32)))
+    return add
+
+
+def _expected(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a.sum() + b + 1) @ np.arange(16, dtype=np.float32).reshape(4, 4)
+
+
+def test_a_captured_jit_pickles_and_replays_with_its_baked_in_weights():
+    blob = pickle.dumps(_captured_add())
+    loaded = pickle.loads(blob)
+    for fill in (1.0, 2.0):
+        a, b = np.full((4, 4), fill, np.float32), np.ones((4, 4), np.float32)
+        out = loaded(Tensor(a).contiguous().realize(), Tensor(b).contiguous().realize())
+        np.testing.assert_allclose(out.numpy(), _expected(a, b), rtol=1e-6)
+    with pytest.raises(JitError, match="changed shape"):
+        loaded(Tensor.ones(2, 2).contiguous().realize(), Tensor.ones(2, 2).contiguous().realize())
+    loaded.reset()
+    with pytest.raises(JitError, match="loaded from a pickle"):
+        loaded(Tensor.ones(4, 4).contiguous().realize(), Tensor.ones(4, 4).contiguous().realize())
+
+
+@pytest.mark.slow
+def test_a_captured_jit_replays_in_another_process(tmp_path):
+    path = tmp_path / "add.pkl"
+    path.write_bytes(pickle.dumps(_captured_add()))
+    script = textwrap.dedent(f"""
+        import pickle
+        import numpy as np
+        from tg.tensor import Tensor
+        add = pickle.loads(open({str(path)!r}, "rb").read())
+        out = add(Tensor.ones(4, 4).contiguous().realize(), Tensor.full((4, 4), 3.0).contiguous().realize())
+        print(out.numpy().tolist())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    a, b = np.ones((4, 4), np.float32), np.full((4, 4), 3.0, np.float32)
+    np.testing.assert_allclose(np.array(eval(done.stdout)), _expected(a, b), rtol=1e-6)
+
+
+def double(x: Tensor) -> Tensor:
+    return x * 2
+
+
+def test_an_uncaptured_jit_pickles_its_function_and_options():
+    loaded = pickle.loads(pickle.dumps(TinyJit(double, plain_calls=0, prune=True)))
+    assert loaded.fn is double and loaded.plain_calls == 0 and loaded.prune
+    for value in (1.0, 2.0, 3.0):
+        assert loaded(Tensor.full((3,), value).contiguous().realize()).tolist() == [2 * value] * 3
+    assert loaded.captured
+
+
+def test_a_capture_that_draws_random_numbers_cannot_be_pickled():
+    @TinyJit
+    def noisy(x: Tensor) -> Tensor:
+        return x + Tensor.rand(3)
+
+    for _ in range(3):
+        noisy(Tensor.zeros(3).contiguous().realize())
+    with pytest.raises(JitPickleError, match="random numbers"):
+        pickle.dumps(noisy)

@@ -3,6 +3,9 @@ in its own KV-cache slot, one forward per step."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -101,7 +104,7 @@ def test_steps_replay_one_capture_per_row_counts_and_window(tmp_path: Path) -> N
     path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
     metadata, weights = reference.load(path)
     model, _ = load_model(path, max_context=128)  # the first KV window (64) below the context
-    runner = ModelRunner(model, 2)
+    runner = ModelRunner(model, 2, capture_ahead=False)  # (only the steps run here are captured)
     first, second = runner.slots
     runner.prefill(first, [1, 2, 3])
     runner.prefill(second, [4, 5])
@@ -124,3 +127,78 @@ def test_steps_replay_one_capture_per_row_counts_and_window(tmp_path: Path) -> N
     # chunk from position 0) share one capture, the decodes one per slot count
     assert list(runner.steps) == [((8,), 0, "last"), ((1, 1), 64, "last"), ((1,), 64, "last")]
     assert [(step.graph is not None, step.calls) for step in runner.steps.values()] == [(True, 3), (True, 5), (True, 2)]
+
+
+def held_captures(runner: ModelRunner) -> tuple[threading.Event, list[tuple]]:
+    """Hold every capture of the runner's CaptureAhead thread until the returned event is set; the keys it was asked
+    to capture are appended to the returned list as it reaches them."""
+    release: threading.Event = threading.Event()
+    reached: list[tuple] = []
+
+    def hold(key: tuple) -> None:
+        reached.append(key)
+        assert release.wait(120), "the test never released the capture"
+
+    assert runner.ahead is not None
+    runner.ahead.before_capture = hold
+    return release, reached
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 120.0) -> bool:
+    """A hang guard, not a timing: polls until `predicate` holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.slow
+def test_steps_past_the_warmed_windows_never_wait_for_a_capture(tmp_path: Path) -> None:
+    """Warmed up to 64 positions of 256: a prompt into the 128 window, decode steps there, and an echo (ALL) and an
+    embedding (POOLED) prefill run through the widest window's captures while their own are held in the capture
+    thread, all matching the reference; once released, the own captures replace the wider ones."""
+    path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
+    metadata, weights = reference.load(path)
+    model, _ = load_model(path, max_context=256)
+    runner = ModelRunner(model, 2)
+    try:
+        runner.warm_up(lambda done, total: None, context=64)
+        warmed = set(runner.steps)
+        assert ((8,), 256, "all") in warmed and ((8,), 256, "pooled") in warmed and ((1, 1), 256, "last") in warmed
+        assert ((8,), 128, "last") not in warmed
+        release, reached = held_captures(runner)
+        first, second = runner.slots
+        prompt = [(13 * i + 5) % 250 for i in range(100)]  # its last chunks start in the 128 window
+        logits = runner.prefill(first, prompt)
+        want = reference.forward(metadata, weights, prompt)[-1]
+        np.testing.assert_allclose(logits, want, atol=2e-3 * np.abs(want).max())
+        runner.prefill(second, [1, 2, 3])
+        for token in (7, 8):
+            rows = runner.decode([(first, token), (second, token + 1)])
+            for row, slot in zip(rows, (first, second), strict=True):
+                want = reference.forward(metadata, weights, slot.cached)[-1]
+                np.testing.assert_allclose(row, want, atol=2e-3 * np.abs(want).max())
+        echo = [4, 9, 16, 25, 36]
+        second.cached = []
+        rows = runner.prefill_step(second, echo, 8, "all")
+        want = reference.forward(metadata, weights, echo)
+        np.testing.assert_allclose(rows, want, atol=2e-3 * np.abs(want).max())
+        second.cached = []
+        pooled = runner.prefill_step(second, echo, 8, "pooled")
+        assert pooled is not None and pooled.shape == (model.config.dim,)
+        assert runner.inline_captures == 0 and runner.covered_steps > 0
+        assert not release.is_set() and reached  # everything above ran while a capture was held
+        release.set()
+        assert runner.ahead is not None and wait_until(runner.ahead.idle)
+        made = set(runner.ahead.made)
+        assert {((8,), 128, "last"), ((1, 1), 128, "last"), ((8,), 0, "all"), ((8,), 0, "pooled")} <= made
+        covered = runner.covered_steps
+        rows = runner.decode([(first, 9), (second, 10)])
+        want = reference.forward(metadata, weights, first.cached)[-1]
+        np.testing.assert_allclose(rows[0], want, atol=2e-3 * np.abs(want).max())
+        assert runner.covered_steps == covered  # its own capture now
+        assert runner.inline_captures == 0 and not runner.ahead.failed
+    finally:
+        runner.close()

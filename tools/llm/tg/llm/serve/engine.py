@@ -219,6 +219,9 @@ class Engine:
     def stop(self) -> None:
         self.shutdown()
         self.thread.join(timeout=10)
+        close = getattr(self.runner, "close", None)  # (a scripted stand-in for tests may have none)
+        if close is not None:
+            close()
 
     # ------------------------------------------------------------------------------------------ the thread
 

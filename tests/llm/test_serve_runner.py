@@ -104,7 +104,7 @@ def test_steps_replay_one_capture_per_row_counts_and_window(tmp_path: Path) -> N
     path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
     metadata, weights = reference.load(path)
     model, _ = load_model(path, max_context=128)  # the first KV window (64) below the context
-    runner = ModelRunner(model, 2, capture_ahead=False)  # (only the steps run here are captured)
+    runner = ModelRunner(model, 2)
     first, second = runner.slots
     runner.prefill(first, [1, 2, 3])
     runner.prefill(second, [4, 5])
@@ -162,7 +162,7 @@ def test_steps_past_the_warmed_windows_never_wait_for_a_capture(tmp_path: Path) 
     path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
     metadata, weights = reference.load(path)
     model, _ = load_model(path, max_context=256)
-    runner = ModelRunner(model, 2)
+    runner = ModelRunner(model, 2, capture_ahead=True)
     try:
         runner.warm_up(lambda done, total: None, context=64)
         warmed = set(runner.steps)

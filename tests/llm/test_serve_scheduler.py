@@ -115,7 +115,7 @@ def test_warm_up_captures_what_short_requests_replay(model_path: Path) -> None:
         assert engine.ready.wait(600)
         runner = engine.runner
         warmed = set(runner.steps)
-        expected = {(tuple(rows), kv_window_of(runner, start), "last") for start, rows in runner.warm_up_plan()}
+        expected = {(tuple(rows), kv_window_of(runner, start), output) for start, rows, output in runner.warm_up_plan()}
         assert warmed == expected
         assert engine.warm == {"done": len(expected), "total": len(expected)}
         assert httpx.get(server.url + "/health", timeout=10).json()["status"] == "ok"
@@ -225,3 +225,41 @@ def test_chunked_prefill_beside_a_decoding_slot_matches_the_reference(tmp_path: 
         token += 1
     want = reference.forward(metadata, weights, prompt)[-1]
     np.testing.assert_allclose(logits, want, atol=2e-3 * np.abs(want).max())
+
+
+@pytest.mark.slow
+def test_a_running_stream_keeps_decoding_while_its_next_window_is_captured(model_path: Path) -> None:
+    """The real runner, warmed up to 64 positions: a stream decodes past position 64 into the 128 window (which
+    the warm-up did not capture) while the capture thread is held inside that window's capture; it gets its decode
+    steps and tokens all along, and no step is captured on the scheduler thread."""
+    session = Session.load(model_path, 256)
+    runner = ModelRunner(session.model, 2, capture_ahead=True)
+    release, reached = threading.Event(), []
+
+    def hold(key: tuple) -> None:
+        reached.append(key)
+        assert release.wait(300), "the test never released the capture"
+
+    assert runner.ahead is not None
+    runner.ahead.before_capture = hold
+    engine = Engine(runner, session.tokenizer, warmup=True, warmup_context=64)
+    tokens, finished = [], threading.Event()
+
+    def emit(event: Event) -> None:
+        if isinstance(event, Piece):
+            tokens.append(event)
+        if isinstance(event, Finish):
+            finished.set()
+
+    try:
+        assert engine.ready.wait(600)
+        no_end = {token: -100.0 for token in session.tokenizer.special_ids}  # it runs to max_tokens
+        engine.submit(Job([5, 6, 7], GenerationParams(max_tokens=120, logit_bias=no_end), emit))
+        assert finished.wait(600)
+        assert not release.is_set() and reached  # a capture was held from the first step to the end
+        assert ((1,), 128, "last") not in runner.steps  # the stream's steps in the 128 window ran through the widest
+        assert engine.stats()["decode_steps"] >= 110 and len(runner.slots[0].cached) > 120
+        assert runner.inline_captures == 0 and runner.covered_steps > 50
+    finally:
+        release.set()
+        engine.stop()

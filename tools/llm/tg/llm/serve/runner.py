@@ -84,7 +84,10 @@ class Feed:
 
 
 class ModelRunner:
-    def __init__(self, model: Transformer, slots: int, batched: bool = True, capture_ahead: bool = True) -> None:
+    def __init__(self, model: Transformer, slots: int, batched: bool = True, capture_ahead: bool = False) -> None:
+        """`capture_ahead`: run a CaptureAhead thread (the server does; call `close` to stop it), so that a step
+        covered by a wider window never waits for its own capture; without it every missing step is captured at
+        its first call."""
         self.model, self.batched = model, batched
         self.max_context = model.max_context
         self.widest = kv_window(self.max_context - 1, self.max_context)  # the KV window of the last position
@@ -268,8 +271,10 @@ class ModelRunner:
         self._keep(key, step)
 
     def close(self) -> None:
+        """Stop the CaptureAhead thread, after the capture in progress (if any)."""
         if self.ahead is not None:
             self.ahead.stop()
+            self.ahead.thread.join(timeout=120)
 
 
 class CaptureAhead:

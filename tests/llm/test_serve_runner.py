@@ -202,3 +202,24 @@ def test_steps_past_the_warmed_windows_never_wait_for_a_capture(tmp_path: Path) 
         assert runner.inline_captures == 0 and not runner.ahead.failed
     finally:
         runner.close()
+
+
+def test_a_stream_near_its_next_window_gets_it_captured_ahead(tmp_path: Path) -> None:
+    """A prefill chunk (positions 0..7, KV window 0) that ends within 64 positions of the 128 window (from position
+    65) asks the capture thread for that window's step before any step reaches it."""
+    path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
+    model, _ = load_model(path, max_context=256)
+    runner = ModelRunner(model, 1, capture_ahead=True)
+    release, reached = held_captures(runner)
+    try:
+        (slot,) = runner.slots
+        runner.prefill_step(slot, list(range(1, 40)), 8)
+        assert wait_until(lambda: bool(reached))
+        assert reached == [((8,), 128, "last")] and len(slot.cached) == 8
+        assert list(runner.steps) == [((8,), 0, "last")]  # the only step run so far
+        release.set()
+        assert runner.ahead is not None and wait_until(runner.ahead.idle)
+        assert ((8,), 128, "last") in runner.steps and runner.ahead.made == [((8,), 128, "last")]
+    finally:
+        release.set()
+        runner.close()

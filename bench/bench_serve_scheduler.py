@@ -2,8 +2,10 @@
 
 Run: `CC=gcc uv run python bench/bench_serve_scheduler.py [--streams 8] [--prompt 4000] [--tokens 200]`. The model is a
 tiny synthetic GGUF written by the tests' helper (tests/llm/llm_fixtures.write_model, random weights, byte vocabulary,
-context 4096), served on a loopback port to clients in a process of their own; an untimed first round captures every
-step the measured rounds use. `--streams` clients stream greedy completions; once each has its first tokens, one more
+context 4096), served on a loopback port to clients in a process of their own, warmed up as the server is by default
+(`--warmup-context 512`: the first 512 positions' KV windows and the widest one); an untimed first round then runs every
+step shape the measured rounds use (windows past the warm-up replay the widest window's capture while their own are
+captured on the capture thread). `--streams` clients stream greedy completions; once each has its first tokens, one more
 client sends a `--prompt`-token prompt. The table gives the inter-token gaps the running streams saw while that prompt
 was prefilled (p50, p99, max, pooled over `--rounds` rounds), with the scheduler's chunked prefill (32 tokens between
 decode steps) and, as the peer measured in the same run, with the whole prompt prefilled before the next decode step
@@ -126,14 +128,19 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=200, help="tokens each running stream asks for")
     parser.add_argument("--context", type=int, default=CONTEXT)
     parser.add_argument("--rounds", type=int, default=2, help="measured rounds per prefill policy")
+    parser.add_argument("--warmup-context", type=int, default=512, help="positions the warm-up covers (0: none)")
     args = parser.parse_args()
     context = args.context
     policies = {"chunked (32 tokens)": 32, "whole prompt (peer)": context}
     with tempfile.TemporaryDirectory() as folder:
         path = write_model(Path(folder) / "bench.gguf", "llama", "F32", seed=0, dim=128, context=context)
-        options = ServeOptions(max_concurrency=args.streams + 1, max_queue=4, warmup=False)
+        options = ServeOptions(max_concurrency=args.streams + 1, max_queue=4, warmup=args.warmup_context > 0,
+                               warmup_context=args.warmup_context)  # fmt: skip
         server = ThreadedServer(load_state(path, context, options, aliases={"bench"}))
         engine = server.state.engine
+        warming = time.perf_counter()
+        assert engine.ready.wait(3600), engine.warmup_error
+        warm_up = time.perf_counter() - warming
         specials = sorted(engine.tokenizer.special_ids)
         # the clients run in a process of their own: in this one they would compete with the server's event loop
         # and scheduler thread for the GIL, and their delays would count as the scheduler's
@@ -145,8 +152,10 @@ def main() -> None:
             clients.submit(run_stall_round, server.url, args.streams, args.prompt, args.tokens).result()
             clients.submit(run_throughput, server.url, 1, args.tokens).result()
             took = time.perf_counter() - started
+            runner = engine.runner
             print(f"tg-llm serve scheduler, tiny synthetic llama (dim 128, 2 blocks, F32), context {context}, "
-                  f"untimed capture round {took:.0f}s, load {os.getloadavg()[0]:.2f}")  # fmt: skip
+                  f"warm-up {warm_up:.0f}s ({engine.warm['total']} captures), untimed first round {took:.0f}s, "
+                  f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
             print(f"{args.streams} streams running, then one {args.prompt}-token prompt ({args.rounds} rounds each):")
             print(f"{'prefill':>22} {'gap p50':>9} {'gap p99':>9} {'gap max':>9} {'prompt in':>10} {'gaps':>5}")
             rounds: dict[str, list] = {name: [] for name in policies}
@@ -168,6 +177,10 @@ def main() -> None:
             many = clients.submit(run_throughput, server.url, args.streams, args.tokens).result()
             print(f"tokens/s: 1 client {single:.1f}, {args.streams} clients {many:.1f} ({many / single:.2f}x)"
                   f"   (load {os.getloadavg()[0]:.2f})")  # fmt: skip
+            made = len(runner.ahead.made) if runner.ahead is not None else 0
+            print(f"captures after the warm-up: {runner.inline_captures} on the scheduler thread (streams waited), "
+                  f"{made} on the capture thread; {runner.covered_steps} steps replayed a wider window's capture; "
+                  f"{len(runner.steps)} captures kept")  # fmt: skip
         finally:
             clients.shutdown()
             server.close()

@@ -190,7 +190,12 @@ def test_steps_past_the_warmed_windows_never_wait_for_a_capture(tmp_path: Path) 
         assert pooled is not None and pooled.shape == (model.config.dim,)
         assert runner.inline_captures == 0 and runner.covered_steps > 0
         assert not release.is_set() and reached  # everything above ran while a capture was held
-        release.set()
+        release.set()  # decode steps while the capture thread captures, not held now: still the reference's
+        for token in (11, 12, 13):
+            rows = runner.decode([(first, token), (second, token + 1)])
+            for row, slot in zip(rows, (first, second), strict=True):
+                want = reference.forward(metadata, weights, slot.cached)[-1]
+                np.testing.assert_allclose(row, want, atol=2e-3 * np.abs(want).max())
         assert runner.ahead is not None and wait_until(runner.ahead.idle)
         made = set(runner.ahead.made)
         assert {((8,), 128, "last"), ((1, 1), 128, "last"), ((8,), 0, "all"), ((8,), 0, "pooled")} <= made

@@ -260,6 +260,8 @@ def test_a_running_stream_keeps_decoding_while_its_next_window_is_captured(model
         assert ((1,), 128, "last") not in runner.steps  # the stream's steps in the 128 window ran through the widest
         assert engine.stats()["decode_steps"] >= 110 and len(runner.slots[0].cached) > 120
         assert runner.inline_captures == 0 and runner.covered_steps > 50
+        stats = engine.stats()
+        assert stats["captures_waited_for"] == 0 and stats["steps_on_wider_captures"] == runner.covered_steps
     finally:
         release.set()
         engine.stop()

@@ -173,7 +173,9 @@ class ModelRunner:
         requests replay them instead of waiting for a capture; `report(done, total)` after each. Call it before
         any request: the slots are left empty. The captures are pinned: never dropped to make room."""
         plan = self.warm_up_plan(context)
-        self.max_captures = max(MAX_CAPTURES, len(plan) + 8)  # room for what is captured later, too
+        # pinned, the warm-up's captures leave MAX_CAPTURES of room for the windows captured later: fewer, and a
+        # long prompt's prefill, which visits every window in turn, would drop each one before its next use
+        self.max_captures = len(plan) + MAX_CAPTURES
         report(0, len(plan))
         for done, (start, rows, output) in enumerate(plan, 1):
             feeds = [

@@ -204,6 +204,10 @@ def test_steps_past_the_warmed_windows_never_wait_for_a_capture(tmp_path: Path) 
         want = reference.forward(metadata, weights, first.cached)[-1]
         np.testing.assert_allclose(rows[0], want, atol=2e-3 * np.abs(want).max())
         assert runner.covered_steps == covered  # its own capture now
+        second.cached = []
+        own = runner.prefill_step(second, echo, 8, "pooled")  # its own window's capture: the same sum
+        np.testing.assert_allclose(own, pooled, atol=1e-4 * np.abs(pooled).max())
+        assert runner.covered_steps == covered
         assert runner.inline_captures == 0 and not runner.ahead.failed
     finally:
         runner.close()

@@ -11,17 +11,17 @@ than the kernels on small models.
 
 A capture takes seconds (its kernels are compiled), and whoever waits for one stalls every stream. So a step whose
 own capture is missing runs through the capture of a wider KV window when one exists (the extra cached positions are
-masked: the same result), while its own is captured on a thread of its own (`CaptureAhead`); a stream nearing its
-next window gets that window captured ahead the same way. The warm-up captures the widest window of every shape a
-request can need, so once it is done no step ever waits for a capture; without it (`--no-warmup`) a shape no
-capture covers is still captured where it is first needed.
+masked: the same result), and its own is queued (`wanted`), as is the next window of a stream nearing it; the
+scheduler captures what is queued when no request is running (`capture_wanted`). Not on a thread beside the
+scheduler: the device's timeline (tg.hcq) takes submissions from one thread at a time. The warm-up captures the
+widest window of every shape a request can need, so once it is done no step ever waits for a capture; without it
+(`--no-warmup`) a shape no capture covers is still captured where it is first needed.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,7 +54,7 @@ assert PREFILL_ROWS < SCRATCH_MATMUL_ROWS
 # captures kept (least recently used dropped first): each holds its own intermediate buffers, small for a few rows;
 # a warm-up raises the limit to keep all it captured
 MAX_CAPTURES = 48
-# a stream this many positions before its next KV window gets that window's step captured ahead (in the background)
+# a stream this many positions before its next KV window gets that window's step queued for capture
 CAPTURE_LOOKAHEAD = 64
 # what a forward returns (see `forward_feeds`): the logits after each feed's last token, after every token (the
 # prompt's logprobs that `echo` shows), or the sum of the final hidden states (embeddings)
@@ -84,10 +84,9 @@ class Feed:
 
 
 class ModelRunner:
-    def __init__(self, model: Transformer, slots: int, batched: bool = True, capture_ahead: bool = False) -> None:
-        """`capture_ahead`: run a CaptureAhead thread (the server does; call `close` to stop it), so that a step
-        covered by a wider window never waits for its own capture; without it every missing step is captured at
-        its first call."""
+    def __init__(self, model: Transformer, slots: int, batched: bool = True, defer_captures: bool = False) -> None:
+        """`defer_captures` (the server's): a step covered by a wider window's capture runs through it and its own
+        capture is queued for `capture_wanted`; without it every missing step is captured at its first call."""
         self.model, self.batched = model, batched
         self.max_context = model.max_context
         self.widest = kv_window(self.max_context - 1, self.max_context)  # the KV window of the last position
@@ -95,7 +94,6 @@ class ModelRunner:
         # the captured steps (see `_step`), least recently used first; the warm-up's are pinned (never dropped)
         self.steps: OrderedDict[StepKey, TinyJit] = OrderedDict()
         self.pinned: set[StepKey] = set()
-        self.lock = threading.Lock()  # `steps` is shared with the CaptureAhead thread
         self.max_captures = MAX_CAPTURES
         self.inline_captures = 0  # captures a caller waited for (none once warmed up): for tests and /health
         self.covered_steps = 0  # steps run through a wider window's capture while their own was missing
@@ -103,7 +101,11 @@ class ModelRunner:
         for index in range(1, slots):
             caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
             self.slots.append(Slot(index, caches))
-        self.ahead = CaptureAhead(self) if capture_ahead else None
+        self.defer_captures = defer_captures
+        self.wanted: OrderedDict[StepKey, None] = OrderedDict()  # captures queued, oldest first
+        self.deferred_made: list[StepKey] = []  # what capture_wanted captured, in order (for tests and the bench)
+        self.failed: dict[StepKey, str] = {}  # not retried: such a step stays on the wider window's capture
+        self.before_capture: Callable[[StepKey], None] | None = None  # tests: called before each queued capture
 
     def reusable_prefix(self, slot: Slot, tokens: list[int]) -> int:
         return common_prefix(tokens[:-1], slot.cached)
@@ -183,9 +185,8 @@ class ModelRunner:
                 for slot, count in zip(self.slots, rows, strict=False)
             ]
             key = (tuple(rows), cache_window(self.model, feeds), output)
-            with self.lock:
-                self.pinned.add(key)
-            if key not in self.steps:  # its own capture, never a wider one's (and nothing asked of CaptureAhead)
+            self.pinned.add(key)
+            if key not in self.steps:  # its own capture, never a wider one's (and nothing queued)
                 self._keep(key, self.new_step(key))
             forward_feeds(self.model, feeds, self.steps[key], output)
             report(done, len(plan))
@@ -212,35 +213,56 @@ class ModelRunner:
         the masks, last-row selectors, RoPE rows and token rows (a replay swaps in the buffers of the slots it
         runs), and every position in a KV window runs the same kernels, so any slots share the capture of their
         row counts and window. A step whose own capture is missing runs through the narrowest capture of a wider
-        window (positions past a feed's start are masked, so the result is the same) while its own is captured
-        in the background; only a step nothing covers is captured here, at its first call (the caller waits)."""
+        window (positions past a feed's start are masked, so the result is the same) while its own waits in
+        `wanted`; only a step nothing covers is captured here, at its first call (the caller waits)."""
         key = (tuple(feed.rows for feed in feeds), cache_window(self.model, feeds), output)
         self._look_ahead(feeds, key)
-        with self.lock:
-            step = self.steps.get(key)
-            if step is not None:
-                self.steps.move_to_end(key)
-                return step, key[1]
-            wider = [other for other in self.steps if other[::2] == key[::2] and other[1] > key[1]]
-            if wider and self.ahead is not None:
-                cover = min(wider, key=lambda other: other[1])
-                self.steps.move_to_end(cover)
-                self.covered_steps += 1
-                self.ahead.request(key)
-                return self.steps[cover], cover[1]
+        step = self.steps.get(key)
+        if step is not None:
+            self.steps.move_to_end(key)
+            return step, key[1]
+        wider = [other for other in self.steps if other[::2] == key[::2] and other[1] > key[1]]
+        if wider and self.defer_captures:
+            cover = min(wider, key=lambda other: other[1])
+            self.steps.move_to_end(cover)
+            self.covered_steps += 1
+            self._want(key)
+            return self.steps[cover], cover[1]
         self.inline_captures += 1
         step = self.new_step(key)
         self._keep(key, step)
         return step, key[1]
 
     def _look_ahead(self, feeds: list[Feed], key: StepKey) -> None:
-        """Ask for the capture of the window the feeds reach within CAPTURE_LOOKAHEAD positions, if not made."""
-        if self.ahead is None:
+        """Queue the capture of the window the feeds reach within CAPTURE_LOOKAHEAD positions, if not made."""
+        if not self.defer_captures:
             return
         last = min(max(feed.start + len(feed.tokens) for feed in feeds) + CAPTURE_LOOKAHEAD, self.max_context - 1)
         upcoming = (key[0], kv_window(last, self.max_context), key[2])
-        if upcoming[1] != key[1] and upcoming not in self.steps:
-            self.ahead.request(upcoming)
+        if upcoming[1] != key[1]:
+            self._want(upcoming)
+
+    def _want(self, key: StepKey) -> None:
+        if key not in self.steps and key not in self.failed:
+            self.wanted[key] = None
+
+    def capture_wanted(self) -> bool:
+        """Capture the oldest queued step (the scheduler calls it when no request runs: it takes seconds); False
+        when none was queued. A capture that fails is logged and not retried."""
+        while self.wanted:
+            key, _ = self.wanted.popitem(last=False)
+            if key in self.steps:
+                continue
+            try:
+                if self.before_capture is not None:
+                    self.before_capture(key)
+                self.capture(key)
+                self.deferred_made.append(key)
+            except Exception as error:  # noqa: BLE001  (the step stays on the wider window's capture)
+                log.exception("capturing a queued step failed: %s", key)
+                self.failed[key] = f"{type(error).__name__}: {error}"
+            return True
+        return False
 
     def new_step(self, key: StepKey) -> TinyJit:
         """A TinyJit of the step `key`: the step does the same work every call (weights and caches are realized),
@@ -250,18 +272,16 @@ class ModelRunner:
 
     def _keep(self, key: StepKey, step: TinyJit) -> None:
         """Add a step to the captures, dropping the least recently used unpinned one past `max_captures`."""
-        with self.lock:
-            self.steps[key] = step
-            while len(self.steps) > self.max_captures:
-                unpinned = next((other for other in self.steps if other not in self.pinned and other != key), None)
-                if unpinned is None:
-                    break
-                del self.steps[unpinned]
+        self.steps[key] = step
+        while len(self.steps) > self.max_captures:
+            unpinned = next((other for other in self.steps if other not in self.pinned and other != key), None)
+            if unpinned is None:
+                break
+            del self.steps[unpinned]
 
     def capture(self, key: StepKey) -> None:
         """Capture the step `key` with placeholder inputs (token 0 at a position in its window, on the slots'
-        caches, which a step only reads: nothing is stored) and add it to the captures. Runs on CaptureAhead's
-        thread, while the scheduler goes on replaying other steps."""
+        caches, which a step only reads: nothing is stored) and add it to the captures."""
         rows, window, output = key
         start = min(window, self.max_context - 1)  # a position whose window is `window` (kv_window(w) == w)
         feeds = [
@@ -271,68 +291,6 @@ class ModelRunner:
         step = self.new_step(key)
         forward_feeds(self.model, feeds, step, output, window, store_rows=False)
         self._keep(key, step)
-
-    def close(self) -> None:
-        """Stop the CaptureAhead thread, after the capture in progress (if any)."""
-        if self.ahead is not None:
-            self.ahead.stop()
-            self.ahead.thread.join(timeout=120)
-
-
-class CaptureAhead:
-    """A thread that captures the steps the runner asks for (a step covered by a wider window's capture, or the next
-    window of a stream close to it), one at a time, so that no stream waits for a capture. `before_capture`, when
-    set, is called on this thread with the step's key before each capture (tests hold a capture there)."""
-
-    def __init__(self, runner: ModelRunner) -> None:
-        self.runner = runner
-        self.wanted: OrderedDict[StepKey, None] = OrderedDict()
-        self.condition = threading.Condition()
-        self.running = True
-        self.capturing: StepKey | None = None
-        self.made: list[StepKey] = []  # what this thread captured, in order (for tests and logs)
-        self.failed: dict[StepKey, str] = {}  # not retried: the step stays served by a wider window
-        self.before_capture: Callable[[StepKey], None] | None = None
-        self.thread = threading.Thread(target=self._loop, name="tg-llm-capture-ahead", daemon=True)
-        self.thread.start()
-
-    def request(self, key: StepKey) -> None:
-        with self.condition:
-            if key in self.wanted or key == self.capturing or key in self.failed or key in self.runner.steps:
-                return
-            self.wanted[key] = None
-            self.condition.notify()
-
-    def idle(self) -> bool:
-        with self.condition:
-            return not self.wanted and self.capturing is None
-
-    def stop(self) -> None:
-        with self.condition:
-            self.running = False
-            self.condition.notify()
-
-    def _loop(self) -> None:
-        while True:
-            with self.condition:
-                while self.running and not self.wanted:
-                    self.condition.wait()
-                if not self.running:
-                    return
-                key, _ = self.wanted.popitem(last=False)
-                self.capturing = key
-            try:
-                if key not in self.runner.steps:
-                    if self.before_capture is not None:
-                        self.before_capture(key)
-                    self.runner.capture(key)
-                    self.made.append(key)
-            except Exception as error:  # noqa: BLE001  (the step stays served by the wider capture)
-                log.exception("capturing a step ahead failed: %s", key)
-                self.failed[key] = f"{type(error).__name__}: {error}"
-            finally:
-                with self.condition:
-                    self.capturing = None
 
 
 def forward_feeds(

@@ -4,12 +4,12 @@ Run: `CC=gcc uv run python bench/bench_serve_scheduler.py [--streams 8] [--promp
 tiny synthetic GGUF written by the tests' helper (tests/llm/llm_fixtures.write_model, random weights, byte vocabulary,
 context 4096), served on a loopback port to clients in a process of their own, warmed up as the server is by default
 (`--warmup-context 512`: the first 512 positions' KV windows and the widest one); an untimed first round then runs every
-step shape the measured rounds use (windows past the warm-up replay the widest window's capture while their own are
-captured on the capture thread). `--streams` clients stream greedy completions; once each has its first tokens, one more
-client sends a `--prompt`-token prompt. The table gives the inter-token gaps the running streams saw while that prompt
-was prefilled (p50, p99, max, pooled over `--rounds` rounds), with the scheduler's chunked prefill (32 tokens between
-decode steps) and, as the peer measured in the same run, with the whole prompt prefilled before the next decode step
-(chunk = the context). Then aggregate tokens/s at 1 and `--streams` clients. Ratios, not absolute times, are what
+step shape the measured rounds use (windows past the warm-up replay the widest window's capture; their own are captured
+when the server is idle, between rounds). `--streams` clients stream greedy completions; once each has its first tokens,
+one more client sends a `--prompt`-token prompt. The table gives the inter-token gaps the running streams saw while that
+prompt was prefilled (p50, p99, max, pooled over `--rounds` rounds), with the scheduler's chunked prefill (32 tokens
+between decode steps) and, as the peer measured in the same run, with the whole prompt prefilled before the next decode
+step (chunk = the context). Then aggregate tokens/s at 1 and `--streams` clients. Ratios, not absolute times, are what
 carries across machines.
 """
 
@@ -184,10 +184,9 @@ def main() -> None:
             many = clients.submit(run_throughput, server.url, args.streams, args.tokens).result()
             print(f"tokens/s: 1 client {single:.1f}, {args.streams} clients {many:.1f} ({many / single:.2f}x)"
                   f"   (load {os.getloadavg()[0]:.2f})")  # fmt: skip
-            made = len(runner.ahead.made) if runner.ahead is not None else 0
-            print(f"captures after the warm-up: {runner.inline_captures} on the scheduler thread (streams waited), "
-                  f"{made} on the capture thread; {runner.covered_steps} steps replayed a wider window's capture; "
-                  f"{len(runner.steps)} captures kept")  # fmt: skip
+            print(f"captures after the warm-up: {runner.inline_captures} that a step waited for, "
+                  f"{len(runner.deferred_made)} queued ones made while no request ran; {runner.covered_steps} steps "
+                  f"replayed a wider window's capture; {len(runner.steps)} captures kept")  # fmt: skip
         finally:
             clients.shutdown()
             server.close()

@@ -2,12 +2,14 @@
 
 Run: `CC=gcc uv run python bench/bench_serve_scheduler.py [--streams 8] [--prompt 4000] [--tokens 200]`. The model is a
 tiny synthetic GGUF written by the tests' helper (tests/llm/llm_fixtures.write_model, random weights, byte vocabulary,
-context 4096), served on a loopback port to clients in a process of their own; an untimed first round captures every
-step the measured rounds use. `--streams` clients stream greedy completions; once each has its first tokens, one more
-client sends a `--prompt`-token prompt. The table gives the inter-token gaps the running streams saw while that prompt
-was prefilled (p50, p99, max, pooled over `--rounds` rounds), with the scheduler's chunked prefill (32 tokens between
-decode steps) and, as the peer measured in the same run, with the whole prompt prefilled before the next decode step
-(chunk = the context). Then aggregate tokens/s at 1 and `--streams` clients. Ratios, not absolute times, are what
+context 4096), served on a loopback port to clients in a process of their own, warmed up as the server is by default
+(`--warmup-context 512`: the first 512 positions' KV windows and the widest one); an untimed first round then runs every
+step shape the measured rounds use (windows past the warm-up replay the widest window's capture; their own are captured
+when the server is idle, between rounds). `--streams` clients stream greedy completions; once each has its first tokens,
+one more client sends a `--prompt`-token prompt. The table gives the inter-token gaps the running streams saw while that
+prompt was prefilled (p50, p99, max, pooled over `--rounds` rounds), with the scheduler's chunked prefill (32 tokens
+between decode steps) and, as the peer measured in the same run, with the whole prompt prefilled before the next decode
+step (chunk = the context). Then aggregate tokens/s at 1 and `--streams` clients. Ratios, not absolute times, are what
 carries across machines.
 """
 
@@ -30,13 +32,18 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "llm"))
 from llm_fixtures import write_model  # noqa: E402
 
+from tg.llm.serve.json_constraint import is_text  # noqa: E402
 from tg.llm.serve.server import ServeOptions, ThreadedServer, load_state  # noqa: E402
 
 CONTEXT = 4096
 
 
 PROMPTS = itertools.count()
-END_BIAS: dict[str, float] = {}  # the special tokens banned: every stream runs to its max_tokens
+# banned: the special tokens (every stream runs to its max_tokens) and the tokens that are not whole UTF-8 text. The
+# random model likes bytes of 4-byte characters, and a stream holds such bytes back until the character is whole: 6 of
+# 8 streams then showed text only every 4 decode steps, so a "gap" between visible tokens was up to 4 steps and the
+# p99 gap measured that, not the scheduler. Banned, every decode step shows each stream's token.
+END_BIAS: dict[str, float] = {}
 
 
 async def stream(client: httpx.AsyncClient, url: str, prompt: str, tokens: int, times: list[float]) -> None:
@@ -95,8 +102,8 @@ async def throughput(url: str, clients: int, tokens: int) -> float:
         return sum(len(t) for t in times) / (time.perf_counter() - start)
 
 
-def ban(specials: list[int]) -> None:
-    END_BIAS.update({str(token): -100 for token in specials})
+def ban(banned: list[int]) -> None:
+    END_BIAS.update({str(token): -100 for token in banned})
 
 
 def run_stall_round(url: str, streams: int, prompt_tokens: int, tokens: int) -> dict[str, list[float] | float]:
@@ -126,27 +133,36 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=200, help="tokens each running stream asks for")
     parser.add_argument("--context", type=int, default=CONTEXT)
     parser.add_argument("--rounds", type=int, default=2, help="measured rounds per prefill policy")
+    parser.add_argument("--warmup-context", type=int, default=512, help="positions the warm-up covers (0: none)")
     args = parser.parse_args()
     context = args.context
     policies = {"chunked (32 tokens)": 32, "whole prompt (peer)": context}
     with tempfile.TemporaryDirectory() as folder:
         path = write_model(Path(folder) / "bench.gguf", "llama", "F32", seed=0, dim=128, context=context)
-        options = ServeOptions(max_concurrency=args.streams + 1, max_queue=4, warmup=False)
+        options = ServeOptions(max_concurrency=args.streams + 1, max_queue=4, warmup=args.warmup_context > 0,
+                               warmup_context=args.warmup_context)  # fmt: skip
         server = ThreadedServer(load_state(path, context, options, aliases={"bench"}))
         engine = server.state.engine
-        specials = sorted(engine.tokenizer.special_ids)
+        warming = time.perf_counter()
+        assert engine.ready.wait(3600), engine.warmup_error
+        warm_up = time.perf_counter() - warming
+        tokenizer = engine.tokenizer
+        partial = [token for token in range(len(tokenizer.tokens)) if not is_text(tokenizer.token_bytes(token))]
+        banned = sorted(set(tokenizer.special_ids) | set(partial))
         # the clients run in a process of their own: in this one they would compete with the server's event loop
         # and scheduler thread for the GIL, and their delays would count as the scheduler's
         clients = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=ban,
-                                      initargs=(specials,))  # fmt: skip
+                                      initargs=(banned,))  # fmt: skip
         try:
             started = time.perf_counter()
             # untimed: every step these rounds use is captured here (the policies run the same step shapes)
             clients.submit(run_stall_round, server.url, args.streams, args.prompt, args.tokens).result()
             clients.submit(run_throughput, server.url, 1, args.tokens).result()
             took = time.perf_counter() - started
+            runner = engine.runner
             print(f"tg-llm serve scheduler, tiny synthetic llama (dim 128, 2 blocks, F32), context {context}, "
-                  f"untimed capture round {took:.0f}s, load {os.getloadavg()[0]:.2f}")  # fmt: skip
+                  f"warm-up {warm_up:.0f}s ({engine.warm['total']} captures), untimed first round {took:.0f}s, "
+                  f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
             print(f"{args.streams} streams running, then one {args.prompt}-token prompt ({args.rounds} rounds each):")
             print(f"{'prefill':>22} {'gap p50':>9} {'gap p99':>9} {'gap max':>9} {'prompt in':>10} {'gaps':>5}")
             rounds: dict[str, list] = {name: [] for name in policies}
@@ -168,6 +184,9 @@ def main() -> None:
             many = clients.submit(run_throughput, server.url, args.streams, args.tokens).result()
             print(f"tokens/s: 1 client {single:.1f}, {args.streams} clients {many:.1f} ({many / single:.2f}x)"
                   f"   (load {os.getloadavg()[0]:.2f})")  # fmt: skip
+            print(f"captures after the warm-up: {runner.inline_captures} that a step waited for, "
+                  f"{len(runner.deferred_made)} queued ones made while no request ran; {runner.covered_steps} steps "
+                  f"replayed a wider window's capture; {len(runner.steps)} captures kept")  # fmt: skip
         finally:
             clients.shutdown()
             server.close()

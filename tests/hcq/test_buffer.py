@@ -137,6 +137,38 @@ def test_lru_allocator_reuses_freed_blocks_and_frees_its_cache() -> None:
     assert freed == [first, other]
 
 
+def test_lru_allocator_never_hands_out_a_block_its_free_cache_is_freeing() -> None:
+    """Another thread allocates while `free_cache` is freeing the cached block (held inside `_free`): it gets a new
+    block, not the one being freed (tg-llm serve allocates on its scheduler and capture threads; a model load's
+    free_cache beside them handed out freed memory and segfaulted)."""
+    import threading
+
+    freeing, go = threading.Event(), threading.Event()
+    being_freed = []
+
+    class SlowFreeAllocator(LRUAllocator):
+        def _alloc(self, size, options):
+            return bytearray(size)
+
+        def _free(self, raw, options):
+            being_freed.append(raw)
+            freeing.set()
+            assert go.wait(30)
+
+    allocator = SlowFreeAllocator()
+    block = allocator.alloc(64)
+    allocator.free(block, 64)
+    emptying = threading.Thread(target=allocator.free_cache)
+    emptying.start()
+    try:
+        assert freeing.wait(30)
+        assert allocator.alloc(64) is not block
+    finally:
+        go.set()
+        emptying.join(30)
+    assert being_freed == [block] and allocator.cached_bytes() == 0
+
+
 def test_lru_allocator_frees_its_cache_when_memory_runs_out() -> None:
     class TinyAllocator(LRUAllocator):
         live = 0

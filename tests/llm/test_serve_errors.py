@@ -220,10 +220,11 @@ BAD_BODIES = [
         "response_format",
     ),
     (
-        "json_schema type list",
+        "json_schema recursive $ref",
         "/v1/completions",
         {**COMPLETION, "response_format": {"type": "json_schema", "json_schema": {"schema": {
-            "type": "object", "properties": {"a": {"type": ["string", "null"]}}}}}},
+            "type": "object", "$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}},
+            "properties": {"a": {"$ref": "#/$defs/n"}}}}}},
         400,
         "invalid_value",
         "response_format",

@@ -124,3 +124,67 @@ def test_steps_replay_one_capture_per_row_counts_and_window(tmp_path: Path) -> N
     # chunk from position 0) share one capture, the decodes one per slot count
     assert list(runner.steps) == [((8,), 0, "last"), ((1, 1), 64, "last"), ((1,), 64, "last")]
     assert [(step.graph is not None, step.calls) for step in runner.steps.values()] == [(True, 3), (True, 5), (True, 2)]
+
+
+@pytest.mark.slow
+def test_steps_past_the_warmed_windows_never_wait_for_a_capture(tmp_path: Path) -> None:
+    """Warmed up to 64 positions of 256: a prompt into the 128 window, decode steps there, and an echo (ALL) and an
+    embedding (POOLED) prefill run through the widest window's captures, none captured on the way, all matching
+    the reference; their own captures are queued, and once made (as the idle scheduler makes them) replace the
+    wider ones with the same results."""
+    path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
+    metadata, weights = reference.load(path)
+    model, _ = load_model(path, max_context=256)
+    runner = ModelRunner(model, 2, defer_captures=True)
+    runner.warm_up(lambda done, total: None, context=64)
+    warmed = set(runner.steps)
+    assert ((8,), 256, "all") in warmed and ((8,), 256, "pooled") in warmed and ((1, 1), 256, "last") in warmed
+    assert ((8,), 128, "last") not in warmed
+    first, second = runner.slots
+    prompt = [(13 * i + 5) % 250 for i in range(100)]  # its last chunks start in the 128 window
+    logits = runner.prefill(first, prompt)
+    want = reference.forward(metadata, weights, prompt)[-1]
+    np.testing.assert_allclose(logits, want, atol=2e-3 * np.abs(want).max())
+    runner.prefill(second, [1, 2, 3])
+    for token in (7, 8):
+        rows = runner.decode([(first, token), (second, token + 1)])
+        for row, slot in zip(rows, (first, second), strict=True):
+            want = reference.forward(metadata, weights, slot.cached)[-1]
+            np.testing.assert_allclose(row, want, atol=2e-3 * np.abs(want).max())
+    echo = [4, 9, 16, 25, 36]
+    second.cached = []
+    rows = runner.prefill_step(second, echo, 8, "all")
+    want = reference.forward(metadata, weights, echo)
+    np.testing.assert_allclose(rows, want, atol=2e-3 * np.abs(want).max())
+    second.cached = []
+    pooled = runner.prefill_step(second, echo, 8, "pooled")
+    assert pooled is not None and pooled.shape == (model.config.dim,)
+    assert runner.inline_captures == 0 and runner.covered_steps > 0
+    assert set(runner.steps) == warmed  # nothing was captured on the way
+    queued = {((8,), 128, "last"), ((1, 1), 128, "last"), ((8,), 0, "all"), ((8,), 0, "pooled")}
+    assert queued <= set(runner.wanted)
+    while runner.capture_wanted():
+        pass
+    assert queued <= set(runner.deferred_made) and not runner.wanted and not runner.failed
+    covered = runner.covered_steps
+    rows = runner.decode([(first, 9), (second, 10)])
+    want = reference.forward(metadata, weights, first.cached)[-1]
+    np.testing.assert_allclose(rows[0], want, atol=2e-3 * np.abs(want).max())
+    second.cached = []
+    own = runner.prefill_step(second, echo, 8, "pooled")  # its own window's capture: the same sum
+    np.testing.assert_allclose(own, pooled, atol=1e-4 * np.abs(pooled).max())
+    assert runner.covered_steps == covered and runner.inline_captures == 0  # their own captures now
+
+
+def test_a_stream_near_its_next_window_gets_it_queued_for_capture(tmp_path: Path) -> None:
+    """A prefill chunk (positions 0..7, KV window 0) that ends within 64 positions of the 128 window (from position
+    65) queues that window's step before any step reaches it."""
+    path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
+    model, _ = load_model(path, max_context=256)
+    runner = ModelRunner(model, 1, defer_captures=True)
+    (slot,) = runner.slots
+    runner.prefill_step(slot, list(range(1, 40)), 8)
+    assert list(runner.wanted) == [((8,), 128, "last")] and len(slot.cached) == 8
+    assert list(runner.steps) == [((8,), 0, "last")]  # the only step run so far
+    assert runner.capture_wanted() and not runner.capture_wanted()
+    assert ((8,), 128, "last") in runner.steps and runner.deferred_made == [((8,), 128, "last")]

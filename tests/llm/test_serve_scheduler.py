@@ -115,7 +115,7 @@ def test_warm_up_captures_what_short_requests_replay(model_path: Path) -> None:
         assert engine.ready.wait(600)
         runner = engine.runner
         warmed = set(runner.steps)
-        expected = {(tuple(rows), kv_window_of(runner, start), "last") for start, rows in runner.warm_up_plan()}
+        expected = {(tuple(rows), kv_window_of(runner, start), output) for start, rows, output in runner.warm_up_plan()}
         assert warmed == expected
         assert engine.warm == {"done": len(expected), "total": len(expected)}
         assert httpx.get(server.url + "/health", timeout=10).json()["status"] == "ok"
@@ -225,3 +225,49 @@ def test_chunked_prefill_beside_a_decoding_slot_matches_the_reference(tmp_path: 
         token += 1
     want = reference.forward(metadata, weights, prompt)[-1]
     np.testing.assert_allclose(logits, want, atol=2e-3 * np.abs(want).max())
+
+
+@pytest.mark.slow
+def test_a_running_stream_never_waits_for_the_capture_of_its_next_window(model_path: Path) -> None:
+    """The real runner, warmed up to 64 positions: a stream decodes past position 64 into the 128 window (which
+    the warm-up did not capture) through the widest window's capture; no step is captured while it runs (each
+    capture is counted with the requests running at that moment), and once it is done the idle scheduler captures
+    the queued windows."""
+    session = Session.load(model_path, 256)
+    runner = ModelRunner(session.model, 2, defer_captures=True)
+    engine = Engine(runner, session.tokenizer, warmup=True, warmup_context=64)
+    running_at_capture: list[int] = []
+    runner.before_capture = lambda key: running_at_capture.append(len(engine.active) + len(engine.waiting))
+    pieces, finished = [], threading.Event()
+
+    def emit(event: Event) -> None:
+        if isinstance(event, Piece):
+            pieces.append(event)
+        if isinstance(event, Finish):
+            finished.set()
+
+    try:
+        assert engine.ready.wait(600)
+        no_end = {token: -100.0 for token in session.tokenizer.special_ids}  # it runs to max_tokens
+        engine.submit(Job([5, 6, 7], GenerationParams(max_tokens=120, logit_bias=no_end), emit))
+        assert finished.wait(600)
+        assert engine.stats()["decode_steps"] >= 110 and len(runner.slots[0].cached) > 120
+        assert runner.inline_captures == 0 and runner.covered_steps > 50
+        stats = engine.stats()
+        assert stats["captures_waited_for"] == 0 and stats["steps_on_wider_captures"] == runner.covered_steps
+        assert wait_idle_captures(runner) and ((1,), 128, "last") in runner.steps
+        assert running_at_capture and set(running_at_capture) == {0}  # every capture came with nobody running
+    finally:
+        engine.stop()
+
+
+def wait_idle_captures(runner: ModelRunner, timeout: float = 600.0) -> bool:
+    """A hang guard, not a timing: True once the scheduler captured every queued step."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not runner.wanted and ((1,), 128, "last") in runner.steps:
+            return True
+        time.sleep(0.05)
+    return False

@@ -178,6 +178,36 @@ def test_json_schema_answers_conform_also_when_cut(scripted, script: str) -> Non
                 assert content == script
 
 
+@pytest.mark.parametrize(
+    ("schema", "script"),
+    [
+        ("CHOICES", '{"where": {"x": 1, "y": 2}, "either": {"a": "s", "b": null}, "size": null, "tag": "t"}'),
+        ("CHOICES", '{"where": {"x": 1}, "either": {"a": "s"}, "size": 2.5, "tag": 3}'),  # breaks every choice
+        ("PETS", '{"kind": "dog", "good": "yes"}'),
+        ("PETS", '{"kind": "cow", "age": "old"}'),
+    ],
+)
+def test_answers_to_schemas_with_choices_and_refs_conform(scripted, schema: str, script: str) -> None:
+    """anyOf, $ref and type lists through the server: whatever the model prefers, and however max_tokens cuts it,
+    the answer validates (jsonschema is the oracle); a conforming answer comes back as the model wrote it."""
+    jsonschema = pytest.importorskip("jsonschema")
+    client, say = scripted
+    say(script)
+    chosen = {"CHOICES": CHOICES, "PETS": PETS}[schema]
+    response_format = {"type": "json_schema", "json_schema": {"name": schema.lower(), "schema": chosen}}
+    from tg.llm.serve.json_constraint import compile_schema, minimal
+
+    shortest = len(minimal(compile_schema(chosen)))  # single-byte tokens: a token per byte
+    for max_tokens in (shortest, shortest + 9, 200):
+        answer = json_mode_answer(client, max_tokens, response_format)
+        content = answer.choices[0].message.content
+        jsonschema.validate(json.loads(content), chosen)
+        if max_tokens == 200:
+            assert answer.choices[0].finish_reason == "stop"
+            if jsonschema.Draft202012Validator(chosen).is_valid(json.loads(script)):
+                assert content == script
+
+
 def test_json_object_finish_reason_says_whether_max_tokens_cut_it(scripted) -> None:
     """A complete object written in `count` tokens: "stop" with room to spare, "length" when max_tokens forced it
     closed early (the closing text then is the constraint's, not the model's)."""
@@ -259,6 +289,42 @@ def test_json_prefix_wants_the_answer_to_start_with_an_object(text: str) -> None
 
 # ----------------------------------------------------------------------------------------------- schemas, the trie
 
+# anyOf (of objects that share a key, and of other kinds), $ref to $defs and to definitions, type lists; keys spelled
+# with the random walks' letters
+CHOICES = {
+    "type": "object",
+    "$defs": {
+        "point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                  "required": ["x", "y"], "additionalProperties": False},
+        "tag": {"type": ["string", "null"]},
+    },
+    "definitions": {"old": {"anyOf": [{"type": "integer"}, {"type": "string"}]}},
+    "properties": {
+        "where": {"$ref": "#/$defs/point"},
+        "path": {"type": "array", "items": {"$ref": "#/$defs/point"}, "maxItems": 3},
+        "tag": {"$ref": "#/$defs/tag", "description": "a label"},
+        "size": {"type": ["integer", "null", "boolean"]},
+        "either": {"anyOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+             "additionalProperties": False},
+            {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "null"}}, "required": ["a", "b"],
+             "additionalProperties": False},
+            {"type": "array", "items": {"type": "string"}},
+            {"enum": [1, "x"]},
+        ]},
+        "legacy": {"$ref": "#/definitions/old"},
+    },
+    "required": ["where", "either", "size"],
+    "additionalProperties": False,
+}  # fmt: skip
+# a choice of objects at the top level, told apart by a const
+PETS = {"anyOf": [
+    {"type": "object", "properties": {"kind": {"const": "cat"}, "age": {"type": "integer"}},
+     "required": ["kind", "age"], "additionalProperties": False},
+    {"type": "object", "properties": {"kind": {"const": "dog"}, "good": {"type": ["boolean", "string"]}},
+     "required": ["kind"], "additionalProperties": False},
+]}  # fmt: skip
+
 SCHEMAS = [
     PERSON,
     {"type": "object"},
@@ -275,6 +341,8 @@ SCHEMAS = [
         },
         "required": ["k", "list", "c"],
     },
+    CHOICES,
+    PETS,
 ]  # fmt: skip
 
 
@@ -317,6 +385,49 @@ def test_random_walks_through_a_schema_always_close_into_valid_documents(index: 
             validator.validate(json.loads(written))
 
 
+@pytest.mark.parametrize(
+    ("schema", "document"),
+    [
+        (CHOICES, '{"where": {"x": 1, "y": -2.5}, "either": 1, "size": 2}'),
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": {"a": 3}, "size": null, "tag": null}'),
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": {"a": "s", "b": null}, "size": true, "tag": "t"}'),
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": ["p", "q"], "size": false, "legacy": "old"}'),
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": "x", "size": 0, "legacy": 7, "path": [{"y": 1, "x": 0}]}'),
+        (PETS, '{"kind": "cat", "age": 3}'),
+        (PETS, '{"age": 3, "kind": "cat"}'),
+        (PETS, '{"kind": "dog"}'),
+        (PETS, '{"good": "very", "kind": "dog"}'),
+    ],
+)
+def test_documents_that_keep_to_a_choice_are_accepted(schema: dict, document: str) -> None:
+    """Valid documents (jsonschema agrees) are accepted whole, whichever option of each choice they take."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from tg.llm.serve.json_constraint import compile_schema
+
+    jsonschema.validate(json.loads(document), schema)
+    assert closing_is_complete(compile_schema(schema), document.encode())
+
+
+def test_recursive_and_dangling_refs_are_refused_with_a_reason() -> None:
+    from tg.llm.serve.json_constraint import SchemaError, compile_schema
+
+    tree = {"type": "object", "$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array",
+            "items": {"$ref": "#/$defs/node"}}}, "additionalProperties": False}},
+            "properties": {"root": {"$ref": "#/$defs/node"}}, "additionalProperties": False}  # fmt: skip
+    with pytest.raises(SchemaError, match=r"recursive '\$ref' is not supported \(#/\$defs/node -> #/\$defs/node\)"):
+        compile_schema(tree)
+    with pytest.raises(SchemaError, match="recursive"):
+        compile_schema({"type": "object", "properties": {"again": {"$ref": "#"}}, "additionalProperties": False})
+    with pytest.raises(SchemaError, match="points at nothing"):
+        compile_schema({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}})
+    with pytest.raises(SchemaError, match="must point into this schema"):
+        compile_schema({"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}})
+    with pytest.raises(SchemaError, match="'anyOf' beside 'type'"):
+        compile_schema({"type": "object", "anyOf": [{"required": ["a"]}]})
+    with pytest.raises(SchemaError, match="top level"):
+        compile_schema({"anyOf": [{"type": "object"}, {"type": "null"}]})
+
+
 def closing_is_complete(node, data: bytes) -> bool:  # type: ignore[no-untyped-def]
     matcher = Matcher(node)
     return matcher.feed_all(data) and matcher.done
@@ -332,6 +443,19 @@ def closing_is_complete(node, data: bytes) -> bool:  # type: ignore[no-untyped-d
         (PERSON, '{"name": "a", "pets": ["cat"]}'),
         (PERSON, '{"name": "a", "name": "b", "age": 1, "pets": ["cat"]}'),
         ({"type": "object", "properties": {"k": {"enum": [1, 12]}}}, '{"k": 123}'),
+        (CHOICES, '{"where": {"x": 1}, "either": 1, "size": 2}'),  # the $ref's required y
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": 1, "size": 2.5}'),  # no number in the type list
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": 1, "size": "2"}'),
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": {"a": "s"}, "size": 2}'),  # a string a needs b
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": {"a": 1, "b": null}, "size": 2}'),  # integer a: no b
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": 2, "size": null}'),
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": [1], "size": null}'),
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": 1, "size": null, "tag": 3}'),
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": 1, "size": null, "legacy": 1.5}'),
+        (CHOICES, '{"where": {"x": 1, "y": 2}, "either": 1, "size": null, "path": [{}, {}, {}, {}]}'),
+        (PETS, '{"kind": "cat", "good": true}'),
+        (PETS, '{"kind": "dog", "age": 3}'),
+        (PETS, '{"kind": "cow"}'),
     ],
 )
 def test_documents_that_break_the_schema_are_refused(schema: dict, document: str) -> None:
@@ -357,7 +481,10 @@ def test_the_trie_allows_exactly_the_tokens_a_loop_over_the_vocabulary_would() -
              b"", b"ok", b'"name', b'"age":', b'"pets": ["', b"x y"]  # fmt: skip
     trie = TokenTrie(words, excluded={len(words) - 1})
     for node, document in ((compile_schema(PERSON), '{"name": "a\\n\\"b\u20ac", "age": -12, "pets": ["cat", "dog"]}'),
-                           (Matcher().node, '{"x": [1.5e+3, true, {"y": null}], "z": "t"}')):  # fmt: skip
+                           (Matcher().node, '{"x": [1.5e+3, true, {"y": null}], "z": "t"}'),
+                           (compile_schema(CHOICES), '{"where": {"x": 1, "y": 2}, "either": {"a": "ca", "b": null}, '
+                                                     '"size": null, "tag": "dog", "legacy": 12}'),
+                           (compile_schema(PETS), '{"kind": "dog", "good": "true"}')):  # fmt: skip
         matcher = Matcher(node)
         for byte in document.encode():
             plain, walked = trie.allowed(matcher.state)

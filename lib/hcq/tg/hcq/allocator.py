@@ -2,11 +2,14 @@
 
 `LRUAllocator` keeps freed blocks in a cache keyed by (size, options) and hands them out again, so a
 training loop that frees and reallocates the same shapes never reaches the system allocator after its
-first step. `free_cache()` releases everything cached (done automatically when an allocation fails).
+first step. `free_cache()` releases everything cached (done automatically when an allocation fails). Its cache
+is shared by every thread that allocates (tg-llm serve's scheduler and capture threads): a lock keeps a block from
+being handed out twice, or handed out while `free_cache` frees it.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -66,11 +69,13 @@ class LRUAllocator(Allocator):
     def __init__(self, device: Any = None) -> None:
         super().__init__(device)
         self.cache: dict[tuple[int, BufferSpec], list[Any]] = defaultdict(list)
+        self.cache_lock = threading.Lock()
 
     def alloc(self, size: int, options: BufferSpec = DEFAULT_SPEC) -> Any:
-        cached = self.cache.get((size, options))
-        if cached:
-            return cached.pop()
+        with self.cache_lock:
+            cached = self.cache.get((size, options))
+            if cached:
+                return cached.pop()
         try:
             return super().alloc(size, options)
         except MemoryError:
@@ -81,14 +86,16 @@ class LRUAllocator(Allocator):
         if options.nolru:
             super().free(raw, size, options)
         else:
-            self.cache[(size, options)].append(raw)
+            with self.cache_lock:
+                self.cache[(size, options)].append(raw)
 
     def cached_bytes(self) -> int:
         return sum(size * len(blocks) for (size, _), blocks in self.cache.items())
 
     def free_cache(self) -> None:
         """Really free every cached block."""
-        for (_, options), blocks in self.cache.items():
+        with self.cache_lock:
+            cached, self.cache = self.cache, defaultdict(list)
+        for (_, options), blocks in cached.items():
             for raw in blocks:
                 super().free(raw, 0, options)
-        self.cache.clear()

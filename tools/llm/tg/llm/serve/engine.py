@@ -7,7 +7,8 @@ chunk (at most `prefill_chunk` tokens) of one admitted prompt (round robin among
 then samples one token for every request past its prefill and feeds all of those tokens to the model in one
 batched forward: a long prompt holds the running streams for one chunk at a time, never for its whole prefill.
 Results go back to the asyncio side through each job's `emit` callback; a cancelled job (its client went away) is
-dropped at the next step and frees its slot.
+dropped at the next step and frees its slot. When no request runs, it captures the steps the runner queued while
+they ran on a wider KV window's capture (see ModelRunner._step), one at a time: nobody waits for those.
 """
 
 from __future__ import annotations
@@ -207,6 +208,10 @@ class Engine:
                 "decode_steps": self.steps,
                 "prefill_chunks": self.prefill_chunks,
                 "largest_batch": self.largest_batch,
+                # captures made after the warm-up that a step waited for (none once warmed up), and steps that ran
+                # through a wider KV window's capture while their own was made on the capture thread
+                "captures_waited_for": getattr(self.runner, "inline_captures", 0),
+                "steps_on_wider_captures": getattr(self.runner, "covered_steps", 0),
             }
 
     def shutdown(self) -> None:
@@ -246,11 +251,15 @@ class Engine:
                 return
         while True:
             with self.condition:
-                while self.running and not self.waiting and not self.active:
+                while self.running and not self.waiting and not self.active and not self._captures_wanted():
                     self.condition.wait(self.idle_timeout)
                 if not self.running:
                     break
+                idle = not self.waiting and not self.active
                 admitted = self._admit()
+            if idle:  # nobody to stall: capture one step queued while requests ran (see ModelRunner._step)
+                self.runner.capture_wanted()
+                continue
             try:
                 for job in admitted:
                     self._start(job)
@@ -262,6 +271,9 @@ class Engine:
                     self._end(job, Failure(APIError(500, f"generation failed: {error}", "generation_failed")))
         for job in self.active + list(self.waiting):
             job.emit(Failure(APIError(503, "the server is shutting down", "unavailable")))
+
+    def _captures_wanted(self) -> bool:
+        return bool(getattr(self.runner, "wanted", None))  # (a scripted stand-in for tests has none)
 
     def _admit(self) -> list[Job]:
         """Move waiting jobs into free slots (the one holding the longest prefix of the job's prompt first)."""

@@ -1,22 +1,28 @@
 """Constrained JSON decoding: `response_format` json_object (any object) and json_schema (a grammar from a schema).
 
 A schema compiles to nodes (`compile_schema`); a `Matcher` reads output bytes against a node as a pushdown automaton
-whose states are immutable tuples (a stack of frames, and the length of the current whitespace run), so a state is
-shared freely and costs nothing to keep. `TokenTrie` holds the vocabulary's token bytes as a trie, built once: the
-tokens a state allows are found by walking the trie from the state, each edge one automaton step, so a subtree whose
-first bytes are refused is never visited. Inside a free string (any text) nearly every token is allowed, so there
-the walk covers only the tokens holding a quote or a backslash, and the others come from a precomputed numpy mask.
+whose states are immutable tuples, so a state is shared freely and costs nothing to keep. A state is the tuple of
+its branches, each a stack of frames and the length of the current whitespace run: a value that may be one of
+several (`anyOf`, a list of types) starts a branch per alternative whose first byte fits, and a branch that meets a
+byte it refuses ends; the output is valid while any branch lives. `TokenTrie` holds the vocabulary's token bytes
+as a trie, built once: the tokens a state allows are found by walking the trie from the state, each edge one
+automaton step, so a subtree whose first bytes are refused is never visited. Inside a free string (any text)
+nearly every token is allowed, so there the walk covers only the tokens holding a quote or a backslash, and the
+others come from a precomputed numpy mask.
 
-Supported schema keywords: `type` (object, array, string, number, integer, boolean, null), `properties`,
-`required`, `additionalProperties` (false, or absent with properties given: only the properties listed; an object
-without properties takes any keys), `items`, `minItems`, `maxItems`, `enum`, `const`; `title`, `description`,
-`$schema`, `default`, `examples` and `strict` are ignored. Anything else is refused (a 400 that names it) rather
-than silently not enforced.
+Supported schema keywords: `type` (object, array, string, number, integer, boolean, null, or a list of them),
+`properties`, `required`, `additionalProperties` (false, or absent with properties given: only the properties
+listed; an object without properties takes any keys), `items`, `minItems`, `maxItems`, `enum`, `const`, `anyOf`
+(with no other keyword beside it but ignored ones), and `$ref` to a local definition (`#/$defs/...`,
+`#/definitions/...`, any JSON pointer into the schema; a recursive one is refused); `title`, `description`,
+`$schema`, `default`, `examples`, `strict` and the `$defs`/`definitions` that hold what `$ref` names are ignored.
+Anything else is refused (a 400 that names it) rather than silently not enforced.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +36,8 @@ DIGITS = b"0123456789"
 NUMBER_END_STATES = ("zero", "int", "frac", "exp_digits")
 IGNORED_KEYWORDS = {"title", "description", "$schema", "default", "examples", "strict", "$id", "$comment"}
 MAX_SCHEMA_NODES = 2000
+MAX_BRANCHES = 64  # alternatives followed at once; past this the later ones are dropped (what is left stays valid)
+DEFINITIONS = {"$defs", "definitions"}
 
 
 class SchemaError(ValueError):
@@ -78,17 +86,24 @@ class Lit:
     options: tuple[bytes, ...]
 
 
-Node = AnyValue | Obj | Arr | Str | Num | Lit
+@dataclass(frozen=True)
+class Alt:
+    """A value of any one of `options` (anyOf, a list of types): at least two, none of them an Alt or AnyValue."""
+
+    options: tuple[Node, ...]
+
+
+Node = AnyValue | Obj | Arr | Str | Num | Lit | Alt
 ANY = AnyValue()
 ANY_OBJECT = Obj((), frozenset(), free=True)
 
 
 def compile_schema(schema: Any) -> Node:
     """The node of a JSON schema (SchemaError if it uses what this module cannot enforce); the top level must be an
-    object, as OpenAI requires."""
-    counter = [0]
-    node = _compile(schema, counter)
-    if not isinstance(node, Obj):
+    object (or a choice of objects), as OpenAI requires."""
+    node = SchemaCompiler(schema).compile(schema)
+    options = node.options if isinstance(node, Alt) else (node,)
+    if not all(isinstance(option, Obj) for option in options):
         raise SchemaError("the schema's top level must be {'type': 'object', ...}")
     return node
 
@@ -97,48 +112,109 @@ def _literal(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _compile(schema: Any, counter: list[int]) -> Node:
-    counter[0] += 1
-    if counter[0] > MAX_SCHEMA_NODES:
-        raise SchemaError(f"the schema has more than {MAX_SCHEMA_NODES} parts")
-    if schema is True or schema == {}:
+def one_of(options: list[Node]) -> Node:
+    """The node of a value matching any of `options`: nested choices flattened, duplicates dropped."""
+    flat: list[Node] = []
+    for option in options:
+        flat += option.options if isinstance(option, Alt) else [option]
+    unique = tuple(dict.fromkeys(flat))
+    if ANY in unique:
         return ANY
-    if not isinstance(schema, dict):
-        raise SchemaError(f"a schema must be an object, got {type(schema).__name__}")
-    known = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const"}
-    unknown = sorted(set(schema) - known - IGNORED_KEYWORDS)
-    if unknown:
-        raise SchemaError(f"the schema keyword {unknown[0]!r} is not supported")
-    if "const" in schema:
-        return Lit((_literal(schema["const"]),))
-    if "enum" in schema:
-        if not isinstance(schema["enum"], list) or not schema["enum"]:
-            raise SchemaError("'enum' must be a non-empty list")
-        return Lit(tuple(dict.fromkeys(_literal(value) for value in schema["enum"])))
-    kind = schema.get("type")
-    if kind is None:
-        kind = "object" if "properties" in schema else "array" if "items" in schema else None
-    if kind is None:
-        return ANY
-    if not isinstance(kind, str):
-        raise SchemaError("'type' must be one string (type lists are not supported)")
-    simple: dict[str, Node] = {
-        "string": Str(),
-        "number": Num(),
-        "integer": Num(integer=True),
-        "boolean": Lit((b"true", b"false")),
-        "null": Lit((b"null",)),
-    }
-    if kind in simple:
-        return simple[kind]
-    if kind == "object":
-        return _compile_object(schema, counter)
-    if kind == "array":
-        return _compile_array(schema, counter)
-    raise SchemaError(f"unknown type {kind!r}")
+    return unique[0] if len(unique) == 1 else Alt(unique)
 
 
-def _compile_object(schema: dict[str, Any], counter: list[int]) -> Obj:
+class SchemaCompiler:
+    """Compiles a schema's parts to nodes; `$ref`s are resolved in the whole schema (`root`) and inlined."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.parts = 0
+        self.expanding: list[str] = []  # the $refs being inlined, outermost first: one seen again is recursive
+
+    def compile(self, schema: Any) -> Node:
+        self.parts += 1
+        if self.parts > MAX_SCHEMA_NODES:
+            raise SchemaError(f"the schema has more than {MAX_SCHEMA_NODES} parts")
+        if schema is True or schema == {}:
+            return ANY
+        if not isinstance(schema, dict):
+            raise SchemaError(f"a schema must be an object, got {type(schema).__name__}")
+        known = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum",
+                 "const", "anyOf", "$ref"}  # fmt: skip
+        unknown = sorted(set(schema) - known - IGNORED_KEYWORDS - DEFINITIONS)
+        if unknown:
+            raise SchemaError(f"the schema keyword {unknown[0]!r} is not supported")
+        for keyword in ("$ref", "anyOf"):
+            beside = sorted(set(schema) - {keyword} - IGNORED_KEYWORDS - DEFINITIONS)
+            if keyword in schema and beside:
+                raise SchemaError(f"{keyword!r} beside {beside[0]!r} is not supported (only alone)")
+        if "$ref" in schema:
+            return self.reference(schema["$ref"])
+        if "anyOf" in schema:
+            if not isinstance(schema["anyOf"], list) or not schema["anyOf"]:
+                raise SchemaError("'anyOf' must be a non-empty list of schemas")
+            return one_of([self.compile(option) for option in schema["anyOf"]])
+        if "const" in schema:
+            return Lit((_literal(schema["const"]),))
+        if "enum" in schema:
+            if not isinstance(schema["enum"], list) or not schema["enum"]:
+                raise SchemaError("'enum' must be a non-empty list")
+            return Lit(tuple(dict.fromkeys(_literal(value) for value in schema["enum"])))
+        kind = schema.get("type")
+        if kind is None:
+            kind = "object" if "properties" in schema else "array" if "items" in schema else None
+        if kind is None:
+            return ANY
+        if isinstance(kind, list):
+            if not kind or not all(isinstance(name, str) for name in kind):
+                raise SchemaError("'type' must be a type name or a non-empty list of them")
+            return one_of([self.typed(schema, name) for name in dict.fromkeys(kind)])
+        if not isinstance(kind, str):
+            raise SchemaError("'type' must be a type name or a non-empty list of them")
+        return self.typed(schema, kind)
+
+    def typed(self, schema: dict[str, Any], kind: str) -> Node:
+        """The node of `schema` with the one type `kind` (its other keywords apply where they mean something)."""
+        simple: dict[str, Node] = {
+            "string": Str(),
+            "number": Num(),
+            "integer": Num(integer=True),
+            "boolean": Lit((b"true", b"false")),
+            "null": Lit((b"null",)),
+        }
+        if kind in simple:
+            return simple[kind]
+        if kind == "object":
+            return _compile_object(schema, self)
+        if kind == "array":
+            return _compile_array(schema, self)
+        raise SchemaError(f"unknown type {kind!r}")
+
+    def reference(self, ref: Any) -> Node:
+        """The node of the part of the schema `ref` points at (a JSON pointer in this schema: "#/$defs/name")."""
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise SchemaError(f"'$ref' must point into this schema ('#/$defs/...'), not {ref!r}")
+        if ref in self.expanding:
+            chain = " -> ".join([*self.expanding[self.expanding.index(ref) :], ref])
+            raise SchemaError(f"recursive '$ref' is not supported ({chain})")
+        target: Any = self.root
+        pointer = urllib.parse.unquote(ref[1:])
+        for token in pointer.split("/")[1:] if pointer else []:
+            token = token.replace("~1", "/").replace("~0", "~")
+            if isinstance(target, dict) and token in target:
+                target = target[token]
+            elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
+                target = target[int(token)]
+            else:
+                raise SchemaError(f"'$ref' {ref!r} points at nothing in the schema")
+        self.expanding.append(ref)
+        try:
+            return self.compile(target)
+        finally:
+            self.expanding.pop()
+
+
+def _compile_object(schema: dict[str, Any], compiler: SchemaCompiler) -> Obj:
     properties = schema.get("properties", {})
     required = schema.get("required", [])
     if not isinstance(properties, dict) or not isinstance(required, list):
@@ -152,15 +228,15 @@ def _compile_object(schema: dict[str, Any], counter: list[int]) -> Obj:
         raise SchemaError("'additionalProperties' must be true or false (a schema there is not supported)")
     if properties and extra:
         raise SchemaError("'additionalProperties' must be false when 'properties' are given")
-    compiled = tuple((name, _compile(value, counter)) for name, value in properties.items())
+    compiled = tuple((name, compiler.compile(value)) for name, value in properties.items())
     return Obj(compiled, frozenset(required), free=extra)
 
 
-def _compile_array(schema: dict[str, Any], counter: list[int]) -> Arr:
+def _compile_array(schema: dict[str, Any], compiler: SchemaCompiler) -> Arr:
     least, most = schema.get("minItems", 0), schema.get("maxItems")
     if not isinstance(least, int) or least < 0 or (most is not None and (not isinstance(most, int) or most < least)):
         raise SchemaError("'minItems' and 'maxItems' must be integers, minItems <= maxItems")
-    return Arr(_compile(schema.get("items", {}), counter), least, most)
+    return Arr(compiler.compile(schema.get("items", {})), least, most)
 
 
 def minimal(node: Node) -> bytes:
@@ -176,6 +252,8 @@ def minimal(node: Node) -> bytes:
         return b'""'
     if isinstance(node, Lit):
         return min(node.options, key=len)
+    if isinstance(node, Alt):
+        return min((minimal(option) for option in node.options), key=len)
     return b"0"  # AnyValue, Num
 
 
@@ -184,7 +262,8 @@ def _key_text(name: str) -> bytes:
 
 
 # ----------------------------------------------------------------------------------------------- the automaton
-# A state is (frames, whitespace run); frames is a tuple, the innermost last:
+# A state is a tuple of branches (see the module doc); a branch is (frames, whitespace run); frames is a tuple, the
+# innermost last:
 #   ("val", node, top)                     a value of `node` comes next (top: the document itself, no whitespace)
 #   ("lit", options, position)             inside a literal: `options` are those that match so far
 #   ("str", phase)                         inside a free string: "body", "esc", or the hex digits still due (int)
@@ -194,17 +273,37 @@ def _key_text(name: str) -> bytes:
 #   ("arr", node, count, phase)            phase: first ('[' read), next (',' read), after (a value read)
 # () with no frames: the document is complete.
 
-State = tuple[tuple[tuple, ...], int]
+Branch = tuple[tuple[tuple, ...], int]
+State = tuple[Branch, ...]
 DONE: tuple = ()
+# what a step of one branch gives: no branch (None), one, or several (the first byte of a choice's value)
+Moved = Branch | list[Branch] | None
 
 
 def start_state(node: Node) -> State:
-    return ((("val", node, True),), 0)
+    return (((("val", node, True),), 0),)
 
 
 def advance(state: State, byte: int) -> State | None:
-    """The state after `byte`, or None when the byte cannot come next."""
-    frames, run = state
+    """The state after `byte`, or None when the byte cannot come next (in any branch)."""
+    if len(state) == 1:  # the common case: no choice pending
+        moved = _branches(_advance(state[0], byte))
+        return (tuple(moved) if len(moved) < 2 else tuple(dict.fromkeys(moved))[:MAX_BRANCHES]) or None
+    after: list[Branch] = []
+    for branch in state:
+        after += _branches(_advance(branch, byte))
+    return tuple(dict.fromkeys(after))[:MAX_BRANCHES] or None
+
+
+def _branches(moved: Moved) -> list[Branch]:
+    if moved is None:
+        return []
+    return moved if isinstance(moved, list) else [moved]
+
+
+def _advance(branch: Branch, byte: int) -> Moved:
+    """One branch after `byte`."""
+    frames, run = branch
     if not frames:
         return None
     frame = frames[-1]
@@ -219,7 +318,7 @@ def advance(state: State, byte: int) -> State | None:
             return frames[:-1] + (moved,), 0
         if frame[2] not in NUMBER_END_STATES:
             return None
-        return advance((frames[:-1], run), byte) if frames[:-1] else None  # the number ended: judge the byte after
+        return _advance((frames[:-1], run), byte) if frames[:-1] else None  # the number ended: judge the byte after
     if byte in WHITESPACE:
         if run >= MAX_WHITESPACE_RUN or (kind == "val" and frame[2]):
             return None
@@ -231,8 +330,14 @@ def advance(state: State, byte: int) -> State | None:
     return _array(frames, frame, byte)
 
 
-def _value(below: tuple, node: Node, byte: int) -> State | None:
-    """The first byte of a value of `node` (its frame already popped: `below` is the rest of the stack)."""
+def _value(below: tuple, node: Node, byte: int) -> Moved:
+    """The first byte of a value of `node` (its frame already popped: `below` is the rest of the stack); a choice
+    gives a branch for each of its options the byte can start."""
+    if isinstance(node, Alt):
+        moved: list[Branch] = []
+        for option in node.options:
+            moved += _branches(_value(below, option, byte))
+        return moved
     if isinstance(node, Lit):
         options = tuple(option for option in node.options if option[0] == byte)
         if not options:
@@ -257,7 +362,7 @@ def _value(below: tuple, node: Node, byte: int) -> State | None:
     return None
 
 
-def _after_literal_byte(below: tuple, frame: tuple) -> State:
+def _after_literal_byte(below: tuple, frame: tuple) -> Branch:
     """A literal that is complete and cannot go on is popped at once (a string enum after its closing quote)."""
     _, options, position = frame
     if all(len(option) == position for option in options):
@@ -265,7 +370,7 @@ def _after_literal_byte(below: tuple, frame: tuple) -> State:
     return below + (frame,), 0
 
 
-def _literal_byte(frames: tuple, frame: tuple, byte: int) -> State | None:
+def _literal_byte(frames: tuple, frame: tuple, byte: int) -> Moved:
     kind, options, position = frame
     if kind == "key":
         matching = tuple(option for option in options if option[0][position] == byte)
@@ -279,7 +384,7 @@ def _literal_byte(frames: tuple, frame: tuple, byte: int) -> State | None:
     if matching:
         return _after_literal_byte(frames[:-1], ("lit", matching, position + 1))
     if any(len(option) == position for option in options) and frames[:-1]:  # complete (a number enum): pop, retry
-        return advance((_complete(frames[:-1]), 0), byte)
+        return _advance((_complete(frames[:-1]), 0), byte)
     return None
 
 
@@ -289,7 +394,7 @@ def _complete(frames: tuple) -> tuple:
     return frames if frames else DONE
 
 
-def _string(frames: tuple, frame: tuple, byte: int) -> State | None:
+def _string(frames: tuple, frame: tuple, byte: int) -> Branch | None:
     """Phases: "body"; "esc" after a backslash; an int, the hex digits of a \\u escape still due; ("utf", low,
     high, more): inside a UTF-8 character, the next byte in low..high and `more` after it (only whole characters
     are text, so every answer decodes)."""
@@ -357,7 +462,7 @@ def _number(frame: tuple, byte: int) -> tuple | None:
     return ("num", integer, moves[key])
 
 
-def _object(frames: tuple, frame: tuple, byte: int) -> State | None:
+def _object(frames: tuple, frame: tuple, byte: int) -> Branch | None:
     _, obj, seen, phase, key = frame
     below = frames[:-1]
     if phase in ("first", "key"):
@@ -381,7 +486,7 @@ def _object(frames: tuple, frame: tuple, byte: int) -> State | None:
     return None
 
 
-def _array(frames: tuple, frame: tuple, byte: int) -> State | None:
+def _array(frames: tuple, frame: tuple, byte: int) -> Moved:
     _, arr, count, phase = frame
     below = frames[:-1]
     closes = byte == ord("]") and count >= arr.min_items and phase != "next"
@@ -396,8 +501,13 @@ def _array(frames: tuple, frame: tuple, byte: int) -> State | None:
 
 
 def closing(state: State) -> bytes:
-    """The shortest bytes that complete the document from `state` (fed one byte token at a time near the limit)."""
-    frames, _ = state
+    """The shortest bytes that complete the document from `state` (fed one byte token at a time near the limit):
+    the shortest of its branches' closings."""
+    return min((_closing(frames) for frames, _ in state), key=len)
+
+
+def _closing(frames: tuple) -> bytes:
+    """The shortest bytes that complete the document in one branch (a stack of frames)."""
     out, typing_key = b"", None
     for depth in range(len(frames) - 1, -1, -1):
         frame = frames[depth]
@@ -466,8 +576,8 @@ def _close_array(frame: tuple) -> bytes:
 
 
 def in_free_string(state: State) -> bool:
-    frames, _ = state
-    return bool(frames) and frames[-1] == ("str", "body")
+    """Whether every branch is inside a free string (where plain text changes nothing but the whitespace run)."""
+    return all(frames and frames[-1] == ("str", "body") for frames, _ in state)
 
 
 class Matcher:
@@ -483,7 +593,8 @@ class Matcher:
 
     @property
     def done(self) -> bool:
-        return self.state[0] == DONE
+        """The document is complete (brackets decide the nesting, so all live branches complete together)."""
+        return any(frames == DONE for frames, _ in self.state)
 
     def feed(self, byte: int) -> bool:
         moved = advance(self.state, byte)
@@ -548,7 +659,7 @@ class TokenTrie:
         """(a mask of tokens that leave `state` unchanged but for its whitespace run: the plain ones inside a free
         string, else none; every other allowed token with the state after it)."""
         if in_free_string(state):
-            plain_state = (state[0], 0)
+            plain_state = tuple((frames, 0) for frames, _ in state)
             return self.plain, self._walk(self.quoted_children, self.quoted_ends, plain_state)
         return np.zeros(self.vocab, dtype=bool), self._walk(self.children, self.ends, state)
 

@@ -5,14 +5,23 @@ touches this file only. Each slot (one conversation in flight) owns its own KV c
 tokens they hold, so a follow-up turn of the same conversation reuses its prefix and another conversation never
 sees it. A decode step for several slots runs as one forward: the weight matmuls see all the slots' tokens as one
 batch (so the weights are read once per step) and only attention is done per slot, each against its own cache.
-Decode steps and prefill chunks (8 padded rows) are TinyJit captures, one per row counts and KV window, made at
-their first call and replayed for any slots (the caches are inputs), so a step costs no per-kernel Python:
-building and scheduling the graph cost more than the kernels on small models.
+Decode steps and prefill chunks (8 padded rows) are TinyJit captures, one per row counts and KV window, replayed for
+any slots (the caches are inputs), so a step costs no per-kernel Python: building and scheduling the graph cost more
+than the kernels on small models.
+
+A capture takes seconds (its kernels are compiled), and whoever waits for one stalls every stream. So a step whose
+own capture is missing runs through the capture of a wider KV window when one exists (the extra cached positions are
+masked: the same result), and its own is queued (`wanted`), as is the next window of a stream nearing it; the
+scheduler captures what is queued when no request is running (`capture_wanted`). Not on a thread beside the
+scheduler: the device's timeline (tg.hcq) takes submissions from one thread at a time. The warm-up captures the
+widest window of every shape a request can need, so once it is done no step ever waits for a capture; without it
+(`--no-warmup`) a shape no capture covers is still captured where it is first needed.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,9 +54,14 @@ assert PREFILL_ROWS < SCRATCH_MATMUL_ROWS
 # captures kept (least recently used dropped first): each holds its own intermediate buffers, small for a few rows;
 # a warm-up raises the limit to keep all it captured
 MAX_CAPTURES = 48
+# a stream this many positions before its next KV window gets that window's step queued for capture
+CAPTURE_LOOKAHEAD = 64
 # what a forward returns (see `forward_feeds`): the logits after each feed's last token, after every token (the
 # prompt's logprobs that `echo` shows), or the sum of the final hidden states (embeddings)
 LAST, ALL, POOLED = "last", "all", "pooled"
+# a step's capture: (rows of each feed, KV window, output)
+StepKey = tuple[tuple[int, ...], int, str]
+log = logging.getLogger("tg.llm.serve")
 
 
 @dataclass
@@ -70,17 +84,28 @@ class Feed:
 
 
 class ModelRunner:
-    def __init__(self, model: Transformer, slots: int, batched: bool = True) -> None:
+    def __init__(self, model: Transformer, slots: int, batched: bool = True, defer_captures: bool = False) -> None:
+        """`defer_captures` (the server's): a step covered by a wider window's capture runs through it and its own
+        capture is queued for `capture_wanted`; without it every missing step is captured at its first call."""
         self.model, self.batched = model, batched
         self.max_context = model.max_context
+        self.widest = kv_window(self.max_context - 1, self.max_context)  # the KV window of the last position
         shape = model.caches[0].shape
-        # (rows of each feed, KV window, output) -> the captured step (see `_step`)
-        self.steps: OrderedDict[tuple[tuple[int, ...], int, str], TinyJit] = OrderedDict()
+        # the captured steps (see `_step`), least recently used first; the warm-up's are pinned (never dropped)
+        self.steps: OrderedDict[StepKey, TinyJit] = OrderedDict()
+        self.pinned: set[StepKey] = set()
         self.max_captures = MAX_CAPTURES
+        self.inline_captures = 0  # captures a caller waited for (none once warmed up): for tests and /health
+        self.covered_steps = 0  # steps run through a wider window's capture while their own was missing
         self.slots = [Slot(0, model.caches)]
         for index in range(1, slots):
             caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
             self.slots.append(Slot(index, caches))
+        self.defer_captures = defer_captures
+        self.wanted: OrderedDict[StepKey, None] = OrderedDict()  # captures queued, oldest first
+        self.deferred_made: list[StepKey] = []  # what capture_wanted captured, in order (for tests and the bench)
+        self.failed: dict[StepKey, str] = {}  # not retried: such a step stays on the wider window's capture
+        self.before_capture: Callable[[StepKey], None] | None = None  # tests: called before each queued capture
 
     def reusable_prefix(self, slot: Slot, tokens: list[int]) -> int:
         return common_prefix(tokens[:-1], slot.cached)
@@ -108,7 +133,8 @@ class ModelRunner:
         while start < stop:
             chunk = tokens[start : min(stop, start + PREFILL_ROWS)]
             feeds = [Feed(slot.caches, start, chunk, PREFILL_ROWS)]
-            (result,) = forward_feeds(self.model, feeds, self._step(feeds, output), output)
+            step, window = self._step(feeds, output)
+            (result,) = forward_feeds(self.model, feeds, step, output, window)
             rows.append(result[: len(chunk)] if output == ALL else result)
             start += len(chunk)
             slot.cached = tokens[:start]
@@ -118,35 +144,51 @@ class ModelRunner:
             return np.sum(rows, axis=0)
         return rows[-1] if start == len(tokens) else None
 
-    def warm_up_plan(self, context: int | None = None) -> list[tuple[int, list[int]]]:
-        """What `warm_up` runs: per KV window of the first `context` positions (all: None), a prefill chunk then a
-        decode step of 1, 2, .. every slot (one slot each unbatched), as (start position, rows per feed)."""
+    def warm_up_plan(self, context: int | None = None) -> list[tuple[int, list[int], str]]:
+        """What `warm_up` runs, as (start position, rows per feed, output): per KV window of the first `context`
+        positions (all: None), a prefill chunk then a decode step of 1, 2, .. every slot (one slot each
+        unbatched); then the same for the widest window if `context` stops short of it, and a prefill chunk of
+        every other output (echo's ALL, embeddings' POOLED) in the widest window. Every step a request can need
+        is then captured or covered by a capture of a wider window (see `_step`)."""
         limit = self.max_context if context is None else min(context, self.max_context)
         windows: dict[int, list[int]] = {}
         for position in range(limit):
             windows.setdefault(kv_window(position, self.max_context), []).append(position)
+        widest = [p for p in range(self.max_context - 1, -1, -1) if kv_window(p, self.max_context) == self.widest]
+        windows.setdefault(self.widest, sorted(widest[: 2 * KEY_TILE]))  # (a few positions are enough to pick one)
         plan = []
         for positions in windows.values():
-            fits = [p for p in positions if p + PREFILL_ROWS <= self.max_context]
-            plan.append((max(fits) if fits else min(positions), [PREFILL_ROWS]))
+            plan.append((self._prefill_start(positions), [PREFILL_ROWS], LAST))
             if positions[-1] > 0:  # a decode step feeds a token after the prompt: never at position 0
                 counts = range(1, len(self.slots) + 1) if self.batched else [1]
-                plan += [(positions[-1], [1] * count) for count in counts]
+                plan += [(positions[-1], [1] * count, LAST) for count in counts]
+        plan += [(self._prefill_start(windows[self.widest]), [PREFILL_ROWS], output) for output in (ALL, POOLED)]
         return plan
+
+    def _prefill_start(self, positions: list[int]) -> int:
+        """A start for a prefill chunk in the window of `positions`: one whose padded rows fit in the context."""
+        fits = [p for p in positions if p + PREFILL_ROWS <= self.max_context]
+        return max(fits) if fits else min(positions)
 
     def warm_up(self, report: Callable[[int, int], None], context: int | None = None) -> None:
         """Capture every step `warm_up_plan` lists (each run once on the idle slots' caches, with token 0) so that
         requests replay them instead of waiting for a capture; `report(done, total)` after each. Call it before
-        any request: the slots are left empty."""
+        any request: the slots are left empty. The captures are pinned: never dropped to make room."""
         plan = self.warm_up_plan(context)
-        self.max_captures = max(MAX_CAPTURES, len(plan) + 8)  # keep every warmed capture
+        # pinned, the warm-up's captures leave MAX_CAPTURES of room for the windows captured later: fewer, and a
+        # long prompt's prefill, which visits every window in turn, would drop each one before its next use
+        self.max_captures = len(plan) + MAX_CAPTURES
         report(0, len(plan))
-        for done, (start, rows) in enumerate(plan, 1):
+        for done, (start, rows, output) in enumerate(plan, 1):
             feeds = [
                 Feed(slot.caches, start, [0] * min(count, self.max_context - start), count)
                 for slot, count in zip(self.slots, rows, strict=False)
             ]
-            forward_feeds(self.model, feeds, self._step(feeds))
+            key = (tuple(rows), cache_window(self.model, feeds), output)
+            self.pinned.add(key)
+            if key not in self.steps:  # its own capture, never a wider one's (and nothing queued)
+                self._keep(key, self.new_step(key))
+            forward_feeds(self.model, feeds, self.steps[key], output)
             report(done, len(plan))
         for slot in self.slots:
             slot.cached = []
@@ -160,30 +202,105 @@ class ModelRunner:
         logits = []
         for group in groups:
             feeds = [Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in group]
-            logits += list(forward_feeds(self.model, feeds, self._step(feeds)))
+            step, window = self._step(feeds)
+            logits += list(forward_feeds(self.model, feeds, step, LAST, window))
         for slot, token in steps:
             slot.cached.append(token)
         return logits
 
-    def _step(self, feeds: list[Feed], output: str = LAST) -> TinyJit:
-        """The forward of feeds shaped like `feeds` through TinyJit: captured at its first call and replayed after
-        that with no per-kernel Python. The caches are inputs like the masks, last-row selectors, RoPE rows and
-        token rows (a replay swaps in the buffers of the slots it runs), and every position in a KV window runs the
-        same kernels, so any slots share the capture of their row counts and window."""
-        layout = FeedLayout(tuple(feed.rows for feed in feeds), cache_window(self.model, feeds), output)
-        key = (layout.rows, layout.window, output)
-        if key in self.steps:
+    def _step(self, feeds: list[Feed], output: str = LAST) -> tuple[TinyJit, int]:
+        """(the captured forward of feeds shaped like `feeds`, the KV window it reads). The caches are inputs like
+        the masks, last-row selectors, RoPE rows and token rows (a replay swaps in the buffers of the slots it
+        runs), and every position in a KV window runs the same kernels, so any slots share the capture of their
+        row counts and window. A step whose own capture is missing runs through the narrowest capture of a wider
+        window (positions past a feed's start are masked, so the result is the same) while its own waits in
+        `wanted`; only a step nothing covers is captured here, at its first call (the caller waits)."""
+        key = (tuple(feed.rows for feed in feeds), cache_window(self.model, feeds), output)
+        self._look_ahead(feeds, key)
+        step = self.steps.get(key)
+        if step is not None:
             self.steps.move_to_end(key)
-            return self.steps[key]
-        # the step does the same work every call (weights and caches are realized), so the first call is captured
-        step = TinyJit(functools.partial(feeds_step, self.model, layout), plain_calls=0)
+            return step, key[1]
+        wider = [other for other in self.steps if other[::2] == key[::2] and other[1] > key[1]]
+        if wider and self.defer_captures:
+            cover = min(wider, key=lambda other: other[1])
+            self.steps.move_to_end(cover)
+            self.covered_steps += 1
+            self._want(key)
+            return self.steps[cover], cover[1]
+        self.inline_captures += 1
+        step = self.new_step(key)
+        self._keep(key, step)
+        return step, key[1]
+
+    def _look_ahead(self, feeds: list[Feed], key: StepKey) -> None:
+        """Queue the capture of the window the feeds reach within CAPTURE_LOOKAHEAD positions, if not made."""
+        if not self.defer_captures:
+            return
+        last = min(max(feed.start + len(feed.tokens) for feed in feeds) + CAPTURE_LOOKAHEAD, self.max_context - 1)
+        upcoming = (key[0], kv_window(last, self.max_context), key[2])
+        if upcoming[1] != key[1]:
+            self._want(upcoming)
+
+    def _want(self, key: StepKey) -> None:
+        if key not in self.steps and key not in self.failed:
+            self.wanted[key] = None
+
+    def capture_wanted(self) -> bool:
+        """Capture the oldest queued step (the scheduler calls it when no request runs: it takes seconds); False
+        when none was queued. A capture that fails is logged and not retried."""
+        while self.wanted:
+            key, _ = self.wanted.popitem(last=False)
+            if key in self.steps:
+                continue
+            try:
+                if self.before_capture is not None:
+                    self.before_capture(key)
+                self.capture(key)
+                self.deferred_made.append(key)
+            except Exception as error:  # noqa: BLE001  (the step stays on the wider window's capture)
+                log.exception("capturing a queued step failed: %s", key)
+                self.failed[key] = f"{type(error).__name__}: {error}"
+            return True
+        return False
+
+    def new_step(self, key: StepKey) -> TinyJit:
+        """A TinyJit of the step `key`: the step does the same work every call (weights and caches are realized),
+        so its first call is captured."""
+        rows, window, output = key
+        return TinyJit(functools.partial(feeds_step, self.model, FeedLayout(rows, window, output)), plain_calls=0)
+
+    def _keep(self, key: StepKey, step: TinyJit) -> None:
+        """Add a step to the captures, dropping the least recently used unpinned one past `max_captures`."""
         self.steps[key] = step
-        if len(self.steps) > self.max_captures:
-            self.steps.popitem(last=False)
-        return step
+        while len(self.steps) > self.max_captures:
+            unpinned = next((other for other in self.steps if other not in self.pinned and other != key), None)
+            if unpinned is None:
+                break
+            del self.steps[unpinned]
+
+    def capture(self, key: StepKey) -> None:
+        """Capture the step `key` with placeholder inputs (token 0 at a position in its window, on the slots'
+        caches, which a step only reads: nothing is stored) and add it to the captures."""
+        rows, window, output = key
+        start = min(window, self.max_context - 1)  # a position whose window is `window` (kv_window(w) == w)
+        feeds = [
+            Feed(self.slots[index % len(self.slots)].caches, start, [0] * min(count, self.max_context - start), count)
+            for index, count in enumerate(rows)
+        ]
+        step = self.new_step(key)
+        forward_feeds(self.model, feeds, step, output, window, store_rows=False)
+        self._keep(key, step)
 
 
-def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit, output: str = LAST) -> np.ndarray:
+def forward_feeds(
+    model: Transformer,
+    feeds: list[Feed],
+    step: TinyJit,
+    output: str = LAST,
+    window: int | None = None,
+    store_rows: bool = True,
+) -> np.ndarray:
     """Run every feed's tokens in one forward: logits `(len(feeds), vocab)` after each feed's last token (`output`
     ALL: `(len(feeds), rows, vocab)` after every row; POOLED: `(len(feeds), dim)`, the sum of each feed's real
     rows' final normalized hidden states).
@@ -194,9 +311,12 @@ def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit, output: 
     shape depends on a position: attention covers a window of the cache (`cache_window`, at or past every feed's
     start) under a mask (the cached positions before the feed's start, then causal among the new rows), so one
     capture serves every position in the window. After the forward, each feed's real (unpadded) keys and values
-    are copied into its cache.
+    are copied into its cache (unless `store_rows` is False: a placeholder run that captures a step).
+
+    `window` is the KV window `step` was captured for: the feeds' own (`cache_window`, None) or a wider one.
     """
-    context, window = model.max_context, cache_window(model, feeds)
+    context = model.max_context
+    window = cache_window(model, feeds) if window is None else window
     tokens, positions, masks, lasts = [], [], [], []
     for feed in feeds:
         tokens += feed.tokens + [0] * (feed.rows - len(feed.tokens))
@@ -218,7 +338,8 @@ def forward_feeds(model: Transformer, feeds: list[Feed], step: TinyJit, output: 
     caches = [cache for feed in feeds for cache in feed.caches]
     logits, *new_kvs = step(cos, sin, *masks, *lasts, *caches, *model.embedding_table.inputs(tokens))
     result = logits.numpy()  # a copy: a replay overwrites the captured output buffers
-    store(feeds, new_kvs)
+    if store_rows:
+        store(feeds, new_kvs)
     return result
 
 

@@ -41,7 +41,7 @@ def load_state(path: Path, max_context: int, options: ServeOptions, aliases: set
     if options.max_concurrency < 1 or options.max_queue < 0 or options.max_body_bytes < 1:
         raise ValueError("--max-concurrency and --max-body-bytes must be at least 1, --max-queue at least 0")
     session = Session.load(path, max_context)
-    runner = ModelRunner(session.model, options.max_concurrency, options.batched)
+    runner = ModelRunner(session.model, options.max_concurrency, options.batched, defer_captures=True)
     engine = Engine(
         runner, session.tokenizer, options.max_queue, warmup=options.warmup, warmup_context=options.warmup_context
     )

@@ -132,14 +132,17 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False) -> Te
     heads = math.prod(batch)
     shape = (heads, length, dim)
     scale = 1 / math.sqrt(dim)
+    q_shape, k_shape, v_shape = q.shape, k.shape, v.shape  # (the grad_fxn captures no tensor: see below)
 
     def grad_fxn(grad: UOp, call: UOp) -> tuple[UOp | None, ...]:
+        # the kernel holds its grad_fxn as long as autograd may need it, so tensors this closure captured would stay
+        # alive with it: the inputs and outputs are read from the call instead
         _, _, q_in, k_in, v_in = (Tensor(src) for src in call.src[1:])
         out, lse = (Tensor(node) for node in outputs_of(call)[:2])
         grad_out = Tensor(grad)
         (delta,) = Tensor.empty(*batch, length).custom_kernel(grad_out, out, fxn=delta_kernel(shape))[:1]
         grads = Tensor.custom_kernel(
-            Tensor.empty(*q.shape), Tensor.empty(*k.shape), Tensor.empty(*v.shape),
+            Tensor.empty(*q_shape), Tensor.empty(*k_shape), Tensor.empty(*v_shape),
             q_in, k_in, v_in, grad_out, lse, delta, fxn=backward_kernel(scale, causal, shape),
         )  # fmt: skip
         return (None, None, grads[0].uop, grads[1].uop, grads[2].uop)

@@ -52,13 +52,7 @@ def jit_step(example, images: np.ndarray, labels: np.ndarray, devices):
 
     model, optimizer = example.make_model(0, 1e-3, devices)
 
-    @TinyJit
-    def train(x: Tensor, y: Tensor) -> Tensor:
-        optimizer.zero_grad()
-        loss = model(x).sparse_categorical_crossentropy(y)
-        loss.backward()
-        Tensor.realize(loss, *optimizer.schedule_step())
-        return loss
+    train = TinyJit(lambda x, y: example.tensor_step(model, optimizer, x, y))
 
     def step() -> None:
         x, y = Tensor(images), Tensor(labels)

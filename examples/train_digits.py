@@ -63,10 +63,15 @@ Devices = tuple[str, ...] | None  # several devices: data parallel (weights copi
 def train_step(
     model: DigitsCNN, optimizer: nn.optim.Optimizer, images: np.ndarray, labels: np.ndarray, devices: Devices = None
 ) -> Tensor:
-    optimizer.zero_grad()
     x, y = Tensor(images), Tensor(labels)
     if devices:
         x, y = x.shard(devices, axis=0), y.shard(devices, axis=0)
+    return tensor_step(model, optimizer, x, y)
+
+
+def tensor_step(model: DigitsCNN, optimizer: nn.optim.Optimizer, x: Tensor, y: Tensor) -> Tensor:
+    """One step on a batch already in tensors (what a TinyJit captures: `TinyJit(lambda x, y: tensor_step(...))`)."""
+    optimizer.zero_grad()
     loss = model(x).sparse_categorical_crossentropy(y)
     loss.backward()
     Tensor.realize(loss, *optimizer.schedule_step())  # the loss, every parameter and Adam's state: one schedule

@@ -378,13 +378,7 @@ def test_a_jitted_data_parallel_step_trains_as_the_plain_one_device_step():
 
     sharded_model, sharded_optimizer = example.make_model(0, 3e-3, TWO)
 
-    @TinyJit
-    def step(x: Tensor, y: Tensor) -> Tensor:
-        sharded_optimizer.zero_grad()
-        loss = sharded_model(x).sparse_categorical_crossentropy(y)
-        loss.backward()
-        Tensor.realize(loss, *sharded_optimizer.schedule_step())
-        return loss
+    step = TinyJit(lambda x, y: example.tensor_step(sharded_model, sharded_optimizer, x, y))
 
     jitted = []
     with Tensor.train():

@@ -190,6 +190,9 @@ def test_a_busy_board_is_refused_after_the_wait() -> None:
     server.serve_in_thread()
     try:
         holder = RemoteConnection(("127.0.0.1", server.port), TOKEN)
+        # an answered request proves the holder's handler took the board: on a loaded machine the second client's
+        # handler could otherwise run first and take it
+        holder.probe(0x1002, NAVI31)
         with pytest.raises(RuntimeError, match="board busy"):
             RemoteConnection(("127.0.0.1", server.port), TOKEN).probe(0x1002, NAVI31)
         holder.close()

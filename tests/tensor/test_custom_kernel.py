@@ -199,7 +199,7 @@ def test_strict_spec_accepts_a_tensor_graph_with_custom_kernels():
 
 
 def test_spec_checks_the_tensor_graph_and_the_kernel_under_a_call():
-    from tg.tensor.custom_kernel import _live_kernels
+    from tg.codegen.schedule.calls import live_bodies
 
     x = Tensor([1.0, 2.0, 3.0, 4.0])
     i = UOp.range(4, 0)
@@ -207,7 +207,7 @@ def test_spec_checks_the_tensor_graph_and_the_kernel_under_a_call():
     # built by hand, past custom_kernel's own checks: a STORE of an int into a float buffer
     bad = out_param.index(i).store(x_param.index(i).load().cast(dtypes.int32)).sink(arg=KernelInfo(name="bad"))
     call = UOp(Ops.CALL, dtypes.void, (bad, Tensor.empty(4).uop, x.uop))
-    _live_kernels.add(bad)
+    live_bodies.add(bad)
     after = Tensor(UOp(Ops.AFTER, dtypes.float, (call.src[1], call)))
     with Context(SPEC=1), pytest.raises(SpecError, match="STORE"):
         after.realize()

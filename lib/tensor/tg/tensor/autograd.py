@@ -151,14 +151,30 @@ def _inverse_permutation(order: tuple[int, ...]) -> tuple[int, ...]:
 def _call_gradients(grad: UOp, node: UOp) -> Gradients:
     """A value CALL (Tensor.call): its grad_fxn's answer, else autograd of its body with the arguments in place of
     the placeholders."""
-    from tg.codegen.schedule.calls import inline_value_calls
+    from tg.codegen.schedule.calls import grad_fxn_of, inline_value_calls
 
-    if node.arg is not None:
+    if grad_fxn_of(node) is not None:
         return (None, *grad_fxn_gradients(grad, node))
-    arguments = node.src[1:]
-    grads = compute_gradient(inline_value_calls(node), grad, set(arguments))
-    first = {argument: k for k, argument in reversed(list(enumerate(arguments)))}  # (an argument passed twice: once)
-    return (None, *(grads.get(a) if first[a] == k else None for k, a in enumerate(arguments)))
+    return (None, *_body_gradients(inline_value_calls(node), grad, node.src[1:]))
+
+
+def _body_gradients(value: UOp, grad: UOp, arguments: tuple[UOp, ...]) -> Gradients:
+    """d(value)/d(argument) for each of a call's arguments, `value` being a result of the call inlined (an argument
+    passed twice gets the whole gradient once)."""
+    grads = compute_gradient(value, grad, set(arguments))
+    first = {argument: k for k, argument in reversed(list(enumerate(arguments)))}
+    return tuple(grads.get(a) if first[a] == k else None for k, a in enumerate(arguments))
+
+
+def _output_gradients(grad: UOp, output: UOp) -> Gradients:
+    """An output of a call, `AFTER(buffer, CALL)`: the gradient of each of the call's arguments, by its grad_fxn, or by
+    autograd of the body where a call with outputs has none (a custom kernel without one has no gradient)."""
+    from tg.codegen.schedule.calls import grad_fxn_of, is_output_call, output_value
+
+    call = output.src[1]
+    if grad_fxn_of(call) is None and is_output_call(call):
+        return _body_gradients(output_value(output.src[0], call), grad, call.src[1:])
+    return grad_fxn_gradients(grad, call)
 
 
 def _no_gradient(grad: UOp, node: UOp) -> Gradients:
@@ -245,13 +261,15 @@ def custom_gradient(node: UOp, sources: tuple[UOp, ...], rule: Callable[[UOp, tu
 
 
 def grad_fxn_gradients(grad: UOp, call: UOp) -> Gradients:
-    """`call.arg(grad, call)`, the call's grad_fxn, as one UOp (or None) per argument `call.src[1:]`, checked."""
+    """`grad_fxn(grad, call)`, the call's grad_fxn, as one UOp (or None) per argument `call.src[1:]`, checked."""
+    from tg.codegen.schedule.calls import grad_fxn_of
     from tg.tensor.tensor import Tensor
 
     sources = call.src[1:]
-    if call.arg is None:
+    grad_fxn = grad_fxn_of(call)
+    if grad_fxn is None:
         raise CustomKernelError("no gradient through a custom kernel without grad_fxn: pass grad_fxn=")
-    grads = call.arg(grad, call)
+    grads = grad_fxn(grad, call)
     grads = (grads,) if isinstance(grads, (UOp, Tensor)) else tuple(grads)
     if len(grads) != len(sources):
         raise CustomKernelError(f"grad_fxn returned {len(grads)} gradients for {len(sources)} inputs")
@@ -274,8 +292,7 @@ def _source_gradients(node: UOp, grad: UOp, on_path: set[UOp]) -> Iterable[tuple
         wanted = tuple(source in on_path and dtypes.is_float(source.dtype) for source in custom.sources)
         return zip(custom.sources, custom.rule(grad, wanted), strict=True)
     if node.op is Ops.AFTER and node.src[1].op is Ops.CALL:
-        call = node.src[1]
-        return zip(call.src[1:], grad_fxn_gradients(grad, call), strict=True)
+        return zip(node.src[1].src[1:], _output_gradients(grad, node), strict=True)
     rule = GRADIENT_RULES.get(node.op)
     if rule is None:
         if node.op in (Ops.BUFFER, Ops.CONST):

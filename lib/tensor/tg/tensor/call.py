@@ -14,15 +14,13 @@ With `grad_fxn` the call is differentiated by `grad_fxn(gradient, call)` instead
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp
-from tg.codegen.dtype import PtrDType
-from tg.codegen.schedule.calls import outer_nodes, outside_kernels
-from tg.codegen.schedule.graph import ShapeError, shape_of
+from tg.codegen.schedule.calls import check_arguments, outer_nodes, value_body
+from tg.codegen.uop.args import CallInfo
 from tg.tensor.base import TensorBase, as_tensor
-from tg.tensor.custom_kernel import CustomKernelError, GradFxn, custom_kernel, shape_size
+from tg.tensor.custom_kernel import CustomKernelError, GradFxn, custom_kernel
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,49 +40,7 @@ def as_param(t: Tensor, slot: int) -> Tensor:
     return Tensor(UOp(Ops.RESHAPE, t.dtype, (param,), t.shape), device=t.device)
 
 
-def params_of(body: UOp) -> dict[int, UOp]:
-    """The PARAM placeholders of a call body, by slot (two different ones in one slot are an error)."""
-    found: dict[int, UOp] = {}
-    for node in outer_nodes(body):  # (a call inside the body has placeholders of its own)
-        if node.op is Ops.PARAM:
-            if found.setdefault(node.arg.slot, node) is not node:
-                raise CustomKernelError(f"the body has two different placeholders in slot {node.arg.slot}")
-    return found
-
-
-def check_arguments(body: UOp, arguments: Sequence[UOp]) -> None:
-    """Arity, dtype and element count of each argument against the body's placeholders (clear errors)."""
-    params = params_of(body)
-    if sorted(params) != list(range(len(arguments))):
-        got = len(arguments)
-        raise CustomKernelError(f"the body's placeholders are slots {sorted(params)}, but it got {got} tensors")
-    for slot, param in params.items():
-        argument, pointer = arguments[slot], param.ptrdtype
-        if pointer.base is not argument.dtype:
-            raise CustomKernelError(f"placeholder {slot} is {pointer.base!r}, the tensor is {argument.dtype!r}")
-        if pointer.size != shape_size(argument):
-            raise ShapeError(f"placeholder {slot} holds {pointer.size} elements, the tensor {shape_of(argument)}")
-
-
-def value_body(body: UOp) -> UOp:
-    """`body` as a tensor graph: each PARAM under a RESHAPE of its value dtype (`as_param` builds that already; UOp
-    arithmetic on bare PARAMs gets it here), pointer-typed nodes given their value dtype."""
-    params = [n for n in outer_nodes(body) if n.op is Ops.PARAM]
-    bare = {n: UOp(Ops.RESHAPE, n.ptrdtype.base, (n,), (n.ptrdtype.size,)) for n in params}
-    new: dict[UOp, UOp] = {}
-    for node in body.toposort(outside_kernels):  # (a custom kernel's AST in the body stays as it is)
-        if node.op is Ops.PARAM:
-            new[node] = node
-            continue
-        pointer_arithmetic = isinstance(node.dtype, PtrDType)  # (`param0 + param1`: its PARAMs are read as values)
-        src = tuple(bare[s] if s in bare and pointer_arithmetic else new.get(s, s) for s in node.src)
-        dtype = node.dtype.base if isinstance(node.dtype, PtrDType) else node.dtype
-        new[node] = node if dtype is node.dtype and src == node.src else node.replace(src=src, dtype=dtype)
-    result = new[body]
-    return bare[result] if result.op is Ops.PARAM else result
-
-
-def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None) -> Tensor:
+def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None, precompile: bool = False) -> Tensor:
     """`fxn` (a Tensor or UOp over placeholders) applied to `tensors` (see the module doc)."""
     from tg.tensor.tensor import Tensor
 
@@ -94,9 +50,19 @@ def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None) -> Tensor:
     if not isinstance(body, UOp):
         raise CustomKernelError(f"fxn must be a Tensor or UOp over placeholders, got {type(fxn).__name__}")
     arguments = tuple(t.uop for t in tensors)
+    if precompile:
+        (output,) = precompiled_call((body,), arguments, grad_fxn)
+        return Tensor(output, device=tensors[0].device)
     check_arguments(body, arguments)
     body = value_body(body)
-    return Tensor(UOp(Ops.CALL, body.dtype, (body, *arguments), grad_fxn), device=tensors[0].device)
+    return Tensor(UOp(Ops.CALL, body.dtype, (body, *arguments), CallInfo(grad_fxn)), device=tensors[0].device)
+
+
+def precompiled_call(bodies: tuple[UOp, ...], arguments: tuple[UOp, ...], grad_fxn: GradFxn | None) -> tuple[UOp, ...]:
+    """The outputs of one precompiled call of `bodies` on `arguments` (tg.tensor.precompiled runs it)."""
+    if any(a.op is Ops.MULTI for a in outer_nodes(UOp.sink(*arguments))):
+        raise CustomKernelError("a precompiled call takes tensors on one device, not sharded ones")
+    return UOp.call_with_outputs(bodies, *arguments, grad_fxn=grad_fxn, precompile=True)
 
 
 class CallOps(TensorBase):
@@ -109,9 +75,9 @@ class CallOps(TensorBase):
         """Run the kernel AST `fxn(*placeholders)` on the tensors; see tg.tensor.custom_kernel."""
         return custom_kernel(*tensors, fxn=fxn, grad_fxn=grad_fxn)
 
-    def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None) -> Tensor:
+    def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None, precompile: bool = False) -> Tensor:
         """The body `fxn` over placeholders applied to the tensors; see tg.tensor.call."""
-        return call(*tensors, fxn=fxn, grad_fxn=grad_fxn)
+        return call(*tensors, fxn=fxn, grad_fxn=grad_fxn, precompile=precompile)
 
     def as_param(self, slot: int) -> Tensor:
         """A placeholder for argument `slot` of a call, with this tensor's shape, dtype and device."""

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.flags import SPEC
+from tg.codegen.schedule.calls import is_precompiled, live_bodies
 from tg.codegen.schedule.graph import shape_of
-from tg.codegen.uop.args import KernelInfo
+from tg.codegen.uop.args import CallInfo, KernelInfo
 from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, SpecError, type_verify
 from tg.tensor.errors import CustomKernelError
 
@@ -65,8 +66,8 @@ def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn |
         raise CustomKernelError(f"custom_kernel's tensors must be on one device, got {sorted(devices)}")
     params = placeholders(tensors)
     ast = kernel_ast(fxn(*params), params)
-    call = UOp(Ops.CALL, dtypes.void, (ast, *(t.uop for t in tensors)), grad_fxn)  # (autograd reads it there)
-    _live_kernels.add(ast)
+    call = UOp(Ops.CALL, dtypes.void, (ast, *(t.uop for t in tensors)), CallInfo(grad_fxn))  # (autograd reads it)
+    live_bodies.add(ast)
     return [Tensor(UOp(Ops.AFTER, t.dtype, (t.uop, call)), device=t.device) for t in tensors]
 
 
@@ -109,21 +110,19 @@ def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
 # -------------------------------------------------------------------------------- running calls at realize
 
 
-# every custom kernel's AST alive: while there are none (most programs), a realize does not walk its graph looking for
-# calls. (The ASTs, not the CALL nodes: a graph rewrite such as @function's rebuilds a CALL over new inputs, but
-# keeps its AST, which has no tensor nodes in it.)
-_live_kernels: weakref.WeakSet[UOp] = weakref.WeakSet()
-
-
 def has_calls(roots: Sequence[UOp]) -> bool:
-    if not _live_kernels:
+    if not live_bodies:
         return False
-    return any(is_kernel_call(node) for node in UOp.sink(*roots).toposort(_outside_kernels))
+    return any(_runs_at_realize(node) for node in UOp.sink(*roots).toposort(_outside_kernels))
 
 
 def is_kernel_call(node: UOp) -> bool:
     """A custom kernel's CALL (void, its body a kernel AST), not a value call (Tensor.call, inlined when scheduled)."""
-    return node.op is Ops.CALL and node.dtype is dtypes.void
+    return node.op is Ops.CALL and node.dtype is dtypes.void and isinstance(node.src[0].arg, KernelInfo)
+
+
+def _runs_at_realize(node: UOp) -> bool:
+    return is_kernel_call(node) or is_precompiled(node)
 
 
 def _outside_kernels(node: UOp) -> bool:
@@ -133,39 +132,54 @@ def _outside_kernels(node: UOp) -> bool:
 def run_calls(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
     """Run every custom kernel `roots` depend on (inputs first); the roots with each output read from its buffer."""
     from tg.codegen.schedule.calls import inline_calls
+    from tg.tensor.engine import realize
+    from tg.tensor.precompiled import input_arguments, ran_outputs, run_precompiled
+
+    roots = inline_calls(roots)  # (a custom kernel in a value call's body runs on that call's arguments)
+    root = UOp.sink(*roots)
+    if SPEC:
+        verify_tensor_graph(root)
+    order = root.toposort(lambda node: node is root or node.op is not Ops.SINK)  # (not into a call's body)
+    done: dict[UOp, UOp] = {}
+    for node in order:
+        if is_precompiled(node):
+            if (ran := ran_outputs(node)) is None:
+                inputs = [source.substitute(done) if done else source for source in input_arguments(node)]
+                ran = run_precompiled(node, list(realize(*inputs)))
+            done.update(ran)
+        elif is_kernel_call(node):
+            done.update(_run_kernel_call(node, done))
+    return UOp.sink(*roots).substitute(done).src if done else roots
+
+
+def _run_kernel_call(node: UOp, done: dict[UOp, UOp]) -> dict[UOp, UOp]:
+    """Run a custom kernel on whole buffers holding its inputs; each output mapped to the buffer that holds it."""
     from tg.codegen.schedule.realize import buffer_holding
     from tg.codegen.schedule.schedule import KernelCall
     from tg.hcq.engine.buffers import buffer_of
     from tg.hcq.engine.run import run_kernel
     from tg.tensor.engine import realize
 
-    roots = inline_calls(roots)  # (a custom kernel in a value call's body runs on that call's arguments)
-    order = UOp.sink(*roots).toposort(_outside_kernels)
-    if SPEC:
-        verify_tensor_graph(order[-1])
-    done: dict[UOp, UOp] = {}
-    for node in order:
-        if not is_kernel_call(node):
-            continue
-        buffers = []
-        for source in node.src[1:]:
-            source = source.substitute(done) if done else source
-            (realized,) = realize(source)
+    buffers = []
+    for source in node.src[1:]:
+        source = source.substitute(done) if done else source
+        (realized,) = realize(source)
+        buf = buffer_holding(realized)
+        if buf is None:  # a strided view or a computation: the kernel gets a contiguous copy
+            (realized,) = realize(UOp(Ops.CONTIGUOUS, source.dtype, (realized,)))
             buf = buffer_holding(realized)
-            if buf is None:  # a strided view or a computation: the kernel gets a contiguous copy
-                (realized,) = realize(UOp(Ops.CONTIGUOUS, source.dtype, (realized,)))
-                buf = buffer_holding(realized)
-            assert buf is not None and buf.arg.size == shape_size(source), "a realized input is a whole buffer"
-            buffers.append(buf)
-        for buf in buffers[1:]:
-            buffer_of(buf).note_write()  # (slot 0 is noted by run_kernel; the kernel may write any of them)
-        run_kernel(KernelCall(node.src[0], tuple(buffers)))
-        for source, buf in zip(node.src[1:], buffers, strict=True):
-            shape = shape_of(source)
-            done[UOp(Ops.AFTER, source.dtype, (source, node))] = (
-                buf if shape == (buf.arg.size,) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
-            )
-    return UOp.sink(*roots).substitute(done).src if done else roots
+        assert buf is not None and buf.arg.size == shape_size(source), "a realized input is a whole buffer"
+        buffers.append(buf)
+    for buf in buffers[1:]:
+        buffer_of(buf).note_write()  # (slot 0 is noted by run_kernel; the kernel may write any of them)
+    run_kernel(KernelCall(node.src[0], tuple(buffers)))
+    outputs = {}
+    for source, buf in zip(node.src[1:], buffers, strict=True):
+        shape = shape_of(source)
+        outputs[UOp(Ops.AFTER, source.dtype, (source, node))] = (
+            buf if shape == (buf.arg.size,) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
+        )
+    return outputs
 
 
 def shape_size(node: UOp) -> int:

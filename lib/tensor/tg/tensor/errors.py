@@ -6,6 +6,8 @@ tg raised ValueError for both. Each class here is both, as tg.codegen's ShapeErr
 
 from __future__ import annotations
 
+from tg.codegen.schedule.calls import CallError
+
 
 class ArgumentError(ValueError, RuntimeError):
     """An argument value the op cannot take (torch: RuntimeError)."""
@@ -20,6 +22,7 @@ class UnsupportedModeError(ValueError, NotImplementedError):
     """A mode string the op does not implement (torch: NotImplementedError)."""
 
 
-class CustomKernelError(ArgumentError):
-    """A custom kernel or call that cannot be built or differentiated: wrong arity, a bad kernel AST, a shape or dtype
-    mismatch, a gradient asked for without grad_fxn (tg.tensor.custom_kernel, tg.tensor.call)."""
+# A custom kernel or call that cannot be built or differentiated: wrong arity, a bad kernel AST, a shape or dtype
+# mismatch, a gradient asked for without grad_fxn (tg.tensor.custom_kernel, tg.tensor.call). tg.codegen builds the
+# calls and checks their arguments, so the class is its CallError (a ValueError and a RuntimeError, as ArgumentError).
+CustomKernelError = CallError

@@ -17,8 +17,9 @@ buffer: an `ImplicitBufferError` unless `allow_implicit=True` (then that buffer 
 of the call).
 
 Options:
-* `precompile=True`: the outputs are materialized in buffers of their own (`.contiguous()`), so the body runs as
-  its own kernels rather than fusing into what uses the results.
+* `precompile=True`: every returned value comes from one precompiled call (tg.tensor.precompiled): the body runs as
+  one opaque unit, over its inputs' buffers, into output buffers of its own, rather than being inlined and fused
+  with what uses the results. Gradients still flow through the body (or come from grad_fxn).
 * `precompile_backward=True`: the gradient through the call is computed by autograd of the body and materialized
   (`.contiguous()`) before it flows on.
 * `grad_fxn(gradient, call)`: the gradients of the inputs, as for `Tensor.call`.
@@ -35,7 +36,7 @@ from tg.codegen import Ops, UOp
 from tg.codegen.schedule.calls import outer_nodes
 from tg.tensor import autograd
 from tg.tensor.autograd import Gradients, compute_gradient, custom_gradient
-from tg.tensor.call import call
+from tg.tensor.call import call, precompiled_call
 from tg.tensor.custom_kernel import CustomKernelError, GradFxn
 
 if TYPE_CHECKING:
@@ -112,25 +113,53 @@ class Function:
             raise CustomKernelError(f"@function {self.__name__} must return a Tensor or tuple of Tensors, got {kinds}")
         if not inputs:
             raise CustomKernelError(f"@function {self.__name__} got no Tensor arguments")
-        results = tuple(self._call(output, inputs) for output in outputs)
+        if self.precompile:
+            results = self._precompiled(outputs, inputs)
+        else:
+            results = tuple(self._call(output, inputs) for output in outputs)
         return type(returned)(results) if is_tuple else results[0]
 
-    def _call(self, output: Tensor, inputs: list[Tensor]) -> Tensor:
-        arguments, body = inputs, output.uop
+    def _bodies(self, outputs: tuple[Tensor, ...], inputs: list[Tensor]) -> tuple[list[Tensor], tuple[UOp, ...]]:
+        """The inputs the outputs read (each a placeholder `Param(k)` in the bodies) and the bodies over them."""
+        arguments, bodies = inputs, tuple(output.uop for output in outputs)
         for _ in range(2):  # (again when an input is read only inside another input's graph: it gets no slot)
-            body = output.uop.substitute({t.uop: t.as_param(k).uop for k, t in enumerate(arguments)})
-            used = {node.arg.slot for node in outer_nodes(body) if node.op is Ops.PARAM}
+            mapping = {t.uop: t.as_param(k).uop for k, t in enumerate(arguments)}
+            bodies = tuple(output.uop.substitute(mapping) for output in outputs)
+            used = {node.arg.slot for node in outer_nodes(UOp.sink(*bodies)) if node.op is Ops.PARAM}
             if len(used) == len(arguments):
                 break
             arguments = [t for k, t in enumerate(arguments) if k in used]
-        self._check_implicit(body)
+        for body in bodies:
+            self._check_implicit(body)
+        return arguments, bodies
+
+    def _call(self, output: Tensor, inputs: list[Tensor]) -> Tensor:
+        arguments, (body,) = self._bodies((output,), inputs)
         if not arguments:  # a result that reads no input (a constant): nothing to call
-            return output.contiguous() if self.precompile else output
+            return output
         result = call(*arguments, fxn=body, grad_fxn=self.grad_fxn)
         if self.precompile_backward and self.grad_fxn is None:
-            sources = tuple(t.uop for t in arguments)
-            custom_gradient(result.uop, sources, _materialized_gradient(result.uop, sources))
-        return result.contiguous() if self.precompile else result
+            self._materialize_gradients(result, arguments)
+        return result
+
+    def _precompiled(self, outputs: tuple[Tensor, ...], inputs: list[Tensor]) -> tuple[Tensor, ...]:
+        """All the outputs from one precompiled call (tg.tensor.precompiled): one opaque unit into buffers of its own."""
+        from tg.tensor.tensor import Tensor
+
+        arguments, bodies = self._bodies(outputs, inputs)
+        if not arguments:
+            return tuple(output.contiguous() for output in outputs)
+        uops = precompiled_call(bodies, tuple(t.uop for t in arguments), self.grad_fxn)
+        results = tuple(Tensor(uop, device=arguments[0].device) for uop in uops)
+        if self.precompile_backward and self.grad_fxn is None:
+            for result in results:
+                self._materialize_gradients(result, arguments)
+        return results
+
+    @staticmethod
+    def _materialize_gradients(result: Tensor, arguments: list[Tensor]) -> None:
+        sources = tuple(t.uop for t in arguments)
+        custom_gradient(result.uop, sources, _materialized_gradient(result.uop, sources))
 
     def _check_implicit(self, body: UOp) -> None:
         if self.allow_implicit:

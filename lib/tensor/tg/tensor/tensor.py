@@ -479,10 +479,11 @@ def _run_writes_to_buffers_read(roots: tuple[UOp, ...]) -> None:
 def _already_in(realized: UOp, graph: UOp) -> bool:
     """Whether `realized` is a node of `graph`: `t.to(device)` of a sharded tensor with a whole copy on that device
     realizes to that copy's node, which must not be recorded as computed from a graph that reads it (autograd
-    would restore that graph inside itself forever). Only graphs over sharded tensors realize that way."""
+    would restore that graph inside itself forever). Only graphs over sharded tensors realize that way. (A custom
+    kernel's output, `AFTER(buffer, CALL)`, realizes to the buffer it wrote: a new value, not one already there.)"""
     from tg.tensor import multi
 
-    return multi.made_any() and realized in graph.toposort()
+    return multi.made_any() and realized in graph.toposort(lambda node: node.op is not Ops.AFTER)
 
 
 def _view_within_shards(view: UOp) -> bool:

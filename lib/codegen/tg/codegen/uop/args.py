@@ -63,6 +63,16 @@ class ParamArg:
 
 
 @dataclass(frozen=True)
+class CallInfo:
+    """A CALL's arg: `grad_fxn(gradient, call)` gives the gradients of its arguments (None: autograd through a value
+    body; no gradient for a custom kernel), and `precompile` runs a call with output buffers as one opaque call that
+    materializes its outputs instead of being inlined where its results are used."""
+
+    grad_fxn: Any = None
+    precompile: bool = False
+
+
+@dataclass(frozen=True)
 class KernelInfo:
     """The arg of a kernel AST's SINK: its name and the optimizations planned for and applied to it."""
 

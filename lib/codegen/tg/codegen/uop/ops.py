@@ -22,7 +22,7 @@ from typing import Any
 
 from tg.codegen.dtype import AddrSpace, DType, PtrDType, dtypes, truncate
 from tg.codegen.serial import enum_by_name
-from tg.codegen.uop.args import AxisType, BufferArg, KernelInfo, ParamArg, RangeArg, ReduceArg, VarArg
+from tg.codegen.uop.args import AxisType, BufferArg, CallInfo, KernelInfo, ParamArg, RangeArg, ReduceArg, VarArg
 
 
 class Ops(IntEnum):
@@ -153,7 +153,7 @@ ARG_TYPES: dict[Ops, type | tuple[type, ...]] = {
     Ops.COPY: NoArg, Ops.CONTIGUOUS: NoArg, Ops.DETACH: NoArg, Ops.ASSIGN: NoArg,
     Ops.REDUCE_AXIS: ReduceArg,
     Ops.GATHER: tuple,  # the source axes the index tensors replace, one per index
-    Ops.CALL: object,  # the call's grad_fxn(gradient, call), or None
+    Ops.CALL: (NoArg, CallInfo),  # its grad_fxn and whether it is precompiled
     Ops.MULTI: (NoArg, int),  # the axis the shards split (None: every device holds the whole tensor)
 }  # fmt: skip
 
@@ -451,6 +451,29 @@ class UOp:
         if not deps:
             return self
         return UOp(Ops.AFTER, self.dtype, (self, *deps))
+
+    def call_with_output(self, *arguments: UOp, grad_fxn: Any = None, precompile: bool = False) -> UOp:
+        """This body (a graph over PARAM 0..m-1) applied to the m `arguments` as a call with one output buffer; the
+        output, `AFTER(buffer, CALL)` (tg.codegen.schedule.calls)."""
+        from tg.codegen.schedule.calls import call_with_outputs
+
+        return call_with_outputs((self,), *arguments, grad_fxn=grad_fxn, precompile=precompile)[0]
+
+    @staticmethod
+    def call_with_outputs(
+        bodies: tuple[UOp, ...], *arguments: UOp, grad_fxn: Any = None, precompile: bool = False
+    ) -> tuple[UOp, ...]:
+        """The `bodies` applied to `arguments` as one call with an output buffer per body; the outputs."""
+        from tg.codegen.schedule.calls import call_with_outputs
+
+        return call_with_outputs(bodies, *arguments, grad_fxn=grad_fxn, precompile=precompile)
+
+    @property
+    def unbound_outputs(self) -> tuple[UOp, ...]:
+        """A void CALL's outputs: each argument its body stores into, after the call."""
+        from tg.codegen.schedule.calls import unbound_outputs
+
+        return unbound_outputs(self)
 
     def end(self, *ranges: UOp) -> UOp:
         """Close `ranges` after this node."""

@@ -93,6 +93,8 @@ def _same_dtype_as_source(u: UOp) -> bool:
 
 
 def _movement_ok(u: UOp) -> bool:
+    if u.op is Ops.RESHAPE and u.src[0].op is Ops.PARAM:  # a call's placeholder read as a value of its element dtype
+        return isinstance(u.src[0].dtype, PtrDType) and u.dtype is u.src[0].dtype.base and isinstance(u.arg, tuple)
     return _same_dtype_as_source(u) and isinstance(u.arg, tuple)
 
 
@@ -147,6 +149,8 @@ TENSOR_SPEC: Spec = {
     Ops.CALL: _call_ok,
     Ops.PARAM: lambda u: not u.src and isinstance(u.arg, ParamArg) and isinstance(u.dtype, PtrDType),
     Ops.AFTER: lambda u: len(u.src) == 2 and u.src[1].op is Ops.CALL and u.dtype is u.src[0].dtype,
+    # the body of a call with outputs (UOp.call_with_outputs): each value stored into its output PARAM
+    Ops.STORE: lambda u: len(u.src) == 2 and u.src[0].op is Ops.PARAM and u.dtype is dtypes.void,
 }
 
 KERNEL_SPEC: Spec = {

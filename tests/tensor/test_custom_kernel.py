@@ -235,3 +235,125 @@ def test_fused_attention_example_matches_sdpa_and_its_gradient(causal):
     out_error, grad_error = _example().compare(causal)
     assert out_error < 1e-5
     assert grad_error < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------------- shaped placeholders
+
+
+def test_placeholders_have_their_tensors_shape_and_flatten_to_the_param():
+    seen = {}
+
+    def fxn(out: UOp, x: UOp) -> UOp:
+        seen.update(shape=x.shape, numel=x.numel(), base=x.base, flat=x.flatten(), out_shape=out.shape)
+        i = UOp.range(12, 0)
+        return out.flatten()[i].store(x.flatten()[i] * 2).sink(arg=KernelInfo(name="flat"))
+
+    (out, _) = Tensor.custom_kernel(Tensor.empty(2, 6), Tensor(np.ones((3, 4), np.float32)), fxn=fxn)
+    assert seen["shape"] == (3, 4) and seen["numel"] == 12 and seen["out_shape"] == (2, 6)
+    assert seen["base"].op is Ops.PARAM and seen["flat"] is seen["base"] and seen["base"].arg.slot == 1
+    assert out.tolist() == [[2.0] * 6] * 2
+
+
+def test_a_placeholder_takes_one_index_per_axis_and_addresses_are_loaded_where_used_as_values():
+    def transpose_plus_one(out: UOp, x: UOp) -> UOp:  # the specification's `C[i].store(A[i] + 1)` form, in 2-D
+        rows, cols = x.shape
+        i, j = UOp.range(rows, 0), UOp.range(cols, 1)
+        return out[j, i].store(x[i, j] + 1).sink(arg=KernelInfo(name="transpose"))
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (out, _) = Tensor.custom_kernel(Tensor.empty(4, 3), Tensor(x), fxn=transpose_plus_one)
+    np.testing.assert_array_equal(out.numpy(), x.T + 1)
+
+
+def test_a_placeholder_indexed_with_constants_and_a_gate():
+    def corner(out: UOp, x: UOp) -> UOp:
+        i = UOp.range(2, 0)
+        return out[i].store(x.index(UOp.const(1), i, i < 1).load(UOp.const(-1.0, dtypes.float))).sink()
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (out, _) = Tensor.custom_kernel(Tensor.empty(2), Tensor(x), fxn=corner)
+    assert out.tolist() == [x[1, 0], -1.0]  # x[1, i] where i < 1, else the alternative
+
+
+def test_the_wrong_number_of_indices_is_a_clear_error_and_a_uop_is_not_iterable():
+    def three_indices(out: UOp, x: UOp) -> UOp:
+        i = UOp.range(3, 0)
+        return out[i].store(x[i, i, i]).sink()
+
+    with pytest.raises(IndexError, match="shape \\(3, 4\\) takes 1 \\(flat\\) or 2 indices, got 3"):
+        Tensor.custom_kernel(Tensor.empty(3), Tensor(np.ones((3, 4), np.float32)), fxn=three_indices)
+    with pytest.raises(TypeError, match="not iterable"):
+        list(UOp.param(0, dtypes.float, 4))
+    with pytest.raises(TypeError, match="only a buffer"):
+        _ = UOp.const(1.0, dtypes.float)[0]
+
+
+# ---------------------------------------------------------------------------------------------------- sharded tensors
+
+DEVICES = ("CPU:0", "CPU:1")
+
+
+def shard_row_sums(seen: list):
+    def fxn(out: UOp, x: UOp) -> UOp:
+        seen.append((out.shape, x.shape))
+        rows, cols = x.shape
+        i, j = UOp.range(rows, 0), UOp.range(cols, 1, AxisType.REDUCE)
+        return out[i].store(x[i, j].reduce(j)).sink(arg=KernelInfo(name="shard_row_sums"))
+
+    return fxn
+
+
+def test_a_custom_kernel_on_sharded_tensors_sees_shard_shapes_and_runs_once_per_device():
+    x = np.arange(48, dtype=np.float32).reshape(8, 6)
+    shards = Tensor(x).shard(DEVICES, axis=0).contiguous().realize()  # (each shard a whole buffer of its own)
+    out = Tensor.zeros(8).shard(DEVICES, axis=0).realize()
+    seen: list = []
+    (sums, _) = Tensor.custom_kernel(out, shards, fxn=shard_row_sums(seen))
+    assert seen == [((4,), (4, 6))]  # fxn ran once, on one shard's shapes
+    assert isinstance(sums.device, tuple) and len(sums.device) == 2 and sums.shard_axis == 0
+    before = GlobalCounters.kernel_count
+    sums.realize()
+    assert GlobalCounters.kernel_count - before == 2  # the kernel, once on each device
+    np.testing.assert_array_equal(sums.numpy(), x.sum(1))
+    np.testing.assert_array_equal((sums * 2 + 1).numpy(), x.sum(1) * 2 + 1)  # a sharded tensor to further ops
+
+
+def test_a_sharded_custom_kernel_gets_its_gradient_from_grad_fxn():
+    def grad_fxn(grad: UOp, call: UOp):  # d(row sum)/dx: each row's gradient spread over its columns
+        return None, Tensor(grad).reshape(8, 1).expand(8, 6).uop
+
+    x = Tensor(np.random.default_rng(1).standard_normal((8, 6)).astype(np.float32)).shard(DEVICES, axis=0)
+    x.requires_grad = True
+    (sums, _) = Tensor.custom_kernel(Tensor.zeros(8).shard(DEVICES, axis=0), x, fxn=shard_row_sums([]),
+                                     grad_fxn=grad_fxn)  # fmt: skip
+    weights = np.arange(8, dtype=np.float32)
+    (sums * Tensor(weights).shard(DEVICES, axis=0)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.repeat(weights[:, None], 6, axis=1))
+
+
+def test_a_custom_kernel_mixing_sharded_and_single_device_tensors_is_a_clear_error():
+    x = Tensor(np.ones((8, 6), np.float32)).shard(DEVICES, axis=0)
+    with pytest.raises(CustomKernelError, match="one device, or all sharded across the same devices"):
+        Tensor.custom_kernel(Tensor.zeros(8), x, fxn=shard_row_sums([]))
+
+
+def test_tinyjit_replays_a_sharded_custom_kernel():
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        out = Tensor.zeros(8).shard(DEVICES, axis=0)
+        return (Tensor.custom_kernel(out, x, fxn=shard_row_sums([]))[0] + 1).realize()
+
+    for n in range(4):
+        data = np.full((8, 6), float(n), np.float32)
+        np.testing.assert_array_equal(step(Tensor(data).shard(DEVICES, axis=0)).numpy(), data.sum(1) + 1)
+
+
+def test_backward_after_a_kernel_ran_once_any_tensor_was_sharded():
+    """Regression: once a MULTI existed, realizing a kernel's output did not remember the graph it came from (the
+    buffer the kernel wrote is in that graph), and backward found no gradient."""
+    Tensor(np.ones((2, 4), np.float32)).shard(DEVICES, axis=1)
+    x = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    (y, _) = Tensor.custom_kernel(Tensor.empty(4), x, fxn=affine(4), grad_fxn=lambda g, c: (None, (Tensor(g) * 2).uop))
+    assert y.tolist() == [3.0, 5.0, 7.0, 9.0]
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0, 2.0]

@@ -21,15 +21,17 @@ None) per input.
 
 from __future__ import annotations
 
-import weakref
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp, dtypes
+from tg.codegen.dtype import PtrDType
 from tg.codegen.flags import SPEC
 from tg.codegen.schedule.calls import is_precompiled, live_bodies
 from tg.codegen.schedule.graph import shape_of
 from tg.codegen.uop.args import CallInfo, KernelInfo
+from tg.codegen.uop.ops import GroupOp
 from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, SpecError, type_verify
 from tg.tensor.errors import CustomKernelError
 
@@ -42,15 +44,16 @@ GradFxn = Callable[[UOp, UOp], Sequence[Any]]
 
 
 def placeholders(tensors: Sequence[Tensor]) -> list[UOp]:
-    """One PARAM per tensor: slot k points at tensor k's elements, C-contiguous."""
-    return [UOp.param(k, t.dtype, _element_count(t), name=f"data{k}") for k, t in enumerate(tensors)]
-
-
-def _element_count(t: Tensor) -> int:
-    count = t.numel()
-    if not isinstance(count, int):
-        raise CustomKernelError(f"custom kernels need concrete shapes, got {t.shape}")
-    return count
+    """One placeholder per tensor: slot k points at tensor k's elements, C-contiguous, seen in its shape (one shard's
+    shape for a sharded tensor: the kernel runs on each shard)."""
+    found = []
+    for k, t in enumerate(tensors):
+        shape = t.shard_shape
+        if not all(isinstance(size, int) for size in shape):
+            raise CustomKernelError(f"custom kernels need concrete shapes, got {t.shape}")
+        param = UOp.param(k, t.dtype, math.prod(shape), name=f"data{k}")
+        found.append(UOp(Ops.RESHAPE, param.dtype, (param,), tuple(shape)))
+    return found
 
 
 def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn | None = None) -> list[Tensor]:
@@ -63,9 +66,10 @@ def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn |
         raise CustomKernelError(f"custom_kernel takes Tensors, got {[type(t).__name__ for t in tensors]}")
     devices = {t.device for t in tensors}
     if len(devices) != 1:
-        raise CustomKernelError(f"custom_kernel's tensors must be on one device, got {sorted(devices)}")
-    params = placeholders(tensors)
-    ast = kernel_ast(fxn(*params), params)
+        raise CustomKernelError(f"custom_kernel's tensors must be on one device, or all sharded across the same "
+                                f"devices, got {sorted(map(str, devices))}")  # fmt: skip
+    shaped = placeholders(tensors)
+    ast = kernel_ast(fxn(*shaped), [p.base for p in shaped])
     call = UOp(Ops.CALL, dtypes.void, (ast, *(t.uop for t in tensors)), CallInfo(grad_fxn))  # (autograd reads it)
     live_bodies.add(ast)
     return [Tensor(UOp(Ops.AFTER, t.dtype, (t.uop, call)), device=t.device) for t in tensors]
@@ -90,6 +94,7 @@ def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
         ast = ast.substitute({n: n.src[0] for n in ast.toposort() if n.op is Ops.END})
     if not isinstance(ast.arg, KernelInfo):
         ast = ast.replace(arg=KernelInfo(name="custom"))
+    ast = _with_explicit_loads(_flat_placeholders(ast))
     by_slot = {p.arg.slot: p for p in params}
     for node in ast.toposort():
         if node.op is Ops.PARAM and by_slot.get(node.arg.slot) is not node:  # (one made by hand: slot and type count)
@@ -105,6 +110,29 @@ def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
         raise CustomKernelError("the kernel stores nothing: its SINK must hold STOREs into the placeholders")
     type_verify(ast, strict=False, spec=KERNEL_SPEC)
     return ast
+
+
+def _flat_placeholders(ast: UOp) -> UOp:
+    """The AST with each shaped placeholder (a RESHAPE of a PARAM) as its flat PARAM: `index` made its row-major
+    positions already."""
+    shaped = {node: node.src[0] for node in ast.toposort() if node.op is Ops.RESHAPE and node.src[0].op is Ops.PARAM}
+    return ast.substitute(shaped) if shaped else ast
+
+
+def _with_explicit_loads(ast: UOp) -> UOp:
+    """`C[i].store(A[i] + 1)`: an address (INDEX) used as a value is loaded, and arithmetic on one (typed as the
+    pointer) takes the element dtype."""
+    new: dict[UOp, UOp] = {}
+    for node in ast.toposort():
+        src = tuple(new.get(s, s) for s in node.src)
+        if node.op in GroupOp.ALU or node.op is Ops.REDUCE:
+            src = tuple(s.load() if s.op is Ops.INDEX else s for s in src)
+        elif node.op is Ops.STORE and src[1].op is Ops.INDEX:
+            src = (src[0], src[1].load())
+        pointer_arithmetic = isinstance(node.dtype, PtrDType) and (node.op in GroupOp.ALU or node.op is Ops.REDUCE)
+        dtype = node.dtype.base if pointer_arithmetic else node.dtype
+        new[node] = node if src == node.src and dtype is node.dtype else node.replace(src=src, dtype=dtype)
+    return new[ast]
 
 
 # -------------------------------------------------------------------------------- running calls at realize
@@ -133,9 +161,12 @@ def run_calls(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
     """Run every custom kernel `roots` depend on (inputs first); the roots with each output read from its buffer."""
     from tg.codegen.schedule.calls import inline_calls
     from tg.tensor.engine import realize
+    from tg.tensor.multi import lower, needs_lowering
     from tg.tensor.precompiled import input_arguments, ran_outputs, run_precompiled
 
     roots = inline_calls(roots)  # (a custom kernel in a value call's body runs on that call's arguments)
+    if needs_lowering(roots):  # sharded tensors: a custom kernel on them runs once per device, on its shards
+        roots = tuple(lower(roots))
     root = UOp.sink(*roots)
     if SPEC:
         verify_tensor_graph(root)

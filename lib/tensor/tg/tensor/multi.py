@@ -167,6 +167,10 @@ def _lower_one(node: UOp, sources: tuple[UOp, ...]) -> UOp:
         return _gather(sources[0], sources[1].arg)
     if op is Ops.ASSIGN:
         return _assign(node, sources)
+    if op is Ops.CALL:
+        return _call_on_each_device(node, sources)
+    if op is Ops.AFTER:  # an output of a call: each shard after its device's call
+        return _on_each_device(node, sources, sources[0].arg if sources[0].op is Ops.MULTI else None)
     return _on_each_device(node, [_replicated(s) if s.op is Ops.MULTI else s for s in sources])
 
 
@@ -211,6 +215,23 @@ def _on_each_device(node: UOp, sources: Sequence[UOp], axis: int | None = None) 
         # (a scheduling hint tag describes the whole tensor, e.g. conv's weight-gradient chunks: not one shard)
         per_device.append(node.replace(src=tuple(mine), tag=None))
     return multi_node(per_device, axis, devices)
+
+
+def _call_on_each_device(node: UOp, sources: tuple[UOp, ...]) -> UOp:
+    """A custom kernel on sharded tensors: the same kernel (its placeholders have one shard's shape) once per device,
+    on that device's shards. (The kernel AST, `sources[0]`, has no device: each device's call holds it as it is.)"""
+    from tg.codegen.schedule.calls import is_output_call
+
+    if is_output_call(node):
+        raise ArgumentError("a call with output buffers takes tensors on one device, not sharded ones")
+    arguments = sources[1:]
+    if not all(a.op is Ops.MULTI for a in arguments):
+        raise ArgumentError("a custom kernel mixes sharded tensors with tensors on one device: shard them all")
+    devices = devices_of(arguments[0])
+    if any(devices_of(a) != devices for a in arguments[1:]):
+        raise ArgumentError(f"a custom kernel's tensors are sharded across different devices: {devices} and others")
+    calls = [node.replace(src=(sources[0], *(a.src[i] for a in arguments))) for i in range(len(devices))]
+    return multi_node(calls, None, devices)
 
 
 def _elementwise(node: UOp, sources: tuple[UOp, ...]) -> UOp:

@@ -432,8 +432,61 @@ class UOp:
         return UOp(Ops.GROUP, dtypes.void, (self, *srcs))
 
     def index(self, *idx: UOp) -> UOp:
-        """The address of element `idx[0]` of this buffer; an optional second source is a bool gate."""
+        """The address of element `idx[0]` of this buffer; an optional last source is a bool gate. A shaped buffer
+        (a custom kernel's placeholder, a RESHAPE of a PARAM) also takes one index per axis, `A.index(i, j)`."""
+        if len(idx) > 1 and self.op in (Ops.RESHAPE, Ops.AFTER) and isinstance(self.dtype, PtrDType):
+            idx = self._flat_position(idx)
         return UOp(Ops.INDEX, self.dtype, (self, *idx))
+
+    def __getitem__(self, idx: UOp | int | tuple[UOp | int, ...]) -> UOp:
+        """`A[i]`, `A[i, j]`: the address of an element of a custom kernel's placeholder (see `index`)."""
+        if not isinstance(self.dtype, PtrDType):
+            raise TypeError(f"only a buffer (a pointer, such as a custom kernel's placeholder) is indexed, not {self.op!r}")
+        positions = idx if isinstance(idx, tuple) else (idx,)
+        return self.index(*(UOp.const(p) if isinstance(p, int) else p for p in positions))
+
+    def __iter__(self) -> Any:  # (without it, `__getitem__` would make a pointer UOp iterable without end)
+        raise TypeError("a UOp is not iterable")
+
+    def _flat_position(self, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
+        """One index per axis of this shaped buffer as the row-major element index (a trailing bool gate kept)."""
+        gate = idx[-1:] if idx[-1].dtype.scalar() is dtypes.bool else ()
+        positions = idx[: len(idx) - len(gate)]
+        shape = self.shape
+        if len(positions) == 1:
+            return idx
+        if len(positions) != len(shape):
+            raise IndexError(f"a buffer of shape {shape} takes 1 (flat) or {len(shape)} indices, got {len(positions)}")
+        flat = positions[0]
+        for size, position in zip(shape[1:], positions[1:], strict=True):
+            flat = flat * size + position
+        return (flat, *gate)
+
+    @property
+    def shape(self) -> tuple[Any, ...]:
+        """The shape of a tensor-graph node, or of a custom kernel's placeholder (its tensor's shape)."""
+        from tg.codegen.schedule.graph import shape_of
+
+        return shape_of(self)
+
+    def numel(self) -> Any:
+        """The number of elements of this node's shape."""
+        return math.prod(self.shape)
+
+    def flatten(self) -> UOp:
+        """This node as flat storage: a placeholder's PARAM (index it with row-major positions), else a RESHAPE to
+        one axis."""
+        if self.op is Ops.RESHAPE and self.src[0].op is Ops.PARAM:
+            return self.src[0]
+        return self if len(self.shape) == 1 else UOp(Ops.RESHAPE, self.dtype, (self,), (self.numel(),))
+
+    @property
+    def base(self) -> UOp:
+        """The node under this one's movement ops: a placeholder's PARAM, a view's BUFFER."""
+        node = self
+        while node.op in GroupOp.Movement:
+            node = node.src[0]
+        return node
 
     def load(self, *alt: UOp, dtype: DType | None = None) -> UOp:
         """The value at this address (an INDEX); `alt` is returned where the INDEX's gate is false."""
@@ -499,7 +552,10 @@ class UOp:
         return UOp(op, dtype, (self, *srcs))
 
     def _operand(self, x: Any) -> UOp:
-        return x if isinstance(x, UOp) else UOp.const(x, self.dtype)
+        """`x` as a node; a Python number takes this node's dtype (an address's element dtype: `A[i] * 2`)."""
+        if isinstance(x, UOp):
+            return x
+        return UOp.const(x, self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype)
 
     def _binop(self, op: Ops, x: Any, reverse: bool = False) -> UOp:
         other = self._operand(x)

@@ -357,3 +357,45 @@ def test_backward_after_a_kernel_ran_once_any_tensor_was_sharded():
     assert y.tolist() == [3.0, 5.0, 7.0, 9.0]
     y.sum().backward()
     assert x.grad.tolist() == [2.0, 2.0, 2.0, 2.0]
+
+
+# ---------------------------------------------------------------------------------------------------- programs
+
+
+def test_a_precompiled_program_returned_by_fxn_runs_as_it_is(monkeypatch):
+    import tg.hcq.engine.programs as programs
+
+    written = affine(4, 3.0, 0.5)(UOp.param(0, dtypes.float, 4), UOp.param(1, dtypes.float, 4))
+    program = programs.to_program(written, "CPU")
+    assert program.op is Ops.PROGRAM and [s.op for s in program.src] == [Ops.SINK, Ops.SOURCE, Ops.BINARY]
+    assert program.arg.name in program.src[1].arg and program.src[2].arg  # the source names it; a binary is kept
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("a PROGRAM was compiled again")
+
+    monkeypatch.setattr(programs, "compile_program", no_compiling)
+    (out, _) = Tensor.custom_kernel(Tensor.empty(4), Tensor([1.0, 2.0, 3.0, 4.0]), fxn=lambda out, x: program)
+    assert out.uop.src[1].src[0] is program  # the call holds the program itself
+    assert out.tolist() == [3.5, 6.5, 9.5, 12.5]
+
+
+def test_a_program_for_other_tensors_is_a_clear_error():
+    from tg.hcq.engine.programs import to_program
+
+    program = to_program(affine(4)(UOp.param(0, dtypes.float, 4), UOp.param(1, dtypes.float, 4)), "CPU")
+    with pytest.raises(CustomKernelError, match="parameter slot 1 is"):
+        Tensor.custom_kernel(Tensor.empty(4), Tensor([1, 2, 3, 4], dtype=dtypes.int32), fxn=lambda out, x: program)
+
+
+def test_a_sharded_kernel_compiles_once_for_devices_of_one_kind():
+    from tg.hcq.engine.programs import program_cache_stats
+
+    scale = float(np.random.default_rng().integers(1000, 10**6))  # a kernel no other test compiled
+    x = Tensor(np.ones((8,), np.float32)).shard(DEVICES, axis=0).contiguous().realize()
+    out = Tensor.zeros(8).shard(DEVICES, axis=0).realize()
+    compiles, misses = program_cache_stats.compiles, program_cache_stats.misses
+    (result, _) = Tensor.custom_kernel(out, x, fxn=affine(4, scale, 0.0))
+    result.realize()
+    assert program_cache_stats.misses - misses == 2  # a program for each device ...
+    assert program_cache_stats.compiles - compiles == 1  # ... compiled once: the second loads the first's binary
+    assert result.tolist() == [scale] * 8

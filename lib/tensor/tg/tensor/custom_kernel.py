@@ -26,12 +26,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp, dtypes
-from tg.codegen.dtype import PtrDType
 from tg.codegen.flags import SPEC
-from tg.codegen.schedule.calls import is_precompiled, live_bodies
+from tg.codegen.schedule.calls import is_kernel, is_precompiled, live_bodies, outside_kernels
 from tg.codegen.schedule.graph import shape_of
-from tg.codegen.uop.args import CallInfo, KernelInfo
-from tg.codegen.uop.ops import GroupOp
+from tg.codegen.uop.args import CallInfo
+from tg.codegen.uop.kernel_form import lowerable_kernel
 from tg.codegen.uop.spec import KERNEL_SPEC, TENSOR_SPEC, SpecError, type_verify
 from tg.tensor.errors import CustomKernelError
 
@@ -84,17 +83,17 @@ def outputs_of(call: UOp) -> list[UOp]:
 
 
 def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
-    """`body` as a kernel AST tg's codegen lowers, after checking it reads only `params` (clear errors)."""
+    """`body` as a kernel AST tg's codegen lowers, after checking it reads only `params` (clear errors); a PROGRAM
+    (tg.hcq.engine.programs.to_program: a kernel compiled already) after checking its AST, as it is."""
+    if isinstance(body, UOp) and body.op is Ops.PROGRAM:
+        kernel_ast(body.src[0], params)
+        return body
     if not isinstance(body, UOp) or body.op is not Ops.SINK:
         got = body.op if isinstance(body, UOp) else type(body).__name__
-        raise CustomKernelError(f"fxn must return a kernel AST (a SINK of stores, `x.store(v).sink()`), got {got}")
-    ends = {node: node.src[0] for node in body.toposort() if node.op is Ops.END}
-    ast = body.substitute(ends) if ends else body  # tg closes loops in the linearizer: END is implied by the RANGEs
-    while any(node.op is Ops.END for node in ast.toposort()):  # (nested .end(i).end(j))
-        ast = ast.substitute({n: n.src[0] for n in ast.toposort() if n.op is Ops.END})
-    if not isinstance(ast.arg, KernelInfo):
-        ast = ast.replace(arg=KernelInfo(name="custom"))
-    ast = _with_explicit_loads(_flat_placeholders(ast))
+        raise CustomKernelError(
+            f"fxn must return a kernel AST (a SINK of stores, `x.store(v).sink()`) or a PROGRAM, got {got}"
+        )
+    ast = lowerable_kernel(body)
     by_slot = {p.arg.slot: p for p in params}
     for node in ast.toposort():
         if node.op is Ops.PARAM and by_slot.get(node.arg.slot) is not node:  # (one made by hand: slot and type count)
@@ -112,49 +111,22 @@ def kernel_ast(body: Any, params: Sequence[UOp]) -> UOp:
     return ast
 
 
-def _flat_placeholders(ast: UOp) -> UOp:
-    """The AST with each shaped placeholder (a RESHAPE of a PARAM) as its flat PARAM: `index` made its row-major
-    positions already."""
-    shaped = {node: node.src[0] for node in ast.toposort() if node.op is Ops.RESHAPE and node.src[0].op is Ops.PARAM}
-    return ast.substitute(shaped) if shaped else ast
-
-
-def _with_explicit_loads(ast: UOp) -> UOp:
-    """`C[i].store(A[i] + 1)`: an address (INDEX) used as a value is loaded, and arithmetic on one (typed as the
-    pointer) takes the element dtype."""
-    new: dict[UOp, UOp] = {}
-    for node in ast.toposort():
-        src = tuple(new.get(s, s) for s in node.src)
-        if node.op in GroupOp.ALU or node.op is Ops.REDUCE:
-            src = tuple(s.load() if s.op is Ops.INDEX else s for s in src)
-        elif node.op is Ops.STORE and src[1].op is Ops.INDEX:
-            src = (src[0], src[1].load())
-        pointer_arithmetic = isinstance(node.dtype, PtrDType) and (node.op in GroupOp.ALU or node.op is Ops.REDUCE)
-        dtype = node.dtype.base if pointer_arithmetic else node.dtype
-        new[node] = node if src == node.src and dtype is node.dtype else node.replace(src=src, dtype=dtype)
-    return new[ast]
-
-
 # -------------------------------------------------------------------------------- running calls at realize
 
 
 def has_calls(roots: Sequence[UOp]) -> bool:
     if not live_bodies:
         return False
-    return any(_runs_at_realize(node) for node in UOp.sink(*roots).toposort(_outside_kernels))
+    return any(_runs_at_realize(node) for node in UOp.sink(*roots).toposort(outside_kernels))
 
 
 def is_kernel_call(node: UOp) -> bool:
-    """A custom kernel's CALL (void, its body a kernel AST), not a value call (Tensor.call, inlined when scheduled)."""
-    return node.op is Ops.CALL and node.dtype is dtypes.void and isinstance(node.src[0].arg, KernelInfo)
+    """A custom kernel's CALL (void, its body a kernel AST or PROGRAM), not a value call (Tensor.call, inlined)."""
+    return node.op is Ops.CALL and node.dtype is dtypes.void and is_kernel(node.src[0])
 
 
 def _runs_at_realize(node: UOp) -> bool:
     return is_kernel_call(node) or is_precompiled(node)
-
-
-def _outside_kernels(node: UOp) -> bool:
-    return node.op is not Ops.SINK or node.arg is None  # (a kernel AST's SINK carries a KernelInfo)
 
 
 def run_calls(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
@@ -226,10 +198,10 @@ def verify_tensor_graph(root: UOp) -> None:
     """SPEC: the tensor graph against TENSOR_SPEC and each custom kernel's AST against KERNEL_SPEC (the tensor spec
     plus the kernel spec, each where it applies); SPEC=2 also rejects an op without a rule in its part."""
     strict = SPEC >= 2
-    tensor_part = root.toposort(_outside_kernels)
+    tensor_part = root.toposort(outside_kernels)
     for node in tensor_part:
-        if node.op is Ops.SINK and isinstance(node.arg, KernelInfo):
-            type_verify(node, strict=strict, spec=KERNEL_SPEC)
+        if is_kernel(node):
+            type_verify(node.src[0] if node.op is Ops.PROGRAM else node, strict=strict, spec=KERNEL_SPEC)
         elif node is not root:
             rule = TENSOR_SPEC.get(node.op)
             if rule is None and strict:

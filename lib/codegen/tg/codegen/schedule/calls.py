@@ -10,7 +10,7 @@ Two forms:
 The "inline calls" stage replaces each PARAM k with argument k reshaped to the PARAM's flat size, so the body fuses
 with what surrounds it like the expression written out (output i of a call with outputs becomes v_i). A precompiled
 call (`CallInfo.precompile`) is not inlined: tg.tensor runs it before scheduling, as one opaque call over its
-arguments' buffers. A void CALL whose body is a kernel AST (a custom kernel) is not inlined either.
+arguments' buffers. A void CALL whose body is a kernel AST or a PROGRAM (a custom kernel) is not inlined either.
 """
 
 from __future__ import annotations
@@ -35,13 +35,18 @@ class CallError(ValueError, RuntimeError):
     """A call that cannot be built: wrong arity, a placeholder whose dtype or size does not match its argument."""
 
 
+def is_kernel(node: UOp) -> bool:
+    """A custom kernel's body: a kernel AST (a SINK that carries a KernelInfo), or a PROGRAM compiled from one."""
+    return node.op is Ops.PROGRAM or (node.op is Ops.SINK and isinstance(node.arg, KernelInfo))
+
+
 def is_value_call(node: UOp) -> bool:
-    return node.op is Ops.CALL and not isinstance(node.src[0].arg, KernelInfo) and node.src[0].op is not Ops.SINK
+    return node.op is Ops.CALL and node.src[0].op not in (Ops.SINK, Ops.PROGRAM)
 
 
 def is_output_call(node: UOp) -> bool:
     """A call with output buffers: void, its body a SINK of STOREs into output PARAMs (not a kernel AST)."""
-    return node.op is Ops.CALL and node.src[0].op is Ops.SINK and not isinstance(node.src[0].arg, KernelInfo)
+    return node.op is Ops.CALL and node.src[0].op is Ops.SINK and not is_kernel(node.src[0])
 
 
 def is_precompiled(node: UOp) -> bool:
@@ -54,8 +59,8 @@ def grad_fxn_of(call: UOp) -> Any:
 
 
 def outside_kernels(node: UOp) -> bool:
-    """A walk gate: do not descend into a custom kernel's AST (a SINK that carries a KernelInfo)."""
-    return not (node.op is Ops.SINK and isinstance(node.arg, KernelInfo))
+    """A walk gate: do not descend into a custom kernel's AST or program."""
+    return not is_kernel(node)
 
 
 def outside_bodies(node: UOp) -> bool:

@@ -55,6 +55,9 @@ class Ops(IntEnum):
     NOOP = auto()
     # programs
     LINEAR = auto()
+    PROGRAM = auto()  # a kernel compiled for a device: (kernel AST, SOURCE, BINARY), arg its ProgramSource
+    SOURCE = auto()  # a program's rendered source text (arg)
+    BINARY = auto()  # a program's compiled binary (arg, bytes)
     # vectors
     VECTORIZE = auto()
     # type conversion
@@ -144,6 +147,8 @@ ARG_TYPES: dict[Ops, type | tuple[type, ...]] = {
     Ops.GROUP: NoArg,
     Ops.NOOP: (NoArg, str),  # a marker may name why it is there
     Ops.LINEAR: (NoArg, KernelInfo),
+    Ops.PROGRAM: object,  # the ProgramSource (tg.codegen.pipeline): its name, launch size, variables, estimates
+    Ops.SOURCE: str, Ops.BINARY: bytes,
     Ops.VECTORIZE: NoArg,
     Ops.CAST: NoArg, Ops.BITCAST: NoArg,
     **{op: NoArg for op in GroupOp.ALU},

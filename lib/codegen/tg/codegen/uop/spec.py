@@ -117,7 +117,7 @@ def _call_ok(u: UOp) -> bool:
     """A custom kernel's CALL is void over a kernel AST; a value call has its body's dtype."""
     if len(u.src) < 2:
         return False
-    return u.src[0].op is Ops.SINK if u.dtype is dtypes.void else u.dtype is u.src[0].dtype
+    return u.src[0].op in (Ops.SINK, Ops.PROGRAM) if u.dtype is dtypes.void else u.dtype is u.src[0].dtype
 
 
 def _ops(*names: str) -> list[Ops]:

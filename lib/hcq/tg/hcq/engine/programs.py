@@ -1,6 +1,7 @@
 """Compiled programs: a kernel AST turned into a loaded program for one device, kept in a bounded LRU cache.
 
     get_program(device, ast) -> CompiledProgram    source from tg.codegen.pipeline, binary from the device's compiler
+    to_program(ast, device) -> UOp                  the same as a PROGRAM node (a custom kernel may return one)
 
 The cache is keyed by (device, kernel AST, codegen flags) and holds at most PROGRAM_CACHE_SIZE programs; the
 least recently used one is dropped first, and with it the last reference to its kernel AST (UOps are hash-consed
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from tg.codegen.capture import capture_enabled, record_compile
@@ -25,6 +28,7 @@ from tg.codegen.pipeline import CodegenFlags, ProgramSource, kernel_to_program, 
 from tg.codegen.render.base import Renderer
 from tg.codegen.serial import write_file
 from tg.codegen.uop.args import KernelInfo
+from tg.codegen.uop.kernel_form import lowerable_kernel
 from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq.device import Device
 from tg.hcq.engine.capture import capturing_one_call, is_capturing
@@ -38,6 +42,7 @@ class CompiledProgram:
     device: str
     source: ProgramSource
     program: Any
+    binary: bytes = b""  # what the device's compiler made of the source (empty where the maker did not keep it)
 
     @property
     def name(self) -> str:
@@ -51,10 +56,14 @@ class ProgramCacheStats:
     hits: int = 0
     misses: int = 0
     evictions: int = 0
+    compiles: int = 0  # misses that rendered and compiled (the others loaded a program compiled for a like device)
 
 
-CacheKey = tuple[str, UOp, CodegenFlags, int]  # device, kernel, flags, BEAM width
+CacheKey = tuple[str, UOp, CodegenFlags | None, int]  # device, kernel (or PROGRAM), flags, BEAM width
 _cache: OrderedDict[CacheKey, CompiledProgram] = OrderedDict()
+# the programs in the cache again, by what compiling them depended on instead of by device: a kernel wanted on another
+# device of the same kind (the shards of a sharded tensor on CPU:0 and CPU:1) loads the binary compiled for the first
+_by_kind: weakref.WeakValueDictionary[tuple, CompiledProgram] = weakref.WeakValueDictionary()
 _lock = threading.Lock()
 program_cache_stats = ProgramCacheStats()
 
@@ -80,8 +89,8 @@ def compile_program(device_name: str, ast: UOp, flags: CodegenFlags) -> Compiled
         listing = device.compiler.assembly(source.src)
         if listing:
             print(listing)
-    program = device.runtime(source.name, device.compiler.compile(source.src))
-    return CompiledProgram(device.device, source, program)
+    binary = device.compiler.compile(source.src)
+    return CompiledProgram(device.device, source, device.runtime(source.name, binary), binary)
 
 
 def _compile_and_capture(device_name: str, ast: UOp, flags: CodegenFlags) -> CompiledProgram:
@@ -127,11 +136,56 @@ def _with_beam_opts(device_name: str, ast: UOp, flags: CodegenFlags, width: int)
     return with_opts(ast, search_opts(ast, device_name, width, flags=flags).opts)
 
 
+def to_program(ast: UOp, device_name: str) -> UOp:
+    """Kernel `ast` compiled for `device_name`, as a PROGRAM node: `PROGRAM(ast, SOURCE, BINARY)`, its arg the
+    ProgramSource (name, launch size, variables). A custom kernel's fxn may return one: it runs as it is. `ast` may
+    be written as a custom kernel's is (shaped placeholders, `.end`: tg.codegen.uop.kernel_form)."""
+    ast = lowerable_kernel(ast)
+    compiled = get_program(device_name, ast)
+    source, binary = UOp(Ops.SOURCE, arg=compiled.source.src), UOp(Ops.BINARY, arg=compiled.binary)
+    return UOp(Ops.PROGRAM, src=(ast, source, binary), arg=compiled.source)
+
+
+def _loaded(device_name: str, source: ProgramSource, binary: bytes) -> CompiledProgram:
+    """A compiled binary loaded on `device_name`, as it is (nothing rendered or compiled)."""
+    device = Device[device_name]
+    return CompiledProgram(device.device, source, device.runtime(source.name, binary), binary)
+
+
 def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -> CompiledProgram:
     """The program for kernel `ast` on `device_name` (a canonical name, as `Device.canonicalize` gives), compiled on
-    first use. `flags`: the environment's by default, one call per kernel inside a capture that asks for it."""
+    first use; a PROGRAM node (`to_program`) is loaded as it is. `flags`: the environment's by default, one call per
+    kernel inside a capture that asks for it."""
+    if ast.op is Ops.PROGRAM:
+        return _cached(device_name, ast, None, 0, lambda: _loaded(device_name, ast.arg, ast.src[2].arg))
     flags = CodegenFlags.from_environment(one_call=capturing_one_call()) if flags is None else flags
     width = beam_width()
+
+    def compile_it() -> CompiledProgram:
+        kind = (_device_kind(device_name), ast, flags, width)
+        like = _by_kind.get(kind)
+        if like is not None:  # compiled already for a device of the same kind: load that binary here
+            return _loaded(device_name, like.source, like.binary)
+        _dump_kernel(device_name, ast, flags)
+        program_cache_stats.compiles += 1
+        compiled = _compile_and_capture(device_name, _with_beam_opts(device_name, ast, flags, width), flags)
+        _by_kind[kind] = compiled
+        return compiled
+
+    return _cached(device_name, ast, flags, width, compile_it)
+
+
+def _device_kind(device_name: str) -> tuple:
+    """What a program compiled for this device depends on: its class, renderer, Target and compiler. Two devices of
+    one kind run each other's binaries."""
+    device = Device[device_name]
+    return type(device), type(device.renderer), device.target, device.compiler.identity()
+
+
+def _cached(
+    device_name: str, ast: UOp, flags: CodegenFlags | None, width: int, make: Callable[[], CompiledProgram]
+) -> CompiledProgram:
+    """The cached program for this key, else `make()`'s, cached."""
     key = (device_name, ast, flags, width)
     found = _cache.get(key)  # the hit path runs at every launch: no lock (one OrderedDict call is atomic)
     if found is not None:
@@ -142,8 +196,7 @@ def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -
         program_cache_stats.hits += 1
         return found
     program_cache_stats.misses += 1
-    _dump_kernel(device_name, ast, flags)
-    found = _compile_and_capture(device_name, _with_beam_opts(device_name, ast, flags, width), flags)
+    found = make()
     with _lock:
         _cache[key] = found
         _evict(int(PROGRAM_CACHE_SIZE))
@@ -165,4 +218,6 @@ def clear_program_cache() -> None:
     """Drop every cached program and reset the statistics (benchmarks use it to time compiles)."""
     with _lock:
         _cache.clear()
+        _by_kind.clear()
         program_cache_stats.hits = program_cache_stats.misses = program_cache_stats.evictions = 0
+        program_cache_stats.compiles = 0

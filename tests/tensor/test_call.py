@@ -145,3 +145,14 @@ def test_bad_arguments_are_clear_errors():
         Tensor.call(fxn=a.as_param(0))
     with pytest.raises(CustomKernelError, match="two different placeholders"):
         Tensor.call(a, fxn=a.as_param(0) + Tensor.ones(3, 4, dtype=dtypes.int32).as_param(0).float())
+
+
+def test_a_call_on_sharded_tensors_is_lowered_like_its_body_and_differentiated():
+    devices = ("CPU:0", "CPU:1")
+    a = Tensor(A, requires_grad=True)
+    sharded_a, sharded_b = a.shard(devices, axis=1), Tensor(B).shard(devices, axis=1)
+    c = Tensor.call(sharded_a, sharded_b, fxn=(sharded_a.as_param(0) * sharded_b.as_param(1)).exp() + 2)
+    assert c.device == sharded_a.device and c.shard_axis == 1
+    np.testing.assert_allclose(c.numpy(), np.exp(A * B) + 2, rtol=1e-6)
+    c.sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), B * np.exp(A * B), rtol=1e-6)

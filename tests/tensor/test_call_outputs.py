@@ -224,7 +224,9 @@ def test_assigning_into_a_precompiled_output():
     assert out.tolist() == [[9.0] * 4] * 3
 
 
-def test_a_precompiled_call_on_sharded_tensors_is_a_clear_error():
+def test_a_call_with_outputs_on_sharded_tensors_is_a_clear_error():
     x = Tensor(X).shard(("CPU:0", "CPU:1"), axis=1)
-    with pytest.raises(CallError, match="sharded"):
+    with pytest.raises(CallError, match="not sharded ones"):
         Tensor.call(x, fxn=Tensor.empty(3, 4).as_param(0) * 2, precompile=True)
+    with pytest.raises(CallError, match="not sharded ones"):
+        (x.as_param(0) * 2).uop.call_with_output(x.uop)

@@ -219,5 +219,6 @@ def test_the_readme_example_runs_and_gives_its_values():
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
     np.testing.assert_array_equal(names["out"].numpy(), x + 1)
     assert names["y"].tolist() == [5.0, 8.0]
+    assert names["z"].uop.src[1].arg.precompile and names["z"].tolist() == [5.0, 8.0]
     np.testing.assert_array_equal(names["hidden"].numpy(), x)
     assert names["total"].item() == x.sum()

@@ -3,6 +3,7 @@
     body = a.as_param(0) + b.as_param(1) * 2          # or UOp.param(0, dtypes.float, 100) + UOp.param(1, ...)
     c = Tensor.call(a, b, fxn=body)                   # the same value as a + b * 2
     c = Tensor.call(a, b, fxn=body, grad_fxn=bwd)     # gradients from bwd(gradient, call) instead of the body
+    c = Tensor.call(a, b, fxn=body, precompile=True)  # one opaque call into a buffer of its own (tg.tensor.precompiled)
 
 A placeholder is `UOp.param(slot, dtype, size)`: flat storage of `size` elements; `t.as_param(slot)` is one with t's
 dtype and element count, reshaped to t's shape. The call is a node `CALL(body, *arguments)` of the body's dtype and
@@ -10,6 +11,10 @@ shape. It is inlined at schedule time (tg.codegen.schedule.calls, the scheduler'
 becomes argument k (reshaped to the flat size the PARAM has), so the body fuses with what surrounds it like the
 expression written out. Gradients flow through the body: autograd's rule for CALL differentiates the inlined body.
 With `grad_fxn` the call is differentiated by `grad_fxn(gradient, call)` instead (the protocol of custom kernels).
+On sharded tensors the call is inlined before the graph is split per device (tg.tensor.multi.lower).
+
+With `precompile=True` the call is instead a call with an output buffer (`UOp.call_with_output`), which is not
+inlined: tg.tensor.precompiled runs it as one opaque unit.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tg.codegen import Ops, UOp
-from tg.codegen.schedule.calls import check_arguments, outer_nodes, value_body
+from tg.codegen.schedule.calls import check_arguments, value_body
 from tg.codegen.uop.args import CallInfo
 from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.custom_kernel import CustomKernelError, GradFxn, custom_kernel
@@ -60,8 +65,6 @@ def call(*tensors: Tensor, fxn: Any, grad_fxn: GradFxn | None = None, precompile
 
 def precompiled_call(bodies: tuple[UOp, ...], arguments: tuple[UOp, ...], grad_fxn: GradFxn | None) -> tuple[UOp, ...]:
     """The outputs of one precompiled call of `bodies` on `arguments` (tg.tensor.precompiled runs it)."""
-    if any(a.op is Ops.MULTI for a in outer_nodes(UOp.sink(*arguments))):
-        raise CustomKernelError("a precompiled call takes tensors on one device, not sharded ones")
     return UOp.call_with_outputs(bodies, *arguments, grad_fxn=grad_fxn, precompile=True)
 
 

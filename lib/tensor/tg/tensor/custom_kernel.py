@@ -3,20 +3,24 @@
     outs = Tensor.custom_kernel(out, x, fxn=kernel, grad_fxn=None)   # -> list[Tensor], one per input
     out = Tensor.empty(16).custom_kernel(x, fxn=kernel)[0]            # the method form
 
-`fxn` gets one placeholder per tensor, in order: `UOp.param(slot, dtype, numel)`, a pointer to the tensor's
-elements in C-contiguous order (index it with row-major arithmetic: `A.index(i * cols + j)`). It returns a kernel
-AST: a SINK of STOREs at indices built from `UOp.range`, the form tg's codegen lowers (`.end(ranges)` is accepted
-and dropped: tg's linearizer closes loops itself). The result is every input "after" the kernel, so callers pick
-the outputs by position.
+`fxn` gets one placeholder per tensor, in order: a PARAM pointing at the tensor's elements in C-contiguous order,
+seen in the tensor's shape (a RESHAPE of the PARAM): `A.shape`, `A[i, j]` / `A.index(i, j)` (row-major; one index
+is a flat position), `A.flatten()` and `A.base` (the flat PARAM). It returns a kernel AST: a SINK of STOREs at
+indices built from `UOp.range`, written as tg.codegen.uop.kernel_form describes (`.end(ranges)`, addresses used as
+values), or a PROGRAM (`tg.hcq.engine.programs.to_program`: a kernel compiled already), which runs as it is. The
+result is every input "after" the kernel, so callers pick the outputs by position.
 
 In the tensor graph a custom kernel is `CALL(ast, *inputs)` and output k is `AFTER(input_k, CALL)`. Nothing runs
 until a realize: then `run_calls` realizes each call's inputs into whole buffers (a lazy input gets a fresh one; a
 realized tensor is written in place, as the kernel's writes are the point), launches the kernel on them, and the
-graph reads those buffers from then on.
+graph reads those buffers from then on. It runs precompiled calls (tg.tensor.precompiled) at the same point.
+
+On sharded tensors (all sharded across the same devices) the placeholders have one shard's shape, and the graph is
+split per device first (tg.tensor.multi): the same kernel runs once on each device, on that device's shards.
 
 `grad_fxn(gradient, call)` gives the gradients: `gradient` is the UOp of the gradient of the output being
-differentiated, `call` the CALL UOp (`call.src[1:]` are the inputs' UOps); it returns one UOp (or Tensor, or
-None) per input.
+differentiated, `call` the CALL UOp (`call.src[1:]` are the inputs' UOps, `call.unbound_outputs` the written ones
+after the kernel); it returns one UOp (or Tensor, or None) per input.
 """
 
 from __future__ import annotations

@@ -140,9 +140,13 @@ def needs_lowering(nodes: Sequence[UOp]) -> bool:
 
 
 def lower(nodes: Sequence[UOp]) -> list[UOp]:
-    """`nodes` as graphs per device: each a node on one device, or a MULTI whose sources are such nodes."""
+    """`nodes` as graphs per device: each a node on one device, or a MULTI whose sources are such nodes. A value call
+    (Tensor.call) is inlined first, so the ops of its body over sharded arguments are lowered as if written out."""
+    from tg.codegen.schedule.calls import inline_value_calls
+
+    root = inline_value_calls(UOp.sink(*nodes))
     lowered: dict[UOp, UOp] = {}
-    for node in UOp.sink(*nodes).toposort():
+    for node in root.toposort():
         if node.op is Ops.SINK:
             continue
         sources = tuple(lowered.get(s, s) for s in node.src)
@@ -150,7 +154,7 @@ def lower(nodes: Sequence[UOp]) -> list[UOp]:
             lowered[node] = node if sources == node.src else node.replace(src=sources)
         else:
             lowered[node] = _lower_one(node, sources)
-    return [lowered[n] for n in nodes]
+    return [lowered.get(n, n) for n in root.src]
 
 
 def _lower_one(node: UOp, sources: tuple[UOp, ...]) -> UOp:

@@ -134,6 +134,8 @@ def call_with_outputs(
     its own; the outputs, `AFTER(buffer_i, CALL)`, in the bodies' order (see the module doc)."""
     if not bodies or not arguments:
         raise CallError(f"a call needs one or more bodies and arguments, got {len(bodies)} and {len(arguments)}")
+    if any(node.op is Ops.MULTI for node in UOp.sink(*arguments).toposort()):
+        raise CallError("a call with output buffers takes tensors on one device, not sharded ones")
     values = [value_body(body) for body in bodies]
     for value in values:
         check_arguments(value, arguments)
@@ -186,13 +188,18 @@ def flat(argument: UOp) -> UOp:
 
 
 def substitute_params(body: UOp, arguments: tuple[UOp, ...]) -> UOp:
-    """`body` with each PARAM k replaced by flat(arguments[k]); a node typed as a pointer (UOp arithmetic on PARAMs)
-    takes its value dtype."""
+    """`body` with each PARAM k replaced by flat(arguments[k]) (a placeholder seen in argument k's shape by
+    arguments[k]); a node typed as a pointer (UOp arithmetic on PARAMs) takes its value dtype."""
     new: dict[UOp, UOp] = {}
     for node in body.toposort(outside_bodies):
         if node.op is Ops.PARAM:
             new[node] = flat(arguments[node.arg.slot])
             continue
+        if node.op is Ops.RESHAPE and node.src[0].op is Ops.PARAM:  # a placeholder in its argument's own shape: the
+            argument = arguments[node.src[0].arg.slot]  # argument itself (a sharded one stays split as it is)
+            if shape_of(argument) == node.arg:
+                new[node] = argument
+                continue
         src = tuple(new.get(s, s) for s in node.src)
         dtype = node.dtype.base if isinstance(node.dtype, PtrDType) else node.dtype
         new[node] = node if dtype is node.dtype and src == node.src else node.replace(src=src, dtype=dtype)

@@ -237,7 +237,7 @@ def test_fused_attention_example_matches_sdpa_and_its_gradient(causal):
     assert grad_error < 1e-5
 
 
-# ---------------------------------------------------------------------------------------------------- shaped placeholders
+# ------------------------------------------------------------------------------------------------ shaped placeholders
 
 
 def test_placeholders_have_their_tensors_shape_and_flatten_to_the_param():

@@ -51,8 +51,8 @@ def placeholders(tensors: Sequence[Tensor]) -> list[UOp]:
     shape for a sharded tensor: the kernel runs on each shard)."""
     found = []
     for k, t in enumerate(tensors):
-        shape = t.shard_shape
-        if not all(isinstance(size, int) for size in shape):
+        shape = tuple(size for size in t.shard_shape if isinstance(size, int))
+        if len(shape) != len(t.shard_shape):
             raise CustomKernelError(f"custom kernels need concrete shapes, got {t.shape}")
         param = UOp.param(k, t.dtype, math.prod(shape), name=f"data{k}")
         found.append(UOp(Ops.RESHAPE, param.dtype, (param,), tuple(shape)))

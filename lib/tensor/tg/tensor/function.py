@@ -143,7 +143,7 @@ class Function:
         return result
 
     def _precompiled(self, outputs: tuple[Tensor, ...], inputs: list[Tensor]) -> tuple[Tensor, ...]:
-        """All the outputs from one precompiled call (tg.tensor.precompiled): one opaque unit into buffers of its own."""
+        """All the outputs from one precompiled call (tg.tensor.precompiled): one opaque unit, buffers of its own."""
         from tg.tensor.tensor import Tensor
 
         arguments, bodies = self._bodies(outputs, inputs)

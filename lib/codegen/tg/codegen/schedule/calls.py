@@ -24,7 +24,6 @@ from tg.codegen.schedule.graph import ShapeError, device_of, new_buffer, shape_o
 from tg.codegen.uop.args import CallInfo, KernelInfo
 from tg.codegen.uop.ops import Ops, UOp
 
-
 # the body of every call alive that runs at realize rather than being inlined (precompiled calls, and tg.tensor's
 # custom kernels): while there are none (most programs), a realize does not walk its graph looking for such calls
 # (the bodies, not the CALL nodes: a graph rewrite rebuilds a CALL over new arguments, but keeps its body)

@@ -446,7 +446,7 @@ class UOp:
     def __getitem__(self, idx: UOp | int | tuple[UOp | int, ...]) -> UOp:
         """`A[i]`, `A[i, j]`: the address of an element of a custom kernel's placeholder (see `index`)."""
         if not isinstance(self.dtype, PtrDType):
-            raise TypeError(f"only a buffer (a pointer, such as a custom kernel's placeholder) is indexed, not {self.op!r}")
+            raise TypeError(f"only a buffer (a pointer: a custom kernel's placeholder) is indexed, not {self.op!r}")
         positions = idx if isinstance(idx, tuple) else (idx,)
         return self.index(*(UOp.const(p) if isinstance(p, int) else p for p in positions))
 

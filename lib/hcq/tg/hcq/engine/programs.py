@@ -18,8 +18,8 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tg.codegen.capture import capture_enabled, record_compile

@@ -398,3 +398,16 @@ def test_the_example_takes_its_devices_from_the_command_line(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["train_digits.py", "--epochs", "1", "--devices", "CPU:0,CPU:1"])
     example.main()
     assert seen["args"][0] == 1 and seen["args"][-1] == ("CPU:0", "CPU:1")
+
+
+def test_the_same_kernel_on_three_devices_compiles_once():
+    from tg.hcq.engine.programs import program_cache_stats
+
+    scale = float(np.random.default_rng().integers(1000, 10**6))  # a kernel no other test compiled
+    a = _data(6, 4)
+    t = Tensor(a).shard(THREE, axis=0).contiguous().realize()
+    compiles, misses = program_cache_stats.compiles, program_cache_stats.misses
+    result = (t * scale).realize()
+    assert program_cache_stats.misses - misses == 3  # one program per device ...
+    assert program_cache_stats.compiles - compiles == 1  # ... compiled once, the binary loaded on the others
+    np.testing.assert_allclose(result.numpy(), a * scale, rtol=1e-6)

@@ -318,6 +318,18 @@ def test_a_custom_kernel_on_sharded_tensors_sees_shard_shapes_and_runs_once_per_
     np.testing.assert_array_equal((sums * 2 + 1).numpy(), x.sum(1) * 2 + 1)  # a sharded tensor to further ops
 
 
+def test_a_sharded_custom_kernel_reads_a_whole_copy_on_each_device():
+    def matvec(out: UOp, x: UOp, w: UOp) -> UOp:  # rows split across devices, w whole on each
+        rows, cols = x.shape
+        i, j = UOp.range(rows, 0), UOp.range(cols, 1, AxisType.REDUCE)
+        return out[i].store((x[i, j] * w[j]).reduce(j)).sink(arg=KernelInfo(name="shard_matvec"))
+
+    x, w = np.arange(48, dtype=np.float32).reshape(8, 6), np.arange(6, dtype=np.float32)
+    out = Tensor.zeros(8).shard(DEVICES, axis=0)
+    (result, _, _) = Tensor.custom_kernel(out, Tensor(x).shard(DEVICES, axis=0), Tensor(w).shard(DEVICES), fxn=matvec)
+    np.testing.assert_array_equal(result.numpy(), x @ w)
+
+
 def test_a_sharded_custom_kernel_gets_its_gradient_from_grad_fxn():
     def grad_fxn(grad: UOp, call: UOp):  # d(row sum)/dx: each row's gradient spread over its columns
         return None, Tensor(grad).reshape(8, 1).expand(8, 6).uop

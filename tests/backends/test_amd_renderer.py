@@ -39,10 +39,25 @@ ALL_DTYPES = [
     dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64,
 ]  # fmt: skip
 FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
-# a versioned one first: Debian's unversioned llvm-objdump may be LLVM 14, which has no gfx1100
-OBJDUMP = next(
-    (t for t in (*(f"llvm-objdump-{v}" for v in range(22, 16, -1)), "llvm-objdump") if shutil.which(t)), None
-)
+
+
+def llvm_major_version(tool: str) -> int:
+    """The LLVM major version a tool reports ("LLVM version 19.1.7"), or 0 when it reports none."""
+    result = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60)
+    found = re.search(r"LLVM version (\d+)", result.stdout)
+    return int(found.group(1)) if found else 0
+
+
+def gfx1100_objdump() -> str | None:
+    """An llvm-objdump that can disassemble gfx1100 (LLVM 16 or later), or None. Debian's unversioned llvm-objdump
+    may be LLVM 14, which aborts on gfx1100, so the unversioned one counts only when its version says so."""
+    for tool in (*(f"llvm-objdump-{v}" for v in range(22, 15, -1)), "llvm-objdump"):
+        if shutil.which(tool) and llvm_major_version(tool) >= 16:
+            return tool
+    return None
+
+
+OBJDUMP = gfx1100_objdump()
 EM_AMDGPU = 0xE0
 KERNARG_SEGMENT_PTR = 1 << 3  # kernel_code_properties: ENABLE_SGPR_KERNARG_SEGMENT_PTR
 USER_SGPR_ENABLES = 0x7F  # bits 0-6: private segment buffer, dispatch ptr, queue ptr, kernarg, dispatch id, flat

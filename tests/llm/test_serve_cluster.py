@@ -4,6 +4,7 @@ and error bodies as one `tg-llm serve`; replicas that die are replaced and a req
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -171,3 +172,16 @@ def test_replicas_without_the_extra_is_one_error_line(monkeypatch: pytest.Monkey
     monkeypatch.delitem(sys.modules, "tg.llm.serve_cluster", raising=False)
     result = CliRunner().invoke(app, ["serve", "--replicas", "2"])
     assert result.exit_code == 1 and result.stderr.strip().splitlines() == [f"error: {RAY_MISSING}"]
+
+
+@pytest.mark.cluster
+def test_an_unreachable_ray_address_is_one_error_line(model_path: Path, ray_installed: ModuleType) -> None:
+    """Nothing listens at --ray-address: one `error:` line and exit 1 (in a process of its own: this one may have
+    joined the test cluster), not Ray waiting for the cluster for ever."""
+    address = f"127.0.0.1:{free_port()}"  # closed again before the server starts
+    command = [str(Path(sys.executable).parent / "tg-llm"), "serve", "-m", str(model_path), "--replicas", "1",
+               "--ray-address", address, "--no-warmup"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)  # (a hang guard)
+    assert result.returncode == 1
+    refused = f"error: cannot reach the Ray cluster at {address}: Connection refused"
+    assert result.stderr.strip().splitlines() == [refused]

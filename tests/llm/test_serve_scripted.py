@@ -190,8 +190,9 @@ def test_json_schema_answers_conform_also_when_cut(scripted, script: str) -> Non
     ],
 )
 def test_answers_to_schemas_with_choices_and_refs_conform(scripted, schema: str, script: str) -> None:
-    """anyOf, oneOf, allOf, $ref and type lists through the server: whatever the model prefers, and however max_tokens cuts it,
-    the answer validates (jsonschema is the oracle); a conforming answer comes back as the model wrote it."""
+    """anyOf, oneOf, allOf, $ref and type lists through the server: whatever the model prefers, and however
+    max_tokens cuts it, the answer validates (jsonschema is the oracle); a conforming answer comes back as the
+    model wrote it."""
     jsonschema = pytest.importorskip("jsonschema")
     client, say = scripted
     say(script)
@@ -464,20 +465,33 @@ def test_recursive_and_dangling_refs_are_refused_with_a_reason() -> None:
     ("schema", "reason"),
     [
         ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, "'oneOf' options 0 and 1 may match the same value"),
-        ({"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
-                    {"type": "object", "properties": {"b": {"type": "integer"}}}]}, "'oneOf' options 0 and 1"),
+        (
+            {
+                "oneOf": [
+                    {"type": "object", "properties": {"a": {"type": "integer"}}},
+                    {"type": "object", "properties": {"b": {"type": "integer"}}},
+                ]
+            },
+            "'oneOf' options 0 and 1",
+        ),
         ({"oneOf": [{"enum": [1, "x"]}, {"const": 1.0}]}, "'oneOf' options 0 and 1"),
         ({"oneOf": [{"type": "string"}, {}]}, "'oneOf' options 0 and 1"),
         ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "'allOf' of types that have no value in common"),
         ({"allOf": [{"enum": [1, 2]}, {"const": 3}]}, "'allOf' of literal values .* no value in common"),
         ({"allOf": [{"enum": [{"a": 1}]}, {"required": ["a"]}]}, "'allOf' of literal values .* and 'required'"),
-        ({"allOf": [{"properties": {"a": {}}, "additionalProperties": False}, {"required": ["b"]}]},
-         "'allOf' requires 'b'"),
+        (
+            {"allOf": [{"properties": {"a": {}}, "additionalProperties": False}, {"required": ["b"]}]},
+            "'allOf' requires 'b'",
+        ),
         ({"allOf": [{"type": "string"}, {"pattern": "^a"}]}, "'pattern' is not supported"),
-        ({"allOf": [{"$ref": "#/properties/x/$defs/a"}], "$defs": {"a": {"allOf": [{"$ref": "#/properties/x"}]}}},
-         "recursive"),
-        ({"allOf": [{"$ref": "#/properties/x/$defs/a", "type": "string"}], "$defs": {"a": {}}},
-         "'\\$ref' beside 'type'"),
+        (
+            {"allOf": [{"$ref": "#/properties/x/$defs/a"}], "$defs": {"a": {"allOf": [{"$ref": "#/properties/x"}]}}},
+            "recursive",
+        ),
+        (
+            {"allOf": [{"$ref": "#/properties/x/$defs/a", "type": "string"}], "$defs": {"a": {}}},
+            "'\\$ref' beside 'type'",
+        ),
         ({"type": "string", "oneOf": [{"type": "string"}]}, "'oneOf' beside 'type'"),
     ],
 )

@@ -399,7 +399,9 @@ def _json_kind(value: Any) -> str:
         return "integer"
     if isinstance(value, float):
         return "integer" if value.is_integer() else "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "unknown")
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def _same_json(first: Any, second: Any) -> bool:

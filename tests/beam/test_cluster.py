@@ -221,7 +221,6 @@ def closed_port() -> int:
 
 
 @pytest.mark.cluster
-@pytest.mark.slow
 def test_the_cli_exits_1_when_one_kernel_fails_on_the_cluster(tmp_path: Path, cluster: ModuleType) -> None:
     """The real search on the cluster: a kernel whose preapplied opt cannot apply (an axis of 512 split by 7)
     fails its task; the CLI reports it in one line, still merges the other kernels' results, and exits 1."""

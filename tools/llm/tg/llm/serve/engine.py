@@ -210,8 +210,9 @@ class Engine:
                 "decode_steps": self.steps,
                 "prefill_chunks": self.prefill_chunks,
                 "largest_batch": self.largest_batch,
-                # captures made after the warm-up that a step waited for (none once warmed up), and steps that ran
-                # through a wider KV window's capture while their own was made on the capture thread
+                # captures made after the warm-up that a step waited for (none once warmed up; without a warm-up one
+                # per kind of step), and steps that ran through another step's capture (a wider KV window, or more
+                # rows) while their own waited for the scheduler to be idle
                 "captures_waited_for": getattr(self.runner, "inline_captures", 0),
                 "steps_on_wider_captures": getattr(self.runner, "covered_steps", 0),
             }

@@ -33,9 +33,9 @@ from tg.beam.batch import (  # noqa: E402
     merge_export,
     search_into_export,
 )
+from tg.beam.kernels import BeamError  # noqa: E402
 from tg.codegen.flags import flags_from_environment  # noqa: E402
 from tg.codegen.ray_address import ClusterUnreachable, check_reachable  # noqa: E402
-from tg.beam.kernels import BeamError  # noqa: E402
 from tg.hcq.engine.beam import search_opts  # noqa: E402
 
 GPU_FAMILIES = ("AMD", "NV", "CUDA")  # devices whose kernels run on a GPU: their tasks ask Ray for one

@@ -6,9 +6,17 @@ reason that starts `missing NAME:`. A CI leg that installed the tool sets TG_REQ
 skip is a failure, so a broken install fails the leg instead of passing it with the tool's tests skipped."""
 
 import os
+import shutil
 import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -105,3 +113,73 @@ def ray_cluster() -> Iterator[ModuleType]:
         yield ray
     finally:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_installed() -> ModuleType:
+    """The ray module, imported but not started (a test that runs the tools in subprocesses); skips as
+    `ray_cluster` does without the cluster extra."""
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    try:
+        import ray
+    except ModuleNotFoundError:
+        pytest.skip("missing ray: install the cluster extra (uv sync --extra cluster)")
+    return ray
+
+
+@dataclass(frozen=True)
+class RayHead:
+    address: str  # 127.0.0.1:PORT
+    # what a process that joins it needs in its environment: the head runs without token authentication (a driver
+    # would need the head's token), and under `uv run` no runtime environment of its own
+    environment: dict[str, str]
+    resource: str  # a custom resource only this cluster has
+
+
+def unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_head(ray_installed: ModuleType) -> Iterator[RayHead]:
+    """A Ray cluster started here as a user would (`ray start --head`), with 2 CPUs and a custom resource, for
+    the tools to join in subprocesses (run with its `environment`). Its own
+    temporary folder, so `ray.init()` in this process (the `ray_cluster` fixture) never finds it, and its own
+    process group, which is stopped at the end (never `ray stop`: that would stop every Ray on the machine)."""
+    port = unused_port()
+    head_info = RayHead(f"127.0.0.1:{port}", {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"},
+                        "tg_test_head")  # fmt: skip
+    folder = tempfile.mkdtemp(prefix="tgray-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}",
+               "--num-cpus=2", f'--resources={{"{head_info.resource}": 100}}', f"--temp-dir={folder}",
+               "--include-dashboard=false", "--disable-usage-stats"]  # fmt: skip
+    head = subprocess.Popen(command, env={**os.environ, **head_info.environment}, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300  # a hang guard: the head's control store accepts connections
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
+                break
+            except OSError:
+                if head.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"ray start --head did not come up (exit status {head.poll()})") from None
+                time.sleep(0.5)
+        yield head_info
+    finally:
+        stop_group(head, signal.SIGTERM)  # the head and every process it started (its session)
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            stop_group(head, signal.SIGKILL)
+            head.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def stop_group(leader: subprocess.Popen, signal_number: int) -> None:
+    try:
+        os.killpg(leader.pid, signal_number)
+    except ProcessLookupError:  # the group is gone already
+        pass

@@ -6,16 +6,20 @@ from __future__ import annotations
 import functools
 import json
 import os
+import socket
+import subprocess
 import sys
 import zlib
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from tg.beam.batch import SearchSettings, plan_folder, search_here
 from tg.beam.cli import RAY_MISSING, app
+from tg.codegen.opt import Opt, OptOps
 from tg.codegen.opt.search import Candidate, beam_search
 from tg.codegen.pipeline import CodegenFlags
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
@@ -200,3 +204,56 @@ def test_tasks_ask_for_the_resources_their_device_needs(cluster: ModuleType) -> 
     assert cluster.task_options("CPU", 3, None) == {"num_cpus": 1, "max_retries": 3}
     assert cluster.task_options("AMD", 1, None) == {"num_cpus": 1, "max_retries": 1, "num_gpus": 1}
     assert cluster.task_options("CPU:LLVM", 0, "zen4")["resources"] == {"zen4": 1}
+
+
+def tool(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a tool's command in a process of its own (this one may have joined the test cluster already), with a
+    hang guard."""
+    command = [str(Path(sys.executable).parent / name), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+def closed_port() -> int:
+    """A loopback port where nothing listens."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.cluster
+def test_the_cli_exits_1_when_one_kernel_fails_on_the_cluster(tmp_path: Path, cluster: ModuleType) -> None:
+    """The real search on the cluster: a kernel whose preapplied opt cannot apply (an axis of 512 split by 7)
+    fails its task; the CLI reports it in one line, still merges the other kernels' results, and exits 1."""
+    folder = dump_folder(tmp_path / "kernels")
+    (add,) = kernels_of(Tensor.empty(64, 8) * Tensor.empty(64, 8))
+    write_file(folder / "k3.pkl", (add, (Opt(OptOps.UPCAST, 0, 7),)), device="CPU", compiler="cc", flags="")
+    result = runner.invoke(app, ["search", str(folder), "--ray", "--beam", "1", "--ignore-cache", "--json"])
+    assert result.exit_code == 1, result.output
+    assert [d["name"] for d in json.loads(result.stdout)] == ["k0.pkl", "k1.pkl", "k2.pkl"]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: k3.pkl: KernelOptError: cannot split an axis of 512 by 7: not a divisor"]
+    assert "merged 3 results into the cache" in result.stderr
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_ray_address_joins_a_cluster_started_with_ray_start(tmp_path: Path, ray_head: Any) -> None:
+    """tg-beam search --ray-address joins the cluster `ray start --head` started: its tasks ask for a resource
+    only that cluster has (a new local cluster could never run them), and every kernel's result comes back."""
+    folder = dump_folder(tmp_path / "kernels")
+    environment = {**ray_head.environment, "TG_CACHE_DIR": str(tmp_path / "cache")}
+    result = tool("tg-beam", "search", str(folder), "--ray-address", ray_head.address, "--ray-resource",
+                  ray_head.resource, "--beam", "1", "--json", env=environment)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert [d["name"] for d in json.loads(result.stdout)] == ["k0.pkl", "k1.pkl", "k2.pkl"]
+    assert "merged 3 results into the cache" in result.stderr
+
+
+@pytest.mark.cluster
+def test_an_unreachable_ray_address_is_one_error_line(tmp_path: Path, ray_installed: ModuleType) -> None:
+    """Nothing listens at the address: one `error:` line and exit 1, not Ray waiting for the cluster for ever."""
+    address = f"127.0.0.1:{closed_port()}"
+    result = tool("tg-beam", "search", str(dump_folder(tmp_path / "kernels")), "--ray-address", address)
+    assert result.returncode == 1
+    refused = f"error: cannot reach the Ray cluster at {address}: Connection refused"
+    assert result.stderr.strip().splitlines() == [refused]

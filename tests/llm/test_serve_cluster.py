@@ -4,10 +4,14 @@ and error bodies as one `tg-llm serve`; replicas that die are replaced and a req
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import httpx
 import pytest
@@ -171,3 +175,43 @@ def test_replicas_without_the_extra_is_one_error_line(monkeypatch: pytest.Monkey
     monkeypatch.delitem(sys.modules, "tg.llm.serve_cluster", raising=False)
     result = CliRunner().invoke(app, ["serve", "--replicas", "2"])
     assert result.exit_code == 1 and result.stderr.strip().splitlines() == [f"error: {RAY_MISSING}"]
+
+
+@pytest.mark.cluster
+def test_an_unreachable_ray_address_is_one_error_line(model_path: Path, ray_installed: ModuleType) -> None:
+    """Nothing listens at --ray-address: one `error:` line and exit 1 (in a process of its own: this one may have
+    joined the test cluster), not Ray waiting for the cluster for ever."""
+    address = f"127.0.0.1:{free_port()}"  # closed again before the server starts
+    command = [str(Path(sys.executable).parent / "tg-llm"), "serve", "-m", str(model_path), "--replicas", "1",
+               "--ray-address", address, "--no-warmup"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)  # (a hang guard)
+    assert result.returncode == 1
+    refused = f"error: cannot reach the Ray cluster at {address}: Connection refused"
+    assert result.stderr.strip().splitlines() == [refused]
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_replicas_join_a_cluster_started_with_ray_start(single: RunningServer, model_path: Path, ray_head: Any) -> None:
+    """tg-llm serve --replicas 1 --ray-address joins the cluster `ray start --head` started (in a process of its
+    own: this one may have joined the test cluster) and answers as one server does; Ctrl-C takes it down."""
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "tg-llm"), "serve", "-m", str(model_path), "--replicas", "1",
+               "--ray-address", ray_head.address, "--port", str(port), "--max-context", str(CONTEXT)]  # fmt: skip
+    server = subprocess.Popen(command, env={**os.environ, **ray_head.environment}, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_healthy(url)
+        spread = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=120)
+        alone = httpx.post(single.url + "/v1/chat/completions", json=CHAT, timeout=120)
+        assert spread.status_code == alone.status_code == 200
+        assert without_ids(spread.json()) == without_ids(alone.json())
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            _, errors = server.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            _, errors = server.communicate()
+    assert server.returncode == 0, errors
+    assert "Connecting to existing Ray cluster" in errors  # Ray's own line: not a new local cluster

@@ -230,6 +230,24 @@ BAD_BODIES = [
         "response_format",
     ),
     (
+        "json_schema oneOf whose options overlap",
+        "/v1/chat/completions",
+        {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "properties": {"a": {"oneOf": [{"type": "number"}, {"type": "integer"}]}}}}}},
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    (
+        "json_schema allOf of types with nothing in common",
+        "/v1/chat/completions",
+        {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "properties": {"a": {"allOf": [{"type": "string"}, {"type": "integer"}]}}}}}},
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    (
         "stream_options without stream",
         "/v1/chat/completions",
         {**CHAT, "stream_options": {"include_usage": True}},

@@ -182,9 +182,57 @@ def test_a_stream_near_its_next_window_gets_it_queued_for_capture(tmp_path: Path
     path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
     model, _ = load_model(path, max_context=256)
     runner = ModelRunner(model, 1, defer_captures=True)
+    runner.capture(((8,), 0, "last"))  # (without it the chunk would run through its kind's widest capture)
     (slot,) = runner.slots
     runner.prefill_step(slot, list(range(1, 40)), 8)
     assert list(runner.wanted) == [((8,), 128, "last")] and len(slot.cached) == 8
     assert list(runner.steps) == [((8,), 0, "last")]  # the only step run so far
     assert runner.capture_wanted() and not runner.capture_wanted()
     assert ((8,), 128, "last") in runner.steps and runner.deferred_made == [((8,), 128, "last")]
+
+
+def test_without_a_warm_up_only_the_first_step_of_each_kind_waits_for_a_capture(tmp_path: Path) -> None:
+    """No warm-up, context 256 (KV windows 0, 64, 128, 256): the first prompt chunk is captured for the widest window,
+    and every later prompt chunk and decode step runs through it (a decode step's one row padded to a chunk's 8, a
+    batch of two slots slot by slot), the first echo (ALL) and embedding (POOLED) chunk each capture their kind's
+    widest window; 3 captures in all, every answer the reference's. Once the idle scheduler has made the queued
+    steps, a batched decode replays its own capture."""
+    path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
+    metadata, weights = reference.load(path)
+    model, _ = load_model(path, max_context=256)
+    runner = ModelRunner(model, 2, defer_captures=True)
+    first, second = runner.slots
+
+    def check(rows: np.ndarray, sequences: list[list[int]]) -> None:
+        for row, tokens in zip(rows, sequences, strict=True):
+            want = reference.forward(metadata, weights, tokens)[-1]
+            np.testing.assert_allclose(row, want, atol=2e-3 * np.abs(want).max())
+
+    check([runner.prefill(first, [5, 17, 200])], [[5, 17, 200]])
+    assert list(runner.steps) == [((8,), 256, "last")] and runner.inline_captures == 1
+    long_prompt = [(13 * i + 5) % 250 for i in range(100)]  # chunks in the 0, 64 and 128 windows
+    check([runner.prefill(second, long_prompt)], [long_prompt])
+    for token in (7, 8):
+        rows = runner.decode([(first, token), (second, token + 1)])  # (it appends the tokens to `cached`)
+        check(rows, [first.cached, second.cached])
+    assert runner.split_steps == 2
+    echo = [4, 9, 16, 25, 36]
+    second.cached = []
+    rows = runner.prefill_step(second, echo, 8, "all")
+    want = reference.forward(metadata, weights, echo)
+    np.testing.assert_allclose(rows, want, atol=2e-3 * np.abs(want).max())
+    second.cached = []
+    pooled = runner.prefill_step(second, echo, 8, "pooled")
+    assert pooled is not None and pooled.shape == (model.config.dim,)
+    second.cached = []
+    np.testing.assert_allclose(runner.prefill_step(second, echo, 8, "all"), rows, atol=1e-4 * np.abs(rows).max())
+    assert runner.inline_captures == 3 and runner.covers("all") and runner.covers("pooled")
+    assert set(runner.steps) == {((8,), 256, "last"), ((8,), 256, "all"), ((8,), 256, "pooled")}
+    assert {((1, 1), 128, "last"), ((8,), 0, "last"), ((8,), 128, "last"), ((8,), 0, "all")} <= set(runner.wanted)
+    while runner.capture_wanted():
+        pass
+    covered, split = runner.covered_steps, runner.split_steps
+    second.cached = []
+    runner.prefill(second, long_prompt)
+    check(runner.decode([(first, 9), (second, 10)]), [first.cached, second.cached])
+    assert (runner.covered_steps, runner.split_steps, runner.inline_captures) == (covered, split, 3)

@@ -9,6 +9,7 @@ stream already running gets a decode step and its next token.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from serve_helpers import WARMUP_STEPS, RunningServer, ScriptedRunner, start  # 
 
 from tg.llm.model import load_model  # noqa: E402
 from tg.llm.serve.app import ServerState  # noqa: E402
-from tg.llm.serve.engine import Engine, Event, Finish, Job, Piece  # noqa: E402
+from tg.llm.serve.engine import Embedding, Engine, Event, Finish, Job, Piece, wait_idle  # noqa: E402
 from tg.llm.serve.params import GenerationParams  # noqa: E402
 from tg.llm.serve.runner import ModelRunner  # noqa: E402
 from tg.llm.session import Session  # noqa: E402
@@ -257,6 +258,52 @@ def test_a_running_stream_never_waits_for_the_capture_of_its_next_window(model_p
         assert stats["captures_waited_for"] == 0 and stats["steps_on_wider_captures"] == runner.covered_steps
         assert wait_idle_captures(runner) and ((1,), 128, "last") in runner.steps
         assert running_at_capture and set(running_at_capture) == {0}  # every capture came with nobody running
+    finally:
+        engine.stop()
+
+
+def test_without_a_warm_up_no_capture_is_made_while_a_stream_decodes(model_path: Path) -> None:
+    """No warm-up: a stream runs; a long prompt (new KV windows, then a batch of two), an echo and an embedding
+    request join it. Every capture (each counted with the streams decoding at that moment) comes while none is:
+    the first prompt's, then the echo's and the embedding's first chunks once the streams are done (those prompts
+    wait in line meanwhile), then the queued ones at idle. The stream gets every token it asked for."""
+    session = Session.load(model_path, 256)
+    runner = ModelRunner(session.model, 2, defer_captures=True)
+    engine = Engine(runner, session.tokenizer)
+    decoding_at_capture: list[int] = []
+    runner.before_capture = lambda key: decoding_at_capture.append(sum(job.prefilled for job in engine.active))
+    events: list[tuple[str, Event]] = []
+    finished = {name: threading.Event() for name in ("stream", "long", "echo", "embed")}
+    first_piece = threading.Event()
+
+    def emitter(name: str) -> Callable[[Event], None]:
+        def emit(event: Event) -> None:
+            events.append((name, event))
+            if isinstance(event, Piece):
+                first_piece.set()
+            if isinstance(event, (Finish, Embedding)):
+                finished[name].set()
+
+        return emit
+
+    no_end = {token: -100.0 for token in session.tokenizer.special_ids}
+    try:
+        engine.submit(Job([5, 6, 7], GenerationParams(max_tokens=60, logit_bias=no_end), emitter("stream")))
+        assert first_piece.wait(600)
+        long_prompt = [(13 * i + 5) % 250 for i in range(100)]
+        engine.submit(Job(long_prompt, GenerationParams(max_tokens=5, logit_bias=no_end), emitter("long")))
+        echo = GenerationParams(max_tokens=1, logprobs=True, logit_bias=no_end)
+        engine.submit(Job([4, 9, 16], echo, emitter("echo"), echo_logprobs=True))
+        engine.submit(Job([4, 9, 16], GenerationParams(), emitter("embed"), embed=True))
+        assert all(event.wait(600) for event in finished.values())
+        (stream_end,) = [event for name, event in events if name == "stream" and isinstance(event, Finish)]
+        assert stream_end.completion_tokens == 60
+        assert runner.split_steps > 0  # the two streams' decode steps, before their own capture was made
+        assert engine.stats()["captures_waited_for"] == 3  # the first prompt chunk, echo and embedding
+        decoding_done = max(i for i, (name, _) in enumerate(events) if name in ("stream", "long"))
+        assert min(i for i, (name, _) in enumerate(events) if name in ("echo", "embed")) > decoding_done
+        assert wait_idle(engine)
+        assert decoding_at_capture and set(decoding_at_capture) == {0}
     finally:
         engine.stop()
 

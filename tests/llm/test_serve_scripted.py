@@ -185,15 +185,18 @@ def test_json_schema_answers_conform_also_when_cut(scripted, script: str) -> Non
         ("CHOICES", '{"where": {"x": 1}, "either": {"a": "s"}, "size": 2.5, "tag": 3}'),  # breaks every choice
         ("PETS", '{"kind": "dog", "good": "yes"}'),
         ("PETS", '{"kind": "cow", "age": "old"}'),
+        ("COMPOSED", '{"name": "bo", "age": 4, "shape": {"kind": "box", "side": 2}, "id": 9, "tags": [true]}'),
+        ("COMPOSED", '{"name": "cy", "age": 4.5, "shape": {"kind": "dot"}, "id": 9.5, "tags": ["a"]}'),  # breaks
     ],
 )
 def test_answers_to_schemas_with_choices_and_refs_conform(scripted, schema: str, script: str) -> None:
-    """anyOf, $ref and type lists through the server: whatever the model prefers, and however max_tokens cuts it,
-    the answer validates (jsonschema is the oracle); a conforming answer comes back as the model wrote it."""
+    """anyOf, oneOf, allOf, $ref and type lists through the server: whatever the model prefers, and however
+    max_tokens cuts it, the answer validates (jsonschema is the oracle); a conforming answer comes back as the
+    model wrote it."""
     jsonschema = pytest.importorskip("jsonschema")
     client, say = scripted
     say(script)
-    chosen = {"CHOICES": CHOICES, "PETS": PETS}[schema]
+    chosen = {"CHOICES": CHOICES, "PETS": PETS, "COMPOSED": COMPOSED}[schema]
     response_format = {"type": "json_schema", "json_schema": {"name": schema.lower(), "schema": chosen}}
     from tg.llm.serve.json_constraint import compile_schema, minimal
 
@@ -325,6 +328,32 @@ PETS = {"anyOf": [
      "required": ["kind"], "additionalProperties": False},
 ]}  # fmt: skip
 
+# allOf (two $refs, a branch of literal values, the keywords beside it), oneOf told apart by type and by a const
+COMPOSED = {
+    "$defs": {
+        "named": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        "aged": {"properties": {"age": {"type": "integer", "maxItems": 3}, "name": {"enum": ["ann", "bo", 7]}},
+                 "required": ["age"]},
+    },
+    "type": "object",
+    "allOf": [{"$ref": "#/$defs/named"}, {"$ref": "#/$defs/aged"}],
+    "properties": {
+        "name": {},
+        "age": {},
+        "id": {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "array", "items": {"type": "null"}}]},
+        "shape": {"oneOf": [
+            {"type": "object", "properties": {"kind": {"const": "dot"}, "r": {"type": "number"}},
+             "required": ["kind", "r"], "additionalProperties": False},
+            {"type": "object", "properties": {"kind": {"const": "box"}, "side": {"type": "number"}},
+             "required": ["kind"], "additionalProperties": False},
+        ]},
+        "flag": {"allOf": [{"type": ["boolean", "null"]}, {"type": ["null", "string"]}]},
+        "tags": {"allOf": [{"type": "array", "items": {"type": ["string", "integer"]}, "maxItems": 3},
+                           {"items": {"type": ["integer", "boolean"]}, "minItems": 1}]},
+    },
+    "required": ["shape"],
+}  # fmt: skip
+
 SCHEMAS = [
     PERSON,
     {"type": "object"},
@@ -343,6 +372,7 @@ SCHEMAS = [
     },
     CHOICES,
     PETS,
+    COMPOSED,
 ]  # fmt: skip
 
 
@@ -397,6 +427,9 @@ def test_random_walks_through_a_schema_always_close_into_valid_documents(index: 
         (PETS, '{"age": 3, "kind": "cat"}'),
         (PETS, '{"kind": "dog"}'),
         (PETS, '{"good": "very", "kind": "dog"}'),
+        (COMPOSED, '{"name": "ann", "age": 3, "shape": {"kind": "dot", "r": 1}}'),
+        (COMPOSED, '{"shape": {"side": 2, "kind": "box"}, "age": -1, "name": "bo", "id": "x", "flag": null}'),
+        (COMPOSED, '{"name": "bo", "age": 0, "shape": {"kind": "box"}, "id": [null, null], "tags": [1, 2]}'),
     ],
 )
 def test_documents_that_keep_to_a_choice_are_accepted(schema: dict, document: str) -> None:
@@ -428,6 +461,59 @@ def test_recursive_and_dangling_refs_are_refused_with_a_reason() -> None:
         compile_schema({"anyOf": [{"type": "object"}, {"type": "null"}]})
 
 
+@pytest.mark.parametrize(
+    ("schema", "reason"),
+    [
+        ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, "'oneOf' options 0 and 1 may match the same value"),
+        (
+            {
+                "oneOf": [
+                    {"type": "object", "properties": {"a": {"type": "integer"}}},
+                    {"type": "object", "properties": {"b": {"type": "integer"}}},
+                ]
+            },
+            "'oneOf' options 0 and 1",
+        ),
+        ({"oneOf": [{"enum": [1, "x"]}, {"const": 1.0}]}, "'oneOf' options 0 and 1"),
+        ({"oneOf": [{"type": "string"}, {}]}, "'oneOf' options 0 and 1"),
+        ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "'allOf' of types that have no value in common"),
+        ({"allOf": [{"enum": [1, 2]}, {"const": 3}]}, "'allOf' of literal values .* no value in common"),
+        ({"allOf": [{"enum": [{"a": 1}]}, {"required": ["a"]}]}, "'allOf' of literal values .* and 'required'"),
+        (
+            {"allOf": [{"properties": {"a": {}}, "additionalProperties": False}, {"required": ["b"]}]},
+            "'allOf' requires 'b'",
+        ),
+        ({"allOf": [{"type": "string"}, {"pattern": "^a"}]}, "'pattern' is not supported"),
+        (
+            {"allOf": [{"$ref": "#/properties/x/$defs/a"}], "$defs": {"a": {"allOf": [{"$ref": "#/properties/x"}]}}},
+            "recursive",
+        ),
+        (
+            {"allOf": [{"$ref": "#/properties/x/$defs/a", "type": "string"}], "$defs": {"a": {}}},
+            "'\\$ref' beside 'type'",
+        ),
+        ({"type": "string", "oneOf": [{"type": "string"}]}, "'oneOf' beside 'type'"),
+    ],
+)
+def test_compositions_that_cannot_be_enforced_are_refused_naming_the_keyword(schema: dict, reason: str) -> None:
+    """A oneOf whose options may overlap (jsonschema would refuse a value matching two: exclusivity that a byte
+    automaton cannot enforce), an allOf that nothing matches or that mixes what cannot be merged: each refused
+    with a reason that names the keyword (the 400 of response_format)."""
+    from tg.llm.serve.json_constraint import SchemaError, compile_schema
+
+    with pytest.raises(SchemaError, match=reason):
+        compile_schema({"type": "object", "properties": {"x": schema}, "additionalProperties": False})
+
+
+def test_a_one_of_refused_for_overlap_does_overlap() -> None:
+    """The overlapping options refused above: one value matches two options, so jsonschema refuses it under
+    oneOf and accepts it under anyOf (the two differ exactly there)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    for options, value in (([{"type": "number"}, {"type": "integer"}], 3), ([{"enum": [1, "x"]}, {"const": 1.0}], 1)):
+        assert not jsonschema.Draft202012Validator({"oneOf": options}).is_valid(value)
+        assert jsonschema.Draft202012Validator({"anyOf": options}).is_valid(value)
+
+
 def closing_is_complete(node, data: bytes) -> bool:  # type: ignore[no-untyped-def]
     matcher = Matcher(node)
     return matcher.feed_all(data) and matcher.done
@@ -456,6 +542,16 @@ def closing_is_complete(node, data: bytes) -> bool:  # type: ignore[no-untyped-d
         (PETS, '{"kind": "cat", "good": true}'),
         (PETS, '{"kind": "dog", "age": 3}'),
         (PETS, '{"kind": "cow"}'),
+        (COMPOSED, '{"name": "ann", "shape": {"kind": "dot", "r": 1}}'),  # the second $ref's required age
+        (COMPOSED, '{"name": "cy", "age": 3, "shape": {"kind": "dot", "r": 1}}'),  # a string, but not in the enum
+        (COMPOSED, '{"name": 7, "age": 3, "shape": {"kind": "dot", "r": 1}}'),  # in the enum, but not a string
+        (COMPOSED, '{"name": "ann", "age": 3, "shape": {"kind": "dot"}}'),  # a dot needs r
+        (COMPOSED, '{"name": "ann", "age": 3, "shape": {"kind": "box", "r": 1}}'),
+        (COMPOSED, '{"name": "ann", "age": 3, "shape": {"kind": "box"}, "id": 1.5}'),
+        (COMPOSED, '{"name": "ann", "age": 3, "shape": {"kind": "box"}, "flag": true}'),  # boolean, not string
+        (COMPOSED, '{"name": "ann", "age": 3, "shape": {"kind": "box"}, "tags": ["a"]}'),  # string, not boolean
+        (COMPOSED, '{"name": "ann", "age": 3, "shape": {"kind": "box"}, "tags": []}'),  # minItems 1
+        (COMPOSED, '{"name": "ann", "age": 3, "shape": {"kind": "box"}, "tags": [1, 2, 3, 4]}'),
     ],
 )
 def test_documents_that_break_the_schema_are_refused(schema: dict, document: str) -> None:

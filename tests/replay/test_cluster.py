@@ -4,10 +4,14 @@ diff, for a self-check, another version (--python-path) and --schedule; without 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -111,3 +115,36 @@ def test_ray_without_the_extra_is_one_error_line(tmp_path: Path, monkeypatch: py
     monkeypatch.delitem(sys.modules, "tg.replay.cluster", raising=False)
     result = runner.invoke(app, ["diff", "--db", str(tmp_path / "none.db"), "--ray"])
     assert result.exit_code == 1 and result.stderr.strip().splitlines() == [f"error: {RAY_MISSING}"]
+
+
+def tg_replay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """tg-replay in a process of its own (this one may have joined the test cluster already), with a hang guard."""
+    command = [str(Path(sys.executable).parent / "tg-replay"), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_ray_address_joins_a_cluster_started_with_ray_start(tmp_path: Path, ray_head: Any) -> None:
+    """tg-replay diff --ray-address against the cluster `ray start --head` started: the local diff's report."""
+    db = str(capture(tmp_path / "captures.db"))
+    other = str(without_opts(tmp_path))
+    local = diff("--db", db, "--python-path", other, "--json")
+    result = tg_replay("diff", "--db", db, "--python-path", other, "--json", "--ray-address", ray_head.address,
+                       env=ray_head.environment)  # fmt: skip
+    assert result.returncode == local[0] == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads(local[1])
+    assert "Connecting to existing Ray cluster" in result.stderr  # Ray's own line: not a new local cluster
+
+
+@pytest.mark.cluster
+def test_an_unreachable_ray_address_is_one_error_line(tmp_path: Path, ray_installed: ModuleType) -> None:
+    """Nothing listens at the address: one `error:` line and exit 1, not Ray waiting for the cluster for ever."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"  # closed again before the tool runs
+    db = str(capture(tmp_path / "captures.db"))
+    result = tg_replay("diff", "--db", db, "--ray-address", address)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("warning: ")]  # (a dirty tree's)
+    assert errors == [f"error: cannot reach the Ray cluster at {address}: Connection refused"]

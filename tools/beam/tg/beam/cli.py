@@ -226,8 +226,12 @@ def search_folder(
             _echo_result(name, outcome.kernel.device, width, result, result.seconds)
 
     if on_ray or address is not None:
-        report = _cluster().search_on_ray(plan, settings, address=address, retries=retries, resource=resource,
-                                          on_done=show)  # fmt: skip
+        cluster = _cluster()
+        try:
+            report = cluster.search_on_ray(plan, settings, address=address, retries=retries, resource=resource,
+                                           on_done=show)  # fmt: skip
+        except BeamError as error:  # the cluster does not answer
+            _fail(str(error))
     else:
         report = search_here(plan, settings, on_done=show)
     if as_json:

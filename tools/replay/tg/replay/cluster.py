@@ -34,6 +34,7 @@ import ray  # noqa: E402
 from tg.codegen.cache_db import open_db
 from tg.codegen.capture import TABLE  # noqa: E402
 from tg.codegen.flags import flags_from_environment  # noqa: E402
+from tg.codegen.ray_address import ClusterUnreachable, check_reachable  # noqa: E402
 from tg.replay.database import ReplayError  # noqa: E402
 from tg.replay.diff import ResultSink, Runner, Version, split_shards, worker_command, worker_environment  # noqa: E402
 
@@ -44,9 +45,14 @@ LOCAL_FLAGS = ("TG_CACHE_DIR", "TG_DUMP_KERNELS", "TG_REPLAY_DB", "CAPTURE_PROCE
 
 
 def connect(address: str | None) -> None:
-    """Join the cluster at `address` (None: RAY_ADDRESS, else a new local one), unless already joined."""
+    """Join the cluster at `address` (None: RAY_ADDRESS, else a new local one), unless already joined; a
+    ReplayError in one line when the address does not answer (see tg.codegen.ray_address)."""
     if ray.is_initialized():
         return
+    try:
+        check_reachable(address or os.environ.get("RAY_ADDRESS"))
+    except ClusterUnreachable as error:
+        raise ReplayError(str(error)) from None
     options: dict[str, Any] = {
         "runtime_env": {"env_vars": flags_from_environment(exclude=LOCAL_FLAGS)},
         "log_to_driver": False,

@@ -8,7 +8,9 @@ then samples one token for every request past its prefill and feeds all of those
 batched forward: a long prompt holds the running streams for one chunk at a time, never for its whole prefill.
 Results go back to the asyncio side through each job's `emit` callback; a cancelled job (its client went away) is
 dropped at the next step and frees its slot. When no request runs, it captures the steps the runner queued while
-they ran on a wider KV window's capture (see ModelRunner._step), one at a time: nobody waits for those.
+they ran on another step's capture (see ModelRunner._run), one at a time: nobody waits for those. An echo or
+embedding prompt whose first chunk would wait for a capture (the first of its kind, without a warm-up) waits in line
+until no stream is decoding, so no running stream waits for that capture either.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from tg.llm.sampling import Sampler
 from tg.llm.serve.errors import APIError
 from tg.llm.serve.json_constraint import ANY_OBJECT, Matcher, TokenTrie, closing
 from tg.llm.serve.params import GenerationParams
-from tg.llm.serve.runner import ALL, POOLED, ModelRunner, Slot
+from tg.llm.serve.runner import ALL, LAST, POOLED, ModelRunner, Slot
 from tg.llm.tokenizer import Tokenizer, byte_to_unicode
 
 log = logging.getLogger("tg.llm.serve")
@@ -208,8 +210,9 @@ class Engine:
                 "decode_steps": self.steps,
                 "prefill_chunks": self.prefill_chunks,
                 "largest_batch": self.largest_batch,
-                # captures made after the warm-up that a step waited for (none once warmed up), and steps that ran
-                # through a wider KV window's capture while their own was made on the capture thread
+                # captures made after the warm-up that a step waited for (none once warmed up; without a warm-up one
+                # per kind of step), and steps that ran through another step's capture (a wider KV window, or more
+                # rows) while their own waited for the scheduler to be idle
                 "captures_waited_for": getattr(self.runner, "inline_captures", 0),
                 "steps_on_wider_captures": getattr(self.runner, "covered_steps", 0),
             }
@@ -257,7 +260,7 @@ class Engine:
                     break
                 idle = not self.waiting and not self.active
                 admitted = self._admit()
-            if idle:  # nobody to stall: capture one step queued while requests ran (see ModelRunner._step)
+            if idle:  # nobody to stall: capture one step queued while requests ran (see ModelRunner._run)
                 self.runner.capture_wanted()
                 continue
             try:
@@ -301,9 +304,13 @@ class Engine:
 
     def _prefill_chunk(self) -> None:
         """Feed the next chunk of the prompt first in line, which then goes to the back of the line (or, all fed,
-        on to decoding: its first token is sampled now, not after the other prompts' chunks)."""
-        while self.prefilling:
-            job = self.prefilling.popleft()
+        on to decoding: its first token is sampled now, not after the other prompts' chunks). A prompt whose chunk
+        would wait for a capture is passed over while a stream is decoding (see ModelRunner.covers)."""
+        while True:
+            job = self._next_prompt()
+            if job is None:
+                return
+            self.prefilling.remove(job)
             if job.cancelled.is_set():
                 self._end(job, None)
                 continue
@@ -326,6 +333,14 @@ class Engine:
                     job.emit(PromptLogprobs(job.prompt_entries))
                 job.pending = self._sample(job)
             return
+
+    def _next_prompt(self) -> Job | None:
+        decoding = any(job.prefilled for job in self.active)
+        covers = getattr(self.runner, "covers", None)  # (a scripted stand-in for tests has none)
+        for job in self.prefilling:
+            if job.cancelled.is_set() or not decoding or covers is None or covers(prompt_output(job)):
+                return job
+        return None
 
     def _feed_prompt(self, job: Job) -> bool:
         """One chunk of the job's prompt into its slot; True once the whole prompt is in."""
@@ -492,6 +507,11 @@ class Engine:
     def _token_entry(self, token: int, logprob: float | None) -> dict[str, Any]:
         data = self.tokenizer.token_bytes(token)
         return {"token": data.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(data)}
+
+
+def prompt_output(job: Job) -> str:
+    """What the job's prompt chunks return (see ModelRunner.prefill_step)."""
+    return POOLED if job.embed else ALL if job.echo_logprobs else LAST
 
 
 def wait_idle(engine: Engine, timeout: float = 10.0) -> bool:

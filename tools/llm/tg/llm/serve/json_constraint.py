@@ -13,7 +13,11 @@ others come from a precomputed numpy mask.
 Supported schema keywords: `type` (object, array, string, number, integer, boolean, null, or a list of them),
 `properties`, `required`, `additionalProperties` (false, or absent with properties given: only the properties
 listed; an object without properties takes any keys), `items`, `minItems`, `maxItems`, `enum`, `const`, `anyOf`
-(with no other keyword beside it but ignored ones), and `$ref` to a local definition (`#/$defs/...`,
+(with no other keyword beside it but ignored ones), `oneOf` (alone too, and only of options no value can match
+twice: told apart by type, literal values or a required member, see `disjoint`; such a oneOf is an anyOf, while
+one whose options may overlap would need exclusivity, which a byte-by-byte automaton cannot enforce: refused),
+`allOf` (beside other keywords too: merged into one schema, see `merge_all_of`, a choice inside distributed over
+it) and `$ref` to a local definition (`#/$defs/...`,
 `#/definitions/...`, any JSON pointer into the schema; a recursive one is refused); `title`, `description`,
 `$schema`, `default`, `examples`, `strict` and the `$defs`/`definitions` that hold what `$ref` names are ignored.
 Anything else is refused (a 400 that names it) rather than silently not enforced.
@@ -35,6 +39,12 @@ ESCAPES = b'"\\/bfnrt'
 DIGITS = b"0123456789"
 NUMBER_END_STATES = ("zero", "int", "frac", "exp_digits")
 IGNORED_KEYWORDS = {"title", "description", "$schema", "default", "examples", "strict", "$id", "$comment"}
+KNOWN_KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum",
+                  "const", "anyOf", "oneOf", "allOf", "$ref"}  # fmt: skip
+# what allOf merges (see merge_all_of), and of those what only an object or array has
+MERGED_KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum",
+                   "const"}  # fmt: skip
+STRUCTURE_KEYWORDS = {"properties", "required", "additionalProperties", "items", "minItems", "maxItems"}
 MAX_SCHEMA_NODES = 2000
 MAX_BRANCHES = 64  # alternatives followed at once; past this the later ones are dropped (what is left stays valid)
 DEFINITIONS = {"$defs", "definitions"}
@@ -139,21 +149,21 @@ class SchemaCompiler:
             return ANY
         if not isinstance(schema, dict):
             raise SchemaError(f"a schema must be an object, got {type(schema).__name__}")
-        known = {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum",
-                 "const", "anyOf", "$ref"}  # fmt: skip
-        unknown = sorted(set(schema) - known - IGNORED_KEYWORDS - DEFINITIONS)
+        unknown = sorted(set(schema) - KNOWN_KEYWORDS - IGNORED_KEYWORDS - DEFINITIONS)
         if unknown:
             raise SchemaError(f"the schema keyword {unknown[0]!r} is not supported")
-        for keyword in ("$ref", "anyOf"):
+        for keyword in ("$ref", "anyOf", "oneOf"):
             beside = sorted(set(schema) - {keyword} - IGNORED_KEYWORDS - DEFINITIONS)
             if keyword in schema and beside:
                 raise SchemaError(f"{keyword!r} beside {beside[0]!r} is not supported (only alone)")
         if "$ref" in schema:
             return self.reference(schema["$ref"])
+        if "allOf" in schema:
+            return self.compile(self.all_of(schema))
         if "anyOf" in schema:
-            if not isinstance(schema["anyOf"], list) or not schema["anyOf"]:
-                raise SchemaError("'anyOf' must be a non-empty list of schemas")
-            return one_of([self.compile(option) for option in schema["anyOf"]])
+            return one_of([self.compile(option) for option in _schema_list(schema, "anyOf")])
+        if "oneOf" in schema:
+            return self.exactly_one_of(_schema_list(schema, "oneOf"))
         if "const" in schema:
             return Lit((_literal(schema["const"]),))
         if "enum" in schema:
@@ -192,6 +202,16 @@ class SchemaCompiler:
 
     def reference(self, ref: Any) -> Node:
         """The node of the part of the schema `ref` points at (a JSON pointer in this schema: "#/$defs/name")."""
+        target = self.target(ref)
+        self.expanding.append(ref)
+        try:
+            return self.compile(target)
+        finally:
+            self.expanding.pop()
+
+    def target(self, ref: Any) -> Any:
+        """The part of the schema `ref` points at (SchemaError if it points outside, at nothing, or back into a
+        `$ref` being expanded)."""
         if not isinstance(ref, str) or not ref.startswith("#"):
             raise SchemaError(f"'$ref' must point into this schema ('#/$defs/...'), not {ref!r}")
         if ref in self.expanding:
@@ -207,11 +227,231 @@ class SchemaCompiler:
                 target = target[int(token)]
             else:
                 raise SchemaError(f"'$ref' {ref!r} points at nothing in the schema")
-        self.expanding.append(ref)
-        try:
-            return self.compile(target)
-        finally:
-            self.expanding.pop()
+        return target
+
+    def all_of(self, schema: dict[str, Any]) -> Any:
+        """One schema equivalent to `schema`'s allOf branches and its other keywords together (see `merge_all_of`);
+        a branch that is a choice (anyOf, oneOf) is distributed: a choice of allOfs, one per option."""
+        beside = {key: value for key, value in schema.items() if key != "allOf"}
+        branches = [self.resolved(branch) for branch in _schema_list(schema, "allOf")] + [beside]
+        for index, branch in enumerate(branches):
+            choice = next((keyword for keyword in ("anyOf", "oneOf") if isinstance(branch, dict) and keyword in branch),
+                          None)  # fmt: skip
+            if choice is not None:
+                others = branches[:index] + branches[index + 1 :]
+                return {choice: [{"allOf": [option, *others]} for option in _schema_list(branch, choice)]}
+        return merge_all_of(branches)
+
+    def resolved(self, branch: Any) -> Any:
+        """`branch`, or what its `$ref` points at (followed until it is not a `$ref`); its own allOf merged."""
+        if isinstance(branch, dict) and "$ref" in branch:
+            beside = sorted(set(branch) - {"$ref"} - IGNORED_KEYWORDS - DEFINITIONS)
+            if beside:
+                raise SchemaError(f"'$ref' beside {beside[0]!r} is not supported (only alone)")
+            target = self.target(branch["$ref"])
+            self.expanding.append(branch["$ref"])
+            try:
+                return self.resolved(target)
+            finally:
+                self.expanding.pop()
+        if isinstance(branch, dict) and "allOf" in branch:
+            return self.all_of(branch)
+        return branch
+
+    def exactly_one_of(self, options: list[Any]) -> Node:
+        """oneOf, enforced as anyOf where no value can match two options (told apart by type, by literal values,
+        or by a required member whose values cannot meet: see `disjoint`); otherwise refused, as a choice that a
+        value must match exactly once cannot be enforced byte by byte."""
+        nodes = [self.compile(option) for option in options]
+        for first in range(len(nodes)):
+            for second in range(first + 1, len(nodes)):
+                if not disjoint(nodes[first], nodes[second]):
+                    raise SchemaError(
+                        f"'oneOf' options {first} and {second} may match the same value; only options that cannot "
+                        "(other types, other literal values, a required member with other values) are supported"
+                    )
+        return one_of(nodes)
+
+
+def _schema_list(schema: dict[str, Any], keyword: str) -> list[Any]:
+    options = schema[keyword]
+    if not isinstance(options, list) or not options:
+        raise SchemaError(f"{keyword!r} must be a non-empty list of schemas")
+    return options
+
+
+# ----------------------------------------------------------------------------------------------- allOf, oneOf
+
+
+def merge_all_of(branches: list[Any]) -> Any:
+    """One schema that a value matches exactly when it matches every branch, for branches of the supported
+    keywords (their `$ref`s resolved, no choices at their top): types intersect, properties of several branches
+    become an allOf of their schemas, required lists join, an object closed by one branch
+    (additionalProperties false) keeps only that branch's properties, item schemas combine, the item bounds
+    tighten and literal values (enum, const) intersect. SchemaError for what no value can match or what cannot
+    be merged so (literal values beside an object or array's keywords)."""
+    schemas = [branch for branch in branches if branch is not True and branch != {}]
+    if any(branch is False for branch in schemas):
+        raise SchemaError("'allOf' with a false branch matches nothing")
+    if not all(isinstance(branch, dict) for branch in schemas):
+        raise SchemaError("'allOf' must be a list of schemas")
+    merged: dict[str, Any] = {}
+    types = _merged_types(schemas)
+    if types is not None:
+        merged["type"] = types[0] if len(types) == 1 else types
+    literals = _merged_literals(schemas, types)
+    structure = sorted({key for branch in schemas for key in branch} & STRUCTURE_KEYWORDS)
+    if literals is not None:
+        if structure:
+            raise SchemaError(f"'allOf' of literal values (enum, const) and {structure[0]!r} is not supported")
+        return {"enum": literals}
+    if {"properties", "required", "additionalProperties"} & set(structure):
+        merged.update(_merged_object(schemas))
+    item_schemas = [branch["items"] for branch in schemas if "items" in branch]
+    if item_schemas:
+        merged["items"] = item_schemas[0] if len(item_schemas) == 1 else {"allOf": item_schemas}
+    least = [branch["minItems"] for branch in schemas if "minItems" in branch]
+    most = [branch["maxItems"] for branch in schemas if "maxItems" in branch]
+    if least:
+        merged["minItems"] = max(least)
+    if most:
+        merged["maxItems"] = min(most)
+    rest = sorted({key for branch in schemas for key in branch} - MERGED_KEYWORDS - IGNORED_KEYWORDS - DEFINITIONS)
+    if rest:
+        raise SchemaError(f"the schema keyword {rest[0]!r} is not supported (in 'allOf')")
+    return merged
+
+
+def _merged_types(schemas: list[dict[str, Any]]) -> list[str] | None:
+    """The type names every branch allows (integer within number); None when no branch names a type."""
+    named = [branch["type"] for branch in schemas if "type" in branch]
+    if not named:
+        return None
+    allowed: set[str] | None = None
+    for kind in named:
+        names = [kind] if isinstance(kind, str) else kind
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            raise SchemaError("'type' must be a type name or a non-empty list of them")
+        widened = set(names) | ({"integer"} if "number" in names else set())
+        allowed = widened if allowed is None else allowed & widened
+    assert allowed is not None
+    if {"number", "integer"} <= allowed:
+        allowed.discard("integer")
+    if not allowed:
+        raise SchemaError(f"'allOf' of types that have no value in common ({named})")
+    return sorted(allowed)
+
+
+def _merged_literals(schemas: list[dict[str, Any]], types: list[str] | None) -> list[Any] | None:
+    """The values every branch's enum or const allows, and of the merged types (None when no branch lists any)."""
+    lists = [[branch["const"]] if "const" in branch else branch["enum"] for branch in schemas
+             if "const" in branch or "enum" in branch]  # fmt: skip
+    if not lists:
+        return None
+    if not all(isinstance(values, list) and values for values in lists):
+        raise SchemaError("'enum' must be a non-empty list")
+    common = [value for value in lists[0] if all(any(_same_json(value, other) for other in values) for values in lists)]
+    if types is not None:
+        common = [value for value in common if _json_kind(value) in types or (
+            _json_kind(value) == "integer" and "number" in types)]  # fmt: skip
+    if not common:
+        raise SchemaError("'allOf' of literal values (enum, const) that have no value in common")
+    return common
+
+
+def _merged_object(schemas: list[dict[str, Any]]) -> dict[str, Any]:
+    """properties, required and additionalProperties of branches that are objects (see `merge_all_of`)."""
+    properties: dict[str, list[Any]] = {}
+    for branch in schemas:
+        listed = branch.get("properties", {})
+        if not isinstance(listed, dict):
+            raise SchemaError("'properties' must be an object and 'required' a list")
+        for name, value in listed.items():
+            properties.setdefault(name, []).append(value)
+    closed = [set(branch.get("properties", {})) for branch in schemas if branch.get("additionalProperties") is False]
+    allowed = set(properties).intersection(*closed) if closed else set(properties)
+    required: list[str] = []
+    for branch in schemas:
+        names = branch.get("required", [])
+        if not isinstance(names, list):
+            raise SchemaError("'properties' must be an object and 'required' a list")
+        required += [name for name in names if name not in required]
+    missing = [name for name in required if name not in allowed]
+    if missing:
+        raise SchemaError(f"'allOf' requires {missing[0]!r}, which a branch does not allow or none describes")
+    merged_properties = {
+        name: values[0] if len(values) == 1 else {"allOf": values}
+        for name, values in properties.items()
+        if name in allowed
+    }
+    result: dict[str, Any] = {"properties": merged_properties, "required": required}
+    if merged_properties or closed:
+        result["additionalProperties"] = False
+    return result
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _same_json(first: Any, second: Any) -> bool:
+    """JSON equality (1 and 1.0 are one number; true is not 1)."""
+    return _json_kind(first) == _json_kind(second) and first == second
+
+
+def kinds(node: Node) -> set[str]:
+    """The JSON types of the values `node` accepts (integer counted as number)."""
+    if isinstance(node, Obj):
+        return {"object"}
+    if isinstance(node, Arr):
+        return {"array"}
+    if isinstance(node, Str):
+        return {"string"}
+    if isinstance(node, Num):
+        return {"number"}
+    if isinstance(node, Lit):
+        return {_json_kind(json.loads(option)).replace("integer", "number") for option in node.options}
+    if isinstance(node, Alt):
+        return set().union(*(kinds(option) for option in node.options))
+    return {"object", "array", "string", "number", "boolean", "null"}
+
+
+def disjoint(first: Node, second: Node) -> bool:
+    """True when no value can match both nodes: they accept other JSON types, other literal values, or objects
+    of which each requires a member whose values cannot meet (or the other does not allow it). False when that
+    cannot be shown (they may still be disjoint)."""
+    if not kinds(first) & kinds(second):
+        return True
+    if isinstance(first, Alt):
+        return all(disjoint(option, second) for option in first.options)
+    if isinstance(second, Alt):
+        return all(disjoint(first, option) for option in second.options)
+    if isinstance(first, Lit) and isinstance(second, Lit):
+        values = [json.loads(option) for option in first.options]
+        return not any(_same_json(value, json.loads(other)) for value in values for other in second.options)
+    if isinstance(first, Obj) and isinstance(second, Obj):
+        return _objects_disjoint(first, second) or _objects_disjoint(second, first)
+    return False
+
+
+def _objects_disjoint(first: Obj, second: Obj) -> bool:
+    """A member `first` requires that `second` does not allow, or that both require with values that cannot meet."""
+    for name in first.required:
+        if not second.free and name not in dict(second.properties):
+            return True
+        if name in second.required and disjoint(first.value_of(name), second.value_of(name)):
+            return True
+    return False
 
 
 def _compile_object(schema: dict[str, Any], compiler: SchemaCompiler) -> Obj:

@@ -9,13 +9,19 @@ Decode steps and prefill chunks (8 padded rows) are TinyJit captures, one per ro
 any slots (the caches are inputs), so a step costs no per-kernel Python: building and scheduling the graph cost more
 than the kernels on small models.
 
-A capture takes seconds (its kernels are compiled), and whoever waits for one stalls every stream. So a step whose
-own capture is missing runs through the capture of a wider KV window when one exists (the extra cached positions are
-masked: the same result), and its own is queued (`wanted`), as is the next window of a stream nearing it; the
-scheduler captures what is queued when no request is running (`capture_wanted`). Not on a thread beside the
-scheduler: the device's timeline (tg.hcq) takes submissions from one thread at a time. The warm-up captures the
-widest window of every shape a request can need, so once it is done no step ever waits for a capture; without it
-(`--no-warmup`) a shape no capture covers is still captured where it is first needed.
+A capture takes seconds (its kernels are compiled), and whoever waits for one stalls every stream. So the server's
+runner (`defer_captures`) runs a step whose own capture is missing through a capture that covers it: one of a wider
+KV window (the extra cached positions are masked) and as many or more rows per feed (a feed padded to more rows:
+the padding rows come after its real ones, which never see them), the narrowest such; a batch of several slots that
+nothing covers runs slot by slot. Its own capture is queued (`wanted`), as is the next window of a stream nearing
+it, and the scheduler captures what is queued when no request is running (`capture_wanted`). Not on a thread beside
+the scheduler: the device's timeline (tg.hcq) takes submissions from one thread at a time. A step nothing covers is
+the first of its kind (the first prompt chunk, echo's first, an embedding's first: a decode step is covered by any
+prompt chunk's capture): whatever path it took, its kernels would have to be compiled then (a plain run compiles
+the same kernels as a capture), so it is captured for the widest window, which covers every later step of its kind.
+The warm-up makes those and the widest window of every batch size; without it (`--no-warmup`) the first request
+and the first echo and embedding request wait for one capture each, and the scheduler holds an echo or embedding
+prompt that would wait for one until no stream is decoding (`covers`).
 """
 
 from __future__ import annotations
@@ -91,12 +97,13 @@ class ModelRunner:
         self.max_context = model.max_context
         self.widest = kv_window(self.max_context - 1, self.max_context)  # the KV window of the last position
         shape = model.caches[0].shape
-        # the captured steps (see `_step`), least recently used first; the warm-up's are pinned (never dropped)
+        # the captured steps (see `_run`), least recently used first; the warm-up's are pinned (never dropped)
         self.steps: OrderedDict[StepKey, TinyJit] = OrderedDict()
         self.pinned: set[StepKey] = set()
         self.max_captures = MAX_CAPTURES
         self.inline_captures = 0  # captures a caller waited for (none once warmed up): for tests and /health
-        self.covered_steps = 0  # steps run through a wider window's capture while their own was missing
+        self.covered_steps = 0  # steps run through another step's capture while their own was missing
+        self.split_steps = 0  # batches that nothing covered, run slot by slot
         self.slots = [Slot(0, model.caches)]
         for index in range(1, slots):
             caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
@@ -105,7 +112,7 @@ class ModelRunner:
         self.wanted: OrderedDict[StepKey, None] = OrderedDict()  # captures queued, oldest first
         self.deferred_made: list[StepKey] = []  # what capture_wanted captured, in order (for tests and the bench)
         self.failed: dict[StepKey, str] = {}  # not retried: such a step stays on the wider window's capture
-        self.before_capture: Callable[[StepKey], None] | None = None  # tests: called before each queued capture
+        self.before_capture: Callable[[StepKey], None] | None = None  # tests: called before each capture
 
     def reusable_prefix(self, slot: Slot, tokens: list[int]) -> int:
         return common_prefix(tokens[:-1], slot.cached)
@@ -132,9 +139,7 @@ class ModelRunner:
         rows = []
         while start < stop:
             chunk = tokens[start : min(stop, start + PREFILL_ROWS)]
-            feeds = [Feed(slot.caches, start, chunk, PREFILL_ROWS)]
-            step, window = self._step(feeds, output)
-            (result,) = forward_feeds(self.model, feeds, step, output, window)
+            (result,) = self._run([Feed(slot.caches, start, chunk, PREFILL_ROWS)], output)
             rows.append(result[: len(chunk)] if output == ALL else result)
             start += len(chunk)
             slot.cached = tokens[:start]
@@ -149,7 +154,7 @@ class ModelRunner:
         positions (all: None), a prefill chunk then a decode step of 1, 2, .. every slot (one slot each
         unbatched); then the same for the widest window if `context` stops short of it, and a prefill chunk of
         every other output (echo's ALL, embeddings' POOLED) in the widest window. Every step a request can need
-        is then captured or covered by a capture of a wider window (see `_step`)."""
+        is then captured or covered by a capture of a wider window (see `_run`)."""
         limit = self.max_context if context is None else min(context, self.max_context)
         windows: dict[int, list[int]] = {}
         for position in range(limit):
@@ -201,37 +206,60 @@ class ModelRunner:
         groups = [steps] if self.batched else [[step] for step in steps]
         logits = []
         for group in groups:
-            feeds = [Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in group]
-            step, window = self._step(feeds)
-            logits += list(forward_feeds(self.model, feeds, step, LAST, window))
+            logits += list(self._run([Feed(slot.caches, len(slot.cached), [token], 1) for slot, token in group]))
         for slot, token in steps:
             slot.cached.append(token)
         return logits
 
-    def _step(self, feeds: list[Feed], output: str = LAST) -> tuple[TinyJit, int]:
-        """(the captured forward of feeds shaped like `feeds`, the KV window it reads). The caches are inputs like
-        the masks, last-row selectors, RoPE rows and token rows (a replay swaps in the buffers of the slots it
-        runs), and every position in a KV window runs the same kernels, so any slots share the capture of their
-        row counts and window. A step whose own capture is missing runs through the narrowest capture of a wider
-        window (positions past a feed's start are masked, so the result is the same) while its own waits in
-        `wanted`; only a step nothing covers is captured here, at its first call (the caller waits)."""
-        key = (tuple(feed.rows for feed in feeds), cache_window(self.model, feeds), output)
+    def _run(self, feeds: list[Feed], output: str = LAST) -> np.ndarray:
+        """`forward_feeds` of the feeds through a capture (TinyJit) of their row counts and KV window. The caches
+        are inputs like the masks, last-row selectors, RoPE rows and token rows (a replay swaps in the buffers of
+        the slots it runs), and every position in a KV window runs the same kernels, so any slots share the capture
+        of their row counts and window. Without its own capture, a step runs as the module docstring says (covered,
+        slot by slot, or through its kind's widest capture, made here); only with `defer_captures` off is its own
+        capture made at its first call."""
+        key = step_key(self.model, feeds, output)
         self._look_ahead(feeds, key)
-        step = self.steps.get(key)
-        if step is not None:
+        if key in self.steps:
             self.steps.move_to_end(key)
-            return step, key[1]
-        wider = [other for other in self.steps if other[::2] == key[::2] and other[1] > key[1]]
-        if wider and self.defer_captures:
-            cover = min(wider, key=lambda other: other[1])
-            self.steps.move_to_end(cover)
-            self.covered_steps += 1
-            self._want(key)
-            return self.steps[cover], cover[1]
-        self.inline_captures += 1
-        step = self.new_step(key)
-        self._keep(key, step)
-        return step, key[1]
+            return forward_feeds(self.model, feeds, self.steps[key], output, key[1])
+        if not self.defer_captures:
+            self.inline_captures += 1
+            step = self.new_step(key)
+            self._keep(key, step)
+            return forward_feeds(self.model, feeds, step, output, key[1])
+        self._want(key)
+        cover = self._cover(key)
+        if cover is None and len(feeds) > 1:
+            self.split_steps += 1
+            return np.concatenate([self._run([feed], output) for feed in feeds])
+        if cover is None:  # the first step of its kind: its kernels are compiled now whatever runs it
+            cover = (key[0], self.widest, output)
+            self.inline_captures += 1
+            self.pinned.add(cover)  # it is what covers the later steps of its kind
+            self.capture(cover)
+        self.covered_steps += 1
+        self.steps.move_to_end(cover)
+        padded = [Feed(feed.caches, feed.start, feed.tokens, rows) for feed, rows in zip(feeds, cover[0], strict=True)]
+        return forward_feeds(self.model, padded, self.steps[cover], output, cover[1])
+
+    def _cover(self, key: StepKey) -> StepKey | None:
+        """The narrowest captured step that can run the step `key`: the same output and number of feeds, a KV
+        window at least as wide and as many or more rows per feed (None if there is none)."""
+        rows, window, output = key
+        covering = [
+            other
+            for other in self.steps
+            if other[2] == output
+            and len(other[0]) == len(rows)
+            and other[1] >= window
+            and all(mine <= theirs for mine, theirs in zip(rows, other[0], strict=True))
+        ]
+        return min(covering, key=lambda other: (other[1], sum(other[0])), default=None)
+
+    def covers(self, output: str) -> bool:
+        """Whether every prompt chunk of `output` runs without waiting for a capture (see the module docstring)."""
+        return not self.defer_captures or self._cover(((PREFILL_ROWS,), self.widest, output)) is not None
 
     def _look_ahead(self, feeds: list[Feed], key: StepKey) -> None:
         """Queue the capture of the window the feeds reach within CAPTURE_LOOKAHEAD positions, if not made."""
@@ -254,8 +282,6 @@ class ModelRunner:
             if key in self.steps:
                 continue
             try:
-                if self.before_capture is not None:
-                    self.before_capture(key)
                 self.capture(key)
                 self.deferred_made.append(key)
             except Exception as error:  # noqa: BLE001  (the step stays on the wider window's capture)
@@ -282,6 +308,8 @@ class ModelRunner:
     def capture(self, key: StepKey) -> None:
         """Capture the step `key` with placeholder inputs (token 0 at a position in its window, on the slots'
         caches, which a step only reads: nothing is stored) and add it to the captures."""
+        if self.before_capture is not None:
+            self.before_capture(key)
         rows, window, output = key
         start = min(window, self.max_context - 1)  # a position whose window is `window` (kv_window(w) == w)
         feeds = [
@@ -307,7 +335,7 @@ def forward_feeds(
 
     The inputs (per feed a mask, a last-row selector and its caches; then the RoPE and token rows) are built here
     as Tensors and the forward itself is `feeds_step`, a function of those Tensors only, so `step` (see
-    `ModelRunner._step`) replays a captured launch graph instead of building and scheduling every kernel again. No
+    `ModelRunner._run`) replays a captured launch graph instead of building and scheduling every kernel again. No
     shape depends on a position: attention covers a window of the cache (`cache_window`, at or past every feed's
     start) under a mask (the cached positions before the feed's start, then causal among the new rows), so one
     capture serves every position in the window. After the forward, each feed's real (unpadded) keys and values
@@ -341,6 +369,10 @@ def forward_feeds(
     if store_rows:
         store(feeds, new_kvs)
     return result
+
+
+def step_key(model: Transformer, feeds: list[Feed], output: str) -> StepKey:
+    return tuple(feed.rows for feed in feeds), cache_window(model, feeds), output
 
 
 def cache_window(model: Transformer, feeds: list[Feed]) -> int:

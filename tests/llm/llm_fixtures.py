@@ -89,17 +89,24 @@ def write_model(
     rope_scaling: tuple[str, float] | None = None,
     context: int = 256,
     experts: int = 4,
+    sliding_window: int = 8,
 ) -> Path:
     """A 2-block model of `arch` with every matrix in `weight_type` (norms and the router stay F32); a mixture of
     experts (qwen3moe, olmoe) has `experts` experts, 2 used per token.
 
     `rope_freqs` is written as the `rope_freqs.weight` tensor (Llama 3.x's per-pair frequency divisors) and
-    `rope_scaling` as the `<arch>.rope.scaling.type` and `.factor` keys."""
+    `rope_scaling` as the `<arch>.rope.scaling.type` and `.factor` keys.
+
+    gemma3: head_dim 32 (`key_length`, not dim / heads), RoPE base 1e6 for the global blocks, block 0 attending
+    over a sliding window of `sliding_window` positions and block 1 globally (`sliding_window_pattern` 2), q/k norms
+    per head and norms after the attention and the MLP; its norm weights are around 1 like every model's here (the
+    GGUF file holds Gemma's 1 + w, llama.cpp's converter adds the 1)."""
     rng = np.random.default_rng(seed)
     if weight_type in K_QUANTS:
         dim = max(dim, 256)
     heads, kv_heads, hidden = 4, 2, 2 * dim if weight_type not in K_QUANTS else 256
-    head_dim = dim // heads
+    gemma = arch == "gemma3"
+    head_dim = 32 if gemma else dim // heads
     tokens, merges, types = byte_vocab()
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(f"tiny-{arch}-{weight_type}")
@@ -110,8 +117,14 @@ def write_model(
     writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(1e6 if gemma else 10000.0)
+    if gemma:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+        writer.add_sliding_window(sliding_window)
+        writer.add_sliding_window_pattern(2)
+    else:
+        writer.add_rope_dimension_count(head_dim)
     if rope_scaling is not None:
         writer.add_string(f"{arch}.rope.scaling.type", rope_scaling[0])
         writer.add_float32(f"{arch}.rope.scaling.factor", rope_scaling[1])
@@ -159,9 +172,12 @@ def write_model(
         if arch == "qwen2":
             for name, size in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
                 writer.add_tensor(f"{prefix}attn_{name}.bias", (rng.standard_normal(size) * 0.1).astype(np.float32))
-        if arch in ("qwen3", "qwen3moe"):
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             norm(prefix + "attn_q_norm.weight", head_dim)
             norm(prefix + "attn_k_norm.weight", head_dim)
+        if gemma:
+            norm(prefix + "post_attention_norm.weight", dim)
+            norm(prefix + "post_ffw_norm.weight", dim)
         if arch == "olmoe":
             norm(prefix + "attn_q_norm.weight", heads * head_dim)
             norm(prefix + "attn_k_norm.weight", kv_heads * head_dim)

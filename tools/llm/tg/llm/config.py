@@ -123,7 +123,8 @@ def _local_blocks(metadata: dict[str, Any], arch: str, num_blocks: int) -> tuple
     pattern = metadata.get(f"{arch}.attention.sliding_window_pattern", SLIDING_WINDOW_PATTERN[arch])
     if isinstance(pattern, (list, tuple)):
         if len(pattern) != num_blocks:
-            raise UnsupportedModelError(f"the sliding window pattern has {len(pattern)} entries for {num_blocks} blocks")
+            count = len(pattern)
+            raise UnsupportedModelError(f"the sliding window pattern has {count} entries for {num_blocks} blocks")
         return tuple(index for index, sliding in enumerate(pattern) if sliding)
     period = int(pattern)
     return tuple(index for index in range(num_blocks) if period == 0 or index % period < period - 1)

@@ -326,9 +326,10 @@ def lane_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) -> Te
 
 
 def lane_gated_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None, activation: str = "silu") -> Tensor:
-    """activation(gate) * up `(1, rows / 2)` (tg.llm.ops.activate) for a matrix `lanes` whose rows are gate's then up's (a fused gate_up
-    projection of `rows / 2` a multiple of 16), in one kernel: output lane (g, l) sums row group g for the gate and
-    row group g + groups / 2 for the up projection, two reductions over the same blocks side by side."""
+    """activation(gate) * up `(1, rows / 2)` (tg.llm.ops.activate) for a matrix `lanes` whose rows are gate's then
+    up's (a fused gate_up projection of `rows / 2` a multiple of 16), in one kernel: output lane (g, l) sums row group
+    g for the gate and row group g + groups / 2 for the up projection, two reductions over the same blocks side by
+    side."""
     if lanes.shape[0] % (2 * LANES):
         raise ValueError(f"gate and up rows must each be a multiple of {LANES}, not {lanes.shape[0] // 2}")
     sums = _lane_sums(x, lanes, norm)

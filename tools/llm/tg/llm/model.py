@@ -377,8 +377,10 @@ class Transformer:
         self.local_rope_tables = self.rope_tables
         if config.local_blocks:
             self.local_rope_cos, self.local_rope_sin = rope_table(rope_frequencies(config, None, local=True), rows)
-            self.local_rope_tables = tuple(Tensor(table[:, None, :]).realize()
-                                           for table in (self.local_rope_cos, self.local_rope_sin))  # fmt: skip
+            self.local_rope_tables = (
+                Tensor(self.local_rope_cos[:, None, :]).realize(),
+                Tensor(self.local_rope_sin[:, None, :]).realize(),
+            )
         self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal masks
         self.position = Variable("start_pos", 0, self.max_context - 1)
         self.decode_step: TinyJit | None = None

@@ -111,9 +111,10 @@ def linear(x: Tensor, weight: Weight, bias: Tensor | None = None, norm: RMSNorm 
 
 
 def gated_linear(x: Tensor, gate_up: Weight, norm: RMSNorm | None = None, activation: str = "silu") -> Tensor:
-    """activation(gate) * up (tg.llm.ops.activate) of the projections norm(x) @ gate.T and norm(x) @ up.T, where `gate_up` stacks gate's rows
-    on up's (a fused ffn_gate_up, see tg.llm.model.FUSED_PROJECTIONS): the MLP's hidden activations. Decoding
-    (few rows, LaneBlocks whose halves split at a lane group), norm, both matvecs and the product are one kernel."""
+    """activation(gate) * up (tg.llm.ops.activate) of the projections norm(x) @ gate.T and norm(x) @ up.T, where
+    `gate_up` stacks gate's rows on up's (a fused ffn_gate_up, see tg.llm.model.FUSED_PROJECTIONS): the MLP's hidden
+    activations. Decoding (few rows, LaneBlocks whose halves split at a lane group), norm, both matvecs and the
+    product are one kernel."""
     hidden = gate_up.shape[0] // 2
     lanes = gate_up.data
     if math.prod(x.shape[:-1]) < SCRATCH_MATMUL_ROWS and isinstance(lanes, LaneBlocks) and hidden % LANES == 0:

@@ -97,7 +97,7 @@ def write_model(
     `rope_freqs` is written as the `rope_freqs.weight` tensor (Llama 3.x's per-pair frequency divisors) and
     `rope_scaling` as the `<arch>.rope.scaling.type` and `.factor` keys.
 
-    gemma3: head_dim 32 (`key_length`, not dim / heads), RoPE base 1e6 for the global blocks, block 0 attending
+    gemma3: head_dim 32 (`key_length`, not dim / heads), attention scale 0.125 (`attention.scale`), RoPE base 1e6 for the global blocks, block 0 attending
     over a sliding window of `sliding_window` positions and block 1 globally (`sliding_window_pattern` 2), q/k norms
     per head and norms after the attention and the MLP; its norm weights are around 1 like every model's here (the
     GGUF file holds Gemma's 1 + w, llama.cpp's converter adds the 1)."""
@@ -123,6 +123,7 @@ def write_model(
         writer.add_value_length(head_dim)
         writer.add_sliding_window(sliding_window)
         writer.add_sliding_window_pattern(2)
+        writer.add_attention_scale(0.125)  # not 1/sqrt(head_dim): the scale must come from the file
     else:
         writer.add_rope_dimension_count(head_dim)
     if rope_scaling is not None:

@@ -140,8 +140,8 @@ def gemma3_forward(
     local_theta: float = 10000.0,
 ) -> np.ndarray:
     """Logits (T, vocab) of a gemma3 model, as transformers' Gemma3ForCausalLM computes them: embeddings times
-    sqrt(dim); per block a norm before and after the attention and the MLP, q/k norms per head, queries scaled by
-    1/sqrt(head_dim) (query_pre_attn_scalar, key_length in these files); block i attends over a sliding window with
+    sqrt(dim); per block a norm before and after the attention and the MLP, q/k norms per head, scores scaled by
+    the file's `attention.scale` (else 1/sqrt(head_dim): query_pre_attn_scalar is key_length in these files); block i attends over a sliding window with
     RoPE base `local_theta` unless (i + 1) is a multiple of the file's `sliding_window_pattern`, then globally with
     `rope.freq_base`; tied output. `sliding_window` overrides the file's (a test that shows the window matters).
 
@@ -165,7 +165,7 @@ def gemma3_forward(
         base = local_theta if local else theta
         q, k = rotate_half_rope(q, base), rotate_half_rope(k, base)
         k, v = np.repeat(k, heads // kv_heads, axis=1), np.repeat(v, heads // kv_heads, axis=1)
-        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(head_dim)
+        scores = np.einsum("qhd,khd->hqk", q, k) * metadata.get("gemma3.attention.scale", head_dim**-0.5)
         scores = np.where(visible, scores, -np.inf)
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)

@@ -55,16 +55,16 @@ def test_gemma3_matches_the_reference(tmp_path: Path, weight_type: str) -> None:
 
 
 def test_the_tiny_gemma3_depends_on_the_window_and_the_local_rope(tmp_path: Path) -> None:
-    """The reference with the window or the local RoPE base left out differs by far more than the tolerance above,
-    so the comparison there tells whether tg applies them."""
+    """The reference with the window or the local RoPE base left out differs by 10 times the tolerance above or
+    more, so the comparison there tells whether tg applies them."""
     path = write_model(tmp_path / "gemma3.gguf", "gemma3", seed=7, sliding_window=WINDOW)
     metadata, weights = reference.load(path)
     expected = reference.gemma3_forward(metadata, weights, TOKENS)[WINDOW:]
     scale = np.abs(expected).max()
     without_window = reference.gemma3_forward(metadata, weights, TOKENS, sliding_window=len(TOKENS))[WINDOW:]
     global_rope = reference.gemma3_forward(metadata, weights, TOKENS, local_theta=1e6)[WINDOW:]
-    assert np.abs(expected - without_window).max() > 0.05 * scale
-    assert np.abs(expected - global_rope).max() > 0.05 * scale
+    assert np.abs(expected - without_window).max() > 0.02 * scale
+    assert np.abs(expected - global_rope).max() > 0.02 * scale
 
 
 def gemma3_metadata(blocks: int, **extra: object) -> dict:

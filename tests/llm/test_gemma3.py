@@ -1,4 +1,4 @@
-"""The gemma3 architecture on a tiny random model, against the float64 reference of llm_reference.gemma3_forward
+"""The gemma3 architecture on a tiny random model, against the float64 reference of llm_reference.gemma_forward
 (transformers' Gemma 3 computation): sliding-window and global blocks with their own RoPE bases, norms after the
 attention and the MLP, q/k norms, GELU(tanh), embeddings scaled by sqrt(dim), head_dim from key_length."""
 
@@ -13,11 +13,9 @@ import pytest
 pytest.importorskip("gguf")
 
 import llm_reference as reference  # noqa: E402
-from llm_fixtures import write_model  # noqa: E402
+from llm_fixtures import chunked_logits, write_model  # noqa: E402
 
 from tg.llm.config import TransformerConfig  # noqa: E402
-from tg.llm.generate import Generator  # noqa: E402
-from tg.llm.model import load_model  # noqa: E402
 from tg.llm.template import chat_template  # noqa: E402
 
 WINDOW = 8
@@ -27,29 +25,13 @@ TOKENS = [(37 * i + 11) % 256 for i in range(44)]
 CHUNKS = (20, 36)
 
 
-def tg_logits(path: Path) -> tuple[list[int], np.ndarray]:
-    """(positions, tg's logits there): after each prefill chunk, then after every decoded token."""
-    model, _ = load_model(path, max_context=64)
-    generator = Generator(model)
-    positions, rows = [], []
-    start = 0
-    for end in CHUNKS:
-        rows.append(generator._forward(TOKENS[start:end], start))
-        positions.append(end - 1)
-        start = end
-    for position in range(start, len(TOKENS)):
-        rows.append(generator._forward([TOKENS[position]], position))
-        positions.append(position)
-    return positions, np.stack(rows)
-
-
 @pytest.mark.parametrize("weight_type", ["F32", "Q8_0"])
 def test_gemma3_matches_the_reference(tmp_path: Path, weight_type: str) -> None:
     """Q8_0 runs the decode steps' quantized matvecs (the MLP's gate, GELU and up in one kernel); F32 plain ones."""
     path = write_model(tmp_path / "gemma3.gguf", "gemma3", weight_type, seed=7, sliding_window=WINDOW)
     metadata, weights = reference.load(path)
-    expected = reference.gemma3_forward(metadata, weights, TOKENS)
-    positions, logits = tg_logits(path)
+    expected = reference.gemma_forward(metadata, weights, TOKENS)
+    positions, logits = chunked_logits(path, TOKENS, CHUNKS)
     scale = np.abs(expected).max()
     np.testing.assert_allclose(logits, expected[positions], atol=2e-3 * scale)
 
@@ -59,10 +41,10 @@ def test_the_tiny_gemma3_depends_on_the_window_and_the_local_rope(tmp_path: Path
     more, so the comparison there tells whether tg applies them."""
     path = write_model(tmp_path / "gemma3.gguf", "gemma3", seed=7, sliding_window=WINDOW)
     metadata, weights = reference.load(path)
-    expected = reference.gemma3_forward(metadata, weights, TOKENS)[WINDOW:]
+    expected = reference.gemma_forward(metadata, weights, TOKENS)[WINDOW:]
     scale = np.abs(expected).max()
-    without_window = reference.gemma3_forward(metadata, weights, TOKENS, sliding_window=len(TOKENS))[WINDOW:]
-    global_rope = reference.gemma3_forward(metadata, weights, TOKENS, local_theta=1e6)[WINDOW:]
+    without_window = reference.gemma_forward(metadata, weights, TOKENS, sliding_window=len(TOKENS))[WINDOW:]
+    global_rope = reference.gemma_forward(metadata, weights, TOKENS, local_theta=1e6)[WINDOW:]
     assert np.abs(expected - without_window).max() > 0.02 * scale
     assert np.abs(expected - global_rope).max() > 0.02 * scale
 

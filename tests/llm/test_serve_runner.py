@@ -54,13 +54,13 @@ def test_gemma3_batched_steps_match_the_reference(tmp_path: Path) -> None:
     sequences = [[5, 17, 200, 33, 99, 4, 150, 7, 64, 2, 45], [7, 64, 11]]
     runner = ModelRunner(model, len(sequences))
     for slot, tokens in zip(runner.slots, sequences, strict=True):
-        expected = reference.gemma3_forward(metadata, weights, tokens)[-1]
+        expected = reference.gemma_forward(metadata, weights, tokens)[-1]
         logits = runner.prefill(slot, tokens)
         np.testing.assert_allclose(logits, expected, atol=2e-3 * np.abs(expected).max())
     for step in range(3):
         logits = runner.decode([(slot, 20 + step) for slot in runner.slots])
         for row, slot in zip(logits, runner.slots, strict=True):
-            expected = reference.gemma3_forward(metadata, weights, slot.cached)[-1]
+            expected = reference.gemma_forward(metadata, weights, slot.cached)[-1]
             np.testing.assert_allclose(row, expected, atol=2e-3 * np.abs(expected).max())
 
 

@@ -46,6 +46,11 @@ def post_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
     return x if weight is None else rms_norm(x, weight, eps)
 
 
+def soft_cap(x: Tensor, cap: float) -> Tensor:
+    """cap * tanh(x / cap): Gemma 2 bounds its attention scores and logits so; a cap of 0 is none."""
+    return x if not cap else (x * (1.0 / cap)).tanh() * cap
+
+
 def rope_frequencies(config: TransformerConfig, freq_factors: np.ndarray | None, local: bool = False) -> np.ndarray:
     """The angle per position of each rotated pair, `(rope_dim / 2,)` in float64.
 
@@ -86,7 +91,9 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: 
     return out if rest.shape[-1] == 0 else concat([out, rest], dim=-1)
 
 
-def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float | None = None) -> Tensor:
+def attend(
+    q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float | None = None, softcap: float = 0.0
+) -> Tensor:
     """Grouped-query attention of q `(T, heads, head_dim)` over S cached rows: keys `(kv_heads, tiles, head_dim,
     KEY_TILE)` in the cache's tiled layout (row KEY_TILE * t + i at [:, t, :, i], see cache_keys) and values
     `(kv_heads, S, head_dim)`, S <= KEY_TILE * tiles, where `mask` `(T, tiles, KEY_TILE)` is True (key rows from S
@@ -96,14 +103,15 @@ def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float |
     A score sums over head_dim with its lanes along KEY_TILE cached rows (one query scalar times a vector of keys per
     feature, no horizontal sum). The values are read up to row S only, so whatever the masked rows hold (NaN past the
     position) never meets a weight. The softmax's division comes after the weighted sum of the values (a kernel
-    fewer than normalizing the weights first). The scores are scaled by `scale`, by default 1/sqrt(head_dim)."""
+    fewer than normalizing the weights first). The scores are scaled by `scale`, by default 1/sqrt(head_dim), and
+    soft-capped by `softcap` (see soft_cap) before the mask."""
     count, heads, head_dim = q.shape
     kv_heads, tiles = keys.shape[:2]
     group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, 1, head_dim, 1)
     if scale is None:
         scale = 1.0 / math.sqrt(concrete_size(head_dim, "attention's head_dim"))
-    scores = (q * keys.unsqueeze(1)).sum(3) * scale
+    scores = soft_cap((q * keys.unsqueeze(1)).sum(3) * scale, softcap)
     scores = mask.reshape(1, 1, *mask.shape).where(scores.reshape(kv_heads, group, count, tiles, KEY_TILE), -math.inf)
     exp = (scores - scores.max((-2, -1), keepdim=True)).exp()
     weights = exp.reshape(kv_heads, group * count, tiles * KEY_TILE)[..., : values.shape[1]]
@@ -367,6 +375,8 @@ class Transformer:
         rows = key_tiles(self.max_context + BLOCK_ROWS[-1] - 1) * KEY_TILE
         cache_shape = (2, config.n_kv_heads, rows, config.head_dim)
         self.caches = [Tensor.zeros(*cache_shape).contiguous().realize() for _ in self.blocks]
+        if "rope_factors_long.weight" in weights or "rope_factors_short.weight" in weights:
+            raise UnsupportedModelError("LongRoPE (rope_factors_long/short, Phi-3 128k) is not supported")
         freq_factors = weights.get("rope_freqs.weight")
         frequencies = rope_frequencies(config, None if freq_factors is None else freq_factors.float().numpy())
         self.rope_cos, self.rope_sin = rope_table(frequencies, rows)
@@ -375,7 +385,7 @@ class Transformer:
         # the sliding-window blocks' own (the global ones' where the model has none)
         self.local_rope_cos, self.local_rope_sin = self.rope_cos, self.rope_sin
         self.local_rope_tables = self.rope_tables
-        if config.local_blocks:
+        if config.local_blocks and config.local_rope_theta:
             self.local_rope_cos, self.local_rope_sin = rope_table(rope_frequencies(config, None, local=True), rows)
             self.local_rope_tables = (
                 Tensor(self.local_rope_cos[:, None, :]).realize(),
@@ -428,6 +438,8 @@ class Transformer:
         else:
             block.gate, block.up, block.down = get("ffn_gate.weight"), get("ffn_up.weight"), get("ffn_down.weight")
             block.gate_up = get("ffn_gate_up.weight")
+            if block.gate is None and block.up is not None and block.up.shape[0] == 2 * self.config.hidden_dim:
+                block.gate_up, block.up = block.up, None  # phi3: ffn_up holds the gate's rows, then the up's
         return block
 
     # ------------------------------------------------------------------------------------------- the forward
@@ -493,7 +505,7 @@ class Transformer:
             self._block_step(block, rows, window, weights)(position, x, masks[block.local], cache, *weights)
         last = Tensor((np.arange(rows) == count - 1)[:, None])
         chosen = last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
-        logits = linear(chosen, self.output, norm=RMSNorm(self.output_norm, config.norm_eps)).reshape(-1).realize()
+        logits = self.logits(chosen).reshape(-1).realize()
         release_cached_memory(self.caches[0].device)
         return logits
 
@@ -559,8 +571,13 @@ class Transformer:
             # weights live one block at a time)
             x = x.contiguous().realize()
         chosen = x if last is None else last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
-        out = linear(chosen, self.output, norm=RMSNorm(self.output_norm, config.norm_eps)).reshape(-1)
+        out = self.logits(chosen).reshape(-1)
         return out.realize()
+
+    def logits(self, x: Tensor) -> Tensor:
+        """The logits `(rows, vocab)` of the final hidden rows x: normalized, projected, soft-capped (gemma2)."""
+        logits = linear(x, self.output, norm=RMSNorm(self.output_norm, self.config.norm_eps))
+        return soft_cap(logits, self.config.final_softcap)
 
     def embedded(self, inputs: list[Tensor]) -> Tensor:
         """The float rows `(tokens, dim)` of the token rows `inputs` (EmbeddingTable.inputs), scaled as the model
@@ -592,7 +609,8 @@ class Transformer:
         new_keys = key_rows(cache)[:, rows].assign(k.transpose(0, 1))
         Tensor.realize(new_keys, cache[1, :, rows].assign(v.transpose(0, 1)), q)
         keys, values = cache_keys(cache)[:, : mask.shape[1]], cache[1, :, :visible]
-        return linear(attend(q, keys, values, mask, self.config.attention_factor()), block.output)
+        attended = attend(q, keys, values, mask, self.config.attention_factor(), self.config.attention_softcap)
+        return linear(attended, block.output)
 
     def rotated_qkv(
         self, block: Block, x: Tensor, cos: Tensor, sin: Tensor, norm: RMSNorm | None = None

@@ -400,7 +400,7 @@ def feeds_step(model: Transformer, layout: FeedLayout, *inputs: Tensor) -> list[
         new_kvs.append(new_kv)
     output_norm = RMSNorm(model.output_norm, config.norm_eps)
     if layout.output == ALL:
-        logits = linear(x, model.output, norm=output_norm)
+        logits = model.logits(x)
         return [logits.reshape(feeds, layout.rows[0], -1).realize(), *new_kvs]
     if layout.output == POOLED:  # the sum of each feed's real rows, normalized one by one (padding rows: exact 0)
         pooled = [
@@ -411,7 +411,7 @@ def feeds_step(model: Transformer, layout: FeedLayout, *inputs: Tensor) -> list[
     rows = []
     for count, last, offset in zip(layout.rows, lasts, row_offsets(layout.rows), strict=True):
         rows.append(last.where(x[offset : offset + count], 0.0).sum(0, keepdim=True))  # each feed's last real row
-    logits = linear(concat(rows, dim=0), model.output, norm=output_norm)
+    logits = model.logits(concat(rows, dim=0))
     return [logits.reshape(feeds, -1).realize(), *new_kvs]
 
 
@@ -447,7 +447,8 @@ def attention(
         if window:  # a prefill from position 0 has no cached window
             keys = concat([cache_keys(cache)[:, : window // KEY_TILE], keys], dim=1)
             values = concat([cache[1, :, :window], values], dim=1)
-        outputs.append(attend(q[rows], keys, values, mask, model.config.attention_factor()))
+        config = model.config
+        outputs.append(attend(q[rows], keys, values, mask, config.attention_factor(), config.attention_softcap))
     return linear(concat(outputs, dim=0), block.output), new_kv
 
 

@@ -16,6 +16,7 @@ from llm_fixtures import chunked_logits, write_model  # noqa: E402
 
 from tg.llm.config import TransformerConfig, UnsupportedModelError  # noqa: E402
 from tg.llm.model import load_model  # noqa: E402
+from tg.llm.template import chat_template  # noqa: E402
 
 WINDOW = 8
 TOKENS = [(53 * i + 7) % 256 for i in range(40)]
@@ -69,3 +70,10 @@ def test_phi3_longrope_is_refused(tmp_path: Path) -> None:
     path = write_model(tmp_path / "phi3.gguf", "phi3", seed=9, extra_tensors=factors)
     with pytest.raises(UnsupportedModelError, match="LongRoPE"):
         load_model(path, max_context=64)
+
+
+def test_phi3_chat_turns_without_a_template_in_the_file() -> None:
+    """Phi-3's turn format (its model card): `<|user|>` ... `<|end|>`, then `<|assistant|>`."""
+    tokens = {"<s>": 1, "<|assistant|>": 32001, "<|end|>": 32007, "<|user|>": 32010}
+    template = chat_template({}, "<s>", "</s>", tokens)
+    assert template.render([{"role": "user", "content": "Hi"}]) == "<s><|user|>\nHi<|end|>\n<|assistant|>\n"

@@ -65,6 +65,7 @@ FALLBACKS = {
     "llama3": ("<|start_header_id|>{role}<|end_header_id|>\n\n", "<|eot_id|>"),
     "olmo": ("<|{role}|>\n", "\n"),
     "gemma": ("<start_of_turn>{role}\n", "<end_of_turn>\n"),
+    "phi3": ("<|{role}|>\n", "<|end|>\n"),
 }
 # Gemma's turns: the assistant is "model", there is no system turn (its text opens the first turn after it, then a
 # blank line) and every message is stripped of surrounding whitespace
@@ -106,7 +107,9 @@ def fallback_family(preset: str, tokens: dict[str, int]) -> str:
         return "llama3"
     if "<start_of_turn>" in tokens:
         return "gemma"
-    return "olmo" if preset == "olmo" else "chatml"
+    if preset == "olmo":
+        return "olmo"
+    return "phi3" if "<|assistant|>" in tokens and "<|end|>" in tokens else "chatml"
 
 
 def chat_template(metadata: dict[str, Any], bos_token: str, eos_token: str, tokens: dict[str, int]) -> Any:

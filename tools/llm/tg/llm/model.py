@@ -1,4 +1,5 @@
-"""The decoder-only transformer of llama, qwen2, qwen3, qwen3moe, olmoe and gemma3 GGUF models, on tg Tensors.
+"""The decoder-only transformer of llama, qwen2, qwen3, qwen3moe, olmoe, gemma2, gemma3 and phi3 GGUF models, on tg
+Tensors.
 
 One `Transformer.forward(tokens, start_pos)` call runs a chunk of tokens through every block, writes their keys
 and values into the per-block KV cache at `start_pos`, and returns the logits of the last token. Weights stay in
@@ -42,7 +43,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 
 
 def post_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
-    """x normalized by `weight` where the block has such a norm after its attention or MLP (gemma3), else x."""
+    """x normalized by `weight` where the block has such a norm after its attention or MLP (Gemma), else x."""
     return x if weight is None else rms_norm(x, weight, eps)
 
 
@@ -160,8 +161,8 @@ class Block:
     qkv: Weight | None = None
     qkv_bias: Tensor | None = None
     gate_up: Weight | None = None
-    post_attention_norm: Tensor | None = None  # gemma3: normalizes the attention output before the residual add
-    post_ffw_norm: Tensor | None = None  # gemma3: the same for the MLP's output
+    post_attention_norm: Tensor | None = None  # Gemma: normalizes the attention output before the residual add
+    post_ffw_norm: Tensor | None = None  # Gemma: the same for the MLP's output
     local: bool = False  # attends over the last config.sliding_window positions only, with the local RoPE
 
 

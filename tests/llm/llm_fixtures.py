@@ -89,17 +89,29 @@ def write_model(
     rope_scaling: tuple[str, float] | None = None,
     context: int = 256,
     experts: int = 4,
+    sliding_window: int = 8,
+    extra_tensors: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """A 2-block model of `arch` with every matrix in `weight_type` (norms and the router stay F32); a mixture of
     experts (qwen3moe, olmoe) has `experts` experts, 2 used per token.
 
     `rope_freqs` is written as the `rope_freqs.weight` tensor (Llama 3.x's per-pair frequency divisors) and
-    `rope_scaling` as the `<arch>.rope.scaling.type` and `.factor` keys."""
+    `rope_scaling` as the `<arch>.rope.scaling.type` and `.factor` keys.
+
+    gemma3: head_dim 32 (`key_length`, not dim / heads), attention scale 0.125 (`attention.scale`), RoPE base 1e6
+    for the global blocks, block 0 attending over a sliding window of `sliding_window` positions and block 1
+    globally (`sliding_window_pattern` 2), q/k norms per head and norms after the attention and the MLP; its norm
+    weights are around 1 like every model's here (the GGUF file holds Gemma's 1 + w, llama.cpp's converter adds the
+    1). gemma2: the same without the q/k norms, the scale, the pattern key (Gemma 2 alternates by itself) or a RoPE
+    base of its own, with soft caps small enough to matter (scores 2, logits 10). phi3: q, k, v as one `attn_qkv`,
+    gate and up as one `ffn_up` (gate's rows first), every block over the sliding window, an untied output."""
     rng = np.random.default_rng(seed)
     if weight_type in K_QUANTS:
         dim = max(dim, 256)
     heads, kv_heads, hidden = 4, 2, 2 * dim if weight_type not in K_QUANTS else 256
-    head_dim = dim // heads
+    gemma = arch in ("gemma2", "gemma3")
+    head_dim = 32 if gemma else dim // heads
+    tied = tied and arch != "phi3"
     tokens, merges, types = byte_vocab()
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(f"tiny-{arch}-{weight_type}")
@@ -110,8 +122,20 @@ def write_model(
     writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(1e6 if arch == "gemma3" else 10000.0)
+    if gemma:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    else:
+        writer.add_rope_dimension_count(head_dim)
+    if arch in ("gemma2", "gemma3", "phi3"):
+        writer.add_sliding_window(sliding_window)
+    if arch == "gemma3":
+        writer.add_sliding_window_pattern(2)
+        writer.add_attention_scale(0.125)  # not 1/sqrt(head_dim): the scale must come from the file
+    if arch == "gemma2":
+        writer.add_float32("gemma2.attn_logit_softcapping", 2.0)
+        writer.add_float32("gemma2.final_logit_softcapping", 10.0)
     if rope_scaling is not None:
         writer.add_string(f"{arch}.rope.scaling.type", rope_scaling[0])
         writer.add_float32(f"{arch}.rope.scaling.factor", rope_scaling[1])
@@ -145,6 +169,8 @@ def write_model(
     norm("output_norm.weight", dim)
     if rope_freqs is not None:
         writer.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
+    for name, values in (extra_tensors or {}).items():  # written as F32
+        writer.add_tensor(name, values.astype(np.float32))
     if not tied:
         matrix("output.weight", (vocab, dim))
     interleave = arch == "llama"
@@ -152,16 +178,22 @@ def write_model(
         prefix = f"blk.{block}."
         norm(prefix + "attn_norm.weight", dim)
         norm(prefix + "ffn_norm.weight", dim)
-        matrix(prefix + "attn_q.weight", (heads * head_dim, dim), permute_heads=heads if interleave else 0)
-        matrix(prefix + "attn_k.weight", (kv_heads * head_dim, dim), permute_heads=kv_heads if interleave else 0)
-        matrix(prefix + "attn_v.weight", (kv_heads * head_dim, dim))
+        if arch == "phi3":  # random rows either way: the fused matrix is q's rows, then k's, then v's
+            matrix(prefix + "attn_qkv.weight", ((heads + 2 * kv_heads) * head_dim, dim))
+        else:
+            matrix(prefix + "attn_q.weight", (heads * head_dim, dim), permute_heads=heads if interleave else 0)
+            matrix(prefix + "attn_k.weight", (kv_heads * head_dim, dim), permute_heads=kv_heads if interleave else 0)
+            matrix(prefix + "attn_v.weight", (kv_heads * head_dim, dim))
         matrix(prefix + "attn_output.weight", (dim, heads * head_dim))
         if arch == "qwen2":
             for name, size in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
                 writer.add_tensor(f"{prefix}attn_{name}.bias", (rng.standard_normal(size) * 0.1).astype(np.float32))
-        if arch in ("qwen3", "qwen3moe"):
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             norm(prefix + "attn_q_norm.weight", head_dim)
             norm(prefix + "attn_k_norm.weight", head_dim)
+        if gemma:
+            norm(prefix + "post_attention_norm.weight", dim)
+            norm(prefix + "post_ffw_norm.weight", dim)
         if arch == "olmoe":
             norm(prefix + "attn_q_norm.weight", heads * head_dim)
             norm(prefix + "attn_k_norm.weight", kv_heads * head_dim)
@@ -170,6 +202,9 @@ def write_model(
             matrix(prefix + "ffn_gate_exps.weight", (experts, hidden, dim))
             matrix(prefix + "ffn_up_exps.weight", (experts, hidden, dim))
             matrix(prefix + "ffn_down_exps.weight", (experts, dim, hidden))
+        elif arch == "phi3":
+            matrix(prefix + "ffn_up.weight", (2 * hidden, dim))
+            matrix(prefix + "ffn_down.weight", (dim, hidden))
         else:
             matrix(prefix + "ffn_gate.weight", (hidden, dim))
             matrix(prefix + "ffn_up.weight", (hidden, dim))
@@ -179,3 +214,22 @@ def write_model(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def chunked_logits(path: Path, tokens: list[int], chunk_ends: tuple[int, ...]) -> tuple[list[int], np.ndarray]:
+    """(positions, tg-llm's logits there) for the model at `path`: `tokens` fed in prefill chunks that end at
+    `chunk_ends` (16 tokens or more: captured block forwards), then one decode step per token left."""
+    from tg.llm.generate import Generator
+    from tg.llm.model import load_model
+
+    model, _ = load_model(path, max_context=64)
+    generator = Generator(model)
+    positions, rows, start = [], [], 0
+    for end in chunk_ends:
+        rows.append(generator._forward(tokens[start:end], start))
+        positions.append(end - 1)
+        start = end
+    for position in range(start, len(tokens)):
+        rows.append(generator._forward([tokens[position]], position))
+        positions.append(position)
+    return positions, np.stack(rows)

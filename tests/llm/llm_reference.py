@@ -74,13 +74,19 @@ def forward(
     count, dim = x.shape
     head_dim = dim // heads
     causal = np.tril(np.ones((count, count), dtype=bool))
+    if arch == "phi3":  # transformers' Phi-3 attends over its sliding window in every layer
+        causal &= np.subtract.outer(np.arange(count), np.arange(count)) < metadata["phi3.attention.sliding_window"]
     for block in range(metadata[f"{arch}.block_count"]):
         p = f"blk.{block}."
         h = rms_norm(x, w[p + "attn_norm.weight"], eps)
-        wq, wk = w[p + "attn_q.weight"], w[p + "attn_k.weight"]
+        if arch == "phi3":  # one matrix: q's rows, k's, v's
+            sizes = np.cumsum([heads * head_dim, kv_heads * head_dim])
+            wq, wk, wv = np.split(w[p + "attn_qkv.weight"], sizes)
+        else:
+            wq, wk, wv = w[p + "attn_q.weight"], w[p + "attn_k.weight"], w[p + "attn_v.weight"]
         if arch == "llama":
             wq, wk = unpermute(wq, heads), unpermute(wk, kv_heads)
-        q, k, v = h @ wq.T, h @ wk.T, h @ w[p + "attn_v.weight"].T
+        q, k, v = h @ wq.T, h @ wk.T, h @ wv.T
         if p + "attn_q.bias" in w:
             q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
         if arch == "olmoe":
@@ -105,7 +111,12 @@ def forward(
 
 
 def dense_ffn(w: dict, p: str, h: np.ndarray) -> np.ndarray:
-    return (silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+    """silu(gate) * up, then down; without ffn_gate (phi3), ffn_up holds the gate's rows and then the up's."""
+    if p + "ffn_gate.weight" in w:
+        gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+    else:
+        gate, up = np.split(h @ w[p + "ffn_up.weight"].T, 2, axis=-1)
+    return (silu(gate) * up) @ w[p + "ffn_down.weight"].T
 
 
 def moe(metadata: dict, w: dict, p: str, h: np.ndarray) -> np.ndarray:
@@ -125,3 +136,72 @@ def moe(metadata: dict, w: dict, p: str, h: np.ndarray) -> np.ndarray:
             gate, up = w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e]
             out[t] += weight * ((silu(gate @ h[t]) * (up @ h[t])) @ w[p + "ffn_down_exps.weight"][e].T)
     return out
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation (PyTorch's gelu(approximate="tanh"), Gemma's hidden activation)."""
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+# transformers' default layer types: block i slides unless (i + 1) is a multiple of this
+GEMMA_PATTERNS = {"gemma2": 2, "gemma3": 6}
+
+
+def gemma_forward(
+    metadata: dict,
+    w: dict[str, np.ndarray],
+    tokens: list[int],
+    sliding_window: int | None = None,
+    local_theta: float | None = None,
+    softcaps: bool = True,
+) -> np.ndarray:
+    """Logits (T, vocab) of a gemma2 or gemma3 model, as transformers' Gemma2/Gemma3ForCausalLM compute them:
+    embeddings times sqrt(dim); per block a norm before and after the attention and the MLP, q/k norms per head
+    (gemma3), scores scaled by the file's `attention.scale` (else 1/sqrt(head_dim): query_pre_attn_scalar is
+    key_length in these files) and soft-capped (gemma2); block i attends over a sliding window unless (i + 1) is a
+    multiple of the file's `sliding_window_pattern` (else transformers' default), then globally; gemma3's sliding
+    blocks rotate with RoPE base 10,000 (`local_theta`), the rest with `rope.freq_base`; tied output, soft-capped
+    (gemma2). `sliding_window`, `local_theta` and `softcaps` (False: none) override the file (tests that show what
+    matters).
+
+    transformers' Gemma norm multiplies by (1 + w) for its own w; llama.cpp's converter stores 1 + w in the file
+    (and transformers subtracts the 1 again when it reads a GGUF file), so the file's weights multiply here."""
+    arch = metadata["general.architecture"]
+    heads, kv_heads = metadata[f"{arch}.attention.head_count"], metadata[f"{arch}.attention.head_count_kv"]
+    eps, theta = metadata[f"{arch}.attention.layer_norm_rms_epsilon"], metadata[f"{arch}.rope.freq_base"]
+    head_dim = metadata[f"{arch}.attention.key_length"]
+    pattern = metadata.get(f"{arch}.attention.sliding_window_pattern", GEMMA_PATTERNS[arch])
+    window = metadata[f"{arch}.attention.sliding_window"] if sliding_window is None else sliding_window
+    if local_theta is None:
+        local_theta = 10000.0 if arch == "gemma3" else theta
+    attention_cap = metadata.get(f"{arch}.attn_logit_softcapping", 0.0) if softcaps else 0.0
+    final_cap = metadata.get(f"{arch}.final_logit_softcapping", 0.0) if softcaps else 0.0
+    x = w["token_embd.weight"][tokens] * np.sqrt(w["token_embd.weight"].shape[1])
+    count = x.shape[0]
+    query, key = np.arange(count)[:, None], np.arange(count)[None, :]
+    for block in range(metadata[f"{arch}.block_count"]):
+        p = f"blk.{block}."
+        local = (block + 1) % pattern != 0
+        visible = (key <= query) & ((query - key < window) if local else True)
+        h = rms_norm(x, w[p + "attn_norm.weight"], eps)
+        q, k, v = (h @ w[p + f"attn_{name}.weight"].T for name in "qkv")
+        q, k, v = (t.reshape(count, -1, head_dim) for t in (q, k, v))
+        if p + "attn_q_norm.weight" in w:
+            q, k = rms_norm(q, w[p + "attn_q_norm.weight"], eps), rms_norm(k, w[p + "attn_k_norm.weight"], eps)
+        base = local_theta if local else theta
+        q, k = rotate_half_rope(q, base), rotate_half_rope(k, base)
+        k, v = np.repeat(k, heads // kv_heads, axis=1), np.repeat(v, heads // kv_heads, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) * metadata.get(f"{arch}.attention.scale", head_dim**-0.5)
+        scores = np.where(visible, soft_cap(scores, attention_cap), -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        attended = np.einsum("hqk,khd->qhd", probs, v).reshape(count, heads * head_dim)
+        x = x + rms_norm(attended @ w[p + "attn_output.weight"].T, w[p + "post_attention_norm.weight"], eps)
+        h = rms_norm(x, w[p + "ffn_norm.weight"], eps)
+        hidden = gelu_tanh(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)
+        x = x + rms_norm(hidden @ w[p + "ffn_down.weight"].T, w[p + "post_ffw_norm.weight"], eps)
+    return soft_cap(rms_norm(x, w["output_norm.weight"], eps) @ w["token_embd.weight"].T, final_cap)
+
+
+def soft_cap(x: np.ndarray, cap: float) -> np.ndarray:
+    return np.tanh(x / cap) * cap if cap else x

@@ -45,6 +45,28 @@ def test_batched_decode_matches_the_reference(tmp_path: Path, arch: str, weight_
     assert [slot.cached for slot in runner.slots] == [s + n for s, n in zip(SEQUENCES, NEXT, strict=True)]
 
 
+@pytest.mark.parametrize("arch", ["gemma3", "gemma2", "phi3"])
+def test_sliding_window_batched_steps_match_the_reference(tmp_path: Path, arch: str) -> None:
+    """Sliding-window blocks (window 4; gemma3's with their own RoPE base), post-norms, soft caps (gemma2) and fused
+    projections (phi3) in the batched step: prompts of 11 and 3 tokens (prefill chunks of 8 rows, the second over a
+    cached window), then 3 batched decode steps."""
+    path = write_model(tmp_path / f"{arch}.gguf", arch, seed=2, sliding_window=4)
+    metadata, weights = reference.load(path)
+    forward = reference.forward if arch == "phi3" else reference.gemma_forward
+    model, _ = load_model(path, max_context=32)
+    sequences = [[5, 17, 200, 33, 99, 4, 150, 7, 64, 2, 45], [7, 64, 11]]
+    runner = ModelRunner(model, len(sequences))
+    for slot, tokens in zip(runner.slots, sequences, strict=True):
+        expected = forward(metadata, weights, tokens)[-1]
+        logits = runner.prefill(slot, tokens)
+        np.testing.assert_allclose(logits, expected, atol=2e-3 * np.abs(expected).max())
+    for step in range(3):
+        logits = runner.decode([(slot, 20 + step) for slot in runner.slots])
+        for row, slot in zip(logits, runner.slots, strict=True):
+            expected = forward(metadata, weights, slot.cached)[-1]
+            np.testing.assert_allclose(row, expected, atol=2e-3 * np.abs(expected).max())
+
+
 def test_a_slot_reuses_only_its_own_prefix(tmp_path: Path) -> None:
     path = write_model(tmp_path / "llama.gguf", "llama", "F32", seed=1)
     metadata, weights = reference.load(path)

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "olmoe")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "olmoe", "gemma2", "gemma3", "phi3")
 # architectures whose GGUF q/k weights were permuted by llama.cpp's converter so RoPE rotates adjacent pairs
 INTERLEAVED_ROPE = ("llama",)
 # per-architecture default for renormalizing the top-k expert weights when the file does not say
 NORMALIZE_TOP_K = {"qwen3moe": True, "olmoe": False}
+# the MLP's activation of the gate projection (silu unless listed)
+FFN_ACTIVATIONS = {"gemma2": "gelu_tanh", "gemma3": "gelu_tanh"}
+# Facts the GGUF files do not carry (llama.cpp and transformers both fix them), for models whose metadata has
+# `<arch>.attention.sliding_window`: which blocks attend over that window (unless
+# `<arch>.attention.sliding_window_pattern` says otherwise): of every n blocks the first n - 1, or all for 0 (Gemma 3:
+# 5 of 6, Gemma 2: every other one, Phi-3: all). Gemma 3's sliding blocks rotate with RoPE base 10,000, its global
+# ones with `rope.freq_base` (the others' blocks all with `rope.freq_base`). Gemma scales its embeddings by sqrt(dim).
+SLIDING_WINDOW_PATTERN = {"gemma2": 2, "gemma3": 6, "phi3": 0}
+LOCAL_ROPE_THETA = {"gemma3": 10000.0}
+SCALED_EMBEDDINGS = ("gemma2", "gemma3")
+# Gemma 2 and 3 27B scale their attention scores by 1/sqrt(dim / heads) (their query_pre_attn_scalar, 144 and 168),
+# not by 1/sqrt(head_dim) as the other sizes do; llama.cpp recognises them by their block count, as here
+GEMMA_27B_BLOCKS = {"gemma2": 46, "gemma3": 62}
 
 
 class UnsupportedModelError(ValueError):
@@ -38,6 +52,17 @@ class TransformerConfig:
     num_experts: int = 0
     num_experts_per_tok: int = 0
     normalize_top_k: bool = False
+    ffn_activation: str = "silu"  # or "gelu_tanh"
+    embedding_scale: float = 1.0  # the token embeddings are multiplied by it
+    attention_scale: float = 0.0  # the attention scores' factor; 0: 1/sqrt(head_dim)
+    # sliding-window attention: the blocks in local_blocks see the last `sliding_window` positions only (their own
+    # included) and, where local_rope_theta is set, rotate with that RoPE base, unscaled
+    sliding_window: int = 0
+    local_blocks: tuple[int, ...] = ()
+    local_rope_theta: float = 0.0  # 0: the sliding-window blocks rotate as the others do
+    # Gemma 2's soft caps: scores (before the mask) and final logits become cap * tanh(value / cap); 0 is none
+    attention_softcap: float = 0.0
+    final_softcap: float = 0.0
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, Any], vocab_size: int) -> TransformerConfig:
@@ -57,9 +82,11 @@ class TransformerConfig:
         num_experts = int(key("expert_count", 0))
         rope_scaling, rope_scaling_factor = _rope_scaling(metadata, arch)
         hidden = key("expert_feed_forward_length", None) if num_experts else None
+        num_blocks = int(key("block_count"))
+        sliding_window = int(key("attention.sliding_window", 0)) if arch in SLIDING_WINDOW_PATTERN else 0
         return cls(
             architecture=arch,
-            num_blocks=int(key("block_count")),
+            num_blocks=num_blocks,
             dim=dim,
             hidden_dim=int(hidden if hidden is not None else key("feed_forward_length")),
             n_heads=n_heads,
@@ -76,7 +103,38 @@ class TransformerConfig:
             num_experts=num_experts,
             num_experts_per_tok=int(key("expert_used_count", 0)),
             normalize_top_k=bool(key("expert_weights_norm", NORMALIZE_TOP_K.get(arch, False))),
+            ffn_activation=FFN_ACTIVATIONS.get(arch, "silu"),
+            embedding_scale=math.sqrt(dim) if arch in SCALED_EMBEDDINGS else 1.0,
+            attention_scale=float(key("attention.scale", _attention_scale(arch, num_blocks, dim, n_heads))),
+            sliding_window=sliding_window,
+            local_blocks=_local_blocks(metadata, arch, num_blocks) if sliding_window else (),
+            local_rope_theta=LOCAL_ROPE_THETA.get(arch, 0.0),
+            attention_softcap=float(key("attn_logit_softcapping", 0.0)),
+            final_softcap=float(key("final_logit_softcapping", 0.0)),
         )
+
+    def attention_factor(self) -> float:
+        """What the attention scores q.k are multiplied by before the softmax."""
+        return self.attention_scale or 1.0 / math.sqrt(self.head_dim)
+
+
+def _attention_scale(arch: str, num_blocks: int, dim: int, n_heads: int) -> float:
+    """The attention scale when the metadata has no `<arch>.attention.scale`: 0 (1/sqrt(head_dim)) but for Gemma 2
+    and 3 27B (see GEMMA_27B_BLOCKS)."""
+    return 1.0 / math.sqrt(dim / n_heads) if num_blocks == GEMMA_27B_BLOCKS.get(arch) else 0.0
+
+
+def _local_blocks(metadata: dict[str, Any], arch: str, num_blocks: int) -> tuple[int, ...]:
+    """The blocks that attend over a sliding window: `<arch>.attention.sliding_window_pattern` is either a list (True:
+    sliding) or a period n (the first n - 1 blocks of every n slide), by default the architecture's period."""
+    pattern = metadata.get(f"{arch}.attention.sliding_window_pattern", SLIDING_WINDOW_PATTERN[arch])
+    if isinstance(pattern, (list, tuple)):
+        if len(pattern) != num_blocks:
+            count = len(pattern)
+            raise UnsupportedModelError(f"the sliding window pattern has {count} entries for {num_blocks} blocks")
+        return tuple(index for index, sliding in enumerate(pattern) if sliding)
+    period = int(pattern)
+    return tuple(index for index in range(num_blocks) if period == 0 or index % period < period - 1)
 
 
 # RoPE scaling types the model applies; "yarn" and "longrope" change attention as well as the angles.

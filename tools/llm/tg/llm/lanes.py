@@ -27,6 +27,7 @@ from typing import Any
 
 from tg.codegen import Ops, dtypes
 from tg.hcq.engine.capture import is_capturing
+from tg.llm.ops import activate
 from tg.llm.quants import Blocks, e2m1_doubled, mxfp4_scale, type_name
 from tg.tensor import Tensor
 from tg.tensor.elementwise import alu, broadcast
@@ -324,10 +325,11 @@ def lane_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) -> Te
     return sums.reshape(-1, sums.shape[1] * LANES)[..., : lanes.shape[0]]
 
 
-def lane_gated_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) -> Tensor:
-    """silu(gate) * up `(1, rows / 2)` for a matrix `lanes` whose rows are gate's then up's (a fused gate_up
-    projection of `rows / 2` a multiple of 16), in one kernel: output lane (g, l) sums row group g for the gate and
-    row group g + groups / 2 for the up projection, two reductions over the same blocks side by side."""
+def lane_gated_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None, activation: str = "silu") -> Tensor:
+    """activation(gate) * up `(1, rows / 2)` (tg.llm.ops.activate) for a matrix `lanes` whose rows are gate's then
+    up's (a fused gate_up projection of `rows / 2` a multiple of 16), in one kernel: output lane (g, l) sums row group
+    g for the gate and row group g + groups / 2 for the up projection, two reductions over the same blocks side by
+    side."""
     if lanes.shape[0] % (2 * LANES):
         raise ValueError(f"gate and up rows must each be a multiple of {LANES}, not {lanes.shape[0] // 2}")
     sums = _lane_sums(x, lanes, norm)
@@ -336,7 +338,7 @@ def lane_gated_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None)
     if norm is not None:
         scales = _norm_scales(x, lanes, norm)[:, :half]  # one per output lane: the same for gate and up
         gate, up = gate * scales, up * scales
-    return (gate.silu() * up).reshape(-1, half * LANES)[..., : lanes.shape[0] // 2]
+    return (activate(gate, activation) * up).reshape(-1, half * LANES)[..., : lanes.shape[0] // 2]
 
 
 def _element_inputs(x: Tensor, lanes: LaneBlocks) -> list[Tensor]:

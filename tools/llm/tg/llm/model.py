@@ -1,4 +1,5 @@
-"""The decoder-only transformer of llama, qwen2, qwen3, qwen3moe and olmoe GGUF models, on tg Tensors.
+"""The decoder-only transformer of llama, qwen2, qwen3, qwen3moe, olmoe, gemma2, gemma3 and phi3 GGUF models, on tg
+Tensors.
 
 One `Transformer.forward(tokens, start_pos)` call runs a chunk of tokens through every block, writes their keys
 and values into the per-block KV cache at `start_pos`, and returns the logits of the last token. Weights stay in
@@ -24,7 +25,7 @@ from tg.hcq import Device
 from tg.hcq.engine.buffers import Buffer, buffer_of
 from tg.llm.config import TransformerConfig, UnsupportedModelError
 from tg.llm.lanes import LaneBlocks, RMSNorm
-from tg.llm.ops import concat, stack
+from tg.llm.ops import activate, concat, stack
 from tg.llm.quants import DEQUANTIZERS, Blocks
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, gated_linear, linear, quantized_weight
 from tg.tensor import Tensor, Variable
@@ -41,13 +42,27 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt() * weight
 
 
-def rope_frequencies(config: TransformerConfig, freq_factors: np.ndarray | None) -> np.ndarray:
+def post_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+    """x normalized by `weight` where the block has such a norm after its attention or MLP (Gemma), else x."""
+    return x if weight is None else rms_norm(x, weight, eps)
+
+
+def soft_cap(x: Tensor, cap: float) -> Tensor:
+    """cap * tanh(x / cap): Gemma 2 bounds its attention scores and logits so; a cap of 0 is none."""
+    return x if not cap else (x * (1.0 / cap)).tanh() * cap
+
+
+def rope_frequencies(config: TransformerConfig, freq_factors: np.ndarray | None, local: bool = False) -> np.ndarray:
     """The angle per position of each rotated pair, `(rope_dim / 2,)` in float64.
 
     The base is theta^(-2i/d). Llama 3.x ships its frequency-dependent scaling as `rope_freqs.weight`, one divisor
     per pair (llama.cpp's converter computes it from the model's `rope_scaling`); linear scaling from the metadata
-    divides every frequency (that is, every position) by the factor."""
-    frequencies = config.rope_theta ** (-np.arange(0, config.rope_dim, 2, dtype=np.float64) / config.rope_dim)
+    divides every frequency (that is, every position) by the factor. The sliding-window blocks of a model that has
+    them (`local`) rotate with their own base and no scaling."""
+    exponents = -np.arange(0, config.rope_dim, 2, dtype=np.float64) / config.rope_dim
+    if local:
+        return config.local_rope_theta**exponents
+    frequencies = config.rope_theta**exponents
     if freq_factors is not None:
         if freq_factors.shape != frequencies.shape:
             raise UnsupportedModelError(
@@ -77,7 +92,9 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, rope_dim: int, interleaved: 
     return out if rest.shape[-1] == 0 else concat([out, rest], dim=-1)
 
 
-def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+def attend(
+    q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float | None = None, softcap: float = 0.0
+) -> Tensor:
     """Grouped-query attention of q `(T, heads, head_dim)` over S cached rows: keys `(kv_heads, tiles, head_dim,
     KEY_TILE)` in the cache's tiled layout (row KEY_TILE * t + i at [:, t, :, i], see cache_keys) and values
     `(kv_heads, S, head_dim)`, S <= KEY_TILE * tiles, where `mask` `(T, tiles, KEY_TILE)` is True (key rows from S
@@ -87,12 +104,15 @@ def attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
     A score sums over head_dim with its lanes along KEY_TILE cached rows (one query scalar times a vector of keys per
     feature, no horizontal sum). The values are read up to row S only, so whatever the masked rows hold (NaN past the
     position) never meets a weight. The softmax's division comes after the weighted sum of the values (a kernel
-    fewer than normalizing the weights first)."""
+    fewer than normalizing the weights first). The scores are scaled by `scale`, by default 1/sqrt(head_dim), and
+    soft-capped by `softcap` (see soft_cap) before the mask."""
     count, heads, head_dim = q.shape
     kv_heads, tiles = keys.shape[:2]
     group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, 1, head_dim, 1)
-    scores = (q * keys.unsqueeze(1)).sum(3) * (1.0 / math.sqrt(concrete_size(head_dim, "attention's head_dim")))
+    if scale is None:
+        scale = 1.0 / math.sqrt(concrete_size(head_dim, "attention's head_dim"))
+    scores = soft_cap((q * keys.unsqueeze(1)).sum(3) * scale, softcap)
     scores = mask.reshape(1, 1, *mask.shape).where(scores.reshape(kv_heads, group, count, tiles, KEY_TILE), -math.inf)
     exp = (scores - scores.max((-2, -1), keepdim=True)).exp()
     weights = exp.reshape(kv_heads, group * count, tiles * KEY_TILE)[..., : values.shape[1]]
@@ -141,6 +161,9 @@ class Block:
     qkv: Weight | None = None
     qkv_bias: Tensor | None = None
     gate_up: Weight | None = None
+    post_attention_norm: Tensor | None = None  # Gemma: normalizes the attention output before the residual add
+    post_ffw_norm: Tensor | None = None  # Gemma: the same for the MLP's output
+    local: bool = False  # attends over the last config.sliding_window positions only, with the local RoPE
 
 
 BlockTensor = TypeVar("BlockTensor", Weight, Tensor)
@@ -256,9 +279,15 @@ def rebuilt_block(template: Block, tensors: list[Tensor]) -> Block:
 
 
 def block_layout(block: Block) -> tuple:
-    """What a captured block forward bakes in besides its inputs' shapes: which fields it has, of which types."""
-    return tuple((item.name, getattr(block, item.name).ggml_type) if isinstance(getattr(block, item.name), Weight)
-                 else (item.name, getattr(block, item.name) is None) for item in dataclasses.fields(block))  # fmt: skip
+    """What a captured block forward bakes in besides its inputs' shapes: which fields it has, of which types, and
+    its settings (`local`: which RoPE table it reads)."""
+    return tuple((item.name, _field_layout(getattr(block, item.name))) for item in dataclasses.fields(block))
+
+
+def _field_layout(value: object) -> object:
+    if isinstance(value, Weight):
+        return value.ggml_type
+    return value is None if value is None or isinstance(value, Tensor) else value
 
 
 def write_cache_rows(cache: Tensor, rows: memoryview, start_pos: int) -> None:
@@ -317,6 +346,12 @@ def release_cached_memory(device: str) -> None:
         trim(0)
 
 
+def rope_table(frequencies: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin `(rows, rope_dim / 2)` float32 of the angles of positions 0..rows-1 (computed in float64)."""
+    angles = np.arange(rows, dtype=np.float64)[:, None] * frequencies[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
 class Transformer:
     """A GGUF decoder model with its KV cache (one sequence, batch 1).
 
@@ -341,12 +376,22 @@ class Transformer:
         rows = key_tiles(self.max_context + BLOCK_ROWS[-1] - 1) * KEY_TILE
         cache_shape = (2, config.n_kv_heads, rows, config.head_dim)
         self.caches = [Tensor.zeros(*cache_shape).contiguous().realize() for _ in self.blocks]
+        if "rope_factors_long.weight" in weights or "rope_factors_short.weight" in weights:
+            raise UnsupportedModelError("LongRoPE (rope_factors_long/short, Phi-3 128k) is not supported")
         freq_factors = weights.get("rope_freqs.weight")
         frequencies = rope_frequencies(config, None if freq_factors is None else freq_factors.float().numpy())
-        angles = np.arange(rows, dtype=np.float64)[:, None] * frequencies[None, :]
-        self.rope_cos, self.rope_sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+        self.rope_cos, self.rope_sin = rope_table(frequencies, rows)
         # the same tables on the device, `(rows, 1, rope_dim / 2)`: a step slices its rows at the symbolic position
         self.rope_tables = (Tensor(self.rope_cos[:, None, :]).realize(), Tensor(self.rope_sin[:, None, :]).realize())
+        # the sliding-window blocks' own (the global ones' where the model has none)
+        self.local_rope_cos, self.local_rope_sin = self.rope_cos, self.rope_sin
+        self.local_rope_tables = self.rope_tables
+        if config.local_blocks and config.local_rope_theta:
+            self.local_rope_cos, self.local_rope_sin = rope_table(rope_frequencies(config, None, local=True), rows)
+            self.local_rope_tables = (
+                Tensor(self.local_rope_cos[:, None, :]).realize(),
+                Tensor(self.local_rope_sin[:, None, :]).realize(),
+            )
         self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal masks
         self.position = Variable("start_pos", 0, self.max_context - 1)
         self.decode_step: TinyJit | None = None
@@ -381,6 +426,9 @@ class Transformer:
             q_norm=floats("attn_q_norm.weight"),
             k_norm=floats("attn_k_norm.weight"),
             qkv=get("attn_qkv.weight"),
+            post_attention_norm=floats("post_attention_norm.weight"),
+            post_ffw_norm=floats("post_ffw_norm.weight"),
+            local=index in self.config.local_blocks,
         )
         biases = [bias for bias in (block.q_bias, block.k_bias, block.v_bias) if bias is not None]
         if block.qkv is not None and len(biases) == 3:
@@ -391,6 +439,8 @@ class Transformer:
         else:
             block.gate, block.up, block.down = get("ffn_gate.weight"), get("ffn_up.weight"), get("ffn_down.weight")
             block.gate_up = get("ffn_gate_up.weight")
+            if block.gate is None and block.up is not None and block.up.shape[0] == 2 * self.config.hidden_dim:
+                block.gate_up, block.up = block.up, None  # phi3: ffn_up holds the gate's rows, then the up's
         return block
 
     # ------------------------------------------------------------------------------------------- the forward
@@ -443,16 +493,20 @@ class Transformer:
         rows, config = len(tokens), self.config
         cache_rows = concrete_size(self.caches[0].shape[2], "a prefill chunk's window")
         window = min(-(-(start_pos + rows) // CHUNK_WINDOW) * CHUNK_WINDOW, cache_rows)
-        x = self.embedding_table.decode(self.embedding_table.inputs(tokens)).contiguous().realize()
-        causal = np.arange(window)[None, :] <= start_pos + np.arange(rows)[:, None]  # (rows, window)
-        mask = Tensor(causal.reshape(rows, window // KEY_TILE, KEY_TILE))
+        x = self.embedded(self.embedding_table.inputs(tokens)).contiguous().realize()
+        keys, queries = np.arange(window)[None, :], start_pos + np.arange(rows)[:, None]
+        visible = {False: keys <= queries}  # causal, (rows, window)
+        if config.local_blocks:
+            visible[True] = visible[False] & (keys > queries - config.sliding_window)
+        masks = {local: Tensor(rows_seen.reshape(rows, window // KEY_TILE, KEY_TILE))
+                 for local, rows_seen in visible.items()}  # fmt: skip
         position = self.position.bind(start_pos)
         for block, cache in zip(self.blocks, self.caches, strict=True):
             weights = block_tensors(block)
-            self._block_step(block, rows, window, weights)(position, x, mask, cache, *weights)
+            self._block_step(block, rows, window, weights)(position, x, masks[block.local], cache, *weights)
         last = Tensor((np.arange(rows) == count - 1)[:, None])
         chosen = last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
-        logits = linear(chosen, self.output, norm=RMSNorm(self.output_norm, config.norm_eps)).reshape(-1).realize()
+        logits = self.logits(chosen).reshape(-1).realize()
         release_cached_memory(self.caches[0].device)
         return logits
 
@@ -476,11 +530,13 @@ class Transformer:
         """One block's forward of the rows of x (its buffer `(rows, dim)` updated in place), the block's Tensors
         given as `weights` (see rebuilt_block), attending over the first `mask.shape[1]` key tiles of `cache`."""
         block, config, count = rebuilt_block(template, list(weights)), self.config, x.shape[0]
-        cos, sin = (table[position : position + count] for table in self.rope_tables)
+        tables = self.local_rope_tables if block.local else self.rope_tables
+        cos, sin = (table[position : position + count] for table in tables)
         attn_norm, ffn_norm = RMSNorm(block.attn_norm, config.norm_eps), RMSNorm(block.ffn_norm, config.norm_eps)
         visible = mask.shape[1] * KEY_TILE
-        h = (x + self._attention(block, cache, position, visible, x, attn_norm, cos, sin, mask)).contiguous()
-        x.assign(h + self.feed_forward(block, h, ffn_norm)).realize()
+        attended = self._attention(block, cache, position, visible, x, attn_norm, cos, sin, mask)
+        h = (x + post_norm(attended, block.post_attention_norm, config.norm_eps)).contiguous()
+        x.assign(h + post_norm(self.feed_forward(block, h, ffn_norm), block.post_ffw_norm, config.norm_eps)).realize()
         return x
 
     def _step(self, position: UOp | int, last: Tensor | None, *token_rows: Tensor) -> Tensor:
@@ -488,28 +544,47 @@ class Transformer:
         only row), its rows at positions `position`..: the function the decode step captures. Every block's keys
         and values are assigned into its cache inside the step, so a replay leaves nothing to copy afterwards."""
         config = self.config
-        x = self.embedding_table.decode(list(token_rows))
+        x = self.embedded(list(token_rows))
         count = x.shape[0]
-        cos, sin = (table[position : position + count] for table in self.rope_tables)
-        # causal: a row sees the keys up to its own position, in the key tiles that hold the rows up to the last
+        ropes = {local: tuple(table[position : position + count] for table in tables)
+                 for local, tables in ((False, self.rope_tables), (True, self.local_rope_tables))}  # fmt: skip
+        # causal: a row sees the keys up to its own position, in the key tiles that hold the rows up to the last;
+        # a sliding-window block only the last config.sliding_window of them
         tiles = key_tiles(position + count)
-        keys = self.positions.reshape(-1, KEY_TILE)[:tiles]
-        mask = keys.reshape(1, *keys.shape) <= self.positions[position : position + count].reshape(-1, 1, 1)
+        keys = self.positions.reshape(-1, KEY_TILE)[:tiles].reshape(1, tiles, KEY_TILE)
+        queries = self.positions[position : position + count].reshape(-1, 1, 1)
+        masks = {False: keys <= queries}
+        if config.local_blocks:
+            masks[True] = masks[False] & (keys > queries - config.sliding_window)
         for block, cache in zip(self.blocks, self.caches, strict=True):
             attn_norm, ffn_norm = RMSNorm(block.attn_norm, config.norm_eps), RMSNorm(block.ffn_norm, config.norm_eps)
+            cos, sin = ropes[block.local]
             # h in a buffer of its own, written by the attention output's matvec: the MLP's matvecs read it in
             # every output lane, so the scheduler stores it anyway, but only after it has given that matvec a
             # kernel of its own (a reduction read by another reduction is stored), one more kernel per block
-            attended = self._attention(block, cache, position, position + count, x, attn_norm, cos, sin, mask)
-            h = (x + attended).contiguous()
-            x = h + self.feed_forward(block, h, ffn_norm)
+            attended = self._attention(
+                block, cache, position, position + count, x, attn_norm, cos, sin, masks[block.local]
+            )
+            h = (x + post_norm(attended, block.post_attention_norm, config.norm_eps)).contiguous()
+            x = h + post_norm(self.feed_forward(block, h, ffn_norm), block.post_ffw_norm, config.norm_eps)
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
             # the scheduler's cache serves blocks 2..N from block 1's schedule (and a long chunk's float scratch
             # weights live one block at a time)
             x = x.contiguous().realize()
         chosen = x if last is None else last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
-        out = linear(chosen, self.output, norm=RMSNorm(self.output_norm, config.norm_eps)).reshape(-1)
+        out = self.logits(chosen).reshape(-1)
         return out.realize()
+
+    def logits(self, x: Tensor) -> Tensor:
+        """The logits `(rows, vocab)` of the final hidden rows x: normalized, projected, soft-capped (gemma2)."""
+        logits = linear(x, self.output, norm=RMSNorm(self.output_norm, self.config.norm_eps))
+        return soft_cap(logits, self.config.final_softcap)
+
+    def embedded(self, inputs: list[Tensor]) -> Tensor:
+        """The float rows `(tokens, dim)` of the token rows `inputs` (EmbeddingTable.inputs), scaled as the model
+        scales its embeddings (gemma3: by sqrt(dim))."""
+        x = self.embedding_table.decode(inputs)
+        return x if self.config.embedding_scale == 1.0 else x * self.config.embedding_scale
 
     def _attention(
         self,
@@ -535,7 +610,8 @@ class Transformer:
         new_keys = key_rows(cache)[:, rows].assign(k.transpose(0, 1))
         Tensor.realize(new_keys, cache[1, :, rows].assign(v.transpose(0, 1)), q)
         keys, values = cache_keys(cache)[:, : mask.shape[1]], cache[1, :, :visible]
-        return linear(attend(q, keys, values, mask), block.output)
+        attended = attend(q, keys, values, mask, self.config.attention_factor(), self.config.attention_softcap)
+        return linear(attended, block.output)
 
     def rotated_qkv(
         self, block: Block, x: Tensor, cos: Tensor, sin: Tensor, norm: RMSNorm | None = None
@@ -578,13 +654,16 @@ class Transformer:
         """The MLP (or mixture of experts) of the rows of norm(x) (or x). A decode step's dense MLP is two kernels:
         norm, gate and up projections and silu(gate) * up in one (weights.gated_linear), the down projection and
         whatever adds its result in the other."""
+        activation = self.config.ffn_activation
         if block.gate_up is not None:
-            return linear(gated_linear(x, block.gate_up, norm), block_tensor(block.down, "ffn_down.weight"))
+            hidden = gated_linear(x, block.gate_up, norm, activation)
+            return linear(hidden, block_tensor(block.down, "ffn_down.weight"))
         if not self.config.num_experts:
             gate_weight = block_tensor(block.gate, "ffn_gate.weight")
             up_weight = block_tensor(block.up, "ffn_up.weight")
             down_weight = block_tensor(block.down, "ffn_down.weight")
-            return linear(linear(x, gate_weight, norm=norm).silu() * linear(x, up_weight, norm=norm), down_weight)
+            gate = activate(linear(x, gate_weight, norm=norm), activation)
+            return linear(gate * linear(x, up_weight, norm=norm), down_weight)
         config = self.config
         if norm is not None:
             x = norm(x)

@@ -31,3 +31,12 @@ def concat(tensors: list[Tensor], dim: int) -> Tensor:
 
 def stack(tensors: list[Tensor], dim: int) -> Tensor:
     return concat([t.unsqueeze(dim) for t in tensors], dim)
+
+
+def activate(x: Tensor, activation: str) -> Tensor:
+    """The MLP's gate activation by name: "silu" (llama, qwen) or "gelu_tanh" (gemma: GELU's tanh approximation)."""
+    if activation == "silu":
+        return x.silu()
+    if activation == "gelu_tanh":
+        return x.gelu(approximate="tanh")
+    raise ValueError(f"unknown activation {activation!r} (silu, gelu_tanh)")

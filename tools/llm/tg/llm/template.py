@@ -64,7 +64,14 @@ FALLBACKS = {
     "chatml": ("<|im_start|>{role}\n", "<|im_end|>\n"),
     "llama3": ("<|start_header_id|>{role}<|end_header_id|>\n\n", "<|eot_id|>"),
     "olmo": ("<|{role}|>\n", "\n"),
+    "gemma": ("<start_of_turn>{role}\n", "<end_of_turn>\n"),
+    "phi3": ("<|{role}|>\n", "<|end|>\n"),
 }
+# Gemma's turns: the assistant is "model", there is no system turn (its text opens the first turn after it, then a
+# blank line) and every message is stripped of surrounding whitespace
+ROLE_NAMES = {"gemma": {"assistant": "model"}}
+SYSTEM_IN_FIRST_TURN = ("gemma",)
+STRIPPED = ("gemma",)
 
 
 class FallbackTemplate:
@@ -72,15 +79,24 @@ class FallbackTemplate:
 
     def __init__(self, family: str, bos_token: str = "") -> None:
         self.header, self.end = FALLBACKS[family]
-        self.bos_token = bos_token
+        self.family, self.bos_token = family, bos_token
+        self.roles = ROLE_NAMES.get(family, {})
 
     def render(self, messages: list[Message], add_generation_prompt: bool = True, **_: Any) -> str:
-        parts = [self.bos_token]
+        parts, prefix = [self.bos_token], ""
+        if self.family in SYSTEM_IN_FIRST_TURN and messages and messages[0]["role"] == "system":
+            prefix, messages = message_text(messages[0]) + "\n\n", messages[1:]
         for message in messages:
-            parts.append(self.header.format(role=message["role"]) + message_text(message) + self.end)
+            text = message_text(message)
+            text = prefix + (text.strip() if self.family in STRIPPED else text)
+            parts.append(self.header.format(role=self._role(message["role"])) + text + self.end)
+            prefix = ""
         if add_generation_prompt:
-            parts.append(self.header.format(role="assistant"))
+            parts.append(self.header.format(role=self._role("assistant")))
         return "".join(parts)
+
+    def _role(self, role: str) -> str:
+        return self.roles.get(role, role)
 
 
 def fallback_family(preset: str, tokens: dict[str, int]) -> str:
@@ -89,7 +105,11 @@ def fallback_family(preset: str, tokens: dict[str, int]) -> str:
         return "chatml"
     if "<|start_header_id|>" in tokens:
         return "llama3"
-    return "olmo" if preset == "olmo" else "chatml"
+    if "<start_of_turn>" in tokens:
+        return "gemma"
+    if preset == "olmo":
+        return "olmo"
+    return "phi3" if "<|assistant|>" in tokens and "<|end|>" in tokens else "chatml"
 
 
 def chat_template(metadata: dict[str, Any], bos_token: str, eos_token: str, tokens: dict[str, int]) -> Any:

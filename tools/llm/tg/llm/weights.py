@@ -19,7 +19,7 @@ from tg.llm.lanes import (
     lane_matvec,
     pack_lanes,
 )
-from tg.llm.ops import concat
+from tg.llm.ops import activate, concat
 from tg.llm.quants import HALF_FIELDS, Blocks, dequantize, pack, type_name
 from tg.tensor import Tensor
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFTensorInfo, bf16_to_float
@@ -110,19 +110,20 @@ def linear(x: Tensor, weight: Weight, bias: Tensor | None = None, norm: RMSNorm 
     return out if bias is None else out + bias
 
 
-def gated_linear(x: Tensor, gate_up: Weight, norm: RMSNorm | None = None) -> Tensor:
-    """silu(gate) * up of the projections norm(x) @ gate.T and norm(x) @ up.T, where `gate_up` stacks gate's rows
-    on up's (a fused ffn_gate_up, see tg.llm.model.FUSED_PROJECTIONS): the MLP's hidden activations. Decoding
-    (few rows, LaneBlocks whose halves split at a lane group), norm, both matvecs and the product are one kernel."""
+def gated_linear(x: Tensor, gate_up: Weight, norm: RMSNorm | None = None, activation: str = "silu") -> Tensor:
+    """activation(gate) * up (tg.llm.ops.activate) of the projections norm(x) @ gate.T and norm(x) @ up.T, where
+    `gate_up` stacks gate's rows on up's (a fused ffn_gate_up, see tg.llm.model.FUSED_PROJECTIONS): the MLP's hidden
+    activations. Decoding (few rows, LaneBlocks whose halves split at a lane group), norm, both matvecs and the
+    product are one kernel."""
     hidden = gate_up.shape[0] // 2
     lanes = gate_up.data
     if math.prod(x.shape[:-1]) < SCRATCH_MATMUL_ROWS and isinstance(lanes, LaneBlocks) and hidden % LANES == 0:
         # a buffer of its own from the start: the down projection reads every hidden value once per output row, so
         # the scheduler would store it anyway, but only after it has given the two matvecs under it kernels of
         # their own (a reduction read by another reduction is stored), three kernels instead of one
-        return _rowwise(x, lambda row: lane_gated_matvec(row, lanes, norm), hidden).contiguous()
+        return _rowwise(x, lambda row: lane_gated_matvec(row, lanes, norm, activation), hidden).contiguous()
     both = linear(x, gate_up, norm=norm)
-    return both[..., :hidden].silu() * both[..., hidden:]
+    return activate(both[..., :hidden], activation) * both[..., hidden:]
 
 
 def _rowwise(x: Tensor, matvec: Callable[[Tensor], Tensor], outputs: int) -> Tensor:

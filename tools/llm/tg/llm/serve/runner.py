@@ -45,6 +45,7 @@ from tg.llm.model import (
     cache_keys,
     key_tiles,
     kv_window,
+    post_norm,
     write_cache_rows,
 )
 from tg.llm.ops import concat, stack
@@ -343,9 +344,9 @@ def forward_feeds(
 
     `window` is the KV window `step` was captured for: the feeds' own (`cache_window`, None) or a wider one.
     """
-    context = model.max_context
+    context, config = model.max_context, model.config
     window = cache_window(model, feeds) if window is None else window
-    tokens, positions, masks, lasts = [], [], [], []
+    tokens, positions, masks, local_masks, lasts = [], [], [], [], []
     for feed in feeds:
         tokens += feed.tokens + [0] * (feed.rows - len(feed.tokens))
         # padding rows may run past the context; their RoPE rows are never used by a real row, any will do
@@ -355,6 +356,10 @@ def forward_feeds(
         own_visible = np.tri(feed.rows, key_tiles(feed.rows) * KEY_TILE, dtype=bool)
         mask = np.concatenate([cached_visible, own_visible], axis=1)
         masks.append(Tensor(mask.reshape(feed.rows, -1, KEY_TILE)))
+        if config.local_blocks:  # the sliding-window blocks see only the keys of the last sliding_window positions
+            key_positions = np.concatenate([np.arange(window), feed.start + np.arange(own_visible.shape[1])])
+            recent = key_positions[None, :] > (feed.start + np.arange(feed.rows))[:, None] - config.sliding_window
+            local_masks.append(Tensor((mask & recent).reshape(feed.rows, -1, KEY_TILE)))
         selected = (
             np.arange(feed.rows) < len(feed.tokens)
             if output == POOLED
@@ -362,9 +367,11 @@ def forward_feeds(
         )
         lasts.append(Tensor(selected[:, None]))
     rope_rows = np.concatenate(positions)
-    cos, sin = Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])
+    ropes = [Tensor(model.rope_cos[rope_rows, None, :]), Tensor(model.rope_sin[rope_rows, None, :])]
+    if config.local_blocks:
+        ropes += [Tensor(model.local_rope_cos[rope_rows, None, :]), Tensor(model.local_rope_sin[rope_rows, None, :])]
     caches = [cache for feed in feeds for cache in feed.caches]
-    logits, *new_kvs = step(cos, sin, *masks, *lasts, *caches, *model.embedding_table.inputs(tokens))
+    logits, *new_kvs = step(*ropes, *masks, *local_masks, *lasts, *caches, *model.embedding_table.inputs(tokens))
     result = logits.numpy()  # a copy: a replay overwrites the captured output buffers
     if store_rows:
         store(feeds, new_kvs)
@@ -391,34 +398,41 @@ class FeedLayout:
     output: str = LAST
 
 
-def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor, *inputs: Tensor) -> list[Tensor]:
+def feeds_step(model: Transformer, layout: FeedLayout, *inputs: Tensor) -> list[Tensor]:
     """[logits `(feeds, vocab)`, then each block's new keys and values `(rows, 2, kv_heads, head_dim)`]: the
-    forward of `forward_feeds` as a function of Tensors, for TinyJit. `inputs` are per feed its mask
-    `(rows, tiles, KEY_TILE)` over the window's key tiles and its own (see `attention`), then per feed its last-row
-    selector `(rows, 1)` (True at its last real token), then
-    per feed its per-block caches, then the token rows of all feeds.
+    forward of `forward_feeds` as a function of Tensors, for TinyJit. `inputs` are the RoPE rows cos, sin `(rows,
+    1, rope_dim / 2)` (then the sliding-window blocks' own, where the model has such blocks), per feed its mask
+    `(rows, tiles, KEY_TILE)` over the window's key tiles and its own (see `attention`) (then per feed its
+    sliding-window mask, where the model has such blocks), then per feed its last-row selector `(rows, 1)` (True at
+    its last real token), then per feed its per-block caches, then the token rows of all feeds.
 
     Mirrors `Transformer._step`, with the rows of all feeds stacked for the projections and feed-forward, and
     attention done per feed over its own cache followed by its new keys and values."""
     config = model.config
     feeds, blocks = len(layout.rows), len(model.blocks)
-    masks, lasts = list(inputs[:feeds]), inputs[feeds : 2 * feeds]
-    first_cache = 2 * feeds
+    kinds = 2 if config.local_blocks else 1  # [global] or [global, sliding-window] RoPE rows and masks
+    ropes = [inputs[2 * kind : 2 * kind + 2] for kind in range(kinds)]
+    first_mask = 2 * kinds
+    masks = [list(inputs[first_mask + kind * feeds : first_mask + (kind + 1) * feeds]) for kind in range(kinds)]
+    first_last = first_mask + kinds * feeds
+    lasts, first_cache = inputs[first_last : first_last + feeds], first_last + feeds
     feed_caches = [inputs[first_cache + f * blocks : first_cache + (f + 1) * blocks] for f in range(feeds)]
-    x = model.embedding_table.decode(list(inputs[first_cache + feeds * blocks :]))
+    x = model.embedded(list(inputs[first_cache + feeds * blocks :]))
     new_kvs = []
     for index, block in enumerate(model.blocks):
         attn_norm = RMSNorm(block.attn_norm, config.norm_eps)
         caches = [own_caches[index] for own_caches in feed_caches]
-        attended, new_kv = attention(model, block, layout, caches, masks, x, attn_norm, cos, sin)
-        h = x + attended
-        x = h + model.feed_forward(block, h, RMSNorm(block.ffn_norm, config.norm_eps))
+        cos, sin = ropes[block.local]
+        attended, new_kv = attention(model, block, layout, caches, masks[block.local], x, attn_norm, cos, sin)
+        h = x + post_norm(attended, block.post_attention_norm, config.norm_eps)
+        ffn = model.feed_forward(block, h, RMSNorm(block.ffn_norm, config.norm_eps))
+        x = h + post_norm(ffn, block.post_ffw_norm, config.norm_eps)
         x = x.contiguous()  # one realize per block, as in Transformer._step: small graphs, one shared schedule
         Tensor.realize(x, new_kv)
         new_kvs.append(new_kv)
     output_norm = RMSNorm(model.output_norm, config.norm_eps)
     if layout.output == ALL:
-        logits = linear(x, model.output, norm=output_norm)
+        logits = model.logits(x)
         return [logits.reshape(feeds, layout.rows[0], -1).realize(), *new_kvs]
     if layout.output == POOLED:  # the sum of each feed's real rows, normalized one by one (padding rows: exact 0)
         pooled = [
@@ -429,7 +443,7 @@ def feeds_step(model: Transformer, layout: FeedLayout, cos: Tensor, sin: Tensor,
     rows = []
     for count, last, offset in zip(layout.rows, lasts, row_offsets(layout.rows), strict=True):
         rows.append(last.where(x[offset : offset + count], 0.0).sum(0, keepdim=True))  # each feed's last real row
-    logits = linear(concat(rows, dim=0), model.output, norm=output_norm)
+    logits = model.logits(concat(rows, dim=0))
     return [logits.reshape(feeds, -1).realize(), *new_kvs]
 
 
@@ -465,7 +479,8 @@ def attention(
         if window:  # a prefill from position 0 has no cached window
             keys = concat([cache_keys(cache)[:, : window // KEY_TILE], keys], dim=1)
             values = concat([cache[1, :, :window], values], dim=1)
-        outputs.append(attend(q[rows], keys, values, mask))
+        config = model.config
+        outputs.append(attend(q[rows], keys, values, mask, config.attention_factor(), config.attention_softcap))
     return linear(concat(outputs, dim=0), block.output), new_kv
 
 

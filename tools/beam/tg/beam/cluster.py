@@ -35,7 +35,7 @@ from tg.beam.batch import (  # noqa: E402
 )
 from tg.beam.kernels import BeamError  # noqa: E402
 from tg.codegen.flags import flags_from_environment  # noqa: E402
-from tg.codegen.ray_address import ClusterUnreachable, check_reachable  # noqa: E402
+from tg.env.ray_address import ClusterUnreachable, check_reachable  # noqa: E402
 from tg.hcq.engine.beam import search_opts  # noqa: E402
 
 GPU_FAMILIES = ("AMD", "NV", "CUDA")  # devices whose kernels run on a GPU: their tasks ask Ray for one
@@ -45,7 +45,7 @@ LOCAL_FLAGS = ("TG_CACHE_DIR", "TG_DUMP_KERNELS", "TG_REPLAY_DB", "CAPTURE_PROCE
 
 def connect(address: str | None) -> None:
     """Join the cluster at `address` (None: RAY_ADDRESS, else a new local one), unless already joined; a
-    BeamError in one line when the address does not answer (see tg.codegen.ray_address)."""
+    BeamError in one line when the address does not answer (see tg.env.ray_address)."""
     if ray.is_initialized():
         return
     try:

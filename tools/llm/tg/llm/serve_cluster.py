@@ -27,7 +27,7 @@ import ray  # noqa: E402
 from ray import serve  # noqa: E402
 
 from tg.codegen.flags import flags_from_environment  # noqa: E402
-from tg.codegen.ray_address import check_reachable  # noqa: E402
+from tg.env.ray_address import check_reachable  # noqa: E402
 from tg.llm.serve.app import create_app  # noqa: E402
 from tg.llm.serve.server import ServeOptions, allowed_hosts, load_state  # noqa: E402
 
@@ -37,7 +37,7 @@ LOCAL_FLAGS = ("TG_CACHE_DIR", "TG_DUMP_KERNELS", "TG_REPLAY_DB", "CAPTURE_PROCE
 
 def connect(address: str | None) -> None:
     """Join the cluster at `address` (None: RAY_ADDRESS, else a new local one), unless already joined;
-    ClusterUnreachable (one line) when the address does not answer (see tg.codegen.ray_address)."""
+    ClusterUnreachable (one line) when the address does not answer (see tg.env.ray_address)."""
     if ray.is_initialized():
         return
     check_reachable(address or os.environ.get("RAY_ADDRESS"))

@@ -34,7 +34,7 @@ import ray  # noqa: E402
 from tg.codegen.cache_db import open_db
 from tg.codegen.capture import TABLE  # noqa: E402
 from tg.codegen.flags import flags_from_environment  # noqa: E402
-from tg.codegen.ray_address import ClusterUnreachable, check_reachable  # noqa: E402
+from tg.env.ray_address import ClusterUnreachable, check_reachable  # noqa: E402
 from tg.replay.database import ReplayError  # noqa: E402
 from tg.replay.diff import ResultSink, Runner, Version, split_shards, worker_command, worker_environment  # noqa: E402
 
@@ -46,7 +46,7 @@ LOCAL_FLAGS = ("TG_CACHE_DIR", "TG_DUMP_KERNELS", "TG_REPLAY_DB", "CAPTURE_PROCE
 
 def connect(address: str | None) -> None:
     """Join the cluster at `address` (None: RAY_ADDRESS, else a new local one), unless already joined; a
-    ReplayError in one line when the address does not answer (see tg.codegen.ray_address)."""
+    ReplayError in one line when the address does not answer (see tg.env.ray_address)."""
     if ray.is_initialized():
         return
     try:

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from tg.codegen.ray_address import ClusterUnreachable, check_reachable
+from tg.env.ray_address import ClusterUnreachable, check_reachable
 
 
 def test_an_address_that_accepts_connections_passes() -> None:

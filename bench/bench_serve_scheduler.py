@@ -9,8 +9,9 @@ when the server is idle, between rounds). `--streams` clients stream greedy comp
 one more client sends a `--prompt`-token prompt. The table gives the inter-token gaps the running streams saw while that
 prompt was prefilled (p50, p99, max, pooled over `--rounds` rounds), with the scheduler's chunked prefill (32 tokens
 between decode steps) and, as the peer measured in the same run, with the whole prompt prefilled before the next decode
-step (chunk = the context). Then aggregate tokens/s at 1 and `--streams` clients. Ratios, not absolute times, are what
-carries across machines.
+step (chunk = the context). Then aggregate tokens/s at each of `--clients` (default 1, 8, 32; clients past
+`--streams` + 1 wait in the server's queue, as they would in use). Ratios, not absolute times, are what carries across
+machines.
 """
 
 from __future__ import annotations
@@ -134,12 +135,15 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=CONTEXT)
     parser.add_argument("--rounds", type=int, default=2, help="measured rounds per prefill policy")
     parser.add_argument("--warmup-context", type=int, default=512, help="positions the warm-up covers (0: none)")
+    parser.add_argument("--clients", default="1,8,32", help="comma-separated client counts for the tokens/s rows")
     args = parser.parse_args()
+    client_counts = [int(count) for count in args.clients.split(",")]
     context = args.context
     policies = {"chunked (32 tokens)": 32, "whole prompt (peer)": context}
     with tempfile.TemporaryDirectory() as folder:
         path = write_model(Path(folder) / "bench.gguf", "llama", "F32", seed=0, dim=128, context=context)
-        options = ServeOptions(max_concurrency=args.streams + 1, max_queue=4, warmup=args.warmup_context > 0,
+        options = ServeOptions(max_concurrency=args.streams + 1, max_queue=max(4, *client_counts),
+                               warmup=args.warmup_context > 0,
                                warmup_context=args.warmup_context)  # fmt: skip
         server = ThreadedServer(load_state(path, context, options, aliases={"bench"}))
         engine = server.state.engine
@@ -180,10 +184,9 @@ def main() -> None:
             print(f"p99 gap, whole / chunked: {whole['p99'] / chunked['p99']:.1f}x; max gap: "
                   f"{whole['max'] / chunked['max']:.1f}x")  # fmt: skip
             engine.prefill_chunk = 32
-            single = clients.submit(run_throughput, server.url, 1, args.tokens).result()
-            many = clients.submit(run_throughput, server.url, args.streams, args.tokens).result()
-            print(f"tokens/s: 1 client {single:.1f}, {args.streams} clients {many:.1f} ({many / single:.2f}x)"
-                  f"   (load {os.getloadavg()[0]:.2f})")  # fmt: skip
+            for count in client_counts:
+                rate = clients.submit(run_throughput, server.url, count, args.tokens).result()
+                print(f"tokens/s at {count} clients: {rate:.1f}   (load {os.getloadavg()[0]:.2f})", flush=True)
             print(f"captures after the warm-up: {runner.inline_captures} that a step waited for, "
                   f"{len(runner.deferred_made)} queued ones made while no request ran; {runner.covered_steps} steps "
                   f"replayed a wider window's capture; {len(runner.steps)} captures kept")  # fmt: skip

@@ -148,6 +148,22 @@ def test_steps_replay_one_capture_per_row_counts_and_window(tmp_path: Path) -> N
     assert [(step.graph is not None, step.calls) for step in runner.steps.values()] == [(True, 3), (True, 5), (True, 2)]
 
 
+def echo_and_pooled(
+    runner: ModelRunner, slot: Slot, echo: list[int], loaded: tuple, dim: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`echo` prefilled from an empty cache as an echo step (every position's logits, checked against the reference)
+    and as an embedding step (one pooled vector of `dim`); both results."""
+    metadata, weights = loaded
+    slot.cached = []
+    rows = runner.prefill_step(slot, echo, 8, "all")
+    want = reference.forward(metadata, weights, echo)
+    np.testing.assert_allclose(rows, want, atol=2e-3 * np.abs(want).max())
+    slot.cached = []
+    pooled = runner.prefill_step(slot, echo, 8, "pooled")
+    assert pooled is not None and pooled.shape == (dim,)
+    return rows, pooled
+
+
 @pytest.mark.slow
 def test_steps_past_the_warmed_windows_never_wait_for_a_capture(tmp_path: Path) -> None:
     """Warmed up to 64 positions of 256: a prompt into the 128 window, decode steps there, and an echo (ALL) and an
@@ -174,13 +190,7 @@ def test_steps_past_the_warmed_windows_never_wait_for_a_capture(tmp_path: Path) 
             want = reference.forward(metadata, weights, slot.cached)[-1]
             np.testing.assert_allclose(row, want, atol=2e-3 * np.abs(want).max())
     echo = [4, 9, 16, 25, 36]
-    second.cached = []
-    rows = runner.prefill_step(second, echo, 8, "all")
-    want = reference.forward(metadata, weights, echo)
-    np.testing.assert_allclose(rows, want, atol=2e-3 * np.abs(want).max())
-    second.cached = []
-    pooled = runner.prefill_step(second, echo, 8, "pooled")
-    assert pooled is not None and pooled.shape == (model.config.dim,)
+    rows, pooled = echo_and_pooled(runner, second, echo, (metadata, weights), model.config.dim)
     assert runner.inline_captures == 0 and runner.covered_steps > 0
     assert set(runner.steps) == warmed  # nothing was captured on the way
     queued = {((8,), 128, "last"), ((1, 1), 128, "last"), ((8,), 0, "all"), ((8,), 0, "pooled")}
@@ -239,13 +249,7 @@ def test_without_a_warm_up_only_the_first_step_of_each_kind_waits_for_a_capture(
         check(rows, [first.cached, second.cached])
     assert runner.split_steps == 2
     echo = [4, 9, 16, 25, 36]
-    second.cached = []
-    rows = runner.prefill_step(second, echo, 8, "all")
-    want = reference.forward(metadata, weights, echo)
-    np.testing.assert_allclose(rows, want, atol=2e-3 * np.abs(want).max())
-    second.cached = []
-    pooled = runner.prefill_step(second, echo, 8, "pooled")
-    assert pooled is not None and pooled.shape == (model.config.dim,)
+    rows, pooled = echo_and_pooled(runner, second, echo, (metadata, weights), model.config.dim)
     second.cached = []
     np.testing.assert_allclose(runner.prefill_step(second, echo, 8, "all"), rows, atol=1e-4 * np.abs(rows).max())
     assert runner.inline_captures == 3 and runner.covers("all") and runner.covers("pooled")

@@ -8,7 +8,8 @@ the model's own buffers (weights, KV caches, RoPE tables: `model_buffers`) by na
 The key is a hash of everything a capture depends on: the model file (path, size, modification time), the step and
 the KV cache size, the device, its Target and compiler, the codegen flags, tg.codegen's version, the sources of
 tg.tensor, tg.hcq and tg.llm, and the git commit. A changed model file or tg misses; an entry that cannot be read
-(corrupt, from another format) is ignored with a DEBUG line and captured again. CACHELEVEL=0 disables the store.
+(corrupt, from another format) is ignored with a DEBUG line and captured again. CACHELEVEL=0 disables the store;
+JIT=0 does not read it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tg.hcq.buffer import Buffer
 from tg.hcq.device import Device
 from tg.hcq.engine.buffers import buffer_of
 from tg.hcq.flags import JITBEAM
+from tg.tensor.flags import JIT
 from tg.tensor.jit import TinyJit
 from tg.tensor.jit_pickle import JitPickleError, dumps_capture, loads_capture
 from tg.tensor.tensor import Tensor
@@ -102,8 +104,9 @@ class CaptureStore:
         return captures_dir() / f"{key}.capture"
 
     def load(self, step: str, model: Transformer) -> TinyJit | None:
-        """The stored capture of `step` for `model`, or None (nothing stored, or an entry that does not load)."""
-        if int(CACHELEVEL) == 0:
+        """The stored capture of `step` for `model`, or None (nothing stored, an entry that does not load, or JIT=0,
+        which runs steps plainly: a loaded capture has no function to run)."""
+        if int(CACHELEVEL) == 0 or not int(JIT):
             return None
         path = self.path(step, model)
         try:

@@ -160,3 +160,25 @@ def test_jit_0_runs_plainly_with_a_stored_capture_present(tmp_path: Path, captur
     jitted, _ = greedy_answer(path)
     with Context(JIT=0):
         assert greedy_answer(path)[0] == jitted
+
+
+def test_a_new_server_runner_replays_the_stored_steps(tmp_path: Path, captures: list[str]) -> None:
+    """The server's steps (tg.llm.serve.runner) are stored too: a runner on a freshly loaded model captures
+    nothing, and its logits match the float64 reference."""
+    import llm_reference as reference
+
+    from tg.llm.serve.runner import ModelRunner
+
+    path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=15)
+    metadata, weights = reference.load(path)
+    for run in range(2):
+        runner = ModelRunner(load_model(path, max_context=32)[0], 2)
+        first, second = runner.slots
+        runner.prefill(first, [1, 2, 3])
+        runner.prefill(second, [4, 5])
+        logits = runner.decode([(first, 6), (second, 7)])
+        for row, tokens in zip(logits, ([1, 2, 3, 6], [4, 5, 7]), strict=True):
+            expected = reference.forward(metadata, weights, tokens)[-1]
+            np.testing.assert_allclose(row, expected, atol=2e-3 * np.abs(expected).max())
+        assert len(captures) == (2 if run == 0 else 0), captures
+        captures.clear()

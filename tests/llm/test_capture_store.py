@@ -57,8 +57,9 @@ def captures(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return names
 
 
-def test_a_new_process_replays_the_stored_steps_without_capturing(tmp_path: Path, own_capture_store: Path,
-                                                                  captures: list[str]) -> None:  # fmt: skip
+def test_a_new_process_replays_the_stored_steps_without_capturing(
+    tmp_path: Path, own_capture_store: Path, captures: list[str]
+) -> None:
     path = write_model(tmp_path / "m.gguf", "llama", "Q4_1", seed=5)
     with Context(JIT=0):
         plain, _ = greedy_answer(path)
@@ -123,8 +124,9 @@ def test_a_changed_model_file_misses(tmp_path: Path, captures: list[str]) -> Non
         assert changed == greedy_answer(path)[0]
 
 
-def test_another_codegen_version_or_kv_cache_size_is_another_entry(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_another_codegen_version_or_kv_cache_size_is_another_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=9)
     model, _ = load_model(path, max_context=64)
     entries = {model.capture_store.path("decode", model)}  # type: ignore[union-attr]

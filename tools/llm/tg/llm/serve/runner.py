@@ -271,7 +271,9 @@ class ModelRunner:
         layout = FeedLayout(rows, window, output)
         store = self.model.capture_store  # a capture a process stored before (tg.llm.capture_store)
         stored = None if store is None else store.load(stored_step_name(layout), self.model)
-        return stored if stored is not None else TinyJit(functools.partial(feeds_step, self.model, layout), plain_calls=0)
+        if stored is not None:
+            return stored
+        return TinyJit(functools.partial(feeds_step, self.model, layout), plain_calls=0)
 
     def _keep(self, key: StepKey, step: TinyJit) -> None:
         """Add a step to the captures, dropping the least recently used unpinned one past `max_captures`."""

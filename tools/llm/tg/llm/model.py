@@ -32,6 +32,7 @@ from tg.llm.ops import concat, stack
 from tg.llm.quants import DEQUANTIZERS, Blocks
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, gated_linear, linear, quantized_weight
 from tg.tensor import Tensor, Variable
+from tg.tensor.flags import JIT
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
 from tg.tensor.symbolic import concrete_size
@@ -355,7 +356,7 @@ class Transformer:
         self.position = Variable("start_pos", 0, self.max_context - 1)
         self.decode_step: TinyJit | None = None
         self.block_steps: dict[tuple, TinyJit] = {}  # see BLOCK_ROWS; dropped by drop_chunk_captures
-        self.capture_store: CaptureStore | None = None  # the decode step kept on disk (set by load_model)
+        self.capture_store: CaptureStore | None = None  # captures kept on disk (set by load_model)
         # entered around each capture (a cold one compiles for seconds): the CLI shows progress there
         self.on_capture: Callable[[str], AbstractContextManager] = lambda what: contextlib.nullcontext()
 
@@ -448,7 +449,7 @@ class Transformer:
 
     def _run_step(self, step: TinyJit, what: str, store_name: str, *args: object) -> Tensor:
         """`step(*args)`; when the call captures, inside on_capture(what), and the capture is then stored."""
-        if step.captured:
+        if step.captured or not int(JIT):  # (JIT=0 runs every call plainly: nothing is captured)
             return step(*args)
         with self.on_capture(what):
             result = step(*args)

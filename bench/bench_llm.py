@@ -193,8 +193,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefill", type=int, default=256)
     parser.add_argument("--decode", type=int, default=32)
-    parser.add_argument("--first-answer", type=int, default=0, metavar="RUNS",
-                        help="only time a fresh process's first answer, cold and warm cache, median of RUNS")  # fmt: skip
+    first_answer_help = "only time a fresh process's first answer, cold and warm cache, median of RUNS"
+    parser.add_argument("--first-answer", type=int, default=0, metavar="RUNS", help=first_answer_help)
     args = parser.parse_args()
     load = os.getloadavg()
     if args.first_answer:

@@ -111,6 +111,13 @@ def test_a_corrupt_or_hostile_entry_is_captured_again_with_a_debug_line(
     assert capsys.readouterr().err.count("capturing again") == 2
     captures.clear()
     assert greedy_answer(path)[0] == first and captures == []  # the captures were stored again
+    first_entry = entries[0].read_bytes()  # each entry in the other's place: a valid capture of another step
+    entries[0].write_bytes(entries[1].read_bytes())
+    entries[1].write_bytes(first_entry)
+    capsys.readouterr()
+    with Context(DEBUG=1):
+        assert greedy_answer(path)[0] == first and sorted(captures) == ["_block_forward", "_step"]
+    assert capsys.readouterr().err.count("not the entry of this step") == 2
 
 
 def test_a_changed_model_file_misses(tmp_path: Path, captures: list[str]) -> None:

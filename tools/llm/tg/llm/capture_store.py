@@ -5,11 +5,12 @@ the kernel cache. The first process that captures a step writes it to `<cache di
 (tg.tensor.jit_pickle's `dumps_capture`, written atomically); a later process with the same key loads it, rebinding
 the model's own buffers (weights, KV caches, RoPE tables: `model_buffers`) by name, so no weight is stored twice.
 
-The key is a hash of everything a capture depends on: the model file (path, size, modification time), the step and
-the KV cache size, the device, its Target and compiler, the codegen flags, tg.codegen's version, the sources of
-tg.tensor, tg.hcq and tg.llm, and the git commit. A changed model file or tg misses; an entry that cannot be read
-(corrupt, from another format) is ignored with a DEBUG line and captured again. CACHELEVEL=0 disables the store;
-JIT=0 does not read it.
+The key is everything a capture depends on (its hash names the file, and the file repeats it): the model file (path,
+size, modification time), the step and the KV cache size, the device, its Target and compiler, the codegen flags,
+tg.codegen's version, the sources of tg.tensor, tg.hcq and tg.llm, and the git commit. A changed model file or tg
+misses; an entry that does not load (corrupt, another step's, not a capture: it is read by tg.codegen.serial's
+restricted unpickler, so it never runs code) is ignored with a DEBUG line and captured again. CACHELEVEL=0
+disables the store; JIT=0 does not read it.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class CaptureStore:
         stat = path.stat()
         self.model_identity = f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}"
 
-    def path(self, step: str, model: Transformer) -> Path:
+    def key(self, step: str, model: Transformer) -> str:
+        """Everything the capture of `step` depends on, as text (its hash names the file; the file repeats it)."""
         device_name = model.caches[0].device
         device = Device[device_name]
         parts = [
@@ -100,15 +102,17 @@ class CaptureStore:
             f"flags {CodegenFlags.from_environment()!r} beam {int(BEAM)} jitbeam {int(JITBEAM)}",
             f"codegen {serial.codegen_version()} sources {_sources_version()} git {serial.git_state()!r}",
         ]
-        key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
-        return captures_dir() / f"{key}.capture"
+        return "\n".join(parts)
+
+    def path(self, step: str, model: Transformer) -> Path:
+        return captures_dir() / f"{hashlib.sha256(self.key(step, model).encode()).hexdigest()[:32]}.capture"
 
     def load(self, step: str, model: Transformer) -> TinyJit | None:
         """The stored capture of `step` for `model`, or None (nothing stored, an entry that does not load, or JIT=0,
         which runs steps plainly: a loaded capture has no function to run)."""
         if int(CACHELEVEL) == 0 or not int(JIT):
             return None
-        path = self.path(step, model)
+        key, path = self.key(step, model), self.path(step, model)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -118,9 +122,12 @@ class CaptureStore:
             return None
         shared = {name: buffer_holding(tensor.uop) for name, tensor in model_buffers(model).items()}
         try:
-            return loads_capture(data, {name: node for name, node in shared.items() if node is not None})
-        except (serial.IRLoadError, JitPickleError) as error:
-            _note(f"capture store: ignoring {path} ({error}); capturing again")
+            entry = serial.loads(data)
+            if not (isinstance(entry, dict) and entry.get("key") == key and isinstance(entry.get("capture"), bytes)):
+                raise serial.IRLoadError("it is not the entry of this step (another key, or not an entry)")
+            return loads_capture(entry["capture"], {name: node for name, node in shared.items() if node is not None})
+        except Exception as error:  # noqa: BLE001  (whatever is wrong with an entry, capturing again is the remedy)
+            _note(f"capture store: ignoring {path} ({type(error).__name__}: {error}); capturing again")
             return None
 
     def save(self, step: str, model: Transformer, jit: TinyJit) -> None:
@@ -131,7 +138,8 @@ class CaptureStore:
         try:
             # the step's own buffers are activations, written whole before they are read; the cache rows it
             # assigns are in the KV caches, which are shared
-            data = dumps_capture(jit, _namer(model), scratch_empty=True)
+            entry = {"key": self.key(step, model), "capture": dumps_capture(jit, _namer(model), scratch_empty=True)}
+            data = serial.dumps(entry)
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             temporary.write_bytes(data)

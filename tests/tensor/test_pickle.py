@@ -208,3 +208,25 @@ def test_a_captured_partial_pickles():
     jit(Tensor.ones(2).contiguous().realize())
     loaded = pickle.loads(pickle.dumps(jit))
     assert loaded(Tensor.full((2,), 2.0).contiguous().realize()).tolist() == [6.0, 6.0]
+
+
+def test_a_restored_capture_loads_each_distinct_kernel_once():
+    """Regression: every launch of a restored capture loaded its own copy of its program (one shared object per
+    launch: a server's dozens of stored steps ran out of mappings), though launches of one kernel share it."""
+    from tg.hcq.engine.capture import KernelLaunch
+    from tg.tensor.jit_pickle import dumps_capture, loads_capture
+
+    @TinyJit
+    def doubled(a: Tensor, b: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return (a * 2).contiguous(), (b * 2).contiguous(), (c * 2).contiguous()
+
+    for fill in (1.0, 2.0, 3.0):
+        doubled(*(Tensor.full((4,), fill + i).contiguous().realize() for i in range(3)))
+    data = dumps_capture(doubled)
+    first, second = loads_capture(data), loads_capture(data)
+    programs = [launch.program for jit in (first, second) for launch in jit.graph.launches
+                if isinstance(launch, KernelLaunch)]  # fmt: skip
+    assert len(programs) == 6 and len({id(program) for program in programs}) == 1
+    assert [t.tolist() for t in second(*(Tensor.full((4,), 5.0 + i).contiguous().realize() for i in range(3)))] == [
+        [10.0] * 4, [12.0] * 4, [14.0] * 4
+    ]

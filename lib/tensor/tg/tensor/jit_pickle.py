@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import pickle
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -236,9 +237,18 @@ def _with_tensors(skeleton: Any, outputs: tuple[_OutputRecord, ...]) -> Any:
     return skeleton
 
 
+# the programs loaded for restored captures, by (device, source): a capture launches each kernel many times (one per
+# model block), and many captures share kernels; loaded once each, they are not one shared object per launch
+_loaded_programs: weakref.WeakValueDictionary[tuple[str, Any], CompiledProgram] = weakref.WeakValueDictionary()
+
+
 def _compile(device_name: str, source: Any) -> CompiledProgram:
-    device = Device[device_name]
-    return CompiledProgram(device.device, source, device.runtime(source.name, device.compiler.compile(source.src)))
+    found = _loaded_programs.get((device_name, source))
+    if found is None:
+        device = Device[device_name]
+        found = CompiledProgram(device.device, source, device.runtime(source.name, device.compiler.compile(source.src)))
+        _loaded_programs[(device_name, source)] = found
+    return found
 
 
 def _buffer_node(record: _BufferRecord, shared: Mapping[str, UOp]) -> UOp:

@@ -228,5 +228,7 @@ def test_a_restored_capture_loads_each_distinct_kernel_once():
                 if isinstance(launch, KernelLaunch)]  # fmt: skip
     assert len(programs) == 6 and len({id(program) for program in programs}) == 1
     assert [t.tolist() for t in second(*(Tensor.full((4,), 5.0 + i).contiguous().realize() for i in range(3)))] == [
-        [10.0] * 4, [12.0] * 4, [14.0] * 4
+        [10.0] * 4,
+        [12.0] * 4,
+        [14.0] * 4,
     ]

@@ -29,10 +29,8 @@ def interactive(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
 @pytest.fixture(autouse=True)
 def own_capture_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Each test stores captured steps (tg.llm.capture_store) in a folder of its own: no test replays another's, and
-    the shared cache directory does not fill with captures of temporary model files."""
-    import tg.llm.capture_store as store
-
+    """Each test stores captured steps (tg.llm.capture_store) in a folder of its own, its subprocesses too: no test
+    replays another's, and the shared cache directory does not fill with captures of temporary model files."""
     folder = tmp_path_factory.mktemp("captures")
-    monkeypatch.setattr(store, "captures_dir", lambda: folder)
+    monkeypatch.setenv("TG_LLM_CAPTURES", str(folder))
     return folder

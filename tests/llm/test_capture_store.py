@@ -70,8 +70,6 @@ def test_a_new_process_replays_the_stored_steps_without_capturing(
         import json, sys
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        import tg.llm.capture_store as store
-        store.captures_dir = lambda: Path({str(own_capture_store)!r})
         from test_capture_store import greedy_answer
         from tg.tensor.jit import TinyJit
         captured = []
@@ -80,8 +78,8 @@ def test_a_new_process_replays_the_stored_steps_without_capturing(
         tokens, noted = greedy_answer(Path({str(path)!r}))
         print(json.dumps({{"tokens": tokens, "captures": len(captured), "noted": noted}}))
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)  # (inherits
+    assert done.returncode == 0, done.stderr  # TG_LLM_CAPTURES from own_capture_store)
     second = json.loads(done.stdout.splitlines()[-1])
     assert second == {"tokens": first, "captures": 0, "noted": []}
     assert first == plain

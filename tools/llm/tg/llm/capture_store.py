@@ -2,6 +2,7 @@
 
 Capturing the decode step schedules the whole forward and loads every kernel: seconds, even when every binary is in
 the kernel cache. The first process that captures a step writes it to `<cache dir>/llm-captures/<key>.capture`
+($TG_LLM_CAPTURES names another folder)
 (tg.tensor.jit_pickle's `dumps_capture`, written atomically); a later process with the same key loads it, rebinding
 the model's own buffers (weights, KV caches, RoPE tables: `model_buffers`) by name, so no weight is stored twice.
 
@@ -45,8 +46,8 @@ STORE_FOLDER = "llm-captures"
 
 
 def captures_dir() -> Path:
-    """Where stored captures live: a folder of the cache directory (TG_CACHE_DIR)."""
-    return Path(cache_dir()) / STORE_FOLDER
+    """Where stored captures live: $TG_LLM_CAPTURES, else a folder of the cache directory (TG_CACHE_DIR)."""
+    return Path(os.environ.get("TG_LLM_CAPTURES") or Path(cache_dir()) / STORE_FOLDER)
 
 
 def model_buffers(model: Transformer) -> dict[str, Tensor]:

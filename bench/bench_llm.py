@@ -1,6 +1,7 @@
 """tg-llm speed on the embedded SmolLM2-135M-Instruct Q4_1: decode tok/s, prefill tok/s, memory bandwidth.
 
-Run: `CC=gcc uv run python bench/bench_llm.py [--prefill 256] [--decode 32]`. Prints tg's numbers, the profile
+Run: `CC=gcc uv run python bench/bench_llm.py [--prefill 256] [--decode 32]`; `--first-answer 3` instead times
+one short question in fresh `tg-llm` processes, cold cache and warm (median of 3). Prints tg's numbers, the profile
 of one decode step (kernels, their time, Python overhead), the machine's load average (the figures depend on it)
 and, when installed, the same run in transformers (float32) and llama-cpp-python on the same file.
 
@@ -22,7 +23,11 @@ import io
 import os
 import re
 import resource
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 from tg.llm import registry
@@ -154,13 +159,49 @@ def bench_transformers(path, decode_tokens: int) -> str:
     return f"transformers (float32): decode {decode_tokens / (time.perf_counter() - start):.1f} tok/s"
 
 
+FIRST_ANSWER_QUESTION = "What is the capital of France?"
+
+
+def first_answer_s(cache_dir: str) -> float:
+    """Seconds for a fresh `tg-llm` process to answer FIRST_ANSWER_QUESTION (16 greedy tokens at most), piped."""
+    env = {**os.environ, "TG_CACHE_DIR": cache_dir}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tg.llm", "chat", "--max-tokens", "16"], input=FIRST_ANSWER_QUESTION,
+                          capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    elapsed = time.perf_counter() - start
+    assert done.stdout.strip(), done.stderr
+    return elapsed
+
+
+def bench_first_answer(runs: int) -> None:
+    """A fresh process's first answer, median of `runs`: cold (an empty cache directory every run), then warm (the
+    cache the cold runs filled: compiled kernels and, with tg.llm.capture_store, the captured steps)."""
+    with tempfile.TemporaryDirectory() as folder:
+        cold = []
+        for _ in range(runs):
+            shutil.rmtree(folder)
+            os.mkdir(folder)
+            cold.append(first_answer_s(folder))
+        warm = [first_answer_s(folder) for _ in range(runs)]
+    cold_s, warm_s = statistics.median(cold), statistics.median(warm)
+    print(f"first answer in a fresh process, median of {runs}: cold {cold_s:.2f} s, warm {warm_s:.2f} s "
+          f"(warm/cold {warm_s / cold_s:.2f}); runs cold {[round(t, 2) for t in cold]}, "
+          f"warm {[round(t, 2) for t in warm]}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefill", type=int, default=256)
     parser.add_argument("--decode", type=int, default=32)
+    first_answer_help = "only time a fresh process's first answer, cold and warm cache, median of RUNS"
+    parser.add_argument("--first-answer", type=int, default=0, metavar="RUNS", help=first_answer_help)
     args = parser.parse_args()
-    path = registry.resolve(registry.EMBEDDED_NAME)
     load = os.getloadavg()
+    if args.first_answer:
+        bench_first_answer(args.first_answer)
+        print(f"load average before/after: {load[0]:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+        return
+    path = registry.resolve(registry.EMBEDDED_NAME)
     print_tg(bench_tg(path, args.prefill, args.decode), args)
     print(bench_llama_cpp(path, args.prefill, args.decode))
     print(bench_transformers(path, args.decode))

@@ -25,3 +25,12 @@ def interactive(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     monkeypatch.setattr(cli, "stdin_is_terminal", lambda: True)
     monkeypatch.setattr(Generator, "_forward", recording)
     return calls
+
+
+@pytest.fixture(autouse=True)
+def own_capture_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test stores captured steps (tg.llm.capture_store) in a folder of its own, its subprocesses too: no test
+    replays another's, and the shared cache directory does not fill with captures of temporary model files."""
+    folder = tmp_path_factory.mktemp("captures")
+    monkeypatch.setenv("TG_LLM_CAPTURES", str(folder))
+    return folder

@@ -125,3 +125,29 @@ def test_known_url_is_the_source_of_a_registry_or_hf_name_and_refuses_others() -
     assert registry.known_url("qwen3:0.6b") == registry.REGISTRY["qwen3:0.6b"].url
     with pytest.raises(ValueError, match="unknown model 'nonexistent:1b'"):
         registry.known_url("nonexistent:1b")
+
+
+def test_a_capture_on_a_terminal_shows_progress_on_stderr(tmp_path, monkeypatch, capsys) -> None:
+    """A cold first step compiles for seconds: on a terminal the CLI shows what is being prepared and how many kernels
+    are built (tg.llm.cli.capture_progress, entered by the model around each capture); piped, nothing."""
+    import io
+    import sys
+
+    import tg.llm.cli as cli
+    from tg.llm.generate import Generator
+
+    path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=13)
+    monkeypatch.setattr(cli.registry, "resolve", lambda name: path)
+    monkeypatch.setattr(cli.registry, "verify", lambda name, found: None)
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich draws as on a terminal
+    monkeypatch.setattr(sys, "stderr", type("Terminal", (io.StringIO,), {"isatty": lambda self: True})())
+    session = cli.open_session("m", 64, True)
+    list(Generator(session.model).generate([1, 2], 2))
+    shown = sys.stderr.getvalue()
+    assert "preparing the decode step" in shown and "kernels built" in shown
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    other = write_model(tmp_path / "other.gguf", "llama", "F32", seed=14)  # (not captured yet either)
+    monkeypatch.setattr(cli.registry, "resolve", lambda name: other)
+    piped = cli.open_session("m", 64, True)
+    list(Generator(piped.model).generate([1, 2], 2))
+    assert "preparing" not in sys.stderr.getvalue()

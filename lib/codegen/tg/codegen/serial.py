@@ -30,6 +30,7 @@ import io
 import os
 import pickle
 import subprocess
+from collections.abc import Mapping
 from enum import Enum
 from functools import cache
 from pathlib import Path
@@ -106,7 +107,13 @@ def _is_renderer(cls: type) -> bool:
 
 
 class _IRUnpickler(pickle.Unpickler):
+    def __init__(self, data: io.BytesIO, allowed: Mapping[tuple[str, str], type]) -> None:
+        super().__init__(data)
+        self.allowed = allowed
+
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.allowed:
+            return self.allowed[(module, name)]
         if module == "builtins" and name in SAFE_BUILTINS:
             return getattr(builtins, name)
         if module == "tg.codegen.serial" and name == "enum_member":
@@ -121,11 +128,12 @@ def dumps(value: Any) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def loads(data: bytes) -> Any:
+def loads(data: bytes, allowed: Mapping[tuple[str, str], type] | None = None) -> Any:
     """The IR in `data`; raises UnsafeIRError for anything but tg IR types (nothing is called first) and
-    IRFormatError for IR this version cannot read."""
+    IRFormatError for IR this version cannot read. `allowed` adds plain data classes of a caller's own, by
+    (module, qualname) (a library above tg.codegen storing IR inside its records, e.g. tg.tensor.jit_pickle)."""
     try:
-        return _IRUnpickler(io.BytesIO(data)).load()
+        return _IRUnpickler(io.BytesIO(data), allowed or {}).load()
     except IRLoadError:
         raise
     except RecursionError:

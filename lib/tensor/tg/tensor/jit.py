@@ -343,7 +343,7 @@ class TinyJit(Generic[R]):
         return _rebuild_outputs(result, self.output_sources, inputs)
 
 
-def _unpickle_captured(state: Any, plain_calls: int, prune: bool, one_call: bool) -> TinyJit:
+def _unpickle_captured(state: Any, plain_calls: int, prune: bool, one_call: bool, shared: Any = None) -> TinyJit:
     from tg.tensor.jit_pickle import restore
 
     def replay_only(*args: Any, **kwargs: Any) -> Any:
@@ -352,7 +352,7 @@ def _unpickle_captured(state: Any, plain_calls: int, prune: bool, one_call: bool
 
     replay_only.__name__ = replay_only.__qualname__ = state.name
     jit: TinyJit = TinyJit(replay_only, plain_calls, prune, one_call)
-    restore(jit, state)
+    restore(jit, state, shared)
     return jit
 
 

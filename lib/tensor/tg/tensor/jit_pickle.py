@@ -10,17 +10,25 @@ has no Python body, so it cannot capture again: after `reset()` a call raises Ji
 A TinyJit that has not captured yet pickles its function (a module-level function, as pickle requires) and its
 options; the loaded one runs and captures as the original would.
 
+Shared buffers: `dumps_capture(jit, shared_name)` stores a capture for a later process without the contents of the
+buffers that `shared_name` names (a model's weights and caches, which that process loads itself); `loads_capture(data,
+shared)` rebinds each to the buffer of the Tensor of that name, and reads through tg.codegen.serial's restricted
+unpickler (the records of this module and tg IR only: a file on disk never runs code).
+
 What cannot be pickled, with an error that says so: a capture that draws random numbers (its generator state is
 not carried), and a capture whose buffers are views of other buffers.
 """
 
 from __future__ import annotations
 
+import functools
 import pickle
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tg.codegen import Ops, UOp
+from tg.codegen import Ops, UOp, serial
 from tg.codegen.schedule.graph import new_buffer
 from tg.hcq.buffer import Buffer
 from tg.hcq.device import Device
@@ -41,7 +49,8 @@ class _BufferRecord:
     device: str
     size: int
     dtype: Any
-    contents: bytes | None  # None: an input (the caller's buffer is swapped in at each replay)
+    contents: bytes | None  # None: an input (the caller's buffer is swapped in at each replay), or shared
+    shared: str | None = None  # the name of the loading process's buffer that takes this one's place
 
 
 @dataclass(frozen=True)
@@ -79,25 +88,32 @@ class CapturedState:
     result_skeleton: Any  # the function's result with each Tensor replaced by None
 
 
-def captured_state(jit: TinyJit) -> CapturedState:
-    """The capture of `jit` as plain data (see the module docstring)."""
+def captured_state(
+    jit: TinyJit, shared_name: Callable[[Buffer], str | None] = lambda buf: None, scratch_empty: bool = False
+) -> CapturedState:
+    """The capture of `jit` as plain data (see the module docstring); a buffer `shared_name` names is stored by that
+    name, without its contents. `scratch_empty=True` also leaves out the contents of scratch buffers, those a kernel
+    writes before any launch reads them: for a caller that knows those writes are whole (a buffer made inside the
+    function is written whole; a slice assigned into a closed-over buffer is not: name that one shared)."""
     if jit.draws:
-        raise JitPickleError(f"{jit.fn.__name__}: the capture draws random numbers; a pickled capture cannot carry "
+        raise JitPickleError(f"{_function_name(jit)}: the capture draws random numbers; a pickled capture cannot carry "
                              "the generator's state")  # fmt: skip
     graph = jit.graph
     if graph is None:
-        raise JitPickleError(f"{jit.fn.__name__}: the capture kept no launches (prune=True dropped them all)")
+        raise JitPickleError(f"{_function_name(jit)}: the capture kept no launches (prune=True dropped them all)")
     table: dict[int, int] = {}
     records: list[_BufferRecord] = []
     input_ids = {id(buf) for buf in graph.inputs}
+    empty_ids = input_ids | (_written_first(graph.launches) if scratch_empty else set())
 
     def index(buf: Buffer) -> int:
         if id(buf) not in table:
             if buf.base is not buf:
                 raise JitPickleError("the capture launches on a view of another buffer: it cannot be pickled")
-            contents = None if id(buf) in input_ids else bytes(buf.as_buffer())
+            shared = None if id(buf) in input_ids else shared_name(buf)
+            contents = None if id(buf) in empty_ids or shared is not None else bytes(buf.as_buffer())
             table[id(buf)] = len(records)
-            records.append(_BufferRecord(buf.device, buf.size, buf.dtype, contents))
+            records.append(_BufferRecord(buf.device, buf.size, buf.dtype, contents, shared))
         return table[id(buf)]
 
     inputs = tuple(index(buf) for buf in graph.inputs)
@@ -110,8 +126,31 @@ def captured_state(jit: TinyJit) -> CapturedState:
         else:
             launches.append(_CopyRecord(index(launch.source), index(launch.dest)))
     outputs = tuple(_output_record(source, index) for source in jit.output_sources)
-    return CapturedState(jit.fn.__name__, jit.signature, tuple(records), tuple(launches), inputs, outputs,
+    return CapturedState(_function_name(jit), jit.signature, tuple(records), tuple(launches), inputs, outputs,
                          _skeleton(jit.captured_result))  # fmt: skip
+
+
+def _function_name(jit: TinyJit) -> str:
+    """The jitted function's name (a functools.partial's is its function's)."""
+    fn = jit.fn.func if isinstance(jit.fn, functools.partial) else jit.fn
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _written_first(launches: list[Launch]) -> set[int]:
+    """The ids of the buffers that a launch writes before any launch reads them."""
+    seen: set[int] = set()
+    written: set[int] = set()
+    for launch in launches:
+        if isinstance(launch, KernelLaunch):
+            reads, writes = launch.buffers[1:], (launch.buffers[0],)
+        else:
+            reads, writes = (launch.source,), (launch.dest,)
+        seen.update(id(buf) for buf in reads)
+        for buf in writes:
+            if id(buf) not in seen:
+                written.add(id(buf))
+                seen.add(id(buf))
+    return written
 
 
 def _output_record(source: Any, index: Any) -> _OutputRecord:
@@ -141,16 +180,17 @@ def _skeleton(result: Any) -> Any:
     return result
 
 
-def restore(jit: TinyJit, state: CapturedState) -> None:
-    """Make `jit` (fresh, with no function) replay the pickled capture."""
+def restore(jit: TinyJit, state: CapturedState, shared: Mapping[str, UOp] | None = None) -> None:
+    """Make `jit` (fresh, with no function) replay the pickled capture; `shared` gives the BUFFER node of each
+    shared buffer by name."""
     from tg.codegen.schedule.realize import buffer_holding
     from tg.tensor.multi import multi_node
     from tg.tensor.tensor import Tensor
 
-    nodes = [new_buffer(record.device, record.size, record.dtype) for record in state.buffers]
+    nodes = [_buffer_node(record, shared or {}) for record in state.buffers]
     buffers = [buffer_of(node) for node in nodes]
     for record, buf in zip(state.buffers, buffers, strict=True):
-        if record.contents:
+        if record.contents and record.shared is None:
             buf.copyin(record.contents)
     launches: list[Launch] = []
     for item in state.launches:
@@ -197,6 +237,60 @@ def _with_tensors(skeleton: Any, outputs: tuple[_OutputRecord, ...]) -> Any:
     return skeleton
 
 
+# the programs loaded for restored captures, by (device, source): a capture launches each kernel many times (one per
+# model block), and many captures share kernels; loaded once each, they are not one shared object per launch
+_loaded_programs: weakref.WeakValueDictionary[tuple[str, Any], CompiledProgram] = weakref.WeakValueDictionary()
+
+
 def _compile(device_name: str, source: Any) -> CompiledProgram:
-    device = Device[device_name]
-    return CompiledProgram(device.device, source, device.runtime(source.name, device.compiler.compile(source.src)))
+    found = _loaded_programs.get((device_name, source))
+    if found is None:
+        device = Device[device_name]
+        found = CompiledProgram(device.device, source, device.runtime(source.name, device.compiler.compile(source.src)))
+        _loaded_programs[(device_name, source)] = found
+    return found
+
+
+def _buffer_node(record: _BufferRecord, shared: Mapping[str, UOp]) -> UOp:
+    """A new BUFFER node for the record, or the shared one it names (which must match it)."""
+    if record.shared is None:
+        return new_buffer(record.device, record.size, record.dtype)
+    node = shared.get(record.shared)
+    if node is None:
+        raise JitPickleError(f"the capture uses the shared buffer {record.shared!r}, which was not given")
+    buf = buffer_of(node)
+    if (buf.device, buf.size, buf.dtype) != (record.device, record.size, record.dtype):
+        raise JitPickleError(f"the shared buffer {record.shared!r} is {buf.size} x {buf.dtype} on {buf.device}, the "
+                             f"capture's was {record.size} x {record.dtype} on {record.device}")  # fmt: skip
+    return node
+
+
+@dataclass(frozen=True)
+class _StoredCapture:
+    state: CapturedState
+    plain_calls: int
+    prune: bool
+    one_call: bool
+
+
+def dumps_capture(
+    jit: TinyJit, shared_name: Callable[[Buffer], str | None] = lambda buf: None, scratch_empty: bool = False
+) -> bytes:
+    """The captured `jit` as bytes for `loads_capture` (see captured_state for `shared_name` and `scratch_empty`)."""
+    if not jit.captured:
+        raise JitPickleError(f"{_function_name(jit)}: nothing is captured yet")
+    state = captured_state(jit, shared_name, scratch_empty)
+    return serial.dumps(_StoredCapture(state, jit.plain_calls, jit.prune, jit.one_call))
+
+
+def loads_capture(data: bytes, shared: Mapping[str, UOp] | None = None) -> TinyJit:
+    """A TinyJit replaying the capture `dumps_capture` stored, its shared buffers the BUFFER nodes `shared` names.
+    Raises serial.IRLoadError for data that is not such a capture (nothing in it is called) and JitPickleError when
+    a shared buffer is missing or differs."""
+    from tg.tensor.jit import InputSignature, _unpickle_captured
+
+    classes = (_BufferRecord, _KernelRecord, _CopyRecord, _OutputRecord, CapturedState, _StoredCapture, InputSignature)
+    stored = serial.loads(data, allowed={(cls.__module__, cls.__qualname__): cls for cls in classes})
+    if not isinstance(stored, _StoredCapture):
+        raise serial.IRLoadError(f"not a stored capture but a {type(stored).__name__}")
+    return _unpickle_captured(stored.state, stored.plain_calls, stored.prune, stored.one_call, shared)

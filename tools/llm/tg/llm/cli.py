@@ -7,11 +7,13 @@ the dashed ones, and `--benchmark`/`--serve` take an optional value.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,12 +160,38 @@ def open_session(name: str, max_context: int, raw_prompt: bool, system: str | No
     registry.verify(name, path)
     session = Session.load(path, max_context, raw_prompt, system)
     session.on_notice = lambda text: typer.echo(f"[{text}]", err=True)
+    if sys.stderr.isatty():
+        session.model.on_capture = capture_progress
     typer.echo(
         f'using model "{session.model_name}" with {path.stat().st_size:,} bytes and {session.parameters:,} params, '
         f"max context {session.model.max_context} on CPU",
         err=True,
     )
     return session
+
+
+@contextlib.contextmanager
+def capture_progress(what: str) -> Iterator[None]:
+    """A spinner on stderr while `what` is captured (on a cold cache that compiles its kernels for seconds), with
+    how many kernels have been built so far; gone when the capture is done."""
+    from rich.console import Console
+    from rich.progress import Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    from tg.hcq.engine import program_cache_stats
+
+    class KernelsBuilt(ProgressColumn):
+        def __init__(self) -> None:
+            super().__init__()
+            self.before = program_cache_stats.compiles
+
+        def render(self, task: Task) -> Text:
+            return Text(f"{program_cache_stats.compiles - self.before} kernels built")
+
+    columns = (SpinnerColumn(), TextColumn(f"preparing {what}"), KernelsBuilt(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        progress.add_task(what, total=None)
+        yield
 
 
 def stdin_is_terminal() -> bool:

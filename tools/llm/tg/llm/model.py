@@ -8,10 +8,13 @@ their GGUF encoding (see weights.py); activations and the KV cache are float32.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, overload
@@ -23,12 +26,14 @@ from tg.codegen.dtype import to_numpy
 from tg.codegen.schedule.realize import whole_buffer
 from tg.hcq import Device
 from tg.hcq.engine.buffers import Buffer, buffer_of
+from tg.llm.capture_store import CaptureStore
 from tg.llm.config import TransformerConfig, UnsupportedModelError
 from tg.llm.lanes import LaneBlocks, RMSNorm
 from tg.llm.ops import activate, concat, stack
 from tg.llm.quants import DEQUANTIZERS, Blocks
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, gated_linear, linear, quantized_weight
 from tg.tensor import Tensor, Variable
+from tg.tensor.flags import JIT
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
 from tg.tensor.symbolic import concrete_size
@@ -396,6 +401,9 @@ class Transformer:
         self.position = Variable("start_pos", 0, self.max_context - 1)
         self.decode_step: TinyJit | None = None
         self.block_steps: dict[tuple, TinyJit] = {}  # see BLOCK_ROWS; dropped by drop_chunk_captures
+        self.capture_store: CaptureStore | None = None  # captures kept on disk (set by load_model)
+        # entered around each capture (a cold one compiles for seconds): the CLI shows progress there
+        self.on_capture: Callable[[str], AbstractContextManager] = lambda what: contextlib.nullcontext()
 
     def _block(self, index: int) -> Block:
         def get(name: str) -> Weight | None:
@@ -473,6 +481,8 @@ class Transformer:
         """The logits after `token` at `position`: a replay of the one captured decode step."""
         if self.block_steps:  # a decode step after long chunks: the prompt is in
             self.drop_chunk_captures()
+        if self.decode_step is None and self.capture_store is not None:
+            self.decode_step = self.capture_store.load("decode", self)
         if self.decode_step is None:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
@@ -480,10 +490,22 @@ class Transformer:
             # core than it gives them (tg.codegen.target.Target.one_call)
             self.decode_step = TinyJit(self._step, plain_calls=0, one_call=True)
         captured = self.decode_step.graph is not None
-        logits = self.decode_step(self.position.bind(position), None, *self.embedding_table.inputs([token]))
+        inputs = self.embedding_table.inputs([token])
+        logits = self._run_step(self.decode_step, "the decode step", "decode", self.position.bind(position), None,
+                                *inputs)  # fmt: skip
         if not captured and self.decode_step.graph is not None:
             release_cached_memory(self.caches[0].device)  # what scheduling and compiling the capture freed
         return logits
+
+    def _run_step(self, step: TinyJit, what: str, store_name: str, *args: object) -> Tensor:
+        """`step(*args)`; when the call captures, inside on_capture(what), and the capture is then stored."""
+        if step.captured or not int(JIT):  # (JIT=0 runs every call plainly: nothing is captured)
+            return step(*args)
+        with self.on_capture(what):
+            result = step(*args)
+        if step.captured and self.capture_store is not None:
+            self.capture_store.save(store_name, self, step)
+        return result
 
     def _chunk(self, tokens: list[int], count: int, start_pos: int) -> Tensor:
         """The logits after `tokens[count - 1]` of a padded chunk at start_pos, block by block (see BLOCK_ROWS).
@@ -503,19 +525,27 @@ class Transformer:
         position = self.position.bind(start_pos)
         for block, cache in zip(self.blocks, self.caches, strict=True):
             weights = block_tensors(block)
-            self._block_step(block, rows, window, weights)(position, x, masks[block.local], cache, *weights)
+            step, store_name = self._block_step(block, rows, window, weights)
+            mask = masks[block.local]
+            self._run_step(step, f"a {rows}-row prefill step", store_name, position, x, mask, cache, *weights)
         last = Tensor((np.arange(rows) == count - 1)[:, None])
         chosen = last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
         logits = self.logits(chosen).reshape(-1).realize()
         release_cached_memory(self.caches[0].device)
         return logits
 
-    def _block_step(self, block: Block, rows: int, window: int, weights: list[Tensor]) -> TinyJit:
-        """The captured forward of blocks like `block` for chunks of `rows` rows attending over `window` rows."""
+    def _block_step(self, block: Block, rows: int, window: int, weights: list[Tensor]) -> tuple[TinyJit, str]:
+        """The captured forward of blocks like `block` for chunks of `rows` rows attending over `window` rows, and
+        its name in the capture store."""
         key = (rows, window, block_layout(block), tuple((w.shape, w.dtype) for w in weights))
+        store_name = f"block {key!r}"
+        if key not in self.block_steps and self.capture_store is not None:
+            stored = self.capture_store.load(store_name, self)
+            if stored is not None:
+                self.block_steps[key] = stored
         if key not in self.block_steps:
             self.block_steps[key] = TinyJit(functools.partial(self._block_forward, block), plain_calls=0)
-        return self.block_steps[key]
+        return self.block_steps[key], store_name
 
     def drop_chunk_captures(self) -> None:
         """Free the block captures of long chunks (each holds a block's float scratch weights, tens of MB on big
@@ -780,6 +810,7 @@ def load_model(path: str | Path, max_context: int = 4096) -> tuple[Transformer, 
             raise UnsupportedModelError(f"tensor {info.name!r} has GGML type {info.type_name}, which is not supported")
     embedding = EmbeddingTable(gguf.tensors["token_embd.weight"])
     model = Transformer(config, load_weights(gguf), max_context, embedding)
+    model.capture_store = CaptureStore(path)
     release_cached_memory(model.caches[0].device)  # the load's scratch: the file's bytes reshuffled per weight
     return model, gguf
 

@@ -295,7 +295,12 @@ class ModelRunner:
         """A TinyJit of the step `key`: the step does the same work every call (weights and caches are realized),
         so its first call is captured."""
         rows, window, output = key
-        return TinyJit(functools.partial(feeds_step, self.model, FeedLayout(rows, window, output)), plain_calls=0)
+        layout = FeedLayout(rows, window, output)
+        store = self.model.capture_store  # a capture a process stored before (tg.llm.capture_store)
+        stored = None if store is None else store.load(stored_step_name(layout), self.model)
+        if stored is not None:
+            return stored
+        return TinyJit(functools.partial(feeds_step, self.model, layout), plain_calls=0)
 
     def _keep(self, key: StepKey, step: TinyJit) -> None:
         """Add a step to the captures, dropping the least recently used unpinned one past `max_captures`."""
@@ -371,7 +376,10 @@ def forward_feeds(
     if config.local_blocks:
         ropes += [Tensor(model.local_rope_cos[rope_rows, None, :]), Tensor(model.local_rope_sin[rope_rows, None, :])]
     caches = [cache for feed in feeds for cache in feed.caches]
+    capturing = not step.captured
     logits, *new_kvs = step(*ropes, *masks, *local_masks, *lasts, *caches, *model.embedding_table.inputs(tokens))
+    if capturing and step.captured and model.capture_store is not None and isinstance(step.fn, functools.partial):
+        model.capture_store.save(stored_step_name(step.fn.args[1]), model, step)  # (new_step's partial)
     result = logits.numpy()  # a copy: a replay overwrites the captured output buffers
     if store_rows:
         store(feeds, new_kvs)
@@ -380,6 +388,11 @@ def forward_feeds(
 
 def step_key(model: Transformer, feeds: list[Feed], output: str) -> StepKey:
     return tuple(feed.rows for feed in feeds), cache_window(model, feeds), output
+
+
+def stored_step_name(layout: FeedLayout) -> str:
+    """The name of a server step's capture in the capture store."""
+    return f"serve {layout!r}"
 
 
 def cache_window(model: Transformer, feeds: list[Feed]) -> int:

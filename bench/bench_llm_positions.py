@@ -1,10 +1,10 @@
 """tg-llm decode step time at given positions of the embedded SmolLM2-135M, and its kernels' times there.
 
-Run: `CC=gcc uv run python bench/bench_llm_positions.py [POSITION ...] [--kv-cache f16]` (default 64 1000, an f32
-cache; `CPU_COUNT=1` for figures a loaded machine disturbs less: a kernel split across cores waits for every worker thread). The cache is not
-prefilled: a step reads the same rows whatever they hold. Per position: the median and best of 20 replayed decode
-steps, then the kernels of one plain step (JIT=0, DEBUG=2) summed over the blocks by name and shape, the least of
-5 runs each; the attention kernels are the ones whose shape holds `start_pos`.
+Run: `CC=gcc uv run python bench/bench_llm_positions.py [POSITION ...] [--kv-cache f16]` (default 64 1000, an f32 cache;
+`CPU_COUNT=1` for figures a loaded machine disturbs less: a kernel split across cores waits for every worker thread).
+The cache is not prefilled: a step reads the same rows whatever they hold. Per position: the median and best of 20
+replayed decode steps, then the kernels of one plain step (JIT=0, DEBUG=2) summed over the blocks by name and shape, the
+least of 5 runs each; the attention kernels are the ones whose shape holds `start_pos`.
 """
 
 from __future__ import annotations

@@ -36,9 +36,9 @@ from tg.llm.ops import activate, concat, stack
 from tg.llm.quants import DEQUANTIZERS, Blocks
 from tg.llm.weights import SCRATCH_MATMUL_ROWS, EmbeddingTable, Weight, gated_linear, linear, quantized_weight
 from tg.tensor import Tensor, Variable
-from tg.tensor.promotion import dtype_argument
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
+from tg.tensor.promotion import dtype_argument
 from tg.tensor.symbolic import concrete_size
 
 
@@ -383,12 +383,12 @@ def rope_table(frequencies: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarr
 class Transformer:
     """A GGUF decoder model with its KV cache (one sequence, batch 1).
 
-    The cache of a block is `(2, kv_heads, rows, head_dim)` with the keys in tiles (see KEY_TILE), `rows` =
-    max_context plus room for one padded prefill chunk, of the dtype of `kv_cache` (see
-    tg.llm.config.KV_CACHE_TYPES). A step is a function of Tensors and the bound position Variable `start_pos`: it
-    writes its keys and values into the caches (assigns inside the step) and attends over the filled rows only (the key tiles that hold them, the rows past start_pos + count masked). Kernels take the
-    position as an argument, so TinyJit captures the one-token step once and replays it for every position (see
-    BLOCK_ROWS for chunks).
+    The cache of a block is `(2, kv_heads, rows, head_dim)` with the keys in tiles (see KEY_TILE), `rows` = max_context
+    plus room for one padded prefill chunk, of the dtype of `kv_cache` (see tg.llm.config.KV_CACHE_TYPES). A step is a
+    function of Tensors and the bound position Variable `start_pos`: it writes its keys and values into the caches
+    (assigns inside the step) and attends over the filled rows only (the key tiles that hold them, the rows past
+    start_pos + count masked). Kernels take the position as an argument, so TinyJit captures the one-token step once and
+    replays it for every position (see BLOCK_ROWS for chunks).
     """
 
     def __init__(
@@ -808,8 +808,8 @@ def _load_weight(info: GGUFTensorInfo, raw: np.ndarray) -> Weight:
 def load_model(
     path: str | Path, max_context: int = 4096, kv_cache: str = DEFAULT_KV_CACHE
 ) -> tuple[Transformer, GGUFFile]:
-    """Read a GGUF file and build its Transformer with a KV cache of type `kv_cache` (see tg.llm.config.KV_CACHE_TYPES); raises
-    UnsupportedModelError for unknown architectures."""
+    """Read a GGUF file and build its Transformer with a KV cache of type `kv_cache` (see
+    tg.llm.config.KV_CACHE_TYPES); raises UnsupportedModelError for unknown architectures."""
     kv_cache_dtype(kv_cache)  # an unknown type is refused before the file is read
     gguf = gguf_read(path)
     vocab = len(gguf.metadata.get("tokenizer.ggml.tokens", []))

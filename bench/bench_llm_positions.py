@@ -1,10 +1,10 @@
 """tg-llm decode step time at given positions of the embedded SmolLM2-135M, and its kernels' times there.
 
-Run: `CC=gcc uv run python bench/bench_llm_positions.py [POSITION ...]` (default 64 1000; `CPU_COUNT=1` for figures a
-loaded machine disturbs less: a kernel split across cores waits for every worker thread). The cache is not
-prefilled: a step reads the same rows whatever they hold. Per position: the median and best of 20 replayed decode
-steps, then the kernels of one plain step (JIT=0, DEBUG=2) summed over the blocks by name and shape, the least of
-5 runs each; the attention kernels are the ones whose shape holds `start_pos`.
+Run: `CC=gcc uv run python bench/bench_llm_positions.py [POSITION ...] [--kv-cache f16]` (default 64 1000, an f32 cache;
+`CPU_COUNT=1` for figures a loaded machine disturbs less: a kernel split across cores waits for every worker thread).
+The cache is not prefilled: a step reads the same rows whatever they hold. Per position: the median and best of 20
+replayed decode steps, then the kernels of one plain step (JIT=0, DEBUG=2) summed over the blocks by name and shape, the
+least of 5 runs each; the attention kernels are the ones whose shape holds `start_pos`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import statistics
 import time
 
 from tg.llm import registry
+from tg.llm.config import DEFAULT_KV_CACHE, KV_CACHE_TYPES
 from tg.llm.model import Transformer, load_model
 from tg.tensor import Context
 
@@ -53,8 +54,11 @@ def kernel_times(model: Transformer, position: int, runs: int = 5) -> dict[tuple
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("positions", type=int, nargs="*", default=[64, 1000])
+    parser.add_argument("--kv-cache", default=DEFAULT_KV_CACHE, choices=list(KV_CACHE_TYPES))
     args = parser.parse_args()
-    model, _ = load_model(registry.resolve(registry.EMBEDDED_NAME), max_context=max(args.positions) + 32)
+    path = registry.resolve(registry.EMBEDDED_NAME)
+    model, _ = load_model(path, max_context=max(args.positions) + 32, kv_cache=args.kv_cache)
+    print(f"KV cache {args.kv_cache}: {sum(cache.nbytes() for cache in model.caches) / 1e6:.1f} MB")
     load = os.getloadavg()
     for position in args.positions:
         steps = step_times(model, position)

@@ -63,10 +63,12 @@ def forward(
     tokens: list[int],
     inv_freq: np.ndarray | None = None,
     hidden: bool = False,
+    kv_dtype: type[np.floating] | None = None,
 ) -> np.ndarray:
     """Logits (T, vocab) for every position of `tokens` (`hidden`: the final normalized hidden states (T, dim)
     instead); `inv_freq` as in rotate_half_rope (the reference does not read RoPE scaling from the file: a test that
-    uses scaling computes the frequencies itself)."""
+    uses scaling computes the frequencies itself). `kv_dtype` (np.float16): the keys, after RoPE, and the values are
+    rounded to it before attention reads them, as a KV cache of that type stores them."""
     arch = metadata["general.architecture"]
     heads, kv_heads = metadata[f"{arch}.attention.head_count"], metadata[f"{arch}.attention.head_count_kv"]
     eps, theta = metadata[f"{arch}.attention.layer_norm_rms_epsilon"], metadata[f"{arch}.rope.freq_base"]
@@ -95,6 +97,8 @@ def forward(
         if arch in ("qwen3", "qwen3moe"):
             q, k = rms_norm(q, w[p + "attn_q_norm.weight"], eps), rms_norm(k, w[p + "attn_k_norm.weight"], eps)
         q, k = rotate_half_rope(q, theta, inv_freq), rotate_half_rope(k, theta, inv_freq)
+        if kv_dtype is not None:
+            k, v = k.astype(kv_dtype).astype(np.float64), v.astype(kv_dtype).astype(np.float64)
         k, v = np.repeat(k, heads // kv_heads, axis=1), np.repeat(v, heads // kv_heads, axis=1)
         scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(head_dim)
         scores = np.where(causal, scores, -np.inf)

@@ -129,7 +129,7 @@ def test_a_changed_model_file_misses(tmp_path: Path, captures: list[str]) -> Non
         assert changed == greedy_answer(path)[0]
 
 
-def test_another_codegen_version_or_kv_cache_size_is_another_entry(
+def test_another_codegen_version_kv_cache_size_or_kv_cache_type_is_another_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=9)
@@ -137,9 +137,11 @@ def test_another_codegen_version_or_kv_cache_size_is_another_entry(
     entries = {model.capture_store.path("decode", model)}  # type: ignore[union-attr]
     bigger, _ = load_model(path, max_context=128)
     entries.add(bigger.capture_store.path("decode", bigger))  # type: ignore[union-attr]
+    half, _ = load_model(path, max_context=64, kv_cache="f16")  # its decode step reads float16 caches
+    entries.add(half.capture_store.path("decode", half))  # type: ignore[union-attr]
     monkeypatch.setattr(store.serial, "codegen_version", lambda: "another codegen")
     entries.add(model.capture_store.path("decode", model))  # type: ignore[union-attr]
-    assert len(entries) == 3
+    assert len(entries) == 4
 
 
 def test_no_capture_is_stored_with_cachelevel_0(tmp_path: Path, own_capture_store: Path) -> None:

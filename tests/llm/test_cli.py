@@ -151,3 +151,32 @@ def test_a_capture_on_a_terminal_shows_progress_on_stderr(tmp_path, monkeypatch,
     piped = cli.open_session("m", 64, True)
     list(Generator(piped.model).generate([1, 2], 2))
     assert "preparing" not in sys.stderr.getvalue()
+
+
+@pytest.mark.parametrize("command", [[], ["serve"], ["--serve", "8123"]])
+def test_an_unknown_kv_cache_type_is_one_error_line_before_the_model_loads(command: list[str]) -> None:
+    result = run([*command, "-m", "/nonexistent/model.gguf", "--kv-cache", "q8"], "hi\n")
+    assert result.exit_code == 2
+    assert result.stderr == "error: unknown KV cache type 'q8' (--kv-cache): choose one of f32, f16\n"
+
+
+def test_kv_cache_reaches_the_model_in_chat_benchmark_and_serve(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.llm.serve import server
+    from tg.llm.session import Session
+
+    loaded = []
+    real_load = Session.load.__func__  # type: ignore[attr-defined]
+
+    def recording_load(cls: type[Session], *args: object, **kwargs: object) -> Session:
+        session = real_load(cls, *args, **kwargs)
+        loaded.append(session.model.caches[0].dtype.name)
+        return session
+
+    monkeypatch.setattr(Session, "load", classmethod(recording_load))
+    monkeypatch.setattr(server, "run", lambda state, options: state.engine.stop())  # loaded, then stopped
+    args = ["-m", str(tiny), "--max-context", "64", "--kv-cache", "f16"]
+    assert run([*args, "--max-tokens", "2"], "hello\n").exit_code == 0
+    assert run([*args, "--benchmark", "2"]).exit_code == 0
+    assert run(["serve", *args, "--no-warmup"]).exit_code == 0
+    assert run(["-m", str(tiny), "--max-context", "64", "--benchmark", "1"]).exit_code == 0
+    assert loaded == ["half", "half", "half", "float"]

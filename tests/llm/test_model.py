@@ -13,6 +13,7 @@ pytest.importorskip("gguf")
 import llm_reference as reference  # noqa: E402
 from llm_fixtures import write_model  # noqa: E402
 
+from tg.codegen import dtypes  # noqa: E402
 from tg.hcq.engine import program_cache_stats  # noqa: E402
 from tg.llm.config import UnsupportedModelError  # noqa: E402
 from tg.llm.generate import Generator  # noqa: E402
@@ -20,6 +21,7 @@ from tg.llm.lanes import LaneBlocks  # noqa: E402
 from tg.llm.model import (  # noqa: E402
     ContextOverflowError,
     block_tensor,
+    cache_memory,
     kv_window,
     load_model,
     top_k_mask,
@@ -31,10 +33,12 @@ from tg.tensor import Context, Tensor  # noqa: E402
 TOKENS = [5, 17, 200, 33, 99, 4, 150, 7, 64, 2]
 
 
-def check_against_reference(path: Path, rtol: float = 2e-3) -> None:
+def check_against_reference(path: Path, rtol: float = 2e-3, kv_cache: str = "f32") -> None:
+    """Prefill and decode logits within rtol of the reference's largest; a float16 KV cache (`kv_cache` "f16")
+    against the reference that rounds the keys and values to float16 where the cache stores them."""
     metadata, weights = reference.load(path)
-    expected = reference.forward(metadata, weights, TOKENS)
-    model, _ = load_model(path, max_context=64)
+    expected = reference.forward(metadata, weights, TOKENS, kv_dtype=np.float16 if kv_cache == "f16" else None)
+    model, _ = load_model(path, max_context=64, kv_cache=kv_cache)
     generator = Generator(model, chunk_size=4)
     prefill = generator.prefill(TOKENS[:6])  # chunks of 4 and 2
     scale = np.abs(expected).max()
@@ -47,6 +51,39 @@ def check_against_reference(path: Path, rtol: float = 2e-3) -> None:
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3moe", "olmoe"])
 def test_architectures_match_the_reference(tmp_path: Path, arch: str) -> None:
     check_against_reference(write_model(tmp_path / f"{arch}.gguf", arch, "F32", seed=1, tied=arch != "qwen2"))
+
+
+# rounding the keys and values to float16 moves the logits by 1e-4 to 2e-4 of the largest; the model's float16 cache
+# against the reference that rounds them too stays within 2e-7 of it, or 1.3e-5 where a float32 key and its float64
+# reference fall on either side of a float16 rounding boundary: this tolerance tells an f16 cache from an f32 one
+F16_CACHE_RTOL = 3e-5
+
+
+@pytest.mark.parametrize(("arch", "weight_type"), [("llama", "F32"), ("qwen3", "F32"), ("llama", "Q8_0")])
+def test_an_f16_kv_cache_matches_a_reference_that_rounds_keys_and_values_to_f16(
+    tmp_path: Path, arch: str, weight_type: str
+) -> None:
+    path = write_model(tmp_path / f"{arch}.gguf", arch, weight_type, seed=1, tied=True)
+    metadata, weights = reference.load(path)
+    rounded = reference.forward(metadata, weights, TOKENS, kv_dtype=np.float16)
+    unrounded = reference.forward(metadata, weights, TOKENS)
+    # the rounding is visible at this tolerance in the logits compared (from the prefill's on): an f32 cache fails
+    assert np.abs(rounded - unrounded)[5:].max() > 3 * F16_CACHE_RTOL * np.abs(unrounded).max()
+    check_against_reference(path, rtol=F16_CACHE_RTOL, kv_cache="f16")
+
+
+def test_an_f16_kv_cache_holds_half_the_bytes_of_an_f32_one(tmp_path: Path) -> None:
+    path = write_model(tmp_path / "m.gguf")
+    single, half = load_model(path, max_context=64)[0], load_model(path, max_context=64, kv_cache="f16")[0]
+    assert single.kv_cache == "f32" and half.kv_cache == "f16"  # f32 is the default
+    for wide, narrow in zip(single.caches, half.caches, strict=True):
+        assert wide.dtype == dtypes.float32 and narrow.dtype == dtypes.float16 and narrow.shape == wide.shape
+        assert cache_memory(narrow).nbytes * 2 == cache_memory(wide).nbytes == wide.numel() * 4
+
+
+def test_an_unknown_kv_cache_type_is_refused_with_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"unknown KV cache type 'q8' \(--kv-cache\): choose one of f32, f16"):
+        load_model(tmp_path / "never-read.gguf", kv_cache="q8")
 
 
 @pytest.mark.slow
@@ -190,6 +227,21 @@ def test_long_prefill_chunks_match_the_reference(tmp_path: Path, arch: str, weig
     expected = reference.forward(metadata, weights, tokens)
     logits = Generator(load_model(path, max_context=64)[0], chunk_size=32).prefill(tokens)
     np.testing.assert_allclose(logits, expected[-1], atol=2e-3 * np.abs(expected).max())
+
+
+def test_long_prefill_chunks_and_the_decode_after_them_round_to_an_f16_kv_cache(tmp_path: Path) -> None:
+    """A long chunk's block capture stores its keys and values as float16 and attends over them so stored, as do the
+    decode steps after it (which read the chunk's rows back)."""
+    path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=4, tied=False)
+    tokens = [(7 * i + 3) % 250 for i in range(SCRATCH_MATMUL_ROWS + 6)]
+    metadata, weights = reference.load(path)
+    expected = reference.forward(metadata, weights, tokens, kv_dtype=np.float16)
+    generator = Generator(load_model(path, max_context=64, kv_cache="f16")[0], chunk_size=32)
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(generator.prefill(tokens[:-2]), expected[-3], atol=F16_CACHE_RTOL * scale)
+    for position in (len(tokens) - 2, len(tokens) - 1):
+        logits = generator._forward([tokens[position]], position)
+        np.testing.assert_allclose(logits, expected[position], atol=F16_CACHE_RTOL * scale)
 
 
 @pytest.mark.parametrize("weight_type", ["F32", "Q4_1"])

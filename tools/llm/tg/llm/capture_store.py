@@ -100,7 +100,7 @@ class CaptureStore:
         parts = [
             f"schema {STORE_SCHEMA}",
             self.model_identity,
-            f"step {step} max_context {model.max_context}",
+            f"step {step} max_context {model.max_context} kv_cache {model.kv_cache}",
             f"device {device_name} {device.target!r} {device.compiler.identity()!r}",
             f"flags {CodegenFlags.from_environment()!r} beam {int(BEAM)} jitbeam {int(JITBEAM)}",
             f"codegen {serial.codegen_version()} sources {_sources_version()} git {serial.git_state()!r}",

@@ -21,6 +21,7 @@ import typer
 
 from tg.env.version import print_version
 from tg.llm import registry
+from tg.llm.config import DEFAULT_KV_CACHE, KV_CACHE_TYPES, check_kv_cache
 
 app = typer.Typer(
     help="Run and serve LLMs from GGUF files.",
@@ -28,6 +29,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 COMMANDS = ("chat", "pull", "list", "serve")
+KV_CACHE_HELP = f"What the KV cache stores keys and values as: {' or '.join(KV_CACHE_TYPES)} (f16: half the memory)."
 # the seed's spellings, rewritten to the dashed option names typer declares
 UNDERSCORE_FLAGS = {"--max_context": "--max-context", "--no_chat_template": "--no-chat-template"}
 OPTIONAL_VALUE_FLAGS = {"--benchmark": "20", "--serve": "8000"}  # bare flag -> this value
@@ -82,6 +84,7 @@ def _options(
 def chat(
     model: str = typer.Option(registry.EMBEDDED_NAME, "--model", "-m", help="Registry name, .gguf path or hf:..."),
     max_context: int = typer.Option(4096, "--max-context", help="KV cache size (capped at the model's)."),
+    kv_cache: str = typer.Option(DEFAULT_KV_CACHE, "--kv-cache", help=KV_CACHE_HELP),
     no_chat_template: bool = typer.Option(
         False, "--no-chat-template", help="Feed the prompt as raw text: no chat template, no role markup."
     ),
@@ -125,12 +128,14 @@ def chat(
     if serve:  # the seed's spelling of `tg-llm serve --port PORT`
         from tg.llm.serve.server import ServeOptions
 
-        start_server(model, max_context, ServeOptions(port=serve), debug)
+        check_kv_cache_option(kv_cache)
+        start_server(model, max_context, ServeOptions(port=serve, kv_cache=kv_cache), debug)
         return
     options = SamplingOptions(
         temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty, seed
     )
     try:  # inputs are checked before the model is loaded
+        check_kv_cache(kv_cache)
         check_sampling_options(options)
         if max_tokens < 1 or max_context < 1:
             raise ValueError(f"--max-tokens ({max_tokens}) and --max-context ({max_context}) must be >= 1")
@@ -138,7 +143,7 @@ def chat(
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
     try:
-        session = open_session(model, max_context, no_chat_template, system)
+        session = open_session(model, max_context, no_chat_template, system, kv_cache)
         if warmup:
             session.warmup()
         if benchmark:
@@ -153,12 +158,23 @@ def chat(
         fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
 
-def open_session(name: str, max_context: int, raw_prompt: bool, system: str | None = None) -> Any:
+def check_kv_cache_option(kv_cache: str) -> None:
+    """Exit 2 with one `error:` line when --kv-cache names no KV cache type (before any model is loaded)."""
+    try:
+        check_kv_cache(kv_cache)
+    except ValueError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+
+
+def open_session(
+    name: str, max_context: int, raw_prompt: bool, system: str | None = None, kv_cache: str = DEFAULT_KV_CACHE
+) -> Any:
     from tg.llm.session import Session
 
     path = registry.resolve(name)
     registry.verify(name, path)
-    session = Session.load(path, max_context, raw_prompt, system)
+    session = Session.load(path, max_context, raw_prompt, system, kv_cache)
     session.on_notice = lambda text: typer.echo(f"[{text}]", err=True)
     if sys.stderr.isatty():
         session.model.on_capture = capture_progress
@@ -296,6 +312,7 @@ def resident_mb() -> float:
 def serve_command(
     model: str = typer.Option(registry.EMBEDDED_NAME, "--model", "-m", help="Registry name, .gguf path or hf:..."),
     max_context: int = typer.Option(4096, "--max-context", help="KV cache size per slot (capped at the model's)."),
+    kv_cache: str = typer.Option(DEFAULT_KV_CACHE, "--kv-cache", help=KV_CACHE_HELP),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (anything but loopback warns)."),
     port: int = typer.Option(8000, "--port", help="TCP port (0: any free one)."),
     api_key: str | None = typer.Option(
@@ -323,6 +340,7 @@ def serve_command(
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, ...) and a chat page at /."""
     from tg.llm.serve.server import ServeOptions
 
+    check_kv_cache_option(kv_cache)
     options = ServeOptions(
         host,
         port,
@@ -334,6 +352,7 @@ def serve_command(
         allowed_hosts=tuple(allowed_host),
         warmup=warmup,
         warmup_context=warmup_context or None,
+        kv_cache=kv_cache,
     )
     if replicas is not None:
         start_replicas(model, max_context, options, debug, replicas, ray_address)

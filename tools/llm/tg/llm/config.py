@@ -6,6 +6,22 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+# what the KV cache can store keys and values as (`--kv-cache`), each the name of a float dtype: float16 halves the
+# bytes a decode step's attention reads (llama.cpp's default, F16); keys and values are rounded once, when stored, and
+# attention converts what it reads to float32 and computes in float32
+KV_CACHE_TYPES = {"f32": "float32", "f16": "float16"}
+# float32 by default: float16 moved Gemma 3 270M's logits more than 4e-3 from transformers' float32 run, past the
+# 3e-3 that tests/llm/test_gemma3_real.py allows (its greedy tokens stayed the same)
+DEFAULT_KV_CACHE = "f32"
+
+
+def check_kv_cache(name: str) -> str:
+    """`name` if it is one of KV_CACHE_TYPES, else a ValueError that lists them."""
+    if name not in KV_CACHE_TYPES:
+        raise ValueError(f"unknown KV cache type {name!r} (--kv-cache): choose one of {', '.join(KV_CACHE_TYPES)}")
+    return name
+
+
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "olmoe", "gemma2", "gemma3", "phi3")
 # architectures whose GGUF q/k weights were permuted by llama.cpp's converter so RoPE rotates adjacent pairs
 INTERLEAVED_ROPE = ("llama",)

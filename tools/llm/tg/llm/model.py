@@ -3,7 +3,8 @@ Tensors.
 
 One `Transformer.forward(tokens, start_pos)` call runs a chunk of tokens through every block, writes their keys
 and values into the per-block KV cache at `start_pos`, and returns the logits of the last token. Weights stay in
-their GGUF encoding (see weights.py); activations and the KV cache are float32.
+their GGUF encoding (see weights.py); activations are float32, the KV cache float32 or float16
+(see tg.llm.config.KV_CACHE_TYPES).
 """
 
 from __future__ import annotations
@@ -22,12 +23,18 @@ from typing import TypeVar, overload
 import numpy as np
 
 from tg.codegen import UOp, dtypes
-from tg.codegen.dtype import to_numpy
+from tg.codegen.dtype import DType, to_numpy
 from tg.codegen.schedule.realize import whole_buffer
 from tg.hcq import Device
 from tg.hcq.engine.buffers import Buffer, buffer_of
 from tg.llm.capture_store import CaptureStore
-from tg.llm.config import TransformerConfig, UnsupportedModelError
+from tg.llm.config import (
+    DEFAULT_KV_CACHE,
+    KV_CACHE_TYPES,
+    TransformerConfig,
+    UnsupportedModelError,
+    check_kv_cache,
+)
 from tg.llm.lanes import LaneBlocks, RMSNorm
 from tg.llm.ops import activate, concat, stack
 from tg.llm.quants import DEQUANTIZERS, Blocks
@@ -36,11 +43,17 @@ from tg.tensor import Tensor, Variable
 from tg.tensor.flags import JIT
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
+from tg.tensor.promotion import dtype_argument
 from tg.tensor.symbolic import concrete_size
 
 
 class ContextOverflowError(ValueError):
     """More tokens than the KV cache holds."""
+
+
+def kv_cache_dtype(name: str) -> DType:
+    """The dtype of the KV cache type `name` (see tg.llm.config.KV_CACHE_TYPES); another name is a ValueError."""
+    return dtype_argument(KV_CACHE_TYPES[check_kv_cache(name)])
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -104,7 +117,7 @@ def attend(
     KEY_TILE)` in the cache's tiled layout (row KEY_TILE * t + i at [:, t, :, i], see cache_keys) and values
     `(kv_heads, S, head_dim)`, S <= KEY_TILE * tiles, where `mask` `(T, tiles, KEY_TILE)` is True (key rows from S
     on must be masked out); query head h reads key/value head h // (heads / kv_heads). Returns
-    `(T, heads * head_dim)`.
+    `(T, heads * head_dim)`. Keys and values of another float type (a float16 cache) are read as float32.
 
     A score sums over head_dim with its lanes along KEY_TILE cached rows (one query scalar times a vector of keys per
     feature, no horizontal sum). The values are read up to row S only, so whatever the masked rows hold (NaN past the
@@ -112,6 +125,7 @@ def attend(
     fewer than normalizing the weights first). The scores are scaled by `scale`, by default 1/sqrt(head_dim), and
     soft-capped by `softcap` (see soft_cap) before the mask."""
     count, heads, head_dim = q.shape
+    keys, values = as_float32(keys), as_float32(values)
     kv_heads, tiles = keys.shape[:2]
     group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, 1, head_dim, 1)
@@ -126,6 +140,25 @@ def attend(
     denominator = exp.sum((-2, -1)).reshape(kv_heads, group, count, 1)
     out = weights.matmul(values).reshape(kv_heads, group, count, head_dim) / denominator
     return out.permute(2, 0, 1, 3).reshape(count, heads * head_dim)
+
+
+# 0x8FFFE000 as an int32: float32's sign bit and the 15 bits that a float16's exponent and mantissa shifted by 13 fill
+FLOAT16_BITS_IN_FLOAT32 = -0x70002000
+
+
+def as_float32(x: Tensor) -> Tensor:
+    """x as float32: exact. A float16 Tensor is converted from its bits with integer arithmetic: gcc 12 converts
+    float16 (`_Float16`) one element at a time (no vector conversion before gcc 13), which made the attention kernels
+    of a float16 KV cache 3.5x slower than a float32 one's (SmolLM2-135M at position 1,000), while these integer ops
+    vectorize. The bits, sign-extended
+    and shifted by 13, hold the float16 sign at float32's and its exponent and mantissa 13 bits up: after the mask,
+    the value times 2**-112 (normal and subnormal alike); infinities and NaNs get float32's all-ones exponent."""
+    if x.dtype != dtypes.float16:
+        return x.float()
+    bits = x.bitcast(dtypes.int16).cast(dtypes.int32)
+    moved = (bits * (1 << 13)) & FLOAT16_BITS_IN_FLOAT32
+    special = ((bits & 0x7C00) == 0x7C00).where(Tensor(0x70000000, dtype=dtypes.int32), 0)
+    return (moved | special).bitcast(dtypes.float32) * 2.0**112
 
 
 def expert_ranks(scores: Tensor) -> Tensor:
@@ -360,18 +393,24 @@ def rope_table(frequencies: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarr
 class Transformer:
     """A GGUF decoder model with its KV cache (one sequence, batch 1).
 
-    The cache of a block is `(2, kv_heads, rows, head_dim)` with the keys in tiles (see KEY_TILE), `rows` =
-    max_context plus room for one padded prefill chunk. A step is a function of Tensors and the bound position
-    Variable `start_pos`: it writes its keys and values into the caches (assigns inside the step) and attends over
-    the filled rows only (the key tiles that hold them, the rows past start_pos + count masked). Kernels take the
-    position as an argument, so TinyJit captures the one-token step once and replays it for every position (see
-    BLOCK_ROWS for chunks).
+    The cache of a block is `(2, kv_heads, rows, head_dim)` with the keys in tiles (see KEY_TILE), `rows` = max_context
+    plus room for one padded prefill chunk, of the dtype of `kv_cache` (see tg.llm.config.KV_CACHE_TYPES). A step is a
+    function of Tensors and the bound position Variable `start_pos`: it writes its keys and values into the caches
+    (assigns inside the step) and attends over the filled rows only (the key tiles that hold them, the rows past
+    start_pos + count masked). Kernels take the position as an argument, so TinyJit captures the one-token step once and
+    replays it for every position (see BLOCK_ROWS for chunks).
     """
 
     def __init__(
-        self, config: TransformerConfig, weights: dict[str, Weight], max_context: int, embedding: EmbeddingTable
+        self,
+        config: TransformerConfig,
+        weights: dict[str, Weight],
+        max_context: int,
+        embedding: EmbeddingTable,
+        kv_cache: str = DEFAULT_KV_CACHE,
     ) -> None:
         self.config, self.weights, self.embedding_table = config, weights, embedding
+        self.kv_cache, self.kv_dtype = kv_cache, kv_cache_dtype(kv_cache)
         self.max_context = min(max_context, config.context_length)
         self.embedding = weights["token_embd.weight"]
         self.output_norm = weights["output_norm.weight"].float()
@@ -380,7 +419,7 @@ class Transformer:
         # a padded chunk's extra rows may run past the context; whole key tiles
         rows = key_tiles(self.max_context + BLOCK_ROWS[-1] - 1) * KEY_TILE
         cache_shape = (2, config.n_kv_heads, rows, config.head_dim)
-        self.caches = [Tensor.zeros(*cache_shape).contiguous().realize() for _ in self.blocks]
+        self.caches = [Tensor.zeros(*cache_shape, dtype=self.kv_dtype).contiguous().realize() for _ in self.blocks]
         if "rope_factors_long.weight" in weights or "rope_factors_short.weight" in weights:
             raise UnsupportedModelError("LongRoPE (rope_factors_long/short, Phi-3 128k) is not supported")
         freq_factors = weights.get("rope_freqs.weight")
@@ -537,7 +576,7 @@ class Transformer:
     def _block_step(self, block: Block, rows: int, window: int, weights: list[Tensor]) -> tuple[TinyJit, str]:
         """The captured forward of blocks like `block` for chunks of `rows` rows attending over `window` rows, and
         its name in the capture store."""
-        key = (rows, window, block_layout(block), tuple((w.shape, w.dtype) for w in weights))
+        key = (rows, window, self.kv_cache, block_layout(block), tuple((w.shape, w.dtype) for w in weights))
         store_name = f"block {key!r}"
         if key not in self.block_steps and self.capture_store is not None:
             stored = self.capture_store.load(store_name, self)
@@ -630,15 +669,16 @@ class Transformer:
     ) -> Tensor:
         """The attention output of the rows of norm(x) at positions `position`..: their keys and values are
         assigned into `cache` there, then the queries attend over the cache's first `visible` rows (mask `(T, tiles,
-        KEY_TILE)`: which keys of the tiles that hold them each row sees)."""
+        KEY_TILE)`: which keys of the tiles that hold them each row sees). The keys and values are rounded to the
+        cache's dtype as they are stored, and the new rows attend over them as stored, like the later ones."""
         q, k, v = self.rotated_qkv(block, x, cos, sin, norm)
         count = x.shape[0]
         # realized here, the queries with them (else their projection would run again for the attention below):
         # the assigns update views, not `cache`, so the reads below must come after them
         q = q.contiguous()
         rows = slice(position, position + count)
-        new_keys = key_rows(cache)[:, rows].assign(k.transpose(0, 1))
-        Tensor.realize(new_keys, cache[1, :, rows].assign(v.transpose(0, 1)), q)
+        new_keys = key_rows(cache)[:, rows].assign(k.transpose(0, 1).cast(cache.dtype))
+        Tensor.realize(new_keys, cache[1, :, rows].assign(v.transpose(0, 1).cast(cache.dtype)), q)
         keys, values = cache_keys(cache)[:, : mask.shape[1]], cache[1, :, :visible]
         attended = attend(q, keys, values, mask, self.config.attention_factor(), self.config.attention_softcap)
         return linear(attended, block.output)
@@ -800,8 +840,12 @@ def _load_weight(info: GGUFTensorInfo, raw: np.ndarray) -> Weight:
     return quantized_weight(raw, info.ggml_type, info.shape)
 
 
-def load_model(path: str | Path, max_context: int = 4096) -> tuple[Transformer, GGUFFile]:
-    """Read a GGUF file and build its Transformer (raises UnsupportedModelError for unknown architectures)."""
+def load_model(
+    path: str | Path, max_context: int = 4096, kv_cache: str = DEFAULT_KV_CACHE
+) -> tuple[Transformer, GGUFFile]:
+    """Read a GGUF file and build its Transformer with a KV cache of type `kv_cache` (see
+    tg.llm.config.KV_CACHE_TYPES); raises UnsupportedModelError for unknown architectures."""
+    kv_cache_dtype(kv_cache)  # an unknown type is refused before the file is read
     gguf = gguf_read(path)
     vocab = len(gguf.metadata.get("tokenizer.ggml.tokens", []))
     config = TransformerConfig.from_metadata(gguf.metadata, vocab)
@@ -809,7 +853,7 @@ def load_model(path: str | Path, max_context: int = 4096) -> tuple[Transformer, 
         if info.type_name not in FLOAT_TYPES and info.type_name not in ("BF16", *DEQUANTIZERS):
             raise UnsupportedModelError(f"tensor {info.name!r} has GGML type {info.type_name}, which is not supported")
     embedding = EmbeddingTable(gguf.tensors["token_embd.weight"])
-    model = Transformer(config, load_weights(gguf), max_context, embedding)
+    model = Transformer(config, load_weights(gguf), max_context, embedding, kv_cache)
     model.capture_store = CaptureStore(path)
     release_cached_memory(model.caches[0].device)  # the load's scratch: the file's bytes reshuffled per weight
     return model, gguf

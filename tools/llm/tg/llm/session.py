@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tg.llm.generate import Generator, cut_at_stop
-from tg.llm.model import ContextOverflowError, Transformer, load_model, parameter_count
+from tg.llm.model import DEFAULT_KV_CACHE, ContextOverflowError, Transformer, load_model, parameter_count
 from tg.llm.sampling import SamplingOptions
 from tg.llm.template import chat_template
 from tg.llm.tokenizer import Tokenizer
@@ -35,8 +35,15 @@ class Session:
         self.messages = [] if self.system is None else [{"role": "system", "content": self.system}]
 
     @classmethod
-    def load(cls, path: Path, max_context: int = 4096, raw_prompt: bool = False, system: str | None = None) -> Session:
-        model, gguf = load_model(path, max_context)
+    def load(
+        cls,
+        path: Path,
+        max_context: int = 4096,
+        raw_prompt: bool = False,
+        system: str | None = None,
+        kv_cache: str = DEFAULT_KV_CACHE,
+    ) -> Session:
+        model, gguf = load_model(path, max_context, kv_cache)
         metadata = gguf.metadata
         tokenizer = Tokenizer.from_gguf_metadata(metadata)
         bos = tokenizer.tokens[tokenizer.bos_id] if tokenizer.bos_id is not None and tokenizer.add_bos else ""

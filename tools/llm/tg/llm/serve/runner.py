@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tg.llm.config import DEFAULT_KV_CACHE
 from tg.llm.generate import common_prefix
 from tg.llm.lanes import RMSNorm
 from tg.llm.model import (
@@ -44,6 +45,7 @@ from tg.llm.model import (
     attend,
     cache_keys,
     key_tiles,
+    kv_cache_dtype,
     kv_window,
     post_norm,
     write_cache_rows,
@@ -97,7 +99,7 @@ class ModelRunner:
         self.model, self.batched = model, batched
         self.max_context = model.max_context
         self.widest = kv_window(self.max_context - 1, self.max_context)  # the KV window of the last position
-        shape = model.caches[0].shape
+        shape, dtype = model.caches[0].shape, model.caches[0].dtype
         # the captured steps (see `_run`), least recently used first; the warm-up's are pinned (never dropped)
         self.steps: OrderedDict[StepKey, TinyJit] = OrderedDict()
         self.pinned: set[StepKey] = set()
@@ -107,7 +109,7 @@ class ModelRunner:
         self.split_steps = 0  # batches that nothing covered, run slot by slot
         self.slots = [Slot(0, model.caches)]
         for index in range(1, slots):
-            caches = [Tensor.zeros(*shape).contiguous().realize() for _ in model.blocks]
+            caches = [Tensor.zeros(*shape, dtype=dtype).contiguous().realize() for _ in model.blocks]
             self.slots.append(Slot(index, caches))
         self.defer_captures = defer_captures
         self.wanted: OrderedDict[StepKey, None] = OrderedDict()  # captures queued, oldest first
@@ -295,7 +297,7 @@ class ModelRunner:
         """A TinyJit of the step `key`: the step does the same work every call (weights and caches are realized),
         so its first call is captured."""
         rows, window, output = key
-        layout = FeedLayout(rows, window, output)
+        layout = FeedLayout(rows, window, output, self.model.kv_cache)
         store = self.model.capture_store  # a capture a process stored before (tg.llm.capture_store)
         stored = None if store is None else store.load(stored_step_name(layout), self.model)
         if stored is not None:
@@ -404,11 +406,13 @@ def cache_window(model: Transformer, feeds: list[Feed]) -> int:
 @dataclass(frozen=True)
 class FeedLayout:
     """What `feeds_step` bakes in (a TinyJit capture is made for one layout): each feed's padded row count, the
-    cached positions attention reads, and what comes out (LAST, ALL or POOLED, see `forward_feeds`)."""
+    cached positions attention reads, what comes out (LAST, ALL or POOLED, see `forward_feeds`) and the KV cache
+    type the new keys and values are rounded to (the model's, see tg.llm.config.KV_CACHE_TYPES)."""
 
     rows: tuple[int, ...]
     window: int
     output: str = LAST
+    kv_cache: str = DEFAULT_KV_CACHE
 
 
 def feeds_step(model: Transformer, layout: FeedLayout, *inputs: Tensor) -> list[Tensor]:
@@ -476,11 +480,13 @@ def attention(
     cos: Tensor,
     sin: Tensor,
 ) -> tuple[Tensor, Tensor]:
-    """(attention output, the new keys and values `(rows, 2, kv_heads, head_dim)` of all feeds): projections for
-    all rows at once, then each feed's queries attend over the first `layout.window` rows of its cache followed by
-    its own new keys and values (those in key tiles of their own, see KEY_TILE)."""
+    """(attention output, the new keys and values `(rows, 2, kv_heads, head_dim)` of all feeds, in the KV cache's
+    dtype): projections for all rows at once, then each feed's queries attend over the first `layout.window` rows
+    of its cache followed by its own new keys and values (those in key tiles of their own, see KEY_TILE), as the
+    cache will hold them (rounded to its dtype), so a step sees what a later step reads back."""
     q, k, v = model.rotated_qkv(block, x, cos, sin, norm)
-    new_kv = stack([k, v], dim=1).contiguous()  # a buffer, as in Transformer._attention
+    # a buffer, as in Transformer._attention
+    new_kv = stack([k, v], dim=1).cast(kv_cache_dtype(layout.kv_cache)).contiguous()
     window, outputs, first = layout.window, [], 0
     for count, cache, mask in zip(layout.rows, caches, masks, strict=True):
         rows = slice(first, first + count)

@@ -12,6 +12,7 @@ from types import FrameType
 
 import uvicorn
 
+from tg.llm.config import DEFAULT_KV_CACHE
 from tg.llm.serve.app import ServerState, create_app
 from tg.llm.serve.engine import Engine
 from tg.llm.serve.runner import ModelRunner
@@ -32,6 +33,7 @@ class ServeOptions:
     allowed_hosts: tuple[str, ...] = ()  # Host header names accepted besides IP addresses and localhost
     warmup: bool = True  # capture the steps requests will need before /health says ok
     warmup_context: int | None = 512  # ... for the KV windows of this many positions (None: the whole context)
+    kv_cache: str = DEFAULT_KV_CACHE  # what the slots' KV caches store (see KV_CACHE_TYPES)
 
 
 def load_state(path: Path, max_context: int, options: ServeOptions, aliases: set[str] | None = None) -> ServerState:
@@ -40,7 +42,7 @@ def load_state(path: Path, max_context: int, options: ServeOptions, aliases: set
 
     if options.max_concurrency < 1 or options.max_queue < 0 or options.max_body_bytes < 1:
         raise ValueError("--max-concurrency and --max-body-bytes must be at least 1, --max-queue at least 0")
-    session = Session.load(path, max_context)
+    session = Session.load(path, max_context, kv_cache=options.kv_cache)
     runner = ModelRunner(session.model, options.max_concurrency, options.batched, defer_captures=True)
     engine = Engine(
         runner, session.tokenizer, options.max_queue, warmup=options.warmup, warmup_context=options.warmup_context

@@ -74,8 +74,12 @@ def replicas(ray_cluster: ModuleType, model_path: Path):
 
 
 def without_ids(document: dict) -> dict:
-    """An answer less what differs between any two requests (its id and creation time)."""
-    return {key: value for key, value in document.items() if key not in ("id", "created", "system_fingerprint")}
+    """An answer less what differs between any two requests: its id and creation time, and how many prompt tokens
+    the server had cached (that depends on what it answered before, not on this request)."""
+    kept = {key: value for key, value in document.items() if key not in ("id", "created", "system_fingerprint")}
+    if isinstance(kept.get("usage"), dict):
+        kept["usage"] = {key: value for key, value in kept["usage"].items() if key != "prompt_tokens_details"}
+    return kept
 
 
 def stream_events(url: str, body: dict) -> list[str]:

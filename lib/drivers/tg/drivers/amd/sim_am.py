@@ -118,6 +118,7 @@ class SimNavi31Chip:
         self.engines: dict[tuple[str, int], QueueEngine] = {}  # ("compute"|"sdma", queue) -> running engine
         self.doorbells: dict[int, QueueEngine] = {}  # doorbell slot -> engine
         self.firmware_loaded: list[am.Firmware] = []  # in load order, since the last reset
+        self.psp_loads = 0  # firmware blobs the PSP accepted, ever (a partial boot adds none)
         self.mode1_resets = 0
         self.stray_doorbells = 0  # doorbell writes no queue owned (hardware drops them)
         self.trace: list[tuple[str, str, int]] = []  # ("R"|"W", register name, value) when `tracing`
@@ -206,12 +207,14 @@ class SimNavi31Chip:
                 return am.PSPStatus.BAD_HEADER
             self.firmware_loaded = [am.Firmware.SOS]
             self.regs[REG.MP0_SMN_C2PMSG_81] = SOS_VERSION
+            self.psp_loads += 1
             return am.PSPStatus.OK
         if kind != am.PSPCommand.LOAD_FIRMWARE or component == am.Firmware.SOS:
             return am.PSPStatus.BAD_HEADER
         if not self.regs.get(REG.MP0_SMN_C2PMSG_81):
             return am.PSPStatus.SOS_NOT_RUNNING
         self.firmware_loaded.append(component)
+        self.psp_loads += 1
         return am.PSPStatus.OK
 
     # -- SMU -------------------------------------------------------------------------------------------------------

@@ -73,16 +73,23 @@ class MMU:
         self.iommu = iommu
         self.bus_master = bus_master
         self._tlb: dict[int, tuple[memoryview, bool, bool]] = {}  # VA page -> (page bytes, writable, system)
+        self._huge_tlb: dict[int, tuple[memoryview, bool, bool]] = {}  # VA >> 21 -> (2 MiB of VRAM, ...)
         self.walks = 0  # page-table walks (TLB misses), for tests
 
     def invalidate(self) -> None:
         self._tlb = {}
+        self._huge_tlb = {}
 
     def translate(self, address: int, access: str) -> memoryview:
         """The 4 KiB page holding `address`; GPUFault if it is not mapped for `access` ("read"/"write")."""
         entry = self._tlb.get(address >> 12)
         if entry is None:
-            entry = self._walk(address, access)
+            huge = self._huge_tlb.get(address >> 21)
+            if huge is None:
+                entry = self._walk(address, access)
+            else:  # a 2 MiB entry: the page is a slice of it
+                offset = address & (am.HUGE_PAGE_SIZE - 1) & ~PAGE_MASK
+                entry = (huge[0][offset : offset + am.PAGE_SIZE], huge[1], huge[2])
             self._tlb[address >> 12] = entry
         page, writable, system = entry
         if access == "write" and not writable:
@@ -105,12 +112,16 @@ class MMU:
             entry = self._vram_u64(table + ((address >> shift) & ((1 << am.LEVEL_BITS) - 1)) * 8, address)
             if not entry & am.PTE_VALID:
                 raise GPUFault(address, access)
-            huge = level == 1 and entry & am.PDE_IS_PTE
-            if level == 0 or huge:
-                base = (entry & am.PTE_ADDRESS_MASK) + (address & ((1 << shift) - 1) & ~PAGE_MASK)
-                return self._page(base, bool(entry & am.PTE_SYSTEM), address, access), bool(
-                    entry & am.PTE_WRITEABLE
-                ), bool(entry & am.PTE_SYSTEM)
+            writable, system = bool(entry & am.PTE_WRITEABLE), bool(entry & am.PTE_SYSTEM)
+            if level == 1 and entry & am.PDE_IS_PTE and not system:  # a 2 MiB page of VRAM
+                base = entry & am.PTE_ADDRESS_MASK & ~(am.HUGE_PAGE_SIZE - 1)
+                if base + am.HUGE_PAGE_SIZE > len(self.vram):
+                    raise GPUFault(address, f"{access} (VRAM address 0x{base:X} is past the end of VRAM)")
+                self._huge_tlb[address >> 21] = (self.vram[base : base + am.HUGE_PAGE_SIZE], writable, system)
+                offset = address & (am.HUGE_PAGE_SIZE - 1) & ~PAGE_MASK
+                return self.vram[base + offset : base + offset + am.PAGE_SIZE], writable, system
+            if level == 0:
+                return self._page(entry & am.PTE_ADDRESS_MASK, system, address, access), writable, system
             table = entry & am.PTE_ADDRESS_MASK
         raise AssertionError("unreachable: level 0 returns")
 

@@ -236,3 +236,39 @@ def test_a_long_dispatch_is_not_taken_for_a_hang(dev, kit) -> None:
     for i in range(iterations):  # the kernel's float32 sum, in its order
         expected = np.float32(expected + np.float32(np.float32(i) * np.float32(1e-9)))
     assert np.frombuffer(bytes(out.cpu_view()), np.float32)[0] == expected
+
+
+# --- the same crashes through the userspace PCI driver (DEV=MOCKPCI+AMD) ---
+# The driver learns of a fault from the IH ring, as on hardware: the faulting address and the queue's doorbell, no
+# packet name (the KFD simulator's report has one).
+
+
+@pytest.fixture
+def pci_dev():
+    device = Device["MOCKPCI+AMD"]
+    device.synchronize()
+    return device
+
+
+@pytest.mark.parametrize(
+    "name, body, address",
+    [("oob", OOB_STORE, UNMAPPED), ("null_load", NULL_LOAD, 0), ("scalar_load", SCALAR_LOAD, 0xDEAD_BEEF_0000)],
+)
+def test_an_out_of_bounds_kernel_on_the_pci_driver_is_reported_and_the_device_recovers(
+    pci_dev, kit, name: str, body: str, address: int
+) -> None:
+    assert add_one_works(pci_dev, kit)
+    prg = pci_dev.runtime(name, pci_dev.compiler.compile(kit.amd_source(body)))
+    out = pci_dev.allocator.alloc(64)
+    with pytest.raises(AMDDeviceError, match=rf"MMU fault: 0x{address:X} \| queue at doorbell \d+"):
+        prg(out, wait=True)
+    assert add_one_works(pci_dev, kit)
+
+
+def test_an_illegal_instruction_on_the_pci_driver_is_reported_and_the_device_recovers(pci_dev, kit) -> None:
+    lib = pci_dev.compiler.compile(kit.amd_source(kit.AMD_KERNELS["add_one"]))
+    prg = pci_dev.runtime("add_one", lib.replace(bytes.fromhex("0000b0bf"), bytes.fromhex("00fe017e")))
+    a, b = pci_dev.allocator.alloc(8), pci_dev.allocator.alloc(8)
+    with pytest.raises(AMDDeviceError, match=r"HW fault: illegal instruction or packet"):
+        prg(b, a, wait=True)
+    assert add_one_works(pci_dev, kit)

@@ -17,7 +17,8 @@ from pathlib import Path
 from tg.drivers.mmio import BufferMMIO, MMIOInterface
 
 SYSFS_PCI_DEVICES = Path("/sys/bus/pci/devices")
-PROT_NONE, MAP_FIXED, MAP_NORESERVE = 0, 0x10, 0x4000  # Linux mmap values (Python's mmap module cannot map at an address)
+# Linux mmap values (Python's mmap module cannot map at a fixed address)
+PROT_NONE, MAP_FIXED, MAP_NORESERVE = 0, 0x10, 0x4000
 
 
 @dataclass(frozen=True)

@@ -325,7 +325,9 @@ class AMDev:
         # is mapped at the peer's address.
         self.wreg_pair(REG.GCVM_CONTEXT0_PAGE_TABLE_START_ADDR_LO32, VM_START >> 12)
         self.wreg_pair(REG.GCVM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32, (VM_END - 1) >> 12)
-        self.wreg(REG.GCVM_CONTEXT0_CNTL, am.VM_CONTEXT_ENABLE | am.VM_CONTEXT_DEPTH << am.VM_CONTEXT_PAGE_TABLE_DEPTH_SHIFT)
+        self.wreg(
+            REG.GCVM_CONTEXT0_CNTL, am.VM_CONTEXT_ENABLE | am.VM_CONTEXT_DEPTH << am.VM_CONTEXT_PAGE_TABLE_DEPTH_SHIFT
+        )
         self.invalidate_tlb()
 
     def flush_hdp(self) -> None:

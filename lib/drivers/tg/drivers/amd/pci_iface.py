@@ -21,6 +21,7 @@ from pathlib import Path
 from tg.drivers.amd import am_regs as am
 from tg.drivers.amd.am_driver import AMDev
 from tg.drivers.amd.iface import GPUAllocation, HardwareQueue, QueueKind, ShaderEngines
+from tg.drivers.amd.kfd import CHAOS_VARIABLE
 from tg.drivers.mmio import MMIOInterface
 from tg.drivers.navi31_regs import NAVI31_DEVICE_IDS, VENDOR_AMD
 from tg.drivers.pci import DeviceMatch, PCIDevice, release_fixed, reserve_va, scan_pci
@@ -163,9 +164,14 @@ def simulated_board(index: int, shader_engines: ShaderEngines | None) -> PCIDevi
     driver finds it booted, as on a real machine)."""
     from tg.drivers.amd.sim_pci import SimPCIDevice
 
+    seed = os.environ.get(CHAOS_VARIABLE)
     with _SIM_LOCK:
         if index not in _SIM_BOARDS:
-            _SIM_BOARDS[index] = SimPCIDevice(shader_engines=shader_engines, address=f"0000:{3 + index:02x}:00.0")
+            _SIM_BOARDS[index] = SimPCIDevice(
+                shader_engines=shader_engines,
+                chaos_seed=int(seed) if seed else None,
+                address=f"0000:{3 + index:02x}:00.0",
+            )
         return _SIM_BOARDS[index]
 
 

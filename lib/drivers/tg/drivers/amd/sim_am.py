@@ -275,17 +275,19 @@ class SimNavi31Chip:
         if ("sdma", queue) in self.engines:
             return
         self._check_can_run("SDMA queue", am.Firmware.SDMA)
-        base = (self.regs.get(REG.sdma("RB_BASE", queue), 0) | self.regs.get(REG.sdma("RB_BASE_HI", queue), 0) << 32) << 8
+        base = self._sdma_pair(queue, "RB_BASE", "RB_BASE_HI") << 8
         size = 4 << ((value >> am.SDMA_RB_SIZE_SHIFT) & 0x1F)
-        rptr = self.regs.get(REG.sdma("RB_RPTR_ADDR_LO", queue), 0) | self.regs.get(REG.sdma("RB_RPTR_ADDR_HI", queue), 0) << 32
-        wptr = self.regs.get(REG.sdma("RB_WPTR_POLL_ADDR_LO", queue), 0)
-        wptr |= self.regs.get(REG.sdma("RB_WPTR_POLL_ADDR_HI", queue), 0) << 32
+        rptr = self._sdma_pair(queue, "RB_RPTR_ADDR_LO", "RB_RPTR_ADDR_HI")
+        wptr = self._sdma_pair(queue, "RB_WPTR_POLL_ADDR_LO", "RB_WPTR_POLL_ADDR_HI")
         if not self.regs.get(REG.sdma("DOORBELL", queue), 0) & am.SDMA_DOORBELL_ENABLE:
             raise SimProtocolError(f"SDMA queue {queue} enabled without SDMA0_QUEUE{queue}_DOORBELL.ENABLE")
         offset = self.regs.get(REG.sdma("DOORBELL_OFFSET", queue), 0)
         slot = ((offset >> am.DOORBELL_OFFSET_SHIFT) & am.DOORBELL_OFFSET_MASK) // 2
         engine = SDMAEngine(self, f"sdma{queue}", GPUAllocation(base, size), rptr, wptr)  # type: ignore[arg-type]
         self._start(("sdma", queue), engine, slot)
+
+    def _sdma_pair(self, queue: int, low: str, high: str) -> int:
+        return self.regs.get(REG.sdma(low, queue), 0) | self.regs.get(REG.sdma(high, queue), 0) << 32
 
     def _check_can_run(self, what: str, firmware: am.Firmware) -> None:
         if firmware not in self.firmware_loaded:
@@ -335,7 +337,8 @@ class SimNavi31Chip:
             size = 4 << ((control >> 1) & 0x1F)
             base = (self.regs.get(REG.IH_RB_BASE, 0) | self.regs.get(REG.IH_RB_BASE_HI, 0) << 32) << 8
             slot = next((s for s, e in self.doorbells.items() if e is engine), 0xFFFFFFFF)
-            entry = am.IH_ENTRY.pack(source, 0, slot, context & 0xFFFFFFFF, address & 0xFFFFFFFF, address >> 32, status, 0)
+            low, high = address & 0xFFFFFFFF, address >> 32
+            entry = am.IH_ENTRY.pack(source, 0, slot, context & 0xFFFFFFFF, low, high, status, 0)
             self.vram[base + self._ih_wptr : base + self._ih_wptr + len(entry)] = entry
             self._ih_wptr = (self._ih_wptr + len(entry)) % size
             self.regs[REG.IH_RB_WPTR] = self._ih_wptr

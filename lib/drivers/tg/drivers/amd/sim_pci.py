@@ -80,7 +80,7 @@ class SimRegisterBAR(MMIOInterface):
 
     def _check(self, offset: int, size: int) -> None:
         if size != 4 or offset % 4 or not 0 <= offset < self.size:
-            raise ValueError(f"BAR5 takes aligned 32-bit accesses inside 0x{self.size:x} bytes, not 0x{offset:x}+{size}")
+            raise ValueError(f"BAR5 takes aligned 32-bit accesses (0x{self.size:x} bytes), not 0x{offset:x}+{size}")
 
 
 class SimDoorbellBAR(MMIOInterface):
@@ -106,7 +106,7 @@ class SimDoorbellBAR(MMIOInterface):
 
     def _check(self, offset: int, size: int) -> None:
         if size != 8 or offset % 8 or not 0 <= offset < self.size:
-            raise ValueError(f"doorbells are aligned 64-bit writes inside 0x{self.size:x} bytes, not 0x{offset:x}+{size}")
+            raise ValueError(f"doorbells are aligned 64-bit writes (0x{self.size:x} bytes), not 0x{offset:x}+{size}")
 
 
 class SimPCIDevice(PCIDevice):

@@ -68,6 +68,30 @@ def test_resize_bar_opens_all_of_vram(board) -> None:
     assert len(board.map_bar(am.VRAM_BAR).read(VRAM - 4, 4)) == 4
 
 
+def test_the_rebar_capability_lists_256_mib_up_to_all_of_vram_and_resizes_bar0(board) -> None:
+    header = board.read_config(0x100, 4)
+    assert (header & 0xFFFF, header >> 16 & 0xF) == (0x15, 1)  # resizable BAR, version 1
+    capability = board.read_config(0x104, 4)
+    assert [n for n in range(28) if capability >> (4 + n) & 1] == [8, 9]  # 2^n MiB: 256 MiB and 512 MiB
+    control = board.read_config(0x108, 4)
+    assert (control & 7, control >> 8 & 0x3F) == (am.VRAM_BAR, 8)
+    board.write_config(0x108, (control & ~0x3F00) | 20 << 8, 4)  # 1 TiB: not listed, ignored
+    assert bar_size_by_sizing(board, am.VRAM_BAR, is_64=True) == SMALL_BAR_SIZE
+    board.write_config(0x108, (control & ~0x3F00) | 9 << 8, 4)
+    assert bar_size_by_sizing(board, am.VRAM_BAR, is_64=True) == VRAM
+
+
+def test_a_function_level_reset_clears_the_scratch_registers_and_the_command_register(board) -> None:
+    mmio = board.map_bar(am.MMIO_BAR)
+    mmio.write32(REG.SCRATCH_REG7 * 4, am.SCRATCH_BOOT_VERSION)
+    board.map_bar(am.VRAM_BAR).write(0x5000, b"kept")
+    board.reset()
+    assert board.read_config(PCI_COMMAND, 2) == 0
+    board.write_config(PCI_COMMAND, PCI_COMMAND_MEMORY, 2)
+    assert mmio.read32(REG.SCRATCH_REG7 * 4) == 0
+    assert board.map_bar(am.VRAM_BAR).read(0x5000, 4) == b"kept"  # VRAM survives the reset
+
+
 def test_registers_read_all_ones_and_drop_writes_while_memory_decoding_is_off(board) -> None:
     mmio = board.map_bar(am.MMIO_BAR)
     board.write_config(PCI_COMMAND, 0, 2)

@@ -272,3 +272,24 @@ def test_an_illegal_instruction_on_the_pci_driver_is_reported_and_the_device_rec
     with pytest.raises(AMDDeviceError, match=r"HW fault: illegal instruction or packet"):
         prg(b, a, wait=True)
     assert add_one_works(pci_dev, kit)
+
+
+def test_a_hung_wait_on_the_pci_driver_times_out_clearly_and_the_device_recovers(pci_dev, kit) -> None:
+    never = pci_dev.new_signal(value=0)
+    pci_dev.hw_compute_queue_t().wait(never, 1).signal(pci_dev.timeline_signal, pci_dev.next_timeline()).submit(pci_dev)
+    with pytest.raises(AMDDeviceError, match=r"hang detected \(Wait timeout: 300 ms!.*\); the queues were reset"):
+        pci_dev.synchronize(timeout=300)
+    assert add_one_works(pci_dev, kit)
+
+
+def test_a_long_dispatch_on_the_pci_driver_is_not_taken_for_a_hang(pci_dev, kit) -> None:
+    """The driver asks the chip (GRBM_STATUS.GUI_ACTIVE) whether an engine is executing rather than blocked."""
+    prg = kit.load_program(pci_dev, "spin", "")
+    out = pci_dev.allocator.alloc(4)
+    assert not pci_dev.is_busy()
+    prg(out, vals=(10_000,))
+    pci_dev.synchronize(timeout=10)  # far shorter than the dispatch takes on the emulator
+    expected = np.float32(0)
+    for i in range(10_000):  # the kernel's float32 sum, in its order
+        expected = np.float32(expected + np.float32(np.float32(i) * np.float32(1e-9)))
+    assert np.frombuffer(bytes(out.cpu_view()), np.float32)[0] == expected

@@ -37,6 +37,11 @@ PCI_VENDOR_ID, PCI_DEVICE_ID, PCI_COMMAND, PCI_BAR0 = 0x00, 0x02, 0x04, 0x10
 PCI_COMMAND_MEMORY, PCI_COMMAND_MASTER = 1 << 1, 1 << 2
 PCI_BAR_MEM_TYPE_64, PCI_BAR_PREFETCH = 0x4, 0x8
 PCI_CONFIG_SIZE = 0x1000
+# Resizable BAR extended capability (PCIe base spec 7.8.6): header, then per BAR a capability dword (bit 4 + n: a
+# size of 2^n MiB is supported) and a control dword (BAR index [2:0], resizable BAR count [7:5], size n [13:8]).
+PCI_EXT_CAP_ID_REBAR = 0x15
+REBAR_CAPABILITY, REBAR_CONTROL = 0x4, 0x8
+REBAR_CONTROL_SIZE_SHIFT, REBAR_CONTROL_SIZE_MASK = 8, 0x3F
 
 
 class PCIDevice(ABC):

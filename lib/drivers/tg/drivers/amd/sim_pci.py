@@ -3,9 +3,10 @@ tg.drivers.amd.sim_am, what `DEV=MOCKPCI+AMD` drives.
 
 - Config space (4 KiB): vendor/device 0x1002:0x744C, the command register (MEMORY: BAR decoding; MASTER: the chip's
   DMA to system memory faults without it), BARs with the sizing protocol (writing 0xFFFFFFFF reads back the size
-  mask): BAR0 64-bit prefetchable VRAM, BAR2 64-bit doorbells, BAR5 32-bit registers.
+  mask): BAR0 64-bit prefetchable VRAM, BAR2 64-bit doorbells, BAR5 32-bit registers; the resizable-BAR extended
+  capability at 0x100 for BAR0 (256 MiB up to all of VRAM).
 - BAR0: VRAM, a memfd (sparse: only touched pages take host memory), mapped shared by the driver and the chip.
-  The BAR starts small (256 MiB visible) until `resize_bar(0)` opens the whole of VRAM, as resizable BAR does.
+  The BAR starts small (256 MiB visible) until `resize_bar(0)` programs the REBAR control to the largest size.
 - BAR2: 64-bit doorbells; a write wakes the engine that owns the slot and returns (the engine runs in its thread).
 - BAR5: the register file (tg.drivers.amd.am_regs), its side effects in the chip.
 - alloc_sysmem: host pages with bus addresses the chip's IOMMU knows; `irq_fd`: the MSI, an eventfd.
@@ -35,13 +36,19 @@ from tg.drivers.pci import (
     PCI_COMMAND_MEMORY,
     PCI_CONFIG_SIZE,
     PCI_DEVICE_ID,
+    PCI_EXT_CAP_ID_REBAR,
     PCI_VENDOR_ID,
+    REBAR_CAPABILITY,
+    REBAR_CONTROL,
+    REBAR_CONTROL_SIZE_MASK,
+    REBAR_CONTROL_SIZE_SHIFT,
     PCIDevice,
     map_fixed,
 )
 
 DEFAULT_SIM_VRAM = 512 << 20
 SMALL_BAR_SIZE = 256 << 20
+REBAR_CAP_OFFSET = 0x100
 VRAM_BAR_BASE, VRAM_BAR_STRIDE = 0x40_0000_0000, 0x10_0000_0000  # board n's BAR0 bus address: base + n * stride
 BAR_BUS_ADDRESSES = {am.DOORBELL_BAR: 0xF000_0000, am.MMIO_BAR: 0xF010_0000}
 SIM_BUS = IOMMU()  # the bus every simulated board of this process sits on
@@ -131,6 +138,7 @@ class SimPCIDevice(PCIDevice):
         bar_addresses = {am.VRAM_BAR: bus.next_bar_address(VRAM_BAR_BASE, VRAM_BAR_STRIDE), **BAR_BUS_ADDRESSES}
         for bar, address_of_bar in bar_addresses.items():
             self._set_bar_register(bar, address_of_bar)
+        self._init_rebar()
         self._vram_fd = os.memfd_create("tg-sim-navi31-vram", os.MFD_CLOEXEC)
         os.ftruncate(self._vram_fd, vram_size)
         self._vram_map = mmap.mmap(self._vram_fd, vram_size, mmap.MAP_SHARED)  # the chip's own view of VRAM
@@ -155,9 +163,34 @@ class SimPCIDevice(PCIDevice):
         if PCI_BAR0 <= offset < PCI_BAR0 + 24 and size == 4:
             self._write_bar_register(bar_register, value)
             return
-        if offset in (PCI_VENDOR_ID, PCI_DEVICE_ID):
+        if offset == REBAR_CAP_OFFSET + REBAR_CONTROL and size == 4:
+            self._write_rebar_control(value)
+            return
+        if offset in (PCI_VENDOR_ID, PCI_DEVICE_ID) or REBAR_CAP_OFFSET <= offset < REBAR_CAP_OFFSET + REBAR_CONTROL:
             return  # read-only
         self.config[offset : offset + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+
+    def _init_rebar(self) -> None:
+        sizes = range((SMALL_BAR_SIZE >> 20).bit_length() - 1, (self.vram_size >> 20).bit_length())
+        capability = sum(1 << (4 + n) for n in sizes)
+        control = (
+            am.VRAM_BAR | 1 << 5 | ((self._bar_sizes[am.VRAM_BAR] >> 20).bit_length() - 1) << REBAR_CONTROL_SIZE_SHIFT
+        )
+        for offset, value in ((0, PCI_EXT_CAP_ID_REBAR | 1 << 16), (REBAR_CAPABILITY, capability)):
+            self.config[REBAR_CAP_OFFSET + offset : REBAR_CAP_OFFSET + offset + 4] = value.to_bytes(4, "little")
+        self._write_rebar_control(control)
+
+    def _write_rebar_control(self, value: int) -> None:
+        """A BAR0 size the capability lists takes effect (the BAR's address is re-masked); others are ignored."""
+        n = (value >> REBAR_CONTROL_SIZE_SHIFT) & REBAR_CONTROL_SIZE_MASK
+        if not self.read_config(REBAR_CAP_OFFSET + REBAR_CAPABILITY, 4) >> (4 + n) & 1:
+            return
+        self.config[REBAR_CAP_OFFSET + REBAR_CONTROL : REBAR_CAP_OFFSET + REBAR_CONTROL + 4] = value.to_bytes(
+            4, "little"
+        )
+        address = self.bar_info(am.VRAM_BAR)[0] if am.VRAM_BAR in self._bar_sizes else 0
+        self._bar_sizes[am.VRAM_BAR] = 1 << (20 + n)
+        self._set_bar_register(am.VRAM_BAR, address)
 
     def _check_config(self, offset: int, size: int) -> None:
         if size not in (1, 2, 4) or offset % size or not 0 <= offset <= PCI_CONFIG_SIZE - size:
@@ -198,9 +231,12 @@ class SimPCIDevice(PCIDevice):
         return bool(self.command() & PCI_COMMAND_MASTER)
 
     def resize_bar(self, bar: int) -> None:
+        """What the platform does for `resourceN_resize`: program the REBAR control to the largest listed size."""
         if bar != am.VRAM_BAR:
             raise ValueError(f"only BAR0 (VRAM) is resizable, not BAR {bar}")
-        self._bar_sizes[bar] = self.vram_size
+        largest = self.read_config(REBAR_CAP_OFFSET + REBAR_CAPABILITY, 4).bit_length() - 1 - 4
+        control = self.read_config(REBAR_CAP_OFFSET + REBAR_CONTROL, 4) & ~(REBAR_CONTROL_SIZE_MASK << 8)
+        self.write_config(REBAR_CAP_OFFSET + REBAR_CONTROL, control | largest << REBAR_CONTROL_SIZE_SHIFT, 4)
 
     # -- BARs ------------------------------------------------------------------------------------------------------
     def map_bar(self, bar: int) -> MMIOInterface:

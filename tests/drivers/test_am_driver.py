@@ -85,6 +85,18 @@ def test_a_corrupted_firmware_blob_is_a_clear_error_naming_both_hashes(board, fi
         AMDev(board, firmware)
 
 
+def test_am_debug_logs_each_firmware_blob_s_sha256(board, firmware, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("AM_DEBUG", "1")
+    AMDev(board, firmware)
+    sos = (firmware / am.FIRMWARE_FILES[am.Firmware.SOS]).read_bytes()
+    assert f"AM: firmware psp_13_0_0_sos.bin sha256={hashlib.sha256(sos).hexdigest()}" in capsys.readouterr().err
+
+
+def test_a_queue_the_engine_does_not_have_is_refused(board, firmware) -> None:
+    with pytest.raises(AMError, match="SDMA0 has 2 queues; there is no queue 2"):
+        AMDev(board, firmware).setup_sdma_ring(2, 0, 0x1000, 0, 8, doorbell=9)
+
+
 def test_the_psp_itself_rejects_a_blob_whose_sha256_does_not_match(board, firmware) -> None:
     """The PSP checks what it is given: a corrupted blob that skipped the driver's check is still refused."""
     mmio, vram = board.map_bar(am.MMIO_BAR), board.map_bar(am.VRAM_BAR)

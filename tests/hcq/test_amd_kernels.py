@@ -293,3 +293,10 @@ def test_a_long_dispatch_on_the_pci_driver_is_not_taken_for_a_hang(pci_dev, kit)
     for i in range(10_000):  # the kernel's float32 sum, in its order
         expected = np.float32(expected + np.float32(np.float32(i) * np.float32(1e-9)))
     assert np.frombuffer(bytes(out.cpu_view()), np.float32)[0] == expected
+
+
+def test_the_pci_driver_runs_kernels_on_a_board_in_another_process(monkeypatch: pytest.MonkeyPatch, kit) -> None:
+    monkeypatch.setenv("MOCKGPU_PROCESS", "1")  # read when the board powers on: index 6 is a fresh one
+    dev = Device["MOCKPCI+AMD:6"]
+    assert type(dev.iface.pci).__name__ == "ProcessPCIDevice"
+    assert add_one_works(dev, kit)

@@ -85,5 +85,7 @@ def test_the_amd_leg_installs_llvm_and_requires_its_disassembler() -> None:
 def test_the_amd_leg_runs_tensor_tests_through_the_userspace_pci_driver() -> None:
     """DEV=MOCKPCI+AMD: the same HCQ device over the PCI interface (boot, page tables, doorbells) on the sim board."""
     body = " ".join(line for line in leg_body("amd") if not line.startswith("#"))
-    pci = body.split("DEV=MOCKPCI+AMD ", 1)[1]
-    assert pci.startswith("CC=gcc uv run --frozen pytest tests/tensor/test_elementwise.py")
+    pci = body.split("DEV=MOCKPCI+AMD ")
+    assert pci[1].startswith("CC=gcc uv run --frozen pytest tests/tensor/test_elementwise.py")
+    assert pci[1].rstrip().endswith("MOCKGPU_PROCESS=1")  # the next run: the board in a process of its own
+    assert pci[2].startswith("CC=gcc uv run --frozen pytest tests/tensor/test_elementwise.py")

@@ -353,6 +353,8 @@ class AMDev:
     # -- queues ----------------------------------------------------------------------------------------------------
     def setup_compute_ring(self, queue: int, ring: int, size: int, rptr: int, wptr: int, doorbell: int) -> None:
         """Program compute queue `queue`'s descriptor (ring at GPU VA `ring`, `size` bytes) and activate it."""
+        if not 0 <= queue < am.COMPUTE_QUEUES:
+            raise AMError(f"AM: the MEC has {am.COMPUTE_QUEUES} compute queues; there is no queue {queue}")
         self.wreg(REG.GRBM_GFX_CNTL, queue)
         self.wreg(REG.CP_HQD_DEQUEUE_REQUEST, 1)
         self.wreg_pair(REG.CP_HQD_PQ_BASE, ring >> 8)
@@ -363,6 +365,8 @@ class AMDev:
         self.wreg(REG.CP_HQD_ACTIVE, 1)
 
     def setup_sdma_ring(self, queue: int, ring: int, size: int, rptr: int, wptr: int, doorbell: int) -> None:
+        if not 0 <= queue < am.SDMA_QUEUES:
+            raise AMError(f"AM: SDMA0 has {am.SDMA_QUEUES} queues; there is no queue {queue}")
         self.wreg(REG.sdma("RB_CNTL", queue), 0)
         self.wreg_pair(REG.sdma("RB_BASE", queue), ring >> 8)
         self.wreg_pair(REG.sdma("RB_RPTR_ADDR_LO", queue), rptr)

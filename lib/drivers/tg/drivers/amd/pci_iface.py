@@ -27,6 +27,9 @@ from tg.drivers.navi31_regs import NAVI31_DEVICE_IDS, VENDOR_AMD
 from tg.drivers.pci import DeviceMatch, PCIDevice, release_fixed, reserve_va, scan_pci
 
 FIRMWARE_DIR_VARIABLE = "AM_FIRMWARE_DIR"
+PROCESS_VARIABLE = (
+    "MOCKGPU_PROCESS"  # 1: each simulated board runs in a process of its own (tg.drivers.amd.sim_process)
+)
 SYSTEM_FIRMWARE_DIR = Path("/lib/firmware/amdgpu")
 VA_WINDOW_SIZE = 1 << 36  # address space (not memory) reserved per device for its allocations
 FIRST_DOORBELL = 4  # doorbell slots below this are left to the kernel-mode conventions (none used here)
@@ -160,12 +163,16 @@ _SIM_LOCK = threading.Lock()
 
 
 def simulated_board(index: int, shader_engines: ShaderEngines | None) -> PCIDevice:
-    """Board `index` of the simulated bus, powered on at first use; it outlives the drivers that open it (a second
-    driver finds it booted, as on a real machine)."""
+    """Board `index` of the simulated bus, powered on at first use (in a child process with MOCKGPU_PROCESS=1); it
+    outlives the drivers that open it (a second driver finds it booted, as on a real machine)."""
     from tg.drivers.amd.sim_pci import SimPCIDevice
 
     seed = os.environ.get(CHAOS_VARIABLE)
     with _SIM_LOCK:
+        if index not in _SIM_BOARDS and os.environ.get(PROCESS_VARIABLE) == "1":
+            from tg.drivers.amd.sim_process import ProcessPCIDevice
+
+            _SIM_BOARDS[index] = ProcessPCIDevice(address=f"0000:{3 + index:02x}:00.0")
         if index not in _SIM_BOARDS:
             _SIM_BOARDS[index] = SimPCIDevice(
                 shader_engines=shader_engines,

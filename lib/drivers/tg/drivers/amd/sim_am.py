@@ -25,8 +25,8 @@ import hashlib
 import os
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tg.drivers.amd import am_regs as am
 from tg.drivers.amd.iface import GPUAllocation, ShaderEngines
@@ -98,8 +98,8 @@ class SimNavi31Chip:
         self,
         vram: memoryview,
         iommu: IOMMU,
-        bus_master: Any,
-        irq: Any,
+        bus_master: Callable[[], bool],
+        irq: Callable[[], None],
         shader_engines: ShaderEngines | None,
         chaos_seed: int | None = None,
     ) -> None:

@@ -59,6 +59,18 @@ BAR_FLAGS = {
 }
 
 
+def page_rounded(size: int) -> int:
+    return (max(size, 1) + am.PAGE_SIZE - 1) // am.PAGE_SIZE * am.PAGE_SIZE
+
+
+def map_shared(fd: int, size: int, vaddr: int = 0) -> BufferMMIO:
+    """A window on `size` bytes of memfd `fd`: at `vaddr` (inside a reserve_va window) when given."""
+    if vaddr:
+        map_fixed(fd, 0, vaddr, size)
+        return BufferMMIO(memoryview((ctypes.c_char * size).from_address(vaddr)).cast("B"))
+    return BufferMMIO(memoryview(mmap.mmap(fd, size, mmap.MAP_SHARED)))
+
+
 class SimRegisterBAR(MMIOInterface):
     """BAR5: 32-bit registers; every access goes to the chip's register file (with its side effects)."""
 
@@ -139,11 +151,12 @@ class SimPCIDevice(PCIDevice):
         for bar, address_of_bar in bar_addresses.items():
             self._set_bar_register(bar, address_of_bar)
         self._init_rebar()
-        self._vram_fd = os.memfd_create("tg-sim-navi31-vram", os.MFD_CLOEXEC)
-        os.ftruncate(self._vram_fd, vram_size)
-        self._vram_map = mmap.mmap(self._vram_fd, vram_size, mmap.MAP_SHARED)  # the chip's own view of VRAM
+        self.vram_fd = os.memfd_create("tg-sim-navi31-vram", os.MFD_CLOEXEC)
+        os.ftruncate(self.vram_fd, vram_size)
+        self._vram_map = mmap.mmap(self.vram_fd, vram_size, mmap.MAP_SHARED)  # the chip's own view of VRAM
         self._driver_maps: list[mmap.mmap] = []
-        self._sysmem: dict[int, tuple[mmap.mmap, list[int]]] = {}  # CPU address -> (mapping, bus addresses)
+        self._sysmem: dict[int, tuple[mmap.mmap, list[int]]] = {}  # first bus address -> (chip's view, bus addresses)
+        self._windows: dict[int, int] = {}  # CPU address of an alloc_sysmem window -> its first bus address
         self.iommu = bus
         bus.add_bar(bar_addresses[am.VRAM_BAR], memoryview(self._vram_map))
         self.irq_fd = irq_eventfd()
@@ -241,7 +254,7 @@ class SimPCIDevice(PCIDevice):
     # -- BARs ------------------------------------------------------------------------------------------------------
     def map_bar(self, bar: int) -> MMIOInterface:
         if bar == am.VRAM_BAR:  # plain shared memory, the first bar_info(0) bytes of VRAM
-            mapping = mmap.mmap(self._vram_fd, self._bar_sizes[bar], mmap.MAP_SHARED)
+            mapping = mmap.mmap(self.vram_fd, self._bar_sizes[bar], mmap.MAP_SHARED)
             self._driver_maps.append(mapping)
             return BufferMMIO(memoryview(mapping))
         if bar not in self._bars:
@@ -249,33 +262,33 @@ class SimPCIDevice(PCIDevice):
         return self._bars[bar]
 
     # -- system memory and interrupts ------------------------------------------------------------------------------
-    def map_bar_at(self, bar: int, offset: int, address: int, size: int) -> None:
-        if bar != am.VRAM_BAR or offset + size > self._bar_sizes[bar]:
-            raise ValueError(f"BAR {bar} bytes 0x{offset:x}+0x{size:x} cannot be mapped at an address")
-        map_fixed(self._vram_fd, offset, address, size)
-
-    # -- system memory and interrupts ------------------------------------------------------------------------------
     def alloc_sysmem(self, size: int, vaddr: int = 0, contiguous: bool = False) -> tuple[MMIOInterface, list[int]]:
         """Host pages shared by the driver (at `vaddr` when given) and the chip (its own mapping, as a device
         reaches host memory by bus address, not through the process's page tables)."""
-        size = (max(size, 1) + am.PAGE_SIZE - 1) // am.PAGE_SIZE * am.PAGE_SIZE
-        fd = os.memfd_create("tg-sim-sysmem", os.MFD_CLOEXEC)
+        size = page_rounded(size)
+        fd, addresses = self.new_sysmem(size)
         try:
-            os.ftruncate(fd, size)
-            chip_view = mmap.mmap(fd, size, mmap.MAP_SHARED)
-            if vaddr:
-                map_fixed(fd, 0, vaddr, size)
-                window = BufferMMIO(memoryview((ctypes.c_char * size).from_address(vaddr)).cast("B"))
-            else:
-                window = BufferMMIO(memoryview(mmap.mmap(fd, size, mmap.MAP_SHARED)))
+            window = map_shared(fd, size, vaddr)
         finally:
             os.close(fd)
-        addresses = self.iommu.register(memoryview(chip_view))
-        self._sysmem[window.address] = (chip_view, addresses)
+        self._windows[window.address] = addresses[0]
         return window, addresses
 
     def free_sysmem(self, memory: MMIOInterface) -> None:
-        chip_view, addresses = self._sysmem.pop(memory.address)  # type: ignore[attr-defined]
+        self.release_sysmem(self._windows.pop(memory.address))  # type: ignore[attr-defined]
+
+    def new_sysmem(self, size: int) -> tuple[int, list[int]]:
+        """A memfd of `size` host bytes the chip reaches at the returned bus addresses; the caller maps and closes
+        the fd (in this process, or in the driver's when the board runs in a process of its own)."""
+        fd = os.memfd_create("tg-sim-sysmem", os.MFD_CLOEXEC)
+        os.ftruncate(fd, size)
+        chip_view = mmap.mmap(fd, size, mmap.MAP_SHARED)
+        addresses = self.iommu.register(memoryview(chip_view))
+        self._sysmem[addresses[0]] = (chip_view, addresses)
+        return fd, addresses
+
+    def release_sysmem(self, first_bus_address: int) -> None:
+        chip_view, addresses = self._sysmem.pop(first_bus_address)
         self.iommu.unregister(addresses)
         try:
             chip_view.close()

@@ -160,5 +160,9 @@ def test_recover_resets_the_engines_and_clears_the_fault(board, firmware) -> Non
         for _ in range(400):
             dev.sleep(50)
     assert dev.is_err_state
+    assert dev.rreg(REG.GCVM_L2_PROTECTION_FAULT_STATUS) == 1  # the fault latch holds the address too
+    latched = dev.rreg(REG.GCVM_L2_PROTECTION_FAULT_ADDR_LO32) | dev.rreg(REG.GCVM_L2_PROTECTION_FAULT_ADDR_HI32) << 32
+    assert latched == 0xDEAD_0000_0000
     assert dev.recover() and not dev.is_err_state
+    assert dev.rreg(REG.GCVM_L2_PROTECTION_FAULT_STATUS) == 0
     assert ("sdma", 0) not in board.chip.engines  # the caller sets its queues up again

@@ -5,6 +5,8 @@ the device works afterwards (spec hcq §1.21)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -300,3 +302,19 @@ def test_the_pci_driver_runs_kernels_on_a_board_in_another_process(monkeypatch: 
     dev = Device["MOCKPCI+AMD:6"]
     assert type(dev.iface.pci).__name__ == "ProcessPCIDevice"
     assert add_one_works(dev, kit)
+
+
+def test_on_device_hang_on_the_pci_driver_names_the_fault_address(pci_dev, kit) -> None:
+    dest = pci_dev.allocator.alloc(64)
+    pci_dev.hw_copy_queue_t().copy(dest.va_addr, UNMAPPED, 64).submit(pci_dev)
+    report = ""
+    for _ in range(500):  # until the engine's fault reaches the IH ring
+        with pytest.raises(RuntimeError) as raised:
+            pci_dev.on_device_hang()
+        report = str(raised.value)
+        if "MMU fault" in report:
+            break
+        time.sleep(0.01)
+    assert report.startswith(f"MMU fault: 0x{UNMAPPED:X} | queue at doorbell")
+    pci_dev.recover()
+    assert add_one_works(pci_dev, kit)

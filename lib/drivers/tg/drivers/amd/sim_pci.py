@@ -261,6 +261,11 @@ class SimPCIDevice(PCIDevice):
             raise ValueError(f"BAR {bar} is not implemented by {self.address}")
         return self._bars[bar]
 
+    def map_bar_at(self, bar: int, offset: int, address: int, size: int) -> None:
+        if bar != am.VRAM_BAR or offset + size > self._bar_sizes[bar]:
+            raise ValueError(f"BAR {bar} bytes 0x{offset:x}+0x{size:x} cannot be mapped at an address")
+        map_fixed(self.vram_fd, offset, address, size)
+
     # -- system memory and interrupts ------------------------------------------------------------------------------
     def alloc_sysmem(self, size: int, vaddr: int = 0, contiguous: bool = False) -> tuple[MMIOInterface, list[int]]:
         """Host pages shared by the driver (at `vaddr` when given) and the chip (its own mapping, as a device

@@ -57,10 +57,19 @@ def test_kfd_without_dev_kfd_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, t
         amd.open_interface(DeviceSpec("AMD"))
 
 
-@pytest.mark.parametrize("name", ["PCI+AMD", "MOCKPCI+AMD", "MOCKPCI+AMD:1"])
-def test_pci_interfaces_say_they_are_not_implemented(name: str) -> None:
-    with pytest.raises(NotImplementedError, match=r"userspace PCI driver .* is not implemented yet"):
-        Device[name]
+def test_pci_without_an_amd_board_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    pci_iface = pytest.importorskip("tg.drivers.amd.pci_iface")
+    monkeypatch.setattr(pci_iface, "scan_pci", lambda vendor, matches: [])
+    with pytest.raises(RuntimeError, match=r"PCI\+AMD:0 does not exist \(0 devices available\).*MOCKPCI\+AMD"):
+        amd.open_interface(DeviceSpec("AMD", iface="PCI"))
+
+
+def test_pci_on_a_real_board_refuses_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's register map is the simulator's: a real Navi31 is refused, not programmed with wrong numbers."""
+    pci_iface = pytest.importorskip("tg.drivers.amd.pci_iface")
+    monkeypatch.setattr(pci_iface, "scan_pci", lambda vendor, matches: ["0000:03:00.0 1002:744c"])
+    with pytest.raises(RuntimeError, match=r"only knows the simulated Navi31's register map"):
+        amd.open_interface(DeviceSpec("AMD", iface="PCI"))
 
 
 def test_an_unknown_interface_lists_the_known_ones() -> None:

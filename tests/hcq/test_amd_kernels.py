@@ -5,6 +5,8 @@ the device works afterwards (spec hcq §1.21)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -236,3 +238,83 @@ def test_a_long_dispatch_is_not_taken_for_a_hang(dev, kit) -> None:
     for i in range(iterations):  # the kernel's float32 sum, in its order
         expected = np.float32(expected + np.float32(np.float32(i) * np.float32(1e-9)))
     assert np.frombuffer(bytes(out.cpu_view()), np.float32)[0] == expected
+
+
+# --- the same crashes through the userspace PCI driver (DEV=MOCKPCI+AMD) ---
+# The driver learns of a fault from the IH ring, as on hardware: the faulting address and the queue's doorbell, no
+# packet name (the KFD simulator's report has one).
+
+
+@pytest.fixture
+def pci_dev():
+    device = Device["MOCKPCI+AMD"]
+    device.synchronize()
+    return device
+
+
+@pytest.mark.parametrize(
+    "name, body, address",
+    [("oob", OOB_STORE, UNMAPPED), ("null_load", NULL_LOAD, 0), ("scalar_load", SCALAR_LOAD, 0xDEAD_BEEF_0000)],
+)
+def test_an_out_of_bounds_kernel_on_the_pci_driver_is_reported_and_the_device_recovers(
+    pci_dev, kit, name: str, body: str, address: int
+) -> None:
+    assert add_one_works(pci_dev, kit)
+    prg = pci_dev.runtime(name, pci_dev.compiler.compile(kit.amd_source(body)))
+    out = pci_dev.allocator.alloc(64)
+    with pytest.raises(AMDDeviceError, match=rf"MMU fault: 0x{address:X} \| queue at doorbell \d+"):
+        prg(out, wait=True)
+    assert add_one_works(pci_dev, kit)
+
+
+def test_an_illegal_instruction_on_the_pci_driver_is_reported_and_the_device_recovers(pci_dev, kit) -> None:
+    lib = pci_dev.compiler.compile(kit.amd_source(kit.AMD_KERNELS["add_one"]))
+    prg = pci_dev.runtime("add_one", lib.replace(bytes.fromhex("0000b0bf"), bytes.fromhex("00fe017e")))
+    a, b = pci_dev.allocator.alloc(8), pci_dev.allocator.alloc(8)
+    with pytest.raises(AMDDeviceError, match=r"HW fault: illegal instruction or packet"):
+        prg(b, a, wait=True)
+    assert add_one_works(pci_dev, kit)
+
+
+def test_a_hung_wait_on_the_pci_driver_times_out_clearly_and_the_device_recovers(pci_dev, kit) -> None:
+    never = pci_dev.new_signal(value=0)
+    pci_dev.hw_compute_queue_t().wait(never, 1).signal(pci_dev.timeline_signal, pci_dev.next_timeline()).submit(pci_dev)
+    with pytest.raises(AMDDeviceError, match=r"hang detected \(Wait timeout: 300 ms!.*\); the queues were reset"):
+        pci_dev.synchronize(timeout=300)
+    assert add_one_works(pci_dev, kit)
+
+
+def test_a_long_dispatch_on_the_pci_driver_is_not_taken_for_a_hang(pci_dev, kit) -> None:
+    """The driver asks the chip (GRBM_STATUS.GUI_ACTIVE) whether an engine is executing rather than blocked."""
+    prg = kit.load_program(pci_dev, "spin", "")
+    out = pci_dev.allocator.alloc(4)
+    assert not pci_dev.is_busy()
+    prg(out, vals=(10_000,))
+    pci_dev.synchronize(timeout=10)  # far shorter than the dispatch takes on the emulator
+    expected = np.float32(0)
+    for i in range(10_000):  # the kernel's float32 sum, in its order
+        expected = np.float32(expected + np.float32(np.float32(i) * np.float32(1e-9)))
+    assert np.frombuffer(bytes(out.cpu_view()), np.float32)[0] == expected
+
+
+def test_the_pci_driver_runs_kernels_on_a_board_in_another_process(monkeypatch: pytest.MonkeyPatch, kit) -> None:
+    monkeypatch.setenv("MOCKGPU_PROCESS", "1")  # read when the board powers on: index 6 is a fresh one
+    dev = Device["MOCKPCI+AMD:6"]
+    assert type(dev.iface.pci).__name__ == "ProcessPCIDevice"
+    assert add_one_works(dev, kit)
+
+
+def test_on_device_hang_on_the_pci_driver_names_the_fault_address(pci_dev, kit) -> None:
+    dest = pci_dev.allocator.alloc(64)
+    pci_dev.hw_copy_queue_t().copy(dest.va_addr, UNMAPPED, 64).submit(pci_dev)
+    report = ""
+    for _ in range(500):  # until the engine's fault reaches the IH ring
+        with pytest.raises(RuntimeError) as raised:
+            pci_dev.on_device_hang()
+        report = str(raised.value)
+        if "MMU fault" in report:
+            break
+        time.sleep(0.01)
+    assert report.startswith(f"MMU fault: 0x{UNMAPPED:X} | queue at doorbell")
+    pci_dev.recover()
+    assert add_one_works(pci_dev, kit)

@@ -21,7 +21,7 @@ from tg.hcq import signal as hcq_signal
 # unscheduled for seconds
 DEADLINE_MS = 120_000
 
-HCQ_DEVICES = ["CPU", "MOCKKFD+AMD"]
+HCQ_DEVICES = ["CPU", "MOCKKFD+AMD", "MOCKPCI+AMD"]
 WORD = Variable("addr", 0, 2**64 - 1)
 
 # A device bug shows up as a hang: fail that test quickly instead of stalling the suite.

@@ -80,3 +80,12 @@ def test_the_amd_leg_installs_llvm_and_requires_its_disassembler() -> None:
     commands = " ".join(body[1:]).split("DEV=MOCKKFD+AMD ")  # the pytest lines go on after backslashes
     assert commands[0].startswith("TG_REQUIRE=llvm-objdump ") and "tests/drivers" in commands[0]
     assert "tests/hcq" in commands[0] and "tests/tensor/test_elementwise.py" in commands[1]  # tensor ops on the GPU
+
+
+def test_the_amd_leg_runs_tensor_tests_through_the_userspace_pci_driver() -> None:
+    """DEV=MOCKPCI+AMD: the same HCQ device over the PCI interface (boot, page tables, doorbells) on the sim board."""
+    body = " ".join(line for line in leg_body("amd") if not line.startswith("#"))
+    pci = body.split("DEV=MOCKPCI+AMD ")
+    assert pci[1].startswith("CC=gcc uv run --frozen pytest tests/tensor/test_elementwise.py")
+    assert pci[1].rstrip().endswith("MOCKGPU_PROCESS=1")  # the next run: the board in a process of its own
+    assert pci[2].startswith("CC=gcc uv run --frozen pytest tests/tensor/test_elementwise.py")

@@ -6,6 +6,7 @@ Drivers are written against this class only, so the same code runs on a real BAR
 
 from __future__ import annotations
 
+import ctypes
 from abc import ABC, abstractmethod
 
 
@@ -67,6 +68,15 @@ class BufferMMIO(MMIOInterface):
         self._bytes = memoryview(buffer).cast("B")
         self.size = len(self._bytes)
         self._dwords = self._bytes[: self.size - self.size % 4].cast("I")
+
+    @property
+    def address(self) -> int:
+        """The CPU address of byte 0 (what the HCQ layer views directly, as it does a real BAR's mmap)."""
+        holder = ctypes.c_char.from_buffer(self._bytes)
+        try:
+            return ctypes.addressof(holder)
+        finally:
+            del holder
 
     def read(self, offset: int, size: int) -> bytes:
         self._check(offset, size)

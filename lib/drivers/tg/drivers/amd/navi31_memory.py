@@ -88,20 +88,65 @@ class VRAMArena:
             pass
 
 
-class SimMemory:
-    """The GPUMemory of the simulated device (tg.drivers.amd.iface.GPUMemory), plus allocation and unmapping.
+class WriteAnnouncer:
+    """What the engines' waits need of GPU memory: writes by the engines bump `generation` and wake threads blocked
+    in `wait_for_change` (a WAIT_REG_MEM or POLL_REGMEM); writes by the CPU are invisible to Python, so waiters
+    also poll."""
 
-    Writes by the engines bump `generation` and wake threads blocked in `wait_for_change` (a WAIT_REG_MEM or
-    POLL_REGMEM); writes by the CPU through `cpu_address` are invisible to Python, so waiters also poll."""
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._waiters = 0
+        self.generation = 0
+
+    def _announce_write(self) -> None:
+        self.generation += 1
+        if self._waiters:  # only pay for the lock when an engine is blocked on memory
+            with self._changed:
+                self._changed.notify_all()
+
+    def wait_for_change(self, generation: int, timeout: float) -> None:
+        """Block until an engine writes memory after `generation` was read, or `timeout` seconds pass (CPU writes
+        are not seen here, so callers re-check on the timeout too)."""
+        with self._changed:
+            self._waiters += 1
+            try:
+                if self.generation == generation:
+                    self._changed.wait(timeout)
+            finally:
+                self._waiters -= 1
+
+    def wake_waiters(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def read_u32(self, address: int) -> int:
+        return int.from_bytes(self.read(address, 4), "little")
+
+    def read_u64(self, address: int) -> int:
+        return int.from_bytes(self.read(address, 8), "little")
+
+    def write_u32(self, address: int, value: int) -> None:
+        self.write(address, (value & 0xFFFFFFFF).to_bytes(4, "little"))
+
+    def write_u64(self, address: int, value: int) -> None:
+        self.write(address, (value & ((1 << 64) - 1)).to_bytes(8, "little"))
+
+    def read(self, address: int, size: int) -> bytes:
+        raise NotImplementedError
+
+    def write(self, address: int, data: bytes) -> None:
+        raise NotImplementedError
+
+
+class SimMemory(WriteAnnouncer):
+    """The GPUMemory of the simulated device (tg.drivers.amd.iface.GPUMemory), plus allocation and unmapping."""
 
     def __init__(self, vram_size: int = DEFAULT_VRAM_SIZE) -> None:
+        super().__init__()
         self.vram = VRAMArena(vram_size)
         # The page table, replaced whole on every change (copy on write) so the engines read it without a lock.
         self._table: tuple[list[int], list[MappedRange]] = ([], [])
         self._lock = threading.Lock()
-        self._changed = threading.Condition(threading.Lock())
-        self._waiters = 0
-        self.generation = 0
 
     # -- allocation --------------------------------------------------------------------------------------------
     def map_vram(self, size: int) -> MappedRange:
@@ -255,37 +300,3 @@ class SimMemory:
                 dst.view[d_off : d_off + piece] = src.view[s_off : s_off + piece]
             done += piece
         self._announce_write()
-
-    def read_u32(self, address: int) -> int:
-        return int.from_bytes(self.read(address, 4), "little")
-
-    def read_u64(self, address: int) -> int:
-        return int.from_bytes(self.read(address, 8), "little")
-
-    def write_u32(self, address: int, value: int) -> None:
-        self.write(address, (value & 0xFFFFFFFF).to_bytes(4, "little"))
-
-    def write_u64(self, address: int, value: int) -> None:
-        self.write(address, (value & ((1 << 64) - 1)).to_bytes(8, "little"))
-
-    # -- change notification -----------------------------------------------------------------------------------
-    def _announce_write(self) -> None:
-        self.generation += 1
-        if self._waiters:  # only pay for the lock when an engine is blocked on memory
-            with self._changed:
-                self._changed.notify_all()
-
-    def wait_for_change(self, generation: int, timeout: float) -> None:
-        """Block until an engine writes memory after `generation` was read, or `timeout` seconds pass (CPU writes
-        are not seen here, so callers re-check on the timeout too)."""
-        with self._changed:
-            self._waiters += 1
-            try:
-                if self.generation == generation:
-                    self._changed.wait(timeout)
-            finally:
-                self._waiters -= 1
-
-    def wake_waiters(self) -> None:
-        with self._changed:
-            self._changed.notify_all()

@@ -3,7 +3,10 @@
     DEV=AMD            the kernel driver, /dev/kfd (tg.drivers.amd.kfd.KFDInterface), on a machine with an AMD GPU
     DEV=MOCKKFD+AMD    the same code path on the simulated Navi31 (tg.drivers.amd.kfd.SimKFDInterface), whose
                        shader engines are the RDNA3 emulator: what the tests run
-    DEV=PCI+AMD, DEV=MOCKPCI+AMD   the userspace PCI driver: not implemented yet (a clear error)
+    DEV=MOCKPCI+AMD    the userspace PCI driver (tg.drivers.amd.pci_iface.PCIInterface over AMDev) on the simulated
+                       Navi31 board (tg.drivers.amd.sim_pci): boot, page tables, queues through registers and doorbells
+    DEV=PCI+AMD        the same driver on a board of this machine's PCI bus: refused with the reason (its register
+                       map is the simulator's), or "does not exist" where there is none
 
 The device drives any `AMDInterface` (tg.drivers.amd.iface) the same way: memory from `alloc`, one PM4 compute queue
 and one SDMA copy queue from `create_queue`, signals in GPU memory the host reads through the CPU mapping, waits that
@@ -49,10 +52,6 @@ from tg.hcq.symbolic import concrete
 
 KFD_PATH = "/dev/kfd"
 SHARED_MEMORY_BYTES = 64 << 10  # LDS per workgroup on gfx11
-PCI_NOT_IMPLEMENTED = (
-    "the userspace PCI driver for AMD GPUs (DEV=PCI+AMD, DEV=MOCKPCI+AMD) is not implemented yet; "
-    "use DEV=AMD (the kernel driver, /dev/kfd) or DEV=MOCKKFD+AMD (the simulated Navi31)"
-)
 SCRATCH_DESCRIPTOR_WORD3 = 0x20C14000  # the buffer resource word the driver gives the private segment
 KERNARGS_ALIGNMENT = 16
 HSA_DISPATCH_PACKET_SIZE = 64
@@ -76,7 +75,10 @@ def open_interface(spec: DeviceSpec) -> Any:
     """The driver interface a device string asks for (`KFD` when it names none)."""
     iface = spec.iface or "KFD"
     if iface in ("PCI", "MOCKPCI"):
-        raise NotImplementedError(PCI_NOT_IMPLEMENTED)
+        pci = importlib.import_module("tg.drivers.amd.pci_iface")
+        if iface == "MOCKPCI":  # every index is a board of the simulated bus, its shader engines the RDNA3 emulator
+            return pci.open_mock_pci(spec.index, rdna3_emulator())
+        return pci.open_pci(spec.index)
     kfd = importlib.import_module("tg.drivers.amd.kfd")
     if iface == "MOCKKFD":  # every index is a simulated GPU of its own, its shader engines the RDNA3 emulator
         return kfd.SimKFDInterface(rdna3_emulator())

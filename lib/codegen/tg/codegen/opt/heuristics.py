@@ -192,7 +192,8 @@ def upcast_reused_axes(k: KernelOptimizer, max_lanes: int) -> None:
         ]
         # the vector axis first, then one that reuses a load the upcasts so far do not
         candidates.sort(key=lambda a: (0 if vector_taken else -vector_lanes(a), not a.contiguous,
-                                       a.reused <= covered, -a.loads_not_moving, -a.size, a.axis))  # fmt: skip
+                                       a.reused <= covered, -a.loads_not_moving, not a.loaded_contiguously,
+                                       -a.size, a.axis))  # fmt: skip
         for candidate in candidates:
             # the store's contiguous axis takes vector widths only, as long as no vector axis is chosen (its lanes
             # would otherwise be a few scalar stores next to each other)
@@ -262,11 +263,14 @@ def symbolic_axis_outermost(k: KernelOptimizer) -> None:
 
 
 def copied_load(k: KernelOptimizer) -> UOp | None:
-    """The INDEX a copy kernel reads (its one store stores one plain load), None for any other kernel."""
+    """The INDEX a copy kernel reads (its one store stores one plain load, maybe cast: a float16 matmul operand
+    packed as float32), None for any other kernel."""
     stores = [u for u in k.ast.toposort() if u.op is Ops.STORE]
-    if len(stores) != 1 or stores[0].src[1].op is not Ops.LOAD or stores[0].src[1].src[0].op is not Ops.INDEX:
+    if len(stores) != 1:
         return None
-    return stores[0].src[1].src[0]
+    value = stores[0].src[1]
+    value = value.src[0] if value.op is Ops.CAST else value
+    return value.src[0] if value.op is Ops.LOAD and value.src[0].op is Ops.INDEX else None
 
 
 def upcast_row_runs(k: KernelOptimizer) -> None:

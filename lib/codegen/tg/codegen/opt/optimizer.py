@@ -36,7 +36,7 @@ AXIS_POSITION = {
 }  # fmt: skip
 OUTPUT_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
 REDUCE_TYPES = (AxisType.REDUCE, AxisType.GROUP_REDUCE)
-SPLIT_TYPES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE)
+SPLIT_TYPES = (AxisType.LOOP, AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE)
 MAX_UPCAST = 16  # one opt upcasts at most this many lanes (several opts may stack)
 MAX_UNROLL = 32
 MAX_REGISTER_LANES = 256  # accumulators per reduction: product of the upcast axes it depends on

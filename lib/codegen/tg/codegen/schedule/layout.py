@@ -37,6 +37,7 @@ TargetOf = Callable[[str], Target]  # the Target of a device, by canonical name
 STRIP = 16  # the kernel heuristics' contiguous upcast: one strip row is one 64-byte cache line of float32
 MIN_PACKED_ROWS = 32  # the kernel sweeps a strip once per 8 rows of the left operand: 4 sweeps pay for the copy
 MIN_PACKED_ELEMENTS = 1 << 16  # a smaller operand (256 KiB of float32) is cheap to read in any layout
+LEFT_PACK_MIN_COLUMNS = 0  # TODO measure
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class MatmulTag:
     requires grad, so a packed copy of it would change at every step."""
 
     right_trained: bool
+    left_trained: bool = False
 
 
 def default_target(device: str) -> Target:
@@ -228,25 +230,54 @@ def wants_contiguous_rows(product: Product, target: Target) -> bool:
     return scattered_rows(product.left)
 
 
-def packed_product(product: Product) -> UOp:
+def worth_packing_rows(product: Product, target: Target) -> bool:
+    """Copy the left operand into row tiles too (`row_tiles`) when the right one is packed and the product is big
+    enough that the copy pays: LEFT_PACK_MIN_COLUMNS columns of output read each packed row."""
+    n, m = shape_of(product.left)[-2], shape_of(product.right)[-1]
+    assert isinstance(n, int) and isinstance(m, int)  # (worth_packing checked that the shapes are concrete)
+    return target.family == "CPU" and n % STRIP == 0 and m >= LEFT_PACK_MIN_COLUMNS and in_memory(product.left)
+
+
+def row_tiles(left: UOp, casts: tuple[DType, ...], kept: bool) -> UOp:
+    """`left` (..., n, k) copied as tiles of STRIP rows, each tile's k columns one after another ((..., n / STRIP, k,
+    STRIP): the STRIP values of one column of a tile share a cache line) and viewed back as (..., n, k). The matmul
+    tile's STRIP rows are then one stream instead of STRIP rows k * 4 bytes apart, which for k a multiple of 1024
+    fall in one set of the L1 cache (and of the L2 cache's prefetch streams). `kept`: a realized matrix that is not
+    trained keeps its copy (KEPT_COPY), like a packed right operand."""
+    shape = shape_of(left)
+    outer, n, k = shape[:-2], shape[-2], shape[-1]
+    order = tuple(range(len(outer)))
+    tiles = reshape(left, outer + (n // STRIP, STRIP, k))
+    tiles = permute(tiles, order + (len(outer), len(outer) + 2, len(outer) + 1))  # (..., n / STRIP, k, STRIP)
+    tiles = cast_chain(tiles, casts)
+    tiles = UOp(Ops.CONTIGUOUS, tiles.dtype, (tiles,), KEPT_COPY if kept else None)
+    back = permute(tiles, order + (len(outer), len(outer) + 2, len(outer) + 1))  # (..., n / STRIP, STRIP, k)
+    return reshape(back, shape)
+
+
+def packed_product(product: Product, pack_rows: bool = False, left_trained: bool = False) -> UOp:
     """left @ right with `right` copied first into strips of STRIP columns, each strip's k rows contiguous
     ((..., m / STRIP, k, STRIP)). The copy costs one pass over `right`; the product then reads each strip
     sequentially. Measured in CPU time, copy included: 128x768 @ 768x3072 22.8 -> 9.8 ms, 1024^3 72 -> 24 ms, 512^3
     with a transposed right operand (nn.Linear's x @ w.T) 66 -> 5 ms."""
     left, right, batch = product.left, product.right, product.batch
     n, k, m = shape_of(left)[-2], shape_of(right)[-2], shape_of(right)[-1]
+    if pack_rows:
+        left = row_tiles(left, product.left_casts, kept=realized_matrix(left) and not left_trained)
     strips, outer = m // STRIP, shape_of(right)[:-2]
     packed = reshape(right, outer + (k, strips, STRIP))
     order = tuple(range(len(outer)))
     packed = permute(packed, order + (len(outer) + 1, len(outer), len(outer) + 2))  # (..., strips, k, 16)
+    packed = cast_chain(packed, product.right_casts)  # the copy holds what the multiply reads (see below)
     packed = UOp(Ops.CONTIGUOUS, packed.dtype, (packed,), KEPT_COPY)  # kept while right is unchanged
 
     def lead(shape: tuple) -> tuple:  # right-aligned batch axes
         return (1,) * (len(batch) - len(shape)) + shape
 
     full = batch + (n, strips, k, STRIP)
-    rows = cast_chain(expand(reshape(left, lead(shape_of(left)[:-2]) + (n, 1, k, 1)), full), product.left_casts)
-    columns = cast_chain(expand(reshape(packed, lead(outer) + (1, strips, k, STRIP)), full), product.right_casts)
+    rows = expand(reshape(left, lead(shape_of(left)[:-2]) + (n, 1, k, 1)), full)
+    rows = rows if pack_rows else cast_chain(rows, product.left_casts)
+    columns = expand(reshape(packed, lead(outer) + (1, strips, k, STRIP)), full)
     multiply = UOp(Ops.MUL, product.multiply.dtype, (rows, columns))
     reduction = UOp(Ops.REDUCE_AXIS, product.reduction.dtype, (multiply,), product.reduction.arg)
     summed = reshape(reduction, batch + (n, strips, STRIP))
@@ -288,7 +319,9 @@ def _lay_out_product(top: UOp, target_of: TargetOf, contiguous_rows: set[UOp]) -
     target = target_of(device_of(product.right))
     if wants_contiguous_rows(product, target):
         contiguous_rows.add(product.left)
-    return packed_product(product) if worth_packing(product, tag.right_trained, target) else plain
+    if not worth_packing(product, tag.right_trained, target):
+        return plain
+    return packed_product(product, worth_packing_rows(product, target), tag.left_trained)
 
 
 __all__ = ["MatmulTag", "TargetOf", "default_target", "lay_out_for_targets"]

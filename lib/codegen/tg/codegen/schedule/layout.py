@@ -37,7 +37,10 @@ TargetOf = Callable[[str], Target]  # the Target of a device, by canonical name
 STRIP = 16  # the kernel heuristics' contiguous upcast: one strip row is one 64-byte cache line of float32
 MIN_PACKED_ROWS = 32  # the kernel sweeps a strip once per 8 rows of the left operand: 4 sweeps pay for the copy
 MIN_PACKED_ELEMENTS = 1 << 16  # a smaller operand (256 KiB of float32) is cheap to read in any layout
-LEFT_PACK_MIN_COLUMNS = 0  # TODO measure
+# a copy of the left operand costs about as much as 1024 columns of the product gain from it (1024^3: the copy
+# 1.2 ms at ~7 GB/s, the product 10% faster, ~1 ms of ~10 ms); a realized operand's copy is kept (free after the first)
+LEFT_PACK_MIN_COLUMNS = 1024
+L1_WAY_BYTES = 4096  # an L1 cache indexed by virtual address has ways of one page (x86 and arm64 cores alike)
 
 
 @dataclass(frozen=True)
@@ -230,12 +233,27 @@ def wants_contiguous_rows(product: Product, target: Target) -> bool:
     return scattered_rows(product.left)
 
 
+def rows_alias_in_l1(row_bytes: int, l1_bytes: int) -> bool:
+    """Whether the STRIP rows of a matmul tile, `row_bytes` apart, fall into too few sets of the L1 cache to stay
+    there. An L1 cache indexed by virtual address has ways of one 4 KiB page (L1_WAY_BYTES) and l1_bytes /
+    L1_WAY_BYTES of them; lines a multiple of a power of two P apart use L1_WAY_BYTES / P of its sets. The tile reads
+    one line of each of its rows per step, and one line of the packed right operand: k = 1024 float32 puts all 16
+    rows in one set of 12 ways (a 48 KiB L1), k = 512 8 in each of two."""
+    period = min(row_bytes & -row_bytes, L1_WAY_BYTES)  # the largest power of two dividing the row size
+    sets = L1_WAY_BYTES // period
+    return -(-STRIP // sets) >= l1_bytes // L1_WAY_BYTES
+
+
 def worth_packing_rows(product: Product, target: Target) -> bool:
-    """Copy the left operand into row tiles too (`row_tiles`) when the right one is packed and the product is big
-    enough that the copy pays: LEFT_PACK_MIN_COLUMNS columns of output read each packed row."""
-    n, m = shape_of(product.left)[-2], shape_of(product.right)[-1]
-    assert isinstance(n, int) and isinstance(m, int)  # (worth_packing checked that the shapes are concrete)
-    return target.family == "CPU" and n % STRIP == 0 and m >= LEFT_PACK_MIN_COLUMNS and in_memory(product.left)
+    """Copy the left operand into row tiles too (`row_tiles`, only where the right one is packed) when its rows
+    alias in L1 (`rows_alias_in_l1`) or it is cast (float16 operands: the copy holds float32 values, which the
+    kernel broadcasts without converting), and at least LEFT_PACK_MIN_COLUMNS columns of output reuse it."""
+    left_shape, m = shape_of(product.left), shape_of(product.right)[-1]
+    n, k = left_shape[-2], left_shape[-1]
+    assert isinstance(n, int) and isinstance(k, int) and isinstance(m, int)  # (worth_packing: concrete shapes)
+    if target.family != "CPU" or n % STRIP or m < LEFT_PACK_MIN_COLUMNS or not in_memory(product.left):
+        return False
+    return bool(product.left_casts) or rows_alias_in_l1(k * product.left.dtype.itemsize, target.l1_bytes)
 
 
 def row_tiles(left: UOp, casts: tuple[DType, ...], kept: bool) -> UOp:

@@ -293,13 +293,13 @@ def test_a_left_operand_whose_rows_alias_is_packed_into_row_tiles_and_equals_num
 def test_the_tile_of_a_row_packed_product_is_16_rows_of_a_tile_by_16_columns() -> None:
     """The heuristics upcast the rows inside a tile (the left operand's 16 values of one column share a cache line),
     not 16 tiles (16 lines 64 KiB apart): the loops left run over tiles and strips."""
-    a, b = Tensor.rand(256, 1024).realize(), Tensor.rand(1024, 512).realize()
+    a, b = Tensor.rand(1024, 1024).realize(), Tensor.rand(1024, 1024).realize()
     product = [item for item in create_schedule(((a @ b).uop,)).items if isinstance(item, KernelCall)][-1].ast
     k = KernelOptimizer(product, core_groups=True)
     for opt in hand_coded_optimizations(k, 256):
         k.apply_opt(opt)
     loops = sorted(k.full_shape[axis] for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL))
-    assert loops == [256 // 16, 512 // 16]
+    assert loops == [1024 // 16, 1024 // 16]
     upcasts = sorted(k.full_shape[axis] for axis in k.axes_of(AxisType.UPCAST))
     assert upcasts == [16, 16]
 

@@ -2,7 +2,7 @@
 the peers measured in the same run: numpy (its BLAS, default threads; conv2d as im2col + tensordot), torch (CPU
 build, conv only) and the tinygrad release from PyPI (DEV=CPU, no BEAM), all timed in turns in one process.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE uv run --inexact python bench/bench_opt.py [--repeats 5]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE uv run --inexact python bench/bench_opt.py [--repeats 5] [--matmuls]
 
 When gcc and clang are both installed it runs once per compiler (a child process each, see bench/compilers.py)
 and prints the ratios side by side; `--cc gcc` measures one compiler with the full table; `--only "sum 16M"`
@@ -334,7 +334,10 @@ def main() -> None:
     parser.add_argument(
         "--only", action="append", choices=sorted({row.name for row in ROWS}), help="time only this row (repeatable)"
     )
+    parser.add_argument("--matmuls", action="store_true", help="time only the matmul rows (issue 38's table)")
     args = parser.parse_args()
+    if args.matmuls:
+        args.only = [*(args.only or ()), *(row.name for row in ROWS if row.name.startswith("matmul"))]
     if args.cc is None:
         compilers = installed_compilers()
         if len(compilers) > 1:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tg.codegen.dtype import dtypes
-from tg.codegen.opt import KernelOptimizer, Opt, OptOps, hand_coded_optimizations
+from tg.codegen.opt import KernelOptError, KernelOptimizer, Opt, OptOps, hand_coded_optimizations
 from tg.codegen.pipeline import CodegenFlags, lower_kernel
 from tg.codegen.schedule import layout
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
@@ -328,3 +328,31 @@ def test_matmul_shapes_of_the_bench_and_their_edges_equal_numpy(n: int, k: int, 
     a_np, b_np = rng.standard_normal((n, k)).astype(np.float32), rng.standard_normal((k, m)).astype(np.float32)
     found = (Tensor(a_np).realize() @ Tensor(b_np).realize()).numpy()
     np.testing.assert_allclose(found, a_np @ b_np, rtol=1e-4, atol=1e-3)
+
+
+def product_kernel(a: Tensor, b: Tensor) -> UOp:
+    return [item for item in create_schedule(((a @ b).uop,)).items if isinstance(item, KernelCall)][-1].ast
+
+
+def test_a_long_reduction_shares_each_strip_across_a_group_of_row_tiles_and_equals_numpy() -> None:
+    """k = 4096: the 32 row tiles are cut into 2 groups of ROW_TILES_PER_STRIP, looped inside the strips."""
+    from tg.codegen.opt.heuristics import ROW_TILES_PER_STRIP
+
+    rng = np.random.default_rng(11)
+    a_np, b_np = rng.standard_normal((512, 4096)).astype(np.float32), rng.standard_normal((4096, 64)).astype(np.float32)
+    a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+    k = KernelOptimizer(product_kernel(a, b), core_groups=True)
+    for opt in hand_coded_optimizations(k, 256):
+        k.apply_opt(opt)
+    loops = [k.full_shape[axis] for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL)]
+    assert loops == [512 // 16 // ROW_TILES_PER_STRIP, 64 // 16, ROW_TILES_PER_STRIP]  # groups, strips, tiles
+    np.testing.assert_allclose((a @ b).numpy(), a_np @ b_np, rtol=1e-4, atol=1e-2)
+    short = KernelOptimizer(product_kernel(Tensor.rand(512, 1024).realize(), Tensor.rand(1024, 64).realize()))
+    assert all(opt.op is not OptOps.SPLIT for opt in hand_coded_optimizations(short, 256))
+
+
+def test_a_loop_split_needs_an_output_axis() -> None:
+    k = KernelOptimizer(product_kernel(Tensor.rand(64, 256).realize(), Tensor.rand(256, 64).realize()))
+    reduce_axis = k.axes_of(AxisType.REDUCE)[0]
+    with pytest.raises(KernelOptError, match="LOOP splits an output axis"):
+        k.apply_opt(Opt(OptOps.SPLIT, reduce_axis, (4, AxisType.LOOP)))

@@ -74,7 +74,8 @@ def test_a_realized_weight_is_packed_even_when_its_strips_fit(l2_2mib: None) -> 
 def test_a_realized_weight_is_packed_for_a_decode_step_and_equals_numpy(l2_2mib: None, rows: int) -> None:
     """Its copy is kept, so even 1 or 8 rows pay for it: the product then reads each strip as one run of memory."""
     rng = np.random.default_rng(2)
-    a_np, w_np = rng.standard_normal((rows, 768)).astype(np.float32), rng.standard_normal((768, 3072)).astype(np.float32)
+    a_np = rng.standard_normal((rows, 768)).astype(np.float32)
+    w_np = rng.standard_normal((768, 3072)).astype(np.float32)
     a, w = Tensor(a_np).realize(), Tensor(w_np).realize()
     assert kernel_count(a @ w) == 2  # the strip-major copy of w, then the product
     np.testing.assert_allclose((a @ w).numpy(), a_np @ w_np, rtol=1e-4, atol=1e-3)
@@ -282,7 +283,8 @@ def packed_calls(tensor: Tensor) -> list[KernelCall]:
 
 def test_a_left_operand_whose_rows_alias_is_packed_into_row_tiles_and_equals_numpy() -> None:
     rng = np.random.default_rng(8)
-    a_np, b_np = rng.standard_normal((48, 1024)).astype(np.float32), rng.standard_normal((1024, 1024)).astype(np.float32)
+    a_np = rng.standard_normal((48, 1024)).astype(np.float32)
+    b_np = rng.standard_normal((1024, 1024)).astype(np.float32)
     a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
     names = [call.ast.arg.name for call in packed_calls(a @ b)]
     assert names == ["E_3_1024_16", "E_64_1024_16"]  # a in 3 tiles of 16 rows (k-major), b in 64 strips

@@ -22,7 +22,8 @@ toss-up; on the GPT-2 projections (128x768x2304, 128x768x3072, 128x3072x768) the
 of that, never up to gcc's; on k = 65536 it was a toss-up (0.72-1.05x). k-blocking paid (2-4x, measured on branch
 beamspace) while big matmuls swept a row-major right operand; tg.tensor.linalg now packs such an operand into
 column strips, and a packed strip (k rows of 64 bytes) stays in L2 up to k = 32768, which is what a block would
-buy. BEAM still tries BLOCK (tg.codegen.opt.search).
+buy. BEAM still tries BLOCK (tg.codegen.opt.search). What pays from k = 4096 on is the other half of cache
+blocking: row tiles in groups that share each strip (`share_strips`, SPLIT into a LOOP).
 """
 
 from __future__ import annotations

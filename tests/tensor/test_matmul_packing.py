@@ -81,6 +81,12 @@ def test_a_realized_weight_is_packed_for_a_decode_step_and_equals_numpy(l2_2mib:
     np.testing.assert_allclose((a @ w).numpy(), a_np @ w_np, rtol=1e-4, atol=1e-3)
 
 
+def test_a_float16_weight_is_not_packed_for_a_decode_step() -> None:
+    """Its copy would hold float32 values: the decode step would read twice the bytes."""
+    w = Tensor(np.ones((768, 3072), np.float16)).realize()
+    assert kernel_count(Tensor(np.ones((8, 768), np.float16)).realize().matmul(w, dtype=dtypes.float32)) == 1
+
+
 def test_packed_matmul_gradients_match_numpy(l2_2mib: None) -> None:
     rng = np.random.default_rng(1)
     a_np, b_np = rng.standard_normal((32, 640)).astype(np.float32), rng.standard_normal((640, 2048)).astype(np.float32)

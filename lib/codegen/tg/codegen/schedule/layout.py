@@ -221,12 +221,14 @@ def worth_packing(product: Product, trained: bool, target: Target) -> bool:
     assert isinstance(k, int) and isinstance(m, int)  # (concrete)
     if m % STRIP or math.prod(right_shape) < MIN_PACKED_ELEMENTS or not in_memory(product.right):
         return False
-    if realized_matrix(product.right) and not trained:
+    few_rows = left_shape[-2] < MIN_PACKED_ROWS
+    if realized_matrix(product.right) and not trained and not (few_rows and product.right_casts):
         # kept, so copied once, whatever the rows: a 1 or 8 row product then reads each strip as one run of k * 64
         # bytes instead of k lines a row apart (a new page each, which the prefetcher does not follow).
-        # 1x768x3072 2.9 -> 1.2 ms and 8x768x3072 3.4 -> 1.6 ms (kernel time, median of 15, load 4.4)
+        # 1x768x3072 2.9 -> 1.2 ms and 8x768x3072 3.4 -> 1.6 ms (kernel time, median of 15, load 4.4). Not a cast
+        # weight's (a float16 one, its copy float32): a decode step would read twice the bytes it reads now.
         return True
-    if left_shape[-2] < MIN_PACKED_ROWS:
+    if few_rows:
         return False
     if transposed_view(product.right):
         return True

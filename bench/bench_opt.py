@@ -2,7 +2,7 @@
 the peers measured in the same run: numpy (its BLAS, default threads; conv2d as im2col + tensordot), torch (CPU
 build, conv only) and the tinygrad release from PyPI (DEV=CPU, no BEAM), all timed in turns in one process.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE uv run --inexact python bench/bench_opt.py [--repeats 5]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE uv run --inexact python bench/bench_opt.py [--repeats 5] [--matmuls]
 
 When gcc and clang are both installed it runs once per compiler (a child process each, see bench/compilers.py)
 and prints the ratios side by side; `--cc gcc` measures one compiler with the full table; `--only "sum 16M"`
@@ -11,6 +11,13 @@ and prints the ratios side by side; `--cc gcc` measures one compiler with the fu
 tg runs the workloads as Tensor ops with the hand-coded heuristics (NOOPT=1 shows the unoptimized kernels,
 DEBUG=3 the opts each kernel got). Every time is the median of several repeats; each ratio is
 peer_time / tg_time (above 1: tg is faster). The machine is shared: the load average is printed first.
+
+Matmuls (issue 38): square 256 to 4096, the skinny GPT-2 shapes batch x 768 x 3072 (batch 1, 8, 128), and
+float16 operands accumulated in float32 (`a.matmul(b, dtype=float32)`; its peer is numpy's float32 matmul of the
+same values, converted beforehand: numpy has no float16 BLAS). Both operands are realized tensors, so tg's packed
+copies of them are kept between calls (tg.codegen.schedule.layout), as numpy's operands need no copy either. A
+sample of a small product is several calls back to back (`calls_per_sample`), so that waking the worker threads of
+tg and of the BLAS after the pause between samples is not most of what is timed.
 """
 
 from __future__ import annotations
@@ -28,6 +35,36 @@ from compilers import installed_compilers, side_by_side
 
 SUM_SIZE = 1 << 24
 CONV = (8, 64, 56, 3)  # batch, channels in = out, height = width, window; padding 1
+SQUARE_SIZES = (256, 512, 1024, 2048, 4096)
+SKINNY_BATCHES = (1, 8, 128)  # batch x 768 x 3072: a GPT-2 MLP's first projection at decode, small and prefill batches
+HALF_SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (128, 768, 3072))  # float16 in, float32 accumulated
+MIN_SAMPLE_FLOP = 1 << 28  # a timed sample of a matmul does at least this much work (calls back to back)
+
+
+def matmul_shapes() -> dict[str, tuple[int, int, int]]:
+    """The float32 matmul rows: name -> (n, k, m) for an (n, k) @ (k, m) product."""
+    shapes = {f"matmul {n}": (n, n, n) for n in SQUARE_SIZES}
+    shapes.update({f"matmul {b}x768x3072": (b, 768, 3072) for b in SKINNY_BATCHES})
+    return shapes
+
+
+def half_shapes() -> dict[str, tuple[int, int, int]]:
+    """The float16-in, float32-accumulate matmul rows."""
+    return {f"matmul f16 {'x'.join(map(str, shape)) if len(set(shape)) > 1 else shape[0]}": shape
+            for shape in HALF_SHAPES}  # fmt: skip
+
+
+def operand_keys(name: str) -> tuple[str, str]:
+    """The inputs() keys of a matmul row's operands (square sizes keep the names other benches use: a1024, b1024)."""
+    shape = {**matmul_shapes(), **half_shapes()}[name]
+    suffix = str(shape[0]) if len(set(shape)) == 1 else "x".join(map(str, shape))
+    return f"a{suffix}", f"b{suffix}"
+
+
+def calls_per_sample(name: str) -> int:
+    """Calls timed back to back in one sample of row `name`: enough for MIN_SAMPLE_FLOP (1 for the other rows)."""
+    flop = FLOPS.get(name)
+    return max(1, MIN_SAMPLE_FLOP // flop) if flop else 1
 
 
 # ---------------------------------------------------------------------------------------------------- tg workloads
@@ -38,22 +75,26 @@ Workloads = dict[str, Callable[[], object]]
 
 def tg_workloads(data: dict[str, np.ndarray]) -> Workloads:
     """Each workload as a function that runs it to completion (checked against numpy first where cheap)."""
+    from tg.codegen.dtype import dtypes
     from tg.hcq import Device
     from tg.tensor import Tensor
 
     def timed(build: Callable[[], Tensor]) -> Callable[[], object]:
-        def run() -> None:
-            build().realize()
+        def run() -> Tensor:
+            result = build().realize()
             Device["CPU"].synchronize()
+            return result
 
         return run
 
     results: Workloads = {}
-    for n in (1024, 2048):
-        a, b = Tensor(data[f"a{n}"]).realize(), Tensor(data[f"b{n}"]).realize()
-        results[f"matmul {n}"] = timed(lambda a=a, b=b: a @ b)
-    small = (a[:256, :256] @ b[:256, :256]).numpy()
-    np.testing.assert_allclose(small, data["a2048"][:256, :256] @ data["b2048"][:256, :256], rtol=1e-3, atol=1e-3)
+    for name in matmul_shapes():
+        a, b = (Tensor(data[key]).realize() for key in operand_keys(name))
+        results[name] = timed(lambda a=a, b=b: a @ b)
+    for name in half_shapes():
+        a, b = (Tensor(data[key].astype(np.float16)).realize() for key in operand_keys(name))
+        results[name] = timed(lambda a=a, b=b: a.matmul(b, dtype=dtypes.float32))
+    check_matmuls(results, data)
     x, w = Tensor(data["conv_x"]).realize(), Tensor(data["conv_w"]).realize()
     results["conv2d"] = timed(lambda: x.conv2d(w, padding=1))
     v = Tensor(data["v"]).realize()
@@ -64,12 +105,23 @@ def tg_workloads(data: dict[str, np.ndarray]) -> Workloads:
     return results
 
 
+def check_matmuls(results: Workloads, data: dict[str, np.ndarray]) -> None:
+    """Every matmul row's result against numpy's float32 product (float16 rows: of the float16 values)."""
+    for name in (*matmul_shapes(), *half_shapes()):
+        a, b = (data[key] for key in operand_keys(name))
+        if name in half_shapes():
+            a, b = (x.astype(np.float16).astype(np.float32) for x in (a, b))
+        found = results[name]().numpy()  # type: ignore[attr-defined]
+        np.testing.assert_allclose(found, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(a.shape[1]), err_msg=name)
+
+
 def inputs() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     data = {}
-    for n in (1024, 2048):
-        data[f"a{n}"] = rng.standard_normal((n, n), np.float32)
-        data[f"b{n}"] = rng.standard_normal((n, n), np.float32)
+    for name in (*matmul_shapes(), *half_shapes()):
+        (n, k, m), (a, b) = {**matmul_shapes(), **half_shapes()}[name], operand_keys(name)
+        if a not in data:
+            data[a], data[b] = rng.standard_normal((n, k), np.float32), rng.standard_normal((k, m), np.float32)
     batch, channels, size, window = CONV
     data["conv_x"] = rng.standard_normal((batch, channels, size, size), np.float32)
     data["conv_w"] = rng.standard_normal((channels, channels, window, window), np.float32)
@@ -94,9 +146,12 @@ def numpy_im2col_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def numpy_workloads(data: dict[str, np.ndarray]) -> Workloads:
     results: Workloads = {}
     results["conv2d"] = lambda: numpy_im2col_conv(data["conv_x"], data["conv_w"])
-    for n in (1024, 2048):
-        a, b = data[f"a{n}"], data[f"b{n}"]
-        results[f"matmul {n}"] = lambda a=a, b=b: a @ b
+    for name in matmul_shapes():
+        a, b = (data[key] for key in operand_keys(name))
+        results[name] = lambda a=a, b=b: a @ b
+    for name in half_shapes():
+        a, b = (data[key].astype(np.float16).astype(np.float32) for key in operand_keys(name))
+        results[name] = lambda a=a, b=b: a @ b
     v, p, q, r = data["v"], data["p"], data["q"], data["r"]
     results["sum 16M"] = lambda: v.sum()
     results["chain 16M"] = lambda: np.maximum(p * q + r, 0)
@@ -121,10 +176,10 @@ def torch_workloads(data: dict[str, np.ndarray]) -> Workloads | str:
 SETTLE_SECONDS = 0.3  # BLAS and OpenMP worker threads spin for a while after a call; let them go idle first
 
 
-def alternating_medians(runs: list[Callable[[], object] | None], repeats: int) -> list[float]:
-    """Median time of each run (None: not available, NaN), timed in turns so that a change in the machine's load
-    hits all alike. Each call starts after a short pause, so one library's spinning threads do not steal the
-    cores from the next."""
+def alternating_medians(runs: list[Callable[[], object] | None], repeats: int, calls: int = 1) -> list[float]:
+    """Median time of one call of each run (None: not available, NaN), timed in turns so that a change in the
+    machine's load hits all alike. Each sample (`calls` calls back to back) starts after a short pause, so one
+    library's spinning threads do not steal the cores from the next."""
     present = [run for run in runs if run is not None]
     for run in present:
         run()  # warm-up: compile, allocate
@@ -133,8 +188,9 @@ def alternating_medians(runs: list[Callable[[], object] | None], repeats: int) -
         for run in present:
             time.sleep(SETTLE_SECONDS)
             start = time.perf_counter()
-            run()
-            times[id(run)].append(time.perf_counter() - start)
+            for _ in range(calls):
+                run()
+            times[id(run)].append((time.perf_counter() - start) / calls)
     return [statistics.median(times[id(run)]) if run is not None else float("nan") for run in runs]
 
 
@@ -195,17 +251,15 @@ class Row:
     target: float | None  # the least peer_time / tg_time asked for
 
 
-ROWS = [  # targets: the bars of issue 12 (numpy peers), the earlier one for torch's conv
-    Row("matmul 1024", "numpy", 0.5),
-    Row("matmul 2048", "numpy", 0.5),
+ROWS = [  # targets: issue 38's bar for matmuls, those of issue 12 (numpy peers), the earlier one for torch's conv
+    *(Row(name, "numpy", 1.0) for name in (*matmul_shapes(), *half_shapes())),
     Row("conv2d", "numpy", 2.0),
     Row("conv2d", "torch", 0.3),
     Row("sum 16M", "numpy", 1.0),
     Row("chain 16M", "numpy", 3.0),
 ]
 FLOPS = {
-    "matmul 1024": 2 * 1024**3,
-    "matmul 2048": 2 * 2048**3,
+    **{name: 2 * n * k * m for name, (n, k, m) in {**matmul_shapes(), **half_shapes()}.items()},
     "conv2d": 2 * CONV[0] * CONV[1] ** 2 * CONV[3] ** 2 * CONV[2] ** 2,
 }
 
@@ -243,7 +297,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
         peer_work = peers[row.peer]
         peer_run = peer_work.get(row.name) if isinstance(peer_work, dict) else None
         tiny_run = tiny.get(row.name) if isinstance(tiny, dict) else None
-        mine, peer, tiny_time = alternating_medians([tg[row.name], peer_run, tiny_run], args.repeats)
+        runs = [tg[row.name], peer_run, tiny_run]
+        mine, peer, tiny_time = alternating_medians(runs, args.repeats, calls_per_sample(row.name))
         rows.append({
             "workload": row.name, "peer": row.peer, "tg_ms": mine * 1e3,
             "peer_ms": peer * 1e3 if peer_run else None, "ratio": peer / mine if peer_run else None,
@@ -256,7 +311,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
 def print_table(rows: list[dict], repeats: int) -> None:
     print(f"medians of {repeats} repeats, float32; ratio = peer time / tg time (above 1: tg is faster);")
     print("tg, its peer and tinygrad are timed in turns, in this process")
-    print(f"{'workload':<12} {'tg ms':>9} {'GFLOP/s':>8} {'peer':>6} {'peer ms':>9} {'ratio':>6} {'target':>7}"
+    print(f"{'workload':<22} {'tg ms':>9} {'GFLOP/s':>8} {'peer':>6} {'peer ms':>9} {'ratio':>6} {'target':>7}"
           f" {'tinygrad ms':>12} {'tg vs tinygrad':>15}")  # fmt: skip
     for row in rows:
         ratio = f"{row['ratio']:5.2f}x" if row["ratio"] is not None else "  n/a"
@@ -266,7 +321,7 @@ def print_table(rows: list[dict], repeats: int) -> None:
         versus = f"{tiny / row['tg_ms']:14.2f}x" if tiny is not None else "            n/a"
         gflops = f"{row['gflops']:8.1f}" if row["gflops"] is not None else "        "
         target = f">= {row['target']}" if row["target"] else ""
-        print(f"{row['workload']:<12} {row['tg_ms']:9.2f} {gflops} {row['peer']:>6} {peer_text} {ratio:>6} {target:>7}"
+        print(f"{row['workload']:<22} {row['tg_ms']:9.2f} {gflops} {row['peer']:>6} {peer_text} {ratio:>6} {target:>7}"
               f" {tiny_text} {versus}")  # fmt: skip
 
 
@@ -279,7 +334,10 @@ def main() -> None:
     parser.add_argument(
         "--only", action="append", choices=sorted({row.name for row in ROWS}), help="time only this row (repeatable)"
     )
+    parser.add_argument("--matmuls", action="store_true", help="time only the matmul rows (issue 38's table)")
     args = parser.parse_args()
+    if args.matmuls:
+        args.only = [*(args.only or ()), *(row.name for row in ROWS if row.name.startswith("matmul"))]
     if args.cc is None:
         compilers = installed_compilers()
         if len(compilers) > 1:

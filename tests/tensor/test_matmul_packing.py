@@ -9,7 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tg.codegen.opt import KernelOptimizer, Opt, OptOps, hand_coded_optimizations
+from tg.codegen.dtype import dtypes
+from tg.codegen.opt import KernelOptError, KernelOptimizer, Opt, OptOps, hand_coded_optimizations
 from tg.codegen.pipeline import CodegenFlags, lower_kernel
 from tg.codegen.schedule import layout
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
@@ -51,8 +52,9 @@ def test_a_packed_matmul_is_a_copy_and_a_product_and_equals_numpy(l2_2mib: None)
 
 
 def test_no_packing_for_few_rows_computed_operands_or_harmless_strides(l2_2mib: None) -> None:
+    trained = Tensor.rand(768, 3072).realize().requires_grad_()  # strips alias, but it would be copied per product
+    assert kernel_count(Tensor.rand(8, 768).realize() @ trained) == 1  # 8 rows sweep each strip once
     b = Tensor.rand(768, 1024).realize()
-    assert kernel_count(Tensor.rand(8, 768).realize() @ b) == 1  # a decode step sweeps each strip once
     a = Tensor.rand(32, 768).realize()
     assert kernel_count(a @ (b * 2)) == 1  # the scaled weight is computed inside the product, not stored
     columns = Tensor.rand(768, 2304).realize()[:, :1152]  # 9 KiB rows: period 1024, 2048 lines fit
@@ -66,6 +68,23 @@ def test_a_realized_weight_is_packed_even_when_its_strips_fit(l2_2mib: None) -> 
     assert kernel_count(Tensor.rand(32, 768).realize() @ w) == 2
     w.requires_grad_()  # a trained weight changes at every step: a copy per product does not pay where strips fit
     assert kernel_count(Tensor.rand(32, 768).realize() @ w) == 1
+
+
+@pytest.mark.parametrize("rows", [1, 8])
+def test_a_realized_weight_is_packed_for_a_decode_step_and_equals_numpy(l2_2mib: None, rows: int) -> None:
+    """Its copy is kept, so even 1 or 8 rows pay for it: the product then reads each strip as one run of memory."""
+    rng = np.random.default_rng(2)
+    a_np = rng.standard_normal((rows, 768)).astype(np.float32)
+    w_np = rng.standard_normal((768, 3072)).astype(np.float32)
+    a, w = Tensor(a_np).realize(), Tensor(w_np).realize()
+    assert kernel_count(a @ w) == 2  # the strip-major copy of w, then the product
+    np.testing.assert_allclose((a @ w).numpy(), a_np @ w_np, rtol=1e-4, atol=1e-3)
+
+
+def test_a_float16_weight_is_not_packed_for_a_decode_step() -> None:
+    """Its copy would hold float32 values: the decode step would read twice the bytes."""
+    w = Tensor(np.ones((768, 3072), np.float16)).realize()
+    assert kernel_count(Tensor(np.ones((8, 768), np.float16)).realize().matmul(w, dtype=dtypes.float32)) == 1
 
 
 def test_packed_matmul_gradients_match_numpy(l2_2mib: None) -> None:
@@ -250,3 +269,98 @@ def test_a_left_operand_with_scattered_rows_is_copied_first() -> None:
     np.testing.assert_allclose((left @ w).numpy(), left_np @ w_np, rtol=1e-4, atol=1e-3)
     expected = (g_np @ w_np.T).reshape(1, 128, 12, 64).transpose(0, 2, 1, 3)
     np.testing.assert_allclose(a.grad.numpy(), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_rows_alias_in_l1_when_the_tile_rows_outnumber_the_ways_of_the_sets_they_use() -> None:
+    # 16 rows 4 KiB apart (k = 1024 float32) all fall in one set: 12 ways of a 48 KiB L1 cannot hold them
+    assert layout.rows_alias_in_l1(1024 * 4, 48 << 10)
+    assert layout.rows_alias_in_l1(4096 * 4, 48 << 10)
+    # 2 KiB apart: 8 rows in each of 2 sets, beside the right operand's line: fits 12 ways, not 8
+    assert not layout.rows_alias_in_l1(512 * 4, 48 << 10)
+    assert layout.rows_alias_in_l1(512 * 4, 32 << 10)
+    # 3 KiB apart (k = 768, GPT-2): 4 sets, and an odd number of elements spreads over all of them
+    assert not layout.rows_alias_in_l1(768 * 4, 48 << 10)
+    assert not layout.rows_alias_in_l1(1000 * 4, 32 << 10)
+
+
+def packed_calls(tensor: Tensor) -> list[KernelCall]:
+    return [item for item in create_schedule((tensor.uop,)).items if isinstance(item, KernelCall) and item.kept]
+
+
+def test_a_left_operand_whose_rows_alias_is_packed_into_row_tiles_and_equals_numpy() -> None:
+    rng = np.random.default_rng(8)
+    a_np = rng.standard_normal((48, 1024)).astype(np.float32)
+    b_np = rng.standard_normal((1024, 1024)).astype(np.float32)
+    a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+    names = [call.ast.arg.name for call in packed_calls(a @ b)]
+    assert names == ["E_3_1024_16", "E_64_1024_16"]  # a in 3 tiles of 16 rows (k-major), b in 64 strips
+    np.testing.assert_allclose((a @ b).numpy(), a_np @ b_np, rtol=1e-4, atol=1e-3)
+    assert kernel_count(Tensor(a_np[:, :768]).realize() @ Tensor(b_np[:768]).realize()) == 2  # 3 KiB rows: b only
+
+
+def test_the_tile_of_a_row_packed_product_is_16_rows_of_a_tile_by_16_columns() -> None:
+    """The heuristics upcast the rows inside a tile (the left operand's 16 values of one column share a cache line),
+    not 16 tiles (16 lines 64 KiB apart): the loops left run over tiles and strips."""
+    a, b = Tensor.rand(1024, 1024).realize(), Tensor.rand(1024, 1024).realize()
+    product = [item for item in create_schedule(((a @ b).uop,)).items if isinstance(item, KernelCall)][-1].ast
+    k = KernelOptimizer(product, core_groups=True)
+    for opt in hand_coded_optimizations(k, 256):
+        k.apply_opt(opt)
+    loops = sorted(k.full_shape[axis] for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL))
+    assert loops == [1024 // 16, 1024 // 16]
+    upcasts = sorted(k.full_shape[axis] for axis in k.axes_of(AxisType.UPCAST))
+    assert upcasts == [16, 16]
+
+
+@pytest.mark.parametrize(("n", "k", "m"), [(48, 1024, 1024), (40, 1024, 1056), (130, 768, 1040), (64, 520, 3072)])
+def test_float16_operands_accumulate_in_float32_packed_as_float32(n: int, k: int, m: int) -> None:
+    """The packed copies hold the float32 values the multiply reads: gcc 12 converts float16 one element at a time,
+    so a product that converts inside its tile ran at 5 GFLOP/s (1024^3)."""
+    rng = np.random.default_rng(9)
+    a_np, b_np = rng.standard_normal((n, k)).astype(np.float16), rng.standard_normal((k, m)).astype(np.float16)
+    a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+    product = a.matmul(b, dtype=dtypes.float32)
+    packs = packed_calls(product)
+    assert packs and all(call.ast.src[0].src[0].src[0].dtype.base is dtypes.float32 for call in packs)
+    expected = a_np.astype(np.float32) @ b_np.astype(np.float32)
+    np.testing.assert_allclose(product.numpy(), expected, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "m"),
+    [(1, 768, 3072), (8, 768, 3072), (128, 768, 3072), (256, 256, 256), (512, 512, 512), (1040, 1024, 1024),
+     (33, 1024, 1040), (130, 100, 48)],
+)  # fmt: skip
+def test_matmul_shapes_of_the_bench_and_their_edges_equal_numpy(n: int, k: int, m: int) -> None:
+    rng = np.random.default_rng(10)
+    a_np, b_np = rng.standard_normal((n, k)).astype(np.float32), rng.standard_normal((k, m)).astype(np.float32)
+    found = (Tensor(a_np).realize() @ Tensor(b_np).realize()).numpy()
+    np.testing.assert_allclose(found, a_np @ b_np, rtol=1e-4, atol=1e-3)
+
+
+def product_kernel(a: Tensor, b: Tensor) -> UOp:
+    return [item for item in create_schedule(((a @ b).uop,)).items if isinstance(item, KernelCall)][-1].ast
+
+
+def test_a_long_reduction_shares_each_strip_across_a_group_of_row_tiles_and_equals_numpy() -> None:
+    """k = 4096: the 32 row tiles are cut into 2 groups of ROW_TILES_PER_STRIP, looped inside the strips."""
+    from tg.codegen.opt.heuristics import ROW_TILES_PER_STRIP
+
+    rng = np.random.default_rng(11)
+    a_np, b_np = rng.standard_normal((512, 4096)).astype(np.float32), rng.standard_normal((4096, 64)).astype(np.float32)
+    a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+    k = KernelOptimizer(product_kernel(a, b), core_groups=True)
+    for opt in hand_coded_optimizations(k, 256):
+        k.apply_opt(opt)
+    loops = [k.full_shape[axis] for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL)]
+    assert loops == [512 // 16 // ROW_TILES_PER_STRIP, 64 // 16, ROW_TILES_PER_STRIP]  # groups, strips, tiles
+    np.testing.assert_allclose((a @ b).numpy(), a_np @ b_np, rtol=1e-4, atol=1e-2)
+    short = KernelOptimizer(product_kernel(Tensor.rand(512, 1024).realize(), Tensor.rand(1024, 64).realize()))
+    assert all(opt.op is not OptOps.SPLIT for opt in hand_coded_optimizations(short, 256))
+
+
+def test_a_loop_split_needs_an_output_axis() -> None:
+    k = KernelOptimizer(product_kernel(Tensor.rand(64, 256).realize(), Tensor.rand(256, 64).realize()))
+    reduce_axis = k.axes_of(AxisType.REDUCE)[0]
+    with pytest.raises(KernelOptError, match="LOOP splits an output axis"):
+        k.apply_opt(Opt(OptOps.SPLIT, reduce_axis, (4, AxisType.LOOP)))

@@ -121,7 +121,8 @@ def matmul(a: Tensor, b: Tensor, dtype: DType | None = None) -> Tensor:
     rows = left.reshape(left.shape[:-1] + (1, k)).expand(batch + (n, m, k))
     columns = right.transpose(-1, -2).reshape(right.shape[:-2] + (1, m, k)).expand(batch + (n, m, k))
     result = _multiply_and_sum(rows, columns, (len(batch) + 2,), dtype)
-    result.uop = result.uop.replace(tag=MatmulTag(right_trained=bool(right.requires_grad)))  # for the layout stage
+    tag = MatmulTag(right_trained=bool(right.requires_grad), left_trained=bool(left.requires_grad))
+    result.uop = result.uop.replace(tag=tag)  # for the layout stage
     differentiate_as_matmul(result, left, right)
     if a.ndim == 1:
         result = result.reshape(result.shape[:-2] + (m,))

@@ -36,7 +36,9 @@ AXIS_POSITION = {
 }  # fmt: skip
 OUTPUT_TYPES = (AxisType.LOOP, AxisType.GLOBAL, AxisType.LOCAL)
 REDUCE_TYPES = (AxisType.REDUCE, AxisType.GROUP_REDUCE)
-SPLIT_TYPES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE)
+SPLIT_TYPES = (
+    AxisType.LOOP, AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.BLOCK_REDUCE,
+)  # fmt: skip
 MAX_UPCAST = 16  # one opt upcasts at most this many lanes (several opts may stack)
 MAX_UNROLL = 32
 MAX_REGISTER_LANES = 256  # accumulators per reduction: product of the upcast axes it depends on
@@ -211,7 +213,7 @@ class KernelOptimizer:
             raise KernelOptError(f"{new_type.name} needs local memory, which this device does not have")
         if new_type is AxisType.GROUP_REDUCE and not self.has_local:
             self._check_core_group(amount)
-        if new_type in (AxisType.UPCAST, AxisType.LOCAL) and old_type not in OUTPUT_TYPES:
+        if new_type in (AxisType.LOOP, AxisType.UPCAST, AxisType.LOCAL) and old_type not in OUTPUT_TYPES:
             raise KernelOptError(f"{new_type.name} splits an output axis, not a {old_type.name} axis")
         if new_type in (AxisType.UNROLL, AxisType.GROUP_REDUCE) and old_type not in REDUCE_TYPES:
             raise KernelOptError(f"{new_type.name} splits a reduce axis, not a {old_type.name} axis")

@@ -16,6 +16,9 @@ partials are combined in share order, so the bits do not depend on the core coun
 blocks looped outside the output loops (k-blocking: a matmul streams one block of its operands through the cache
 for every output tile); the output buffer holds the running result between blocks.
 
+SPLIT (k, LOOP) on an output axis makes its inner part a loop of its own, nested inside every other output loop:
+a matmul's row tiles in groups of k that share each strip of the right operand (tg.codegen.opt.heuristics).
+
 PADTO a k grows axis a to a multiple of k (the extra iterations are masked off); SWAP a b exchanges the loop
 order of two output axes.
 """

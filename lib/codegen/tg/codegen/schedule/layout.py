@@ -9,9 +9,13 @@ kernels depend on the machine:
 
 - matmul operand packing (CPU): a right operand whose column strips alias in the cache (a GPT-2 MLP's 768x3072
   weight ran at a third of the 768x2304 one's speed, issue 23), a transposed view, or a realized weight that is not
-  trained is first copied strip by strip, (..., m / STRIP, k, STRIP); a packed realized weight is a kept copy
-  (KEPT_COPY) the engine reuses until the weight is written. A left operand whose rows are scattered (attention's
-  output viewed as (tokens, heads * 64)) is copied contiguous first.
+  trained (for any number of rows, a decode step's one included) is first copied strip by strip,
+  (..., m / STRIP, k, STRIP); a packed realized weight is a kept copy (KEPT_COPY) the engine reuses until the weight
+  is written. Where the right operand is packed, a left operand whose rows alias in L1 (k a multiple of 1024 float32)
+  or that is cast is copied into row tiles too, (..., n / STRIP, k, STRIP), kept the same way when it is a realized
+  matrix (issue 38: 4096^3 ran at half of numpy's speed without). The copies hold the values the multiply reads
+  (float16 operands as float32). A left operand whose rows are scattered (attention's output viewed as
+  (tokens, heads * 64)) is copied contiguous first.
 - conv2d weight-gradient chunking (CPU): the pixels are reduced in chunks whose operands fit a quarter of L2, each
   chunk a partial result, then the partials summed (tg.codegen.schedule.layout_conv).
 
@@ -37,6 +41,10 @@ TargetOf = Callable[[str], Target]  # the Target of a device, by canonical name
 STRIP = 16  # the kernel heuristics' contiguous upcast: one strip row is one 64-byte cache line of float32
 MIN_PACKED_ROWS = 32  # the kernel sweeps a strip once per 8 rows of the left operand: 4 sweeps pay for the copy
 MIN_PACKED_ELEMENTS = 1 << 16  # a smaller operand (256 KiB of float32) is cheap to read in any layout
+# a copy of the left operand costs about as much as 1024 columns of the product gain from it (1024^3: the copy
+# 1.2 ms at ~7 GB/s, the product 10% faster, ~1 ms of ~10 ms); a realized operand's copy is kept (free after the first)
+LEFT_PACK_MIN_COLUMNS = 1024
+L1_WAY_BYTES = 4096  # an L1 cache indexed by virtual address has ways of one page (x86 and arm64 cores alike)
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class MatmulTag:
     requires grad, so a packed copy of it would change at every step."""
 
     right_trained: bool
+    left_trained: bool = False
 
 
 def default_target(device: str) -> Target:
@@ -210,11 +219,18 @@ def worth_packing(product: Product, trained: bool, target: Target) -> bool:
         return False  # a symbolic size: whether strips fit is not known when the kernel is built
     k, m = right_shape[-2], right_shape[-1]
     assert isinstance(k, int) and isinstance(m, int)  # (concrete)
-    if m % STRIP or left_shape[-2] < MIN_PACKED_ROWS or math.prod(right_shape) < MIN_PACKED_ELEMENTS:
+    if m % STRIP or math.prod(right_shape) < MIN_PACKED_ELEMENTS or not in_memory(product.right):
         return False
-    if not in_memory(product.right):
+    few_rows = left_shape[-2] < MIN_PACKED_ROWS
+    if realized_matrix(product.right) and not trained and not (few_rows and product.right_casts):
+        # kept, so copied once, whatever the rows: a 1 or 8 row product then reads each strip as one run of k * 64
+        # bytes instead of k lines a row apart (a new page each, which the prefetcher does not follow).
+        # 1x768x3072 2.9 -> 1.2 ms and 8x768x3072 3.4 -> 1.6 ms (kernel time, median of 15, load 4.4). Not a cast
+        # weight's (a float16 one, its copy float32): a decode step would read twice the bytes it reads now.
+        return True
+    if few_rows:
         return False
-    if (realized_matrix(product.right) and not trained) or transposed_view(product.right):
+    if transposed_view(product.right):
         return True
     return len(right_shape) == 2 and strips_alias_in_cache(k, m * product.right.dtype.itemsize, target.l2_bytes)
 
@@ -228,25 +244,74 @@ def wants_contiguous_rows(product: Product, target: Target) -> bool:
     return scattered_rows(product.left)
 
 
-def packed_product(product: Product) -> UOp:
+def rows_alias_in_l1(row_bytes: int, l1_bytes: int) -> bool:
+    """Whether the STRIP rows of a matmul tile, `row_bytes` apart, fall into too few sets of the L1 cache to stay
+    there. An L1 cache indexed by virtual address has ways of one 4 KiB page (L1_WAY_BYTES) and l1_bytes /
+    L1_WAY_BYTES of them; lines a multiple of a power of two P apart use L1_WAY_BYTES / P of its sets. The tile reads
+    one line of each of its rows per step, and one line of the packed right operand: k = 1024 float32 puts all 16
+    rows in one set of 12 ways (a 48 KiB L1), k = 512 8 in each of two."""
+    period = min(row_bytes & -row_bytes, L1_WAY_BYTES)  # the largest power of two dividing the row size
+    sets = L1_WAY_BYTES // period
+    return -(-STRIP // sets) >= l1_bytes // L1_WAY_BYTES
+
+
+def worth_packing_rows(product: Product, target: Target) -> bool:
+    """Copy the left operand into row tiles too (`row_tiles`, only where the right one is packed) when its rows
+    alias in L1 (`rows_alias_in_l1`) or it is cast (float16 operands: the copy holds float32 values, which the
+    kernel broadcasts without converting), and at least LEFT_PACK_MIN_COLUMNS columns of output reuse it. The
+    product's kernel with both operands packed, against the right one only (median of 3-9, interleaved, load 2.2-2.5,
+    gcc 12, 2 AVX-512 cores): 4096^3 982 -> 515 ms, 2048^3 56.3 -> 51.1 ms, 1024^3 10.7 -> 9.7 ms."""
+    left_shape, m = shape_of(product.left), shape_of(product.right)[-1]
+    n, k = left_shape[-2], left_shape[-1]
+    assert isinstance(n, int) and isinstance(k, int) and isinstance(m, int)  # (worth_packing: concrete shapes)
+    if target.family != "CPU" or n % STRIP or m < LEFT_PACK_MIN_COLUMNS or not in_memory(product.left):
+        return False
+    return bool(product.left_casts) or rows_alias_in_l1(k * product.left.dtype.itemsize, target.l1_bytes)
+
+
+def row_tiles(left: UOp, casts: tuple[DType, ...], kept: bool) -> UOp:
+    """`left` (..., n, k) copied as tiles of STRIP rows, each tile's k columns one after another ((..., n / STRIP, k,
+    STRIP): the STRIP values of one column of a tile share a cache line) and viewed back as (..., n, k). The matmul
+    tile's STRIP rows are then one stream instead of STRIP rows k * 4 bytes apart, which for k a multiple of 1024
+    fall in one set of the L1 cache (and of the L2 cache's prefetch streams). `kept`: a realized matrix that is not
+    trained keeps its copy (KEPT_COPY), like a packed right operand."""
+    shape = shape_of(left)
+    outer, n, k = shape[:-2], shape[-2], shape[-1]
+    order = tuple(range(len(outer)))
+    tiles = reshape(left, outer + (n // STRIP, STRIP, k))
+    tiles = permute(tiles, order + (len(outer), len(outer) + 2, len(outer) + 1))  # (..., n / STRIP, k, STRIP)
+    tiles = cast_chain(tiles, casts)
+    tiles = UOp(Ops.CONTIGUOUS, tiles.dtype, (tiles,), KEPT_COPY if kept else None)
+    back = permute(tiles, order + (len(outer), len(outer) + 2, len(outer) + 1))  # (..., n / STRIP, STRIP, k)
+    return reshape(back, shape)
+
+
+def packed_product(product: Product, pack_rows: bool = False, left_trained: bool = False) -> UOp:
     """left @ right with `right` copied first into strips of STRIP columns, each strip's k rows contiguous
     ((..., m / STRIP, k, STRIP)). The copy costs one pass over `right`; the product then reads each strip
     sequentially. Measured in CPU time, copy included: 128x768 @ 768x3072 22.8 -> 9.8 ms, 1024^3 72 -> 24 ms, 512^3
-    with a transposed right operand (nn.Linear's x @ w.T) 66 -> 5 ms."""
+    with a transposed right operand (nn.Linear's x @ w.T) 66 -> 5 ms. `pack_rows`: `left` is copied into row tiles
+    too (`row_tiles`, kept unless `left_trained`). Casts of an operand (float16 to float32) happen in its copy: gcc 12
+    converts float16 one element at a time, and a 1024^3 float16 product converting inside its tile ran at 5 GFLOP/s,
+    with float32 copies at the float32 product's speed (twice the bytes of a float16 copy, kept ones included)."""
     left, right, batch = product.left, product.right, product.batch
     n, k, m = shape_of(left)[-2], shape_of(right)[-2], shape_of(right)[-1]
+    if pack_rows:
+        left = row_tiles(left, product.left_casts, kept=realized_matrix(left) and not left_trained)
     strips, outer = m // STRIP, shape_of(right)[:-2]
     packed = reshape(right, outer + (k, strips, STRIP))
     order = tuple(range(len(outer)))
     packed = permute(packed, order + (len(outer) + 1, len(outer), len(outer) + 2))  # (..., strips, k, 16)
+    packed = cast_chain(packed, product.right_casts)  # the copy holds what the multiply reads (see below)
     packed = UOp(Ops.CONTIGUOUS, packed.dtype, (packed,), KEPT_COPY)  # kept while right is unchanged
 
     def lead(shape: tuple) -> tuple:  # right-aligned batch axes
         return (1,) * (len(batch) - len(shape)) + shape
 
     full = batch + (n, strips, k, STRIP)
-    rows = cast_chain(expand(reshape(left, lead(shape_of(left)[:-2]) + (n, 1, k, 1)), full), product.left_casts)
-    columns = cast_chain(expand(reshape(packed, lead(outer) + (1, strips, k, STRIP)), full), product.right_casts)
+    rows = expand(reshape(left, lead(shape_of(left)[:-2]) + (n, 1, k, 1)), full)
+    rows = rows if pack_rows else cast_chain(rows, product.left_casts)
+    columns = expand(reshape(packed, lead(outer) + (1, strips, k, STRIP)), full)
     multiply = UOp(Ops.MUL, product.multiply.dtype, (rows, columns))
     reduction = UOp(Ops.REDUCE_AXIS, product.reduction.dtype, (multiply,), product.reduction.arg)
     summed = reshape(reduction, batch + (n, strips, STRIP))
@@ -288,7 +353,9 @@ def _lay_out_product(top: UOp, target_of: TargetOf, contiguous_rows: set[UOp]) -
     target = target_of(device_of(product.right))
     if wants_contiguous_rows(product, target):
         contiguous_rows.add(product.left)
-    return packed_product(product) if worth_packing(product, tag.right_trained, target) else plain
+    if not worth_packing(product, tag.right_trained, target):
+        return plain
+    return packed_product(product, worth_packing_rows(product, target), tag.left_trained)
 
 
 __all__ = ["MatmulTag", "TargetOf", "default_target", "lay_out_for_targets"]

@@ -139,9 +139,11 @@ def test_another_codegen_version_kv_cache_size_or_kv_cache_type_is_another_entry
     entries.add(bigger.capture_store.path("decode", bigger))  # type: ignore[union-attr]
     half, _ = load_model(path, max_context=64, kv_cache="f16")  # its decode step reads float16 caches
     entries.add(half.capture_store.path("decode", half))  # type: ignore[union-attr]
+    quantized, _ = load_model(path, max_context=64, kv_cache="q8")  # int8 caches of wider rows
+    entries.add(quantized.capture_store.path("decode", quantized))  # type: ignore[union-attr]
     monkeypatch.setattr(store.serial, "codegen_version", lambda: "another codegen")
     entries.add(model.capture_store.path("decode", model))  # type: ignore[union-attr]
-    assert len(entries) == 4
+    assert len(entries) == 5
 
 
 def test_no_capture_is_stored_with_cachelevel_0(tmp_path: Path, own_capture_store: Path) -> None:

@@ -3,7 +3,7 @@ Tensors.
 
 One `Transformer.forward(tokens, start_pos)` call runs a chunk of tokens through every block, writes their keys
 and values into the per-block KV cache at `start_pos`, and returns the logits of the last token. Weights stay in
-their GGUF encoding (see weights.py); activations are float32, the KV cache float32 or float16
+their GGUF encoding (see weights.py); activations are float32, the KV cache float32, float16 or int8
 (see tg.llm.config.KV_CACHE_TYPES).
 """
 
@@ -35,6 +35,7 @@ from tg.llm.config import (
     UnsupportedModelError,
     check_kv_cache,
 )
+from tg.llm.kv_quant import cache_row_width, split_scales, stored_rows
 from tg.llm.lanes import LaneBlocks, RMSNorm
 from tg.llm.ops import activate, concat, stack
 from tg.llm.quants import DEQUANTIZERS, Blocks
@@ -117,7 +118,9 @@ def attend(
     KEY_TILE)` in the cache's tiled layout (row KEY_TILE * t + i at [:, t, :, i], see cache_keys) and values
     `(kv_heads, S, head_dim)`, S <= KEY_TILE * tiles, where `mask` `(T, tiles, KEY_TILE)` is True (key rows from S
     on must be masked out); query head h reads key/value head h // (heads / kv_heads). Returns
-    `(T, heads * head_dim)`. Keys and values of another float type (a float16 cache) are read as float32.
+    `(T, heads * head_dim)`. Keys and values of another float type (a float16 cache) are read as float32; those of
+    an int8 cache are codes with their rows' scales (see tg.llm.kv_quant), which multiply the scores and the softmax
+    weights.
 
     A score sums over head_dim with its lanes along KEY_TILE cached rows (one query scalar times a vector of keys per
     feature, no horizontal sum). The values are read up to row S only, so whatever the masked rows hold (NaN past the
@@ -125,16 +128,22 @@ def attend(
     fewer than normalizing the weights first). The scores are scaled by `scale`, by default 1/sqrt(head_dim), and
     soft-capped by `softcap` (see soft_cap) before the mask."""
     count, heads, head_dim = q.shape
+    (keys, key_scales), (values, value_scales) = split_scales(keys, 2, head_dim), split_scales(values, 2, head_dim)
     keys, values = as_float32(keys), as_float32(values)
     kv_heads, tiles = keys.shape[:2]
     group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, 1, head_dim, 1)
     if scale is None:
         scale = 1.0 / math.sqrt(concrete_size(head_dim, "attention's head_dim"))
-    scores = soft_cap((q * keys.unsqueeze(1)).sum(3) * scale, softcap)
+    scores = (q * keys.unsqueeze(1)).sum(3)
+    if key_scales is not None:
+        scores = scores * key_scales.reshape(kv_heads, 1, tiles, KEY_TILE)
+    scores = soft_cap(scores * scale, softcap)
     scores = mask.reshape(1, 1, *mask.shape).where(scores.reshape(kv_heads, group, count, tiles, KEY_TILE), -math.inf)
     exp = (scores - scores.max((-2, -1), keepdim=True)).exp()
     weights = exp.reshape(kv_heads, group * count, tiles * KEY_TILE)[..., : values.shape[1]]
+    if value_scales is not None:
+        weights = weights * value_scales.reshape(kv_heads, 1, values.shape[1])
     # the denominator in a kernel of its own: a column of ones after the values would give it in the same sum, but
     # that output, 65 wide, has no vector-wide divisor and ran scalar (3x slower at a decode position of 1000)
     denominator = exp.sum((-2, -1)).reshape(kv_heads, group, count, 1)
@@ -418,7 +427,7 @@ class Transformer:
         self.blocks = [self._block(index) for index in range(config.num_blocks)]
         # a padded chunk's extra rows may run past the context; whole key tiles
         rows = key_tiles(self.max_context + BLOCK_ROWS[-1] - 1) * KEY_TILE
-        cache_shape = (2, config.n_kv_heads, rows, config.head_dim)
+        cache_shape = (2, config.n_kv_heads, rows, cache_row_width(config.head_dim, self.kv_dtype))
         self.caches = [Tensor.zeros(*cache_shape, dtype=self.kv_dtype).contiguous().realize() for _ in self.blocks]
         if "rope_factors_long.weight" in weights or "rope_factors_short.weight" in weights:
             raise UnsupportedModelError("LongRoPE (rope_factors_long/short, Phi-3 128k) is not supported")
@@ -677,8 +686,8 @@ class Transformer:
         # the assigns update views, not `cache`, so the reads below must come after them
         q = q.contiguous()
         rows = slice(position, position + count)
-        new_keys = key_rows(cache)[:, rows].assign(k.transpose(0, 1).cast(cache.dtype))
-        Tensor.realize(new_keys, cache[1, :, rows].assign(v.transpose(0, 1).cast(cache.dtype)), q)
+        new_keys = key_rows(cache)[:, rows].assign(stored_rows(k.transpose(0, 1), cache.dtype))
+        Tensor.realize(new_keys, cache[1, :, rows].assign(stored_rows(v.transpose(0, 1), cache.dtype)), q)
         keys, values = cache_keys(cache)[:, : mask.shape[1]], cache[1, :, :visible]
         attended = attend(q, keys, values, mask, self.config.attention_factor(), self.config.attention_softcap)
         return linear(attended, block.output)

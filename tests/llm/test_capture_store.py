@@ -199,12 +199,13 @@ def test_a_new_server_runner_replays_the_stored_steps(tmp_path: Path, captures: 
 
 def test_a_stored_gemma3_step_replays_with_the_local_rope_tables(tmp_path: Path, own_capture_store: Path) -> None:
     """A Gemma 3 model's sliding blocks read RoPE tables of their own (base 10,000); a model loaded again replays the
-    stored steps with them and answers as an uncaptured run does."""
+    stored steps with them and answers as an uncaptured run does. The prompt is longer than the sliding window, so
+    the decode steps are those that read the window only (tg.llm.model.SlidingWindow), stored under their own name."""
     path = write_model(tmp_path / "gemma3.gguf", "gemma3", "F32", seed=7, sliding_window=8)
     with Context(JIT=0):
         plain, _ = greedy_answer(path)
     first, noted = greedy_answer(path)
-    assert "the decode step" in noted and len(list(own_capture_store.glob("*.capture"))) == len(noted)
+    assert "the decode window step" in noted and len(list(own_capture_store.glob("*.capture"))) == len(noted)
     again, noted_again = greedy_answer(path)
     assert noted_again == [] and first == again == plain
 

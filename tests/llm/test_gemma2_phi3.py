@@ -52,6 +52,19 @@ def test_phi3_matches_the_reference(tmp_path: Path, weight_type: str) -> None:
     check(path, expected, [reference.forward(metadata_without_window, weights, TOKENS)])
 
 
+def test_token_by_token_decoding_moves_to_the_window_step_at_the_windows_end(tmp_path: Path) -> None:
+    """Decode steps from position 0: the positions before WINDOW - 1 run the step that reads the cache from row 0,
+    the later ones the step that reads the window's key tiles only (tg.llm.model.SlidingWindow); both match the
+    reference, at every position across key tiles."""
+    path = write_model(tmp_path / "phi3.gguf", "phi3", seed=3, sliding_window=WINDOW)
+    metadata, weights = reference.load(path)
+    expected = reference.forward(metadata, weights, TOKENS[:24])
+    model, _ = load_model(path, max_context=64)
+    logits = [model.forward([token], position).numpy() for position, token in enumerate(TOKENS[:24])]
+    assert sorted(model.decode_steps) == ["decode", "decode window"]
+    np.testing.assert_allclose(np.array(logits), expected, atol=2e-3 * np.abs(expected).max())
+
+
 def test_gemma2_alternates_sliding_and_global_blocks() -> None:
     """transformers' Gemma 2 layer types: block i slides when i is even; both kinds rotate with rope.freq_base."""
     keys = {"embedding_length": 2304, "attention.head_count": 8, "attention.key_length": 256, "block_count": 26,

@@ -242,6 +242,31 @@ def test_decode_reads_only_the_filled_cache_rows(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.array(logits[1]), np.array(logits[0]))
 
 
+@pytest.mark.parametrize("arch", ["phi3", "gemma3"])
+def test_a_sliding_window_decode_reads_only_the_window_and_the_filled_rows(tmp_path: Path, arch: str) -> None:
+    """The decode step of a sliding-window block reads the key tiles of its window only (SlidingWindow): with the
+    cache rows before the window (phi3: every block slides) and past the position (every block) filled with NaN,
+    the logits are unchanged (window 4: the steps at positions 22..24 see rows 19..24)."""
+    path = write_model(tmp_path / f"{arch}.gguf", arch, seed=3, sliding_window=4)
+    prompt = [(7 * i + 3) % 250 for i in range(22)]
+    logits = []
+    for poison in (False, True):
+        model, _ = load_model(path, max_context=64)
+        generator = Generator(model, chunk_size=8)
+        generator.prefill(prompt)
+        if poison:
+            for cache in model.caches:
+                _, kv_heads, rows, head_dim = cache.shape
+                after = np.full((rows - len(prompt), 2, kv_heads, head_dim), np.nan, np.float32)
+                write_cache_rows(cache, memoryview(after).cast("B"), len(prompt))
+                if arch == "phi3":  # the rows no query from position 22 on sees: all but the last 3
+                    before = np.full((len(prompt) - 3, 2, kv_heads, head_dim), np.nan, np.float32)
+                    write_cache_rows(cache, memoryview(before).cast("B"), 0)
+        logits.append([generator._forward([token], len(prompt) + i) for i, token in enumerate([3, 9, 27])])
+    assert np.isfinite(np.array(logits[1])).all()
+    np.testing.assert_array_equal(np.array(logits[1]), np.array(logits[0]))
+
+
 def test_kv_window_rounds_up_to_64_then_multiples_of_128() -> None:
     """(The server's batched steps attend over these windows of the cache.)"""
     assert kv_window(6, 96) == kv_window(11, 96) == kv_window(64, 96) == 64 and kv_window(65, 96) == 96

@@ -45,7 +45,7 @@ from tg.tensor.flags import JIT
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
 from tg.tensor.promotion import dtype_argument
-from tg.tensor.symbolic import concrete_size
+from tg.tensor.symbolic import concrete_size, known_le
 
 
 class ContextOverflowError(ValueError):
@@ -257,6 +257,41 @@ def key_tiles(rows: int | UOp) -> int | UOp:
     return (rows + KEY_TILE - 1) // KEY_TILE
 
 
+@dataclass(frozen=True)
+class SlidingWindow:
+    """The key tiles that rows at positions position..position + rows - 1 of a sliding-window block attend over:
+    `count` tiles from the one holding the first row the first query sees (position - sliding_window + 1), the same
+    number at every position, so that a decode step at a long position reads the window, not the whole cache, and
+    one capture serves every position from sliding_window - 1 on (see Transformer._decode). The value rows read
+    outside the window's rows are zeros."""
+
+    first_row: UOp | int
+    count: int
+
+    @staticmethod
+    def of(position: UOp | int, rows: int, sliding_window: int) -> SlidingWindow:
+        """The window of rows at `position`, which must be at least sliding_window - 1 for every value of its
+        variables (so the window starts at row 0 or later)."""
+        assert known_le(sliding_window - 1, position), "a sliding window that would start before row 0"
+        count = (sliding_window + rows - 2) // KEY_TILE + 2  # tiles of the rows from the window's start to the last
+        return SlidingWindow(position - sliding_window + 1, count)
+
+    @property
+    def tiles(self) -> slice:
+        """The window's key tiles."""
+        first = self.first_row // KEY_TILE
+        return slice(first, first + self.count)
+
+    def rows(self, cached: Tensor, visible: UOp | int) -> Tensor:
+        """The window's tiles' rows of `cached` `(kv_heads, rows, width)`, zeros before its first row and from row
+        `visible` on (a cache row outside the window may hold anything, NaN included, which a zero softmax weight
+        would not cancel)."""
+        first = self.first_row // KEY_TILE * KEY_TILE
+        read = cached[:, first : first + self.count * KEY_TILE]
+        row = first + Tensor.arange(self.count * KEY_TILE, dtype=dtypes.int32)
+        return ((row >= self.first_row) & (row < visible)).reshape(1, -1, 1).where(read, 0)
+
+
 def kv_window(start_pos: int, max_context: int) -> int:
     """How many cached positions a batched server step (tg.llm.serve.runner) starting at `start_pos` attends over
     (the model's own steps read the key tiles of the filled rows, see Transformer): 0, 64, 128, then the multiple of 128
@@ -447,7 +482,11 @@ class Transformer:
             )
         self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal masks
         self.position = Variable("start_pos", 0, self.max_context - 1)
-        self.decode_step: TinyJit | None = None
+        # the position of the decode steps past the first sliding window (see SlidingWindow), where there are some
+        self.window_position: UOp | None = None
+        if config.local_blocks and config.sliding_window <= self.max_context:
+            self.window_position = Variable("start_pos", config.sliding_window - 1, self.max_context - 1)
+        self.decode_steps: dict[str, TinyJit] = {}  # by name in the capture store (see _decode)
         self.block_steps: dict[tuple, TinyJit] = {}  # see BLOCK_ROWS; dropped by drop_chunk_captures
         self.capture_store: CaptureStore | None = None  # captures kept on disk (set by load_model)
         # entered around each capture (a cold one compiles for seconds): the CLI shows progress there
@@ -525,23 +564,34 @@ class Transformer:
         release_cached_memory(self.caches[0].device)
         return logits
 
+    @property
+    def decode_step(self) -> TinyJit | None:
+        """The decode step of the positions before the first sliding window's end (of every position in a model
+        without sliding-window blocks)."""
+        return self.decode_steps.get("decode")
+
     def _decode(self, token: int, position: int) -> Tensor:
-        """The logits after `token` at `position`: a replay of the one captured decode step."""
+        """The logits after `token` at `position`: a replay of the captured decode step, or, from position
+        sliding_window - 1 on, of the one whose sliding-window blocks read their window only (see SlidingWindow)."""
         if self.block_steps:  # a decode step after long chunks: the prompt is in
             self.drop_chunk_captures()
-        if self.decode_step is None and self.capture_store is not None:
-            self.decode_step = self.capture_store.load("decode", self)
-        if self.decode_step is None:
+        name, variable = "decode", self.position
+        if self.window_position is not None and position >= self.config.sliding_window - 1:
+            name, variable = "decode window", self.window_position
+        step = self.decode_steps.get(name)
+        if step is None and self.capture_store is not None:
+            step = self.capture_store.load(name, self)
+        if step is None:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
             # one call per kernel, on one core: the step's small kernels lose more to handing calls to the second
             # core than it gives them (tg.codegen.target.Target.one_call)
-            self.decode_step = TinyJit(self._step, plain_calls=0, one_call=True)
-        captured = self.decode_step.graph is not None
+            step = TinyJit(self._step, plain_calls=0, one_call=True)
+        self.decode_steps[name] = step
+        captured = step.graph is not None
         inputs = self.embedding_table.inputs([token])
-        logits = self._run_step(self.decode_step, "the decode step", "decode", self.position.bind(position), None,
-                                *inputs)  # fmt: skip
-        if not captured and self.decode_step.graph is not None:
+        logits = self._run_step(step, f"the {name} step", name, variable.bind(position), None, *inputs)
+        if not captured and step.graph is not None:
             release_cached_memory(self.caches[0].device)  # what scheduling and compiling the capture freed
         return logits
 
@@ -627,22 +677,25 @@ class Transformer:
         ropes = {local: tuple(table[position : position + count] for table in tables)
                  for local, tables in ((False, self.rope_tables), (True, self.local_rope_tables))}  # fmt: skip
         # causal: a row sees the keys up to its own position, in the key tiles that hold the rows up to the last;
-        # a sliding-window block only the last config.sliding_window of them
+        # a sliding-window block only the last config.sliding_window of them, in the tiles from first_tiles[True]
         tiles = key_tiles(position + count)
         keys = self.positions.reshape(-1, KEY_TILE)[:tiles].reshape(1, tiles, KEY_TILE)
         queries = self.positions[position : position + count].reshape(-1, 1, 1)
-        masks = {False: keys <= queries}
+        masks, windows = {False: keys <= queries}, {False: None}
         if config.local_blocks:
-            masks[True] = masks[False] & (keys > queries - config.sliding_window)
+            masks[True], windows[True] = masks[False] & (keys > queries - config.sliding_window), None
+            if known_le(config.sliding_window - 1, position):  # past the first window: read the window only
+                window = windows[True] = SlidingWindow.of(position, count, config.sliding_window)
+                keys = self.positions.reshape(-1, KEY_TILE)[window.tiles].unsqueeze(0)
+                masks[True] = (keys <= queries) & (keys > queries - config.sliding_window)
         for block, cache in zip(self.blocks, self.caches, strict=True):
             attn_norm, ffn_norm = RMSNorm(block.attn_norm, config.norm_eps), RMSNorm(block.ffn_norm, config.norm_eps)
             cos, sin = ropes[block.local]
             # h in a buffer of its own, written by the attention output's matvec: the MLP's matvecs read it in
             # every output lane, so the scheduler stores it anyway, but only after it has given that matvec a
             # kernel of its own (a reduction read by another reduction is stored), one more kernel per block
-            attended = self._attention(
-                block, cache, position, position + count, x, attn_norm, cos, sin, masks[block.local]
-            )
+            attended = self._attention(block, cache, position, position + count, x, attn_norm, cos, sin,
+                                       masks[block.local], windows[block.local])  # fmt: skip
             h = (x + post_norm(attended, block.post_attention_norm, config.norm_eps)).contiguous()
             x = h + post_norm(self.feed_forward(block, h, ffn_norm), block.post_ffw_norm, config.norm_eps)
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
@@ -675,10 +728,11 @@ class Transformer:
         cos: Tensor,
         sin: Tensor,
         mask: Tensor,
+        window: SlidingWindow | None = None,
     ) -> Tensor:
         """The attention output of the rows of norm(x) at positions `position`..: their keys and values are
-        assigned into `cache` there, then the queries attend over the cache's first `visible` rows (mask `(T, tiles,
-        KEY_TILE)`: which keys of the tiles that hold them each row sees). The keys and values are rounded to the
+        assigned into `cache` there, then the queries attend over the cache's first `visible` rows, or the key
+        tiles of `window` (mask `(T, tiles, KEY_TILE)`: which keys of those tiles each row sees). The keys and values are rounded to the
         cache's dtype as they are stored, and the new rows attend over them as stored, like the later ones."""
         q, k, v = self.rotated_qkv(block, x, cos, sin, norm)
         count = x.shape[0]
@@ -688,7 +742,10 @@ class Transformer:
         rows = slice(position, position + count)
         new_keys = key_rows(cache)[:, rows].assign(stored_rows(k.transpose(0, 1), cache.dtype))
         Tensor.realize(new_keys, cache[1, :, rows].assign(stored_rows(v.transpose(0, 1), cache.dtype)), q)
-        keys, values = cache_keys(cache)[:, : mask.shape[1]], cache[1, :, :visible]
+        if window is None:
+            keys, values = cache_keys(cache)[:, : mask.shape[1]], cache[1, :, :visible]
+        else:
+            keys, values = cache_keys(cache)[:, window.tiles], window.rows(cache[1], visible)
         attended = attend(q, keys, values, mask, self.config.attention_factor(), self.config.attention_softcap)
         return linear(attended, block.output)
 

@@ -85,16 +85,20 @@ def test_an_f16_kv_cache_holds_half_the_bytes_of_an_f32_one(tmp_path: Path) -> N
         assert cache_memory(narrow).nbytes * 2 == cache_memory(wide).nbytes == wide.numel() * 4
 
 
-# int8 rows (one scale per row of head_dim) move these models' logits by 2e-4 to 2e-2 of the largest; the model's
-# int8 cache against the reference that quantizes the same rows stays within 6e-7 of it
+# int8 blocks (see tg.llm.kv_quant) move these models' logits by 2e-4 to 2e-2 of the largest; the model's int8
+# cache against the reference that quantizes the same blocks stays within 6e-7 of it
 Q8_CACHE_RTOL = 3e-5
 
 
-@pytest.mark.parametrize(("arch", "weight_type"), [("llama", "F32"), ("qwen3", "F32"), ("llama", "Q4_0")])
-def test_a_q8_kv_cache_matches_a_reference_that_quantizes_keys_and_values_per_row(
-    tmp_path: Path, arch: str, weight_type: str
+@pytest.mark.parametrize(
+    ("arch", "weight_type", "dim"),
+    [("llama", "F32", 64), ("qwen3", "F32", 64), ("llama", "Q4_0", 64), ("llama", "F32", 256), ("qwen3", "F32", 256)],
+)
+def test_a_q8_kv_cache_matches_a_reference_that_quantizes_keys_and_values_in_blocks(
+    tmp_path: Path, arch: str, weight_type: str, dim: int
 ) -> None:
-    path = write_model(tmp_path / f"{arch}.gguf", arch, weight_type, seed=1, tied=True)
+    """head_dim 16 (dim 64): one block per row; head_dim 64 (dim 256): two blocks of 32."""
+    path = write_model(tmp_path / f"{arch}.gguf", arch, weight_type, seed=1, tied=True, dim=dim)
     metadata, weights = reference.load(path)
     rounded = reference.forward(metadata, weights, TOKENS, kv_dtype="q8")
     unrounded = reference.forward(metadata, weights, TOKENS)
@@ -103,16 +107,18 @@ def test_a_q8_kv_cache_matches_a_reference_that_quantizes_keys_and_values_per_ro
     check_against_reference(path, rtol=Q8_CACHE_RTOL, kv_cache="q8")
 
 
-def test_a_q8_kv_cache_holds_int8_rows_with_a_float32_scale_each(tmp_path: Path) -> None:
-    """head_dim int8 codes and 4 scale bytes per (position, KV head) row, keys and values: (head_dim + 4) / (4 *
-    head_dim) of an f32 cache's bytes."""
-    path = write_model(tmp_path / "m.gguf")
+@pytest.mark.parametrize(("dim", "scales"), [(64, 1), (256, 2)])
+def test_a_q8_kv_cache_holds_int8_codes_and_a_float32_scale_per_block(tmp_path: Path, dim: int, scales: int) -> None:
+    """Per (position, KV head) row of keys and of values: head_dim int8 codes and 4 bytes per block of 32 features
+    (one block for head_dim 16, two for 64): (head_dim + 4 * blocks) / (4 * head_dim) of an f32 cache's bytes."""
+    path = write_model(tmp_path / "m.gguf", dim=dim)
     single, quarter = load_model(path, max_context=64)[0], load_model(path, max_context=64, kv_cache="q8")[0]
     head_dim = single.config.head_dim
+    assert head_dim == dim // 4
     for wide, narrow in zip(single.caches, quarter.caches, strict=True):
         two, kv_heads, rows, _ = wide.shape
-        assert narrow.dtype == dtypes.int8 and narrow.shape == (two, kv_heads, rows, head_dim + 4)
-        assert cache_memory(narrow).nbytes == 2 * kv_heads * rows * (head_dim + 4)
+        assert narrow.dtype == dtypes.int8 and narrow.shape == (two, kv_heads, rows, head_dim + 4 * scales)
+        assert cache_memory(narrow).nbytes == 2 * kv_heads * rows * (head_dim + 4 * scales)
         assert cache_memory(wide).nbytes == 2 * kv_heads * rows * head_dim * 4
 
 

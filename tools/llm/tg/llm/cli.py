@@ -30,8 +30,8 @@ app = typer.Typer(
 )
 COMMANDS = ("chat", "pull", "list", "serve")
 KV_CACHE_HELP = (
-    f"What the KV cache stores keys and values as: {', '.join(KV_CACHE_TYPES)} (f16: half the memory; q8: int8 with"
-    " a float32 scale per row, about a quarter)."
+    f"What the KV cache stores keys and values as: {', '.join(KV_CACHE_TYPES)} (f16: half the memory; q8: int8"
+    " codes and a float32 scale per 32 of them, 9/32 of f32)."
 )
 # the seed's spellings, rewritten to the dashed option names typer declares
 UNDERSCORE_FLAGS = {"--max_context": "--max-context", "--no_chat_template": "--no-chat-template"}

@@ -35,7 +35,7 @@ from tg.llm.config import (
     UnsupportedModelError,
     check_kv_cache,
 )
-from tg.llm.kv_quant import cache_row_width, split_scales, stored_rows
+from tg.llm.kv_quant import cache_row_width, dequantized, stored_rows
 from tg.llm.lanes import LaneBlocks, RMSNorm
 from tg.llm.ops import activate, concat, stack
 from tg.llm.quants import DEQUANTIZERS, Blocks
@@ -118,9 +118,8 @@ def attend(
     KEY_TILE)` in the cache's tiled layout (row KEY_TILE * t + i at [:, t, :, i], see cache_keys) and values
     `(kv_heads, S, head_dim)`, S <= KEY_TILE * tiles, where `mask` `(T, tiles, KEY_TILE)` is True (key rows from S
     on must be masked out); query head h reads key/value head h // (heads / kv_heads). Returns
-    `(T, heads * head_dim)`. Keys and values of another float type (a float16 cache) are read as float32; those of
-    an int8 cache are codes with their rows' scales (see tg.llm.kv_quant), which multiply the scores and the softmax
-    weights.
+    `(T, heads * head_dim)`. Keys and values of another float type (a float16 cache) are read as float32, those of
+    an int8 cache as their codes times their blocks' scales (see tg.llm.kv_quant).
 
     A score sums over head_dim with its lanes along KEY_TILE cached rows (one query scalar times a vector of keys per
     feature, no horizontal sum). The values are read up to row S only, so whatever the masked rows hold (NaN past the
@@ -128,22 +127,17 @@ def attend(
     fewer than normalizing the weights first). The scores are scaled by `scale`, by default 1/sqrt(head_dim), and
     soft-capped by `softcap` (see soft_cap) before the mask."""
     count, heads, head_dim = q.shape
-    (keys, key_scales), (values, value_scales) = split_scales(keys, 2, head_dim), split_scales(values, 2, head_dim)
+    keys, values = dequantized(keys, 2, head_dim), dequantized(values, 2, head_dim)
     keys, values = as_float32(keys), as_float32(values)
     kv_heads, tiles = keys.shape[:2]
     group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, 1, head_dim, 1)
     if scale is None:
         scale = 1.0 / math.sqrt(concrete_size(head_dim, "attention's head_dim"))
-    scores = (q * keys.unsqueeze(1)).sum(3)
-    if key_scales is not None:
-        scores = scores * key_scales.reshape(kv_heads, 1, tiles, KEY_TILE)
-    scores = soft_cap(scores * scale, softcap)
+    scores = soft_cap((q * keys.unsqueeze(1)).sum(3) * scale, softcap)
     scores = mask.reshape(1, 1, *mask.shape).where(scores.reshape(kv_heads, group, count, tiles, KEY_TILE), -math.inf)
     exp = (scores - scores.max((-2, -1), keepdim=True)).exp()
     weights = exp.reshape(kv_heads, group * count, tiles * KEY_TILE)[..., : values.shape[1]]
-    if value_scales is not None:
-        weights = weights * value_scales.reshape(kv_heads, 1, values.shape[1])
     # the denominator in a kernel of its own: a column of ones after the values would give it in the same sum, but
     # that output, 65 wide, has no vector-wide divisor and ran scalar (3x slower at a decode position of 1000)
     denominator = exp.sum((-2, -1)).reshape(kv_heads, group, count, 1)
@@ -677,11 +671,12 @@ class Transformer:
         ropes = {local: tuple(table[position : position + count] for table in tables)
                  for local, tables in ((False, self.rope_tables), (True, self.local_rope_tables))}  # fmt: skip
         # causal: a row sees the keys up to its own position, in the key tiles that hold the rows up to the last;
-        # a sliding-window block only the last config.sliding_window of them, in the tiles from first_tiles[True]
+        # a sliding-window block only the last config.sliding_window of them (past the first window, in the tiles
+        # of its SlidingWindow only)
         tiles = key_tiles(position + count)
         keys = self.positions.reshape(-1, KEY_TILE)[:tiles].reshape(1, tiles, KEY_TILE)
         queries = self.positions[position : position + count].reshape(-1, 1, 1)
-        masks, windows = {False: keys <= queries}, {False: None}
+        masks, windows = {False: keys <= queries}, dict[bool, SlidingWindow | None]({False: None})
         if config.local_blocks:
             masks[True], windows[True] = masks[False] & (keys > queries - config.sliding_window), None
             if known_le(config.sliding_window - 1, position):  # past the first window: read the window only
@@ -732,8 +727,9 @@ class Transformer:
     ) -> Tensor:
         """The attention output of the rows of norm(x) at positions `position`..: their keys and values are
         assigned into `cache` there, then the queries attend over the cache's first `visible` rows, or the key
-        tiles of `window` (mask `(T, tiles, KEY_TILE)`: which keys of those tiles each row sees). The keys and values are rounded to the
-        cache's dtype as they are stored, and the new rows attend over them as stored, like the later ones."""
+        tiles of `window` (mask `(T, tiles, KEY_TILE)`: which keys of those tiles each row sees). The keys and values
+        are rounded to the cache's dtype as they are stored, and the new rows attend over them as stored, like the
+        later ones."""
         q, k, v = self.rotated_qkv(block, x, cos, sin, norm)
         count = x.shape[0]
         # realized here, the queries with them (else their projection would run again for the attention below):

@@ -46,8 +46,9 @@ def test_batched_decode_matches_the_reference(tmp_path: Path, arch: str, weight_
     assert [slot.cached for slot in runner.slots] == [s + n for s, n in zip(SEQUENCES, NEXT, strict=True)]
 
 
-@pytest.mark.parametrize(("kv_cache", "dtype", "reference_kv"), [("f16", dtypes.float16, np.float16),
-                                                                 ("q8", dtypes.int8, "q8")])
+@pytest.mark.parametrize(
+    ("kv_cache", "dtype", "reference_kv"), [("f16", dtypes.float16, np.float16), ("q8", dtypes.int8, "q8")]
+)
 def test_batched_steps_on_f16_or_q8_kv_caches_match_a_reference_that_rounds_keys_and_values(
     tmp_path: Path, kv_cache: str, dtype: DType, reference_kv: object
 ) -> None:

@@ -20,6 +20,7 @@ from tg.codegen import dtypes
 from tg.codegen.dtype import DType
 from tg.llm.ops import concat
 from tg.tensor import Tensor
+from tg.tensor.symbolic import concrete_size
 
 QUANTIZED_KV_DTYPE = dtypes.int8
 QUANT_BLOCK = 32
@@ -44,7 +45,7 @@ def stored_rows(x: Tensor, dtype: DType) -> Tensor:
     float dtype, or quantized to int8 codes followed by their blocks' scales (see the module docstring)."""
     if dtype != QUANTIZED_KV_DTYPE:
         return x.cast(dtype)
-    head_dim = x.shape[-1]
+    head_dim = concrete_size(x.shape[-1], "a KV cache row")
     block = quant_block(head_dim)
     blocks = x.float().reshape(*x.shape[:-1], head_dim // block, block)
     largest = blocks.abs().max(-1, keepdim=True)
@@ -65,4 +66,3 @@ def dequantized(stored: Tensor, axis: int, head_dim: int) -> Tensor:
     scales = scale_bytes.bitcast(dtypes.float32)  # (..., head_dim / block)
     per_feature = scales.unsqueeze(-1).expand(*scales.shape, block).reshape(*scales.shape[:-1], head_dim)
     return (codes.float() * per_feature).transpose(axis, -1)
-

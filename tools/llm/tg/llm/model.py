@@ -127,7 +127,8 @@ def attend(
     fewer than normalizing the weights first). The scores are scaled by `scale`, by default 1/sqrt(head_dim), and
     soft-capped by `softcap` (see soft_cap) before the mask."""
     count, heads, head_dim = q.shape
-    keys, values = dequantized(keys, 2, head_dim), dequantized(values, 2, head_dim)
+    features = concrete_size(head_dim, "attention's head_dim")
+    keys, values = dequantized(keys, 2, features), dequantized(values, 2, features)
     keys, values = as_float32(keys), as_float32(values)
     kv_heads, tiles = keys.shape[:2]
     group = heads // kv_heads
@@ -282,7 +283,7 @@ class SlidingWindow:
         would not cancel)."""
         first = self.first_row // KEY_TILE * KEY_TILE
         read = cached[:, first : first + self.count * KEY_TILE]
-        row = first + Tensor.arange(self.count * KEY_TILE, dtype=dtypes.int32)
+        row = Tensor.arange(self.count * KEY_TILE, dtype=dtypes.int32) + first
         return ((row >= self.first_row) & (row < visible)).reshape(1, -1, 1).where(read, 0)
 
 
@@ -680,7 +681,8 @@ class Transformer:
         if config.local_blocks:
             masks[True], windows[True] = masks[False] & (keys > queries - config.sliding_window), None
             if known_le(config.sliding_window - 1, position):  # past the first window: read the window only
-                window = windows[True] = SlidingWindow.of(position, count, config.sliding_window)
+                rows = concrete_size(count, "a sliding window's rows")
+                window = windows[True] = SlidingWindow.of(position, rows, config.sliding_window)
                 keys = self.positions.reshape(-1, KEY_TILE)[window.tiles].unsqueeze(0)
                 masks[True] = (keys <= queries) & (keys > queries - config.sliding_window)
         for block, cache in zip(self.blocks, self.caches, strict=True):

@@ -48,8 +48,8 @@ if TYPE_CHECKING:
 
 STORE_SCHEMA = 2
 STORE_FOLDER = "llm-captures"
-# the store's size cap in MB when $TG_LLM_CAPTURES_MB does not set one: a decode step of a 1B model is about 1 MB,
-# a server's warm-up stores tens of steps, so this keeps many models' captures
+# the store's size cap in MB when $TG_LLM_CAPTURES_MB does not set one: Gemma 3 270M's decode step is 0.8 MB and
+# a server's warm-up stores tens of steps, so this keeps hundreds of steps of many models
 DEFAULT_STORE_MB = 512
 # where the content digests of model files are remembered (see model_digest), inside the store's folder
 DIGEST_FOLDER = "model-digests"

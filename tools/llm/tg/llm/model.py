@@ -258,7 +258,8 @@ class SlidingWindow:
     `count` tiles from the one holding the first row the first query sees (position - sliding_window + 1), the same
     number at every position, so that a decode step at a long position reads the window, not the whole cache, and
     one capture serves every position from sliding_window - 1 on (see Transformer._decode). The value rows read
-    outside the window's rows are zeros."""
+    outside the window's rows are zeros. (A prefill chunk's window has a concrete first row instead, see
+    Transformer.chunk_window_start.)"""
 
     first_row: UOp | int
     count: int
@@ -611,10 +612,10 @@ class Transformer:
         x = self.embedded(self.embedding_table.inputs(tokens)).contiguous().realize()
         keys, queries = np.arange(window)[None, :], start_pos + np.arange(rows)[:, None]
         visible = {False: keys <= queries}  # causal, (rows, window)
-        if config.local_blocks:
-            visible[True] = visible[False] & (keys > queries - config.sliding_window)
-        masks = {local: Tensor(rows_seen.reshape(rows, window // KEY_TILE, KEY_TILE))
-                 for local, rows_seen in visible.items()}  # fmt: skip
+        if config.local_blocks:  # the key tiles from chunk_window_start's on
+            seen = visible[False] & (keys > queries - config.sliding_window)
+            visible[True] = seen[:, self.chunk_window_start(rows, window) * KEY_TILE :]
+        masks = {local: Tensor(rows_seen.reshape(rows, -1, KEY_TILE)) for local, rows_seen in visible.items()}
         position = self.position.bind(start_pos)
         for block, cache in zip(self.blocks, self.caches, strict=True):
             weights = block_tensors(block)
@@ -637,8 +638,17 @@ class Transformer:
             if stored is not None:
                 self.block_steps[key] = stored
         if key not in self.block_steps:
-            self.block_steps[key] = TinyJit(functools.partial(self._block_forward, block), plain_calls=0)
+            first_tile = self.chunk_window_start(rows, window) if block.local else 0
+            self.block_steps[key] = TinyJit(functools.partial(self._block_forward, block, first_tile), plain_calls=0)
         return self.block_steps[key], store_name
+
+    def chunk_window_start(self, rows: int, window: int) -> int:
+        """The first key tile a sliding-window block's chunk of `rows` rows reads when its attention covers `window`
+        cache rows: the tile of the first row that the first row of the earliest chunk sharing this capture (the
+        chunks whose last row lies in the same CHUNK_WINDOW, see _chunk) can see, so a chunk at a long position
+        reads the window's rows, not the whole cache."""
+        earliest_start = -(-window // CHUNK_WINDOW) * CHUNK_WINDOW - CHUNK_WINDOW - rows + 1
+        return max(0, earliest_start - self.config.sliding_window + 1) // KEY_TILE
 
     def drop_chunk_captures(self) -> None:
         """Free the block captures of long chunks (each holds a block's float scratch weights, tens of MB on big
@@ -648,16 +658,26 @@ class Transformer:
         release_cached_memory(self.caches[0].device)
 
     def _block_forward(
-        self, template: Block, position: UOp, x: Tensor, mask: Tensor, cache: Tensor, *weights: Tensor
+        self,
+        template: Block,
+        first_tile: int,
+        position: UOp,
+        x: Tensor,
+        mask: Tensor,
+        cache: Tensor,
+        *weights: Tensor,
     ) -> Tensor:
         """One block's forward of the rows of x (its buffer `(rows, dim)` updated in place), the block's Tensors
-        given as `weights` (see rebuilt_block), attending over the first `mask.shape[1]` key tiles of `cache`."""
+        given as `weights` (see rebuilt_block), attending over the `mask.shape[1]` key tiles of `cache` from
+        `first_tile` on (a sliding-window block's, see chunk_window_start; else 0)."""
         block, config, count = rebuilt_block(template, list(weights)), self.config, x.shape[0]
         tables = self.local_rope_tables if block.local else self.rope_tables
         cos, sin = (table[position : position + count] for table in tables)
         attn_norm, ffn_norm = RMSNorm(block.attn_norm, config.norm_eps), RMSNorm(block.ffn_norm, config.norm_eps)
-        visible = mask.shape[1] * KEY_TILE
-        attended = self._attention(block, cache, position, visible, x, attn_norm, cos, sin, mask)
+        tiles = concrete_size(mask.shape[1], "a prefill chunk's key tiles")
+        visible = (first_tile + tiles) * KEY_TILE
+        window = SlidingWindow(first_tile * KEY_TILE, tiles) if first_tile else None
+        attended = self._attention(block, cache, position, visible, x, attn_norm, cos, sin, mask, window)
         h = (x + post_norm(attended, block.post_attention_norm, config.norm_eps)).contiguous()
         x.assign(h + post_norm(self.feed_forward(block, h, ffn_norm), block.post_ffw_norm, config.norm_eps)).realize()
         return x

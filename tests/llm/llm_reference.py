@@ -57,18 +57,48 @@ def rotate_half_rope(x: np.ndarray, theta: float, inv_freq: np.ndarray | None = 
     return x * cos + rotated * sin
 
 
+def q8_rows(x: np.ndarray) -> np.ndarray:
+    """x `(..., head_dim)` as an int8 KV cache (`--kv-cache q8`) gives it back, in float64: per block of 32 features
+    (of the whole row when head_dim is not a multiple of 32) a float32 scale s = max|x| / 127 and codes round(x / s)
+    (half to even), computed in float32 as the cache does; s * codes."""
+    head_dim = x.shape[-1]
+    block = 32 if head_dim % 32 == 0 else head_dim
+    blocks = x.astype(np.float32).reshape(*x.shape[:-1], head_dim // block, block)
+    scale = np.abs(blocks).max(-1, keepdims=True) / np.float32(127)
+    codes = np.rint(blocks / np.where(scale > 0, scale, np.float32(1)))
+    assert np.abs(codes).max() <= 127
+    return (codes.astype(np.float64) * scale.astype(np.float64)).reshape(x.shape)
+
+
+def rounded_kv(x: np.ndarray, kv_dtype: type[np.floating] | str | None, interleaved: bool = False) -> np.ndarray:
+    """x `(..., head_dim)` as a KV cache of kv_dtype (np.float16, or "q8": see q8_rows; None: float64, unrounded)
+    gives it back. `interleaved`: x is in the half-split order of `unpermute`, and the cache holds the features in
+    the file's interleaved order (llama: tg, as llama.cpp, computes in the file's order), which decides the features
+    that share a q8 block."""
+    if kv_dtype is None:
+        return x
+    if kv_dtype == "q8":
+        if not interleaved:
+            return q8_rows(x)
+        halves = x.shape[-1] // 2
+        in_file_order = x.reshape(*x.shape[:-1], 2, halves).swapaxes(-1, -2).reshape(x.shape)
+        rounded = q8_rows(in_file_order)
+        return rounded.reshape(*x.shape[:-1], halves, 2).swapaxes(-1, -2).reshape(x.shape)
+    return x.astype(kv_dtype).astype(np.float64)
+
+
 def forward(
     metadata: dict,
     w: dict[str, np.ndarray],
     tokens: list[int],
     inv_freq: np.ndarray | None = None,
     hidden: bool = False,
-    kv_dtype: type[np.floating] | None = None,
+    kv_dtype: type[np.floating] | str | None = None,
 ) -> np.ndarray:
     """Logits (T, vocab) for every position of `tokens` (`hidden`: the final normalized hidden states (T, dim)
     instead); `inv_freq` as in rotate_half_rope (the reference does not read RoPE scaling from the file: a test that
-    uses scaling computes the frequencies itself). `kv_dtype` (np.float16): the keys, after RoPE, and the values are
-    rounded to it before attention reads them, as a KV cache of that type stores them."""
+    uses scaling computes the frequencies itself). `kv_dtype` (np.float16, or "q8"): the keys, after RoPE, and the
+    values are rounded to it before attention reads them, as a KV cache of that type stores them (see rounded_kv)."""
     arch = metadata["general.architecture"]
     heads, kv_heads = metadata[f"{arch}.attention.head_count"], metadata[f"{arch}.attention.head_count_kv"]
     eps, theta = metadata[f"{arch}.attention.layer_norm_rms_epsilon"], metadata[f"{arch}.rope.freq_base"]
@@ -97,8 +127,7 @@ def forward(
         if arch in ("qwen3", "qwen3moe"):
             q, k = rms_norm(q, w[p + "attn_q_norm.weight"], eps), rms_norm(k, w[p + "attn_k_norm.weight"], eps)
         q, k = rotate_half_rope(q, theta, inv_freq), rotate_half_rope(k, theta, inv_freq)
-        if kv_dtype is not None:
-            k, v = k.astype(kv_dtype).astype(np.float64), v.astype(kv_dtype).astype(np.float64)
+        k, v = rounded_kv(k, kv_dtype, interleaved=arch == "llama"), rounded_kv(v, kv_dtype)
         k, v = np.repeat(k, heads // kv_heads, axis=1), np.repeat(v, heads // kv_heads, axis=1)
         scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(head_dim)
         scores = np.where(causal, scores, -np.inf)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -139,9 +140,11 @@ def test_another_codegen_version_kv_cache_size_or_kv_cache_type_is_another_entry
     entries.add(bigger.capture_store.path("decode", bigger))  # type: ignore[union-attr]
     half, _ = load_model(path, max_context=64, kv_cache="f16")  # its decode step reads float16 caches
     entries.add(half.capture_store.path("decode", half))  # type: ignore[union-attr]
+    quantized, _ = load_model(path, max_context=64, kv_cache="q8")  # int8 caches of wider rows
+    entries.add(quantized.capture_store.path("decode", quantized))  # type: ignore[union-attr]
     monkeypatch.setattr(store.serial, "codegen_version", lambda: "another codegen")
     entries.add(model.capture_store.path("decode", model))  # type: ignore[union-attr]
-    assert len(entries) == 4
+    assert len(entries) == 5
 
 
 def test_no_capture_is_stored_with_cachelevel_0(tmp_path: Path, own_capture_store: Path) -> None:
@@ -196,11 +199,90 @@ def test_a_new_server_runner_replays_the_stored_steps(tmp_path: Path, captures: 
 
 def test_a_stored_gemma3_step_replays_with_the_local_rope_tables(tmp_path: Path, own_capture_store: Path) -> None:
     """A Gemma 3 model's sliding blocks read RoPE tables of their own (base 10,000); a model loaded again replays the
-    stored steps with them and answers as an uncaptured run does."""
+    stored steps with them and answers as an uncaptured run does. The prompt is longer than the sliding window, so
+    the decode steps are those that read the window only (tg.llm.model.SlidingWindow), stored under their own name."""
     path = write_model(tmp_path / "gemma3.gguf", "gemma3", "F32", seed=7, sliding_window=8)
     with Context(JIT=0):
         plain, _ = greedy_answer(path)
     first, noted = greedy_answer(path)
-    assert "the decode step" in noted and len(list(own_capture_store.glob("*.capture"))) == len(noted)
+    assert "the decode window step" in noted and len(list(own_capture_store.glob("*.capture"))) == len(noted)
     again, noted_again = greedy_answer(path)
     assert noted_again == [] and first == again == plain
+
+
+def test_a_copied_or_renamed_model_file_replays_the_captures_of_the_original(
+    tmp_path: Path, captures: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key names the file's content, not its path: a copy elsewhere (another path, inode and modification time)
+    and a renamed file replay what the original stored. The content is hashed once per file version: a second load
+    of the same file reads the remembered digest."""
+    original = write_model(tmp_path / "m.gguf", "llama", "F32", seed=13)
+    hashed: list[str] = []
+    file_digest = store.hashlib.file_digest
+    monkeypatch.setattr(
+        store.hashlib, "file_digest", lambda file, name: hashed.append(file.name) or file_digest(file, name)
+    )
+    first, _ = greedy_answer(original)
+    assert sorted(captures) == ["_block_forward", "_step"] and len(hashed) == 1
+    captures.clear()
+    assert greedy_answer(original) == (first, []) and len(hashed) == 1  # remembered, not hashed again
+    copied = tmp_path / "elsewhere" / "copy.gguf"
+    copied.parent.mkdir()
+    shutil.copyfile(original, copied)
+    renamed = original.rename(tmp_path / "renamed.gguf")
+    for path in (copied, renamed):
+        assert greedy_answer(path) == (first, [])
+    assert captures == [] and hashed == [str(original), str(copied), str(renamed)]
+
+
+def test_a_model_file_changed_at_the_same_size_and_modification_time_misses(
+    tmp_path: Path, captures: list[str]
+) -> None:
+    """Regression: the key named the file by path, size and modification time, so other weights written at the same
+    size with the modification time set back replayed the old file's captures (which read the same buffers, so the
+    answers were right, but a capture of another layout would not be)."""
+    path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=14)
+    before = path.stat()
+    greedy_answer(path)
+    write_model(path, "llama", "F32", seed=15)  # the same size, other weights
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    captures.clear()
+    changed, _ = greedy_answer(path)
+    assert sorted(captures) == ["_block_forward", "_step"]
+    with Context(JIT=0):
+        assert changed == greedy_answer(path)[0]
+
+
+def test_the_least_recently_used_entries_are_evicted_past_the_size_cap(tmp_path: Path, own_capture_store: Path) -> None:
+    """Oldest modification time first, until the rest fit; the entry just written stays even alone over the cap."""
+    entries = {}
+    for age, name in enumerate(["a", "b", "c", "new"]):
+        entry = own_capture_store / f"{name}.capture"
+        entry.write_bytes(b"x" * 1000)
+        os.utime(entry, ns=(age * 10**9, age * 10**9))
+        entries[name] = entry
+    store.evict(2500, keep=entries["new"])
+    assert sorted(path.stem for path in own_capture_store.glob("*.capture")) == ["c", "new"]
+    store.evict(10, keep=entries["new"])
+    assert [path.stem for path in own_capture_store.glob("*.capture")] == ["new"]
+
+
+def test_a_load_renews_an_entry_and_a_write_evicts_past_tg_llm_captures_mb(
+    tmp_path: Path, own_capture_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=16)
+    model, _ = load_model(path, max_context=64)
+    Generator(model).generate([1, 2], 2).__next__()  # stores the decode step
+    decode = model.capture_store.path("decode", model)  # type: ignore[union-attr]
+    os.utime(decode, ns=(0, 0))
+    assert model.capture_store.load("decode", model) is not None  # type: ignore[union-attr]
+    assert decode.stat().st_mtime_ns > 0
+    monkeypatch.setenv("TG_LLM_CAPTURES_MB", "0")  # every write leaves only itself
+    _, captured = greedy_answer(path)  # the prefill step's write evicts the decode step, captured and written again
+    assert captured == ["a 32-row prefill step", "the decode step"]
+    assert [entry.name for entry in own_capture_store.glob("*.capture")] == [decode.name]
+    monkeypatch.setenv("TG_LLM_CAPTURES_MB", "lots")
+    with pytest.raises(ValueError, match="TG_LLM_CAPTURES_MB must be a whole number of megabytes, not 'lots'"):
+        store.store_limit_bytes()

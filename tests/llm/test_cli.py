@@ -155,9 +155,9 @@ def test_a_capture_on_a_terminal_shows_progress_on_stderr(tmp_path, monkeypatch,
 
 @pytest.mark.parametrize("command", [[], ["serve"], ["--serve", "8123"]])
 def test_an_unknown_kv_cache_type_is_one_error_line_before_the_model_loads(command: list[str]) -> None:
-    result = run([*command, "-m", "/nonexistent/model.gguf", "--kv-cache", "q8"], "hi\n")
+    result = run([*command, "-m", "/nonexistent/model.gguf", "--kv-cache", "q4"], "hi\n")
     assert result.exit_code == 2
-    assert result.stderr == "error: unknown KV cache type 'q8' (--kv-cache): choose one of f32, f16\n"
+    assert result.stderr == "error: unknown KV cache type 'q4' (--kv-cache): choose one of f32, f16, q8\n"
 
 
 def test_kv_cache_reaches_the_model_in_chat_benchmark_and_serve(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,4 +179,5 @@ def test_kv_cache_reaches_the_model_in_chat_benchmark_and_serve(tiny: Path, monk
     assert run([*args, "--benchmark", "2"]).exit_code == 0
     assert run(["serve", *args, "--no-warmup"]).exit_code == 0
     assert run(["-m", str(tiny), "--max-context", "64", "--benchmark", "1"]).exit_code == 0
-    assert loaded == ["half", "half", "half", "float"]
+    assert run(["-m", str(tiny), "--max-context", "64", "--kv-cache", "q8", "--max-tokens", "2"], "hi\n").exit_code == 0
+    assert loaded == ["half", "half", "half", "float", "char"]

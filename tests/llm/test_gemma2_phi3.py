@@ -15,7 +15,8 @@ import llm_reference as reference  # noqa: E402
 from llm_fixtures import chunked_logits, write_model  # noqa: E402
 
 from tg.llm.config import TransformerConfig, UnsupportedModelError  # noqa: E402
-from tg.llm.model import load_model  # noqa: E402
+from tg.llm.generate import Generator  # noqa: E402
+from tg.llm.model import load_model, write_cache_rows  # noqa: E402
 from tg.llm.template import chat_template  # noqa: E402
 
 WINDOW = 8
@@ -50,6 +51,45 @@ def test_phi3_matches_the_reference(tmp_path: Path, weight_type: str) -> None:
     expected = reference.forward(metadata, weights, TOKENS)
     metadata_without_window = {**metadata, "phi3.attention.sliding_window": len(TOKENS)}
     check(path, expected, [reference.forward(metadata_without_window, weights, TOKENS)])
+
+
+def test_token_by_token_decoding_moves_to_the_window_step_at_the_windows_end(tmp_path: Path) -> None:
+    """Decode steps from position 0: the positions before WINDOW - 1 run the step that reads the cache from row 0,
+    the later ones the step that reads the window's key tiles only (tg.llm.model.SlidingWindow); both match the
+    reference, at every position across key tiles."""
+    path = write_model(tmp_path / "phi3.gguf", "phi3", seed=3, sliding_window=WINDOW)
+    metadata, weights = reference.load(path)
+    expected = reference.forward(metadata, weights, TOKENS[:24])
+    model, _ = load_model(path, max_context=64)
+    logits = [model.forward([token], position).numpy() for position, token in enumerate(TOKENS[:24])]
+    assert sorted(model.decode_steps) == ["decode", "decode window"]
+    np.testing.assert_allclose(np.array(logits), expected, atol=2e-3 * np.abs(expected).max())
+
+
+def test_a_prefill_chunk_far_past_the_window_reads_only_the_windows_tiles(tmp_path: Path) -> None:
+    """A 32-row chunk at position 160 attends over a 256-row window of the cache; Phi-3's blocks (all sliding) read
+    its key tiles from the one of row 80 on (tg.llm.model.Transformer.chunk_window_start; the chunks that share its
+    capture start at 97 or later): with the cache rows before 80 filled with NaN, its logits are unchanged and match
+    the reference. (The rows it reads but no row sees are masked; a value row is then multiplied by a zero weight,
+    so the chunk path, unlike the decode steps, does not tolerate NaN there.)"""
+    path = write_model(tmp_path / "phi3.gguf", "phi3", seed=3, sliding_window=WINDOW)
+    tokens = [(53 * i + 7) % 256 for i in range(192)]
+    metadata, weights = reference.load(path)
+    expected = reference.forward(metadata, weights, tokens)[-1]
+    logits = []
+    for poison in (False, True):
+        model, _ = load_model(path, max_context=256)
+        assert model.chunk_window_start(32, 256) == 5
+        generator = Generator(model, chunk_size=32)
+        generator.prefill(tokens[:160])
+        if poison:
+            for cache in model.caches:
+                _, kv_heads, _, head_dim = cache.shape
+                unseen = np.full((80, 2, kv_heads, head_dim), np.nan, np.float32)
+                write_cache_rows(cache, memoryview(unseen).cast("B"), 0)
+        logits.append(generator._forward(tokens[160:], 160))
+    np.testing.assert_array_equal(logits[1], logits[0])
+    np.testing.assert_allclose(logits[0], expected, atol=2e-3 * np.abs(expected).max())
 
 
 def test_gemma2_alternates_sliding_and_global_blocks() -> None:

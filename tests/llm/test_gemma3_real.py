@@ -69,10 +69,11 @@ def test_gemma3_270m_greedy_answers_match_transformers(gemma: tuple, case: dict)
         np.testing.assert_allclose(logits[step][list(ids)], values, atol=LOGIT_TOLERANCE, err_msg=f"step {step}")
 
 
-def test_gemma3_270m_greedy_answers_are_unchanged_by_an_f16_kv_cache(gemma_file: Path) -> None:
-    """The float16 KV cache (--kv-cache f16) keeps every reference answer (its logits move past LOGIT_TOLERANCE:
-    more than 4e-3, which is why f32 is the default)."""
-    model, _ = load_model(gemma_file, max_context=LONGEST, kv_cache="f16")
+@pytest.mark.parametrize("kv_cache", ["f16", "q8"])
+def test_gemma3_270m_greedy_answers_are_unchanged_by_an_f16_or_q8_kv_cache(gemma_file: Path, kv_cache: str) -> None:
+    """The float16 and int8 KV caches (--kv-cache f16, q8) keep every reference answer (their logits move past
+    LOGIT_TOLERANCE: more than 4e-3, which is why f32 is the default)."""
+    model, _ = load_model(gemma_file, max_context=LONGEST, kv_cache=kv_cache)
     for case in CASES:
         tokens, _ = greedy_with_logits(model, case["prompt_ids"], len(case["greedy_ids"]))
         assert tokens == case["greedy_ids"]

@@ -33,11 +33,15 @@ from tg.tensor import Context, Tensor  # noqa: E402
 TOKENS = [5, 17, 200, 33, 99, 4, 150, 7, 64, 2]
 
 
+# the reference's rounding of keys and values (llm_reference.rounded_kv) for each KV cache type
+REFERENCE_KV = {"f32": None, "f16": np.float16, "q8": "q8"}
+
+
 def check_against_reference(path: Path, rtol: float = 2e-3, kv_cache: str = "f32") -> None:
-    """Prefill and decode logits within rtol of the reference's largest; a float16 KV cache (`kv_cache` "f16")
-    against the reference that rounds the keys and values to float16 where the cache stores them."""
+    """Prefill and decode logits within rtol of the reference's largest; a float16 or int8 KV cache (`kv_cache`
+    "f16", "q8") against the reference that rounds the keys and values as the cache stores them, where it does."""
     metadata, weights = reference.load(path)
-    expected = reference.forward(metadata, weights, TOKENS, kv_dtype=np.float16 if kv_cache == "f16" else None)
+    expected = reference.forward(metadata, weights, TOKENS, kv_dtype=REFERENCE_KV[kv_cache])
     model, _ = load_model(path, max_context=64, kv_cache=kv_cache)
     generator = Generator(model, chunk_size=4)
     prefill = generator.prefill(TOKENS[:6])  # chunks of 4 and 2
@@ -81,9 +85,46 @@ def test_an_f16_kv_cache_holds_half_the_bytes_of_an_f32_one(tmp_path: Path) -> N
         assert cache_memory(narrow).nbytes * 2 == cache_memory(wide).nbytes == wide.numel() * 4
 
 
+# int8 blocks (see tg.llm.kv_quant) move these models' logits by 2e-4 to 2e-2 of the largest; the model's int8
+# cache against the reference that quantizes the same blocks stays within 6e-7 of it
+Q8_CACHE_RTOL = 3e-5
+
+
+@pytest.mark.parametrize(
+    ("arch", "weight_type", "dim"),
+    [("llama", "F32", 64), ("qwen3", "F32", 64), ("llama", "Q4_0", 64), ("llama", "F32", 256), ("qwen3", "F32", 256)],
+)
+def test_a_q8_kv_cache_matches_a_reference_that_quantizes_keys_and_values_in_blocks(
+    tmp_path: Path, arch: str, weight_type: str, dim: int
+) -> None:
+    """head_dim 16 (dim 64): one block per row; head_dim 64 (dim 256): two blocks of 32."""
+    path = write_model(tmp_path / f"{arch}.gguf", arch, weight_type, seed=1, tied=True, dim=dim)
+    metadata, weights = reference.load(path)
+    rounded = reference.forward(metadata, weights, TOKENS, kv_dtype="q8")
+    unrounded = reference.forward(metadata, weights, TOKENS)
+    # the quantization is visible at this tolerance in the logits compared: an f32 (or f16) cache fails
+    assert np.abs(rounded - unrounded)[5:].max() > 3 * Q8_CACHE_RTOL * np.abs(unrounded).max()
+    check_against_reference(path, rtol=Q8_CACHE_RTOL, kv_cache="q8")
+
+
+@pytest.mark.parametrize(("dim", "scales"), [(64, 1), (256, 2)])
+def test_a_q8_kv_cache_holds_int8_codes_and_a_float32_scale_per_block(tmp_path: Path, dim: int, scales: int) -> None:
+    """Per (position, KV head) row of keys and of values: head_dim int8 codes and 4 bytes per block of 32 features
+    (one block for head_dim 16, two for 64): (head_dim + 4 * blocks) / (4 * head_dim) of an f32 cache's bytes."""
+    path = write_model(tmp_path / "m.gguf", dim=dim)
+    single, quarter = load_model(path, max_context=64)[0], load_model(path, max_context=64, kv_cache="q8")[0]
+    head_dim = single.config.head_dim
+    assert head_dim == dim // 4
+    for wide, narrow in zip(single.caches, quarter.caches, strict=True):
+        two, kv_heads, rows, _ = wide.shape
+        assert narrow.dtype == dtypes.int8 and narrow.shape == (two, kv_heads, rows, head_dim + 4 * scales)
+        assert cache_memory(narrow).nbytes == 2 * kv_heads * rows * (head_dim + 4 * scales)
+        assert cache_memory(wide).nbytes == 2 * kv_heads * rows * head_dim * 4
+
+
 def test_an_unknown_kv_cache_type_is_refused_with_the_choices(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"unknown KV cache type 'q8' \(--kv-cache\): choose one of f32, f16"):
-        load_model(tmp_path / "never-read.gguf", kv_cache="q8")
+    with pytest.raises(ValueError, match=r"unknown KV cache type 'q4' \(--kv-cache\): choose one of f32, f16, q8"):
+        load_model(tmp_path / "never-read.gguf", kv_cache="q4")
 
 
 @pytest.mark.slow
@@ -207,6 +248,31 @@ def test_decode_reads_only_the_filled_cache_rows(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.array(logits[1]), np.array(logits[0]))
 
 
+@pytest.mark.parametrize("arch", ["phi3", "gemma3"])
+def test_a_sliding_window_decode_reads_only_the_window_and_the_filled_rows(tmp_path: Path, arch: str) -> None:
+    """The decode step of a sliding-window block reads the key tiles of its window only (SlidingWindow): with the
+    cache rows before the window (phi3: every block slides) and past the position (every block) filled with NaN,
+    the logits are unchanged (window 4: the steps at positions 22..24 see rows 19..24)."""
+    path = write_model(tmp_path / f"{arch}.gguf", arch, seed=3, sliding_window=4)
+    prompt = [(7 * i + 3) % 250 for i in range(22)]
+    logits = []
+    for poison in (False, True):
+        model, _ = load_model(path, max_context=64)
+        generator = Generator(model, chunk_size=8)
+        generator.prefill(prompt)
+        if poison:
+            for cache in model.caches:
+                _, kv_heads, rows, head_dim = cache.shape
+                after = np.full((rows - len(prompt), 2, kv_heads, head_dim), np.nan, np.float32)
+                write_cache_rows(cache, memoryview(after).cast("B"), len(prompt))
+                if arch == "phi3":  # the rows no query from position 22 on sees: all but the last 3
+                    before = np.full((len(prompt) - 3, 2, kv_heads, head_dim), np.nan, np.float32)
+                    write_cache_rows(cache, memoryview(before).cast("B"), 0)
+        logits.append([generator._forward([token], len(prompt) + i) for i, token in enumerate([3, 9, 27])])
+    assert np.isfinite(np.array(logits[1])).all()
+    np.testing.assert_array_equal(np.array(logits[1]), np.array(logits[0]))
+
+
 def test_kv_window_rounds_up_to_64_then_multiples_of_128() -> None:
     """(The server's batched steps attend over these windows of the cache.)"""
     assert kv_window(6, 96) == kv_window(11, 96) == kv_window(64, 96) == 64 and kv_window(65, 96) == 96
@@ -229,19 +295,24 @@ def test_long_prefill_chunks_match_the_reference(tmp_path: Path, arch: str, weig
     np.testing.assert_allclose(logits, expected[-1], atol=2e-3 * np.abs(expected).max())
 
 
-def test_long_prefill_chunks_and_the_decode_after_them_round_to_an_f16_kv_cache(tmp_path: Path) -> None:
-    """A long chunk's block capture stores its keys and values as float16 and attends over them so stored, as do the
-    decode steps after it (which read the chunk's rows back)."""
+@pytest.mark.parametrize(("kv_cache", "rtol"), [("f16", F16_CACHE_RTOL), ("q8", Q8_CACHE_RTOL)])
+def test_long_prefill_chunks_and_the_decode_after_them_round_to_the_kv_cache_type(
+    tmp_path: Path, kv_cache: str, rtol: float
+) -> None:
+    """A long chunk's block capture stores its keys and values as float16 (int8 rows) and attends over them so
+    stored, as do the decode steps after it (which read the chunk's rows back)."""
     path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=4, tied=False)
     tokens = [(7 * i + 3) % 250 for i in range(SCRATCH_MATMUL_ROWS + 6)]
     metadata, weights = reference.load(path)
-    expected = reference.forward(metadata, weights, tokens, kv_dtype=np.float16)
-    generator = Generator(load_model(path, max_context=64, kv_cache="f16")[0], chunk_size=32)
+    expected = reference.forward(metadata, weights, tokens, kv_dtype=REFERENCE_KV[kv_cache])
+    unrounded = reference.forward(metadata, weights, tokens)
     scale = np.abs(expected).max()
-    np.testing.assert_allclose(generator.prefill(tokens[:-2]), expected[-3], atol=F16_CACHE_RTOL * scale)
+    assert np.abs(expected - unrounded)[-3:].max() > 3 * rtol * scale  # the rounding shows at this tolerance
+    generator = Generator(load_model(path, max_context=64, kv_cache=kv_cache)[0], chunk_size=32)
+    np.testing.assert_allclose(generator.prefill(tokens[:-2]), expected[-3], atol=rtol * scale)
     for position in (len(tokens) - 2, len(tokens) - 1):
         logits = generator._forward([tokens[position]], position)
-        np.testing.assert_allclose(logits, expected[position], atol=F16_CACHE_RTOL * scale)
+        np.testing.assert_allclose(logits, expected[position], atol=rtol * scale)
 
 
 @pytest.mark.parametrize("weight_type", ["F32", "Q4_1"])

@@ -13,7 +13,7 @@ pytest.importorskip("gguf")
 import llm_reference as reference  # noqa: E402
 from llm_fixtures import write_model  # noqa: E402
 
-from tg.codegen import dtypes  # noqa: E402
+from tg.codegen import DType, dtypes  # noqa: E402
 from tg.llm.model import load_model  # noqa: E402
 from tg.llm.serve.runner import ModelRunner, Slot  # noqa: E402
 
@@ -46,20 +46,30 @@ def test_batched_decode_matches_the_reference(tmp_path: Path, arch: str, weight_
     assert [slot.cached for slot in runner.slots] == [s + n for s, n in zip(SEQUENCES, NEXT, strict=True)]
 
 
-def test_batched_steps_on_f16_kv_caches_match_a_reference_that_rounds_keys_and_values(tmp_path: Path) -> None:
-    """Every slot's cache stores float16; a step's own new keys and values are rounded as stored before it attends
-    over them (the reference rounds keys and values to float16), so its logits equal what a later step reads back."""
+@pytest.mark.parametrize(
+    ("kv_cache", "dtype", "reference_kv"), [("f16", dtypes.float16, np.float16), ("q8", dtypes.int8, "q8")]
+)
+def test_batched_steps_on_f16_or_q8_kv_caches_match_a_reference_that_rounds_keys_and_values(
+    tmp_path: Path, kv_cache: str, dtype: DType, reference_kv: object
+) -> None:
+    """Every slot's cache stores float16 (int8 rows); a step's own new keys and values are rounded as stored before
+    it attends over them (the reference rounds keys and values the same way), so its logits equal what a later step
+    reads back."""
     path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=1)
     metadata, weights = reference.load(path)
-    runner = ModelRunner(load_model(path, max_context=32, kv_cache="f16")[0], len(SEQUENCES))
-    assert all(cache.dtype == dtypes.float16 for slot in runner.slots for cache in slot.caches)
+    runner = ModelRunner(load_model(path, max_context=32, kv_cache=kv_cache)[0], len(SEQUENCES))
+    assert all(cache.dtype == dtype for slot in runner.slots for cache in slot.caches)
     for slot, tokens in zip(runner.slots, SEQUENCES, strict=True):
         runner.prefill(slot, tokens)
     for step in range(2):
         logits = runner.decode([(slot, after[step]) for slot, after in zip(runner.slots, NEXT, strict=True)])
         for row, tokens, after in zip(logits, SEQUENCES, NEXT, strict=True):
-            expected = reference.forward(metadata, weights, tokens + after[: step + 1], kv_dtype=np.float16)[-1]
-            np.testing.assert_allclose(row, expected, atol=3e-5 * np.abs(expected).max())  # see test_model's
+            sequence = tokens + after[: step + 1]
+            expected = reference.forward(metadata, weights, sequence, kv_dtype=reference_kv)[-1]  # type: ignore[arg-type]
+            unrounded = reference.forward(metadata, weights, sequence)[-1]
+            atol = 3e-5 * np.abs(expected).max()  # see test_model's F16_CACHE_RTOL and Q8_CACHE_RTOL
+            assert np.abs(expected - unrounded).max() > 3 * atol  # the rounding shows at this tolerance
+            np.testing.assert_allclose(row, expected, atol=atol)
 
 
 @pytest.mark.parametrize("arch", ["gemma3", "gemma2", "phi3"])

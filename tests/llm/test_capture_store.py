@@ -175,6 +175,25 @@ def test_jit_0_runs_plainly_with_a_stored_capture_present(tmp_path: Path, captur
         assert greedy_answer(path) == (jitted, [])
 
 
+def test_a_loaded_step_runs_plainly_under_a_later_jit_0_and_captures_again_after_reset(
+    tmp_path: Path, captures: list[str]
+) -> None:
+    """Regression: a step loaded from the store had no Python function, so a JIT=0 call after it (bench_llm's
+    profile of a decode step, in any process but the first) raised JitError, and so did a call after reset()."""
+    path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=17)
+    stored, _ = greedy_answer(path)
+    model, _ = load_model(path, max_context=64)
+    assert list(Generator(model).generate(PROMPT, ANSWER_TOKENS)) == stored  # its steps come from the store
+    captures.clear()
+    token, position = stored[-1], len(PROMPT) + ANSWER_TOKENS
+    with Context(JIT=0):
+        plain = model.forward([token], position).numpy()
+    model.decode_steps["decode"].reset()
+    again = model.forward([token], position).numpy()
+    assert captures == ["_step"]
+    np.testing.assert_allclose(again, plain, rtol=1e-5, atol=1e-5 * np.abs(plain).max())
+
+
 def test_a_new_server_runner_replays_the_stored_steps(tmp_path: Path, captures: list[str]) -> None:
     """The server's steps (tg.llm.serve.runner) are stored too: a runner on a freshly loaded model captures
     nothing, and its logits match the float64 reference."""
@@ -277,7 +296,7 @@ def test_a_load_renews_an_entry_and_a_write_evicts_past_tg_llm_captures_mb(
     Generator(model).generate([1, 2], 2).__next__()  # stores the decode step
     decode = model.capture_store.path("decode", model)  # type: ignore[union-attr]
     os.utime(decode, ns=(0, 0))
-    assert model.capture_store.load("decode", model) is not None  # type: ignore[union-attr]
+    assert model.capture_store.load("decode", model, model._step) is not None  # type: ignore[union-attr]
     assert decode.stat().st_mtime_ns > 0
     monkeypatch.setenv("TG_LLM_CAPTURES_MB", "0")  # every write leaves only itself
     _, captured = greedy_answer(path)  # the prefill step's write evicts the decode step, captured and written again

@@ -154,9 +154,10 @@ class CaptureStore:
     def path(self, step: str, model: Transformer) -> Path:
         return captures_dir() / f"{hashlib.sha256(self.key(step, model).encode()).hexdigest()[:32]}.capture"
 
-    def load(self, step: str, model: Transformer) -> TinyJit | None:
+    def load(self, step: str, model: Transformer, function: Callable[..., Any]) -> TinyJit | None:
         """The stored capture of `step` for `model`, or None (nothing stored, an entry that does not load, or JIT=0,
-        which runs steps plainly: a loaded capture has no function to run)."""
+        which runs steps plainly). `function` is the step's Python function: a pickled capture has none, and the
+        loaded TinyJit runs it under a later JIT=0 (a profile of the step) and captures it again after reset()."""
         if int(CACHELEVEL) == 0 or not int(JIT):
             return None
         key, path = self.key(step, model), self.path(step, model)
@@ -173,10 +174,12 @@ class CaptureStore:
             entry = serial.loads(data)
             if not (isinstance(entry, dict) and entry.get("key") == key and isinstance(entry.get("capture"), bytes)):
                 raise serial.IRLoadError("it is not the entry of this step (another key, or not an entry)")
-            return loads_capture(entry["capture"], {name: node for name, node in shared.items() if node is not None})
+            jit = loads_capture(entry["capture"], {name: node for name, node in shared.items() if node is not None})
         except Exception as error:  # noqa: BLE001  (whatever is wrong with an entry, capturing again is the remedy)
             _note(f"capture store: ignoring {path} ({type(error).__name__}: {error}); capturing again")
             return None
+        jit.fn = function
+        return jit
 
     def save(self, step: str, model: Transformer, jit: TinyJit) -> None:
         """Store the captured `jit` of `step` (atomically; a failure to write is a DEBUG line, not an error)."""

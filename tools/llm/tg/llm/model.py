@@ -576,7 +576,7 @@ class Transformer:
             name, variable = "decode window", self.window_position
         step = self.decode_steps.get(name)
         if step is None and self.capture_store is not None:
-            step = self.capture_store.load(name, self)
+            step = self.capture_store.load(name, self, self._step)
         if step is None:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
@@ -633,13 +633,14 @@ class Transformer:
         its name in the capture store."""
         key = (rows, window, self.kv_cache, block_layout(block), tuple((w.shape, w.dtype) for w in weights))
         store_name = f"block {key!r}"
+        first_tile = self.chunk_window_start(rows, window) if block.local else 0
+        forward = functools.partial(self._block_forward, block, first_tile)
         if key not in self.block_steps and self.capture_store is not None:
-            stored = self.capture_store.load(store_name, self)
+            stored = self.capture_store.load(store_name, self, forward)
             if stored is not None:
                 self.block_steps[key] = stored
         if key not in self.block_steps:
-            first_tile = self.chunk_window_start(rows, window) if block.local else 0
-            self.block_steps[key] = TinyJit(functools.partial(self._block_forward, block, first_tile), plain_calls=0)
+            self.block_steps[key] = TinyJit(forward, plain_calls=0)
         return self.block_steps[key], store_name
 
     def chunk_window_start(self, rows: int, window: int) -> int:

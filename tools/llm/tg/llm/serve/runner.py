@@ -300,10 +300,11 @@ class ModelRunner:
         rows, window, output = key
         layout = FeedLayout(rows, window, output, self.model.kv_cache)
         store = self.model.capture_store  # a capture a process stored before (tg.llm.capture_store)
-        stored = None if store is None else store.load(stored_step_name(layout), self.model)
+        step = functools.partial(feeds_step, self.model, layout)
+        stored = None if store is None else store.load(stored_step_name(layout), self.model, step)
         if stored is not None:
             return stored
-        return TinyJit(functools.partial(feeds_step, self.model, layout), plain_calls=0)
+        return TinyJit(step, plain_calls=0)
 
     def _keep(self, key: StepKey, step: TinyJit) -> None:
         """Add a step to the captures, dropping the least recently used unpinned one past `max_captures`."""

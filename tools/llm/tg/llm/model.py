@@ -525,9 +525,7 @@ class Transformer:
         if self.decode_step is None:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
-            # one call per kernel, on one core: the step's small kernels lose more to handing calls to the second
-            # core than it gives them (tg.codegen.target.Target.one_call)
-            self.decode_step = TinyJit(self._step, plain_calls=0, one_call=True)
+            self.decode_step = TinyJit(self._step, plain_calls=0)
         captured = self.decode_step.graph is not None
         inputs = self.embedding_table.inputs([token])
         logits = self._run_step(self.decode_step, "the decode step", "decode", self.position.bind(position), None,

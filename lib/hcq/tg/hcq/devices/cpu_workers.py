@@ -8,9 +8,10 @@ other processes a thread that is not running does not hold back calls another th
 ends when its last call returns, not when every core thread has reported back. Which thread makes a call changes
 nothing in its result. ctypes releases the GIL for the duration of each C call, so the calls really run in
 parallel. The calls themselves are made from C (tg.hcq.devices.cpu_calls): consecutive single-call launches of a
-list in one C call, a split launch's core_ids taken from atomic counters. While a list runs, a core thread that
-finished its calls spins briefly for the list's next launch instead of sleeping. All threads are daemons and start
-on first use, so an idle process starts none.
+list in one C call; consecutive launches among which some are split (a TinyJit replay) in one C call per thread, all
+threads together (NativeRun); a lone split launch's core_ids taken from atomic counters. While a list runs, a core
+thread that finished its calls spins briefly for the list's next launch instead of sleeping. All threads are
+daemons and start on first use, so an idle process starts none.
 """
 
 from __future__ import annotations
@@ -127,7 +128,34 @@ class NativeLaunch:
             self.finished.wait()
 
 
-AnyLaunch = Launch | NativeLaunch
+class NativeRun:
+    """Consecutive launches that C runs on every thread of the pool at once (tg_run_together in
+    tg.hcq.devices.cpu_calls): the threads take each split launch's core_ids and wait for its last call before the
+    next launch, all in one C call per thread, so a launch costs a few atomic operations instead of a hand-off to
+    the core threads. A thread that comes late starts at the first launch not yet finished; the launching thread's
+    call returns when every launch did, so there is nothing left to wait for."""
+
+    def __init__(self, native: NativeCalls, calls: array.array, threads: int) -> None:
+        self.native = native
+        self.calls = calls  # (KernelRecord address, calls) pairs, see CommandEngine._native_launches
+        self.count = len(calls) // 2
+        self.total = threads
+        self.state = (ctypes.c_int64 * (1 + 2 * self.count))()  # the C run's counters, zeroed
+        self.error: BaseException | None = None
+
+    def take_calls(self) -> None:
+        try:
+            self.native.run_together(
+                self.calls.buffer_info()[0], self.count, ctypes.addressof(self.state), WAIT_SPIN_NS
+            )
+        except BaseException as error:  # (ctypes could not make the call: the other threads make every call)
+            self.error = self.error or error
+
+    def wait(self) -> None:
+        pass  # the launching thread's take_calls returned after the last launch finished
+
+
+AnyLaunch = Launch | NativeLaunch | NativeRun
 
 
 class CorePool:
@@ -198,6 +226,10 @@ class CorePool:
         """`run` for a launch whose calls C makes (see NativeLaunch)."""
         if not self._ran_whole(lambda: native.run_whole(kernel, total), total, program):
             self._run_split(NativeLaunch(native, kernel, total, self.finished), program)
+
+    def run_together(self, native: NativeCalls, calls: array.array) -> None:
+        """Run consecutive launches ((KernelRecord address, calls) pairs) on every core at once (see NativeRun)."""
+        self._run_split(NativeRun(native, calls, self.count), None)
 
     def _ran_whole(self, run_all: Callable[[], None], total: int, program: Any) -> bool:
         """Make every call with `run_all` on this thread when the launch is not split (one call, one core, or a
@@ -270,7 +302,7 @@ class CommandEngine:
         self.on_error = on_error
         self.load_native = native  # loads the C call library on the first launch (None: calls through ctypes)
         self.native: NativeCalls | None = None
-        self.native_runs = 0  # C runs of consecutive whole launches (tg_run_serial), for tests and profiles
+        self.native_runs = 0  # C runs of consecutive launches (tg_run_serial, tg_run_together), for tests and profiles
         self.native_run_launches = 0  # the launches those runs made
         self._pending: collections.deque[tuple[Sequence[Command], int]] = collections.deque()  # (list, next index)
         self._executing = False  # the executor role: held by the one thread that runs lists now
@@ -361,9 +393,9 @@ class CommandEngine:
             run: list[int] = []
             self.busy = not isinstance(command, (WaitCommand, PollBitCommand))
             try:
-                run = self._whole_launches(commands, index)
+                run, split = self._native_launches(commands, index)
                 if len(run) > 2:
-                    self._run_whole_launches(run)
+                    self._run_native_launches(run, split)
                 else:
                     self.execute(command)
             except BaseException as error:
@@ -373,30 +405,35 @@ class CommandEngine:
             index += max(1, len(run) // 2)
         return None
 
-    def _whole_launches(self, commands: Sequence[Command], start: int) -> list[int]:
-        """The consecutive launches from `start` that run whole on this thread and C can call, as a flat list of
-        (KernelRecord address, calls) pairs, the layout of tg_run_serial's array; empty when commands[start] is not
-        such a launch."""
+    def _native_launches(self, commands: Sequence[Command], start: int) -> tuple[list[int], bool]:
+        """The consecutive launches from `start` that C can call, as a flat list of (KernelRecord address, calls)
+        pairs, the layout of tg_run_serial's and tg_run_together's arrays (empty when commands[start] is not such a
+        launch), and whether one of them is split across cores."""
         native, cores = self._native_calls(), self.cores
         run: list[int] = []
+        split = False
         if native is None or cores is None:
-            return run
+            return run, split
         for command in itertools.islice(commands, start, None):
             if type(command) is not ExecCommand:
                 break
             prepared = self._native_record(native, command)
-            total = _calls(command)
-            # (a program run whole because its split launches were fast stays out: its runs are timed, see CorePool)
-            if prepared is None or (total > 1 and cores.count > 1):
+            if prepared is None:
                 break
+            total = _calls(command)
+            split = split or (total > 1 and cores.count > 1)
             run += (prepared[1], total)
-        return run
+        return run, split
 
-    def _run_whole_launches(self, run: list[int]) -> None:
-        """One C call for consecutive whole launches: no ctypes call and no Python objects per launch."""
-        assert self.native is not None  # (_whole_launches found the launches with it)
+    def _run_native_launches(self, run: list[int], split: bool) -> None:
+        """One C call for consecutive launches: no ctypes call and no Python objects per launch; launches split across
+        cores are run by every core thread at once (tg_run_together), the others here (tg_run_serial)."""
+        assert self.native is not None and self.cores is not None  # (_native_launches found the launches with them)
         calls = array.array("q", run)  # (an int64 array is built far faster than ctypes structures)
-        self.native.run_serial(calls.buffer_info()[0], len(run) // 2)
+        if split:
+            self.cores.run_together(self.native, calls)
+        else:
+            self.native.run_serial(calls.buffer_info()[0], len(run) // 2)
         self.native_runs += 1
         self.native_run_launches += len(run) // 2
 

@@ -365,10 +365,11 @@ def test_split_and_single_call_launches_of_a_list_run_together_in_one_c_run_in_o
         calls = 8 if k % 2 == 0 else 1
         args = prg.fill_kernargs((buffers[(k + 1) % 2].raw, buffers[k % 2].raw), (calls, 2000))
         queue.exec(prg, args, (calls, 1, 1), (1, 1, 1))
-    runs, launches = engine.native_runs, engine.native_run_launches
+    runs, launches, together = engine.native_runs, engine.native_run_launches, engine.together_runs
     queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
     dev.synchronize()
     assert (engine.native_runs - runs, engine.native_run_launches - launches) == (1, 16)
+    assert engine.together_runs - together == 1  # (a list's first run goes on every core, see RunChoice)
     expected = start
     for _ in range(16):
         expected = np.float32(expected.astype(np.float64).mean()) + np.arange(64, dtype=np.float32)
@@ -569,3 +570,28 @@ def test_a_c_launch_whose_call_fails_raises_on_the_launching_thread_without_hang
     pool = CorePool(2, "test-pool-failing")
     with pytest.raises(ValueError, match="could not make the call"):
         pool.run_native(failing, None, 4)  # type: ignore[arg-type]
+
+
+def test_a_replayed_list_runs_the_way_its_recent_runs_were_faster_and_tries_the_other_now_and_then() -> None:
+    """RunChoice: each way (every core, this thread alone) is timed twice at first, then the faster by the median of
+    its recent runs is taken, and every TRY_OTHER_EVERY runs the other is timed again; a way that became slower (a
+    loaded machine) loses its place once its recent runs show it."""
+    from tg.hcq.devices.cpu_workers import TRY_OTHER_EVERY, RunChoice
+
+    seconds = {True: 1.0, False: 2.0}  # every core twice as fast as one
+    choice, picks = RunChoice(), []
+    for _ in range(4 * TRY_OTHER_EVERY):
+        together = choice.together()
+        picks.append(together)
+        choice.record(together, seconds[together])
+    assert sorted(picks[:4]) == [False, False, True, True]
+    assert [i + 1 for i, together in enumerate(picks[4:], start=4) if not together] == [
+        TRY_OTHER_EVERY * k for k in range(1, 5)
+    ]  # the runs counted from one
+    seconds[True] = 3.0  # now every core is slower than one
+    later = []
+    for _ in range(2 * TRY_OTHER_EVERY):
+        together = choice.together()
+        later.append(together)
+        choice.record(together, seconds[together])
+    assert later[-TRY_OTHER_EVERY + 1 :].count(True) <= 1

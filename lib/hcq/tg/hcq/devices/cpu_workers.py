@@ -25,6 +25,7 @@ import itertools
 import os
 import queue
 import signal
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -57,6 +58,15 @@ SIGINT = int(signal.SIGINT)
 # SERIAL_RECHECK times longer is split again (the kernel was not small after all, e.g. the first run was cached).
 SERIAL_BELOW_S = 25e-6
 SERIAL_RECHECK = 8
+
+# A run of launches with split ones (a TinyJit replay) goes on every core or on the launching thread alone, whichever
+# of the two took less time over its last RECENT_RUNS runs; every TRY_OTHER_EVERY runs the other way is timed again.
+# On every core a thread that another process holds while it makes a call holds back the others until it is back (a
+# scheduler time slice, milliseconds). SmolLM2-135M's decode step on 2 cores, the two ways alternated run by run in
+# one process (medians of 40 each, float16 KV cache), took as long on both cores as on one at position 0 and 1.07x
+# and 1.12x as long at positions 1000 and 4000 at load 6.5; at load 2 both cores took 0.72x as long at position 0.
+RECENT_RUNS = 3
+TRY_OTHER_EVERY = 16
 
 
 class Launch:
@@ -156,6 +166,29 @@ class NativeRun:
 
 
 AnyLaunch = Launch | NativeLaunch | NativeRun
+
+
+class RunChoice:
+    """Whether the next run of one replayed list of launches goes on every core (True) or on the launching thread
+    alone (False): each way is timed at first, then the one whose recent runs took less time (median), and now and
+    then the other again (see RECENT_RUNS)."""
+
+    def __init__(self) -> None:
+        self.recent: dict[bool, collections.deque[float]] = {
+            together: collections.deque(maxlen=RECENT_RUNS) for together in (True, False)
+        }
+        self.runs = 0
+
+    def together(self) -> bool:
+        self.runs += 1
+        unmeasured = [together for together, times in self.recent.items() if len(times) < 2]
+        if unmeasured:
+            return unmeasured[0]
+        faster = min(self.recent, key=lambda together: statistics.median(self.recent[together]))
+        return faster if self.runs % TRY_OTHER_EVERY else not faster
+
+    def record(self, together: bool, seconds: float) -> None:
+        self.recent[together].append(seconds)
 
 
 class CorePool:
@@ -304,6 +337,7 @@ class CommandEngine:
         self.native: NativeCalls | None = None
         self.native_runs = 0  # C runs of consecutive launches (tg_run_serial, tg_run_together), for tests and profiles
         self.native_run_launches = 0  # the launches those runs made
+        self.together_runs = 0  # runs of those on every core (tg_run_together), for tests and profiles
         self._pending: collections.deque[tuple[Sequence[Command], int]] = collections.deque()  # (list, next index)
         self._executing = False  # the executor role: held by the one thread that runs lists now
         self._lock = threading.Lock()
@@ -395,7 +429,7 @@ class CommandEngine:
             try:
                 run, split = self._native_launches(commands, index)
                 if len(run) > 2:
-                    self._run_native_launches(run, split)
+                    self._run_native_launches(run, split, command)
                 else:
                     self.execute(command)
             except BaseException as error:
@@ -425,15 +459,26 @@ class CommandEngine:
             run += (prepared[1], total)
         return run, split
 
-    def _run_native_launches(self, run: list[int], split: bool) -> None:
-        """One C call for consecutive launches: no ctypes call and no Python objects per launch; launches split across
-        cores are run by every core thread at once (tg_run_together), the others here (tg_run_serial)."""
+    def _run_native_launches(self, run: list[int], split: bool, first: Command) -> None:
+        """One C call for consecutive launches (from `first` on): no ctypes call and no Python objects per launch.
+        Launches split across cores are run by every core thread at once (tg_run_together) or all here, as the
+        list's RunChoice (kept with the first launch's arguments, which a replay reuses) picks; others here
+        (tg_run_serial)."""
         assert self.native is not None and self.cores is not None  # (_native_launches found the launches with them)
         calls = array.array("q", run)  # (an int64 array is built far faster than ctypes structures)
-        if split:
-            self.cores.run_together(self.native, calls)
-        else:
+        if not split:
             self.native.run_serial(calls.buffer_info()[0], len(run) // 2)
+        else:
+            state = first.args_state  # type: ignore[attr-defined]  # (an ExecCommand: _native_launches checked)
+            choice: RunChoice = getattr(state, "run_choice", None) or RunChoice()
+            state.run_choice = choice
+            together, start = choice.together(), time.perf_counter()
+            if together:
+                self.cores.run_together(self.native, calls)
+            else:
+                self.native.run_serial(calls.buffer_info()[0], len(run) // 2)
+            choice.record(together, time.perf_counter() - start)
+            self.together_runs += together
         self.native_runs += 1
         self.native_run_launches += len(run) // 2
 

@@ -429,6 +429,7 @@ class CommandEngine:
             try:
                 run, split = self._native_launches(commands, index)
                 if len(run) > 2:
+                    assert isinstance(command, ExecCommand)  # (a run starts at a launch)
                     self._run_native_launches(run, split, command)
                 else:
                     self.execute(command)
@@ -459,7 +460,7 @@ class CommandEngine:
             run += (prepared[1], total)
         return run, split
 
-    def _run_native_launches(self, run: list[int], split: bool, first: Command) -> None:
+    def _run_native_launches(self, run: list[int], split: bool, first: ExecCommand) -> None:
         """One C call for consecutive launches (from `first` on): no ctypes call and no Python objects per launch.
         Launches split across cores are run by every core thread at once (tg_run_together) or all here, as the
         list's RunChoice (kept with the first launch's arguments, which a replay reuses) picks; others here
@@ -469,7 +470,7 @@ class CommandEngine:
         if not split:
             self.native.run_serial(calls.buffer_info()[0], len(run) // 2)
         else:
-            state = first.args_state  # type: ignore[attr-defined]  # (an ExecCommand: _native_launches checked)
+            state = first.args_state
             choice: RunChoice = getattr(state, "run_choice", None) or RunChoice()
             state.run_choice = choice
             together, start = choice.together(), time.perf_counter()

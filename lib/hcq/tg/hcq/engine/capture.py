@@ -82,7 +82,6 @@ def is_capturing() -> bool:
     return getattr(_active, "launches", None) is not None
 
 
-
 class LaunchGraph:
     """A captured list of launches whose input buffers can be swapped for others of the same size and dtype."""
 

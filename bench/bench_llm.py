@@ -1,6 +1,7 @@
 """tg-llm speed on the embedded SmolLM2-135M-Instruct Q4_1: decode tok/s, prefill tok/s, memory bandwidth.
 
-Run: `CC=gcc uv run python bench/bench_llm.py [--prefill 256] [--decode 32]`; `--first-answer 3` instead times
+Run: `CC=gcc uv run python bench/bench_llm.py [--prefill 256] [--decode 32] [--positions 0,4000 --kv-cache f16]`
+(`--positions`: decode tok/s at those positions, tg and llama-cpp-python taking turns); `--first-answer 3` instead times
 one short question in fresh `tg-llm` processes, cold cache and warm (median of 3). Prints tg's numbers, the profile
 of one decode step (kernels, their time, Python overhead), the machine's load average (the figures depend on it)
 and, when installed, the same run in transformers (float32) and llama-cpp-python on the same file.
@@ -124,12 +125,26 @@ def print_tg(tg: dict, args: argparse.Namespace) -> None:
     print(f"  kernel time by name: {top}")
 
 
-def bench_llama_cpp(path, prefill_tokens: int, decode_tokens: int) -> str:
+def llama_cpp_model(path, n_ctx: int):
+    """llama-cpp-python's Llama on `path` with two threads, or None when it is not installed."""
     try:
+        import llama_cpp
         from llama_cpp import Llama
     except ImportError:
+        return None
+    without_amx = llama_cpp.llama_model_default_params()
+    # llama.cpp's AMX matmul (its "extra buffer type", chosen on CPUs with AMX) crashed on this Q4_1 file
+    # (llama-cpp-python 0.3.36, Xeon with AMX-INT8: SIGSEGV in ggml_backend_amx_mul_mat); without it llama.cpp uses
+    # its AVX-512 VNNI dot products, as on any CPU without AMX
+    without_amx.use_extra_bufts = False
+    llama_cpp.llama.llama_cpp.llama_model_default_params = lambda: without_amx
+    return Llama(model_path=str(path), n_ctx=n_ctx, n_threads=2, n_threads_batch=2, verbose=False)
+
+
+def bench_llama_cpp(path, prefill_tokens: int, decode_tokens: int) -> str:
+    llm = llama_cpp_model(path, prefill_tokens + decode_tokens + 8)
+    if llm is None:
         return "llama-cpp-python: not installed"
-    llm = Llama(model_path=str(path), n_ctx=prefill_tokens + decode_tokens + 8, n_threads=2, verbose=False)
     prompt = [(17 * i + 5) % 40000 + 100 for i in range(prefill_tokens)]
     start = time.perf_counter()
     llm.eval(prompt)
@@ -139,6 +154,42 @@ def bench_llama_cpp(path, prefill_tokens: int, decode_tokens: int) -> str:
         llm.eval([42])
     decode = decode_tokens / (time.perf_counter() - start)
     return f"llama-cpp-python: decode {decode:.1f} tok/s, prefill {prefill:.1f} tok/s"
+
+
+def bench_decode_at(path, positions: list[int], steps: int, kv_cache: str) -> None:
+    """Decode tok/s at each of `positions` (the KV cache filled up to it), tg and llama.cpp (two threads) taking
+    turns step by step (the load changes both alike): median of `steps` steps each, at positions p+1 .. p+8."""
+    context = max(positions) + 16
+    model, _ = load_model(path, max_context=context, kv_cache=kv_cache)
+    model.capture_store = None  # (capture in this process: a stored capture of another build would be replayed)
+    llm = llama_cpp_model(path, context)
+    prompt = prompt_tokens(context)
+    filled = [0]
+
+    def llama_step(position: int) -> None:
+        assert llm is not None
+        if position > filled[0]:  # llama.cpp needs every earlier position's keys and values
+            llm.n_tokens = filled[0]
+            llm.eval(prompt[filled[0] : position])
+        llm.n_tokens, filled[0] = position, position + 1  # (n_tokens: where llama-cpp-python's eval writes)
+        llm.eval([42])
+
+    runners = {"tg": lambda position: model.forward([42], position).numpy()}
+    if llm is not None:
+        runners["llama.cpp"] = llama_step
+    for position in positions:
+        for run in runners.values():
+            run(position)  # tg captures its step at the first position; llama.cpp fills its cache
+        times: dict[str, list[float]] = {name: [] for name in runners}
+        for i in range(steps):
+            for name, run in sorted(runners.items(), reverse=i % 2 == 1):
+                start = time.perf_counter()
+                run(position + 1 + i % 8)
+                times[name].append(time.perf_counter() - start)
+        tok_s = {name: 1 / statistics.median(seconds) for name, seconds in times.items()}
+        versus = f", llama.cpp {tok_s['llama.cpp']:.1f} (tg/llama.cpp {tok_s['tg'] / tok_s['llama.cpp']:.2f})"
+        print(f"decode at position {position} ({kv_cache} KV cache): tg {tok_s['tg']:.1f} tok/s"
+              f"{versus if llm is not None else ''}, load {os.getloadavg()[0]:.2f}")  # fmt: skip
 
 
 def bench_transformers(path, decode_tokens: int) -> str:
@@ -195,6 +246,9 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=32)
     first_answer_help = "only time a fresh process's first answer, cold and warm cache, median of RUNS"
     parser.add_argument("--first-answer", type=int, default=0, metavar="RUNS", help=first_answer_help)
+    positions_help = "also time decode at these positions (comma-separated), tg and llama.cpp taking turns"
+    parser.add_argument("--positions", default="", help=positions_help)
+    parser.add_argument("--kv-cache", default="f32", help="the KV cache type for --positions (f32, f16)")
     args = parser.parse_args()
     load = os.getloadavg()
     if args.first_answer:
@@ -205,6 +259,8 @@ def main() -> None:
     print_tg(bench_tg(path, args.prefill, args.decode), args)
     print(bench_llama_cpp(path, args.prefill, args.decode))
     print(bench_transformers(path, args.decode))
+    if args.positions:
+        bench_decode_at(path, [int(p) for p in args.positions.split(",")], args.decode, args.kv_cache)
     print(f"load average before/after: {load[0]:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print("targets (issue 16): decode >= 60 tok/s, prefill of 256 >= 300 tok/s, on 2 cores")
 

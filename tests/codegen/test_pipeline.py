@@ -107,27 +107,30 @@ def test_the_schedule_listing_starts_with_the_graph_stages_the_scheduler_runs_la
     assert [stage.name for stage in GRAPH_STAGES[:2]] == ["inline calls", "layout policy"]
 
 
-def test_one_call_makes_a_kernel_the_cores_would_split_one_call_with_the_same_results() -> None:
-    """CodegenFlags.one_call (a capture's one_call argument): the renderer's Target in one-call mode makes a kernel
-    one call on one core, for small kernels replayed back to back (tg.llm's decode step); without it the same kernel
-    is cut into calls across the cores. The renderer itself is left as it was."""
+def test_a_replayed_kernel_is_split_across_cores_from_fewer_iterations_with_the_same_results() -> None:
+    """CodegenFlags.replayed (a kernel compiled inside a capture, whose replays split launches at little cost): a
+    kernel of REPLAYED_MIN_ITERATIONS iterations, which a plain launch runs in one call, is cut into calls across
+    the cores; both compute the same values (only output loops are cut)."""
     import numpy as np
 
+    from tg.codegen.lower.multicore import MULTICORE_MIN_ITERATIONS, REPLAYED_MIN_ITERATIONS
     from tg.hcq import Buffer, Device
 
-    n = 1 << 20
+    n = REPLAYED_MIN_ITERATIONS
+    assert n < MULTICORE_MIN_ITERATIONS
     out, a = UOp.param(0, dtypes.float32, n), UOp.param(1, dtypes.float32, n)
     i = UOp.range(n, 0)
-    ast = UOp.sink(out.index(i).store(a.index(i).load() * 3.0), arg=KernelInfo("E_one_call"))
+    ast = UOp.sink(out.index(i).store(a.index(i).load() * 3.0), arg=KernelInfo("E_replayed"))
     renderer = CRenderer.for_machine(cores=2)
-    split = kernel_to_program(ast, renderer, CodegenFlags())
-    one = kernel_to_program(ast, renderer, CodegenFlags(one_call=True))
-    assert split.global_size[0] > 1 and one.global_size == (1, 1, 1)
-    assert renderer.target.cores == 2 and not renderer.target.one_call
-    assert kernel_to_program(ast, CRenderer.for_machine(cores=2, one_call=True), CodegenFlags()).src == one.src
+    plain = kernel_to_program(ast, renderer, CodegenFlags())
+    replayed = kernel_to_program(ast, renderer, CodegenFlags(replayed=True))
+    assert plain.global_size == (1, 1, 1) and replayed.global_size[0] > 1
+    smaller = UOp.sink(out.index(i).store(a.index(i).load() * 3.0), arg=KernelInfo("E_replayed_small"))
+    smaller = smaller.substitute({i: UOp.range(n // 2, 0)})
+    assert kernel_to_program(smaller, renderer, CodegenFlags(replayed=True)).global_size == (1, 1, 1)
     data = np.random.default_rng(3).random(n, np.float32)
     device = Device["CPU"]
-    for source in (split, one):
+    for source in (plain, replayed):
         buffers = [Buffer("CPU", n, dtypes.float32).ensure_allocated() for _ in range(2)]
         buffers[1].copyin(data.tobytes())
         program = device.runtime(source.name, device.compiler.compile(source.src))

@@ -334,6 +334,48 @@ def test_consecutive_single_call_launches_run_in_one_c_call(kit: Any) -> None:
     assert b.numpy().tolist() == [20.0]
 
 
+# out[j] = mean(in[0..63]) + j for the j of this call's chunk (64 / calls elements): every call reads all of `in`,
+# the whole output of the launch before, `repeats` times (volatile reads: a call lasts long enough for the core
+# threads to take part)
+MEAN_PLUS_INDEX = """
+void mean_plus_index(float* restrict out, const float* restrict in, int calls, int repeats, int core_id) {
+  const volatile float* input = in;
+  float sum = 0.0f;
+  for (int r = 0; r < repeats; r++) {
+    sum = 0.0f;
+    for (int i = 0; i < 64; i++) sum += input[i];
+  }
+  int chunk = 64 / calls;
+  for (int j = core_id * chunk; j < (core_id + 1) * chunk; j++) out[j] = sum / 64.0f + (float)j;
+}
+"""
+
+
+def test_split_and_single_call_launches_of_a_list_run_together_in_one_c_run_in_order(kit: Any) -> None:
+    """16 launches, every other one split into 8 calls, each reading the whole output of the one before: one C run
+    (tg_run_together, on every core thread) with every launch after the last call of the one before. A launch that
+    started early would sum a half-written input: the values are exact in float32, so any such sum differs."""
+    dev, engine = Device["CPU"], _native_engine()
+    prg = kit.load_program(dev, "mean_plus_index", MEAN_PLUS_INDEX)
+    start = np.arange(64, dtype=np.float32) * 3
+    buffers = [Buffer("CPU", 64, kit.float32).allocate().copyin(start.data) for _ in range(2)]
+    dev.synchronize()
+    queue = dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1)
+    for k in range(16):
+        calls = 8 if k % 2 == 0 else 1
+        args = prg.fill_kernargs((buffers[(k + 1) % 2].raw, buffers[k % 2].raw), (calls, 2000))
+        queue.exec(prg, args, (calls, 1, 1), (1, 1, 1))
+    runs, launches, together = engine.native_runs, engine.native_run_launches, engine.together_runs
+    queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    assert (engine.native_runs - runs, engine.native_run_launches - launches) == (1, 16)
+    assert engine.together_runs - together == 1  # (a list's first run goes on every core, see RunChoice)
+    expected = start
+    for _ in range(16):
+        expected = np.float32(expected.astype(np.float64).mean()) + np.arange(64, dtype=np.float32)
+    np.testing.assert_array_equal(buffers[0].numpy().view(np.float32), expected)
+
+
 def test_a_tinyjit_replay_of_tiny_kernels_is_one_c_run_and_sees_new_inputs() -> None:
     from tg.tensor import Tensor, TinyJit
 
@@ -430,9 +472,10 @@ def test_ctrl_c_during_a_c_call_by_the_host_is_held_until_the_launch_completed(
 def test_a_core_thread_spins_for_the_next_launch_of_a_list_instead_of_sleeping(
     kit: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ten split launches in one list: the core thread sleeps on its inbox at most once (for the first it takes)
-    and takes the others while spinning; every posted launch is taken from the inbox exactly once. (The spin ends
-    with the list, so the long CORE_SPIN_NS below does not keep the thread busy after it.)"""
+    """Ten split launches in one list, each after a memory barrier (consecutive launches would be one C run, see
+    the test above): the core thread sleeps on its inbox at most once (for the first it takes) and takes the others
+    while spinning; every posted launch is taken from the inbox exactly once. (The spin ends with the list, so the
+    long CORE_SPIN_NS below does not keep the thread busy after it.)"""
     from tg.codegen.flags import Context
 
     monkeypatch.setattr(cpu_workers, "SERIAL_BELOW_S", 0.0)  # keep the launches split, whatever their speed
@@ -449,7 +492,7 @@ def test_a_core_thread_spins_for_the_next_launch_of_a_list_instead_of_sleeping(
     wakeups, pickups = pool.wakeups, pool.spin_pickups
     queue = dev.hw_compute_queue_t()
     for _ in range(10):
-        queue.exec(prg, prg.fill_kernargs((out,)), (8, 1, 1), (1, 1, 1))
+        queue.memory_barrier().exec(prg, prg.fill_kernargs((out,)), (8, 1, 1), (1, 1, 1))
     queue.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
     dev.synchronize()
     while pool.wakeups + pool.spin_pickups < wakeups + pickups + 10 and time.monotonic() < deadline:
@@ -527,3 +570,28 @@ def test_a_c_launch_whose_call_fails_raises_on_the_launching_thread_without_hang
     pool = CorePool(2, "test-pool-failing")
     with pytest.raises(ValueError, match="could not make the call"):
         pool.run_native(failing, None, 4)  # type: ignore[arg-type]
+
+
+def test_a_replayed_list_runs_the_way_its_recent_runs_were_faster_and_tries_the_other_now_and_then() -> None:
+    """RunChoice: each way (every core, this thread alone) is timed twice at first, then the faster by the median of
+    its recent runs is taken, and every TRY_OTHER_EVERY runs the other is timed again; a way that became slower (a
+    loaded machine) loses its place once its recent runs show it."""
+    from tg.hcq.devices.cpu_workers import TRY_OTHER_EVERY, RunChoice
+
+    seconds = {True: 1.0, False: 2.0}  # every core twice as fast as one
+    choice, picks = RunChoice(), []
+    for _ in range(4 * TRY_OTHER_EVERY):
+        together = choice.together()
+        picks.append(together)
+        choice.record(together, seconds[together])
+    assert sorted(picks[:4]) == [False, False, True, True]
+    assert [i + 1 for i, together in enumerate(picks[4:], start=4) if not together] == [
+        TRY_OTHER_EVERY * k for k in range(1, 5)
+    ]  # the runs counted from one
+    seconds[True] = 3.0  # now every core is slower than one
+    later = []
+    for _ in range(2 * TRY_OTHER_EVERY):
+        together = choice.together()
+        later.append(together)
+        choice.record(together, seconds[together])
+    assert later[-TRY_OTHER_EVERY + 1 :].count(True) <= 1

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tg.codegen.render.c import CRenderer
-from tg.codegen.target import DEFAULT_L2_BYTES, Target
+from tg.codegen.target import DEFAULT_L2_BYTES
 from tg.hcq import Device
 from tg.hcq.host import data_cache_bytes, parse_cache_size
 
@@ -38,13 +37,6 @@ def test_the_data_cache_of_a_level_skips_the_instruction_cache(tmp_path: Path) -
 def test_the_cpu_device_builds_its_target_once_with_the_renderers_capabilities() -> None:
     target = Device["CPU"].target
     assert target is Device["CPU"].renderer.target
-    assert target.family == "CPU" and target.cores == Device["CPU"].cores.count and not target.one_call
+    assert target.family == "CPU" and target.cores == Device["CPU"].cores.count
     assert (target.core_groups, target.software_transcendentals, target.has_local) == (True, True, False)
     assert target.l2_bytes == (data_cache_bytes(2) or DEFAULT_L2_BYTES)
-
-
-def test_a_target_in_one_call_mode_splits_nothing() -> None:
-    target = Target.of(CRenderer, family="CPU", cores=4)
-    assert (target.call_cores, target.splits_groups) == (4, True)
-    one = Target.of(CRenderer, family="CPU", cores=4, one_call=True)
-    assert (one.call_cores, one.splits_groups) == (1, False)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -53,3 +57,44 @@ def test_week_question_answers_seven_days_then_im_end() -> None:
     result = CliRunner().invoke(app, normalize_argv(["--max_context", "256"]), input="How many days are in a week?\n")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().endswith("A week is approximately 7 days.")
+
+
+# greedy decoding in a fresh process on CPU_COUNT cores: the tokens, a hash of every step's logits, and how many of
+# the captured decode step's launches are split across cores
+GREEDY_DECODE = """
+import hashlib, json
+import numpy as np
+from tg.llm import registry
+from tg.llm.generate import Generator
+from tg.llm.model import load_model
+model, _ = load_model(registry.resolve(registry.EMBEDDED_NAME), max_context=64)
+model.capture_store = None
+generator = Generator(model)
+logits = generator.prefill([1, 2, 3, 4, 5, 6, 7])
+tokens, steps = [], hashlib.sha256()
+for _ in range(8):
+    tokens.append(int(np.argmax(logits)))
+    logits = generator._forward(tokens[-1:], len(generator.cached))
+    generator.cached.append(tokens[-1])
+    steps.update(logits.tobytes())
+split = sum(launch.program.source.global_size != (1, 1, 1) for launch in model.decode_step.graph.launches
+            if hasattr(launch, "program"))
+print(json.dumps({"tokens": tokens, "logits": steps.hexdigest(), "split": split}))
+"""
+
+
+def greedy_decode(cores: int) -> dict:
+    env = {**os.environ, "CPU_COUNT": str(cores)}
+    done = subprocess.run([sys.executable, "-c", GREEDY_DECODE], capture_output=True, text=True, env=env, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_the_decode_step_splits_across_two_cores_with_the_logits_of_one_core() -> None:
+    """The captured decode step runs its matvecs on both cores (kernels compiled for replay are split from
+    REPLAYED_MIN_ITERATIONS; the 576-row matvecs were one call before), and its logits are those of a one-core
+    process bit for bit, so the greedy tokens are too: a split cuts output loops, never a sum."""
+    two, one = greedy_decode(2), greedy_decode(1)
+    assert one["split"] == 0
+    assert two["split"] >= 4 * 30  # per block at least the qkv, attention output, gate_up and down matvecs
+    assert (two["tokens"], two["logits"]) == (one["tokens"], one["logits"])

@@ -370,29 +370,38 @@ def launch_reading(launches: list, tensor: Tensor) -> int:
     return position
 
 
-def test_every_kernel_of_the_captured_decode_step_is_one_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The decode step is captured with TinyJit(one_call=True): each kernel is compiled for the CPU's Target in
-    one-call mode and runs in one call on one core (two cores decoded the embedded model at 58-61 tok/s, one at 66-69:
-    the hand-offs cost more than the second core gives). Prefill chunks keep the split: their kernels are big."""
+def test_every_kernel_of_the_captured_decode_step_is_compiled_for_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decode step's kernels are compiled inside its capture, for replay (CodegenFlags.replayed: split across
+    cores from fewer iterations, as a replay runs them in one C call per core thread); its logits are those of the
+    plain run, bit for bit (a split cuts output loops, never a sum)."""
     import tg.hcq.engine.programs as programs
     from tg.hcq.engine.capture import KernelLaunch
 
-    compiled_with: dict[int, bool] = {}  # id of each program compiled here -> whether it was compiled for one call
+    compiled_with: dict[int, bool] = {}  # id of each program compiled here -> whether it was compiled for replay
     compile_program = programs.compile_program
 
     def recording(device_name, ast, flags):  # type: ignore[no-untyped-def]
         program = compile_program(device_name, ast, flags)
-        compiled_with[id(program)] = flags.one_call
+        compiled_with[id(program)] = flags.replayed
         return program
 
     programs.clear_program_cache()
     monkeypatch.setattr(programs, "compile_program", recording)
-    model, _ = load_model(write_model(tmp_path / "m.gguf", "llama", "Q4_1", tied=False), max_context=32)
-    Generator(model, chunk_size=4).prefill(TOKENS[:3])
+    path = write_model(tmp_path / "m.gguf", "llama", "Q4_1", tied=False)
+    model, _ = load_model(path, max_context=32)
+    replayed = [Generator(model, chunk_size=4).prefill(TOKENS[:3])]
+    replayed += [model.forward([token], position).numpy() for position, token in enumerate(TOKENS[3:6], start=3)]
     assert model.decode_step is not None and model.decode_step.graph is not None
     launches = [launch for launch in model.decode_step.graph.launches if isinstance(launch, KernelLaunch)]
     assert launches and all(compiled_with[id(launch.program)] for launch in launches)
-    assert all(launch.program.source.global_size == (1, 1, 1) for launch in launches)
+    with Context(JIT=0):
+        plain_model, _ = load_model(path, max_context=32)
+        plain = [Generator(plain_model, chunk_size=4).prefill(TOKENS[:3])]
+        plain += [plain_model.forward([token], position).numpy() for position, token in enumerate(TOKENS[3:6], start=3)]
+    for replayed_logits, plain_logits in zip(replayed, plain, strict=True):
+        np.testing.assert_array_equal(replayed_logits, plain_logits)
 
 
 def test_a_decode_block_runs_its_norms_matvecs_and_mlp_in_four_kernels(tmp_path: Path) -> None:

@@ -49,22 +49,23 @@ class CodegenFlags:
     transcendental: int = 1  # TRANSCENDENTAL: 0 never, 1 where the Target asks, 2 always software exp2/log2
     software_transcendentals: bool = False  # float32 exp2/log2 become float ops (tg.codegen.lower.transcendental);
     # set from the Target and `transcendental`
-    one_call: bool = False  # compile for the renderer's Target in one-call mode (Target.one_call): asked for by a
-    # capture (tg.hcq's capture_launches(one_call=True), TinyJit(one_call=True)), never by the environment
-    cores: int = 1  # calls of one kernel that run at once (Target.call_cores): big kernels are cut across them
+    replayed: bool = False  # compiled inside a capture (tg.hcq's capture_launches, TinyJit): its replays run every
+    # launch of the capture in one C call per core thread, where a split costs little, so smaller kernels are split
+    # across the cores (tg.codegen.lower.multicore.split_min_iterations); never set by the environment
+    cores: int = 1  # calls of one kernel that run at once (Target.cores): big kernels are cut across them
 
     @staticmethod
-    def from_environment(one_call: bool = False) -> CodegenFlags:
+    def from_environment(replayed: bool = False) -> CodegenFlags:
         """The flags as the environment (and any active `Context`) sets them now (read at every kernel launch, so
-        the answer is one of a few prebuilt values); `one_call` comes from the caller."""
-        return _FLAGS_BY_SETTING[(bool(NOOPT), min(2, max(0, int(TRANSCENDENTAL))), one_call)]
+        the answer is one of a few prebuilt values); `replayed` comes from the caller."""
+        return _FLAGS_BY_SETTING[(bool(NOOPT), min(2, max(0, int(TRANSCENDENTAL))), replayed)]
 
 
 _FLAGS_BY_SETTING = {
-    (noopt, level, one_call): CodegenFlags(noopt=noopt, transcendental=level, one_call=one_call)
+    (noopt, level, replayed): CodegenFlags(noopt=noopt, transcendental=level, replayed=replayed)
     for noopt in (False, True)
     for level in (0, 1, 2)
-    for one_call in (False, True)
+    for replayed in (False, True)
 }
 
 
@@ -131,7 +132,7 @@ def _linearize(ast: UOp, flags: CodegenFlags) -> UOp:
 
 
 def _split_across_cores(linear: UOp, flags: CodegenFlags) -> UOp:
-    return split_across_cores(linear, flags.cores)
+    return split_across_cores(linear, flags.cores, flags.replayed)
 
 
 KERNEL_STAGES: tuple[Stage, ...] = (
@@ -161,7 +162,7 @@ def lower_kernel(ast: UOp, flags: CodegenFlags) -> UOp:
 def kernel_to_program(ast: UOp, renderer: Renderer, flags: CodegenFlags) -> ProgramSource:
     """The source of kernel `ast` for `renderer` (and the Target it holds), with the launch size and estimates (a pure
     function)."""
-    target = target_for(renderer, flags)
+    target = renderer.target
     flags = for_target(flags, target)
     linear = lower_kernel(ast, flags)
     with traced("kernel", f"render ({type(renderer).__name__})"):
@@ -186,13 +187,6 @@ def _size_text(end: UOp) -> int | str:
     return int(end.arg) if end.op is Ops.CONST else end.render()
 
 
-def target_for(renderer: Renderer, flags: CodegenFlags) -> Target:
-    """The Target a kernel is generated for: the renderer's, in one-call mode when `flags` ask for it (every kernel
-    one call on one core, GROUP opts splitting nothing: a decode step's small kernels replayed back to back lose more
-    to handing calls to another core than the second core gives them, tg.llm 58-61 tok/s on two cores, 66-69 on one)."""
-    return replace(renderer.target, one_call=True) if flags.one_call else renderer.target
-
-
 def for_target(flags: CodegenFlags, target: Target) -> CodegenFlags:
     """`flags` with what the Target allows filled in (which opts are legal, the register budget, whether float32
     exp2/log2 are computed in software)."""
@@ -202,15 +196,15 @@ def for_target(flags: CodegenFlags, target: Target) -> CodegenFlags:
         has_local=target.has_local,
         max_lanes=target.max_lanes,
         local_threads=target.local_threads if target.has_local else 0,
-        core_groups=target.splits_groups,
-        cores=target.call_cores,
+        core_groups=target.core_groups,
+        cores=target.cores,
         software_transcendentals=flags.transcendental >= 2 or (flags.transcendental == 1 and wants_software),
     )
 
 
 def for_renderer(flags: CodegenFlags, renderer: Renderer) -> CodegenFlags:
     """`flags` as `kernel_to_program` completes them for `renderer` (what BEAM search passes to the heuristics)."""
-    return for_target(flags, target_for(renderer, flags))
+    return for_target(flags, renderer.target)
 
 
 def with_opts(ast: UOp, opts: tuple[Any, ...]) -> UOp:

@@ -7,7 +7,6 @@ the Target (operand packing, chunking by cache size, splitting a kernel across c
 
     target = Target.of(CRenderer, family="CPU", cores=2, l2_bytes=2 << 20)   # what tg.hcq's CPU device does
     renderer = CRenderer(target)
-    dataclasses.replace(target, one_call=True)                               # the same machine, one call per kernel
 
 A renderer declares what its language can do as class fields (`has_local`, `shared_max`, `core_groups`,
 `software_transcendentals`, see tg.codegen.render.base.Renderer); `Target.of` copies them, the device adds what it
@@ -50,8 +49,6 @@ class Target:
     local_threads: int = 0  # threads per work-group the heuristics give a kernel (a LOCAL opt; 0: none)
     core_groups: bool = False  # a GROUP opt splits a reduction across core calls (the C renderer's GROUP_REDUCE)
     software_transcendentals: bool = False  # float32 exp2/log2 become float ops (tg.codegen.lower.transcendental)
-    one_call: bool = False  # every kernel is one call on one core: small kernels replayed back to back (tg.llm's
-    # decode step) lose more to handing calls to other cores than those cores give them
 
     def __post_init__(self) -> None:
         if self.cores < 1:
@@ -70,16 +67,6 @@ class Target:
             "software_transcendentals": renderer_class.software_transcendentals,
         }
         return Target(**{**declared, **machine})
-
-    @property
-    def call_cores(self) -> int:
-        """The cores a kernel may be split across: one in one-call mode."""
-        return 1 if self.one_call else self.cores
-
-    @property
-    def splits_groups(self) -> bool:
-        """Whether a GROUP opt may split a reduction across core calls (never in one-call mode)."""
-        return self.core_groups and not self.one_call
 
 
 __all__ = ["DEFAULT_L1_BYTES", "DEFAULT_L2_BYTES", "Target"]

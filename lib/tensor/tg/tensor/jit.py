@@ -218,18 +218,17 @@ class TinyJit(Generic[R]):
 
     `plain_calls` is how many calls run plainly before the capture (default 1, so one-time work such as realizing
     lazily built weights stays out of the capture). 0 captures the first call, for a function known to do the same
-    work on every call: its first replay then comes one call earlier. `one_call=True` compiles the captured kernels
-    one call on one core each (tg.codegen.target.Target.one_call): for small kernels replayed back to back, which
-    lose more to handing calls to other cores than those cores give them.
+    work on every call: its first replay then comes one call earlier. The captured kernels are compiled for replay
+    (tg.codegen.pipeline.CodegenFlags.replayed): a replay runs them in one C call per core thread on the CPU, so
+    smaller kernels are split across its cores than in a plain call.
 
     `prune=True` drops from the replays every captured launch that does not depend on an input (a Tensor or
     Variable argument, or a random draw): such work ran once, in the capture, and its result stays in its buffer."""
 
-    def __init__(self, fn: Callable[..., R], plain_calls: int = 1, prune: bool = False, one_call: bool = False) -> None:
+    def __init__(self, fn: Callable[..., R], plain_calls: int = 1, prune: bool = False) -> None:
         self.fn = fn
         self.plain_calls = plain_calls
         self.prune = prune
-        self.one_call = one_call
         self.reset()
         functools.update_wrapper(self, fn)
 
@@ -249,10 +248,10 @@ class TinyJit(Generic[R]):
         """Pickle the capture (kernels, baked-in buffers, outputs), or, before there is one, the function and options
         (see tg.tensor.jit_pickle)."""
         if not self.captured:
-            return (TinyJit, (self.fn, self.plain_calls, self.prune, self.one_call))
+            return (TinyJit, (self.fn, self.plain_calls, self.prune))
         from tg.tensor.jit_pickle import captured_state
 
-        return (_unpickle_captured, (captured_state(self), self.plain_calls, self.prune, self.one_call))
+        return (_unpickle_captured, (captured_state(self), self.plain_calls, self.prune))
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return functools.partial(self.__call__, obj) if obj is not None else self  # jitted methods
@@ -321,7 +320,7 @@ class TinyJit(Generic[R]):
 
     def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[Tensor]) -> R:
         pending = set(pending_assigns())
-        with capture_launches(one_call=self.one_call) as launches, record_draws() as draws:
+        with capture_launches() as launches, record_draws() as draws:
             result = self.fn(*args, **kwargs)
             outputs = _flatten_outputs(result)
             assigned = _new_pending_assigns(pending)
@@ -343,7 +342,7 @@ class TinyJit(Generic[R]):
         return _rebuild_outputs(result, self.output_sources, inputs)
 
 
-def _unpickle_captured(state: Any, plain_calls: int, prune: bool, one_call: bool, shared: Any = None) -> TinyJit:
+def _unpickle_captured(state: Any, plain_calls: int, prune: bool, shared: Any = None) -> TinyJit:
     from tg.tensor.jit_pickle import restore
 
     def replay_only(*args: Any, **kwargs: Any) -> Any:
@@ -351,7 +350,7 @@ def _unpickle_captured(state: Any, plain_calls: int, prune: bool, one_call: bool
                        "replays its capture, which reset() dropped")  # fmt: skip
 
     replay_only.__name__ = replay_only.__qualname__ = state.name
-    jit: TinyJit = TinyJit(replay_only, plain_calls, prune, one_call)
+    jit: TinyJit = TinyJit(replay_only, plain_calls, prune)
     restore(jit, state, shared)
     return jit
 

@@ -270,7 +270,6 @@ class _StoredCapture:
     state: CapturedState
     plain_calls: int
     prune: bool
-    one_call: bool
 
 
 def dumps_capture(
@@ -280,7 +279,7 @@ def dumps_capture(
     if not jit.captured:
         raise JitPickleError(f"{_function_name(jit)}: nothing is captured yet")
     state = captured_state(jit, shared_name, scratch_empty)
-    return serial.dumps(_StoredCapture(state, jit.plain_calls, jit.prune, jit.one_call))
+    return serial.dumps(_StoredCapture(state, jit.plain_calls, jit.prune))
 
 
 def loads_capture(data: bytes, shared: Mapping[str, UOp] | None = None) -> TinyJit:
@@ -293,4 +292,4 @@ def loads_capture(data: bytes, shared: Mapping[str, UOp] | None = None) -> TinyJ
     stored = serial.loads(data, allowed={(cls.__module__, cls.__qualname__): cls for cls in classes})
     if not isinstance(stored, _StoredCapture):
         raise serial.IRLoadError(f"not a stored capture but a {type(stored).__name__}")
-    return _unpickle_captured(stored.state, stored.plain_calls, stored.prune, stored.one_call, shared)
+    return _unpickle_captured(stored.state, stored.plain_calls, stored.prune, shared)

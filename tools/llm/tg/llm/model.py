@@ -580,9 +580,7 @@ class Transformer:
         if step is None:
             # the step does the same work every call (weights and caches are realized at load), so the first call
             # is captured: a short answer would otherwise spend a step scheduling
-            # one call per kernel, on one core: the step's small kernels lose more to handing calls to the second
-            # core than it gives them (tg.codegen.target.Target.one_call)
-            step = TinyJit(self._step, plain_calls=0, one_call=True)
+            step = TinyJit(self._step, plain_calls=0)
         self.decode_steps[name] = step
         captured = step.graph is not None
         inputs = self.embedding_table.inputs([token])

@@ -14,10 +14,12 @@ launch size from the SPECIAL (`launch_calls`). Only output loops are cut, never 
 bits) do not depend on the core count.
 
 How many calls (`planned_calls`): one per core when the kernel is big enough to be worth waking the cores for, up
-to CALLS_PER_CORE per core while each call still has MULTICORE_MIN_ITERATIONS / 2 iterations (a call costs a few
-microseconds), and of those a count whose calls the cores finish together (`balanced_calls`). A loop whose trip
-count is symbolic gets a count computed at each launch from that launch's work (`symbolic_calls`), the same
-expression in the kernel and in the launch size.
+to CALLS_PER_CORE per core while each call still has half that minimum of iterations (a call costs a few
+microseconds), and of those a count whose calls the cores finish together (`balanced_calls`). The minimum is lower
+for a kernel compiled inside a capture (`split_min_iterations`): a replay runs the captured launches in one C call
+per core thread, where a split launch costs a few atomic operations instead of a hand-off to the core threads. A
+loop whose trip count is symbolic gets a count computed at each launch from that launch's work (`symbolic_calls`),
+the same expression in the kernel and in the launch size.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from tg.codegen.uop.args import AxisType
 from tg.codegen.uop.ops import Ops, UOp
 
 MULTICORE_MIN_ITERATIONS = 1 << 16
+# the minimum for replayed kernels (tg.hcq.devices.cpu_calls's tg_run_together): SmolLM2-135M's decode step, whose
+# matvecs of 576 rows were one call below 1 << 16, paired in one process on 2 cores at load 2.0 (median of 60 steps,
+# tok/s): every kernel one call 71.5, a minimum of 1 << 11 95.8, 1 << 12 97.7, 1 << 13 98.7, 1 << 14 94.6
+REPLAYED_MIN_ITERATIONS = 1 << 13
 # calls per core of a big kernel: the threads take calls as they come free (tg.hcq.devices.cpu_workers), so when
 # another process holds a core for a while the other cores make its calls
 CALLS_PER_CORE = 4
@@ -94,27 +100,33 @@ def balanced_calls(trips: int, cores: int, most: int) -> int:
     return min(candidates, key=lambda calls: (finish_time(trips, calls, cores), -calls))
 
 
-def symbolic_calls(end: UOp, work: int, most: int) -> UOp:
+def split_min_iterations(replayed: bool) -> int:
+    """The fewest innermost iterations (`loop_iterations`) of a kernel split across cores: fewer for one compiled
+    inside a capture, whose replays split launches at little cost."""
+    return REPLAYED_MIN_ITERATIONS if replayed else MULTICORE_MIN_ITERATIONS
+
+
+def symbolic_calls(end: UOp, work: int, most: int, min_iterations: int = MULTICORE_MIN_ITERATIONS) -> UOp:
     """The calls of a launch whose split loop runs `end` (symbolic) times, `work` / 2 innermost iterations each: as
-    for a fixed size, one per MULTICORE_MIN_ITERATIONS / 2 of this launch's work, at least one, at most `end` and
-    `most`. A decode step's attention at position 64 otherwise woke 8 calls of 8 rows each, whose waits on a loaded
-    machine cost more than the rows."""
-    return (end * work // MULTICORE_MIN_ITERATIONS).maximum(1).minimum(end).minimum(most)
+    for a fixed size, one per `min_iterations` / 2 of this launch's work, at least one, at most `end` and `most`. A
+    decode step's attention at position 64 otherwise woke 8 calls of 8 rows each, whose waits on a loaded machine cost
+    more than the rows."""
+    return (end * work // min_iterations).maximum(1).minimum(end).minimum(most)
 
 
-def planned_calls(linear: UOp, cores: int) -> int | UOp:
+def planned_calls(linear: UOp, cores: int, replayed: bool = False) -> int | UOp:
     """How many calls `linear` is cut into on `cores` cores (1: not cut); a UOp of the variables when the loop's trip
-    count is symbolic."""
+    count is symbolic. `replayed`: compiled inside a capture (see split_min_iterations)."""
     first = first_output_loop(linear)
     if first is None or first.arg.axis_type is not AxisType.LOOP or cores == 1 or _group_range(linear) is not None:
         return 1
-    iterations = loop_iterations(linear)
-    if iterations < MULTICORE_MIN_ITERATIONS:
+    iterations, min_iterations = loop_iterations(linear), split_min_iterations(replayed)
+    if iterations < min_iterations:
         return 1
-    most = max(cores, min(cores * CALLS_PER_CORE, 2 * iterations // MULTICORE_MIN_ITERATIONS))
+    most = max(cores, min(cores * CALLS_PER_CORE, 2 * iterations // min_iterations))
     if first.src[0].op is not Ops.CONST:
         work = 2 * max(1, iterations // max_trip_count(first))  # innermost iterations per loop iteration, doubled
-        return symbolic_calls(first.src[0], work, min(most, max_trip_count(first)))
+        return symbolic_calls(first.src[0], work, min(most, max_trip_count(first)), min_iterations)
     return balanced_calls(first.src[0].arg, cores, most)
 
 
@@ -123,9 +135,9 @@ def _group_range(linear: UOp) -> UOp | None:
     return next((u for u in linear.src if u.op is Ops.RANGE and u.arg.axis_type is AxisType.GROUP_REDUCE), None)
 
 
-def split_across_cores(linear: UOp, cores: int) -> UOp:
+def split_across_cores(linear: UOp, cores: int, replayed: bool = False) -> UOp:
     """`linear` with its first output loop cut into `planned_calls` chunks, one per call (see the module doc)."""
-    calls = planned_calls(linear, cores)
+    calls = planned_calls(linear, cores, replayed)
     if isinstance(calls, int) and calls == 1:
         return linear
     loop = first_output_loop(linear)

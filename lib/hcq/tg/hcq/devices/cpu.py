@@ -9,8 +9,9 @@ A launch with global size (x, y, z) calls the function x*y*z times with core_id 
 only the product matters; renderers launch (n, 1, 1)). The calls are spread across the device's core
 threads (one per core, `CPU_COUNT` overrides) and the exec completes when every call returned. The local
 size is ignored on CPU. The calls are made from a small C library (tg.hcq.devices.cpu_calls, compiled once per
-process), which reads the arguments below from memory: a run of single-call launches is one call from Python, and a
-split launch one per helping thread; without a C compiler (CPU:LLVM on a machine with none) they go through ctypes.
+process), which reads the arguments below from memory: a run of consecutive launches is one call from Python per
+thread that makes its calls, and a lone split launch one per helping thread; without a C compiler (CPU:LLVM on a
+machine with none) they go through ctypes.
 
 Raw buffers are `HCQBuffer`s over aligned host memory (tg.hcq.memory.HostMemory): `va_addr` is the real address that the
 kernel receives, and `view` is a memoryview of the same bytes. Kernel arguments are stored in the

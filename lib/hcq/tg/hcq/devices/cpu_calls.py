@@ -8,6 +8,10 @@ once per process (and kept by the compiler's disk cache), does the per-call work
   - `tg_run_serial(calls, n)` runs n launches one after the other on the calling thread, all calls of each: a run of
     consecutive single-call launches (the norms, residual adds and small elementwise kernels of a decode step)
     costs one ctypes call in all;
+  - `tg_run_together(calls, n, state, spin_ns)` runs n launches, some of them split, on every thread that calls it
+    with the same state: the threads take each split launch's core_ids from its counter and spin until its last
+    call returned before going on (a run of single-call launches is one step that one thread makes), so a TinyJit
+    replay of a decode step puts every core to work at the cost of a few atomic operations per launch;
   - `tg_take_calls(kernel, total, counters)` takes a split launch's core_ids one at a time from a shared atomic
     counter and calls the kernel for each; every thread that helps with the launch calls it with the same counters,
     so the hand-out order and the "a late thread finds nothing left" behaviour are those of the Python Launch;
@@ -58,6 +62,7 @@ def library_source() -> str:
     """The C source of the call library."""
     cases = "\n".join(_call_case(b, v) for b, v in itertools.product(range(MAX_BUFS + 1), range(MAX_VALS + 1)))
     return f"""#include <stdint.h>
+#include <sched.h>
 #include <time.h>
 typedef struct {{ void *function; const char *args; int32_t nbufs, nvals; }} tg_kernel;
 /* one launch of a serial run: a KernelRecord's address and how many core_ids it calls (two int64 from Python) */
@@ -102,6 +107,54 @@ static void tg_pause(void) {{
 #endif
 }}
 
+/* A run of n launches made together by every thread that calls this with the same state (the launching thread
+   and the core threads), in order: a launch starts once every call of the launch before it returned. It is cut into
+   steps: a split launch (total > 1) is a step whose core_ids the threads take one at a time; consecutive single-call
+   launches are one step that the thread taking it makes whole. state (zeroed, 1 + 2 * n int64): [0] the end of the
+   last step known to be finished (a late thread starts there); [1 + 2 * i], [2 + 2 * i] the calls taken and returned
+   of the step starting at launch i. A thread waiting for a step's calls on another thread spins for spin_ns, then
+   gives its core away between looks (sched_yield): on a shared machine the thread it waits for may need it. */
+static int64_t tg_step_end(const tg_serial_call *calls, int64_t n, int64_t i) {{
+  if (calls[i].total > 1) return i + 1;
+  while (i < n && calls[i].total <= 1) i++;
+  return i;
+}}
+
+static void tg_wait_returned(const int64_t *returned, int64_t total, int64_t spin_ns) {{
+  int64_t deadline = 0;
+  for (;;) {{
+    for (int i = 0; i < 64; i++) {{
+      if (__atomic_load_n(returned, __ATOMIC_ACQUIRE) >= total) return;
+      tg_pause();
+    }}
+    if (deadline == 0) deadline = tg_now_ns() + spin_ns;
+    else if (tg_now_ns() > deadline) sched_yield();
+  }}
+}}
+
+void tg_run_together(const tg_serial_call *calls, int64_t n, int64_t *state, int64_t spin_ns) {{
+  int64_t i = 0;
+  while (i < n) {{
+    int64_t finished = __atomic_load_n(&state[0], __ATOMIC_ACQUIRE);
+    if (finished > i) {{
+      i = finished;
+      continue;
+    }}
+    int64_t end = tg_step_end(calls, n, i), total = calls[i].total > 1 ? calls[i].total : 1;
+    int64_t *taken = &state[1 + 2 * i], *returned = &state[2 + 2 * i];
+    for (int64_t call; (call = __atomic_fetch_add(taken, 1, __ATOMIC_RELAXED)) < total;) {{
+      if (calls[i].total > 1) tg_call_range(calls[i].kernel, call, call + 1);
+      else for (int64_t j = i; j < end; j++) tg_call_range(calls[j].kernel, 0, calls[j].total);
+      __atomic_add_fetch(returned, 1, __ATOMIC_RELEASE);
+    }}
+    tg_wait_returned(returned, total, spin_ns);
+    while (finished < end && !__atomic_compare_exchange_n(&state[0], &finished, end, 0, __ATOMIC_RELEASE,
+                                                          __ATOMIC_ACQUIRE)) {{
+    }}
+    i = end;
+  }}
+}}
+
 /* Spin until counters[1] (calls returned) reaches total, for at most spin_ns; 1 when it did. */
 int tg_wait_finished(const int64_t *counters, int64_t total, int64_t spin_ns) {{
   int64_t deadline = tg_now_ns() + spin_ns;
@@ -144,6 +197,9 @@ class NativeCalls:
         self.wait_finished = library.tg_wait_finished
         self.wait_finished.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         self.wait_finished.restype = ctypes.c_int
+        self.run_together = library.tg_run_together
+        self.run_together.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
+        self.run_together.restype = None
         self.wait_changed = library.tg_wait_changed
         self.wait_changed.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
         self.wait_changed.restype = ctypes.c_int

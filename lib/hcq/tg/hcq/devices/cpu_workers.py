@@ -8,9 +8,10 @@ other processes a thread that is not running does not hold back calls another th
 ends when its last call returns, not when every core thread has reported back. Which thread makes a call changes
 nothing in its result. ctypes releases the GIL for the duration of each C call, so the calls really run in
 parallel. The calls themselves are made from C (tg.hcq.devices.cpu_calls): consecutive single-call launches of a
-list in one C call, a split launch's core_ids taken from atomic counters. While a list runs, a core thread that
-finished its calls spins briefly for the list's next launch instead of sleeping. All threads are daemons and start
-on first use, so an idle process starts none.
+list in one C call; consecutive launches among which some are split (a TinyJit replay) in one C call per thread, all
+threads together (NativeRun); a lone split launch's core_ids taken from atomic counters. While a list runs, a core
+thread that finished its calls spins briefly for the list's next launch instead of sleeping. All threads are
+daemons and start on first use, so an idle process starts none.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import itertools
 import os
 import queue
 import signal
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -56,6 +58,15 @@ SIGINT = int(signal.SIGINT)
 # SERIAL_RECHECK times longer is split again (the kernel was not small after all, e.g. the first run was cached).
 SERIAL_BELOW_S = 25e-6
 SERIAL_RECHECK = 8
+
+# A run of launches with split ones (a TinyJit replay) goes on every core or on the launching thread alone, whichever
+# of the two took less time over its last RECENT_RUNS runs; every TRY_OTHER_EVERY runs the other way is timed again.
+# On every core a thread that another process holds while it makes a call holds back the others until it is back (a
+# scheduler time slice, milliseconds). SmolLM2-135M's decode step on 2 cores, the two ways alternated run by run in
+# one process (medians of 40 each, float16 KV cache), took as long on both cores as on one at position 0 and 1.07x
+# and 1.12x as long at positions 1000 and 4000 at load 6.5; at load 2 both cores took 0.72x as long at position 0.
+RECENT_RUNS = 3
+TRY_OTHER_EVERY = 16
 
 
 class Launch:
@@ -127,7 +138,57 @@ class NativeLaunch:
             self.finished.wait()
 
 
-AnyLaunch = Launch | NativeLaunch
+class NativeRun:
+    """Consecutive launches that C runs on every thread of the pool at once (tg_run_together in
+    tg.hcq.devices.cpu_calls): the threads take each split launch's core_ids and wait for its last call before the
+    next launch, all in one C call per thread, so a launch costs a few atomic operations instead of a hand-off to
+    the core threads. A thread that comes late starts at the first launch not yet finished; the launching thread's
+    call returns when every launch did, so there is nothing left to wait for."""
+
+    def __init__(self, native: NativeCalls, calls: array.array, threads: int) -> None:
+        self.native = native
+        self.calls = calls  # (KernelRecord address, calls) pairs, see CommandEngine._native_launches
+        self.count = len(calls) // 2
+        self.total = threads
+        self.state = (ctypes.c_int64 * (1 + 2 * self.count))()  # the C run's counters, zeroed
+        self.error: BaseException | None = None
+
+    def take_calls(self) -> None:
+        try:
+            self.native.run_together(
+                self.calls.buffer_info()[0], self.count, ctypes.addressof(self.state), WAIT_SPIN_NS
+            )
+        except BaseException as error:  # (ctypes could not make the call: the other threads make every call)
+            self.error = self.error or error
+
+    def wait(self) -> None:
+        pass  # the launching thread's take_calls returned after the last launch finished
+
+
+AnyLaunch = Launch | NativeLaunch | NativeRun
+
+
+class RunChoice:
+    """Whether the next run of one replayed list of launches goes on every core (True) or on the launching thread
+    alone (False): each way is timed at first, then the one whose recent runs took less time (median), and now and
+    then the other again (see RECENT_RUNS)."""
+
+    def __init__(self) -> None:
+        self.recent: dict[bool, collections.deque[float]] = {
+            together: collections.deque(maxlen=RECENT_RUNS) for together in (True, False)
+        }
+        self.runs = 0
+
+    def together(self) -> bool:
+        self.runs += 1
+        unmeasured = [together for together, times in self.recent.items() if len(times) < 2]
+        if unmeasured:
+            return unmeasured[0]
+        faster = min(self.recent, key=lambda together: statistics.median(self.recent[together]))
+        return faster if self.runs % TRY_OTHER_EVERY else not faster
+
+    def record(self, together: bool, seconds: float) -> None:
+        self.recent[together].append(seconds)
 
 
 class CorePool:
@@ -198,6 +259,10 @@ class CorePool:
         """`run` for a launch whose calls C makes (see NativeLaunch)."""
         if not self._ran_whole(lambda: native.run_whole(kernel, total), total, program):
             self._run_split(NativeLaunch(native, kernel, total, self.finished), program)
+
+    def run_together(self, native: NativeCalls, calls: array.array) -> None:
+        """Run consecutive launches ((KernelRecord address, calls) pairs) on every core at once (see NativeRun)."""
+        self._run_split(NativeRun(native, calls, self.count), None)
 
     def _ran_whole(self, run_all: Callable[[], None], total: int, program: Any) -> bool:
         """Make every call with `run_all` on this thread when the launch is not split (one call, one core, or a
@@ -270,8 +335,9 @@ class CommandEngine:
         self.on_error = on_error
         self.load_native = native  # loads the C call library on the first launch (None: calls through ctypes)
         self.native: NativeCalls | None = None
-        self.native_runs = 0  # C runs of consecutive whole launches (tg_run_serial), for tests and profiles
+        self.native_runs = 0  # C runs of consecutive launches (tg_run_serial, tg_run_together), for tests and profiles
         self.native_run_launches = 0  # the launches those runs made
+        self.together_runs = 0  # runs of those on every core (tg_run_together), for tests and profiles
         self._pending: collections.deque[tuple[Sequence[Command], int]] = collections.deque()  # (list, next index)
         self._executing = False  # the executor role: held by the one thread that runs lists now
         self._lock = threading.Lock()
@@ -361,9 +427,10 @@ class CommandEngine:
             run: list[int] = []
             self.busy = not isinstance(command, (WaitCommand, PollBitCommand))
             try:
-                run = self._whole_launches(commands, index)
+                run, split = self._native_launches(commands, index)
                 if len(run) > 2:
-                    self._run_whole_launches(run)
+                    assert isinstance(command, ExecCommand)  # (a run starts at a launch)
+                    self._run_native_launches(run, split, command)
                 else:
                     self.execute(command)
             except BaseException as error:
@@ -373,30 +440,46 @@ class CommandEngine:
             index += max(1, len(run) // 2)
         return None
 
-    def _whole_launches(self, commands: Sequence[Command], start: int) -> list[int]:
-        """The consecutive launches from `start` that run whole on this thread and C can call, as a flat list of
-        (KernelRecord address, calls) pairs, the layout of tg_run_serial's array; empty when commands[start] is not
-        such a launch."""
+    def _native_launches(self, commands: Sequence[Command], start: int) -> tuple[list[int], bool]:
+        """The consecutive launches from `start` that C can call, as a flat list of (KernelRecord address, calls)
+        pairs, the layout of tg_run_serial's and tg_run_together's arrays (empty when commands[start] is not such a
+        launch), and whether one of them is split across cores."""
         native, cores = self._native_calls(), self.cores
         run: list[int] = []
+        split = False
         if native is None or cores is None:
-            return run
+            return run, split
         for command in itertools.islice(commands, start, None):
             if type(command) is not ExecCommand:
                 break
             prepared = self._native_record(native, command)
-            total = _calls(command)
-            # (a program run whole because its split launches were fast stays out: its runs are timed, see CorePool)
-            if prepared is None or (total > 1 and cores.count > 1):
+            if prepared is None:
                 break
+            total = _calls(command)
+            split = split or (total > 1 and cores.count > 1)
             run += (prepared[1], total)
-        return run
+        return run, split
 
-    def _run_whole_launches(self, run: list[int]) -> None:
-        """One C call for consecutive whole launches: no ctypes call and no Python objects per launch."""
-        assert self.native is not None  # (_whole_launches found the launches with it)
+    def _run_native_launches(self, run: list[int], split: bool, first: ExecCommand) -> None:
+        """One C call for consecutive launches (from `first` on): no ctypes call and no Python objects per launch.
+        Launches split across cores are run by every core thread at once (tg_run_together) or all here, as the
+        list's RunChoice (kept with the first launch's arguments, which a replay reuses) picks; others here
+        (tg_run_serial)."""
+        assert self.native is not None and self.cores is not None  # (_native_launches found the launches with them)
         calls = array.array("q", run)  # (an int64 array is built far faster than ctypes structures)
-        self.native.run_serial(calls.buffer_info()[0], len(run) // 2)
+        if not split:
+            self.native.run_serial(calls.buffer_info()[0], len(run) // 2)
+        else:
+            state = first.args_state
+            choice: RunChoice = getattr(state, "run_choice", None) or RunChoice()
+            state.run_choice = choice
+            together, start = choice.together(), time.perf_counter()
+            if together:
+                self.cores.run_together(self.native, calls)
+            else:
+                self.native.run_serial(calls.buffer_info()[0], len(run) // 2)
+            choice.record(together, time.perf_counter() - start)
+            self.together_runs += together
         self.native_runs += 1
         self.native_run_launches += len(run) // 2
 

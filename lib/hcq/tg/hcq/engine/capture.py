@@ -57,18 +57,18 @@ _active = threading.local()
 
 
 @contextmanager
-def capture_launches(one_call: bool = False) -> Iterator[list[Launch]]:
-    """Record every launch the engine runs on this thread inside the block (they still run). `one_call`: kernels
-    compiled inside the block are one call on one core each (Target.one_call), for small kernels whose replays run
-    back to back (tg.llm's decode step)."""
+def capture_launches() -> Iterator[list[Launch]]:
+    """Record every launch the engine runs on this thread inside the block (they still run). Kernels compiled inside
+    the block are compiled for replay (CodegenFlags.replayed): smaller ones are split across cores, as a replay runs
+    the launches in one C call per core thread."""
     if getattr(_active, "launches", None) is not None:
         raise RuntimeError("capture_launches cannot be nested (a jitted function called inside another's capture)")
     launches: list[Launch] = []
-    _active.launches, _active.one_call = launches, one_call
+    _active.launches = launches
     try:
         yield launches
     finally:
-        _active.launches, _active.one_call = None, False
+        _active.launches = None
 
 
 def record(launch: Launch) -> None:
@@ -80,11 +80,6 @@ def record(launch: Launch) -> None:
 
 def is_capturing() -> bool:
     return getattr(_active, "launches", None) is not None
-
-
-def capturing_one_call() -> bool:
-    """Whether the capture active on this thread asked for one-call kernels (see capture_launches)."""
-    return bool(getattr(_active, "one_call", False))
 
 
 class LaunchGraph:

@@ -31,7 +31,7 @@ from tg.codegen.uop.args import KernelInfo
 from tg.codegen.uop.kernel_form import lowerable_kernel
 from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq.device import Device
-from tg.hcq.engine.capture import capturing_one_call, is_capturing
+from tg.hcq.engine.capture import is_capturing
 from tg.hcq.flags import JITBEAM, PROGRAM_CACHE_SIZE, TG_DUMP_KERNELS
 
 
@@ -154,11 +154,11 @@ def _loaded(device_name: str, source: ProgramSource, binary: bytes) -> CompiledP
 
 def get_program(device_name: str, ast: UOp, flags: CodegenFlags | None = None) -> CompiledProgram:
     """The program for kernel `ast` on `device_name` (a canonical name, as `Device.canonicalize` gives), compiled on
-    first use; a PROGRAM node (`to_program`) is loaded as it is. `flags`: the environment's by default, one call per
-    kernel inside a capture that asks for it."""
+    first use; a PROGRAM node (`to_program`) is loaded as it is. `flags`: the environment's by default, compiled for
+    replay inside a capture (CodegenFlags.replayed)."""
     if ast.op is Ops.PROGRAM:
         return _cached(device_name, ast, None, 0, lambda: _loaded(device_name, ast.arg, ast.src[2].arg))
-    flags = CodegenFlags.from_environment(one_call=capturing_one_call()) if flags is None else flags
+    flags = CodegenFlags.from_environment(replayed=is_capturing()) if flags is None else flags
     width = beam_width()
 
     def compile_it() -> CompiledProgram:

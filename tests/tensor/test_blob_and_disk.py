@@ -37,7 +37,8 @@ def test_dropping_a_blob_tensor_leaves_the_memory_to_its_owner() -> None:
     t = Tensor.from_blob(array.ctypes.data, 4, dtype="float32", device="CPU")
     assert t.sum().item() == 12.0
     del t
-    others = [Tensor.full((4,), 9.0, device="CPU").contiguous().realize() for _ in range(4)]  # would reuse a recycled block
+    # these would reuse a recycled block
+    others = [Tensor.full((4,), 9.0, device="CPU").contiguous().realize() for _ in range(4)]
     np.testing.assert_array_equal(array, np.full(4, 3.0, np.float32))
     assert all(o.numpy().tolist() == [9.0] * 4 for o in others)
 

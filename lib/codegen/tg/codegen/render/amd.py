@@ -28,9 +28,10 @@ needs no v_exp_f32/v_log_f32 for them. sqrt, division and reciprocal are LLVM's 
 (v_sqrt_f32, v_rcp_f32, v_div_scale/fmas/fixup with refinement), so they are exact too. sin is the hardware's
 v_sin_f32/v_cos_f32 (llvm.sin/cos.f32) on the argument reduced by whole half turns first (`sine`: the hardware's own
 reduction, x / 2pi in float32, loses the low bits of large arguments) and pow is built from llvm.exp2/llvm.log2
-(v_exp_f32/v_log_f32) with C's rules for signs: those two are approximate (a few ulp), not bit-exact. float64 exp2/log2/sin/pow have no AMDGPU instruction and LLVM
-would need a device library (it aborts the process for them): they are written out in double operations
-(tg.codegen.render.llvm_f64, within a few ulps; pow's error grows with the size of its result's exponent).
+(v_exp_f32/v_log_f32) with C's rules for signs: those two are approximate (a few ulp), not bit-exact. float64
+exp2/log2/sin/pow have no AMDGPU instruction and LLVM would need a device library (it aborts the process for them):
+they are written out in double operations (tg.codegen.render.llvm_f64, within a few ulps; pow's error grows with the
+size of its result's exponent).
 """
 
 from __future__ import annotations

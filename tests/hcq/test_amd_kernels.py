@@ -318,3 +318,32 @@ def test_on_device_hang_on_the_pci_driver_names_the_fault_address(pci_dev, kit) 
     assert report.startswith(f"MMU fault: 0x{UNMAPPED:X} | queue at doorbell")
     pci_dev.recover()
     assert add_one_works(pci_dev, kit)
+
+
+def test_float16_round_is_half_to_even_as_numpy(dev) -> None:
+    """A regression: a 16-bit comparison in the VOP3 encoding read its inline constant (0.5) as f32 bits, whose low
+    half is 0, so round()'s halfway test compared with 0 and every fraction rounded away from zero."""
+    values = np.array([-2.5, -1.5, -1.25, -0.5, 0.5, 0.75, 1.5, 2.5, 3.25], np.float16)
+    result = tensor(values).round().numpy()
+    np.testing.assert_array_equal(result, np.round(values))
+    assert np.signbit(result).tolist() == np.signbit(np.round(values)).tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_zero_quotient_has_the_sign_of_the_division(dev, dtype) -> None:
+    """V_DIV_FIXUP gives the quotient the sign of n xor d (the ISA's pseudocode): -0 / 6 and 0 / -6 are -0 (a
+    regression: the emulator kept the refined quotient's +0, so hardswish(-3) and sinh(-0) were +0)."""
+    n = np.array([-0.0, 0.0, 0.0, -0.0, -3.0, 3.0], dtype)
+    d = np.array([6.0, -6.0, 6.0, -6.0, 6.0, 7.0], dtype)
+    result = (tensor(n) / tensor(d)).numpy()
+    np.testing.assert_array_equal(result, n / d)
+    assert np.signbit(result).tolist() == np.signbit(n / d).tolist()
+
+
+def test_sin_of_large_arguments_is_accurate_and_keeps_the_sign_of_zero(dev) -> None:
+    """A regression: the hardware's sine takes x / 2pi rounded to float32, which for |x| ~ 1e4 is off by 1e-4 of a
+    turn (errors of 7e-5); the renderer reduces x by whole turns first, in two float32 parts of 2pi."""
+    x = np.concatenate([np.linspace(-1e4, 1e4, 57), [0.0, -0.0, 3.0, -2.5]]).astype(np.float32)
+    result = tensor(x).sin().numpy()
+    np.testing.assert_allclose(result, np.sin(x.astype(np.float64)), rtol=0, atol=1e-6)
+    assert np.signbit(result[57:59]).tolist() == [False, True]

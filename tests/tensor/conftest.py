@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tg.codegen import dtypes, to_numpy
+from tg.hcq import Device
 
 
 def random_array(shape: tuple[int, ...], dtype, seed: int = 0, low: float = -3.0, high: float = 3.0) -> np.ndarray:
@@ -40,3 +41,15 @@ def assert_matches(actual, expected: np.ndarray, dtype=None, rtol: float = 0.0, 
 @pytest.fixture
 def np_check():
     return SimpleNamespace(random=random_array, matches=assert_matches)
+
+
+@pytest.fixture
+def cpu_default():
+    """The CPU device as the default for one test, whatever DEV says: for tests of what only the CPU device does (its
+    cache-driven layout, its C source, its core split), so that they check the CPU also when the suite runs on
+    another device (DEV=MOCKKFD+AMD)."""
+    Device.DEFAULT = "CPU"
+    try:
+        yield
+    finally:
+        Device.DEFAULT = None

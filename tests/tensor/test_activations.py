@@ -9,7 +9,7 @@ import pytest
 from tg.codegen import dtypes
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 
 def np_sigmoid(x):

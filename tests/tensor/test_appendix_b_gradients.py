@@ -12,7 +12,7 @@ import pytest
 from tg.codegen import dtypes
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 
 def _grad_of(values, fn, device: str) -> np.ndarray:

@@ -10,7 +10,7 @@ from tg.codegen import dtypes
 from tg.tensor import GlobalCounters, Tensor
 from tg.tensor.autograd import no_grad
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 
 @pytest.mark.parametrize("device", DEVICES)

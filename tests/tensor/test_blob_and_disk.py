@@ -1,5 +1,6 @@
 """`Tensor.from_blob` wraps the caller's memory (reads and writes both ways, like tinygrad's), and `.to("disk:...")`
-realizes whatever it is given (lazy values, views, math on a file) and writes it to the file."""
+realizes whatever it is given (lazy values, views, math on a file) and writes it to the file. A blob is host memory:
+the tests name a host-memory device (CPU, PYTHON), whatever the default device is."""
 
 from __future__ import annotations
 
@@ -14,15 +15,15 @@ from tg.tensor import Tensor
 
 def test_from_blob_reads_the_memory_when_used_not_when_made() -> None:
     array = np.arange(6, dtype=np.float32)
-    t = Tensor.from_blob(array.ctypes.data, (2, 3), dtype="float32")
+    t = Tensor.from_blob(array.ctypes.data, (2, 3), dtype="float32", device="CPU")
     array[0] = 100.0  # after the tensor was made
     np.testing.assert_array_equal((t + 0).numpy(), array.reshape(2, 3))
 
 
 def test_writes_through_a_blob_tensor_land_in_the_memory() -> None:
     array = np.arange(6, dtype=np.float32)
-    t = Tensor.from_blob(array.ctypes.data, (2, 3), dtype="float32")
-    t[1] = Tensor([7.0, 8.0, 9.0])
+    t = Tensor.from_blob(array.ctypes.data, (2, 3), dtype="float32", device="CPU")
+    t[1] = Tensor([7.0, 8.0, 9.0], device="CPU")
     t.realize()
     Device[t.device].synchronize()  # kernels run asynchronously: wait before reading the memory from numpy
     np.testing.assert_array_equal(array, [0.0, 1.0, 2.0, 7.0, 8.0, 9.0])
@@ -33,10 +34,11 @@ def test_writes_through_a_blob_tensor_land_in_the_memory() -> None:
 
 def test_dropping_a_blob_tensor_leaves_the_memory_to_its_owner() -> None:
     array = np.full(4, 3.0, dtype=np.float32)
-    t = Tensor.from_blob(array.ctypes.data, 4, dtype="float32")
+    t = Tensor.from_blob(array.ctypes.data, 4, dtype="float32", device="CPU")
     assert t.sum().item() == 12.0
     del t
-    others = [Tensor.full((4,), 9.0).contiguous().realize() for _ in range(4)]  # would reuse a recycled block
+    # these would reuse a recycled block
+    others = [Tensor.full((4,), 9.0, device="CPU").contiguous().realize() for _ in range(4)]
     np.testing.assert_array_equal(array, np.full(4, 3.0, np.float32))
     assert all(o.numpy().tolist() == [9.0] * 4 for o in others)
 

@@ -9,7 +9,8 @@ import pytest
 from tg.codegen import dtypes
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
+
 RNG = np.random.default_rng(5)
 X = RNG.uniform(-20, 20, (3, 4, 5)).astype(np.float32)
 

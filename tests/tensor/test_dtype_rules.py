@@ -11,7 +11,8 @@ import pytest
 from tg.codegen import dtypes, least_upper_dtype, to_numpy
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
+
 FP8 = [dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz]
 FP8_MAX = {dtypes.fp8e4m3: 448.0, dtypes.fp8e5m2: 57344.0, dtypes.fp8e4m3fnuz: 240.0, dtypes.fp8e5m2fnuz: 57344.0}
 NUMERIC = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint32]

@@ -12,7 +12,8 @@ import pytest
 from tg.codegen import dtypes, to_numpy
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
+
 FLOATS = [dtypes.float32, dtypes.float16, dtypes.float64]
 INTS = [dtypes.int32, dtypes.int8, dtypes.uint8]
 ALL = FLOATS + INTS + [dtypes.bool]

@@ -14,7 +14,7 @@ from tg.codegen.schedule.graph import ReduceArg, const_node, shape_of
 from tg.codegen.schedule.schedule import schedule_stats
 from tg.hcq.engine import GlobalCounters, buffer_from_bytes, read_bytes, realize
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 
 def tensor(array: np.ndarray, device: str = "CPU") -> UOp:

@@ -10,9 +10,9 @@ from tg.codegen.flags import Context
 from tg.codegen.schedule.graph import shape_of
 from tg.hcq.engine import GlobalCounters, read_bytes, realize
 
+from .devices import DEVICES
 from .test_engine import alu, expand, full, reduce, reshape, tensor, to_numpy
 
-DEVICES = ["CPU", "PYTHON"]
 rng = np.random.default_rng(2)
 
 

@@ -10,9 +10,9 @@ from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.dtype import from_numpy
 from tg.hcq.engine import buffer_from_bytes, read_bytes
 
+from .devices import DEVICES
 from .test_engine import alu, reduce, tensor, to_numpy
 
-DEVICES = ["CPU", "PYTHON"]
 FLOATS = [np.float32, np.float16, np.float64]
 INTS = [np.int32, np.int8, np.uint8]
 rng = np.random.default_rng(1)

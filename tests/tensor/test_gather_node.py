@@ -15,7 +15,7 @@ from tg.codegen.schedule.schedule import KernelCall, create_schedule
 from tg.codegen.uop.spec import TENSOR_SPEC
 from tg.tensor import Tensor, TinyJit
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 
 def _random(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:

@@ -17,7 +17,8 @@ import pytest
 from tg.codegen import dtypes
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
+
 STEP = 1e-6
 
 

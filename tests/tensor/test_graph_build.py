@@ -5,15 +5,17 @@ import numpy as np
 import pytest
 
 from tg.codegen import Ops, UOp, dtypes
+from tg.hcq import Device
 from tg.tensor import Tensor
 from tg.tensor.attention import _kept_positions, causal_mask
 from tg.tensor.autograd import no_grad
 from tg.tensor.elementwise import expanded_constant
 
 
-def scalar_of_shape(value: float, shape: tuple[int, ...], dtype=dtypes.float32, device: str = "CPU") -> UOp:
-    """A constant broadcast to `shape`, spelled out: CONST on its device, reshaped to all-ones, expanded."""
-    const = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), value)
+def scalar_of_shape(value: float, shape: tuple[int, ...], dtype=dtypes.float32, device: str | None = None) -> UOp:
+    """A constant broadcast to `shape`, spelled out: CONST on its device (the default one unless given), reshaped to
+    all-ones, expanded."""
+    const = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device or Device.DEFAULT),), value)
     return UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (const,), (1,) * len(shape)),), shape)
 
 

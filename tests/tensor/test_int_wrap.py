@@ -10,7 +10,7 @@ import pytest
 from tg.codegen import dtypes, to_numpy
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -60,7 +60,7 @@ def test_many_kernels_replay_like_eager() -> None:
 def test_a_replay_on_the_cpu_is_one_submit(monkeypatch: pytest.MonkeyPatch) -> None:
     step = TinyJit(lambda x: ((x + 1).contiguous() * 2).contiguous().sum())
     for _ in range(2):
-        step(Tensor(np.ones(64, np.float32)))
+        step(Tensor(np.ones(64, np.float32), device="CPU"))
     submits = []
     original = CPUComputeQueue._submit
 
@@ -69,7 +69,7 @@ def test_a_replay_on_the_cpu_is_one_submit(monkeypatch: pytest.MonkeyPatch) -> N
         original(self, device, commands)
 
     monkeypatch.setattr(CPUComputeQueue, "_submit", counting)
-    result = step(Tensor(np.full(64, 3.0, np.float32)))
+    result = step(Tensor(np.full(64, 3.0, np.float32), device="CPU"))
     assert step.graph is not None and step.graph.one_submit
     assert len(submits) == 1 and submits[0] >= 3 + 2  # wait, three kernels, signal
     assert result.item() == pytest.approx(64 * 8.0)
@@ -219,6 +219,7 @@ def test_a_jitted_kv_cache_step_equals_eager_bit_for_bit() -> None:
     assert jitted.graph is not None and jitted.graph.one_submit
 
 
+@pytest.mark.usefixtures("cpu_default")  # the CPU's split across cores
 def test_a_launch_size_that_depends_on_a_variable_is_resolved_per_replay() -> None:
     """Big enough to be cut across cores: one to CALLS_PER_CORE calls per core (at most the trip count), patched at
     submit."""
@@ -269,6 +270,7 @@ def test_a_replay_with_a_value_outside_the_range_is_an_error() -> None:
         n.bind(9)
 
 
+@pytest.mark.usefixtures("cpu_default")  # the CPU queue's one submit
 def test_copies_and_a_second_cpu_device_replay_in_one_submit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Copies (one straight from an input) and kernels on CPU:1 are commands of the one replayed queue."""
 

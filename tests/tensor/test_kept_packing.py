@@ -22,6 +22,8 @@ from tg.hcq.engine.kept import kept_copy
 from tg.tensor import Tensor, TinyJit
 from tg.tensor.nn.optim import SGD
 
+pytestmark = pytest.mark.usefixtures("cpu_default")  # packing is for the CPU caches: these tensors live on the CPU
+
 ROWS, K, M = 64, 768, 1024  # rows 4 KiB apart: their strips alias in a 2 MiB L2, so the weight is packed
 
 

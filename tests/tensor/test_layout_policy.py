@@ -16,6 +16,8 @@ from tg.codegen.uop.ops import Ops, UOp
 from tg.hcq import Device
 from tg.tensor import Tensor
 
+pytestmark = pytest.mark.usefixtures("cpu_default")  # the layout stage packs for the CPU caches: tensors on the CPU
+
 SMALL_L2, LARGE_L2 = 1 << 18, 4 << 20
 
 

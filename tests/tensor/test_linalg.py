@@ -7,7 +7,7 @@ from tg.codegen import dtypes
 from tg.codegen.schedule.graph import ShapeError
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 MATMUL_SHAPES = [
     ((3, 4), (4, 5)),

@@ -7,7 +7,8 @@ import pytest
 
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
+
 RNG = np.random.default_rng(21)
 LOGITS = RNG.uniform(-4, 4, (6, 5)).astype(np.float32)
 LABELS = np.array([0, 4, 2, 2, 1, 3], dtype=np.int32)

@@ -20,6 +20,8 @@ from tg.hcq import Device
 from tg.tensor import Tensor
 from tg.tensor.linalg import constant_view
 
+pytestmark = pytest.mark.usefixtures("cpu_default")  # packing is for the CPU's caches: these tensors live on the CPU
+
 
 def kernel_count(tensor: Tensor) -> int:
     return sum(isinstance(item, KernelCall) for item in create_schedule((tensor.uop,)).items)

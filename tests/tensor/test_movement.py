@@ -6,7 +6,7 @@ import pytest
 from tg.codegen import dtypes, to_numpy
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 
 def source(shape=(3, 4, 5), dtype=dtypes.int32) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 from tg.codegen import dtypes
 from tg.tensor import Tensor, nn
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 
 def _rand(*shape: int, seed: int = 0) -> np.ndarray:

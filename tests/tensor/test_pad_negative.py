@@ -10,7 +10,8 @@ import pytest
 from tg.codegen import dtypes
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
+
 NUMPY_MODE = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 # [0, 1, 2, 3, 4] padded by (before, after): torch's rows

@@ -8,7 +8,7 @@ from tg.codegen import dtypes
 from tg.tensor import Tensor
 from tg.tensor.threefry import Key, threefry2x32
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 # Random123's known-answer vectors for threefry2x32_20: (counter, key) -> output
 KNOWN_ANSWERS = [

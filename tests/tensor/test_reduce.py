@@ -6,7 +6,8 @@ import pytest
 from tg.codegen import dtypes, to_numpy
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
+
 DTYPES = [dtypes.float32, dtypes.float16, dtypes.float64, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.bool]
 AXES = [None, 0, 1, -1, (0, 2)]
 SHAPE = (3, 4, 5)

@@ -8,7 +8,8 @@ import pytest
 from tg.codegen import dtypes
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
+
 RNG = np.random.default_rng(9)
 X = RNG.uniform(-2, 2, (3, 4, 5)).astype(np.float32)
 

@@ -8,7 +8,7 @@ from tg.codegen.schedule.graph import ShapeError
 from tg.tensor import Tensor
 from tg.tensor.positions import positions
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
 
 
 def _random(shape, seed=0):

@@ -9,7 +9,8 @@ import pytest
 from tg.codegen import dtypes
 from tg.tensor import Tensor
 
-DEVICES = ["CPU", "PYTHON"]
+from .devices import DEVICES
+
 RNG = np.random.default_rng(11)
 TINY = [0.0, 1e-30, -1e-30, 1e-8, -1e-8, 1e-4, -1e-4]
 

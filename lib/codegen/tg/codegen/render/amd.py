@@ -26,13 +26,17 @@ Transcendentals: the renderer declares `software_transcendentals`, so float32 (a
 it as plain float and int ops (tg.codegen.lower.transcendental) that give the PYTHON device's bits, and the emulator
 needs no v_exp_f32/v_log_f32 for them. sqrt, division and reciprocal are LLVM's correctly rounded expansions
 (v_sqrt_f32, v_rcp_f32, v_div_scale/fmas/fixup with refinement), so they are exact too. sin is the hardware's
-v_sin_f32 (llvm.sin.f32) and pow is built from llvm.exp2/llvm.log2 (v_exp_f32/v_log_f32) with C's rules for signs:
-those two are approximate (a few ulp), not bit-exact. float64 exp2/log2/sin/pow have no AMDGPU instruction and LLVM
-would need a device library (it aborts the process for them): they are written out in double operations
-(tg.codegen.render.llvm_f64, within a few ulps; pow's error grows with the size of its result's exponent).
+v_sin_f32/v_cos_f32 (llvm.sin/cos.f32) on the argument reduced by whole half turns first (`sine`: the hardware's own
+reduction, x / 2pi in float32, loses the low bits of large arguments) and pow is built from llvm.exp2/llvm.log2
+(v_exp_f32/v_log_f32) with C's rules for signs: those two are approximate (a few ulp), not bit-exact. float64
+exp2/log2/sin/pow have no AMDGPU instruction and LLVM would need a device library (it aborts the process for them):
+they are written out in double operations (tg.codegen.render.llvm_f64, within a few ulps; pow's error grows with the
+size of its result's exponent).
 """
 
 from __future__ import annotations
+
+import struct
 
 from tg.codegen.dtype import AddrSpace, DType, dtypes
 from tg.codegen.render.base import Renderer, buffer_param
@@ -53,6 +57,8 @@ NO_USER_SGPRS = (
     "amdgpu-no-completion-action", "amdgpu-no-lds-kernel-id",
 )  # fmt: skip
 LDS_BYTES = 65536  # local memory per workgroup on RDNA3
+# 1 / pi, and pi as the float32 nearest it plus the float32 nearest the rest (sin's argument reduction)
+SINE_REDUCTION = tuple(struct.unpack("<f", struct.pack("<I", bits))[0] for bits in (0x3EA2F983, 0x40490FDB, 0xB3BBBD2E))
 
 
 class AMDRenderer(Renderer):
@@ -216,9 +222,40 @@ class _AMDFunction(_LLVMFunction):
         widened = x if t == "float" else [self.emit(f"fpext {t} {v} to float") for v in x]
         if function == "pow":
             result = self.power(widened[0], widened[1])
+        elif function == "sin":
+            result = self.sine(widened[0])
         else:
             result = self.intrinsic(f"llvm.{function}.f32", "float", f"float {widened[0]}")
         return result if t == "float" else self.emit(f"fptrunc float {result} to {t}")
+
+    def sine(self, x: str) -> str:
+        """sin x from the hardware's, which LLVM feeds x / 2pi rounded to float32 (so for large x it loses the low
+        bits of the turn, and near a multiple of pi the rounding is large beside the result): x first loses its
+        nearest whole number k of half turns (pi in two float32 parts, Cody and Waite; each product subtracted by an
+        fma), sin x = (-1)^k sin r with r in [-pi/2, pi/2], and what the last rounding of r drops is added back to
+        first order, sin(r + e) = sin r + e cos r; a zero is returned as it is (its sign). Within 2 ulps while |x| is
+        below about 1e5 (32768 half turns); beyond, float32 holds too few bits of pi and the correction is left out.
+        NaN and inf give NaN."""
+        halves_per_radian, pi_high, pi_low = (float_literal(v, dtypes.float32) for v in SINE_REDUCTION)
+        halves = self.intrinsic("llvm.rint.f32", "float", f"float {self.emit(f'fmul float {x}, {halves_per_radian}')}")
+        minus_halves = self.emit(f"fneg float {halves}")
+        high = self.fma(minus_halves, pi_high, x)  # exact: x and k pi are close
+        remainder = self.fma(minus_halves, pi_low, high)
+        dropped = self.fma(minus_halves, pi_low, self.emit(f"fsub float {high}, {remainder}"))
+        size = self.intrinsic("llvm.fabs.f32", "float", f"float {halves}")
+        beyond = self.emit(f"fcmp ogt float {size}, {float_literal(32768.0, dtypes.float32)}")
+        dropped = self.emit(f"select i1 {beyond}, float {float_literal(0.0, dtypes.float32)}, float {dropped}")
+        cosine = self.intrinsic("llvm.cos.f32", "float", f"float {remainder}")
+        sine = self.fma(dropped, cosine, self.intrinsic("llvm.sin.f32", "float", f"float {remainder}"))
+        half = self.emit(f"fmul float {halves}, {float_literal(0.5, dtypes.float32)}")
+        odd = self.emit(f"fcmp une float {self.intrinsic('llvm.trunc.f32', 'float', f'float {half}')}, {half}")
+        result = self.emit(f"select i1 {odd}, float {self.emit(f'fneg float {sine}')}, float {sine}")
+        zero = self.emit(f"fcmp oeq float {x}, {float_literal(0.0, dtypes.float32)}")
+        return self.emit(f"select i1 {zero}, float {x}, float {result}")
+
+    def fma(self, a: str, b: str, c: str) -> str:
+        """a * b + c in float32, rounded once."""
+        return self.intrinsic("llvm.fma.f32", "float", f"float {a}", f"float {b}", f"float {c}")
 
     def power(self, base: str, exponent: str) -> str:
         """base ** exponent as exp2(exponent * log2(|base|)), with C's pow rules for what that leaves out: a negative

@@ -514,9 +514,10 @@ class Compiler:
         if found is None:
             raise _illegal(inst)
         cmp, (w0, w1) = found
-        a = vector_getter(src0, w0, inst.literal, 64 if w0 == 2 else 32)
-        b = vector_getter(src1, w1, inst.literal, 64 if w1 == 2 else 32)
-        if inst.encoding == "VOPC" and _operand_bits(inst.name)[1] == 16:
+        bits = _operand_bits(inst.name)[1]  # 16: inline constants are f16 and the sign (neg, abs) is bit 15
+        a = vector_getter(src0, w0, inst.literal, 64 if w0 == 2 else bits)
+        b = vector_getter(src1, w1, inst.literal, 64 if w1 == 2 else bits)
+        if inst.encoding == "VOPC" and bits == 16:
             a, b = _t16_source(src0, inst.literal), _t16_source(src1, None)
         if inst.encoding == "VOP3" and inst.fields["opsel"]:
             if not _is_16bit_op(inst.name):
@@ -525,8 +526,8 @@ class Compiler:
             b = _high_half(b) if inst.fields["opsel"] & 2 else b
         if inst.encoding == "VOP3":
             f = inst.fields
-            a = _modifier(a, 0, f["neg"], f["abs"], 63 if w0 == 2 else 31, w0)
-            b = _modifier(b, 1, f["neg"], f["abs"], 63 if w1 == 2 else 31, w1)
+            a = _modifier(a, 0, f["neg"], f["abs"], 63 if w0 == 2 else bits - 1, w0)
+            b = _modifier(b, 1, f["neg"], f["abs"], 63 if w1 == 2 else bits - 1, w1)
         to_exec = inst.name.startswith("v_cmpx")
 
         def run(w: Wave) -> None:

@@ -287,29 +287,28 @@ def _u32(x: Lanes) -> Lanes:
     return x.astype(U32)
 
 
-def _div_fixup32(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
-    """V_DIV_FIXUP_F32(S0 = quotient, S1 = denominator, S2 = numerator): the IEEE special cases of n / d."""
-    qf, df, nf = f32(q).astype(F64), f32(d).astype(F64), f32(n).astype(F64)
+def _div_fixup(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
+    """V_DIV_FIXUP (S0 = quotient, S1 = denominator, S2 = numerator), on float64 lanes: the IEEE special cases of
+    n / d (a NaN, a zero or an infinite operand; a zero numerator gives a signed zero) are computed exactly; otherwise
+    the quotient's magnitude with the sign of n xor the sign of d, as the ISA's pseudocode gives it (the refinement
+    before it may lose the sign of a zero quotient)."""
     with np.errstate(all="ignore"):
-        special = np.isnan(df) | np.isnan(nf) | (df == 0) | np.isinf(df) | np.isinf(nf)
-        exact = nf / df
-    return to_f32(np.where(special, exact, qf))
+        special = np.isnan(d) | np.isnan(n) | (d == 0) | (n == 0) | np.isinf(d) | np.isinf(n)
+        negative = np.signbit(n) ^ np.signbit(d)
+        return np.where(special, n / d, np.where(negative, -np.abs(q), np.abs(q)))
+
+
+def _div_fixup32(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
+    """V_DIV_FIXUP_F32: see _div_fixup (exact in float64, then rounded once)."""
+    return to_f32(_div_fixup(f32(q).astype(F64), f32(d).astype(F64), f32(n).astype(F64)))
 
 
 def _div_fixup16(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
-    qf, df, nf = f16(q).astype(F64), f16(d).astype(F64), f16(n).astype(F64)
-    with np.errstate(all="ignore"):
-        special = np.isnan(df) | np.isnan(nf) | (df == 0) | np.isinf(df) | np.isinf(nf)
-        exact = nf / df
-    return b32(np.where(special, exact, qf).astype(F16))
+    return b32(_div_fixup(f16(q).astype(F64), f16(d).astype(F64), f16(n).astype(F64)).astype(F16))
 
 
 def _div_fixup64(q: Lanes, d: Lanes, n: Lanes) -> Lanes:
-    qf, df, nf = f64(q), f64(d), f64(n)
-    with np.errstate(all="ignore"):
-        special = np.isnan(df) | np.isnan(nf) | (df == 0) | np.isinf(df) | np.isinf(nf)
-        exact = nf / df
-    return b64(np.where(special, exact, qf))
+    return b64(_div_fixup(f64(q), f64(d), f64(n)))
 
 
 def _cvt_pk_rtz(a: Lanes, b: Lanes) -> Lanes:

@@ -2,7 +2,9 @@
 
 Run: `CC=gcc uv run python bench/bench_llm.py [--prefill 256] [--decode 32] [--positions 0,4000 --kv-cache f16]`
 (`--positions`: decode tok/s at those positions, tg and llama-cpp-python taking turns); `--first-answer 3` instead times
-one short question in fresh `tg-llm` processes, cold cache and warm (median of 3). Prints tg's numbers, the profile
+one short question in fresh `tg-llm` processes, cold cache and warm (median of 3); `--ttft 20` instead times the
+first token of a 43-token chat prompt in this (loaded, warmed) process, median of 20, beside llama-cpp-python's
+(1 and 2 threads) when installed. Prints tg's numbers, the profile
 of one decode step (kernels, their time, Python overhead), the machine's load average (the figures depend on it)
 and, when installed, the same run in transformers (float32) and llama-cpp-python on the same file.
 
@@ -30,10 +32,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 from tg.llm import registry
 from tg.llm.generate import Generator
 from tg.llm.model import Transformer, load_model
+from tg.llm.session import Session
 from tg.tensor import Context, GlobalCounters
 
 KERNEL_LINE = re.compile(r"^\*\*\* \S+\s+\d+ (\S+)\s+shape \S+\s+([\d.]+) us")
@@ -125,8 +129,8 @@ def print_tg(tg: dict, args: argparse.Namespace) -> None:
     print(f"  kernel time by name: {top}")
 
 
-def llama_cpp_model(path, n_ctx: int):
-    """llama-cpp-python's Llama on `path` with two threads, or None when it is not installed."""
+def llama_cpp_model(path, n_ctx: int, threads: int = 2):
+    """llama-cpp-python's Llama on `path` with `threads` threads, or None when it is not installed."""
     try:
         import llama_cpp
         from llama_cpp import Llama
@@ -138,7 +142,7 @@ def llama_cpp_model(path, n_ctx: int):
     # its AVX-512 VNNI dot products, as on any CPU without AMX
     without_amx.use_extra_bufts = False
     llama_cpp.llama.llama_cpp.llama_model_default_params = lambda: without_amx
-    return Llama(model_path=str(path), n_ctx=n_ctx, n_threads=2, n_threads_batch=2, verbose=False)
+    return Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
 
 
 def bench_llama_cpp(path, prefill_tokens: int, decode_tokens: int) -> str:
@@ -240,6 +244,57 @@ def bench_first_answer(runs: int) -> None:
           f"warm {[round(t, 2) for t in warm]}")  # fmt: skip
 
 
+TTFT_QUESTION = "What is the capital of France and how many people live there?"  # 43 tokens in the template
+
+
+def ttft_tg(session: Session, question: str) -> float:
+    """Seconds from a new conversation's question to its first token: template, tokenizer, prefill, sampling."""
+    session.clear()
+    session.generator.cached = []  # a new conversation: no prefix of the last one is reused
+    start = time.perf_counter()
+    next(session.generator.generate(session.prompt_tokens(question), 1))
+    return time.perf_counter() - start
+
+
+def llama_cpp_ttft(path) -> dict[int, Callable[[list[int]], float]]:
+    """{threads: a function timing llama.cpp's first token (greedy, on a cleared cache) after the token ids}."""
+
+    def timer(llm) -> Callable[[list[int]], float]:
+        def first_token_s(tokens: list[int]) -> float:
+            llm.reset()
+            start = time.perf_counter()
+            llm.eval(tokens)
+            llm.sample(temp=0.0)
+            return time.perf_counter() - start
+
+        return first_token_s
+
+    models = {threads: llama_cpp_model(path, 512, threads) for threads in (1, 2)}
+    return {threads: timer(llm) for threads, llm in models.items() if llm is not None}
+
+
+def bench_ttft(runs: int) -> None:
+    """Time to first token of TTFT_QUESTION's chat prompt, warm (kernels compiled, steps captured, two prompts
+    answered first), median of `runs`, interleaved with llama.cpp's on the same token ids when it is installed."""
+    path = registry.resolve(registry.EMBEDDED_NAME)
+    start = time.perf_counter()
+    session = Session.load(path, max_context=2048)
+    tokens = session.prompt_tokens(TTFT_QUESTION)
+    first = ttft_tg(session, TTFT_QUESTION)
+    print(f"tg: load {time.perf_counter() - start - first:.2f} s, first prompt ({len(tokens)} tokens) {first:.2f} s")
+    others = llama_cpp_ttft(path)
+    times: dict[str, list[float]] = {"tg": [], **{f"llama.cpp {n} thread(s)": [] for n in others}}
+    for round_ in range(runs + 1):  # round 0 warms up and is not counted
+        seconds = {"tg": ttft_tg(session, TTFT_QUESTION)}
+        seconds.update({f"llama.cpp {n} thread(s)": first_token_s(tokens) for n, first_token_s in others.items()})
+        for name, value in seconds.items():
+            if round_:
+                times[name].append(value)
+    for name, values in times.items():
+        print(f"{name}: time to first token of a {len(tokens)}-token chat prompt, warm: median "
+              f"{statistics.median(values) * 1e3:.0f} ms of {runs} (best {min(values) * 1e3:.0f} ms)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefill", type=int, default=256)
@@ -249,8 +304,14 @@ def main() -> None:
     positions_help = "also time decode at these positions (comma-separated), tg and llama.cpp taking turns"
     parser.add_argument("--positions", default="", help=positions_help)
     parser.add_argument("--kv-cache", default="f32", help="the KV cache type for --positions (f32, f16)")
+    ttft_help = "only time the first token of a 43-token chat prompt in a warm process, median of RUNS"
+    parser.add_argument("--ttft", type=int, default=0, metavar="RUNS", help=ttft_help)
     args = parser.parse_args()
     load = os.getloadavg()
+    if args.ttft:
+        bench_ttft(args.ttft)
+        print(f"load average before/after: {load[0]:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+        return
     if args.first_answer:
         bench_first_answer(args.first_answer)
         print(f"load average before/after: {load[0]:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")

@@ -28,6 +28,9 @@ from tg.tensor.jit import TinyJit  # noqa: E402
 
 PROMPT = list(range(3, 23))  # 20 tokens: one padded 32-row prefill step, then decode steps
 ANSWER_TOKENS = 6
+# the functions PROMPT's answer captures, and what on_capture is told
+STEPS = ["_block_forward", "_chunk_logits", "_step"]
+NOTED = ["a 32-row prefill step", "the logits of a 32-row prefill step", "the decode step"]
 
 
 def greedy_answer(path: Path) -> tuple[list[int], list[str]]:
@@ -65,8 +68,8 @@ def test_a_new_process_replays_the_stored_steps_without_capturing(
     with Context(JIT=0):
         plain, _ = greedy_answer(path)
     first, noted = greedy_answer(path)
-    assert captures == ["_block_forward", "_step"] and noted == ["a 32-row prefill step", "the decode step"]
-    assert len(list(own_capture_store.glob("*.capture"))) == 2
+    assert captures == STEPS and noted == NOTED
+    assert len(list(own_capture_store.glob("*.capture"))) == 3
     script = textwrap.dedent(f"""
         import json, sys
         from pathlib import Path
@@ -92,7 +95,7 @@ def test_a_corrupt_or_hostile_entry_is_captured_again_with_a_debug_line(
     path = write_model(tmp_path / "m.gguf", "llama", "F32", seed=6)
     first, _ = greedy_answer(path)
     entries = sorted(own_capture_store.glob("*.capture"))
-    assert len(entries) == 2
+    assert len(entries) == 3
     marker = tmp_path / "ran"
 
     class Hostile:
@@ -100,23 +103,24 @@ def test_a_corrupt_or_hostile_entry_is_captured_again_with_a_debug_line(
             return (os.system, (f"touch {marker}",))
 
     entries[0].write_bytes(pickle.dumps(Hostile()))
-    entries[1].write_bytes(entries[1].read_bytes()[:1000])  # cut short
+    for entry in entries[1:]:
+        entry.write_bytes(entry.read_bytes()[:1000])  # cut short
     captures.clear()
     capsys.readouterr()
     with Context(DEBUG=1):
         again, _ = greedy_answer(path)
-    assert again == first and sorted(captures) == ["_block_forward", "_step"]
+    assert again == first and sorted(captures) == STEPS
     assert not marker.exists()
-    assert capsys.readouterr().err.count("capturing again") == 2
+    assert capsys.readouterr().err.count("capturing again") == 3
     captures.clear()
     assert greedy_answer(path)[0] == first and captures == []  # the captures were stored again
-    first_entry = entries[0].read_bytes()  # each entry in the other's place: a valid capture of another step
-    entries[0].write_bytes(entries[1].read_bytes())
-    entries[1].write_bytes(first_entry)
+    contents = [entry.read_bytes() for entry in entries]  # each entry in another's place: a capture of another step
+    for entry, content in zip(entries, contents[1:] + contents[:1], strict=True):
+        entry.write_bytes(content)
     capsys.readouterr()
     with Context(DEBUG=1):
-        assert greedy_answer(path)[0] == first and sorted(captures) == ["_block_forward", "_step"]
-    assert capsys.readouterr().err.count("not the entry of this step") == 2
+        assert greedy_answer(path)[0] == first and sorted(captures) == STEPS
+    assert capsys.readouterr().err.count("not the entry of this step") == 3
 
 
 def test_a_changed_model_file_misses(tmp_path: Path, captures: list[str]) -> None:
@@ -125,7 +129,7 @@ def test_a_changed_model_file_misses(tmp_path: Path, captures: list[str]) -> Non
     write_model(path, "llama", "F32", seed=8)  # the same size, other weights
     captures.clear()
     changed, _ = greedy_answer(path)
-    assert sorted(captures) == ["_block_forward", "_step"]
+    assert sorted(captures) == STEPS
     with Context(JIT=0):
         assert changed == greedy_answer(path)[0]
 
@@ -242,7 +246,7 @@ def test_a_copied_or_renamed_model_file_replays_the_captures_of_the_original(
         store.hashlib, "file_digest", lambda file, name: hashed.append(file.name) or file_digest(file, name)
     )
     first, _ = greedy_answer(original)
-    assert sorted(captures) == ["_block_forward", "_step"] and len(hashed) == 1
+    assert sorted(captures) == STEPS and len(hashed) == 1
     captures.clear()
     assert greedy_answer(original) == (first, []) and len(hashed) == 1  # remembered, not hashed again
     copied = tmp_path / "elsewhere" / "copy.gguf"
@@ -269,7 +273,7 @@ def test_a_model_file_changed_at_the_same_size_and_modification_time_misses(
     assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
     captures.clear()
     changed, _ = greedy_answer(path)
-    assert sorted(captures) == ["_block_forward", "_step"]
+    assert sorted(captures) == STEPS
     with Context(JIT=0):
         assert changed == greedy_answer(path)[0]
 
@@ -300,7 +304,7 @@ def test_a_load_renews_an_entry_and_a_write_evicts_past_tg_llm_captures_mb(
     assert decode.stat().st_mtime_ns > 0
     monkeypatch.setenv("TG_LLM_CAPTURES_MB", "0")  # every write leaves only itself
     _, captured = greedy_answer(path)  # the prefill step's write evicts the decode step, captured and written again
-    assert captured == ["a 32-row prefill step", "the decode step"]
+    assert captured == NOTED
     assert [entry.name for entry in own_capture_store.glob("*.capture")] == [decode.name]
     monkeypatch.setenv("TG_LLM_CAPTURES_MB", "lots")
     with pytest.raises(ValueError, match="TG_LLM_CAPTURES_MB must be a whole number of megabytes, not 'lots'"):

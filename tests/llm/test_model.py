@@ -19,6 +19,7 @@ from tg.llm.config import UnsupportedModelError  # noqa: E402
 from tg.llm.generate import Generator  # noqa: E402
 from tg.llm.lanes import LaneBlocks  # noqa: E402
 from tg.llm.model import (  # noqa: E402
+    KEPT_CHUNK_CAPTURE_BYTES,
     ContextOverflowError,
     block_tensor,
     cache_memory,
@@ -335,8 +336,42 @@ def test_a_long_chunk_replays_one_block_capture_for_every_block(tmp_path: Path, 
         np.testing.assert_array_equal(jitted, plain)
     (step,) = model.block_steps.values()
     assert step.graph is not None and step.calls == 2 * len(model.blocks)
+    model.block_float_bytes = KEPT_CHUNK_CAPTURE_BYTES + 1  # as a model too big to keep a short prompt's capture
     model.forward([1], 40)  # the first decode step frees the chunk captures (their float scratch weights)
     assert not model.block_steps
+
+
+def test_a_43_token_prompt_runs_in_48_rows_and_keeps_its_capture_for_the_next_conversation(tmp_path: Path) -> None:
+    """A short chat prompt of 43 tokens is one chunk padded to 48 rows (not 64): its logits and KV cache rows equal
+    the plain path's bit for bit and the reference's logits. A short prompt's first chunk capture stays through
+    decoding, so a new conversation's prompt replays it (no second capture, no load from the capture store), as it
+    replays the capture of the chunk's logits."""
+    path = write_model(tmp_path / "m.gguf", "llama", "Q4_1", seed=6, tied=True)
+    tokens = [(13 * i + 5) % 250 for i in range(43)]
+    metadata, weights = reference.load(path)
+    expected = reference.forward(metadata, weights, tokens)
+    results = []
+    for jit in (0, 1):
+        model, _ = load_model(path, max_context=64)
+        generator = Generator(model)
+        with Context(JIT=jit):
+            logits = generator.prefill(tokens)
+        results.append((logits, [cache.numpy()[:, :, :48] for cache in model.caches]))  # whole key tiles
+    (plain_logits, plain_caches), (logits, caches) = results
+    np.testing.assert_array_equal(logits, plain_logits)
+    for plain, jitted in zip(plain_caches, caches, strict=True):
+        np.testing.assert_array_equal(jitted, plain)
+    np.testing.assert_allclose(logits, expected[-1], atol=2e-3 * np.abs(expected).max())
+    (((rows, *_), step),) = model.block_steps.items()
+    assert rows == 48 and step.calls == len(model.blocks)
+    list(generator.generate(tokens, 3))  # decode steps after the prompt
+    model.capture_store = None  # the next prompt must not load its capture again
+    generator.cached = []  # a new conversation
+    again = generator.prefill([(3 * i + 1) % 250 for i in range(40)])
+    assert list(model.block_steps.values()) == [step] and step.calls == 2 * len(model.blocks)
+    assert model.chunk_logits_steps[48].calls == 2  # the last row's logits are a capture too, replayed
+    again_expected = reference.forward(metadata, weights, [(3 * i + 1) % 250 for i in range(40)])
+    np.testing.assert_allclose(again, again_expected[-1], atol=2e-3 * np.abs(again_expected).max())
 
 
 def test_a_decode_step_reads_each_quantized_matrix_in_one_kernel(tmp_path: Path) -> None:

@@ -307,11 +307,16 @@ def kv_window(start_pos: int, max_context: int) -> int:
 # capture one block's forward per (padded rows, KV window, block layout) and replay it for every block with that
 # block's weights and cache as inputs: one block is scheduled instead of all, and a capture holds one block's float
 # scratch weights. Chunks longer still run plainly.
-BLOCK_ROWS = (16, 32, 64, 128, 256)
+BLOCK_ROWS = (16, 32, 48, 64, 128, 256)
 assert SCRATCH_MATMUL_ROWS <= BLOCK_ROWS[0]
 # a chunk's attention reads the cache up to the next multiple of this past its last row (the rest masked), so
 # chunks at nearby positions share a capture; its rows are position-independent kernels with concrete sizes
 CHUNK_WINDOW = 128
+# a short prompt's chunk capture stays across prompts (see Transformer.keeps_chunk_capture) up to this many rows,
+# where one block's weights as float32 (what the capture's scratch holds) take at most this many bytes:
+# SmolLM2-135M's take 14 MB (the kept capture 25 MB of RSS), Qwen2.5-0.5B's 60 MB, Llama 3.2 1B's 240 MB
+SHORT_PROMPT_ROWS = 64
+KEPT_CHUNK_CAPTURE_BYTES = 64 * 1024 * 1024
 
 
 def padded_rows(count: int) -> int:
@@ -333,6 +338,12 @@ def block_tensors(block: Block) -> list[Tensor]:
             else:
                 found += [data.payload, *data.halves.values()] if isinstance(data, Blocks) else [data]
     return found
+
+
+def block_float_bytes(block: Block) -> int:
+    """The bytes of a block's weights as float32: the scratch that a prefill chunk's block capture holds."""
+    weights = [getattr(block, item.name) for item in dataclasses.fields(block)]
+    return 4 * sum(weight.numel() for weight in weights if isinstance(weight, Weight))
 
 
 def rebuilt_block(template: Block, tensors: list[Tensor]) -> Block:
@@ -456,6 +467,7 @@ class Transformer:
         self.output_norm = weights["output_norm.weight"].float()
         self.output = weights.get("output.weight", self.embedding)  # tied embeddings when there is no output
         self.blocks = [self._block(index) for index in range(config.num_blocks)]
+        self.block_float_bytes = max(map(block_float_bytes, self.blocks))  # the largest chunk capture's scratch
         # a padded chunk's extra rows may run past the context; whole key tiles
         rows = key_tiles(self.max_context + BLOCK_ROWS[-1] - 1) * KEY_TILE
         cache_shape = (2, config.n_kv_heads, rows, cache_row_width(config.head_dim, self.kv_dtype))
@@ -484,6 +496,7 @@ class Transformer:
             self.window_position = Variable("start_pos", config.sliding_window - 1, self.max_context - 1)
         self.decode_steps: dict[str, TinyJit] = {}  # by name in the capture store (see _decode)
         self.block_steps: dict[tuple, TinyJit] = {}  # see BLOCK_ROWS; dropped by drop_chunk_captures
+        self.chunk_logits_steps: dict[int, TinyJit] = {}  # a chunk's last logits, by its padded rows (see _chunk)
         self.capture_store: CaptureStore | None = None  # captures kept on disk (set by load_model)
         # entered around each capture (a cold one compiles for seconds): the CLI shows progress there
         self.on_capture: Callable[[str], AbstractContextManager] = lambda what: contextlib.nullcontext()
@@ -570,7 +583,7 @@ class Transformer:
         """The logits after `token` at `position`: a replay of the captured decode step, or, from position
         sliding_window - 1 on, of the one whose sliding-window blocks read their window only (see SlidingWindow)."""
         if self.block_steps:  # a decode step after long chunks: the prompt is in
-            self.drop_chunk_captures()
+            self.drop_chunk_captures()  # (a short prompt's kept capture costs a check per step)
         name, variable = "decode", self.position
         if self.window_position is not None and position >= self.config.sliding_window - 1:
             name, variable = "decode window", self.window_position
@@ -621,10 +634,21 @@ class Transformer:
             mask = masks[block.local]
             self._run_step(step, f"a {rows}-row prefill step", store_name, position, x, mask, cache, *weights)
         last = Tensor((np.arange(rows) == count - 1)[:, None])
-        chosen = last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
-        logits = self.logits(chosen).reshape(-1).realize()
+        store_name = f"chunk logits {rows}"
+        logits_step = self.chunk_logits_steps.get(rows)
+        if logits_step is None and self.capture_store is not None:
+            logits_step = self.capture_store.load(store_name, self, self._chunk_logits)
+        if logits_step is None:  # captured too: built in Python, its matvec graph took 40 ms of a 43-token prefill
+            logits_step = TinyJit(self._chunk_logits, plain_calls=0)
+        self.chunk_logits_steps[rows] = logits_step
+        logits = self._run_step(logits_step, f"the logits of a {rows}-row prefill step", store_name, last, x)
         release_cached_memory(self.caches[0].device)
         return logits
+
+    def _chunk_logits(self, last: Tensor, x: Tensor) -> Tensor:
+        """The logits `(vocab,)` of the row of x `(rows, dim)` that `last` `(rows, 1)` selects."""
+        chosen = last.where(x, 0.0).sum(0, keepdim=True)  # exact: the other rows add 0
+        return self.logits(chosen).reshape(-1).realize()
 
     def _block_step(self, block: Block, rows: int, window: int, weights: list[Tensor]) -> tuple[TinyJit, str]:
         """The captured forward of blocks like `block` for chunks of `rows` rows attending over `window` rows, and
@@ -652,9 +676,20 @@ class Transformer:
     def drop_chunk_captures(self) -> None:
         """Free the block captures of long chunks (each holds a block's float scratch weights, tens of MB on big
         models). A prompt's chunks share a capture while they share a KV window; the next prompt's rarely do, so
-        the first decode step or short chunk after them drops them (and so does Generator.prefill)."""
-        self.block_steps.clear()
-        release_cached_memory(self.caches[0].device)
+        the first decode step or short chunk after them drops them (and so does Generator.prefill). Those that
+        keeps_chunk_capture keeps stay."""
+        kept = {key: step for key, step in self.block_steps.items() if self.keeps_chunk_capture(key[0], key[1])}
+        if len(kept) < len(self.block_steps):
+            self.block_steps = kept
+            release_cached_memory(self.caches[0].device)
+
+    def keeps_chunk_capture(self, rows: int, window: int) -> bool:
+        """Whether the block capture of chunks of `rows` rows attending over `window` cache rows stays across
+        prompts: a short prompt's first chunk (at most SHORT_PROMPT_ROWS rows in the first CHUNK_WINDOW, as every
+        new conversation's is), where a block's float scratch weights are small (KEPT_CHUNK_CAPTURE_BYTES). Loading
+        it from the capture store again took 20 ms of a 43-token prompt's 250 ms to its first token."""
+        short = rows <= SHORT_PROMPT_ROWS and window == CHUNK_WINDOW
+        return short and self.block_float_bytes <= KEPT_CHUNK_CAPTURE_BYTES
 
     def _block_forward(
         self,

@@ -38,6 +38,15 @@ def shifted_widening_kernel(n: int) -> UOp:
     return UOp.sink(out.index(i).store(shifted.cast(dtypes.float32)), arg=KernelInfo("shifted_widen"))
 
 
+def widening_and_copying_kernel(n: int) -> UOp:
+    """out[i] = float(a[i]) and copy[i] = a[i]: the float16 load has a user besides the cast."""
+    out, copy, a = (UOp.param(0, dtypes.float32, n), UOp.param(1, dtypes.float16, n), UOp.param(2, dtypes.float16, n))
+    i = UOp.range(n, 0)
+    value = a.index(i).load()
+    stores = [out.index(i).store(value.cast(dtypes.float32)), copy.index(i).store(value)]
+    return UOp.sink(*stores, arg=KernelInfo("widen_and_copy"))
+
+
 def gcc_target_renderer(scalar_half_conversion: bool) -> CRenderer:
     return CRenderer(dataclasses.replace(cpu_target(CRenderer, 1), scalar_half_conversion=scalar_half_conversion))
 
@@ -68,7 +77,9 @@ def test_the_integer_widening_compiled_by_gcc_is_exact_for_every_float16() -> No
     """numpy's conversion is the oracle for all 65,536 patterns (subnormals, -0, inf and NaN included)."""
     renderer = gcc_target_renderer(scalar_half_conversion=True)
     n = ALL_HALVES.size
-    assert "tg_half_bits_to_float(" in renderer.render(lower(widening_kernel(n), renderer.target)).src
+    src = renderer.render(lower(widening_kernel(n), renderer.target)).src
+    # the element is read as bits; no _Float16 local is left in the loop (with AVX2 one kept gcc to 8-byte vectors)
+    assert "tg_half_bits_to_float(" in src and "_Float16 v" not in src
     got = run_with(CCompiler("gcc"), renderer, widening_kernel(n), np.zeros(n, np.float32), ALL_HALVES)
     assert_same_floats(got, ALL_HALVES.astype(np.float32))
 
@@ -78,6 +89,23 @@ def test_a_gated_float16_read_widens_from_its_bits_and_keeps_the_alternative() -
     n = ALL_HALVES.size
     got = run_with(CCompiler("gcc"), renderer, shifted_widening_kernel(n), np.full(n, 7, np.float32), ALL_HALVES)
     assert_same_floats(got, np.concatenate([[np.float32(0)], ALL_HALVES[:-1].astype(np.float32)]))
+
+
+def test_a_float16_load_with_another_user_is_kept_beside_its_widening() -> None:
+    renderer = gcc_target_renderer(scalar_half_conversion=True)
+    n = ALL_HALVES.size
+    ast = widening_and_copying_kernel(n)
+    assert "_Float16 v" in renderer.render(lower(ast, renderer.target)).src
+    dev = Device["CPU"]
+    rendered = renderer.render(lower(ast, renderer.target))
+    program = dev.runtime(rendered.name, CCompiler("gcc").compile(rendered.src))
+    arrays = [np.zeros(n, np.float32), np.zeros(n, np.float16), ALL_HALVES]
+    buffers = [Buffer("CPU", n, from_numpy(a.dtype)).ensure_allocated() for a in arrays]
+    for buf, array in zip(buffers, arrays, strict=True):
+        buf.copyin(array.tobytes())
+    program(*(b.raw for b in buffers), global_size=rendered.global_size, wait=True)
+    assert_same_floats(np.frombuffer(buffers[0].as_buffer(), np.float32).copy(), ALL_HALVES.astype(np.float32))
+    np.testing.assert_array_equal(np.frombuffer(buffers[1].as_buffer(), np.uint16), ALL_HALVES.view(np.uint16))
 
 
 def test_gcc_before_13_gets_the_integer_form_in_its_target_and_generated_c() -> None:

@@ -39,7 +39,10 @@ def main() -> None:
     args = parser.parse_args()
     n, dev = args.elements, Device["CPU"]
     halves = np.random.default_rng(0).uniform(-4, 4, n).astype(np.float16)
-    out, source = Buffer("CPU", n, dtypes.float32).ensure_allocated(), Buffer("CPU", n, dtypes.float16).ensure_allocated()
+    out, source = (
+        Buffer("CPU", n, dtypes.float32).ensure_allocated(),
+        Buffer("CPU", n, dtypes.float16).ensure_allocated(),
+    )
     source.copyin(halves.tobytes())
     programs = {}
     for cc in installed_compilers():

@@ -127,7 +127,7 @@ class CCompiler(Compiler):
 
     @property
     def vectorizes_half_conversion(self) -> bool:
-        """Whether this compiler converts `_Float16` to float in vector instructions (see vectorizes_half_conversion)."""
+        """Whether this compiler converts `_Float16` to float in vector instructions (vectorizes_half_conversion)."""
         return vectorizes_half_conversion(self.cc)
 
     def describe(self) -> str:

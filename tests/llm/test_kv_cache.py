@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tg.hcq import Buffer
-from tg.llm.model import KEY_TILE, as_float32, key_rows, write_cache_rows
+from tg.llm.model import KEY_TILE, key_rows, write_cache_rows
 from tg.tensor import Tensor, Variable
 
 KV_HEADS, ROWS, HEAD_DIM = 2, 48, 8
@@ -59,10 +59,11 @@ def test_an_assign_through_key_rows_at_a_symbolic_position_matches_the_layout() 
 
 
 def test_a_float16_cache_reads_back_as_float32_exactly_for_every_bit_pattern() -> None:
-    """as_float32 converts float16 through integer arithmetic (see its docstring); numpy's conversion is the
-    oracle for all 65,536 patterns: zeros, subnormals, normals, infinities (NaNs: any NaN)."""
+    """attention reads a float16 cache with `.float()`, which the C renderer widens from the bits with integer ops
+    under gcc 12 (tests/codegen/test_half_conversion.py); numpy's conversion is the oracle for all 65,536 patterns:
+    zeros, subnormals, normals, infinities (NaNs: any NaN)."""
     halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
-    got, want = as_float32(Tensor(halves)).numpy(), halves.astype(np.float32)
+    got, want = Tensor(halves).float().numpy(), halves.astype(np.float32)
     assert got.dtype == np.float32
     nan = np.isnan(want)
     np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))

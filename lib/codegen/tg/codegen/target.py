@@ -49,6 +49,9 @@ class Target:
     local_threads: int = 0  # threads per work-group the heuristics give a kernel (a LOCAL opt; 0: none)
     core_groups: bool = False  # a GROUP opt splits a reduction across core calls (the C renderer's GROUP_REDUCE)
     software_transcendentals: bool = False  # float32 exp2/log2 become float ops (tg.codegen.lower.transcendental)
+    # the C compiler converts `_Float16` to float one element at a time (gcc 12, CCompiler.vectorizes_half_conversion):
+    # the C renderer then widens a float16 read from memory to float32 from its bits with integer ops, which vectorize
+    scalar_half_conversion: bool = False
 
     def __post_init__(self) -> None:
         if self.cores < 1:

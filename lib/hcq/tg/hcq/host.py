@@ -81,17 +81,20 @@ def cache_sizes() -> dict[str, int]:
     }
 
 
-def cpu_target(renderer_class: type[Renderer], cores: int) -> Target:
-    """The Target of this host's CPU for kernels rendered by `renderer_class` on `cores` worker threads. The C
-    renderer's kernels use AVX-512's 32 vector registers where the CPU has them (tg.codegen.compiler.c compiles them
-    with -mprefer-vector-width=512), so the heuristics get twice the register lanes there."""
+def cpu_target(renderer_class: type[Renderer], cores: int, compiler: CCompiler | None = None) -> Target:
+    """The Target of this host's CPU for kernels rendered by `renderer_class` on `cores` worker threads and, for the
+    C renderer, compiled by `compiler`. The C renderer's kernels use AVX-512's 32 vector registers where the CPU has
+    them (tg.codegen.compiler.c compiles them with -mprefer-vector-width=512), so the heuristics get twice the
+    register lanes there; a compiler that converts float16 one element at a time gives scalar_half_conversion."""
     from tg.codegen.render.c import CRenderer
 
-    wide = issubclass(renderer_class, CRenderer) and wide_vectors()
+    c_renderer = issubclass(renderer_class, CRenderer)
+    wide = c_renderer and wide_vectors()
     return Target.of(
         renderer_class,
         family="CPU",
         cores=max(1, cores),
         max_lanes=WIDE_MAX_LANES if wide else MAX_LANES,
+        scalar_half_conversion=c_renderer and compiler is not None and not compiler.vectorizes_half_conversion,
         **cache_sizes(),
     )

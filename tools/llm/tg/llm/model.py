@@ -129,7 +129,7 @@ def attend(
     count, heads, head_dim = q.shape
     features = concrete_size(head_dim, "attention's head_dim")
     keys, values = dequantized(keys, 2, features), dequantized(values, 2, features)
-    keys, values = as_float32(keys), as_float32(values)
+    keys, values = keys.float(), values.float()
     kv_heads, tiles = keys.shape[:2]
     group = heads // kv_heads
     q = q.reshape(count, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * count, 1, head_dim, 1)
@@ -144,25 +144,6 @@ def attend(
     denominator = exp.sum((-2, -1)).reshape(kv_heads, group, count, 1)
     out = weights.matmul(values).reshape(kv_heads, group, count, head_dim) / denominator
     return out.permute(2, 0, 1, 3).reshape(count, heads * head_dim)
-
-
-# 0x8FFFE000 as an int32: float32's sign bit and the 15 bits that a float16's exponent and mantissa shifted by 13 fill
-FLOAT16_BITS_IN_FLOAT32 = -0x70002000
-
-
-def as_float32(x: Tensor) -> Tensor:
-    """x as float32: exact. A float16 Tensor is converted from its bits with integer arithmetic: gcc 12 converts
-    float16 (`_Float16`) one element at a time (no vector conversion before gcc 13), which made the attention kernels
-    of a float16 KV cache 3.5x slower than a float32 one's (SmolLM2-135M at position 1,000), while these integer ops
-    vectorize. The bits, sign-extended
-    and shifted by 13, hold the float16 sign at float32's and its exponent and mantissa 13 bits up: after the mask,
-    the value times 2**-112 (normal and subnormal alike); infinities and NaNs get float32's all-ones exponent."""
-    if x.dtype != dtypes.float16:
-        return x.float()
-    bits = x.bitcast(dtypes.int16).cast(dtypes.int32)
-    moved = (bits * (1 << 13)) & FLOAT16_BITS_IN_FLOAT32
-    special = ((bits & 0x7C00) == 0x7C00).where(Tensor(0x70000000, dtype=dtypes.int32), 0)
-    return (moved | special).bitcast(dtypes.float32) * 2.0**112
 
 
 def expert_ranks(scores: Tensor) -> Tensor:

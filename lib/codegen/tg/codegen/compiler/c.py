@@ -15,6 +15,10 @@ the CPU device then gives the heuristics twice the register lanes. Whether the C
 of the cache key: -march=native means "this CPU"), are facts the device in tg.hcq reads (tg.hcq.host) and passes in:
 this module reads nothing of the machine. gcc on an x86 CPU without AVX-512 gets GCC_WITHOUT_AVX512_FLAGS, three
 passes off, so that loops with selects still vectorize.
+
+Whether the compiler vectorizes a `_Float16` -> float conversion is a fact about the compiler
+(`CCompiler.vectorizes_half_conversion`): clang does (vcvtph2ps), gcc 12 converts one element at a time and keeps the
+whole loop scalar. The CPU device puts it in its Target, and the C renderer works around it (tg.codegen.render.c).
 """
 
 from __future__ import annotations
@@ -59,6 +63,20 @@ def is_gcc(path: str) -> bool:
     either may be installed as `cc`)."""
     result = subprocess.run([path, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True, check=False)
     return "__GNUC__" in result.stdout and "__clang__" not in result.stdout
+
+
+@functools.cache
+def gcc_major_version(path: str) -> int:
+    """The major version of the gcc at `path` (`gcc -dumpversion` prints `12`, or `12.2.0` where configured so)."""
+    result = subprocess.run([path, "-dumpversion"], capture_output=True, text=True, check=False)
+    return int(result.stdout.strip().split(".")[0] or 0)
+
+
+def vectorizes_half_conversion(path: str) -> bool:
+    """Whether the compiler at `path` converts `_Float16` to float in vector instructions: clang does, gcc before 13
+    does not (gcc 12.2 with -O3 -march=native on an AVX-512 FP16 CPU converted one element at a time with vcvtsh2ss,
+    4x slower than its integer form, and any `_Float16` value in a loop kept that loop scalar)."""
+    return not is_gcc(path) or gcc_major_version(path) >= 13
 
 
 def find_c_compiler() -> str:
@@ -106,6 +124,11 @@ class CCompiler(Compiler):
         self.cpu_model = cpu_model or platform.processor()
         if DEBUG >= 1:
             print(f"CPU kernels compile with {self.describe()} (the CC flag chooses another)", file=sys.stderr)
+
+    @property
+    def vectorizes_half_conversion(self) -> bool:
+        """Whether this compiler converts `_Float16` to float in vector instructions (vectorizes_half_conversion)."""
+        return vectorizes_half_conversion(self.cc)
 
     def describe(self) -> str:
         """The compiler, its version and where it is, e.g. `gcc (Debian 12.2.0-14) 12.2.0 at /usr/bin/gcc`."""

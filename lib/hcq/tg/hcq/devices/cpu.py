@@ -203,7 +203,7 @@ class CPUDevice(HCQCompiled):
         else:
             compiler, program, renderer = host_c_compiler(), CPUProgram, None
             if spec.renderer in C_RENDERER_NAMES:
-                renderer = CRenderer(cpu_target(CRenderer, self.cores.count))
+                renderer = CRenderer(cpu_target(CRenderer, self.cores.count, compiler))
         # the call library is built on the first launch, with this device's compiler when it is the C one
         c_compiler = compiler if isinstance(compiler, CCompiler) else None
         self.compute_engine.load_native = functools.partial(load_call_library, c_compiler)

@@ -18,6 +18,8 @@ from tg.codegen.render.c import CRenderer
 from tg.hcq import Buffer, Device
 from tg.hcq.host import cpu_target
 
+from .test_render import run_rendered
+
 # every float16 bit pattern: zeros, subnormals, normals, infinities and NaNs of both signs
 ALL_HALVES = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
 
@@ -51,20 +53,6 @@ def gcc_target_renderer(scalar_half_conversion: bool) -> CRenderer:
     return CRenderer(dataclasses.replace(cpu_target(CRenderer, 1), scalar_half_conversion=scalar_half_conversion))
 
 
-def run_with(compiler: CCompiler, renderer: CRenderer, ast: UOp, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
-    """`ast` rendered by `renderer`, compiled by `compiler`, run on the CPU device on copies of the arrays."""
-    dev = Device["CPU"]
-    rendered = renderer.render(lower(ast, renderer.target))
-    program = dev.runtime(rendered.name, compiler.compile(rendered.src))
-    buffers = []
-    for array in (out, *inputs):
-        buf = Buffer("CPU", array.size, from_numpy(array.dtype)).ensure_allocated()
-        buf.copyin(np.ascontiguousarray(array).tobytes())
-        buffers.append(buf)
-    program(*(b.raw for b in buffers), global_size=rendered.global_size, wait=True)
-    return np.frombuffer(buffers[0].as_buffer(), out.dtype).reshape(out.shape).copy()
-
-
 def assert_same_floats(got: np.ndarray, want: np.ndarray) -> None:
     """Bit for bit, except that a NaN may be any NaN (a hardware conversion may quiet a signalling one)."""
     assert got.dtype == np.float32
@@ -80,14 +68,16 @@ def test_the_integer_widening_compiled_by_gcc_is_exact_for_every_float16() -> No
     src = renderer.render(lower(widening_kernel(n), renderer.target)).src
     # the element is read as bits; no _Float16 local is left in the loop (with AVX2 one kept gcc to 8-byte vectors)
     assert "tg_half_bits_to_float(" in src and "_Float16 v" not in src
-    got = run_with(CCompiler("gcc"), renderer, widening_kernel(n), np.zeros(n, np.float32), ALL_HALVES)
+    got = run_rendered(renderer, widening_kernel(n), np.zeros(n, np.float32), ALL_HALVES, compiler=CCompiler("gcc"))
     assert_same_floats(got, ALL_HALVES.astype(np.float32))
 
 
 def test_a_gated_float16_read_widens_from_its_bits_and_keeps_the_alternative() -> None:
     renderer = gcc_target_renderer(scalar_half_conversion=True)
     n = ALL_HALVES.size
-    got = run_with(CCompiler("gcc"), renderer, shifted_widening_kernel(n), np.full(n, 7, np.float32), ALL_HALVES)
+    got = run_rendered(
+        renderer, shifted_widening_kernel(n), np.full(n, 7, np.float32), ALL_HALVES, compiler=CCompiler("gcc")
+    )
     assert_same_floats(got, np.concatenate([[np.float32(0)], ALL_HALVES[:-1].astype(np.float32)]))
 
 

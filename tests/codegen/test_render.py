@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tg.codegen import AxisType, KernelInfo, Ops, UOp, dtypes
+from tg.codegen.compiler.c import CCompiler
 from tg.codegen.dtype import from_numpy
 from tg.codegen.flags import Context
 from tg.codegen.lower import lower
@@ -190,10 +191,14 @@ def row_sum_kernel(rows: int, length: int) -> UOp:
     return UOp.sink(out.index(i).store(a.index(i * length + j).load().reduce(j)), arg=KernelInfo("row_sum"))
 
 
-def run_rendered(renderer: CRenderer, ast: UOp, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+def run_rendered(
+    renderer: CRenderer, ast: UOp, out: np.ndarray, *inputs: np.ndarray, compiler: CCompiler | None = None
+) -> np.ndarray:
+    """`ast` rendered by `renderer`, compiled by `compiler` (the CPU device's by default), run on the CPU device on
+    copies of the arrays."""
     dev = Device["CPU"]
     rendered = rendered_for(renderer, ast)
-    program = dev.runtime(rendered.name, dev.compiler.compile(rendered.src))
+    program = dev.runtime(rendered.name, (compiler or dev.compiler).compile(rendered.src))
     buffers = []
     for array in (out, *inputs):
         buf = Buffer("CPU", array.size, from_numpy(array.dtype)).ensure_allocated()

@@ -158,10 +158,16 @@ define amdgpu_kernel void @flat_store(ptr addrspace(1) noalias %out) #0 {
 def test_an_out_of_bounds_kernel_is_reported_with_its_address_and_the_device_recovers(
     dev, kit, name: str, body: str, address: int
 ) -> None:
+    fault = rf"MMU fault: 0x{address:X} \| queue compute\d+, packet DISPATCH_DIRECT"
+    assert_reported_then_recovers(dev, kit, name, body, fault)
+
+
+def assert_reported_then_recovers(dev, kit, name: str, body: str, fault: str) -> None:  # noqa: ANN001
+    """A kernel that works, then `body` (which faults) raising `fault`, then the working kernel again."""
     assert add_one_works(dev, kit)
     prg = dev.runtime(name, dev.compiler.compile(kit.amd_source(body)))
     out = dev.allocator.alloc(64)
-    with pytest.raises(AMDDeviceError, match=rf"MMU fault: 0x{address:X} \| queue compute\d+, packet DISPATCH_DIRECT"):
+    with pytest.raises(AMDDeviceError, match=fault):
         prg(out, wait=True)
     assert add_one_works(dev, kit)
 
@@ -259,12 +265,7 @@ def pci_dev():
 def test_an_out_of_bounds_kernel_on_the_pci_driver_is_reported_and_the_device_recovers(
     pci_dev, kit, name: str, body: str, address: int
 ) -> None:
-    assert add_one_works(pci_dev, kit)
-    prg = pci_dev.runtime(name, pci_dev.compiler.compile(kit.amd_source(body)))
-    out = pci_dev.allocator.alloc(64)
-    with pytest.raises(AMDDeviceError, match=rf"MMU fault: 0x{address:X} \| queue at doorbell \d+"):
-        prg(out, wait=True)
-    assert add_one_works(pci_dev, kit)
+    assert_reported_then_recovers(pci_dev, kit, name, body, rf"MMU fault: 0x{address:X} \| queue at doorbell \d+")
 
 
 def test_an_illegal_instruction_on_the_pci_driver_is_reported_and_the_device_recovers(pci_dev, kit) -> None:

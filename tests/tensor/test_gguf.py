@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +139,35 @@ def test_bf16_decode_covers_subnormals_and_specials() -> None:
     bits = np.arange(0, 65536, 7, dtype=np.uint16)
     expected = (bits.astype(np.uint32) << 16).view(np.float32)
     np.testing.assert_array_equal(bf16_to_float(Tensor(bits)).numpy(), expected)
+
+
+def test_a_load_does_not_hold_the_file_and_its_copy_at_once(tmp_path: Path) -> None:
+    """Regression: the file mapping's pages stayed resident until the whole file was read, so a load's peak memory
+    was the file twice (its mapped pages and the tensors' copies). A fresh process loads 64 MB of float32 tensors;
+    its peak resident memory may grow by the copies and a margin, not by the file as well."""
+    path, count, elements = tmp_path / "big.gguf", 8, 2 << 20  # 8 tensors of 8 MB
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for index in range(count):
+        writer.add_tensor(f"t{index}", np.full(elements, index + 1, np.float32))  # (pages of zeros may stay untouched)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    script = textwrap.dedent(f"""
+        from tg.tensor.gguf import gguf_load
+        from tg.tensor import Tensor
+        def peak():  # this process's peak resident memory in bytes (ru_maxrss would start at its parent's)
+            return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) * 1024
+        Tensor([1.0]).realize()  # the device and its compiler are up before the baseline
+        before = peak()
+        _, tensors = gguf_load({str(path)!r}, "CPU")
+        grown = peak() - before
+        sums = [float(tensors[f"t{{i}}"][:4].sum().item()) for i in range({count})]
+        print(grown, sums)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    grown, sums = done.stdout.split(" ", 1)
+    assert eval(sums) == [4.0 * (i + 1) for i in range(count)]  # (the loaded values)
+    file_bytes = count * elements * 4
+    assert int(grown) < 1.4 * file_bytes, f"peak grew by {int(grown) >> 20} MB loading a {file_bytes >> 20} MB file"

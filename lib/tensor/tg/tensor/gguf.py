@@ -10,6 +10,7 @@ keeps them packed and dequantizes inside the matmul), so this module only needs 
 from __future__ import annotations
 
 import math
+import mmap
 import re
 import struct
 from collections.abc import Iterator
@@ -290,8 +291,6 @@ def load_tensor(info: GGUFTensorInfo, data: memoryview, device: str | None = Non
 def mapped_tensors(gguf: GGUFFile) -> Iterator[tuple[GGUFTensorInfo, memoryview]]:
     """Each tensor's info with a view of the memory-mapped file part that holds it. Use what a view gives before
     asking for the next tensor: a part's mapping closes once its last tensor has been handed out."""
-    import mmap
-
     by_path: dict[Path, list[GGUFTensorInfo]] = {}
     for info in gguf.tensors.values():
         by_path.setdefault(info.path, []).append(info)
@@ -301,8 +300,18 @@ def mapped_tensors(gguf: GGUFFile) -> Iterator[tuple[GGUFTensorInfo, memoryview]
             try:
                 for info in infos:
                     yield info, view
+                    _drop_pages(mapped, info.offset, info.nbytes)
             finally:
                 view.release()
+
+
+def _drop_pages(mapped: mmap.mmap, offset: int, size: int) -> None:
+    """Take a tensor's pages of the file mapping out of this process's resident memory once its bytes were read:
+    they were copied to the device, and otherwise a load's peak held the file twice (SmolLM2-135M's 98 MB of
+    weights: 240 MB peak against 147 MB after the load). The pages stay in the page cache; reading them again maps
+    them back (a read-only file mapping loses nothing)."""
+    start = offset - offset % mmap.PAGESIZE
+    mapped.madvise(mmap.MADV_DONTNEED, start, offset + size - start)
 
 
 def gguf_load(path: str | Path, device: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:

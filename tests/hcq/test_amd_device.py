@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 from decimal import Decimal
 
 import pytest
@@ -343,3 +344,26 @@ def test_a_freed_block_is_handed_out_again_only_after_its_last_user_finished(dev
     dev.synchronize()
     assert bytes(again.cpu_view()) == bytes(size)
     opener.join()
+
+
+def test_a_free_waits_for_nothing_and_the_block_is_released_after_its_last_use(dev, monkeypatch) -> None:
+    """Regression: a free waited for the device. Run by the garbage collector inside a simulated SDMA engine's copy,
+    it waited for that copy to finish, so the engine hung and every later wait on the device timed out (CI). A free
+    now only queues the block; the next allocation gives it back once the work queued before the free finished."""
+    released: list[GPUAllocation] = []
+    free = dev.iface.free
+    monkeypatch.setattr(dev.iface, "free", lambda allocation: (released.append(allocation), free(allocation)))
+    spec = BufferSpec(nolru=True)
+    block = dev.allocator.alloc(4096, spec)
+    allocation = block.meta
+    never = dev.new_signal(value=0)
+    dev.hw_compute_queue_t().wait(never, 1).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    freed = threading.Event()
+    threading.Thread(target=lambda: (dev.allocator.free(block, 4096, spec), freed.set()), daemon=True).start()
+    assert freed.wait(60)  # (a hang guard: before, the free waited as long as the queue, here for ever)
+    dev.allocator.alloc(4096, spec)  # the queue still waits: the block stays the driver's to keep
+    assert released == []
+    never.value = 1
+    dev.synchronize()
+    dev.allocator.alloc(4096, spec)
+    assert released == [allocation]

@@ -341,6 +341,31 @@ def test_a_long_chunk_replays_one_block_capture_for_every_block(tmp_path: Path, 
     assert not model.block_steps
 
 
+def test_a_chunk_over_a_wider_window_frees_the_captures_of_narrower_ones(tmp_path: Path) -> None:
+    """A long prompt's chunks attend over growing KV windows; each window's block capture holds a block's float
+    scratch weights, and a prompt held all of them until decoding (SmolLM2's 1,024 tokens: a 361 MB peak against
+    243 MB fed a chunk at a time). A chunk that needs a wider window now frees the narrower captures, and the logits
+    stay the plain path's."""
+    path = write_model(tmp_path / "m.gguf", "llama", "Q4_1", seed=7, tied=True)
+    tokens = [(7 * i + 2) % 250 for i in range(140)]
+    chunks = [(0, 20), (120, 140)]  # KV windows of 128 and 256 rows
+    results = []
+    for jit in (0, 1):
+        model, _ = load_model(path, max_context=256)
+        model.block_float_bytes = KEPT_CHUNK_CAPTURE_BYTES + 1  # (no short prompt's capture is kept)
+        model.forward(tokens[:120], 0)  # the cache rows the later chunks attend over
+        windows, logits = [], []
+        with Context(JIT=jit):
+            for start, end in chunks:
+                logits.append(model.forward(tokens[start:end], start).numpy())
+                windows.append(sorted({key[1] for key in model.block_steps}))
+        results.append((windows, logits))
+    (_, plain), (windows, jitted) = results
+    assert windows == [[128], [256]]
+    for plain_logits, jitted_logits in zip(plain, jitted, strict=True):
+        np.testing.assert_array_equal(jitted_logits, plain_logits)
+
+
 def test_a_43_token_prompt_runs_in_48_rows_and_keeps_its_capture_for_the_next_conversation(tmp_path: Path) -> None:
     """A short chat prompt of 43 tokens is one chunk padded to 48 rows (not 64): its logits and KV cache rows equal
     the plain path's bit for bit and the reference's logits. A short prompt's first chunk capture stays through

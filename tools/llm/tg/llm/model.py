@@ -638,6 +638,8 @@ class Transformer:
         store_name = f"block {key!r}"
         first_tile = self.chunk_window_start(rows, window) if block.local else 0
         forward = functools.partial(self._block_forward, block, first_tile)
+        if key not in self.block_steps:
+            self.drop_narrower_chunk_captures(window)
         if key not in self.block_steps and self.capture_store is not None:
             stored = self.capture_store.load(store_name, self, forward)
             if stored is not None:
@@ -662,6 +664,18 @@ class Transformer:
         kept = {key: step for key, step in self.block_steps.items() if self.keeps_chunk_capture(key[0], key[1])}
         if len(kept) < len(self.block_steps):
             self.block_steps = kept
+            release_cached_memory(self.caches[0].device)
+
+    def drop_narrower_chunk_captures(self, window: int) -> None:
+        """Free the block captures of windows narrower than `window` (but those keeps_chunk_capture keeps). A prompt's
+        chunks attend over growing windows, so once one needs a wider window the narrower captures are not used
+        again for this prompt, and drop_chunk_captures would free them after it: SmolLM2-135M's 1,024-token prompt
+        held four (one per 256-row chunk), a 361 MB peak against 243 MB for the same prompt fed 256 tokens at a
+        time."""
+        narrower = [key for key in self.block_steps if key[1] < window and not self.keeps_chunk_capture(*key[:2])]
+        for key in narrower:
+            del self.block_steps[key]
+        if narrower:
             release_cached_memory(self.caches[0].device)
 
     def keeps_chunk_capture(self, rows: int, window: int) -> bool:

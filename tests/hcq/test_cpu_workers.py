@@ -17,6 +17,8 @@ import pytest
 
 from tg.codegen.dtype import dtypes
 from tg.hcq import Buffer, Device
+from tg.hcq.allocator import BufferSpec
+from tg.hcq.commands import SignalCommand
 from tg.hcq.devices import cpu_workers
 from tg.hcq.devices.cpu_calls import MAX_BUFS, MAX_VALS
 from tg.hcq.devices.cpu_workers import CorePool
@@ -186,6 +188,37 @@ def test_a_waiting_host_thread_does_not_block_inside_a_queued_wait(sleepy_engine
     b.wait(1, timeout=DEADLINE_MS)
     setter.join()
     assert dev.error_state is None  # (a test timeout that ends a stuck wait lands here)
+
+
+def test_a_free_inside_the_running_list_waits_for_nothing_and_releases_the_memory_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression (busy-machine suite run): a buffer's last reference dropped on the thread that runs a command list
+    (an engine thread, or a host thread running queued work; or the garbage collector there) freed a `from_blob`
+    block with a wait for the device, which waited for that very list: 30 s without progress, then every later use
+    of the device failed. The free now only notes the block; a later allocation releases it once the list finished."""
+    dev = Device["CPU:60"]
+    spec = BufferSpec(nolru=True)
+    block = dev.allocator.alloc(64, spec)
+    in_list = dev.new_signal(0)
+    freed_inside: list[bool] = []
+    original = dev.compute_engine.execute
+
+    def execute(command: Any) -> None:
+        if isinstance(command, SignalCommand) and command.value_addr == in_list.value_addr:
+            dev.allocator.free(block, 64, spec)  # what a finalizer run here does
+            freed_inside.append(block.view is not None)  # (still there: the list has not finished)
+        original(command)
+
+    monkeypatch.setattr(dev.compute_engine, "execute", execute)
+    dev.hw_compute_queue_t().signal(in_list, 1).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    waiter = threading.Thread(target=dev.synchronize, daemon=True)  # (runs the list, or waits for the engine's run)
+    waiter.start()
+    waiter.join(DEADLINE_S)
+    assert not waiter.is_alive()  # (a hang guard: before the fix the free waited for its own list for ever)
+    assert dev.error_state is None and freed_inside == [True]
+    dev.allocator.alloc(64, spec)  # the list finished: this allocation releases the block
+    assert block.view is None
 
 
 def test_ctrl_c_while_the_host_runs_queued_work_stops_after_the_command_and_the_engine_finishes(

@@ -10,7 +10,8 @@ being handed out twice, or handed out while `free_cache` frees it.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,3 +100,39 @@ class LRUAllocator(Allocator):
         for (_, options), blocks in cached.items():
             for raw in blocks:
                 super().free(raw, 0, options)
+
+
+class DeferredFrees:
+    """Blocks freed while the device's queued work may still use them, released later instead of waited for.
+
+    A free runs on whichever thread drops a buffer's last reference, or in a finalizer on any thread the garbage
+    collector interrupts: a device's own engine thread included. Waiting there for the device waits for the very
+    work that thread is running, a deadlock (a simulated AMD SDMA engine hung in its own copy; a CPU engine thread
+    that dropped a `from_blob` buffer waited for its own command list, and every later wait on the device timed
+    out). So a free only notes the block with the timeline value of the last work queued before it, and `release`
+    (called where waiting is safe: the next allocation, `free_cache`) gives back the blocks whose work finished."""
+
+    def __init__(self, release_block: Callable[[Any], None]) -> None:
+        self._release_block = release_block
+        self._pending: deque[tuple[Any, Any, int]] = deque()  # (block, timeline signal, last value queued before)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, device: Any, raw: Any) -> None:
+        """Note `raw`, freed now on `device`."""
+        self._pending.append((raw, device.timeline_signal, device.timeline_value - 1))
+
+    def release(self, device: Any, wait: bool) -> None:
+        """Release the blocks of `device` whose last use finished, in free order; with `wait`, wait for all of them."""
+        with self._lock:
+            while self._pending:
+                raw, signal, last_use = self._pending[0]
+                # (a device swaps its timeline signal only when idle: a block noted on the other one is free)
+                if signal is device.timeline_signal and signal.value < last_use:
+                    if not wait:
+                        return
+                    signal.wait(last_use)
+                self._pending.popleft()
+                self._release_block(raw)

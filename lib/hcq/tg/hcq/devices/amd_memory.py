@@ -10,13 +10,12 @@ is idle. Copies otherwise go through host staging buffers and the SDMA queue, as
 from __future__ import annotations
 
 import ctypes
-import threading
 from collections import deque
 from decimal import Decimal
 from typing import Any
 
 from tg.drivers.amd.iface import GPUAllocation
-from tg.hcq.allocator import DEFAULT_SPEC, BufferSpec, LRUAllocator
+from tg.hcq.allocator import DEFAULT_SPEC, BufferSpec, DeferredFrees, LRUAllocator
 from tg.hcq.memory import HCQBuffer
 from tg.hcq.signal import SIGNAL_SIZE, HCQSignal, SignalPool, sleep_until
 
@@ -111,8 +110,7 @@ class AMDAllocator(LRUAllocator):
         self._staging_marks: deque[int] = deque()  # timeline value after which each staging buffer is free again
         self._next_staging = 0
         self.reuse_after: dict[int, int] = {}  # id of a cached block -> the timeline value its last user signals
-        self._freed: deque[tuple[HCQBuffer, int]] = deque()  # blocks to release, each after its timeline value
-        self._release_lock = threading.Lock()
+        self.freed = DeferredFrees(self._release_block)  # blocks to release after their last use
 
     # --- the free-block cache: a block comes back only once the work queued before its free has finished ---
 
@@ -134,33 +132,21 @@ class AMDAllocator(LRUAllocator):
     def free_cache(self) -> None:
         super().free_cache()
         self.reuse_after.clear()
-        self.release_freed(wait=True)
+        self.freed.release(self.device, wait=True)
 
     def _alloc(self, size: int, options: BufferSpec) -> HCQBuffer:
-        self.release_freed(wait=False)
+        self.freed.release(self.device, wait=False)
         allocation = self.device.iface.alloc(size, host=options.host, uncached=options.uncached, cpu_access=True)
         return gpu_buffer(allocation, self.device, size)
 
     def _free(self, raw: HCQBuffer, options: BufferSpec) -> None:
-        """Queue the block for release once the work queued before this free has finished (`release_freed`). A free
-        may run in a finalizer on any thread the garbage collector interrupts, a simulated engine's included: waiting
-        there for the device deadlocked an SDMA engine that waited for its own copy to finish."""
-        self._freed.append((raw, self.device.timeline_value - 1))
+        self.freed.add(self.device, raw)  # (released by a later allocation: see DeferredFrees, a free never waits)
 
-    def release_freed(self, wait: bool) -> None:
-        """Give the driver back the queued blocks whose last use has finished (with `wait`, all of them)."""
-        with self._release_lock:
-            while self._freed:
-                raw, last_use = self._freed[0]
-                if self.device.timeline_signal.value < last_use:
-                    if not wait:
-                        return
-                    self.device.timeline_signal.wait(last_use)
-                self._freed.popleft()
-                if isinstance(raw.meta, GPUAllocation):
-                    self.device.iface.free(raw.meta)
-                raw.view = None
-                raw.meta = None
+    def _release_block(self, raw: HCQBuffer) -> None:
+        if isinstance(raw.meta, GPUAllocation):
+            self.device.iface.free(raw.meta)
+        raw.view = None
+        raw.meta = None
 
     def _as_buffer(self, raw: HCQBuffer) -> memoryview | None:
         return raw.view

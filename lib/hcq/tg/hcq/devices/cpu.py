@@ -38,7 +38,7 @@ from typing import Any
 from tg.codegen.compiler import CCompiler
 from tg.codegen.render.c import C_RENDERER_NAMES, CRenderer
 from tg.codegen.render.llvmir import LLVMRenderer
-from tg.hcq.allocator import BufferSpec, LRUAllocator
+from tg.hcq.allocator import BufferSpec, DeferredFrees, LRUAllocator
 from tg.hcq.commands import Command
 from tg.hcq.compiled import HCQCompiled
 from tg.hcq.device import DeviceSpec
@@ -140,14 +140,26 @@ def _untyped_function_pointer(address: int) -> Any:
 class CPUAllocator(LRUAllocator):
     """Host memory for the CPU device; copies are memmoves after waiting for queued work."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.freed = DeferredFrees(self._release_block)  # (a free never waits for the device: see DeferredFrees)
+
     def _alloc(self, size: int, options: BufferSpec) -> HCQBuffer:
+        self.freed.release(self.device, wait=False)
         return HostMemory(size).handle(owner=self.device)
 
     def _free(self, raw: HCQBuffer, options: BufferSpec) -> None:
-        # Queued kernels may still use the memory: wait for them before the memory can go away.
-        self.device.synchronize()
+        # Queued kernels may still use the memory: it goes once they finished.
+        self.freed.add(self.device, raw)
+
+    @staticmethod
+    def _release_block(raw: HCQBuffer) -> None:
         raw.view = None
         raw.meta = None
+
+    def free_cache(self) -> None:
+        super().free_cache()
+        self.freed.release(self.device, wait=True)
 
     def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
         """Copy host data in without waiting for a busy device.

@@ -52,3 +52,31 @@ def test_a_tool_times_kernels_without_importing_the_tensor() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["inc", "True", "False"]
+
+
+RESIDENT_AFTER_SCRATCH = """
+import os
+from tg.hcq.engine import scratch_buffers
+from test_engine_timing import scaled_add
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+before = resident_bytes()
+buffers = scratch_buffers(scaled_add(1 << 22), "CPU")
+print(resident_bytes() - before, sum(b.nbytes for b in buffers))
+"""
+
+
+def test_scratch_buffers_are_resident_memory_not_the_zero_page() -> None:
+    """Regression: untouched scratch inputs read the kernel's shared zero page (always in cache), so BEAM timed
+    memory-bound candidates several times too fast. Written once, their pages are the process's own: its resident
+    memory grows by the buffers' size (measured in a fresh process, whose allocator has no freed blocks to reuse)."""
+    import os
+
+    script = RESIDENT_AFTER_SCRATCH
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    grown, total = map(int, done.stdout.split())
+    assert grown >= 0.9 * total, (grown, total)

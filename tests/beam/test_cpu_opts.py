@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -160,3 +161,27 @@ def test_block_runs_on_the_python_emulator_too() -> None:
     program(*(buf.raw for buf in buffers), global_size=source.global_size, wait=True)
     got = np.frombuffer(buffers[0].as_buffer(), np.float32).reshape(5, 7)
     np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_search_rewarding_row_tile_groups_finds_them_and_the_kernel_matches_numpy() -> None:
+    """SPLIT into a LOOP (row tiles in groups that share each strip of the right operand, the heuristics'
+    share_strips) is in the search space: a search whose cost rewards it returns opts that use it, and the kernel
+    with those opts computes numpy's product (on sizes where the groups leave no remainder to hide a miss)."""
+    from tg.codegen.opt.search import Candidate, beam_search
+
+    def is_row_group(opt: Opt) -> bool:
+        return opt.op is OptOps.SPLIT and opt.arg[1] is AxisType.LOOP
+
+    def upcast_lanes(ast: UOp) -> int:
+        k = KernelOptimizer(ast)
+        return math.prod(size for size, t in zip(k.full_shape, k.axis_types, strict=True) if t is AxisType.UPCAST)
+
+    def cost(candidates: list[Candidate]) -> list[float]:
+        return [(0.0 if any(map(is_row_group, c.opts)) else 1.0) + 1.0 / upcast_lanes(c.ast) for c in candidates]
+
+    n, k, m = 128, 24, 48
+    ast, a, b = matmul_case(n, k, m)
+    opts, _ = beam_search(ast, width=2, cost=cost, core_groups=True)
+    assert any(map(is_row_group, opts)) and any(o.op is OptOps.UPCAST for o in opts)
+    x, y = (b, a) if first_param_is_b(ast, n, k) else (a, b)
+    np.testing.assert_allclose(run(ast, opts, n * m, x, y).reshape(n, m), a @ b, rtol=1e-4, atol=1e-4)

@@ -123,3 +123,20 @@ def test_the_result_is_never_slower_than_a_seed() -> None:
     assert opts == seed_opts and best == 1.0
     assert tried[0] == seed_opts and tried[1] == ()  # the seed is timed first, then the kernel as it is
     assert any(len(o) == 3 and o[:2] == seed_opts for o in tried)  # and the search went on from the seed
+
+
+def test_the_heuristic_opts_of_a_long_matmul_are_a_path_of_search_actions() -> None:
+    """From k = 4096 the heuristics cut the row tiles into groups sharing each strip (SPLIT into a LOOP): every opt
+    they choose for such a kernel is one of the search's single actions, so a search from the bare kernel can reach
+    the heuristic kernel (and, from the seed, its neighbours)."""
+    from tg.codegen.opt import hand_coded_optimizations
+    from tg.codegen.uop.args import AxisType
+
+    ast, opts = _base_kernel(matmul_kernel(n=512, m=256, k=4096), core_groups=True)
+    chosen = hand_coded_optimizations(KernelOptimizer(ast, core_groups=True), max_lanes=256)
+    assert any(o.op is OptOps.SPLIT and o.arg[1] is AxisType.LOOP for o in chosen)
+    candidate = Candidate(ast, opts)
+    for opt in chosen:
+        children = {c.opts[-1]: c for c in kernel_actions(candidate, core_groups=True)}
+        assert opt in children, f"{opt} is not a search action from {candidate.opts}"
+        candidate = children[opt]

@@ -4,10 +4,13 @@
         [--only "matmul 1024" ...] [--tinygrad-beam N]
 
 For each workload: every kernel is searched afresh (a new BEAM cache) and the search time of each is printed with
-the opts that won; then tg with the heuristics, tg with the BEAM winners, numpy, torch (conv2d; when installed)
+the opts that won and what the search's confirming turns measured: the winner's and the hand-coded opts' medians of
+interleaved repeats, their ratio and spread, and whether the winner replaced the hand-coded opts (only when faster by
+more than the spread); then tg with the heuristics, tg with the BEAM winners, numpy, torch (conv2d; when installed)
 and, with --tinygrad-beam N, the tinygrad release at BEAM=N (its own search runs first, with a fresh cache of its
-own, not timed) are timed in turns. Ratios are peer_time / tg_time (above 1: tg is faster). The machine is shared:
-the load average is printed before, per row and after. Each kernel's search stops at BEAM_TIME_BUDGET (default
+own, not timed) are timed in turns (a sample of a small matmul is several calls back to back: bench_opt's
+calls_per_sample). Ratios are peer_time / tg_time (above 1: tg is faster). The machine is shared: the load average
+is printed before, per row and after. Each kernel's search stops at BEAM_TIME_BUDGET (default
 60 s) with the best so far, and says so.
 """
 
@@ -24,6 +27,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_opt import (  # noqa: E402
     alternating_medians,
+    calls_per_sample,
     inputs,
     numpy_workloads,
     tg_workloads,
@@ -47,6 +51,15 @@ def record_searches(log: list[tuple[str, float, Any]]) -> None:
         return result
 
     beam.search_opts = timed_search
+
+
+def confirmation(result: Any) -> str:
+    """What the confirming turns (winner against the hand-coded opts, interleaved) decided, with their spread."""
+    if result.hand_coded_seconds is None:
+        return " (the hand-coded opts themselves, or there were none)"
+    verdict = "replaces" if result.seconds < result.hand_coded_seconds - result.spread else "kept"
+    hand, ratio = result.hand_coded_seconds * 1e3, result.hand_coded_seconds / result.seconds
+    return f"; hand-coded {hand:.2f} ms, ratio {ratio:.2f}, spread {result.spread * 1e3:.2f} ms: {verdict}"
 
 
 def main() -> None:
@@ -97,7 +110,7 @@ def main() -> None:
         for kernel, seconds, result in searches:
             spent = " (time budget spent: the best so far)" if result.out_of_time else ""
             print(f"{name:12s} search {kernel}: {seconds:6.1f} s{spent}, {result.seconds * 1e3:.2f} ms with "
-                  f"{list(result.opts)}")  # fmt: skip
+                  f"{list(result.opts)}{confirmation(result)}")  # fmt: skip
         tiny_run = tiny.get(name) if isinstance(tiny, dict) else None
         if tiny_run is not None:
             start = time.perf_counter()
@@ -105,7 +118,7 @@ def main() -> None:
             searched = time.perf_counter() - start
             print(f"{name:12s} tinygrad BEAM={args.tinygrad_beam} warm-up (its search) {searched:.1f} s")
         runs = [heuristic, beamed, peers[name], torch_runs.get(name), tiny_run]
-        h, b, numpy_time, torch_time, tiny_time = alternating_medians(runs, args.repeats)
+        h, b, numpy_time, torch_time, tiny_time = alternating_medians(runs, args.repeats, calls_per_sample(name))
         line = f"{name:12s} heuristics {h * 1e3:8.2f} ms | BEAM {b * 1e3:8.2f} ms | numpy {numpy_time * 1e3:8.2f} ms"
         line += f" | BEAM {numpy_time / b:.2f}x numpy (heuristics {numpy_time / h:.2f}x)"
         if torch_time == torch_time:  # not NaN

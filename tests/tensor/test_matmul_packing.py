@@ -366,3 +366,35 @@ def test_a_loop_split_needs_an_output_axis() -> None:
     reduce_axis = k.axes_of(AxisType.REDUCE)[0]
     with pytest.raises(KernelOptError, match="LOOP splits an output axis"):
         k.apply_opt(Opt(OptOps.SPLIT, reduce_axis, (4, AxisType.LOOP)))
+
+
+def test_values_sliced_from_a_projection_lie_on_separate_pages_and_weights_do_not() -> None:
+    qkv = Tensor.rand(1, 128, 2304).realize()
+    values = qkv[:, :, 1536:].reshape(1, 128, 12, 64).transpose(1, 2)  # (1, 12, 128, 64), rows 2304 floats apart
+    assert layout.memory_stride(values.uop, 2) == 2304 and layout.memory_stride(values.uop, 1) == 64
+    assert layout.rows_on_separate_pages(values.uop)
+    assert not layout.rows_on_separate_pages(Tensor.rand(768, 2304).realize().uop)  # rows follow one another
+    assert not layout.rows_on_separate_pages(Tensor.rand(12, 128, 64).realize().uop)
+    assert not layout.rows_on_separate_pages(Tensor.rand(128, 768).realize()[:, :512].uop)  # 3 KiB apart
+
+
+@pytest.mark.parametrize("tokens", [128, 256])
+def test_attention_values_are_packed_and_attention_equals_numpy(tokens: int) -> None:
+    """probabilities @ values reads a strip-major copy of the values (a kernel of its own) from PAGED_ROWS_MIN_ROWS
+    query rows; the causal attention of a qkv projection's slices equals numpy's."""
+    rng = np.random.default_rng(11)
+    qkv_np = rng.standard_normal((1, tokens, 2304)).astype(np.float32)
+    probs_np = rng.random((1, 12, tokens, tokens)).astype(np.float32)
+    qkv, probs = Tensor(qkv_np).realize(), Tensor(probs_np).realize()
+    q, k, v = (qkv[:, :, i * 768 : (i + 1) * 768].reshape(1, tokens, 12, 64).transpose(1, 2) for i in range(3))
+    assert kernel_count(probs @ v) == 2  # the copy of the values into strips, then the product
+    assert kernel_count(probs[:, :, :64] @ v) == 1  # 64 rows: read in place
+    q_np, k_np, v_np = (
+        qkv_np[:, :, i * 768 : (i + 1) * 768].reshape(1, tokens, 12, 64).transpose(0, 2, 1, 3) for i in range(3)
+    )
+    np.testing.assert_allclose((probs @ v).numpy(), probs_np @ v_np, rtol=1e-4, atol=1e-3)
+    scores = q_np @ k_np.transpose(0, 1, 3, 2) / 8 + np.triu(np.full((tokens, tokens), -np.inf, np.float32), 1)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    expected = (weights / weights.sum(-1, keepdims=True)) @ v_np
+    attended = q.scaled_dot_product_attention(k, v, is_causal=True)
+    np.testing.assert_allclose(attended.numpy(), expected, rtol=1e-4, atol=1e-4)

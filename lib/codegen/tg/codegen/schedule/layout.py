@@ -188,6 +188,16 @@ def strips_alias_in_cache(k: int, row_bytes: int, l2_bytes: int) -> bool:
     return k > l2_bytes // period
 
 
+def strips_alias_in_l1(k: int, row_bytes: int, l1_bytes: int) -> bool:
+    """Whether a column strip of a row-major (k, m) operand that would fit half the L1 cache once packed (k lines of
+    64 bytes) misses it as it lies: its lines `row_bytes` apart use only the sets a period of the largest power of
+    two dividing `row_bytes` (at most a way, L1_WAY_BYTES) leaves them, so at most l1_bytes / period of them stay.
+    A weight gradient's output gradient over 128 tokens (128 rows 12 KiB apart, 3,072 columns): 12 of its 128 lines
+    stay, and every tile of rows reads the strip from L2 again where a packed 8 KiB strip stays in L1."""
+    period = min(row_bytes & -row_bytes, L1_WAY_BYTES)
+    return k * STRIP * 4 <= l1_bytes // 2 and k > l1_bytes // period
+
+
 def scattered_rows(node: UOp) -> bool:
     """A view of memory whose rows are pieces from several places: its last axis merges axes that a PERMUTE took out
     of memory order (attention's output, (heads, tokens, 64) transposed to (tokens, heads, 64) and reshaped to
@@ -269,9 +279,14 @@ def worth_packing(product: Product, trained: bool, target: Target) -> bool:
         return False  # a symbolic size: whether strips fit is not known when the kernel is built
     k, m = right_shape[-2], right_shape[-1]
     assert isinstance(k, int) and isinstance(m, int)  # (concrete)
-    if m % STRIP or math.prod(right_shape) < MIN_PACKED_ELEMENTS or not in_memory(product.right):
+    if m % STRIP or math.prod(right_shape) < MIN_PACKED_ELEMENTS:
         return False
     few_rows = left_shape[-2] < MIN_PACKED_ROWS
+    row_bytes = (memory_stride(product.right, len(right_shape) - 2) or m) * product.right.dtype.itemsize
+    if not few_rows and strips_alias_in_l1(k, row_bytes, target.l1_bytes):
+        return True  # (a computed operand too: its copy computes it once, where the product would per row tile)
+    if not in_memory(product.right):
+        return False
     if realized_matrix(product.right) and not trained and not (few_rows and product.right_casts):
         # kept, so copied once, whatever the rows: a 1 or 8 row product then reads each strip as one run of k * 64
         # bytes instead of k lines a row apart (a new page each, which the prefetcher does not follow).

@@ -2,6 +2,7 @@
 tinygrad (the `bench` group) and torch (when installed; it is never a dependency), in turns in one process.
 
     uv run --group bench python bench/bench_blocks.py [--repeats 5] [--only resnet|gpt2|llm] [--no-train] [--top 8]
+        [--torch-threads N]
 
 - ResNet basic block: conv3x3-relu-conv3x3-relu + x on 8x64x56x56 (no bias, no batchnorm).
 - GPT-2 block: 128 tokens, dim 768, 12 heads: x + proj(causal_sdpa(qkv(layernorm(x)))), then + down(gelu(up(ln(x)))).
@@ -19,8 +20,9 @@ tinygrad (the `bench` group) and torch (when installed; it is never a dependency
 Every framework gets the same float32 inputs; each row is the median of `--repeats` timed calls after one warm-up
 (compilation, allocation), the frameworks taking turns. Then the slowest tg kernels of one forward call and of one
 training step, as DEBUG=2 measures them (each kernel waited for; GFLOP/s from the analytic op count). Bars (issue
-23): each block <= 2x torch's time, faster than tinygrad. The machine is shared: note `uptime` next to any figure
-you quote.
+23): each block <= 2x torch's time, faster than tinygrad; issue 38: the GPT-2 block's forward (128 and 1,024 tokens)
+and both training steps <= 1x torch's. The machine is shared: note `uptime` next to any figure you quote; where the
+load exceeds the cores, compare with `--torch-threads 1` too (torch's threads wait for each other at every op).
 """
 
 from __future__ import annotations
@@ -172,13 +174,18 @@ def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
     return run
 
 
+# torch's intra-op threads (--torch-threads; default: every core). On a machine loaded beyond its cores torch's
+# threads wait for each other at every op: there one thread can be several times faster than two.
+TORCH_THREADS = [os.cpu_count() or 1]
+
+
 def torch_runner(kind: str, block: Block, train: bool) -> Runner | None:
     try:
         import torch
         import torch.nn.functional as F
     except ImportError:
         return None
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(TORCH_THREADS[0])
     x = torch.from_numpy(block.x)
     w = {k: torch.from_numpy(v.copy()).requires_grad_(train) for k, v in block.weights.items()}
     forward = FORWARDS[kind]
@@ -410,8 +417,13 @@ def main() -> None:
     parser.add_argument("--only", choices=[*sorted(FORWARDS), "llm"])
     parser.add_argument("--no-train", action="store_true", help="skip the training-step rows")
     parser.add_argument("--top", type=int, default=8, help="slowest tg kernels to list per block")
+    parser.add_argument("--torch-threads", type=int, default=TORCH_THREADS[0], help="torch's intra-op threads")
     args = parser.parse_args()
-    print(f"medians of {args.repeats}; load: {os.getloadavg()[0]:.2f} (1-minute average), {os.cpu_count()} cores")
+    TORCH_THREADS[0] = args.torch_threads
+    print(
+        f"medians of {args.repeats}; load: {os.getloadavg()[0]:.2f} (1-minute average), {os.cpu_count()} cores, "
+        f"torch threads {args.torch_threads}"
+    )
     # (kind, block, with a training-step row, with the attention kernels' bandwidth): the unscaled GPT-2 row is there
     # for the denormal comparison only
     rows = [

@@ -12,11 +12,13 @@ kernels depend on the machine:
   trained (for any number of rows, a decode step's one included) is first copied strip by strip,
   (..., m / STRIP, k, STRIP); a packed realized weight is a kept copy (KEPT_COPY) the engine reuses until the weight
   is written. So is a view whose rows lie a page or more apart in longer rows of memory (attention's values, a
-  slice of the qkv projection) when enough rows read it. Where the right operand is packed, a left operand whose
-  rows alias in L1 (k a multiple of 1024 float32) or that is cast is copied into row tiles too, (..., n / STRIP, k, STRIP), kept the same way when it is a realized
-  matrix (issue 38: 4096^3 ran at half of numpy's speed without). The copies hold the values the multiply reads
-  (float16 operands as float32). A left operand whose rows are scattered (attention's output viewed as
-  (tokens, heads * 64)) is copied contiguous first.
+  slice of the qkv projection) when enough rows read it, and an operand, computed or not, whose strip would fit
+  the L1 cache packed but aliases there as it lies (a weight gradient's output gradient over 128 tokens). Where
+  the right operand is packed, a left operand whose rows alias in L1 (k a multiple of 1024 float32) or that is
+  cast is copied into row tiles too, (..., n / STRIP, k, STRIP), kept the same way when it is a realized matrix
+  (issue 38: 4096^3 ran at half of numpy's speed without). The copies hold the values the multiply reads (float16
+  operands as float32). A left operand whose rows are scattered (attention's output viewed as (tokens, heads * 64))
+  is copied contiguous first.
 - conv2d weight-gradient chunking (CPU): the pixels are reduced in chunks whose operands fit a quarter of L2, each
   chunk a partial result, then the partials summed (tg.codegen.schedule.layout_conv).
 
@@ -271,9 +273,11 @@ def worth_packing(product: Product, trained: bool, target: Target) -> bool:
     strip is swept several times, and either a realized weight that is not being trained (its packed copy is kept:
     only the first product after a write copies), a transposed view, a view whose rows lie on separate pages
     (`rows_on_separate_pages`, from PAGED_ROWS_MIN_ROWS rows of the left operand) or a row-major matrix whose strips
-    alias in the cache. The packed product is faster even where strips do not alias: GPT-2's 768x2304 and 768x768 weights (128
-    rows) 5.5 -> 3.7 ms and 0.95 -> 0.90 ms, best of 15 at load 6; but a weight that requires grad changes at every
-    step, and a copy per product made the first a wash and the second 1.7 ms."""
+    alias in the cache. One whose strips alias in L1 but would fit it packed (`strips_alias_in_l1`) is packed even
+    when computed: the copy computes it once, where each tile of rows would compute its strip again. The packed
+    product is faster even where strips do not alias: GPT-2's 768x2304 and 768x768 weights (128 rows) 5.5 -> 3.7 ms
+    and 0.95 -> 0.90 ms, best of 15 at load 6; but a weight that requires grad changes at every step, and a copy per
+    product made the first a wash and the second 1.7 ms."""
     left_shape, right_shape = shape_of(product.left), shape_of(product.right)
     if target.family != "CPU" or not concrete(left_shape + right_shape):
         return False  # a symbolic size: whether strips fit is not known when the kernel is built
@@ -284,7 +288,7 @@ def worth_packing(product: Product, trained: bool, target: Target) -> bool:
     few_rows = left_shape[-2] < MIN_PACKED_ROWS
     row_bytes = (memory_stride(product.right, len(right_shape) - 2) or m) * product.right.dtype.itemsize
     if not few_rows and strips_alias_in_l1(k, row_bytes, target.l1_bytes):
-        return True  # (a computed operand too: its copy computes it once, where the product would per row tile)
+        return True
     if not in_memory(product.right):
         return False
     if realized_matrix(product.right) and not trained and not (few_rows and product.right_casts):

@@ -366,3 +366,66 @@ def test_a_loop_split_needs_an_output_axis() -> None:
     reduce_axis = k.axes_of(AxisType.REDUCE)[0]
     with pytest.raises(KernelOptError, match="LOOP splits an output axis"):
         k.apply_opt(Opt(OptOps.SPLIT, reduce_axis, (4, AxisType.LOOP)))
+
+
+def test_values_sliced_from_a_projection_lie_on_separate_pages_and_weights_do_not() -> None:
+    qkv = Tensor.rand(1, 128, 2304).realize()
+    values = qkv[:, :, 1536:].reshape(1, 128, 12, 64).transpose(1, 2)  # (1, 12, 128, 64), rows 2304 floats apart
+    assert layout.memory_stride(values.uop, 2) == 2304 and layout.memory_stride(values.uop, 1) == 64
+    assert layout.rows_on_separate_pages(values.uop)
+    assert not layout.rows_on_separate_pages(Tensor.rand(768, 2304).realize().uop)  # rows follow one another
+    assert not layout.rows_on_separate_pages(Tensor.rand(12, 128, 64).realize().uop)
+    assert not layout.rows_on_separate_pages(Tensor.rand(128, 768).realize()[:, :512].uop)  # 3 KiB apart
+
+
+@pytest.mark.parametrize("tokens", [128, 512])
+def test_attention_values_are_packed_and_attention_equals_numpy(tokens: int) -> None:
+    """probabilities @ values reads a strip-major copy of the values (a kernel of its own) from PAGED_ROWS_MIN_ROWS
+    query rows (at 512 tokens a strip, 32 KiB packed, would not fit half an L1: only the rows' pages decide); the
+    causal attention of a qkv projection's slices equals numpy's."""
+    rng = np.random.default_rng(11)
+    qkv_np = rng.standard_normal((1, tokens, 2304)).astype(np.float32)
+    probs_np = rng.random((1, 12, tokens, tokens)).astype(np.float32)
+    qkv, probs = Tensor(qkv_np).realize(), Tensor(probs_np).realize()
+    q, k, v = (qkv[:, :, i * 768 : (i + 1) * 768].reshape(1, tokens, 12, 64).transpose(1, 2) for i in range(3))
+    assert kernel_count(probs @ v) == 2  # the copy of the values into strips, then the product
+    if tokens == 512:
+        assert kernel_count(probs[:, :, :64] @ v) == 1  # 64 rows: read in place
+    q_np, k_np, v_np = (
+        qkv_np[:, :, i * 768 : (i + 1) * 768].reshape(1, tokens, 12, 64).transpose(0, 2, 1, 3) for i in range(3)
+    )
+    np.testing.assert_allclose((probs @ v).numpy(), probs_np @ v_np, rtol=1e-4, atol=1e-3)
+    scores = q_np @ k_np.transpose(0, 1, 3, 2) / 8 + np.triu(np.full((tokens, tokens), -np.inf, np.float32), 1)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    expected = (weights / weights.sum(-1, keepdims=True)) @ v_np
+    attended = q.scaled_dot_product_attention(k, v, is_causal=True)
+    np.testing.assert_allclose(attended.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_strips_alias_in_l1_when_their_lines_outnumber_the_sets_they_use_and_fit_it_packed() -> None:
+    # 128 rows 12 KiB apart: one set per way, 12 of a 48 KiB L1's lines hold them; packed they are 8 KiB
+    assert layout.strips_alias_in_l1(128, 3072 * 4, 48 << 10)
+    assert layout.strips_alias_in_l1(128, 768 * 4, 48 << 10)  # 3 KiB apart: period 1024, 48 lines
+    assert not layout.strips_alias_in_l1(32, 768 * 4, 48 << 10)  # 32 lines fit
+    assert not layout.strips_alias_in_l1(768, 3072 * 4, 48 << 10)  # packed, 48 KiB: more than half the L1
+    assert not layout.strips_alias_in_l1(128, 1000 * 4, 48 << 10)  # period 32: every set
+
+
+def test_a_weight_gradient_over_few_tokens_packs_the_output_gradient_and_equals_numpy() -> None:
+    """x^T @ g for a linear layer's weight over 128 tokens: g (computed, 128 rows 12 KiB apart) is copied into strips
+    that stay in L1 while every tile of rows of x^T reads them; the gradients equal numpy's."""
+    rng = np.random.default_rng(12)
+    x_np, w_np = rng.standard_normal((128, 768)).astype(np.float32), rng.standard_normal((768, 3072)).astype(np.float32)
+    g_np = rng.standard_normal((128, 3072)).astype(np.float32)
+    x, w = Tensor(x_np).realize(), Tensor(w_np, requires_grad=True).realize()
+    grad_output = Tensor(g_np).realize() * 2.0  # computed: not in memory when the layout stage runs
+    # the copy into 192 strips of 128 rows by 16 (which computes the product's right operand), then the product
+    assert kernel_names(x.T @ grad_output) == ["E_192_128_16", "r_768_192_16_128"]
+    np.testing.assert_allclose((x.T @ grad_output).numpy(), x_np.T @ (2 * g_np), rtol=1e-4, atol=1e-3)
+    (((x @ w).gelu()) * Tensor(g_np)).sum().backward()
+    h = x_np @ w_np
+    inner = np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)
+    gelu_derivative = 0.5 * (1 + np.tanh(inner)) + 0.5 * h * (1 - np.tanh(inner) ** 2) * np.sqrt(2 / np.pi) * (
+        1 + 3 * 0.044715 * h**2
+    )
+    np.testing.assert_allclose(w.grad.numpy(), x_np.T @ (g_np * gelu_derivative), rtol=1e-3, atol=1e-2)

@@ -11,11 +11,14 @@ kernels depend on the machine:
   weight ran at a third of the 768x2304 one's speed, issue 23), a transposed view, or a realized weight that is not
   trained (for any number of rows, a decode step's one included) is first copied strip by strip,
   (..., m / STRIP, k, STRIP); a packed realized weight is a kept copy (KEPT_COPY) the engine reuses until the weight
-  is written. Where the right operand is packed, a left operand whose rows alias in L1 (k a multiple of 1024 float32)
-  or that is cast is copied into row tiles too, (..., n / STRIP, k, STRIP), kept the same way when it is a realized
-  matrix (issue 38: 4096^3 ran at half of numpy's speed without). The copies hold the values the multiply reads
-  (float16 operands as float32). A left operand whose rows are scattered (attention's output viewed as
-  (tokens, heads * 64)) is copied contiguous first.
+  is written. So is a view whose rows lie a page or more apart in longer rows of memory (attention's values, a
+  slice of the qkv projection) when enough rows read it, and an operand, computed or not, whose strip would fit
+  the L1 cache packed but aliases there as it lies (a weight gradient's output gradient over 128 tokens). Where
+  the right operand is packed, a left operand whose rows alias in L1 (k a multiple of 1024 float32) or that is
+  cast is copied into row tiles too, (..., n / STRIP, k, STRIP), kept the same way when it is a realized matrix
+  (issue 38: 4096^3 ran at half of numpy's speed without). The copies hold the values the multiply reads (float16
+  operands as float32). A left operand whose rows are scattered (attention's output viewed as (tokens, heads * 64))
+  is copied contiguous first.
 - conv2d weight-gradient chunking (CPU): the pixels are reduced in chunks whose operands fit a quarter of L2, each
   chunk a partial result, then the partials summed (tg.codegen.schedule.layout_conv).
 
@@ -31,10 +34,13 @@ from dataclasses import dataclass
 from typing import cast
 
 from tg.codegen.dtype import DType
+from tg.codegen.schedule import indexing
 from tg.codegen.schedule.graph import KEPT_COPY, device_of, shape_of
 from tg.codegen.schedule.realize import reads_memory
 from tg.codegen.target import Target
+from tg.codegen.uop.index_algebra import simplify_indices
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
+from tg.codegen.uop.pattern import graph_rewrite
 
 TargetOf = Callable[[str], Target]  # the Target of a device, by canonical name
 
@@ -45,6 +51,9 @@ MIN_PACKED_ELEMENTS = 1 << 16  # a smaller operand (256 KiB of float32) is cheap
 # 1.2 ms at ~7 GB/s, the product 10% faster, ~1 ms of ~10 ms); a realized operand's copy is kept (free after the first)
 LEFT_PACK_MIN_COLUMNS = 1024
 L1_WAY_BYTES = 4096  # an L1 cache indexed by virtual address has ways of one page (x86 and arm64 cores alike)
+# a right operand whose rows lie on separate pages (`rows_on_separate_pages`) is copied into strips from this many rows
+# of the left one: GPT-2's attention values (128 and 1,024 tokens) gained from it; fewer rows were not measured
+PAGED_ROWS_MIN_ROWS = 128
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,48 @@ def realized_matrix(node: UOp) -> bool:
     return node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER
 
 
+def memory_stride(view: UOp, axis: int) -> int | None:
+    """How many elements apart neighbours along `axis` of `view` lie in the memory under its movement ops (a view of
+    a buffer, or of a reduction's output: `in_memory`); None where that is not one constant (a pad, a flip, a
+    symbolic size, a broadcast)."""
+    shape = shape_of(view)
+    if not concrete(shape):
+        return None
+    positions = []
+    for step in (0, 1):
+        idx = tuple(indexing.index_const(step if a == axis else 0) for a in range(len(shape)))
+        node = view
+        while node.op in GroupOp.Movement:
+            if node.op is Ops.RESHAPE:
+                idx = indexing.reshape_index(idx, shape_of(node), shape_of(node.src[0]))
+            elif node.op is Ops.PERMUTE:
+                idx = indexing.permute_index(idx, node.arg)
+            elif node.op is Ops.SHRINK:
+                idx = indexing.shrink_index(idx, node.arg)
+            else:
+                return None
+            node = node.src[0]
+        flat = graph_rewrite(indexing.flat_index(idx, shape_of(node)), simplify_indices)
+        if flat.op is not Ops.CONST:
+            return None
+        positions.append(flat.arg)
+    return positions[1] - positions[0]
+
+
+def rows_on_separate_pages(right: UOp) -> bool:
+    """Whether the k rows of a right operand (..., k, m) are pieces of longer rows of memory, a page
+    (L1_WAY_BYTES) or more apart: attention's values, a slice of the qkv projection (rows of 64 of 2,304 floats,
+    9 KiB apart). A matmul tile sweeps a strip of it as k lines each on a new page, which the prefetcher does not
+    follow. A matrix whose rows follow one another (a weight) is not such a view: `strips_alias_in_cache` decides.
+    GPT-2's probabilities @ values, kernel time, best of 5, load 8-9, gcc 12, 2 AVX-512 cores: 1,024 tokens 44-57 ->
+    11-27 ms plus a 0.5-0.65 ms copy; 128 tokens 0.41 -> 0.28-0.34 ms plus a 0.08 ms copy."""
+    shape = shape_of(right)
+    stride = memory_stride(right, len(shape) - 2)
+    if stride is None or stride == shape[-1]:
+        return False
+    return abs(stride) * right.dtype.itemsize >= L1_WAY_BYTES
+
+
 def strips_alias_in_cache(k: int, row_bytes: int, l2_bytes: int) -> bool:
     """Whether a column strip of a row-major (k, m) operand misses the cache. The matmul kernel sweeps one strip
     (k lines, `row_bytes` apart) once per block of rows of the left operand, counting on it staying in L2. A cache
@@ -137,6 +188,16 @@ def strips_alias_in_cache(k: int, row_bytes: int, l2_bytes: int) -> bool:
     1/(P/64) of the sets: at most L2/P of them fit. 768 rows 12 KiB apart (a 768x3072 weight) need more."""
     period = row_bytes & -row_bytes  # the largest power of two dividing the row size
     return k > l2_bytes // period
+
+
+def strips_alias_in_l1(k: int, row_bytes: int, l1_bytes: int) -> bool:
+    """Whether a column strip of a row-major (k, m) operand that would fit half the L1 cache once packed (k lines of
+    64 bytes) misses it as it lies: its lines `row_bytes` apart use only the sets a period of the largest power of
+    two dividing `row_bytes` (at most a way, L1_WAY_BYTES) leaves them, so at most l1_bytes / period of them stay.
+    A weight gradient's output gradient over 128 tokens (128 rows 12 KiB apart, 3,072 columns): 12 of its 128 lines
+    stay, and every tile of rows reads the strip from L2 again where a packed 8 KiB strip stays in L1."""
+    period = min(row_bytes & -row_bytes, L1_WAY_BYTES)
+    return k * STRIP * 4 <= l1_bytes // 2 and k > l1_bytes // period
 
 
 def scattered_rows(node: UOp) -> bool:
@@ -210,18 +271,26 @@ def worth_packing(product: Product, trained: bool, target: Target) -> bool:
     """Pack the right operand on a CPU when it is in memory already (packing a computed one, say a dequantized
     weight, would store what the matmul otherwise computes on the fly), read by enough rows of the left one that each
     strip is swept several times, and either a realized weight that is not being trained (its packed copy is kept:
-    only the first product after a write copies), a transposed view or a row-major matrix whose strips alias in the
-    cache. The packed product is faster even where strips do not alias: GPT-2's 768x2304 and 768x768 weights (128
-    rows) 5.5 -> 3.7 ms and 0.95 -> 0.90 ms, best of 15 at load 6; but a weight that requires grad changes at every
-    step, and a copy per product made the first a wash and the second 1.7 ms."""
+    only the first product after a write copies), a transposed view, a view whose rows lie on separate pages
+    (`rows_on_separate_pages`, from PAGED_ROWS_MIN_ROWS rows of the left operand) or a row-major matrix whose strips
+    alias in the cache. One whose strips alias in L1 but would fit it packed (`strips_alias_in_l1`) is packed even
+    when computed: the copy computes it once, where each tile of rows would compute its strip again. The packed
+    product is faster even where strips do not alias: GPT-2's 768x2304 and 768x768 weights (128 rows) 5.5 -> 3.7 ms
+    and 0.95 -> 0.90 ms, best of 15 at load 6; but a weight that requires grad changes at every step, and a copy per
+    product made the first a wash and the second 1.7 ms."""
     left_shape, right_shape = shape_of(product.left), shape_of(product.right)
     if target.family != "CPU" or not concrete(left_shape + right_shape):
         return False  # a symbolic size: whether strips fit is not known when the kernel is built
     k, m = right_shape[-2], right_shape[-1]
     assert isinstance(k, int) and isinstance(m, int)  # (concrete)
-    if m % STRIP or math.prod(right_shape) < MIN_PACKED_ELEMENTS or not in_memory(product.right):
+    if m % STRIP or math.prod(right_shape) < MIN_PACKED_ELEMENTS:
         return False
     few_rows = left_shape[-2] < MIN_PACKED_ROWS
+    row_bytes = (memory_stride(product.right, len(right_shape) - 2) or m) * product.right.dtype.itemsize
+    if not few_rows and strips_alias_in_l1(k, row_bytes, target.l1_bytes):
+        return True
+    if not in_memory(product.right):
+        return False
     if realized_matrix(product.right) and not trained and not (few_rows and product.right_casts):
         # kept, so copied once, whatever the rows: a 1 or 8 row product then reads each strip as one run of k * 64
         # bytes instead of k lines a row apart (a new page each, which the prefetcher does not follow).
@@ -231,6 +300,8 @@ def worth_packing(product: Product, trained: bool, target: Target) -> bool:
     if few_rows:
         return False
     if transposed_view(product.right):
+        return True
+    if left_shape[-2] >= PAGED_ROWS_MIN_ROWS and rows_on_separate_pages(product.right):
         return True
     return len(right_shape) == 2 and strips_alias_in_cache(k, m * product.right.dtype.itemsize, target.l2_bytes)
 

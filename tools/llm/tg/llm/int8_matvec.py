@@ -18,20 +18,25 @@ tg's C renderer writes a kernel as a scalar loop over the 16 lanes and leaves ve
 12 makes `vpdpbusd` only of a loop whose one reduction runs along the vector, never of four products per lane. So
 this kernel is written by hand in C with the VNNI intrinsics and runs as a compiled PROGRAM of a custom kernel
 (tg.tensor.custom_kernel); its AST (`reference_ast`) states the same computation in tg's IR, which the C renderer
-compiles anywhere (the tests compare both). It is used only where the device's Target says the C compiler emits
-VNNI (Target.int8_dot).
+compiles anywhere (the tests compare both). It is used with `--matvec int8` (tg.llm.config.MATVEC_TYPES), where the device's Target says the C
+compiler emits VNNI (Target.int8_dot).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.llm.lanes import LANES, LaneBlocks, RMSNorm
 from tg.tensor import Tensor
+
+if TYPE_CHECKING:
+    from tg.llm.weights import Weight
 
 BLOCK = 32  # elements per block, of the weights and of the quantized activations
 INT8_MAX = 127
@@ -70,13 +75,20 @@ BLOCK_DOT = {
 }
 
 
-def supports(lanes: LaneBlocks, device: str) -> bool:
-    """Whether `lanes` can take the int8 matvec on `device`: a Q4_1 or Q8_0 matrix, and a Target whose C compiler
-    emits VNNI."""
+def use_int8_activations(weights: Iterable[Weight]) -> None:
+    """Mark the Q4_1 and Q8_0 lane-block matrices among `weights` for the int8 matvec (tg.llm.weights.linear then
+    takes it); a ValueError where their device's Target does not say its C compiler emits VNNI (Target.int8_dot)."""
     from tg.hcq.device import Device
 
-    renderer = Device[device].renderer
-    return lanes.type_name in BLOCK_WORDS and renderer is not None and renderer.target.int8_dot
+    for weight in weights:
+        lanes = weight.data
+        if not isinstance(lanes, LaneBlocks) or lanes.type_name not in BLOCK_WORDS:
+            continue
+        renderer = Device[lanes.words.device].renderer
+        if renderer is None or not renderer.target.int8_dot:
+            raise ValueError(f"--matvec int8 needs AVX-512 VNNI in the C kernels of {lanes.words.device} "
+                             "(its Target's int8_dot)")  # fmt: skip
+        weight.data = dataclasses.replace(lanes, int8_activations=True)
 
 
 def int8_lane_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) -> Tensor:
@@ -89,7 +101,10 @@ def int8_lane_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) 
     program = vnni_program(kernel, x.device)
     out = Tensor.empty(groups * LANES, device=x.device)
     sums = out.custom_kernel(lanes.words, x.reshape(-1), weight.reshape(-1), fxn=lambda *_: program)[0]
-    return sums.reshape(1, -1)[:, : lanes.shape[0]]
+    # realized now (it runs at the next realize anyway, as a kernel of its own): an assign built on the lazy result
+    # (the KV cache's new rows) would otherwise hold the custom kernel's CALL, and Tensor.realize runs such pending
+    # writes through the engine without running calls first ("Ops.AFTER must be realized")
+    return sums.realize().reshape(1, -1)[:, : lanes.shape[0]]
 
 
 @dataclass(frozen=True)

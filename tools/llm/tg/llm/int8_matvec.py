@@ -1,25 +1,27 @@
-"""The Q4_1 matvec with int8 activations: integer dot products (AVX-512 VNNI `vpdpbusd`) instead of float ones.
+"""Decode-step matvecs of Q4_1 and Q8_0 weights with int8 activations: integer dot products (AVX-512 VNNI
+`vpdpbusd`) instead of float ones.
 
 Why: a decode step's matvecs read weights that sit in the caches, so their speed is the arithmetic per weight. The
-float kernel (tg.llm.lanes.lane_matvec) spends four vector instructions per 16 weights (mask, convert, the value's
-FMA, the sum's FMA); `vpdpbusd` multiplies 64 unsigned bytes by 64 signed bytes and adds each group of four
+float kernel (tg.llm.lanes.lane_matvec) spends four vector instructions per 16 Q4_1 weights (mask, convert, the
+value's FMA, the sum's FMA); `vpdpbusd` multiplies 64 unsigned bytes by 64 signed bytes and adds each group of four
 products into one of 16 int32 lanes, which is exactly one word of each of the 16 interleaved rows of a lane block
-(tg.llm.lanes) against four activations. So the activation row is first quantized as llama.cpp's q8_1 does
-(`quantize_activations`): per block of 32 an int8 code per element, a float scale and the scale times the codes'
-sum. Then each weight block costs, for 16 rows, 4 loads, 8 masks/shifts and 8 `vpdpbusd`, and
+(tg.llm.lanes) against four activations. So the kernel first rounds the activation row as llama.cpp's q8_1 does:
+per block of 32 an int8 code per element, rint(v * 127 / max|v|), a float scale max|v| / 127 and the codes' sum.
+Then a Q4_1 block costs, for 16 rows, 4 loads, 8 masks/shifts and 8 `vpdpbusd`, and
 
     row . x  ~=  sum over blocks b of  d_b * xd_b * sum_i(q_i * c_i)  +  m_b * xd_b * sum_i(c_i)
 
-(d_b, m_b the weight block's scale and min, q_i its 4-bit codes, c_i and xd_b the activation codes and scale).
-
-The result differs from the float kernel's by the activations' rounding (as llama.cpp's does on this CPU).
+(d_b, m_b the weight block's scale and min, q_i its 4-bit codes, c_i and xd_b the activation codes and scale; Q8_0
+has no min and signed codes, see BLOCK_DOT). The result differs from the float kernel's by the activations'
+rounding, as llama.cpp's does on such a CPU.
 
 tg's C renderer writes a kernel as a scalar loop over the 16 lanes and leaves vectorizing to the compiler, and gcc
 12 makes `vpdpbusd` only of a loop whose one reduction runs along the vector, never of four products per lane. So
-this kernel is written by hand in C with the VNNI intrinsics and runs as a compiled PROGRAM of a custom kernel
-(tg.tensor.custom_kernel); its AST (`reference_ast`) states the same computation in tg's IR, which the C renderer
-compiles anywhere (the tests compare both). It is used with `--matvec int8` (tg.llm.config.MATVEC_TYPES), where the device's Target says the C
-compiler emits VNNI (Target.int8_dot).
+this kernel is written by hand in C with the VNNI intrinsics (VNNI_SOURCE, one per matrix shape) and runs as a
+compiled PROGRAM of a custom kernel (tg.tensor.custom_kernel); its AST (`reference_ast`) states the same
+computation in tg's IR, which the C renderer compiles anywhere (the tests compare both). It is used with
+`--matvec int8` (tg.llm.config.MATVEC_TYPES), where the device's Target says its C compiler emits VNNI
+(Target.int8_dot).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.uop.args import AxisType, KernelInfo
 from tg.llm.lanes import LANES, LaneBlocks, RMSNorm
 from tg.tensor import Tensor
+from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.llm.weights import Weight
@@ -57,8 +60,9 @@ BLOCK_DOT = {
       __m512 scale = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
       __m512 minimum = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
       __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(low, high));
-      total = _mm512_add_ps(total, _mm512_add_ps(_mm512_mul_ps(dot, _mm512_mul_ps(scale, _mm512_set1_ps(scales[b]))),
-                                                 _mm512_mul_ps(minimum, _mm512_set1_ps((float)sums[b] * scales[b]))));""",
+      __m512 scaled = _mm512_mul_ps(dot, _mm512_mul_ps(scale, _mm512_set1_ps(scales[b])));
+      __m512 offset = _mm512_mul_ps(minimum, _mm512_set1_ps((float)sums[b] * scales[b]));
+      total = _mm512_add_ps(total, _mm512_add_ps(scaled, offset));""",
     # words 1..8: byte j of word 1 + k is the int8 element 4k + j; vpdpbusd multiplies unsigned bytes, so each
     # quant is taken + 128 (its top bit flipped), and 128 * the codes' sum taken off again
     "Q8_0": """
@@ -71,7 +75,8 @@ BLOCK_DOT = {
       }
       __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(even, odd), _mm512_set1_epi32(128 * sums[b]));
       __m512 scale = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_loadu_si512(block)));
-      total = _mm512_add_ps(total, _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scale, _mm512_set1_ps(scales[b]))));""",
+      __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scale, _mm512_set1_ps(scales[b])));
+      total = _mm512_add_ps(total, scaled);""",
 }
 
 
@@ -95,7 +100,7 @@ def int8_lane_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) 
     """x @ W.T `(1, rows)` for one row of x and a Q4_1 or Q8_0 LaneBlocks W, with int8 activations (module doc),
     in one kernel. With `norm`, x * norm.weight is quantized and the outputs are scaled by rsqrt(mean(x * x) + eps)
     (as tg.llm.lanes.lane_matvec does)."""
-    groups, n_blocks, _, _ = lanes.words.shape
+    groups, n_blocks = (concrete_size(size, "int8 matvec") for size in lanes.words.shape[:2])
     weight = norm.weight if norm is not None else Tensor.ones(lanes.shape[1], device=x.device)
     kernel = Int8Matvec(lanes.type_name, groups, n_blocks, None if norm is None else norm.eps)
     program = vnni_program(kernel, x.device)

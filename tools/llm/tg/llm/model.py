@@ -641,7 +641,8 @@ class Transformer:
     def _block_step(self, block: Block, rows: int, window: int, weights: list[Tensor]) -> tuple[TinyJit, str]:
         """The captured forward of blocks like `block` for chunks of `rows` rows attending over `window` rows, and
         its name in the capture store."""
-        key = (rows, window, self.kv_cache, self.matvec, block_layout(block), tuple((w.shape, w.dtype) for w in weights))
+        shapes = tuple((w.shape, w.dtype) for w in weights)
+        key = (rows, window, self.kv_cache, self.matvec, block_layout(block), shapes)
         store_name = f"block {key!r}"
         first_tile = self.chunk_window_start(rows, window) if block.local else 0
         forward = functools.partial(self._block_forward, block, first_tile)

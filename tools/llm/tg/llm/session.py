@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tg.llm.generate import Generator, cut_at_stop
 from tg.llm.config import DEFAULT_MATVEC
+from tg.llm.generate import Generator, cut_at_stop
 from tg.llm.model import DEFAULT_KV_CACHE, ContextOverflowError, Transformer, load_model, parameter_count
 from tg.llm.sampling import SamplingOptions
 from tg.llm.template import chat_template

@@ -91,18 +91,20 @@ def test_int8_matvec_matches_a_float64_reference_with_the_same_activation_codes(
 
 @needs_vnni
 @pytest.mark.parametrize("type_name", TYPES)
-def test_the_ir_reference_kernel_computes_what_the_vnni_kernel_does(type_name) -> None:
+@pytest.mark.parametrize("with_norm", [False, True])
+def test_the_ir_reference_kernel_computes_what_the_vnni_kernel_does(type_name, with_norm) -> None:
     """The PROGRAM's AST, compiled by tg's C renderer (scalar code, no VNNI), gives the VNNI kernel's results."""
     from tg.hcq.engine.programs import to_program
 
     raw = random_blocks(type_name, seed=2)
     weight = quantized_weight(raw, TYPES[type_name], (ROWS, COLS))
     x = Tensor(np.random.default_rng(3).standard_normal((1, COLS)).astype(np.float32))
-    norm = RMSNorm(Tensor(np.linspace(0.5, 1.5, COLS, dtype=np.float32)), 1e-6)
+    norm = RMSNorm(Tensor(np.linspace(0.5, 1.5, COLS, dtype=np.float32)), 1e-6) if with_norm else None
     vnni = int8_lane_matvec(x, weight.data, norm).numpy().reshape(-1)
     groups, n_blocks = weight.data.words.shape[:2]
-    program = to_program(reference_ast(Int8Matvec(type_name, groups, n_blocks, 1e-6)), Device.DEFAULT)
-    inputs = (weight.data.words, x.reshape(-1), norm.weight)
+    kernel = Int8Matvec(type_name, groups, n_blocks, None if norm is None else norm.eps)
+    program = to_program(reference_ast(kernel), Device.DEFAULT)
+    inputs = (weight.data.words, x.reshape(-1), *([] if norm is None else [norm.weight]))
     (out, *_) = Tensor.empty(groups * 16).custom_kernel(*inputs, fxn=lambda *_: program)
     np.testing.assert_allclose(out.numpy()[:ROWS], vnni, rtol=0, atol=1e-5 * np.abs(vnni).max())
 

@@ -101,15 +101,15 @@ def int8_lane_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) 
     in one kernel. With `norm`, x * norm.weight is quantized and the outputs are scaled by rsqrt(mean(x * x) + eps)
     (as tg.llm.lanes.lane_matvec does)."""
     groups, n_blocks = (concrete_size(size, "int8 matvec") for size in lanes.words.shape[:2])
-    weight = norm.weight if norm is not None else Tensor.ones(lanes.shape[1], device=x.device)
     kernel = Int8Matvec(lanes.type_name, groups, n_blocks, None if norm is None else norm.eps)
     program = vnni_program(kernel, x.device)
-    out = Tensor.empty(groups * LANES, device=x.device)
-    sums = out.custom_kernel(lanes.words, x.reshape(-1), weight.reshape(-1), fxn=lambda *_: program)[0]
+    inputs = [lanes.words, x.reshape(-1)] + ([] if norm is None else [norm.weight.reshape(-1)])
+    sums = Tensor.empty(groups * LANES, device=x.device).custom_kernel(*inputs, fxn=lambda *_: program)[0]
     # realized now (it runs at the next realize anyway, as a kernel of its own): an assign built on the lazy result
     # (the KV cache's new rows) would otherwise hold the custom kernel's CALL, and Tensor.realize runs such pending
     # writes through the engine without running calls first ("Ops.AFTER must be realized")
-    return sums.realize().reshape(1, -1)[:, : lanes.shape[0]]
+    sums = sums.realize().reshape(1, -1)
+    return sums if lanes.shape[0] == groups * LANES else sums[:, : lanes.shape[0]]
 
 
 @dataclass(frozen=True)
@@ -129,9 +129,8 @@ class Int8Matvec:
 
 VNNI_SOURCE = """#include <immintrin.h>
 #include <math.h>
-/* out = (x * weight) @ W.T for GROUPS groups of 16 rows of BLOCKS blocks, x quantized to int8 per block of 32 */
-void NAME(float* restrict out, const unsigned int* restrict words, const float* restrict row,
-          const float* restrict weight, int core_id) {
+/* out = x @ W.T (with a norm: (x * weight) @ W.T * rsqrt(mean(x * x) + eps)) for GROUPS groups of 16 rows of BLOCKS blocks, x quantized to int8 per block of 32 */
+void NAME(float* restrict out, const unsigned int* restrict words, const float* restrict row,NORM_WEIGHT int core_id) {
   unsigned int codes[BLOCKS * 8];
   float scales[BLOCKS];
   int sums[BLOCKS];
@@ -141,7 +140,7 @@ void NAME(float* restrict out, const unsigned int* restrict words, const float* 
     for (int e = 0; e < 32; e++) {
       float x = row[b * 32 + e];
       squares = squares + x * x;
-      v[e] = x * weight[b * 32 + e];
+      v[e] = SCALED;
       largest = fmaxf(largest, fabsf(v[e]));
     }
     float inverse = largest > 0.0f ? 127.0f / largest : 0.0f;
@@ -178,6 +177,8 @@ BLOCK_DOT
 def vnni_source(kernel: Int8Matvec, name: str, calls: int) -> str:
     norm = "1.0f" if kernel.eps is None else f"1.0f / sqrtf(squares * (1.0f / {kernel.cols}) + {kernel.eps!r}f)"
     replacements = {
+        "NORM_WEIGHT": "" if kernel.eps is None else " const float* restrict weight,",
+        "SCALED": "x" if kernel.eps is None else "x * weight[b * 32 + e]",
         "NAME": name, "GROUPS": str(kernel.groups), "BLOCKS": str(kernel.n_blocks), "CALLS": str(calls),
         "WORDS": str(BLOCK_WORDS[kernel.type_name]), "NORM": norm, "BLOCK_DOT": BLOCK_DOT[kernel.type_name],
     }  # fmt: skip
@@ -211,20 +212,22 @@ def vnni_program(kernel: Int8Matvec, device: str) -> UOp:
 
 
 def reference_ast(kernel: Int8Matvec) -> UOp:
-    """The int8 matvec as a kernel AST in tg's IR (placeholders: out, weight words, x, norm weight): what
+    """The int8 matvec as a kernel AST in tg's IR (placeholders: out, weight words, x, with a norm its weight): what
     VNNI_SOURCE computes, with the same integer codes and dot products (each output quantizes x again)."""
     words_per_block = BLOCK_WORDS[kernel.type_name]
     out = UOp.param(0, dtypes.float32, kernel.groups * LANES)
     words = UOp.param(1, dtypes.uint32, kernel.groups * kernel.n_blocks * words_per_block * LANES)
     row = UOp.param(2, dtypes.float32, kernel.cols)
-    weight = UOp.param(3, dtypes.float32, kernel.cols)
     g, lane = UOp.range(kernel.groups, 0), UOp.range(LANES, 1)
     b, c = UOp.range(kernel.n_blocks, 2, AxisType.REDUCE), UOp.range(kernel.cols, 3, AxisType.REDUCE)
 
     def word(k: int) -> UOp:
         return words.index(((g * kernel.n_blocks + b) * words_per_block + k) * LANES + lane).load()
 
-    values = [row.index(b * BLOCK + e).load() * weight.index(b * BLOCK + e).load() for e in range(BLOCK)]
+    values = [row.index(b * BLOCK + e).load() for e in range(BLOCK)]
+    if kernel.eps is not None:
+        weight = UOp.param(3, dtypes.float32, kernel.cols)
+        values = [v * weight.index(b * BLOCK + e).load() for e, v in enumerate(values)]
     largest = values[0].maximum(-values[0])
     for v in values[1:]:
         largest = largest.maximum(v.maximum(-v))

@@ -137,6 +137,9 @@ def chat(
         from tg.llm.serve.server import ServeOptions
 
         check_kv_cache_option(kv_cache)
+        if matvec != DEFAULT_MATVEC:
+            typer.echo("error: --matvec is not supported with --serve (serve runs float matvecs)", err=True)
+            raise typer.Exit(2)
         start_server(model, max_context, ServeOptions(port=serve, kv_cache=kv_cache), debug)
         return
     options = SamplingOptions(

@@ -130,7 +130,8 @@ class Int8Matvec:
 
 VNNI_SOURCE = """#include <immintrin.h>
 #include <math.h>
-/* out = x @ W.T (with a norm: (x * weight) @ W.T * rsqrt(mean(x * x) + eps)) for GROUPS groups of 16 rows of BLOCKS blocks, x quantized to int8 per block of 32 */
+/* out = x @ W.T (with a norm: (x * weight) @ W.T * rsqrt(mean(x * x) + eps)) for GROUPS groups of 16 rows of
+   BLOCKS blocks, x quantized to int8 per block of 32 */
 void NAME(float* restrict out, const unsigned int* restrict words, const float* restrict row,NORM_WEIGHT int core_id) {
   unsigned int codes[BLOCKS * 8];
   float scales[BLOCKS];

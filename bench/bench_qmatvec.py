@@ -2,11 +2,11 @@
 
 Run: `CC=gcc uv run python bench/bench_qmatvec.py [--types Q4_1,Q4_K,...] [--repeats 50]`. The shapes are those of
 the embedded SmolLM2-135M (qkv 960x576, attention output 576x576, gate_up 3072x576, down 576x1536, output head
-49152x576); Q4_1 uses the model's own weights (its output head is Q8_0: the type printed is the weight's), other types random
-blocks of the same shapes. Times are the median
-of TinyJit replays of 8 matvecs `linear(x_i, weight)` divided by 8 (launches included). K-quant rows need a
-multiple of 256 columns: time them on `--shapes down`. `--matvec float,int8` times both matvec types (int8: tg.llm.int8_matvec,
-Q4_1 and Q8_0 on a CPU with AVX-512 VNNI), taking turns replay by replay. The machine's load average is printed first.
+49152x576); Q4_1 uses the model's own weights (its output head is Q8_0: the type printed is the weight's), other
+types random blocks of the same shapes. Times are the median of TinyJit replays of 8 matvecs `linear(x_i, weight)`
+divided by 8 (launches included). K-quant rows need a multiple of 256 columns: time them on `--shapes down`.
+`--matvec float,int8` times both matvec types (int8: tg.llm.int8_matvec, Q4_1 and Q8_0 on a CPU with AVX-512 VNNI),
+taking turns replay by replay. The machine's load average is printed first.
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def main() -> None:
             weight = real[name] if type_name == "Q4_1" and name in real else random_weight(type_name, *SHAPES[name])
             all_seconds = time_matvecs([with_matvec(weight, matvec) for matvec in matvecs], args.repeats)
             for matvec, seconds in zip(matvecs, all_seconds, strict=True):
-                print(f"{quant_type_name(weight.ggml_type):6} {name:9} {weight.shape[0]:6}x{weight.shape[1]:<5} {matvec:5} "
+                label = f"{quant_type_name(weight.ggml_type):6} {name:9} {weight.shape[0]:6}x{weight.shape[1]:<5}"
+                print(f"{label} {matvec:5} "
                       f"{weight.nbytes() / 1e6:7.2f} MB {seconds * 1e3:8.3f} ms "
                       f"{weight.nbytes() / seconds / 1e9:6.2f} GB/s", flush=True)  # fmt: skip
 

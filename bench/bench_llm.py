@@ -1,7 +1,8 @@
 """tg-llm speed on the embedded SmolLM2-135M-Instruct Q4_1: decode tok/s, prefill tok/s, memory bandwidth.
 
 Run: `CC=gcc uv run python bench/bench_llm.py [--prefill 256] [--decode 32] [--positions 0,4000 --kv-cache f16]`
-(`--positions`: decode tok/s at those positions, tg and llama-cpp-python taking turns); `--first-answer 3` instead times
+(`--positions`: decode tok/s at those positions, tg and llama-cpp-python taking turns; `--matvec float,int8`
+times tg with both matvec types among them); `--first-answer 3` instead times
 one short question in fresh `tg-llm` processes, cold cache and warm (median of 3); `--ttft 20` instead times the
 first token of a 43-token chat prompt in this (loaded, warmed) process, median of 20, beside llama-cpp-python's
 (1 and 2 threads) when installed. Prints tg's numbers, the profile
@@ -160,12 +161,15 @@ def bench_llama_cpp(path, prefill_tokens: int, decode_tokens: int) -> str:
     return f"llama-cpp-python: decode {decode:.1f} tok/s, prefill {prefill:.1f} tok/s"
 
 
-def bench_decode_at(path, positions: list[int], steps: int, kv_cache: str) -> None:
-    """Decode tok/s at each of `positions` (the KV cache filled up to it), tg and llama.cpp (two threads) taking
-    turns step by step (the load changes both alike): median of `steps` steps each, at positions p+1 .. p+8."""
+def bench_decode_at(path, positions: list[int], steps: int, kv_cache: str, matvecs: list[str]) -> None:
+    """Decode tok/s at each of `positions` (the KV cache filled up to it), tg (one model per matvec type) and
+    llama.cpp (two threads) taking turns step by step (the load changes all alike): median of `steps` steps each, at
+    positions p+1 .. p+8."""
     context = max(positions) + 16
-    model, _ = load_model(path, max_context=context, kv_cache=kv_cache)
-    model.capture_store = None  # (capture in this process: a stored capture of another build would be replayed)
+    models = {f"tg {matvec}": load_model(path, max_context=context, kv_cache=kv_cache, matvec=matvec)[0]
+              for matvec in matvecs}  # fmt: skip
+    for model in models.values():
+        model.capture_store = None  # (capture in this process: a stored capture of another build would be replayed)
     llm = llama_cpp_model(path, context)
     prompt = prompt_tokens(context)
     filled = [0]
@@ -178,7 +182,9 @@ def bench_decode_at(path, positions: list[int], steps: int, kv_cache: str) -> No
         llm.n_tokens, filled[0] = position, position + 1  # (n_tokens: where llama-cpp-python's eval writes)
         llm.eval([42])
 
-    runners = {"tg": lambda position: model.forward([42], position).numpy()}
+    runners: dict[str, Callable[[int], object]] = {
+        name: lambda position, model=model: model.forward([42], position).numpy() for name, model in models.items()
+    }
     if llm is not None:
         runners["llama.cpp"] = llama_step
     for position in positions:
@@ -191,9 +197,10 @@ def bench_decode_at(path, positions: list[int], steps: int, kv_cache: str) -> No
                 run(position + 1 + i % 8)
                 times[name].append(time.perf_counter() - start)
         tok_s = {name: 1 / statistics.median(seconds) for name, seconds in times.items()}
-        versus = f", llama.cpp {tok_s['llama.cpp']:.1f} (tg/llama.cpp {tok_s['tg'] / tok_s['llama.cpp']:.2f})"
-        print(f"decode at position {position} ({kv_cache} KV cache): tg {tok_s['tg']:.1f} tok/s"
-              f"{versus if llm is not None else ''}, load {os.getloadavg()[0]:.2f}")  # fmt: skip
+        for name in models:
+            versus = f", llama.cpp {tok_s['llama.cpp']:.1f} (tg/llama.cpp {tok_s[name] / tok_s['llama.cpp']:.2f})"
+            print(f"decode at position {position} ({kv_cache} KV cache): {name} {tok_s[name]:.1f} tok/s"
+                  f"{versus if llm is not None else ''}, load {os.getloadavg()[0]:.2f}")  # fmt: skip
 
 
 def bench_transformers(path, decode_tokens: int) -> str:
@@ -304,6 +311,8 @@ def main() -> None:
     positions_help = "also time decode at these positions (comma-separated), tg and llama.cpp taking turns"
     parser.add_argument("--positions", default="", help=positions_help)
     parser.add_argument("--kv-cache", default="f32", help="the KV cache type for --positions (f32, f16)")
+    matvec_help = "the matvec types for --positions (comma-separated: float,int8 times both in turns)"
+    parser.add_argument("--matvec", default="float", help=matvec_help)
     ttft_help = "only time the first token of a 43-token chat prompt in a warm process, median of RUNS"
     parser.add_argument("--ttft", type=int, default=0, metavar="RUNS", help=ttft_help)
     args = parser.parse_args()
@@ -321,7 +330,8 @@ def main() -> None:
     print(bench_llama_cpp(path, args.prefill, args.decode))
     print(bench_transformers(path, args.decode))
     if args.positions:
-        bench_decode_at(path, [int(p) for p in args.positions.split(",")], args.decode, args.kv_cache)
+        positions = [int(p) for p in args.positions.split(",")]
+        bench_decode_at(path, positions, args.decode, args.kv_cache, args.matvec.split(","))
     print(f"load average before/after: {load[0]:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print("targets (issue 16): decode >= 60 tok/s, prefill of 256 >= 300 tok/s, on 2 cores")
 

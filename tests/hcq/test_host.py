@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tg.codegen.target import DEFAULT_L2_BYTES
 from tg.hcq import Device
 from tg.hcq.host import data_cache_bytes, parse_cache_size
@@ -40,3 +42,18 @@ def test_the_cpu_device_builds_its_target_once_with_the_renderers_capabilities()
     assert target.family == "CPU" and target.cores == Device["CPU"].cores.count
     assert (target.core_groups, target.software_transcendentals, target.has_local) == (True, True, False)
     assert target.l2_bytes == (data_cache_bytes(2) or DEFAULT_L2_BYTES)
+
+
+@pytest.mark.parametrize(("flags", "int8_dot"), [("fpu avx512f avx512_vnni", True), ("fpu avx512f", False),
+                                                 ("fpu avx_vnni", False)])  # fmt: skip
+def test_the_c_renderers_target_has_int8_dot_products_where_the_cpu_has_avx512_vnni(
+    monkeypatch: pytest.MonkeyPatch, flags: str, int8_dot: bool
+) -> None:
+    from tg.codegen.render.c import CRenderer
+    from tg.codegen.render.python import PythonRenderer
+    from tg.hcq import host
+
+    monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(host, "cpuinfo_field", lambda name: flags if name == "flags" else "")
+    assert host.cpu_target(CRenderer, cores=2).int8_dot is int8_dot
+    assert host.cpu_target(PythonRenderer, cores=2).int8_dot is False  # a kernel in Python has no VNNI

@@ -181,3 +181,34 @@ def test_kv_cache_reaches_the_model_in_chat_benchmark_and_serve(tiny: Path, monk
     assert run(["-m", str(tiny), "--max-context", "64", "--benchmark", "1"]).exit_code == 0
     assert run(["-m", str(tiny), "--max-context", "64", "--kv-cache", "q8", "--max-tokens", "2"], "hi\n").exit_code == 0
     assert loaded == ["half", "half", "half", "float", "char"]
+
+
+def test_an_unknown_matvec_type_is_one_error_line_before_the_model_loads() -> None:
+    result = run(["-m", "/nonexistent/model.gguf", "--matvec", "int4"], "hi\n")
+    assert result.exit_code == 2
+    assert result.stderr == "error: unknown matvec 'int4' (--matvec): choose one of float, int8\n"
+
+
+def test_matvec_is_refused_with_serve() -> None:
+    result = run(["-m", "/nonexistent/model.gguf", "--serve", "8123", "--matvec", "int8"])
+    assert result.exit_code == 2
+    assert result.stderr == "error: --matvec is not supported with --serve (serve runs float matvecs)\n"
+
+
+def test_matvec_reaches_the_model_in_chat_and_benchmark(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tg.llm.session import Session
+
+    loaded = []
+    real_load = Session.load.__func__  # type: ignore[attr-defined]
+
+    def recording_load(cls: type[Session], *args: object, **kwargs: object) -> Session:
+        session = real_load(cls, *args, **kwargs)
+        loaded.append(session.model.matvec)
+        return session
+
+    monkeypatch.setattr(Session, "load", classmethod(recording_load))
+    args = ["-m", str(tiny), "--max-context", "64", "--matvec", "int8"]  # (tiny's float weights: nothing to mark)
+    assert run([*args, "--max-tokens", "2"], "hello\n").exit_code == 0
+    assert run([*args, "--benchmark", "1"]).exit_code == 0
+    assert run(["-m", str(tiny), "--max-context", "64", "--benchmark", "1"]).exit_code == 0
+    assert loaded == ["int8", "int8", "float"]

@@ -52,6 +52,9 @@ class Target:
     # the C compiler converts `_Float16` to float one element at a time (gcc 12, CCompiler.vectorizes_half_conversion):
     # the C renderer then widens a float16 read from memory to float32 from its bits with integer ops, which vectorize
     scalar_half_conversion: bool = False
+    # the C compiler emits AVX-512 VNNI int8 dot products (`vpdpbusd`, the _mm512_dpbusd_epi32 intrinsic): kernels
+    # written for it (tg-llm's int8 matvec) may run
+    int8_dot: bool = False
 
     def __post_init__(self) -> None:
         if self.cores < 1:

@@ -64,6 +64,12 @@ def wide_vectors() -> bool:
     return platform.machine() in ("x86_64", "AMD64") and "avx512f" in cpuinfo_field("flags").split()
 
 
+def vnni_dot_products() -> bool:
+    """Whether this CPU has AVX-512 VNNI (`vpdpbusd` on 512-bit vectors), which C kernels compiled with
+    -march=native may then use."""
+    return wide_vectors() and "avx512_vnni" in cpuinfo_field("flags").split()
+
+
 def cpu_model() -> str:
     return cpuinfo_field("model name") or platform.processor()
 
@@ -85,7 +91,8 @@ def cpu_target(renderer_class: type[Renderer], cores: int, compiler: CCompiler |
     """The Target of this host's CPU for kernels rendered by `renderer_class` on `cores` worker threads and, for the
     C renderer, compiled by `compiler`. The C renderer's kernels use AVX-512's 32 vector registers where the CPU has
     them (tg.codegen.compiler.c compiles them with -mprefer-vector-width=512), so the heuristics get twice the
-    register lanes there; a compiler that converts float16 one element at a time gives scalar_half_conversion."""
+    register lanes there; a compiler that converts float16 one element at a time gives scalar_half_conversion, and
+    a CPU with AVX-512 VNNI gives the C renderer int8_dot."""
     from tg.codegen.render.c import CRenderer
 
     c_renderer = issubclass(renderer_class, CRenderer)
@@ -96,5 +103,6 @@ def cpu_target(renderer_class: type[Renderer], cores: int, compiler: CCompiler |
         cores=max(1, cores),
         max_lanes=WIDE_MAX_LANES if wide else MAX_LANES,
         scalar_half_conversion=c_renderer and compiler is not None and not compiler.vectorizes_half_conversion,
+        int8_dot=c_renderer and vnni_dot_products(),
         **cache_sizes(),
     )

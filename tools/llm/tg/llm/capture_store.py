@@ -7,12 +7,12 @@ the kernel cache. The first process that captures a step writes it to `<cache di
 the model's own buffers (weights, KV caches, RoPE tables: `model_buffers`) by name, so no weight is stored twice.
 
 The key is everything a capture depends on (its hash names the file, and the file repeats it): the model file's
-content (a SHA-256 of its bytes, see `model_digest`), the step, the KV cache size and type, the device, its Target
-and compiler, the codegen flags, tg.codegen's version, the sources of tg.tensor, tg.hcq and tg.llm, and the git
-commit. A copied or renamed model file replays the captures of the original; a changed model file or tg misses; an
-entry that does not load (corrupt, another step's, not a capture: it is read by tg.codegen.serial's restricted
-unpickler, so it never runs code) is ignored with a DEBUG line and captured again. CACHELEVEL=0 disables the store;
-JIT=0 does not read it.
+content (a SHA-256 of its bytes, see `model_digest`), the step, the KV cache size and type, the matvec type, the
+device, its Target and compiler, the codegen flags, tg.codegen's version, the sources of tg.tensor, tg.hcq and
+tg.llm, and the git commit. A copied or renamed model file replays the captures of the original; a changed model
+file or tg misses; an entry that does not load (corrupt, another step's, not a capture: it is read by
+tg.codegen.serial's restricted unpickler, so it never runs code) is ignored with a DEBUG line and captured again.
+CACHELEVEL=0 disables the store; JIT=0 does not read it.
 
 The store holds at most $TG_LLM_CAPTURES_MB megabytes of entries (DEFAULT_STORE_MB): when an entry is written, the
 least recently used ones (a load marks an entry used by its modification time) are removed until the rest fit.
@@ -144,7 +144,7 @@ class CaptureStore:
         parts = [
             f"schema {STORE_SCHEMA}",
             self.model_identity,
-            f"step {step} max_context {model.max_context} kv_cache {model.kv_cache}",
+            f"step {step} max_context {model.max_context} kv_cache {model.kv_cache} matvec {model.matvec}",
             f"device {device_name} {device.target!r} {device.compiler.identity()!r}",
             f"flags {CodegenFlags.from_environment()!r} beam {int(BEAM)} jitbeam {int(JITBEAM)}",
             f"codegen {serial.codegen_version()} sources {_sources_version()} git {serial.git_state()!r}",

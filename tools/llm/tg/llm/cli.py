@@ -21,7 +21,7 @@ import typer
 
 from tg.env.version import print_version
 from tg.llm import registry
-from tg.llm.config import DEFAULT_KV_CACHE, KV_CACHE_TYPES, check_kv_cache
+from tg.llm.config import DEFAULT_KV_CACHE, DEFAULT_MATVEC, KV_CACHE_TYPES, MATVEC_TYPES, check_kv_cache, check_matvec
 
 app = typer.Typer(
     help="Run and serve LLMs from GGUF files.",
@@ -32,6 +32,10 @@ COMMANDS = ("chat", "pull", "list", "serve")
 KV_CACHE_HELP = (
     f"What the KV cache stores keys and values as: {', '.join(KV_CACHE_TYPES)} (f16: half the memory; q8: int8"
     " codes and a float32 scale per 32 of them, 9/32 of f32)."
+)
+MATVEC_HELP = (
+    f"How a decode step multiplies quantized weights: {', '.join(MATVEC_TYPES)} (int8: the activations rounded to"
+    " int8 per block of 32 and integer dot products, as llama.cpp does on AVX-512 VNNI CPUs; Q4_1 and Q8_0 weights)."
 )
 # the seed's spellings, rewritten to the dashed option names typer declares
 UNDERSCORE_FLAGS = {"--max_context": "--max-context", "--no_chat_template": "--no-chat-template"}
@@ -88,6 +92,7 @@ def chat(
     model: str = typer.Option(registry.EMBEDDED_NAME, "--model", "-m", help="Registry name, .gguf path or hf:..."),
     max_context: int = typer.Option(4096, "--max-context", help="KV cache size (capped at the model's)."),
     kv_cache: str = typer.Option(DEFAULT_KV_CACHE, "--kv-cache", help=KV_CACHE_HELP),
+    matvec: str = typer.Option(DEFAULT_MATVEC, "--matvec", help=MATVEC_HELP),
     no_chat_template: bool = typer.Option(
         False, "--no-chat-template", help="Feed the prompt as raw text: no chat template, no role markup."
     ),
@@ -132,6 +137,9 @@ def chat(
         from tg.llm.serve.server import ServeOptions
 
         check_kv_cache_option(kv_cache)
+        if matvec != DEFAULT_MATVEC:
+            typer.echo("error: --matvec is not supported with --serve (serve runs float matvecs)", err=True)
+            raise typer.Exit(2)
         start_server(model, max_context, ServeOptions(port=serve, kv_cache=kv_cache), debug)
         return
     options = SamplingOptions(
@@ -139,6 +147,7 @@ def chat(
     )
     try:  # inputs are checked before the model is loaded
         check_kv_cache(kv_cache)
+        check_matvec(matvec)
         check_sampling_options(options)
         if max_tokens < 1 or max_context < 1:
             raise ValueError(f"--max-tokens ({max_tokens}) and --max-context ({max_context}) must be >= 1")
@@ -146,7 +155,7 @@ def chat(
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
     try:
-        session = open_session(model, max_context, no_chat_template, system, kv_cache)
+        session = open_session(model, max_context, no_chat_template, system, kv_cache, matvec)
         if warmup:
             session.warmup()
         if benchmark:
@@ -171,13 +180,18 @@ def check_kv_cache_option(kv_cache: str) -> None:
 
 
 def open_session(
-    name: str, max_context: int, raw_prompt: bool, system: str | None = None, kv_cache: str = DEFAULT_KV_CACHE
+    name: str,
+    max_context: int,
+    raw_prompt: bool,
+    system: str | None = None,
+    kv_cache: str = DEFAULT_KV_CACHE,
+    matvec: str = DEFAULT_MATVEC,
 ) -> Any:
     from tg.llm.session import Session
 
     path = registry.resolve(name)
     registry.verify(name, path)
-    session = Session.load(path, max_context, raw_prompt, system, kv_cache)
+    session = Session.load(path, max_context, raw_prompt, system, kv_cache, matvec)
     session.on_notice = lambda text: typer.echo(f"[{text}]", err=True)
     if sys.stderr.isatty():
         session.model.on_capture = capture_progress

@@ -23,6 +23,21 @@ def check_kv_cache(name: str) -> str:
     return name
 
 
+# how a decode step's quantized matvecs multiply: "float" (the weights decoded to float32, tg.llm.lanes), or "int8"
+# (the activations quantized to int8 per block of 32 and integer dot products, tg.llm.int8_matvec: Q4_1 and Q8_0
+# weights on a CPU with AVX-512 VNNI). float by default: int8's rounding changed Gemma 3 270M's greedy answers
+# (tests/llm/test_gemma3_real.py), as llama.cpp's does
+MATVEC_TYPES = ("float", "int8")
+DEFAULT_MATVEC = "float"
+
+
+def check_matvec(name: str) -> str:
+    """`name` if it is one of MATVEC_TYPES, else a ValueError that lists them."""
+    if name not in MATVEC_TYPES:
+        raise ValueError(f"unknown matvec {name!r} (--matvec): choose one of {', '.join(MATVEC_TYPES)}")
+    return name
+
+
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "olmoe", "gemma2", "gemma3", "phi3")
 # architectures whose GGUF q/k weights were permuted by llama.cpp's converter so RoPE rotates adjacent pairs
 INTERLEAVED_ROPE = ("llama",)

@@ -57,6 +57,7 @@ class LaneBlocks:
     words: Tensor
     type_name: str
     shape: tuple[int, int]
+    int8_activations: bool = False  # a decode step's matvec quantizes x to int8 (tg.llm.int8_matvec)
     _groups: list[ScaledGroup] | None = field(default=None, init=False, repr=False, compare=False)
 
     def nbytes(self) -> int:

@@ -30,11 +30,14 @@ from tg.hcq.engine.buffers import Buffer, buffer_of
 from tg.llm.capture_store import CaptureStore
 from tg.llm.config import (
     DEFAULT_KV_CACHE,
+    DEFAULT_MATVEC,
     KV_CACHE_TYPES,
     TransformerConfig,
     UnsupportedModelError,
     check_kv_cache,
+    check_matvec,
 )
+from tg.llm.int8_matvec import use_int8_activations
 from tg.llm.kv_quant import cache_row_width, dequantized, stored_rows
 from tg.llm.lanes import LaneBlocks, RMSNorm
 from tg.llm.ops import activate, concat, stack
@@ -440,9 +443,13 @@ class Transformer:
         max_context: int,
         embedding: EmbeddingTable,
         kv_cache: str = DEFAULT_KV_CACHE,
+        matvec: str = DEFAULT_MATVEC,
     ) -> None:
         self.config, self.weights, self.embedding_table = config, weights, embedding
         self.kv_cache, self.kv_dtype = kv_cache, kv_cache_dtype(kv_cache)
+        self.matvec = check_matvec(matvec)
+        if matvec == "int8":
+            use_int8_activations(weights.values())
         self.max_context = min(max_context, config.context_length)
         self.embedding = weights["token_embd.weight"]
         self.output_norm = weights["output_norm.weight"].float()
@@ -634,7 +641,8 @@ class Transformer:
     def _block_step(self, block: Block, rows: int, window: int, weights: list[Tensor]) -> tuple[TinyJit, str]:
         """The captured forward of blocks like `block` for chunks of `rows` rows attending over `window` rows, and
         its name in the capture store."""
-        key = (rows, window, self.kv_cache, block_layout(block), tuple((w.shape, w.dtype) for w in weights))
+        shapes = tuple((w.shape, w.dtype) for w in weights)
+        key = (rows, window, self.kv_cache, self.matvec, block_layout(block), shapes)
         store_name = f"block {key!r}"
         first_tile = self.chunk_window_start(rows, window) if block.local else 0
         forward = functools.partial(self._block_forward, block, first_tile)
@@ -954,11 +962,13 @@ def _load_weight(info: GGUFTensorInfo, raw: np.ndarray) -> Weight:
 
 
 def load_model(
-    path: str | Path, max_context: int = 4096, kv_cache: str = DEFAULT_KV_CACHE
+    path: str | Path, max_context: int = 4096, kv_cache: str = DEFAULT_KV_CACHE, matvec: str = DEFAULT_MATVEC
 ) -> tuple[Transformer, GGUFFile]:
     """Read a GGUF file and build its Transformer with a KV cache of type `kv_cache` (see
-    tg.llm.config.KV_CACHE_TYPES); raises UnsupportedModelError for unknown architectures."""
+    tg.llm.config.KV_CACHE_TYPES) and decode-step matvecs `matvec` (MATVEC_TYPES); raises UnsupportedModelError for
+    unknown architectures."""
     kv_cache_dtype(kv_cache)  # an unknown type is refused before the file is read
+    check_matvec(matvec)
     gguf = gguf_read(path)
     vocab = len(gguf.metadata.get("tokenizer.ggml.tokens", []))
     config = TransformerConfig.from_metadata(gguf.metadata, vocab)
@@ -966,7 +976,7 @@ def load_model(
         if info.type_name not in FLOAT_TYPES and info.type_name not in ("BF16", *DEQUANTIZERS):
             raise UnsupportedModelError(f"tensor {info.name!r} has GGML type {info.type_name}, which is not supported")
     embedding = EmbeddingTable(gguf.tensors["token_embd.weight"])
-    model = Transformer(config, load_weights(gguf), max_context, embedding, kv_cache)
+    model = Transformer(config, load_weights(gguf), max_context, embedding, kv_cache, matvec)
     model.capture_store = CaptureStore(path)
     release_cached_memory(model.caches[0].device)  # the load's scratch: the file's bytes reshuffled per weight
     return model, gguf

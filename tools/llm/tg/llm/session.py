@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tg.llm.config import DEFAULT_MATVEC
 from tg.llm.generate import Generator, cut_at_stop
 from tg.llm.model import DEFAULT_KV_CACHE, ContextOverflowError, Transformer, load_model, parameter_count
 from tg.llm.sampling import SamplingOptions
@@ -42,8 +43,9 @@ class Session:
         raw_prompt: bool = False,
         system: str | None = None,
         kv_cache: str = DEFAULT_KV_CACHE,
+        matvec: str = DEFAULT_MATVEC,
     ) -> Session:
-        model, gguf = load_model(path, max_context, kv_cache)
+        model, gguf = load_model(path, max_context, kv_cache, matvec)
         metadata = gguf.metadata
         tokenizer = Tokenizer.from_gguf_metadata(metadata)
         bos = tokenizer.tokens[tokenizer.bos_id] if tokenizer.bos_id is not None and tokenizer.add_bos else ""

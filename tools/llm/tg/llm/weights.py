@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tg.codegen import to_numpy
+from tg.llm import int8_matvec
 from tg.llm.lanes import (
     ALIGNED_GAP,
     LANES,
@@ -99,7 +100,8 @@ def linear(x: Tensor, weight: Weight, bias: Tensor | None = None, norm: RMSNorm 
     of them per block) buffers and kernels of their own."""
     rows, lanes = math.prod(x.shape[:-1]), weight.data
     if rows < SCRATCH_MATMUL_ROWS and isinstance(lanes, LaneBlocks):
-        out = _rowwise(x, lambda row: lane_matvec(row, lanes, norm), weight.shape[0])
+        matvec = int8_matvec.int8_lane_matvec if lanes.int8_activations else lane_matvec
+        out = _rowwise(x, lambda row: matvec(row, lanes, norm), weight.shape[0])
         return out if bias is None else out + bias
     if norm is not None:
         x = norm(x)
@@ -117,7 +119,11 @@ def gated_linear(x: Tensor, gate_up: Weight, norm: RMSNorm | None = None, activa
     product are one kernel."""
     hidden = gate_up.shape[0] // 2
     lanes = gate_up.data
-    if math.prod(x.shape[:-1]) < SCRATCH_MATMUL_ROWS and isinstance(lanes, LaneBlocks) and hidden % LANES == 0:
+    few_rows = math.prod(x.shape[:-1]) < SCRATCH_MATMUL_ROWS
+    if few_rows and isinstance(lanes, LaneBlocks) and lanes.int8_activations:
+        both = _rowwise(x, lambda row: int8_matvec.int8_lane_matvec(row, lanes, norm), gate_up.shape[0])
+        return activate(both[..., :hidden], activation) * both[..., hidden:]
+    if few_rows and isinstance(lanes, LaneBlocks) and hidden % LANES == 0:
         # a buffer of its own from the start: the down projection reads every hidden value once per output row, so
         # the scheduler would store it anyway, but only after it has given the two matvecs under it kernels of
         # their own (a reduction read by another reduction is stored), three kernels instead of one

@@ -318,3 +318,34 @@ def wait_idle_captures(runner: ModelRunner, timeout: float = 600.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+class CapturingRunner(ScriptedRunner):
+    """A ScriptedRunner with one step queued for capture, whose capture (run by the idle scheduler) lasts until
+    `release` is set."""
+
+    def __init__(self, vocab: int, end: int) -> None:
+        super().__init__(vocab, end)
+        self.wanted = ["a step"]
+        self.capturing, self.release = threading.Event(), threading.Event()
+
+    def capture_wanted(self) -> None:
+        self.capturing.set()
+        self.release.wait(60)
+        self.wanted.clear()
+
+
+@pytest.mark.slow
+def test_stop_waits_for_the_idle_capture_to_finish(session: Session) -> None:
+    """Regression (busy-machine suite run): stop() gave up on the scheduler thread after 10 s while it still ran an
+    idle capture, so a closed server kept launching kernels into the next test (its kernel count was off by 45)."""
+    runner = CapturingRunner(len(session.tokenizer.tokens), session.tokenizer.eos_id)
+    engine = Engine(runner, session.tokenizer)  # type: ignore[arg-type]
+    assert runner.capturing.wait(30)
+    stopper = threading.Thread(target=engine.stop, daemon=True)
+    stopper.start()
+    stopper.join(12)  # (longer than the old 10 s limit)
+    stopped_early = not stopper.is_alive()
+    runner.release.set()
+    stopper.join(30)
+    assert not stopped_early and not engine.thread.is_alive()

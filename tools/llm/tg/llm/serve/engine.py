@@ -225,8 +225,11 @@ class Engine:
             self.condition.notify()
 
     def stop(self) -> None:
+        """Shut down and wait for the scheduler thread to end. A capture it started while idle finishes first: it
+        cannot stop half way, and a thread left running it would launch kernels after the server closed, into
+        whatever the process does next (a busy machine's test suite saw another test's kernel counts change)."""
         self.shutdown()
-        self.thread.join(timeout=10)
+        self.thread.join()
 
     # ------------------------------------------------------------------------------------------ the thread
 

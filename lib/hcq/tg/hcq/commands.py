@@ -145,7 +145,7 @@ def is_symbolic_command(command: Command) -> bool:
 
 def symbolic_values(command: Command) -> list[Any]:
     """The symbolic values among `command`'s integer fields, a launch size's items one by one."""
-    found = []
+    found: list[Any] = []
     for name in _integer_fields(type(command)):
         value = getattr(command, name)
         found.extend(item for item in (value if isinstance(value, tuple) else (value,)) if is_symbolic(item))

@@ -452,7 +452,9 @@ class CommandEngine:
         if native is None or cores is None:
             return run, split
         first = commands[start]
-        known = getattr(first.args_state, "native_run", None) if type(first) is ExecCommand else None
+        if type(first) is not ExecCommand:
+            return run, split
+        known = getattr(first.args_state, "native_run", None)
         if known is not None and _found_at(known.commands, commands, start):
             return known.run, True
         for command in itertools.islice(commands, start, None):

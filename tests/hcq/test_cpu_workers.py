@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tg.codegen import UOp
 from tg.codegen.dtype import dtypes
 from tg.hcq import Buffer, Device
 from tg.hcq.allocator import BufferSpec
@@ -431,6 +432,36 @@ def test_a_tinyjit_replay_of_tiny_kernels_is_one_c_run_and_sees_new_inputs() -> 
         for _ in range(12):
             expected = expected * 2 + 1
         np.testing.assert_array_equal(out, expected.astype(np.float32))
+
+
+COUNT_CALLS = """
+void count_calls(float* restrict out, int core_id) { out[core_id] += 1.0f; }
+"""
+
+
+def test_a_resubmitted_run_of_split_launches_runs_a_launch_whose_size_changed_at_its_new_size(kit: Any) -> None:
+    """Two launches (8 calls, then n calls) resolved from one recorded queue and submitted as a replay does: the
+    engine keeps the run it found with the first launch, and must not reuse it once the second launch's size (a new
+    resolved command) changed."""
+    dev, engine = Device["CPU"], _native_engine()
+    prg = kit.load_program(dev, "count_calls", COUNT_CALLS)
+    fixed, sized = (Buffer("CPU", 8, kit.float32).allocate().copyin(np.zeros(8, np.float32).data) for _ in range(2))
+    dev.synchronize()
+    n = UOp.variable("n", 1, 8)
+    launches = dev.hw_compute_queue_t()
+    launches.exec(prg, prg.fill_kernargs((fixed.raw,)), (8, 1, 1), (1, 1, 1))
+    launches.exec(prg, prg.fill_kernargs((sized.raw,)), (n, 1, 1), (1, 1, 1))
+    expected = np.zeros(8, np.float32)
+    for value in (2, 2, 6, 3):
+        runs = engine.native_runs
+        replay = dev.hw_compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1)
+        replay.commands.extend(launches.resolve({"n": value}))
+        replay.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+        dev.synchronize()
+        expected[:value] += 1
+        assert engine.native_runs - runs == 1
+        np.testing.assert_array_equal(sized.numpy().view(np.float32), expected)
+    np.testing.assert_array_equal(fixed.numpy().view(np.float32), np.full(8, 4, np.float32))
 
 
 @pytest.mark.parametrize("bufs, vals", [(0, 0), (1, 0), (2, 3), (MAX_BUFS, MAX_VALS), (MAX_BUFS + 1, 1)])

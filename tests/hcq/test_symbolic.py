@@ -77,3 +77,18 @@ def test_concrete_passes_ints_and_refuses_symbolic_values() -> None:
     assert concrete(12) == 12
     with pytest.raises(TypeError, match="symbolic"):
         concrete(Variable("n", 1, 8) * 4)
+
+
+def test_commands_sharing_an_expression_resolve_to_its_value_and_are_rebuilt_only_when_it_changes() -> None:
+    dev = Device["CPU"]
+    first, second = dev.new_signal(value=0), dev.new_signal(value=0)
+    n = Variable("n", 0, 100)
+    rows = n // 16 + 1  # (a launch size of a graph's attention kernels: many commands, one expression)
+    queue = dev.hw_compute_queue_t().signal(first, rows).signal(second, rows * 2)
+    resolved = {value: queue.resolve({"n": value}) for value in (3, 5, 17, 0)}
+    for value, commands in resolved.items():
+        assert [command.value for command in commands] == [value // 16 + 1, (value // 16 + 1) * 2]
+    assert all(a is b for a, b in zip(resolved[3], resolved[5], strict=True))  # same values: the same commands
+    assert resolved[17][0] is not resolved[5][0]
+    with pytest.raises(ValueError, match=r"variable n=101 is outside its range \[0, 100\]"):
+        queue.resolve({"n": 101})  # (checked even though the values would not change)

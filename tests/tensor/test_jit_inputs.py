@@ -178,3 +178,13 @@ def test_prune_with_nothing_left_to_replay_returns_the_computed_value() -> None:
     step = TinyJit(lambda x: (weight * 2).contiguous() + x.sum() * 0, prune=True)
     for _ in range(CALLS):
         np.testing.assert_array_equal(step(Tensor([1.0])).numpy(), [8.0, 10.0])
+
+
+def test_global_counters_count_the_bytes_of_a_replay_like_a_plain_call() -> None:
+    step = TinyJit(lambda x: ((x + 1).contiguous() * 2).contiguous())
+    touched = []
+    for _ in range(4):
+        GlobalCounters.reset()
+        step(Tensor(np.ones(16, np.float32)))
+        touched.append(GlobalCounters.global_mem)
+    assert touched[1:] == [4 * 16 * 4] * 3  # the capture and the replays: two kernels, each reading and writing 64 B

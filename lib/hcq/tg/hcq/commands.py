@@ -143,13 +143,32 @@ def is_symbolic_command(command: Command) -> bool:
     return False
 
 
-def resolve_command(command: Command, var_vals: dict[str, int]) -> Command:
-    """The same command with every symbolic field replaced by its value."""
+def symbolic_values(command: Command) -> list[Any]:
+    """The symbolic values among `command`'s integer fields, a launch size's items one by one."""
+    found: list[Any] = []
+    for name in _integer_fields(type(command)):
+        value = getattr(command, name)
+        found.extend(item for item in (value if isinstance(value, tuple) else (value,)) if is_symbolic(item))
+    return found
+
+
+def resolve_command(command: Command, var_vals: dict[str, int], known: dict[Any, int] | None = None) -> Command:
+    """The same command with every symbolic field replaced by its value; `known` holds values already resolved, by
+    expression (many launches of one graph share a launch-size expression: it is worked out once)."""
+    known = {} if known is None else known
+
+    def value_of(item: Any) -> int:
+        if not is_symbolic(item):
+            return item
+        if item not in known:
+            known[item] = resolve(item, var_vals)
+        return known[item]
+
     changes: dict[str, Any] = {}
     for name in _integer_fields(type(command)):
         value = getattr(command, name)
         if isinstance(value, tuple) and _is_symbolic_field(value):
-            changes[name] = tuple(resolve(item, var_vals) for item in value)
+            changes[name] = tuple(value_of(item) for item in value)
         elif is_symbolic(value):
-            changes[name] = resolve(value, var_vals)
+            changes[name] = value_of(value)
     return dataclasses.replace(command, **changes) if changes else command

@@ -32,6 +32,7 @@ from tg.hcq.commands import (
     WriteCommand,
     is_symbolic_command,
     resolve_command,
+    symbolic_values,
 )
 from tg.hcq.memory import HCQBuffer
 from tg.hcq.symbolic import is_symbolic, resolve, sint
@@ -71,6 +72,8 @@ class HWQueue:
         self._resolved: list[Command] | None = None
         self._symbolic_indices: list[int] = []
         self._prev_var_vals: dict[str, int] | None = None
+        self._expressions: list[Any] = []  # the distinct symbolic values of the symbolic commands
+        self._prev_values: tuple[int, ...] | None = None  # theirs at the last resolve
 
     def _add(self, command: Command) -> HWQueue:
         if is_symbolic_command(command):
@@ -141,15 +144,27 @@ class HWQueue:
     def _apply_var_vals(self, var_vals: dict[str, int]) -> list[Command]:
         if self._resolved is None:
             self._resolved = list(self.commands)
-            self._prev_var_vals = None
-        if self._symbolic_indices and var_vals != self._prev_var_vals:
-            for index in self._symbolic_indices:
-                self._resolved[index] = resolve_command(self.commands[index], var_vals)
+            self._prev_var_vals = self._prev_values = None
+            distinct = {id(e): e for i in self._symbolic_indices for e in symbolic_values(self.commands[i])}
+            self._expressions = list(distinct.values())
         if var_vals != self._prev_var_vals:
+            self._resolve_symbolic_commands(var_vals)
             for bound in self.bound_sints:
                 bound.write(var_vals)
         self._prev_var_vals = dict(var_vals)
         return self._resolved
+
+    def _resolve_symbolic_commands(self, var_vals: dict[str, int]) -> None:
+        """Each distinct expression is resolved once, and the commands are rebuilt only when one of them took a new
+        value (a launch size of (pos // 16 + 1) rows changes every 16 positions, not every position)."""
+        values = tuple(resolve(expression, var_vals) for expression in self._expressions)
+        if values == self._prev_values:
+            return
+        assert self._resolved is not None
+        known = dict(zip(self._expressions, values, strict=True))
+        for index in self._symbolic_indices:
+            self._resolved[index] = resolve_command(self.commands[index], var_vals, known)
+        self._prev_values = values
 
     @property
     def has_symbolic_commands(self) -> bool:

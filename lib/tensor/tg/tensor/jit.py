@@ -286,7 +286,7 @@ class TinyJit(Generic[R]):
         """`t`, or a copy of it when its buffer is one the replay writes (an output fed back as the next input:
         the replay would overwrite what it still has to read)."""
         mine = _buffers(t)
-        if self.graph is not None and any(b is written for written in self.graph.written_buffers for b in mine):
+        if self.graph is not None and any(id(b) in self.graph.written_ids for b in mine):
             return t.clone().realize()
         return t
 

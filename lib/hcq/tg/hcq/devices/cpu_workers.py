@@ -22,6 +22,7 @@ import collections
 import contextlib
 import ctypes
 import itertools
+import operator
 import os
 import queue
 import signal
@@ -29,6 +30,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tg.hcq.commands import (
@@ -449,6 +451,12 @@ class CommandEngine:
         split = False
         if native is None or cores is None:
             return run, split
+        first = commands[start]
+        if type(first) is not ExecCommand:
+            return run, split
+        known = getattr(first.args_state, "native_run", None)
+        if known is not None and _found_at(known.commands, commands, start):
+            return known.run, True
         for command in itertools.islice(commands, start, None):
             if type(command) is not ExecCommand:
                 break
@@ -458,6 +466,8 @@ class CommandEngine:
             total = _calls(command)
             split = split or (total > 1 and cores.count > 1)
             run += (prepared[1], total)
+        if split and len(run) > 2:  # a replay: it submits the same commands again (new ones when a launch size changed)
+            first.args_state.native_run = FoundRun(tuple(commands[start : start + len(run) // 2]), run)
         return run, split
 
     def _run_native_launches(self, run: list[int], split: bool, first: ExecCommand) -> None:
@@ -554,6 +564,21 @@ class CommandEngine:
         state = command.args_state
         run = kernel_runner(program.function, concrete(command.args_addr), len(state.bufs), len(state.vals))
         self.cores.run(run, total, program)
+
+
+@dataclass(frozen=True)
+class FoundRun:
+    """A run of launches with split ones, as _native_launches found it: kept with its first launch's arguments, so
+    that a replay that submits the same (resolved, immutable) commands again skips the work of finding it."""
+
+    commands: tuple[Command, ...]
+    run: list[int]
+
+
+def _found_at(run_commands: tuple[Command, ...], commands: Sequence[Command], start: int) -> bool:
+    """Whether `commands` holds these very command objects from `start` on."""
+    end = start + len(run_commands)
+    return end <= len(commands) and all(map(operator.is_, run_commands, itertools.islice(commands, start, end)))
 
 
 def _calls(command: ExecCommand) -> int:

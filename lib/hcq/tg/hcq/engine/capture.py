@@ -104,6 +104,9 @@ class LaunchGraph:
         written = {id(b): b for b in (_written_buffer(launch) for launch in launches)}
         self.written_inputs = [self.input_index[key] for key in written if key in self.input_index]
         self.written_buffers = [buf for key, buf in written.items() if key not in self.input_index]
+        self.written_ids = {id(buf) for buf in self.written_buffers}
+        self.written_bases = list({id(buf.base): buf.base for buf in self.written_buffers}.values())
+        self._prepare_counts()
         self.current_var_vals: dict[str, int] | None = None
         if self.device is not None:
             self._record_queue()
@@ -209,8 +212,8 @@ class LaunchGraph:
         if len(inputs) != len(self.inputs):
             raise ValueError(f"the graph takes {len(self.inputs)} input buffers, got {len(inputs)}")
         values = self._variable_values(var_vals or {})
-        for buf in self.written_buffers:
-            buf.note_write()
+        for base in self.written_bases:
+            base.note_write()
         for index in self.written_inputs:
             inputs[index].note_write()
         if self.device is not None:
@@ -221,17 +224,25 @@ class LaunchGraph:
         self.current = list(inputs)
         self.current_var_vals = values
 
+    def _prepare_counts(self) -> None:
+        """What a replay adds to GlobalCounters, worked out once: all but the inputs' bytes, which depend on the
+        buffers a replay is given (counted by how many kernel arguments each input fills)."""
+        kernels = [launch for launch in self.launches if isinstance(launch, KernelLaunch)]
+        self.kernel_count = len(kernels)
+        self.kernel_ops = sum(k.program.source.ops for k in kernels)
+        arguments = [buf for k in kernels for buf in k.buffers]
+        self.other_bytes = sum(buf.nbytes for buf in arguments if id(buf) not in self.input_index)
+        self.input_arguments = [0] * len(self.inputs)
+        for buf in arguments:
+            if id(buf) in self.input_index:
+                self.input_arguments[self.input_index[id(buf)]] += 1
+
     def _count(self, inputs: list[Buffer]) -> None:
         """Add the replayed kernels to GlobalCounters as if they had been launched one by one."""
-        kernels = [launch for launch in self.launches if isinstance(launch, KernelLaunch)]
-
-        def size(buf: Buffer) -> int:
-            index = self.input_index.get(id(buf))
-            return (buf if index is None else inputs[index]).nbytes
-
-        GlobalCounters.kernel_count += len(kernels)
-        GlobalCounters.global_ops += sum(k.program.source.ops for k in kernels)
-        GlobalCounters.global_mem += sum(size(b) for k in kernels for b in k.buffers)
+        GlobalCounters.kernel_count += self.kernel_count
+        GlobalCounters.global_ops += self.kernel_ops
+        input_bytes = sum(n * buf.nbytes for n, buf in zip(self.input_arguments, inputs, strict=True))
+        GlobalCounters.global_mem += self.other_bytes + input_bytes
 
     def _variable_values(self, var_vals: dict[str, int]) -> dict[str, int]:
         unknown = sorted(set(var_vals) - set(self.variables))

@@ -106,10 +106,6 @@ def int8_lane_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) 
     # the tensors as they are, not reshaped: a view of a realized buffer is copied into a fresh one for the kernel
     inputs = [lanes.words, x] + ([] if norm is None else [norm.weight])
     sums = Tensor.empty(1, groups * LANES, device=x.device).custom_kernel(*inputs, fxn=lambda *_: program)[0]
-    # realized now (it runs at the next realize anyway, as a kernel of its own): an assign built on the lazy result
-    # (the KV cache's new rows) would otherwise hold the custom kernel's CALL, and Tensor.realize runs such pending
-    # writes through the engine without running calls first ("Ops.AFTER must be realized")
-    sums = sums.realize()
     return sums if lanes.shape[0] == groups * LANES else sums[:, : lanes.shape[0]]
 
 

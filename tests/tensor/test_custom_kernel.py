@@ -443,3 +443,13 @@ def test_a_pending_view_write_runs_before_a_kernel_that_reads_its_buffer():
     storage[1:3].assign(Tensor([5.0, 6.0]))
     (out, _) = Tensor.empty(4).custom_kernel(storage, fxn=affine(4, 1.0, 0.0))
     np.testing.assert_array_equal(out.numpy(), [0.0, 5.0, 6.0, 0.0])
+
+
+def test_contiguous_of_a_kernels_output_is_its_buffer():
+    """A custom kernel's output is a whole buffer: made contiguous (as a model does to a projection it slices), it
+    is that buffer, with no copy kernel after the custom kernel."""
+    (out, _) = Tensor.empty(2, 2).custom_kernel(Tensor([1.0, 2.0, 3.0, 4.0]), fxn=affine(4))
+    GlobalCounters.reset()
+    made = out.reshape(4).contiguous().realize()
+    assert GlobalCounters.kernel_count == 1
+    np.testing.assert_array_equal(made.numpy(), [3.0, 5.0, 7.0, 9.0])

@@ -82,9 +82,7 @@ def contiguous_buffer(node: UOp) -> UOp | None:
 split_big_reductions = PatternMatcher(
     [(UPat(Ops.REDUCE_AXIS, name="node"), split_big_reduction)], name="split_big_reductions"
 )
-contiguous_buffers = PatternMatcher(
-    [(UPat(Ops.CONTIGUOUS, name="node"), contiguous_buffer)], name="contiguous_buffers"
-)
+contiguous_buffers = PatternMatcher([(UPat(Ops.CONTIGUOUS, name="node"), contiguous_buffer)], name="contiguous_buffers")
 contiguous_copies = PatternMatcher([(UPat(Ops.COPY, name="copy"), copy_whole_buffers)], name="contiguous_copies")
 
 

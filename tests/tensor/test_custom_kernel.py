@@ -453,3 +453,33 @@ def test_contiguous_of_a_kernels_output_is_its_buffer():
     made = out.reshape(4).contiguous().realize()
     assert GlobalCounters.kernel_count == 1
     np.testing.assert_array_equal(made.numpy(), [3.0, 5.0, 7.0, 9.0])
+
+
+def test_a_computed_input_that_the_kernel_only_reads_is_computed_once():
+    """A computed input (here one that must have a buffer: a CONTIGUOUS) is realized for the kernel; the rest of
+    the graph reads it from that buffer instead of computing it again (a model's residual stream read by a custom
+    matvec and by the next residual add)."""
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    tripled = (x * 3).contiguous()
+    (out, _) = Tensor.empty(4).custom_kernel(tripled, fxn=affine(4))
+    total = out + tripled
+    GlobalCounters.reset()
+    total.realize()
+    assert GlobalCounters.kernel_count == 3  # tripled, the custom kernel, the add
+    np.testing.assert_array_equal(total.numpy(), np.arange(4) * 3 * 2 + 1 + np.arange(4) * 3)
+
+
+def test_a_computed_input_that_the_kernel_writes_is_read_as_it_was_before_the_kernel():
+    def double_in_place(out: UOp, x: UOp) -> UOp:
+        i = UOp.range(4, 0)
+        value = x.index(i).load()
+        return UOp.sink(out.index(i).store(value), x.index(i).store(value * 2), arg=KernelInfo(name="in_place"))
+
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    tripled = (x * 3).contiguous()
+    (out, after) = Tensor.empty(4).custom_kernel(tripled, fxn=double_in_place)
+    before = tripled + 0
+    Tensor.realize(out, after, before)
+    np.testing.assert_array_equal(out.numpy(), np.arange(4) * 3)
+    np.testing.assert_array_equal(after.numpy(), np.arange(4) * 6)
+    np.testing.assert_array_equal(before.numpy(), np.arange(4) * 3)  # the value the kernel read, not its write

@@ -36,7 +36,8 @@ def test_the_printed_pipeline_lists_every_stage_in_order() -> None:
     kernel_part = names[names.index("simplify") :]
     assert kernel_part == ["simplify", "apply", "upcast", "software", "linearize", "split", "render"]
     assert names[: names.index("simplify")] == [
-        "inline", "layout", "split_big_reductions", "contiguous_copies", "find", "build", "assign", "order",
+        "inline", "layout", "split_big_reductions", "contiguous_buffers", "contiguous_copies", "find", "build",
+        "assign", "order",
     ]  # fmt: skip
     assert [stage.name for stage in KERNEL_STAGES] == [
         "simplify indices", "apply opts", "upcast strided reductions", "software transcendentals", "linearize",

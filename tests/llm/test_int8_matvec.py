@@ -16,27 +16,35 @@ from gguf.quants import dequantize
 
 from tg.hcq.device import Device
 from tg.llm import registry
-from tg.llm.int8_matvec import Int8Matvec, int8_lane_matvec, reference_ast, use_int8_activations, vnni_program
+from tg.llm.int8_matvec import (
+    Int8Matvec,
+    int8_gated_matvec,
+    int8_lane_matvec,
+    reference_ast,
+    use_int8_activations,
+    vnni_program,
+)
 from tg.llm.lanes import RMSNorm
 from tg.llm.model import load_model
 from tg.llm.sampling import SamplingOptions
 from tg.llm.session import Session
-from tg.llm.weights import Weight, linear, quantized_weight
-from tg.tensor import Tensor
+from tg.llm.weights import Weight, gated_linear, linear, quantized_weight
+from tg.tensor import GlobalCounters, Tensor
 
 TYPES = {"Q4_1": GGMLQuantizationType.Q4_1, "Q8_0": GGMLQuantizationType.Q8_0}
 BLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}
 ROWS, COLS = 40, 256  # rows: not a multiple of 16 (a padded lane group); 8 blocks
+GATED_ROWS = 64  # a gate_up projection: 32 gate rows, then 32 up rows
 
 needs_vnni = pytest.mark.skipif(
     not Device[Device.DEFAULT].renderer.target.int8_dot, reason="the CPU's Target has no int8_dot (AVX-512 VNNI)"
 )
 
 
-def random_blocks(type_name: str, seed: int = 0) -> np.ndarray:
-    """Random `(ROWS, blocks, block bytes)` blocks with small fp16 scales (and Q4_1 mins)."""
+def random_blocks(type_name: str, seed: int = 0, rows: int = ROWS) -> np.ndarray:
+    """Random `(rows, blocks, block bytes)` blocks with small fp16 scales (and Q4_1 mins)."""
     rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, size=(ROWS, COLS // 32, BLOCK_BYTES[type_name]), dtype=np.uint8)
+    raw = rng.integers(0, 256, size=(rows, COLS // 32, BLOCK_BYTES[type_name]), dtype=np.uint8)
     for offset in (0, 2) if type_name == "Q4_1" else (0,):
         halves = rng.uniform(-0.05, 0.05, size=raw.shape[:-1]).astype(np.float16)
         raw[..., offset : offset + 2] = halves.view(np.uint8).reshape(*raw.shape[:-1], 2)
@@ -56,7 +64,7 @@ def q8_1(v: np.ndarray) -> np.ndarray:
 
 def reference(raw: np.ndarray, type_name: str, x: np.ndarray, norm: np.ndarray | None, eps: float) -> np.ndarray:
     """float64 (W @ quantized(x * norm)) * rsqrt(mean(x^2) + eps), W decoded by the gguf package."""
-    weights = dequantize(raw.reshape(ROWS, -1), TYPES[type_name]).astype(np.float64)
+    weights = dequantize(raw.reshape(raw.shape[0], -1), TYPES[type_name]).astype(np.float64)
     scaled = x if norm is None else (x.astype(np.float32) * norm.astype(np.float32))
     out = weights @ q8_1(scaled)
     if norm is not None:
@@ -65,7 +73,7 @@ def reference(raw: np.ndarray, type_name: str, x: np.ndarray, norm: np.ndarray |
 
 
 def float_reference(raw: np.ndarray, type_name: str, x: np.ndarray) -> np.ndarray:
-    return dequantize(raw.reshape(ROWS, -1), TYPES[type_name]).astype(np.float64) @ x.astype(np.float64)
+    return dequantize(raw.reshape(raw.shape[0], -1), TYPES[type_name]).astype(np.float64) @ x.astype(np.float64)
 
 
 @needs_vnni
@@ -107,6 +115,61 @@ def test_the_ir_reference_kernel_computes_what_the_vnni_kernel_does(type_name, w
     inputs = (weight.data.words, x.reshape(-1), *([] if norm is None else [norm.weight]))
     (out, *_) = Tensor.empty(groups * 16).custom_kernel(*inputs, fxn=lambda *_: program)
     np.testing.assert_allclose(out.numpy()[:ROWS], vnni, rtol=0, atol=1e-5 * np.abs(vnni).max())
+
+
+def silu(v: np.ndarray) -> np.ndarray:
+    return v / (1 + np.exp(-v))
+
+
+@needs_vnni
+@pytest.mark.parametrize("type_name", TYPES)
+@pytest.mark.parametrize("with_norm", [False, True])
+def test_the_gated_int8_matvec_is_silu_of_the_gate_times_the_up_projection(type_name, with_norm) -> None:
+    raw, rng = random_blocks(type_name, seed=5, rows=GATED_ROWS), np.random.default_rng(6)
+    x = rng.standard_normal(COLS).astype(np.float32)
+    norm_weight = rng.uniform(0.5, 1.5, COLS).astype(np.float32) if with_norm else None
+    weight = quantized_weight(raw, TYPES[type_name], (GATED_ROWS, COLS))
+    norm = None if norm_weight is None else RMSNorm(Tensor(norm_weight), 1e-5)
+    got = int8_gated_matvec(Tensor(x.reshape(1, -1)), weight.data, norm).numpy().reshape(-1)
+    both = reference(raw, type_name, x, norm_weight, 1e-5)
+    gate, up = both[: GATED_ROWS // 2], both[GATED_ROWS // 2 :]
+    expected = silu(gate) * up
+    tolerance = 4e-5 * np.abs(gate).max() * np.abs(up).max()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance)
+    assert np.abs(gate * up - expected).max() > 20 * tolerance  # the activation is applied (not the bare product)
+
+
+@needs_vnni
+@pytest.mark.parametrize("with_norm", [False, True])
+def test_the_gated_ir_reference_kernel_computes_what_the_vnni_kernel_does(with_norm) -> None:
+    from tg.hcq.engine.programs import to_program
+
+    raw = random_blocks("Q4_1", seed=7, rows=GATED_ROWS)
+    weight = quantized_weight(raw, TYPES["Q4_1"], (GATED_ROWS, COLS))
+    x = Tensor(np.random.default_rng(8).standard_normal((1, COLS)).astype(np.float32))
+    norm = RMSNorm(Tensor(np.linspace(0.5, 1.5, COLS, dtype=np.float32)), 1e-6) if with_norm else None
+    vnni = int8_gated_matvec(x, weight.data, norm).numpy().reshape(-1)
+    groups, n_blocks = weight.data.words.shape[:2]
+    kernel = Int8Matvec("Q4_1", groups, n_blocks, None if norm is None else norm.eps, gated=True)
+    program = to_program(reference_ast(kernel), Device.DEFAULT)
+    inputs = (weight.data.words, x.reshape(-1), *([] if norm is None else [norm.weight]))
+    (out, *_) = Tensor.empty(GATED_ROWS // 2).custom_kernel(*inputs, fxn=lambda *_: program)
+    np.testing.assert_allclose(out.numpy(), vnni, rtol=0, atol=1e-5 * np.abs(vnni).max())
+
+
+@needs_vnni
+def test_gated_linear_with_int8_activations_is_one_kernel() -> None:
+    raw = random_blocks("Q8_0", seed=9, rows=GATED_ROWS)
+    weight = quantized_weight(raw, TYPES["Q8_0"], (GATED_ROWS, COLS))
+    use_int8_activations([weight])
+    x = Tensor(np.random.default_rng(10).standard_normal((1, COLS)).astype(np.float32)).realize()
+    norm = RMSNorm(Tensor(np.linspace(0.5, 1.5, COLS, dtype=np.float32)).realize(), 1e-5)
+    GlobalCounters.reset()
+    hidden = gated_linear(x, weight, norm).realize()
+    assert GlobalCounters.kernel_count == 1
+    both = reference(raw, "Q8_0", x.numpy().reshape(-1), norm.weight.numpy(), 1e-5)
+    expected = silu(both[: GATED_ROWS // 2]) * both[GATED_ROWS // 2 :]
+    np.testing.assert_allclose(hidden.numpy().reshape(-1), expected, rtol=0, atol=1e-4 * np.abs(expected).max())
 
 
 @needs_vnni

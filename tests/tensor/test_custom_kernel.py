@@ -417,3 +417,69 @@ def test_a_sharded_kernel_compiles_once_for_devices_of_one_kind():
     assert program_cache_stats.misses - misses == 2  # a program for each device ...
     assert program_cache_stats.compiles - compiles == 1  # ... compiled once: the second loads the first's binary
     assert result.tolist() == [scale] * 8
+
+
+def test_a_view_write_of_a_kernels_output_runs_with_the_kernel_first():
+    """A KV cache's update: a custom kernel's lazy output assigned into a view of a realized buffer, realized with
+    another tensor (the queries), then the buffer read. The pending write used to be run through the engine with
+    the kernel's CALL still in it ("Ops.AFTER must be realized"), and run again by the next realize of the buffer."""
+    cache = Tensor.zeros(2, 4).contiguous().realize()
+    (out, _) = Tensor.empty(4).custom_kernel(Tensor([1.0, 2.0, 3.0, 4.0]), fxn=affine(4))
+    row = cache[1].assign(out)
+    queries = out * 10
+    Tensor.realize(row, queries)
+    np.testing.assert_array_equal(queries.numpy(), [30.0, 50.0, 70.0, 90.0])
+    before = GlobalCounters.kernel_count
+    doubled = (cache * 2).realize()  # the write ran above: this realize runs one kernel, not the write again
+    assert GlobalCounters.kernel_count == before + 1
+    np.testing.assert_array_equal(doubled.numpy(), [[0.0] * 4, [6.0, 10.0, 14.0, 18.0]])
+    np.testing.assert_array_equal(cache.numpy(), [[0.0] * 4, [3.0, 5.0, 7.0, 9.0]])
+
+
+def test_a_pending_view_write_runs_before_a_kernel_that_reads_its_buffer():
+    """A custom kernel reading a buffer that a not-yet-run view write updates sees the write (it used to run the
+    kernel first, on the old contents)."""
+    storage = Tensor.zeros(4).contiguous().realize()
+    storage[1:3].assign(Tensor([5.0, 6.0]))
+    (out, _) = Tensor.empty(4).custom_kernel(storage, fxn=affine(4, 1.0, 0.0))
+    np.testing.assert_array_equal(out.numpy(), [0.0, 5.0, 6.0, 0.0])
+
+
+def test_contiguous_of_a_kernels_output_is_its_buffer():
+    """A custom kernel's output is a whole buffer: made contiguous (as a model does to a projection it slices), it
+    is that buffer, with no copy kernel after the custom kernel."""
+    (out, _) = Tensor.empty(2, 2).custom_kernel(Tensor([1.0, 2.0, 3.0, 4.0]), fxn=affine(4))
+    GlobalCounters.reset()
+    made = out.reshape(4).contiguous().realize()
+    assert GlobalCounters.kernel_count == 1
+    np.testing.assert_array_equal(made.numpy(), [3.0, 5.0, 7.0, 9.0])
+
+
+def test_a_computed_input_that_the_kernel_only_reads_is_computed_once():
+    """A computed input (here one that must have a buffer: a CONTIGUOUS) is realized for the kernel; the rest of
+    the graph reads it from that buffer instead of computing it again (a model's residual stream read by a custom
+    matvec and by the next residual add)."""
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    tripled = (x * 3).contiguous()
+    (out, _) = Tensor.empty(4).custom_kernel(tripled, fxn=affine(4))
+    total = out + tripled
+    GlobalCounters.reset()
+    total.realize()
+    assert GlobalCounters.kernel_count == 3  # tripled, the custom kernel, the add
+    np.testing.assert_array_equal(total.numpy(), np.arange(4) * 3 * 2 + 1 + np.arange(4) * 3)
+
+
+def test_a_computed_input_that_the_kernel_writes_is_read_as_it_was_before_the_kernel():
+    def double_in_place(out: UOp, x: UOp) -> UOp:
+        i = UOp.range(4, 0)
+        value = x.index(i).load()
+        return UOp.sink(out.index(i).store(value), x.index(i).store(value * 2), arg=KernelInfo(name="in_place"))
+
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    tripled = (x * 3).contiguous()
+    (out, after) = Tensor.empty(4).custom_kernel(tripled, fxn=double_in_place)
+    before = tripled + 0
+    Tensor.realize(out, after, before)
+    np.testing.assert_array_equal(out.numpy(), np.arange(4) * 3)
+    np.testing.assert_array_equal(after.numpy(), np.arange(4) * 6)
+    np.testing.assert_array_equal(before.numpy(), np.arange(4) * 3)  # the value the kernel read, not its write

@@ -249,3 +249,24 @@ def test_reads_after_an_assign_see_it_and_writes_wait_for_earlier_reads(device):
     result = state + 1
     x.assign(x + 1).realize(state, result)
     assert x.tolist() == [2.0, 3.0] and state.tolist() == [2.0, 4.0] and result.tolist() == [3.0, 5.0]
+
+
+def test_contiguous_of_a_whole_realized_buffer_runs_no_kernel():
+    """A CONTIGUOUS of a realized buffer in its own layout (or a reshape of it) is that buffer: no copy kernel. One
+    in another layout (a transpose) or of part of it (a slice) is still copied, and clone() always copies."""
+    values = np.arange(12, dtype=np.float32)
+    x = (Tensor(values) + 1).realize()
+    GlobalCounters.reset()
+    same = x.contiguous().realize()
+    reshaped = x.reshape(3, 4).contiguous().realize()
+    assert GlobalCounters.kernel_count == 0
+    transposed = x.reshape(3, 4).T.contiguous().realize()
+    sliced = x[2:8].contiguous().realize()
+    cloned = x.clone().realize()
+    assert GlobalCounters.kernel_count == 3
+    np.testing.assert_array_equal(same.numpy(), values + 1)
+    np.testing.assert_array_equal(reshaped.numpy(), (values + 1).reshape(3, 4))
+    np.testing.assert_array_equal(transposed.numpy(), (values + 1).reshape(3, 4).T)
+    np.testing.assert_array_equal(sliced.numpy(), values[2:8] + 1)
+    x.assign(Tensor(values * 0)).realize()
+    np.testing.assert_array_equal(cloned.numpy(), values + 1)  # fresh storage: the write to x does not reach it

@@ -148,6 +148,9 @@ def run_calls(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
         verify_tensor_graph(root)
     order = root.toposort(lambda node: node is root or node.op is not Ops.SINK)  # (not into a call's body)
     done: dict[UOp, UOp] = {}
+    # computed inputs that their kernel only read, each mapped to the buffer it was realized into: the roots read
+    # them there instead of computing them again (kernels read them as before: a later kernel may write its input)
+    computed: dict[UOp, UOp] = {}
     for node in order:
         if is_precompiled(node):
             if (ran := ran_outputs(node)) is None:
@@ -155,12 +158,14 @@ def run_calls(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
                 ran = run_precompiled(node, list(realize(*inputs)))
             done.update(ran)
         elif is_kernel_call(node):
-            done.update(_run_kernel_call(node, done))
-    return UOp.sink(*roots).substitute(done).src if done else roots
+            done.update(_run_kernel_call(node, done, computed))
+    return UOp.sink(*roots).substitute({**computed, **done}).src if done else roots
 
 
-def _run_kernel_call(node: UOp, done: dict[UOp, UOp]) -> dict[UOp, UOp]:
-    """Run a custom kernel on whole buffers holding its inputs; each output mapped to the buffer that holds it."""
+def _run_kernel_call(node: UOp, done: dict[UOp, UOp], computed: dict[UOp, UOp]) -> dict[UOp, UOp]:
+    """Run a custom kernel on whole buffers holding its inputs; each output mapped to the buffer that holds it.
+    Each input that had to be computed and that the kernel does not write is added to `computed`, mapped to the
+    buffer holding its value."""
     from tg.codegen.schedule.realize import buffer_holding
     from tg.codegen.schedule.schedule import KernelCall
     from tg.hcq.engine.buffers import buffer_of
@@ -180,13 +185,28 @@ def _run_kernel_call(node: UOp, done: dict[UOp, UOp]) -> dict[UOp, UOp]:
     for buf in buffers[1:]:
         buffer_of(buf).note_write()  # (slot 0 is noted by run_kernel; the kernel may write any of them)
     run_kernel(KernelCall(node.src[0], tuple(buffers)))
-    outputs = {}
-    for source, buf in zip(node.src[1:], buffers, strict=True):
+    outputs, written = {}, _written_slots(node.src[0])
+    for slot, (source, buf) in enumerate(zip(node.src[1:], buffers, strict=True)):
         shape = shape_of(source)
-        outputs[UOp(Ops.AFTER, source.dtype, (source, node))] = (
-            buf if shape == (buf.arg.size,) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
-        )
+        held = buf if shape == (buf.arg.size,) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
+        outputs[UOp(Ops.AFTER, source.dtype, (source, node))] = held
+        if slot not in written and buffer_holding(source) is None:
+            computed[source] = held
     return outputs
+
+
+def _written_slots(body: UOp) -> set[int]:
+    """The argument slots a kernel body (an AST, or a PROGRAM holding one) stores to."""
+    ast = body.src[0] if body.op is Ops.PROGRAM else body
+    slots = set()
+    for node in ast.toposort():
+        if node.op is Ops.STORE:
+            target = node.src[0]
+            while target.op is not Ops.PARAM and target.src:
+                target = target.src[0]
+            if target.op is Ops.PARAM:
+                slots.add(target.arg.slot)
+    return slots
 
 
 def shape_size(node: UOp) -> int:

@@ -184,17 +184,18 @@ class Tensor(
         from tg.tensor.engine import realize
 
         tensors = (self, *others)
-        roots = tuple(t.uop for t in tensors)
-        if has_calls(roots):  # custom kernels run first, on their inputs' buffers (tg.tensor.custom_kernel)
-            roots = run_calls(roots)
-        _run_writes_to_buffers_read(roots)
+        built = tuple(t.uop for t in tensors)
+        _run_writes_to_buffers_read(built)  # (first: a custom kernel below may read a buffer they write)
+        roots = _with_calls_run(built)
         for tensor, realized in zip(tensors, realize(*_without_ran_assigns(roots)), strict=True):
             if realized is not tensor.uop and not _already_in(realized, tensor.uop):
                 remember_former_uop(tensor, tensor.uop, realized)
             tensor.uop = realized
             if tensor._view_of is not None and tensor._view_of.base is None:
                 tensor._view_of = None  # (its base is gone: let the graph it was built from go too)
-        _note_ran_assigns(roots)  # (the graph as built: its ASSIGNs ran, some with earlier ones read as buffers)
+        # the graph as built: its ASSIGNs ran (some with earlier ones read as buffers, some with the custom kernels
+        # under them replaced by their outputs' buffers, new nodes)
+        _note_ran_assigns(built)
         return self
 
     def data(self) -> memoryview:
@@ -472,8 +473,14 @@ def _run_writes_to_buffers_read(roots: tuple[UOp, ...]) -> None:
     if writes:
         from tg.tensor.engine import realize
 
-        realize(*_without_ran_assigns(writes))
+        realize(*_without_ran_assigns(_with_calls_run(writes)))
         _note_ran_assigns(writes)
+
+
+def _with_calls_run(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """`roots` with the custom kernels they depend on run and their outputs read from buffers (the engine's
+    realize runs kernels of tg's IR only, tg.tensor.custom_kernel)."""
+    return run_calls(roots) if has_calls(roots) else roots
 
 
 def _already_in(realized: UOp, graph: UOp) -> bool:

@@ -19,7 +19,9 @@ tg's C renderer writes a kernel as a scalar loop over the 16 lanes and leaves ve
 12 makes `vpdpbusd` only of a loop whose one reduction runs along the vector, never of four products per lane. So
 this kernel is written by hand in C with the VNNI intrinsics (VNNI_SOURCE, one per matrix shape) and runs as a
 compiled PROGRAM of a custom kernel (tg.tensor.custom_kernel); its AST (`reference_ast`) states the same
-computation in tg's IR, which the C renderer compiles anywhere (the tests compare both). It is used with
+computation in tg's IR, which the C renderer compiles anywhere (the tests compare both). The MLP's fused gate_up
+projection runs as one such kernel too (`int8_gated_matvec`): the gate's and the up projection's lane groups in the
+same call, and silu(gate) * up computed there, a lane at a time. It is used with
 `--matvec int8` (tg.llm.config.MATVEC_TYPES), where the device's Target says its C compiler emits VNNI
 (Target.int8_dot).
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -106,22 +109,39 @@ def int8_lane_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) 
     # the tensors as they are, not reshaped: a view of a realized buffer is copied into a fresh one for the kernel
     inputs = [lanes.words, x] + ([] if norm is None else [norm.weight])
     sums = Tensor.empty(1, groups * LANES, device=x.device).custom_kernel(*inputs, fxn=lambda *_: program)[0]
-    # realized now (it runs at the next realize anyway, as a kernel of its own): an assign built on the lazy result
-    # (the KV cache's new rows) would otherwise hold the custom kernel's CALL, and Tensor.realize runs such pending
-    # writes through the engine without running calls first ("Ops.AFTER must be realized")
-    sums = sums.realize()
     return sums if lanes.shape[0] == groups * LANES else sums[:, : lanes.shape[0]]
+
+
+def int8_gated_matvec(x: Tensor, lanes: LaneBlocks, norm: RMSNorm | None = None) -> Tensor:
+    """silu(gate) * up `(1, rows / 2)` for one row of x and a Q4_1 or Q8_0 LaneBlocks whose rows are gate's then
+    up's (a fused gate_up projection, `rows / 2` a multiple of 16), with int8 activations, in one kernel: output lane
+    (g, l) sums row group g for the gate and g + groups / 2 for the up projection (as tg.llm.lanes.lane_gated_matvec
+    does), then multiplies silu(gate) by up."""
+    groups, n_blocks = (concrete_size(size, "int8 matvec") for size in lanes.words.shape[:2])
+    if lanes.shape[0] != groups * LANES or groups % 2:
+        raise ValueError(f"gate and up rows must each be a multiple of {LANES}, not {lanes.shape[0] / 2}")
+    kernel = Int8Matvec(lanes.type_name, groups, n_blocks, None if norm is None else norm.eps, gated=True)
+    program = vnni_program(kernel, x.device)
+    inputs = [lanes.words, x] + ([] if norm is None else [norm.weight])
+    out = Tensor.empty(1, kernel.output_groups * LANES, device=x.device)
+    return out.custom_kernel(*inputs, fxn=lambda *_: program)[0]
 
 
 @dataclass(frozen=True)
 class Int8Matvec:
     """What one int8 matvec kernel is compiled for: the weight type, its lane groups and blocks, the norm's eps
-    (None: no norm)."""
+    (None: no norm), whether it is gated (the first half of the groups a gate, the second an up projection: out =
+    silu(gate) * up)."""
 
     type_name: str
     groups: int
     n_blocks: int
     eps: float | None
+    gated: bool = False
+
+    @property
+    def output_groups(self) -> int:
+        return self.groups // 2 if self.gated else self.groups
 
     @property
     def cols(self) -> int:
@@ -131,7 +151,19 @@ class Int8Matvec:
 VNNI_SOURCE = """#include <immintrin.h>
 #include <math.h>
 /* out = x @ W.T (with a norm: (x * weight) @ W.T * rsqrt(mean(x * x) + eps)) for GROUPS groups of 16 rows of
-   BLOCKS blocks, x quantized to int8 per block of 32 */
+   BLOCKS blocks, x quantized to int8 per block of 32 (gated: silu of group g's sums times group g + GROUPS's) */
+static inline __m512 group_dot(const unsigned int* restrict block, const unsigned int* restrict codes,
+                               const float* restrict scales, const int* restrict sums) {
+  const __m512i nibbles = _mm512_set1_epi32(0x0F0F0F0F), top_bits = _mm512_set1_epi32((int)0x80808080u);
+  (void)nibbles; (void)top_bits;
+  __m512 total = _mm512_setzero_ps();
+  for (long b = 0; b < BLOCKS; b++, block += WORDS * 16) {
+    const unsigned int* x = codes + b * 8;
+BLOCK_DOT
+  }
+  return total;
+}
+
 void NAME(float* restrict out, const unsigned int* restrict words, const float* restrict row,NORM_WEIGHT int core_id) {
   unsigned int codes[BLOCKS * 8];
   float scales[BLOCKS];
@@ -159,21 +191,25 @@ void NAME(float* restrict out, const unsigned int* restrict words, const float* 
     scales[b] = largest * (1.0f / 127.0f);
     sums[b] = sum;
   }
-  const float norm = NORM;
-  const __m512i nibbles = _mm512_set1_epi32(0x0F0F0F0F), top_bits = _mm512_set1_epi32((int)0x80808080u);
-  (void)nibbles; (void)top_bits; (void)squares;
+  const __m512 norm = _mm512_set1_ps(NORM);
+  (void)squares;
   const long first = (long)core_id * GROUPS / CALLS, last = (long)(core_id + 1) * GROUPS / CALLS;
   for (long g = first; g < last; g++) {
-    const unsigned int* block = words + g * BLOCKS * WORDS * 16;
-    __m512 total = _mm512_setzero_ps();
-    for (long b = 0; b < BLOCKS; b++, block += WORDS * 16) {
-      const unsigned int* x = codes + b * 8;
-BLOCK_DOT
-    }
-    _mm512_storeu_ps(out + g * 16, _mm512_mul_ps(total, _mm512_set1_ps(norm)));
+    __m512 total = _mm512_mul_ps(group_dot(words + g * BLOCKS * WORDS * 16, codes, scales, sums), norm);
+STORE
   }
 }
 """
+
+
+STORE = "    _mm512_storeu_ps(out + g * 16, total);"
+# silu(gate) * up, a lane at a time: 16 expf per group of outputs, against the group's 2 * BLOCKS * 16 dot products
+GATED_STORE = """    const unsigned int* up_rows = words + (g + GROUPS) * BLOCKS * WORDS * 16;
+    __m512 up = _mm512_mul_ps(group_dot(up_rows, codes, scales, sums), norm);
+    float gates[16], ups[16];
+    _mm512_storeu_ps(gates, total);
+    _mm512_storeu_ps(ups, up);
+    for (int l = 0; l < 16; l++) out[g * 16 + l] = gates[l] * (1.0f / (1.0f + expf(-gates[l]))) * ups[l];"""
 
 
 def vnni_source(kernel: Int8Matvec, name: str, calls: int) -> str:
@@ -181,8 +217,9 @@ def vnni_source(kernel: Int8Matvec, name: str, calls: int) -> str:
     replacements = {
         "NORM_WEIGHT": "" if kernel.eps is None else " const float* restrict weight,",
         "SCALED": "x" if kernel.eps is None else "x * weight[b * 32 + e]",
-        "NAME": name, "GROUPS": str(kernel.groups), "BLOCKS": str(kernel.n_blocks), "CALLS": str(calls),
-        "WORDS": str(BLOCK_WORDS[kernel.type_name]), "NORM": norm, "BLOCK_DOT": BLOCK_DOT[kernel.type_name],
+        "STORE": GATED_STORE if kernel.gated else STORE, "NAME": name, "GROUPS": str(kernel.output_groups),
+        "BLOCKS": str(kernel.n_blocks), "CALLS": str(calls), "WORDS": str(BLOCK_WORDS[kernel.type_name]),
+        "NORM": norm, "BLOCK_DOT": BLOCK_DOT[kernel.type_name],
     }  # fmt: skip
     src = VNNI_SOURCE
     for key, value in replacements.items():
@@ -198,13 +235,20 @@ def vnni_program(kernel: Int8Matvec, device: str) -> UOp:
     from tg.hcq.device import Device
 
     target = Device[device].renderer.target
-    calls = min(target.cores, kernel.groups)
-    name = f"{kernel.type_name.lower()}_int8_matvec_{kernel.groups}_{kernel.n_blocks}"
+    calls = min(target.cores, kernel.output_groups)
+    name = f"{kernel.type_name.lower()}_int8_{'gated_' if kernel.gated else ''}matvec_{kernel.groups}_{kernel.n_blocks}"
     src = vnni_source(kernel, name, calls)
     weights = kernel.groups * LANES * kernel.cols
     weight_bytes = kernel.groups * kernel.n_blocks * BLOCK_WORDS[kernel.type_name] * LANES * 4
-    source = ProgramSource(name, src, (calls, 1, 1), (), (kernel.groups, LANES, kernel.n_blocks), ops=2 * weights,
-                           mem=weight_bytes + 8 * kernel.cols + kernel.groups * LANES * 4)  # fmt: skip
+    source = ProgramSource(
+        name,
+        src,
+        (calls, 1, 1),
+        (),
+        (kernel.output_groups, LANES, kernel.n_blocks),
+        ops=2 * weights,
+        mem=weight_bytes + 8 * kernel.cols + kernel.output_groups * LANES * 4,
+    )
     binary = Device[device].compiler.compile(src)
     ast = reference_ast(kernel)
     return UOp(Ops.PROGRAM, src=(ast, UOp(Ops.SOURCE, arg=src), UOp(Ops.BINARY, arg=binary)), arg=source)
@@ -217,14 +261,11 @@ def reference_ast(kernel: Int8Matvec) -> UOp:
     """The int8 matvec as a kernel AST in tg's IR (placeholders: out, weight words, x, with a norm its weight): what
     VNNI_SOURCE computes, with the same integer codes and dot products (each output quantizes x again)."""
     words_per_block = BLOCK_WORDS[kernel.type_name]
-    out = UOp.param(0, dtypes.float32, kernel.groups * LANES)
+    out = UOp.param(0, dtypes.float32, kernel.output_groups * LANES)
     words = UOp.param(1, dtypes.uint32, kernel.groups * kernel.n_blocks * words_per_block * LANES)
     row = UOp.param(2, dtypes.float32, kernel.cols)
-    g, lane = UOp.range(kernel.groups, 0), UOp.range(LANES, 1)
+    g, lane = UOp.range(kernel.output_groups, 0), UOp.range(LANES, 1)
     b, c = UOp.range(kernel.n_blocks, 2, AxisType.REDUCE), UOp.range(kernel.cols, 3, AxisType.REDUCE)
-
-    def word(k: int) -> UOp:
-        return words.index(((g * kernel.n_blocks + b) * words_per_block + k) * LANES + lane).load()
 
     values = [row.index(b * BLOCK + e).load() for e in range(BLOCK)]
     if kernel.eps is not None:
@@ -235,18 +276,33 @@ def reference_ast(kernel: Int8Matvec) -> UOp:
         largest = largest.maximum(v.maximum(-v))
     inverse = (largest > 0.0).where(INT8_MAX / largest, 0.0)
     codes = [_round_half_even(v * inverse).cast(dtypes.int32) for v in values]
-    quants = [_quant(kernel.type_name, word, e) for e in range(BLOCK)]
-    dot, code_sum = _sum([q * code for q, code in zip(quants, codes, strict=True)]), _sum(codes)
     scale = largest * (1.0 / INT8_MAX)
-    weight_scale = _half_to_float(word(0) & 0xFFFF)
-    block_sum = dot.cast(dtypes.float32) * (weight_scale * scale)
-    if kernel.type_name == "Q4_1":
-        block_sum = block_sum + _half_to_float(word(0) >> 16) * (code_sum.cast(dtypes.float32) * scale)
-    total = block_sum.reduce(b)
+
+    def group_total(group: UOp) -> UOp:
+        """The 16 rows of lane group `group` dotted with the quantized x, summed over the blocks."""
+
+        def word(k: int) -> UOp:
+            return words.index(((group * kernel.n_blocks + b) * words_per_block + k) * LANES + lane).load()
+
+        quants = [_quant(kernel.type_name, word, e) for e in range(BLOCK)]
+        dot, code_sum = _sum([q * code for q, code in zip(quants, codes, strict=True)]), _sum(codes)
+        block_sum = dot.cast(dtypes.float32) * (_half_to_float(word(0) & 0xFFFF) * scale)
+        if kernel.type_name == "Q4_1":
+            block_sum = block_sum + _half_to_float(word(0) >> 16) * (code_sum.cast(dtypes.float32) * scale)
+        return block_sum.reduce(b)
+
+    total = group_total(g)
     if kernel.eps is not None:
         x = row.index(c).load()
-        total = total * ((x * x).reduce(c) * (1.0 / kernel.cols) + kernel.eps).sqrt().reciprocal()
-    name = f"{kernel.type_name.lower()}_int8_matvec"
+        norm = ((x * x).reduce(c) * (1.0 / kernel.cols) + kernel.eps).sqrt().reciprocal()
+    if kernel.gated:
+        up = group_total(g + kernel.output_groups)
+        if kernel.eps is not None:
+            total, up = total * norm, up * norm
+        total = total * (1.0 + (total * -math.log2(math.e)).exp2()).reciprocal() * up  # silu(gate) * up
+    elif kernel.eps is not None:
+        total = total * norm
+    name = f"{kernel.type_name.lower()}_int8_{'gated_' if kernel.gated else ''}matvec"
     return out.index(g * LANES + lane).store(total).sink(arg=KernelInfo(name=name))
 
 

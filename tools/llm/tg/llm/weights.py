@@ -121,6 +121,8 @@ def gated_linear(x: Tensor, gate_up: Weight, norm: RMSNorm | None = None, activa
     lanes = gate_up.data
     few_rows = math.prod(x.shape[:-1]) < SCRATCH_MATMUL_ROWS
     if few_rows and isinstance(lanes, LaneBlocks) and lanes.int8_activations:
+        if activation == "silu" and hidden % LANES == 0:  # (the C kernel computes silu only)
+            return _rowwise(x, lambda row: int8_matvec.int8_gated_matvec(row, lanes, norm), hidden)
         both = _rowwise(x, lambda row: int8_matvec.int8_lane_matvec(row, lanes, norm), gate_up.shape[0])
         return activate(both[..., :hidden], activation) * both[..., hidden:]
     if few_rows and isinstance(lanes, LaneBlocks) and hidden % LANES == 0:

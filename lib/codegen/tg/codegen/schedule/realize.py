@@ -72,9 +72,17 @@ def copy_whole_buffers(copy: UOp) -> UOp | None:
     return copy.replace(src=(UOp(Ops.CONTIGUOUS, source.dtype, (source,)), *copy.src[1:]))
 
 
+def contiguous_buffer(node: UOp) -> UOp | None:
+    """A CONTIGUOUS of a whole buffer in its own layout (the buffer, or a reshape of it) is that buffer: copying it
+    would give the same bytes in a new buffer, one kernel for nothing (Tensor.contiguous says the scheduler may
+    reuse a buffer that already is; Tensor.clone is the copy in fresh storage)."""
+    return node.src[0] if node.arg is None and whole_buffer(node.src[0]) is not None else None
+
+
 split_big_reductions = PatternMatcher(
     [(UPat(Ops.REDUCE_AXIS, name="node"), split_big_reduction)], name="split_big_reductions"
 )
+contiguous_buffers = PatternMatcher([(UPat(Ops.CONTIGUOUS, name="node"), contiguous_buffer)], name="contiguous_buffers")
 contiguous_copies = PatternMatcher([(UPat(Ops.COPY, name="copy"), copy_whole_buffers)], name="contiguous_copies")
 
 
@@ -86,8 +94,8 @@ def reads_memory(node: UOp) -> bool:
 
 
 def whole_buffer(node: UOp) -> UOp | None:
-    """The BUFFER that holds `node` as it is, C-contiguous and complete (a BUFFER or a RESHAPE of one)."""
-    if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER:
+    """The BUFFER that holds `node` as it is, C-contiguous and complete (a BUFFER or RESHAPEs of one)."""
+    while node.op is Ops.RESHAPE:
         node = node.src[0]
     return node if node.op is Ops.BUFFER else None
 

@@ -37,7 +37,13 @@ from tg.codegen.schedule.graph import (
 )
 from tg.codegen.schedule.kernel import AssignError, Kernel, build_kernel
 from tg.codegen.schedule.layout import TargetOf, default_target, lay_out_for_targets
-from tg.codegen.schedule.realize import contiguous_copies, find_realize_points, split_big_reductions, whole_buffer
+from tg.codegen.schedule.realize import (
+    contiguous_buffers,
+    contiguous_copies,
+    find_realize_points,
+    split_big_reductions,
+    whole_buffer,
+)
 from tg.codegen.stage_trace import traced
 from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.ops import _cache_key as uop_cache_key
@@ -77,6 +83,8 @@ GRAPH_STAGES: tuple[GraphStage, ...] = (
                "(packing, L2 chunks)", lay_out_for_targets),
     GraphStage("split_big_reductions", "a full reduction of many elements becomes chunk partials and a small combine",
                rewrite_with(split_big_reductions)),
+    GraphStage("contiguous_buffers", "a CONTIGUOUS of a whole buffer in its own layout is that buffer (no copy)",
+               rewrite_with(contiguous_buffers)),
     GraphStage("contiguous_copies", "the source of a COPY to another device is made a whole, contiguous buffer",
                rewrite_with(contiguous_copies)),
 )  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -153,6 +154,19 @@ def spin_iterations(device: Any) -> int:
     return 2_000 if is_amd(device) else 3_000_000
 
 
+def settles_idle(device: Any, limit_s: float = 60.0) -> bool:
+    """Whether the device's engines stop executing within `limit_s`. A reached signal does not mean an idle engine:
+    a submission's signal is written from inside its indirect buffer, and the ring's read pointer passes the IB packet
+    only after the IB ends, so under load the host can see the value while the engine still counts as executing (a
+    CI failure, reproduced with two `yes` loops). GRBM_STATUS.GUI_ACTIVE on hardware lags the same way."""
+    deadline = time.monotonic() + limit_s
+    while device.is_busy():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
 def float_buffer(device: str, values: list[float]) -> Buffer:
     buf = Buffer(device, len(values), float32).allocate()
     buf.copyin(struct.pack(f"{len(values)}f", *values))
@@ -179,6 +193,7 @@ def kit() -> SimpleNamespace:
         int32=int32,
         load_program=load_program,
         spin_iterations=spin_iterations,
+        settles_idle=settles_idle,
         amd_source=amd_source,
         AMD_KERNELS=AMD_KERNELS,
         is_amd=is_amd,

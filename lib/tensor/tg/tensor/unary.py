@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tg.codegen import Ops, dtypes
+from tg.codegen.uop.rounding import round_half_to_even
 from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.elementwise import alu, in_float32_when_half
 
@@ -103,8 +104,4 @@ class UnaryMathOps(TensorBase):
         """Round half to even, as numpy."""
         if not dtypes.is_float(self.dtype):
             return as_tensor(self)
-        truncated = self.trunc()
-        fraction = (self - truncated).abs()  # exact: x and trunc(x) share sign and exponent range
-        truncated_is_odd = (truncated - (truncated * 0.5).trunc() * 2) != 0
-        away_from_zero = (fraction > 0.5) | ((fraction == 0.5) & truncated_is_odd)
-        return away_from_zero.where(truncated + self.sign(), truncated)
+        return round_half_to_even(as_tensor(self))

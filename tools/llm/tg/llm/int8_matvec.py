@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from tg.codegen import Ops, UOp, dtypes
 from tg.codegen.uop.args import AxisType, KernelInfo
+from tg.codegen.uop.rounding import round_half_to_even
 from tg.llm.lanes import LANES, LaneBlocks, RMSNorm
 from tg.tensor import Tensor
 from tg.tensor.symbolic import concrete_size
@@ -275,7 +276,7 @@ def reference_ast(kernel: Int8Matvec) -> UOp:
     for v in values[1:]:
         largest = largest.maximum(v.maximum(-v))
     inverse = (largest > 0.0).where(INT8_MAX / largest, 0.0)
-    codes = [_round_half_even(v * inverse).cast(dtypes.int32) for v in values]
+    codes = [round_half_to_even(v * inverse).cast(dtypes.int32) for v in values]
     scale = largest * (1.0 / INT8_MAX)
 
     def group_total(group: UOp) -> UOp:
@@ -311,14 +312,6 @@ def _quant(type_name: str, word: Callable[[int], UOp], e: int) -> UOp:
     if type_name == "Q4_1":
         return ((word(1 + (e % 16) // 4) >> (8 * (e % 4) + 4 * (e // 16))) & 0xF).cast(dtypes.int32)
     return (word(1 + e // 4) << (24 - 8 * (e % 4))).bitcast(dtypes.int32) >> 24
-
-
-def _round_half_even(v: UOp) -> UOp:
-    truncated = v.trunc()
-    fraction = (v - truncated).maximum(truncated - v)
-    odd = (truncated - (truncated * 0.5).trunc() * 2.0).ne(0.0)
-    away = (fraction > 0.5) | (fraction.eq(0.5) & odd)
-    return away.where(truncated + (v > 0.0).where(v.const_like(1.0), v.const_like(-1.0)), truncated)
 
 
 def _sum(terms: list[UOp]) -> UOp:

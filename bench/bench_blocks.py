@@ -1,8 +1,8 @@
 """Real blocks, timed as a user would: a ResNet basic block and a GPT-2 block, forward and one training step, in tg,
 tinygrad (the `bench` group) and torch (when installed; it is never a dependency), in turns in one process.
 
-    uv run --group bench python bench/bench_blocks.py [--repeats 5] [--only resnet|gpt2|llm] [--no-train] [--top 8]
-        [--torch-threads N]
+    uv run --group bench python bench/bench_blocks.py [--repeats 9] [--only resnet|gpt2|llm] [--no-train] [--top 8]
+        [--torch-threads N] [--no-tinygrad]
 
 - ResNet basic block: conv3x3-relu-conv3x3-relu + x on 8x64x56x56 (no bias, no batchnorm).
 - GPT-2 block: 128 tokens, dim 768, 12 heads: x + proj(causal_sdpa(qkv(layernorm(x)))), then + down(gelu(up(ln(x)))).
@@ -18,7 +18,8 @@ tinygrad (the `bench` group) and torch (when installed; it is never a dependency
   llama-cpp-python on the same file when they are installed.
 
 Every framework gets the same float32 inputs; each row is the median of `--repeats` timed calls after one warm-up
-(compilation, allocation), the frameworks taking turns. Then the slowest tg kernels of one forward call and of one
+(compilation, allocation), the frameworks taking turns, and each tg/peer ratio the median of the turns' own ratios
+with its quartiles (`paired_ratio`). Then the slowest tg kernels of one forward call and of one
 training step, as DEBUG=2 measures them (each kernel waited for; GFLOP/s from the analytic op count). Bars (issue
 23): each block <= 2x torch's time, faster than tinygrad; issue 38: the GPT-2 block's forward (128 and 1,024 tokens)
 and both training steps <= 1x torch's. The machine is shared: note `uptime` next to any figure you quote; where the
@@ -206,11 +207,12 @@ def torch_runner(kind: str, block: Block, train: bool) -> Runner | None:
 
 
 RUNNERS = {"tg": tg_runner, "tinygrad": tinygrad_runner, "torch": torch_runner}
+SKIPPED: set[str] = set()  # peers left out (--no-tinygrad)
 
 
-def interleaved_medians(runners: dict[str, Runner], repeats: int) -> dict[str, float]:
+def interleaved_times(runners: dict[str, Runner], repeats: int) -> dict[str, list[float]]:
     """Each runner warmed up once, then timed in turns (tg, tinygrad, torch, tg, ...), so a change in the load of the
-    shared machine hits all of them alike; the median per runner."""
+    shared machine hits all of them alike: every runner's time of each turn."""
     for run in runners.values():
         run()
     times: dict[str, list[float]] = {name: [] for name in runners}
@@ -219,16 +221,39 @@ def interleaved_medians(runners: dict[str, Runner], repeats: int) -> dict[str, f
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def interleaved_medians(runners: dict[str, Runner], repeats: int) -> dict[str, float]:
+    """The median of each runner's times, taken in turns (`interleaved_times`)."""
+    return {name: statistics.median(t) for name, t in interleaved_times(runners, repeats).items()}
+
+
+def paired_ratio(mine: list[float], peer: list[float]) -> tuple[float, float, float]:
+    """tg / peer as the median of each turn's own ratio, with its quartiles. The two calls of a turn run back to back,
+    so a slow spell of the shared machine (another tenant, a migration) divides out of that turn's ratio; a ratio of
+    two medians can pair tg's calm calls with the peer's disturbed ones (three runs of these rows at load 0.7-1.4 gave
+    ratios 17-29% apart that way)."""
+    ratios = sorted(m / p for m, p in zip(mine, peer, strict=True))
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    low, _, high = statistics.quantiles(ratios, n=4, method="inclusive")
+    return statistics.median(ratios), low, high
 
 
 def time_row(kind: str, block: Block, train: bool, repeats: int) -> None:
-    """One row: the block in each framework, then tg / peer ratios (below 1: tg is faster)."""
+    """One row: the block in each framework (median time), then the tg / peer ratios (below 1: tg is faster), each
+    the median of the turns' own ratios with its quartiles in brackets (`paired_ratio`)."""
     label = ("train step: " if train else "forward:    ") + block.name
-    runners = {name: make(kind, block, train) for name, make in RUNNERS.items()}
-    medians = interleaved_medians({name: run for name, run in runners.items() if run is not None}, repeats)
+    runners = {name: make(kind, block, train) for name, make in RUNNERS.items() if name not in SKIPPED}
+    times = interleaved_times({name: run for name, run in runners.items() if run is not None}, repeats)
+    medians = {name: statistics.median(t) for name, t in times.items()}
     cells = [f"{name} {f'{medians[name] * 1e3:8.1f} ms' if name in medians else 'not installed'}" for name in runners]
-    ratios = [f"tg/{name} {medians['tg'] / t:5.2f}" for name, t in medians.items() if name != "tg"]
+    ratios = []
+    for name in medians:
+        if name != "tg":
+            ratio, low, high = paired_ratio(times["tg"], times[name])
+            ratios.append(f"tg/{name} {ratio:5.2f} [{low:.2f}-{high:.2f}]")
     print(f"{label:62} " + "  ".join(cells + ratios), flush=True)
 
 
@@ -412,16 +437,22 @@ def llm_decode_row(repeats: int, top: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=9, help="timed turns per row")
     parser.add_argument("--batch", type=int, default=8, help="ResNet block batch size")
     parser.add_argument("--only", choices=[*sorted(FORWARDS), "llm"])
     parser.add_argument("--no-train", action="store_true", help="skip the training-step rows")
     parser.add_argument("--top", type=int, default=8, help="slowest tg kernels to list per block")
     parser.add_argument("--torch-threads", type=int, default=TORCH_THREADS[0], help="torch's intra-op threads")
+    parser.add_argument(
+        "--no-tinygrad", action="store_true", help="leave tinygrad out (its turns take 30x tg's here and stretch a row)"
+    )
     args = parser.parse_args()
     TORCH_THREADS[0] = args.torch_threads
+    if args.no_tinygrad:
+        SKIPPED.add("tinygrad")
     print(
-        f"medians of {args.repeats}; load: {os.getloadavg()[0]:.2f} (1-minute average), {os.cpu_count()} cores, "
+        f"medians of {args.repeats} turns; ratios: median of the turns' ratios [quartiles]; "
+        f"load: {os.getloadavg()[0]:.2f} (1-minute average), {os.cpu_count()} cores, "
         f"torch threads {args.torch_threads}"
     )
     # (kind, block, with a training-step row, with the attention kernels' bandwidth): the unscaled GPT-2 row is there

@@ -1,0 +1,36 @@
+"""bench/bench_blocks.py's ratios (issue 38, item 3): each tg/peer ratio pairs the two calls of one turn, so a slow
+spell of the shared machine divides out instead of skewing a ratio of two medians."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench_blocks():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import bench_blocks
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return bench_blocks
+
+
+def test_a_slow_spell_shared_by_both_calls_of_a_turn_leaves_the_ratio_alone(bench_blocks) -> None:
+    # tg takes 0.8 of torch's time in every turn; turns 0, 2 and 4 ran while the machine was three times slower
+    slow = [3.0, 1.0, 3.0, 1.0, 3.0]
+    torch = [0.010 * s for s in slow]
+    tg = [0.008 * s for s in slow]
+    ratio, low, high = bench_blocks.paired_ratio(tg, torch)
+    assert ratio == pytest.approx(0.8) and low == pytest.approx(0.8) and high == pytest.approx(0.8)
+
+
+def test_the_quartiles_bracket_the_median_of_the_turns_ratios(bench_blocks) -> None:
+    ratio, low, high = bench_blocks.paired_ratio([1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 1.0, 1.0, 1.0, 1.0])
+    assert (low, ratio, high) == (2.0, 3.0, 4.0)
+    assert bench_blocks.paired_ratio([2.0], [4.0]) == (0.5, 0.5, 0.5)

@@ -361,6 +361,35 @@ def test_a_long_reduction_shares_each_strip_across_a_group_of_row_tiles_and_equa
     assert all(opt.op is not OptOps.SPLIT for opt in hand_coded_optimizations(short, 256))
 
 
+def test_strips_in_groups_that_fit_half_of_l2_are_looped_outermost_and_the_product_equals_numpy() -> None:
+    """1024^3 with a 2 MiB L2 on 2 cores: 4 groups of STRIPS_PER_GROUP strips (1 MiB each) outermost, then the 64 row
+    tiles, then a group's strips. Not without an L2 size (a GPU Target), with a group over half the L2 (k = 2048), or
+    with more groups than BLOCKED_MAX_GROUPS_PER_CORE per core."""
+    from tg.codegen.opt.heuristics import STRIPS_PER_GROUP
+
+    rng = np.random.default_rng(12)
+    a_np, b_np = (
+        rng.standard_normal((1024, 1024)).astype(np.float32),
+        rng.standard_normal((1024, 1024)).astype(np.float32),
+    )
+    a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+
+    def loops(product: UOp, l2_bytes: int, cores: int = 2) -> list[int]:
+        k = KernelOptimizer(product, core_groups=True)
+        for opt in hand_coded_optimizations(k, 256, 0, l2_bytes, cores):
+            k.apply_opt(opt)
+        return [k.full_shape[axis] for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL)]
+
+    product = product_kernel(a, b)
+    assert loops(product, 2 << 20) == [1024 // 16 // STRIPS_PER_GROUP, 1024 // 16, STRIPS_PER_GROUP]
+    assert loops(product, 0) == [1024 // 16, 1024 // 16]  # (no L2 size: tiles, then strips)
+    assert loops(product, 1 << 20) == [1024 // 16, 1024 // 16]  # a 1 MiB group in a 1 MiB L2
+    assert loops(product, 2 << 20, cores=1) == [1024 // 16, 1024 // 16]  # 4 groups on one core
+    np.testing.assert_allclose((a @ b).numpy(), a_np @ b_np, rtol=1e-4, atol=1e-2)  # the CPU Target: 2 MiB L2 here
+    long_k = product_kernel(Tensor.rand(1024, 2048).realize(), Tensor.rand(2048, 1024).realize())
+    assert loops(long_k, 2 << 20) == [1024 // 16, 1024 // 16]
+
+
 def test_a_loop_split_needs_an_output_axis() -> None:
     k = KernelOptimizer(product_kernel(Tensor.rand(64, 256).realize(), Tensor.rand(256, 64).realize()))
     reduce_axis = k.axes_of(AxisType.REDUCE)[0]

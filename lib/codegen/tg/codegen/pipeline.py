@@ -53,6 +53,7 @@ class CodegenFlags:
     # launch of the capture in one C call per core thread, where a split costs little, so smaller kernels are split
     # across the cores (tg.codegen.lower.multicore.split_min_iterations); never set by the environment
     cores: int = 1  # calls of one kernel that run at once (Target.cores): big kernels are cut across them
+    l2_bytes: int = 0  # a core's L2 cache on a CPU Target, for the heuristics' strip groups (0: not a CPU; none)
 
     @staticmethod
     def from_environment(replayed: bool = False) -> CodegenFlags:
@@ -113,6 +114,8 @@ def _apply_opts(ast: UOp, flags: CodegenFlags) -> UOp:
         max_lanes=flags.max_lanes,
         core_groups=flags.core_groups,
         local_threads=flags.local_threads,
+        l2_bytes=flags.l2_bytes,
+        cores=flags.cores,
     )
 
 
@@ -198,6 +201,7 @@ def for_target(flags: CodegenFlags, target: Target) -> CodegenFlags:
         local_threads=target.local_threads if target.has_local else 0,
         core_groups=target.core_groups,
         cores=target.cores,
+        l2_bytes=target.l2_bytes if target.family == "CPU" else 0,
         software_transcendentals=flags.transcendental >= 2 or (flags.transcendental == 1 and wants_software),
     )
 

@@ -21,10 +21,12 @@ def apply_opts(
     max_lanes: int = MAX_LANES,
     core_groups: bool = False,
     local_threads: int = 0,
+    l2_bytes: int = 0,
+    cores: int = 1,
 ) -> UOp:
     """The kernel with its optimizations applied (an AST that already records applied opts is returned as is).
-    `noopt` (default: the NOOPT flag) skips the heuristics; opts the AST asks for still apply. `max_lanes` and
-    `local_threads`: the heuristics' register budget and workgroup size (see hand_coded_optimizations)."""
+    `noopt` (default: the NOOPT flag) skips the heuristics; opts the AST asks for still apply. `max_lanes`,
+    `local_threads`, `l2_bytes` and `cores`: what the heuristics know of the machine (see hand_coded_optimizations)."""
     info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
     if info.applied_opts and info.opts_to_apply is None:
         return ast
@@ -34,7 +36,7 @@ def apply_opts(
     elif bool(NOOPT) if noopt is None else noopt:
         return ast
     else:
-        opts = hand_coded_optimizations(k, max_lanes, local_threads)
+        opts = hand_coded_optimizations(k, max_lanes, local_threads, l2_bytes, cores)
     for opt in opts:
         k.apply_opt(opt)
     return k.get_optimized_ast()

@@ -22,8 +22,10 @@ toss-up; on the GPT-2 projections (128x768x2304, 128x768x3072, 128x3072x768) the
 of that, never up to gcc's; on k = 65536 it was a toss-up (0.72-1.05x). k-blocking paid (2-4x, measured on branch
 beamspace) while big matmuls swept a row-major right operand; tg.tensor.linalg now packs such an operand into
 column strips, and a packed strip (k rows of 64 bytes) stays in L2 up to k = 32768, which is what a block would
-buy. BEAM still tries BLOCK (tg.codegen.opt.search). What pays from k = 4096 on is the other half of cache
-blocking: row tiles in groups that share each strip (`share_strips`, SPLIT into a LOOP).
+buy. BEAM still tries BLOCK (tg.codegen.opt.search). What pays is the other half of cache blocking, the loop order:
+from k = 512 to a group that fills half of L2, strips in groups outermost and each row tile swept over a group's
+strips (`block_strips`, a SWAP and a SPLIT into a LOOP); from k = 4096 on, row tiles in groups that share each strip
+(`share_strips`).
 """
 
 from __future__ import annotations
@@ -75,6 +77,22 @@ FEW_FIXED_OUTPUTS = 64
 # a cache the split gains nothing over), hence SHARED_STRIP_MIN_STEPS.
 ROW_TILES_PER_STRIP = 16
 SHARED_STRIP_MIN_STEPS = 4096
+# Below that, the other loop order pays once the strips of a group fit the L2 cache (`block_strips`): strips in
+# groups of STRIPS_PER_GROUP, the groups outermost (split across the cores), every row tile inside, and the group's
+# strips innermost, so a row tile is read once per group and the group stays in L2 for every tile. BEAM=4 found it
+# on a quiet machine for 1024^3 (hand-coded 11.70 -> 9.05 ms, bench/bench_beam.py). Kernel time, gcc 12, 2 AVX-512
+# cores, 2 MiB L2, load 0.4-1.1, median of 9-15 calls in each of 3-4 processes (one shape's time moved by up to 2x
+# between processes, with where its pages landed): 1024^3 13.5-15.1 -> 9.3-15.4 ms (median 14.2 -> 11.6 ms), 512^3
+# 1.7-3.1 -> 1.5-2.2 ms. Left alone, where it lost or did not pay: k = 3072 (1024x3072x768, a 3 MiB group: 30-33 ->
+# 34-45 ms), 2048^3 (a 2 MiB group: 106-119 -> 115-117 ms), fewer than BLOCKED_MIN_ROW_TILES row tiles (a GPT-2
+# projection over 128 tokens), more than BLOCKED_MAX_GROUPS_PER_CORE groups per core (1024x768x3072: 25.7-26.5 ->
+# 19.2-35.7 ms, each group reads the whole left operand again), a group count the cores do not divide (2304 columns:
+# 9 groups, one core idles for a ninth).
+STRIPS_PER_GROUP = 16
+STRIP_LINE_BYTES = 64  # one step of a strip: STRIP float32 (tg.codegen.schedule.layout)
+BLOCKED_MIN_STEPS = 512
+BLOCKED_MIN_ROW_TILES = 32
+BLOCKED_MAX_GROUPS_PER_CORE = 2
 
 
 @dataclass(frozen=True)
@@ -270,6 +288,33 @@ def share_strips(k: KernelOptimizer) -> None:
         try_opt(k, Opt(OptOps.SPLIT, rows.axis, (group, AxisType.LOOP)))
 
 
+def block_strips(k: KernelOptimizer, l2_bytes: int, cores: int) -> bool:
+    """Loop over groups of STRIPS_PER_GROUP strips outermost and over the group's strips innermost, when a group
+    (reduction steps x STRIP_LINE_BYTES per strip) fits half of `l2_bytes` and there are enough row tiles and groups
+    for every core (see STRIPS_PER_GROUP); whether it did."""
+    steps = math.prod(k.full_shape[axis] for axis in k.axes_of(AxisType.REDUCE, AxisType.UNROLL))
+    axes = axis_reuse(k)
+    if not l2_bytes or steps < BLOCKED_MIN_STEPS or len(axes) != 2:
+        return False
+    rows, strips = axes
+    if not rows.reused or not strips.reused or rows.reused & strips.reused:
+        return False
+    group_bytes = STRIPS_PER_GROUP * steps * STRIP_LINE_BYTES
+    groups, leftover = divmod(strips.size, STRIPS_PER_GROUP)
+    if group_bytes > l2_bytes // 2 or rows.size < BLOCKED_MIN_ROW_TILES or leftover or groups % cores:
+        return False
+    if groups > BLOCKED_MAX_GROUPS_PER_CORE * cores:
+        return False
+    # the strips' axis takes the rows' place, then its inner part becomes the innermost output loop
+    opts = (Opt(OptOps.SWAP, rows.axis, strips.axis), Opt(OptOps.SPLIT, rows.axis, (STRIPS_PER_GROUP, AxisType.LOOP)))
+    trial = k.copy()
+    if not all(try_opt(trial, opt) for opt in opts):
+        return False
+    for opt in opts:
+        k.apply_opt(opt)
+    return True
+
+
 def grows_along_symbolic_outputs(k: KernelOptimizer) -> bool:
     """An output axis of symbolic size, and at most FEW_FIXED_OUTPUTS outputs along the fixed ones: a decode step's
     attention scores (one query row per head, every filled row of the KV cache)."""
@@ -320,18 +365,21 @@ def upcast_row_runs(k: KernelOptimizer) -> None:
         try_opt(k, Opt(OptOps.UPCAST, outer, amount))
 
 
-def hand_coded_optimizations(s: KernelOptimizer, max_lanes: int = MAX_LANES, local_threads: int = 0) -> list[Opt]:
+def hand_coded_optimizations(
+    s: KernelOptimizer, max_lanes: int = MAX_LANES, local_threads: int = 0, l2_bytes: int = 0, cores: int = 1
+) -> list[Opt]:
     """The opts the heuristics choose for kernel `s` (applied to a copy; `s` is unchanged). `max_lanes`: how many
     accumulators the device's vector registers hold (MAX_LANES, or WIDE_MAX_LANES with AVX-512). `local_threads`:
-    the threads per workgroup a GPU wants (Target.local_threads; 0 for none), see spread_over_threads."""
+    the threads per workgroup a GPU wants (Target.local_threads; 0 for none), see spread_over_threads. `l2_bytes`
+    and `cores`: a CPU core's L2 cache (0: not a CPU) and the calls a kernel is cut into, see block_strips."""
     k = s.copy()
-    choose_opts(k, max_lanes)
+    choose_opts(k, max_lanes, l2_bytes, cores)
     if local_threads:
         spread_over_threads(k, local_threads)
     return k.applied_opts[len(s.applied_opts) :]
 
 
-def choose_opts(k: KernelOptimizer, max_lanes: int) -> None:
+def choose_opts(k: KernelOptimizer, max_lanes: int, l2_bytes: int = 0, cores: int = 1) -> None:
     """Apply the heuristics' opts to `k`."""
     if not k.reduceops:
         upcast_row_runs(k)
@@ -345,7 +393,8 @@ def choose_opts(k: KernelOptimizer, max_lanes: int) -> None:
     upcast_reused_axes(k, max_lanes)
     if k.axes_of(AxisType.UPCAST):
         unroll_reduction(k)
-        share_strips(k)
+        if not block_strips(k, l2_bytes, cores):
+            share_strips(k)
     symbolic_axis_outermost(k)
 
 

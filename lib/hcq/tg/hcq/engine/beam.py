@@ -399,7 +399,8 @@ def _heuristic_seeds(ast: UOp, flags: CodegenFlags) -> list[tuple[Opt, ...]]:
         return []
     try:
         optimizer = KernelOptimizer(ast, flags.has_local, flags.core_groups)
-        return [tuple(hand_coded_optimizations(optimizer, flags.max_lanes, flags.local_threads))]
+        opts = hand_coded_optimizations(optimizer, flags.max_lanes, flags.local_threads, flags.l2_bytes, flags.cores)
+        return [tuple(opts)]
     except KernelOptError:
         return []
 

@@ -198,9 +198,11 @@ def bench_decode_at(path, positions: list[int], steps: int, kv_cache: str, matve
                 times[name].append(time.perf_counter() - start)
         tok_s = {name: 1 / statistics.median(seconds) for name, seconds in times.items()}
         for name in models:
-            versus = f", llama.cpp {tok_s['llama.cpp']:.1f} (tg/llama.cpp {tok_s[name] / tok_s['llama.cpp']:.2f})"
+            versus = ""  # (without llama-cpp-python, tg's figures alone)
+            if "llama.cpp" in tok_s:
+                versus = f", llama.cpp {tok_s['llama.cpp']:.1f} (tg/llama.cpp {tok_s[name] / tok_s['llama.cpp']:.2f})"
             print(f"decode at position {position} ({kv_cache} KV cache): {name} {tok_s[name]:.1f} tok/s"
-                  f"{versus if llm is not None else ''}, load {os.getloadavg()[0]:.2f}")  # fmt: skip
+                  f"{versus}, load {os.getloadavg()[0]:.2f}")  # fmt: skip
 
 
 def bench_transformers(path, decode_tokens: int) -> str:

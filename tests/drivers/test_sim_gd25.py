@@ -70,7 +70,9 @@ def test_sector_erase_sets_ff_on_the_aligned_sector_only(clock: SimulatedClock) 
     assert chip.data[0xFFF] == 0 and chip.data[0x2000] == 0
 
 
-def test_a_busy_chip_ignores_everything_but_status_reads() -> None:
+def test_a_busy_chip_ignores_everything_but_status_reads(clock: SimulatedClock) -> None:
+    """On the simulated clock (frozen here), so the erase is still running at the last command. A regression: on
+    the wall clock the erase's 0.5 ms (50 ms scaled by 0.01) had ended by then under load, and WEL was set (CI)."""
     chip = GD25Chip(bytearray(FLASH_SIZE))
     chip.transact(b"\x06", 0)
     chip.transact(b"\x20" + addr(0), 0)

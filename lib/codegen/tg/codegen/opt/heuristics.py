@@ -272,17 +272,36 @@ def unroll_reduction(k: KernelOptimizer) -> None:
         return
 
 
+@dataclass(frozen=True)
+class TiledProduct:
+    """A matmul-shaped kernel: two output loops that reuse different operands, and its reduction's length."""
+
+    rows: AxisReuse  # the row tiles (outer), each reusing a tile of the left operand
+    strips: AxisReuse  # the right operand's strips, each reused by every row tile
+    steps: int  # reduction steps (unrolled ones included)
+
+
+def row_tiles_and_strips(k: KernelOptimizer) -> TiledProduct | None:
+    """The kernel's two output loops over row tiles and strips, or None when it has not exactly two output loops
+    that each reuse an operand the other does not (`share_strips` and `block_strips` reorder those loops)."""
+    axes = axis_reuse(k)
+    if len(axes) != 2:
+        return None
+    rows, strips = axes
+    if not rows.reused or not strips.reused or rows.reused & strips.reused:
+        return None
+    steps = math.prod(k.full_shape[axis] for axis in k.axes_of(AxisType.REDUCE, AxisType.UNROLL))
+    return TiledProduct(rows, strips, steps)
+
+
 def share_strips(k: KernelOptimizer) -> None:
     """Cut the outer of two output loops that reuse different operands (a matmul's row tiles outside its strips)
     into groups of ROW_TILES_PER_STRIP looped innermost, when the reduction has SHARED_STRIP_MIN_STEPS steps or more:
     each strip is then read once per group of row tiles instead of once per tile."""
-    steps = math.prod(k.full_shape[axis] for axis in k.axes_of(AxisType.REDUCE, AxisType.UNROLL))
-    axes = axis_reuse(k)
-    if steps < SHARED_STRIP_MIN_STEPS or len(axes) != 2:
+    tiled = row_tiles_and_strips(k)
+    if tiled is None or tiled.steps < SHARED_STRIP_MIN_STEPS:
         return
-    rows, strips = axes
-    if not rows.reused or not strips.reused or rows.reused & strips.reused:
-        return
+    rows = tiled.rows
     group = first_divisor(rows.size, (ROW_TILES_PER_STRIP,))
     if group is not None and rows.size > group:
         try_opt(k, Opt(OptOps.SPLIT, rows.axis, (group, AxisType.LOOP)))
@@ -292,14 +311,11 @@ def block_strips(k: KernelOptimizer, l2_bytes: int, cores: int) -> bool:
     """Loop over groups of STRIPS_PER_GROUP strips outermost and over the group's strips innermost, when a group
     (reduction steps x STRIP_LINE_BYTES per strip) fits half of `l2_bytes` and there are enough row tiles and groups
     for every core (see STRIPS_PER_GROUP); whether it did."""
-    steps = math.prod(k.full_shape[axis] for axis in k.axes_of(AxisType.REDUCE, AxisType.UNROLL))
-    axes = axis_reuse(k)
-    if not l2_bytes or steps < BLOCKED_MIN_STEPS or len(axes) != 2:
+    tiled = row_tiles_and_strips(k)
+    if not l2_bytes or tiled is None or tiled.steps < BLOCKED_MIN_STEPS:
         return False
-    rows, strips = axes
-    if not rows.reused or not strips.reused or rows.reused & strips.reused:
-        return False
-    group_bytes = STRIPS_PER_GROUP * steps * STRIP_LINE_BYTES
+    rows, strips = tiled.rows, tiled.strips
+    group_bytes = STRIPS_PER_GROUP * tiled.steps * STRIP_LINE_BYTES
     groups, leftover = divmod(strips.size, STRIPS_PER_GROUP)
     if group_bytes > l2_bytes // 2 or rows.size < BLOCKED_MIN_ROW_TILES or leftover or groups % cores:
         return False

@@ -117,6 +117,19 @@ def test_substitute_replaces_nodes():
     assert (x * 2 + 1).substitute({x: y}) is (y * 2 + 1)
 
 
+def test_substitute_with_nothing_to_change_returns_the_graph_without_walking_it(monkeypatch):
+    x, y = UOp.variable("x", 0, 10), UOp.variable("y", 0, 10)
+    expression = x * 2 + y
+    assert expression.substitute({x: y, y: y}) is (y * 2 + y)  # one real replacement still walks the graph
+
+    def no_walk(*args, **kwargs):
+        raise AssertionError("an identity substitution walked the graph")
+
+    monkeypatch.setattr(UOp, "toposort", no_walk)  # a Tensor view over an unmoved base asks this on every op
+    assert expression.substitute({x: x}) is expression
+    assert expression.substitute({}) is expression
+
+
 def test_bind_and_sym_infer():
     n = UOp.variable("n", 1, 100)
     bound = n.bind(7)

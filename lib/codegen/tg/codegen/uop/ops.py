@@ -347,6 +347,8 @@ class UOp:
 
     def substitute(self, mapping: dict[UOp, UOp], name: str | None = None) -> UOp:
         """The graph with every node in `mapping` replaced (replacements are not searched again)."""
+        if all(old is replacement for old, replacement in mapping.items()):
+            return self  # nothing changes (a view whose base has not moved): no walk of the graph
         new: dict[UOp, UOp] = {}
         for node in self.toposort(lambda u: u not in mapping):
             if node in mapping:

@@ -35,7 +35,7 @@ from bench_opt import (  # noqa: E402
     torch_workloads,
 )
 
-WORKLOADS = ("matmul 1024", "matmul 2048", "conv2d", "sum 16M")
+WORKLOADS = ("matmul 512", "matmul 1024", "matmul 2048", "conv2d", "sum 16M")  # issue 35: matmuls, a conv, a sum
 
 
 def record_searches(log: list[tuple[str, float, Any]]) -> None:

@@ -229,7 +229,7 @@ def tinygrad_workloads(data: dict[str, np.ndarray], beam: int = 0) -> Workloads 
         return run
 
     results: Workloads = {}
-    for n in (1024, 2048):
+    for n in (512, 1024, 2048):
         a, b = Tensor(data[f"a{n}"]).realize(), Tensor(data[f"b{n}"]).realize()
         results[f"matmul {n}"] = timed(lambda a=a, b=b: a @ b)
     x, w = Tensor(data["conv_x"]).realize(), Tensor(data["conv_w"]).realize()

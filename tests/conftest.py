@@ -39,7 +39,16 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+RAY_FIXTURES = {"ray_cluster", "ray_head", "ray_installed"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Under xdist (--dist loadgroup) the tests that start Ray all run in one worker: each worker would otherwise
+    # start a Ray cluster (and a Serve application) of its own, and on a loaded 2-core machine two of them starting
+    # at once took minutes to schedule their first actor.
+    for item in items:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("ray"))
     if os.environ.get("TG_HW") == "1":
         return
     skip_hw = pytest.mark.skip(reason="needs real hardware; set TG_HW=1 to run")

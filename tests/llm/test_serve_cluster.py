@@ -142,6 +142,42 @@ def replica_actors(ray: ModuleType) -> list:
 
 
 @pytest.mark.cluster
+def test_the_serve_controller_gives_a_slow_proxy_a_minute_to_start(ray_cluster: ModuleType, replicas: str) -> None:
+    """Regression: on a loaded machine Serve's proxy took over its default 5 s to start, the controller killed it and
+    serve.start failed with ActorDiedError. The controller this module starts reads a 60 s limit instead."""
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    from tg.llm.serve_cluster import PROXY_READY_SECONDS
+
+    controller = ray_cluster.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+
+    def ready_limit(_controller: object) -> float:
+        from ray.serve._private import constants
+
+        return constants.PROXY_READY_CHECK_TIMEOUT_S
+
+    assert ray_cluster.get(controller.__ray_call__.remote(ready_limit), timeout=60) == PROXY_READY_SECONDS == 60
+
+
+@pytest.mark.parametrize("slow", ["timeout", "killed"])
+def test_a_proxy_slower_than_serve_start_waits_is_reported_not_fatal(
+    slow: str, ray_installed: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """serve.start gives up on the proxy after 60 s (TimeoutError, or ActorDiedError when the controller killed it
+    first) while the controller goes on restarting it: serve_replicas carries on to wait for /health."""
+    from tg.llm import serve_cluster
+
+    def late_proxy(**_options: object) -> None:
+        if slow == "timeout":
+            raise TimeoutError("HTTP proxies not available after 60s.")
+        raise ray_installed.exceptions.ActorDiedError()
+
+    monkeypatch.setattr(serve_cluster.serve, "start", late_proxy)
+    serve_cluster.start_serve(ServeOptions(port=free_port()))
+    assert "HTTP proxy is slow to start" in capsys.readouterr().err
+
+
+@pytest.mark.cluster
 @pytest.mark.slow
 def test_dead_replicas_are_replaced_and_a_request_in_flight_ends(ray_cluster: ModuleType, replicas: str) -> None:
     from ray import serve

@@ -33,6 +33,11 @@ from tg.llm.serve.server import ServeOptions, allowed_hosts, load_state  # noqa:
 
 APP_NAME = "tg-llm"
 LOCAL_FLAGS = ("TG_CACHE_DIR", "TG_DUMP_KERNELS", "TG_REPLAY_DB", "CAPTURE_PROCESS_REPLAY")
+# Serve's controller kills an HTTP proxy that is not ready within RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S (5 s by
+# default), and serve.start then fails with ActorDiedError. On a loaded machine a new Ray worker takes longer than
+# that to import Serve, so the controller we start gives its proxies as long as serve.start waits for them (60 s).
+PROXY_READY_SECONDS = 60
+CONTROLLER_OPTIONS = {"runtime_env": {"env_vars": {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(PROXY_READY_SECONDS)}}}
 
 
 def connect(address: str | None) -> None:
@@ -79,6 +84,17 @@ def deployment(path: Path, max_context: int, options: ServeOptions, aliases: set
     return replica.bind(str(path), max_context, options, aliases)
 
 
+def start_serve(options: ServeOptions) -> None:
+    """Start Serve's controller and HTTP proxy. serve.start waits 60 s for the proxy; on a machine loaded enough that
+    it is not up by then, the controller goes on restarting it (each time with a longer limit), so that is reported
+    and not fatal: the replicas are waited for through /health like any other slow start."""
+    try:
+        serve.start(http_options={"host": options.host, "port": options.port}, controller_options=CONTROLLER_OPTIONS)
+    except (TimeoutError, ray.exceptions.ActorDiedError) as slow:
+        print(f"Serve's HTTP proxy is slow to start ({type(slow).__name__}); its controller keeps restarting it",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+
 def serve_replicas(path: Path, max_context: int, options: ServeOptions, aliases: set[str] | None = None,
                    replicas: int = 2, address: str | None = None, blocking: bool = True) -> str:  # fmt: skip
     """Start `replicas` replicas behind Serve's proxy on options.host:options.port; returns the URL. `blocking`:
@@ -86,7 +102,7 @@ def serve_replicas(path: Path, max_context: int, options: ServeOptions, aliases:
     if replicas < 1:
         raise ValueError("--replicas must be at least 1")
     connect(address)
-    serve.start(http_options={"host": options.host, "port": options.port})
+    start_serve(options)
     app = deployment(path, max_context, options, set(aliases or ()) | {path.stem}, replicas)
     serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{options.host}:{options.port}"

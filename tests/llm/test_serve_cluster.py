@@ -37,8 +37,9 @@ def free_port() -> int:
     return port
 
 
-def wait_until_healthy(url: str, limit: float = 300) -> None:
-    """Hang guard only: the replicas load the model before they answer."""
+def wait_until_healthy(url: str, limit: float = 480) -> None:
+    """Hang guard only: the replicas load the model before they answer. Beside two busy loops on 2 cores, a second
+    Ray cluster (`ray start --head`) took over 300 s to serve; the limit stays under pytest's 600 s per test."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:

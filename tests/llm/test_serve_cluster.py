@@ -3,6 +3,7 @@ and error bodies as one `tg-llm serve`; replicas that die are replaced and a req
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -158,6 +159,19 @@ def test_the_serve_controller_gives_a_slow_proxy_a_minute_to_start(ray_cluster: 
         return constants.PROXY_READY_CHECK_TIMEOUT_S
 
     assert ray_cluster.get(controller.__ray_call__.remote(ready_limit), timeout=60) == PROXY_READY_SECONDS == 60
+
+
+def test_a_replica_takes_requests_only_once_warmed_up(model_path: Path, ray_installed: ModuleType) -> None:
+    """Regression: a replica's constructor returned before the warm-up, so Serve routed a request to a replica that
+    answered 503 "warming up" while the other was ready (the cluster leg's replaced-replicas test, once)."""
+    from tg.llm.serve_cluster import LlmReplica
+
+    replica = LlmReplica.__new__(LlmReplica)  # Serve's ingress makes the constructor a coroutine: run it here
+    asyncio.run(replica.__init__(str(model_path), CONTEXT, ServeOptions(max_concurrency=2, max_queue=4), {MODEL}))
+    try:
+        assert replica.state.engine.ready.is_set() and replica.state.engine.warmup_error is None
+    finally:
+        replica.state.engine.stop()
 
 
 @pytest.mark.parametrize("slow", ["timeout", "killed"])

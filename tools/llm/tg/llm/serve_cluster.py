@@ -59,6 +59,15 @@ class LlmReplica:
     def __init__(self, path: str, max_context: int, options: ServeOptions, aliases: set[str]) -> None:
         self.options = options
         self.state = load_state(Path(path), max_context, options, aliases)
+        # Serve routes requests to a replica once its constructor returns: returning before the warm-up is done let
+        # a request reach a replica that answered 503 "warming up" while another was ready (the proxy holds
+        # requests until some replica is ready). A warm-up that failed fails the replica's start, as it should.
+        engine = self.state.engine
+        while not engine.ready.wait(timeout=1):
+            if not engine.thread.is_alive():
+                raise RuntimeError("the scheduler thread stopped before the warm-up finished")
+        if engine.warmup_error is not None:
+            raise RuntimeError(f"the model failed to warm up: {engine.warmup_error}")
 
     def __serve_build_asgi_app__(self) -> Any:
         return create_app(self.state, list(self.options.cors_origins), allowed_hosts(self.options))

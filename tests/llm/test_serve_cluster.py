@@ -174,6 +174,25 @@ def test_a_replica_takes_requests_only_once_warmed_up(model_path: Path, ray_inst
         replica.state.engine.stop()
 
 
+def test_ctrl_c_while_the_replicas_start_takes_them_down(
+    model_path: Path, ray_installed: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: Ctrl-C during serve.run (it returns once every replica warmed up, which a client polling /health
+    can see first) left the application running and exited 130. Now it takes the replicas down, as one later does."""
+    from tg.llm import serve_cluster
+
+    stopped: list[bool] = []
+
+    def interrupted(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(serve_cluster, "connect", lambda address: None)
+    monkeypatch.setattr(serve_cluster, "launch", interrupted)
+    monkeypatch.setattr(serve_cluster, "stop", lambda: stopped.append(True))
+    url = serve_cluster.serve_replicas(model_path, CONTEXT, ServeOptions(port=8123), replicas=1, blocking=True)
+    assert url == "http://127.0.0.1:8123" and stopped == [True]
+
+
 @pytest.mark.parametrize("slow", ["timeout", "killed"])
 def test_a_proxy_slower_than_serve_start_waits_is_reported_not_fatal(
     slow: str, ray_installed: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -107,27 +107,35 @@ def start_serve(options: ServeOptions) -> None:
 def serve_replicas(path: Path, max_context: int, options: ServeOptions, aliases: set[str] | None = None,
                    replicas: int = 2, address: str | None = None, blocking: bool = True) -> str:  # fmt: skip
     """Start `replicas` replicas behind Serve's proxy on options.host:options.port; returns the URL. `blocking`:
-    serve until interrupted, then take the application down."""
+    serve until interrupted (Ctrl-C while the replicas still start included), then take the application down."""
     if replicas < 1:
         raise ValueError("--replicas must be at least 1")
     connect(address)
-    start_serve(options)
-    app = deployment(path, max_context, options, set(aliases or ()) | {path.stem}, replicas)
-    serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{options.host}:{options.port}"
+    if not blocking:
+        launch(path, max_context, options, set(aliases or ()) | {path.stem}, replicas, url)
+        return url
+    try:
+        launch(path, max_context, options, set(aliases or ()) | {path.stem}, replicas, url)
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop()
+    return url
+
+
+def launch(path: Path, max_context: int, options: ServeOptions, aliases: set[str], replicas: int, url: str) -> None:
+    """Start Serve and the application, and say where it serves. serve.run returns once the application is running:
+    its replicas warmed up, which a client polling /health can see before this returns."""
+    start_serve(options)
+    serve.run(deployment(path, max_context, options, aliases, replicas), name=APP_NAME, route_prefix="/",
+              blocking=False)  # fmt: skip
     auth = "API key required" if options.api_key else "no API key"
     line = (f'serving "{path.stem}" at {url} on {replicas} Ray Serve replicas (OpenAI API under /v1, chat page at /), '
             f"{options.max_concurrency} slots and queue {options.max_queue} each, {auth}")  # fmt: skip
     print(line, file=sys.stderr, flush=True)
-    if blocking:
-        try:
-            while True:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            stop()
-    return url
 
 
 def stop() -> None:

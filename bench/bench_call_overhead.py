@@ -1,7 +1,7 @@
 """Where the time of one small matmul call goes (issue 38): the front end, the scheduler, the launch and the kernel,
 beside numpy's whole call, in one process.
 
-    CC=gcc uv run python bench/bench_call_overhead.py [--repeats 200] [--shape 256x256x256 ...]
+    CC=gcc uv run python bench/bench_call_overhead.py [--repeats 50] [--shape 256x256x256 ...]
 
 Each row is a float32 (n, k) @ (k, m) product of realized operands. A turn times, one after the other:
   - eager: the call as bench_opt.py makes it, `(a @ b).realize()` and the device's synchronize;
@@ -9,7 +9,9 @@ Each row is a float32 (n, k) @ (k, m) product of realized operands. A turn times
     a schedule-cache hit after the first turn), launch (run_schedule: buffers bound, the kernel submitted) and wait
     (synchronize: the kernel runs, on this thread and the core threads);
   - numpy's `a @ b`.
-"realize" is eager less the four steps: what Tensor.realize does around the engine's two. Every figure is a median
+Each turn starts after a 0.3 s pause (OpenBLAS's threads spin after numpy's call and would steal the cores) and one
+untimed eager call (the core threads wake from the pause there), so every figure is of a warm call. "realize" is
+eager less the four steps: what Tensor.realize does around the engine's two. Every figure is a median
 over the turns, in microseconds. Below a few milliseconds of kernel, the steps before the kernel are what separates
 tg from numpy (bench_opt.py's 256, 512 and 1 x 768 x 3072 rows).
 """
@@ -26,6 +28,7 @@ import numpy as np
 
 DEFAULT_SHAPES = ("256x256x256", "512x512x512", "1x768x3072", "8x768x3072")
 STEPS = ("build", "schedule", "launch", "wait")
+SETTLE_SECONDS = 0.3  # after numpy's call: OpenBLAS's threads spin for a while and would steal tg's cores
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -42,7 +45,7 @@ def elapsed(function: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def time_steps(n: int, k: int, m: int, repeats: int, seed: int = 0) -> dict[str, float]:
+def time_steps(n: int, k: int, m: int, repeats: int, seed: int = 0, settle: float = SETTLE_SECONDS) -> dict[str, float]:
     """Median microseconds of each step, of the eager call and of numpy's call for one shape (checked first)."""
     from tg.codegen.schedule.schedule import create_schedule
     from tg.hcq import Device
@@ -72,6 +75,8 @@ def time_steps(n: int, k: int, m: int, repeats: int, seed: int = 0) -> dict[str,
         by_steps()
     samples: dict[str, list[float]] = {name: [] for name in ("eager", *STEPS, "numpy")}
     for _ in range(repeats):
+        time.sleep(settle)
+        eager()  # untimed: the core threads wake from the pause here, so the steps below are all timed warm
         samples["eager"].append(elapsed(eager)[0])
         for name, seconds in by_steps().items():
             samples[name].append(seconds)
@@ -83,7 +88,7 @@ def time_steps(n: int, k: int, m: int, repeats: int, seed: int = 0) -> dict[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=200, help="timed turns per shape")
+    parser.add_argument("--repeats", type=int, default=50, help="timed turns per shape (each after a 0.3 s pause)")
     parser.add_argument("--shape", type=parse_shape, action="append", help="NxKxM (repeatable)")
     args = parser.parse_args()
     shapes = args.shape or [parse_shape(text) for text in DEFAULT_SHAPES]

@@ -3,22 +3,12 @@ spell of the shared machine divides out instead of skewing a ratio of two median
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def bench_blocks():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import bench_blocks
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return bench_blocks
+def bench_blocks(import_bench):
+    return import_bench("bench_blocks")
 
 
 def test_a_slow_spell_shared_by_both_calls_of_a_turn_leaves_the_ratio_alone(bench_blocks) -> None:

@@ -4,22 +4,13 @@ with the product checked against numpy's first."""
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import bench_call_overhead
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return bench_call_overhead
+def bench(import_bench):
+    return import_bench("bench_call_overhead")
 
 
 def test_every_step_of_a_call_is_timed_and_the_rest_is_what_realize_adds(bench) -> None:

@@ -112,11 +112,12 @@ def serve_replicas(path: Path, max_context: int, options: ServeOptions, aliases:
         raise ValueError("--replicas must be at least 1")
     connect(address)
     url = f"http://{options.host}:{options.port}"
+    names = set(aliases or ()) | {path.stem}
     if not blocking:
-        launch(path, max_context, options, set(aliases or ()) | {path.stem}, replicas, url)
+        launch(path, max_context, options, names, replicas, url)
         return url
     try:
-        launch(path, max_context, options, set(aliases or ()) | {path.stem}, replicas, url)
+        launch(path, max_context, options, names, replicas, url)
         while True:
             time.sleep(1)
     except KeyboardInterrupt:

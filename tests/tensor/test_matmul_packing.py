@@ -390,6 +390,26 @@ def test_strips_in_groups_that_fit_half_of_l2_are_looped_outermost_and_the_produ
     assert loops(long_k, 2 << 20) == [1024 // 16, 1024 // 16]
 
 
+def test_few_row_tiles_are_looped_inside_the_strips_and_the_product_equals_numpy() -> None:
+    """128x768x3072 (a GPT-2 projection over 128 tokens): 8 row tiles and 192 strips, the strips outermost. Not
+    where the row tiles are as many as the strips (256^3: 16 and 16) or BLOCKED_MIN_ROW_TILES or more (512 rows)."""
+    from tg.codegen.opt.heuristics import BLOCKED_MIN_ROW_TILES
+
+    def loops(n: int, k: int, m: int) -> list[int]:
+        kernel = KernelOptimizer(product_kernel(Tensor.rand(n, k).realize(), Tensor.rand(k, m).realize()))
+        for opt in hand_coded_optimizations(kernel, 256):
+            kernel.apply_opt(opt)
+        return [kernel.full_shape[axis] for axis in kernel.axes_of(AxisType.LOOP, AxisType.GLOBAL)]
+
+    assert loops(128, 768, 3072) == [3072 // 16, 128 // 16]
+    assert loops(256, 256, 256) == [256 // 16, 256 // 16]
+    assert BLOCKED_MIN_ROW_TILES * 16 == 512 and loops(512, 768, 3072) == [512 // 16, 3072 // 16]
+    rng = np.random.default_rng(13)
+    a_np, b_np = rng.standard_normal((128, 768)).astype(np.float32), rng.standard_normal((768, 3072)).astype(np.float32)
+    found = (Tensor(a_np).realize() @ Tensor(b_np).realize()).numpy()
+    np.testing.assert_allclose(found, a_np @ b_np, rtol=1e-4, atol=1e-3)
+
+
 def test_a_loop_split_needs_an_output_axis() -> None:
     k = KernelOptimizer(product_kernel(Tensor.rand(64, 256).realize(), Tensor.rand(256, 64).realize()))
     reduce_axis = k.axes_of(AxisType.REDUCE)[0]

@@ -25,7 +25,7 @@ column strips, and a packed strip (k rows of 64 bytes) stays in L2 up to k = 327
 buy. BEAM still tries BLOCK (tg.codegen.opt.search). What pays is the other half of cache blocking, the loop order:
 from k = 512 to a group that fills half of L2, strips in groups outermost and each row tile swept over a group's
 strips (`block_strips`, a SWAP and a SPLIT into a LOOP); from k = 4096 on, row tiles in groups that share each strip
-(`share_strips`).
+(`share_strips`); with few row tiles (a projection over 128 tokens), the strips outermost (`strips_outermost`).
 """
 
 from __future__ import annotations
@@ -89,6 +89,11 @@ SHARED_STRIP_MIN_STEPS = 4096
 # 19.2-35.7 ms, each group reads the whole left operand again), a group count the cores do not divide (2304 columns:
 # 9 groups, one core idles for a ninth).
 STRIPS_PER_GROUP = 16
+# FEW_ROW_TILES: with fewer than BLOCKED_MIN_ROW_TILES row tiles the strips go outermost without groups
+# (`strips_outermost`). Interleaved in one process against the tiles outermost and torch 2.13 (2 threads), gcc 12,
+# 2 AVX-512 cores, load 0.5-1, medians of 15-21 turns (tg / torch): 128x768x3072 1.31 -> 1.14, 128x768x2304
+# 1.28 -> 1.21-1.25, 128x3072x768 1.36-1.43 -> 1.33-1.35, 32x768x3072 1.16 -> 1.07, GPT-2's block forward over 128
+# tokens in 5 runs 1.46-1.65 -> 1.33-1.49; its training step a wash (1.10-1.17 -> 1.08-1.18).
 STRIP_LINE_BYTES = 64  # one step of a strip: STRIP float32 (tg.codegen.schedule.layout)
 BLOCKED_MIN_STEPS = 512
 BLOCKED_MIN_ROW_TILES = 32
@@ -331,6 +336,18 @@ def block_strips(k: KernelOptimizer, l2_bytes: int, cores: int) -> bool:
     return True
 
 
+def strips_outermost(k: KernelOptimizer) -> None:
+    """A product of few row tiles (fewer than BLOCKED_MIN_ROW_TILES) and more strips than row tiles (a GPT-2
+    projection over 128 tokens: 8 row tiles, 48 to 192 strips) loops over the strips outside the row tiles: each
+    strip is then read from memory once and serves every row tile from L1, where the tiles outermost read the whole
+    right operand again for each tile, and the cores split the many strips instead of the few tiles. See
+    FEW_ROW_TILES for what it measured."""
+    tiled = row_tiles_and_strips(k)
+    if tiled is None or tiled.rows.size >= BLOCKED_MIN_ROW_TILES or tiled.strips.size <= tiled.rows.size:
+        return
+    try_opt(k, Opt(OptOps.SWAP, tiled.rows.axis, tiled.strips.axis))
+
+
 def grows_along_symbolic_outputs(k: KernelOptimizer) -> bool:
     """An output axis of symbolic size, and at most FEW_FIXED_OUTPUTS outputs along the fixed ones: a decode step's
     attention scores (one query row per head, every filled row of the KV cache)."""
@@ -411,6 +428,7 @@ def choose_opts(k: KernelOptimizer, max_lanes: int, l2_bytes: int = 0, cores: in
         unroll_reduction(k)
         if not block_strips(k, l2_bytes, cores):
             share_strips(k)
+        strips_outermost(k)
     symbolic_axis_outermost(k)
 
 

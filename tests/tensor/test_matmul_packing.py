@@ -362,11 +362,13 @@ def test_a_long_reduction_shares_each_strip_across_a_group_of_row_tiles_and_equa
 
 
 def test_strips_in_groups_that_fit_half_of_l2_are_looped_outermost_and_the_product_equals_numpy() -> None:
-    """1024^3 with a 2 MiB L2 on 2 cores: 4 groups of STRIPS_PER_GROUP strips (1 MiB each) outermost, then the 64 row
-    tiles, then a group's strips. Not without an L2 size (a GPU Target), with a group over half the L2 (k = 2048), or
-    with more groups than BLOCKED_MAX_GROUPS_PER_CORE per core."""
-    from tg.codegen.opt.heuristics import STRIPS_PER_GROUP
+    """1024^3 with a 2 MiB L2 on 2 cores: 4 groups of 16 strips (1 MiB each) outermost, then the 64 row tiles, then a
+    group's strips; with a 1 MiB L2, 8 groups of 8 strips; 2048^3 (k = 2048), groups of 8 strips (1 MiB). Not without
+    an L2 size (a GPU Target), where not even 8 strips fit half of it (k = 4096), or with more groups than
+    BLOCKED_MAX_GROUPS_PER_CORE per core."""
+    from tg.codegen.opt.heuristics import BLOCKED_MAX_GROUPS_PER_CORE, GROUP_STRIPS
 
+    assert GROUP_STRIPS == (16, 8)
     rng = np.random.default_rng(12)
     a_np, b_np = (
         rng.standard_normal((1024, 1024)).astype(np.float32),
@@ -381,13 +383,25 @@ def test_strips_in_groups_that_fit_half_of_l2_are_looped_outermost_and_the_produ
         return [k.full_shape[axis] for axis in k.axes_of(AxisType.LOOP, AxisType.GLOBAL)]
 
     product = product_kernel(a, b)
-    assert loops(product, 2 << 20) == [1024 // 16 // STRIPS_PER_GROUP, 1024 // 16, STRIPS_PER_GROUP]
+    assert loops(product, 2 << 20) == [1024 // 16 // 16, 1024 // 16, 16]
     assert loops(product, 0) == [1024 // 16, 1024 // 16]  # (no L2 size: tiles, then strips)
-    assert loops(product, 1 << 20) == [1024 // 16, 1024 // 16]  # a 1 MiB group in a 1 MiB L2
-    assert loops(product, 2 << 20, cores=1) == [1024 // 16, 1024 // 16]  # 4 groups on one core
+    assert loops(product, 1 << 20) == [1024 // 16 // 8, 1024 // 16, 8]  # 16 strips are 1 MiB: half L2 holds 8
+    assert loops(product, 1 << 20, cores=1) == [1024 // 16 // 8, 1024 // 16, 8]  # 8 groups on one core
+    many_groups = 2 * 16 * (BLOCKED_MAX_GROUPS_PER_CORE + 1)  # strips: more than the limit of groups per core
+    wide = product_kernel(Tensor.rand(1024, 1024).realize(), Tensor.rand(1024, 16 * many_groups).realize())
+    assert loops(wide, 2 << 20) == [1024 // 16, many_groups]
     np.testing.assert_allclose((a @ b).numpy(), a_np @ b_np, rtol=1e-4, atol=1e-2)  # the CPU Target: 2 MiB L2 here
-    long_k = product_kernel(Tensor.rand(1024, 2048).realize(), Tensor.rand(2048, 1024).realize())
-    assert loops(long_k, 2 << 20) == [1024 // 16, 1024 // 16]
+    long_k = product_kernel(Tensor.rand(2048, 2048).realize(), Tensor.rand(2048, 2048).realize())
+    assert loops(long_k, 2 << 20) == [2048 // 16 // 8, 2048 // 16, 8]
+    left_np, right_np = (
+        rng.standard_normal((512, 2048)).astype(np.float32),
+        rng.standard_normal((2048, 512)).astype(np.float32),
+    )
+    left, right = Tensor(left_np).realize(), Tensor(right_np).realize()
+    assert loops(product_kernel(left, right), 2 << 20) == [512 // 16 // 8, 512 // 16, 8]
+    np.testing.assert_allclose((left @ right).numpy(), left_np @ right_np, rtol=1e-4, atol=1e-2)
+    longer_k = product_kernel(Tensor.rand(1024, 4096).realize(), Tensor.rand(4096, 256).realize())
+    assert loops(longer_k, 2 << 20) == [1024 // 16 // 16, 256 // 16, 16]  # (8 strips are 2 MiB: row tiles shared)
 
 
 def test_few_row_tiles_are_looped_inside_the_strips_and_the_product_equals_numpy() -> None:

@@ -77,18 +77,20 @@ FEW_FIXED_OUTPUTS = 64
 # a cache the split gains nothing over), hence SHARED_STRIP_MIN_STEPS.
 ROW_TILES_PER_STRIP = 16
 SHARED_STRIP_MIN_STEPS = 4096
-# Below that, the other loop order pays once the strips of a group fit the L2 cache (`block_strips`): strips in
-# groups of STRIPS_PER_GROUP, the groups outermost (split across the cores), every row tile inside, and the group's
-# strips innermost, so a row tile is read once per group and the group stays in L2 for every tile. BEAM=4 found it
-# on a quiet machine for 1024^3 (hand-coded 11.70 -> 9.05 ms, bench/bench_beam.py). Kernel time, gcc 12, 2 AVX-512
-# cores, 2 MiB L2, load 0.4-1.1, median of 9-15 calls in each of 3-4 processes (one shape's time moved by up to 2x
-# between processes, with where its pages landed): 1024^3 13.5-15.1 -> 9.3-15.4 ms (median 14.2 -> 11.6 ms), 512^3
-# 1.7-3.1 -> 1.5-2.2 ms. Left alone, where it lost or did not pay: k = 3072 (1024x3072x768, a 3 MiB group: 30-33 ->
-# 34-45 ms), 2048^3 (a 2 MiB group: 106-119 -> 115-117 ms), fewer than BLOCKED_MIN_ROW_TILES row tiles (a GPT-2
-# projection over 128 tokens), more than BLOCKED_MAX_GROUPS_PER_CORE groups per core (1024x768x3072: 25.7-26.5 ->
-# 19.2-35.7 ms, each group reads the whole left operand again), a group count the cores do not divide (2304 columns:
-# 9 groups, one core idles for a ninth).
-STRIPS_PER_GROUP = 16
+# Below that, the other loop order pays once the strips of a group fit the L2 cache (`block_strips`): strips in groups
+# of GROUP_STRIPS (the largest that fits half of L2), the groups outermost (split across the cores), every row tile
+# inside, and the group's strips innermost, so a row tile is read once per group and the group stays in L2 for every
+# tile. BEAM=4 found it on a quiet machine for 1024^3 (hand-coded 11.70 -> 9.05 ms, bench/bench_beam.py). Kernel time,
+# gcc 12, 2 AVX-512 cores, 2 MiB L2, load 0.4-1.1, median of 9-15 calls in each of 3-4 processes (one shape's time moved
+# by up to 2x between processes, with where its pages landed): 1024^3 13.5-15.1 -> 9.3-15.4 ms (median 14.2 -> 11.6 ms),
+# 512^3 1.7-3.1 -> 1.5-2.2 ms. Left alone, where it lost or did not pay: k = 3072 (1024x3072x768, a 3 MiB group: 30-33
+# -> 34-45 ms), fewer than BLOCKED_MIN_ROW_TILES row tiles (a GPT-2 projection over 128 tokens), a group count the cores
+# do not divide (2304 columns: 9 groups, one core idles for a ninth), more than BLOCKED_MAX_GROUPS_PER_CORE groups per
+# core (each group reads the whole left operand again). 2048^3 gets groups of 8 strips (1 MiB; 16 made a 2 MiB group,
+# 106-119 -> 115-117 ms): interleaved in one process with torch 2.13, gcc 12, load 0.5-1, medians of 7 turns in 4 runs,
+# 163-199 -> 105-132 ms (tg / torch 1.73-1.88 -> 1.08-1.23; groups of 4: 118-125 ms). The 8 groups per core that takes,
+# against 2 before: 1024x768x3072 in groups of 16 (6 per core) 1.04-1.06 -> 0.97-0.98 of torch's time (33.7 -> 29.6 ms).
+GROUP_STRIPS = (16, 8)
 # FEW_ROW_TILES: with fewer than BLOCKED_MIN_ROW_TILES row tiles the strips go outermost without groups
 # (`strips_outermost`). Interleaved in one process against the tiles outermost and torch 2.13 (2 threads), gcc 12,
 # 2 AVX-512 cores, load 0.5-1, medians of 15-21 turns (tg / torch): 128x768x3072 1.31 -> 1.14, 128x768x2304
@@ -97,7 +99,7 @@ STRIPS_PER_GROUP = 16
 STRIP_LINE_BYTES = 64  # one step of a strip: STRIP float32 (tg.codegen.schedule.layout)
 BLOCKED_MIN_STEPS = 512
 BLOCKED_MIN_ROW_TILES = 32
-BLOCKED_MAX_GROUPS_PER_CORE = 2
+BLOCKED_MAX_GROUPS_PER_CORE = 8
 
 
 @dataclass(frozen=True)
@@ -313,21 +315,22 @@ def share_strips(k: KernelOptimizer) -> None:
 
 
 def block_strips(k: KernelOptimizer, l2_bytes: int, cores: int) -> bool:
-    """Loop over groups of STRIPS_PER_GROUP strips outermost and over the group's strips innermost, when a group
-    (reduction steps x STRIP_LINE_BYTES per strip) fits half of `l2_bytes` and there are enough row tiles and groups
-    for every core (see STRIPS_PER_GROUP); whether it did."""
+    """Loop over groups of strips outermost and over the group's strips innermost, when a group of GROUP_STRIPS
+    strips (reduction steps x STRIP_LINE_BYTES each; the largest that does) fits half of `l2_bytes` and there are
+    enough row tiles and groups for every core (see GROUP_STRIPS); whether it did."""
     tiled = row_tiles_and_strips(k)
     if not l2_bytes or tiled is None or tiled.steps < BLOCKED_MIN_STEPS:
         return False
     rows, strips = tiled.rows, tiled.strips
-    group_bytes = STRIPS_PER_GROUP * tiled.steps * STRIP_LINE_BYTES
-    groups, leftover = divmod(strips.size, STRIPS_PER_GROUP)
-    if group_bytes > l2_bytes // 2 or rows.size < BLOCKED_MIN_ROW_TILES or leftover or groups % cores:
+    strip_bytes = tiled.steps * STRIP_LINE_BYTES
+    group = next((size for size in GROUP_STRIPS if size * strip_bytes <= l2_bytes // 2), None)
+    if group is None or rows.size < BLOCKED_MIN_ROW_TILES:
         return False
-    if groups > BLOCKED_MAX_GROUPS_PER_CORE * cores:
+    groups, leftover = divmod(strips.size, group)
+    if leftover or groups % cores or groups > BLOCKED_MAX_GROUPS_PER_CORE * cores:
         return False
     # the strips' axis takes the rows' place, then its inner part becomes the innermost output loop
-    opts = (Opt(OptOps.SWAP, rows.axis, strips.axis), Opt(OptOps.SPLIT, rows.axis, (STRIPS_PER_GROUP, AxisType.LOOP)))
+    opts = (Opt(OptOps.SWAP, rows.axis, strips.axis), Opt(OptOps.SPLIT, rows.axis, (group, AxisType.LOOP)))
     trial = k.copy()
     if not all(try_opt(trial, opt) for opt in opts):
         return False

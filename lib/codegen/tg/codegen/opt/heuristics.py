@@ -91,11 +91,6 @@ SHARED_STRIP_MIN_STEPS = 4096
 # 163-199 -> 105-132 ms (tg / torch 1.73-1.88 -> 1.08-1.23; groups of 4: 118-125 ms). The 8 groups per core that takes,
 # against 2 before: 1024x768x3072 in groups of 16 (6 per core) 1.04-1.06 -> 0.97-0.98 of torch's time (33.7 -> 29.6 ms).
 GROUP_STRIPS = (16, 8)
-# FEW_ROW_TILES: with fewer than BLOCKED_MIN_ROW_TILES row tiles the strips go outermost without groups
-# (`strips_outermost`). Interleaved in one process against the tiles outermost and torch 2.13 (2 threads), gcc 12,
-# 2 AVX-512 cores, load 0.5-1, medians of 15-21 turns (tg / torch): 128x768x3072 1.31 -> 1.14, 128x768x2304
-# 1.28 -> 1.21-1.25, 128x3072x768 1.36-1.43 -> 1.33-1.35, 32x768x3072 1.16 -> 1.07, GPT-2's block forward over 128
-# tokens in 5 runs 1.46-1.65 -> 1.33-1.49; its training step a wash (1.10-1.17 -> 1.08-1.18).
 STRIP_LINE_BYTES = 64  # one step of a strip: STRIP float32 (tg.codegen.schedule.layout)
 BLOCKED_MIN_STEPS = 512
 BLOCKED_MIN_ROW_TILES = 32
@@ -343,8 +338,11 @@ def strips_outermost(k: KernelOptimizer) -> None:
     """A product of few row tiles (fewer than BLOCKED_MIN_ROW_TILES) and more strips than row tiles (a GPT-2
     projection over 128 tokens: 8 row tiles, 48 to 192 strips) loops over the strips outside the row tiles: each
     strip is then read from memory once and serves every row tile from L1, where the tiles outermost read the whole
-    right operand again for each tile, and the cores split the many strips instead of the few tiles. See
-    FEW_ROW_TILES for what it measured."""
+    right operand again for each tile, and the cores split the many strips instead of the few tiles. Interleaved in
+    one process against the tiles outermost and torch 2.13 (2 threads), gcc 12, 2 AVX-512 cores, load 0.5-1,
+    medians of 15-21 turns (tg / torch): 128x768x3072 1.31 -> 1.14, 128x768x2304 1.28 -> 1.21-1.25, 128x3072x768
+    1.36-1.43 -> 1.33-1.35, 32x768x3072 1.16 -> 1.07, GPT-2's block forward over 128 tokens in 5 runs 1.46-1.65 ->
+    1.33-1.49; its training step a wash (1.10-1.17 -> 1.08-1.18)."""
     tiled = row_tiles_and_strips(k)
     if tiled is None or tiled.rows.size >= BLOCKED_MIN_ROW_TILES or tiled.strips.size <= tiled.rows.size:
         return

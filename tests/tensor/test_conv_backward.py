@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tg.codegen.opt import KernelOptimizer, OptOps, hand_coded_optimizations
-from tg.codegen.opt.heuristics import axis_reuse, stride_along
+from tg.codegen.opt.heuristics import MIN_REGISTER_LANES, WIDE_MAX_LANES, axis_reuse, stride_along
 from tg.codegen.opt.optimizer import range_size
 from tg.codegen.schedule.layout_conv import PixelChunks, choose_chunks, chunks_for
 from tg.codegen.schedule.schedule import KernelCall, create_schedule
@@ -233,7 +233,20 @@ def test_the_weight_gradient_is_a_matmul_shaped_reduction_over_contiguous_lanes(
     loads = [u.src[0].src[1] for u in weight_kernel.ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
     assert sorted(stride_along(address, optimizer.rngs[lanes.axis], ranges) for address in loads) == [0, 1]
     upcasts = [opt.arg for opt in hand_coded_optimizations(optimizer) if opt.op is OptOps.UPCAST]
-    assert len(upcasts) == 2 and 16 in upcasts
+    assert upcasts[0] == 16 and len(upcasts) >= 2
+
+
+def test_the_weight_gradient_has_enough_accumulators_per_vector_lane_to_keep_the_fma_units_busy() -> None:
+    """Next to its 16 vector lanes, the weight gradient's second upcast is the window's 3 columns: 3 fma chains per
+    lane, where 8 are needed to cover an fma's latency. A third upcast (input channels) brings them to 12 on AVX-512
+    (as many lanes as 32 zmm registers allow); the values stay the oracle's (test_gradients_match_the_numpy_oracle)."""
+    kernels, _ = resnet_step_kernels()
+    weight_size = 16 * 16 * 3 * 3
+    (weight_kernel, *_) = [k for k in kernels if k.buffers[0].arg.size == weight_size and reduce_count(k) == 1]
+    opts = hand_coded_optimizations(KernelOptimizer(weight_kernel.ast), max_lanes=WIDE_MAX_LANES)
+    vector, *registers = [opt.arg for opt in opts if opt.op is OptOps.UPCAST]
+    assert vector == 16 and math.prod(registers) >= MIN_REGISTER_LANES
+    assert vector * math.prod(registers) <= WIDE_MAX_LANES
 
 
 def test_pixels_are_reduced_in_chunks_that_fit_the_budget_with_partials_no_larger_than_the_operands() -> None:

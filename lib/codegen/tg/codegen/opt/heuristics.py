@@ -49,6 +49,11 @@ REGISTER_UPCASTS = tuple(range(16, 1, -1))
 # accumulators per kernel: 16 ymm registers hold 128 floats. Filling them (a 8x16 matmul tile, so clang spills a
 # few operands) measured about 1.5x faster than 4x16 on this Zen 3, at 1024 and 2048, timed alternately.
 MAX_LANES = 128
+# independent accumulators the register axes should give each vector lane: an FMA's result is ready 4 cycles later
+# and 2 issue per cycle, so fewer than 8 chains leave the FMA units idle. A conv's weight gradient (its output
+# channels the vector, the 3 columns of the window the registers) had 3 and ran at 72 GFLOP/s; a third upcast (4 of
+# its input channels: 12 chains) took it from 17.9 to 9.6 ms (median of 3, 8x64x56x56, gcc 12, 2 AVX-512 cores).
+MIN_REGISTER_LANES = 8
 # with AVX-512 (32 zmm registers of 16 floats, and the compiler told to use them): a 16x16 matmul tile in 16 of
 # them measured 1.5x (1024) and 1.7x (2048) faster than 8x16 in ymm on a Xeon, per core, under gcc 12 and clang 19.
 WIDE_MAX_LANES = 256
@@ -211,11 +216,15 @@ def upcast_reused_axes(k: KernelOptimizer, max_lanes: int) -> None:
     A conv whose weights hold the output channels contiguously (tg.tensor.conv) gets them as 16 lanes, where its
     56-pixel output rows would only make 8. Then the axis that reuses a load the first does not, with as many
     lanes (each a register of accumulators) as the registers and the unrolled body (lanes times the unrolled window
-    row) allow: next to a vector axis the largest divisor of its size, so 56 output pixels get 14 lanes."""
-    lanes, done, vector_taken = 1, set(), False
+    row) allow: next to a vector axis the largest divisor of its size, so 56 output pixels get 14 lanes. When that
+    leaves fewer than MIN_REGISTER_LANES accumulators per vector lane (a conv's weight gradient: the 3 columns of the
+    window), a third axis is upcast too."""
+    lanes, register_lanes, done, vector_taken = 1, 1, set(), False
     covered: frozenset[UOp] = frozenset()  # loads the upcasts so far reuse
     window, body = unrolled_window(k), max(1, body_ops(k))
-    for _ in range(2):
+    for upcasts in range(3):
+        if upcasts == 2 and register_lanes >= MIN_REGISTER_LANES:
+            return
         candidates = [
             a for a in axis_reuse(k) if a.reused and not a.gate_moves and k.rngs[a.axis].arg.axis_id not in done
         ]
@@ -241,6 +250,7 @@ def upcast_reused_axes(k: KernelOptimizer, max_lanes: int) -> None:
             axis_id = k.rngs[candidate.axis].arg.axis_id
             if try_opt(k, Opt(OptOps.UPCAST, candidate.axis, amount)):
                 lanes *= amount
+                register_lanes *= 1 if vector else amount
                 done.add(axis_id)
                 vector_taken = vector_taken or vector
                 covered = covered | candidate.reused

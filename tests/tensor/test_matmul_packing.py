@@ -492,3 +492,46 @@ def test_a_weight_gradient_over_few_tokens_packs_the_output_gradient_and_equals_
         1 + 3 * 0.044715 * h**2
     )
     np.testing.assert_allclose(w.grad.numpy(), x_np.T @ (g_np * gelu_derivative), rtol=1e-3, atol=1e-2)
+
+
+def buffer_shapes(tensor: Tensor) -> list[int]:
+    """The element counts of the buffers the schedule's kernels store."""
+    calls = [item for item in create_schedule((tensor.uop,)).items if isinstance(item, KernelCall)]
+    return [call.buffers[0].arg.size for call in calls]
+
+
+def mlp_operands(rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    return tuple(rng.standard_normal(shape).astype(np.float32) / 8 for shape in ((64, 128), (128, 1024), (1024, 64)))
+
+
+def test_a_computed_left_operand_whose_rows_alias_is_stored_with_padded_rows_and_equals_numpy() -> None:
+    """gelu(x @ up) @ down, k = 1024: the gelu gets a kernel of its own anyway (recomputing it for each of the 64
+    columns costs more than storing it); it stores rows of 1024 + 16 floats, so the product's 16-row tiles do not
+    fall in one set of the L1 cache. 64 columns are too few to pay for a copy into row tiles."""
+    rng = np.random.default_rng(21)
+    x_np, up_np, down_np = mlp_operands(rng)
+    x, up, down = (Tensor(v).realize() for v in (x_np, up_np, down_np))
+    out = (x @ up).gelu() @ down
+    assert 64 * (1024 + layout.STRIP) in buffer_shapes(out)
+    hidden = x_np @ up_np
+    gelu = 0.5 * hidden * (1 + np.tanh(np.sqrt(2 / np.pi) * (hidden + 0.044715 * hidden**3)))
+    np.testing.assert_allclose(out.numpy(), gelu @ down_np, rtol=1e-4, atol=1e-4)
+
+
+def test_no_padded_rows_for_a_softmax_a_value_the_gradient_reads_too_or_rows_that_do_not_alias() -> None:
+    """A softmax's rows are fused into the product (the realize stage computes its max and sum once per row); in a
+    training step the weight gradient's product reads the activation too (padding it would need a second kernel);
+    rows of 1000 floats spread over the L1's sets as they are."""
+    rng = np.random.default_rng(22)
+    x_np, up_np, down_np = mlp_operands(rng)
+    x, down = Tensor(x_np).realize(), Tensor(down_np).realize()
+    up = Tensor(up_np, requires_grad=True).realize()
+    padded = 64 * (1024 + layout.STRIP)
+    assert padded not in buffer_shapes((x @ up).softmax(-1) @ down)
+    hidden = (x @ up).gelu()
+    loss = (hidden @ Tensor(down_np, requires_grad=True).realize()).sum()
+    (grad,) = loss.gradient(up)
+    assert padded not in buffer_shapes(grad)
+    up1000 = Tensor(rng.standard_normal((128, 1000)).astype(np.float32)).realize()
+    down1000 = Tensor(rng.standard_normal((1000, 64)).astype(np.float32)).realize()
+    assert 64 * (1000 + layout.STRIP) not in buffer_shapes((x @ up1000).gelu() @ down1000)

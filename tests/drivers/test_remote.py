@@ -300,3 +300,26 @@ def test_a_stopping_server_restores_the_registers_of_a_connected_client() -> Non
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_stopping_server_lets_go_of_an_idle_client_even_when_the_socket_shutdown_does_not_wake_it() -> None:
+    """Regression: `tg-flash serve` on SIGTERM once waited its full 10 s for a handler still blocked in recv after
+    the shutdown. Here the shutdown is made to miss the client altogether; the stop flag alone must end its wait."""
+    bar = BufferMMIO(bytearray(0x1000))
+    bar.write32(0x10, 0x11111111)
+    device = ServedDevice("x", 0x1002, 0x744C, {5: bar}, restorable=frozenset({(5, 0x10)}))
+    server = RemoteServer([device], "127.0.0.1", 0, TOKEN, quiet=True)  # idle_timeout: the default 60 s
+    server.serve_in_thread()
+    try:
+        connection = RemoteConnection(("127.0.0.1", server.port), TOKEN)
+        mmio = RemotePCIDevice(connection, 0, "x").map_bar(5)
+        mmio.write32(0x10, 0xAAAAAAAA)
+        assert mmio.read32(0x10) == 0xAAAAAAAA
+        with server.clients_lock:
+            server.clients.clear()  # as if the shutdown never reached this client's blocked recv
+        assert server.disconnect_clients(wait=30)
+        assert bar.read32(0x10) == 0x11111111
+    finally:
+        connection.close()
+        server.shutdown()
+        server.server_close()

@@ -367,16 +367,20 @@ def wants_padded_rows(product: Product, target: Target, read_once: Callable[[UOp
 
 
 def broadcasts_a_reduction(value: UOp) -> bool:
-    """Whether elementwise `value` reads a reduction's result through an EXPAND (a softmax's max and sum)."""
-    stack, seen = [value], set()
+    """Whether elementwise `value` computes a reduction and reads its result through an EXPAND (a softmax's max and
+    sum). One walk down to the memory `value` reads, noting whether it went through an EXPAND on the way: a
+    reduction behind memory is another kernel's, and a reduction met before any EXPAND is `value`'s own."""
+    stack, seen = [(value, False)], set()
     while stack:
-        node = stack.pop()
-        if node in seen or node.op is Ops.REDUCE_AXIS or reads_memory(node):
+        node, expanded = stack.pop()
+        if (node, expanded) in seen or reads_memory(node):
             continue
-        seen.add(node)
-        if node.op is Ops.EXPAND and any(u.op is Ops.REDUCE_AXIS for u in node.src[0].toposort()):
-            return True
-        stack.extend(node.src)
+        seen.add((node, expanded))
+        if node.op is Ops.REDUCE_AXIS:
+            if expanded:
+                return True
+            continue
+        stack.extend((source, expanded or node.op is Ops.EXPAND) for source in node.src)
     return False
 
 

@@ -92,3 +92,49 @@ def test_expand_of_size_one_axes_is_one_node() -> None:
     np.testing.assert_array_equal(column.expand(2, 3, 4).numpy(), np.broadcast_to(np.arange(3.0)[:, None], (2, 3, 4)))
     with pytest.raises(ValueError):
         column.expand(4, 4)  # only size-1 axes grow
+
+
+PRODUCT_SHAPES = [
+    ((4, 3), (3, 5)),
+    ((1, 3), (3, 5)),
+    ((4, 3), (3, 1)),
+    ((2, 4, 3), (3, 5)),
+    ((2, 1, 3), (3, 1)),
+    ((2, 2, 4, 3), (3, 5)),
+    ((2, 4, 3), (2, 3, 5)),
+    ((1, 2, 4, 3), (1, 2, 3, 5)),
+    ((3,), (3, 5)),
+    ((4, 3), (3,)),
+]
+
+
+@pytest.mark.parametrize(("left_shape", "right_shape"), PRODUCT_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_a_plain_matmul_is_built_directly_as_the_same_nodes_as_the_general_path(
+    monkeypatch, left_shape, right_shape, dtype
+) -> None:
+    from tg.tensor import linalg
+
+    left = Tensor(np.arange(np.prod(left_shape), dtype=dtype).reshape(left_shape))
+    right = Tensor(np.arange(np.prod(right_shape), dtype=dtype).reshape(right_shape), requires_grad=dtype is np.float32)
+    plain_right = right.reshape(3, -1) if right.ndim == 1 else right
+    assert linalg._plain_product(left.reshape(1, 3) if left.ndim == 1 else left, plain_right, None) is not None
+    direct = left @ right
+    monkeypatch.setattr(linalg, "_plain_product", lambda *args: None)
+    general = left @ right
+    assert direct.uop is general.uop  # (nodes are unique: the same graph is the same object, tag included)
+    np.testing.assert_array_equal(direct.numpy(), left.numpy() @ right.numpy())
+
+
+def test_a_matmul_that_broadcasts_casts_or_runs_under_no_grad_takes_the_general_path() -> None:
+    from tg.tensor import linalg
+
+    matrix = Tensor(np.ones((4, 3), np.float32))
+    assert linalg._plain_product(matrix, Tensor(np.ones((3, 5), np.float16)), None) is None  # a promotion
+    assert linalg._plain_product(matrix, Tensor(np.ones((3, 5), np.float32)), dtypes.float16) is None  # a cast
+    half = Tensor(np.ones((4, 3), np.float16))
+    assert linalg._plain_product(half, Tensor(np.ones((3, 5), np.float16)), None) is None  # float32 accumulator
+    batched = Tensor(np.ones((2, 4, 3), np.float32))
+    assert linalg._plain_product(batched, Tensor(np.ones((1, 3, 5), np.float32)), None) is None  # a broadcast
+    with no_grad():
+        assert linalg._plain_product(matrix, Tensor(np.ones((3, 5), np.float32)), None) is None

@@ -39,7 +39,7 @@ MAX_VALS = 8
 # microseconds apart, with the single-call kernels between them run in C). Both stay short: on a shared machine a
 # spinning thread takes the CPU another thread needs (the SmolLM2 decode step on 2 cores at load 4.5, medians of 40
 # in turns: 61.7 ms without the core spin, 62.2 ms with 20 us, 64.1 ms with 100 us; every call through ctypes 66.6).
-# When the list ends the core spin stops at once (a plain realize submits a list per kernel).
+# When the list ends the core spin stops at once.
 WAIT_SPIN_NS = 10_000
 CORE_SPIN_NS = 20_000
 

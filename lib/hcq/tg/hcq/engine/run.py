@@ -69,7 +69,8 @@ class LaunchBatch:
         self.queue: Any = None
 
     def add(self, kernel: CompiledProgram, buffers: list[Any], global_size: tuple, vals: tuple[int, ...]) -> bool:
-        """Record the launch; False when it cannot be batched (not an HCQ program): the caller launches it."""
+        """Record the launch; False when it cannot be batched (not an HCQ program, or arguments that are not HCQ
+        buffers): the caller launches it alone, where HCQProgram.run reports a wrong argument."""
         program, raws = kernel.program, tuple(b.raw for b in buffers)
         if not isinstance(program, HCQProgram) or not all(isinstance(raw, HCQBuffer) for raw in raws):
             self.submit()  # (the launches before it first, in order)

@@ -11,6 +11,10 @@ argument slots that hold an input's address (a copy's input address is resolved 
 wait . exec/copy ... . signal on the first device's queue, which waits for and advances every device's timeline.
 Anything else (the PYTHON device) replays launch by launch from Python, with the same result.
 
+A kept copy (a matmul's packed weight, tg.hcq.engine.kept) of a buffer the graph only reads runs ahead of the rest
+and only when that buffer was written since the graph last copied it (`copies_on_change`): a replayed forward pass
+packs its weights once, a replayed training step (which writes them) at every replay, as before.
+
 Kernels of symbolic shape take their variables as int arguments and may have a launch size that depends on them.
 The graph records those symbolically; `replay(inputs, var_vals)` gives the variables new values (each checked
 against its range): the argument slots are patched and the launch sizes resolved at submit. A variable the
@@ -43,6 +47,7 @@ class KernelLaunch:
     buffers: tuple[Buffer, ...]
     nodes: tuple[Any, ...] = ()  # the BUFFER nodes: a Buffer's memory lives exactly as long as its node
     var_vals: dict[str, int] = field(default_factory=dict)  # the values of the variables it was launched with
+    kept: bool = False  # a copy kernel whose output the engine may keep while its source is unchanged (engine.kept)
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,11 @@ class LaunchGraph:
         self.launches = launches
         self.inputs = inputs
         self.input_index = {id(buf): i for i, buf in enumerate(inputs)}
+        # kept copies of buffers the graph only reads (a weight packed for a matmul): run ahead of the rest, and only
+        # when the buffer they copy was written since (see refresh_copies); the rest is the graph's body
+        self.copies_on_change = copies_on_change(launches, inputs)
+        on_change = {id(launch) for launch, _ in self.copies_on_change}
+        self.body = [launch for launch in launches if id(launch) not in on_change]
         self.devices = _host_queue_devices(launches)
         self.device: Any = self.devices[0] if self.devices else None
         self.current = list(inputs)
@@ -115,7 +125,7 @@ class LaunchGraph:
 
     def _record_queue(self) -> None:
         device = self.device
-        kernels = [launch for launch in self.launches if isinstance(launch, KernelLaunch)]
+        kernels = [launch for launch in self.body if isinstance(launch, KernelLaunch)]
         sizes = [_aligned(len(k.buffers) * 8 + len(_launch_variables(k)) * 4) for k in kernels]
         self.args_memory = Buffer(device.device, max(sum(sizes), 8), dtypes.uint8).ensure_allocated()
         view = self.args_memory.raw.cpu_view()
@@ -128,7 +138,7 @@ class LaunchGraph:
         self.variable_slots: dict[str, list[int]] = {}  # variable name -> its int32 slots in the argument memory
         self.argument_words = view.cast("i")
         offset, size_of = 0, iter(sizes)
-        for launch in self.launches:
+        for launch in self.body:
             if isinstance(launch, CopyLaunch):
                 if launch.source.nbytes:
                     queue.copy(self._address(launch.dest), self._address(launch.source), launch.source.nbytes)
@@ -192,7 +202,7 @@ class LaunchGraph:
             index = self.input_index.get(id(buf))
             return buf if index is None else inputs[index]
 
-        for launch in self.launches:
+        for launch in self.body:
             if isinstance(launch, KernelLaunch):
                 source = launch.program.source
                 vals = tuple(resolve(v, var_vals) for v in source.variables)
@@ -216,6 +226,7 @@ class LaunchGraph:
             base.note_write()
         for index in self.written_inputs:
             inputs[index].note_write()
+        self.refresh_copies()
         if self.device is not None:
             self._submit_once(inputs, values)
         else:
@@ -227,7 +238,7 @@ class LaunchGraph:
     def _prepare_counts(self) -> None:
         """What a replay adds to GlobalCounters, worked out once: all but the inputs' bytes, which depend on the
         buffers a replay is given (counted by how many kernel arguments each input fills)."""
-        kernels = [launch for launch in self.launches if isinstance(launch, KernelLaunch)]
+        kernels = [launch for launch in self.body if isinstance(launch, KernelLaunch)]
         self.kernel_count = len(kernels)
         self.kernel_ops = sum(k.program.source.ops for k in kernels)
         arguments = [buf for k in kernels for buf in k.buffers]
@@ -236,6 +247,25 @@ class LaunchGraph:
         for buf in arguments:
             if id(buf) in self.input_index:
                 self.input_arguments[self.input_index[id(buf)]] += 1
+
+    def refresh_copies(self) -> None:
+        """Launch each kept copy whose source was written since this graph last copied it (or never copied), each
+        alone: submitted before the body, so the body's kernels read the fresh copy. A write of the source
+        (Buffer.note_write: a kernel, copyin, an optimizer step, another graph's replay) drops the mark that says the
+        copy is current."""
+        for launch, mark in self.copies_on_change:
+            source = launch.buffers[1].base
+            if source.derived is not None and mark in source.derived:
+                continue
+            program = launch.program
+            program.program(*(b.raw for b in launch.buffers), global_size=program.source.global_size,
+                            local_size=program.source.local_size)  # fmt: skip
+            if source.derived is None:
+                source.derived = {}
+            source.derived[mark] = True
+            GlobalCounters.kernel_count += 1
+            GlobalCounters.global_ops += program.source.ops
+            GlobalCounters.global_mem += sum(b.nbytes for b in launch.buffers)
 
     def _count(self, inputs: list[Buffer]) -> None:
         """Add the replayed kernels to GlobalCounters as if they had been launched one by one."""
@@ -257,6 +287,35 @@ class LaunchGraph:
     def one_submit(self) -> bool:
         """Whether a replay is a single command-queue submit."""
         return self.device is not None
+
+
+def copies_on_change(launches: list[Launch], inputs: list[Buffer]) -> list[tuple[KernelLaunch, object]]:
+    """The kept copies a replay may run only when their source changed, each with the mark it leaves in the source's
+    `derived` (tg.hcq.engine.kept): copies of a buffer that is not an input and that no launch of the graph writes,
+    into a buffer that no other launch writes and none reads before the copy (so running it first changes nothing).
+    A TinyJit of a forward pass packs its weights once instead of at every replay; a training step, which writes
+    its weights, keeps copying them in place."""
+    input_bases = {id(buf.base) for buf in inputs}
+    writers: dict[int, int] = {}  # base buffer -> how many launches write it
+    for launch in launches:
+        base = _written_buffer(launch).base
+        writers[id(base)] = writers.get(id(base), 0) + 1
+    found: list[tuple[KernelLaunch, object]] = []
+    read_so_far: set[int] = set()
+    for launch in launches:
+        if isinstance(launch, KernelLaunch) and launch.kept and not launch.program.source.variables:
+            dest, source = launch.buffers[0], launch.buffers[1]
+            if (
+                id(source.base) not in input_bases
+                and id(source.base) not in writers
+                and id(dest.base) not in input_bases
+                and writers[id(dest.base)] == 1
+                and id(dest) not in read_so_far
+            ):
+                found.append((launch, object()))
+        reads = launch.buffers[1:] if isinstance(launch, KernelLaunch) else (launch.source,)
+        read_so_far.update(id(buf) for buf in reads)
+    return found
 
 
 def _launch_variables(launch: Launch) -> tuple[Any, ...]:

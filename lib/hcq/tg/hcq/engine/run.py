@@ -116,7 +116,7 @@ def run_kernel(call: KernelCall, var_vals: dict[str, int] | None = None, batch: 
             wait=timed,
         )  # fmt: skip
     if is_capturing():
-        record(KernelLaunch(kernel, tuple(buffers), call.buffers, var_vals or _NO_VALUES))  # (never mutated)
+        record(KernelLaunch(kernel, tuple(buffers), call.buffers, var_vals or _NO_VALUES, call.kept))  # (never mutated)
     memory = sum(b.nbytes for b in buffers)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += kernel.source.ops

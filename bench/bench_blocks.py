@@ -2,7 +2,7 @@
 tinygrad (the `bench` group) and torch (when installed; it is never a dependency), in turns in one process.
 
     uv run --group bench python bench/bench_blocks.py [--repeats 9] [--only resnet|gpt2|llm] [--no-train] [--top 8]
-        [--torch-threads N] [--no-tinygrad]
+        [--torch-threads N] [--no-tinygrad] [--jit]
 
 - ResNet basic block: conv3x3-relu-conv3x3-relu + x on 8x64x56x56 (no bias, no batchnorm).
 - GPT-2 block: 128 tokens, dim 768, 12 heads: x + proj(causal_sdpa(qkv(layernorm(x)))), then + down(gelu(up(ln(x)))).
@@ -11,6 +11,9 @@ tinygrad (the `bench` group) and torch (when installed; it is never a dependency
   1,024 tokens (issue 38: attention at 128 and 1,024 tokens), forward only.
 - A training step: the block's output summed, backward, an AdamW step (tg.tensor.nn.optim.AdamW against
   torch.optim.AdamW and tinygrad's, each with its defaults: lr 1e-3, weight decay 0.01).
+- With --jit, each row again with tg's and tinygrad's step in their TinyJit (replayed: no Python graph building,
+  scheduling or launching per call; a weight the step only reads is packed once, tg.hcq.engine.capture), torch's still
+  eager, after JIT_WARMUP_CALLS calls.
 - An LLM decode step: tg-llm's replayed one-token step (a TinyJit capture of the whole forward, the position a
   kernel argument) of the embedded SmolLM2-135M-Instruct Q4_1 at position 128; its kernels listed from a plain run
   (JIT=0), in turns with the same step in torch on the file's weights decoded to float32 by gguf (when torch is
@@ -101,9 +104,11 @@ def gpt2_forward(x, w: dict, F=None):
 FORWARDS = {"resnet": resnet_forward, "gpt2": gpt2_forward}
 
 
-def tg_runner(kind: str, block: Block, train: bool) -> Runner:
+def tg_runner(kind: str, block: Block, train: bool, jit: bool = False) -> Runner:
+    """tg eager (build, schedule and launch at every call), or with `jit` the step in a TinyJit (replayed from the
+    third call: no graph building, scheduling or launching in Python)."""
     from tg.hcq import Device
-    from tg.tensor import Tensor
+    from tg.tensor import Tensor, TinyJit
     from tg.tensor.nn.optim import AdamW
 
     x = Tensor(block.x).realize()
@@ -111,15 +116,20 @@ def tg_runner(kind: str, block: Block, train: bool) -> Runner:
     forward = FORWARDS[kind]
     optimizer = AdamW(list(w.values())) if train else None
 
+    def step(x: Tensor) -> Tensor:
+        if optimizer is None:
+            return forward(x, w).realize()
+        with Tensor.train():
+            loss = forward(x, w).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            Tensor.realize(loss, *optimizer.schedule_step())
+        return loss
+
+    stepper = TinyJit(step) if jit else step
+
     def run() -> None:
-        if optimizer is not None:
-            with Tensor.train():
-                loss = forward(x, w).sum()
-                optimizer.zero_grad()
-                loss.backward()
-                Tensor.realize(loss, *optimizer.schedule_step())
-        else:
-            forward(x, w).realize()
+        stepper(x)
         Device["CPU"].synchronize()
 
     return run
@@ -142,11 +152,12 @@ def clang_for_tinygrad() -> Iterator[None]:
             os.environ["CC"] = saved
 
 
-def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
-    """tinygrad on its CPU device (it would pick OpenCL where PoCL is installed), no BEAM, waited for."""
+def tinygrad_runner(kind: str, block: Block, train: bool, jit: bool = False) -> Runner | None:
+    """tinygrad on its CPU device (it would pick OpenCL where PoCL is installed), no BEAM, waited for; with `jit`
+    the step in tinygrad's TinyJit."""
     os.environ["DEV"], os.environ["BEAM"] = "CPU", "0"
     try:
-        from tinygrad import Device, Tensor
+        from tinygrad import Device, Tensor, TinyJit
         from tinygrad.helpers import Context
         from tinygrad.nn.optim import AdamW
     except ImportError:
@@ -159,18 +170,20 @@ def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
 
     def run() -> None:
         with clang_for_tinygrad():
-            tinygrad_step()
+            stepper(x)
+            Device[Device.DEFAULT].synchronize()
 
-    def tinygrad_step() -> None:
-        if optimizer is not None:
-            with Context(TRAINING=1):
-                loss = forward(x, w).sum()
-                optimizer.zero_grad()
-                loss.backward()
-                Tensor.realize(loss, *optimizer.schedule_step())
-        else:
-            forward(x, w).realize()
-        Device[Device.DEFAULT].synchronize()
+    def tinygrad_step(x: Tensor) -> Tensor:
+        if optimizer is None:
+            return forward(x, w).realize()
+        with Context(TRAINING=1):
+            loss = forward(x, w).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            Tensor.realize(loss, *optimizer.schedule_step())
+        return loss
+
+    stepper = TinyJit(tinygrad_step) if jit else tinygrad_step
 
     return run
 
@@ -180,7 +193,9 @@ def tinygrad_runner(kind: str, block: Block, train: bool) -> Runner | None:
 TORCH_THREADS = [os.cpu_count() or 1]
 
 
-def torch_runner(kind: str, block: Block, train: bool) -> Runner | None:
+def torch_runner(kind: str, block: Block, train: bool, jit: bool = False) -> Runner | None:
+    """torch eager (with `jit` too: torch.compile needs a C++ toolchain run of minutes, and is not what a TinyJit
+    is: a replay of the launches the first calls made)."""
     try:
         import torch
         import torch.nn.functional as F
@@ -210,11 +225,17 @@ RUNNERS = {"tg": tg_runner, "tinygrad": tinygrad_runner, "torch": torch_runner}
 SKIPPED: set[str] = set()  # peers left out (--no-tinygrad)
 
 
-def interleaved_times(runners: dict[str, Runner], repeats: int) -> dict[str, list[float]]:
-    """Each runner warmed up once, then timed in turns (tg, tinygrad, torch, tg, ...), so a change in the load of the
-    shared machine hits all of them alike: every runner's time of each turn."""
+# calls before a TinyJit row is timed: a plain call, the capture, and the replays in which the CPU device times a
+# replay on every core and on one thread (two each, tg.hcq.devices.cpu_workers.RunChoice) before it keeps the faster
+JIT_WARMUP_CALLS = 7
+
+
+def interleaved_times(runners: dict[str, Runner], repeats: int, warmups: int = 1) -> dict[str, list[float]]:
+    """Each runner warmed up (`warmups` calls), then timed in turns (tg, tinygrad, torch, tg, ...), so a change in the
+    load of the shared machine hits all of them alike: every runner's time of each turn."""
     for run in runners.values():
-        run()
+        for _ in range(warmups):
+            run()
     times: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(repeats):
         for name, run in runners.items():
@@ -241,12 +262,15 @@ def paired_ratio(mine: list[float], peer: list[float]) -> tuple[float, float, fl
     return statistics.median(ratios), low, high
 
 
-def time_row(kind: str, block: Block, train: bool, repeats: int) -> None:
+def time_row(kind: str, block: Block, train: bool, repeats: int, jit: bool = False) -> None:
     """One row: the block in each framework (median time), then the tg / peer ratios (below 1: tg is faster), each
-    the median of the turns' own ratios with its quartiles in brackets (`paired_ratio`)."""
-    label = ("train step: " if train else "forward:    ") + block.name
-    runners = {name: make(kind, block, train) for name, make in RUNNERS.items() if name not in SKIPPED}
-    times = interleaved_times({name: run for name, run in runners.items() if run is not None}, repeats)
+    the median of the turns' own ratios with its quartiles in brackets (`paired_ratio`). `jit`: tg's and tinygrad's
+    step in their TinyJit, torch's eager."""
+    label = ("train step" if train else "forward") + (", jit" if jit else "")
+    label = f"{label + ':':12}" + block.name
+    runners = {name: make(kind, block, train, jit) for name, make in RUNNERS.items() if name not in SKIPPED}
+    warmups = JIT_WARMUP_CALLS if jit else 1
+    times = interleaved_times({name: run for name, run in runners.items() if run is not None}, repeats, warmups)
     medians = {name: statistics.median(t) for name, t in times.items()}
     cells = [f"{name} {f'{medians[name] * 1e3:8.1f} ms' if name in medians else 'not installed'}" for name in runners]
     ratios = []
@@ -441,6 +465,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="ResNet block batch size")
     parser.add_argument("--only", choices=[*sorted(FORWARDS), "llm"])
     parser.add_argument("--no-train", action="store_true", help="skip the training-step rows")
+    parser.add_argument(
+        "--jit", action="store_true", help="after each row, the same with tg's and tinygrad's step in a TinyJit"
+    )
     parser.add_argument("--top", type=int, default=8, help="slowest tg kernels to list per block")
     parser.add_argument("--torch-threads", type=int, default=TORCH_THREADS[0], help="torch's intra-op threads")
     parser.add_argument(
@@ -467,8 +494,12 @@ def main() -> None:
         if args.only and kind != args.only:
             continue
         time_row(kind, block, train=False, repeats=args.repeats)
+        if args.jit:
+            time_row(kind, block, train=False, repeats=args.repeats, jit=True)
         if with_train and not args.no_train:
             time_row(kind, block, train=True, repeats=args.repeats)
+            if args.jit:
+                time_row(kind, block, train=True, repeats=args.repeats, jit=True)
         slowest_kernels(kind, block, args.top)
         if with_train and not args.no_train:
             slowest_kernels(kind, block, args.top, train=True)

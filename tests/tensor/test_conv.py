@@ -296,3 +296,24 @@ def test_weights_are_stored_output_channels_innermost_where_that_makes_vectors(
         pad = (kwargs["padding"],) * 2
         expected = numpy_conv2d(x, w, stride, pad, (1, 1), kwargs.get("groups", 1))
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_realized_weight_is_laid_out_once_while_it_is_unchanged() -> None:
+    """The copy that puts each tap's output channels side by side (conv.output_channels_innermost) is a kept copy:
+    the next conv with the same weight reuses it; writing the weight makes the next conv copy it again."""
+    from tg.hcq.engine.counters import GlobalCounters
+
+    x_values, w_values = _random((1, 4, 10, 10)), _random((16, 4, 3, 3), seed=1)  # 8 output columns: relaid
+    x, w = Tensor(x_values).realize(), Tensor(w_values).realize()
+    counts = []
+    for _ in range(2):
+        GlobalCounters.reset()
+        got = x.conv2d(w).numpy()
+        counts.append(GlobalCounters.kernel_count)
+        np.testing.assert_allclose(got, numpy_conv2d(x_values, w_values, (1, 1), (0, 0), (1, 1), 1), rtol=1e-5, atol=1e-5)
+    assert counts == [2, 1]  # relayout + conv, then the conv alone
+    w.assign(Tensor(w_values * 2)).realize()
+    GlobalCounters.reset()
+    got = x.conv2d(w).numpy()
+    assert GlobalCounters.kernel_count == 2
+    np.testing.assert_allclose(got, numpy_conv2d(x_values, w_values * 2, (1, 1), (0, 0), (1, 1), 1), rtol=1e-5, atol=1e-5)

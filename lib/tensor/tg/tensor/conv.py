@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tg.codegen import DType, UOp, dtypes
-from tg.codegen.schedule.graph import ShapeError
+from tg.codegen import DType, Ops, UOp, dtypes
+from tg.codegen.schedule.graph import KEPT_COPY, ShapeError
 from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.reduce import sum_accumulator
@@ -103,7 +103,9 @@ def output_channels_innermost(weight: Tensor, groups: int, out_width: int | UOp)
         return weight
     spatial = len(kernel)
     grouped = weight.reshape((groups, per_group, per_group_in) + kernel)
-    stored = grouped.permute((0, 2) + tuple(range(3, 3 + spatial)) + (1,)).contiguous()
+    moved = grouped.permute((0, 2) + tuple(range(3, 3 + spatial)) + (1,))
+    # a kept copy (tg.hcq.engine.kept): while a realized weight is unchanged, later calls reuse the copy
+    stored = moved._wrap(UOp(Ops.CONTIGUOUS, moved.dtype, (moved.uop,), KEPT_COPY))
     return stored.permute((0, 2 + spatial, 1) + tuple(range(2, 2 + spatial))).reshape(weight.shape)
 
 

@@ -310,10 +310,12 @@ def test_a_realized_weight_is_laid_out_once_while_it_is_unchanged() -> None:
         GlobalCounters.reset()
         got = x.conv2d(w).numpy()
         counts.append(GlobalCounters.kernel_count)
-        np.testing.assert_allclose(got, numpy_conv2d(x_values, w_values, (1, 1), (0, 0), (1, 1), 1), rtol=1e-5, atol=1e-5)
+        expected = numpy_conv2d(x_values, w_values, (1, 1), (0, 0), (1, 1), 1)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert counts == [2, 1]  # relayout + conv, then the conv alone
     w.assign(Tensor(w_values * 2)).realize()
     GlobalCounters.reset()
     got = x.conv2d(w).numpy()
     assert GlobalCounters.kernel_count == 2
-    np.testing.assert_allclose(got, numpy_conv2d(x_values, w_values * 2, (1, 1), (0, 0), (1, 1), 1), rtol=1e-5, atol=1e-5)
+    expected = numpy_conv2d(x_values, w_values * 2, (1, 1), (0, 0), (1, 1), 1)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

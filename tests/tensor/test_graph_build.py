@@ -138,3 +138,55 @@ def test_a_matmul_that_broadcasts_casts_or_runs_under_no_grad_takes_the_general_
     assert linalg._plain_product(batched, Tensor(np.ones((1, 3, 5), np.float32)), None) is None  # a broadcast
     with no_grad():
         assert linalg._plain_product(matrix, Tensor(np.ones((3, 5), np.float32)), None) is None
+
+
+def sliding_window_by_tensor_ops(tensor: Tensor, axis: int, size: int, stride: int, dilation: int) -> Tensor:
+    """The windows built one Tensor method at a time (the reference for shape_ops.sliding_window's node chain)."""
+    from tg.tensor.shape_ops import on_axis
+
+    length = tensor.shape[axis]
+    count = (length - dilation * (size - 1) - 1) // stride + 1
+    moved = tensor.transpose(axis, -1) if axis != tensor.ndim - 1 else tensor
+    outer = moved.shape[:-1]
+    row = length + dilation
+    tiles = -(-size * row // length)
+    tiled = moved.reshape(outer + (1, length)).expand(outer + (tiles, length)).reshape(outer + (tiles * length,))
+    rows = on_axis(tiled, len(outer), (0, size * row), shrink=True).reshape(outer + (size, row))
+    if count * stride > row:
+        rows = on_axis(rows, len(outer) + 1, (0, count * stride - row))
+    rows = on_axis(rows, len(outer) + 1, (0, count * stride), shrink=True).reshape(outer + (size, count, stride))
+    windows = on_axis(rows, len(outer) + 2, (0, 1), shrink=True).reshape(outer + (size, count)).transpose(-1, -2)
+    if axis == tensor.ndim - 1:
+        return windows
+    order = list(range(windows.ndim))
+    order[axis], order[-2] = order[-2], order[axis]
+    return windows.permute(order)
+
+
+@pytest.mark.parametrize(
+    "shape, axis, size, stride, dilation",
+    [
+        ((2, 3, 10, 12), 2, 3, 1, 1),
+        ((2, 3, 10, 12), 3, 3, 1, 1),
+        ((2, 3, 10, 12), 3, 3, 2, 1),
+        ((2, 3, 10, 12), 2, 2, 3, 2),
+        ((1, 4, 9, 9), 2, 9, 1, 1),
+        ((7,), 0, 3, 2, 1),
+        ((5, 6), 0, 1, 1, 1),
+        ((4, 20), 1, 4, 4, 3),
+    ],
+)
+def test_sliding_windows_are_built_as_the_same_nodes_as_one_tensor_op_at_a_time(
+    shape: tuple, axis: int, size: int, stride: int, dilation: int
+) -> None:
+    from tg.tensor.shape_ops import sliding_window
+
+    values = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    x = Tensor(values)
+    direct = sliding_window(x, axis, size, stride, dilation)
+    assert direct.uop is sliding_window_by_tensor_ops(x, axis, size, stride, dilation).uop
+    # and the values: result[..., o, ..., j] = x[..., o * stride + j * dilation, ...]
+    count = (shape[axis] - dilation * (size - 1) - 1) // stride + 1
+    taken = np.stack([np.take(values, [o * stride + j * dilation for j in range(size)], axis) for o in range(count)])
+    expected = np.moveaxis(np.moveaxis(taken, 0, axis), axis + 1, -1)
+    np.testing.assert_array_equal(direct.numpy(), expected)

@@ -13,7 +13,7 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tg.codegen import DType, UOp, dtypes
+from tg.codegen import DType, Ops, UOp, dtypes
 from tg.codegen.schedule.graph import ShapeError
 from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
@@ -138,31 +138,77 @@ def sliding_window(tensor: Tensor, axis: int, size: int, stride: int = 1, dilati
 
     Built from movement ops only: tile the axis (length n) enough times, read the tiles as rows of n + dilation
     elements (row j then starts at element j * dilation of the axis), keep every stride-th column, and move the
-    row axis to the end."""
+    row axis to the end. The ops are chained on the nodes (`_WindowNodes`) and the result wrapped once: a conv
+    builds two of these per call, and a Tensor per step cost most of a ResNet block's graph building."""
     axis = normalize_axis(axis, tensor.ndim)
     length = concrete_size(tensor.shape[axis], "sliding windows")
     span = dilation * (size - 1) + 1
     if span > length:
         raise ShapeError(f"a window of {span} elements does not fit in axis {axis} of shape {tensor.shape}")
     count = (length - span) // stride + 1
-    moved = tensor.transpose(axis, -1) if axis != tensor.ndim - 1 else tensor
-    outer = moved.shape[:-1]
+    ndim = tensor.ndim
+    view = _WindowNodes(tensor.uop, tensor.shape)
+    if axis != ndim - 1:
+        view.permute(_swapped(ndim, axis, ndim - 1))
+    outer = view.shape[:-1]
     row = length + dilation
     tiles = math.ceil(size * row / length)
-    tiled = moved.reshape(outer + (1, length)).expand(outer + (tiles, length)).reshape(outer + (tiles * length,))
-    rows = on_axis(tiled, len(outer), (0, size * row), shrink=True).reshape(outer + (size, row))
+    view.reshape(outer + (1, length))
+    view.expand(outer + (tiles, length))
+    view.reshape(outer + (tiles * length,))
+    view.shrink_axis(len(outer), 0, size * row)
+    view.reshape(outer + (size, row))
     needed = count * stride
     if needed > row:
-        rows = on_axis(rows, len(outer) + 1, (0, needed - row))
-    rows = on_axis(rows, len(outer) + 1, (0, needed), shrink=True).reshape(outer + (size, count, stride))
-    windows = on_axis(rows, len(outer) + 2, (0, 1), shrink=True).reshape(outer + (size, count))
-    windows = windows.transpose(-1, -2)  # (..., count, size)
-    if axis == tensor.ndim - 1:
-        return windows
-    # the axis we moved last now sits at -2; put it back where it was (and the axis it swapped with at the end)
-    order = list(range(windows.ndim))
-    order[axis], order[-2] = order[-2], order[axis]
-    return windows.permute(order)
+        view.pad_axis(len(outer) + 1, 0, needed - row)
+    view.shrink_axis(len(outer) + 1, 0, needed)
+    view.reshape(outer + (size, count, stride))
+    view.shrink_axis(len(outer) + 2, 0, 1)
+    view.reshape(outer + (size, count))
+    view.permute(_swapped(ndim + 1, ndim, ndim - 1))  # (..., count, size)
+    if axis != ndim - 1:
+        # the axis we moved last now sits at -2; put it back where it was (and the axis it swapped with at the end)
+        view.permute(_swapped(ndim + 1, axis, ndim - 1))
+    return tensor._wrap(view.node) if view.node is not tensor.uop else as_tensor(tensor)
+
+
+def _swapped(ndim: int, a: int, b: int) -> tuple[int, ...]:
+    order = list(range(ndim))
+    order[a], order[b] = order[b], order[a]
+    return tuple(order)
+
+
+class _WindowNodes:
+    """Movement ops of int sizes chained on a node, each skipped where the Tensor method would make no node (the same
+    nodes as the Tensor methods make, without a Tensor, its checks and its view bookkeeping per step)."""
+
+    def __init__(self, node: UOp, shape: tuple) -> None:
+        self.node, self.shape = node, tuple(shape)
+
+    def _apply(self, op: Ops, arg: tuple, shape: tuple) -> None:
+        self.node, self.shape = UOp(op, self.node.dtype, (self.node,), arg), shape
+
+    def permute(self, order: tuple[int, ...]) -> None:
+        if order != tuple(range(len(order))):
+            self._apply(Ops.PERMUTE, order, tuple(self.shape[i] for i in order))
+
+    def reshape(self, shape: tuple) -> None:
+        if shape != self.shape:
+            self._apply(Ops.RESHAPE, shape, shape)
+
+    def expand(self, shape: tuple) -> None:
+        if shape != self.shape:
+            self._apply(Ops.EXPAND, shape, shape)
+
+    def shrink_axis(self, axis: int, start: int, end: int) -> None:
+        if (start, end) != (0, self.shape[axis]):
+            bounds = tuple((start, end) if i == axis else (0, n) for i, n in enumerate(self.shape))
+            self._apply(Ops.SHRINK, bounds, self.shape[:axis] + (end - start,) + self.shape[axis + 1 :])
+
+    def pad_axis(self, axis: int, before: int, after: int) -> None:
+        if before or after:
+            pads = tuple((before, after) if i == axis else (0, 0) for i in range(len(self.shape)))
+            self._apply(Ops.PAD, pads, self.shape[:axis] + (self.shape[axis] + before + after,) + self.shape[axis + 1 :])
 
 
 def unfold(tensor: Tensor, dim: int, size: int, step: int) -> Tensor:

@@ -208,7 +208,8 @@ class _WindowNodes:
     def pad_axis(self, axis: int, before: int, after: int) -> None:
         if before or after:
             pads = tuple((before, after) if i == axis else (0, 0) for i in range(len(self.shape)))
-            self._apply(Ops.PAD, pads, self.shape[:axis] + (self.shape[axis] + before + after,) + self.shape[axis + 1 :])
+            grown = self.shape[axis] + before + after
+            self._apply(Ops.PAD, pads, self.shape[:axis] + (grown,) + self.shape[axis + 1 :])
 
 
 def unfold(tensor: Tensor, dim: int, size: int, step: int) -> Tensor:

@@ -104,6 +104,23 @@ def gpt2_forward(x, w: dict, F=None):
 FORWARDS = {"resnet": resnet_forward, "gpt2": gpt2_forward}
 
 
+def step_of(tensor_type, forward, w: dict, optimizer, training: Callable):  # noqa: ANN001, ANN201
+    """One step in tg or tinygrad (they share these spellings): the forward realized, or with an optimizer the
+    forward's sum, its backward and the optimizer's step realized together, under `training()`."""
+
+    def step(x):  # noqa: ANN001, ANN202
+        if optimizer is None:
+            return forward(x, w).realize()
+        with training():
+            loss = forward(x, w).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            tensor_type.realize(loss, *optimizer.schedule_step())
+        return loss
+
+    return step
+
+
 def tg_runner(kind: str, block: Block, train: bool, jit: bool = False) -> Runner:
     """tg eager (build, schedule and launch at every call), or with `jit` the step in a TinyJit (replayed from the
     third call: no graph building, scheduling or launching in Python)."""
@@ -116,16 +133,7 @@ def tg_runner(kind: str, block: Block, train: bool, jit: bool = False) -> Runner
     forward = FORWARDS[kind]
     optimizer = AdamW(list(w.values())) if train else None
 
-    def step(x: Tensor) -> Tensor:
-        if optimizer is None:
-            return forward(x, w).realize()
-        with Tensor.train():
-            loss = forward(x, w).sum()
-            optimizer.zero_grad()
-            loss.backward()
-            Tensor.realize(loss, *optimizer.schedule_step())
-        return loss
-
+    step = step_of(Tensor, forward, w, optimizer, Tensor.train)
     stepper = TinyJit(step) if jit else step
 
     def run() -> None:
@@ -173,17 +181,8 @@ def tinygrad_runner(kind: str, block: Block, train: bool, jit: bool = False) -> 
             stepper(x)
             Device[Device.DEFAULT].synchronize()
 
-    def tinygrad_step(x: Tensor) -> Tensor:
-        if optimizer is None:
-            return forward(x, w).realize()
-        with Context(TRAINING=1):
-            loss = forward(x, w).sum()
-            optimizer.zero_grad()
-            loss.backward()
-            Tensor.realize(loss, *optimizer.schedule_step())
-        return loss
-
-    stepper = TinyJit(tinygrad_step) if jit else tinygrad_step
+    step = step_of(Tensor, forward, w, optimizer, lambda: Context(TRAINING=1))
+    stepper = TinyJit(step) if jit else step
 
     return run
 

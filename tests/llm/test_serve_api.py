@@ -267,13 +267,25 @@ def test_chat_page_is_self_contained(server: RunningServer) -> None:
 # ----------------------------------------------------------------------------------------------- concurrency
 
 
-def test_concurrent_requests_get_their_own_answers_in_batched_steps(client, server: RunningServer) -> None:
+def test_concurrent_requests_get_their_own_answers_in_batched_steps(
+    client, server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     prompts = ["abc", "xyz", "klm"]  # same length: the batched steps reuse one set of kernels
     alone = {
         p: client.completions.create(model=MODEL, prompt=p, max_tokens=4, temperature=0).choices[0].text
         for p in prompts
     }
     largest_before = server.state.engine.largest_batch
+    # decode steps slowed to 50 ms: the jitted tiny model can answer a request in a few milliseconds, before a
+    # thread started with the others has sent its own (a busy machine runs the three threads one after another)
+    runner = server.state.engine.runner
+    decode = runner.decode
+
+    def slow_decode(steps: list) -> list:
+        time.sleep(0.05)
+        return decode(steps)
+
+    monkeypatch.setattr(runner, "decode", slow_decode)
     results: dict[str, str] = {}
     barrier = threading.Barrier(len(prompts))
 

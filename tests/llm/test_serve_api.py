@@ -267,6 +267,18 @@ def test_chat_page_is_self_contained(server: RunningServer) -> None:
 # ----------------------------------------------------------------------------------------------- concurrency
 
 
+def slow_decode_steps(server: RunningServer, monkeypatch: pytest.MonkeyPatch, seconds: float = 0.05) -> None:
+    """Make every decode step of the server's engine take `seconds` longer (for the rest of the test)."""
+    runner = server.state.engine.runner
+    decode = runner.decode
+
+    def slow_decode(steps: list) -> list:
+        time.sleep(seconds)
+        return decode(steps)
+
+    monkeypatch.setattr(runner, "decode", slow_decode)
+
+
 def test_concurrent_requests_get_their_own_answers_in_batched_steps(
     client, server: RunningServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -276,16 +288,9 @@ def test_concurrent_requests_get_their_own_answers_in_batched_steps(
         for p in prompts
     }
     largest_before = server.state.engine.largest_batch
-    # decode steps slowed to 50 ms: the jitted tiny model can answer a request in a few milliseconds, before a
-    # thread started with the others has sent its own (a busy machine runs the three threads one after another)
-    runner = server.state.engine.runner
-    decode = runner.decode
-
-    def slow_decode(steps: list) -> list:
-        time.sleep(0.05)
-        return decode(steps)
-
-    monkeypatch.setattr(runner, "decode", slow_decode)
+    # the jitted tiny model can answer a request in a few milliseconds, before a thread started with the others has
+    # sent its own (a busy machine runs the three threads one after another)
+    slow_decode_steps(server, monkeypatch)
     results: dict[str, str] = {}
     barrier = threading.Barrier(len(prompts))
 
@@ -337,15 +342,8 @@ def test_disconnect_mid_stream_stops_generation_and_frees_the_slot(server: Runni
 def test_disconnect_while_waiting_for_a_whole_answer_stops_generation(
     server: RunningServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # decode steps slowed to 50 ms: the jitted tiny model would finish all 80 tokens before the client gives up
-    runner = server.state.engine.runner
-    decode = runner.decode
-
-    def slow_decode(steps: list) -> list:
-        time.sleep(0.05)
-        return decode(steps)
-
-    monkeypatch.setattr(runner, "decode", slow_decode)
+    # the jitted tiny model would finish all 80 tokens before the client gives up
+    slow_decode_steps(server, monkeypatch)
     steps_before = server.state.engine.steps
     body = {"model": MODEL, "prompt": "go", "max_tokens": 80, "temperature": 0}
     with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection

@@ -35,6 +35,7 @@ from tg.hcq.buffer import Buffer
 from tg.hcq.compiled import HCQCompiled
 from tg.hcq.device import Device
 from tg.hcq.engine.counters import GlobalCounters
+from tg.hcq.engine.kept import is_remembered, remember
 from tg.hcq.program import HCQProgram
 from tg.hcq.symbolic import resolve
 
@@ -255,17 +256,13 @@ class LaunchGraph:
         copy is current."""
         for launch, mark in self.copies_on_change:
             source = launch.buffers[1].base
-            if source.derived is not None and mark in source.derived:
+            if is_remembered(source, mark):
                 continue
             program = launch.program
             program.program(*(b.raw for b in launch.buffers), global_size=program.source.global_size,
                             local_size=program.source.local_size)  # fmt: skip
-            if source.derived is None:
-                source.derived = {}
-            source.derived[mark] = True
-            GlobalCounters.kernel_count += 1
-            GlobalCounters.global_ops += program.source.ops
-            GlobalCounters.global_mem += sum(b.nbytes for b in launch.buffers)
+            remember(source, mark, True)
+            GlobalCounters.count_launch(program.source.ops, sum(b.nbytes for b in launch.buffers))
 
     def _count(self, inputs: list[Buffer]) -> None:
         """Add the replayed kernels to GlobalCounters as if they had been launched one by one."""

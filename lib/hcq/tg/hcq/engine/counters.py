@@ -12,6 +12,13 @@ class GlobalCounters:
     time_sum_s: float = 0.0  # measured kernel time
 
     @classmethod
+    def count_launch(cls, ops: int, memory: int) -> None:
+        """Count one kernel launch: its estimated operations and the bytes of its buffers."""
+        cls.kernel_count += 1
+        cls.global_ops += ops
+        cls.global_mem += memory
+
+    @classmethod
     def reset(cls) -> None:
         cls.kernel_count = 0
         cls.global_ops = 0

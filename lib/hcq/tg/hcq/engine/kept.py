@@ -3,6 +3,7 @@ the buffer it copies is unchanged, so that later schedules with the same copy la
 
     copy = kept_copy(call)     # the remembered output of this copy of this buffer, or None
     keep_copy(call)            # after `call` ran: remember its output
+    remember(buffer, key, v)   # the general form: `v` under `key`, until `buffer` is next written (a TinyJit's mark)
 
 The copies live in the source Buffer's `derived`, keyed by kernel AST (the layout): at most one per source and layout,
 freed with the source. Any write of the source drops them (`Buffer.note_write`: every kernel output, copy, copyin and
@@ -14,7 +15,20 @@ from __future__ import annotations
 
 from tg.codegen.schedule.schedule import KernelCall
 from tg.codegen.uop.ops import UOp
+from tg.hcq.buffer import Buffer
 from tg.hcq.engine.buffers import buffer_of, has_memory
+
+
+def remember(source: Buffer, key: object, value: object) -> None:
+    """Note `value` under `key` in `source`'s derived dict, which the next write of `source` clears."""
+    if source.derived is None:
+        source.derived = {}
+    source.derived[key] = value
+
+
+def is_remembered(source: Buffer, key: object) -> bool:
+    """Whether `source` has not been written since `key` was remembered on it."""
+    return source.derived is not None and key in source.derived
 
 
 def kept_copy(call: KernelCall) -> UOp | None:
@@ -29,7 +43,4 @@ def kept_copy(call: KernelCall) -> UOp | None:
 
 def keep_copy(call: KernelCall) -> None:
     """Remember the output of `call`, which has just been launched, as the copy of its source in that layout."""
-    source = buffer_of(call.buffers[1]).base
-    if source.derived is None:
-        source.derived = {}
-    source.derived[call.ast] = call.buffers[0]
+    remember(buffer_of(call.buffers[1]).base, call.ast, call.buffers[0])

@@ -118,9 +118,7 @@ def run_kernel(call: KernelCall, var_vals: dict[str, int] | None = None, batch: 
     if is_capturing():
         record(KernelLaunch(kernel, tuple(buffers), call.buffers, var_vals or _NO_VALUES, call.kept))  # (never mutated)
     memory = sum(b.nbytes for b in buffers)
-    GlobalCounters.kernel_count += 1
-    GlobalCounters.global_ops += kernel.source.ops
-    GlobalCounters.global_mem += memory
+    GlobalCounters.count_launch(kernel.source.ops, memory)
     if timed:
         seconds = seconds if seconds is not None else time.perf_counter() - start
         GlobalCounters.time_sum_s += seconds

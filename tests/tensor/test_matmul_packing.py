@@ -535,3 +535,19 @@ def test_no_padded_rows_for_a_softmax_a_value_the_gradient_reads_too_or_rows_tha
     up1000 = Tensor(rng.standard_normal((128, 1000)).astype(np.float32)).realize()
     down1000 = Tensor(rng.standard_normal((1000, 64)).astype(np.float32)).realize()
     assert 64 * (1000 + layout.STRIP) not in buffer_shapes((x @ up1000).gelu() @ down1000)
+
+
+def test_a_stored_value_read_with_scattered_rows_is_stored_in_row_order() -> None:
+    """Heads concatenated along the tokens, (heads, tokens, width), then viewed as (tokens, heads * width) rows for a
+    projection (long causal attention's query blocks): the concatenation gets a kernel anyway, and it stores the
+    values in the projection's row order, (tokens, heads, width), instead of leaving the product to read each row as
+    4 runs of 16 floats, 2 KiB apart."""
+    a, b, c, d = (Tensor.rand(4, 32, 16).realize() for _ in range(4))
+    w = Tensor.rand(64, 64).realize()
+    heads = (a @ c.transpose(-1, -2) @ d).cat(b, dim=1)
+    out = heads.permute(1, 0, 2).reshape(64, 64) @ w
+    names = [item.ast.arg.name for item in create_schedule((out.uop,)).items if isinstance(item, KernelCall)]
+    assert "E_64_4_16" in names and "E_4_64_16" not in names, names
+    an, bn, cn, dn = (t.numpy() for t in (a, b, c, d))
+    expected = np.concatenate([an @ cn.transpose(0, 2, 1) @ dn, bn], axis=1).transpose(1, 0, 2).reshape(64, 64)
+    np.testing.assert_allclose(out.numpy(), expected @ w.numpy(), rtol=1e-4, atol=1e-4)

@@ -18,7 +18,7 @@ kernels depend on the machine:
   cast is copied into row tiles too, (..., n / STRIP, k, STRIP), kept the same way when it is a realized matrix
   (issue 38: 4096^3 ran at half of numpy's speed without). The copies hold the values the multiply reads (float16
   operands as float32). A left operand whose rows are scattered (attention's output viewed as (tokens, heads * 64))
-  is copied contiguous first. A computed left operand whose rows alias in L1, that gets a kernel of its own anyway
+  is copied contiguous first, when it is in memory or stored anyway (the copy is then the kernel that stores it). A computed left operand whose rows alias in L1, that gets a kernel of its own anyway
   and that too few columns reuse to pay for row tiles (GPT-2's gelu before its 3072x768 projection) is stored with
   rows STRIP elements longer instead.
 - conv2d weight-gradient chunking (CPU): the pixels are reduced in chunks whose operands fit a quarter of L2, each
@@ -204,10 +204,10 @@ def strips_alias_in_l1(k: int, row_bytes: int, l1_bytes: int) -> bool:
 
 
 def scattered_rows(node: UOp) -> bool:
-    """A view of memory whose rows are pieces from several places: its last axis merges axes that a PERMUTE took out
-    of memory order (attention's output, (heads, tokens, 64) transposed to (tokens, heads, 64) and reshaped to
+    """A view whose rows are pieces from several places: its last axis merges axes that a PERMUTE took out of
+    memory order (attention's output, (heads, tokens, 64) transposed to (tokens, heads, 64) and reshaped to
     (tokens, 768): each row is 12 runs of 64, 32 KiB apart)."""
-    if node.op is not Ops.RESHAPE or node.src[0].op is not Ops.PERMUTE or not in_memory(node):
+    if node.op is not Ops.RESHAPE or node.src[0].op is not Ops.PERMUTE:
         return False
     order, source_shape = node.src[0].arg, shape_of(node.src[0])
     merged, size = 0, 1  # only called on concrete shapes (wants_contiguous_rows checks)
@@ -310,12 +310,27 @@ def worth_packing(product: Product, trained: bool, target: Target) -> bool:
 
 
 def wants_contiguous_rows(product: Product, target: Target) -> bool:
-    """The left operand is copied first when its rows are scattered (`scattered_rows`) and enough rows read it:
-    GPT-2's attention output @ its 768x768 projection 2.0 -> 0.93 ms with the copy (best of 9, load 4.3)."""
+    """The left operand is copied first when its rows are scattered (`scattered_rows`), enough rows read it, and it
+    is in memory or stored anyway (`stored_anyway`): GPT-2's attention output @ its 768x768 projection 2.0 -> 0.93 ms
+    with the copy (best of 9, load 4.3). The copy of a stored value is the kernel that stores it, writing its rows
+    in order: long causal attention's query blocks concatenated (tg.tensor.attention), stored as (heads, tokens,
+    64) and read scattered, took the 1024-token projection from 4.2 to 9-10 ms."""
     shape = shape_of(product.left)
     if target.family != "CPU" or not concrete(shape) or shape[-2] < MIN_PACKED_ROWS:
         return False
-    return scattered_rows(product.left)
+    if not scattered_rows(product.left):
+        return False
+    columns = shape_of(product.right)[-1]
+    return in_memory(product.left) or (isinstance(columns, int) and stored_anyway(product.left, columns))
+
+
+def stored_anyway(view: UOp, columns: int) -> bool:
+    """Whether the elementwise value under `view` gets a buffer whatever its layout: the realize stage's
+    `fuse_into_reduction` says recomputing it for each of a product's `columns` costs more than a round trip."""
+    value = view
+    while value.op in GroupOp.Movement:
+        value = value.src[0]
+    return value.op in GroupOp.ALU and not fuse_into_reduction(columns, elementwise_cost(value, set()))
 
 
 def rows_alias_in_l1(row_bytes: int, l1_bytes: int) -> bool:

@@ -1,6 +1,9 @@
 """Scaled dot-product attention: softmax(q k^T * scale + mask) v, with an optional causal mask and grouped heads.
 
-The two products are Tensor.matmul (tg.tensor.linalg), batched over the leading axes.
+The two products are Tensor.matmul (tg.tensor.linalg), batched over the leading axes. A long causal attention is
+computed in blocks of CAUSAL_BLOCK_ROWS query rows, each over the keys its rows can see (`causal_blocks`): the scores
+above the diagonal are never computed, so the two products and the softmax do about (n + 1) / 2n of the work for n
+blocks.
 """
 
 from __future__ import annotations
@@ -15,6 +18,13 @@ from tg.tensor.symbolic import concrete_size
 
 if TYPE_CHECKING:
     from tg.tensor.tensor import Tensor
+
+
+# Query rows per block of a causal attention over at least two blocks' worth (see causal_blocks). Causal attention of
+# 12 heads of 64, alone, gcc 12, 2 AVX-512 cores, median of 7-9 in turns in one process (whole / 2 blocks / 4 blocks):
+# 256 rows 2.8 / 4.2 / 6.0 ms, 512 rows 8.3 / 8.8 / 9.8 ms, 1024 rows 24.7 / 20.5 / 21.1 ms, 2048 rows 85 / 68 / 62 ms:
+# below 512 rows a block's kernels cost more than the scores it skips.
+CAUSAL_BLOCK_ROWS = 512
 
 
 def causal_mask(queries: int | UOp, keys: int | UOp, like: Tensor) -> Tensor:
@@ -73,9 +83,31 @@ class AttentionOps(TensorBase):
             groups = self.shape[-3] // key.shape[-3]
             key, value = repeat_heads(key, groups), repeat_heads(value, groups)
         scale = 1 / math.sqrt(concrete_size(self.shape[-1], "attention's scale")) if scale is None else scale
+        queries, keys = self.shape[-2], key.shape[-2]
+        if is_causal and dropout_p == 0 and isinstance(queries, int) and isinstance(keys, int):
+            if queries >= 2 * CAUSAL_BLOCK_ROWS:
+                return causal_blocks(as_tensor(self), key, value, scale)
         scores = self.matmul(key.transpose(-1, -2)) * scale
         if is_causal:
             attn_mask = causal_mask(self.shape[-2], key.shape[-2], as_tensor(self))
         if attn_mask is not None:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
         return scores.softmax(-1).dropout(dropout_p).matmul(value)  # dropout acts only while Tensor.training
+
+
+def causal_blocks(query: Tensor, key: Tensor, value: Tensor, scale: float) -> Tensor:
+    """Causal attention computed CAUSAL_BLOCK_ROWS query rows at a time: rows [start, end) see keys [0, end) at
+    most (top-left aligned, as torch's is_causal), so each block's scores stop at its last row's diagonal. The
+    blocks' results are concatenated along the query axis."""
+    queries = concrete_size(query.shape[-2], "a causal attention's query blocks")
+    keys = concrete_size(key.shape[-2], "a causal attention's query blocks")
+    mask = causal_mask(queries, keys, query)
+    parts = []
+    for start in range(0, queries, CAUSAL_BLOCK_ROWS):
+        end = min(queries, start + CAUSAL_BLOCK_ROWS)
+        seen = min(keys, end)
+        rows = query[..., start:end, :]
+        scores = rows.matmul(key[..., :seen, :].transpose(-1, -2)) * scale
+        scores = mask[start:end, :seen].where(scores, -math.inf)
+        parts.append(scores.softmax(-1).matmul(value[..., :seen, :]))
+    return parts[0].cat(*parts[1:], dim=-2)

@@ -18,9 +18,10 @@ kernels depend on the machine:
   cast is copied into row tiles too, (..., n / STRIP, k, STRIP), kept the same way when it is a realized matrix
   (issue 38: 4096^3 ran at half of numpy's speed without). The copies hold the values the multiply reads (float16
   operands as float32). A left operand whose rows are scattered (attention's output viewed as (tokens, heads * 64))
-  is copied contiguous first, when it is in memory or stored anyway (the copy is then the kernel that stores it). A computed left operand whose rows alias in L1, that gets a kernel of its own anyway
-  and that too few columns reuse to pay for row tiles (GPT-2's gelu before its 3072x768 projection) is stored with
-  rows STRIP elements longer instead.
+  is copied contiguous first, when it is in memory or stored anyway (the copy is then the kernel that stores it).
+  A computed left operand whose rows alias in L1, that gets a kernel of its own anyway and that too few columns
+  reuse to pay for row tiles (GPT-2's gelu before its 3072x768 projection) is stored with rows STRIP elements
+  longer instead.
 - conv2d weight-gradient chunking (CPU): the pixels are reduced in chunks whose operands fit a quarter of L2, each
   chunk a partial result, then the partials summed (tg.codegen.schedule.layout_conv).
 

@@ -28,7 +28,21 @@ CAUSAL_BLOCK_ROWS = 512
 
 
 def causal_mask(queries: int | UOp, keys: int | UOp, like: Tensor) -> Tensor:
-    """True where key j may be seen from query i: j <= i, aligned at the top-left as torch's is_causal."""
+    """True where key j may be seen from query i: j <= i, aligned at the top-left as torch's is_causal. For plain
+    sizes the same (unrealized) mask serves every call: building it was a tenth of a GPT-2 block's graph-building
+    Python."""
+    if isinstance(queries, int) and isinstance(keys, int):
+        # (a class is hashable; mypy checks Tensor's own __hash__, an instance method, against Hashable instead)
+        return _kept_causal_mask(type(like), queries, keys, like.device)  # type: ignore[arg-type]
+    return _build_causal_mask(queries, keys, like)
+
+
+@functools.lru_cache(maxsize=32)
+def _kept_causal_mask(tensor_type: type[Tensor], queries: int, keys: int, device: str) -> Tensor:
+    return _build_causal_mask(queries, keys, tensor_type.empty(0, device=device))
+
+
+def _build_causal_mask(queries: int | UOp, keys: int | UOp, like: Tensor) -> Tensor:
     rows = _positions(type(like), queries, like.device).reshape(queries, 1)
     columns = _positions(type(like), keys, like.device).reshape(1, keys)
     return columns < rows + 1  # (integers: one comparison per score, where <= is a < and an == joined by an or)

@@ -58,13 +58,17 @@ def test_under_no_grad_the_scalar_path_matches_the_general_one() -> None:
     np.testing.assert_array_equal(result.numpy(), [3.0, -6.0])
 
 
-def test_causal_mask_reuses_its_positions_across_calls() -> None:
+def test_a_causal_mask_of_plain_sizes_is_built_once_from_kept_positions() -> None:
+    """The same graph at every call (no Python spent building it, the same nodes for the schedule cache), reading
+    positions uploaded once: the rows' i + 1 too, which computed was a kernel of its own in every attention."""
     like = Tensor(np.zeros((4, 8), np.float32))
     first = causal_mask(5, 7, like)
-    hits = _kept_positions.cache_info().hits
     second = causal_mask(5, 7, like)
-    assert _kept_positions.cache_info().hits == hits + 2  # rows and columns both came from the cache
-    assert second.uop is first.uop  # the same graph: no new upload, no new buffer
+    assert second.uop is first.uop and causal_mask(7, 5, like).uop is not first.uop
+    positions = [node for node in first.uop.toposort() if node.op is Ops.BUFFER]
+    assert len(positions) == 2 and sorted(buffer.arg.size for buffer in positions) == [5, 7]
+    rows = _kept_positions(Tensor, 5, like.device, 1)
+    np.testing.assert_array_equal(rows.numpy(), np.arange(1, 6))
     np.testing.assert_array_equal(second.numpy(), np.tril(np.ones((5, 7), bool)))
 
 

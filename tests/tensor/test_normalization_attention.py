@@ -171,14 +171,3 @@ def test_gradient_of_long_causal_attention_matches_finite_differences():
         numeric = ((np_attention(*plus, mask) * w).sum() - (np_attention(*minus, mask) * w).sum()) / (2 * h)
         analytic = float((tensor.grad.numpy().astype(np.float64) * direction).sum())
         assert analytic == pytest.approx(numeric, rel=2e-3, abs=1e-3), (index, analytic, numeric)
-
-
-def test_a_causal_mask_of_plain_sizes_is_built_once():
-    """Every call with the same sizes gets the same graph: no Python spent building it again, and the same nodes for
-    the schedule cache to recognise; a symbolic size still builds a mask of its own (its bound value is in it)."""
-    from tg.tensor.attention import causal_mask
-
-    like = Tensor.empty(1)
-    first, again = causal_mask(6, 9, like), causal_mask(6, 9, like)
-    assert first.uop is again.uop and causal_mask(9, 6, like).uop is not first.uop
-    np.testing.assert_array_equal(first.numpy(), causal(6, 9))

@@ -43,24 +43,26 @@ def _kept_causal_mask(tensor_type: type[Tensor], queries: int, keys: int, device
 
 
 def _build_causal_mask(queries: int | UOp, keys: int | UOp, like: Tensor) -> Tensor:
-    rows = _positions(type(like), queries, like.device).reshape(queries, 1)
+    # j < i + 1 (integers: one comparison per score, where <= is a < and an == joined by an or), the rows' i + 1
+    # read from memory: computed, it was a kernel of its own at every call (a reduction reads it broadcast)
+    rows_after = _positions(type(like), queries, like.device, first=1).reshape(queries, 1)
     columns = _positions(type(like), keys, like.device).reshape(1, keys)
-    return columns < rows + 1  # (integers: one comparison per score, where <= is a < and an == joined by an or)
+    return columns < rows_after
 
 
-def _positions(tensor_type: type[Tensor], count: int | UOp, device: str) -> Tensor:
-    """0, 1, ..., count-1 as int32 on `device`. A plain count's positions are uploaded once and kept (they are never
-    written): a model calling attention again on the same length reuses the buffer, so its graph and kernels are
-    the same nodes as the last call's, with no upload and no new buffer."""
+def _positions(tensor_type: type[Tensor], count: int | UOp, device: str, first: int = 0) -> Tensor:
+    """first, first + 1, ..., first + count - 1 as int32 on `device`. A plain count's positions are uploaded once
+    and kept (they are never written): a model calling attention again on the same length reuses the buffer, so
+    its graph and kernels are the same nodes as the last call's, with no upload and no new buffer."""
     if isinstance(count, UOp):  # a symbolic length: its bound value is part of the graph, so build it each time
-        return tensor_type.arange(count, dtype=dtypes.int32, device=device)
+        return tensor_type.arange(count, dtype=dtypes.int32, device=device) + first
     # (a class is hashable; mypy checks Tensor's own __hash__, an instance method, against Hashable instead)
-    return _kept_positions(tensor_type, count, device)  # type: ignore[arg-type]
+    return _kept_positions(tensor_type, count, device, first)  # type: ignore[arg-type]
 
 
 @functools.lru_cache(maxsize=32)
-def _kept_positions(tensor_type: type[Tensor], count: int, device: str) -> Tensor:
-    return tensor_type.arange(count, dtype=dtypes.int32, device=device).realize()
+def _kept_positions(tensor_type: type[Tensor], count: int, device: str, first: int) -> Tensor:
+    return tensor_type.arange(first, first + count, dtype=dtypes.int32, device=device).realize()
 
 
 def repeat_heads(t: Tensor, groups: int | UOp) -> Tensor:

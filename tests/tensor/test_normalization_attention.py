@@ -126,7 +126,8 @@ def test_long_causal_attention_in_query_blocks_matches_numpy(queries, keys):
     """From 2 * CAUSAL_BLOCK_ROWS query rows on, causal attention runs in blocks of rows (the last one shorter here),
     each over the keys it can see; more keys than queries and fewer both keep torch's top-left alignment."""
     q, k, v = qkv(batch=1, heads=2, queries=queries, keys=keys, width=4)
-    result = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True)
+    query, key, value = on("CPU", q, k, v)  # (sizes the simulated GPU legs would take minutes over)
+    result = query.scaled_dot_product_attention(key, value, is_causal=True)
     np.testing.assert_allclose(result.numpy(), np_attention(q, k, v, causal(queries, keys)), rtol=1e-4, atol=1e-5)
 
 
@@ -136,8 +137,8 @@ def test_long_causal_attention_skips_the_scores_above_the_diagonal():
     operations are at most 80%."""
     from tg.tensor import GlobalCounters
 
-    q, k, v = (Tensor(a).realize() for a in qkv(batch=1, heads=2, queries=1024, keys=1024, width=16))
-    mask = Tensor(causal(1024, 1024))
+    q, k, v = (t.realize() for t in on("CPU", *qkv(batch=1, heads=2, queries=1024, keys=1024, width=16)))
+    mask = Tensor(causal(1024, 1024), device="CPU")
     ops = {}
     for name, run in (("blocks", lambda: q.scaled_dot_product_attention(k, v, is_causal=True)),
                       ("whole", lambda: q.scaled_dot_product_attention(k, v, attn_mask=mask))):  # fmt: skip
@@ -157,9 +158,10 @@ def test_gradient_of_long_causal_attention_matches_finite_differences():
     q, k, v = qkv(batch=1, heads=1, queries=1024, keys=1024, width=2)
     w = rng.standard_normal((1, 1, 1024, 3))
     mask = causal(1024, 1024)
-    tensors = [Tensor(a, requires_grad=True) for a in (q, k, v)]
+    tensors = [Tensor(a, requires_grad=True, device="CPU") for a in (q, k, v)]
     loss = (
-        tensors[0].scaled_dot_product_attention(tensors[1], tensors[2], is_causal=True) * Tensor(w.astype(np.float32))
+        tensors[0].scaled_dot_product_attention(tensors[1], tensors[2], is_causal=True)
+        * Tensor(w.astype(np.float32), device="CPU")
     ).sum()
     loss.backward()
     h = 1e-4

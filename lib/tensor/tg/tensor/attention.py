@@ -100,7 +100,8 @@ class AttentionOps(TensorBase):
             key, value = repeat_heads(key, groups), repeat_heads(value, groups)
         scale = 1 / math.sqrt(concrete_size(self.shape[-1], "attention's scale")) if scale is None else scale
         queries, keys = self.shape[-2], key.shape[-2]
-        if is_causal and dropout_p == 0 and isinstance(queries, int) and isinstance(keys, int):
+        drops = dropout_p != 0 and type(self).training  # (dropout acts only while training)
+        if is_causal and not drops and isinstance(queries, int) and isinstance(keys, int):
             if queries >= 2 * CAUSAL_BLOCK_ROWS:
                 return causal_blocks(as_tensor(self), key, value, scale)
         scores = self.matmul(key.transpose(-1, -2)) * scale

@@ -101,12 +101,12 @@ class AttentionOps(TensorBase):
         scale = 1 / math.sqrt(concrete_size(self.shape[-1], "attention's scale")) if scale is None else scale
         queries, keys = self.shape[-2], key.shape[-2]
         drops = dropout_p != 0 and type(self).training  # (dropout acts only while training)
-        if is_causal and not drops and isinstance(queries, int) and isinstance(keys, int):
-            if queries >= 2 * CAUSAL_BLOCK_ROWS:
-                return causal_blocks(as_tensor(self), key, value, scale)
+        long_rows = isinstance(queries, int) and isinstance(keys, int) and queries >= 2 * CAUSAL_BLOCK_ROWS
+        if is_causal and not drops and long_rows:
+            return causal_blocks(as_tensor(self), key, value, scale)
         scores = self.matmul(key.transpose(-1, -2)) * scale
         if is_causal:
-            attn_mask = causal_mask(self.shape[-2], key.shape[-2], as_tensor(self))
+            attn_mask = causal_mask(queries, keys, as_tensor(self))
         if attn_mask is not None:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
         return scores.softmax(-1).dropout(dropout_p).matmul(value)  # dropout acts only while Tensor.training

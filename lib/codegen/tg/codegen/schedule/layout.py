@@ -328,10 +328,15 @@ def wants_contiguous_rows(product: Product, target: Target) -> bool:
 def stored_anyway(view: UOp, columns: int) -> bool:
     """Whether the elementwise value under `view` gets a buffer whatever its layout: the realize stage's
     `fuse_into_reduction` says recomputing it for each of a product's `columns` costs more than a round trip."""
-    value = view
-    while value.op in GroupOp.Movement:
-        value = value.src[0]
+    value = value_under(view)
     return value.op in GroupOp.ALU and not fuse_into_reduction(columns, elementwise_cost(value, set()))
+
+
+def value_under(view: UOp) -> UOp:
+    """The node under `view`'s movement ops."""
+    while view.op in GroupOp.Movement:
+        view = view.src[0]
+    return view
 
 
 def rows_alias_in_l1(row_bytes: int, l1_bytes: int) -> bool:
@@ -372,10 +377,8 @@ def wants_padded_rows(product: Product, target: Target, read_once: Callable[[UOp
     if target.family != "CPU" or not concrete(shape) or shape[-2] < MIN_PACKED_ROWS or in_memory(product.left):
         return False
     assert isinstance(shape[-1], int) and isinstance(m, int)  # (concrete shapes: worth_packing checked the right's)
-    value = product.left
-    while value.op in GroupOp.Movement:
-        value = value.src[0]
-    if value.op not in GroupOp.ALU or not read_once(value) or fuse_into_reduction(m, elementwise_cost(value, set())):
+    value = value_under(product.left)
+    if not stored_anyway(product.left, m) or not read_once(value):
         return False
     if broadcasts_a_reduction(value):
         return False  # a softmax's rows (its max and sum broadcast): the realize stage fuses them into the product

@@ -21,12 +21,14 @@ tinygrad (the `bench` group) and torch (when installed; it is never a dependency
   llama-cpp-python on the same file when they are installed.
 
 Every framework gets the same float32 inputs; each row is the median of `--repeats` timed calls after one warm-up
-(compilation, allocation), the frameworks taking turns, and each tg/peer ratio the median of the turns' own ratios
-with its quartiles (`paired_ratio`). Then the slowest tg kernels of one forward call and of one
-training step, as DEBUG=2 measures them (each kernel waited for; GFLOP/s from the analytic op count). Bars (issue
-23): each block <= 2x torch's time, faster than tinygrad; issue 38: the GPT-2 block's forward (128 and 1,024 tokens)
-and both training steps <= 1x torch's. The machine is shared: note `uptime` next to any figure you quote; where the
-load exceeds the cores, compare with `--torch-threads 1` too (torch's threads wait for each other at every op).
+(compilation, allocation), the frameworks taking turns, each timed call right after an untimed one of the same
+framework (LEAD_IN_CALLS: the other framework's spinning threads are idle by then), and each tg/peer ratio the
+median of the turns' own ratios with its quartiles (`paired_ratio`). Then the slowest tg kernels of one forward call
+and of one training step, as DEBUG=2 measures them (each kernel waited for; GFLOP/s from the analytic op count).
+Bars (issue 23): each block <= 2x torch's time, faster than tinygrad; issue 38: the GPT-2 block's forward (128 and
+1,024 tokens) and both training steps <= 1x torch's. The machine is shared: note `uptime` next to any figure you
+quote; where the load exceeds the cores, compare with `--torch-threads 1` too (torch's threads wait for each other at
+every op).
 """
 
 from __future__ import annotations
@@ -229,15 +231,29 @@ SKIPPED: set[str] = set()  # peers left out (--no-tinygrad)
 JIT_WARMUP_CALLS = 7
 
 
-def interleaved_times(runners: dict[str, Runner], repeats: int, warmups: int = 1) -> dict[str, list[float]]:
+# untimed calls of a runner right before each of its timed calls. A library's worker threads keep spinning for a while
+# after its call returns (torch's OpenMP pool, numpy's BLAS threads; tg's core threads for 20 us): without a lead-in
+# call, the next library's timed call shares the cores with them. tg's jitted GPT-2 forward at 128 tokens right after
+# a torch forward took 11.4 ms against 9.3 ms after one untimed call of its own (torch: 9.7 and 8.5 ms the same way;
+# each alone in a loop: 9.1 and 8.3 ms). With the lead-in each library is timed in its own steady state, as in a
+# loop of its calls, and the turns still share the machine's load.
+LEAD_IN_CALLS = 1
+
+
+def interleaved_times(
+    runners: dict[str, Runner], repeats: int, warmups: int = 1, lead_in: int = LEAD_IN_CALLS
+) -> dict[str, list[float]]:
     """Each runner warmed up (`warmups` calls), then timed in turns (tg, tinygrad, torch, tg, ...), so a change in the
-    load of the shared machine hits all of them alike: every runner's time of each turn."""
+    load of the shared machine hits all of them alike: every runner's time of each turn, each timed call right after
+    `lead_in` untimed calls of the same runner (see LEAD_IN_CALLS)."""
     for run in runners.values():
         for _ in range(warmups):
             run()
     times: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(repeats):
         for name, run in runners.items():
+            for _ in range(lead_in):
+                run()
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)

@@ -24,3 +24,14 @@ def test_the_quartiles_bracket_the_median_of_the_turns_ratios(bench_blocks) -> N
     ratio, low, high = bench_blocks.paired_ratio([1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 1.0, 1.0, 1.0, 1.0])
     assert (low, ratio, high) == (2.0, 3.0, 4.0)
     assert bench_blocks.paired_ratio([2.0], [4.0]) == (0.5, 0.5, 0.5)
+
+
+def test_each_timed_call_follows_an_untimed_call_of_the_same_runner(bench_blocks, monkeypatch) -> None:
+    # the other library's threads spin after its call: a runner is timed only after a call of its own
+    calls: list[str] = []
+    clock = iter(range(1000))
+    monkeypatch.setattr(bench_blocks.time, "perf_counter", lambda: float(next(clock)))
+    runners = {"tg": lambda: calls.append("tg"), "torch": lambda: calls.append("torch")}
+    times = bench_blocks.interleaved_times(runners, repeats=2, warmups=1)
+    assert calls == ["tg", "torch"] + ["tg", "tg", "torch", "torch"] * 2
+    assert times == {"tg": [1.0, 1.0], "torch": [1.0, 1.0]}

@@ -194,3 +194,17 @@ def test_sliding_windows_are_built_as_the_same_nodes_as_one_tensor_op_at_a_time(
     taken = np.stack([np.take(values, [o * stride + j * dilation for j in range(size)], axis) for o in range(count)])
     expected = np.moveaxis(np.moveaxis(taken, 0, axis), axis + 1, -1)
     np.testing.assert_array_equal(direct.numpy(), expected)
+
+
+def test_the_window_nodes_come_with_their_shapes() -> None:
+    # the chain records each node's shape as it builds it, so that asking for the result's shape walks nothing; the
+    # recorded shapes are those the graph's own rule infers
+    from tg.codegen.schedule.graph import _infer_shape
+    from tg.tensor.shape_ops import sliding_window
+
+    x = Tensor(np.zeros((2, 3, 11, 13), np.float32))
+    window = sliding_window(x, 2, 3, 2, 1).uop
+    chain = [node for node in window.toposort() if node.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK)]
+    assert len(chain) > 5
+    for node in chain:
+        assert node._shape == _infer_shape(node)

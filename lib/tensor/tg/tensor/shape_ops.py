@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tg.codegen import DType, Ops, UOp, dtypes
-from tg.codegen.schedule.graph import ShapeError
+from tg.codegen.schedule.graph import ShapeError, remember_shape
 from tg.tensor.base import TensorBase, as_tensor
 from tg.tensor.errors import ArgumentError
 from tg.tensor.movement import normalize_axis
@@ -187,6 +187,7 @@ class _WindowNodes:
 
     def _apply(self, op: Ops, arg: tuple, shape: tuple) -> None:
         self.node, self.shape = UOp(op, self.node.dtype, (self.node,), arg), shape
+        remember_shape(self.node, shape)
 
     def permute(self, order: tuple[int, ...]) -> None:
         if order != tuple(range(len(order))):

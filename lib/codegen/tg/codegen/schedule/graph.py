@@ -105,6 +105,14 @@ def shape_of(node: UOp) -> Shape:
     return node._shape
 
 
+def remember_shape(node: UOp, shape: Shape) -> None:
+    """Record the shape of a node a builder made and knows the shape of (int sizes only: a symbolic size is stored in
+    its canonical form by `_store_shape`), so that `shape_of` need not walk to it later. A node met again (UOps are
+    hash-consed) keeps the shape it has."""
+    if not hasattr(node, "_shape") and not is_symbolic_shape(shape):
+        object.__setattr__(node, "_shape", shape)
+
+
 def _store_shape(node: UOp) -> None:
     shape = _infer_shape(node)
     object.__setattr__(node, "_shape", tuple(map(canonical_size, shape)) if is_symbolic_shape(shape) else shape)

@@ -34,19 +34,19 @@ def causal_mask(queries: int | UOp, keys: int | UOp, like: Tensor) -> Tensor:
     if isinstance(queries, int) and isinstance(keys, int):
         # (a class is hashable; mypy checks Tensor's own __hash__, an instance method, against Hashable instead)
         return _kept_causal_mask(type(like), queries, keys, like.device)  # type: ignore[arg-type]
-    return _build_causal_mask(queries, keys, like)
+    return _build_causal_mask(type(like), queries, keys, like.device)
 
 
 @functools.lru_cache(maxsize=32)
 def _kept_causal_mask(tensor_type: type[Tensor], queries: int, keys: int, device: str) -> Tensor:
-    return _build_causal_mask(queries, keys, tensor_type.empty(0, device=device))
+    return _build_causal_mask(tensor_type, queries, keys, device)
 
 
-def _build_causal_mask(queries: int | UOp, keys: int | UOp, like: Tensor) -> Tensor:
+def _build_causal_mask(tensor_type: type[Tensor], queries: int | UOp, keys: int | UOp, device: str) -> Tensor:
     # j < i + 1 (integers: one comparison per score, where <= is a < and an == joined by an or), the rows' i + 1
     # read from memory: computed, it was a kernel of its own at every call (a reduction reads it broadcast)
-    rows_after = _positions(type(like), queries, like.device, first=1).reshape(queries, 1)
-    columns = _positions(type(like), keys, like.device).reshape(1, keys)
+    rows_after = _positions(tensor_type, queries, device, first=1).reshape(queries, 1)
+    columns = _positions(tensor_type, keys, device).reshape(1, keys)
     return columns < rows_after
 
 

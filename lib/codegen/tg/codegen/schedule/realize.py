@@ -177,8 +177,10 @@ def _add_reductions_that_cannot_fuse(
                         print(f"fusion: fused REDUCE_AXIS into its reader: once per row of {shape_of(node.src[0])[-1]}")
                 else:
                     points.add(node)
-                    if under_broadcast or under_reduce or node in kept:  # (`under_pad` alone: decided anew in the
-                        unfused.add(node)  # second pass, where a padded value may start a kernel above it instead)
+                    # (`under_pad` alone is not kept: the second pass decides it anew, where a padded value may
+                    # start a kernel above it instead)
+                    if under_broadcast or under_reduce or node in kept:
+                        unfused.add(node)
                     under_broadcast, under_reduce, under_pad, row = False, False, False, row_of(node)
         if node.op is Ops.REDUCE_AXIS:
             under_reduce = True

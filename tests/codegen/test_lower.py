@@ -25,6 +25,7 @@ def test_stages_are_listed_in_order_by_name() -> None:
         "upcast strided reductions",
         "software transcendentals",
         "linearize",
+        "prefetch next blocks",
         "split across cores",
     ]
 

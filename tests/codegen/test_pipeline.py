@@ -34,14 +34,14 @@ def test_the_printed_pipeline_lists_every_stage_in_order() -> None:
     ).stdout.splitlines()
     names = [line.split()[0] for line in printed if line.startswith("  ")]
     kernel_part = names[names.index("simplify") :]
-    assert kernel_part == ["simplify", "apply", "upcast", "software", "linearize", "split", "render"]
+    assert kernel_part == ["simplify", "apply", "upcast", "software", "linearize", "prefetch", "split", "render"]
     assert names[: names.index("simplify")] == [
         "inline", "layout", "split_big_reductions", "contiguous_buffers", "contiguous_copies", "find", "build",
         "assign", "order",
     ]  # fmt: skip
     assert [stage.name for stage in KERNEL_STAGES] == [
         "simplify indices", "apply opts", "upcast strided reductions", "software transcendentals", "linearize",
-        "split across cores",
+        "prefetch next blocks", "split across cores",
     ]  # fmt: skip
 
 

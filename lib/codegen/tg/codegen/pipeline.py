@@ -23,6 +23,7 @@ from tg.codegen.dtype import PtrDType, dtypes
 from tg.codegen.flags import NOOPT, TRANSCENDENTAL
 from tg.codegen.lower.linearize import LINEARIZE_STEPS, linearize
 from tg.codegen.lower.multicore import split_across_cores, split_trip_count
+from tg.codegen.lower.prefetch import prefetch_next_blocks
 from tg.codegen.lower.transcendental import decompose_transcendentals
 from tg.codegen.lower.upcast import upcast_strided_reductions
 from tg.codegen.opt import apply_opts
@@ -54,6 +55,7 @@ class CodegenFlags:
     # across the cores (tg.codegen.lower.multicore.split_min_iterations); never set by the environment
     cores: int = 1  # calls of one kernel that run at once (Target.cores): big kernels are cut across them
     l2_bytes: int = 0  # a core's L2 cache on a CPU Target, for the heuristics' strip groups (0: not a CPU; none)
+    prefetch: bool = False  # the renderer takes PREFETCH hints (Target.prefetch): streamed blocks are fetched ahead
 
     @staticmethod
     def from_environment(replayed: bool = False) -> CodegenFlags:
@@ -134,6 +136,10 @@ def _linearize(ast: UOp, flags: CodegenFlags) -> UOp:
     return linearize(ast)
 
 
+def _prefetch_next_blocks(linear: UOp, flags: CodegenFlags) -> UOp:
+    return prefetch_next_blocks(linear, flags.l2_bytes) if flags.prefetch and flags.l2_bytes else linear
+
+
 def _split_across_cores(linear: UOp, flags: CodegenFlags) -> UOp:
     return split_across_cores(linear, flags.cores, flags.replayed)
 
@@ -147,6 +153,8 @@ KERNEL_STAGES: tuple[Stage, ...] = (
           _software_transcendentals),
     Stage("linearize", "ranges become loops, REDUCE becomes accumulators, each value is placed in its loop; steps: "
           + ", ".join(name for name, _ in LINEARIZE_STEPS), _linearize),
+    Stage("prefetch next blocks", "a reduction streaming blocks of a buffer bigger than L2 (a matmul's weight "
+          "strips) asks for the next block's lines while it works on this one", _prefetch_next_blocks),
     Stage("split across cores", "a big kernel's first output loop is cut into chunks, one per call (core_id)",
           _split_across_cores),
 )  # fmt: skip
@@ -202,6 +210,7 @@ def for_target(flags: CodegenFlags, target: Target) -> CodegenFlags:
         core_groups=target.core_groups,
         cores=target.cores,
         l2_bytes=target.l2_bytes if target.family == "CPU" else 0,
+        prefetch=target.prefetch,
         software_transcendentals=flags.transcendental >= 2 or (flags.transcendental == 1 and wants_software),
     )
 

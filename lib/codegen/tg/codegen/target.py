@@ -9,8 +9,8 @@ the Target (operand packing, chunking by cache size, splitting a kernel across c
     renderer = CRenderer(target)
 
 A renderer declares what its language can do as class fields (`has_local`, `shared_max`, `core_groups`,
-`software_transcendentals`, see tg.codegen.render.base.Renderer); `Target.of` copies them, the device adds what it
-measured.
+`software_transcendentals`, `has_prefetch`, see tg.codegen.render.base.Renderer); `Target.of` copies them, the device
+adds what it measured.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class Capabilities(Protocol):
     has_local: bool
     core_groups: bool
     software_transcendentals: bool
+    has_prefetch: bool
     shared_max: int
     local_threads: int
 
@@ -49,6 +50,9 @@ class Target:
     local_threads: int = 0  # threads per work-group the heuristics give a kernel (a LOCAL opt; 0: none)
     core_groups: bool = False  # a GROUP opt splits a reduction across core calls (the C renderer's GROUP_REDUCE)
     software_transcendentals: bool = False  # float32 exp2/log2 become float ops (tg.codegen.lower.transcendental)
+    # the language can ask for memory ahead of its use (PREFETCH; the C renderer's __builtin_prefetch): a matmul reading
+    # a weight too big for L2 fetches its next column strip while it works on this one (tg.codegen.lower.prefetch)
+    prefetch: bool = False
     # the C compiler converts `_Float16` to float one element at a time (gcc 12, CCompiler.vectorizes_half_conversion):
     # the C renderer then widens a float16 read from memory to float32 from its bits with integer ops, which vectorize
     scalar_half_conversion: bool = False
@@ -63,14 +67,15 @@ class Target:
     @staticmethod
     def of(renderer_class: type[Capabilities] | Capabilities, **machine: Any) -> Target:
         """The Target of a machine (`machine`: family, cores, max_lanes, cache sizes, ...) rendered for by
-        `renderer_class`, whose declared capabilities fill in has_local, shared_max, local_threads, core_groups and
-        software_transcendentals."""
+        `renderer_class`, whose declared capabilities fill in has_local, shared_max, local_threads, core_groups,
+        software_transcendentals and prefetch."""
         declared = {
             "has_local": renderer_class.has_local,
             "shared_max": renderer_class.shared_max,
             "local_threads": renderer_class.local_threads,
             "core_groups": renderer_class.core_groups,
             "software_transcendentals": renderer_class.software_transcendentals,
+            "prefetch": renderer_class.has_prefetch,
         }
         return Target(**{**declared, **machine})
 

@@ -52,6 +52,7 @@ class Renderer:
     # float32 exp2/log2 reach the renderer as plain float ops (tg.codegen.lower.transcendental) rather than EXP2/LOG2:
     # the CPU renderers, whose libm calls would be scalar, and PYTHON, which must compute the same bits
     software_transcendentals: bool = False
+    has_prefetch: bool = False  # PREFETCH nodes become prefetch instructions (C); elsewhere they may be dropped
 
     def __init__(self, target: Target | None = None) -> None:
         self.target = Target.of(type(self)) if target is None else target
@@ -147,6 +148,8 @@ class LinearRenderer(Renderer):
             self.declare(k, node, self.load(node, operands[0], k.gates.get(node.src[0]), operands[1:]))
         elif op is Ops.STORE:
             self.store(k, node, operands[0], operands[1], k.gates.get(node.src[0]))
+        elif op is Ops.PREFETCH:
+            self.prefetch(k, operands[0], k.gates.get(node.src[0]))
         elif op is Ops.RANGE:
             k.names[node] = range_name(node)
             k.loop_starts.append(len(k.lines))
@@ -207,6 +210,10 @@ class LinearRenderer(Renderer):
 
     def store(self, k: KernelText, node: UOp, address: str, value: str, gate: str | None) -> None:
         raise NotImplementedError
+
+    def prefetch(self, k: KernelText, address: str, gate: str | None) -> None:
+        """Ask for the memory at `address` ahead of its use (where `gate` holds). A hint: a language without
+        prefetches writes nothing, and the program computes the same."""
 
     def open_loop(self, k: KernelText, rng: UOp, name: str) -> None:
         raise NotImplementedError

@@ -506,6 +506,7 @@ class CRenderer(CStyleLanguage):
     write_out_register_loops = True
     core_groups = True
     software_transcendentals = True
+    has_prefetch = True
 
     def declare(self, k: KernelText, node: UOp, expression: str) -> None:
         super().declare(k, node, expression)
@@ -514,6 +515,11 @@ class CRenderer(CStyleLanguage):
             # the loop that computes it, where it turned an index made from a comparison (`x.cast(bool)`, then
             # int) into -1 instead of 1 in some lanes and read outside the buffer (-O3 -march=native, AVX2 and SSE)
             k.line(f'__asm__("" : "+r"({k.names[node]}));')
+
+    def prefetch(self, k: KernelText, address: str, gate: str | None) -> None:
+        # read (0), keep in L2 and beyond (2): the line is wanted within a few thousand cycles, not the next few
+        request = f"__builtin_prefetch(&{address}, 0, 2);"
+        k.line(request if gate is None else f"if ({gate}) {request}")
 
     def render_node(self, k: KernelText, node: UOp) -> None:
         if self.target.scalar_half_conversion and is_loaded_half_widened(node):

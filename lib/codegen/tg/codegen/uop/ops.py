@@ -49,6 +49,7 @@ class Ops(IntEnum):
     LOAD = auto()
     STORE = auto()
     AFTER = auto()
+    PREFETCH = auto()  # a hint, no value: the memory INDEX src[0] names will be read soon (C: __builtin_prefetch)
     # graph structure
     SINK = auto()
     GROUP = auto()
@@ -142,7 +143,7 @@ ARG_TYPES: dict[Ops, type | tuple[type, ...]] = {
     Ops.CONST: (bool, int, float),
     Ops.RANGE: RangeArg, Ops.END: NoArg,
     Ops.REDUCE: Ops,  # the combining op: ADD, MUL or MAX
-    Ops.INDEX: NoArg, Ops.LOAD: NoArg, Ops.STORE: NoArg, Ops.AFTER: NoArg,
+    Ops.INDEX: NoArg, Ops.LOAD: NoArg, Ops.STORE: NoArg, Ops.AFTER: NoArg, Ops.PREFETCH: NoArg,
     Ops.SINK: (NoArg, KernelInfo),  # a kernel AST's SINK carries its KernelInfo
     Ops.GROUP: NoArg,
     Ops.NOOP: (NoArg, str),  # a marker may name why it is there

@@ -192,6 +192,8 @@ LINEAR_SPEC: Spec = {
     **{op: rule for op, rule in KERNEL_SPEC.items() if op is not Ops.REDUCE},  # reductions are accumulators now
     Ops.LINEAR: _linear_ok,
     Ops.END: lambda u: _closes_a_loop(u) or KERNEL_SPEC[Ops.END](u),
+    # a hint that the memory an INDEX of a global buffer names is read soon (tg.codegen.lower.prefetch): no value
+    Ops.PREFETCH: lambda u: u.dtype is dtypes.void and len(u.src) == 1 and u.src[0].op is Ops.INDEX,
 }
 
 

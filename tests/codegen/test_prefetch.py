@@ -22,51 +22,82 @@ from tg.hcq import Buffer, Device
 BLOCKS, TILES, STEPS = 3, 4, 256  # a block of 256 floats: 16 lines, requested over the first tiles' reductions
 
 
-def strip_kernel(blocks: int = BLOCKS, tiles: int = TILES, steps: int = STEPS, b_moves_with_tile: bool = False) -> UOp:
+def strip_kernel(
+    blocks: int = BLOCKS,
+    tiles: int = TILES,
+    steps: int = STEPS,
+    b_moves_with_tile: bool = False,
+    tiles_outside: bool = False,
+) -> UOp:
     """out[o * tiles + i] = sum_r a[i * steps + r] * b[o * steps + r]: block o of b is read again by every tile i
-    (with `b_moves_with_tile`, b's position also moves with i, so no tile rereads another's block)."""
+    (with `b_moves_with_tile`, b's position also moves with i, so no tile rereads another's block). The block loop o
+    is outside the tile loop i, or inside it with `tiles_outside`."""
     out = UOp.param(0, dtypes.float32, blocks * tiles)
     a = UOp.param(1, dtypes.float32, tiles * steps)
     b = UOp.param(2, dtypes.float32, blocks * tiles * steps if b_moves_with_tile else blocks * steps)
-    o, i, r = UOp.range(blocks, 0), UOp.range(tiles, 1), UOp.range(steps, 2, AxisType.REDUCE)
+    o, i = (UOp.range(blocks, 1), UOp.range(tiles, 0)) if tiles_outside else (UOp.range(blocks, 0), UOp.range(tiles, 1))
+    r = UOp.range(steps, 2, AxisType.REDUCE)
     b_position = (o * tiles + i) * steps + r if b_moves_with_tile else o * steps + r
     total = (a.index(i * steps + r).load() * b.index(b_position).load()).reduce(r, arg=Ops.ADD)
     return UOp.sink(out.index(o * tiles + i).store(total), arg=KernelInfo("strips"))
 
 
-def prefetches(linear: UOp) -> list[UOp]:
-    return [u for u in linear.src if u.op is Ops.PREFETCH]
+def prefetches(linear: UOp, slot: int = 2) -> list[UOp]:
+    """The PREFETCHes of buffer `slot` (b's, by default)."""
+    return [u for u in linear.src if u.op is Ops.PREFETCH and u.src[0].src[0].arg.slot == slot]
 
 
 def value_of(expression: UOp, values: dict[UOp, int]) -> int | bool:
-    folded = graph_rewrite(expression.substitute({r: UOp.const(v, r.dtype) for r, v in values.items()}), simplify_indices)
+    folded = graph_rewrite(
+        expression.substitute({r: UOp.const(v, r.dtype) for r, v in values.items()}), simplify_indices
+    )
     assert folded.op is Ops.CONST, folded
     return folded.arg
 
 
-def requested_positions(prefetch: UOp, block: int) -> set[int]:
-    """Every element position the prefetch asks for over all iterations of block `block`'s loops."""
-    _, position, gate = prefetch.src[0].src
-    ranges = sorted({u for x in (position, gate) for u in x.toposort() if u.op is Ops.RANGE}, key=lambda r: r.arg.axis_id)
-    block_loop = next(r for r in ranges if r.arg.axis_id == 0)
-    others = [r for r in ranges if r is not block_loop]
-    found = set()
-    for point in itertools.product(*(range(int(r.src[0].arg)) for r in others)):
-        values = {block_loop: block, **dict(zip(others, point, strict=True))}
-        if value_of(gate, values):
-            found.add(value_of(position, values))
-    return found
+def requested_positions(
+    found: list[UOp], block_loop_id: int, block: int, fixed: dict[int, int] | None = None
+) -> set[int]:
+    """Every element position the PREFETCHes in `found` ask for while the loop with axis id `block_loop_id` is at
+    `block` (and the loops in `fixed`, axis id -> value, at theirs), over all values of the other loops."""
+    requested = set()
+    for prefetch in found:
+        _, position, gate = prefetch.src[0].src
+        ranges = sorted(
+            {u for x in (position, gate) for u in x.toposort() if u.op is Ops.RANGE}, key=lambda r: r.arg.axis_id
+        )
+        pinned = {block_loop_id: block, **(fixed or {})}
+        others = [r for r in ranges if r.arg.axis_id not in pinned]
+        for point in itertools.product(*(range(int(r.src[0].arg)) for r in others)):
+            values = {r: pinned[r.arg.axis_id] for r in ranges if r.arg.axis_id in pinned}
+            values.update(zip(others, point, strict=True))
+            if value_of(gate, values):
+                requested.add(value_of(position, values))
+    return requested
+
+
+LINE = LINE_BYTES // 4  # floats per line
+
+
+def next_block_lines(block: int) -> set[int]:
+    return {(block + 1) * STEPS + k * LINE for k in range(STEPS // LINE)}
 
 
 def test_every_line_of_the_next_block_is_requested_once_per_block_and_nothing_else() -> None:
-    linear = prefetch_next_blocks(linearize(strip_kernel()), l2_bytes=0)
-    (prefetch,) = prefetches(linear)  # for b only: a's load moves with the tile, so no tile rereads a block of it
-    assert prefetch.src[0].src[0].arg.slot == 2
-    line = LINE_BYTES // 4
+    found = prefetches(prefetch_next_blocks(linearize(strip_kernel()), l2_bytes=0))
+    assert len(found) == 1  # one per step, spread over the tiles
     for block in range(BLOCKS - 1):
-        next_block = (block + 1) * STEPS
-        assert requested_positions(prefetch, block) == {next_block + k * line for k in range(STEPS // line)}
-    assert requested_positions(prefetch, BLOCKS - 1) == set()  # there is no block after the last
+        assert requested_positions(found, 0, block) == next_block_lines(block)
+    assert requested_positions(found, 0, BLOCKS - 1) == set()  # there is no block after the last
+
+
+def test_with_the_block_loop_innermost_each_tile_requests_the_whole_next_block() -> None:
+    found = prefetches(prefetch_next_blocks(linearize(strip_kernel(tiles_outside=True)), l2_bytes=0))
+    assert found  # b's block o is reread by the next tile, after every other block: each block's reduction asks
+    for tile in range(TILES):
+        for block in range(BLOCKS - 1):
+            assert requested_positions(found, 1, block, {0: tile}) == next_block_lines(block)
+        assert requested_positions(found, 1, BLOCKS - 1, {0: tile}) == set()
 
 
 def test_the_prefetch_is_placed_inside_the_reduction_loop() -> None:
@@ -83,7 +114,7 @@ def test_a_buffer_that_fits_in_l2_is_not_prefetched() -> None:
     assert len(prefetches(prefetch_next_blocks(linearize(strip_kernel()), l2_bytes=b_bytes - 1))) == 1
 
 
-def test_a_buffer_no_tile_rereads_is_not_prefetched() -> None:
+def test_a_buffer_no_loop_rereads_is_not_prefetched() -> None:
     assert prefetches(prefetch_next_blocks(linearize(strip_kernel(b_moves_with_tile=True)), l2_bytes=0)) == []
 
 
@@ -101,7 +132,9 @@ def packed_matmul_kernel(rows: int, strips: int, steps: int) -> UOp:
     i, s, lane = UOp.range(rows, 0), UOp.range(strips, 1), UOp.range(16, 2)
     k = UOp.range(steps, 3, AxisType.REDUCE)
     product = a.index(i * steps + k).load() * packed.index(s * steps * 16 + k * 16 + lane).load()
-    return UOp.sink(out.index(i * strips * 16 + s * 16 + lane).store(product.reduce(k, arg=Ops.ADD)), arg=KernelInfo("mm"))
+    return UOp.sink(
+        out.index(i * strips * 16 + s * 16 + lane).store(product.reduce(k, arg=Ops.ADD)), arg=KernelInfo("mm")
+    )
 
 
 def run_on_cpu(source, out_size: int, *inputs: np.ndarray) -> np.ndarray:  # noqa: ANN001 (a ProgramSource)

@@ -6,22 +6,27 @@ the strip from memory, the others from L2. The hardware prefetcher does not help
 every 4 KiB page, and a strip of a weight too big for L2 has been evicted since the last call. So the first row tile
 waits on memory line by line.
 
-This stage adds, inside the reduction loop, one PREFETCH per step for a line of the *next* strip: line
-`row_tile * steps + step` of it, while that number is below the strip's lines. The first few row tiles thus ask for
-the next strip's lines spread over their reductions, and by the time the loop reaches that strip, it is in L2.
+This stage adds PREFETCHes of the *next* block inside the reduction loop, in one of two ways:
+- the block loop outside a tile loop (strips outermost: GPT-2's projections over 128 tokens): one PREFETCH per step,
+  for line `tile * steps + step` of the next block while that number is below its lines. The first few tiles spread
+  the next block's lines over their reductions, and by the time the loop reaches that block it is in L2.
+- the block loop innermost, its blocks reread by a loop outside it (row tiles outermost: the projections over 1,024
+  tokens, where each row tile sweeps every strip, so a strip has left L2 since the last tile read it): the next block
+  is read right after this reduction, so each step asks for `lines / steps` of its lines (up to MAX_LINES_PER_STEP).
 
-GPT-2's projections over 128 tokens (128x768 @ 768x2304, 768x768, 768x3072, 3072x768; 28 MiB of weights, so each
-arrives from memory), gcc 12, 2 AVX-512 cores, in a C harness with its right operand evicted before each call:
-128x768x3072 2.75 -> 2.30 ms (hot: 2.14 ms either way); prefetching every other step over all row tiles gave 2.40, all
-of the next strip in the first row tile 2.55. The whole jitted GPT-2 block forward over 128 tokens took 9.1 -> 7.75
-ms (medians of 100 calls, three runs each way).
+Measured, gcc 12, 2 AVX-512 cores:
+- In a C harness, with the right operand evicted before each call, 128x768x3072 took 2.75 -> 2.30 ms (hot: 2.14 ms
+  either way). Prefetching every other step over all row tiles gave 2.40, all of the next strip in the first row tile
+  2.55.
+- The jitted GPT-2 block forward (its 28 MiB of weights arrive from memory), medians of loops of calls, three runs each
+  way, the first way alone, then both: over 128 tokens 9.1 -> 7.75 -> 7.2 ms; over 1,024 tokens 72 -> 69 ms.
 
 The pattern, on the linear program (before the loop is split across cores):
 - a LOAD of a global buffer inside a reduction loop R;
-- the output loops around R end in (..., O, I): the address moves along O (the strip) but not along I (the row
-  tile), so I's iterations reread the same block;
-- for a fixed O, R and the register loops inside it sweep one dense block of the buffer (a strip), and O steps
-  from block to block by a constant stride;
+- among the output loops around R, the innermost one the address moves along is the block loop O, at most one output
+  loop I lies inside it, and some output loop (I, or one outside O) does not move the address: it rereads the blocks;
+- for a fixed O, R and the register loops inside it sweep one dense block of the buffer (a strip, a row tile), and O
+  steps from block to block by a constant stride;
 - the buffer is bigger than a core's L2 (a smaller one stays cached between calls, where a prefetch only costs).
 """
 
@@ -38,13 +43,16 @@ from tg.codegen.uop.pattern import graph_rewrite
 
 LINE_BYTES = 64  # a cache line on every CPU the C renderer targets (x86-64; most ARM cores)
 OUTPUT_AXES = (AxisType.LOOP, AxisType.GLOBAL)
+# a block longer than this many lines per reduction step is left to the hardware: more prefetches than loads per step
+MAX_LINES_PER_STEP = 4
 
 
 def prefetch_next_blocks(linear: UOp, l2_bytes: int) -> UOp:
-    """`linear` with a PREFETCH of the next block inside each reduction loop that streams one (see the module doc).
+    """`linear` with PREFETCHes of the next block inside each reduction loop that streams one (see the module doc).
     Buffers of at most `l2_bytes` are left alone."""
     program = list(linear.src)
-    inserts: dict[UOp, list[UOp]] = {}  # reduction RANGE -> the nodes to place right after it
+    inserts: dict[UOp, list[UOp]] = {}  # reduction RANGE -> the PREFETCHes to place right after it
+    prefetched: set[tuple[UOp, UOp]] = set()  # (reduction, buffer): an unrolled load repeats, its block is one
     open_loops: list[UOp] = []
     for node in program:
         if node.op is Ops.RANGE:
@@ -52,48 +60,63 @@ def prefetch_next_blocks(linear: UOp, l2_bytes: int) -> UOp:
         elif node.op is Ops.END and node.src[0].op is Ops.RANGE:
             open_loops.pop()
         elif node.op is Ops.LOAD and node.src[0].op is Ops.INDEX:
-            prefetch = next_block_prefetch(node.src[0], open_loops, l2_bytes)
-            if prefetch is not None:
-                reduction = _innermost_reduction(open_loops)
-                assert reduction is not None
-                inserts.setdefault(reduction, [])
-                if not any(p.src[0].src[0] is prefetch.src[0].src[0] for p in inserts[reduction]):
-                    inserts[reduction].append(prefetch)  # one block per buffer (an unrolled load repeats)
+            reduction = _innermost_reduction(open_loops)
+            buffer = node.src[0].src[0]
+            if reduction is None or (reduction, buffer) in prefetched:
+                continue
+            found = next_block_prefetches(node.src[0], open_loops, reduction, l2_bytes)
+            if found:
+                prefetched.add((reduction, buffer))
+                inserts.setdefault(reduction, []).extend(found)
     if not inserts:
         return linear
     return linear.replace(src=tuple(_with_inserts(program, inserts)))
 
 
-def next_block_prefetch(index: UOp, open_loops: list[UOp], l2_bytes: int) -> UOp | None:
-    """The PREFETCH for the load at `index` (inside `open_loops`), or None when it does not stream blocks."""
+def next_block_prefetches(index: UOp, open_loops: list[UOp], reduction: UOp, l2_bytes: int) -> list[UOp]:
+    """The PREFETCHes for the load at `index` inside `open_loops` (`reduction` the innermost reduction among them),
+    none when it does not stream blocks that some loop rereads."""
     buffer, address = index.src[0], index.src[1]
-    if len(index.src) > 2 or not _big_global_buffer(buffer, l2_bytes):
-        return None
-    reduction = _innermost_reduction(open_loops)
-    if reduction is None or reduction.src[0].op is not Ops.CONST:
-        return None
+    if len(index.src) > 2 or not _big_global_buffer(buffer, l2_bytes) or reduction.src[0].op is not Ops.CONST:
+        return []
     at = open_loops.index(reduction)
     outputs = [r for r in open_loops[:at] if r.arg.axis_type in OUTPUT_AXES]
-    if len(outputs) < 2:
-        return None
-    block_loop, tile_loop = outputs[-2], outputs[-1]
     ranges = [u for u in address.toposort() if u.op is Ops.RANGE]
-    if block_loop not in ranges or tile_loop in ranges or tile_loop.src[0].op is not Ops.CONST:
-        return None
+    moving = [r for r in outputs if r in ranges]
+    rereading = [r for r in outputs if r not in ranges and r.src[0].op is Ops.CONST and r.src[0].arg > 1]
+    if not moving or not rereading:
+        return []
+    block_loop = moving[-1]
+    inside = outputs[outputs.index(block_loop) + 1 :]  # output loops inside the block loop (the address stays put)
+    if len(inside) > 1:
+        return []
     block_stride = stride_along(address, block_loop, ranges)
     inner = [r for r in open_loops[at:] if r in ranges]  # the reduction and the register loops inside it
     if not block_stride or block_stride < 0 or not _sweeps_dense_block(address, inner, ranges, block_stride):
-        return None
+        return []
     itemsize = buffer.ptrdtype.base.itemsize
     lines = math.ceil(block_stride * itemsize / LINE_BYTES)
-    steps, tiles = int(reduction.src[0].arg), int(tile_loop.src[0].arg)
-    if lines > steps * tiles:  # one line per step would not reach the end of the block
-        return None
-    zero = UOp.const(0, dtypes.index)
-    start = address.substitute({r: zero for r in inner})  # the block's first element
-    line = tile_loop * steps + reduction
-    position = start.substitute({block_loop: block_loop + 1}) + line * max(1, LINE_BYTES // itemsize)
-    gate = (line < lines) & (block_loop + 1 < block_loop.src[0])
+    steps = int(reduction.src[0].arg)
+    if inside:  # the tile loop inside: one line per step, spread over its first iterations
+        tiles = inside[0].src[0]
+        if tiles.op is not Ops.CONST or lines > steps * tiles.arg:
+            return []
+        numbers = [inside[0] * steps + reduction]
+    else:  # the next block comes right after this one: all of its lines within this reduction
+        per_step = math.ceil(lines / steps)
+        if per_step > MAX_LINES_PER_STEP:
+            return []
+        numbers = [reduction * per_step + k for k in range(per_step)]
+    start = address.substitute({r: UOp.const(0, dtypes.index) for r in inner})  # the block's first element
+    next_start = start.substitute({block_loop: block_loop + 1})
+    has_next = block_loop + 1 < block_loop.src[0]
+    return [
+        _prefetch(buffer, next_start + line * max(1, LINE_BYTES // itemsize), (line < lines) & has_next)
+        for line in numbers
+    ]
+
+
+def _prefetch(buffer: UOp, position: UOp, gate: UOp) -> UOp:
     position, gate = (graph_rewrite(x, simplify_indices, name="prefetch address") for x in (position, gate))
     return UOp(Ops.PREFETCH, dtypes.void, (buffer.index(position, gate),))
 

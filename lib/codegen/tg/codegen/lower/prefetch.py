@@ -20,9 +20,11 @@ Measured, gcc 12, 2 AVX-512 cores:
   2.55.
 - The jitted GPT-2 block forward (its 28 MiB of weights arrive from memory), medians of loops of calls, three runs each
   way, the first way alone, then both: over 128 tokens 9.1 -> 7.75 -> 7.2 ms; over 1,024 tokens 72 -> 69 ms.
-- Square matmuls, kernel time alone (medians of 25 calls, two runs each way): 2048^3 62-63 -> 54-56 ms (the next row
-  tile of the left operand and the group's next strip); 1024^3 6.7-6.9 -> 6.5-6.8 ms; 4096^3 517-522 -> 531-533 ms
-  (a loss of 2%: its row tiles are prefetched 4 lines a step on top of the strips' line); 1024x768x3072 a wash.
+- Square matmuls, kernel time alone (medians of 25 calls, two runs each way): 2048^3 62-63 -> 54-56 ms (both operands
+  get prefetches: the next row tile of the left one, the group's next strip); 1024^3 6.7-6.9 -> 6.5-6.8 ms; 4096^3
+  517-522 -> 531-533 ms (a loss of 2%: its row tiles are prefetched 4 lines a step on top of the strips' line);
+  1024x768x3072 a wash. Leaving out the innermost-block prefetch where the blocks between two reads fit in L2 (2048^3's
+  groups of strips) was noise or a loss (51.1-53.5 ms against 50.4-51.9).
 
 The pattern, on the linear program (before the loop is split across cores):
 - a LOAD of a global buffer inside a reduction loop R;

@@ -158,20 +158,17 @@ def _with_inserts(program: list[UOp], inserts: dict[UOp, list[UOp]]) -> list[UOp
     """`program` with each reduction's prefetches placed right after its RANGE, preceded by the nodes they need that
     are not already computed in a loop still open there (a value computed in a closed loop is out of scope)."""
     out: list[UOp] = []
-    scopes: list[set[UOp]] = [set()]
+    scopes: list[set[UOp]] = [set()]  # the nodes computed in each open loop, outermost first
     for node in program:
         out.append(node)
         if node.op is Ops.END and node.src[0].op is Ops.RANGE:
             scopes.pop()
+        elif node.op is not Ops.RANGE:
             scopes[-1].add(node)
-            continue
-        scopes[-1].add(node)
-        if node.op is not Ops.RANGE:
-            continue
-        scopes.append({node})
-        visible = set().union(*scopes)
-        for prefetch in inserts.get(node, ()):
-            for needed in prefetch.toposort():
+        else:
+            scopes.append({node})
+            visible = set().union(*scopes)
+            for needed in (u for prefetch in inserts.get(node, ()) for u in prefetch.toposort()):
                 if needed not in visible:
                     assert needed.op is not Ops.RANGE, "a prefetch reads a loop that is not open"
                     out.append(needed)

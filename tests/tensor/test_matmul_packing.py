@@ -363,12 +363,12 @@ def test_a_long_reduction_shares_each_strip_across_a_group_of_row_tiles_and_equa
 
 def test_strips_in_groups_that_fit_half_of_l2_are_looped_outermost_and_the_product_equals_numpy() -> None:
     """1024^3 with a 2 MiB L2 on 2 cores: 4 groups of 16 strips (1 MiB each) outermost, then the 64 row tiles, then a
-    group's strips; with a 1 MiB L2, 8 groups of 8 strips; 2048^3 (k = 2048), groups of 8 strips (1 MiB). Not without
-    an L2 size (a GPU Target), where not even 8 strips fit half of it (k = 4096), or with more groups than
-    BLOCKED_MAX_GROUPS_PER_CORE per core."""
+    group's strips; with a 1 MiB L2, 8 groups of 8 strips; 2048^3 (k = 2048), groups of 8 strips (1 MiB); k = 4096,
+    groups of 4 (1 MiB). Not without an L2 size (a GPU Target), where not even 4 strips fit half of it (k = 8192), or
+    with more groups than BLOCKED_MAX_GROUPS_PER_CORE per core."""
     from tg.codegen.opt.heuristics import BLOCKED_MAX_GROUPS_PER_CORE, GROUP_STRIPS
 
-    assert GROUP_STRIPS == (16, 8)
+    assert GROUP_STRIPS == (16, 8, 4)
     rng = np.random.default_rng(12)
     a_np, b_np = (
         rng.standard_normal((1024, 1024)).astype(np.float32),
@@ -401,7 +401,9 @@ def test_strips_in_groups_that_fit_half_of_l2_are_looped_outermost_and_the_produ
     assert loops(product_kernel(left, right), 2 << 20) == [512 // 16 // 8, 512 // 16, 8]
     np.testing.assert_allclose((left @ right).numpy(), left_np @ right_np, rtol=1e-4, atol=1e-2)
     longer_k = product_kernel(Tensor.rand(1024, 4096).realize(), Tensor.rand(4096, 256).realize())
-    assert loops(longer_k, 2 << 20) == [1024 // 16 // 16, 256 // 16, 16]  # (8 strips are 2 MiB: row tiles shared)
+    assert loops(longer_k, 2 << 20) == [256 // 16 // 4, 1024 // 16, 4]  # (8 strips are 2 MiB, 4 are 1 MiB)
+    longest_k = product_kernel(Tensor.rand(1024, 8192).realize(), Tensor.rand(8192, 256).realize())
+    assert loops(longest_k, 2 << 20) == [1024 // 16 // 16, 256 // 16, 16]  # (4 strips are 2 MiB: row tiles shared)
 
 
 def test_few_row_tiles_are_looped_inside_the_strips_and_the_product_equals_numpy() -> None:

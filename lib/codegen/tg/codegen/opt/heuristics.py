@@ -23,9 +23,10 @@ of that, never up to gcc's; on k = 65536 it was a toss-up (0.72-1.05x). k-blocki
 beamspace) while big matmuls swept a row-major right operand; tg.tensor.linalg now packs such an operand into
 column strips, and a packed strip (k rows of 64 bytes) stays in L2 up to k = 32768, which is what a block would
 buy. BEAM still tries BLOCK (tg.codegen.opt.search). What pays is the other half of cache blocking, the loop order:
-from k = 512 to a group that fills half of L2, strips in groups outermost and each row tile swept over a group's
-strips (`block_strips`, a SWAP and a SPLIT into a LOOP); from k = 4096 on, row tiles in groups that share each strip
-(`share_strips`); with few row tiles (a projection over 128 tokens), the strips outermost (`strips_outermost`).
+from k = 512 on, while a group of 4 or more strips fits half of L2, strips in groups outermost and each row tile swept
+over a group's strips (`block_strips`, a SWAP and a SPLIT into a LOOP); with longer reductions (k = 8192 with a 2 MiB
+L2), row tiles in groups that share each strip (`share_strips`); with few row tiles (a projection over 128 tokens), the
+strips outermost (`strips_outermost`).
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ MAX_UPCAST_BODY_OPS = 16384
 # across cores). Prefill's scores (hundreds of query rows) keep the matmul tiling.
 FEW_FIXED_OUTPUTS = 64
 # A matmul's output loops run over row tiles, and inside each over the right operand's strips; each tile streams every
-# strip (k lines of 64 bytes) from L3 or memory again. From k = 4096 on, the row tiles are cut into groups of
-# ROW_TILES_PER_STRIP looped inside the strips (`share_strips`), so a strip read once serves the group. Kernel time,
+# strip (k lines of 64 bytes) from L3 or memory again. From k = 4096 on, where the strips cannot be blocked (below: not
+# even 4 fit half of L2), the row tiles are cut into groups of ROW_TILES_PER_STRIP looped inside the strips
+# (`share_strips`), so a strip read once serves the group. Kernel time,
 # both operands packed, gcc 12, 2 AVX-512 cores, median of 5-21, load 4.5-5: 4096^3 3.84 -> 2.05 s (groups of 8:
 # 2.19 s, 32: 1.98 s, with BLOCK 1024 too 1.92 s); but 2048^3 0.97x and 1024^3 0.84x (their strips are re-read from
 # a cache the split gains nothing over), hence SHARED_STRIP_MIN_STEPS.
@@ -95,11 +97,18 @@ SHARED_STRIP_MIN_STEPS = 4096
 # 106-119 -> 115-117 ms): interleaved in one process with torch 2.13, gcc 12, load 0.5-1, medians of 7 turns in 4 runs,
 # 163-199 -> 105-132 ms (tg / torch 1.73-1.88 -> 1.08-1.23; groups of 4: 118-125 ms). The 8 groups per core that takes,
 # against 2 before: 1024x768x3072 in groups of 16 (6 per core) 1.04-1.06 -> 0.97-0.98 of torch's time (33.7 -> 29.6 ms).
-GROUP_STRIPS = (16, 8)
+# Groups of 4 strips, for the reductions where 8 no longer fit (k = 3072 and 4096 with a 2 MiB L2), and up to 32
+# groups per core (4096^3 makes 64 groups of 4), measured once the next blocks were prefetched
+# (tg.codegen.lower.prefetch): kernel alone, gcc 12, 2 AVX-512 cores, load 0.3-0.6, medians of 5-15 calls, turns
+# alternated: 4096^3 444-457 -> 354-401 ms against the row tiles shared by 16 (groups of 8: 456-460 ms, row tiles
+# shared by 32: 426-447 ms); 1024x3072x768 (GPT-2's down projection over 1,024 tokens) 15.9-16.9 -> 15.0-15.7 ms in
+# 4 turns of 4. 1024x768x8192 in groups of 16 (16 per core) against its row tiles outermost: 36.1-37.2 against
+# 36.3-37.6 ms, a wash.
+GROUP_STRIPS = (16, 8, 4)
 STRIP_LINE_BYTES = 64  # one step of a strip: STRIP float32 (tg.codegen.schedule.layout)
 BLOCKED_MIN_STEPS = 512
 BLOCKED_MIN_ROW_TILES = 32
-BLOCKED_MAX_GROUPS_PER_CORE = 8
+BLOCKED_MAX_GROUPS_PER_CORE = 32
 
 
 @dataclass(frozen=True)

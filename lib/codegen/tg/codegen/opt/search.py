@@ -33,8 +33,8 @@ PADTO_AMOUNTS = (8, 16, 32)
 BLOCK_SIZES = (32, 64, 128, 256, 512)  # elements of a reduction block (k-blocking: 256 x 1024 floats fit an L2)
 GROUP_AMOUNTS = (2, 4, 8, 16, 32)  # shares of a GROUP (on a CPU: core calls, contiguous with GROUPTOP)
 # groups of an output loop's iterations looped innermost of the output loops (SPLIT into a LOOP): a matmul's row tiles
-# sharing each strip of the right operand, the heuristics' `share_strips` (groups of 16 from k = 4096; 8 and 32 were
-# within 10% of 16 at 4096^3), which the search could not otherwise express
+# sharing each strip of the right operand, the heuristics' `share_strips` (groups of 16 from k = 4096 where no group of
+# strips fits half of L2; 8 and 32 were within 10% of 16 at 4096^3), which the search could not otherwise express
 LOOP_GROUPS = (4, 8, 16, 32)
 MAX_AXIS = 8  # actions name axes 0..MAX_AXIS-1; a kernel with fewer axes makes the rest illegal
 # a candidate's upcast and unroll lanes multiplied together stay below this: the optimizer's own limit, since the

@@ -16,8 +16,9 @@ Matmuls (issue 38): square 256 to 4096, the skinny GPT-2 shapes batch x 768 x 30
 float16 operands accumulated in float32 (`a.matmul(b, dtype=float32)`; its peer is numpy's float32 matmul of the
 same values, converted beforehand: numpy has no float16 BLAS). Both operands are realized tensors, so tg's packed
 copies of them are kept between calls (tg.codegen.schedule.layout), as numpy's operands need no copy either. A
-sample of a small product is several calls back to back (`calls_per_sample`), so that waking the worker threads of
-tg and of the BLAS after the pause between samples is not most of what is timed.
+sample of a small product is several calls back to back (`calls_per_sample`), after untimed calls of the same
+library for LEAD_IN_SECONDS, so that waking the worker threads of tg and of the BLAS, and the caches of the cores, after
+the pause between samples is not what is timed.
 """
 
 from __future__ import annotations
@@ -174,12 +175,28 @@ def torch_workloads(data: dict[str, np.ndarray]) -> Workloads | str:
 
 
 SETTLE_SECONDS = 0.3  # BLAS and OpenMP worker threads spin for a while after a call; let them go idle first
+# Untimed calls of a run between the pause and its sample, for at least LEAD_IN_SECONDS (one call at least). A sample
+# that starts right after the pause times this 2-core VM waking up more than the library: a 256^3 product right after
+# 0.3 s of sleep took tg 1.34 ms against 0.40 warm, numpy 0.43 against 0.14-0.18, and pure Python (building tg's graph)
+# 6x its warm time. numpy is warm again after one call; tg's calls, whose core threads sleep between calls, only after
+# some 30 ms of them (512^3, 60 calls after each pause, median of 7 pauses: 2.1, 1.5, 1.4, 1.4, 2.1 ms ... 1.9 ms at
+# the 20th call, 1.19-1.23 from the 30th on; numpy 1.47, then 0.92-0.97 ms). The rows compare warm calls, as a loop of
+# matmuls makes them; bench_blocks.py and bench_call_overhead.py lead in with untimed calls too.
+LEAD_IN_SECONDS = 0.05
+
+
+def lead_in(run: Callable[[], object]) -> None:
+    """Call `run` untimed until LEAD_IN_SECONDS have passed (once at least)."""
+    start = time.perf_counter()
+    run()
+    while time.perf_counter() - start < LEAD_IN_SECONDS:
+        run()
 
 
 def alternating_medians(runs: list[Callable[[], object] | None], repeats: int, calls: int = 1) -> list[float]:
     """Median time of one call of each run (None: not available, NaN), timed in turns so that a change in the
     machine's load hits all alike. Each sample (`calls` calls back to back) starts after a short pause, so one
-    library's spinning threads do not steal the cores from the next."""
+    library's spinning threads do not steal the cores from the next, and untimed calls of its run (`lead_in`)."""
     present = [run for run in runs if run is not None]
     for run in present:
         run()  # warm-up: compile, allocate
@@ -187,6 +204,7 @@ def alternating_medians(runs: list[Callable[[], object] | None], repeats: int, c
     for _ in range(repeats):
         for run in present:
             time.sleep(SETTLE_SECONDS)
+            lead_in(run)
             start = time.perf_counter()
             for _ in range(calls):
                 run()

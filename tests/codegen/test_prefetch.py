@@ -118,6 +118,30 @@ def test_a_buffer_no_loop_rereads_is_not_prefetched() -> None:
     assert prefetches(prefetch_next_blocks(linearize(strip_kernel(b_moves_with_tile=True)), l2_bytes=0)) == []
 
 
+def batched_strip_kernel(batches: int) -> UOp:
+    """strip_kernel once per batch h, each over its own slice of a and b (an attention product's heads)."""
+    out = UOp.param(0, dtypes.float32, batches * BLOCKS * TILES)
+    a = UOp.param(1, dtypes.float32, batches * TILES * STEPS)
+    b = UOp.param(2, dtypes.float32, batches * BLOCKS * STEPS)
+    h, o, i = UOp.range(batches, 0), UOp.range(BLOCKS, 1), UOp.range(TILES, 2)
+    r = UOp.range(STEPS, 3, AxisType.REDUCE)
+    product = a.index((h * TILES + i) * STEPS + r).load() * b.index((h * BLOCKS + o) * STEPS + r).load()
+    out_position = (h * BLOCKS + o) * TILES + i
+    return UOp.sink(out.index(out_position).store(product.reduce(r, arg=Ops.ADD)), arg=KernelInfo("heads"))
+
+
+def test_a_batch_whose_slice_fits_in_l2_is_not_prefetched_however_big_the_buffer() -> None:
+    batches, slice_bytes = 8, BLOCKS * STEPS * 4  # b's slice for one batch: its blocks, which every tile rereads
+    kernel = linearize(batched_strip_kernel(batches))
+    assert prefetches(prefetch_next_blocks(kernel, l2_bytes=slice_bytes)) == []  # (the whole of b is 8x that)
+    found = prefetches(prefetch_next_blocks(kernel, l2_bytes=slice_bytes - 1))
+    assert len(found) == 1
+    for batch in range(batches):
+        for block in range(BLOCKS - 1):
+            expected = {batch * BLOCKS * STEPS + line for line in next_block_lines(block)}
+            assert requested_positions(found, 1, block, {0: batch}) == expected
+
+
 def c_renderer_with_small_l2() -> CRenderer:
     """The CPU device's renderer with an L2 of 1 KiB: every streamed buffer bigger than that is prefetched."""
     return CRenderer(replace(Device["CPU"].renderer.target, l2_bytes=1024))

@@ -111,9 +111,7 @@ def batch_count(reduction: UOp, loads: list[tuple[UOp, list[UOp]]]) -> int:
     return math.prod(int(r.src[0].arg) for r in common or () if r.src[0].op is Ops.CONST)
 
 
-def next_block_prefetches(
-    index: UOp, open_loops: list[UOp], reduction: UOp, l2_bytes: int, batches: int = 1
-) -> list[UOp]:
+def next_block_prefetches(index: UOp, open_loops: list[UOp], reduction: UOp, l2_bytes: int, batches: int) -> list[UOp]:
     """The PREFETCHes for the load at `index` inside `open_loops` (`reduction` the innermost reduction among them),
     none when it does not stream blocks that some loop rereads, or when the buffer's slice for one of `batches`
     batches fits in `l2_bytes`."""

@@ -133,9 +133,10 @@ def test_long_causal_attention_in_query_blocks_matches_numpy(queries, keys):
 
 @pytest.mark.parametrize("dropout_p", [0.0, 0.1])
 def test_long_causal_attention_skips_the_scores_above_the_diagonal(dropout_p):
-    """The blocked path does the work of 3 of 4 score quadrants at 1024 rows (two blocks of 512): compared with the
-    same attention given the causal mask as attn_mask (which computes every score), its kernels' estimated
-    operations are at most 80%. A dropout probability changes nothing outside training, where dropout does not act."""
+    """The blocked path does the work of 10 of 16 score tiles at 1024 rows (four blocks of 256 rows, the n-th over
+    n * 256 keys): compared with the same attention given the causal mask as attn_mask (which computes every score),
+    its kernels' estimated operations are at most 70% (two blocks of 512 would be 75%). A dropout probability changes
+    nothing outside training, where dropout does not act."""
     from tg.tensor import GlobalCounters
 
     q, k, v = (t.realize() for t in on("CPU", *qkv(batch=1, heads=2, queries=1024, keys=1024, width=16)))
@@ -149,7 +150,7 @@ def test_long_causal_attention_skips_the_scores_above_the_diagonal(dropout_p):
         ops[name] = GlobalCounters.global_ops
         np.testing.assert_allclose(out.numpy(), np_attention(q.numpy(), k.numpy(), v.numpy(), causal(1024, 1024)),
                                    rtol=1e-4, atol=1e-5)  # fmt: skip
-    assert ops["blocks"] <= 0.8 * ops["whole"], ops
+    assert ops["blocks"] <= 0.7 * ops["whole"], ops
 
 
 def test_gradient_of_long_causal_attention_matches_finite_differences():

@@ -553,3 +553,44 @@ def test_a_stored_value_read_with_scattered_rows_is_stored_in_row_order() -> Non
     an, bn, cn, dn = (t.numpy() for t in (a, b, c, d))
     expected = np.concatenate([an @ cn.transpose(0, 2, 1) @ dn, bn], axis=1).transpose(1, 0, 2).reshape(64, 64)
     np.testing.assert_allclose(out.numpy(), expected @ w.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def schedule_kernel_count(*tensors: Tensor) -> int:
+    return sum(isinstance(item, KernelCall) for item in create_schedule(tuple(t.uop for t in tensors)).items)
+
+
+def test_a_prefix_of_a_packed_operand_reads_the_copy_of_the_whole_one() -> None:
+    """Products over the first 256 keys and over all 512 of the same keys (a causal attention's query blocks) pack
+    the keys once: the prefix's product reads the first strips of that copy. Both equal numpy."""
+    rng = np.random.default_rng(21)
+    q_np, k_np = (rng.standard_normal((1, 12, 128, 64)).astype(np.float32), rng.standard_normal((1, 12, 512, 64)))
+    q, k = Tensor(q_np).realize(), Tensor(k_np.astype(np.float32)).realize()
+    whole, prefix = q @ k.transpose(-1, -2), q @ k[:, :, :256].transpose(-1, -2)
+    assert schedule_kernel_count(prefix) == 2  # alone: its own copy, then the product
+    assert schedule_kernel_count(whole, prefix) == 3  # together: one copy of the keys, two products
+    keys_t = k_np.astype(np.float32).transpose(0, 1, 3, 2)
+    np.testing.assert_allclose(whole.numpy(), q_np @ keys_t, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(prefix.numpy(), q_np @ keys_t[..., :256], rtol=1e-4, atol=1e-3)
+
+
+def test_a_prefix_of_packed_values_along_the_reduction_reads_the_copy_of_the_whole_values() -> None:
+    """probabilities @ values[:, :, :256] beside probabilities @ values (rows 2,304 floats apart, so both packed):
+    one copy; the prefix's product reads the first 256 rows of each strip of it. Both equal numpy."""
+    rng = np.random.default_rng(22)
+    qkv_np = rng.standard_normal((1, 512, 2304)).astype(np.float32)
+    probs_np = rng.random((1, 12, 128, 512)).astype(np.float32)
+    qkv, probs = Tensor(qkv_np).realize(), Tensor(probs_np).realize()
+    values = qkv[:, :, 1536:].reshape(1, 512, 12, 64).transpose(1, 2)
+    whole, prefix = probs @ values, probs[..., :256] @ values[:, :, :256]
+    assert schedule_kernel_count(whole, prefix) == 3  # one copy of the values, two products
+    values_np = qkv_np[:, :, 1536:].reshape(1, 512, 12, 64).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(whole.numpy(), probs_np @ values_np, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(prefix.numpy(), probs_np[..., :256] @ values_np[:, :, :256], rtol=1e-4, atol=1e-3)
+
+
+def test_only_a_view_that_starts_every_axis_at_zero_is_a_prefix() -> None:
+    keys = Tensor.rand(1, 12, 512, 64).realize()
+    assert layout.unshrunk(keys[:, :, :256].transpose(-1, -2).uop) is keys.transpose(-1, -2).uop
+    assert layout.unshrunk(keys[:, :, :256].uop) is keys.uop
+    assert layout.unshrunk(keys[:, :, 256:].uop) is None  # a suffix: its copy is not the start of the whole one's
+    assert layout.unshrunk(keys.uop) is None

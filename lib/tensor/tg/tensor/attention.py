@@ -21,11 +21,11 @@ if TYPE_CHECKING:
 
 
 # Query rows per block of a causal attention over at least two blocks' worth (see causal_blocks). Causal attention of
-# 12 heads of 64, gcc 12, 2 AVX-512 cores, medians of 11 in turns in one process, blocks of 512 / 256 / 128 rows
-# (fewer than two blocks' worth: the whole attention at once), in a TinyJit replay: 512 rows 5.7 / 4.6 / 4.4-4.6 ms,
-# 1024 rows 15.5-16.1 / 14.1-14.4 / 14.8-15.1 ms, 2048 rows 51-52 / 49-50 ms; built and scheduled at every call:
-# 512 rows 6.2-6.3 / 6.0-6.2 / 7.2-7.3 ms, 1024 rows 17.1-17.5 / 17.0-17.4 / 20.7-20.8 ms, 2048 rows 53 / 54 ms. The
-# GPT-2 block's jitted forward over 1,024 tokens: 63.6-65.4 -> 59.3-61.0 ms (torch 55-58 ms). Blocks of 128 rows gain
+# 12 heads of 64, gcc 12, 2 AVX-512 cores, one process per figure, medians of 11 (blocks of 512 / 256 / 128 rows;
+# fewer than two blocks' worth is the whole attention at once), in a TinyJit replay: 512 rows 5.1-5.6 / 3.8 / 3.3-4.1
+# ms, 1024 rows 15.5-20 / 12.7-13.0 / 13.8-16.9 ms; built and scheduled at every call: 512 rows 5.1-5.7 / 5.4-5.5 /
+# 6.5-6.8 ms, 1024 rows 16.0-16.7 / 15.9-16.3 / 20.2-20.5 ms. In the GPT-2 block's forward over 1,024 tokens the
+# attention's kernels took 16.3 ms in blocks of 512 and 14.5 ms in blocks of 256 (DEBUG=2). Blocks of 128 rows gain
 # no more in a replay and lose at every call: there a block's kernels, and the Python that builds and launches them,
 # cost more than the scores it skips.
 CAUSAL_BLOCK_ROWS = 256

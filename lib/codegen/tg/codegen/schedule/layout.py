@@ -21,7 +21,8 @@ kernels depend on the machine:
   is copied contiguous first, when it is in memory or stored anyway (the copy is then the kernel that stores it).
   A computed left operand whose rows alias in L1, that gets a kernel of its own anyway and that too few columns
   reuse to pay for row tiles (GPT-2's gelu before its 3072x768 projection) is stored with rows STRIP elements
-  longer instead.
+  longer instead. A packed right operand that is a prefix of another one packed in the same graph (a causal
+  attention's query blocks read the first 256, 512, ... keys and values) reads the start of that one's copy.
 - conv2d weight-gradient chunking (CPU): the pixels are reduced in chunks whose operands fit a quarter of L2, each
   chunk a partial result, then the partials summed (tg.codegen.schedule.layout_conv).
 
@@ -47,6 +48,8 @@ from tg.codegen.uop.ops import GroupOp, Ops, UOp
 from tg.codegen.uop.pattern import graph_rewrite
 
 TargetOf = Callable[[str], Target]  # the Target of a device, by canonical name
+# the packed copy of each right operand the stage packed, by (operand, its casts): see prefix_packs
+RightPacks = dict[tuple[UOp, tuple[DType, ...]], UOp]
 
 STRIP = 16  # the kernel heuristics' contiguous upcast: one strip row is one 64-byte cache line of float32
 MIN_PACKED_ROWS = 32  # the kernel sweeps a strip once per 8 rows of the left operand: 4 sweeps pay for the copy
@@ -429,14 +432,17 @@ def row_tiles(left: UOp, casts: tuple[DType, ...], kept: bool) -> UOp:
     return reshape(back, shape)
 
 
-def packed_product(product: Product, pack_rows: bool = False, left_trained: bool = False) -> UOp:
+def packed_product(
+    product: Product, pack_rows: bool = False, left_trained: bool = False, packs: RightPacks | None = None
+) -> UOp:
     """left @ right with `right` copied first into strips of STRIP columns, each strip's k rows contiguous
     ((..., m / STRIP, k, STRIP)). The copy costs one pass over `right`; the product then reads each strip
     sequentially. Measured in CPU time, copy included: 128x768 @ 768x3072 22.8 -> 9.8 ms, 1024^3 72 -> 24 ms, 512^3
     with a transposed right operand (nn.Linear's x @ w.T) 66 -> 5 ms. `pack_rows`: `left` is copied into row tiles
     too (`row_tiles`, kept unless `left_trained`). Casts of an operand (float16 to float32) happen in its copy: gcc 12
     converts float16 one element at a time, and a 1024^3 float16 product converting inside its tile ran at 5 GFLOP/s,
-    with float32 copies at the float32 product's speed (twice the bytes of a float16 copy, kept ones included)."""
+    with float32 copies at the float32 product's speed (twice the bytes of a float16 copy, kept ones included).
+    `packs` notes the copy of `right` (see RightPacks)."""
     left, right, batch = product.left, product.right, product.batch
     n, k, m = shape_of(left)[-2], shape_of(right)[-2], shape_of(right)[-1]
     if pack_rows:
@@ -447,6 +453,8 @@ def packed_product(product: Product, pack_rows: bool = False, left_trained: bool
     packed = permute(packed, order + (len(outer) + 1, len(outer), len(outer) + 2))  # (..., strips, k, 16)
     packed = cast_chain(packed, product.right_casts)  # the copy holds what the multiply reads (see below)
     packed = UOp(Ops.CONTIGUOUS, packed.dtype, (packed,), KEPT_COPY)  # kept while right is unchanged
+    if packs is not None:
+        packs[(right, product.right_casts)] = packed
 
     def lead(shape: tuple) -> tuple:  # right-aligned batch axes
         return (1,) * (len(batch) - len(shape)) + shape
@@ -470,6 +478,7 @@ def lay_out_for_targets(roots: tuple[UOp, ...], target_of: TargetOf) -> tuple[UO
 
     new: dict[UOp, UOp] = {}
     contiguous_rows: set[UOp] = set()
+    packs: RightPacks = {}
     sink = UOp.sink(*roots)
     order = sink.toposort()
     readers = Counter(source for node in order for source in node.src)
@@ -483,7 +492,7 @@ def lay_out_for_targets(roots: tuple[UOp, ...], target_of: TargetOf) -> tuple[UO
         rebuilt = node if all(a is b for a, b in zip(sources, node.src, strict=True)) else node.replace(src=sources)
         original[rebuilt] = node
         if isinstance(rebuilt.tag, MatmulTag):
-            rebuilt = _lay_out_product(rebuilt, target_of, contiguous_rows, read_once)
+            rebuilt = _lay_out_product(rebuilt, target_of, contiguous_rows, read_once, packs)
         elif isinstance(rebuilt.tag, WeightGradientTag):
             plain = rebuilt.replace(tag=None)
             rebuilt = chunked_weight_gradient(plain, rebuilt.tag, target_of(device_of(plain)))
@@ -491,10 +500,15 @@ def lay_out_for_targets(roots: tuple[UOp, ...], target_of: TargetOf) -> tuple[UO
     result = new[sink]
     if contiguous_rows:  # every use of a scattered left operand reads its contiguous copy, its gradients included
         result = result.substitute({left: UOp(Ops.CONTIGUOUS, left.dtype, (left,)) for left in contiguous_rows})
+    # (second: the copies lie under those left operands, which the substitution above would otherwise not find)
+    if shared := prefix_packs(packs):
+        result = result.substitute(shared)
     return result.src
 
 
-def _lay_out_product(top: UOp, target_of: TargetOf, contiguous_rows: set[UOp], read_once: Callable[[UOp], bool]) -> UOp:
+def _lay_out_product(
+    top: UOp, target_of: TargetOf, contiguous_rows: set[UOp], read_once: Callable[[UOp], bool], packs: RightPacks
+) -> UOp:
     tag = top.tag
     assert isinstance(tag, MatmulTag)
     plain = top.replace(tag=None)
@@ -509,7 +523,35 @@ def _lay_out_product(top: UOp, target_of: TargetOf, contiguous_rows: set[UOp], r
     pack_rows = worth_packing_rows(product, target)
     if not pack_rows and wants_padded_rows(product, target, read_once):
         product = replace(product, left=padded_rows(product.left))
-    return packed_product(product, pack_rows, tag.left_trained)
+    return packed_product(product, pack_rows, tag.left_trained, packs)
+
+
+def prefix_packs(packs: RightPacks) -> dict[UOp, UOp]:
+    """For each packed right operand that is a prefix of another one packed with the same casts (`unshrunk`), its
+    copy -> the same prefix of the bigger copy: element (..., strip, row, lane) of a packed operand is element
+    (..., row, strip * STRIP + lane) of the operand, so a prefix of the operand is a prefix of its copy. A causal
+    attention's query blocks (tg.tensor.attention) read the first 256, 512, ... keys and values of the same heads,
+    and the last block reads them all: one copy of each instead of one per block (over 1,024 tokens in blocks of
+    256, eight copy kernels became two, about 0.9 of 1.4 ms)."""
+    shared = {}
+    for (right, casts), packed in packs.items():
+        full = unshrunk(right)
+        bigger = None if full is None else packs.get((full, casts))
+        if bigger is not None:
+            shared[packed] = UOp(Ops.SHRINK, packed.dtype, (bigger,), tuple((0, size) for size in shape_of(packed)))
+    return shared
+
+
+def unshrunk(view: UOp) -> UOp | None:
+    """The view that `view` is a prefix of along every axis: `view` without a SHRINK that starts every axis at 0,
+    maybe under a PERMUTE (keys[..., :n, :].transpose(-1, -2) is a prefix of keys.transpose(-1, -2)); None for
+    any other view."""
+    if view.op is Ops.PERMUTE:
+        inner = unshrunk(view.src[0])
+        return None if inner is None else permute(inner, view.arg)
+    if view.op is Ops.SHRINK and all(start == 0 for start, _ in view.arg):
+        return view.src[0]
+    return None
 
 
 __all__ = ["MatmulTag", "TargetOf", "default_target", "lay_out_for_targets"]

@@ -70,6 +70,7 @@ INDICES = [
     (1, 2), (Ellipsis, 1), (None, 0, Ellipsis, None), (slice(0, 0),), (slice(5, 1),), (1, slice(None, None, -3)),
     (slice(None), None, slice(None, None, -1)), (-2, slice(1, None, 2), -1), (slice(None, None, 7),),
     (Ellipsis, slice(None, None, -2)), (slice(2, None, -1), 3, slice(3, 0, -2)),
+    (slice(1, 3), slice(None, None, -2), slice(2, 5)), (slice(1, 2), 2, slice(3, None)),
 ]  # fmt: skip
 
 
@@ -78,6 +79,18 @@ INDICES = [
 def test_getitem_matches_numpy(np_check, device, index):
     x = source()
     np_check.matches(Tensor(x, device=device)[index], x[index])
+
+
+def test_slices_of_several_axes_are_one_shrink():
+    """Every axis that keeps a run of elements in order is cut by the same SHRINK (one per axis made slicing a 4-D
+    tensor cost as much Python as building a matmul); a flipped or strided axis is cut after it."""
+    from tg.codegen.uop.ops import Ops
+
+    t = Tensor.empty(1, 12, 64, 16)
+    view = t[:, 2:5, 16:32]
+    assert view.shape == (1, 3, 16, 16)
+    assert view.uop.op is Ops.SHRINK and view.uop.src[0] is t.uop
+    assert view.uop.arg == ((0, 1), (2, 5), (16, 32), (0, 16))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -167,6 +167,14 @@ def _forward(selection: AxisSelection, size: int | UOp) -> tuple[bool, int | UOp
     return False, selection.start, selection.step
 
 
+def run_bounds(selection: AxisSelection) -> tuple[int | UOp, int | UOp] | None:
+    """The (start, end) a selection of consecutive elements in order keeps (what `select_axis` would shrink its
+    axis to); None for one that flips or steps over elements."""
+    if selection.count == 0:
+        return (0, 0)
+    return (selection.start, selection.start + selection.count) if selection.step == 1 else None
+
+
 def select_axis(tensor: Tensor, axis: int, selection: AxisSelection) -> Tensor:
     """Keep the selected elements of `axis` (its size becomes `selection.count`; the axis itself stays)."""
     size, count = tensor.shape[axis], selection.count
@@ -216,8 +224,14 @@ class IndexingOps(TensorBase):
     def __getitem__(self, indices: Any) -> Tensor:
         plan = plan_index(self.shape, indices)
         result = as_tensor(self)
+        # the axes that keep a run of elements in order take one shrink together: a shrink checks every axis, so one
+        # per axis made slicing a 4-D tensor cost as much Python as building a matmul
+        runs = [run_bounds(selection) for selection in plan.selections]
+        if any(bounds is not None for bounds in runs):
+            result = result.shrink(runs + [None] * (result.ndim - len(runs)))
         for axis, selection in enumerate(plan.selections):
-            result = select_axis(result, axis, selection)
+            if runs[axis] is None:
+                result = select_axis(result, axis, selection)
         return result.reshape(plan.output_shape)
 
     def __setitem__(self, indices: Any, value: Any) -> None:

@@ -168,18 +168,17 @@ def _forward(selection: AxisSelection, size: int | UOp) -> tuple[bool, int | UOp
 
 
 def run_bounds(selection: AxisSelection) -> tuple[int | UOp, int | UOp] | None:
-    """The (start, end) a selection of consecutive elements in order keeps (what `select_axis` would shrink its
-    axis to); None for one that flips or steps over elements."""
+    """The (start, end) a selection of consecutive elements in order keeps (none at all included); None for one that
+    flips or steps over elements, which `select_axis` cuts."""
     if selection.count == 0:
         return (0, 0)
     return (selection.start, selection.start + selection.count) if selection.step == 1 else None
 
 
 def select_axis(tensor: Tensor, axis: int, selection: AxisSelection) -> Tensor:
-    """Keep the selected elements of `axis` (its size becomes `selection.count`; the axis itself stays)."""
+    """Keep the selected elements of `axis`, a selection that flips or steps over elements (`run_bounds` gives the
+    others): its size becomes `selection.count`, the axis itself stays."""
     size, count = tensor.shape[axis], selection.count
-    if count == 0:
-        return _on_axis(tensor, axis, bounds=(0, 0))
     flip, start, step = _forward(selection, size)
     if flip:
         tensor = tensor.flip(axis)
@@ -228,7 +227,7 @@ class IndexingOps(TensorBase):
         # per axis made slicing a 4-D tensor cost as much Python as building a matmul
         runs = [run_bounds(selection) for selection in plan.selections]
         if any(bounds is not None for bounds in runs):
-            result = result.shrink(runs + [None] * (result.ndim - len(runs)))
+            result = result.shrink(runs)  # (plan_index selects every axis: runs has one entry per axis)
         for axis, selection in enumerate(plan.selections):
             if runs[axis] is None:
                 result = select_axis(result, axis, selection)
